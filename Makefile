@@ -1,0 +1,35 @@
+# Ember's two commands: `make run` and `make test`. `make` alone builds build/ember.
+BUILD ?= build
+JOBS ?= 2
+CMAKE_FLAGS ?=
+FIXTURES ?= $(abspath ../shared/fixtures)
+
+.PHONY: all deps configure build run test fuzz clean
+
+all: build
+
+deps:
+	@tools/deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+configure: deps $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	$(BUILD)/ember info $(FIXTURES)/vocab/ggml-vocab-llama-spm.gguf
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# libFuzzer targets, built with clang into build-fuzz/. Run one with e.g.
+#   build-fuzz/fuzz/fuzz_gguf fuzz/corpus/gguf -max_total_time=600
+fuzz: deps
+	CC=clang cmake -S . -B build-fuzz -DEM_FUZZ=ON -DEM_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build build-fuzz -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD) build-fuzz build-sanitize

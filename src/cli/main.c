@@ -1,0 +1,43 @@
+/* `ember` — dispatches to one subcommand per file (see cli.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct subcommand {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *usage;
+} subcommand;
+
+static const subcommand subcommands[] = {
+    {"info", em_cli_info, "info FILE.gguf [--json]          metadata, tensors, bytes read per token"},
+};
+
+static void print_usage(FILE *to) {
+    fprintf(to, "usage: ember COMMAND [ARGS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+        fprintf(to, "  %s\n", subcommands[i].usage);
+}
+
+int em_cli_fail(const char *command, em_err err) {
+    fprintf(stderr, "ember %s: %s\n", command, em_err_message(err));
+    em_err_free(err);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_usage(stderr);
+        return 1;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        print_usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+        if (!strcmp(argv[1], subcommands[i].name)) return subcommands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "ember: unknown command '%s'\n", argv[1]);
+    print_usage(stderr);
+    return 1;
+}

@@ -1,0 +1,101 @@
+/*
+ * quant — the block formats in which GGUF stores tensors.
+ *
+ * This module owns the table of tensor types (GGML type ids as GGUF stores them: name, elements
+ * per block, bytes per block), scalar reference dequantization for every type it knows, reference
+ * quantizers, and row dot products of each weight type with the activation format chosen for it.
+ * Reference code here is scalar and readable; faster SIMD variants live beside it (x86/, arm/)
+ * and are checked against it. It owns no memory beyond what callers pass in, and depends only on
+ * base.
+ */
+#ifndef EMBER_QUANT_H
+#define EMBER_QUANT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+
+/* GGML type ids, exactly as they appear in GGUF tensor infos. Gaps are ids that GGML retired. */
+typedef enum em_type {
+    EM_TYPE_F32 = 0,
+    EM_TYPE_F16 = 1,
+    EM_TYPE_Q4_0 = 2,
+    EM_TYPE_Q4_1 = 3,
+    EM_TYPE_Q5_0 = 6,
+    EM_TYPE_Q5_1 = 7,
+    EM_TYPE_Q8_0 = 8,
+    EM_TYPE_Q8_1 = 9,
+    EM_TYPE_Q2_K = 10,
+    EM_TYPE_Q3_K = 11,
+    EM_TYPE_Q4_K = 12,
+    EM_TYPE_Q5_K = 13,
+    EM_TYPE_Q6_K = 14,
+    EM_TYPE_Q8_K = 15,
+    EM_TYPE_IQ2_XXS = 16,
+    EM_TYPE_IQ2_XS = 17,
+    EM_TYPE_IQ3_XXS = 18,
+    EM_TYPE_IQ1_S = 19,
+    EM_TYPE_IQ4_NL = 20,
+    EM_TYPE_IQ3_S = 21,
+    EM_TYPE_IQ2_S = 22,
+    EM_TYPE_IQ4_XS = 23,
+    EM_TYPE_I8 = 24,
+    EM_TYPE_I16 = 25,
+    EM_TYPE_I32 = 26,
+    EM_TYPE_I64 = 27,
+    EM_TYPE_F64 = 28,
+    EM_TYPE_IQ1_M = 29,
+    EM_TYPE_BF16 = 30,
+    EM_TYPE_TQ1_0 = 34,
+    EM_TYPE_TQ2_0 = 35,
+    EM_TYPE_MXFP4 = 39,
+    EM_TYPE_COUNT = 40 /* one past the largest id; not a type */
+} em_type;
+
+typedef struct em_type_info {
+    const char *name;     /* as GGML prints it: "Q4_K", "BF16", ... */
+    uint32_t block_elems; /* elements per block (1 for plain scalars) */
+    uint32_t block_bytes; /* bytes per block */
+} em_type_info;
+
+/* The table entry for a GGML type id, or NULL when the id is unknown or retired. */
+const em_type_info *em_type_info_of(uint32_t type);
+
+/* The type's name, or "unknown" when the id is unknown. */
+const char *em_type_name(uint32_t type);
+
+/* Looks a type up by name, case-insensitively ("q4_k", "Q4_K"). */
+em_err em_type_from_name(const char *name, em_type *out);
+
+/* Bytes of one row of `elems` elements; an error when `elems` is not a multiple of the block or
+ * the size overflows. */
+em_err em_type_row_bytes(uint32_t type, uint64_t elems, uint64_t *out);
+
+/* ---- Reference conversions (scalar; the definition every faster path is checked against) ---- */
+
+/* Dequantizes `n` elements (a multiple of the type's block) from `blocks` into `out`.
+ * EM_ERR_UNSUPPORTED for a type without a dequantizer. */
+em_err em_dequantize(uint32_t type, const void *blocks, float *out, uint64_t n);
+
+/* True when em_quantize supports the type. */
+bool em_type_can_quantize(uint32_t type);
+
+/* Quantizes `n` floats (a multiple of the block) into blocks of `type`. */
+em_err em_quantize(uint32_t type, const float *in, void *blocks, uint64_t n);
+
+/* ---- Dot products: a weight row (stored format) with an activation row ---- */
+
+/* The format activations take for dot products with weights of `weight_type`: EM_TYPE_F32 for
+ * float weights, EM_TYPE_Q8_0 or EM_TYPE_Q8_K for block-quantized ones. */
+em_type em_dot_activation_type(uint32_t weight_type);
+
+/* Converts an f32 activation row of `n` elements into em_dot_activation_type(weight_type); `out`
+ * holds em_type_row_bytes(that type, n) bytes. */
+em_err em_quantize_activation(uint32_t weight_type, const float *x, void *out, uint64_t n);
+
+/* Dot product of one weight row and one activation row (already in the activation format), `n`
+ * elements. The caller has validated the type and `n` (a multiple of the block). */
+float em_dot(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
+
+#endif

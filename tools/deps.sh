@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Ember builds and tests with, when they are missing.
+# As root it runs apt-get; otherwise it prints the exact command to run and fails.
+set -u
+packages=(cmake make gcc pkg-config libcmocka-dev libjansson-dev libpcre2-dev libutf8proc-dev
+          libmicrohttpd-dev libcurl4-openssl-dev)
+if [ "${1:-}" = "--with-node" ]; then packages+=(nodejs npm); fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+command="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" = 0 ]; then
+  echo "ember: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || {
+    echo "ember: apt-get failed; run: $command" >&2; exit 1; }
+else
+  echo "ember: missing Debian packages; run as root: $command" >&2
+  exit 1
+fi
