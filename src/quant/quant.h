@@ -72,6 +72,15 @@ em_err em_type_from_name(const char *name, em_type *out);
  * the size overflows. */
 em_err em_type_row_bytes(uint32_t type, uint64_t elems, uint64_t *out);
 
+/* ---- Scalar conversions ----
+ * IEEE half (binary16) and bfloat16 bit patterns to and from f32. Rounding is to nearest, ties to
+ * even; f16 overflow gives infinity, values below the f16 range give (signed) subnormals or zero;
+ * NaN stays NaN (quiet). */
+float em_fp16_to_f32(uint16_t h);
+uint16_t em_f32_to_fp16(float f);
+float em_bf16_to_f32(uint16_t h);
+uint16_t em_f32_to_bf16(float f);
+
 /* ---- Reference conversions (scalar; the definition every faster path is checked against) ---- */
 
 /* Dequantizes `n` elements (a multiple of the type's block) from `blocks` into `out`.
