@@ -69,6 +69,9 @@ em_dequant_fn em_quant_dequantizer(uint32_t type);
 /* Scale and min (6-bit each) of sub-block k (0..7) from the 12 packed bytes of Q4_K / Q5_K. */
 void em_quant_k_scale_min(const uint8_t *scales, int k, int *scale, int *min);
 
+/* A dot product kernel for one weight type: weight row, activation row, n elements. */
+typedef float (*em_quant_dot_fn)(const void *weight_row, const void *activation_row, uint64_t n);
+
 /* Quantizers of the K- and IQ4 formats (kquants.c); same contract as em_quantize's per-type work. */
 void em_quantize_q2_k(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_q3_k(const float *x, uint8_t *out, uint64_t n_blocks);

@@ -107,4 +107,12 @@ em_err em_quantize_activation(uint32_t weight_type, const float *x, void *out, u
  * elements. The caller has validated the type and `n` (a multiple of the block). */
 float em_dot(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
 
+/* The definition em_dot is checked against: decodes both rows to f32 and sums the products in
+ * double. Slow; for tests and debugging. */
+float em_dot_reference(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
+
+/* em_dot without SIMD: the portable scalar path (integer arithmetic for the common formats, the
+ * reference for the rest), what ARM and older x86 run and what SIMD paths are tested against. */
+float em_dot_scalar(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
+
 #endif
