@@ -18,11 +18,11 @@ const int8_t em_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, 
 /* ---- plain and 32-element formats ---- */
 
 static void dequant_f16(const uint8_t *b, float *out, uint64_t n) {
-    for (uint64_t i = 0; i < n; i++) out[i] = em_fp16_to_f32(em_load_u16(b + 2 * i));
+    for (uint64_t i = 0; i < n; i++) out[i] = em_load_fp16(b + 2 * i);
 }
 
 static void dequant_bf16(const uint8_t *b, float *out, uint64_t n) {
-    for (uint64_t i = 0; i < n; i++) out[i] = em_bf16_to_f32(em_load_u16(b + 2 * i));
+    for (uint64_t i = 0; i < n; i++) out[i] = em_load_bf16(b + 2 * i);
 }
 
 static void dequant_f32(const uint8_t *b, float *out, uint64_t n) { memcpy(out, b, n * 4); }
@@ -156,19 +156,6 @@ static void dequant_q3_k(const uint8_t *b, float *out, uint64_t n_blocks) {
             int q = low - (high ? 0 : 4);
             out[e] = (d * (float)scales[e / 16]) * (float)q;
         }
-    }
-}
-
-/* Q4_K / Q5_K scales and mins: 8 six-bit pairs in 12 bytes. Entries 0..3 sit in the low 6 bits of
- * bytes 0..3 (scales) and 4..7 (mins); entries 4..7 take their low nibbles from bytes 8..11 (scale
- * low nibble, min high nibble) and their top 2 bits from the top bits of bytes 0..3 / 4..7. */
-void em_quant_k_scale_min(const uint8_t *s, int k, int *scale, int *min) {
-    if (k < 4) {
-        *scale = s[k] & 63;
-        *min = s[k + 4] & 63;
-    } else {
-        *scale = (s[k + 4] & 15) | ((s[k - 4] >> 6) << 4);
-        *min = (s[k + 4] >> 4) | ((s[k] >> 6) << 4);
     }
 }
 

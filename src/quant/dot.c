@@ -83,19 +83,30 @@ static float dot_f32(const void *wv, const void *av, uint64_t n) {
     return sum;
 }
 
+/* Eight partial sums so the adds do not wait on each other (and compilers can vectorize). */
 static float dot_f16(const void *wv, const void *av, uint64_t n) {
     const uint8_t *w = wv;
     const float *a = av;
+    float acc[8] = {0};
+    uint64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) acc[k] += em_load_fp16(w + 2 * (j + k)) * a[j + k];
     float sum = 0;
-    for (uint64_t j = 0; j < n; j++) sum += em_fp16_to_f32(em_load_u16(w + 2 * j)) * a[j];
+    for (int k = 0; k < 8; k++) sum += acc[k];
+    for (; j < n; j++) sum += em_load_fp16(w + 2 * j) * a[j];
     return sum;
 }
 
 static float dot_bf16(const void *wv, const void *av, uint64_t n) {
     const uint8_t *w = wv;
     const float *a = av;
+    float acc[8] = {0};
+    uint64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) acc[k] += em_load_bf16(w + 2 * (j + k)) * a[j + k];
     float sum = 0;
-    for (uint64_t j = 0; j < n; j++) sum += em_bf16_to_f32(em_load_u16(w + 2 * j)) * a[j];
+    for (int k = 0; k < 8; k++) sum += acc[k];
+    for (; j < n; j++) sum += em_load_bf16(w + 2 * j) * a[j];
     return sum;
 }
 
@@ -147,21 +158,28 @@ static float dot_q4_k(const void *wv, const void *av, uint64_t n) {
     return sum;
 }
 
+/* Q6_K with Q8_K: per 32 elements of a half, low nibbles from one of two 32-byte runs and high bit
+ * pairs from the same 32 bytes of qh; each 16-element group scaled by its signed scale. */
 static float dot_q6_k(const void *wv, const void *av, uint64_t n) {
     const uint8_t *w = wv, *a = av;
     float sum = 0;
     for (uint64_t b = 0; b < n / 256; b++, w += 210, a += 292) {
         const int8_t *q8 = (const int8_t *)(a + 4);
+        const int8_t *sc = (const int8_t *)(w + 192);
         int total = 0;
-        for (int g = 0; g < 16; g++) {
-            int isum = 0;
-            for (int j = 0; j < 16; j++) {
-                int e = 16 * g + j, h = e / 128, r = e % 128;
-                int low = (w[64 * h + r % 64] >> (4 * (r / 64))) & 15;
-                int high = (w[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 3;
-                isum += ((low | (high << 4)) - 32) * q8[e];
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w + 64 * h, *qh = w + 128 + 32 * h;
+            for (int k = 0; k < 4; k++) {
+                const uint8_t *low = ql + 32 * (k % 2);
+                int shift = 4 * (k / 2);
+                const int8_t *act = q8 + 128 * h + 32 * k;
+                int s0 = 0, s1 = 0;
+                for (int j = 0; j < 16; j++) {
+                    s0 += ((((low[j] >> shift) & 15) | (((qh[j] >> (2 * k)) & 3) << 4)) - 32) * act[j];
+                    s1 += ((((low[j + 16] >> shift) & 15) | (((qh[j + 16] >> (2 * k)) & 3) << 4)) - 32) * act[j + 16];
+                }
+                total += sc[8 * h + 2 * k] * s0 + sc[8 * h + 2 * k + 1] * s1;
             }
-            total += (int8_t)w[192 + g] * isum;
         }
         sum += em_load_fp16(w + 208) * em_load_f32(a) * (float)total;
     }

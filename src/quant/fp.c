@@ -13,16 +13,7 @@ static float f32_from_bits(uint32_t u) {
     return f;
 }
 
-float em_fp16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exponent = (h >> 10) & 0x1f;
-    uint32_t mantissa = h & 0x3ff;
-    if (exponent == 0x1f) return f32_from_bits(sign | 0x7f800000 | (mantissa << 13)); /* inf, NaN */
-    if (exponent != 0) return f32_from_bits(sign | ((exponent + 112) << 23) | (mantissa << 13));
-    /* Zero or subnormal: mantissa * 2^-24, exact in f32. */
-    float magnitude = (float)mantissa * 0x1p-24f;
-    return sign ? -magnitude : magnitude;
-}
+float em_fp16_to_f32(uint16_t h) { return em_fp16_decode(h); }
 
 uint16_t em_f32_to_fp16(float f) {
     uint32_t x = f32_bits(f);

@@ -39,7 +39,37 @@ static inline void em_store_u16(uint8_t *p, uint16_t v) {
     p[0] = (uint8_t)v;
     p[1] = (uint8_t)(v >> 8);
 }
-static inline float em_load_fp16(const uint8_t *p) { return em_fp16_to_f32(em_load_u16(p)); }
+/* em_fp16_to_f32, inline for inner loops. Branch-light: a normal half becomes an f32 by shifting
+ * its exponent and mantissa into place and scaling by 2^-112 (rebiasing 15 -> 127; inf and NaN
+ * stay inf and NaN). A subnormal half m * 2^-24 comes out exactly as (0.5 + m * 2^-24) - 0.5, the
+ * mantissa placed under an exponent of 2^-1. */
+static inline float em_fp16_decode(uint16_t h) {
+    uint32_t w = (uint32_t)h << 16;
+    uint32_t sign = w & 0x80000000u;
+    uint32_t two_w = w + w; /* exponent and mantissa at the top, sign dropped */
+    uint32_t normal_bits = (two_w >> 4) + (0xe0u << 23), subnormal_bits = (two_w >> 17) | (126u << 23);
+    float normal, subnormal;
+    memcpy(&normal, &normal_bits, 4);
+    memcpy(&subnormal, &subnormal_bits, 4);
+    normal *= 0x1p-112f;
+    subnormal -= 0.5f;
+    uint32_t magnitude;
+    if (two_w < (1u << 27))
+        memcpy(&magnitude, &subnormal, 4);
+    else
+        memcpy(&magnitude, &normal, 4);
+    magnitude |= sign;
+    float out;
+    memcpy(&out, &magnitude, 4);
+    return out;
+}
+static inline float em_load_fp16(const uint8_t *p) { return em_fp16_decode(em_load_u16(p)); }
+static inline float em_load_bf16(const uint8_t *p) {
+    uint32_t bits = (uint32_t)em_load_u16(p) << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 /* Sign of element j of an 8-element group whose 7 stored sign bits are `bits7`: the eighth sign
  * is implied by even parity (an even number of negative elements), which is what the ksigns table
@@ -66,8 +96,18 @@ static inline int em_round_int(float x) { return (int)roundf(x); }
 typedef void (*em_dequant_fn)(const uint8_t *blocks, float *out, uint64_t n_blocks);
 em_dequant_fn em_quant_dequantizer(uint32_t type);
 
-/* Scale and min (6-bit each) of sub-block k (0..7) from the 12 packed bytes of Q4_K / Q5_K. */
-void em_quant_k_scale_min(const uint8_t *scales, int k, int *scale, int *min);
+/* Q4_K / Q5_K scales and mins: 8 six-bit pairs in 12 bytes. Entries 0..3 sit in the low 6 bits of
+ * bytes 0..3 (scales) and 4..7 (mins); entries 4..7 take their low nibbles from bytes 8..11 (scale
+ * low nibble, min high nibble) and their top 2 bits from the top bits of bytes 0..3 / 4..7. */
+static inline void em_quant_k_scale_min(const uint8_t *s, int k, int *scale, int *min) {
+    if (k < 4) {
+        *scale = s[k] & 63;
+        *min = s[k + 4] & 63;
+    } else {
+        *scale = (s[k + 4] & 15) | ((s[k - 4] >> 6) << 4);
+        *min = (s[k + 4] >> 4) | ((s[k] >> 6) << 4);
+    }
+}
 
 /* A dot product kernel for one weight type: weight row, activation row, n elements. */
 typedef float (*em_quant_dot_fn)(const void *weight_row, const void *activation_row, uint64_t n);
