@@ -13,6 +13,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define EM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -228,9 +229,13 @@ EM_AVX2 static float dot_iq3_xxs(const void *wv, const void *av, uint64_t n) {
     return hsum(acc);
 }
 
+/* AVX2 and FMA through the compiler's CPU model (which also checks that the OS saves the YMM
+ * registers); F16C straight from CPUID leaf 1, since not every compiler's builtin knows its name. */
 static bool cpu_has_avx2(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
 }
 
 em_quant_dot_fn em_quant_dot_x86(uint32_t weight_type) {
