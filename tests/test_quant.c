@@ -173,7 +173,7 @@ static void test_quantize_error_bounds(void **state) {
     } cases[] = {
         {"Q8_K", 0.0072}, {"Q8_0", 0.0055}, {"Q6_K", 0.0180}, {"Q5_K", 0.0375}, {"Q5_1", 0.0400},
         {"Q5_0", 0.0445}, {"Q4_K", 0.0750}, {"Q4_1", 0.0830}, {"Q4_0", 0.0900}, {"IQ4_NL", 0.0790},
-        {"IQ4_XS", 0.0790}, {"MXFP4", 0.1200}, {"Q3_K", 0.1500}, {"Q2_K", 0.2800}, {"TQ2_0", 0.8500},
+        {"IQ4_XS", 0.0790}, {"MXFP4", 0.1200}, {"Q3_K", 0.1500}, {"Q2_K", 0.2800}, {"IQ3_XXS", 0.1900}, {"TQ2_0", 0.8500},
     };
     float *x = malloc(GAUSS_N * sizeof(float));
     assert_non_null(x);
@@ -190,7 +190,7 @@ static void test_quantize_error_bounds(void **state) {
 static void test_quantize_degenerate_blocks(void **state) {
     (void)state;
     static const char *const types[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-                                        "Q6_K", "Q8_K", "IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0"};
+                                        "Q6_K", "Q8_K", "IQ4_NL", "IQ4_XS", "IQ3_XXS", "MXFP4", "TQ1_0", "TQ2_0"};
     float zeros[256] = {0}, twos[256], out[256];
     for (int i = 0; i < 256; i++) twos[i] = 2.0f;
     uint8_t q[512];
@@ -258,7 +258,7 @@ static void test_dot_matches_dequantized_rows(void **state) {
 static void test_dot_long_rows(void **state) {
     (void)state;
     static const char *const types[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL",
-                                        "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "TQ1_0", "TQ2_0"};
+                                        "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ3_XXS", "TQ1_0", "TQ2_0"};
     enum { N = 4096 + 256 };
     float *w = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float));
     uint8_t *wq = malloc(N * 4), *aq = malloc(N * 4);

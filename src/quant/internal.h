@@ -121,5 +121,6 @@ void em_quantize_q6_k(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_q8_k(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_iq4_nl(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_iq4_xs(const float *x, uint8_t *out, uint64_t n_blocks);
+void em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks);
 
 #endif

@@ -377,3 +377,131 @@ void em_quantize_iq4_xs(const float *x, uint8_t *out, uint64_t n_blocks) {
         em_store_u16(out + 2, scales_h);
     }
 }
+
+/* ---- IQ3_XXS: 3-bit lattice points with sign groups ---- */
+
+/* The eight magnitudes a coordinate of an IQ3_XXS grid point takes (bytes of em_iq3xxs_grid). */
+static const int iq3_levels[8] = {4, 12, 20, 28, 36, 44, 52, 62};
+
+static int nearest_iq3_level(float v) {
+    int best = 0;
+    for (int k = 1; k < 8; k++)
+        if (fabsf(v - (float)iq3_levels[k]) < fabsf(v - (float)iq3_levels[best])) best = k;
+    return best;
+}
+
+/* lattice[i] = grid index of the point whose coordinates have level indices i = l0 + 8 l1 + 64 l2
+ * + 512 l3, or -1 when the grid lacks that point. */
+static void iq3_lattice_map(int16_t lattice[4096]) {
+    for (int i = 0; i < 4096; i++) lattice[i] = -1;
+    for (int g = 0; g < 256; g++) {
+        uint32_t point = em_iq3xxs_grid[g];
+        int key = 0;
+        for (int k = 0; k < 4; k++) key += nearest_iq3_level((float)((point >> (8 * k)) & 255)) << (3 * k);
+        lattice[key] = (int16_t)g;
+    }
+}
+
+/* Grid point nearest to scale * point ~ t (4 targets): the per-coordinate nearest levels when the
+ * grid has that point (then it is optimal), else a search over all 256 points. */
+static int nearest_iq3_point(const float *t, float scale, const int16_t *lattice) {
+    int key = 0;
+    for (int k = 0; k < 4; k++) key += nearest_iq3_level(t[k] / scale) << (3 * k);
+    if (lattice[key] >= 0) return lattice[key];
+    int best = 0;
+    float best_err = FLT_MAX;
+    for (int g = 0; g < 256; g++) {
+        uint32_t point = em_iq3xxs_grid[g];
+        float err = 0;
+        for (int k = 0; k < 4; k++) {
+            float diff = scale * (float)((point >> (8 * k)) & 255) - t[k];
+            err += diff * diff;
+        }
+        if (err < best_err) {
+            best_err = err;
+            best = g;
+        }
+    }
+    return best;
+}
+
+/* Points for 32 targets at a scale; returns the squared error at the least-squares rescaling,
+ * and that scale. */
+static float iq3_fit(const float *t, float scale, const int16_t *lattice, uint8_t *points, float *refit) {
+    float sum_tg = 0, sum_gg = 0, sum_tt = 0;
+    for (int q = 0; q < 8; q++) {
+        points[q] = (uint8_t)nearest_iq3_point(t + 4 * q, scale, lattice);
+        uint32_t point = em_iq3xxs_grid[points[q]];
+        for (int k = 0; k < 4; k++) {
+            float g = (float)((point >> (8 * k)) & 255);
+            sum_tg += t[4 * q + k] * g;
+            sum_gg += g * g;
+            sum_tt += t[4 * q + k] * t[4 * q + k];
+        }
+    }
+    *refit = sum_tg / sum_gg;
+    return sum_tt - sum_tg * sum_tg / sum_gg;
+}
+
+/* A simple quantizer (a scale search per 32 elements with exact nearest grid points), good enough
+ * for synthetic weights and tests; it does not try to match any other tool's output. Signs: each
+ * group of 8 stores 7 signs and has even parity, so when an odd number of elements is negative the
+ * smallest one is given the wrong sign and its target magnitude becomes -|x| (the fit then pushes
+ * it toward the smallest level). */
+void em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks) {
+    int16_t lattice[4096];
+    iq3_lattice_map(lattice);
+    for (uint64_t i = 0; i < n_blocks; i++, x += 256, out += 98) {
+        float targets[256], scales[8];
+        uint32_t sign_bits[8] = {0};
+        for (int ib = 0; ib < 8; ib++) {
+            for (int l = 0; l < 4; l++) {
+                const float *xs = x + 32 * ib + 8 * l;
+                float *t = targets + 32 * ib + 8 * l;
+                int negatives = 0, smallest = 0;
+                uint32_t bits = 0;
+                for (int j = 0; j < 8; j++) {
+                    t[j] = fabsf(xs[j]);
+                    if (xs[j] < 0) {
+                        negatives++;
+                        bits |= 1u << j;
+                    }
+                    if (t[j] < t[smallest]) smallest = j;
+                }
+                if (negatives % 2) {
+                    bits ^= 1u << smallest;
+                    t[smallest] = -t[smallest];
+                }
+                sign_bits[ib] |= (bits & 127) << (7 * l);
+            }
+            float amax = 0;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, targets[32 * ib + j]);
+            scales[ib] = 0;
+            if (amax <= 0) continue;
+            float best_err = FLT_MAX;
+            uint8_t points[8];
+            for (int m = 62; m >= 22; m -= 4) {
+                float refit, err = iq3_fit(targets + 32 * ib, amax / (float)m, lattice, points, &refit);
+                if (err < best_err && refit > 0) {
+                    best_err = err;
+                    scales[ib] = refit;
+                }
+            }
+        }
+        /* Scale steps: db = d * (2s + 1) / 4, s in 0..15. */
+        float max_scale = 0;
+        for (int ib = 0; ib < 8; ib++) max_scale = fmaxf(max_scale, scales[ib]);
+        float d = fp16_round(max_scale * 4.0f / 31.0f);
+        memset(out, 0, 98);
+        em_store_u16(out, em_f32_to_fp16(d));
+        if (d == 0) continue;
+        for (int ib = 0; ib < 8; ib++) {
+            int s = clampi(em_round_int((4.0f * scales[ib] / d - 1.0f) / 2.0f), 0, 15);
+            float db = d * (0.5f + (float)s) * 0.5f;
+            for (int q = 0; q < 8; q++)
+                out[2 + 8 * ib + q] = (uint8_t)nearest_iq3_point(targets + 32 * ib + 4 * q, db, lattice);
+            uint32_t aux = sign_bits[ib] | ((uint32_t)s << 28);
+            for (int k = 0; k < 4; k++) out[66 + 4 * ib + k] = (uint8_t)(aux >> (8 * k));
+        }
+    }
+}

@@ -223,6 +223,7 @@ static quantize_fn quantizer(uint32_t type) {
     case EM_TYPE_Q8_K: return em_quantize_q8_k;
     case EM_TYPE_IQ4_NL: return em_quantize_iq4_nl;
     case EM_TYPE_IQ4_XS: return em_quantize_iq4_xs;
+    case EM_TYPE_IQ3_XXS: return em_quantize_iq3_xxs;
     default: return NULL;
     }
 }
