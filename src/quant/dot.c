@@ -195,7 +195,7 @@ static em_quant_dot_fn scalar_path(uint32_t weight_type) {
     case EM_TYPE_Q4_0: return dot_q4_0;
     case EM_TYPE_Q4_K: return dot_q4_k;
     case EM_TYPE_Q6_K: return dot_q6_k;
-    default: return NULL;
+    default: return em_quant_dot_scalar_extra(weight_type);
     }
 }
 

@@ -14,6 +14,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #include <cpuid.h>
+#include <stdatomic.h>
 #include <immintrin.h>
 
 #define EM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -230,12 +231,21 @@ EM_AVX2 static float dot_iq3_xxs(const void *wv, const void *av, uint64_t n) {
 }
 
 /* AVX2 and FMA through the compiler's CPU model (which also checks that the OS saves the YMM
- * registers); F16C straight from CPUID leaf 1, since not every compiler's builtin knows its name. */
+ * registers); F16C straight from CPUID leaf 1, since not every compiler's builtin knows its name.
+ * CPUID is slow (a virtual machine traps it), so the answer is probed once and kept: the module's
+ * only static state, write-once and the same for every thread (a race only repeats the probe). */
 static bool cpu_has_avx2(void) {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
-    unsigned eax, ebx, ecx, edx;
-    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+    static _Atomic int known; /* 0: not probed yet, 1: absent, 2: present */
+    int state = atomic_load_explicit(&known, memory_order_relaxed);
+    if (state == 0) {
+        unsigned eax, ebx, ecx, edx;
+        __builtin_cpu_init();
+        bool present = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                       __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+        state = present ? 2 : 1;
+        atomic_store_explicit(&known, state, memory_order_relaxed);
+    }
+    return state == 2;
 }
 
 em_quant_dot_fn em_quant_dot_x86(uint32_t weight_type) {
