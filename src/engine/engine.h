@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "../base/base.h"
+#include "ember.h"
 
 /* ---- KV block pool (kv.c) ----
  * A block holds the keys and values of `block_tokens` consecutive positions of one sequence, for
@@ -105,5 +106,62 @@ uint32_t em_prefix_evict(em_prefix_cache *cache, uint32_t want);
 
 /* Blocks the cache references (some may be shared with running sequences). */
 static inline uint32_t em_prefix_cached_blocks(const em_prefix_cache *cache) { return cache->n_nodes; }
+
+
+/* ---- Sampling (sample.c) ----
+ * Order of operations, per step: logit bias, then repetition/presence/frequency penalties over the
+ * last repeat_last_n tokens of the sequence (prompt and output), then either greedy argmax
+ * (temperature 0) or temperature scaling, top-k, top-p and min-p (the order transformers' logits
+ * warpers use) and a draw from the request's own random stream, so a fixed seed gives the same
+ * tokens whatever else shares the batch. Logprobs are log-softmax of the biased, penalized logits
+ * at temperature 1. */
+
+typedef struct em_sampler {
+    ember_sampling params;      /* logit_bias points into owned_bias */
+    ember_logit_bias *owned_bias;
+    uint32_t n_vocab;
+    uint64_t rng[4];            /* xoshiro256** state */
+    uint32_t *order;            /* candidate token ids, n_vocab entries (scratch) */
+    float *probs;               /* scratch, n_vocab entries */
+    int32_t *window_tokens;     /* scratch for penalty counting */
+    uint32_t *window_counts;
+    size_t window_cap;
+} em_sampler;
+
+/* Checks the parameters (ranges, token ids in the bias list) and allocates scratch space. */
+em_err em_sampler_init(em_sampler *sampler, const ember_sampling *params, uint32_t n_vocab);
+void em_sampler_free(em_sampler *sampler);
+
+/* Picks the next token. `logits` (n_vocab) is modified in place. `history` is the sequence so far.
+ * With params.logprobs > 0, writes the chosen token's logprob to *logprob and the most likely
+ * alternatives to `top` (room for params.logprobs entries), their count to *n_top. */
+int32_t em_sampler_sample(em_sampler *sampler, float *logits, const int32_t *history, size_t n_history,
+                          float *logprob, ember_top_logprob *top, int *n_top);
+
+/* ---- Stop strings (stop.c) ----
+ * Text is fed as it is detokenized. What cannot be the start of a stop string is released at
+ * once; a suffix that could still grow into one is held back until the next piece decides it. */
+
+typedef struct em_stop_matcher {
+    char **stops;
+    size_t *stop_lens;
+    size_t n_stops;
+    char *pending; /* text not yet released */
+    size_t pending_len, pending_cap;
+    char *out; /* released text of the last call (owned) */
+    size_t out_cap;
+} em_stop_matcher;
+
+em_err em_stop_init(em_stop_matcher *matcher, const char *const *stops, size_t n_stops);
+void em_stop_free(em_stop_matcher *matcher);
+
+/* Adds text. Sets *release and *release_len to the text that is now decided (valid until the next
+ * call). Returns the index of the stop string that matched (the released text ends right before
+ * it and the rest is dropped), or -1. */
+int em_stop_feed(em_stop_matcher *matcher, const char *text, size_t len, const char **release, size_t *release_len,
+                 em_err *err);
+
+/* At the end of generation: releases whatever is held back. */
+void em_stop_flush(em_stop_matcher *matcher, const char **release, size_t *release_len);
 
 #endif
