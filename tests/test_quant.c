@@ -282,6 +282,36 @@ static void test_dot_long_rows(void **state) {
     free(aq);
 }
 
+/* Blocks at the extremes of their ranges (every weight and activation at its largest level) must
+ * not overflow the 16-bit intermediate sums SIMD kernels use: em_dot equals the reference. */
+static void test_dot_extreme_values(void **state) {
+    (void)state;
+    static const char *const types[] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4", "Q2_K", "Q3_K",
+                                        "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ3_XXS", "TQ1_0", "TQ2_0"};
+    enum { N = 512 };
+    float w[N], x[N];
+    uint8_t wq[N * 2], aq[N * 2];
+    for (int pattern = 0; pattern < 3; pattern++) {
+        for (int i = 0; i < N; i++) {
+            /* constant blocks, alternating-sign blocks, and a sign flip every element */
+            float sign = pattern == 0 ? 1.0f : pattern == 1 ? ((i / 32) % 2 ? -1.0f : 1.0f) : (i % 2 ? -1.0f : 1.0f);
+            w[i] = sign;
+            x[i] = pattern == 2 ? -sign : sign;
+        }
+        for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+            em_type type = type_named(types[t]);
+            assert_ok(em_quantize(type, w, wq, N));
+            assert_ok(em_quantize_activation(type, x, aq, N));
+            float reference = em_dot_reference(type, wq, aq, N);
+            float fast = em_dot(type, wq, aq, N), scalar = em_dot_scalar(type, wq, aq, N);
+            double tol = 1e-5 * fabs((double)reference) + 1e-3;
+            if (!(fabs(fast - reference) <= tol) || !(fabs(scalar - reference) <= tol))
+                fail_msg("%s pattern %d: em_dot %.7g em_dot_scalar %.7g reference %.7g", types[t], pattern,
+                         (double)fast, (double)scalar, (double)reference);
+        }
+    }
+}
+
 /* ---- conversions and errors ---- */
 
 static void test_fp16_conversions(void **state) {
@@ -340,6 +370,7 @@ int main(void) {
         cmocka_unit_test(test_quantize_degenerate_blocks),
         cmocka_unit_test_setup_teardown(test_dot_matches_dequantized_rows, open_fixture, close_fixture),
         cmocka_unit_test(test_dot_long_rows),
+        cmocka_unit_test(test_dot_extreme_values),
         cmocka_unit_test(test_fp16_conversions),
         cmocka_unit_test(test_errors),
     };

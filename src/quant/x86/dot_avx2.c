@@ -1,6 +1,7 @@
 /*
  * AVX2 dot products for the formats the forward pass reads most: F32, F16, BF16 (f32
- * activations), Q8_0, Q4_0 (Q8_0 activations), Q4_K, Q6_K, IQ3_XXS (Q8_K activations).
+ * activations); Q8_0, Q4_0, IQ4_NL, MXFP4 (Q8_0 activations); Q2_K..Q6_K, IQ4_XS, IQ3_XXS (Q8_K
+ * activations).
  *
  * Each kernel carries a target attribute instead of the file being built with -mavx2, so the
  * library still runs on any x86-64 and builds unchanged elsewhere; em_quant_dot_x86 hands a kernel
@@ -192,6 +193,146 @@ EM_AVX2 static float dot_q6_k(const void *wv, const void *av, uint64_t n) {
     return hsum(acc);
 }
 
+/* Q5_K: Q4_K plus a fifth bit per element (bit s of byte j of qh for sub-block s). */
+EM_AVX2 static float dot_q5_k(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    __m256 acc = _mm256_setzero_ps();
+    float mins_total = 0;
+    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    for (uint64_t b = 0; b < n / 256; b++, w += 176, a += 292) {
+        float d8 = em_load_f32(a);
+        int sc[8], mn[8], mins = 0;
+        for (int sub = 0; sub < 8; sub++) {
+            em_quant_k_scale_min(w + 4, sub, &sc[sub], &mn[sub]);
+            mins += mn[sub] * ((int16_t)em_load_u16(a + 260 + 4 * sub) + (int16_t)em_load_u16(a + 262 + 4 * sub));
+        }
+        mins_total += fp16(w + 2) * d8 * (float)mins;
+        __m256i qh = load32(w + 16), isum = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i q = load32(w + 48 + 32 * c);
+            __m256i hlo = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4);
+            __m256i hhi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), hlo);
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), hhi);
+            __m256i plo = _mm256_maddubs_epi16(lo, load32(a + 4 + 64 * c));
+            __m256i phi = _mm256_maddubs_epi16(hi, load32(a + 36 + 64 * c));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(plo, _mm256_set1_epi16((int16_t)sc[2 * c])));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(phi, _mm256_set1_epi16((int16_t)sc[2 * c + 1])));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * d8), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc) - mins_total;
+}
+
+/* Scales of two adjacent 16-element groups as the multiplier of one maddubs result. */
+EM_AVX2 static __m256i pair_scales(int first, int second) {
+    return _mm256_set_m128i(_mm_set1_epi16((int16_t)second), _mm_set1_epi16((int16_t)first));
+}
+
+/* Q2_K: unsigned 2-bit levels; per 16 elements d * scale * sum(q * a) - dmin * min * sum(a). */
+EM_AVX2 static float dot_q2_k(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    __m256 acc = _mm256_setzero_ps();
+    float mins_total = 0;
+    const __m256i low2 = _mm256_set1_epi8(3);
+    for (uint64_t b = 0; b < n / 256; b++, w += 84, a += 292) {
+        float d8 = em_load_f32(a);
+        int mins = 0;
+        for (int g = 0; g < 16; g++) mins += (w[g] >> 4) * (int16_t)em_load_u16(a + 260 + 2 * g);
+        mins_total += fp16(w + 82) * d8 * (float)mins;
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i qs = load32(w + 16 + 32 * h);
+            for (int k = 0; k < 4; k++) {
+                __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), low2);
+                __m256i p = _mm256_maddubs_epi16(q, load32(a + 4 + 128 * h + 32 * k));
+                int g = 8 * h + 2 * k;
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, pair_scales(w[g] & 15, w[g + 1] & 15)));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + 80) * d8), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc) - mins_total;
+}
+
+/* Q3_K: level u = low | high << 2 in 0..7 stands for u - 4; the -4 comes back through the group
+ * sums of the activations. */
+EM_AVX2 static float dot_q3_k(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i low2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    for (uint64_t b = 0; b < n / 256; b++, w += 110, a += 292) {
+        int scales[16], offset = 0;
+        for (int g = 0; g < 16; g++) {
+            int lo = (w[96 + g % 8] >> (4 * (g / 8))) & 15, hi = (w[104 + g % 4] >> (2 * (g / 4))) & 3;
+            scales[g] = (lo | (hi << 4)) - 32;
+            offset += scales[g] * (int16_t)em_load_u16(a + 260 + 2 * g);
+        }
+        __m256i hmask = load32(w), isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i qs = load32(w + 32 + 32 * h);
+            for (int k = 0; k < 4; k++) {
+                __m256i high = _mm256_and_si256(_mm256_srli_epi16(hmask, 4 * h + k), one);
+                __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), low2), _mm256_slli_epi16(high, 2));
+                __m256i p = _mm256_maddubs_epi16(q, load32(a + 4 + 128 * h + 32 * k));
+                int g = 8 * h + 2 * k;
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, pair_scales(scales[g], scales[g + 1])));
+            }
+        }
+        isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(4 * offset, 0, 0, 0, 0, 0, 0, 0));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + 108) * em_load_f32(a)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc);
+}
+
+/* The 16 signed levels of a non-linear 4-bit format, in both 128-bit lanes, for byte shuffles. */
+EM_AVX2 static __m256i level_table(const int8_t *levels) {
+    __m128i t = _mm_loadu_si128((const __m128i *)levels);
+    return _mm256_set_m128i(t, t);
+}
+
+EM_AVX2 static float dot_iq4_nl(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    const __m256i table = level_table(em_iq4nl_values);
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < n / 32; b++, w += 18, a += 34) {
+        __m256i q = _mm256_shuffle_epi8(table, unpack_nibbles(w + 2));
+        __m256i isum = dot_i8_i8(q, load32(a + 2));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * fp16(a)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc);
+}
+
+EM_AVX2 static float dot_mxfp4(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    const __m256i table = level_table(em_mxfp4_values);
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < n / 32; b++, w += 17, a += 34) {
+        __m256i q = _mm256_shuffle_epi8(table, unpack_nibbles(w + 1));
+        __m256i isum = dot_i8_i8(q, load32(a + 2));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(em_e8m0_half(w[0]) * fp16(a)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc);
+}
+
+EM_AVX2 static float dot_iq4_xs(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    const __m256i table = level_table(em_iq4nl_values);
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < n / 256; b++, w += 136, a += 292) {
+        uint16_t scales_h = em_load_u16(w + 2);
+        __m256i isum = _mm256_setzero_si256();
+        for (int s = 0; s < 8; s++) {
+            int scale = (((w[4 + s / 2] >> (4 * (s % 2))) & 15) | (((scales_h >> (2 * s)) & 3) << 4)) - 32;
+            __m256i q = _mm256_shuffle_epi8(table, unpack_nibbles(w + 8 + 16 * s));
+            __m256i p = dot_i8_i8(q, load32(a + 4 + 32 * s));
+            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(p, _mm256_set1_epi32(scale)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * em_load_f32(a)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc);
+}
+
 /* Byte j of the result is 0xff when bit j of `bits` is set (32 bits to 32 byte masks). */
 EM_AVX2 static __m256i bits_to_bytes(uint32_t bits) {
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
@@ -259,6 +400,12 @@ em_quant_dot_fn em_quant_dot_x86(uint32_t weight_type) {
     case EM_TYPE_Q4_K: return dot_q4_k;
     case EM_TYPE_Q6_K: return dot_q6_k;
     case EM_TYPE_IQ3_XXS: return dot_iq3_xxs;
+    case EM_TYPE_Q5_K: return dot_q5_k;
+    case EM_TYPE_Q3_K: return dot_q3_k;
+    case EM_TYPE_Q2_K: return dot_q2_k;
+    case EM_TYPE_IQ4_NL: return dot_iq4_nl;
+    case EM_TYPE_IQ4_XS: return dot_iq4_xs;
+    case EM_TYPE_MXFP4: return dot_mxfp4;
     default: return NULL;
     }
 }
