@@ -207,6 +207,24 @@ static void test_quantize_degenerate_blocks(void **state) {
     }
 }
 
+/* Non-finite input is garbage, but quantizing it must return normally: no trap and no undefined
+ * float-to-int conversion (a sanitizer build with float-cast-overflow checks catches those). */
+static void test_quantize_non_finite_input(void **state) {
+    (void)state;
+    static const char *const types[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                                        "Q8_K", "IQ4_NL", "IQ4_XS", "IQ3_XXS", "MXFP4", "TQ1_0", "TQ2_0"};
+    float x[512], out[512];
+    uint8_t q[1024];
+    fill_gaussian(x, 512, 77);
+    x[3] = NAN;
+    x[260] = INFINITY;
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        em_type type = type_named(types[t]);
+        assert_ok(em_quantize(type, x, q, 512));
+        assert_ok(em_dequantize(type, q, out, 512));
+    }
+}
+
 /* ---- dot products ---- */
 
 /* Each weight row from the fixture (8 rows of 512 of every type) against a random activation row:
@@ -368,6 +386,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_golden_quantize, open_fixture, close_fixture),
         cmocka_unit_test(test_quantize_error_bounds),
         cmocka_unit_test(test_quantize_degenerate_blocks),
+        cmocka_unit_test(test_quantize_non_finite_input),
         cmocka_unit_test_setup_teardown(test_dot_matches_dequantized_rows, open_fixture, close_fixture),
         cmocka_unit_test(test_dot_long_rows),
         cmocka_unit_test(test_dot_extreme_values),

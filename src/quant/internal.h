@@ -89,8 +89,17 @@ static inline float em_e8m0_half(uint8_t e) {
     return f;
 }
 
-/* Round half away from zero, like C's roundf, returned as int (|x| stays far below INT_MAX). */
-static inline int em_round_int(float x) { return (int)roundf(x); }
+/* Float to int without undefined behaviour on garbage input: NaN gives 0, values beyond +-2^30
+ * saturate (every caller clamps to a small range afterwards). */
+static inline int em_float_to_int(float r) {
+    if (!(r == r)) return 0;
+    if (r > 0x1p30f) return 1 << 30;
+    if (r < -0x1p30f) return -(1 << 30);
+    return (int)r;
+}
+
+/* Round half away from zero, like C's roundf, returned as int. */
+static inline int em_round_int(float x) { return em_float_to_int(roundf(x)); }
 
 /* Per-type block dequantizer: `n_blocks` blocks into n_blocks * block_elems floats. */
 typedef void (*em_dequant_fn)(const uint8_t *blocks, float *out, uint64_t n_blocks);

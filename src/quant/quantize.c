@@ -43,7 +43,7 @@ static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v;
  * steps decide the result near level boundaries, so they are reproduced exactly. */
 static int symmetric_level(float x, float id, double offset_plus_half, int max_level) {
     float t = (float)((double)x * (double)id + offset_plus_half);
-    return clampi((int)truncf(t), 0, max_level);
+    return clampi(em_float_to_int(truncf(t)), 0, max_level);
 }
 
 static void quantize_q4_0(const float *x, uint8_t *out, uint64_t n_blocks) {
@@ -76,7 +76,7 @@ static void quantize_q5_0(const float *x, uint8_t *out, uint64_t n_blocks) {
 
 /* The affine formats round (x - min) * (1/d) + 0.5 in f32 and truncate. */
 static int affine_level(float x, float min, float id, int max_level) {
-    return clampi((int)truncf((x - min) * id + 0.5f), 0, max_level);
+    return clampi(em_float_to_int(truncf((x - min) * id + 0.5f)), 0, max_level);
 }
 
 static void quantize_q4_1(const float *x, uint8_t *out, uint64_t n_blocks) {
@@ -128,7 +128,8 @@ static void quantize_q8_0(const float *x, uint8_t *out, uint64_t n_blocks) {
 static void quantize_mxfp4(const float *x, uint8_t *out, uint64_t n_blocks) {
     for (uint64_t i = 0; i < n_blocks; i++, x += 32, out += 17) {
         float amax = absmax(x, 32);
-        uint8_t e = amax > 0 ? (uint8_t)(int)(floorf(log2f(amax)) - 2 + 127) : 0;
+        /* Like the reference, an exponent below the E8M0 range wraps modulo 256. */
+        uint8_t e = amax > 0 ? (uint8_t)em_float_to_int(floorf(log2f(amax)) - 2 + 127) : 0;
         float d = em_e8m0_half(e);
         out[0] = e;
         uint8_t q[32];
