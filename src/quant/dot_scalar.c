@@ -239,6 +239,140 @@ static float dot_iq3_xxs(const void *wv, const void *av, uint64_t n) {
     return sum;
 }
 
+/* Sum over 8 elements of magnitude(point, j) * sign(j) * q8[j]. */
+static int dot_point8(uint64_t point, uint8_t signs, const int8_t *q8) {
+    int qa = 0;
+    for (int j = 0; j < 8; j++) {
+        int v = (int)((point >> (8 * j)) & 255) * q8[j];
+        qa += (signs >> j) & 1 ? -v : v;
+    }
+    return qa;
+}
+
+/* IQ2 formats: db = d * (0.5 + s) / 4 is applied as the integer (2s + 1) and a final d / 8. */
+static float dot_iq2_xxs(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    float sum = 0;
+    for (uint64_t b = 0; b < n / 256; b++, w += 66, a += 292) {
+        const int8_t *q8 = (const int8_t *)(a + 4);
+        int total = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            uint32_t idx = em_load_u32(w + 2 + 8 * ib), aux = em_load_u32(w + 6 + 8 * ib);
+            int qa = 0;
+            for (int l = 0; l < 4; l++)
+                qa += dot_point8(em_iq2xxs_grid[(idx >> (8 * l)) & 255], em_iq_signs8(aux >> (7 * l)),
+                                 q8 + 32 * ib + 8 * l);
+            total += (int)(2 * (aux >> 28) + 1) * qa;
+        }
+        sum += em_load_fp16(w) * em_load_f32(a) * 0.125f * (float)total;
+    }
+    return sum;
+}
+
+static float dot_iq2_xs(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    float sum = 0;
+    for (uint64_t b = 0; b < n / 256; b++, w += 74, a += 292) {
+        const int8_t *q8 = (const int8_t *)(a + 4);
+        int total = 0;
+        for (int g = 0; g < 32; g++) {
+            uint16_t v = em_load_u16(w + 2 + 2 * g);
+            int scale = (w[66 + g / 4] >> (4 * ((g / 2) % 2))) & 15;
+            total += (2 * scale + 1) * dot_point8(em_iq2xs_grid[v & 511], em_iq_signs8(v >> 9), q8 + 8 * g);
+        }
+        sum += em_load_fp16(w) * em_load_f32(a) * 0.125f * (float)total;
+    }
+    return sum;
+}
+
+static float dot_iq2_s(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    float sum = 0;
+    for (uint64_t b = 0; b < n / 256; b++, w += 82, a += 292) {
+        const int8_t *q8 = (const int8_t *)(a + 4);
+        int total = 0;
+        for (int g = 0; g < 32; g++) {
+            int index = w[2 + g] | (((w[66 + g / 4] >> (2 * (g % 4))) & 3) << 8);
+            int scale = (w[74 + g / 4] >> (4 * ((g / 2) % 2))) & 15;
+            total += (2 * scale + 1) * dot_point8(em_iq2s_grid[index], w[34 + g], q8 + 8 * g);
+        }
+        sum += em_load_fp16(w) * em_load_f32(a) * 0.125f * (float)total;
+    }
+    return sum;
+}
+
+static float dot_iq3_s(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    float sum = 0;
+    for (uint64_t b = 0; b < n / 256; b++, w += 110, a += 292) {
+        const int8_t *q8 = (const int8_t *)(a + 4);
+        int total = 0;
+        for (int g = 0; g < 32; g++) {
+            int ib = g / 4, q0 = 2 * g, q1 = 2 * g + 1;
+            int scale = 1 + 2 * ((w[106 + ib / 2] >> (4 * (ib % 2))) & 15);
+            int i0 = w[2 + q0] | (((w[66 + q0 / 8] >> (q0 % 8)) & 1) << 8);
+            int i1 = w[2 + q1] | (((w[66 + q1 / 8] >> (q1 % 8)) & 1) << 8);
+            uint64_t point = em_iq3s_grid[i0] | ((uint64_t)em_iq3s_grid[i1] << 32);
+            total += scale * dot_point8(point, w[74 + g], q8 + 8 * g);
+        }
+        sum += em_load_fp16(w) * em_load_f32(a) * (float)total;
+    }
+    return sum;
+}
+
+/* IQ1 formats: dl * (g + delta) with delta = +-1/8 is summed as (2s + 1) * (8 * sum(g q) +- sum(q))
+ * and scaled by d / 8 at the end. */
+static int dot_iq1_point8(uint64_t point, const int8_t *q8, int *sum_q) {
+    int qa = 0, sq = 0;
+    for (int j = 0; j < 8; j++) {
+        qa += (int8_t)(point >> (8 * j)) * q8[j];
+        sq += q8[j];
+    }
+    *sum_q = sq;
+    return qa;
+}
+
+static float dot_iq1_s(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    float sum = 0;
+    for (uint64_t b = 0; b < n / 256; b++, w += 50, a += 292) {
+        const int8_t *q8 = (const int8_t *)(a + 4);
+        int total = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            uint16_t qh = em_load_u16(w + 34 + 2 * ib);
+            int qa = 0, sq = 0;
+            for (int k = 0; k < 4; k++) {
+                int s;
+                qa += dot_iq1_point8(em_iq1s_grid[w[2 + 4 * ib + k] | (((qh >> (3 * k)) & 7) << 8)],
+                                     q8 + 32 * ib + 8 * k, &s);
+                sq += s;
+            }
+            total += (2 * ((qh >> 12) & 7) + 1) * (8 * qa + (qh & 0x8000 ? -sq : sq));
+        }
+        sum += em_load_fp16(w) * em_load_f32(a) * 0.125f * (float)total;
+    }
+    return sum;
+}
+
+static float dot_iq1_m(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    float sum = 0;
+    for (uint64_t b = 0; b < n / 256; b++, w += 56, a += 292) {
+        const int8_t *q8 = (const int8_t *)(a + 4);
+        uint16_t sc[4];
+        for (int k = 0; k < 4; k++) sc[k] = em_load_u16(w + 48 + 2 * k);
+        uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0xf0) | ((sc[2] >> 4) & 0xf00) | (sc[3] & 0xf000));
+        int total = 0;
+        for (int g = 0; g < 32; g++) {
+            int s16 = g / 2, nib = (w[32 + g / 2] >> (4 * (g % 2))) & 15, sq;
+            int qa = dot_iq1_point8(em_iq1s_grid[w[g] | ((nib & 7) << 8)], q8 + 8 * g, &sq);
+            total += (2 * ((sc[s16 / 4] >> (3 * (s16 % 4))) & 7) + 1) * (8 * qa + (nib & 8 ? -sq : sq));
+        }
+        sum += em_fp16_decode(dbits) * em_load_f32(a) * 0.125f * (float)total;
+    }
+    return sum;
+}
+
 em_quant_dot_fn em_quant_dot_scalar_extra(uint32_t weight_type) {
     switch (weight_type) {
     case EM_TYPE_Q4_1: return dot_q4_1;
@@ -253,6 +387,12 @@ em_quant_dot_fn em_quant_dot_scalar_extra(uint32_t weight_type) {
     case EM_TYPE_TQ1_0: return dot_tq1_0;
     case EM_TYPE_TQ2_0: return dot_tq2_0;
     case EM_TYPE_IQ3_XXS: return dot_iq3_xxs;
+    case EM_TYPE_IQ2_XXS: return dot_iq2_xxs;
+    case EM_TYPE_IQ2_XS: return dot_iq2_xs;
+    case EM_TYPE_IQ2_S: return dot_iq2_s;
+    case EM_TYPE_IQ3_S: return dot_iq3_s;
+    case EM_TYPE_IQ1_S: return dot_iq1_s;
+    case EM_TYPE_IQ1_M: return dot_iq1_m;
     default: return NULL;
     }
 }

@@ -124,16 +124,17 @@ em_err em_quantize_activation(uint32_t weight_type, const float *x, void *out, u
 /* Dot product of one weight row and one activation row (already in the activation format), `n`
  * elements. The caller has validated the type and `n` (a multiple of the block). Uses AVX2 kernels
  * when the CPU has AVX2+FMA+F16C (F32, F16, BF16, Q8_0, Q4_0, IQ4_NL, MXFP4, Q2_K..Q6_K, IQ4_XS,
- * IQ3_XXS), integer scalar code otherwise, and the reference for the rarest formats (IQ1_*,
- * IQ2_*, IQ3_S). Returns 0 for a type it does not know. Thread-safe; reads only its arguments. */
+ * IQ3_XXS) and integer scalar code otherwise. Activation rows must come from
+ * em_quantize_activation (its 8-bit levels never take -128, which the SIMD sign tricks rely on).
+ * Returns 0 for a type it does not know. Thread-safe; reads only its arguments. */
 float em_dot(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
 
 /* The definition em_dot is checked against: decodes both rows to f32 and sums the products in
  * double. Slow; for tests and debugging. */
 float em_dot_reference(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
 
-/* em_dot without SIMD: the portable scalar path (integer arithmetic for the common formats, the
- * reference for the rest), what ARM and older x86 run and what SIMD paths are tested against. */
+/* em_dot without SIMD: the portable scalar path (integer arithmetic per sub-block), what ARM and
+ * older x86 run and what SIMD paths are tested against. */
 float em_dot_scalar(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
 
 #endif
