@@ -273,30 +273,38 @@ static void test_dot_matches_dequantized_rows(void **state) {
     }
 }
 
-/* Longer rows through every path (the SIMD kernels unroll over several blocks). */
+/* Longer rows through every path (the SIMD kernels unroll over several blocks): em_dot and
+ * em_dot_scalar agree with em_dot_reference to 1e-5 of sum|w * a| (summation order only). */
 static void test_dot_long_rows(void **state) {
     (void)state;
-    static const char *const types[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL",
-                                        "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ3_XXS", "TQ1_0", "TQ2_0"};
+    static const char *const types[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",   "Q5_0",    "Q5_1",  "IQ4_NL",
+                                        "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ3_XXS", "TQ1_0",
+                                        "TQ2_0"};
     enum { N = 4096 + 256 };
     float *w = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float));
+    float *wd = malloc(N * sizeof(float)), *ad = malloc(N * sizeof(float));
     uint8_t *wq = malloc(N * 4), *aq = malloc(N * 4);
-    assert_true(w && x && wq && aq);
+    assert_true(w && x && wd && ad && wq && aq);
     fill_gaussian(w, N, 5);
     fill_gaussian(x, N, 6);
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         em_type type = type_named(types[t]);
         assert_ok(em_quantize(type, w, wq, N));
         assert_ok(em_quantize_activation(type, x, aq, N));
+        assert_ok(em_dequantize(type, wq, wd, N));
+        assert_ok(em_dequantize(em_dot_activation_type(type), aq, ad, N));
+        double abs_wa = 0;
+        for (int i = 0; i < N; i++) abs_wa += fabs((double)wd[i] * ad[i]);
         float reference = em_dot_reference(type, wq, aq, N);
         float fast = em_dot(type, wq, aq, N), scalar = em_dot_scalar(type, wq, aq, N);
-        double tol = 1e-5 * 4 * N; /* |w * a| averages below 1 for unit Gaussians; generous on purpose */
-        if (!(fabs(fast - reference) <= tol * 1e-2) || !(fabs(scalar - reference) <= tol * 1e-2))
-            fail_msg("%s: em_dot %.7g em_dot_scalar %.7g reference %.7g", types[t], (double)fast, (double)scalar,
-                     (double)reference);
+        if (!(fabs(fast - reference) <= 1e-5 * abs_wa) || !(fabs(scalar - reference) <= 1e-5 * abs_wa))
+            fail_msg("%s: em_dot %.7g em_dot_scalar %.7g reference %.7g (sum|w*a| %.4g)", types[t], (double)fast,
+                     (double)scalar, (double)reference, abs_wa);
     }
     free(w);
     free(x);
+    free(wd);
+    free(ad);
     free(wq);
     free(aq);
 }
