@@ -259,6 +259,9 @@ static void test_dot_matches_dequantized_rows(void **state) {
                 max_x = fmax(max_x, fabs((double)x[i]));
             }
             float fast = em_dot(type, wrow, act, 512);
+            em_dot_fn kernel = em_dot_kernel(type);
+            if (!kernel) fail_msg("%s: no dot kernel", golden_types[t]);
+            assert_true(kernel(wrow, act, 512) == fast);
             float scalar = em_dot_scalar(type, wrow, act, 512);
             float reference = em_dot_reference(type, wrow, act, 512);
             double act_tol = act_type == EM_TYPE_F32 ? 1e-5 * abs_wx : sum_w * max_x / 200 + 1e-5 * abs_wx;

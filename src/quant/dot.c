@@ -186,7 +186,7 @@ static float dot_q6_k(const void *wv, const void *av, uint64_t n) {
     return sum;
 }
 
-static em_quant_dot_fn scalar_path(uint32_t weight_type) {
+static em_dot_fn scalar_path(uint32_t weight_type) {
     switch (weight_type) {
     case EM_TYPE_F32: return dot_f32;
     case EM_TYPE_F16: return dot_f16;
@@ -200,14 +200,18 @@ static em_quant_dot_fn scalar_path(uint32_t weight_type) {
 }
 
 float em_dot_scalar(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n) {
-    em_quant_dot_fn fn = scalar_path(weight_type);
+    em_dot_fn fn = scalar_path(weight_type);
     if (fn) return fn(weight_row, activation_row, n);
     return em_dot_reference(weight_type, weight_row, activation_row, n);
 }
 
+em_dot_fn em_dot_kernel(uint32_t weight_type) {
+    em_dot_fn fn = em_quant_dot_x86(weight_type);
+    return fn ? fn : scalar_path(weight_type);
+}
+
 float em_dot(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n) {
-    em_quant_dot_fn fn = em_quant_dot_x86(weight_type);
-    if (!fn) fn = scalar_path(weight_type);
+    em_dot_fn fn = em_dot_kernel(weight_type);
     if (fn) return fn(weight_row, activation_row, n);
     return em_dot_reference(weight_type, weight_row, activation_row, n);
 }

@@ -373,7 +373,7 @@ static float dot_iq1_m(const void *wv, const void *av, uint64_t n) {
     return sum;
 }
 
-em_quant_dot_fn em_quant_dot_scalar_extra(uint32_t weight_type) {
+em_dot_fn em_quant_dot_scalar_extra(uint32_t weight_type) {
     switch (weight_type) {
     case EM_TYPE_Q4_1: return dot_q4_1;
     case EM_TYPE_Q5_0: return dot_q5_0;

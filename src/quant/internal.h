@@ -118,11 +118,8 @@ static inline void em_quant_k_scale_min(const uint8_t *s, int k, int *scale, int
     }
 }
 
-/* A dot product kernel for one weight type: weight row, activation row, n elements. */
-typedef float (*em_quant_dot_fn)(const void *weight_row, const void *activation_row, uint64_t n);
-
 /* Integer scalar kernels of the less common formats (dot_scalar.c), or NULL. */
-em_quant_dot_fn em_quant_dot_scalar_extra(uint32_t weight_type);
+em_dot_fn em_quant_dot_scalar_extra(uint32_t weight_type);
 
 /* Quantizers of the K- and IQ4 formats (kquants.c); same contract as em_quantize's per-type work. */
 void em_quantize_q2_k(const float *x, uint8_t *out, uint64_t n_blocks);

@@ -129,6 +129,12 @@ em_err em_quantize_activation(uint32_t weight_type, const float *x, void *out, u
  * Returns 0 for a type it does not know. Thread-safe; reads only its arguments. */
 float em_dot(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
 
+/* The kernel em_dot runs for `weight_type` on this CPU, for callers that take many rows of one
+ * matrix (the dispatch then happens once, not per row); NULL when the type has no dedicated
+ * kernel (em_dot then uses em_dot_reference). Same contract as em_dot. */
+typedef float (*em_dot_fn)(const void *weight_row, const void *activation_row, uint64_t n);
+em_dot_fn em_dot_kernel(uint32_t weight_type);
+
 /* The definition em_dot is checked against: decodes both rows to f32 and sums the products in
  * double. Slow; for tests and debugging. */
 float em_dot_reference(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);

@@ -389,7 +389,7 @@ static bool cpu_has_avx2(void) {
     return state == 2;
 }
 
-em_quant_dot_fn em_quant_dot_x86(uint32_t weight_type) {
+em_dot_fn em_quant_dot_x86(uint32_t weight_type) {
     if (!cpu_has_avx2()) return NULL;
     switch (weight_type) {
     case EM_TYPE_F32: return dot_f32;
@@ -412,7 +412,7 @@ em_quant_dot_fn em_quant_dot_x86(uint32_t weight_type) {
 
 #else
 
-em_quant_dot_fn em_quant_dot_x86(uint32_t weight_type) {
+em_dot_fn em_quant_dot_x86(uint32_t weight_type) {
     (void)weight_type;
     return NULL;
 }

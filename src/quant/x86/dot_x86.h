@@ -5,6 +5,6 @@
 #include "../internal.h"
 
 /* The fastest x86 kernel for the weight type on this CPU, or NULL (other CPU, other type). */
-em_quant_dot_fn em_quant_dot_x86(uint32_t weight_type);
+em_dot_fn em_quant_dot_x86(uint32_t weight_type);
 
 #endif
