@@ -56,43 +56,49 @@ static float fit_symmetric(const float *x, int n, int nmax, int *L) {
     return best_scale;
 }
 
-/* Least-squares (scale, offset) for x ~ scale * L + offset with offset <= 0 (the formats store
- * a non-negative min that is subtracted). Returns the squared error. */
-static float solve_affine(const float *x, const int *L, int n, float *scale, float *offset) {
-    float sl = 0, sll = 0, sx = 0, sxl = 0;
-    for (int j = 0; j < n; j++) {
-        sl += (float)L[j];
-        sll += (float)(L[j] * L[j]);
-        sx += x[j];
-        sxl += x[j] * (float)L[j];
-    }
-    float det = (float)n * sll - sl * sl;
-    float s = 0, o = 0;
+/* Least-squares (scale, offset) for x ~ scale * L + offset with offset <= 0 (the formats store a
+ * non-negative min that is subtracted), from the sums of L, L^2, x, x^2, x*L over n elements.
+ * Returns the squared error, in closed form (double, to keep the cancellation harmless). */
+static double solve_affine(int n, double sl, double sll, double sx, double sxx, double sxl, float *scale, float *offset) {
+    double det = n * sll - sl * sl, s = 0, o = 0;
     if (det > 0) {
-        s = ((float)n * sxl - sl * sx) / det;
+        s = (n * sxl - sl * sx) / det;
         o = (sll * sx - sl * sxl) / det;
     }
     if (det <= 0 || o > 0) {
         o = 0;
         s = sll > 0 ? sxl / sll : 0;
     }
-    float err = 0;
+    *scale = (float)s;
+    *offset = (float)o;
+    return sxx - 2 * s * sxl - 2 * o * sx + s * s * sll + 2 * s * o * sl + n * o * o;
+}
+
+/* Levels for x at (scale, offset) or (iscale, base) and the least-squares refit; one pass. */
+static double affine_trial(const float *x, int n, int nmax, float iscale, float base, double sx, double sxx, int *L,
+                           float *scale, float *offset) {
+    int sl = 0, sll = 0;
+    double sxl = 0;
     for (int j = 0; j < n; j++) {
-        float diff = s * (float)L[j] + o - x[j];
-        err += diff * diff;
+        int l = clampi(em_round_int(iscale * (x[j] - base)), 0, nmax);
+        L[j] = l;
+        sl += l;
+        sll += l * l;
+        sxl += (double)x[j] * l;
     }
-    *scale = s;
-    *offset = o;
-    return err;
+    return solve_affine(n, sl, sll, sx, sxx, sxl, scale, offset);
 }
 
 /* Affine fit x ~ scale * L - min, L in [0, nmax], scale >= 0, min >= 0. Searches the level spacing
  * around (max - min) / nmax, then polishes with a few rounds of re-rounding and re-solving. */
 static float fit_affine(const float *x, int n, int nmax, int *L, float *min_out) {
     float lo = x[0], hi = x[0];
-    for (int j = 1; j < n; j++) {
+    double sx = 0, sxx = 0;
+    for (int j = 0; j < n; j++) {
         if (x[j] < lo) lo = x[j];
         if (x[j] > hi) hi = x[j];
+        sx += x[j];
+        sxx += (double)x[j] * x[j];
     }
     if (lo > 0) lo = 0;
     if (hi <= lo) {
@@ -101,12 +107,11 @@ static float fit_affine(const float *x, int n, int nmax, int *L, float *min_out)
         return 0;
     }
     int trial[32];
-    float best_err = FLT_MAX, best_scale = 0, best_offset = lo;
+    double best_err = DBL_MAX;
+    float best_scale = 0, best_offset = lo;
     for (int step = -10; step <= 10; step++) {
-        float iscale = ((float)nmax + 0.1f * (float)step) / (hi - lo);
-        for (int j = 0; j < n; j++) trial[j] = clampi(em_round_int(iscale * (x[j] - lo)), 0, nmax);
-        float s, o;
-        float err = solve_affine(x, trial, n, &s, &o);
+        float s, o, iscale = ((float)nmax + 0.1f * (float)step) / (hi - lo);
+        double err = affine_trial(x, n, nmax, iscale, lo, sx, sxx, trial, &s, &o);
         if (err < best_err && s > 0) {
             best_err = err;
             best_scale = s;
@@ -115,9 +120,8 @@ static float fit_affine(const float *x, int n, int nmax, int *L, float *min_out)
         }
     }
     for (int round = 0; round < 3 && best_scale > 0; round++) {
-        for (int j = 0; j < n; j++) trial[j] = clampi(em_round_int((x[j] - best_offset) / best_scale), 0, nmax);
         float s, o;
-        float err = solve_affine(x, trial, n, &s, &o);
+        double err = affine_trial(x, n, nmax, 1.0f / best_scale, best_offset, sx, sxx, trial, &s, &o);
         if (!(err < best_err) || s <= 0) break;
         best_err = err;
         best_scale = s;
