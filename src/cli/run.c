@@ -1,20 +1,22 @@
 /* `ember run -m MODEL.gguf -p TEXT [options]`: generate from a prompt on the CPU backend, printing
  * tokens as they come, then prompt size, prefill time and decode speed. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "../backend/backend.h"
+#include "../engine/engine.h"
 #include "../model/model.h"
 #include "cli.h"
 
 typedef struct run_args {
     const char *model, *prompt, *prompt_ids;
     uint32_t n_predict, n_ctx, n_threads;
-    bool print_ids;
-    em_sampler_params sampling;
+    bool print_ids, print_probs;
+    ember_sampling sampling;
 } run_args;
 
 static void usage(FILE *to) {
@@ -24,7 +26,8 @@ static void usage(FILE *to) {
             "                 [-c CONTEXT] [-t THREADS]\n"
             "  -n N               tokens to generate (default 64)\n"
             "  --temp T           0 = greedy (default 0.8); --top-k 40, --top-p 0.95, --min-p 0.05\n"
-            "  --prompt-ids       the prompt as token ids; --print-ids prints generated ids, not text\n");
+            "  --prompt-ids       the prompt as token ids; --print-ids prints generated ids, not text\n"
+            "  --print-probs      one line per generated token: id and its probability (softmax of the logits)\n");
 }
 
 static double now_seconds(void) {
@@ -45,11 +48,16 @@ static em_err parse_number(const char *flag, const char *text, double lo, double
 
 static em_err parse_args(int argc, char **argv, run_args *a) {
     *a = (run_args){.n_predict = 64};
-    a->sampling = em_sampler_defaults();
+    a->sampling = (ember_sampling){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                                   .repeat_penalty = 1.0f, .repeat_last_n = 64};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--print-ids")) {
             a->print_ids = true;
+            continue;
+        }
+        if (!strcmp(f, "--print-probs")) {
+            a->print_probs = true;
             continue;
         }
         if (i + 1 >= argc) return em_errorf(EM_ERR_INVALID, "%s needs a value (or is unknown)", f);
@@ -70,7 +78,7 @@ static em_err parse_args(int argc, char **argv, run_args *a) {
         } else if (!strcmp(f, "--temp")) {
             if (!(err = parse_number(f, v, 0, 100, &x))) a->sampling.temperature = (float)x;
         } else if (!strcmp(f, "--top-k")) {
-            if (!(err = parse_number(f, v, 0, 1 << 30, &x))) a->sampling.top_k = (uint32_t)x;
+            if (!(err = parse_number(f, v, 0, 1 << 30, &x))) a->sampling.top_k = (int)x;
         } else if (!strcmp(f, "--top-p")) {
             if (!(err = parse_number(f, v, 1e-6, 1, &x))) a->sampling.top_p = (float)x;
         } else if (!strcmp(f, "--min-p")) {
@@ -134,12 +142,24 @@ static em_err prefill(em_backend *b, const int32_t *ids, size_t n, float *logits
     return NULL;
 }
 
+/* Softmax probability of `token` under the raw logits. */
+static double probability(const float *logits, uint32_t n, int32_t token) {
+    float max = logits[0];
+    for (uint32_t i = 1; i < n; i++)
+        if (logits[i] > max) max = logits[i];
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++) sum += exp((double)logits[i] - max);
+    return exp((double)logits[token] - max) / sum;
+}
+
 static em_err generate(const run_args *a) {
     em_model *model = NULL;
     em_backend *backend = NULL;
-    em_sampler *sampler = NULL;
+    em_sampler sampler;
+    bool sampler_ready = false;
+    int32_t *history = NULL;
     int32_t *prompt = NULL;
-    float *logits = NULL;
+    float *logits = NULL, *work = NULL;
     size_t n_prompt = 0;
     em_err err = em_model_load(a->model, &model);
     if (err) return err;
@@ -161,13 +181,16 @@ static em_err generate(const run_args *a) {
                         "generated token)", n_prompt, backend->n_ctx);
         goto done;
     }
-    if ((err = em_sampler_new(&a->sampling, d->n_vocab, &sampler))) goto done;
+    if ((err = em_sampler_init(&sampler, &a->sampling, d->n_vocab))) goto done;
+    sampler_ready = true;
     logits = malloc((size_t)d->n_vocab * sizeof *logits);
-    if (!logits) {
+    work = malloc((size_t)d->n_vocab * sizeof *work);
+    history = malloc((n_prompt + a->n_predict) * sizeof *history);
+    if (!logits || !work || !history) {
         err = em_errorf(EM_ERR_NOMEM, "out of memory for logits");
         goto done;
     }
-    for (size_t i = 0; i < n_prompt; i++) em_sampler_accept(sampler, prompt[i]);
+    memcpy(history, prompt, n_prompt * sizeof *history);
 
     double t0 = now_seconds();
     if ((err = prefill(backend, prompt, n_prompt, logits))) goto done;
@@ -176,11 +199,16 @@ static em_err generate(const run_args *a) {
     uint32_t pos = (uint32_t)n_prompt, generated = 0;
     double t1 = now_seconds();
     while (generated < a->n_predict && pos < backend->n_ctx) {
-        int32_t token = em_sampler_sample(sampler, logits);
-        em_sampler_accept(sampler, token);
+        /* the sampler edits the row (penalties), so it works on a copy */
+        memcpy(work, logits, (size_t)d->n_vocab * sizeof *work);
+        int32_t token = em_sampler_sample(&sampler, work, history, n_prompt + generated, NULL, NULL, NULL);
+        history[n_prompt + generated] = token;
         generated++;
         if (token == eos) break;
-        printf(generated > 1 ? " %d" : "%d", token);
+        if (a->print_probs)
+            printf("%d %.6f\n", token, probability(logits, d->n_vocab, token));
+        else
+            printf(generated > 1 ? " %d" : "%d", token);
         fflush(stdout);
         if (generated == a->n_predict || pos + 1 >= backend->n_ctx) break;
         uint32_t seq = 0;
@@ -189,14 +217,17 @@ static em_err generate(const run_args *a) {
         pos++;
     }
     double t_decode = now_seconds() - t1;
-    printf("\n");
+    if (!a->print_probs) printf("\n");
+    fflush(stdout);
     fprintf(stderr, "prompt tokens: %zu\nprefill: %.1f ms (%.1f tok/s)\ndecode: %u tokens, %.1f tok/s\n", n_prompt,
             t_prefill * 1e3, n_prompt / (t_prefill > 0 ? t_prefill : 1e-9), generated,
             generated > 1 ? (generated - 1) / (t_decode > 0 ? t_decode : 1e-9) : 0.0);
 done:
     free(logits);
+    free(work);
     free(prompt);
-    em_sampler_free(sampler);
+    if (sampler_ready) em_sampler_free(&sampler);
+    free(history);
     em_backend_free(backend);
     em_model_free(model);
     return err;

@@ -1,7 +1,7 @@
 /*
  * model — what a transformer is, as data: the description of every layer (em_model_desc), the
  * weights that go with it (em_model_weights), the family loaders that fill both from a GGUF file,
- * synthetic models at real shapes, and token sampling.
+ * and synthetic models at real shapes. Sampling belongs to the engine (src/engine).
  *
  * A family (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, flint) is nothing but a loader: it maps
  * the GGUF metadata keys and tensor names that llama.cpp's converter writes (and `flint.*` keys in
@@ -165,27 +165,5 @@ const char *const *em_synth_preset_names(void);
 
 /* Writes a GGUF file with deterministic random weights. */
 em_err em_synth_write(const em_synth_options *options, const char *out_path);
-
-/* ---- Sampling (sample.c) ---- */
-
-typedef struct em_sampler_params {
-    float temperature;    /* 0 = greedy */
-    uint32_t top_k;       /* 0 = off */
-    float top_p;          /* 1 = off */
-    float min_p;          /* 0 = off */
-    float repeat_penalty; /* 1 = off; applied to tokens in the recent history */
-    uint32_t repeat_last_n;
-    uint64_t seed;
-} em_sampler_params;
-
-typedef struct em_sampler em_sampler;
-
-em_sampler_params em_sampler_defaults(void);
-em_err em_sampler_new(const em_sampler_params *params, uint32_t n_vocab, em_sampler **out);
-void em_sampler_free(em_sampler *sampler);
-/* Records a token (prompt or generated) for the repetition penalty. */
-void em_sampler_accept(em_sampler *sampler, int32_t token);
-/* Picks the next token from one row of logits (the row is modified). */
-int32_t em_sampler_sample(em_sampler *sampler, float *logits);
 
 #endif

@@ -172,7 +172,8 @@ typedef struct tensor_plan {
     uint64_t ne[3];
     uint32_t type;
     init_kind init;
-    float rms; /* uniform: RMS of the values; norm: 1 ± rms */
+    float rms;    /* uniform: RMS of the values; norm: center ± rms */
+    float center; /* norm weights only */
 } tensor_plan;
 
 typedef struct synth {
@@ -213,6 +214,7 @@ static em_err plan(synth *s, const char *name, uint32_t n_dims, uint64_t ne0, ui
     t->type = n_dims == 1 ? EM_TYPE_F32 : fit_type(type, ne0);
     t->init = init;
     t->rms = rms;
+    t->center = 1.0f;
     return NULL;
 }
 
@@ -220,6 +222,12 @@ static em_err plan_all(synth *s) {
     const preset *p = &s->p;
     const uint64_t e = p->n_embd, q = (uint64_t)p->n_head * p->head_dim, kv = (uint64_t)p->n_head_kv * p->head_dim;
     const float in_rms = 1.0f / sqrtf((float)e);
+    /* With a tied output matrix, the current token's own embedding in the residual stream adds
+     * about (embedding scale x logit RMS) / RMS(residual) standard deviations to its own logit;
+     * random layers must therefore write into the residual stream with a large gain, or the model
+     * repeats its input forever. Gemma's post-norms set that gain through their weights. */
+    const bool gemma = !strncmp(p->arch, "gemma", 5);
+    const float gain = 16.0f, gemma_gain = 64.0f;
     char n[64];
     em_err err;
     /* Logits get an RMS of about 4: wide enough that greedy decoding has no near-ties. */
@@ -240,18 +248,19 @@ static em_err plan_all(synth *s) {
             if ((err = plan(s, B("attn_q_norm.weight"), 1, p->head_dim, 1, 1, 0, INIT_NORM, 0.1f))) return err;
             if ((err = plan(s, B("attn_k_norm.weight"), 1, p->head_dim, 1, 1, 0, INIT_NORM, 0.1f))) return err;
         }
-        if ((err = plan(s, B("attn_output.weight"), 2, q, e, 1, s->weight_type, INIT_UNIFORM, 0.5f / sqrtf((float)q))))
+        if ((err = plan(s, B("attn_output.weight"), 2, q, e, 1, s->weight_type, INIT_UNIFORM, gain / sqrtf((float)q))))
             return err;
-        if (!strncmp(p->arch, "gemma", 5) &&
-            (err = plan(s, B("post_attention_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f)))
-            return err;
+        if (gemma) {
+            if ((err = plan(s, B("post_attention_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f * gemma_gain))) return err;
+            s->tensors[s->n_tensors - 1].center = gemma_gain;
+        }
         if ((err = plan(s, B("ffn_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f))) return err;
         if (!moe) {
             const uint64_t ff = p->n_ff;
             if ((err = plan(s, B("ffn_gate.weight"), 2, e, ff, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
             if ((err = plan(s, B("ffn_up.weight"), 2, e, ff, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
             if ((err = plan(s, B("ffn_down.weight"), 2, ff, e, 1, s->weight_type, INIT_UNIFORM,
-                            0.5f / sqrtf((float)ff))))
+                            gain / sqrtf((float)ff))))
                 return err;
         } else {
             const uint64_t ff = p->n_ff_expert, ne = p->n_expert;
@@ -262,11 +271,13 @@ static em_err plan_all(synth *s) {
                 return err;
             if ((err = plan(s, B("ffn_up_exps.weight"), 3, e, ff, ne, s->expert_type, INIT_UNIFORM, in_rms))) return err;
             if ((err = plan(s, B("ffn_down_exps.weight"), 3, ff, e, ne, s->expert_type, INIT_UNIFORM,
-                            1.0f / sqrtf((float)ff))))
+                            gain / sqrtf((float)ff))))
                 return err;
         }
-        if (!strncmp(p->arch, "gemma", 5) && (err = plan(s, B("post_ffw_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f)))
-            return err;
+        if (gemma) {
+            if ((err = plan(s, B("post_ffw_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f * gemma_gain))) return err;
+            s->tensors[s->n_tensors - 1].center = gemma_gain;
+        }
 #undef B
     }
     if ((err = plan(s, "output_norm.weight", 1, e, 1, 1, 0, INIT_NORM, 0.1f))) return err;
@@ -301,7 +312,7 @@ static em_err fill_tensor(void *user, uint64_t index, void *file_, uint64_t size
                 random_block(out, info, layout, t->rms / s->rms_at_unit_d[li], &rng);
                 continue;
             }
-            float v = t->init == INIT_NORM ? 1.0f + t->rms * uniform(&rng) : a * uniform(&rng);
+            float v = t->init == INIT_NORM ? t->center + t->rms * uniform(&rng) : a * uniform(&rng);
             if (t->type == EM_TYPE_F32) memcpy(out, &v, 4);
             else {
                 uint16_t h = t->type == EM_TYPE_F16 ? to_f16(v) : to_bf16(v);
