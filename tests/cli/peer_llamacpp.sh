@@ -22,17 +22,28 @@ fi
 
 PROMPT="1 450 4996 17354 1701 29916 12500 975 278 17366 11203 29889"
 N=32
+PRESETS="tiny-llama tiny-qwen2 tiny-qwen3 tiny-qwen3moe tiny-gemma2 tiny-gemma3 tiny-mixtral"
+TYPES=${PEER_TYPES:-f32 q8_0}
 status=0
-for type in ${PEER_TYPES:-f32 q8_0}; do
-for preset in tiny-llama tiny-qwen2 tiny-qwen3 tiny-qwen3moe tiny-gemma2 tiny-gemma3 tiny-mixtral; do
-    model=$WORK/$preset-$type.gguf
-    "$EMBER" synth --preset "$preset" --type "$type" --seed 5 -o "$model" \
-        --vocab "$FIXTURES/vocab/ggml-vocab-llama-spm.gguf" || { echo "FAIL: synth $preset $type"; status=1; continue; }
-    "$EMBER" run -m "$model" --prompt-ids "$PROMPT" -n $N --temp 0 --print-probs -t 2 >"$WORK/ember.txt" 2>"$WORK/ember.err" ||
-        { cat "$WORK/ember.err"; echo "FAIL: ember run $preset $type"; status=1; continue; }
-    node "$HERE/../peer/llamacpp_greedy.mjs" "$JS/node_modules" "$model" $N "$PROMPT" >"$WORK/llama.txt" 2>"$WORK/llama.err" ||
-        { cat "$WORK/llama.err"; echo "FAIL: llama.cpp $preset $type"; status=1; continue; }
-    result=$(paste -d' ' "$WORK/ember.txt" "$WORK/llama.txt" | awk -v n=$N '
+models=()
+for type in $TYPES; do
+    for preset in $PRESETS; do
+        model=$WORK/$preset-$type.gguf
+        rm -f "$model.llama.txt"
+        "$EMBER" synth --preset "$preset" --type "$type" --seed 5 -o "$model" \
+            --vocab "$FIXTURES/vocab/ggml-vocab-llama-spm.gguf" || { echo "FAIL: synth $preset $type"; exit 1; }
+        models+=("$model")
+    done
+done
+# one node process for all models: starting llama.cpp is the slow part
+node "$HERE/../peer/llamacpp_greedy.mjs" "$JS/node_modules" $N "$PROMPT" "${models[@]}" 2>"$WORK/llama.err" ||
+    { cat "$WORK/llama.err"; echo "FAIL: llama.cpp"; exit 1; }
+
+for model in "${models[@]}"; do
+    name=$(basename "$model" .gguf)
+    "$EMBER" run -m "$model" --prompt-ids "$PROMPT" -n $N --temp 0 --print-probs >"$model.ember.txt" 2>"$WORK/ember.err" ||
+        { cat "$WORK/ember.err"; echo "FAIL: ember run $name"; status=1; continue; }
+    result=$(paste -d' ' "$model.ember.txt" "$model.llama.txt" | awk -v n=$N '
         function abs(x) { return x < 0 ? -x : x }
         { e = $1; pe = $2; l = $3; pl = $4; l2 = $5; pl2 = $6; steps++
           if (e == l) { d = abs(pe - pl); if (d > worst) worst = d; same++; if (d > 0.01) { bad = "probability " pe " vs " pl " at step " NR; exit } next }
@@ -41,8 +52,7 @@ for preset in tiny-llama tiny-qwen2 tiny-qwen3 tiny-qwen3moe tiny-gemma2 tiny-ge
         END { if (bad != "") print "FAIL " bad;
               else if (steps < n && tie == 0) print "FAIL only " steps " tokens";
               else printf "ok %d/%d tokens equal%s, max |dp| %.2g\n", same, n, tie ? " (near-tie at step " tie ")" : "", worst }')
-    echo "$preset $type: $result"
+    echo "$name: $result"
     case $result in ok*) ;; *) status=1 ;; esac
-done
 done
 exit $status
