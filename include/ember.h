@@ -1,0 +1,183 @@
+/*
+ * ember.h — Ember's public C API: load a model, run an engine, submit requests, read tokens.
+ *
+ * An engine owns one model, one backend (CPU or CUDA), a paged KV cache with a prefix cache
+ * shared by all requests, and one engine thread that runs continuous batching: every step takes
+ * all running decodes plus prefill chunks up to a token budget. Requests are submitted from any
+ * thread; their output is read by polling (blocking with a timeout) or by a callback that runs on
+ * the engine thread. Nothing here aborts the process: every failure is an ember_error.
+ *
+ * Thread safety: ember_submit, ember_request_* and ember_engine_stats may be called from any
+ * thread, concurrently. ember_engine_create/destroy must not race with other calls on the same
+ * engine. A request handle is used by one reader at a time.
+ *
+ * Ownership: the caller owns what create/submit return and gives it back with the matching
+ * destroy/release; errors are freed with ember_error_free. Pointers inside an ember_output stay
+ * valid until the next ember_request_next on that request or its release.
+ */
+#ifndef EMBER_H
+#define EMBER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Errors ---- */
+
+/* An error: a code (see ember_error_code) and a message that says what and where. NULL is success. */
+typedef struct em_error ember_error;
+int ember_error_code(const ember_error *error);
+const char *ember_error_message(const ember_error *error);
+void ember_error_free(ember_error *error);
+
+/* ---- Engine ---- */
+
+typedef struct ember_options {
+    const char *model_path; /* GGUF file (required) */
+    const char *device;     /* "cpu", "cuda", or NULL for CUDA when a GPU is present, else CPU */
+    int threads;            /* CPU threads for the CPU backend; 0 = all cores */
+    uint64_t kv_mem_bytes;  /* KV cache budget in bytes; 0 = derive from ctx_tokens */
+    int ctx_tokens;         /* longest sequence (prompt + output); 0 = the model's context, capped at 32768 */
+    int batch_tokens;       /* tokens per engine step (decodes + prefill chunks); 0 = 2048 */
+    int block_tokens;       /* KV block size in tokens; 0 = 16 */
+    int max_sequences;      /* most requests running at once; 0 = 256 */
+} ember_options;
+
+/* Fills `options` with the defaults above (model_path NULL). */
+void ember_options_default(ember_options *options);
+
+typedef struct ember_engine ember_engine;
+
+/* Loads the model, allocates the KV cache and starts the engine thread. */
+ember_error *ember_engine_create(const ember_options *options, ember_engine **out);
+
+/* Cancels every request, stops the engine thread, frees everything. Request handles the caller
+ * still holds stay valid (finished, reason EMBER_FINISH_CANCELLED) until released. */
+void ember_engine_destroy(ember_engine *engine);
+
+typedef struct ember_stats {
+    uint64_t requests_submitted, requests_finished, requests_cancelled, requests_rejected;
+    uint64_t prompt_tokens, generated_tokens, cached_tokens; /* cached = prompt tokens reused */
+    uint64_t steps, preemptions;
+    uint32_t queued, running;                          /* now */
+    uint32_t kv_blocks_total, kv_blocks_used, kv_blocks_cached;
+    uint64_t prefix_lookups, prefix_hits, prefix_tokens_reused, prefix_tokens_evicted;
+    double step_seconds_total;
+    uint64_t step_histogram[12]; /* steps taking < 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000 ms, more */
+} ember_stats;
+
+void ember_engine_stats(ember_engine *engine, ember_stats *out);
+
+/* ---- Requests ---- */
+
+typedef struct ember_logit_bias {
+    int32_t token;
+    float bias; /* added to the logit; -INFINITY bans the token */
+} ember_logit_bias;
+
+typedef struct ember_sampling {
+    float temperature;       /* 0 = greedy (default 0.8 from ember_request_default) */
+    int top_k;               /* 0 = off */
+    float top_p;             /* 1 = off */
+    float min_p;             /* 0 = off */
+    float repeat_penalty;    /* 1 = off; divides positive logits of tokens seen in the last repeat_last_n */
+    int repeat_last_n;       /* tokens looked back for penalties; default 64, -1 = all */
+    float presence_penalty;  /* 0 = off; subtracted once per token already generated */
+    float frequency_penalty; /* 0 = off; subtracted per occurrence */
+    uint64_t seed;           /* same seed, same output, whatever else shares the batch */
+    const ember_logit_bias *logit_bias;
+    size_t n_logit_bias;
+    int logprobs; /* 0 = none; n > 0 = the sampled token's logprob plus the n most likely */
+} ember_sampling;
+
+typedef struct ember_request_params {
+    const int32_t *prompt_ids; /* either token ids ... */
+    size_t n_prompt_ids;
+    const char *prompt_text; /* ... or text (tokenized with the model's tokenizer) */
+    size_t prompt_text_len;
+    bool add_special;   /* text only: add BOS/EOS as the model asks */
+    bool parse_special; /* text only: recognize control-token text (chat templates); never for user text */
+    ember_sampling sampling;
+    int max_tokens;                 /* > 0; generation stops after this many tokens */
+    const char *const *stop;        /* stop strings, matched across token boundaries */
+    size_t n_stop;
+    const int32_t *stop_tokens;     /* extra stop token ids (end-of-generation tokens always stop) */
+    size_t n_stop_tokens;
+    bool ignore_eos;                /* keep going past end-of-generation tokens */
+} ember_request_params;
+
+/* Fills `params` with defaults: no prompt, temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
+ * penalties off, seed 0, max_tokens 256, add_special true, parse_special false. */
+void ember_request_default(ember_request_params *params);
+
+typedef struct ember_request ember_request;
+
+/* Queues a request; it joins the running batch at the next engine step. The prompt and stop
+ * strings are copied. Fails at once for an empty or too long prompt or bad parameters. */
+ember_error *ember_submit(ember_engine *engine, const ember_request_params *params, ember_request **out);
+
+typedef enum ember_finish_reason {
+    EMBER_FINISH_NONE = 0,   /* still running */
+    EMBER_FINISH_STOP,       /* end-of-generation token, stop token or stop string */
+    EMBER_FINISH_LENGTH,     /* max_tokens or the context length */
+    EMBER_FINISH_CANCELLED,  /* ember_request_cancel or engine shutdown */
+    EMBER_FINISH_ERROR,      /* the engine could not run it (message in ember_output.error) */
+} ember_finish_reason;
+
+typedef struct ember_top_logprob {
+    int32_t token;
+    float logprob;
+} ember_top_logprob;
+
+/* One generated token and the text it completes. */
+typedef struct ember_token_out {
+    int32_t token;
+    float logprob;                  /* when logprobs > 0 */
+    const ember_top_logprob *top;   /* `logprobs` alternatives, most likely first */
+    int n_top;
+} ember_token_out;
+
+/* What ember_request_next hands out: the tokens generated since the last call and the text they
+ * complete (UTF-8, never a partial character; text that may begin a stop string is held back until
+ * it is decided). */
+typedef struct ember_output {
+    const ember_token_out *tokens;
+    size_t n_tokens;
+    const char *text;
+    size_t text_len;
+    ember_finish_reason finish; /* != NONE on the last output */
+    const char *stop_string;    /* the stop string that ended generation, if one did */
+    const char *error;          /* message when finish == EMBER_FINISH_ERROR */
+} ember_output;
+
+/* Waits up to timeout_ms (-1 = forever) for new output. Returns true with `out` filled when there
+ * is output or the request finished; false on timeout. After the final output, returns true with
+ * n_tokens 0 and finish set, again and again. */
+bool ember_request_next(ember_request *request, ember_output *out, int timeout_ms);
+
+/* Asks the engine to stop the request; it leaves the batch at the next step. */
+void ember_request_cancel(ember_request *request);
+
+typedef struct ember_timings {
+    double queued_ms;        /* submission → admitted into the batch */
+    double prefill_ms;       /* admitted → first token sampled (prefill of the uncached part) */
+    double first_token_ms;   /* submission → first token */
+    double decode_ms;        /* first token → last token */
+    double decode_tokens_per_second;
+    uint32_t prompt_tokens, cached_tokens, generated_tokens;
+} ember_timings;
+
+void ember_request_timings(ember_request *request, ember_timings *out);
+
+/* Cancels the request if still running and frees the handle. */
+void ember_request_release(ember_request *request);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
