@@ -12,6 +12,7 @@ typedef struct subcommand {
 
 static const subcommand subcommands[] = {
     {"info", em_cli_info, "info FILE.gguf [--json]          metadata, tensors, bytes read per token"},
+    {"tokenize", em_cli_tokenize, "tokenize -m M.gguf [--raw] [--ids] [-f FILE | TEXT] | --decode ID...   text <-> token ids"},
 };
 
 static void print_usage(FILE *to) {

@@ -282,7 +282,7 @@ static em_err bpe_word(void *user, const char *word, size_t len) {
     em_scratch *s = c->s;
     em_err err;
     if (t->ignore_merges && len > 1) {
-        size_t mapped_len;
+        size_t mapped_len = 0;
         if ((err = map_word(s, word, len, &mapped_len))) return err;
         int32_t id = em_strmap_find(&t->map, s->mapped, mapped_len);
         if (id >= 0) return em_ids_push(c->out, id);

@@ -115,7 +115,7 @@ enum {
 
 em_err em_detok_new(const em_tokenizer *tokenizer, unsigned flags, em_detok **out);
 void em_detok_free(em_detok *detok);
-/* Feeds one id. *bytes/*len: the newly complete text (may be empty), valid until the next call
+/* Feeds one id. *bytes and *len: the newly complete text (may be empty), valid until the next call
  * on this detok. EM_ERR_RANGE for an id outside the vocabulary. */
 em_err em_detok_feed(em_detok *detok, int32_t id, const char **bytes, size_t *len);
 /* Ends the stream: whatever is held back comes out (an incomplete character as U+FFFD). */

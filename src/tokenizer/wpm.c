@@ -1,7 +1,7 @@
 /* WordPiece ("bert" vocabularies, embedding models).
  *
- * Normalization as BERT's basic tokenizer does it: NFD (utf8proc), lower case, control characters
- * dropped; words end at whitespace, and every punctuation character, ASCII symbol and CJK
+ * Normalization as BERT's basic tokenizer does it: NFD (utf8proc), lower case, accents (nonspacing
+ * marks) and control characters dropped; words end at whitespace, and every punctuation character, ASCII symbol and CJK
  * ideograph is a word of its own. Each word then takes the longest vocabulary entry that
  * starts it, again and again; a word with any part that matches nothing becomes [UNK].
  * GGUF stores word-initial pieces with a U+2581 in front and continuation pieces bare (the
@@ -91,7 +91,8 @@ em_err em_wpm_encode(const em_tokenizer *t, const char *text, size_t len, em_ids
             }
             continue;
         }
-        if (cp == 0 || cp == 0xFFFD || is_control(cat)) continue;
+        /* Accents go: after NFD they are nonspacing marks (BERT's strip_accents). */
+        if (cp == 0 || cp == 0xFFFD || is_control(cat) || cat == UTF8PROC_CATEGORY_MN) continue;
         w += em_utf8_encode((uint32_t)utf8proc_tolower((utf8proc_int32_t)cp), word + w);
     }
     free(word);
