@@ -17,8 +17,10 @@
  * for it (parse_special); user-defined tokens always are. Where several special tokens could
  * match, the leftmost wins, and at one position the longest.
  *
- * What this module does NOT do: chat templates (src/chat), sampling, or reading files itself
- * (it reads an em_gguf that the caller opened).
+ * Also here: conversion of a Hugging Face tokenizer.json into that metadata (hf_json.c).
+ *
+ * What this module does NOT do: chat templates (src/chat), sampling, or reading model files
+ * itself (it reads an em_gguf that the caller opened).
  *
  * Ownership: em_tokenizer_from_gguf copies everything it needs out of the em_gguf, so the
  * tokenizer is independent of it (the file may be closed right after). The tokenizer is
@@ -120,5 +122,11 @@ void em_detok_free(em_detok *detok);
 em_err em_detok_feed(em_detok *detok, int32_t id, const char **bytes, size_t *len);
 /* Ends the stream: whatever is held back comes out (an incomplete character as U+FFFD). */
 size_t em_detok_flush(em_detok *detok, const char **bytes);
+
+/* Hugging Face tokenizer.json (+ tokenizer_config.json, which may be NULL) → the tokenizer.ggml.*
+ * metadata of a GGUF file, added to `writer` (the tokenizer half of `ember convert`). BPE models
+ * only: byte-level ones become "gpt2", byte-fallback ones "llama" (with merges). Reads the files
+ * itself and keeps nothing. */
+em_err em_tokenizer_hf_to_gguf(const char *tokenizer_json, const char *tokenizer_config, em_gguf_writer *writer);
 
 #endif
