@@ -203,7 +203,7 @@ static uint16_t attr_of_type(int type) {
  * this, so it is recognized by text, as every GGUF runtime does). */
 static const char *const eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>",
+    "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>", "</s>",
 };
 /* Texts that name the end-of-turn token when the file has no eot id, in order of preference. */
 static const char *const eot_texts[] = {
@@ -523,6 +523,7 @@ em_err em_tokenizer_from_gguf(const em_gguf *g, em_tokenizer **out) {
             char ch = (char)c;
             t->ascii_token[c] = em_strmap_find(&t->map, &ch, 1);
         }
+        if ((err = em_spm_build_pairs(t))) goto fail;
     }
 
     const em_gguf_kv *merges = em_gguf_find(g, "tokenizer.ggml.merges");
@@ -553,6 +554,7 @@ void em_tokenizer_free(em_tokenizer *t) {
     free(t->merges.slots);
     free(t->special);
     free(t->special_start);
+    free(t->pairs);
     free(t->map.slots);
     free(t->tokens);
     free(t->arena);
