@@ -203,7 +203,7 @@ static uint16_t attr_of_type(int type) {
  * this, so it is recognized by text, as every GGUF runtime does). */
 static const char *const eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>", "</s>",
+    "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>",
 };
 /* Texts that name the end-of-turn token when the file has no eot id, in order of preference. */
 static const char *const eot_texts[] = {
