@@ -208,7 +208,7 @@ static const char *const eog_texts[] = {
 /* Texts that name the end-of-turn token when the file has no eot id, in order of preference. */
 static const char *const eot_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>", "_<EOT>",
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "<end_of_utterance>",
+    ("<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"), "<end_of_utterance>",
 };
 
 static int hex_digit(char c) {
