@@ -503,6 +503,10 @@ em_err em_tokenizer_from_gguf(const em_gguf *g, em_tokenizer **out) {
         t->add_bos = true;
     }
     if ((err = load_specials(t, g))) goto fail;
+    if (kind == EM_TOKENIZER_WPM) { /* BERT calls its sequence markers CLS and SEP */
+        if (t->bos < 0) t->bos = t->cls;
+        if (t->eos < 0) t->eos = t->sep;
+    }
     mark_special(t, g);
     compute_pieces(t);
 

@@ -57,7 +57,7 @@ static em_err encode_word(const em_tokenizer *t, const char *word, size_t n, em_
         if ((err = em_ids_push(out, id))) return err;
         i = j;
     }
-    return out->n == mark ? em_ids_push(out, t->unk) : NULL;
+    return out->n == mark && t->unk >= 0 ? em_ids_push(out, t->unk) : NULL;
 }
 
 em_err em_wpm_encode(const em_tokenizer *t, const char *text, size_t len, em_ids *out) {
