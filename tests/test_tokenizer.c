@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "tokenizer/internal.h" /* the pre-tokenizer, tested on its own below */
 #include "tokenizer/tokenizer.h"
 
 #define VOCAB_DIR EM_FIXTURES_DIR "/vocab/"
@@ -313,6 +314,47 @@ static void test_detok_spm_leading_space(void **state) {
     em_tokenizer_free(t);
 }
 
+/* ---- pre-tokenizers: words each named pre-tokenizer's regexes give (by the regex definitions) ---- */
+
+typedef struct words {
+    char text[256];
+    size_t used;
+} words;
+
+static em_err collect_word(void *user, const char *word, size_t len) {
+    words *w = user;
+    memcpy(w->text + w->used, word, len);
+    w->used += len;
+    w->text[w->used++] = '|';
+    w->text[w->used] = 0;
+    return NULL;
+}
+
+static void expect_split(const char *pre, const char *text, const char *expected) {
+    em_pretok *p;
+    assert_null(em_pretok_new(pre, &p));
+    words w = {{0}, 0};
+    assert_null(em_pretok_split(p, text, strlen(text), collect_word, &w));
+    if (strcmp(w.text, expected)) fail_msg("%s: '%s' -> '%s', expected '%s'", pre, text, w.text, expected);
+    em_pretok_free(p);
+}
+
+static void test_pretokenizers(void **state) {
+    (void)state;
+    expect_split("gpt-2", "Hello world's 2024!!", "Hello| world|'s| 2024|!!|");
+    expect_split("gpt-2", "a   b", "a|  | b|"); /* \s+(?!\S) leaves the last space to the word */
+    expect_split("starcoder", "a 123", "a| |1|2|3|");
+    expect_split("command-r", "x42", "x|4|2|");
+    expect_split("mpt", "I'll go", "I|'ll| go|");
+    expect_split("gpt-neox", "tab\there", "tab|\t|here|");
+    expect_split("llama-bpe", "1234567 ab\n\nc", "123|456|7| ab|\n\n|c|");
+    expect_split("llama-bpe", "DON'T", "DON|'T|");
+    expect_split("qwen2", "x123", "x|1|2|3|");
+    expect_split("default", "a+b=12345", "a|+|b|=|123|45|");
+    expect_split("falcon", "x`y 1234", "x|`|y| |123|4|");
+    expect_split("deepseek-coder", "ab12\ncd", "ab|1|2|\n|cd|");
+}
+
 /* ---- bad input ---- */
 
 static char log_seen[512];
@@ -403,6 +445,7 @@ int main(void) {
         cmocka_unit_test(test_wordpiece_special),
         cmocka_unit_test(test_detok_streaming_split_utf8),
         cmocka_unit_test(test_detok_spm_leading_space),
+        cmocka_unit_test(test_pretokenizers),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
