@@ -103,6 +103,12 @@ static em_tokenizer *convert(const char *model, const char *json_path, const cha
     if (!err) err = em_gguf_open(gguf_path, &g);
     em_tokenizer *t = NULL;
     if (!err) err = em_tokenizer_from_gguf(g, &t);
+    /* The chat template travels along (Qwen 3's and Gemma 3's configs have one). */
+    if (!err && strcmp(model, "llama3")) {
+        em_str template;
+        err = em_gguf_get_str(g, "tokenizer.chat_template", &template);
+        if (!err) assert_true(template.len > 100);
+    }
     em_gguf_close(g);
     if (err) fail_msg("%s: %s", model, em_err_message(err));
     return t;
@@ -152,6 +158,26 @@ static char *expected_back(const char *model, const char *text, size_t len, size
     return result;
 }
 
+/* End of generation as each model's generation config lists it (its eos ids). */
+static void check_eog(const char *model, const em_tokenizer *t) {
+    static const struct {
+        const char *model;
+        int32_t ids[3];
+    } eog[] = {
+        {"llama3", {128001, 128009, -1}}, /* <|end_of_text|>, <|eot_id|> */
+        {"qwen3", {151645, 151643, -1}},  /* <|im_end|>, <|endoftext|> */
+        {"gemma3", {1, 106, -1}},         /* <eos>, <end_of_turn> */
+    };
+    for (size_t i = 0; i < sizeof eog / sizeof eog[0]; i++) {
+        if (strcmp(eog[i].model, model)) continue;
+        for (int k = 0; k < 3 && eog[i].ids[k] >= 0; k++) assert_true(em_tokenizer_is_eog(t, eog[i].ids[k]));
+    }
+    assert_false(em_tokenizer_is_eog(t, em_tokenizer_find(t, "</s>", 4)));
+    int32_t hello = em_tokenizer_find(t, "Hello", 5);
+    assert_true(hello >= 0);
+    assert_false(em_tokenizer_is_eog(t, hello));
+}
+
 static void compare(const char *model) {
     char cmd[1024], out_path[512];
     snprintf(out_path, sizeof out_path, JS_DIR "/reference-%s.json", model);
@@ -163,6 +189,7 @@ static void compare(const char *model) {
     if (!ref) fail_msg("%s: %s", out_path, error.text);
     em_tokenizer *t = convert(model, json_string_value(json_object_get(ref, "tokenizer_json")),
                               json_string_value(json_object_get(ref, "tokenizer_config")));
+    check_eog(model, t);
     size_t n_cases = json_array_size(corpus), agree_parse = 0, agree_raw = 0, round_trips = 0, represented = 0;
     for (size_t i = 0; i < n_cases; i++) {
         json_t *s = json_array_get(corpus, i);

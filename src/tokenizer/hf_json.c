@@ -10,7 +10,8 @@
  * produced from user text unless the caller parses special tokens), the other added tokens are
  * user-defined (always matched), as Hugging Face tokenizers treat them. The pre-tokenizer name
  * is recognized from the Split regex (or GPT-2's ByteLevel regex); anything else gets "default"
- * and a warning. A NFC normalizer is recorded as tokenizer.ember.normalizer = "NFC". */
+ * and a warning. A NFC normalizer is recorded as tokenizer.ember.normalizer = "NFC". The chat
+ * template of tokenizer_config.json goes to tokenizer.chat_template. */
 #include "internal.h"
 
 #include <jansson.h>
@@ -279,6 +280,20 @@ static em_err convert(conv *c, em_gguf_writer *w) {
         const char *with = prepend ? json_string_value(json_object_get(prepend, "prepend")) : NULL;
         err = em_gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", with && !strcmp(with, SPACE_MARK));
     }
+    /* The chat template: a string, or a list of named templates of which "default" is the one. */
+    json_t *template = json_object_get(c->config, "chat_template");
+    if (json_is_array(template)) {
+        size_t i;
+        json_t *item, *chosen = NULL;
+        json_array_foreach(template, i, item) {
+            const char *name = json_string_value(json_object_get(item, "name"));
+            if (name && !strcmp(name, "default")) chosen = json_object_get(item, "template");
+        }
+        template = chosen;
+    }
+    if (!err && json_is_string(template))
+        err = em_gguf_writer_add_strn(w, "tokenizer.chat_template", json_string_value(template),
+                                      json_string_length(template));
     if (!err && find_typed(norm, "normalizers", "NFC"))
         err = em_gguf_writer_add_str(w, "tokenizer.ember.normalizer", "NFC");
     return err;

@@ -205,6 +205,10 @@ static const char *const eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
     "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>",
 };
+/* End-of-sequence texts that end generation only where they are control tokens: elsewhere the same
+ * text is ordinary (Gemma's "</s>" is the HTML tag, Qwen's a normal token). */
+static const char *const eog_if_control_texts[] = {"<eos>", "</s>", "<|end_of_turn|>"};
+
 /* Texts that name the end-of-turn token when the file has no eot id, in order of preference. */
 static const char *const eot_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>", "_<EOT>",
@@ -375,6 +379,10 @@ static void mark_special(em_tokenizer *t, const em_gguf *g) {
          * even when the file calls it normal or user-defined. */
         t->tokens[id].attr = (uint16_t)((t->tokens[id].attr & ~(EM_ATTR_NORMAL | EM_ATTR_USER_DEFINED)) |
                                         EM_ATTR_CONTROL | EM_ATTR_EOG);
+    }
+    for (size_t i = 0; i < sizeof eog_if_control_texts / sizeof eog_if_control_texts[0]; i++) {
+        int32_t id = em_strmap_find(&t->map, eog_if_control_texts[i], strlen(eog_if_control_texts[i]));
+        if (id >= 0 && (t->tokens[id].attr & EM_ATTR_CONTROL)) t->tokens[id].attr |= EM_ATTR_EOG;
     }
     int32_t ends[] = {t->eos, t->eot, t->eom};
     for (size_t i = 0; i < 3; i++)
