@@ -14,5 +14,6 @@
 int em_cli_fail(const char *command, em_err err);
 
 int em_cli_info(int argc, char **argv);
+int em_cli_chat_template(int argc, char **argv);
 
 #endif

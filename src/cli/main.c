@@ -11,6 +11,7 @@ typedef struct subcommand {
 } subcommand;
 
 static const subcommand subcommands[] = {
+    {"chat-template", em_cli_chat_template, "chat-template (--template F.jinja | -m M.gguf) --messages M.json [...]  render a chat prompt"},
     {"info", em_cli_info, "info FILE.gguf [--json]          metadata, tensors, bytes read per token"},
 };
 
