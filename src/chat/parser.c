@@ -230,7 +230,7 @@ static em_err parse_args(parser *p, bool parameters, em_chat_nodes *out) {
 static em_err parse_member(parser *p, em_chat_node **io);
 
 static em_err parse_call(parser *p, em_chat_node *callee, em_chat_node **out) {
-    em_chat_node *call = node(p, NODE_CALL, here(p));
+    em_chat_node *call = node(p, NODE_CALL, callee->offset);
     if (!call) return oom();
     call->a = callee;
     em_err err = parse_args(p, false, &call->list);

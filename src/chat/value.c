@@ -342,7 +342,9 @@ em_err em_chat_js_string(em_chat_buf *b, const em_chat_value *v) {
         /* A JavaScript array of runtime values: join(",") of each value's toString. */
         for (size_t i = 0; i < v->as.list->n; i++) {
             if (i) em_chat_buf_putc(b, ',');
-            em_err err = em_chat_render_value(b, v->as.list->at[i]);
+            /* The reference's none holds JavaScript undefined, so it prints "undefined" here. */
+            const em_chat_value *e = v->as.list->at[i];
+            em_err err = em_chat_render_value(b, e->kind == VAL_NONE ? &em_chat_undefined : e);
             if (err) return err;
         }
         return NULL;
@@ -426,6 +428,7 @@ em_err em_chat_to_json(em_chat_buf *b, const em_chat_value *v, const em_chat_jso
     case VAL_STRING: json_quote(b, v->as.s.ptr, v->as.s.len, o->ensure_ascii); return NULL;
     case VAL_LIST: {
         const em_chat_list *l = v->as.list;
+        if (v->is_tuple) return em_errorf(EM_ERR_UNSUPPORTED, "cannot convert a tuple to JSON (the reference renderer cannot either)");
         em_chat_buf_putc(b, '[');
         for (size_t i = 0; i < l->n; i++) {
             if (i) em_chat_buf_puts(b, item_sep);

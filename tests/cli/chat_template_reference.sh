@@ -24,7 +24,7 @@ out="$build/chat-reference"
 rm -rf "$out"
 mkdir -p "$out"
 export TZ=UTC SOURCE_DATE_EPOCH=1767225600 # strftime_now sees the same instant in both renderers
-node "$here/../js/render_reference.mjs" "$js/node_modules" "$cases" "$out" || { echo "FAIL: reference renderer"; exit 1; }
+node "$here/../js/render_reference.mjs" "$js/node_modules" "$cases" "$out" "$2" || { echo "FAIL: reference renderer"; exit 1; }
 
 pass=0 fail=0 both_rejected=0
 for dir in "$out"/*/; do

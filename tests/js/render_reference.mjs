@@ -1,7 +1,7 @@
 // Renders chat templates with @huggingface/jinja, the reference renderer, for the comparison test
 // tests/cli/chat_template_reference.sh. Usage:
-//   node render_reference.mjs NODE_MODULES_DIR CASES.json OUT_DIR
-// CASES.json: {"templates": {name: {"file": path} | {"package": npm name}},
+//   node render_reference.mjs NODE_MODULES_DIR CASES.json OUT_DIR FIXTURES_DIR
+// CASES.json: {"templates": {name: {"file": path} | {"package": npm name} | {"gguf": path under FIXTURES_DIR}},
 //              "conversations": {name: {"messages": [...], "tools"?: [...], "bos_token"?, "eos_token"?,
 //                                       "add_generation_prompt"?: bool, "vars"?: {...}}},
 //              "pairs": [[template, conversation], ...]}
@@ -12,7 +12,7 @@ import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
 
-const [modulesDir, casesPath, outDir] = process.argv.slice(2);
+const [modulesDir, casesPath, outDir, fixturesDir] = process.argv.slice(2);
 const require = createRequire(path.join(path.resolve(modulesDir), "x.js"));
 const { Template } = await import(require.resolve("@huggingface/jinja"));
 
@@ -29,9 +29,48 @@ if (epoch) {
 
 const cases = JSON.parse(fs.readFileSync(casesPath, "utf8"));
 const casesDir = path.dirname(path.resolve(casesPath));
-const sources = {};
+// The few GGUF metadata values a template needs, read straight from the file (independently of
+// Ember's reader): tokenizer.chat_template and the bos/eos token texts.
+function readGguf(file) {
+  const buf = fs.readFileSync(file);
+  let off = 0;
+  const u32 = () => { const v = buf.readUInt32LE(off); off += 4; return v; };
+  const u64 = () => { const v = Number(buf.readBigUInt64LE(off)); off += 8; return v; };
+  const str = () => { const n = u64(); const s = buf.toString("utf8", off, off + n); off += n; return s; };
+  const sizes = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
+  const value = (type) => {
+    if (type === 8) return str();
+    if (type === 9) {
+      const t = u32(), n = u64();
+      if (t === 8) { const a = []; for (let i = 0; i < n; i++) a.push(str()); return a; }
+      off += sizes[t] * n;
+      return null;
+    }
+    const v = type === 4 ? buf.readUInt32LE(off) : type === 5 ? buf.readInt32LE(off) : null;
+    off += sizes[type];
+    return v;
+  };
+  if (buf.toString("latin1", 0, 4) !== "GGUF") throw new Error(`${file}: not GGUF`);
+  off = 4;
+  u32();
+  u64();
+  const nkv = u64(), kv = {};
+  for (let i = 0; i < nkv; i++) { const k = str(); kv[k] = value(u32()); }
+  const tokens = kv["tokenizer.ggml.tokens"];
+  return {
+    template: kv["tokenizer.chat_template"],
+    bos: kv["tokenizer.ggml.bos_token_id"] != null ? tokens[kv["tokenizer.ggml.bos_token_id"]] : undefined,
+    eos: kv["tokenizer.ggml.eos_token_id"] != null ? tokens[kv["tokenizer.ggml.eos_token_id"]] : undefined,
+  };
+}
+
+const sources = {}, ggufs = {};
 for (const [name, spec] of Object.entries(cases.templates)) {
-  if (spec.file) {
+  if (spec.gguf) {
+    const file = path.resolve(fixturesDir, spec.gguf);
+    ggufs[name] = { file, ...readGguf(file) };
+    sources[name] = ggufs[name].template;
+  } else if (spec.file) {
     sources[name] = fs.readFileSync(path.resolve(casesDir, spec.file), "utf8");
   } else {
     const config = require(`${spec.package}/models/tokenizer_config.json`);
@@ -48,8 +87,12 @@ for (const [tname, cname] of cases.pairs) {
   fs.mkdirSync(dir, { recursive: true });
   fs.writeFileSync(path.join(dir, "template.jinja"), sources[tname]);
   fs.writeFileSync(path.join(dir, "messages.json"), JSON.stringify(conv.messages));
-  const args = ["--template", "template.jinja", "--messages", "messages.json"];
+  const gguf = ggufs[tname];
+  const args = gguf ? ["-m", gguf.file] : ["--template", "template.jinja"];
+  args.push("--messages", "messages.json");
   const context = { messages: conv.messages };
+  if (gguf && gguf.bos !== undefined) context.bos_token = gguf.bos;
+  if (gguf && gguf.eos !== undefined) context.eos_token = gguf.eos;
   if (conv.tools) {
     fs.writeFileSync(path.join(dir, "tools.json"), JSON.stringify(conv.tools));
     args.push("--tools", "tools.json");
