@@ -42,9 +42,15 @@ typedef struct em_chat_render_options {
     /* The instant strftime_now() formats, in seconds since the epoch (local time zone, as the
      * reference does); a negative value means "now". Tests pin it to compare outputs. */
     int64_t now;
+    /* Bounds on one render, so that a hostile template (a GGUF is untrusted input) cannot hang or
+     * exhaust the process: statements and loop iterations executed (0 = 50 million) and bytes
+     * of values and output held at once (0 = 1 GiB). Exceeding either is an EM_ERR_RANGE error. */
+    uint64_t max_steps;
+    uint64_t max_bytes;
 } em_chat_render_options;
 
-/* Renders with `context` (a JSON object) as the template's variables; NULL options = defaults.
+/* Renders with `context` (a JSON object) as the template's variables; NULL options = defaults
+ * (the current time, default bounds).
  * *out is malloc'd, NUL-terminated (the text may itself contain NUL bytes; *len counts bytes).
  * Errors (raise_exception, a type error, an unsupported filter) name the line and column. */
 em_err em_chat_render(const em_chat_template *tpl, const json_t *context,

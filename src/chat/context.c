@@ -166,6 +166,10 @@ em_err em_chat_render(const em_chat_template *tpl, const json_t *context, const 
     *len = 0;
     if (context && !json_is_object(context)) return em_errorf(EM_ERR_INVALID, "chat template context must be a JSON object");
     em_chat_interp in = {.tpl = tpl, .now = options ? options->now : -1};
+    uint64_t max_bytes = options && options->max_bytes ? options->max_bytes : (uint64_t)1 << 30;
+    in.max_steps = options && options->max_steps ? options->max_steps : 50000000;
+    in.arena.limit = max_bytes / 2; /* half for values, half for the output */
+    in.max_output = max_bytes / 2;
     em_chat_buf b = {0};
     em_err err = NULL;
     in.global = em_chat_scope_new(&in, NULL);

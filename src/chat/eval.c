@@ -18,7 +18,9 @@
 
 #define MAX_DEPTH 400 /* evaluation nesting (deep expressions, macro recursion) */
 
-em_err em_chat_oom(void) { return em_errorf(EM_ERR_NOMEM, "out of memory rendering a chat template"); }
+em_err em_chat_oom(void) {
+    return em_errorf(EM_ERR_NOMEM, "out of memory rendering a chat template (or past the render's byte limit)");
+}
 
 em_err em_chat_err(em_chat_interp *in, size_t offset, const char *fmt, ...) {
     char msg[512];
@@ -204,10 +206,12 @@ static em_chat_value *function_value(em_chat_interp *in, const char *name, const
 
 /* ---- expressions ---- */
 static em_err make_number(em_chat_interp *in, double r, bool is_float, size_t offset, em_chat_value **out) {
-    if (is_float) {
+    /* The reference's integers are JavaScript numbers: 0 // 0 is an "integer" NaN. It prints and
+     * serializes as a float NaN or Infinity does, so a float stands in for it. */
+    if (is_float || !isfinite(r)) {
         *out = em_chat_float(&in->arena, r);
     } else {
-        if (!isfinite(r) || fabs(r) > 9.007199254740992e15)
+        if (fabs(r) > 9.007199254740992e15)
             return em_chat_err(in, offset, "integer result out of the exactly representable range");
         *out = em_chat_int(&in->arena, (int64_t)r);
     }
@@ -269,14 +273,8 @@ static em_err eval_binary(em_chat_interp *in, const em_chat_node *n, em_chat_sco
         if (!strcmp(op, "-")) return make_number(in, a - b, fl, n->offset, out);
         if (!strcmp(op, "*")) return make_number(in, a * b, fl, n->offset, out);
         if (!strcmp(op, "/")) return make_number(in, a / b, true, n->offset, out);
-        if (!strcmp(op, "//")) {
-            if (b == 0 && !fl) return em_chat_err(in, n->offset, "integer division by zero");
-            return make_number(in, floor(a / b), fl, n->offset, out);
-        }
-        if (!strcmp(op, "%")) {
-            if (b == 0 && !fl) return em_chat_err(in, n->offset, "integer modulo by zero");
-            return make_number(in, fmod(a, b), fl, n->offset, out);
-        }
+        if (!strcmp(op, "//")) return make_number(in, floor(a / b), fl, n->offset, out);
+        if (!strcmp(op, "%")) return make_number(in, fmod(a, b), fl, n->offset, out);
         bool res;
         if (!strcmp(op, "<")) res = a < b;
         else if (!strcmp(op, ">")) res = a > b;
@@ -645,6 +643,9 @@ static em_err exec_for(em_chat_interp *in, const em_chat_node *n, em_chat_scope 
     if (!items) return em_chat_oom();
     for (size_t i = 0; i < it->as.list->n; i++) {
         em_chat_value *cur = it->as.list->at[i];
+        if (++in->steps > in->max_steps)
+            return em_chat_error_at(&in->tpl->src, n->offset, EM_ERR_RANGE, "template ran more than %llu steps",
+                                    (unsigned long long)in->max_steps);
         if (n->a->kind == NODE_TUPLE) {
             if (cur->kind != VAL_LIST || cur->is_tuple) return em_chat_err(in, n->a->offset, "cannot unpack %s", em_chat_kind_name(cur));
             if (cur->as.list->n != n->a->list.n)
@@ -710,6 +711,9 @@ em_err em_chat_eval_block(em_chat_interp *in, const em_chat_nodes *body, em_chat
     for (size_t i = 0; i < body->n && !in->control; i++) {
         const em_chat_node *n = body->at[i];
         em_err err = NULL;
+        if (++in->steps > in->max_steps)
+            return em_chat_error_at(&in->tpl->src, n->offset, EM_ERR_RANGE, "template ran more than %llu steps",
+                                    (unsigned long long)in->max_steps);
         em_chat_value *v = NULL;
         switch (n->kind) {
         case NODE_TEXT: em_chat_buf_put(out, n->str, n->len); continue;
@@ -748,6 +752,9 @@ em_err em_chat_eval_block(em_chat_interp *in, const em_chat_nodes *body, em_chat
             if (err) return wrap(in, n->offset, err);
         }
         if (out->failed) return em_chat_oom();
+        if (out->len > in->max_output)
+            return em_chat_error_at(&in->tpl->src, n->offset, EM_ERR_RANGE, "output larger than %llu bytes",
+                                    (unsigned long long)in->max_output);
     }
     return NULL;
 }

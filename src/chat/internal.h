@@ -19,6 +19,7 @@
 /* ---- arena (value.c) ---- */
 typedef struct em_chat_arena {
     struct em_chat_chunk *head;
+    uint64_t used, limit; /* bytes taken from malloc; limit 0 = unbounded */
 } em_chat_arena;
 
 void *em_chat_alloc(em_chat_arena *arena, size_t size); /* zeroed; NULL when out of memory */
@@ -239,6 +240,7 @@ struct em_chat_interp {
     em_chat_scope *global;
     int64_t now;
     int control; /* CONTROL_* while a break or continue unwinds */
+    uint64_t steps, max_steps, max_output;
     int depth;   /* recursion depth, bounded so hostile templates cannot exhaust the stack */
 };
 

@@ -28,12 +28,14 @@ void *em_chat_alloc(em_chat_arena *arena, size_t size) {
     struct em_chat_chunk *c = arena->head;
     if (!c || c->size - c->used < size) {
         size_t want = size > 65536 ? size : 65536;
+        if (arena->limit && (want > arena->limit || arena->used > arena->limit - want)) return NULL;
         c = malloc(sizeof *c + want);
         if (!c) return NULL;
         c->next = arena->head;
         c->used = 0;
         c->size = want;
         arena->head = c;
+        arena->used += want;
     }
     void *p = (char *)c->data + c->used;
     c->used += size;
@@ -57,6 +59,7 @@ void em_chat_arena_free(em_chat_arena *arena) {
         c = next;
     }
     arena->head = NULL;
+    arena->used = 0;
 }
 
 /* ---- buffer ---- */
@@ -65,7 +68,7 @@ void em_chat_buf_put(em_chat_buf *b, const char *s, size_t n) {
     if (b->cap - b->len < n + 1) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap - b->len < n + 1) {
-            if (cap > SIZE_MAX / 2) {
+            if (cap > ((size_t)1 << 30)) { /* no single text past 1 GiB: a runaway template */
                 b->failed = true;
                 return;
             }

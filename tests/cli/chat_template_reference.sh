@@ -2,6 +2,7 @@
 # Renders real chat templates (from pinned npm tokenizer packages) and Ember's own test templates
 # with @huggingface/jinja, the reference renderer, and with `ember chat-template`, and compares the
 # outputs byte for byte. Where the reference rejects a conversation, ember must reject it too.
+# Then the same for 500 random templates (tests/js/differential.mjs).
 # Usage: chat_template_reference.sh EMBER FIXTURES_DIR BUILD_DIR
 set -u
 ember="$1"
@@ -53,4 +54,7 @@ for dir in "$out"/*/; do
   fi
 done
 echo "chat templates: $pass identical, $both_rejected rejected by both, $fail failed"
+
+# Random templates over the same language (fixed seed, so the run is reproducible).
+node "$here/../js/differential.mjs" "$js/node_modules" "$ember" "$build/chat-differential" 500 1 || fail=$((fail + 1))
 [ $fail -eq 0 ] && [ $pass -gt 0 ]
