@@ -81,6 +81,9 @@ static void test_literals_and_printing(void **state) {
     expect("{{ 1 + 2.0 }} {{ 'a' + 1 }} {{ 1 ~ 2.0 ~ 'x' }} {{ [1, none] ~ '' }}", NULL, "3.0 a1 12x 1,undefined");
     expect_error("{{ 1 ~ none }}", NULL, "cannot apply '~' to none");
     expect("{{ 'ab' * 1 if false else 'x' }}", NULL, "x");
+    /* Escapes the reference rejects get Jinja's (Python's) meaning: line continuation, octal, \\a,
+     * \\U; unknown escapes stay as written. */
+    expect("{{ 'a\\\nb' }}|{{ '\\101\\a\\d' }}|{{ '\\U0001F600' }}", NULL, "ab|A\a\\d|\xf0\x9f\x98\x80");
 }
 
 static void test_conditions(void **state) {

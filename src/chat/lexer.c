@@ -305,11 +305,36 @@ static em_err lex_string(lexer *lx, char quote, size_t start) {
         }
         const char *from = "ntrbfv'\"\\", *to = "\n\t\r\b\f\v'\"\\";
         const char *k = e ? strchr(from, e) : NULL;
-        if (!k) {
-            err = lex_error(lx, esc_at, "unexpected escaped character in string literal");
-            break;
+        if (k) {
+            em_chat_buf_putc(&b, to[k - from]);
+            continue;
         }
-        em_chat_buf_putc(&b, to[k - from]);
+        /* The reference rejects the escapes below; Jinja (Python's unicode-escape) defines them,
+         * and real templates use the line continuation, so they get Jinja's meaning. */
+        if (e == '\r' && lx->pos < t->n && t->c[lx->pos] == '\n') lx->pos++;
+        if (e == '\n' || e == '\r') continue; /* backslash-newline: a line continuation */
+        if (e == 'a') {
+            em_chat_buf_putc(&b, '\a');
+        } else if (e >= '0' && e <= '7') {
+            unsigned v = (unsigned)(e - '0');
+            for (int d = 0; d < 2 && lx->pos < t->n && t->c[lx->pos] >= '0' && t->c[lx->pos] <= '7'; d++)
+                v = v * 8 + (unsigned)(t->c[lx->pos++] - '0');
+            put_utf8(&b, v);
+        } else if (e == 'U') {
+            uint32_t cp;
+            if (t->n - lx->pos < 8 || hex_value(t->c + lx->pos, 8, &cp) || cp > 0x10ffff) {
+                err = lex_error(lx, esc_at, "invalid \\U escape sequence");
+                break;
+            }
+            lx->pos += 8;
+            put_utf8(&b, cp);
+        } else if (e == 'N') {
+            err = lex_error(lx, esc_at, "unsupported \\N{name} escape in string literal");
+            break;
+        } else {
+            em_chat_buf_putc(&b, '\\'); /* an unknown escape stays as written */
+            lx->pos--;
+        }
     }
     if (!err && b.failed) err = em_errorf(EM_ERR_NOMEM, "out of memory tokenizing a chat template");
     if (!err) {
