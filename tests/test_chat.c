@@ -150,6 +150,8 @@ static void test_filters(void **state) {
     expect("{{ p | selectattr('n', 'equalto', 'b') | list | length }} {{ p | map(attribute='age', default=0) | list }}", people,
            "1 [3, 1, 0]");
     expect("{{ p | sort(attribute='n', reverse=true) | map(attribute='n') | join }}", people, "cba");
+    /* map with a filter name: Jinja's meaning (the reference rejects this form). */
+    expect("{{ ['a', 'b'] | map('upper') | join }} {{ ['a b'] | map('replace', ' ', '_') | list }}", NULL, "AB [\"a_b\"]");
     expect("{{ 'a\nb\n\nc' | indent }}|{{ 'a\nb' | indent(2, true) }}|{{ 'a\n\nb' | indent(1, blank=true) }}", NULL,
            "a\n    b\n\n    c|  a\n  b|a\n \n b");
 }

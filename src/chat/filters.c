@@ -455,6 +455,8 @@ em_err em_chat_run_test(em_chat_interp *in, const char *name, const em_chat_valu
 }
 
 /* ---- filters ---- */
+static em_err filter_call(em_chat_interp *in, em_chat_value *v, const char *name, size_t offset, em_chat_args *args,
+                          em_chat_scope *scope, em_chat_value **out);
 static em_err filter_tojson(em_chat_interp *in, em_chat_value *v, em_chat_args *args, size_t offset, em_chat_value **out) {
     em_chat_json_options o = {.undefined_as_null = true};
     em_chat_value *indent = arg(args, (size_t)-1, "indent"), *ascii = arg(args, (size_t)-1, "ensure_ascii");
@@ -718,6 +720,36 @@ em_err em_chat_apply_filter(em_chat_interp *in, em_chat_value *v, const em_chat_
         return filter_select(in, v, f, scope, name[0] == 's', out);
     }
     if ((err = em_chat_eval_args(in, &f->list, scope, &args))) return err;
+    return filter_call(in, v, name, offset, &args, scope, out);
+}
+
+/* `map('filter', args...)`: Jinja applies the filter to each item. The reference only knows
+ * map(attribute=...) and rejects this form, so here Jinja's meaning applies. */
+static em_err map_filter(em_chat_interp *in, em_chat_value *v, size_t offset, em_chat_args *args, em_chat_scope *scope,
+                         em_chat_value **out) {
+    if (args->pos[0]->kind != VAL_STRING) return em_chat_err(in, offset, "map: the filter name must be a string");
+    const char *fname = em_chat_strdup(&in->arena, args->pos[0]->as.s.ptr, args->pos[0]->as.s.len);
+    em_chat_value *r = em_chat_list_new(&in->arena, v->as.list->n);
+    if (!fname || !r) return em_chat_oom();
+    if (!strcmp(fname, "map") || !strcmp(fname, "selectattr") || !strcmp(fname, "rejectattr"))
+        return em_chat_err(in, offset, "map: filter '%s' cannot be mapped", fname);
+    em_chat_args rest = {.pos = args->pos + 1, .n_pos = args->n_pos - 1, .kw = args->kw};
+    bool plain = rest.n_pos == 0 && !rest.kw;
+    for (size_t i = 0; i < v->as.list->n; i++) {
+        em_chat_value *e;
+        em_err err = plain ? plain_filter(in, v->as.list->at[i], fname, offset, &e)
+                           : filter_call(in, v->as.list->at[i], fname, offset, &rest, scope, &e);
+        if (err) return err;
+        em_chat_list_push(&in->arena, r->as.list, e);
+    }
+    *out = r;
+    return NULL;
+}
+
+/* A filter written with arguments, `x | name(args)`, the arguments already evaluated. */
+static em_err filter_call(em_chat_interp *in, em_chat_value *v, const char *name, size_t offset, em_chat_args *args_in,
+                          em_chat_scope *scope, em_chat_value **out) {
+    em_chat_args args = *args_in;
     if (!strcmp(name, "tojson")) return filter_tojson(in, v, &args, offset, out);
     if (!strcmp(name, "join")) {
         if (v->kind != VAL_STRING && v->kind != VAL_LIST) return em_chat_err(in, offset, "cannot apply filter 'join' to %s", em_chat_kind_name(v));
@@ -765,7 +797,11 @@ em_err em_chat_apply_filter(em_chat_interp *in, em_chat_value *v, const em_chat_
             }
             return sorted_list(in, v->as.list, &c, offset, out);
         }
-        if (!strcmp(name, "map")) return filter_map(in, v, &args, offset, out);
+        if (!strcmp(name, "map")) {
+            bool by_attribute = args.kw && em_chat_dict_get(args.kw, "attribute", 9);
+            if (!by_attribute && args.n_pos > 0) return map_filter(in, v, offset, &args, scope, out);
+            return filter_map(in, v, &args, offset, out);
+        }
     } else if (v->kind == VAL_STRING) {
         if (!strcmp(name, "indent")) return filter_indent(in, v, &args, offset, out);
         if (!strcmp(name, "replace")) {
