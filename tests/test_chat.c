@@ -134,6 +134,9 @@ static void test_filters(void **state) {
     (void)state;
     expect("{{ '  x  ' | trim }}|{{ 'abc' | upper }}{{ 'ABC' | lower }} {{ 'hello big world' | title }} {{ 'hELLO' | capitalize }}", NULL,
            "x|ABCabc Hello Big World HELLO");
+    /* Case mapping is JavaScript's: full mappings (ß → SS) and final sigma. */
+    expect("{{ 'straße ﬁ' | upper }}|{{ 'ΟΔΟΣ Σ' | lower }}|{{ 'İ' | lower | length }}|{{ 'ßa' | capitalize }}", NULL,
+           "STRASSE FI|οδος σ|2|SSa");
     expect("{{ 'aXbX' | replace('X', '-') }} {{ 'aaa' | replace('a', 'b', 2) }} {{ 'ab' | replace('', '.') }}", NULL, "a-b- bba .a.b.");
     expect("{{ [3, 1, 2] | length }} {{ 'héllo' | length }} {{ {'a': 1} | length }} {{ '😀' | length }}", NULL, "3 5 1 2");
     expect("{{ [1, 2, 3] | first }}{{ [1, 2, 3] | last }} {{ [1, 2] | join }} {{ ['a', 'b'] | join(', ') }} {{ 'abc' | join('-') }}", NULL,

@@ -25,27 +25,10 @@ static em_chat_value *str_value(em_chat_interp *in, em_chat_buf *b) {
     return v;
 }
 
-/* Upper- or lower-cases every code point (utf8proc's simple case mapping). */
+/* Upper- or lower-cases (casing.c); `first_only` maps only the first code point (capitalize). */
 static em_chat_value *case_map(em_chat_interp *in, const char *s, size_t n, bool upper, bool first_only) {
     em_chat_buf b = {0};
-    size_t i = 0;
-    bool done = false;
-    while (i < n) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
-        if (k <= 0 || done) {
-            size_t rest = k <= 0 ? 1 : (size_t)k;
-            em_chat_buf_put(&b, s + i, rest);
-            i += rest;
-            continue;
-        }
-        utf8proc_int32_t m = upper ? utf8proc_toupper(cp) : utf8proc_tolower(cp);
-        utf8proc_uint8_t enc[4];
-        utf8proc_ssize_t len = utf8proc_encode_char(m, enc);
-        em_chat_buf_put(&b, (const char *)enc, (size_t)len);
-        i += (size_t)k;
-        if (first_only) done = true;
-    }
+    em_chat_case_map(&b, s, n, upper, first_only);
     return str_value(in, &b);
 }
 

@@ -260,6 +260,9 @@ em_err em_chat_err(em_chat_interp *in, size_t offset, const char *fmt, ...)
     ;
 em_err em_chat_oom(void);
 
+/* casing.c: JavaScript's toUpperCase/toLowerCase (first_only: just the first code point). */
+void em_chat_case_map(em_chat_buf *b, const char *s, size_t n, bool upper, bool first_only);
+
 /* filters.c */
 em_err em_chat_apply_filter(em_chat_interp *in, em_chat_value *operand, const em_chat_node *filter,
                             em_chat_scope *scope, em_chat_value **out);

@@ -29,18 +29,24 @@ const context = {
 fs.mkdirSync(workDir, { recursive: true });
 fs.writeFileSync(path.join(workDir, "messages.json"), JSON.stringify(context.messages));
 const vars = Object.entries(context).filter(([k]) => k !== "messages");
+const prelude = "{%- set ns = namespace(k='v', n=2) -%}";
 
 const atoms = ["s", "e", "n", "m", "f", "z", "t", "b", "nul", "l", "ls", "d", "nested", "messages", "undefined_var",
   "messages[0]", "messages[1].content", "messages[-1]", "messages[2].tool_calls[0].function", "d.k", "d['n']", "nested.a.b[1].c",
-  "'str'", "\"dq\"", "''", "1", "0", "-2", "3.0", "0.5", "true", "false", "none", "[1, 2]", "['x', 'y']", "{'a': 1}", "[]", "{}"];
+  "'str'", "\"dq\"", "''", "1", "0", "-2", "3.0", "0.5", "true", "false", "none", "[1, 2]", "['x', 'y']", "{'a': 1}", "[]", "{}",
+  "'é😀ß ǅ'", "'a\\nb\\t\\\"q\\\''", "'\\u00e9\\x41'", "1.25", "-0.0", "(1, 'two')", "{'b': [1, {'c': none}], 'a': 'x'}", "ns", "loop"];
 const filters = ["trim", "upper", "lower", "title", "capitalize", "length", "first", "last", "list", "string", "int", "float",
   "tojson", "tojson(indent=2)", "join", "join(', ')", "unique", "reverse", "sort", "items", "default('D')", "default('D', true)",
   "indent(2)", "replace('a', 'X')", "abs", "selectattr('role', 'equalto', 'user') | list", "map(attribute='role') | list",
-  "rejectattr('content') | list", "dictsort", "safe", "bool", "keys"];
+  "rejectattr('content') | list", "dictsort", "safe", "bool", "keys", "tojson(indent=2, sort_keys=true)", "tojson(ensure_ascii=true)",
+  "indent(3, first=true)", "indent(width=2, blank=true)", "int(5)", "float('x')", "replace('s', 'S', 1)", "default(none)",
+  "sort(attribute='role') | map(attribute='role') | join", "sort(reverse=true)", "join(',') | length", "string | length",
+  "selectattr('tool_calls') | list | length", "map(attribute='content', default='-') | list", "dictsort(by='value')", "items | list"];
 const tests = ["defined", "undefined", "none", "string", "number", "integer", "mapping", "iterable", "sequence", "boolean",
   "true", "false", "odd", "even", "lower", "upper", "callable"];
 const methods = ["upper()", "lower()", "strip()", "lstrip()", "rstrip()", "title()", "split()", "split(',')", "split(' ', 1)",
-  "startswith('Mi')", "endswith(' ')", "replace(' ', '_')", "get('k')", "get('x', 'dflt')", "items()", "keys()", "values()", "length"];
+  "startswith('Mi')", "endswith(' ')", "replace(' ', '_')", "get('k')", "get('x', 'dflt')", "items()", "keys()", "values()", "length",
+  "split(none, 1)", "startswith(('x', '  M'))", "replace('', '.')", "replace('e', 'E', count=1)", "split('a', 1)", "capitalize()"];
 const binops = ["+", "-", "*", "/", "//", "%", "~", "==", "!=", "<", ">", "<=", ">=", "and", "or", "in", "not in", "**"];
 
 function expr(depth) {
@@ -70,7 +76,10 @@ function statement(depth) {
   }
   if (r < 0.85) return `{% set q = ${expr(2)} %}{{ q }}|`;
   if (r < 0.92) return `{%- set ns = namespace(c=0) %}{% for x in l %}{% set ns.c = ns.c + x %}{% endfor %}{{ ns.c }} -%}`.replace(" -%}", "");
-  return `{% macro mm(a, b='B') %}[{{ a }}{{ b }}]{% endmacro %}{{ mm(${expr(1)}) }}{{ mm(1, b=${expr(1)}) }}`;
+  if (r < 0.95) return `{% macro mm(a, b='B') %}[{{ a }}{{ b }}{{ varargs | length }}]{% endmacro %}{{ mm(${expr(1)}) }}{{ mm(1, b=${expr(1)}) }}{{ mm(1, 2, 3) }}`;
+  if (r < 0.97) return `{% macro w(x) %}<{{ caller(x) }}>{% endmacro %}{% call(v) w(${expr(1)}) %}{{ v }}|{{ ${expr(1)} }}{% endcall %}`;
+  if (r < 0.985) return `{% filter ${pick(["upper", "trim", "lower", "title"])} %} ${statement(depth - 1)} {% endfilter %}`;
+  return `{% for a in [1, 2] %}{% for b in ls %}{{ loop.index }}{{ a }}{% if loop.last %}{{ b }}{% endif %}{% endfor %}{{ loop.index }}{% endfor %}`;
 }
 
 // Whitespace control and surrounding text, the part of the language where renderers differ most.
@@ -90,7 +99,7 @@ for (let i = 0; i < count; i++) {
   let tpl = "";
   const nstmt = 1 + Math.floor(rand() * 2);
   for (let k = 0; k < nstmt; k++) tpl += statement(2) + pick(["", "\n", "  \n", " ", "\n    "]);
-  tpl = whitespace(tpl);
+  tpl = (rand() < 0.5 ? prelude : "") + whitespace(tpl);
   let want, wantErr = null;
   try { want = new Template(tpl).render({ ...context, add_generation_prompt: false }); } catch (e) { wantErr = String(e.message); }
   const tplPath = path.join(workDir, "t.jinja");
