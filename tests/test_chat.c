@@ -80,6 +80,10 @@ static void test_literals_and_printing(void **state) {
     expect("{{ 7 / 2 }} {{ 6 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ 2 ** 3 }} {{ 2 ** -1 }}", NULL, "3.5 3.0 3 -4 1 8 0.5");
     expect("{{ 1 + 2.0 }} {{ 'a' + 1 }} {{ 1 ~ 2.0 ~ 'x' }} {{ [1, none] ~ '' }}", NULL, "3.0 a1 12x 1,undefined");
     expect_error("{{ 1 ~ none }}", NULL, "cannot apply '~' to none");
+    /* Numbers are JavaScript doubles in the reference: big integers round and print as there. */
+    expect("{{ n }} {{ m }} {{ 2 ** 62 }} {{ 3 ** 40 }} {{ m is integer }} {{ 0 // 0 }} {{ 1 // 0 }} {{ [0 // 0] | tojson }}",
+           "{\"n\": 9007199254740993, \"m\": 9223372036854775807}",
+           "9007199254740992 9223372036854776000 4611686018427388000 12157665459056929000 true NaN Infinity [null]");
     expect("{{ 'ab' * 1 if false else 'x' }}", NULL, "x");
     /* Escapes the reference rejects get Jinja's (Python's) meaning: line continuation, octal, \\a,
      * \\U; unknown escapes stay as written. */

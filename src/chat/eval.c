@@ -211,8 +211,10 @@ static em_err make_number(em_chat_interp *in, double r, bool is_float, size_t of
     if (is_float || !isfinite(r)) {
         *out = em_chat_float(&in->arena, r);
     } else {
-        if (fabs(r) > 9.007199254740992e15)
-            return em_chat_err(in, offset, "integer result out of the exactly representable range");
+        if (fabs(r) >= 9.2e18) {
+            if ((*out = em_chat_float(&in->arena, r))) (*out)->is_big_int = true;
+            return *out ? NULL : em_chat_oom();
+        }
         *out = em_chat_int(&in->arena, (int64_t)r);
     }
     return *out ? NULL : em_chat_oom();
@@ -268,7 +270,7 @@ static em_err eval_binary(em_chat_interp *in, const em_chat_node *n, em_chat_sco
     }
     if (em_chat_is_number(l) && em_chat_is_number(r)) {
         double a = em_chat_number(l), b = em_chat_number(r);
-        bool fl = l->kind == VAL_FLOAT || r->kind == VAL_FLOAT;
+        bool fl = (l->kind == VAL_FLOAT && !l->is_big_int) || (r->kind == VAL_FLOAT && !r->is_big_int);
         if (!strcmp(op, "+")) return make_number(in, a + b, fl, n->offset, out);
         if (!strcmp(op, "-")) return make_number(in, a - b, fl, n->offset, out);
         if (!strcmp(op, "*")) return make_number(in, a * b, fl, n->offset, out);

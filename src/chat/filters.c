@@ -422,7 +422,7 @@ em_err em_chat_run_test(em_chat_interp *in, const char *name, const em_chat_valu
     else if (!strcmp(name, "none")) *result = k == VAL_NONE;
     else if (!strcmp(name, "string")) *result = k == VAL_STRING;
     else if (!strcmp(name, "number")) *result = k == VAL_INT || k == VAL_FLOAT;
-    else if (!strcmp(name, "integer")) *result = k == VAL_INT;
+    else if (!strcmp(name, "integer")) *result = k == VAL_INT || (k == VAL_FLOAT && a->is_big_int);
     else if (!strcmp(name, "iterable")) *result = (k == VAL_LIST && !a->is_tuple) || k == VAL_STRING;
     else if (!strcmp(name, "mapping")) *result = k == VAL_DICT;
     else if (!strcmp(name, "sequence")) *result = k == VAL_LIST || k == VAL_DICT || k == VAL_STRING;

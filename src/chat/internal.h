@@ -171,6 +171,7 @@ struct em_chat_value {
     em_chat_kind kind;
     bool is_tuple;  /* lists: made by a tuple literal */
     bool is_kwargs; /* dicts: the keyword arguments of a call */
+    bool is_big_int; /* floats: an integer beyond int64 (the reference's numbers are all doubles) */
     union {
         bool b;
         int64_t i;

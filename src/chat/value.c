@@ -256,6 +256,7 @@ const char *em_chat_kind_name(const em_chat_value *v) {
     static const char *names[] = {"undefined", "none", "boolean", "integer", "float",
                                   "string", "list", "dict", "namespace", "function"};
     if (v->kind == VAL_LIST && v->is_tuple) return "tuple";
+    if (v->kind == VAL_FLOAT && v->is_big_int) return "integer";
     return names[v->kind];
 }
 
@@ -320,8 +321,15 @@ em_err em_chat_render_value(em_chat_buf *b, const em_chat_value *v) {
     case VAL_UNDEFINED: em_chat_buf_puts(b, "undefined"); break;
     case VAL_NONE: em_chat_buf_puts(b, "null"); break;
     case VAL_BOOL: em_chat_buf_puts(b, v->as.b ? "true" : "false"); break;
-    case VAL_INT: em_chat_buf_printf(b, "%lld", (long long)v->as.i); break;
-    case VAL_FLOAT: format_float(b, v->as.f); break;
+    case VAL_INT:
+        /* Past 2^53 a JavaScript number prints its shortest round-trip digits. */
+        if (v->as.i > 9007199254740992LL || v->as.i < -9007199254740992LL) em_chat_format_js_number(b, (double)v->as.i);
+        else em_chat_buf_printf(b, "%lld", (long long)v->as.i);
+        break;
+    case VAL_FLOAT:
+        if (v->is_big_int) em_chat_format_js_number(b, v->as.f);
+        else format_float(b, v->as.f);
+        break;
     case VAL_STRING: em_chat_buf_put(b, v->as.s.ptr, v->as.s.len); break;
     case VAL_LIST:
     case VAL_DICT:
@@ -567,7 +575,18 @@ em_chat_value *em_chat_from_json(em_chat_arena *a, const json_t *j) {
     case JSON_NULL: return &em_chat_none;
     case JSON_TRUE: return &em_chat_true;
     case JSON_FALSE: return &em_chat_false;
-    case JSON_INTEGER: return em_chat_int(a, (int64_t)json_integer_value(j));
+    case JSON_INTEGER: {
+        /* JSON.parse makes every number a double: integers past 2^53 round as they do there. */
+        int64_t i = (int64_t)json_integer_value(j);
+        if (i > 9007199254740992LL || i < -9007199254740992LL) {
+            double d = (double)i;
+            if (d < 9.2e18 && d > -9.2e18) return em_chat_int(a, (int64_t)d);
+            em_chat_value *v = em_chat_float(a, d);
+            if (v) v->is_big_int = true;
+            return v;
+        }
+        return em_chat_int(a, i);
+    }
     case JSON_REAL: {
         double d = json_real_value(j);
         if (d == floor(d) && fabs(d) < 9.2e18) return em_chat_int(a, (int64_t)d);
@@ -589,11 +608,6 @@ em_chat_value *em_chat_from_json(em_chat_arena *a, const json_t *j) {
         if (!v) return NULL;
         const char *key;
         json_t *value;
-        size_t n_index = 0;
-        json_object_foreach((json_t *)j, key, value) {
-            uint64_t idx;
-            if (index_key(key, strlen(key), &idx)) n_index++;
-        }
         /* Index keys first, ascending (insertion sort: objects with many are rare). */
         for (size_t pass = 0; pass < 2; pass++) {
             json_object_foreach((json_t *)j, key, value) {
@@ -617,7 +631,6 @@ em_chat_value *em_chat_from_json(em_chat_arena *a, const json_t *j) {
                 }
             }
         }
-        (void)n_index;
         return v;
     }
     }
