@@ -109,6 +109,11 @@ for (let i = 0; i < count; i++) {
   let got, gotErr = null;
   try { got = execFileSync(ember, args, { stdio: ["ignore", "pipe", "pipe"] }).toString("utf8"); }
   catch (e) { gotErr = e.stderr ? e.stderr.toString() : String(e); }
+  // A crash or a sanitizer report is never an acceptable way to reject a template.
+  if (gotErr !== null && !/^ember chat-template: /.test(gotErr) || /Sanitizer|runtime error/.test(gotErr ?? "")) {
+    diffs.push({ tpl, want: wantErr ?? want, got: `CRASH ${gotErr}` });
+    continue;
+  }
   if (wantErr !== null && gotErr !== null) bothFail++;
   else if (wantErr === null && gotErr === null && want === got) same++;
   else diffs.push({ tpl, want: wantErr !== null ? `ERROR ${wantErr}` : want, got: gotErr !== null ? `ERROR ${gotErr.trim()}` : got });
