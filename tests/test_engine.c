@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "ember.h"
@@ -117,7 +118,7 @@ static void collect(ember_request *r, result *res) {
     ember_output out;
     size_t text_len = 0;
     do {
-        assert_true(ember_request_next(r, &out, 20000));
+        assert_true(ember_request_next(r, &out, 300000));
         for (size_t i = 0; i < out.n_tokens; i++) res->tokens[res->n++] = out.tokens[i].token;
         assert_true(text_len + out.text_len < sizeof res->text);
         memcpy(res->text + text_len, out.text, out.text_len);
@@ -337,6 +338,153 @@ static void test_cancel_stop_and_bad_requests(void **state) {
     ember_engine_destroy(e);
 }
 
+
+/* Requests arriving while others run: N = 1..8, different prompt lengths, each submitted after the
+ * previous one has produced a few tokens. Greedy outputs equal the solo runs. */
+static void test_staggered_arrivals(void **state) {
+    (void)state;
+    enum { N = 8, OUT = 12 };
+    int32_t prompts[N][80];
+    result solo[N];
+    ember_engine *e = new_engine(0, 0);
+    for (int i = 0; i < N; i++) {
+        make_prompt(prompts[i], 10 + 9 * (uint32_t)i, 500 + (uint64_t)i);
+        collect(submit_ids(e, prompts[i], 10 + 9 * (uint32_t)i, OUT, 0.0f, 0), &solo[i]);
+    }
+    ember_engine_destroy(e);
+    for (int n = 1; n <= N; n++) {
+        e = new_engine(0, 0);
+        ember_request *r[N];
+        result partial[N];
+        for (int i = 0; i < n; i++) {
+            r[i] = submit_ids(e, prompts[i], 10 + 9 * (uint32_t)i, OUT, 0.0f, 0);
+            /* Wait for its first token, so the next one arrives while this one decodes. */
+            ember_output out;
+            assert_true(ember_request_next(r[i], &out, 20000));
+            memset(&partial[i], 0, sizeof partial[i]);
+            for (size_t k = 0; k < out.n_tokens; k++) partial[i].tokens[partial[i].n++] = out.tokens[k].token;
+        }
+        for (int i = 0; i < n; i++) {
+            result rest;
+            collect(r[i], &rest);
+            memcpy(partial[i].tokens + partial[i].n, rest.tokens, rest.n * sizeof(int32_t));
+            assert_int_equal(partial[i].n + rest.n, OUT);
+            assert_memory_equal(partial[i].tokens, solo[i].tokens, OUT * sizeof(int32_t));
+        }
+        ember_engine_destroy(e);
+    }
+}
+
+/* Cancelling mid-stream gives every block back: afterwards the only used blocks are the ones the
+ * prefix cache keeps. */
+static void test_cancel_returns_blocks(void **state) {
+    (void)state;
+    int32_t prompt[100];
+    make_prompt(prompt, 100, 77);
+    ember_engine *e = new_engine(0, 0);
+    ember_request *r[4];
+    for (int i = 0; i < 4; i++) r[i] = submit_ids(e, prompt + i, 90, 200, 0.5f, (uint64_t)i);
+    ember_output out;
+    for (int i = 0; i < 4; i++) assert_true(ember_request_next(r[i], &out, 20000));
+    for (int i = 0; i < 4; i++) ember_request_release(r[i]); /* release cancels */
+    ember_stats stats;
+    for (int tries = 0; tries < 2000; tries++) {
+        ember_engine_stats(e, &stats);
+        if (stats.running == 0 && stats.requests_cancelled == 4) break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(stats.requests_cancelled, 4);
+    assert_int_equal(stats.running, 0);
+    assert_int_equal(stats.kv_blocks_used, stats.kv_blocks_cached);
+    ember_engine_destroy(e);
+}
+
+/* 1,000 random operations: submit a request from a small set of prompts, or cancel a random live
+ * one. Finished requests must equal their solo output; cancelled ones a prefix of it. */
+static void test_random_submit_cancel(void **state) {
+    (void)state;
+    enum { PROMPTS = 5, OPS = 1000, LIVE = 24, OUT = 6 };
+    int32_t prompts[PROMPTS][40];
+    result solo[PROMPTS];
+    em_model *m;
+    assert_null(em_model_load(MODEL, &m));
+    uint64_t block_bytes = em_backend_kv_bytes_per_token(&m->desc) * 16;
+    em_model_free(m);
+    ember_engine *e = new_engine(0, 0);
+    for (int i = 0; i < PROMPTS; i++) {
+        make_prompt(prompts[i], 12 + 5 * (uint32_t)i, 900 + (uint64_t)i);
+        collect(submit_ids(e, prompts[i], 12 + 5 * (uint32_t)i, OUT, 0.0f, 0), &solo[i]);
+    }
+    ember_engine_destroy(e);
+    e = new_engine(12 * block_bytes, 0); /* small: eviction and preemption happen too */
+    struct { ember_request *r; int prompt; } live[LIVE] = {{0}};
+    uint64_t rng = 12345;
+    uint32_t finished = 0, cancelled = 0;
+    for (int op = 0; op < OPS; op++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        int slot = (int)((rng >> 33) % LIVE);
+        if (live[slot].r == NULL) {
+            int k = (int)((rng >> 20) % PROMPTS);
+            live[slot].r = submit_ids(e, prompts[k], 12 + 5 * (uint32_t)k, OUT, 0.0f, 0);
+            live[slot].prompt = k;
+            continue;
+        }
+        bool cancel = (rng >> 40) % 2;
+        if (cancel) ember_request_cancel(live[slot].r);
+        result res;
+        memset(&res, 0, sizeof res);
+        ember_output out;
+        do {
+            assert_true(ember_request_next(live[slot].r, &out, 20000));
+            for (size_t i = 0; i < out.n_tokens; i++) res.tokens[res.n++] = out.tokens[i].token;
+        } while (out.finish == EMBER_FINISH_NONE);
+        assert_true(out.finish == EMBER_FINISH_LENGTH || out.finish == EMBER_FINISH_CANCELLED);
+        assert_memory_equal(res.tokens, solo[live[slot].prompt].tokens, res.n * sizeof(int32_t));
+        if (out.finish == EMBER_FINISH_LENGTH) assert_int_equal(res.n, OUT), finished++;
+        else cancelled++;
+        ember_request_release(live[slot].r);
+        live[slot].r = NULL;
+    }
+    for (int i = 0; i < LIVE; i++) ember_request_release(live[i].r);
+    assert_true(finished > 50 && cancelled > 50);
+    ember_engine_destroy(e);
+}
+
+/* The same sequence at the benchmark's size: ~8k-token documents, A → A' → B → A''. */
+static void test_prefix_reuse_8k(void **state) {
+    (void)state;
+    enum { DOC = 8022, ANSWER = 4, MORE = 40 };
+    static int32_t a[DOC + 2 * (ANSWER + MORE)], b_doc[DOC];
+    make_prompt(a, DOC + 2 * (ANSWER + MORE), 31);
+    make_prompt(b_doc, DOC, 32);
+    ember_options o;
+    ember_options_default(&o);
+    o.model_path = MODEL;
+    o.device = "cpu";
+    o.threads = 2;
+    o.ctx_tokens = 8192;
+    ember_engine *e;
+    assert_null(ember_engine_create(&o, &e));
+    result r;
+    collect(submit_ids(e, a, DOC, ANSWER, 0.0f, 0), &r);
+    memcpy(a + DOC, r.tokens, ANSWER * sizeof(int32_t));
+    uint32_t a1 = DOC + ANSWER + MORE;
+    collect(submit_ids(e, a, a1, ANSWER, 0.0f, 0), &r);
+    assert_int_equal(r.timings.cached_tokens, DOC + ANSWER - 1);
+    collect(submit_ids(e, b_doc, DOC, ANSWER, 0.0f, 0), &r);
+    assert_int_equal(r.timings.cached_tokens, 0);
+    memcpy(a + a1, r.tokens, 0); /* (B's answer is not part of A) */
+    ember_request *again = submit_ids(e, a, a1, ANSWER, 0.0f, 0); /* A' once more: all cached but one */
+    collect(again, &r);
+    assert_int_equal(r.timings.cached_tokens, a1 - 1);
+    ember_stats stats;
+    ember_engine_stats(e, &stats);
+    assert_int_equal(stats.prefix_hits, 2);
+    assert_int_equal(stats.prefix_tokens_evicted, 0); /* both documents fit at once */
+    ember_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_matches_backend),
@@ -344,6 +492,10 @@ int main(void) {
         cmocka_unit_test(test_prefix_reuse_interleaved),
         cmocka_unit_test(test_memory_pressure),
         cmocka_unit_test(test_cancel_stop_and_bad_requests),
+        cmocka_unit_test(test_staggered_arrivals),
+        cmocka_unit_test(test_cancel_returns_blocks),
+        cmocka_unit_test(test_random_submit_cancel),
+        cmocka_unit_test(test_prefix_reuse_8k),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

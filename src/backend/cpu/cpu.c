@@ -85,6 +85,7 @@ typedef struct attn_job {
     cpu_backend *b;
     const em_batch *batch;
     uint32_t layer;
+    em_dot_fn dot_f32;
 } attn_job;
 
 /* One share of (token, head) pairs: scores over the visible positions, softmax, weighted values. */
@@ -105,9 +106,7 @@ static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
         if (ld->attn == EM_ATTN_SLIDING && pos + 1 > ld->window) first = pos + 1 - ld->window;
         for (uint32_t p = first; p <= pos; p++) {
             const float *k = kv_key(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim;
-            float s = 0.0f;
-            for (uint32_t j = 0; j < ld->head_dim; j++) s += q[j] * k[j];
-            s *= ld->attn_scale;
+            float s = job->dot_f32(k, q, ld->head_dim) * ld->attn_scale; /* q·k, SIMD where available */
             if (ld->attn_softcap > 0.0f) s = ld->attn_softcap * tanhf(s / ld->attn_softcap);
             scores[p - first] = s;
         }
@@ -152,7 +151,7 @@ static em_err attention(cpu_backend *b, const em_batch *batch, uint32_t il) {
         memcpy(kv_key(b, il, seq, batch->pos[t]), b->k + (uint64_t)t * nk, nk * sizeof(float));
         memcpy(kv_value(b, il, seq, batch->pos[t]), b->v + (uint64_t)t * nv, nv * sizeof(float));
     }
-    attn_job job = {b, batch, il};
+    attn_job job = {b, batch, il, em_dot_kernel(EM_TYPE_F32)};
     em_cpu_pool_run(&b->pool, attention_share, &job);
     return matmul(b, &lw->wo, 0, b->attn, (uint64_t)ld->n_head * ld->head_dim_v, b->out, b->d->n_embd, n);
 }
