@@ -30,6 +30,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 N_PROMPT = 24
 N_GEN = 16
+MAX_SEEDS = 12
 VOCAB_TARGET = 384
 V5 = int(transformers.__version__.split(".")[0]) >= 5
 
@@ -180,30 +181,58 @@ def saved_keys(path):
     return keys
 
 
+def fake_q8_0(state):
+    """The weights after a round trip through GGUF's q8_0 blocks (32 values along the input
+    dimension, one scale = max|w| / 127 stored as f16), for choosing well-conditioned fixtures."""
+    out = {}
+    for k, v in state.items():
+        if v.dim() >= 2 and v.shape[-1] % 32 == 0 and not k.endswith("mlp.gate.weight") and "block_sparse_moe.gate" not in k:
+            b = v.reshape(-1, 32)
+            d = (b.abs().amax(-1, keepdim=True) / 127).to(torch.float16).to(v.dtype)
+            q = torch.where(d > 0, (b / torch.where(d > 0, d, torch.ones_like(d))).round(), torch.zeros_like(b))
+            v = (q * d).reshape(v.shape)
+        out[k] = v
+    return out
+
+
 def one(name, cfg_cls, model_cls, kwargs, dtype, shard, checks, tok, out_root):
-    torch.manual_seed(1234 + sum(map(ord, name)))
-    model = build(cfg_cls, model_cls, kwargs)
-    # Round the weights to the saved dtype, then compute in float64.
-    model = model.to(getattr(torch, dtype))
+    # float64 everywhere except MoE blocks: transformers' grouped expert matmul takes float32 at most.
+    compute = torch.float32 if any(k in kwargs for k in ("num_local_experts", "num_experts")) else torch.float64
+    prompt = tok.encode("The river ran quietly past the old mill, and children threw sticks from the bridge").ids
+    while len(prompt) < N_PROMPT:
+        prompt = prompt + prompt
+    prompt = prompt[:N_PROMPT]
+    # Random tiny models often have near-ties between the top two logits; a fixture whose greedy
+    # path survives q8_0 weights (simulated here) keeps the q8_0 test about Ember, not about luck.
+    for attempt in range(MAX_SEEDS):
+        seed = 1234 + sum(map(ord, name)) + 1000 * attempt
+        torch.manual_seed(seed)
+        saved = build(cfg_cls, model_cls, kwargs).to(getattr(torch, dtype))
+        # The reference uses exactly the saved (rounded) weights, loaded into a model built in the
+        # compute dtype, so buffers such as RoPE's inv_freq are not rounded to the saved dtype.
+        state = {k: v.to(compute) for k, v in saved.state_dict().items()}
+        model = build(cfg_cls, model_cls, kwargs).to(compute)
+        model.load_state_dict(state)
+        gen = greedy(model, prompt, N_GEN)
+        seq = prompt + gen
+        logits = logits_of(model, seq)
+        top2 = logits[N_PROMPT - 1:-1].topk(2, -1).values
+        q8 = build(cfg_cls, model_cls, kwargs).to(compute)
+        q8.load_state_dict(fake_q8_0(state))
+        q8_top1 = [int(x) for x in logits_of(q8, seq)[N_PROMPT - 1:-1].argmax(-1)]
+        q8_same = sum(a == b for a, b in zip(q8_top1, gen))
+        min_margin = float((top2[:, 0] - top2[:, 1]).min())
+        print("   %s seed %d: q8_0 top-1 %d/16, min margin %.4f" % (name, seed, q8_same, min_margin))
+        if q8_same == N_GEN and min_margin > 1e-2:
+            break
     out = os.path.join(out_root, name)
     os.makedirs(out, exist_ok=True)
     save_kw = {"safe_serialization": True}
     if shard:
         save_kw["max_shard_size"] = shard
-    model.save_pretrained(out, **save_kw)
+    saved.save_pretrained(out, **save_kw)
     write_tokenizer(tok, out)
-    # float64 everywhere except MoE blocks: transformers' grouped expert matmul takes float32 at most.
-    compute = torch.float32 if any(k in kwargs for k in ("num_local_experts", "num_experts")) else torch.float64
-    state = {k: v.to(compute) for k, v in model.state_dict().items()}
-    model = model.to(compute)
 
-    prompt = tok.encode("The river ran quietly past the old mill, and children threw sticks from the bridge").ids
-    while len(prompt) < N_PROMPT:
-        prompt = prompt + prompt
-    prompt = prompt[:N_PROMPT]
-    gen = greedy(model, prompt, N_GEN)
-    seq = prompt + gen
-    logits = logits_of(model, seq)
     assert [int(x) for x in logits[N_PROMPT - 1:-1].argmax(-1)] == gen
     logits.to(torch.float32).numpy().astype("<f4").tofile(os.path.join(out, "logits.f32"))
 
@@ -235,6 +264,8 @@ def one(name, cfg_cls, model_cls, kwargs, dtype, shard, checks, tok, out_root):
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,
         "tokenizers_version": tokenizers.__version__,
+        "seed": seed,
+        "simulated_q8_0_top1_equal": q8_same,
         "saved_dtype": dtype,
         "compute_dtype": str(compute).replace("torch.", ""),
         "n_vocab": logits.shape[1],

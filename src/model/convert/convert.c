@@ -672,6 +672,48 @@ static em_err fill(void *user, uint64_t index, void *file, uint64_t size) {
     return NULL;
 }
 
+/* The chat template: tokenizer_config.json's chat_template (a string, or a list of named templates
+ * of which "default" is the one), else the chat_template.jinja file newer transformers saves. */
+static em_err write_chat_template(const char *dir, const char *config_path, em_gguf_writer *w) {
+    em_err err = NULL;
+    if (config_path) {
+        json_error_t jerr;
+        json_t *root = json_load_file(config_path, 0, &jerr);
+        if (!root) return em_errorf(EM_ERR_FORMAT, "%s: JSON: %s (line %d)", config_path, jerr.text, jerr.line);
+        json_t *t = json_object_get(root, "chat_template");
+        const char *text = json_string_value(t);
+        if (json_is_array(t)) {
+            size_t i;
+            json_t *entry;
+            json_array_foreach(t, i, entry) {
+                const char *name = json_string_value(json_object_get(entry, "name"));
+                if (name && !strcmp(name, "default")) text = json_string_value(json_object_get(entry, "template"));
+            }
+        } else if (t && !json_is_null(t) && !text) {
+            err = em_errorf(EM_ERR_FORMAT, "%s: field 'chat_template' is neither a string nor a list", config_path);
+        }
+        if (!err && text) err = em_gguf_writer_add_str(w, "tokenizer.chat_template", text);
+        json_decref(root);
+        if (err || text) return err;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *text = NULL;
+    size_t len = 0;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n >= 0 && n < (16l << 20) && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1)))
+            len = fread(text, 1, (size_t)n, f);
+    }
+    fclose(f);
+    if (!text) return em_errorf(EM_ERR_IO, "%s: cannot read", path);
+    err = em_gguf_writer_add_strn(w, "tokenizer.chat_template", text, len);
+    free(text);
+    return err;
+}
+
 /* The tokenizer module converts tokenizer.json (+ tokenizer_config.json: chat template, special
  * tokens, add_bos) into tokenizer.ggml.* metadata. */
 static em_err write_tokenizer(converter *cv, em_gguf_writer *w) {
@@ -682,7 +724,10 @@ static em_err write_tokenizer(converter *cv, em_gguf_writer *w) {
     if (stat(json, &sb) != 0)
         return em_errorf(EM_ERR_NOT_FOUND, "%s: no tokenizer.json (convert with --no-tokenizer to write weights only)",
                          cv->dir);
-    return em_tokenizer_hf_to_gguf(json, stat(config, &sb) == 0 ? config : NULL, w);
+    bool has_config = stat(config, &sb) == 0;
+    em_err err = em_tokenizer_hf_to_gguf(json, has_config ? config : NULL, w);
+    if (err) return err;
+    return write_chat_template(cv->dir, has_config ? config : NULL, w);
 }
 
 /* ---- the whole conversion ---- */
