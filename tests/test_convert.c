@@ -552,12 +552,138 @@ static void test_convert_errors(void **state) {
     em_err_free(err);
 }
 
+
+/* f16 and bf16 outputs keep the greedy path; q4_k falls back to q8_0 where a row (64 wide here)
+ * is not a multiple of its 256-element block, and to f16 below q8_0's 32. */
+static void test_output_types(void **state) {
+    (void)state;
+    static const char *const types[] = {"f16", "bf16", "q4_k"};
+    expected e = load_expected("qwen3");
+    int32_t seq[64];
+    memcpy(seq, e.prompt, e.n_prompt * sizeof *seq);
+    memcpy(seq + e.n_prompt, e.greedy, e.n_greedy * sizeof *seq);
+    for (size_t k = 0; k < 3; k++) {
+        em_model *m = convert_and_load("qwen3", types[k]);
+        const em_gguf_tensor *t = em_gguf_find_tensor(m->gguf, "blk.0.attn_q.weight");
+        uint32_t want = k == 0 ? 1 /* F16 */ : k == 1 ? 30 /* BF16 */ : 8 /* Q8_0 */;
+        assert_int_equal(t->type, want);
+        assert_int_equal(em_gguf_find_tensor(m->gguf, "blk.0.attn_q_norm.weight")->type, 0);
+        em_backend *b = backend_for(m);
+        float *got = forward_all(b, seq, e.n_pos, e.n_vocab);
+        uint32_t same = 0;
+        for (uint32_t step = 0; step < e.n_greedy; step++)
+            same += argmax(got + (size_t)(e.n_prompt - 1 + step) * e.n_vocab, e.n_vocab) == e.greedy[step];
+        print_message("qwen3     %s: top-1 equal at %u of %u steps\n", types[k], same, e.n_greedy);
+        assert_true(same >= e.n_greedy - 1);
+        free(got);
+        em_backend_free(b);
+        em_model_free(m);
+    }
+    free(e.logits);
+}
+
+/* transformers 5.x keeps experts fused in memory (gate_up_proj [E][2F][D], down_proj [E][D][F]);
+ * a checkpoint saved that way converts to the same expert tensors as the per-expert one. */
+static void test_fused_experts(void **state) {
+    (void)state;
+    mkdir(DIR, 0755);
+    mkdir(DIR "/fused", 0755);
+    em_safetensors *st;
+    assert_null(em_safetensors_open(HF "/qwen3moe/model.safetensors", &st));
+    const uint32_t E = 4, F = 64, D = 64, L = 2;
+    json_t *header = json_object();
+    size_t cap = 8u << 20, used = 0;
+    uint8_t *data = malloc(cap);
+    assert_non_null(data);
+#define PUT(name, shape_json, bytes_expr)                                                            \
+    do {                                                                                             \
+        json_t *entry = json_pack("{s:s,s:o,s:[I,I]}", "dtype", "F32", "shape", shape_json, "data_offsets", \
+                                  (json_int_t)used, (json_int_t)(used + (bytes_expr)));              \
+        json_object_set_new(header, name, entry);                                                    \
+    } while (0)
+    for (size_t i = 0; i < em_safetensors_count(st); i++) {
+        const em_st_tensor *t = em_safetensors_at(st, i);
+        if (strstr(t->name, ".experts.")) continue;
+        assert_int_equal(t->dtype, EM_ST_F32);
+        json_t *shape = json_array();
+        for (uint32_t d = 0; d < t->n_dims; d++) json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
+        PUT(t->name, shape, t->size);
+        memcpy(data + used, t->data, t->size);
+        used += t->size;
+    }
+    char name[128];
+    for (uint32_t il = 0; il < L; il++) {
+        snprintf(name, sizeof name, "model.layers.%u.mlp.experts.gate_up_proj", il);
+        PUT(name, json_pack("[i,i,i]", E, 2 * F, D), (size_t)E * 2 * F * D * 4);
+        for (uint32_t e = 0; e < E; e++)
+            for (int half = 0; half < 2; half++) {
+                char src[128];
+                snprintf(src, sizeof src, "model.layers.%u.mlp.experts.%u.%s_proj.weight", il, e, half ? "up" : "gate");
+                const em_st_tensor *t = em_safetensors_find(st, src);
+                assert_non_null(t);
+                memcpy(data + used, t->data, t->size);
+                used += t->size;
+            }
+        snprintf(name, sizeof name, "model.layers.%u.mlp.experts.down_proj", il);
+        PUT(name, json_pack("[i,i,i]", E, D, F), (size_t)E * D * F * 4);
+        for (uint32_t e = 0; e < E; e++) {
+            char src[128];
+            snprintf(src, sizeof src, "model.layers.%u.mlp.experts.%u.down_proj.weight", il, e);
+            const em_st_tensor *t = em_safetensors_find(st, src);
+            assert_non_null(t);
+            memcpy(data + used, t->data, t->size);
+            used += t->size;
+        }
+    }
+#undef PUT
+    assert_true(used <= cap);
+    char *h = json_dumps(header, JSON_COMPACT);
+    json_decref(header);
+    size_t hn = strlen(h);
+    FILE *f = fopen(DIR "/fused/model.safetensors", "wb");
+    assert_non_null(f);
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)hn >> (8 * i));
+    assert_int_equal(fwrite(len, 1, 8, f), 8);
+    assert_int_equal(fwrite(h, 1, hn, f), hn);
+    assert_int_equal(fwrite(data, 1, used, f), used);
+    fclose(f);
+    free(h);
+    free(data);
+    em_safetensors_close(st);
+    FILE *in = fopen(HF "/qwen3moe/config.json", "rb");
+    char cfg[8192];
+    size_t n = fread(cfg, 1, sizeof cfg, in);
+    fclose(in);
+    write_file(DIR "/fused/config.json", cfg, n);
+
+    em_convert_options o = {.type = "f32", .no_tokenizer = true};
+    assert_null(em_convert_hf(DIR "/fused", DIR "/fused.gguf", &o, NULL));
+    assert_null(em_convert_hf(HF "/qwen3moe", DIR "/unfused.gguf", &o, NULL));
+    em_gguf *a, *b;
+    assert_null(em_gguf_open(DIR "/fused.gguf", &a));
+    assert_null(em_gguf_open(DIR "/unfused.gguf", &b));
+    assert_int_equal(em_gguf_tensor_count(a), em_gguf_tensor_count(b));
+    for (uint64_t i = 0; i < em_gguf_tensor_count(b); i++) {
+        const em_gguf_tensor *tb = em_gguf_tensor_at(b, i);
+        char *tn = em_str_dup(tb->name);
+        const em_gguf_tensor *ta = em_gguf_find_tensor(a, tn);
+        assert_non_null(ta);
+        assert_int_equal(ta->size, tb->size);
+        if (memcmp(ta->data, tb->data, ta->size)) fail_msg("tensor %s differs", tn);
+        free(tn);
+    }
+    em_gguf_close(a);
+    em_gguf_close(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_safetensors_valid), cmocka_unit_test(test_safetensors_malformed),
         cmocka_unit_test(test_safetensors_file),  cmocka_unit_test(test_config_4x),
         cmocka_unit_test(test_config_5x),         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_convert_errors),    cmocka_unit_test(test_metadata),
+        cmocka_unit_test(test_output_types),      cmocka_unit_test(test_fused_experts),
         cmocka_unit_test(test_llama),             cmocka_unit_test(test_mistral),
         cmocka_unit_test(test_mixtral),           cmocka_unit_test(test_qwen2),
         cmocka_unit_test(test_qwen3),             cmocka_unit_test(test_qwen3moe),
