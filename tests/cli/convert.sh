@@ -24,6 +24,12 @@ for family in llama mistral mixtral qwen2 qwen3 qwen3moe gemma2 gemma3; do
   [ "$got" = "$want" ] || fail "$family greedy: got '$got', transformers '$want'"
 done
 
+# The tokenizer half: the fixtures' prompt is the first 24 ids of this sentence as transformers
+# tokenized it with the checkpoint's tokenizer.json.
+sentence="The river ran quietly past the old mill, and children threw sticks from the bridge"
+got=$("$ember" tokenize -m "$tmp/llama.gguf" --raw --ids "$sentence" | cut -d' ' -f1-24)
+[ "$got" = "$(ids llama prompt_ids)" ] || fail "tokenize: got '$got', transformers '$(ids llama prompt_ids)'"
+
 out=$("$ember" info "$tmp/llama.gguf") || fail "info on a converted file"
 grep -q "architecture:    llama" <<<"$out" || fail "info: $out"
 
