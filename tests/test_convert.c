@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "gguf/gguf.h"
@@ -677,6 +678,110 @@ static void test_fused_experts(void **state) {
     em_gguf_close(b);
 }
 
+/* The same checkpoint described the 4.x way converts to the same bytes as the 5.x config.json that
+ * transformers wrote for it. The weights are linked in from the fixture. */
+static void same_as_fixture(const char *family, const char *config_4x) {
+    char dir[256], path[512], target[512];
+    snprintf(dir, sizeof dir, DIR "/%s-4x", family);
+    mkdir(DIR, 0755);
+    mkdir(dir, 0755);
+    static const char *const files[] = {"model.safetensors", "model.safetensors.index.json",
+                                        "model-00001-of-00006.safetensors", "model-00002-of-00006.safetensors",
+                                        "model-00003-of-00006.safetensors", "model-00004-of-00006.safetensors",
+                                        "model-00005-of-00006.safetensors", "model-00006-of-00006.safetensors",
+                                        "tokenizer.json", "tokenizer_config.json"};
+    struct stat sb;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(target, sizeof target, HF "/%s/%s", family, files[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+        if (stat(target, &sb) == 0) assert_int_equal(symlink(target, path), 0);
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_file(path, config_4x, strlen(config_4x));
+    char a[512], b[512], src[256];
+    snprintf(a, sizeof a, DIR "/%s-4x.gguf", family);
+    snprintf(b, sizeof b, DIR "/%s-5x.gguf", family);
+    snprintf(src, sizeof src, HF "/%s", family);
+    em_convert_options o = {.type = "q8_0", .name = "same"};
+    em_err err = em_convert_hf(dir, a, &o, NULL);
+    if (err) fail_msg("%s", em_err_message(err));
+    assert_null(em_convert_hf(src, b, &o, NULL));
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    assert_non_null(fa);
+    assert_non_null(fb);
+    int ca, cb;
+    long at = 0;
+    do {
+        ca = fgetc(fa);
+        cb = fgetc(fb);
+        if (ca != cb) fail_msg("%s: 4.x and 5.x conversions differ at byte %ld", family, at);
+        at++;
+    } while (ca != EOF);
+    fclose(fa);
+    fclose(fb);
+}
+
+static void test_config_layouts_convert_alike(void **state) {
+    (void)state;
+    same_as_fixture("llama",
+                    "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":64,"
+                    "\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+                    "\"num_key_value_heads\":2,\"head_dim\":16,\"vocab_size\":384,\"max_position_embeddings\":256,"
+                    "\"rms_norm_eps\":1e-05,\"hidden_act\":\"silu\",\"tie_word_embeddings\":false,"
+                    "\"rope_theta\":500000.0,\"rope_scaling\":{\"factor\":8.0,\"high_freq_factor\":4.0,"
+                    "\"low_freq_factor\":1.0,\"original_max_position_embeddings\":32,\"rope_type\":\"llama3\"},"
+                    "\"bos_token_id\":0,\"eos_token_id\":1,\"pad_token_id\":2}");
+    same_as_fixture("gemma3",
+                    "{\"architectures\":[\"Gemma3ForCausalLM\"],\"model_type\":\"gemma3_text\",\"hidden_size\":64,"
+                    "\"intermediate_size\":128,\"num_hidden_layers\":6,\"num_attention_heads\":4,"
+                    "\"num_key_value_heads\":2,\"head_dim\":16,\"vocab_size\":384,\"max_position_embeddings\":256,"
+                    "\"rms_norm_eps\":1e-06,\"hidden_activation\":\"gelu_pytorch_tanh\",\"query_pre_attn_scalar\":16,"
+                    "\"rope_theta\":1000000.0,\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":4.0},"
+                    "\"rope_local_base_freq\":10000.0,\"sliding_window\":8,\"sliding_window_pattern\":6,"
+                    "\"final_logit_softcapping\":null,\"attn_logit_softcapping\":null,"
+                    "\"bos_token_id\":0,\"eos_token_id\":1,\"pad_token_id\":2}");
+    same_as_fixture("qwen3moe",
+                    "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\",\"hidden_size\":64,"
+                    "\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+                    "\"num_key_value_heads\":2,\"head_dim\":16,\"vocab_size\":384,\"max_position_embeddings\":256,"
+                    "\"rms_norm_eps\":1e-05,\"hidden_act\":\"silu\",\"tie_word_embeddings\":false,"
+                    "\"rope_theta\":1000000.0,\"rope_scaling\":null,\"num_experts\":4,\"num_experts_per_tok\":2,"
+                    "\"moe_intermediate_size\":64,\"norm_topk_prob\":true,\"decoder_sparse_step\":1,"
+                    "\"mlp_only_layers\":[],\"use_sliding_window\":false,\"sliding_window\":null,"
+                    "\"bos_token_id\":0,\"eos_token_id\":1,\"pad_token_id\":2}");
+}
+
+/* YaRN: the keys llama.cpp's loader reads for it, read back by Ember's loader. */
+static void test_yarn_metadata(void **state) {
+    (void)state;
+    same_as_fixture("qwen3", "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":128,"
+                             "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+                             "\"head_dim\":32,\"vocab_size\":384,\"max_position_embeddings\":256,"
+                             "\"rms_norm_eps\":1e-05,\"rope_theta\":1000000.0,\"tie_word_embeddings\":false,"
+                             "\"bos_token_id\":0,\"eos_token_id\":1,\"pad_token_id\":2}");
+    em_convert_options o = {.type = "f32", .no_tokenizer = true};
+    const char *cfg = "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":128,"
+                      "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,"
+                      "\"vocab_size\":384,\"rms_norm_eps\":1e-05,\"max_position_embeddings\":1024,"
+                      "\"rope_parameters\":{\"rope_type\":\"yarn\",\"rope_theta\":1e6,\"factor\":4.0,"
+                      "\"original_max_position_embeddings\":256,\"beta_fast\":32.0,\"beta_slow\":1.0}}";
+    write_file(DIR "/qwen3-4x/config.json", cfg, strlen(cfg));
+    assert_null(em_convert_hf(DIR "/qwen3-4x", DIR "/yarn.gguf", &o, NULL));
+    em_model *m;
+    assert_null(em_model_load(DIR "/yarn.gguf", &m));
+    em_str s;
+    assert_null(em_gguf_get_str(m->gguf, "qwen3.rope.scaling.type", &s));
+    assert_true(em_str_eq(s, "yarn"));
+    const em_rope *r = &m->desc.layers[1].rope;
+    assert_int_equal(r->scaling, EM_ROPE_SCALING_YARN);
+    assert_float_equal(r->factor, 4.0f, 0);
+    assert_int_equal(r->orig_ctx, 256);
+    assert_float_equal(r->yarn_beta_fast, 32.0f, 0);
+    assert_float_equal(r->yarn_beta_slow, 1.0f, 0);
+    em_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_safetensors_valid), cmocka_unit_test(test_safetensors_malformed),
@@ -684,6 +789,7 @@ int main(void) {
         cmocka_unit_test(test_config_5x),         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_convert_errors),    cmocka_unit_test(test_metadata),
         cmocka_unit_test(test_output_types),      cmocka_unit_test(test_fused_experts),
+        cmocka_unit_test(test_config_layouts_convert_alike), cmocka_unit_test(test_yarn_metadata),
         cmocka_unit_test(test_llama),             cmocka_unit_test(test_mistral),
         cmocka_unit_test(test_mixtral),           cmocka_unit_test(test_qwen2),
         cmocka_unit_test(test_qwen3),             cmocka_unit_test(test_qwen3moe),
