@@ -16,7 +16,9 @@
  *    Qwen2/Qwen3/Qwen3Moe; Gemma2/Gemma3 text, with 1 added to every RMSNorm weight because GGUF
  *    Gemma stores (1 + w)), stacks experts into ffn_*_exps, writes rope_freqs.weight for llama3 rope
  *    scaling, and streams tensors one at a time through em_gguf_writer_write_streaming.
- *    Tokenizer metadata comes from tokenizer.json (byte-level BPE) and tokenizer_config.json.
+ *    Tokenizer metadata comes from the tokenizer module's tokenizer.json converter (BPE models:
+ *    byte-level, or with byte fallback); the chat template from tokenizer_config.json (or
+ *    chat_template.jinja).
  *
  * What it does not own: the meaning of the GGUF keys (model.h's loaders), tokenization itself
  * (tokenizer), block formats (quant).
@@ -25,7 +27,8 @@
  * mapping. An em_hf_config owns its layer_types array (em_hf_config_free). Errors name the file and
  * the field or tensor.
  *
- * Depends on base, gguf, quant, model (for em_model_arch_supported), and jansson.
+ * Depends on base, gguf, quant, tokenizer (em_tokenizer_hf_to_gguf) and jansson. It writes files the
+ * family loaders (model.h) read; it does not call them.
  */
 #ifndef EMBER_CONVERT_H
 #define EMBER_CONVERT_H
