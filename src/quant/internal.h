@@ -13,8 +13,6 @@
 
 #include "quant.h"
 
-#define EM_QK_K 256 /* elements per super-block of the K-, IQ- and TQ-formats */
-
 /* Lattice tables (iq_grids.c) and small value tables (dequant.c); see there for the formats. */
 extern const uint64_t em_iq2xxs_grid[256];
 extern const uint64_t em_iq2xs_grid[512];
@@ -76,7 +74,8 @@ static inline float em_load_bf16(const uint8_t *p) {
  * of the IQ2/IQ3 formats encodes. Returns the 8 sign bits, bit j set = negative. */
 static inline uint8_t em_iq_signs8(uint32_t bits7) {
     uint32_t s = bits7 & 127;
-    uint32_t parity = (uint32_t)__builtin_popcount(s) & 1;
+    uint32_t folded = (s ^ (s >> 4)) & 15;   /* same parity, 4 bits */
+    uint32_t parity = (0x6996u >> folded) & 1; /* bit i of 0x6996 = parity of i */
     return (uint8_t)(s | (parity << 7));
 }
 
@@ -130,6 +129,7 @@ void em_quantize_q6_k(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_q8_k(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_iq4_nl(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_iq4_xs(const float *x, uint8_t *out, uint64_t n_blocks);
-void em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks);
+/* IQ3_XXS needs search tables on the heap, so it can fail (EM_ERR_NOMEM). */
+em_err em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks);
 
 #endif
