@@ -192,6 +192,13 @@ static void test_special_parse_and_raw(void **state) {
     tokenize(t, "<|end|>", false, false, &ids, &n);
     for (size_t i = 0; i < n; i++) assert_int_not_equal(ids[i], end);
     free(ids);
+    /* </s> is a user-defined token in this file: it matches even in raw text (as Hugging Face
+     * tokenizers match added tokens that are not special; llama.cpp differs here). */
+    tokenize(t, "<s></s>", false, false, &ids, &n);
+    assert_true(n >= 2);
+    assert_int_equal(ids[n - 1], 2);
+    for (size_t i = 0; i + 1 < n; i++) assert_int_not_equal(ids[i], 1); /* <s> is control: text */
+    free(ids);
     em_tokenizer_free(t);
 }
 

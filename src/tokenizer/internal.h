@@ -77,6 +77,10 @@ struct em_tokenizer {
     int32_t byte_token[256];  /* SPM: the <0xNN> token of each byte, or the byte as text */
     int32_t ascii_token[128]; /* SPM with merges: id of each ASCII character, or -1 */
     em_pretok *pretok;
+    /* SPM: the set of adjacent code-point pairs inside any token (spm.c); text splits freely
+     * between two characters that no token contains side by side. */
+    uint64_t *pairs;
+    uint64_t pairs_mask;
 };
 
 /* Growable id array used while tokenizing. */
@@ -134,6 +138,7 @@ void em_scratch_free(em_scratch *s);
 em_err em_bpe_merge(const em_tokenizer *tokenizer, em_scratch *s);
 
 /* One fragment of raw text (no special tokens in it) → ids, appended to out. */
+em_err em_spm_build_pairs(em_tokenizer *tokenizer);
 /* prefix: put SPM's space prefix in front (start of text, or after a special token). */
 em_err em_spm_encode(const em_tokenizer *tokenizer, em_scratch *s, const char *text, size_t len, bool prefix,
                      em_ids *out);

@@ -7,6 +7,10 @@
  * encoding. With merges (tokenizer.json BPE models with byte fallback), merge ranks decide, as in
  * bpe.c. A symbol that is no token comes out as its bytes' <0xNN> tokens.
  *
+ * Speed: merging the whole text at once keeps a heap as large as the text. But no merge can
+ * join two characters that appear side by side in no token, so the text is cut at every such
+ * place and each piece is merged on its own: the same result, with small heaps.
+ *
  * Control tokens are never formed by merging: their text in user input must not turn into them
  * (parse_special is how a caller asks for control tokens). */
 #include "internal.h"
@@ -99,6 +103,77 @@ static em_err push_bytes(const em_tokenizer *t, const char *bytes, size_t len, e
     return NULL;
 }
 
+static uint64_t pair_key(uint32_t a, uint32_t b) { return ((uint64_t)a << 21 | b) + 1; }
+
+static uint64_t pair_hash(uint64_t key) {
+    key *= 0x9E3779B97F4A7C15ull;
+    return key ^ (key >> 31);
+}
+
+static bool pair_possible(const em_tokenizer *t, uint32_t a, uint32_t b) {
+    uint64_t key = pair_key(a, b);
+    for (uint64_t i = pair_hash(key) & t->pairs_mask;; i = (i + 1) & t->pairs_mask) {
+        if (t->pairs[i] == key) return true;
+        if (t->pairs[i] == 0) return false;
+    }
+}
+
+em_err em_spm_build_pairs(em_tokenizer *t) {
+    uint64_t total = 0;
+    for (int32_t id = 0; id < t->n_vocab; id++) total += t->tokens[id].text_len;
+    uint64_t size = 1024;
+    while (size < total * 2) size <<= 1;
+    t->pairs = calloc(size, sizeof *t->pairs);
+    if (!t->pairs) return em_errorf(EM_ERR_NOMEM, "tokenizer: out of memory for the pair set");
+    t->pairs_mask = size - 1;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        const char *text = t->arena + t->tokens[id].text_off;
+        size_t len = t->tokens[id].text_len;
+        if (em_utf8_validate(text, len) != len) continue; /* cannot match valid input text anyway */
+        uint32_t prev = 0;
+        for (size_t i = 0; i < len;) {
+            size_t k;
+            uint32_t cp = em_utf8_decode(text + i, &k);
+            if (i > 0) {
+                uint64_t key = pair_key(prev, cp);
+                uint64_t j = pair_hash(key) & t->pairs_mask;
+                while (t->pairs[j] && t->pairs[j] != key) j = (j + 1) & t->pairs_mask;
+                t->pairs[j] = key;
+            }
+            prev = cp;
+            i += k;
+        }
+    }
+    return NULL;
+}
+
+/* Merges and emits esc[from, to). */
+static em_err encode_piece(const em_tokenizer *t, em_scratch *s, const char *esc, size_t from, size_t to, em_ids *out) {
+    em_err err = em_scratch_reserve(s, to - from);
+    if (err) return err;
+    size_t count = 0;
+    for (size_t i = from; i < to;) {
+        size_t k = em_utf8_len((unsigned char)esc[i]);
+        int32_t id = EM_TOKEN_NONE;
+        if (t->has_merges)
+            id = k == 1 && (unsigned char)esc[i] < 128 ? t->ascii_token[(unsigned char)esc[i]] : em_strmap_find(&t->map, esc + i, k);
+        s->syms[count] = (em_sym){id, (int32_t)count - 1, i + k < to ? (int32_t)count + 1 : -1, (uint32_t)i, (uint32_t)k};
+        count++;
+        i += k;
+    }
+    s->n_syms = count;
+    if (count > 1) err = t->has_merges ? em_bpe_merge(t, s) : merge_by_score(t, s, esc);
+    if (err) return err;
+    for (int32_t i = 0; i >= 0; i = s->syms[i].next) {
+        const em_sym *sym = &s->syms[i];
+        int32_t id = t->has_merges ? (sym->id < t->n_vocab ? sym->id : EM_TOKEN_NONE)
+                                   : em_strmap_find(&t->map, esc + sym->start, sym->len);
+        err = id >= 0 ? em_ids_push(out, id) : push_bytes(t, esc + sym->start, sym->len, out);
+        if (err) return err;
+    }
+    return NULL;
+}
+
 em_err em_spm_encode(const em_tokenizer *t, em_scratch *s, const char *text, size_t len, bool prefix, em_ids *out) {
     /* Escape: optional prefix, spaces → U+2581. */
     size_t cap = (len + 1) * 3;
@@ -115,29 +190,18 @@ em_err em_spm_encode(const em_tokenizer *t, em_scratch *s, const char *text, siz
         if (text[i] == ' ') memcpy(esc + n, "\xE2\x96\x81", 3), n += 3;
         else esc[n++] = text[i];
     }
-    em_err err = em_scratch_reserve(s, n);
-    if (err) return err;
-    size_t count = 0;
+    size_t from = 0;
+    uint32_t prev = 0;
     for (size_t i = 0; i < n;) {
-        size_t k = em_utf8_len((unsigned char)esc[i]);
-        if (k > n - i) k = n - i;
-        int32_t id = EM_TOKEN_NONE;
-        if (t->has_merges) id = k == 1 && (unsigned char)esc[i] < 128 ? t->ascii_token[(unsigned char)esc[i]]
-                                                                      : em_strmap_find(&t->map, esc + i, k);
-        s->syms[count] = (em_sym){id, (int32_t)count - 1, i + k < n ? (int32_t)count + 1 : -1, (uint32_t)i, (uint32_t)k};
-        count++;
+        size_t k;
+        uint32_t cp = em_utf8_decode(esc + i, &k);
+        if (i > from && !pair_possible(t, prev, cp)) {
+            em_err err = encode_piece(t, s, esc, from, i, out);
+            if (err) return err;
+            from = i;
+        }
+        prev = cp;
         i += k;
     }
-    s->n_syms = count;
-    if (count == 0) return NULL;
-    err = t->has_merges ? em_bpe_merge(t, s) : merge_by_score(t, s, esc);
-    if (err) return err;
-    for (int32_t i = 0; i >= 0; i = s->syms[i].next) {
-        const em_sym *sym = &s->syms[i];
-        int32_t id = t->has_merges ? (sym->id < t->n_vocab ? sym->id : EM_TOKEN_NONE)
-                                   : em_strmap_find(&t->map, esc + sym->start, sym->len);
-        err = id >= 0 ? em_ids_push(out, id) : push_bytes(t, esc + sym->start, sym->len, out);
-        if (err) return err;
-    }
-    return NULL;
+    return n > from ? encode_piece(t, s, esc, from, n, out) : NULL;
 }

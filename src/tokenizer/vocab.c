@@ -523,6 +523,7 @@ em_err em_tokenizer_from_gguf(const em_gguf *g, em_tokenizer **out) {
             char ch = (char)c;
             t->ascii_token[c] = em_strmap_find(&t->map, &ch, 1);
         }
+        if ((err = em_spm_build_pairs(t))) goto fail;
     }
 
     const em_gguf_kv *merges = em_gguf_find(g, "tokenizer.ggml.merges");
@@ -553,6 +554,7 @@ void em_tokenizer_free(em_tokenizer *t) {
     free(t->merges.slots);
     free(t->special);
     free(t->special_start);
+    free(t->pairs);
     free(t->map.slots);
     free(t->tokens);
     free(t->arena);

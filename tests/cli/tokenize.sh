@@ -17,12 +17,8 @@ out=$("$ember" tokenize -m "$gpt2" --raw --ids "Hello world" | od -An -c | tr -s
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for name in llama-spm gpt-2 deepseek-coder bert-bge; do
-  python3 - "$vocab/ggml-vocab-$name.gguf.inp" "$tmp/$name" <<'EOF'
-import sys
-cases = open(sys.argv[1], 'rb').read().split(b'\n__ggml_vocab_test__\n')[:-1]
-for i, c in enumerate(cases):
-    open(f'{sys.argv[2]}.{i}', 'wb').write(c)
-EOF
+  awk -v out="$tmp/$name" 'BEGIN { RS = "\n__ggml_vocab_test__\n" }
+    { f = out "." (NR - 1); printf "%s", $0 > f; close(f) }' "$vocab/ggml-vocab-$name.gguf.inp"
   i=0
   while IFS= read -r expected; do
     got=$("$ember" tokenize -m "$vocab/ggml-vocab-$name.gguf" --raw --ids -f "$tmp/$name.$i") || fail "$name case $i exited $?"
