@@ -669,6 +669,10 @@ static em_err fill(void *user, uint64_t index, void *file, uint64_t size) {
         if (fwrite(cv->out, 1, nr * row_bytes, (FILE *)file) != nr * row_bytes)
             return em_errorf(EM_ERR_IO, "writing tensor %s failed", t->name);
     }
+    if (t->kind == SRC_EXPERTS)
+        for (uint64_t e = 0; e < t->ne[2]; e++) em_st_release(t->src[e]);
+    else if (t->kind != SRC_GENERATED)
+        em_st_release(t->src[0]);
     return NULL;
 }
 

@@ -58,6 +58,7 @@ typedef struct em_st_tensor {
     uint64_t size;        /* bytes */
     uint64_t offset;      /* from the start of the file */
     const uint8_t *data;  /* into the mapping or the caller's buffer */
+    bool mapped;          /* data is in a file mapping (em_safetensors_open) */
 } em_st_tensor;
 
 typedef struct em_safetensors em_safetensors;
@@ -77,6 +78,11 @@ const em_st_tensor *em_safetensors_find(const em_safetensors *st, const char *na
 
 const char *em_st_dtype_name(em_st_dtype dtype); /* "F32", "BF16", ... */
 size_t em_st_dtype_size(em_st_dtype dtype);
+
+/* Tells the kernel that a mapped tensor's pages are no longer needed, so converting a checkpoint
+ * keeps about one tensor resident rather than every page read so far. The data stays readable
+ * (pages are read again from the file if touched). No-op for caller buffers. */
+void em_st_release(const em_st_tensor *t);
 
 /* Converts elements [first, first + count) of a float tensor (F32, F16, BF16, F64) to f32. */
 em_err em_st_read_f32(const em_st_tensor *t, uint64_t first, uint64_t count, float *out);

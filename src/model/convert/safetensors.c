@@ -20,6 +20,7 @@ struct em_safetensors {
     void *map; /* NULL for a caller's buffer */
     size_t map_size;
     em_st_tensor *tensors; /* sorted by offset; names owned here */
+    const em_st_tensor **by_name; /* the same, sorted by name, for lookups */
     size_t count;
 };
 
@@ -54,6 +55,7 @@ void em_safetensors_close(em_safetensors *st) {
     if (st->tensors)
         for (size_t i = 0; i < st->count; i++) free((char *)st->tensors[i].name);
     free(st->tensors);
+    free(st->by_name);
     free(st->name);
     free(st);
 }
@@ -62,6 +64,10 @@ static int by_offset(const void *a, const void *b) {
     const em_st_tensor *x = a, *y = b;
     if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
     return x->size < y->size ? -1 : x->size > y->size;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(const em_st_tensor *const *)a)->name, (*(const em_st_tensor *const *)b)->name);
 }
 
 /* A JSON integer that is a valid non-negative 64-bit value. */
@@ -172,6 +178,14 @@ static em_err parse_header(em_safetensors *st) {
             goto done;
         }
     }
+    /* Checkpoints of MoE models hold tens of thousands of tensors: look names up by bisection. */
+    st->by_name = malloc((st->count ? st->count : 1) * sizeof *st->by_name);
+    if (!st->by_name) {
+        err = em_errorf(EM_ERR_NOMEM, "%s: out of memory", f);
+        goto done;
+    }
+    for (size_t i = 0; i < st->count; i++) st->by_name[i] = &st->tensors[i];
+    qsort(st->by_name, st->count, sizeof *st->by_name, by_name);
 done:
     json_decref(root);
     return err;
@@ -226,6 +240,7 @@ em_err em_safetensors_open(const char *path, em_safetensors **out) {
     }
     (*out)->map = map;
     (*out)->map_size = size;
+    for (size_t i = 0; i < (*out)->count; i++) (*out)->tensors[i].mapped = map != NULL;
     return NULL;
 }
 
@@ -236,10 +251,25 @@ const em_st_tensor *em_safetensors_at(const em_safetensors *st, size_t i) {
 }
 
 const em_st_tensor *em_safetensors_find(const em_safetensors *st, const char *name) {
-    /* Checkpoints hold hundreds of tensors at most per file; a scan is cheap next to reading them. */
-    for (size_t i = 0; i < st->count; i++)
-        if (!strcmp(st->tensors[i].name, name)) return &st->tensors[i];
+    size_t lo = 0, hi = st->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(st->by_name[mid]->name, name);
+        if (c == 0) return st->by_name[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
     return NULL;
+}
+
+void em_st_release(const em_st_tensor *t) {
+    if (!t->mapped || t->size == 0) return;
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) return;
+    /* Whole pages inside the tensor only: a page shared with a neighbour stays. */
+    uintptr_t begin = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t end = ((uintptr_t)t->data + t->size) & ~((uintptr_t)page - 1);
+    if (end > begin) madvise((void *)begin, end - begin, MADV_DONTNEED);
 }
 
 /* IEEE half → float, exact (including subnormals, infinities and NaN). */
