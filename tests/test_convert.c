@@ -471,6 +471,58 @@ static void test_config_5x(void **state) {
     em_hf_config_free(&c);
 }
 
+/* Fields a config.json leaves out take the values of transformers' configuration classes; null
+ * means none. */
+static void test_config_class_defaults(void **state) {
+    (void)state;
+    em_hf_config c = config_of("{\"architectures\":[\"Gemma2ForCausalLM\"],\"hidden_size\":64,\"num_hidden_layers\":2,"
+                               "\"vocab_size\":9}");
+    assert_float_equal(c.attn_softcap, 50.0, 0);
+    assert_float_equal(c.final_softcap, 30.0, 0);
+    assert_int_equal(c.sliding_window, 4096);
+    assert_int_equal(c.n_head, 8);
+    assert_int_equal(c.n_head_kv, 4);
+    assert_int_equal(c.head_dim, 256);
+    assert_string_equal(c.act, "gelu_pytorch_tanh");
+    em_hf_config_free(&c);
+    c = config_of("{\"architectures\":[\"Gemma2ForCausalLM\"],\"hidden_size\":64,\"num_hidden_layers\":2,"
+                  "\"vocab_size\":9,\"attn_logit_softcapping\":null,\"sliding_window\":null,\"num_attention_heads\":16}");
+    assert_float_equal(c.attn_softcap, 0.0, 0);
+    assert_float_equal(c.final_softcap, 30.0, 0);
+    assert_int_equal(c.sliding_window, 0);
+    assert_int_equal(c.n_head, 16);
+    assert_int_equal(c.n_head_kv, 4);
+    em_hf_config_free(&c);
+    c = config_of("{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":64,\"num_hidden_layers\":2,"
+                  "\"num_attention_heads\":4,\"vocab_size\":9,\"head_dim\":null}");
+    assert_float_equal(c.rope.theta, 1e6, 0);
+    assert_int_equal(c.n_expert, 8);
+    assert_int_equal(c.n_expert_used, 2);
+    assert_int_equal(c.head_dim, 16);
+    assert_false(c.head_dim_given);
+    em_hf_config_free(&c);
+    c = config_of("{\"architectures\":[\"MistralForCausalLM\"],\"hidden_size\":64,\"num_hidden_layers\":2,"
+                  "\"num_attention_heads\":4,\"vocab_size\":9}");
+    assert_int_equal(c.sliding_window, 4096);
+    assert_float_equal(c.rope.theta, 1e4, 0);
+    em_hf_config_free(&c);
+    c = config_of("{\"architectures\":[\"Gemma3ForCausalLM\"],\"hidden_size\":64,\"num_hidden_layers\":6,"
+                  "\"vocab_size\":9}");
+    assert_float_equal(c.rope.theta, 1e6, 0);
+    assert_true(c.rope_local_given);
+    assert_float_equal(c.rope_local.theta, 1e4, 0);
+    assert_int_equal(c.sliding_window_pattern, 6);
+    assert_float_equal(c.query_pre_attn_scalar, 256, 0);
+    em_hf_config_free(&c);
+    c = config_of("{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"hidden_size\":64,\"num_hidden_layers\":2,"
+                  "\"num_attention_heads\":4,\"vocab_size\":9}");
+    assert_int_equal(c.n_expert, 128);
+    assert_int_equal(c.n_expert_used, 8);
+    assert_int_equal(c.n_ff_expert, 768);
+    assert_false(c.norm_topk_given);
+    em_hf_config_free(&c);
+}
+
 static void expect_config_error(const char *json, const char *fragment) {
     em_hf_config c;
     em_err err = em_hf_config_parse(json, strlen(json), "config.json", &c);
@@ -786,7 +838,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_safetensors_valid), cmocka_unit_test(test_safetensors_malformed),
         cmocka_unit_test(test_safetensors_file),  cmocka_unit_test(test_config_4x),
-        cmocka_unit_test(test_config_5x),         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_config_5x), cmocka_unit_test(test_config_class_defaults),         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_convert_errors),    cmocka_unit_test(test_metadata),
         cmocka_unit_test(test_output_types),      cmocka_unit_test(test_fused_experts),
         cmocka_unit_test(test_config_layouts_convert_alike), cmocka_unit_test(test_yarn_metadata),

@@ -57,6 +57,65 @@ static em_err get_str(const reader *r, const json_t *obj, const char *key, char 
     return NULL;
 }
 
+/* A field where null means "none" (sliding windows, softcaps) and absence means the class default:
+ * absent leaves *out alone, null makes it 0. */
+static em_err get_nullable(const reader *r, const json_t *obj, const char *key, double *out) {
+    json_t *v = json_object_get(obj, key);
+    if (!v) return NULL;
+    if (json_is_null(v)) {
+        *out = 0;
+        return NULL;
+    }
+    return get_num(r, obj, key, "", out);
+}
+
+/* Values transformers' configuration classes give fields that a config.json leaves out (4.x saves
+ * nested configs as differences from them; hand-written configs omit more). Only fields whose
+ * default changes the model are listed. */
+typedef struct class_defaults {
+    const char *arch;
+    double rope_theta, local_theta, attn_softcap, final_softcap, query_pre_attn_scalar, sliding_window;
+    uint32_t n_head, n_head_kv, head_dim, pattern, n_expert, n_expert_used, n_ff_expert;
+    const char *act;
+} class_defaults;
+
+static const class_defaults class_defaults_table[] = {
+    {"LlamaForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
+    {"MistralForCausalLM", 1e4, 0, 0, 0, 0, 4096, 0, 0, 0, 0, 0, 0, 0, "silu"},
+    {"MixtralForCausalLM", 1e6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 2, 0, "silu"},
+    {"Qwen2ForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
+    {"Qwen3ForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
+    {"Qwen3MoeForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 8, 768, "silu"},
+    {"Gemma2ForCausalLM", 1e4, 0, 50, 30, 256, 4096, 8, 4, 256, 0, 0, 0, 0, "gelu_pytorch_tanh"},
+    {"Gemma3ForCausalLM", 1e6, 1e4, 0, 0, 256, 4096, 8, 4, 256, 6, 0, 0, 0, "gelu_pytorch_tanh"},
+};
+
+static void apply_class_defaults(em_hf_config *cfg) {
+    cfg->rope.theta = 1e4;
+    snprintf(cfg->act, sizeof cfg->act, "silu");
+    for (size_t i = 0; i < sizeof class_defaults_table / sizeof class_defaults_table[0]; i++) {
+        const class_defaults *d = &class_defaults_table[i];
+        if (strcmp(d->arch, cfg->arch)) continue;
+        cfg->rope.theta = d->rope_theta;
+        if (d->local_theta > 0) {
+            cfg->rope_local = (em_hf_rope){.theta = d->local_theta, .type = EM_HF_ROPE_DEFAULT, .factor = 1.0};
+            cfg->rope_local_given = true;
+        }
+        cfg->attn_softcap = d->attn_softcap;
+        cfg->final_softcap = d->final_softcap;
+        cfg->query_pre_attn_scalar = d->query_pre_attn_scalar;
+        cfg->sliding_window = (uint32_t)d->sliding_window;
+        cfg->n_head = d->n_head;
+        cfg->n_head_kv = d->n_head_kv;
+        cfg->head_dim = d->head_dim;
+        cfg->sliding_window_pattern = d->pattern;
+        cfg->n_expert = d->n_expert;
+        cfg->n_expert_used = d->n_expert_used;
+        cfg->n_ff_expert = d->n_ff_expert;
+        snprintf(cfg->act, sizeof cfg->act, "%s", d->act);
+    }
+}
+
 /* Token ids may be an integer or a list of them (several EOS ids): the first one counts. */
 static em_err get_token_id(const reader *r, const json_t *obj, const char *key, int64_t *out) {
     json_t *v = json_object_get(obj, key);
@@ -110,8 +169,7 @@ static em_err parse_rope(const reader *r, const json_t *o, const char *where, em
 
 static em_err parse_ropes(const reader *r, const json_t *c, em_hf_config *cfg) {
     em_err err;
-    cfg->rope.theta = 10000.0;
-    cfg->rope.factor = 1.0;
+    cfg->rope.factor = 1.0; /* rope.theta holds the class default */
     json_t *params = json_object_get(c, "rope_parameters");
     if (!is_null_or_absent(params)) { /* 5.x */
         if (!json_is_object(params))
@@ -120,7 +178,7 @@ static em_err parse_ropes(const reader *r, const json_t *c, em_hf_config *cfg) {
         if (!full && !sliding) return parse_rope(r, params, "rope_parameters.", &cfg->rope);
         if (full && (err = parse_rope(r, full, "rope_parameters.full_attention.", &cfg->rope))) return err;
         if (sliding) {
-            cfg->rope_local = cfg->rope;
+            if (!cfg->rope_local_given) cfg->rope_local = cfg->rope;
             cfg->rope_local.type = EM_HF_ROPE_DEFAULT;
             cfg->rope_local.factor = 1.0;
             if ((err = parse_rope(r, sliding, "rope_parameters.sliding_attention.", &cfg->rope_local))) return err;
@@ -193,8 +251,10 @@ static em_err parse_all(const reader *r, em_hf_config *cfg) {
     if ((err = get_u32(r, c, "num_hidden_layers", true, &cfg->n_layer))) return err;
     if ((err = get_u32(r, c, "hidden_size", true, &cfg->n_embd))) return err;
     if ((err = get_u32(r, c, "intermediate_size", false, &cfg->n_ff))) return err;
-    if ((err = get_u32(r, c, "num_attention_heads", true, &cfg->n_head))) return err;
-    cfg->n_head_kv = cfg->n_head;
+    apply_class_defaults(cfg);
+    const bool heads_default = cfg->n_head > 0;
+    if ((err = get_u32(r, c, "num_attention_heads", !heads_default, &cfg->n_head))) return err;
+    if (!heads_default || json_is_null(json_object_get(c, "num_key_value_heads"))) cfg->n_head_kv = cfg->n_head;
     if ((err = get_u32(r, c, "num_key_value_heads", false, &cfg->n_head_kv))) return err;
     if ((err = get_u32(r, c, "vocab_size", true, &cfg->n_vocab))) return err;
     cfg->n_ctx = 4096;
@@ -203,23 +263,27 @@ static em_err parse_all(const reader *r, em_hf_config *cfg) {
         cfg->n_head % cfg->n_head_kv)
         return em_errorf(EM_ERR_FORMAT, "%s: %u layers, width %u, %u heads / %u KV heads, vocabulary %u is not a model",
                          r->file, cfg->n_layer, cfg->n_embd, cfg->n_head, cfg->n_head_kv, cfg->n_vocab);
+    uint32_t hd = cfg->head_dim; /* the class default, if any */
     cfg->head_dim = cfg->n_embd / cfg->n_head;
-    uint32_t hd = 0;
     if ((err = get_u32(r, c, "head_dim", false, &hd))) return err;
+    if (json_is_null(json_object_get(c, "head_dim"))) hd = 0;
     if (hd) {
         cfg->head_dim = hd;
         cfg->head_dim_given = true;
     }
     cfg->norm_eps = 1e-6;
     if ((err = get_num(r, c, "rms_norm_eps", "", &cfg->norm_eps))) return err;
-    snprintf(cfg->act, sizeof cfg->act, "silu");
     if ((err = get_str(r, c, "hidden_act", cfg->act, sizeof cfg->act))) return err;
     if ((err = get_str(r, c, "hidden_activation", cfg->act, sizeof cfg->act))) return err;
     if ((err = get_bool(r, c, "tie_word_embeddings", &cfg->tie_embeddings, &cfg->tie_given))) return err;
     if ((err = get_bool(r, c, "attention_bias", &cfg->attention_bias, NULL))) return err;
     if ((err = get_bool(r, c, "mlp_bias", &cfg->mlp_bias, NULL))) return err;
     if ((err = parse_ropes(r, c, cfg))) return err;
-    if ((err = get_u32(r, c, "sliding_window", false, &cfg->sliding_window))) return err;
+    double window = cfg->sliding_window;
+    if ((err = get_nullable(r, c, "sliding_window", &window))) return err;
+    if (window < 0 || window > UINT32_MAX || window != (uint32_t)window)
+        return em_errorf(EM_ERR_FORMAT, "%s: field 'sliding_window' is not an integer in [0, 2^32)", r->file);
+    cfg->sliding_window = (uint32_t)window;
     if ((err = get_bool(r, c, "use_sliding_window", &cfg->use_sliding_window, &cfg->use_sliding_window_given)))
         return err;
     if ((err = get_u32(r, c, "sliding_window_pattern", false, &cfg->sliding_window_pattern))) return err;
@@ -228,8 +292,8 @@ static em_err parse_all(const reader *r, em_hf_config *cfg) {
         return err;
     if ((err = parse_layer_types(r, c, cfg))) return err;
     if ((err = parse_moe(r, c, cfg))) return err;
-    if ((err = get_num(r, c, "attn_logit_softcapping", "", &cfg->attn_softcap))) return err;
-    if ((err = get_num(r, c, "final_logit_softcapping", "", &cfg->final_softcap))) return err;
+    if ((err = get_nullable(r, c, "attn_logit_softcapping", &cfg->attn_softcap))) return err;
+    if ((err = get_nullable(r, c, "final_logit_softcapping", &cfg->final_softcap))) return err;
     if ((err = get_num(r, c, "query_pre_attn_scalar", "", &cfg->query_pre_attn_scalar))) return err;
     cfg->bos_id = cfg->eos_id = cfg->pad_id = -1;
     if ((err = get_token_id(r, c, "bos_token_id", &cfg->bos_id))) return err;

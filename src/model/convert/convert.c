@@ -572,8 +572,9 @@ static em_err write_metadata(converter *cv, em_gguf_writer *w, const char *name)
     }
     if (cv->f->moe == MOE_QWEN) {
         TRY(em_gguf_writer_add_u32(w, K("expert_feed_forward_length"), c->n_ff_expert));
-        /* llama.cpp's qwen3moe graph always renormalises; the key says so for a checkpoint that does not. */
-        TRY(em_gguf_writer_add_bool(w, K("expert_weights_norm"), c->norm_topk_given ? c->norm_topk_prob : true));
+        /* norm_topk_prob (False when absent, as Qwen3MoeConfig has it). llama.cpp's qwen3moe graph
+         * always renormalises and ignores the key; Ember's loader follows it. */
+        TRY(em_gguf_writer_add_bool(w, K("expert_weights_norm"), c->norm_topk_given && c->norm_topk_prob));
     }
     /* Sliding windows: Gemma's pattern is fixed by the architecture; a Mistral-style window on every
      * layer of `llama` is a key llama.cpp's converter does not write but the loader honours. */
