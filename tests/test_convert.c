@@ -187,6 +187,7 @@ GOLDEN(qwen3)
 GOLDEN(qwen3moe)
 GOLDEN(gemma2)
 GOLDEN(gemma3)
+GOLDEN(gemma3mm)
 
 /* What the converter writes, checked against what llama.cpp's converter writes for these models. */
 static void test_metadata(void **state) {
@@ -521,6 +522,24 @@ static void test_config_class_defaults(void **state) {
     assert_int_equal(c.n_ff_expert, 768);
     assert_false(c.norm_topk_given);
     em_hf_config_free(&c);
+    /* a multimodal Gemma 3 as transformers 4.x saved it: text_config holds only what differs */
+    c = config_of("{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"model_type\":\"gemma3\","
+                  "\"eos_token_id\":[1,106],\"text_config\":{\"hidden_size\":2560,\"intermediate_size\":10240,"
+                  "\"model_type\":\"gemma3_text\",\"num_hidden_layers\":34,\"rope_scaling\":{\"factor\":8.0,"
+                  "\"rope_type\":\"linear\"},\"sliding_window\":1024},\"vision_config\":{\"hidden_size\":1152}}");
+    assert_int_equal(c.n_layer, 34);
+    assert_int_equal(c.n_embd, 2560);
+    assert_int_equal(c.n_head, 8);
+    assert_int_equal(c.n_head_kv, 4);
+    assert_int_equal(c.head_dim, 256);
+    assert_int_equal(c.n_vocab, 262208);
+    assert_int_equal(c.sliding_window, 1024);
+    assert_int_equal(c.rope.type, EM_HF_ROPE_LINEAR);
+    assert_float_equal(c.rope.factor, 8.0, 0);
+    assert_float_equal(c.rope.theta, 1e6, 0);
+    assert_float_equal(c.rope_local.theta, 1e4, 0);
+    assert_int_equal(c.eos_id, 1);
+    em_hf_config_free(&c);
 }
 
 static void expect_config_error(const char *json, const char *fragment) {
@@ -846,6 +865,7 @@ int main(void) {
         cmocka_unit_test(test_mixtral),           cmocka_unit_test(test_qwen2),
         cmocka_unit_test(test_qwen3),             cmocka_unit_test(test_qwen3moe),
         cmocka_unit_test(test_gemma2),            cmocka_unit_test(test_gemma3),
+        cmocka_unit_test(test_gemma3mm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,7 +24,7 @@ fi
 ids() { tr -d ' \n' <"$HF/$1/expected.json" | sed -e "s/.*\"$2\":\[\([0-9,]*\)\].*/\1/" | tr ',' ' '; }
 
 status=0
-families="llama mixtral qwen2 qwen3 qwen3moe gemma2 gemma3"
+families="llama mixtral qwen2 qwen3 qwen3moe gemma2 gemma3 gemma3mm"
 prompt=$(ids llama prompt_ids)
 models=()
 for family in $families; do

@@ -112,6 +112,10 @@ def specs(V):
     """(name, config class, model class, kwargs, saved dtype, shard size, [(check, kwargs that turn it off)])"""
     T = transformers
     gemma3_types = ["sliding_attention"] * 5 + ["full_attention"]
+    gemma3_text = common(V, head_dim=16, num_hidden_layers=6, tie_word_embeddings=True, sliding_window=8,
+                         query_pre_attn_scalar=16, hidden_activation="gelu_pytorch_tanh", layer_types=gemma3_types,
+                         rms_norm_eps=1e-6, **rope(1000000.0, {"rope_type": "linear", "factor": 4.0}, 10000.0))
+    del gemma3_text["attn_implementation"]
     return [
         ("llama", T.LlamaConfig, T.LlamaForCausalLM,
          common(V, **rope(500000.0, LLAMA3)), "float32", "100KB",
@@ -139,6 +143,10 @@ def specs(V):
          [("sliding_window", {"sliding_window": 4096}),
           ("attn_softcap", {"attn_logit_softcapping": None}),
           ("final_softcap", {"final_logit_softcapping": None})]),
+        ("gemma3mm", T.Gemma3Config, T.Gemma3ForConditionalGeneration,
+         dict(text_config=gemma3_text, vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                          num_attention_heads=2, image_size=28, patch_size=14),
+              mm_tokens_per_image=4, attn_implementation="eager", initializer_range=0.1), "float32", None, []),
         ("gemma3", T.Gemma3TextConfig, T.Gemma3ForCausalLM,
          common(V, head_dim=16, num_hidden_layers=6, tie_word_embeddings=True, sliding_window=8,
                 query_pre_attn_scalar=16, hidden_activation="gelu_pytorch_tanh", layer_types=gemma3_types,
@@ -152,9 +160,20 @@ def specs(V):
 def build(cfg_cls, model_cls, kwargs):
     cfg = cfg_cls(**kwargs)
     cfg._attn_implementation = "eager"
+    if hasattr(cfg, "text_config"):
+        cfg.text_config._attn_implementation = "eager"
     model = model_cls(cfg)
     model.eval()
     return model
+
+
+@torch.no_grad()
+def perturb_vectors(model):
+    """transformers initialises biases to 0 and norm weights to 1 (Gemma: 0); random offsets make
+    the fixtures check that these values, not just their shapes, arrive."""
+    for _, p in model.named_parameters():
+        if p.dim() == 1:
+            p.add_(torch.randn_like(p) * 0.1)
 
 
 @torch.no_grad()
@@ -207,7 +226,9 @@ def one(name, cfg_cls, model_cls, kwargs, dtype, shard, checks, tok, out_root):
     for attempt in range(MAX_SEEDS):
         seed = 1234 + sum(map(ord, name)) + 1000 * attempt
         torch.manual_seed(seed)
-        saved = build(cfg_cls, model_cls, kwargs).to(getattr(torch, dtype))
+        saved = build(cfg_cls, model_cls, kwargs)
+        perturb_vectors(saved)
+        saved = saved.to(getattr(torch, dtype))
         # The reference uses exactly the saved (rounded) weights, loaded into a model built in the
         # compute dtype, so buffers such as RoPE's inv_freq are not rounded to the saved dtype.
         state = {k: v.to(compute) for k, v in saved.state_dict().items()}
@@ -287,7 +308,7 @@ def one(name, cfg_cls, model_cls, kwargs, dtype, shard, checks, tok, out_root):
     print("== %s: vocab %d, range %.3f, min margin %.4f, greedy %s, cached %s, checks %s" %
           (name, logits.shape[1], rng, min(margins), gen, "same" if cached == gen else cached, check_out))
     print(cfgtext)
-    print("keys:", json.dumps(expected["safetensors_keys"]))
+    print("keys:", json.dumps(expected["safetensors_keys"])[:3000])
 
 
 def main():

@@ -75,19 +75,20 @@ static em_err get_nullable(const reader *r, const json_t *obj, const char *key, 
 typedef struct class_defaults {
     const char *arch;
     double rope_theta, local_theta, attn_softcap, final_softcap, query_pre_attn_scalar, sliding_window;
-    uint32_t n_head, n_head_kv, head_dim, pattern, n_expert, n_expert_used, n_ff_expert;
+    uint32_t n_head, n_head_kv, head_dim, pattern, n_expert, n_expert_used, n_ff_expert, n_vocab;
     const char *act;
 } class_defaults;
 
 static const class_defaults class_defaults_table[] = {
-    {"LlamaForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
-    {"MistralForCausalLM", 1e4, 0, 0, 0, 0, 4096, 0, 0, 0, 0, 0, 0, 0, "silu"},
-    {"MixtralForCausalLM", 1e6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 2, 0, "silu"},
-    {"Qwen2ForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
-    {"Qwen3ForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
-    {"Qwen3MoeForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 8, 768, "silu"},
-    {"Gemma2ForCausalLM", 1e4, 0, 50, 30, 256, 4096, 8, 4, 256, 0, 0, 0, 0, "gelu_pytorch_tanh"},
-    {"Gemma3ForCausalLM", 1e6, 1e4, 0, 0, 256, 4096, 8, 4, 256, 6, 0, 0, 0, "gelu_pytorch_tanh"},
+    {"LlamaForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
+    {"MistralForCausalLM", 1e4, 0, 0, 0, 0, 4096, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
+    {"MixtralForCausalLM", 1e6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 2, 0, 0, "silu"},
+    {"Qwen2ForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
+    {"Qwen3ForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
+    {"Qwen3MoeForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 8, 768, 0, "silu"},
+    {"Gemma2ForCausalLM", 1e4, 0, 50, 30, 256, 4096, 8, 4, 256, 0, 0, 0, 0, 256000, "gelu_pytorch_tanh"},
+    {"Gemma3ForCausalLM", 1e6, 1e4, 0, 0, 256, 4096, 8, 4, 256, 6, 0, 0, 0, 262208, "gelu_pytorch_tanh"},
+    {"Gemma3ForConditionalGeneration", 1e6, 1e4, 0, 0, 256, 4096, 8, 4, 256, 6, 0, 0, 0, 262208, "gelu_pytorch_tanh"},
 };
 
 static void apply_class_defaults(em_hf_config *cfg) {
@@ -112,6 +113,7 @@ static void apply_class_defaults(em_hf_config *cfg) {
         cfg->n_expert = d->n_expert;
         cfg->n_expert_used = d->n_expert_used;
         cfg->n_ff_expert = d->n_ff_expert;
+        cfg->n_vocab = d->n_vocab;
         snprintf(cfg->act, sizeof cfg->act, "%s", d->act);
     }
 }
@@ -248,6 +250,9 @@ static em_err parse_all(const reader *r, em_hf_config *cfg) {
         return em_errorf(EM_ERR_NOT_FOUND, "%s: field 'architectures' is missing or not a list of names", r->file);
     snprintf(cfg->arch, sizeof cfg->arch, "%s", json_string_value(json_array_get(archs, 0)));
     if ((err = get_str(r, c, "model_type", cfg->model_type, sizeof cfg->model_type))) return err;
+    /* A multimodal model keeps its language model's fields in text_config. */
+    const json_t *top = c, *text = json_object_get(c, "text_config");
+    if (json_is_object(text) && !json_object_get(c, "num_hidden_layers")) c = text;
     if ((err = get_u32(r, c, "num_hidden_layers", true, &cfg->n_layer))) return err;
     if ((err = get_u32(r, c, "hidden_size", true, &cfg->n_embd))) return err;
     if ((err = get_u32(r, c, "intermediate_size", false, &cfg->n_ff))) return err;
@@ -256,7 +261,7 @@ static em_err parse_all(const reader *r, em_hf_config *cfg) {
     if ((err = get_u32(r, c, "num_attention_heads", !heads_default, &cfg->n_head))) return err;
     if (!heads_default || json_is_null(json_object_get(c, "num_key_value_heads"))) cfg->n_head_kv = cfg->n_head;
     if ((err = get_u32(r, c, "num_key_value_heads", false, &cfg->n_head_kv))) return err;
-    if ((err = get_u32(r, c, "vocab_size", true, &cfg->n_vocab))) return err;
+    if ((err = get_u32(r, c, "vocab_size", cfg->n_vocab == 0, &cfg->n_vocab))) return err;
     cfg->n_ctx = 4096;
     if ((err = get_u32(r, c, "max_position_embeddings", false, &cfg->n_ctx))) return err;
     if (cfg->n_layer == 0 || cfg->n_embd == 0 || cfg->n_head == 0 || cfg->n_head_kv == 0 || cfg->n_vocab == 0 ||
@@ -296,9 +301,12 @@ static em_err parse_all(const reader *r, em_hf_config *cfg) {
     if ((err = get_nullable(r, c, "final_logit_softcapping", &cfg->final_softcap))) return err;
     if ((err = get_num(r, c, "query_pre_attn_scalar", "", &cfg->query_pre_attn_scalar))) return err;
     cfg->bos_id = cfg->eos_id = cfg->pad_id = -1;
-    if ((err = get_token_id(r, c, "bos_token_id", &cfg->bos_id))) return err;
-    if ((err = get_token_id(r, c, "eos_token_id", &cfg->eos_id))) return err;
-    if ((err = get_token_id(r, c, "pad_token_id", &cfg->pad_id))) return err;
+    for (const json_t *o = top;; o = c) { /* the text config's ids override the outer ones */
+        if ((err = get_token_id(r, o, "bos_token_id", &cfg->bos_id))) return err;
+        if ((err = get_token_id(r, o, "eos_token_id", &cfg->eos_id))) return err;
+        if ((err = get_token_id(r, o, "pad_token_id", &cfg->pad_id))) return err;
+        if (o == c) break;
+    }
     return NULL;
 }
 

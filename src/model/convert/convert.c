@@ -41,6 +41,8 @@ static const family families[] = {
     {"Qwen3MoeForCausalLM", "qwen3moe", false, false, true, false, MOE_QWEN, 0},
     {"Gemma2ForCausalLM", "gemma2", false, true, false, false, MOE_NONE, 2},
     {"Gemma3ForCausalLM", "gemma3", false, true, true, false, MOE_NONE, 6},
+    /* the text half of the multimodal Gemma 3 (4B and up); the vision tower is left out */
+    {"Gemma3ForConditionalGeneration", "gemma3", false, true, true, false, MOE_NONE, 6},
 };
 
 static const family *family_of(const char *hf_arch) {
@@ -220,6 +222,7 @@ static void plan_free(plan *p) {
 
 typedef struct converter {
     const char *dir;
+    const char *prefix; /* of the text model's tensor names */
     const family *f;
     em_hf_config cfg;
     checkpoint ck;
@@ -327,12 +330,12 @@ static em_err plan_experts(converter *cv, uint32_t il, const char *which, const 
         for (int i = 0; i < 3; i++)
             if (!strcmp(which, mixtral[i][0])) hf_which = mixtral[i][1];
     const char *prefix = cv->f->moe == MOE_MIXTRAL ? "block_sparse_moe" : "mlp";
-    snprintf(name, sizeof name, "model.layers.%u.%s.experts.0.%s%s.weight", il, prefix, hf_which,
+    snprintf(name, sizeof name, "%slayers.%u.%s.experts.0.%s%s.weight", cv->prefix, il, prefix, hf_which,
              cv->f->moe == MOE_MIXTRAL ? "" : "_proj");
     if (checkpoint_find(&cv->ck, name)) {
         t->kind = SRC_EXPERTS;
         for (uint32_t e = 0; e < ne; e++) {
-            snprintf(name, sizeof name, "model.layers.%u.%s.experts.%u.%s%s.weight", il, prefix, e, hf_which,
+            snprintf(name, sizeof name, "%slayers.%u.%s.experts.%u.%s%s.weight", cv->prefix, il, prefix, e, hf_which,
                      cv->f->moe == MOE_MIXTRAL ? "" : "_proj");
             if ((err = need(cv, name, &t->src[e]))) return err;
             if ((err = check_shape(t->src[e], 2, (uint64_t[]){rows, cols}))) return em_err_prefix(err, "%s", cv->dir);
@@ -341,7 +344,7 @@ static em_err plan_experts(converter *cv, uint32_t il, const char *which, const 
     }
     /* transformers 5.x in-memory layout, should a checkpoint be saved that way. */
     bool down = !strcmp(which, "down");
-    snprintf(name, sizeof name, "model.layers.%u.mlp.experts.%s", il, down ? "down_proj" : "gate_up_proj");
+    snprintf(name, sizeof name, "%slayers.%u.mlp.experts.%s", cv->prefix, il, down ? "down_proj" : "gate_up_proj");
     if ((err = need(cv, name, &t->src[0])))
         return em_err_prefix(err, "no per-expert tensors for expert 0 (%s) either", which);
     if ((err = check_shape(t->src[0], 3, (uint64_t[]){ne, down ? rows : 2 * rows, cols})))
@@ -387,7 +390,7 @@ static em_err plan_layer(converter *cv, uint32_t il) {
     char hf[256], gg[96];
     em_err err;
     const uint64_t e = c->n_embd, hd = c->head_dim, q = (uint64_t)c->n_head * hd, kv = (uint64_t)c->n_head_kv * hd;
-#define HF(fmt) (snprintf(hf, sizeof hf, "model.layers.%u." fmt, il), hf)
+#define HF(fmt) (snprintf(hf, sizeof hf, "%slayers.%u." fmt, cv->prefix, il), hf)
 #define GG(fmt) (snprintf(gg, sizeof gg, "blk.%u." fmt, il), gg)
     plan_tensor *t;
     if ((err = plan_one(cv, HF("input_layernorm.weight"), GG("attn_norm.weight"), e, 0, true, false, NULL))) return err;
@@ -449,11 +452,23 @@ static em_err plan_all(converter *cv) {
     const em_hf_config *c = &cv->cfg;
     em_err err;
     if (c->rope.type == EM_HF_ROPE_LLAMA3 && (err = plan_rope_freqs(cv))) return err;
-    if ((err = plan_one(cv, "model.embed_tokens.weight", "token_embd.weight", c->n_embd, c->n_vocab, true, false, NULL)))
-        return err;
+    char name[128];
+    /* The text model's tensors: "model." in a CausalLM; "language_model.model." (as saved by
+     * transformers 4.x and 5.x) or "model.language_model." (5.x in memory) in a multimodal one. */
+    static const char *const prefixes[] = {"model.", "language_model.model.", "model.language_model."};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        snprintf(name, sizeof name, "%sembed_tokens.weight", prefixes[i]);
+        if (checkpoint_find(&cv->ck, name)) {
+            cv->prefix = prefixes[i];
+            break;
+        }
+    }
+    snprintf(name, sizeof name, "%sembed_tokens.weight", cv->prefix);
+    if ((err = plan_one(cv, name, "token_embd.weight", c->n_embd, c->n_vocab, true, false, NULL))) return err;
     for (uint32_t il = 0; il < c->n_layer; il++)
         if ((err = plan_layer(cv, il))) return err;
-    if ((err = plan_one(cv, "model.norm.weight", "output_norm.weight", c->n_embd, 0, true, false, NULL))) return err;
+    snprintf(name, sizeof name, "%snorm.weight", cv->prefix);
+    if ((err = plan_one(cv, name, "output_norm.weight", c->n_embd, 0, true, false, NULL))) return err;
     /* An output matrix is written when the checkpoint has one and does not declare it tied
      * (Gemma is always tied; llama.cpp drops its lm_head). */
     bool tied = cv->f->gemma || (c->tie_given && c->tie_embeddings);
@@ -765,11 +780,22 @@ static em_err run(converter *cv, const char *out_path, const em_convert_options 
     if ((err = check_config(cv))) return err;
     if ((err = checkpoint_open(cv->dir, &cv->ck))) return err;
     if ((err = plan_all(cv))) return err;
+    /* Tensors left over: the first few by name, then a count (a vision tower has hundreds). */
+    size_t unused = 0, vision = 0;
     for (size_t i = 0; i < cv->ck.n_files; i++)
-        for (size_t t = 0; t < em_safetensors_count(cv->ck.files[i]); t++)
-            if (!cv->ck.used[cv->ck.base[i] + t] && !ends_with(em_safetensors_at(cv->ck.files[i], t)->name, "rotary_emb.inv_freq"))
-                em_log(EM_LOG_WARN, "%s: tensor '%s' is not used by GGUF %s", em_safetensors_name(cv->ck.files[i]),
-                       em_safetensors_at(cv->ck.files[i], t)->name, cv->f->arch);
+        for (size_t t = 0; t < em_safetensors_count(cv->ck.files[i]); t++) {
+            const char *tn = em_safetensors_at(cv->ck.files[i], t)->name;
+            if (cv->ck.used[cv->ck.base[i] + t] || ends_with(tn, "rotary_emb.inv_freq")) continue;
+            if (strcmp(cv->prefix, "model.") && (strstr(tn, "vision_tower.") || strstr(tn, "multi_modal_projector."))) {
+                vision++; /* a multimodal checkpoint's image half, left out on purpose */
+                continue;
+            }
+            if (unused++ < 4)
+                em_log(EM_LOG_WARN, "%s: tensor '%s' is not used by GGUF %s", em_safetensors_name(cv->ck.files[i]), tn,
+                       cv->f->arch);
+        }
+    if (unused > 4) em_log(EM_LOG_WARN, "%s: %zu more tensors are not used by GGUF %s", cv->dir, unused - 4, cv->f->arch);
+    if (vision) em_log(EM_LOG_INFO, "%s: the text model only: %zu vision tensors left out", cv->dir, vision);
 
     em_gguf_writer *w;
     if ((err = em_gguf_writer_new(3, &w))) return err;
@@ -804,7 +830,7 @@ static em_err run(converter *cv, const char *out_path, const em_convert_options 
 
 em_err em_convert_hf(const char *dir, const char *out_path, const em_convert_options *options,
                      em_convert_stats *stats) {
-    converter cv = {.dir = dir};
+    converter cv = {.dir = dir, .prefix = "model."};
     em_err err = run(&cv, out_path, options, stats);
     free(cv.buf);
     free(cv.out);
