@@ -224,6 +224,16 @@ static void test_metadata(void **state) {
     assert_non_null(em_gguf_find_tensor(g, "output.weight"));
     em_model_free(m);
 
+    /* Mistral's window on every layer of GGUF llama */
+    m = convert_and_load("mistral", "f32");
+    assert_null(em_gguf_get_u32(m->gguf, "llama.attention.sliding_window", &u));
+    assert_int_equal(u, 8);
+    for (uint32_t il = 0; il < m->desc.n_layer; il++) {
+        assert_int_equal(m->desc.layers[il].attn, EM_ATTN_SLIDING);
+        assert_int_equal(m->desc.layers[il].window, 8);
+    }
+    em_model_free(m);
+
     m = convert_and_load("gemma3", "f32");
     g = m->gguf;
     assert_null(em_gguf_get_u32(g, "gemma3.attention.sliding_window", &u));
