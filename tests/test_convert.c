@@ -81,8 +81,12 @@ static em_model *convert_and_load(const char *family, const char *type) {
     return m;
 }
 
+static uint32_t table_blocks[4];
+static em_batch_seq table;
+
 static em_backend *backend_for(const em_model *m) {
-    em_cpu_options o = {.n_seq = 1, .n_ctx = 64, .n_threads = 2};
+    em_backend_config o = {.device = "cpu", .n_threads = 2, .block_tokens = 16, .kv_tokens = 64};
+    em_batch_fixed_tables(&table, table_blocks, 1, 4);
     em_backend *b = NULL;
     em_err err = em_backend_cpu_new(m, &o, &b);
     if (err) fail_msg("backend: %s", em_err_message(err));
@@ -97,10 +101,9 @@ static float *forward_all(em_backend *b, const int32_t *tokens, uint32_t n, uint
         pos[i] = i;
         want[i] = true;
     }
-    em_batch batch = {.n_tokens = n, .tokens = tokens, .seq = seq, .pos = pos, .logits = want};
+    em_batch batch = {.n_tokens = n, .tokens = tokens, .seq = seq, .pos = pos, .logits = want, .n_seqs = 1, .seqs = &table};
     float *logits = malloc((size_t)n * n_vocab * sizeof *logits);
     assert_non_null(logits);
-    assert_null(em_backend_seq_truncate(b, 0, 0));
     em_err err = em_backend_forward(b, &batch, logits);
     if (err) fail_msg("forward: %s", em_err_message(err));
     return logits;
@@ -134,17 +137,16 @@ static void golden_f32(const char *family) {
     assert_true(max_err <= 1e-3f * (hi - lo));
 
     /* Greedy decoding through the KV cache: prefill the prompt, then one token at a time. */
-    assert_null(em_backend_seq_truncate(b, 0, 0));
     uint32_t zero[64] = {0}, pos[64];
     for (uint32_t i = 0; i < e.n_prompt; i++) pos[i] = i;
     float *row = malloc(e.n_vocab * sizeof *row);
-    em_batch prefill = {.n_tokens = e.n_prompt, .tokens = e.prompt, .seq = zero, .pos = pos, .logits = NULL};
+    em_batch prefill = {.n_tokens = e.n_prompt, .tokens = e.prompt, .seq = zero, .pos = pos, .logits = NULL, .n_seqs = 1, .seqs = &table};
     assert_null(em_backend_forward(b, &prefill, row));
     for (uint32_t step = 0; step < e.n_greedy; step++) {
         int32_t next = argmax(row, e.n_vocab);
         assert_int_equal(next, e.greedy[step]);
         uint32_t p = e.n_prompt + step;
-        em_batch one = {.n_tokens = 1, .tokens = &next, .seq = zero, .pos = &p, .logits = NULL};
+        em_batch one = {.n_tokens = 1, .tokens = &next, .seq = zero, .pos = &p, .logits = NULL, .n_seqs = 1, .seqs = &table};
         assert_null(em_backend_forward(b, &one, row));
     }
     free(row);

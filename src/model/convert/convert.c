@@ -692,8 +692,8 @@ static em_err fill(void *user, uint64_t index, void *file, uint64_t size) {
     return NULL;
 }
 
-/* The chat template: tokenizer_config.json's chat_template (a string, or a list of named templates
- * of which "default" is the one), else the chat_template.jinja file newer transformers saves. */
+/* The chat template of tokenizer_config.json is written by the tokenizer module with the rest of the
+ * tokenizer; newer transformers save it as chat_template.jinja instead, which is read here. */
 static em_err write_chat_template(const char *dir, const char *config_path, em_gguf_writer *w) {
     em_err err = NULL;
     if (config_path) {
@@ -701,20 +701,9 @@ static em_err write_chat_template(const char *dir, const char *config_path, em_g
         json_t *root = json_load_file(config_path, 0, &jerr);
         if (!root) return em_errorf(EM_ERR_FORMAT, "%s: JSON: %s (line %d)", config_path, jerr.text, jerr.line);
         json_t *t = json_object_get(root, "chat_template");
-        const char *text = json_string_value(t);
-        if (json_is_array(t)) {
-            size_t i;
-            json_t *entry;
-            json_array_foreach(t, i, entry) {
-                const char *name = json_string_value(json_object_get(entry, "name"));
-                if (name && !strcmp(name, "default")) text = json_string_value(json_object_get(entry, "template"));
-            }
-        } else if (t && !json_is_null(t) && !text) {
-            err = em_errorf(EM_ERR_FORMAT, "%s: field 'chat_template' is neither a string nor a list", config_path);
-        }
-        if (!err && text) err = em_gguf_writer_add_str(w, "tokenizer.chat_template", text);
+        bool in_config = t && !json_is_null(t);
         json_decref(root);
-        if (err || text) return err;
+        if (in_config) return NULL;
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
