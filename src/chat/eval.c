@@ -723,7 +723,10 @@ em_err em_chat_eval_block(em_chat_interp *in, const em_chat_nodes *body, em_chat
         case NODE_IF: {
             em_chat_value *c;
             if ((err = em_chat_eval(in, n->a, scope, &c))) return err;
+            /* Nested blocks count toward the depth bound, as expressions and macro calls do. */
+            if (++in->depth > MAX_DEPTH) return em_chat_err(in, n->offset, "blocks nested too deeply");
             err = em_chat_eval_block(in, em_chat_truthy(c) ? &n->list : &n->list2, scope, out);
+            in->depth--;
             break;
         }
         case NODE_FOR:
