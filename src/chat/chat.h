@@ -16,6 +16,10 @@
  * it is freed before em_chat_render returns. The rendered text is malloc'd and owned by the
  * caller (free()). Inputs are jansson values borrowed for the duration of the call.
  *
+ * A parsed template is read-only while rendering, so one template may be rendered from several
+ * threads at once. Templates are untrusted input (they come from GGUF files): nesting, the number
+ * of steps and the memory of a render are bounded, and exceeding a bound is an error.
+ *
  * What it does not own: reading GGUF files (gguf), tokenizing the prompt (tokenizer), deciding
  * which template a model uses (the caller passes the text of `tokenizer.chat_template`).
  *
