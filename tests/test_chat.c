@@ -279,6 +279,29 @@ static void test_hostile_input_is_refused(void **state) {
     expect_error(deep, NULL, "nested too deeply");
     free(deep);
     expect_error("{{ range(100000000) | length }}", NULL, "range() of more than a million numbers");
+
+    /* Step and byte bounds. */
+    const char *forever = "{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}";
+    const char *doubling = "{% set s = namespace(v='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set s.v = s.v + s.v %}{% endfor %}";
+    em_chat_template *t;
+    char *out = NULL;
+    size_t len;
+    assert_null(em_chat_template_parse(forever, strlen(forever), &t));
+    em_chat_render_options o = {.now = 0, .max_steps = 100000};
+    em_err err = em_chat_render(t, NULL, &o, &out, &len);
+    assert_non_null(err);
+    assert_non_null(strstr(em_err_message(err), "more than 100000 steps"));
+    assert_int_equal(em_err_code_of(err), EM_ERR_RANGE);
+    assert_null(out);
+    em_err_free(err);
+    em_chat_template_free(t);
+    assert_null(em_chat_template_parse(doubling, strlen(doubling), &t));
+    o = (em_chat_render_options){.now = 0, .max_bytes = 8u << 20};
+    err = em_chat_render(t, NULL, &o, &out, &len);
+    assert_non_null(err);
+    assert_non_null(strstr(em_err_message(err), "byte limit"));
+    em_err_free(err);
+    em_chat_template_free(t);
 }
 
 int main(void) {

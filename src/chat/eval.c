@@ -577,6 +577,7 @@ em_err em_chat_eval(em_chat_interp *in, const em_chat_node *n, em_chat_scope *sc
     default: err = em_chat_err(in, n->offset, "a statement is not an expression"); break;
     }
     in->depth--;
+    if (!err && in->arena.failed) err = em_chat_oom();
     return err;
 }
 
@@ -752,6 +753,7 @@ em_err em_chat_eval_block(em_chat_interp *in, const em_chat_nodes *body, em_chat
         default: err = em_chat_eval(in, n, scope, &v); break;
         }
         if (err) return err;
+        if (in->arena.failed) return em_chat_oom();
         if (v && v->kind != VAL_NONE && v->kind != VAL_UNDEFINED) {
             err = em_chat_render_value(out, v);
             if (err) return wrap(in, n->offset, err);
