@@ -8,8 +8,10 @@
  * `str.strip(chars)` ignoring its argument, `loop` scoping, how numbers and booleans print,
  * `tojson` separators) Ember does what @huggingface/jinja does, so a prompt rendered here is byte
  * for byte the prompt the reference renders. Templates are tokenized with trim_blocks and
- * lstrip_blocks on, as the reference and transformers do. Anything the interpreter does not
- * support is an error naming the construct and its line and column, never a guess.
+ * lstrip_blocks on, as the reference and transformers do. Where the reference rejects what Jinja
+ * defines and real templates use (backslash-newline in a string, `map('filter')`), Jinja's meaning
+ * applies. Anything the interpreter does not support is an error naming the construct and its
+ * line and column, never a guess.
  *
  * What this module owns: the parsed template (an em_chat_template owns one arena holding its
  * tokens and syntax tree) and, during one render, an arena for every value the render creates;
