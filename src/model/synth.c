@@ -129,6 +129,12 @@ static void random_block(uint8_t *block, const em_type_info *info, const block_l
         uint32_t n = info->block_bytes - i < 8 ? info->block_bytes - i : 8;
         memcpy(block + i, &r, n);
     }
+    if (l->type == EM_TYPE_Q8_0) {
+        /* -128 is a valid int8 but no quantizer emits it, and llama.cpp's SIMD paths assume
+         * |q| <= 127 (sign tricks); keep the blocks canonical. */
+        for (uint32_t i = 2; i < info->block_bytes; i++)
+            if (block[i] == 0x80) block[i] = 0x81;
+    }
     uint16_t h = to_f16(d);
     memcpy(block + l->d_offset, &h, 2);
     if (l->dmin_offset >= 0) {
