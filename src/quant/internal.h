@@ -129,6 +129,7 @@ void em_quantize_q6_k(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_q8_k(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_iq4_nl(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_iq4_xs(const float *x, uint8_t *out, uint64_t n_blocks);
-void em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks);
+/* IQ3_XXS needs search tables on the heap, so it can fail (EM_ERR_NOMEM). */
+em_err em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks);
 
 #endif

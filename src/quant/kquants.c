@@ -10,6 +10,7 @@
  * implementation bit for bit (no test or file depends on that); the tests bound their error.
  */
 #include <float.h>
+#include <stdlib.h>
 
 #include "internal.h"
 
@@ -56,43 +57,49 @@ static float fit_symmetric(const float *x, int n, int nmax, int *L) {
     return best_scale;
 }
 
-/* Least-squares (scale, offset) for x ~ scale * L + offset with offset <= 0 (the formats store
- * a non-negative min that is subtracted). Returns the squared error. */
-static float solve_affine(const float *x, const int *L, int n, float *scale, float *offset) {
-    float sl = 0, sll = 0, sx = 0, sxl = 0;
-    for (int j = 0; j < n; j++) {
-        sl += (float)L[j];
-        sll += (float)(L[j] * L[j]);
-        sx += x[j];
-        sxl += x[j] * (float)L[j];
-    }
-    float det = (float)n * sll - sl * sl;
-    float s = 0, o = 0;
+/* Least-squares (scale, offset) for x ~ scale * L + offset with offset <= 0 (the formats store a
+ * non-negative min that is subtracted), from the sums of L, L^2, x, x^2, x*L over n elements.
+ * Returns the squared error, in closed form (double, to keep the cancellation harmless). */
+static double solve_affine(int n, double sl, double sll, double sx, double sxx, double sxl, float *scale, float *offset) {
+    double det = n * sll - sl * sl, s = 0, o = 0;
     if (det > 0) {
-        s = ((float)n * sxl - sl * sx) / det;
+        s = (n * sxl - sl * sx) / det;
         o = (sll * sx - sl * sxl) / det;
     }
     if (det <= 0 || o > 0) {
         o = 0;
         s = sll > 0 ? sxl / sll : 0;
     }
-    float err = 0;
+    *scale = (float)s;
+    *offset = (float)o;
+    return sxx - 2 * s * sxl - 2 * o * sx + s * s * sll + 2 * s * o * sl + n * o * o;
+}
+
+/* Levels for x at (scale, offset) or (iscale, base) and the least-squares refit; one pass. */
+static double affine_trial(const float *x, int n, int nmax, float iscale, float base, double sx, double sxx, int *L,
+                           float *scale, float *offset) {
+    int sl = 0, sll = 0;
+    double sxl = 0;
     for (int j = 0; j < n; j++) {
-        float diff = s * (float)L[j] + o - x[j];
-        err += diff * diff;
+        int l = clampi(em_round_int(iscale * (x[j] - base)), 0, nmax);
+        L[j] = l;
+        sl += l;
+        sll += l * l;
+        sxl += (double)x[j] * l;
     }
-    *scale = s;
-    *offset = o;
-    return err;
+    return solve_affine(n, sl, sll, sx, sxx, sxl, scale, offset);
 }
 
 /* Affine fit x ~ scale * L - min, L in [0, nmax], scale >= 0, min >= 0. Searches the level spacing
  * around (max - min) / nmax, then polishes with a few rounds of re-rounding and re-solving. */
 static float fit_affine(const float *x, int n, int nmax, int *L, float *min_out) {
     float lo = x[0], hi = x[0];
-    for (int j = 1; j < n; j++) {
+    double sx = 0, sxx = 0;
+    for (int j = 0; j < n; j++) {
         if (x[j] < lo) lo = x[j];
         if (x[j] > hi) hi = x[j];
+        sx += x[j];
+        sxx += (double)x[j] * x[j];
     }
     if (lo > 0) lo = 0;
     if (hi <= lo) {
@@ -101,12 +108,11 @@ static float fit_affine(const float *x, int n, int nmax, int *L, float *min_out)
         return 0;
     }
     int trial[32];
-    float best_err = FLT_MAX, best_scale = 0, best_offset = lo;
+    double best_err = DBL_MAX;
+    float best_scale = 0, best_offset = lo;
     for (int step = -10; step <= 10; step++) {
-        float iscale = ((float)nmax + 0.1f * (float)step) / (hi - lo);
-        for (int j = 0; j < n; j++) trial[j] = clampi(em_round_int(iscale * (x[j] - lo)), 0, nmax);
-        float s, o;
-        float err = solve_affine(x, trial, n, &s, &o);
+        float s, o, iscale = ((float)nmax + 0.1f * (float)step) / (hi - lo);
+        double err = affine_trial(x, n, nmax, iscale, lo, sx, sxx, trial, &s, &o);
         if (err < best_err && s > 0) {
             best_err = err;
             best_scale = s;
@@ -115,9 +121,8 @@ static float fit_affine(const float *x, int n, int nmax, int *L, float *min_out)
         }
     }
     for (int round = 0; round < 3 && best_scale > 0; round++) {
-        for (int j = 0; j < n; j++) trial[j] = clampi(em_round_int((x[j] - best_offset) / best_scale), 0, nmax);
         float s, o;
-        float err = solve_affine(x, trial, n, &s, &o);
+        double err = affine_trial(x, n, nmax, 1.0f / best_scale, best_offset, sx, sxx, trial, &s, &o);
         if (!(err < best_err) || s <= 0) break;
         best_err = err;
         best_scale = s;
@@ -390,36 +395,82 @@ static int nearest_iq3_level(float v) {
     return best;
 }
 
-/* lattice[i] = grid index of the point whose coordinates have level indices i = l0 + 8 l1 + 64 l2
- * + 512 l3, or -1 when the grid lacks that point. */
-static void iq3_lattice_map(int16_t lattice[4096]) {
-    for (int i = 0; i < 4096; i++) lattice[i] = -1;
+/* Search aids, one per call. For each lattice key i = l0 + 8 l1 + 64 l2 + 512 l3 (level indices of
+ * the four coordinates): the grid index when the grid has that point; otherwise (most keys: the
+ * grid holds 256 of the 4096) the IQ3_CANDIDATES grid points nearest to that lattice point,
+ * found once first needed, among which the exact error then picks. */
+#define IQ3_CANDIDATES 8
+
+typedef struct iq3_search {
+    int16_t grid_index[4096]; /* -1: not a grid point */
+    bool known[4096];         /* candidates[key] filled */
+    uint8_t candidates[4096][IQ3_CANDIDATES];
+} iq3_search;
+
+static void iq3_search_init(iq3_search *search) {
+    for (int i = 0; i < 4096; i++) {
+        search->grid_index[i] = -1;
+        search->known[i] = false;
+    }
     for (int g = 0; g < 256; g++) {
         uint32_t point = em_iq3xxs_grid[g];
         int key = 0;
         for (int k = 0; k < 4; k++) key += nearest_iq3_level((float)((point >> (8 * k)) & 255)) << (3 * k);
-        lattice[key] = (int16_t)g;
+        search->grid_index[key] = (int16_t)g;
     }
 }
 
-/* Grid point nearest to scale * point ~ t (4 targets): the per-coordinate nearest levels when the
- * grid has that point (then it is optimal), else a search over all 256 points. */
-static int nearest_iq3_point(const float *t, float scale, const int16_t *lattice) {
-    int key = 0;
-    for (int k = 0; k < 4; k++) key += nearest_iq3_level(t[k] / scale) << (3 * k);
-    if (lattice[key] >= 0) return lattice[key];
-    int best = 0;
-    float best_err = FLT_MAX;
+/* The grid points nearest to the lattice point `key` (squared distance of magnitudes), nearest
+ * first. */
+static void iq3_find_candidates(int key, uint8_t *out) {
+    int dist[IQ3_CANDIDATES], count = 0;
     for (int g = 0; g < 256; g++) {
         uint32_t point = em_iq3xxs_grid[g];
-        float err = 0;
+        int err = 0;
         for (int k = 0; k < 4; k++) {
-            float diff = scale * (float)((point >> (8 * k)) & 255) - t[k];
+            int diff = (int)((point >> (8 * k)) & 255) - iq3_levels[(key >> (3 * k)) & 7];
             err += diff * diff;
         }
+        if (count == IQ3_CANDIDATES && err >= dist[count - 1]) continue;
+        int pos = count < IQ3_CANDIDATES ? count++ : count - 1;
+        while (pos > 0 && dist[pos - 1] > err) {
+            dist[pos] = dist[pos - 1];
+            out[pos] = out[pos - 1];
+            pos--;
+        }
+        dist[pos] = err;
+        out[pos] = (uint8_t)g;
+    }
+}
+
+static float iq3_point_error(int g, const float *t, float scale) {
+    uint32_t point = em_iq3xxs_grid[g];
+    float err = 0;
+    for (int k = 0; k < 4; k++) {
+        float diff = scale * (float)((point >> (8 * k)) & 255) - t[k];
+        err += diff * diff;
+    }
+    return err;
+}
+
+/* Grid point for scale * point ~ t (4 targets): the per-coordinate nearest levels, which is the
+ * optimum when the grid has that point, else the best of the candidates of those levels. */
+static int nearest_iq3_point(const float *t, float scale, iq3_search *search) {
+    int key = 0;
+    for (int k = 0; k < 4; k++) key += nearest_iq3_level(t[k] / scale) << (3 * k);
+    if (search->grid_index[key] >= 0) return search->grid_index[key];
+    if (!search->known[key]) {
+        iq3_find_candidates(key, search->candidates[key]);
+        search->known[key] = true;
+    }
+    const uint8_t *c = search->candidates[key];
+    int best = c[0];
+    float best_err = iq3_point_error(best, t, scale);
+    for (int i = 1; i < IQ3_CANDIDATES; i++) {
+        float err = iq3_point_error(c[i], t, scale);
         if (err < best_err) {
             best_err = err;
-            best = g;
+            best = c[i];
         }
     }
     return best;
@@ -427,10 +478,10 @@ static int nearest_iq3_point(const float *t, float scale, const int16_t *lattice
 
 /* Points for 32 targets at a scale; returns the squared error at the least-squares rescaling,
  * and that scale. */
-static float iq3_fit(const float *t, float scale, const int16_t *lattice, uint8_t *points, float *refit) {
+static float iq3_fit(const float *t, float scale, iq3_search *search, uint8_t *points, float *refit) {
     float sum_tg = 0, sum_gg = 0, sum_tt = 0;
     for (int q = 0; q < 8; q++) {
-        points[q] = (uint8_t)nearest_iq3_point(t + 4 * q, scale, lattice);
+        points[q] = (uint8_t)nearest_iq3_point(t + 4 * q, scale, search);
         uint32_t point = em_iq3xxs_grid[points[q]];
         for (int k = 0; k < 4; k++) {
             float g = (float)((point >> (8 * k)) & 255);
@@ -448,9 +499,10 @@ static float iq3_fit(const float *t, float scale, const int16_t *lattice, uint8_
  * group of 8 stores 7 signs and has even parity, so when an odd number of elements is negative the
  * smallest one is given the wrong sign and its target magnitude becomes -|x| (the fit then pushes
  * it toward the smallest level). */
-void em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks) {
-    int16_t lattice[4096];
-    iq3_lattice_map(lattice);
+em_err em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks) {
+    iq3_search *search = malloc(sizeof *search); /* 44 KB: too much for small thread stacks */
+    if (!search) return em_errorf(EM_ERR_NOMEM, "quantize IQ3_XXS: no memory for the %zu-byte search tables", sizeof *search);
+    iq3_search_init(search);
     for (uint64_t i = 0; i < n_blocks; i++, x += 256, out += 98) {
         float targets[256], scales[8];
         uint32_t sign_bits[8] = {0};
@@ -481,7 +533,7 @@ void em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks) {
             float best_err = FLT_MAX;
             uint8_t points[8];
             for (int m = 62; m >= 22; m -= 4) {
-                float refit, err = iq3_fit(targets + 32 * ib, amax / (float)m, lattice, points, &refit);
+                float refit, err = iq3_fit(targets + 32 * ib, amax / (float)m, search, points, &refit);
                 if (err < best_err && refit > 0) {
                     best_err = err;
                     scales[ib] = refit;
@@ -499,9 +551,11 @@ void em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks) {
             int s = clampi(em_round_int((4.0f * scales[ib] / d - 1.0f) / 2.0f), 0, 15);
             float db = d * (0.5f + (float)s) * 0.5f;
             for (int q = 0; q < 8; q++)
-                out[2 + 8 * ib + q] = (uint8_t)nearest_iq3_point(targets + 32 * ib + 4 * q, db, lattice);
+                out[2 + 8 * ib + q] = (uint8_t)nearest_iq3_point(targets + 32 * ib + 4 * q, db, search);
             uint32_t aux = sign_bits[ib] | ((uint32_t)s << 28);
             for (int k = 0; k < 4; k++) out[66 + 4 * ib + k] = (uint8_t)(aux >> (8 * k));
         }
     }
+    free(search);
+    return NULL;
 }

@@ -123,8 +123,8 @@ em_err em_quantize_activation(uint32_t weight_type, const float *x, void *out, u
 
 /* Dot product of one weight row and one activation row (already in the activation format), `n`
  * elements. The caller has validated the type and `n` (a multiple of the block). Uses AVX2 kernels
- * when the CPU has AVX2+FMA+F16C (F32, F16, BF16, Q8_0, Q4_0, IQ4_NL, MXFP4, Q2_K..Q6_K, IQ4_XS,
- * IQ3_XXS) and integer scalar code otherwise. Activation rows must come from
+ * when the CPU has AVX2+FMA+F16C (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
+ * Q2_K..Q6_K, IQ4_XS, IQ3_XXS) and integer scalar code otherwise. Activation rows must come from
  * em_quantize_activation (its 8-bit levels never take -128, which the SIMD sign tricks rely on).
  * Returns 0 for a type it does not know. Thread-safe; reads only its arguments. */
 float em_dot(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);

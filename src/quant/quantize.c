@@ -224,20 +224,21 @@ static quantize_fn quantizer(uint32_t type) {
     case EM_TYPE_Q8_K: return em_quantize_q8_k;
     case EM_TYPE_IQ4_NL: return em_quantize_iq4_nl;
     case EM_TYPE_IQ4_XS: return em_quantize_iq4_xs;
-    case EM_TYPE_IQ3_XXS: return em_quantize_iq3_xxs;
     default: return NULL;
     }
 }
 
-bool em_type_can_quantize(uint32_t type) { return quantizer(type) != NULL; }
+bool em_type_can_quantize(uint32_t type) { return type == EM_TYPE_IQ3_XXS || quantizer(type) != NULL; }
 
 em_err em_quantize(uint32_t type, const float *in, void *blocks, uint64_t n) {
     const em_type_info *info = em_type_info_of(type);
     quantize_fn fn = quantizer(type);
-    if (!info || !fn) return em_errorf(EM_ERR_UNSUPPORTED, "no quantizer for tensor type %s", em_type_name(type));
+    if (!info || !em_type_can_quantize(type))
+        return em_errorf(EM_ERR_UNSUPPORTED, "no quantizer for tensor type %s", em_type_name(type));
     if (n % info->block_elems != 0)
         return em_errorf(EM_ERR_INVALID, "quantize %s: %llu elements is not a multiple of the block (%u)", info->name,
                          (unsigned long long)n, info->block_elems);
+    if (type == EM_TYPE_IQ3_XXS) return em_quantize_iq3_xxs(in, blocks, n / info->block_elems);
     fn(in, blocks, n / info->block_elems);
     return NULL;
 }

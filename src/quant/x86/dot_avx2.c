@@ -1,7 +1,7 @@
 /*
  * AVX2 dot products for the formats the forward pass reads most: F32, F16, BF16 (f32
- * activations); Q8_0, Q4_0, IQ4_NL, MXFP4 (Q8_0 activations); Q2_K..Q6_K, IQ4_XS, IQ3_XXS (Q8_K
- * activations).
+ * activations); Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (Q8_0 activations); Q2_K..Q6_K,
+ * IQ4_XS, IQ3_XXS (Q8_K activations).
  *
  * Each kernel carries a target attribute instead of the file being built with -mavx2, so the
  * library still runs on any x86-64 and builds unchanged elsewhere; em_quant_dot_x86 hands a kernel
@@ -130,6 +130,53 @@ EM_AVX2 static float dot_q4_0(const void *wv, const void *av, uint64_t n) {
         __m256i isum = dot_i8_i8(q, load32(a + 2));
         __m256 d = _mm256_set1_ps(fp16(w) * fp16(a));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc);
+}
+
+/* Sum of 32 signed bytes, as 8 int32 lanes (for the min terms of the affine formats). */
+EM_AVX2 static __m256i sum_i8(__m256i a) { return dot_u8_i8(_mm256_set1_epi8(1), a); }
+
+/* Q4_1: d * d8 * sum(q * a) + m * d8 * sum(a), q unsigned. */
+EM_AVX2 static float dot_q4_1(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < n / 32; b++, w += 20, a += 34) {
+        __m256i q8 = load32(a + 2);
+        __m256 qa = _mm256_cvtepi32_ps(dot_u8_i8(unpack_nibbles(w + 4), q8));
+        __m256 sa = _mm256_cvtepi32_ps(sum_i8(q8));
+        float d8 = fp16(a);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * d8), qa, acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + 2) * d8), sa, acc);
+    }
+    return hsum(acc);
+}
+
+/* The fifth bits of Q5_0 / Q5_1 (bit j of a u32 for element j) as 0x10 per byte. */
+EM_AVX2 static __m256i fifth_bits(const uint8_t *qh);
+
+EM_AVX2 static float dot_q5_0(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < n / 32; b++, w += 22, a += 34) {
+        __m256i q = _mm256_or_si256(unpack_nibbles(w + 6), fifth_bits(w + 2));
+        __m256i isum = dot_i8_i8(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), load32(a + 2));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * fp16(a)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc);
+}
+
+EM_AVX2 static float dot_q5_1(const void *wv, const void *av, uint64_t n) {
+    const uint8_t *w = wv, *a = av;
+    __m256 acc = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < n / 32; b++, w += 24, a += 34) {
+        __m256i q8 = load32(a + 2);
+        __m256i q = _mm256_or_si256(unpack_nibbles(w + 8), fifth_bits(w + 4));
+        __m256 qa = _mm256_cvtepi32_ps(dot_u8_i8(q, q8));
+        __m256 sa = _mm256_cvtepi32_ps(sum_i8(q8));
+        float d8 = fp16(a);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * d8), qa, acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + 2) * d8), sa, acc);
     }
     return hsum(acc);
 }
@@ -342,6 +389,10 @@ EM_AVX2 static __m256i bits_to_bytes(uint32_t bits) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
 }
 
+EM_AVX2 static __m256i fifth_bits(const uint8_t *qh) {
+    return _mm256_and_si256(bits_to_bytes(em_load_u32(qh)), _mm256_set1_epi8(0x10));
+}
+
 /* IQ3_XXS: per 32 elements, eight grid points (4 magnitudes each) and four 8-sign groups; the
  * signs go onto the activations, the magnitudes (at most 62) are the unsigned operand. The scale
  * d * (0.5 + s) / 2 is applied as the integer (2s + 1) and a final d / 4. */
@@ -410,6 +461,9 @@ em_dot_fn em_quant_dot_x86(uint32_t weight_type) {
     case EM_TYPE_IQ4_NL: return dot_iq4_nl;
     case EM_TYPE_IQ4_XS: return dot_iq4_xs;
     case EM_TYPE_MXFP4: return dot_mxfp4;
+    case EM_TYPE_Q4_1: return dot_q4_1;
+    case EM_TYPE_Q5_0: return dot_q5_0;
+    case EM_TYPE_Q5_1: return dot_q5_1;
     default: return NULL;
     }
 }
