@@ -1,6 +1,7 @@
 #!/bin/bash
 # Peer comparison with llama.cpp: node-llama-cpp 3.21.1 (CPU build) loads the same synthetic GGUF
-# files as ember and continues the same prompt greedily for 32 tokens.
+# files as ember and continues the same prompt greedily for 32 tokens: every family but flint (which
+# llama.cpp does not know), and tiny-llama with linear, YaRN and Llama 3 RoPE scaling.
 #  - f32 weights: ember's own greedy continuation must be llama.cpp's, token for token, and each
 #    token's probability must agree within 0.01 (llama.cpp keeps its KV cache in f16, ember in f32:
 #    they differ by about 1e-3). The one legitimate disagreement is a near-tie (the two most likely
@@ -43,6 +44,15 @@ for type in $TYPES; do
             --vocab "$FIXTURES/vocab/ggml-vocab-llama-spm.gguf" || { echo "FAIL: synth $preset $type"; exit 1; }
         models+=("$model")
     done
+done
+# RoPE scaling as llama.cpp reads it (keys for linear and YaRN, a rope_freqs tensor for Llama 3),
+# with an original context shorter than the test's 44 positions so that the scaling matters
+for scaling in linear:4 yarn:4:32 llama3:8:32; do
+    model=$WORK/tiny-llama-rope-${scaling%%:*}-f32.gguf
+    rm -f "$model.llama.txt"
+    "$EMBER" synth --preset tiny-llama --type f32 --seed 5 --rope-scaling $scaling -o "$model" \
+        --vocab "$FIXTURES/vocab/ggml-vocab-llama-spm.gguf" || { echo "FAIL: synth rope $scaling"; exit 1; }
+    models+=("$model")
 done
 # one node process for all models: starting llama.cpp is the slow part
 node "$HERE/../peer/llamacpp_greedy.mjs" "$JS/node_modules" $N "$PROMPT" "${models[@]}" 2>"$WORK/llama.err" ||
