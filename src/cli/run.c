@@ -10,6 +10,7 @@
 #include "../backend/backend.h"
 #include "../engine/engine.h"
 #include "../model/model.h"
+#include "../tokenizer/tokenizer.h"
 #include "cli.h"
 
 typedef struct run_args {
@@ -161,19 +162,29 @@ static em_err generate(const run_args *a) {
     int32_t *prompt = NULL;
     float *logits = NULL, *work = NULL;
     size_t n_prompt = 0;
+    em_tokenizer *tokenizer = NULL;
+    em_detok *detok = NULL;
     em_err err = em_model_load(a->model, &model);
     if (err) return err;
     const em_model_desc *d = &model->desc;
-    int64_t eos = -1;
-    const em_gguf_kv *eos_kv = em_gguf_find(model->gguf, "tokenizer.ggml.eos_token_id");
-    if (eos_kv) eos = em_gguf_kv_int(eos_kv);
 
+    /* A model without a tokenizer still runs on ids. */
+    const bool need_text = a->prompt || !(a->print_ids || a->print_probs);
+    err = em_tokenizer_from_gguf(model->gguf, &tokenizer);
+    if (err && (need_text || em_err_code_of(err) != EM_ERR_NOT_FOUND)) goto done;
+    em_err_free(err);
+    err = NULL;
     if (a->prompt_ids) {
         if ((err = parse_ids(a->prompt_ids, d->n_vocab, &prompt, &n_prompt))) goto done;
     } else {
-        err = em_errorf(EM_ERR_UNSUPPORTED, "text prompts need the tokenizer module; use --prompt-ids");
-        goto done;
+        /* special-token text (<s>, <|im_start|>) in the prompt is recognized, as in llama.cpp's tools */
+        if ((err = em_tokenize(tokenizer, a->prompt, strlen(a->prompt), true, true, &prompt, &n_prompt))) goto done;
+        if (n_prompt == 0) {
+            err = em_errorf(EM_ERR_INVALID, "the prompt is empty after tokenization");
+            goto done;
+        }
     }
+    if (tokenizer && (err = em_detok_new(tokenizer, 0, &detok))) goto done;
     em_cpu_options opt = {.n_seq = 1, .n_ctx = a->n_ctx, .n_threads = a->n_threads};
     if ((err = em_backend_cpu_new(model, &opt, &backend))) goto done;
     if (n_prompt >= backend->n_ctx) {
@@ -204,11 +215,17 @@ static em_err generate(const run_args *a) {
         int32_t token = em_sampler_sample(&sampler, work, history, n_prompt + generated, NULL, NULL, NULL);
         history[n_prompt + generated] = token;
         generated++;
-        if (token == eos) break;
-        if (a->print_probs)
+        if (tokenizer && em_tokenizer_is_eog(tokenizer, token)) break;
+        if (a->print_probs) {
             printf("%d %.6f\n", token, probability(logits, d->n_vocab, token));
-        else
+        } else if (a->print_ids) {
             printf(generated > 1 ? " %d" : "%d", token);
+        } else {
+            const char *text;
+            size_t len;
+            if ((err = em_detok_feed(detok, token, &text, &len))) goto done;
+            fwrite(text, 1, len, stdout);
+        }
         fflush(stdout);
         if (generated == a->n_predict || pos + 1 >= backend->n_ctx) break;
         uint32_t seq = 0;
@@ -217,12 +234,19 @@ static em_err generate(const run_args *a) {
         pos++;
     }
     double t_decode = now_seconds() - t1;
+    if (detok && !a->print_ids && !a->print_probs) {
+        const char *text;
+        size_t len = em_detok_flush(detok, &text);
+        fwrite(text, 1, len, stdout);
+    }
     if (!a->print_probs) printf("\n");
     fflush(stdout);
     fprintf(stderr, "prompt tokens: %zu\nprefill: %.1f ms (%.1f tok/s)\ndecode: %u tokens, %.1f tok/s\n", n_prompt,
             t_prefill * 1e3, n_prompt / (t_prefill > 0 ? t_prefill : 1e-9), generated,
             generated > 1 ? (generated - 1) / (t_decode > 0 ? t_decode : 1e-9) : 0.0);
 done:
+    em_detok_free(detok);
+    em_tokenizer_free(tokenizer);
     free(logits);
     free(work);
     free(prompt);
