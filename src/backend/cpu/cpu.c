@@ -32,6 +32,7 @@ typedef struct cpu_backend {
     uint32_t *members;    /* tokens routed to one expert */
     float *member_weight;
     float *scores;        /* n_ctx floats per thread */
+    float *rope_angles;   /* cos, sin of one position's angles: head_dim floats */
     uint8_t *act;         /* activations in the dot-product format */
     uint64_t act_per_token;
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert;
@@ -132,15 +133,16 @@ static em_err attention(cpu_backend *b, const em_batch *batch, uint32_t il) {
     add_bias(b->v, lw->bv, n, nv);
 
     for (uint32_t t = 0; t < n; t++) {
+        em_cpu_rope_angles(b->rope_angles, batch->pos[t], &ld->rope);
         for (uint32_t h = 0; h < ld->n_head; h++) {
             float *q = b->q + (uint64_t)t * nq + (uint64_t)h * ld->head_dim;
             if (lw->q_norm) em_cpu_rmsnorm(q, q, lw->q_norm, ld->head_dim, b->d->norm_eps, b->d->norm == EM_NORM_RMS_PLUS_ONE);
-            em_cpu_rope(q, batch->pos[t], &ld->rope);
+            em_cpu_rope(q, b->rope_angles, &ld->rope);
         }
         for (uint32_t h = 0; h < ld->n_head_kv; h++) {
             float *k = b->k + (uint64_t)t * nk + (uint64_t)h * ld->head_dim;
             if (lw->k_norm) em_cpu_rmsnorm(k, k, lw->k_norm, ld->head_dim, b->d->norm_eps, b->d->norm == EM_NORM_RMS_PLUS_ONE);
-            em_cpu_rope(k, batch->pos[t], &ld->rope);
+            em_cpu_rope(k, b->rope_angles, &ld->rope);
         }
         /* Write this token's key and value into its sequence's cache before anyone attends. */
         memcpy(kv_key(b, il, batch->seq[t], batch->pos[t]), b->k + (uint64_t)t * nk, nk * sizeof(float));
@@ -367,7 +369,8 @@ static void cpu_free(em_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
     em_cpu_pool_destroy(&b->pool);
     float *bufs[] = {b->keys, b->values, b->x, b->xn, b->q, b->k, b->v, b->attn, b->out, b->gate, b->up,
-                     b->router, b->gathered, b->expert_out, b->chosen_weight, b->member_weight, b->scores};
+                     b->router, b->gathered, b->expert_out, b->chosen_weight, b->member_weight, b->scores,
+                     b->rope_angles};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(b->chosen);
     free(b->members);
@@ -437,7 +440,11 @@ em_err em_backend_cpu_new(const em_model *model, const em_cpu_options *options, 
     b->keys = calloc(key_floats, sizeof(float));
     b->values = calloc(value_floats, sizeof(float));
     b->scores = malloc((uint64_t)o.n_threads * o.n_ctx * sizeof(float));
-    if (!b->keys || !b->values || !b->scores) goto nomem;
+    uint32_t max_rot = 2;
+    for (uint32_t il = 0; il < d->n_layer; il++)
+        if (d->layers[il].rope.n_rot > max_rot) max_rot = d->layers[il].rope.n_rot;
+    b->rope_angles = malloc(max_rot * sizeof(float));
+    if (!b->keys || !b->values || !b->scores || !b->rope_angles) goto nomem;
     *out = &b->base;
     return NULL;
 nomem:
