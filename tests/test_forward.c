@@ -1,7 +1,7 @@
 /* The CPU forward pass is one function of (sequence, position): whatever the batch looks like —
  * the whole prompt at once, chunks of any size, several sequences interleaved, decode tokens next
  * to prefill chunks — every token's logits equal those of plain token-by-token decoding, for every
- * family's tiny preset (f32 weights, so the comparison is not blurred by quantization). */
+ * family's tiny preset in f32, and for two quantized ones (Q4_K; Q6_K with IQ3_XXS experts). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,11 +44,11 @@ static void forward_one(em_backend *b, int32_t token, uint32_t seq, uint32_t pos
     if (err) fail_msg("forward: %s", em_err_message(err));
 }
 
-static fixture *setup(const char *preset) {
+static fixture *setup(const char *preset, const char *type) {
     mkdir(DIR, 0755);
     char path[512];
-    snprintf(path, sizeof path, DIR "/%s.gguf", preset);
-    em_synth_options o = {.preset = preset, .type = "f32", .seed = 11, .vocab_path = VOCAB};
+    snprintf(path, sizeof path, DIR "/%s-%s.gguf", preset, type);
+    em_synth_options o = {.preset = preset, .type = type, .seed = 11, .vocab_path = VOCAB};
     em_err err = em_synth_write(&o, path);
     if (err) fail_msg("synth: %s", em_err_message(err));
     fixture *f = calloc(1, sizeof *f);
@@ -198,8 +198,8 @@ static void check_bad_batches(const fixture *f) {
     em_backend_free(b);
 }
 
-static void check_family(const char *preset) {
-    fixture *f = setup(preset);
+static void check_family(const char *preset, const char *type) {
+    fixture *f = setup(preset, type);
     check_chunks(f, LEN, 2); /* the whole sequence at once */
     check_chunks(f, 7, 2);
     check_chunks(f, 3, 1);
@@ -209,25 +209,29 @@ static void check_family(const char *preset) {
     teardown(f);
 }
 
-#define FAMILY(name, preset)               \
+#define FAMILY(name, preset, type)         \
     static void name(void **state) {      \
         (void)state;                       \
-        check_family(preset);              \
+        check_family(preset, type);        \
     }
-FAMILY(test_llama, "tiny-llama")
-FAMILY(test_qwen2, "tiny-qwen2")
-FAMILY(test_qwen3, "tiny-qwen3")
-FAMILY(test_qwen3moe, "tiny-qwen3moe")
-FAMILY(test_gemma2, "tiny-gemma2")
-FAMILY(test_gemma3, "tiny-gemma3")
-FAMILY(test_mixtral, "tiny-mixtral")
-FAMILY(test_flint, "tiny-flint")
+FAMILY(test_llama, "tiny-llama", "f32")
+FAMILY(test_qwen2, "tiny-qwen2", "f32")
+FAMILY(test_qwen3, "tiny-qwen3", "f32")
+FAMILY(test_qwen3moe, "tiny-qwen3moe", "f32")
+FAMILY(test_gemma2, "tiny-gemma2", "f32")
+FAMILY(test_gemma3, "tiny-gemma3", "f32")
+FAMILY(test_mixtral, "tiny-mixtral", "f32")
+FAMILY(test_flint, "tiny-flint", "f32")
+/* Quantized weights: activations are quantized per token, so batching must not change them either. */
+FAMILY(test_llama_q4_k, "tiny-llama", "q4_k")
+FAMILY(test_flint_mix, "tiny-flint", "mix")
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama),   cmocka_unit_test(test_qwen2),   cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_qwen3moe), cmocka_unit_test(test_gemma2), cmocka_unit_test(test_gemma3),
-        cmocka_unit_test(test_mixtral), cmocka_unit_test(test_flint),
+        cmocka_unit_test(test_mixtral), cmocka_unit_test(test_flint),   cmocka_unit_test(test_llama_q4_k),
+        cmocka_unit_test(test_flint_mix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
