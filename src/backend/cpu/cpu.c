@@ -263,8 +263,12 @@ uint32_t em_batch_logits_rows(const em_batch *batch) {
     return rows;
 }
 
-static em_err validate(cpu_backend *b, const em_batch *batch) {
+static em_err validate(cpu_backend *b, const em_batch *batch, const float *logits) {
     if (batch->n_tokens == 0) return em_errorf(EM_ERR_INVALID, "empty batch");
+    if (!batch->tokens || !batch->seq || !batch->pos)
+        return em_errorf(EM_ERR_INVALID, "batch without tokens, sequences or positions");
+    if (!logits && em_batch_logits_rows(batch) > 0)
+        return em_errorf(EM_ERR_INVALID, "the batch wants logits but no buffer was given");
     uint32_t *len = malloc(b->base.n_seq * sizeof *len);
     if (!len) return em_errorf(EM_ERR_NOMEM, "out of memory validating a batch");
     memcpy(len, b->seq_len, b->base.n_seq * sizeof *len);
@@ -317,7 +321,7 @@ static em_err cpu_forward(em_backend *base, const em_batch *batch, float *logits
     cpu_backend *b = (cpu_backend *)base;
     const em_model_desc *d = b->d;
     const uint32_t n = batch->n_tokens, e = d->n_embd;
-    em_err err = validate(b, batch);
+    em_err err = validate(b, batch, logits);
     if (err) return err;
     if ((err = reserve(b, n))) return err;
 
