@@ -1,19 +1,19 @@
 #!/bin/bash
-# Peer comparison with llama.cpp: node-llama-cpp 3.21.1 (CPU build) loads the same synthetic GGUF
-# files as ember and continues the same prompt greedily for 32 tokens: every family but flint (which
-# llama.cpp does not know), and tiny-llama with linear, YaRN and Llama 3 RoPE scaling.
-#  - f32 weights: ember's own greedy continuation must be llama.cpp's, token for token, and each
-#    token's probability must agree within 0.01 (llama.cpp keeps its KV cache in f16, ember in f32:
-#    they differ by about 1e-3). The one legitimate disagreement is a near-tie (the two most likely
-#    tokens within 2% of each other), after which the continuations part and the comparison stops.
-#  - q8_0 weights (dense families): both engines quantize activations to 8 bits, but their results
-#    differ by 1-3% in probability (ember's Q8_0 dot equals ggml's reference algorithm exactly;
-#    llama.cpp's CPU kernels evidently round differently somewhere), so free-running continuations
-#    of a random model part after a few tokens. Instead ember is fed llama.cpp's continuation
-#    (teacher forcing) and at every one of the 32 steps must pick llama.cpp's token, or its
-#    runner-up when the two are within 25%, with a probability within 0.05 when the tokens agree.
-#    MoE models are left out at q8_0: that noise flips expert choices, and the two engines then
-#    compute different functions.
+# Peer comparison with llama.cpp: node-llama-cpp 3.21.1 (CPU build, f32 KV cache, no flash
+# attention) loads the same synthetic GGUF files as ember and continues the same prompt greedily for
+# 32 tokens: every family but flint (which llama.cpp does not know) in f32 and q8_0, and tiny-llama
+# with linear, YaRN and Llama 3 RoPE scaling.
+#  - ember's own greedy continuation must be llama.cpp's, token for token, and each token's
+#    probability must agree within 0.005 (observed: about 1e-4). The one legitimate disagreement is a
+#    near-tie (the two most likely tokens within 2% of each other), after which the continuations
+#    part and the comparison stops.
+#  - Gemma at q8_0: llama.cpp evaluates GELU through an f16 table (rounding GELU's input and output
+#    to f16 in ember makes Gemma agree within 1e-4 too, at q8_0 for all 32 tokens), and with 8-bit
+#    activations that
+#    moves probabilities by a few percent, so free-running continuations of a random model part at
+#    the first close call. There ember is fed llama.cpp's continuation (teacher forcing) and at each
+#    of the 32 steps must pick llama.cpp's token, or its runner-up when the two are within 25%, with
+#    a probability within 0.05 when the tokens agree.
 # usage: peer_llamacpp.sh EMBER_EXE FIXTURES_DIR BUILD_DIR
 set -u
 EMBER=$1 FIXTURES=$2 BUILD=$3
@@ -37,7 +37,6 @@ status=0
 models=()
 for type in $TYPES; do
     for preset in $PRESETS; do
-        [ "$type" != f32 ] && case $preset in *moe | *mixtral) continue ;; esac
         model=$WORK/$preset-$type.gguf
         rm -f "$model.llama.txt"
         "$EMBER" synth --preset "$preset" --type "$type" --seed 5 -o "$model" \
@@ -74,11 +73,7 @@ compare() {
 for model in "${models[@]}"; do
     name=$(basename "$model" .gguf)
     case $name in
-    *-f32)
-        "$EMBER" run -m "$model" --prompt-ids "$PROMPT" -n $N --temp 0 --print-probs >"$model.ember.txt" 2>"$WORK/ember.err" ||
-            { cat "$WORK/ember.err"; echo "FAIL: ember run $name"; status=1; continue; }
-        result=$(paste -d' ' "$model.ember.txt" "$model.llama.txt" | compare 0.01 0.02 0) ;;
-    *)
+    tiny-gemma*-q8_0)
         : >"$model.ember.txt"
         context=$PROMPT
         for token in $(awk '{print $1}' "$model.llama.txt"); do
@@ -87,6 +82,10 @@ for model in "${models[@]}"; do
             context="$context $token"
         done
         result=$(paste -d' ' "$model.ember.txt" "$model.llama.txt" | compare 0.05 0.25 1) ;;
+    *)
+        "$EMBER" run -m "$model" --prompt-ids "$PROMPT" -n $N --temp 0 --print-probs >"$model.ember.txt" 2>"$WORK/ember.err" ||
+            { cat "$WORK/ember.err"; echo "FAIL: ember run $name"; status=1; continue; }
+        result=$(paste -d' ' "$model.ember.txt" "$model.llama.txt" | compare 0.005 0.02 0) ;;
     esac
     echo "$name: $result"
     case $result in ok*) ;; *) status=1 ;; esac
