@@ -7,11 +7,10 @@
 #    probability must agree within 0.005 (observed: about 1e-4). The one legitimate disagreement is a
 #    near-tie (the two most likely tokens within 2% of each other), after which the continuations
 #    part and the comparison stops.
-#  - Gemma at q8_0: llama.cpp evaluates GELU through an f16 table (rounding GELU's input and output
-#    to f16 in ember makes Gemma agree within 1e-4 too, at q8_0 for all 32 tokens), and with 8-bit
-#    activations that
+#  - Gemma at q8_0: llama.cpp evaluates GELU through an f16 table, and with 8-bit activations that
 #    moves probabilities by a few percent, so free-running continuations of a random model part at
-#    the first close call. There ember is fed llama.cpp's continuation (teacher forcing) and at each
+#    the first close call (rounding GELU's input and output to f16 in ember, as an experiment, made
+#    Gemma agree within 1e-4 for all 32 tokens at q8_0 too). There ember is fed llama.cpp's continuation (teacher forcing) and at each
 #    of the 32 steps must pick llama.cpp's token, or its runner-up when the two are within 25%, with
 #    a probability within 0.05 when the tokens agree.
 # usage: peer_llamacpp.sh EMBER_EXE FIXTURES_DIR BUILD_DIR
