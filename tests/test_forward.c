@@ -1,7 +1,7 @@
 /* The CPU forward pass is one function of (sequence, position): whatever the batch looks like —
  * the whole prompt at once, chunks of any size, several sequences interleaved, decode tokens next
  * to prefill chunks — every token's logits equal those of plain token-by-token decoding, for every
- * family's tiny preset (f32 weights, so the comparison is not blurred by quantization). */
+ * family's tiny preset in f32, and for two quantized ones (Q4_K; Q6_K with IQ3_XXS experts). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -61,11 +61,11 @@ static void forward_one(em_backend *b, int32_t token, uint32_t seq, uint32_t pos
     if (err) fail_msg("forward: %s", em_err_message(err));
 }
 
-static fixture *setup(const char *preset) {
+static fixture *setup(const char *preset, const char *type) {
     mkdir(DIR, 0755);
     char path[512];
-    snprintf(path, sizeof path, DIR "/%s.gguf", preset);
-    em_synth_options o = {.preset = preset, .type = "f32", .seed = 11, .vocab_path = VOCAB};
+    snprintf(path, sizeof path, DIR "/%s-%s.gguf", preset, type);
+    em_synth_options o = {.preset = preset, .type = type, .seed = 11, .vocab_path = VOCAB};
     em_err err = em_synth_write(&o, path);
     if (err) fail_msg("synth: %s", em_err_message(err));
     fixture *f = calloc(1, sizeof *f);
@@ -240,8 +240,52 @@ static void check_bad_batches(const fixture *f) {
     em_backend_free(b);
 }
 
-static void check_family(const char *preset) {
-    fixture *f = setup(preset);
+/* Gemma's (1 + w) RMSNorm, for weights not yet shifted: subtracting 1 from every norm weight and
+ * switching the description to EM_NORM_RMS_PLUS_ONE must give the same logits. */
+static void check_plus_one_norm(fixture *f) {
+    em_model *m = f->model;
+    const em_model_desc *d = &m->desc;
+    /* the model owns its norm vectors (model.h), so the test may edit them in place */
+    float *norms[512];
+    uint32_t sizes[512], n = 0;
+#define ADD(v, size)                              \
+    if (v) {                                      \
+        norms[n] = (float *)(v);                  \
+        sizes[n++] = (size);                      \
+    }
+    ADD(m->w.output_norm, d->n_embd);
+    for (uint32_t il = 0; il < d->n_layer && n + 6 <= 512; il++) {
+        const em_layer_weights *lw = &m->w.layers[il];
+        ADD(lw->attn_norm, d->n_embd);
+        ADD(lw->ffn_norm, d->n_embd);
+        ADD(lw->post_attn_norm, d->n_embd);
+        ADD(lw->post_ffn_norm, d->n_embd);
+        ADD(lw->q_norm, d->layers[il].head_dim);
+        ADD(lw->k_norm, d->layers[il].head_dim);
+    }
+#undef ADD
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < sizes[i]; j++) norms[i][j] -= 1.0f;
+    m->desc.norm = EM_NORM_RMS_PLUS_ONE;
+    em_backend *b = new_backend(m, 2);
+    float *logits = malloc((size_t)f->n_vocab * sizeof(float));
+    for (uint32_t i = 0; i < 12; i++) {
+        forward_one(b, f->tokens[2][i], 2, i, logits);
+        /* w - 1 + 1 is not always w in floats: allow rounding */
+        const float *want = f->reference[2] + (size_t)i * f->n_vocab;
+        for (uint32_t v = 0; v < f->n_vocab; v++)
+            if (!(fabsf(logits[v] - want[v]) <= 1e-3f * (1.0f + fabsf(want[v]))))
+                fail_msg("(1+w) norm: pos %u token %u: %g vs %g", i, v, logits[v], want[v]);
+    }
+    free(logits);
+    em_backend_free(b);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < sizes[i]; j++) norms[i][j] += 1.0f;
+    m->desc.norm = EM_NORM_RMS;
+}
+
+static void check_family(const char *preset, const char *type) {
+    fixture *f = setup(preset, type);
     check_chunks(f, LEN, 2); /* the whole sequence at once */
     check_chunks(f, 7, 2);
     check_chunks(f, 3, 1);
@@ -249,28 +293,33 @@ static void check_family(const char *preset) {
     check_rollback(f);
     check_shared_prefix(f);
     check_bad_batches(f);
+    if (!strncmp(preset, "tiny-gemma", 10)) check_plus_one_norm(f);
     teardown(f);
 }
 
-#define FAMILY(name, preset)               \
+#define FAMILY(name, preset, type)         \
     static void name(void **state) {      \
         (void)state;                       \
-        check_family(preset);              \
+        check_family(preset, type);        \
     }
-FAMILY(test_llama, "tiny-llama")
-FAMILY(test_qwen2, "tiny-qwen2")
-FAMILY(test_qwen3, "tiny-qwen3")
-FAMILY(test_qwen3moe, "tiny-qwen3moe")
-FAMILY(test_gemma2, "tiny-gemma2")
-FAMILY(test_gemma3, "tiny-gemma3")
-FAMILY(test_mixtral, "tiny-mixtral")
-FAMILY(test_flint, "tiny-flint")
+FAMILY(test_llama, "tiny-llama", "f32")
+FAMILY(test_qwen2, "tiny-qwen2", "f32")
+FAMILY(test_qwen3, "tiny-qwen3", "f32")
+FAMILY(test_qwen3moe, "tiny-qwen3moe", "f32")
+FAMILY(test_gemma2, "tiny-gemma2", "f32")
+FAMILY(test_gemma3, "tiny-gemma3", "f32")
+FAMILY(test_mixtral, "tiny-mixtral", "f32")
+FAMILY(test_flint, "tiny-flint", "f32")
+/* Quantized weights: activations are quantized per token, so batching must not change them either. */
+FAMILY(test_llama_q4_k, "tiny-llama", "q4_k")
+FAMILY(test_flint_mix, "tiny-flint", "mix")
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama),   cmocka_unit_test(test_qwen2),   cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_qwen3moe), cmocka_unit_test(test_gemma2), cmocka_unit_test(test_gemma3),
-        cmocka_unit_test(test_mixtral), cmocka_unit_test(test_flint),
+        cmocka_unit_test(test_mixtral), cmocka_unit_test(test_flint),   cmocka_unit_test(test_llama_q4_k),
+        cmocka_unit_test(test_flint_mix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

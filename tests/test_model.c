@@ -231,7 +231,7 @@ static void test_types(void **state) {
 
 /* ---- broken files: a copy of a good model with one thing changed ---- */
 
-typedef enum change { DROP_TENSOR, RESHAPE_TENSOR, RETYPE_TENSOR, RENAME_ARCH, DROP_KEY } change;
+typedef enum change { DROP_TENSOR, RESHAPE_TENSOR, RETYPE_TENSOR, RENAME_ARCH, DROP_KEY, ADD_YARN, ADD_LINEAR, ADD_FREQS } change;
 
 static em_err copy_with(const char *src, const char *dst, change what, const char *name) {
     em_gguf *g;
@@ -248,6 +248,16 @@ static em_err copy_with(const char *src, const char *dst, change what, const cha
             err = em_gguf_writer_add_str(w, "general.architecture", name);
         else if (!(what == DROP_KEY && em_str_eq(kv->key, name)))
             err = em_gguf_writer_copy_kv(w, kv);
+    }
+    if (what == ADD_YARN || what == ADD_LINEAR) {
+        if (!err) err = em_gguf_writer_add_str(w, "llama.rope.scaling.type", what == ADD_YARN ? "yarn" : "linear");
+        if (!err) err = em_gguf_writer_add_f32(w, "llama.rope.scaling.factor", 4.0f);
+        if (!err) err = em_gguf_writer_add_u32(w, "llama.rope.scaling.original_context_length", 128);
+    }
+    static const float factors[16] = {1, 1, 1, 1, 1, 1, 1, 2, 3, 4, 5, 6, 7, 8, 8, 8};
+    if (what == ADD_FREQS && !err) {
+        const uint64_t ne[1] = {16}; /* one divisor per rotated pair: head dim 32 / 2 */
+        err = em_gguf_writer_add_tensor(w, "rope_freqs.weight", 1, ne, EM_TYPE_F32, factors, false);
     }
     for (uint64_t i = 0; i < em_gguf_tensor_count(g) && !err; i++) {
         const em_gguf_tensor *t = em_gguf_tensor_at(g, i);
@@ -312,6 +322,43 @@ static void test_missing_key(void **state) {
     expect_load_error(DROP_KEY, "llama.embedding_length", EM_ERR_NOT_FOUND, "llama.embedding_length");
 }
 
+static em_model *load_changed(change what) {
+    char good[512], path[512];
+    snprintf(good, sizeof good, "%s", model_path("tiny-llama", "f32"));
+    snprintf(path, sizeof path, DIR "/changed-%d.gguf", (int)what);
+    em_err err = copy_with(good, path, what, "");
+    if (err) fail_msg("copy: %s", em_err_message(err));
+    em_model *m = NULL;
+    if ((err = em_model_load(path, &m))) fail_msg("load: %s", em_err_message(err));
+    return m;
+}
+
+/* RoPE scaling as llama.cpp's converter records it: rope.scaling.* keys, or for Llama 3 a tensor
+ * of per-frequency divisors. */
+static void test_rope_scaling(void **state) {
+    (void)state;
+    em_model *m = load_changed(ADD_YARN);
+    const em_rope *r = &m->desc.layers[1].rope;
+    assert_int_equal(r->scaling, EM_ROPE_SCALING_YARN);
+    assert_float_equal(r->factor, 4.0f, 0);
+    assert_int_equal(r->orig_ctx, 128);
+    assert_float_equal(r->yarn_ext_factor, 1.0f, 0);
+    assert_float_equal(r->yarn_beta_fast, 32.0f, 0);
+    assert_float_equal(r->yarn_beta_slow, 1.0f, 0);
+    em_model_free(m);
+    m = load_changed(ADD_LINEAR);
+    assert_int_equal(m->desc.layers[0].rope.scaling, EM_ROPE_SCALING_LINEAR);
+    assert_float_equal(m->desc.layers[0].rope.factor, 4.0f, 0);
+    em_model_free(m);
+    m = load_changed(ADD_FREQS);
+    r = &m->desc.layers[0].rope;
+    assert_int_equal(r->scaling, EM_ROPE_SCALING_LLAMA3);
+    assert_non_null(r->freq_factors);
+    assert_float_equal(r->freq_factors[0], 1.0f, 0);
+    assert_float_equal(r->freq_factors[9], 4.0f, 0);
+    em_model_free(m);
+}
+
 static void test_synth_errors(void **state) {
     (void)state;
     em_synth_options o = {.preset = "tiny-gpt", .type = "f32", .vocab_path = VOCAB};
@@ -372,7 +419,8 @@ int main(void) {
         cmocka_unit_test(test_types),          cmocka_unit_test(test_missing_tensor),
         cmocka_unit_test(test_misshaped_tensor), cmocka_unit_test(test_unsupported_type),
         cmocka_unit_test(test_unknown_arch),   cmocka_unit_test(test_missing_key),
-        cmocka_unit_test(test_synth_errors),   cmocka_unit_test(test_synth_deterministic),
+        cmocka_unit_test(test_rope_scaling),   cmocka_unit_test(test_synth_errors),
+        cmocka_unit_test(test_synth_deterministic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,7 +8,7 @@
 
 static void usage(FILE *to) {
     fprintf(to, "usage: ember synth --preset P [--type T] -o OUT.gguf [--layers N] [--experts N] [--seed S]\n"
-                "                   [--vocab VOCAB.gguf]\n"
+                "                   [--vocab VOCAB.gguf] [--rope-scaling none|linear:F|yarn:F:CTX|llama3:F:CTX]\n"
                 "  --type: f32 (default), f16, bf16, q8_0, q4_k, mix (q6_k with iq3_xxs experts)\n"
                 "  --vocab: GGUF whose tokenizer is copied, e.g. the fixtures' vocab/ggml-vocab-llama-spm.gguf\n"
                 "           (default: $EMBER_VOCAB)\n  presets:");
@@ -47,6 +47,7 @@ int em_cli_synth(int argc, char **argv) {
         else if (!strcmp(a, "--type")) o.type = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
         else if (!strcmp(a, "--vocab")) o.vocab_path = v;
+        else if (!strcmp(a, "--rope-scaling")) o.rope_scaling = v;
         else if (!strcmp(a, "--layers")) err = parse_u32(a, v, &o.layers);
         else if (!strcmp(a, "--experts")) err = parse_u32(a, v, &o.experts);
         else if (!strcmp(a, "--seed")) {

@@ -158,6 +158,9 @@ typedef struct em_synth_options {
     uint32_t experts;     /* 0 = the preset's */
     uint64_t seed;
     const char *vocab_path; /* GGUF whose tokenizer.* metadata is copied (llama-spm vocabulary) */
+    /* NULL = the preset's; "none", "linear:F", "yarn:F:ORIG_CTX" or "llama3:F:ORIG_CTX" (written as
+     * llama.cpp's converter does: rope.scaling.* keys, or a rope_freqs.weight tensor for llama3) */
+    const char *rope_scaling;
 } em_synth_options;
 
 /* NULL-terminated list of preset names. */

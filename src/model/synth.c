@@ -23,21 +23,22 @@ typedef struct preset {
     float theta, eps;
     uint32_t window;                   /* sliding window (gemma2/3), 0 = none */
     float attn_softcap, final_softcap; /* gemma2 */
+    const char *rope_scaling;          /* as em_synth_options.rope_scaling; NULL = none */
 } preset;
 
 static const preset presets[] = {
     /* name           arch        L   d     H   KV  hd   ff     vocab   ctx     E    k  ffE   lead qkn  bias  tied  theta   eps  win  caps */
-    {"dense-1b", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 8192, 0, 0, 0, 0, false, false, true, 500000.0f, 1e-5f, 0, 0, 0},
-    {"moe-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, 128, 8, 768, 0, true, false, false, 1e6f, 1e-6f, 0, 0, 0},
-    {"flint", "flint", 49, 2048, 16, 4, 128, 8192, 102400, 32768, 64, 6, 1024, 2, true, false, false, 1e6f, 1e-6f, 0, 0, 0},
-    {"tiny-llama", "llama", 2, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, false, false, false, 10000.0f, 1e-5f, 0, 0, 0},
-    {"tiny-qwen2", "qwen2", 2, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, false, true, true, 1e6f, 1e-6f, 0, 0, 0},
-    {"tiny-qwen3", "qwen3", 2, 128, 4, 2, 64, 256, 32000, 512, 0, 0, 0, 0, true, false, true, 1e6f, 1e-6f, 0, 0, 0},
-    {"tiny-qwen3moe", "qwen3moe", 2, 128, 4, 2, 32, 256, 32000, 512, 8, 2, 64, 0, true, false, false, 1e6f, 1e-6f, 0, 0, 0},
-    {"tiny-gemma2", "gemma2", 4, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, false, false, true, 10000.0f, 1e-6f, 8, 50.0f, 30.0f},
-    {"tiny-gemma3", "gemma3", 6, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, true, false, true, 1e6f, 1e-6f, 8, 0, 0},
-    {"tiny-mixtral", "llama", 2, 128, 4, 2, 32, 128, 32000, 512, 4, 2, 128, 0, false, false, false, 1e6f, 1e-5f, 0, 0, 0},
-    {"tiny-flint", "flint", 4, 128, 4, 2, 32, 256, 32000, 512, 8, 3, 64, 2, true, false, false, 1e6f, 1e-6f, 0, 0, 0},
+    {"dense-1b", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 0, 0, 0, 0, false, false, true, 500000.0f, 1e-5f, 0, 0, 0, "llama3:32:8192"},
+    {"moe-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, 128, 8, 768, 0, true, false, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    {"flint", "flint", 49, 2048, 16, 4, 128, 8192, 102400, 32768, 64, 6, 1024, 2, true, false, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    {"tiny-llama", "llama", 2, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, false, false, false, 10000.0f, 1e-5f, 0, 0, 0, NULL},
+    {"tiny-qwen2", "qwen2", 2, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, false, true, true, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    {"tiny-qwen3", "qwen3", 2, 128, 4, 2, 64, 256, 32000, 512, 0, 0, 0, 0, true, false, true, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    {"tiny-qwen3moe", "qwen3moe", 2, 128, 4, 2, 32, 256, 32000, 512, 8, 2, 64, 0, true, false, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    {"tiny-gemma2", "gemma2", 4, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, false, false, true, 10000.0f, 1e-6f, 8, 50.0f, 30.0f, NULL},
+    {"tiny-gemma3", "gemma3", 6, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, true, false, true, 1e6f, 1e-6f, 8, 0, 0, NULL},
+    {"tiny-mixtral", "llama", 2, 128, 4, 2, 32, 128, 32000, 512, 4, 2, 128, 0, false, false, false, 1e6f, 1e-5f, 0, 0, 0, NULL},
+    {"tiny-flint", "flint", 4, 128, 4, 2, 32, 256, 32000, 512, 8, 3, 64, 2, true, false, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
 };
 
 static const char *const preset_names[] = {"dense-1b", "moe-30b-a3b", "flint", "tiny-llama", "tiny-qwen2",
@@ -129,6 +130,12 @@ static void random_block(uint8_t *block, const em_type_info *info, const block_l
         uint32_t n = info->block_bytes - i < 8 ? info->block_bytes - i : 8;
         memcpy(block + i, &r, n);
     }
+    if (l->type == EM_TYPE_Q8_0) {
+        /* -128 is a valid int8 but no quantizer emits it, and llama.cpp's SIMD paths assume
+         * |q| <= 127 (sign tricks); keep the blocks canonical. */
+        for (uint32_t i = 2; i < info->block_bytes; i++)
+            if (block[i] == 0x80) block[i] = 0x81;
+    }
     uint16_t h = to_f16(d);
     memcpy(block + l->d_offset, &h, 2);
     if (l->dmin_offset >= 0) {
@@ -164,7 +171,7 @@ static em_err calibrate(const block_layout *l, float *rms_at_unit_d) {
 
 /* ---- the tensor list ---- */
 
-typedef enum init_kind { INIT_UNIFORM, INIT_NORM } init_kind;
+typedef enum init_kind { INIT_UNIFORM, INIT_NORM, INIT_ROPE_FREQS } init_kind;
 
 typedef struct tensor_plan {
     char name[64];
@@ -185,6 +192,9 @@ typedef struct synth {
     uint8_t *buffer;
     size_t buffer_size;
     float rms_at_unit_d[N_LAYOUTS]; /* per block layout, measured before writing */
+    char scaling[16];                /* none, linear, yarn, llama3 */
+    float scaling_factor;
+    uint32_t scaling_orig_ctx;
 } synth;
 
 /* The requested type when the row length fits its block; otherwise Q8_0, then F32 (llama.cpp's
@@ -231,6 +241,9 @@ static em_err plan_all(synth *s) {
     char n[64];
     em_err err;
     /* Logits get an RMS of about 4: wide enough that greedy decoding has no near-ties. */
+    if (!strcmp(s->scaling, "llama3") &&
+        (err = plan(s, "rope_freqs.weight", 1, p->head_dim / 2, 1, 1, 0, INIT_ROPE_FREQS, 0)))
+        return err;
     if ((err = plan(s, "token_embd.weight", 2, e, p->n_vocab, 1, s->weight_type, INIT_UNIFORM, 4.0f * in_rms))) return err;
     for (uint32_t il = 0; il < p->n_layer; il++) {
 #define B(what) (snprintf(n, sizeof n, "blk.%u.%s", il, what), n)
@@ -288,6 +301,19 @@ static em_err plan_all(synth *s) {
 
 /* ---- producing a tensor's bytes ---- */
 
+/* Llama 3's RoPE scaling as one divisor per frequency (Meta's reference, low_freq_factor 1,
+ * high_freq_factor 4): long wavelengths are divided by the factor, short ones kept, and the band
+ * between is interpolated smoothly. */
+static float llama3_factor(const synth *s, uint64_t i) {
+    const double low_freq_factor = 1.0, high_freq_factor = 4.0, orig = s->scaling_orig_ctx;
+    const double freq = pow(s->p.theta, -2.0 * (double)i / s->p.head_dim);
+    const double wavelen = 2.0 * M_PI / freq;
+    if (wavelen < orig / high_freq_factor) return 1.0f;
+    if (wavelen > orig / low_freq_factor) return s->scaling_factor;
+    const double smooth = (orig / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+    return (float)(1.0 / ((1.0 - smooth) / s->scaling_factor + smooth));
+}
+
 static em_err fill_tensor(void *user, uint64_t index, void *file_, uint64_t size) {
     synth *s = user;
     FILE *file = file_;
@@ -313,6 +339,7 @@ static em_err fill_tensor(void *user, uint64_t index, void *file_, uint64_t size
                 continue;
             }
             float v = t->init == INIT_NORM ? t->center + t->rms * uniform(&rng) : a * uniform(&rng);
+            if (t->init == INIT_ROPE_FREQS) v = llama3_factor(s, done + i);
             if (t->type == EM_TYPE_F32) memcpy(out, &v, 4);
             else {
                 uint16_t h = t->type == EM_TYPE_F16 ? to_f16(v) : to_bf16(v);
@@ -351,6 +378,13 @@ static em_err add_hparams(em_gguf_writer *w, const synth *s) {
     if ((err = em_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->eps))) return err;
     if ((err = em_gguf_writer_add_f32(w, KEY("rope.freq_base"), p->theta))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("rope.dimension_count"), p->head_dim))) return err;
+    if (!strcmp(s->scaling, "linear") || !strcmp(s->scaling, "yarn")) {
+        if ((err = em_gguf_writer_add_str(w, KEY("rope.scaling.type"), s->scaling))) return err;
+        if ((err = em_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), s->scaling_factor))) return err;
+        if (!strcmp(s->scaling, "yarn") &&
+            (err = em_gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"), s->scaling_orig_ctx)))
+            return err;
+    }
     if (p->window && (err = em_gguf_writer_add_u32(w, KEY("attention.sliding_window"), p->window))) return err;
     if (p->attn_softcap > 0 && (err = em_gguf_writer_add_f32(w, KEY("attn_logit_softcapping"), p->attn_softcap)))
         return err;
@@ -458,6 +492,26 @@ static em_err parse_type(const char *name, uint32_t *weights, uint32_t *experts)
     return em_errorf(EM_ERR_INVALID, "unknown type '%s' (f32, f16, bf16, q8_0, q4_k, mix)", name);
 }
 
+/* "none", "linear:F", "yarn:F:ORIG_CTX", "llama3:F:ORIG_CTX" */
+static em_err parse_scaling(const char *text, synth *s) {
+    snprintf(s->scaling, sizeof s->scaling, "none");
+    if (!text || !strcmp(text, "none")) return NULL;
+    char kind[16] = "";
+    float factor = 0;
+    unsigned orig = 0;
+    int got = sscanf(text, "%15[a-z0-9]:%f:%u", kind, &factor, &orig);
+    const bool linear = !strcmp(kind, "linear");
+    if (got < 2 || !(factor >= 1.0f && factor <= 1024.0f) || (!linear && strcmp(kind, "yarn") && strcmp(kind, "llama3")) ||
+        (!linear && (got < 3 || orig < 16)))
+        return em_errorf(EM_ERR_INVALID,
+                         "rope scaling '%s': expected none, linear:FACTOR, yarn:FACTOR:ORIG_CTX or llama3:FACTOR:ORIG_CTX",
+                         text);
+    snprintf(s->scaling, sizeof s->scaling, "%s", kind);
+    s->scaling_factor = factor;
+    s->scaling_orig_ctx = orig;
+    return NULL;
+}
+
 em_err em_synth_write(const em_synth_options *o, const char *out_path) {
     const preset *found = NULL;
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
@@ -466,6 +520,7 @@ em_err em_synth_write(const em_synth_options *o, const char *out_path) {
     synth s = {.p = *found, .seed = o->seed};
     em_err err = parse_type(o->type ? o->type : "f32", &s.weight_type, &s.expert_type);
     if (err) return err;
+    if ((err = parse_scaling(o->rope_scaling ? o->rope_scaling : s.p.rope_scaling, &s))) return err;
     if (o->layers) {
         if (o->layers > 1024) return em_errorf(EM_ERR_RANGE, "--layers %u is out of range", o->layers);
         s.p.n_layer = o->layers;

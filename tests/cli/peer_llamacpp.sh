@@ -1,10 +1,18 @@
 #!/bin/bash
-# Peer comparison with llama.cpp: node-llama-cpp 3.21.1 (CPU build) loads the same synthetic GGUF
-# files as ember and continues the same prompt greedily for 32 tokens; the tokens must agree, and
-# so must each token's probability. llama.cpp keeps its KV cache in f16 where ember keeps f32, so
-# the probabilities differ by about 1e-3; the one legitimate disagreement is a near-tie (the two
-# most likely tokens within 2% of each other), after which the two continuations part and the
-# comparison stops.
+# Peer comparison with llama.cpp: node-llama-cpp 3.21.1 (CPU build, f32 KV cache, no flash
+# attention) loads the same synthetic GGUF files as ember and continues the same prompt greedily for
+# 32 tokens: every family but flint (which llama.cpp does not know) in f32 and q8_0, and tiny-llama
+# with linear, YaRN and Llama 3 RoPE scaling, and one layer of dense-1b at q4_k.
+#  - ember's own greedy continuation must be llama.cpp's, token for token, and each token's
+#    probability must agree within 0.005 (observed: about 1e-4). The one legitimate disagreement is a
+#    near-tie (the two most likely tokens within 2% of each other), after which the continuations
+#    part and the comparison stops.
+#  - Gemma at q8_0: llama.cpp evaluates GELU through an f16 table, and with 8-bit activations that
+#    moves probabilities by a few percent, so free-running continuations of a random model part at
+#    the first close call (rounding GELU's input and output to f16 in ember, as an experiment, made
+#    Gemma agree within 1e-4 for all 32 tokens at q8_0 too). There ember is fed llama.cpp's continuation (teacher forcing) and at each
+#    of the 32 steps must pick llama.cpp's token, or its runner-up when the two are within 25%, with
+#    a probability within 0.05 when the tokens agree.
 # usage: peer_llamacpp.sh EMBER_EXE FIXTURES_DIR BUILD_DIR
 set -u
 EMBER=$1 FIXTURES=$2 BUILD=$3
@@ -35,23 +43,58 @@ for type in $TYPES; do
         models+=("$model")
     done
 done
+# RoPE scaling as llama.cpp reads it (keys for linear and YaRN, a rope_freqs tensor for Llama 3),
+# with an original context shorter than the test's 44 positions so that the scaling matters
+for scaling in linear:4 yarn:4:32 llama3:8:32; do
+    model=$WORK/tiny-llama-rope-${scaling%%:*}-f32.gguf
+    rm -f "$model.llama.txt"
+    "$EMBER" synth --preset tiny-llama --type f32 --seed 5 --rope-scaling $scaling -o "$model" \
+        --vocab "$FIXTURES/vocab/ggml-vocab-llama-spm.gguf" || { echo "FAIL: synth rope $scaling"; exit 1; }
+    models+=("$model")
+done
+# a real shape with K-quant blocks: Llama-3.2-1B's (vocabulary padded to 128256, Llama 3 RoPE
+# frequency factors) cut to one layer, at q4_k
+model=$WORK/dense-1b-1layer-q4_k.gguf
+rm -f "$model.llama.txt"
+"$EMBER" synth --preset dense-1b --layers 1 --type q4_k --seed 5 -o "$model" \
+    --vocab "$FIXTURES/vocab/ggml-vocab-llama-spm.gguf" || { echo "FAIL: synth dense-1b"; exit 1; }
+models+=("$model")
 # one node process for all models: starting llama.cpp is the slow part
 node "$HERE/../peer/llamacpp_greedy.mjs" "$JS/node_modules" $N "$PROMPT" "${models[@]}" 2>"$WORK/llama.err" ||
     { cat "$WORK/llama.err"; echo "FAIL: llama.cpp"; exit 1; }
 
-for model in "${models[@]}"; do
-    name=$(basename "$model" .gguf)
-    "$EMBER" run -m "$model" --prompt-ids "$PROMPT" -n $N --temp 0 --print-probs >"$model.ember.txt" 2>"$WORK/ember.err" ||
-        { cat "$WORK/ember.err"; echo "FAIL: ember run $name"; status=1; continue; }
-    result=$(paste -d' ' "$model.ember.txt" "$model.llama.txt" | awk -v n=$N '
+# compare TOLERANCE TIE_MARGIN < "ember_id ember_prob llama_id llama_prob llama_id2 llama_prob2" lines
+compare() {
+    awk -v n=$N -v tol=$1 -v margin=$2 '
         function abs(x) { return x < 0 ? -x : x }
         { e = $1; pe = $2; l = $3; pl = $4; l2 = $5; pl2 = $6; steps++
-          if (e == l) { d = abs(pe - pl); if (d > worst) worst = d; same++; if (d > 0.01) { bad = "probability " pe " vs " pl " at step " NR; exit } next }
-          if (e == l2 && (pl - pl2) / pl < 0.02) { tie = NR; exit }
+          if (e == l) { d = abs(pe - pl); if (d > worst) worst = d; same++; if (d > tol) { bad = "probability " pe " vs " pl " at step " NR; exit } next }
+          if (e == l2 && (pl - pl2) / pl < margin) { tie = tie ? tie : NR; if (!forced) exit; next }
           bad = "token " e " vs " l " at step " NR; exit }
         END { if (bad != "") print "FAIL " bad;
               else if (steps < n && tie == 0) print "FAIL only " steps " tokens";
-              else printf "ok %d/%d tokens equal%s, max |dp| %.2g\n", same, n, tie ? " (near-tie at step " tie ")" : "", worst }')
+              else printf "ok %d/%d tokens equal%s, max |dp| %.2g\n", same, n, tie ? " (near-tie at step " tie ")" : "", worst }' forced=$3
+}
+
+for model in "${models[@]}"; do
+    name=$(basename "$model" .gguf)
+    case $name in
+    tiny-gemma*-q8_0)
+        : >"$model.ember.txt"
+        context=$PROMPT
+        for token in $(awk '{print $1}' "$model.llama.txt"); do
+            "$EMBER" run -m "$model" --prompt-ids "$context" -n 1 --temp 0 --print-probs -t 1 >>"$model.ember.txt" 2>"$WORK/ember.err" ||
+                { cat "$WORK/ember.err"; echo "FAIL: ember run $name"; status=1; break; }
+            context="$context $token"
+        done
+        result=$(paste -d' ' "$model.ember.txt" "$model.llama.txt" | compare 0.05 0.25 1) ;;
+    *)
+        "$EMBER" run -m "$model" --prompt-ids "$PROMPT" -n $N --temp 0 --print-probs >"$model.ember.txt" 2>"$WORK/ember.err" ||
+            { cat "$WORK/ember.err"; echo "FAIL: ember run $name"; status=1; continue; }
+        tolerance=0.005
+        case $name in *q4_k) tolerance=0.02 ;; esac # 256-wide rows: Q8_K activations (observed 0.004)
+        result=$(paste -d' ' "$model.ember.txt" "$model.llama.txt" | compare $tolerance 0.02 0) ;;
+    esac
     echo "$name: $result"
     case $result in ok*) ;; *) status=1 ;; esac
 done

@@ -13,7 +13,11 @@ const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
 const prompt = idsText.trim().split(/\s+/).map(Number);
 for (const modelPath of models) {
     const model = await llama.loadModel({modelPath});
-    const context = await model.createContext({contextSize: 512, batchSize: 512, threads: 2});
+    // f32 KV cache and no flash attention: as close to ember's f32 reference path as llama.cpp gets
+    const context = await model.createContext({
+        contextSize: 512, batchSize: 512, threads: 2, flashAttention: false,
+        experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
+    });
     const sequence = context.getSequence();
     const lines = [];
     for await (const out of sequence.evaluateWithMetadata(prompt, {probabilities: true}, {temperature: 0})) {

@@ -32,6 +32,7 @@ typedef struct cpu_backend {
     float *member_weight;
     float *scores;        /* cap_positions floats per thread */
     uint32_t cap_positions;
+    float *rope_angles;   /* cos, sin of one position's angles: n_rot floats */
     uint8_t *act;         /* activations in the dot-product format */
     uint64_t act_per_token;
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert;
@@ -136,15 +137,16 @@ static em_err attention(cpu_backend *b, const em_batch *batch, uint32_t il) {
     add_bias(b->v, lw->bv, n, nv);
 
     for (uint32_t t = 0; t < n; t++) {
+        em_cpu_rope_angles(b->rope_angles, batch->pos[t], &ld->rope);
         for (uint32_t h = 0; h < ld->n_head; h++) {
             float *q = b->q + (uint64_t)t * nq + (uint64_t)h * ld->head_dim;
             if (lw->q_norm) em_cpu_rmsnorm(q, q, lw->q_norm, ld->head_dim, b->d->norm_eps, b->d->norm == EM_NORM_RMS_PLUS_ONE);
-            em_cpu_rope(q, batch->pos[t], &ld->rope);
+            em_cpu_rope(q, b->rope_angles, &ld->rope);
         }
         for (uint32_t h = 0; h < ld->n_head_kv; h++) {
             float *k = b->k + (uint64_t)t * nk + (uint64_t)h * ld->head_dim;
             if (lw->k_norm) em_cpu_rmsnorm(k, k, lw->k_norm, ld->head_dim, b->d->norm_eps, b->d->norm == EM_NORM_RMS_PLUS_ONE);
-            em_cpu_rope(k, batch->pos[t], &ld->rope);
+            em_cpu_rope(k, b->rope_angles, &ld->rope);
         }
         /* Write this token's key and value into its sequence's cache before anyone attends. */
         const em_batch_seq *seq = &batch->seqs[batch->seq[t]];
@@ -266,8 +268,12 @@ uint32_t em_batch_logits_rows(const em_batch *batch) {
     return rows;
 }
 
-static em_err validate(cpu_backend *b, const em_batch *batch) {
+static em_err validate(cpu_backend *b, const em_batch *batch, const float *logits) {
     if (batch->n_tokens == 0) return em_errorf(EM_ERR_INVALID, "empty batch");
+    if (!batch->tokens || !batch->seq || !batch->pos)
+        return em_errorf(EM_ERR_INVALID, "batch without tokens, sequences or positions");
+    if (!logits && em_batch_logits_rows(batch) > 0)
+        return em_errorf(EM_ERR_INVALID, "the batch wants logits but no buffer was given");
     if (!batch->seqs || batch->n_seqs == 0) return em_errorf(EM_ERR_INVALID, "batch without block tables");
     for (uint32_t s = 0; s < batch->n_seqs; s++)
         for (uint32_t i = 0; i < batch->seqs[s].n_blocks; i++)
@@ -329,7 +335,7 @@ static em_err cpu_forward(em_backend *base, const em_batch *batch, float *logits
     cpu_backend *b = (cpu_backend *)base;
     const em_model_desc *d = b->d;
     const uint32_t n = batch->n_tokens, e = d->n_embd;
-    em_err err = validate(b, batch);
+    em_err err = validate(b, batch, logits);
     if (err) return err;
     if ((err = reserve(b, n))) return err;
     if ((err = reserve_positions(b, batch))) return err;
@@ -386,7 +392,8 @@ static void cpu_free(em_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
     em_cpu_pool_destroy(&b->pool);
     float *bufs[] = {b->keys, b->values, b->x, b->xn, b->q, b->k, b->v, b->attn, b->out, b->gate, b->up,
-                     b->router, b->gathered, b->expert_out, b->chosen_weight, b->member_weight, b->scores};
+                     b->router, b->gathered, b->expert_out, b->chosen_weight, b->member_weight, b->scores,
+                     b->rope_angles};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(b->chosen);
     free(b->members);
@@ -466,7 +473,11 @@ em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config
     /* calloc: pages are only touched when rows are written, so a large budget costs nothing up front. */
     b->keys = calloc(key_floats, sizeof(float));
     b->values = calloc(value_floats, sizeof(float));
-    if (!b->keys || !b->values) goto nomem;
+    uint32_t max_rot = 2;
+    for (uint32_t il = 0; il < d->n_layer; il++)
+        if (d->layers[il].rope.n_rot > max_rot) max_rot = d->layers[il].rope.n_rot;
+    b->rope_angles = malloc(max_rot * sizeof(float));
+    if (!b->keys || !b->values || !b->rope_angles) goto nomem;
     *out = &b->base;
     return NULL;
 nomem:

@@ -44,8 +44,10 @@ static inline void em_cpu_share(uint64_t n, uint32_t ith, uint32_t nth, uint64_t
 /* out = x / rms(x) * w (w may be NULL: no weight); out may alias x. */
 void em_cpu_rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps, bool plus_one);
 
-/* Rotates one head in place for position `pos`. */
-void em_cpu_rope(float *head, uint32_t pos, const em_rope *rope);
+/* The rotation of position `pos`: cos and sin of each of the n_rot/2 angles, interleaved. */
+void em_cpu_rope_angles(float *cos_sin, uint32_t pos, const em_rope *rope);
+/* Rotates the first n_rot dimensions of one head in place. */
+void em_cpu_rope(float *head, const float *cos_sin, const em_rope *rope);
 
 void em_cpu_softmax(float *x, uint32_t n);
 float em_cpu_silu(float x);

@@ -22,7 +22,7 @@ static double yarn_corr_dim(uint32_t n_dims, uint32_t orig_ctx, double beta, dou
     return n_dims * log(orig_ctx / (beta * 2.0 * M_PI)) / (2.0 * log(base));
 }
 
-void em_cpu_rope(float *head, uint32_t pos, const em_rope *rope) {
+void em_cpu_rope_angles(float *cos_sin, uint32_t pos, const em_rope *rope) {
     const uint32_t n_rot = rope->n_rot, half = n_rot / 2;
     const double freq_scale = (rope->scaling == EM_ROPE_SCALING_LINEAR || rope->scaling == EM_ROPE_SCALING_YARN)
                                   ? 1.0 / rope->factor
@@ -47,7 +47,15 @@ void em_cpu_rope(float *head, uint32_t pos, const em_rope *rope) {
             double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * ext;
             angle = angle * (1.0 - ramp) + theta * ramp;
         }
-        const float c = (float)(cos(angle) * mscale), s = (float)(sin(angle) * mscale);
+        cos_sin[2 * i] = (float)(cos(angle) * mscale);
+        cos_sin[2 * i + 1] = (float)(sin(angle) * mscale);
+    }
+}
+
+void em_cpu_rope(float *head, const float *cos_sin, const em_rope *rope) {
+    const uint32_t half = rope->n_rot / 2;
+    for (uint32_t i = 0; i < half; i++) {
+        const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
         /* normal: adjacent pairs (2i, 2i+1); NeoX: (i, i + n_rot/2) */
         const uint32_t a = rope->style == EM_ROPE_NEOX ? i : 2 * i;
         const uint32_t b = rope->style == EM_ROPE_NEOX ? i + half : 2 * i + 1;
