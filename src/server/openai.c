@@ -383,7 +383,8 @@ static json_t *chunk_head(const em_server_format *f, const em_server_request *re
     return response_head(f, req->api == EM_API_OPENAI_CHAT ? "chat.completion.chunk" : "text_completion");
 }
 
-static bool emit_chunk(em_buf *out, const em_server_request *req, json_t *chunk, json_t *choice) {
+static bool emit_chunk(em_buf *out, const em_server_request *req, json_t *chunk, json_t *choice,
+                       const ember_timings *timings) {
     if (!chunk || !choice) {
         json_decref(chunk);
         json_decref(choice);
@@ -392,6 +393,7 @@ static bool emit_chunk(em_buf *out, const em_server_request *req, json_t *chunk,
     json_object_set_new(chunk, "choices", json_pack("[o]", choice));
     /* With include_usage every chunk carries "usage": null and only the last one a value. */
     if (req->include_usage) json_object_set_new(chunk, "usage", json_null());
+    if (timings) json_object_set_new(chunk, "timings", em_server_timings_json(timings));
     bool ok = em_server_sse(out, NULL, chunk);
     json_decref(chunk);
     return ok;
@@ -400,7 +402,7 @@ static bool emit_chunk(em_buf *out, const em_server_request *req, json_t *chunk,
 bool em_openai_chat_chunk_start(em_buf *out, const em_server_format *f, const em_server_request *req, int index) {
     json_t *choice = json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", index, "delta", "role", "assistant",
                                "content", "", "logprobs", "finish_reason");
-    return emit_chunk(out, req, chunk_head(f, req), choice);
+    return emit_chunk(out, req, chunk_head(f, req), choice, NULL);
 }
 
 bool em_openai_chunk_delta(em_buf *out, const em_server_format *f, const em_server_request *req, int index,
@@ -424,9 +426,7 @@ bool em_openai_chunk_delta(em_buf *out, const em_server_format *f, const em_serv
         choice = json_pack("{s:i, s:o, s:o, s:o}", "index", index, "text", em_server_json_text(text, len),
                            "logprobs", lp, "finish_reason", reason_json);
     }
-    json_t *chunk = chunk_head(f, req);
-    if (chunk && reason && timings) json_object_set_new(chunk, "timings", em_server_timings_json(timings));
-    return emit_chunk(out, req, chunk, choice);
+    return emit_chunk(out, req, chunk_head(f, req), choice, reason ? timings : NULL);
 }
 
 bool em_openai_stream_end(em_buf *out, const em_server_format *f, const em_server_request *req,
