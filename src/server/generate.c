@@ -24,6 +24,7 @@ typedef struct job {
     em_server_format fmt;
     char id[64];
     int fd;
+    struct timespec last_check; /* of the client's socket */
     size_t n_prompts;
     int32_t **prompt_ids; /* per prompt, malloc'd */
     size_t *prompt_len;
@@ -46,6 +47,18 @@ bool em_server_peer_gone(int fd) {
     if (poll(&p, 1, 0) <= 0) return false;
     if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
     return false;
+}
+
+/* Whether to give up: the client hung up or the server is stopping. The socket is polled at most
+ * every 100 ms, whether or not the engine is producing output. */
+static bool give_up(job *j, bool now) {
+    if (atomic_load(&j->server->stopping)) return true;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double since = (double)(t.tv_sec - j->last_check.tv_sec) + 1e-9 * (double)(t.tv_nsec - j->last_check.tv_nsec);
+    if (!now && since < 0.1) return false;
+    j->last_check = t;
+    return em_server_peer_gone(j->fd);
 }
 
 static void job_free(job *j) {
@@ -209,10 +222,9 @@ static struct MHD_Response *run_blocking(job *j, int *status) {
         em_server_choice *c = &j->choices[i];
         while (c->finish == EMBER_FINISH_NONE) {
             ember_output out;
-            if (!b->next(j->handles[i], &out, WAIT_MS)) {
-                if (em_server_peer_gone(j->fd) || atomic_load(&j->server->stopping)) return NULL;
-                continue;
-            }
+            bool got = b->next(j->handles[i], &out, WAIT_MS);
+            if (give_up(j, !got)) return NULL;
+            if (!got) continue;
             if (!em_server_choice_add(c, &out, keep_tokens(j))) {
                 em_server_error_set(&err, 500, NULL, NULL, NULL, "out of memory");
                 goto fail;
@@ -320,7 +332,8 @@ static bool stream_advance(job *j) {
             if (!stream_output(j, i, &out)) return false;
         }
     }
-    if (got || j->done) return true;
+    if (j->done) return true;
+    if (got) return !give_up(j, false);
     if (j->n_choices > 1) {
         for (size_t i = 0; i < j->n_choices; i++) {
             if (j->choices[i].finish != EMBER_FINISH_NONE) continue;
@@ -329,7 +342,7 @@ static bool stream_advance(job *j) {
             break;
         }
     }
-    return !(em_server_peer_gone(j->fd) || atomic_load(&j->server->stopping));
+    return !give_up(j, true);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -367,6 +380,7 @@ struct MHD_Response *em_server_generate(em_server *server, em_server_request *re
     j->req = *req;
     memset(req, 0, sizeof *req);
     j->fd = fd;
+    clock_gettime(CLOCK_MONOTONIC, &j->last_check);
     uint64_t serial = atomic_fetch_add(&server->next_id, 1);
     const char *prefix = j->req.api == EM_API_OPENAI_CHAT ? "chatcmpl-" : j->req.api == EM_API_OPENAI_COMPLETIONS ? "cmpl-" : "msg_";
     snprintf(j->id, sizeof j->id, "%s%08x%016llx", prefix, server->salt, (unsigned long long)serial);

@@ -331,11 +331,11 @@ em_err em_server_start(const em_server_options *options, const em_server_backend
     }
     unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(flags, (uint16_t)options->port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
-                                 addr->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_LIMIT,
+    s->daemon = MHD_start_daemon(flags, (uint16_t)options->port, NULL, NULL, handle, s, MHD_OPTION_EXTERNAL_LOGGER,
+                                 mhd_log, NULL, MHD_OPTION_SOCK_ADDR, addr->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
+                                 completed, s, MHD_OPTION_CONNECTION_LIMIT,
                                  (unsigned)(options->max_connections > 0 ? options->max_connections : 256),
-                                 MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                                 MHD_OPTION_END);
+                                 MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
     freeaddrinfo(addr);
     if (!s->daemon) {
         em_server_stop(s);
