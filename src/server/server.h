@@ -241,6 +241,43 @@ json_t *em_server_json_text(const char *text, size_t len);
 /* Serializes compactly with the number precision Ember uses (malloc'd). */
 char *em_server_dump(const json_t *value);
 
+/* ---- Chat prompts → token ids, safe from injected control tokens (prompt.c) ---- */
+
+/* What em_server_chat_tokens needs from a tokenizer and a chat template. */
+typedef struct em_server_prompt_ops {
+    void *self;
+    /* Renders OpenAI-style messages with the chat template, generation prompt added (malloc'd). */
+    em_err (*render)(void *self, const json_t *messages, char **text, size_t *len);
+    /* Tokenizes without adding BOS/EOS; control-token text recognized only when parse_special. */
+    em_err (*tokenize)(void *self, const char *text, size_t len, bool parse_special, int32_t **ids, size_t *n);
+    const char *const *controls; /* the text of every control token of the vocabulary */
+    const size_t *control_lens;
+    size_t n_controls;
+    bool add_bos; /* the vocabulary asks for a BOS at the start of a sequence */
+    int32_t bos;
+    uint32_t salt; /* makes content markers unguessable */
+} em_server_prompt_ops;
+
+/* Renders and tokenizes a conversation so that only the template's markup produces control
+ * tokens (see prompt.c for how). One BOS at the start when add_bos, even if the template writes
+ * one too. *ids is malloc'd. EM_ERR_INVALID when a message holds control-token text that the
+ * template does not reproduce verbatim. */
+em_err em_server_chat_tokens(const em_server_prompt_ops *ops, const json_t *messages, int32_t **ids, size_t *n);
+
+/* A stretch of prompt text and whether to parse special-token text in it. */
+typedef struct em_prompt_piece {
+    const char *text;
+    size_t len;
+    bool special;
+} em_prompt_piece;
+
+bool em_server_has_control_text(const char *text, size_t len, const em_server_prompt_ops *ops);
+/* Splits text rendered with markers[i] (or NULL) in place of message i's content into pieces:
+ * template text (special) and the messages' real contents (not special). Each marker must occur
+ * exactly once. *pieces is malloc'd and points into `rendered` and `messages`. */
+em_err em_server_prompt_pieces(const char *rendered, size_t len, const json_t *messages, const char *const *markers,
+                               em_prompt_piece **pieces, size_t *n);
+
 /* ---- Metrics ---- */
 
 typedef enum em_server_endpoint {
