@@ -424,6 +424,13 @@ static void test_format_errors(void **state) {
     assert_true(em_server_stream_error(&out, EM_API_ANTHROPIC_MESSAGES, &err));
     assert_string_equal(out.data, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"boom\"}}\n\n");
     em_buf_free(&out);
+    /* regression (found by fuzz_server): a message quoting broken UTF-8 still makes a body */
+    em_server_error_set(&err, 400, NULL, NULL, "x\xC9", "bad \xC9\xA9\x08 byte \xC9");
+    body = em_server_error_body(EM_API_OPENAI_CHAT, &err);
+    assert_non_null(body);
+    assert_string_equal(body, "{\"error\":{\"message\":\"bad \xC9\xA9\\b byte \xEF\xBF\xBD\",\"type\":\"invalid_request_error\","
+                              "\"param\":\"x\xEF\xBF\xBD\",\"code\":null}}");
+    free(body);
     assert_string_equal(em_server_error_type(EM_API_ANTHROPIC_MESSAGES, 401), "authentication_error");
     assert_string_equal(em_server_error_type(EM_API_ANTHROPIC_MESSAGES, 413), "request_too_large");
     assert_string_equal(em_server_error_type(EM_API_OPENAI_CHAT, 401), "invalid_request_error");

@@ -45,12 +45,13 @@ const char *em_server_error_type(em_server_api api, int status) {
 char *em_server_error_body(em_server_api api, const em_server_error *err) {
     const char *type = err->type ? err->type : em_server_error_type(api, err->status);
     json_t *body;
+    /* Messages quote the request (and are cut at 512 bytes), so they may hold broken UTF-8. */
+    json_t *message = em_server_json_text(err->message, strlen(err->message));
     if (api == EM_API_ANTHROPIC_MESSAGES || api == EM_API_ANTHROPIC_COUNT) {
-        body = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", type, "message",
-                         err->message);
+        body = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", type, "message", message);
     } else {
-        body = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", err->message, "type", type,
-                         "param", err->param[0] ? json_string(err->param) : json_null(), "code",
+        body = json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", message, "type", type, "param",
+                         err->param[0] ? em_server_json_text(err->param, strlen(err->param)) : json_null(), "code",
                          err->code ? json_string(err->code) : json_null());
     }
     if (!body) return NULL;
