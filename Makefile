@@ -29,7 +29,7 @@ test: build
 #   build-fuzz/fuzz/fuzz_gguf fuzz/corpus/gguf -max_total_time=600
 fuzz: deps
 	CC=clang cmake -S . -B build-fuzz -DEM_FUZZ=ON -DEM_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build build-fuzz -j $(JOBS)
+	cmake --build build-fuzz -j $(JOBS) --target fuzzers
 
 clean:
 	rm -rf $(BUILD) build-fuzz build-sanitize

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,29 @@ static void test_malformed(void **state) {
     free(good);
 }
 
+/* Found by the fuzzer: a huge float read as an integer was undefined behaviour. */
+static void test_float_to_int_saturates(void **state) {
+    (void)state;
+    em_gguf_writer *w;
+    assert_null(em_gguf_writer_new(3, &w));
+    assert_null(em_gguf_writer_add_f32(w, "big", -7.8e30f));
+    assert_null(em_gguf_writer_add_f32(w, "nan", NAN));
+    assert_null(em_gguf_writer_add_f32(w, "small", -2.75f));
+    char *path = temp_path();
+    assert_null(em_gguf_writer_write(w, path));
+    em_gguf_writer_free(w);
+    size_t size;
+    uint8_t *data = read_whole(path, &size);
+    unlink(path);
+    em_gguf *g;
+    assert_null(em_gguf_open_buffer(data, size, "floats", &g));
+    assert_true(em_gguf_kv_int(em_gguf_find(g, "big")) == INT64_MIN);
+    assert_int_equal(em_gguf_kv_int(em_gguf_find(g, "nan")), 0);
+    assert_int_equal(em_gguf_kv_int(em_gguf_find(g, "small")), -2);
+    em_gguf_close(g);
+    free(data);
+}
+
 static void test_missing_file(void **state) {
     (void)state;
     em_gguf *g;
@@ -373,6 +397,7 @@ int main(void) {
         cmocka_unit_test(test_vocab_arrays),       cmocka_unit_test(test_getter_errors),
         cmocka_unit_test(test_round_trip_fixtures), cmocka_unit_test(test_writer_values),
         cmocka_unit_test(test_malformed),          cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_float_to_int_saturates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

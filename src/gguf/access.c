@@ -176,8 +176,16 @@ double em_gguf_array_float(const em_gguf_kv *kv, uint64_t index) {
     return load_float(kv->array_type, kv->data + index * size);
 }
 
+/* Float to integer without undefined behaviour: NaN reads 0, out-of-range values saturate. */
+static int64_t saturate_to_int(double v) {
+    if (v != v) return 0;
+    if (v >= 9223372036854775807.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
+}
+
 int64_t em_gguf_kv_int(const em_gguf_kv *kv) {
-    if (kv->type == EM_GGUF_FLOAT32 || kv->type == EM_GGUF_FLOAT64) return (int64_t)load_float(kv->type, kv->data);
+    if (kv->type == EM_GGUF_FLOAT32 || kv->type == EM_GGUF_FLOAT64) return saturate_to_int(load_float(kv->type, kv->data));
     if (!is_integer(kv->type) && kv->type != EM_GGUF_BOOL) return 0;
     return load_int(kv->type, kv->data);
 }

@@ -6,7 +6,19 @@
  * quantizers, and row dot products of each weight type with the activation format chosen for it.
  * Reference code here is scalar and readable; faster SIMD variants live beside it (x86/, arm/)
  * and are checked against it. It owns no memory beyond what callers pass in, and depends only on
- * base.
+ * base. Its one piece of static state is a write-once cache of the CPU's SIMD features (x86/).
+ *
+ * Files: types.c (the table), fp.c (f16/bf16), dequant.c (every decoder), quantize.c (the simple
+ * formats, bit-exact with the GGUF tooling's reference), kquants.c (the searching quantizers:
+ * K-formats, IQ4_NL, IQ4_XS, IQ3_XXS), iq_grids.c (i-quant lattice tables), dot.c (dispatch,
+ * reference and common scalar dots), dot_scalar.c (other scalar dots), x86/ (AVX2 kernels).
+ * internal.h is shared by these files only.
+ *
+ * Coverage: em_dequantize and em_dot handle F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1
+ * (dequantize only), Q2_K..Q6_K, Q8_K (dequantize only), IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
+ * IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 and MXFP4. em_quantize handles F32, F16, BF16,
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, TQ1_0, TQ2_0 (bit-exact with the reference tooling), and
+ * Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS, IQ3_XXS (error-bounded searches, not bit-exact).
  */
 #ifndef EMBER_QUANT_H
 #define EMBER_QUANT_H
@@ -72,6 +84,15 @@ em_err em_type_from_name(const char *name, em_type *out);
  * the size overflows. */
 em_err em_type_row_bytes(uint32_t type, uint64_t elems, uint64_t *out);
 
+/* ---- Scalar conversions ----
+ * IEEE half (binary16) and bfloat16 bit patterns to and from f32. Rounding is to nearest, ties to
+ * even; f16 overflow gives infinity, values below the f16 range give (signed) subnormals or zero;
+ * NaN stays NaN (quiet). */
+float em_fp16_to_f32(uint16_t h);
+uint16_t em_f32_to_fp16(float f);
+float em_bf16_to_f32(uint16_t h);
+uint16_t em_f32_to_bf16(float f);
+
 /* ---- Reference conversions (scalar; the definition every faster path is checked against) ---- */
 
 /* Dequantizes `n` elements (a multiple of the type's block) from `blocks` into `out`.
@@ -81,13 +102,19 @@ em_err em_dequantize(uint32_t type, const void *blocks, float *out, uint64_t n);
 /* True when em_quantize supports the type. */
 bool em_type_can_quantize(uint32_t type);
 
-/* Quantizes `n` floats (a multiple of the block) into blocks of `type`. */
+/* Quantizes `n` floats (a multiple of the block) into blocks of `type`. Unweighted (no importance
+ * matrix). EM_ERR_UNSUPPORTED for a type without a quantizer, EM_ERR_INVALID for a bad `n`. */
 em_err em_quantize(uint32_t type, const float *in, void *blocks, uint64_t n);
 
 /* ---- Dot products: a weight row (stored format) with an activation row ---- */
 
-/* The format activations take for dot products with weights of `weight_type`: EM_TYPE_F32 for
- * float weights, EM_TYPE_Q8_0 or EM_TYPE_Q8_K for block-quantized ones. */
+/* The format activations take for dot products with weights of `weight_type`:
+ *   EM_TYPE_F32  for F32, F16, BF16 weights (and any type em_dot does not know);
+ *   EM_TYPE_Q8_0 for the 32-element formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4;
+ *   EM_TYPE_Q8_K for the 256-element formats Q2_K..Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
+ *                IQ3_XXS, IQ3_S, IQ4_XS, TQ1_0, TQ2_0.
+ * Q8 activations add at most half a step (max|x| / 254 of the block's largest value) of error per
+ * element. */
 em_type em_dot_activation_type(uint32_t weight_type);
 
 /* Converts an f32 activation row of `n` elements into em_dot_activation_type(weight_type); `out`
@@ -95,7 +122,25 @@ em_type em_dot_activation_type(uint32_t weight_type);
 em_err em_quantize_activation(uint32_t weight_type, const float *x, void *out, uint64_t n);
 
 /* Dot product of one weight row and one activation row (already in the activation format), `n`
- * elements. The caller has validated the type and `n` (a multiple of the block). */
+ * elements. The caller has validated the type and `n` (a multiple of the block). Uses AVX2 kernels
+ * when the CPU has AVX2+FMA+F16C (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
+ * Q2_K..Q6_K, IQ4_XS, IQ3_XXS) and integer scalar code otherwise. Activation rows must come from
+ * em_quantize_activation (its 8-bit levels never take -128, which the SIMD sign tricks rely on).
+ * Returns 0 for a type it does not know. Thread-safe; reads only its arguments. */
 float em_dot(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
+
+/* The kernel em_dot runs for `weight_type` on this CPU, for callers that take many rows of one
+ * matrix (the dispatch then happens once, not per row); NULL when the type has no dedicated
+ * kernel (em_dot then uses em_dot_reference). Same contract as em_dot. */
+typedef float (*em_dot_fn)(const void *weight_row, const void *activation_row, uint64_t n);
+em_dot_fn em_dot_kernel(uint32_t weight_type);
+
+/* The definition em_dot is checked against: decodes both rows to f32 and sums the products in
+ * double. Slow; for tests and debugging. */
+float em_dot_reference(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
+
+/* em_dot without SIMD: the portable scalar path (integer arithmetic per sub-block), what ARM and
+ * older x86 run and what SIMD paths are tested against. */
+float em_dot_scalar(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
 
 #endif

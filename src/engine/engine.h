@@ -1,0 +1,167 @@
+/*
+ * engine — continuous batching over a paged KV cache with a token-exact prefix cache; implements
+ * the public API of include/ember.h.
+ *
+ * Pieces, one file each:
+ *   kv.c      the block pool: block numbers and reference counts (the memory behind a block
+ *             belongs to the backend, which indexes its KV storage by block number);
+ *   prefix.c  the prefix cache: a radix tree over token ids whose nodes each own one KV block;
+ *   sample.c  per-request sampling (penalties, bias, temperature, top-k/p, min-p, seed) and
+ *             logprobs;
+ *   stop.c    stop strings matched across token boundaries, holding back undecided text;
+ *   sched.c   the scheduler: admission, chunked prefill, preemption under memory pressure;
+ *   engine.c  the engine thread, the submission queue and per-request output rings.
+ *
+ * Threads: the engine thread owns the pool, the cache, the scheduler and all model state. Other
+ * threads reach it only through the submission queue and the request rings (engine.c).
+ * The engine depends on model, backend, tokenizer and quant; it never includes CUDA headers.
+ */
+#ifndef EMBER_ENGINE_H
+#define EMBER_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "ember.h"
+
+/* ---- KV block pool (kv.c) ----
+ * A block holds the keys and values of `block_tokens` consecutive positions of one sequence, for
+ * every layer. Each running sequence whose block table lists a block holds one reference, and the
+ * prefix cache holds one for every block it remembers; a block is free again at zero. */
+
+typedef struct em_kv_pool {
+    uint32_t n_blocks;
+    uint32_t block_tokens;
+    uint32_t *refcount; /* per block */
+    uint32_t *free_list;
+    uint32_t n_free;
+} em_kv_pool;
+
+em_err em_kv_pool_init(em_kv_pool *pool, uint32_t n_blocks, uint32_t block_tokens);
+void em_kv_pool_free(em_kv_pool *pool);
+
+/* Takes a free block (refcount 1). False when none is free. */
+bool em_kv_alloc(em_kv_pool *pool, uint32_t *block);
+void em_kv_retain(em_kv_pool *pool, uint32_t block);
+/* Drops one reference; the block is free again at zero. */
+void em_kv_release(em_kv_pool *pool, uint32_t block);
+static inline uint32_t em_kv_refcount(const em_kv_pool *pool, uint32_t block) { return pool->refcount[block]; }
+static inline uint32_t em_kv_free_count(const em_kv_pool *pool) { return pool->n_free; }
+
+
+
+/* ---- Prefix cache (prefix.c) ----
+ * A radix tree over token ids. Each node below the root stands for one KV block: the tokens that
+ * block holds (block_tokens of them, or fewer for the tail of a finished sequence, which is always
+ * a leaf) and the block number, on which the cache holds one reference. A path from the root spells
+ * a cached prefix. Matching shares whole blocks by reference; when the match ends inside a block,
+ * the caller copies that block's first rows into a fresh block, so reuse is token-exact.
+ * Cached blocks are immutable: sequences write only into blocks they allocated themselves. */
+
+typedef struct em_prefix_node {
+    struct em_prefix_node *parent, *first_child, *next_sibling;
+    int32_t *tokens; /* block_tokens capacity, n_tokens used */
+    uint32_t n_tokens;
+    uint32_t block;
+    uint64_t last_used; /* logical clock of the last match or insert through this node */
+} em_prefix_node;
+
+typedef struct em_prefix_cache {
+    em_kv_pool *pool;
+    em_prefix_node root; /* holds no block */
+    uint64_t clock;
+    uint32_t n_nodes;
+    uint64_t lookups, hits, tokens_reused, tokens_evicted;
+} em_prefix_cache;
+
+/* What a match found. The caller receives a reference on every block listed. */
+typedef struct em_prefix_hit {
+    uint32_t n_tokens;   /* tokens whose KV can be reused: n_blocks * block_tokens + copy_rows */
+    uint32_t n_blocks;   /* whole blocks shared, written to the caller's array */
+    uint32_t copy_block; /* EM_PREFIX_NO_BLOCK, or a block whose first copy_rows rows the caller copies */
+    uint32_t copy_rows;  /* (then releases copy_block) */
+} em_prefix_hit;
+
+#define EM_PREFIX_NO_BLOCK UINT32_MAX
+
+void em_prefix_init(em_prefix_cache *cache, em_kv_pool *pool);
+/* Releases every block the cache holds and frees the tree. */
+void em_prefix_free(em_prefix_cache *cache);
+
+/* Finds the longest cached prefix of tokens[0..n) no longer than max_tokens. `blocks` has room for
+ * max_tokens / block_tokens entries. */
+void em_prefix_match(em_prefix_cache *cache, const int32_t *tokens, uint32_t n, uint32_t max_tokens,
+                     uint32_t *blocks, em_prefix_hit *hit);
+
+/* Remembers a finished (or preempted) sequence: `n` tokens whose KV sits in `blocks`
+ * (ceil(n / block_tokens) of them). Blocks already cached under the same tokens are not added
+ * twice; the cache takes a reference on each block it adds. */
+em_err em_prefix_insert(em_prefix_cache *cache, const int32_t *tokens, uint32_t n, const uint32_t *blocks);
+
+/* Frees up to `want` blocks by dropping least-recently-used leaves that no sequence uses.
+ * Returns the number of blocks freed. */
+uint32_t em_prefix_evict(em_prefix_cache *cache, uint32_t want);
+
+/* Blocks the cache references (some may be shared with running sequences). */
+static inline uint32_t em_prefix_cached_blocks(const em_prefix_cache *cache) { return cache->n_nodes; }
+
+
+/* ---- Sampling (sample.c) ----
+ * Order of operations, per step: logit bias, then repetition/presence/frequency penalties over the
+ * last repeat_last_n tokens of the sequence (prompt and output), then either greedy argmax
+ * (temperature 0) or temperature scaling, top-k, top-p and min-p (the order transformers' logits
+ * warpers use) and a draw from the request's own random stream, so a fixed seed gives the same
+ * tokens whatever else shares the batch. Logprobs are log-softmax of the biased, penalized logits
+ * at temperature 1. */
+
+typedef struct em_sampler {
+    ember_sampling params;      /* logit_bias points into owned_bias */
+    ember_logit_bias *owned_bias;
+    uint32_t n_vocab;
+    uint64_t rng[4];            /* xoshiro256** state */
+    uint32_t *order;            /* candidate token ids, n_vocab entries (scratch) */
+    float *probs;               /* scratch, n_vocab entries */
+    int32_t *window_tokens;     /* scratch for penalty counting */
+    uint32_t *window_counts;
+    size_t window_cap;
+} em_sampler;
+
+/* Checks the parameters (ranges, token ids in the bias list) and allocates scratch space. */
+em_err em_sampler_init(em_sampler *sampler, const ember_sampling *params, uint32_t n_vocab);
+void em_sampler_free(em_sampler *sampler);
+
+/* Picks the next token. `logits` (n_vocab) is modified in place. `history` is the sequence so far.
+ * With params.logprobs > 0, writes the chosen token's logprob to *logprob and the most likely
+ * alternatives to `top` (room for params.logprobs entries), their count to *n_top. */
+int32_t em_sampler_sample(em_sampler *sampler, float *logits, const int32_t *history, size_t n_history,
+                          float *logprob, ember_top_logprob *top, int *n_top);
+
+/* ---- Stop strings (stop.c) ----
+ * Text is fed as it is detokenized. What cannot be the start of a stop string is released at
+ * once; a suffix that could still grow into one is held back until the next piece decides it. */
+
+typedef struct em_stop_matcher {
+    char **stops;
+    size_t *stop_lens;
+    size_t n_stops;
+    char *pending; /* text not yet released */
+    size_t pending_len, pending_cap;
+    char *out; /* released text of the last call (owned) */
+    size_t out_cap;
+} em_stop_matcher;
+
+em_err em_stop_init(em_stop_matcher *matcher, const char *const *stops, size_t n_stops);
+void em_stop_free(em_stop_matcher *matcher);
+
+/* Adds text. Sets *release and *release_len to the text that is now decided (valid until the next
+ * call). Returns the index of the stop string that matched (the released text ends right before
+ * it and the rest is dropped), or -1. */
+int em_stop_feed(em_stop_matcher *matcher, const char *text, size_t len, const char **release, size_t *release_len,
+                 em_err *err);
+
+/* At the end of generation: releases whatever is held back. */
+void em_stop_flush(em_stop_matcher *matcher, const char **release, size_t *release_len);
+
+#endif

@@ -1,0 +1,218 @@
+/* Per-request sampling (engine.h): bias, penalties, greedy or temperature/top-k/top-p/min-p, logprobs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+/* xoshiro256** (Blackman and Vigna): small state, good quality, reproducible everywhere. */
+static uint64_t next_random(uint64_t s[4]) {
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+static double uniform01(uint64_t s[4]) { return (double)(next_random(s) >> 11) * 0x1.0p-53; }
+
+em_err em_sampler_init(em_sampler *sampler, const ember_sampling *params, uint32_t n_vocab) {
+    memset(sampler, 0, sizeof *sampler);
+    const ember_sampling *p = params;
+    if (!(p->temperature >= 0) || p->temperature > 100)
+        return em_errorf(EM_ERR_INVALID, "sampling: temperature %g is outside [0, 100]", p->temperature);
+    if (p->top_k < 0) return em_errorf(EM_ERR_INVALID, "sampling: top_k %d is negative", p->top_k);
+    if (!(p->top_p > 0 && p->top_p <= 1)) return em_errorf(EM_ERR_INVALID, "sampling: top_p %g is outside (0, 1]", p->top_p);
+    if (!(p->min_p >= 0 && p->min_p <= 1)) return em_errorf(EM_ERR_INVALID, "sampling: min_p %g is outside [0, 1]", p->min_p);
+    if (!(p->repeat_penalty > 0) || !isfinite(p->repeat_penalty))
+        return em_errorf(EM_ERR_INVALID, "sampling: repeat penalty %g must be positive", p->repeat_penalty);
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty) || fabsf(p->presence_penalty) > 100 ||
+        fabsf(p->frequency_penalty) > 100)
+        return em_errorf(EM_ERR_INVALID, "sampling: presence/frequency penalties must be finite and within ±100");
+    if (p->repeat_last_n < -1) return em_errorf(EM_ERR_INVALID, "sampling: repeat_last_n %d", p->repeat_last_n);
+    if (p->logprobs < 0 || p->logprobs > 20)
+        return em_errorf(EM_ERR_INVALID, "sampling: logprobs %d is outside [0, 20]", p->logprobs);
+    for (size_t i = 0; i < p->n_logit_bias; i++) {
+        if (p->logit_bias[i].token < 0 || (uint32_t)p->logit_bias[i].token >= n_vocab)
+            return em_errorf(EM_ERR_INVALID, "sampling: logit bias for token %d, outside the vocabulary of %u",
+                             p->logit_bias[i].token, n_vocab);
+        if (isnan(p->logit_bias[i].bias)) return em_errorf(EM_ERR_INVALID, "sampling: logit bias is NaN");
+    }
+    sampler->params = *p;
+    sampler->n_vocab = n_vocab;
+    sampler->order = malloc(n_vocab * sizeof *sampler->order);
+    sampler->probs = malloc(n_vocab * sizeof *sampler->probs);
+    if (p->n_logit_bias) {
+        sampler->owned_bias = malloc(p->n_logit_bias * sizeof *sampler->owned_bias);
+        if (sampler->owned_bias) memcpy(sampler->owned_bias, p->logit_bias, p->n_logit_bias * sizeof *p->logit_bias);
+    }
+    sampler->params.logit_bias = sampler->owned_bias;
+    if (!sampler->order || !sampler->probs || (p->n_logit_bias && !sampler->owned_bias)) {
+        em_sampler_free(sampler);
+        return em_errorf(EM_ERR_NOMEM, "sampling: no memory for a vocabulary of %u", n_vocab);
+    }
+    uint64_t seed = p->seed;
+    for (int i = 0; i < 4; i++) sampler->rng[i] = splitmix64(&seed);
+    return NULL;
+}
+
+void em_sampler_free(em_sampler *sampler) {
+    free(sampler->order);
+    free(sampler->probs);
+    free(sampler->owned_bias);
+    free(sampler->window_tokens);
+    free(sampler->window_counts);
+    memset(sampler, 0, sizeof *sampler);
+}
+
+/* Counts each distinct token of the window (open addressing; the window is small). */
+static void apply_penalties(em_sampler *s, float *logits, const int32_t *history, size_t n_history) {
+    const ember_sampling *p = &s->params;
+    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) return;
+    size_t window = p->repeat_last_n < 0 ? n_history : (size_t)p->repeat_last_n;
+    if (window > n_history) window = n_history;
+    if (window == 0) return;
+    const int32_t *tokens = history + n_history - window;
+    size_t cap = 16;
+    while (cap < 2 * window) cap *= 2;
+    if (cap > s->window_cap) {
+        int32_t *t = realloc(s->window_tokens, cap * sizeof *t);
+        if (t) s->window_tokens = t;
+        uint32_t *c = realloc(s->window_counts, cap * sizeof *c);
+        if (c) s->window_counts = c;
+        if (!t || !c) return; /* out of memory: sample without penalties rather than fail the request */
+        s->window_cap = cap;
+    }
+    memset(s->window_counts, 0, cap * sizeof *s->window_counts);
+    for (size_t i = 0; i < window; i++) {
+        size_t h = ((uint32_t)tokens[i] * 2654435761u) & (cap - 1);
+        while (s->window_counts[h] && s->window_tokens[h] != tokens[i]) h = (h + 1) & (cap - 1);
+        s->window_tokens[h] = tokens[i];
+        s->window_counts[h]++;
+    }
+    for (size_t h = 0; h < cap; h++) {
+        uint32_t count = s->window_counts[h];
+        int32_t token = s->window_tokens[h];
+        if (!count || token < 0 || (uint32_t)token >= s->n_vocab) continue;
+        float *l = &logits[token];
+        if (p->repeat_penalty != 1.0f) *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
+        *l -= p->presence_penalty + p->frequency_penalty * (float)count;
+    }
+}
+
+static uint32_t argmax(const float *logits, uint32_t n) {
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+/* Sorts ids by descending logit; ties by ascending id, so the order is fully determined. */
+static int by_logit_desc(const void *a, const void *b, void *context) {
+    const float *logits = context;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    if (logits[x] != logits[y]) return logits[x] > logits[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* Keeps the k largest of order[0..n) at the front, in descending order (k is small: selection). */
+static uint32_t select_top(uint32_t *order, uint32_t n, uint32_t k, const float *logits) {
+    if (k >= n) k = n;
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t best = i;
+        for (uint32_t j = i + 1; j < n; j++)
+            if (logits[order[j]] > logits[order[best]] ||
+                (logits[order[j]] == logits[order[best]] && order[j] < order[best]))
+                best = j;
+        uint32_t t = order[i];
+        order[i] = order[best];
+        order[best] = t;
+    }
+    return k;
+}
+
+static void compute_logprobs(em_sampler *s, const float *logits, int32_t chosen, float *logprob,
+                             ember_top_logprob *top, int *n_top) {
+    uint32_t n = s->n_vocab;
+    float max = logits[argmax(logits, n)];
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++) sum += exp((double)logits[i] - max);
+    double log_z = max + log(sum);
+    *logprob = (float)(logits[chosen] - log_z);
+    uint32_t k = (uint32_t)s->params.logprobs;
+    for (uint32_t i = 0; i < n; i++) s->order[i] = i;
+    k = select_top(s->order, n, k, logits);
+    for (uint32_t i = 0; i < k; i++) {
+        top[i].token = (int32_t)s->order[i];
+        top[i].logprob = (float)(logits[s->order[i]] - log_z);
+    }
+    *n_top = (int)k;
+}
+
+int32_t em_sampler_sample(em_sampler *s, float *logits, const int32_t *history, size_t n_history, float *logprob,
+                          ember_top_logprob *top, int *n_top) {
+    const ember_sampling *p = &s->params;
+    for (size_t i = 0; i < p->n_logit_bias; i++) logits[p->logit_bias[i].token] += p->logit_bias[i].bias;
+    apply_penalties(s, logits, history, n_history);
+    int32_t chosen;
+    if (p->temperature == 0.0f) {
+        chosen = (int32_t)argmax(logits, s->n_vocab);
+    } else {
+        /* Candidates: every token with a finite logit, largest first. */
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < s->n_vocab; i++)
+            if (logits[i] > -INFINITY) s->order[n++] = i;
+        if (n == 0) {
+            chosen = (int32_t)argmax(logits, s->n_vocab);
+            goto done;
+        }
+        float max = logits[argmax(logits, s->n_vocab)];
+        if (p->min_p > 0) {
+            /* p_i >= min_p * p_max  <=>  (l_i - max) / T >= log(min_p): prune before sorting. */
+            float floor_logit = max + p->temperature * logf(p->min_p);
+            uint32_t kept = 0;
+            for (uint32_t i = 0; i < n; i++)
+                if (logits[s->order[i]] >= floor_logit) s->order[kept++] = s->order[i];
+            n = kept;
+        }
+        if (p->top_k > 0 && (uint32_t)p->top_k < n) {
+            n = select_top(s->order, n, (uint32_t)p->top_k, logits);
+        } else {
+            qsort_r(s->order, n, sizeof *s->order, by_logit_desc, logits);
+        }
+        double total = 0;
+        for (uint32_t i = 0; i < n; i++) total += s->probs[i] = (float)exp((logits[s->order[i]] - max) / p->temperature);
+        if (p->top_p < 1.0f) {
+            double cumulative = 0;
+            uint32_t kept = 0;
+            while (kept < n && cumulative < p->top_p * total) cumulative += s->probs[kept++];
+            n = kept ? kept : 1;
+            total = cumulative > 0 ? cumulative : s->probs[0];
+        }
+        double u = uniform01(s->rng) * total, acc = 0;
+        chosen = (int32_t)s->order[n - 1];
+        for (uint32_t i = 0; i < n; i++) {
+            acc += s->probs[i];
+            if (u < acc) {
+                chosen = (int32_t)s->order[i];
+                break;
+            }
+        }
+    }
+done:
+    if (p->logprobs > 0) compute_logprobs(s, logits, chosen, logprob, top, n_top);
+    else if (n_top) *n_top = 0;
+    return chosen;
+}

@@ -1,0 +1,409 @@
+/*
+ * quant tests: golden dequantization and quantization against the reference fixture (produced by
+ * the GGUF tooling's numpy reference, not by Ember), error bounds of the searching quantizers on
+ * Gaussian data, dot products against decoded rows, and the scalar conversions.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+#define FIXTURE EM_FIXTURES_DIR "/quant-reference.gguf"
+#define FIXTURE_ELEMS (512 * 8)
+
+/* The 24 formats the fixture holds. */
+static const char *const golden_types[] = {"F16",     "BF16",   "Q4_0",    "Q4_1",  "Q5_0",  "Q5_1",
+                                           "Q8_0",    "Q2_K",   "Q3_K",    "Q4_K",  "Q5_K",  "Q6_K",
+                                           "IQ2_XXS", "IQ2_XS", "IQ2_S",   "IQ3_XXS", "IQ3_S", "IQ1_S",
+                                           "IQ1_M",   "IQ4_NL", "IQ4_XS",  "TQ1_0", "TQ2_0", "MXFP4"};
+
+/* Formats whose reference quantizer output the fixture holds (T.src -> T.quant). */
+static const char *const exact_quant_types[] = {"F16",  "BF16", "Q8_0", "Q4_0",  "Q4_1",
+                                                "Q5_0", "Q5_1", "MXFP4", "TQ1_0", "TQ2_0"};
+
+static int open_fixture(void **state) {
+    em_gguf *gguf = NULL;
+    em_err err = em_gguf_open(FIXTURE, &gguf);
+    if (err) {
+        fprintf(stderr, "cannot open %s: %s\n", FIXTURE, em_err_message(err));
+        em_err_free(err);
+        return -1;
+    }
+    *state = gguf;
+    return 0;
+}
+
+static int close_fixture(void **state) {
+    em_gguf_close(*state);
+    return 0;
+}
+
+static const em_gguf_tensor *tensor(const em_gguf *gguf, const char *type_name, const char *suffix) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.%s", type_name, suffix);
+    const em_gguf_tensor *t = em_gguf_find_tensor(gguf, name);
+    if (!t) fail_msg("fixture has no tensor %s", name);
+    assert_int_equal(em_gguf_tensor_elems(t), FIXTURE_ELEMS);
+    return t;
+}
+
+static em_type type_named(const char *name) {
+    em_type type;
+    em_err err = em_type_from_name(name, &type);
+    if (err) fail_msg("%s", em_err_message(err));
+    return type;
+}
+
+static void assert_ok(em_err err) {
+    if (err) fail_msg("unexpected error: %s", em_err_message(err));
+}
+
+/* ---- golden dequantization ---- */
+
+/* F16 and BF16 must decode bit for bit. The others allow |ours - ref| <= 1e-6 * max(1, |ref|) per
+ * element: an absolute 1e-6 for values below 1 and a relative 1e-6 above, a few f32 ulps, enough
+ * for a different but equally valid order of the f32 multiplications. */
+static void test_golden_dequantize(void **state) {
+    const em_gguf *gguf = *state;
+    float *ours = malloc(FIXTURE_ELEMS * sizeof(float));
+    assert_non_null(ours);
+    for (size_t t = 0; t < sizeof golden_types / sizeof *golden_types; t++) {
+        const char *name = golden_types[t];
+        const em_gguf_tensor *q = tensor(gguf, name, "q"), *deq = tensor(gguf, name, "deq");
+        assert_int_equal(q->type, type_named(name));
+        assert_int_equal(deq->type, EM_TYPE_F32);
+        assert_ok(em_dequantize(q->type, q->data, ours, FIXTURE_ELEMS));
+        const float *ref = deq->data;
+        bool exact = !strcmp(name, "F16") || !strcmp(name, "BF16");
+        int bad = 0, first = -1;
+        for (int i = 0; i < FIXTURE_ELEMS; i++) {
+            bool ok = exact ? memcmp(&ours[i], &ref[i], sizeof(float)) == 0
+                            : fabsf(ours[i] - ref[i]) <= 1e-6f * fmaxf(1.0f, fabsf(ref[i]));
+            if (!ok && bad++ == 0) first = i;
+        }
+        if (bad)
+            fail_msg("%s: %d of %d elements differ, first at %d: ours %.9g reference %.9g", name, bad, FIXTURE_ELEMS,
+                     first, (double)ours[first], (double)ref[first]);
+    }
+    free(ours);
+}
+
+/* ---- golden quantization: the exact bytes of the reference quantizer ---- */
+
+static void test_golden_quantize(void **state) {
+    const em_gguf *gguf = *state;
+    for (size_t t = 0; t < sizeof exact_quant_types / sizeof *exact_quant_types; t++) {
+        const char *name = exact_quant_types[t];
+        em_type type = type_named(name);
+        const em_gguf_tensor *src = tensor(gguf, name, "src"), *ref = tensor(gguf, name, "quant");
+        assert_int_equal(ref->type, type);
+        assert_true(em_type_can_quantize(type));
+        uint8_t *ours = malloc(ref->size);
+        assert_non_null(ours);
+        assert_ok(em_quantize(type, src->data, ours, FIXTURE_ELEMS));
+        if (memcmp(ours, ref->data, ref->size) != 0) {
+            const uint8_t *r = ref->data;
+            uint64_t i = 0;
+            while (ours[i] == r[i]) i++;
+            uint32_t block = em_type_info_of(type)->block_bytes;
+            fail_msg("%s: quantized bytes differ first at byte %llu (block %llu, offset %llu): ours %02x reference %02x",
+                     name, (unsigned long long)i, (unsigned long long)(i / block), (unsigned long long)(i % block),
+                     ours[i], r[i]);
+        }
+        free(ours);
+    }
+}
+
+/* ---- error of the searching quantizers on Gaussian data ---- */
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_uniform(uint64_t *s) { return ((double)(rng_next(s) >> 11) + 0.5) * 0x1p-53; }
+
+static void fill_gaussian(float *x, size_t n, uint64_t seed) {
+    for (size_t i = 0; i < n; i += 2) { /* Box-Muller */
+        double r = sqrt(-2.0 * log(rng_uniform(&seed))), a = 2.0 * 3.14159265358979323846 * rng_uniform(&seed);
+        x[i] = (float)(r * cos(a));
+        if (i + 1 < n) x[i + 1] = (float)(r * sin(a));
+    }
+}
+
+/* rms(x - dequantize(quantize(x))) / rms(x) */
+static double relative_rms_error(em_type type, const float *x, size_t n) {
+    uint64_t bytes;
+    assert_ok(em_type_row_bytes(type, n, &bytes));
+    uint8_t *q = malloc(bytes);
+    float *y = malloc(n * sizeof(float));
+    assert_non_null(q);
+    assert_non_null(y);
+    assert_ok(em_quantize(type, x, q, n));
+    assert_ok(em_dequantize(type, q, y, n));
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        err += (double)(x[i] - y[i]) * (double)(x[i] - y[i]);
+        ref += (double)x[i] * (double)x[i];
+    }
+    free(q);
+    free(y);
+    return sqrt(err / ref);
+}
+
+#define GAUSS_N 65536
+
+/* Bounds sit a little above what these quantizers reach (printed), so a regression fails. */
+static void test_quantize_error_bounds(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        double bound;
+    } cases[] = {
+        {"Q8_K", 0.0072}, {"Q8_0", 0.0055}, {"Q6_K", 0.0180}, {"Q5_K", 0.0375}, {"Q5_1", 0.0400},
+        {"Q5_0", 0.0445}, {"Q4_K", 0.0750}, {"Q4_1", 0.0830}, {"Q4_0", 0.0900}, {"IQ4_NL", 0.0790},
+        {"IQ4_XS", 0.0790}, {"MXFP4", 0.1200}, {"Q3_K", 0.1500}, {"Q2_K", 0.2800}, {"IQ3_XXS", 0.1900}, {"TQ2_0", 0.8500},
+    };
+    float *x = malloc(GAUSS_N * sizeof(float));
+    assert_non_null(x);
+    fill_gaussian(x, GAUSS_N, 1234);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        double e = relative_rms_error(type_named(cases[c].name), x, GAUSS_N);
+        printf("relative rms error %-7s %.4f (bound %.4f)\n", cases[c].name, e, cases[c].bound);
+        if (!(e <= cases[c].bound)) fail_msg("%s: relative rms error %.4f above %.4f", cases[c].name, e, cases[c].bound);
+    }
+    free(x);
+}
+
+/* Quantizers must survive degenerate blocks: all zero (decodes to zero) and constant blocks. */
+static void test_quantize_degenerate_blocks(void **state) {
+    (void)state;
+    static const char *const types[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+                                        "Q6_K", "Q8_K", "IQ4_NL", "IQ4_XS", "IQ3_XXS", "MXFP4", "TQ1_0", "TQ2_0"};
+    float zeros[256] = {0}, twos[256], out[256];
+    for (int i = 0; i < 256; i++) twos[i] = 2.0f;
+    uint8_t q[512];
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        em_type type = type_named(types[t]);
+        assert_ok(em_quantize(type, zeros, q, 256));
+        assert_ok(em_dequantize(type, q, out, 256));
+        for (int i = 0; i < 256; i++)
+            if (out[i] != 0) fail_msg("%s: zero block decodes to %g at %d", types[t], (double)out[i], i);
+        assert_ok(em_quantize(type, twos, q, 256));
+        assert_ok(em_dequantize(type, q, out, 256));
+        for (int i = 0; i < 256; i++)
+            if (fabsf(out[i] - 2.0f) > 0.02f) fail_msg("%s: constant 2 decodes to %g at %d", types[t], (double)out[i], i);
+    }
+}
+
+/* Non-finite input is garbage, but quantizing it must return normally: no trap and no undefined
+ * float-to-int conversion (a sanitizer build with float-cast-overflow checks catches those). */
+static void test_quantize_non_finite_input(void **state) {
+    (void)state;
+    static const char *const types[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                                        "Q8_K", "IQ4_NL", "IQ4_XS", "IQ3_XXS", "MXFP4", "TQ1_0", "TQ2_0"};
+    float x[512], out[512];
+    uint8_t q[1024];
+    fill_gaussian(x, 512, 77);
+    x[3] = NAN;
+    x[260] = INFINITY;
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        em_type type = type_named(types[t]);
+        assert_ok(em_quantize(type, x, q, 512));
+        assert_ok(em_dequantize(type, q, out, 512));
+    }
+}
+
+/* ---- dot products ---- */
+
+/* Each weight row from the fixture (8 rows of 512 of every type) against a random activation row:
+ * em_dot must equal the f64 dot of the decoded weights with the f32 activations to within the
+ * activation quantization. A Q8 level is off by at most half a step, step = max|x| / 127, plus
+ * (Q8_0) the f16 rounding of the step, 2^-11 relative, times up to 127 steps: per element at most
+ * max|x| * (1/254 + 1/2048) < max|x| / 200. So |em_dot - exact| <= sum|w| * max|x| / 200, plus
+ * f32 rounding. em_dot and em_dot_scalar must agree with em_dot_reference (same quantized
+ * activations) to 1e-5 of sum|w * a|: only summation order differs there. */
+static void test_dot_matches_dequantized_rows(void **state) {
+    const em_gguf *gguf = *state;
+    float x[512], w[512], a[512];
+    uint8_t act[512 * sizeof(float)]; /* f32 activations are the largest format */
+    uint64_t seed = 99;
+    for (size_t t = 0; t < sizeof golden_types / sizeof *golden_types; t++) {
+        const em_gguf_tensor *q = tensor(gguf, golden_types[t], "q");
+        em_type type = q->type, act_type = em_dot_activation_type(type);
+        uint64_t row_bytes;
+        assert_ok(em_type_row_bytes(type, 512, &row_bytes));
+        for (int row = 0; row < 8; row++) {
+            const uint8_t *wrow = (const uint8_t *)q->data + row * row_bytes;
+            fill_gaussian(x, 512, seed++);
+            assert_ok(em_dequantize(type, wrow, w, 512));
+            assert_ok(em_quantize_activation(type, x, act, 512));
+            assert_ok(em_dequantize(act_type, act, a, 512));
+            double exact = 0, abs_wx = 0, abs_wa = 0, sum_w = 0, max_x = 0;
+            for (int i = 0; i < 512; i++) {
+                exact += (double)w[i] * x[i];
+                abs_wx += fabs((double)w[i] * x[i]);
+                abs_wa += fabs((double)w[i] * a[i]);
+                sum_w += fabs((double)w[i]);
+                max_x = fmax(max_x, fabs((double)x[i]));
+            }
+            float fast = em_dot(type, wrow, act, 512);
+            em_dot_fn kernel = em_dot_kernel(type);
+            if (!kernel) fail_msg("%s: no dot kernel", golden_types[t]);
+            assert_true(kernel(wrow, act, 512) == fast);
+            float scalar = em_dot_scalar(type, wrow, act, 512);
+            float reference = em_dot_reference(type, wrow, act, 512);
+            double act_tol = act_type == EM_TYPE_F32 ? 1e-5 * abs_wx : sum_w * max_x / 200 + 1e-5 * abs_wx;
+            if (!(fabs(fast - exact) <= act_tol))
+                fail_msg("%s row %d: em_dot %.7g, decoded dot %.7g (tolerance %.3g)", golden_types[t], row,
+                         (double)fast, exact, act_tol);
+            double tight = 1e-5 * abs_wa + 1e-30;
+            if (!(fabs(fast - reference) <= tight) || !(fabs(scalar - reference) <= tight))
+                fail_msg("%s row %d: em_dot %.7g, em_dot_scalar %.7g, em_dot_reference %.7g", golden_types[t], row,
+                         (double)fast, (double)scalar, (double)reference);
+        }
+    }
+}
+
+/* Longer rows through every path (the SIMD kernels unroll over several blocks): em_dot and
+ * em_dot_scalar agree with em_dot_reference to 1e-5 of sum|w * a| (summation order only). */
+static void test_dot_long_rows(void **state) {
+    (void)state;
+    static const char *const types[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",   "Q5_0",    "Q5_1",  "IQ4_NL",
+                                        "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ3_XXS", "TQ1_0",
+                                        "TQ2_0"};
+    enum { N = 4096 + 256 };
+    float *w = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float));
+    float *wd = malloc(N * sizeof(float)), *ad = malloc(N * sizeof(float));
+    uint8_t *wq = malloc(N * 4), *aq = malloc(N * 4);
+    assert_true(w && x && wd && ad && wq && aq);
+    fill_gaussian(w, N, 5);
+    fill_gaussian(x, N, 6);
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        em_type type = type_named(types[t]);
+        assert_ok(em_quantize(type, w, wq, N));
+        assert_ok(em_quantize_activation(type, x, aq, N));
+        assert_ok(em_dequantize(type, wq, wd, N));
+        assert_ok(em_dequantize(em_dot_activation_type(type), aq, ad, N));
+        double abs_wa = 0;
+        for (int i = 0; i < N; i++) abs_wa += fabs((double)wd[i] * ad[i]);
+        float reference = em_dot_reference(type, wq, aq, N);
+        float fast = em_dot(type, wq, aq, N), scalar = em_dot_scalar(type, wq, aq, N);
+        if (!(fabs(fast - reference) <= 1e-5 * abs_wa) || !(fabs(scalar - reference) <= 1e-5 * abs_wa))
+            fail_msg("%s: em_dot %.7g em_dot_scalar %.7g reference %.7g (sum|w*a| %.4g)", types[t], (double)fast,
+                     (double)scalar, (double)reference, abs_wa);
+    }
+    free(w);
+    free(x);
+    free(wd);
+    free(ad);
+    free(wq);
+    free(aq);
+}
+
+/* Blocks at the extremes of their ranges (every weight and activation at its largest level) must
+ * not overflow the 16-bit intermediate sums SIMD kernels use: em_dot equals the reference. */
+static void test_dot_extreme_values(void **state) {
+    (void)state;
+    static const char *const types[] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4", "Q2_K", "Q3_K",
+                                        "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ3_XXS", "TQ1_0", "TQ2_0"};
+    enum { N = 512 };
+    float w[N], x[N];
+    uint8_t wq[N * 2], aq[N * 2];
+    for (int pattern = 0; pattern < 3; pattern++) {
+        for (int i = 0; i < N; i++) {
+            /* constant blocks, alternating-sign blocks, and a sign flip every element */
+            float sign = pattern == 0 ? 1.0f : pattern == 1 ? ((i / 32) % 2 ? -1.0f : 1.0f) : (i % 2 ? -1.0f : 1.0f);
+            w[i] = sign;
+            x[i] = pattern == 2 ? -sign : sign;
+        }
+        for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+            em_type type = type_named(types[t]);
+            assert_ok(em_quantize(type, w, wq, N));
+            assert_ok(em_quantize_activation(type, x, aq, N));
+            float reference = em_dot_reference(type, wq, aq, N);
+            float fast = em_dot(type, wq, aq, N), scalar = em_dot_scalar(type, wq, aq, N);
+            double tol = 1e-5 * fabs((double)reference) + 1e-3;
+            if (!(fabs(fast - reference) <= tol) || !(fabs(scalar - reference) <= tol))
+                fail_msg("%s pattern %d: em_dot %.7g em_dot_scalar %.7g reference %.7g", types[t], pattern,
+                         (double)fast, (double)scalar, (double)reference);
+        }
+    }
+}
+
+/* ---- conversions and errors ---- */
+
+static void test_fp16_conversions(void **state) {
+    (void)state;
+    assert_int_equal(em_f32_to_fp16(1.0f), 0x3c00);
+    assert_int_equal(em_f32_to_fp16(-2.0f), 0xc000);
+    assert_int_equal(em_f32_to_fp16(65504.0f), 0x7bff);
+    assert_int_equal(em_f32_to_fp16(65519.0f), 0x7bff);
+    assert_int_equal(em_f32_to_fp16(65520.0f), 0x7c00);
+    assert_int_equal(em_f32_to_fp16(0x1p-24f), 0x0001);
+    assert_int_equal(em_f32_to_fp16(0x1p-25f), 0x0000);        /* tie to even: zero */
+    assert_int_equal(em_f32_to_fp16(0x1.8p-24f), 0x0002);      /* 1.5 units: tie to even, 2 */
+    assert_int_equal(em_f32_to_fp16(0x1.ff8p-15f), 0x03ff);    /* largest subnormal */
+    assert_int_equal(em_f32_to_fp16(0x1.ffcp-15f), 0x0400);    /* tie, rounds up into the normals */
+    assert_int_equal(em_f32_to_fp16(1.0f + 0x1p-11f), 0x3c00); /* tie to even */
+    assert_int_equal(em_f32_to_fp16(1.0f + 0x1.8p-11f), 0x3c01);
+    assert_true(isnan(em_fp16_to_f32(em_f32_to_fp16(NAN))));
+    assert_true(em_fp16_to_f32(0x0001) == 0x1p-24f);
+    assert_true(em_fp16_to_f32(0xfbff) == -65504.0f);
+    assert_true(isinf(em_fp16_to_f32(0x7c00)));
+    for (uint32_t h = 0; h < 0x10000; h++) { /* every finite half survives a round trip */
+        if ((h & 0x7c00) == 0x7c00) continue;
+        assert_int_equal(em_f32_to_fp16(em_fp16_to_f32((uint16_t)h)), h);
+    }
+    assert_int_equal(em_f32_to_bf16(1.0f), 0x3f80);
+    assert_int_equal(em_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80); /* tie to even */
+    assert_int_equal(em_f32_to_bf16(1.0f + 0x1.8p-8f), 0x3f81);
+    assert_true(em_bf16_to_f32(0xc040) == -3.0f);
+    assert_true(isnan(em_bf16_to_f32(em_f32_to_bf16(NAN))));
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    float out[64], in[64] = {0};
+    uint8_t q[64] = {0};
+    em_err err = em_dequantize(EM_TYPE_I32, q, out, 4);
+    assert_int_equal(em_err_code_of(err), EM_ERR_UNSUPPORTED);
+    em_err_free(err);
+    err = em_dequantize(EM_TYPE_Q8_0, q, out, 33);
+    assert_int_equal(em_err_code_of(err), EM_ERR_INVALID);
+    em_err_free(err);
+    err = em_quantize(EM_TYPE_IQ1_S, in, q, 256);
+    assert_int_equal(em_err_code_of(err), EM_ERR_UNSUPPORTED);
+    em_err_free(err);
+    assert_false(em_type_can_quantize(EM_TYPE_IQ2_XXS));
+    assert_int_equal(em_dot_activation_type(EM_TYPE_BF16), EM_TYPE_F32);
+    assert_int_equal(em_dot_activation_type(EM_TYPE_Q4_1), EM_TYPE_Q8_0);
+    assert_int_equal(em_dot_activation_type(EM_TYPE_IQ3_XXS), EM_TYPE_Q8_K);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_golden_dequantize, open_fixture, close_fixture),
+        cmocka_unit_test_setup_teardown(test_golden_quantize, open_fixture, close_fixture),
+        cmocka_unit_test(test_quantize_error_bounds),
+        cmocka_unit_test(test_quantize_degenerate_blocks),
+        cmocka_unit_test(test_quantize_non_finite_input),
+        cmocka_unit_test_setup_teardown(test_dot_matches_dequantized_rows, open_fixture, close_fixture),
+        cmocka_unit_test(test_dot_long_rows),
+        cmocka_unit_test(test_dot_extreme_values),
+        cmocka_unit_test(test_fp16_conversions),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
