@@ -553,6 +553,10 @@ static void test_disconnect_cancels(void **state) {
     for (int i = 0; i < 300 && atomic_load(&fake_cancelled) == cancelled + 1; i++) usleep(10000);
     assert_int_equal(atomic_load(&fake_cancelled), cancelled + 2);
     wait_released();
+    http_result r = http(port, "GET", "/metrics", NULL, NULL);
+    assert_non_null(strstr(r.body, "ember_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1\n"
+                                   "ember_http_requests_total{endpoint=\"/v1/messages\",status=\"499\"} 1\n"));
+    http_free(&r);
     em_server_stop(s);
 }
 

@@ -53,7 +53,12 @@ struct MHD_Response *em_server_error_response(em_server_api api, const em_server
 static enum MHD_Result queue(struct MHD_Connection *c, em_server *s, connection *ctx, int status,
                              struct MHD_Response *r) {
     ctx->responded = true;
-    if (!r) return MHD_NO; /* out of memory or the client is gone: close the connection */
+    if (!r) {
+        /* the client is gone (or memory ran out): close the connection; counted as nginx's 499,
+         * "client closed request" */
+        em_server_metrics_count(&s->metrics, ctx->endpoint, 499);
+        return MHD_NO;
+    }
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     em_server_metrics_count(&s->metrics, ctx->endpoint, status);
@@ -152,28 +157,19 @@ static bool check_model(const em_server *s, const em_server_request *req, em_ser
 
 static enum MHD_Result serve_models(struct MHD_Connection *c, em_server *s, connection *ctx, const char *url) {
     const char *id = s->backend.model_id;
-    if (!strncmp(url, "/v1/models/", 11)) {
-        const char *asked = url + 11;
-        if (strcmp(asked, id)) {
-            em_server_error err = {0};
-            em_server_error_set(&err, 404, NULL, "model_not_found", "model", "The model '%s' does not exist", asked);
-            return queue_error(c, s, ctx, &err);
-        }
-        json_t *model;
-        if (ctx->api == EM_API_ANTHROPIC_MESSAGES) {
-            /* the list's one entry, detached from the list */
-            json_t *list = em_anthropic_models_json(id, s->started);
-            model = json_incref(json_array_get(json_object_get(list, "data"), 0));
-            json_decref(list);
-        } else {
-            model = json_pack("{s:s, s:s, s:I, s:s}", "id", id, "object", "model", "created", (json_int_t)s->started,
-                              "owned_by", "ember");
-        }
-        return queue(c, s, ctx, 200, em_server_json_response(model));
-    }
     json_t *list = ctx->api == EM_API_ANTHROPIC_MESSAGES ? em_anthropic_models_json(id, s->started)
                                                           : em_openai_models_json(id, s->started);
-    return queue(c, s, ctx, 200, em_server_json_response(list));
+    if (strncmp(url, "/v1/models/", 11)) return queue(c, s, ctx, 200, em_server_json_response(list));
+    /* one model: the list's only entry */
+    json_t *model = json_incref(json_array_get(json_object_get(list, "data"), 0));
+    json_decref(list);
+    if (strcmp(url + 11, id)) {
+        json_decref(model);
+        em_server_error err = {0};
+        em_server_error_set(&err, 404, NULL, "model_not_found", "model", "The model '%s' does not exist", url + 11);
+        return queue_error(c, s, ctx, &err);
+    }
+    return queue(c, s, ctx, 200, em_server_json_response(model));
 }
 
 static enum MHD_Result serve_metrics(struct MHD_Connection *c, em_server *s, connection *ctx) {
@@ -296,7 +292,9 @@ static void mhd_log(void *cls, const char *fmt, va_list args) {
     vsnprintf(line, sizeof line, fmt, args);
     size_t n = strlen(line);
     while (n && line[n - 1] == '\n') line[--n] = 0;
-    em_log(EM_LOG_WARN, "http: %s", line);
+    /* MHD reports every deliberate close after a client hung up this way: not worth a warning */
+    bool expected = strstr(line, "Application reported internal error") != NULL;
+    em_log(expected ? EM_LOG_DEBUG : EM_LOG_WARN, "http: %s", line);
 }
 
 /* ---- Start and stop ---- */

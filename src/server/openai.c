@@ -65,7 +65,7 @@ static bool read_common(const json_t *root, int32_t n_vocab, em_server_request *
     double temperature = req->sampling.temperature, top_p = req->sampling.top_p, min_p = req->sampling.min_p;
     double presence = 0, frequency = 0;
     int64_t n = 1, top_k = 0, max_tokens = 0, seed = 0;
-    bool seed_given = json_is_integer(json_object_get(root, "seed"));
+    bool seed_given = json_is_number(json_object_get(root, "seed"));
     if (!em_server_read_number(root, "temperature", 0, 2, &temperature, err) ||
         !em_server_read_number(root, "top_p", 0, 1, &top_p, err) ||
         !em_server_read_number(root, "min_p", 0, 1, &min_p, err) ||
