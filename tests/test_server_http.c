@@ -560,6 +560,29 @@ static void test_disconnect_cancels(void **state) {
     em_server_stop(s);
 }
 
+/* Stopping the server while streams are running cancels them and returns promptly. */
+static void test_stop_with_running_streams(void **state) {
+    (void)state;
+    em_server *s = start(NULL, 0);
+    int port = em_server_port(s);
+    int fds[3];
+    for (int i = 0; i < 3; i++) {
+        fds[i] = connect_to(port);
+        send_request(fds[i], "POST", "/v1/chat/completions", NULL,
+                     "{\"model\":\"fake-model\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"slow\"}]}");
+        char buf[256];
+        assert_true(recv(fds[i], buf, sizeof buf, 0) > 0); /* the stream has started */
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    em_server_stop(s);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    assert_true(seconds < 2.0); /* the slow replies would take 8 s */
+    assert_int_equal(atomic_load(&fake_released), atomic_load(&fake_submitted));
+    for (int i = 0; i < 3; i++) close(fds[i]);
+}
+
 static int shared_port;
 
 static void *stream_client(void *arg) {
@@ -622,6 +645,7 @@ int main(void) {
         cmocka_unit_test(test_anthropic),         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_api_key),           cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_concurrent_streams), cmocka_unit_test(test_metrics_counts),
+        cmocka_unit_test(test_stop_with_running_streams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -292,8 +292,10 @@ static void mhd_log(void *cls, const char *fmt, va_list args) {
     vsnprintf(line, sizeof line, fmt, args);
     size_t n = strlen(line);
     while (n && line[n - 1] == '\n') line[--n] = 0;
-    /* MHD reports every deliberate close after a client hung up this way: not worth a warning */
-    bool expected = strstr(line, "Application reported internal error") != NULL;
+    /* MHD reports every deliberate close (a client hung up, the server is stopping) in one of these
+     * two ways: not worth a warning */
+    bool expected = strstr(line, "Application reported internal error") ||
+                    strstr(line, "application error generating response");
     em_log(expected ? EM_LOG_DEBUG : EM_LOG_WARN, "http: %s", line);
 }
 
