@@ -19,8 +19,12 @@ configure: deps $(BUILD)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# A tiny model with random weights (synthesized once), then a short generation with it.
+RUN_MODEL ?= $(BUILD)/tiny-llama-q8_0.gguf
 run: build
-	$(BUILD)/ember info $(FIXTURES)/vocab/ggml-vocab-llama-spm.gguf
+	@test -f $(RUN_MODEL) || $(BUILD)/ember synth --preset tiny-llama --type q8_0 -o $(RUN_MODEL) \
+		--vocab $(FIXTURES)/vocab/ggml-vocab-llama-spm.gguf
+	$(BUILD)/ember run -m $(RUN_MODEL) -p "Once upon a time" -n 32 --temp 0
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -12,6 +12,8 @@ typedef struct subcommand {
 
 static const subcommand subcommands[] = {
     {"info", em_cli_info, "info FILE.gguf [--json]          metadata, tensors, bytes read per token"},
+    {"run", em_cli_run, "run -m MODEL.gguf -p TEXT [-n N] [--temp T] ...   generate text"},
+    {"synth", em_cli_synth, "synth --preset P --type T -o OUT.gguf   write a model with random weights"},
 };
 
 static void print_usage(FILE *to) {

@@ -1,0 +1,448 @@
+/* The CPU reference backend: one forward pass for every described model, readable top to bottom
+ * (forward_layer below is the whole transformer block). Activations are f32; weights stay in their
+ * stored format and meet the activations in quant's dot products; matrix rows and attention heads
+ * are split across a pool of threads. The KV cache is one contiguous f32 region per sequence slot,
+ * reached only through kv_key/kv_value so that a block table can replace it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../quant/quant.h"
+#include "../backend.h"
+#include "cpu_internal.h"
+
+typedef struct cpu_backend {
+    em_backend base;
+    em_cpu_pool pool;
+    const em_model_desc *d;
+    const em_model_weights *w;
+
+    /* KV cache: for each sequence, for each layer, n_ctx rows of n_head_kv * head_dim floats. */
+    float *keys, *values;
+    uint64_t *layer_key_offset, *layer_value_offset; /* within one sequence */
+    uint64_t seq_key_stride, seq_value_stride;
+    uint32_t *seq_len;
+
+    /* Scratch, sized for cap_tokens tokens and grown on demand. */
+    uint32_t cap_tokens;
+    float *x, *xn, *q, *k, *v, *attn, *out, *gate, *up, *router, *gathered, *expert_out;
+    int32_t *chosen;      /* [token][n_expert_used] */
+    float *chosen_weight; /* [token][n_expert_used] */
+    uint32_t *members;    /* tokens routed to one expert */
+    float *member_weight;
+    float *scores;        /* n_ctx floats per thread */
+    uint8_t *act;         /* activations in the dot-product format */
+    uint64_t act_per_token;
+    uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert;
+} cpu_backend;
+
+/* ---- KV cache access ---- */
+
+static float *kv_key(cpu_backend *b, uint32_t layer, uint32_t seq, uint32_t pos) {
+    const em_layer_desc *ld = &b->d->layers[layer];
+    return b->keys + seq * b->seq_key_stride + b->layer_key_offset[layer] + (uint64_t)pos * ld->n_head_kv * ld->head_dim;
+}
+
+static float *kv_value(cpu_backend *b, uint32_t layer, uint32_t seq, uint32_t pos) {
+    const em_layer_desc *ld = &b->d->layers[layer];
+    return b->values + seq * b->seq_value_stride + b->layer_value_offset[layer] +
+           (uint64_t)pos * ld->n_head_kv * ld->head_dim_v;
+}
+
+/* ---- small helpers ---- */
+
+static em_err matmul(cpu_backend *b, const em_weight *w, uint64_t mat, const float *x, uint64_t x_stride, float *y,
+                     uint64_t y_stride, uint32_t n_tokens) {
+    em_cpu_matmul mm = {w, mat, x, x_stride, y, y_stride, n_tokens, b->act};
+    return em_cpu_matmul_run(&b->pool, &mm);
+}
+
+static void add_bias(float *y, const float *bias, uint32_t n_tokens, uint32_t n) {
+    if (!bias) return;
+    for (uint32_t t = 0; t < n_tokens; t++)
+        for (uint32_t i = 0; i < n; i++) y[(uint64_t)t * n + i] += bias[i];
+}
+
+static void norm_rows(const cpu_backend *b, float *out, const float *x, const float *w, uint32_t n_tokens, uint32_t n) {
+    for (uint32_t t = 0; t < n_tokens; t++)
+        em_cpu_rmsnorm(out + (uint64_t)t * n, x + (uint64_t)t * n, w, n, b->d->norm_eps, b->d->norm == EM_NORM_RMS_PLUS_ONE);
+}
+
+/* h = act(gate) * up, the gated linear unit of SwiGLU / GeGLU. */
+static void glu(const cpu_backend *b, float *gate, const float *up, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++)
+        gate[i] = (b->d->act == EM_ACT_GEGLU ? em_cpu_gelu(gate[i]) : em_cpu_silu(gate[i])) * up[i];
+}
+
+/* ---- attention ---- */
+
+typedef struct attn_job {
+    cpu_backend *b;
+    const em_batch *batch;
+    uint32_t layer;
+} attn_job;
+
+/* One share of (token, head) pairs: scores over the visible positions, softmax, weighted values. */
+static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
+    attn_job *job = ctx;
+    cpu_backend *b = job->b;
+    const em_layer_desc *ld = &b->d->layers[job->layer];
+    const uint32_t group = ld->n_head / ld->n_head_kv;
+    float *scores = b->scores + (uint64_t)ith * b->base.n_ctx;
+    uint64_t begin, end;
+    em_cpu_share((uint64_t)job->batch->n_tokens * ld->n_head, ith, nth, &begin, &end);
+    for (uint64_t i = begin; i < end; i++) {
+        const uint32_t t = (uint32_t)(i / ld->n_head), h = (uint32_t)(i % ld->n_head), kvh = h / group;
+        const uint32_t seq = job->batch->seq[t], pos = job->batch->pos[t];
+        const float *q = b->q + ((uint64_t)t * ld->n_head + h) * ld->head_dim;
+        uint32_t first = 0;
+        if (ld->attn == EM_ATTN_SLIDING && pos + 1 > ld->window) first = pos + 1 - ld->window;
+        for (uint32_t p = first; p <= pos; p++) {
+            const float *k = kv_key(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim;
+            float s = 0.0f;
+            for (uint32_t j = 0; j < ld->head_dim; j++) s += q[j] * k[j];
+            s *= ld->attn_scale;
+            if (ld->attn_softcap > 0.0f) s = ld->attn_softcap * tanhf(s / ld->attn_softcap);
+            scores[p - first] = s;
+        }
+        em_cpu_softmax(scores, pos + 1 - first);
+        float *o = b->attn + ((uint64_t)t * ld->n_head + h) * ld->head_dim_v;
+        memset(o, 0, ld->head_dim_v * sizeof *o);
+        for (uint32_t p = first; p <= pos; p++) {
+            const float *v = kv_value(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim_v;
+            const float a = scores[p - first];
+            for (uint32_t j = 0; j < ld->head_dim_v; j++) o[j] += a * v[j];
+        }
+    }
+}
+
+/* xn (normed input) → b->out: attention of every token of the batch. */
+static em_err attention(cpu_backend *b, const em_batch *batch, uint32_t il) {
+    const em_layer_desc *ld = &b->d->layers[il];
+    const em_layer_weights *lw = &b->w->layers[il];
+    const uint32_t n = batch->n_tokens;
+    const uint32_t nq = ld->n_head * ld->head_dim, nk = ld->n_head_kv * ld->head_dim, nv = ld->n_head_kv * ld->head_dim_v;
+    em_err err;
+    if ((err = matmul(b, &lw->wq, 0, b->xn, b->d->n_embd, b->q, nq, n))) return err;
+    if ((err = matmul(b, &lw->wk, 0, b->xn, b->d->n_embd, b->k, nk, n))) return err;
+    if ((err = matmul(b, &lw->wv, 0, b->xn, b->d->n_embd, b->v, nv, n))) return err;
+    add_bias(b->q, lw->bq, n, nq);
+    add_bias(b->k, lw->bk, n, nk);
+    add_bias(b->v, lw->bv, n, nv);
+
+    for (uint32_t t = 0; t < n; t++) {
+        for (uint32_t h = 0; h < ld->n_head; h++) {
+            float *q = b->q + (uint64_t)t * nq + (uint64_t)h * ld->head_dim;
+            if (lw->q_norm) em_cpu_rmsnorm(q, q, lw->q_norm, ld->head_dim, b->d->norm_eps, b->d->norm == EM_NORM_RMS_PLUS_ONE);
+            em_cpu_rope(q, batch->pos[t], &ld->rope);
+        }
+        for (uint32_t h = 0; h < ld->n_head_kv; h++) {
+            float *k = b->k + (uint64_t)t * nk + (uint64_t)h * ld->head_dim;
+            if (lw->k_norm) em_cpu_rmsnorm(k, k, lw->k_norm, ld->head_dim, b->d->norm_eps, b->d->norm == EM_NORM_RMS_PLUS_ONE);
+            em_cpu_rope(k, batch->pos[t], &ld->rope);
+        }
+        /* Write this token's key and value into its sequence's cache before anyone attends. */
+        memcpy(kv_key(b, il, batch->seq[t], batch->pos[t]), b->k + (uint64_t)t * nk, nk * sizeof(float));
+        memcpy(kv_value(b, il, batch->seq[t], batch->pos[t]), b->v + (uint64_t)t * nv, nv * sizeof(float));
+    }
+    attn_job job = {b, batch, il};
+    em_cpu_pool_run(&b->pool, attention_share, &job);
+    return matmul(b, &lw->wo, 0, b->attn, (uint64_t)ld->n_head * ld->head_dim_v, b->out, b->d->n_embd, n);
+}
+
+/* ---- feed-forward ---- */
+
+/* A gated MLP on `n` rows of `x` (matrix `mat` of each stack) into `y`. */
+static em_err mlp(cpu_backend *b, const em_weight *gate, const em_weight *up, const em_weight *down, uint64_t mat,
+                  const float *x, float *y, uint32_t n) {
+    const uint64_t e = b->d->n_embd, ff = gate->rows;
+    em_err err;
+    if ((err = matmul(b, gate, mat, x, e, b->gate, ff, n))) return err;
+    if ((err = matmul(b, up, mat, x, e, b->up, ff, n))) return err;
+    glu(b, b->gate, b->up, (uint64_t)n * ff);
+    return matmul(b, down, mat, b->gate, ff, y, e, n);
+}
+
+/* Router: probabilities over experts, the top k, their weights (renormalized and scaled). */
+static void route(cpu_backend *b, const em_layer_desc *ld, uint32_t t) {
+    float *p = b->router + (uint64_t)t * ld->n_expert;
+    if (ld->gating == EM_GATING_SOFTMAX) {
+        em_cpu_softmax(p, ld->n_expert);
+    } else {
+        for (uint32_t e = 0; e < ld->n_expert; e++) p[e] = 1.0f / (1.0f + expf(-p[e]));
+    }
+    int32_t *chosen = b->chosen + (uint64_t)t * ld->n_expert_used;
+    float *weight = b->chosen_weight + (uint64_t)t * ld->n_expert_used;
+    float sum = 0.0f;
+    for (uint32_t k = 0; k < ld->n_expert_used; k++) {
+        int32_t best = -1;
+        for (uint32_t e = 0; e < ld->n_expert; e++) {
+            bool taken = false;
+            for (uint32_t j = 0; j < k; j++) taken |= chosen[j] == (int32_t)e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = (int32_t)e;
+        }
+        chosen[k] = best;
+        weight[k] = p[best];
+        sum += p[best];
+    }
+    for (uint32_t k = 0; k < ld->n_expert_used; k++) {
+        if (ld->renormalize) weight[k] /= sum;
+        weight[k] *= ld->expert_weights_scale;
+    }
+}
+
+/* xn → b->out through the experts each token chose: tokens are grouped by expert so each expert's
+ * matrices are read once per batch. */
+static em_err moe(cpu_backend *b, uint32_t il, uint32_t n) {
+    const em_layer_desc *ld = &b->d->layers[il];
+    const em_layer_weights *lw = &b->w->layers[il];
+    const uint64_t e = b->d->n_embd;
+    em_err err = matmul(b, &lw->gate_inp, 0, b->xn, e, b->router, ld->n_expert, n);
+    if (err) return err;
+    for (uint32_t t = 0; t < n; t++) route(b, ld, t);
+    memset(b->out, 0, (uint64_t)n * e * sizeof(float));
+    for (uint32_t ex = 0; ex < ld->n_expert; ex++) {
+        uint32_t count = 0;
+        for (uint32_t t = 0; t < n; t++)
+            for (uint32_t k = 0; k < ld->n_expert_used; k++)
+                if (b->chosen[(uint64_t)t * ld->n_expert_used + k] == (int32_t)ex) {
+                    b->members[count] = t;
+                    b->member_weight[count] = b->chosen_weight[(uint64_t)t * ld->n_expert_used + k];
+                    memcpy(b->gathered + (uint64_t)count * e, b->xn + (uint64_t)t * e, e * sizeof(float));
+                    count++;
+                }
+        if (count == 0) continue;
+        if ((err = mlp(b, &lw->gate_exps, &lw->up_exps, &lw->down_exps, ex, b->gathered, b->expert_out, count)))
+            return err;
+        for (uint32_t i = 0; i < count; i++) {
+            float *o = b->out + (uint64_t)b->members[i] * e;
+            const float *y = b->expert_out + (uint64_t)i * e;
+            for (uint64_t j = 0; j < e; j++) o[j] += b->member_weight[i] * y[j];
+        }
+    }
+    if (ld->n_ff_shared) {
+        if ((err = mlp(b, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, 0, b->xn, b->expert_out, n))) return err;
+        for (uint64_t i = 0; i < (uint64_t)n * e; i++) b->out[i] += b->expert_out[i];
+    }
+    return NULL;
+}
+
+/* ---- the transformer block ---- */
+
+static em_err forward_layer(cpu_backend *b, const em_batch *batch, uint32_t il) {
+    const em_layer_desc *ld = &b->d->layers[il];
+    const em_layer_weights *lw = &b->w->layers[il];
+    const uint32_t n = batch->n_tokens, e = b->d->n_embd;
+    em_err err;
+
+    /* x += [post_norm](attention(norm(x))) */
+    norm_rows(b, b->xn, b->x, lw->attn_norm, n, e);
+    if ((err = attention(b, batch, il))) return err;
+    if (lw->post_attn_norm) norm_rows(b, b->out, b->out, lw->post_attn_norm, n, e);
+    for (uint64_t i = 0; i < (uint64_t)n * e; i++) b->x[i] += b->out[i];
+
+    /* x += [post_norm](ffn(norm(x))) */
+    norm_rows(b, b->xn, b->x, lw->ffn_norm, n, e);
+    if (ld->moe)
+        err = moe(b, il, n);
+    else
+        err = mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, 0, b->xn, b->out, n);
+    if (err) return err;
+    if (lw->post_ffn_norm) norm_rows(b, b->out, b->out, lw->post_ffn_norm, n, e);
+    for (uint64_t i = 0; i < (uint64_t)n * e; i++) b->x[i] += b->out[i];
+    return NULL;
+}
+
+uint32_t em_batch_logits_rows(const em_batch *batch) {
+    if (!batch->logits) return batch->n_tokens > 0 ? 1 : 0;
+    uint32_t rows = 0;
+    for (uint32_t t = 0; t < batch->n_tokens; t++) rows += batch->logits[t];
+    return rows;
+}
+
+static em_err validate(cpu_backend *b, const em_batch *batch) {
+    if (batch->n_tokens == 0) return em_errorf(EM_ERR_INVALID, "empty batch");
+    uint32_t *len = malloc(b->base.n_seq * sizeof *len);
+    if (!len) return em_errorf(EM_ERR_NOMEM, "out of memory validating a batch");
+    memcpy(len, b->seq_len, b->base.n_seq * sizeof *len);
+    em_err err = NULL;
+    for (uint32_t t = 0; t < batch->n_tokens && !err; t++) {
+        const int32_t tok = batch->tokens[t];
+        const uint32_t seq = batch->seq[t], pos = batch->pos[t];
+        if (tok < 0 || (uint32_t)tok >= b->d->n_vocab)
+            err = em_errorf(EM_ERR_RANGE, "batch token %u: id %d is outside the vocabulary of %u", t, tok, b->d->n_vocab);
+        else if (seq >= b->base.n_seq)
+            err = em_errorf(EM_ERR_RANGE, "batch token %u: sequence %u, but the backend has %u slots", t, seq, b->base.n_seq);
+        else if (pos >= b->base.n_ctx)
+            err = em_errorf(EM_ERR_RANGE, "batch token %u: position %u is beyond the context of %u", t, pos, b->base.n_ctx);
+        else if (pos > len[seq])
+            err = em_errorf(EM_ERR_INVALID, "batch token %u: position %u leaves a gap after sequence %u's %u positions",
+                            t, pos, seq, len[seq]);
+        else
+            len[seq] = pos + 1;
+    }
+    free(len);
+    return err;
+}
+
+static em_err reserve(cpu_backend *b, uint32_t n) {
+    if (n <= b->cap_tokens) return NULL;
+    const uint64_t e = b->d->n_embd;
+    struct { float **p; uint64_t per_token; } bufs[] = {
+        {&b->x, e}, {&b->xn, e}, {&b->q, b->max_q}, {&b->k, b->max_k}, {&b->v, b->max_v},
+        {&b->attn, b->max_attn}, {&b->out, e}, {&b->gate, b->max_ff}, {&b->up, b->max_ff},
+        {&b->router, b->max_expert}, {&b->gathered, e}, {&b->expert_out, e},
+        {&b->chosen_weight, b->max_expert}, {&b->member_weight, b->max_expert},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        free(*bufs[i].p);
+        *bufs[i].p = malloc((bufs[i].per_token ? bufs[i].per_token : 1) * n * sizeof(float));
+        if (!*bufs[i].p) return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
+    }
+    free(b->chosen);
+    free(b->members);
+    free(b->act);
+    b->chosen = malloc(((uint64_t)b->max_expert + 1) * n * sizeof *b->chosen);
+    b->members = malloc(((uint64_t)b->max_expert + 1) * n * sizeof *b->members);
+    b->act = malloc(b->act_per_token * n);
+    if (!b->chosen || !b->members || !b->act) return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
+    b->cap_tokens = n;
+    return NULL;
+}
+
+static em_err cpu_forward(em_backend *base, const em_batch *batch, float *logits) {
+    cpu_backend *b = (cpu_backend *)base;
+    const em_model_desc *d = b->d;
+    const uint32_t n = batch->n_tokens, e = d->n_embd;
+    em_err err = validate(b, batch);
+    if (err) return err;
+    if ((err = reserve(b, n))) return err;
+
+    /* Token embeddings (rows of token_embd, dequantized), scaled for Gemma. */
+    const em_weight *te = &b->w->token_embd;
+    for (uint32_t t = 0; t < n; t++) {
+        const uint8_t *row = (const uint8_t *)te->data + (uint64_t)batch->tokens[t] * te->row_bytes;
+        float *x = b->x + (uint64_t)t * e;
+        if (te->type == EM_TYPE_F32)
+            memcpy(x, row, e * sizeof(float));
+        else if ((err = em_dequantize(te->type, row, x, e)))
+            return em_err_prefix(err, "token_embd row %d", batch->tokens[t]);
+        if (d->embd_scale != 1.0f)
+            for (uint32_t i = 0; i < e; i++) x[i] *= d->embd_scale;
+    }
+    for (uint32_t il = 0; il < d->n_layer; il++)
+        if ((err = forward_layer(b, batch, il))) return em_err_prefix(err, "layer %u", il);
+    for (uint32_t t = 0; t < n; t++) b->seq_len[batch->seq[t]] = batch->pos[t] + 1;
+
+    /* Logits for the rows that want them: final norm, output matrix, optional softcap. */
+    uint32_t rows = 0;
+    for (uint32_t t = 0; t < n; t++) {
+        bool want = batch->logits ? batch->logits[t] : t == n - 1;
+        if (!want) continue;
+        em_cpu_rmsnorm(b->xn + (uint64_t)rows * e, b->x + (uint64_t)t * e, b->w->output_norm, e, d->norm_eps,
+                       d->norm == EM_NORM_RMS_PLUS_ONE);
+        rows++;
+    }
+    if ((err = matmul(b, &b->w->output, 0, b->xn, e, logits, d->n_vocab, rows))) return err;
+    if (d->final_softcap > 0.0f)
+        for (uint64_t i = 0; i < (uint64_t)rows * d->n_vocab; i++)
+            logits[i] = d->final_softcap * tanhf(logits[i] / d->final_softcap);
+    return NULL;
+}
+
+static em_err cpu_seq_truncate(em_backend *base, uint32_t seq, uint32_t from) {
+    cpu_backend *b = (cpu_backend *)base;
+    if (seq >= base->n_seq) return em_errorf(EM_ERR_RANGE, "sequence %u, but the backend has %u slots", seq, base->n_seq);
+    if (from < b->seq_len[seq]) b->seq_len[seq] = from;
+    return NULL;
+}
+
+static uint32_t cpu_seq_length(const em_backend *base, uint32_t seq) {
+    const cpu_backend *b = (const cpu_backend *)base;
+    return seq < base->n_seq ? b->seq_len[seq] : 0;
+}
+
+static void cpu_free(em_backend *base) {
+    cpu_backend *b = (cpu_backend *)base;
+    em_cpu_pool_destroy(&b->pool);
+    float *bufs[] = {b->keys, b->values, b->x, b->xn, b->q, b->k, b->v, b->attn, b->out, b->gate, b->up,
+                     b->router, b->gathered, b->expert_out, b->chosen_weight, b->member_weight, b->scores};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(b->chosen);
+    free(b->members);
+    free(b->act);
+    free(b->layer_key_offset);
+    free(b->layer_value_offset);
+    free(b->seq_len);
+    free(b);
+}
+
+static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_seq_truncate, cpu_seq_length, cpu_free};
+
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+static void act_max(cpu_backend *b, const em_weight *w) {
+    if (w->data) b->act_per_token = max_u64(b->act_per_token, em_cpu_act_bytes(w));
+}
+
+em_err em_backend_cpu_new(const em_model *model, const em_cpu_options *options, em_backend **out) {
+    *out = NULL;
+    const em_model_desc *d = &model->desc;
+    em_cpu_options o = options ? *options : (em_cpu_options){0};
+    if (!o.n_seq) o.n_seq = 1;
+    if (!o.n_ctx) o.n_ctx = d->n_ctx_train < 4096 ? d->n_ctx_train : 4096;
+    if (!o.n_threads) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        o.n_threads = cores > 0 ? (uint32_t)cores : 1;
+    }
+    if (o.n_seq > 65536 || o.n_ctx == 0 || o.n_ctx > (1u << 24) || o.n_threads > 1024)
+        return em_errorf(EM_ERR_RANGE, "cpu backend: %u sequences of %u positions on %u threads is out of range",
+                         o.n_seq, o.n_ctx, o.n_threads);
+    cpu_backend *b = calloc(1, sizeof *b);
+    if (!b) return em_errorf(EM_ERR_NOMEM, "out of memory creating the cpu backend");
+    b->base = (em_backend){&cpu_ops, model, o.n_seq, o.n_ctx};
+    b->d = d;
+    b->w = &model->w;
+    em_err err = em_cpu_pool_init(&b->pool, o.n_threads);
+    if (err) goto fail;
+
+    b->layer_key_offset = calloc(d->n_layer, sizeof(uint64_t));
+    b->layer_value_offset = calloc(d->n_layer, sizeof(uint64_t));
+    b->seq_len = calloc(o.n_seq, sizeof(uint32_t));
+    if (!b->layer_key_offset || !b->layer_value_offset || !b->seq_len) goto nomem;
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        const em_layer_desc *ld = &d->layers[il];
+        const em_layer_weights *lw = &model->w.layers[il];
+        b->layer_key_offset[il] = b->seq_key_stride;
+        b->layer_value_offset[il] = b->seq_value_stride;
+        b->seq_key_stride += (uint64_t)o.n_ctx * ld->n_head_kv * ld->head_dim;
+        b->seq_value_stride += (uint64_t)o.n_ctx * ld->n_head_kv * ld->head_dim_v;
+        b->max_q = (uint32_t)max_u64(b->max_q, (uint64_t)ld->n_head * ld->head_dim);
+        b->max_k = (uint32_t)max_u64(b->max_k, (uint64_t)ld->n_head_kv * ld->head_dim);
+        b->max_v = (uint32_t)max_u64(b->max_v, (uint64_t)ld->n_head_kv * ld->head_dim_v);
+        b->max_attn = (uint32_t)max_u64(b->max_attn, (uint64_t)ld->n_head * ld->head_dim_v);
+        b->max_ff = (uint32_t)max_u64(b->max_ff, max_u64(ld->n_ff, ld->n_ff_shared));
+        b->max_expert = (uint32_t)max_u64(b->max_expert, ld->n_expert);
+        const em_weight *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down,
+                                 &lw->gate_inp, &lw->gate_exps, &lw->up_exps, &lw->down_exps,
+                                 &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) act_max(b, ws[i]);
+    }
+    act_max(b, &model->w.output);
+    uint64_t key_floats, value_floats;
+    if (em_mul_overflows(b->seq_key_stride, o.n_seq, &key_floats) ||
+        em_mul_overflows(b->seq_value_stride, o.n_seq, &value_floats))
+        goto nomem;
+    b->keys = calloc(key_floats, sizeof(float));
+    b->values = calloc(value_floats, sizeof(float));
+    b->scores = malloc((uint64_t)o.n_threads * o.n_ctx * sizeof(float));
+    if (!b->keys || !b->values || !b->scores) goto nomem;
+    *out = &b->base;
+    return NULL;
+nomem:
+    err = em_errorf(EM_ERR_NOMEM, "out of memory for a KV cache of %u sequences x %u positions", o.n_seq, o.n_ctx);
+fail:
+    cpu_free(&b->base);
+    return err;
+}

@@ -1,0 +1,71 @@
+/* Internals of the CPU backend shared by its files: the thread pool and the numeric kernels.
+ * Nothing outside src/backend/cpu includes this. */
+#ifndef EMBER_BACKEND_CPU_INTERNAL_H
+#define EMBER_BACKEND_CPU_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../../model/model.h"
+
+/* ---- thread pool (pool.c) ---- */
+
+/* A job runs on every thread at once; `ith` of `nth` picks its share. */
+typedef void (*em_cpu_job)(void *ctx, uint32_t ith, uint32_t nth);
+
+typedef struct em_cpu_pool {
+    pthread_t *threads;
+    uint32_t n_threads; /* including the caller, which runs share 0 */
+    uint32_t n_started;
+    pthread_mutex_t mutex;
+    pthread_cond_t wake, done;
+    uint64_t generation;
+    uint32_t pending;
+    em_cpu_job job;
+    void *ctx;
+    bool quit;
+} em_cpu_pool;
+
+em_err em_cpu_pool_init(em_cpu_pool *pool, uint32_t n_threads);
+void em_cpu_pool_destroy(em_cpu_pool *pool);
+/* Runs `job` on all threads and returns when every share is done. */
+void em_cpu_pool_run(em_cpu_pool *pool, em_cpu_job job, void *ctx);
+
+/* Splits [0, n) into nth nearly equal parts; share ith is [*begin, *end). */
+static inline void em_cpu_share(uint64_t n, uint32_t ith, uint32_t nth, uint64_t *begin, uint64_t *end) {
+    uint64_t per = n / nth, extra = n % nth;
+    *begin = ith * per + (ith < extra ? ith : extra);
+    *end = *begin + per + (ith < extra ? 1 : 0);
+}
+
+/* ---- kernels (ops.c) ---- */
+
+/* out = x / rms(x) * w (w may be NULL: no weight); out may alias x. */
+void em_cpu_rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps, bool plus_one);
+
+/* Rotates one head in place for position `pos`. */
+void em_cpu_rope(float *head, uint32_t pos, const em_rope *rope);
+
+void em_cpu_softmax(float *x, uint32_t n);
+float em_cpu_silu(float x);
+float em_cpu_gelu(float x);
+
+/* Y[t][r] = W[mat] row r · X[t], for t < n_tokens and all rows of one matrix of the stack.
+ * X rows are `x_stride` floats apart, Y rows `y_stride`. `scratch` holds the activations in the
+ * dot-product format: n_tokens * em_cpu_act_bytes(w) bytes. */
+typedef struct em_cpu_matmul {
+    const em_weight *w;
+    uint64_t mat;
+    const float *x;
+    uint64_t x_stride;
+    float *y;
+    uint64_t y_stride;
+    uint32_t n_tokens;
+    uint8_t *scratch;
+} em_cpu_matmul;
+
+uint64_t em_cpu_act_bytes(const em_weight *w);
+em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm);
+
+#endif

@@ -1,0 +1,135 @@
+/* The numeric kernels of the CPU backend: scalar, readable, the definition faster paths are checked
+ * against. */
+#include <math.h>
+#include <string.h>
+
+#include "../../quant/quant.h"
+#include "cpu_internal.h"
+
+void em_cpu_rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps, bool plus_one) {
+    double sum = 0.0;
+    for (uint32_t i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    const float scale = (float)(1.0 / sqrt(sum / n + eps));
+    for (uint32_t i = 0; i < n; i++) {
+        float weight = w ? (plus_one ? 1.0f + w[i] : w[i]) : 1.0f;
+        out[i] = x[i] * scale * weight;
+    }
+}
+
+/* YaRN: the dimensions whose wavelength fits `n_rot_beta` rotations in the original context
+ * (Peng et al. 2023, "YaRN", eq. 17-18). */
+static double yarn_corr_dim(uint32_t n_dims, uint32_t orig_ctx, double beta, double base) {
+    return n_dims * log(orig_ctx / (beta * 2.0 * M_PI)) / (2.0 * log(base));
+}
+
+void em_cpu_rope(float *head, uint32_t pos, const em_rope *rope) {
+    const uint32_t n_rot = rope->n_rot, half = n_rot / 2;
+    const double freq_scale = (rope->scaling == EM_ROPE_SCALING_LINEAR || rope->scaling == EM_ROPE_SCALING_YARN)
+                                  ? 1.0 / rope->factor
+                                  : 1.0;
+    double low = 0.0, high = 0.0, mscale = 1.0, ext = 0.0;
+    if (rope->scaling == EM_ROPE_SCALING_YARN) {
+        low = floor(yarn_corr_dim(n_rot, rope->orig_ctx, rope->yarn_beta_fast, rope->theta));
+        high = ceil(yarn_corr_dim(n_rot, rope->orig_ctx, rope->yarn_beta_slow, rope->theta));
+        if (low < 0) low = 0;
+        if (high > n_rot - 1) high = n_rot - 1;
+        ext = rope->yarn_ext_factor;
+        mscale = rope->yarn_attn_factor;
+        if (ext != 0.0) mscale *= 1.0 + 0.1 * log(1.0 / freq_scale);
+    }
+    for (uint32_t i = 0; i < half; i++) {
+        /* theta_i = pos * base^(-2i/n_rot), divided by a per-frequency factor (Llama 3 scaling) */
+        double theta = pos * pow(rope->theta, -2.0 * i / n_rot);
+        if (rope->freq_factors) theta /= rope->freq_factors[i];
+        double angle = theta * freq_scale;
+        if (ext != 0.0) {
+            double y = (i - low) / fmax(0.001, high - low);
+            double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * ext;
+            angle = angle * (1.0 - ramp) + theta * ramp;
+        }
+        const float c = (float)(cos(angle) * mscale), s = (float)(sin(angle) * mscale);
+        /* normal: adjacent pairs (2i, 2i+1); NeoX: (i, i + n_rot/2) */
+        const uint32_t a = rope->style == EM_ROPE_NEOX ? i : 2 * i;
+        const uint32_t b = rope->style == EM_ROPE_NEOX ? i + half : 2 * i + 1;
+        const float x0 = head[a], x1 = head[b];
+        head[a] = x0 * c - x1 * s;
+        head[b] = x0 * s + x1 * c;
+    }
+}
+
+void em_cpu_softmax(float *x, uint32_t n) {
+    float max = -INFINITY;
+    for (uint32_t i = 0; i < n; i++)
+        if (x[i] > max) max = x[i];
+    double sum = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (uint32_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+float em_cpu_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* GELU, tanh approximation (Hendrycks & Gimpel 2016), as Gemma uses. */
+float em_cpu_gelu(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+uint64_t em_cpu_act_bytes(const em_weight *w) {
+    uint64_t bytes = 0;
+    if (em_type_row_bytes(em_dot_activation_type(w->type), w->cols, &bytes)) return 0;
+    return bytes;
+}
+
+typedef struct matmul_job {
+    const em_cpu_matmul *mm;
+    uint64_t act_bytes;
+    em_err err; /* first quantization error (written by share 0's tokens only when it fails) */
+    pthread_mutex_t mutex;
+} matmul_job;
+
+static void quantize_share(void *ctx, uint32_t ith, uint32_t nth) {
+    matmul_job *job = ctx;
+    const em_cpu_matmul *mm = job->mm;
+    uint64_t begin, end;
+    em_cpu_share(mm->n_tokens, ith, nth, &begin, &end);
+    for (uint64_t t = begin; t < end; t++) {
+        em_err err = em_quantize_activation(mm->w->type, mm->x + t * mm->x_stride, mm->scratch + t * job->act_bytes,
+                                            mm->w->cols);
+        if (err) {
+            pthread_mutex_lock(&job->mutex);
+            if (!job->err) job->err = err;
+            else em_err_free(err);
+            pthread_mutex_unlock(&job->mutex);
+            return;
+        }
+    }
+}
+
+static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
+    matmul_job *job = ctx;
+    const em_cpu_matmul *mm = job->mm;
+    const em_weight *w = mm->w;
+    const uint8_t *base = (const uint8_t *)w->data + mm->mat * w->rows * w->row_bytes;
+    uint64_t begin, end;
+    em_cpu_share(w->rows, ith, nth, &begin, &end);
+    /* Row-outer so each weight row is read once per batch, whatever the number of tokens. */
+    for (uint64_t r = begin; r < end; r++) {
+        const void *row = base + r * w->row_bytes;
+        for (uint32_t t = 0; t < mm->n_tokens; t++)
+            mm->y[t * mm->y_stride + r] = em_dot(w->type, row, mm->scratch + t * job->act_bytes, w->cols);
+    }
+}
+
+em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm) {
+    if (mm->n_tokens == 0) return NULL;
+    matmul_job job = {.mm = mm, .act_bytes = em_cpu_act_bytes(mm->w)};
+    pthread_mutex_init(&job.mutex, NULL);
+    em_cpu_pool_run(pool, quantize_share, &job);
+    if (!job.err) em_cpu_pool_run(pool, dot_share, &job);
+    pthread_mutex_destroy(&job.mutex);
+    return job.err;
+}

@@ -1,0 +1,500 @@
+/* Family loaders: GGUF metadata and tensor names (as llama.cpp's converter writes them) → the
+ * model description and weights (see model.h). One table row per family says what differs;
+ * everything else is shared. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../quant/quant.h"
+#include "model.h"
+
+/* What a family's GGUF files look like. */
+typedef struct family {
+    const char *arch;
+    em_rope_style rope;
+    bool qkv_bias;        /* attn_{q,k,v}.bias are required (otherwise used when present) */
+    bool qk_norm;         /* attn_{q,k}_norm */
+    bool gemma;           /* GeGLU, post norms, sqrt(d) embedding scale, tied output */
+    uint32_t swa_pattern; /* layers il with il % pattern < pattern-1 slide; 0 = none */
+    bool moe;             /* expert tensors in every layer (after the leading dense ones) */
+} family;
+
+static const family families[] = {
+    {"llama", EM_ROPE_NORMAL, false, false, false, 0, false}, /* MoE (Mixtral) when expert_count > 0 */
+    {"qwen2", EM_ROPE_NEOX, true, false, false, 0, false},
+    {"qwen3", EM_ROPE_NEOX, false, true, false, 0, false},
+    {"qwen3moe", EM_ROPE_NEOX, false, true, false, 0, true},
+    {"gemma2", EM_ROPE_NEOX, false, false, true, 2, false},
+    {"gemma3", EM_ROPE_NEOX, false, true, true, 6, false},
+    {"flint", EM_ROPE_NEOX, false, true, false, 0, true},
+};
+
+static const family *family_of(const char *arch) {
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if (!strcmp(families[i].arch, arch)) return &families[i];
+    return NULL;
+}
+
+bool em_model_arch_supported(const char *arch) { return family_of(arch) != NULL; }
+
+/* ---- metadata helpers ---- */
+
+typedef struct loader {
+    em_gguf *g;
+    em_model *m;
+    char arch[EM_MODEL_ARCH_MAX];
+    char key[160];
+} loader;
+
+static const char *key_of(loader *l, const char *suffix) {
+    snprintf(l->key, sizeof l->key, "%s.%s", l->arch, suffix);
+    return l->key;
+}
+
+static em_err need_u32(loader *l, const char *suffix, uint32_t *out) {
+    em_err err = em_gguf_get_u32(l->g, key_of(l, suffix), out);
+    return err ? em_err_prefix(err, "%s", em_gguf_path(l->g)) : NULL;
+}
+
+/* Optional key: `fallback` when absent; an error when present with a wrong type. */
+static em_err opt_u32(loader *l, const char *suffix, uint32_t fallback, uint32_t *out) {
+    if (!em_gguf_find(l->g, key_of(l, suffix))) {
+        *out = fallback;
+        return NULL;
+    }
+    return need_u32(l, suffix, out);
+}
+
+static em_err opt_f32(loader *l, const char *suffix, float fallback, float *out) {
+    if (!em_gguf_find(l->g, key_of(l, suffix))) {
+        *out = fallback;
+        return NULL;
+    }
+    em_err err = em_gguf_get_f32(l->g, l->key, out);
+    return err ? em_err_prefix(err, "%s", em_gguf_path(l->g)) : NULL;
+}
+
+/* Head counts may be one value or an array with one value per layer. */
+static em_err layer_u32(loader *l, const char *suffix, uint32_t layer, bool required, uint32_t fallback,
+                        uint32_t *out) {
+    const em_gguf_kv *kv = em_gguf_find(l->g, key_of(l, suffix));
+    if (!kv) {
+        if (required) return em_errorf(EM_ERR_NOT_FOUND, "%s: missing metadata key %s", em_gguf_path(l->g), l->key);
+        *out = fallback;
+        return NULL;
+    }
+    if (kv->type == EM_GGUF_ARRAY) {
+        if (layer >= kv->array_len)
+            return em_errorf(EM_ERR_FORMAT, "%s: %s has %llu entries, layer %u needs one", em_gguf_path(l->g),
+                             l->key, (unsigned long long)kv->array_len, layer);
+        int64_t v = em_gguf_array_int(kv, layer);
+        if (v < 0 || v > UINT32_MAX)
+            return em_errorf(EM_ERR_RANGE, "%s: %s[%u] = %lld is out of range", em_gguf_path(l->g), l->key, layer,
+                             (long long)v);
+        *out = (uint32_t)v;
+        return NULL;
+    }
+    return need_u32(l, suffix, out);
+}
+
+/* ---- tensor helpers ---- */
+
+static bool type_usable(uint32_t type) {
+    /* The forward reads weights through quant's dot products and dequantizer; integer tensors and
+     * unknown ids have neither. */
+    return em_type_info_of(type) && type != EM_TYPE_I8 && type != EM_TYPE_I16 && type != EM_TYPE_I32 &&
+           type != EM_TYPE_I64 && type != EM_TYPE_F64 && type != EM_TYPE_Q8_K && type != EM_TYPE_Q8_1;
+}
+
+/* Looks up `name` and checks its shape against ne0 x ne1 x ne2 (ne1/ne2 == 0: must be 1). */
+static em_err find_tensor(loader *l, const char *name, bool required, uint64_t ne0, uint64_t ne1, uint64_t ne2,
+                          const em_gguf_tensor **out) {
+    *out = NULL;
+    const em_gguf_tensor *t = em_gguf_find_tensor(l->g, name);
+    if (!t) {
+        if (!required) return NULL;
+        return em_errorf(EM_ERR_NOT_FOUND, "%s: missing tensor %s", em_gguf_path(l->g), name);
+    }
+    uint64_t want[EM_GGUF_MAX_DIMS] = {ne0, ne1 ? ne1 : 1, ne2 ? ne2 : 1, 1};
+    for (int d = 0; d < EM_GGUF_MAX_DIMS; d++) {
+        if (t->ne[d] != want[d])
+            return em_errorf(EM_ERR_FORMAT,
+                             "%s: tensor %s has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu, %llu]",
+                             em_gguf_path(l->g), name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                             (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+                             (unsigned long long)want[0], (unsigned long long)want[1], (unsigned long long)want[2]);
+    }
+    if (!type_usable(t->type))
+        return em_errorf(EM_ERR_UNSUPPORTED, "%s: tensor %s has type %s (%u), which the forward pass does not support",
+                         em_gguf_path(l->g), name, em_type_name(t->type), t->type);
+    *out = t;
+    return NULL;
+}
+
+static em_err get_matrix(loader *l, const char *name, bool required, uint64_t cols, uint64_t rows, uint64_t n_mat,
+                         em_weight *out) {
+    memset(out, 0, sizeof *out);
+    const em_gguf_tensor *t;
+    em_err err = find_tensor(l, name, required, cols, rows, n_mat, &t);
+    if (err || !t) return err;
+    err = em_type_row_bytes(t->type, cols, &out->row_bytes);
+    if (err) return em_err_prefix(err, "%s: tensor %s", em_gguf_path(l->g), name);
+    out->data = t->data;
+    out->type = t->type;
+    out->cols = cols;
+    out->rows = rows;
+    out->n_mat = n_mat ? n_mat : 1;
+    return NULL;
+}
+
+static em_err keep(em_model *m, float *v) {
+    if (m->n_owned == m->cap_owned) {
+        size_t cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        float **grown = realloc(m->owned, cap * sizeof *grown);
+        if (!grown) {
+            free(v);
+            return em_errorf(EM_ERR_NOMEM, "out of memory keeping model vectors");
+        }
+        m->owned = grown;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = v;
+    return NULL;
+}
+
+/* A vector of n floats (norm weights, biases), converted to f32 and owned by the model. */
+static em_err get_vector(loader *l, const char *name, bool required, uint64_t n, const float **out) {
+    *out = NULL;
+    const em_gguf_tensor *t;
+    em_err err = find_tensor(l, name, required, n, 0, 0, &t);
+    if (err || !t) return err;
+    float *v = malloc(n * sizeof *v);
+    if (!v) return em_errorf(EM_ERR_NOMEM, "out of memory loading %s", name);
+    if (t->type == EM_TYPE_F32) {
+        memcpy(v, t->data, n * sizeof *v);
+    } else {
+        err = em_dequantize(t->type, t->data, v, n);
+        if (err) {
+            free(v);
+            return em_err_prefix(err, "%s: tensor %s", em_gguf_path(l->g), name);
+        }
+    }
+    *out = v;
+    return keep(l->m, v);
+}
+
+static const char *blk(char *buf, size_t size, uint32_t layer, const char *what) {
+    snprintf(buf, size, "blk.%u.%s", layer, what);
+    return buf;
+}
+
+/* ---- the description ---- */
+
+static em_err load_rope(loader *l, const family *f, em_layer_desc *ld, const float *freq_factors) {
+    em_err err;
+    ld->rope.style = f->rope;
+    if ((err = opt_f32(l, "rope.freq_base", 10000.0f, &ld->rope.theta))) return err;
+    if ((err = opt_u32(l, "rope.dimension_count", ld->head_dim, &ld->rope.n_rot))) return err;
+    if (ld->rope.n_rot > ld->head_dim || ld->rope.n_rot % 2)
+        return em_errorf(EM_ERR_FORMAT, "%s: %s.rope.dimension_count = %u does not fit head dim %u",
+                         em_gguf_path(l->g), l->arch, ld->rope.n_rot, ld->head_dim);
+    ld->rope.scaling = EM_ROPE_SCALING_NONE;
+    ld->rope.factor = 1.0f;
+    ld->rope.yarn_ext_factor = 0.0f;
+    ld->rope.yarn_attn_factor = 1.0f;
+    ld->rope.yarn_beta_fast = 32.0f;
+    ld->rope.yarn_beta_slow = 1.0f;
+    if ((err = opt_u32(l, "rope.scaling.original_context_length", l->m->desc.n_ctx_train, &ld->rope.orig_ctx)))
+        return err;
+
+    em_str type = {"none", 4};
+    if (em_gguf_find(l->g, key_of(l, "rope.scaling.type"))) {
+        if ((err = em_gguf_get_str(l->g, l->key, &type))) return em_err_prefix(err, "%s", em_gguf_path(l->g));
+    }
+    float factor = 1.0f;
+    if ((err = opt_f32(l, "rope.scaling.factor", 1.0f, &factor))) return err;
+    float scale_linear;
+    if ((err = opt_f32(l, "rope.scale_linear", 0.0f, &scale_linear))) return err; /* older files */
+    if (scale_linear > 0.0f && em_str_eq(type, "none")) {
+        type = (em_str){"linear", 6};
+        factor = scale_linear;
+    }
+    if (em_str_eq(type, "linear")) {
+        ld->rope.scaling = EM_ROPE_SCALING_LINEAR;
+        ld->rope.factor = factor > 0.0f ? factor : 1.0f;
+    } else if (em_str_eq(type, "yarn")) {
+        ld->rope.scaling = EM_ROPE_SCALING_YARN;
+        ld->rope.factor = factor > 0.0f ? factor : 1.0f;
+        if ((err = opt_f32(l, "rope.scaling.yarn_ext_factor", 1.0f, &ld->rope.yarn_ext_factor))) return err;
+        if ((err = opt_f32(l, "rope.scaling.yarn_attn_factor", 1.0f, &ld->rope.yarn_attn_factor))) return err;
+        if ((err = opt_f32(l, "rope.scaling.yarn_beta_fast", 32.0f, &ld->rope.yarn_beta_fast))) return err;
+        if ((err = opt_f32(l, "rope.scaling.yarn_beta_slow", 1.0f, &ld->rope.yarn_beta_slow))) return err;
+    } else if (!em_str_eq(type, "none")) {
+        char *name = em_str_dup(type);
+        err = em_errorf(EM_ERR_UNSUPPORTED, "%s: %s.rope.scaling.type '%s' is not supported", em_gguf_path(l->g),
+                        l->arch, name ? name : "?");
+        free(name);
+        return err;
+    }
+    if (freq_factors) {
+        /* Llama 3 scaling: the converter precomputes one divisor per frequency. */
+        ld->rope.scaling = EM_ROPE_SCALING_LLAMA3;
+        ld->rope.freq_factors = freq_factors;
+    }
+    return NULL;
+}
+
+static em_err load_desc(loader *l, const family *f) {
+    em_model_desc *d = &l->m->desc;
+    em_err err;
+    snprintf(d->arch, sizeof d->arch, "%s", l->arch);
+    if ((err = need_u32(l, "block_count", &d->n_layer))) return err;
+    if ((err = need_u32(l, "embedding_length", &d->n_embd))) return err;
+    if ((err = opt_u32(l, "context_length", 4096, &d->n_ctx_train))) return err;
+    if (d->n_layer == 0 || d->n_layer > 4096 || d->n_embd == 0 || d->n_embd > (1u << 20))
+        return em_errorf(EM_ERR_RANGE, "%s: %u layers of width %u is not a plausible model", em_gguf_path(l->g),
+                         d->n_layer, d->n_embd);
+    if ((err = opt_f32(l, "attention.layer_norm_rms_epsilon", 1e-5f, &d->norm_eps))) return err;
+    d->norm = EM_NORM_RMS; /* Gemma's +1 is already in the stored weights (see model.h) */
+    d->act = f->gemma ? EM_ACT_GEGLU : EM_ACT_SWIGLU;
+    d->embd_scale = f->gemma ? sqrtf((float)d->n_embd) : 1.0f;
+    if ((err = opt_f32(l, "final_logit_softcapping", 0.0f, &d->final_softcap))) return err;
+
+    uint32_t n_expert = 0, n_expert_used = 0, n_dense_lead = 0, window = 0, gating_func = 1;
+    bool weights_norm = true;
+    float weights_scale = 1.0f, attn_softcap = 0.0f;
+    if ((err = opt_u32(l, "expert_count", 0, &n_expert))) return err;
+    if ((err = opt_u32(l, "expert_used_count", 0, &n_expert_used))) return err;
+    if ((err = opt_u32(l, "leading_dense_block_count", 0, &n_dense_lead))) return err;
+    if ((err = opt_u32(l, "expert_gating_func", 1, &gating_func))) return err;
+    if ((err = opt_f32(l, "expert_weights_scale", 1.0f, &weights_scale))) return err;
+    if (em_gguf_find(l->g, key_of(l, "expert_weights_norm")) &&
+        (err = em_gguf_get_bool(l->g, l->key, &weights_norm)))
+        return em_err_prefix(err, "%s", em_gguf_path(l->g));
+    if ((err = opt_f32(l, "attn_logit_softcapping", 0.0f, &attn_softcap))) return err;
+    if (f->swa_pattern && (err = opt_u32(l, "attention.sliding_window", 0, &window))) return err;
+    if (f->moe && n_expert == 0)
+        return em_errorf(EM_ERR_NOT_FOUND, "%s: missing metadata key %s.expert_count", em_gguf_path(l->g), l->arch);
+    if (n_expert > 0 && (n_expert_used == 0 || n_expert_used > n_expert || n_expert > 4096))
+        return em_errorf(EM_ERR_RANGE, "%s: %u of %u experts per token is not valid", em_gguf_path(l->g),
+                         n_expert_used, n_expert);
+    if (gating_func != 1 && gating_func != 2)
+        return em_errorf(EM_ERR_UNSUPPORTED, "%s: %s.expert_gating_func = %u (1 softmax, 2 sigmoid)",
+                         em_gguf_path(l->g), l->arch, gating_func);
+
+    d->layers = calloc(d->n_layer, sizeof *d->layers);
+    if (!d->layers) return em_errorf(EM_ERR_NOMEM, "out of memory describing %u layers", d->n_layer);
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        em_layer_desc *ld = &d->layers[il];
+        if ((err = layer_u32(l, "attention.head_count", il, true, 0, &ld->n_head))) return err;
+        if ((err = layer_u32(l, "attention.head_count_kv", il, false, ld->n_head, &ld->n_head_kv))) return err;
+        if (ld->n_head == 0 || ld->n_head_kv == 0 || ld->n_head % ld->n_head_kv)
+            return em_errorf(EM_ERR_FORMAT, "%s: layer %u has %u query heads and %u KV heads", em_gguf_path(l->g),
+                             il, ld->n_head, ld->n_head_kv);
+        if ((err = opt_u32(l, "attention.key_length", d->n_embd / ld->n_head, &ld->head_dim))) return err;
+        if ((err = opt_u32(l, "attention.value_length", ld->head_dim, &ld->head_dim_v))) return err;
+        if (ld->head_dim == 0 || ld->head_dim_v == 0)
+            return em_errorf(EM_ERR_FORMAT, "%s: layer %u has head dim 0", em_gguf_path(l->g), il);
+        ld->qk_norm = f->qk_norm;
+        ld->post_attn_norm = ld->post_ffn_norm = f->gemma;
+        ld->attn_scale = 1.0f / sqrtf((float)ld->head_dim);
+        ld->attn_softcap = attn_softcap;
+        ld->attn = EM_ATTN_FULL;
+        if (f->swa_pattern && window > 0 && il % f->swa_pattern < f->swa_pattern - 1) {
+            ld->attn = EM_ATTN_SLIDING;
+            ld->window = window;
+        }
+        ld->moe = n_expert > 0 && il >= n_dense_lead;
+        if (ld->moe) {
+            ld->n_expert = n_expert;
+            ld->n_expert_used = n_expert_used;
+            ld->gating = gating_func == 2 ? EM_GATING_SIGMOID : EM_GATING_SOFTMAX;
+            ld->renormalize = weights_norm;
+            ld->expert_weights_scale = weights_scale;
+            /* Mixtral (llama) keeps the expert width in feed_forward_length. */
+            if (em_gguf_find(l->g, key_of(l, "expert_feed_forward_length")))
+                err = layer_u32(l, "expert_feed_forward_length", il, true, 0, &ld->n_ff);
+            else
+                err = layer_u32(l, "feed_forward_length", il, true, 0, &ld->n_ff);
+            if (err) return err;
+            if ((err = opt_u32(l, "expert_shared_feed_forward_length", 0, &ld->n_ff_shared))) return err;
+        } else {
+            if ((err = layer_u32(l, "feed_forward_length", il, true, 0, &ld->n_ff))) return err;
+        }
+        if (ld->n_ff == 0) return em_errorf(EM_ERR_FORMAT, "%s: layer %u has FF width 0", em_gguf_path(l->g), il);
+    }
+    return NULL;
+}
+
+/* Gemma 3's local layers use their own RoPE base (10000) without scaling; llama.cpp fixes the same. */
+static void gemma3_local_rope(em_layer_desc *ld) {
+    ld->rope.theta = 10000.0f;
+    ld->rope.scaling = EM_ROPE_SCALING_NONE;
+    ld->rope.factor = 1.0f;
+    ld->rope.freq_factors = NULL;
+}
+
+static em_err load_layer(loader *l, const family *f, uint32_t il) {
+    const em_model_desc *d = &l->m->desc;
+    const em_layer_desc *ld = &d->layers[il];
+    em_layer_weights *w = &l->m->w.layers[il];
+    char n[96];
+    em_err err;
+    const uint64_t e = d->n_embd, q = (uint64_t)ld->n_head * ld->head_dim;
+    const uint64_t k = (uint64_t)ld->n_head_kv * ld->head_dim, v = (uint64_t)ld->n_head_kv * ld->head_dim_v;
+    const uint64_t o = (uint64_t)ld->n_head * ld->head_dim_v;
+
+    if ((err = get_vector(l, blk(n, sizeof n, il, "attn_norm.weight"), true, e, &w->attn_norm))) return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_q.weight"), true, e, q, 0, &w->wq))) return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_k.weight"), true, e, k, 0, &w->wk))) return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_v.weight"), true, e, v, 0, &w->wv))) return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_output.weight"), true, o, e, 0, &w->wo))) return err;
+    if ((err = get_vector(l, blk(n, sizeof n, il, "attn_q.bias"), f->qkv_bias, q, &w->bq))) return err;
+    if ((err = get_vector(l, blk(n, sizeof n, il, "attn_k.bias"), f->qkv_bias || w->bq, k, &w->bk))) return err;
+    if ((err = get_vector(l, blk(n, sizeof n, il, "attn_v.bias"), f->qkv_bias || w->bq, v, &w->bv))) return err;
+    l->m->desc.layers[il].qkv_bias = w->bq != NULL;
+    if (ld->qk_norm) {
+        if ((err = get_vector(l, blk(n, sizeof n, il, "attn_q_norm.weight"), true, ld->head_dim, &w->q_norm)))
+            return err;
+        if ((err = get_vector(l, blk(n, sizeof n, il, "attn_k_norm.weight"), true, ld->head_dim, &w->k_norm)))
+            return err;
+    }
+    if (ld->post_attn_norm &&
+        (err = get_vector(l, blk(n, sizeof n, il, "post_attention_norm.weight"), true, e, &w->post_attn_norm)))
+        return err;
+    if ((err = get_vector(l, blk(n, sizeof n, il, "ffn_norm.weight"), true, e, &w->ffn_norm))) return err;
+    if (ld->post_ffn_norm &&
+        (err = get_vector(l, blk(n, sizeof n, il, "post_ffw_norm.weight"), true, e, &w->post_ffn_norm)))
+        return err;
+
+    const uint64_t ff = ld->n_ff;
+    if (!ld->moe) {
+        if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_gate.weight"), true, e, ff, 0, &w->ffn_gate))) return err;
+        if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_up.weight"), true, e, ff, 0, &w->ffn_up))) return err;
+        if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_down.weight"), true, ff, e, 0, &w->ffn_down))) return err;
+        return NULL;
+    }
+    const uint64_t ne = ld->n_expert;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_gate_inp.weight"), true, e, ne, 0, &w->gate_inp))) return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_gate_exps.weight"), true, e, ff, ne, &w->gate_exps)))
+        return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_up_exps.weight"), true, e, ff, ne, &w->up_exps))) return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_down_exps.weight"), true, ff, e, ne, &w->down_exps)))
+        return err;
+    if (ld->n_ff_shared) {
+        const uint64_t fs = ld->n_ff_shared;
+        if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_gate_shexp.weight"), true, e, fs, 0, &w->gate_shexp)))
+            return err;
+        if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_up_shexp.weight"), true, e, fs, 0, &w->up_shexp)))
+            return err;
+        if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_down_shexp.weight"), true, fs, e, 0, &w->down_shexp)))
+            return err;
+    }
+    return NULL;
+}
+
+static em_err load_all(loader *l) {
+    em_str arch;
+    em_err err = em_gguf_get_str(l->g, "general.architecture", &arch);
+    if (err) return em_err_prefix(err, "%s", em_gguf_path(l->g));
+    if (arch.len >= EM_MODEL_ARCH_MAX) arch.len = EM_MODEL_ARCH_MAX - 1;
+    memcpy(l->arch, arch.ptr, arch.len);
+    l->arch[arch.len] = 0;
+    const family *f = family_of(l->arch);
+    if (!f)
+        return em_errorf(EM_ERR_UNSUPPORTED,
+                         "%s: unknown architecture '%s' (supported: llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, flint)",
+                         em_gguf_path(l->g), l->arch);
+    if ((err = load_desc(l, f))) return err;
+    em_model_desc *d = &l->m->desc;
+
+    /* The vocabulary size is the embedding's row count (vocab_size, when present, must agree). */
+    const em_gguf_tensor *embd = em_gguf_find_tensor(l->g, "token_embd.weight");
+    if (!embd) return em_errorf(EM_ERR_NOT_FOUND, "%s: missing tensor token_embd.weight", em_gguf_path(l->g));
+    uint32_t n_vocab;
+    if ((err = opt_u32(l, "vocab_size", (uint32_t)embd->ne[1], &n_vocab))) return err;
+    if (n_vocab == 0) return em_errorf(EM_ERR_FORMAT, "%s: vocabulary of 0 tokens", em_gguf_path(l->g));
+    d->n_vocab = n_vocab;
+    em_model_weights *w = &l->m->w;
+    if ((err = get_matrix(l, "token_embd.weight", true, d->n_embd, n_vocab, 0, &w->token_embd))) return err;
+    if ((err = get_vector(l, "output_norm.weight", true, d->n_embd, &w->output_norm))) return err;
+    if ((err = get_matrix(l, "output.weight", false, d->n_embd, n_vocab, 0, &w->output))) return err;
+    d->tied_output = w->output.data == NULL;
+    if (d->tied_output) w->output = w->token_embd;
+
+    const float *freq_factors = NULL;
+    const em_gguf_tensor *rf = em_gguf_find_tensor(l->g, "rope_freqs.weight");
+    if (rf) {
+        uint32_t head_dim = 0, n_rot = 0;
+        if ((err = opt_u32(l, "attention.key_length", d->n_embd / d->layers[0].n_head, &head_dim))) return err;
+        if ((err = opt_u32(l, "rope.dimension_count", head_dim, &n_rot))) return err;
+        if ((err = get_vector(l, "rope_freqs.weight", true, n_rot / 2, &freq_factors))) return err;
+    }
+    w->layers = calloc(d->n_layer, sizeof *w->layers);
+    if (!w->layers) return em_errorf(EM_ERR_NOMEM, "out of memory for %u layers", d->n_layer);
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        em_layer_desc *ld = &d->layers[il];
+        if ((err = load_rope(l, f, ld, freq_factors))) return err;
+        if (!strcmp(f->arch, "gemma3") && ld->attn == EM_ATTN_SLIDING) gemma3_local_rope(ld);
+        if ((err = load_layer(l, f, il))) return err;
+    }
+    return NULL;
+}
+
+em_err em_model_from_gguf(em_gguf *gguf, em_model **out) {
+    *out = NULL;
+    em_model *m = calloc(1, sizeof *m);
+    if (!m) return em_errorf(EM_ERR_NOMEM, "out of memory allocating a model");
+    m->gguf = gguf;
+    loader l = {.g = gguf, .m = m};
+    em_err err = load_all(&l);
+    if (err) {
+        em_model_free(m);
+        return err;
+    }
+    *out = m;
+    return NULL;
+}
+
+em_err em_model_load(const char *path, em_model **out) {
+    *out = NULL;
+    em_gguf *g;
+    em_err err = em_gguf_open(path, &g);
+    if (err) return err;
+    err = em_model_from_gguf(g, out);
+    if (err) {
+        em_gguf_close(g);
+        return err;
+    }
+    (*out)->owns_gguf = true;
+    return NULL;
+}
+
+void em_model_free(em_model *m) {
+    if (!m) return;
+    for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->desc.layers);
+    free(m->w.layers);
+    if (m->owns_gguf) em_gguf_close(m->gguf);
+    free(m);
+}
+
+void em_model_describe_layer(const em_model_desc *d, uint32_t layer, char *buf, size_t size) {
+    if (layer >= d->n_layer) {
+        snprintf(buf, size, "(no layer %u)", layer);
+        return;
+    }
+    const em_layer_desc *ld = &d->layers[layer];
+    char attn[32] = "full", ffn[64];
+    if (ld->attn == EM_ATTN_SLIDING) snprintf(attn, sizeof attn, "sliding %u", ld->window);
+    if (ld->moe)
+        snprintf(ffn, sizeof ffn, "moe %u/%u x %u%s", ld->n_expert_used, ld->n_expert, ld->n_ff,
+                 ld->renormalize ? " renorm" : "");
+    else
+        snprintf(ffn, sizeof ffn, "dense %u", ld->n_ff);
+    snprintf(buf, size, "%s attn %u/%u heads x %u%s%s, %s rope %g (%u dims), %s", attn, ld->n_head, ld->n_head_kv,
+             ld->head_dim, ld->qk_norm ? " qk-norm" : "", ld->qkv_bias ? " bias" : "",
+             ld->rope.style == EM_ROPE_NEOX ? "neox" : "normal", ld->rope.theta, ld->rope.n_rot, ffn);
+}

@@ -1,0 +1,507 @@
+/* Synthetic models: GGUF files with deterministic random weights at a real model's shape, with the
+ * metadata keys and tensor names llama.cpp's converter writes (so llama.cpp loads them too), the
+ * llama-spm tokenizer and a ChatML chat template.
+ *
+ * Nothing is held in memory as floats: each tensor is produced while the file is written
+ * (em_gguf_writer_write_streaming), from its own random stream (seed, tensor name), a row block at
+ * a time. Block-quantized tensors are random valid blocks whose scale fields are set so that the
+ * dequantized values have the wanted RMS; that is much faster than quantizing floats and still
+ * gives every code path real data. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../quant/quant.h"
+#include "model.h"
+
+typedef struct preset {
+    const char *name, *arch;
+    uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
+    uint32_t n_expert, n_expert_used, n_ff_expert, n_dense_lead; /* n_expert 0: dense */
+    bool qk_norm, qkv_bias, tied;
+    float theta, eps;
+    uint32_t window;                   /* sliding window (gemma2/3), 0 = none */
+    float attn_softcap, final_softcap; /* gemma2 */
+} preset;
+
+static const preset presets[] = {
+    /* name           arch        L   d     H   KV  hd   ff     vocab   ctx     E    k  ffE   lead qkn  bias  tied  theta   eps  win  caps */
+    {"dense-1b", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 8192, 0, 0, 0, 0, false, false, true, 500000.0f, 1e-5f, 0, 0, 0},
+    {"moe-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, 128, 8, 768, 0, true, false, false, 1e6f, 1e-6f, 0, 0, 0},
+    {"flint", "flint", 49, 2048, 16, 4, 128, 8192, 102400, 32768, 64, 6, 1024, 2, true, false, false, 1e6f, 1e-6f, 0, 0, 0},
+    {"tiny-llama", "llama", 2, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, false, false, false, 10000.0f, 1e-5f, 0, 0, 0},
+    {"tiny-qwen2", "qwen2", 2, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, false, true, true, 1e6f, 1e-6f, 0, 0, 0},
+    {"tiny-qwen3", "qwen3", 2, 128, 4, 2, 64, 256, 32000, 512, 0, 0, 0, 0, true, false, true, 1e6f, 1e-6f, 0, 0, 0},
+    {"tiny-qwen3moe", "qwen3moe", 2, 128, 4, 2, 32, 256, 32000, 512, 8, 2, 64, 0, true, false, false, 1e6f, 1e-6f, 0, 0, 0},
+    {"tiny-gemma2", "gemma2", 4, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, false, false, true, 10000.0f, 1e-6f, 8, 50.0f, 30.0f},
+    {"tiny-gemma3", "gemma3", 6, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, true, false, true, 1e6f, 1e-6f, 8, 0, 0},
+    {"tiny-mixtral", "llama", 2, 128, 4, 2, 32, 128, 32000, 512, 4, 2, 128, 0, false, false, false, 1e6f, 1e-5f, 0, 0, 0},
+    {"tiny-flint", "flint", 4, 128, 4, 2, 32, 256, 32000, 512, 8, 3, 64, 2, true, false, false, 1e6f, 1e-6f, 0, 0, 0},
+};
+
+static const char *const preset_names[] = {"dense-1b", "moe-30b-a3b", "flint", "tiny-llama", "tiny-qwen2",
+                                           "tiny-qwen3", "tiny-qwen3moe", "tiny-gemma2", "tiny-gemma3",
+                                           "tiny-mixtral", "tiny-flint", NULL};
+
+const char *const *em_synth_preset_names(void) { return preset_names; }
+
+/* The chat template: ChatML, as a Jinja string (the format chat templates are stored in). */
+static const char chatml_template[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/* ---- random numbers ---- */
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static float uniform(uint64_t *state) { return (float)((splitmix64(state) >> 40) * (2.0 / 16777216.0) - 1.0); }
+
+static uint64_t hash_name(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* ---- float formats ---- */
+
+/* IEEE 754 binary16 from binary32, round to nearest even (finite inputs of moderate size only). */
+static uint16_t to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, mant = x & 0x7FFFFF;
+    int32_t exp = (int32_t)((x >> 23) & 0xFF) - 127 + 15;
+    if (exp >= 31) return (uint16_t)(sign | 0x7BFF); /* clamp to the largest finite */
+    if (exp <= 0) {                                   /* subnormal or zero */
+        if (exp < -10) return (uint16_t)sign;
+        mant |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - exp);
+        uint32_t half = mant >> shift, rest = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rest > mid || (rest == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = ((uint32_t)exp << 10) | (mant >> 13), rest = mant & 0x1FFF;
+    if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) half++;
+    return (uint16_t)(sign | half);
+}
+
+static uint16_t to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    x += 0x7FFF + ((x >> 16) & 1); /* round to nearest even */
+    return (uint16_t)(x >> 16);
+}
+
+/* ---- block formats: where the f16 scale fields sit, how the values relate to them ---- */
+
+typedef struct block_layout {
+    uint32_t type;
+    uint32_t d_offset;    /* f16 super-block scale */
+    int32_t dmin_offset;  /* f16 minimum scale (Q4_K), -1 = none */
+} block_layout;
+
+/* Offsets of the scale fields, as the block formats define them. */
+enum { N_LAYOUTS = 4 };
+static const block_layout layouts[N_LAYOUTS] = {
+    {EM_TYPE_Q8_0, 0, -1},    /* { f16 d; i8 qs[32] } */
+    {EM_TYPE_Q4_K, 0, 2},     /* { f16 d; f16 dmin; u8 scales[12]; u8 qs[128] } */
+    {EM_TYPE_Q6_K, 208, -1},  /* { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d } */
+    {EM_TYPE_IQ3_XXS, 0, -1}, /* { f16 d; u8 qs[96] } */
+};
+
+static int layout_index(uint32_t type) {
+    for (int i = 0; i < N_LAYOUTS; i++)
+        if (layouts[i].type == type) return i;
+    return -1;
+}
+
+/* Fills one block with random bytes and scale fields for scale `d` (Q4_K's minimum scale keeps
+ * the mean near zero: E[sc·q] = 31.5·7.5 and E[m] = 31.5). */
+static void random_block(uint8_t *block, const em_type_info *info, const block_layout *l, float d, uint64_t *rng) {
+    for (uint32_t i = 0; i < info->block_bytes; i += 8) {
+        uint64_t r = splitmix64(rng);
+        uint32_t n = info->block_bytes - i < 8 ? info->block_bytes - i : 8;
+        memcpy(block + i, &r, n);
+    }
+    uint16_t h = to_f16(d);
+    memcpy(block + l->d_offset, &h, 2);
+    if (l->dmin_offset >= 0) {
+        h = to_f16(d * 7.5f);
+        memcpy(block + l->dmin_offset, &h, 2);
+    }
+}
+
+/* Measures the RMS of dequantized random blocks with d = 1, so a wanted RMS gives d. */
+static em_err calibrate(const block_layout *l, float *rms_at_unit_d) {
+    const em_type_info *info = em_type_info_of(l->type);
+    enum { BLOCKS = 64 };
+    uint8_t *blocks = malloc((size_t)BLOCKS * info->block_bytes);
+    float *values = malloc((size_t)BLOCKS * info->block_elems * sizeof(float));
+    if (!blocks || !values) {
+        free(blocks);
+        free(values);
+        return em_errorf(EM_ERR_NOMEM, "out of memory calibrating %s", info->name);
+    }
+    uint64_t rng = 12345;
+    for (int b = 0; b < BLOCKS; b++) random_block(blocks + (size_t)b * info->block_bytes, info, l, 1.0f, &rng);
+    em_err err = em_dequantize(l->type, blocks, values, (uint64_t)BLOCKS * info->block_elems);
+    if (!err) {
+        double sum = 0;
+        for (uint64_t i = 0; i < (uint64_t)BLOCKS * info->block_elems; i++) sum += (double)values[i] * values[i];
+        *rms_at_unit_d = (float)sqrt(sum / ((double)BLOCKS * info->block_elems));
+        if (!(*rms_at_unit_d > 0)) err = em_errorf(EM_ERR_INTERNAL, "random %s blocks dequantize to zeros", info->name);
+    }
+    free(blocks);
+    free(values);
+    return err ? em_err_prefix(err, "calibrating random %s blocks", info->name) : NULL;
+}
+
+/* ---- the tensor list ---- */
+
+typedef enum init_kind { INIT_UNIFORM, INIT_NORM } init_kind;
+
+typedef struct tensor_plan {
+    char name[64];
+    uint32_t n_dims;
+    uint64_t ne[3];
+    uint32_t type;
+    init_kind init;
+    float rms;    /* uniform: RMS of the values; norm: center ± rms */
+    float center; /* norm weights only */
+} tensor_plan;
+
+typedef struct synth {
+    preset p;
+    uint32_t weight_type, expert_type;
+    uint64_t seed;
+    tensor_plan *tensors;
+    uint32_t n_tensors, cap_tensors;
+    uint8_t *buffer;
+    size_t buffer_size;
+    float rms_at_unit_d[N_LAYOUTS]; /* per block layout, measured before writing */
+} synth;
+
+/* The requested type when the row length fits its block; otherwise Q8_0, then F32 (llama.cpp's
+ * quantizer falls back the same way). */
+static uint32_t fit_type(uint32_t type, uint64_t cols) {
+    const em_type_info *info = em_type_info_of(type);
+    if (cols % info->block_elems == 0) return type;
+    if (cols % 32 == 0 && info->block_elems > 1) return EM_TYPE_Q8_0;
+    return EM_TYPE_F32;
+}
+
+static em_err plan(synth *s, const char *name, uint32_t n_dims, uint64_t ne0, uint64_t ne1, uint64_t ne2,
+                   uint32_t type, init_kind init, float rms) {
+    if (s->n_tensors == s->cap_tensors) {
+        uint32_t cap = s->cap_tensors ? 2 * s->cap_tensors : 256;
+        tensor_plan *grown = realloc(s->tensors, cap * sizeof *grown);
+        if (!grown) return em_errorf(EM_ERR_NOMEM, "out of memory planning tensors");
+        s->tensors = grown;
+        s->cap_tensors = cap;
+    }
+    tensor_plan *t = &s->tensors[s->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = ne2;
+    t->type = n_dims == 1 ? EM_TYPE_F32 : fit_type(type, ne0);
+    t->init = init;
+    t->rms = rms;
+    t->center = 1.0f;
+    return NULL;
+}
+
+static em_err plan_all(synth *s) {
+    const preset *p = &s->p;
+    const uint64_t e = p->n_embd, q = (uint64_t)p->n_head * p->head_dim, kv = (uint64_t)p->n_head_kv * p->head_dim;
+    const float in_rms = 1.0f / sqrtf((float)e);
+    /* With a tied output matrix, the current token's own embedding in the residual stream adds
+     * about (embedding scale x logit RMS) / RMS(residual) standard deviations to its own logit;
+     * random layers must therefore write into the residual stream with a large gain, or the model
+     * repeats its input forever. Gemma's post-norms set that gain through their weights. */
+    const bool gemma = !strncmp(p->arch, "gemma", 5);
+    const float gain = 16.0f, gemma_gain = 64.0f;
+    char n[64];
+    em_err err;
+    /* Logits get an RMS of about 4: wide enough that greedy decoding has no near-ties. */
+    if ((err = plan(s, "token_embd.weight", 2, e, p->n_vocab, 1, s->weight_type, INIT_UNIFORM, 4.0f * in_rms))) return err;
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+#define B(what) (snprintf(n, sizeof n, "blk.%u.%s", il, what), n)
+        const bool moe = p->n_expert > 0 && il >= p->n_dense_lead;
+        if ((err = plan(s, B("attn_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f))) return err;
+        if ((err = plan(s, B("attn_q.weight"), 2, e, q, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+        if ((err = plan(s, B("attn_k.weight"), 2, e, kv, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+        if ((err = plan(s, B("attn_v.weight"), 2, e, kv, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+        if (p->qkv_bias) {
+            if ((err = plan(s, B("attn_q.bias"), 1, q, 1, 1, 0, INIT_UNIFORM, 0.1f))) return err;
+            if ((err = plan(s, B("attn_k.bias"), 1, kv, 1, 1, 0, INIT_UNIFORM, 0.1f))) return err;
+            if ((err = plan(s, B("attn_v.bias"), 1, kv, 1, 1, 0, INIT_UNIFORM, 0.1f))) return err;
+        }
+        if (p->qk_norm) {
+            if ((err = plan(s, B("attn_q_norm.weight"), 1, p->head_dim, 1, 1, 0, INIT_NORM, 0.1f))) return err;
+            if ((err = plan(s, B("attn_k_norm.weight"), 1, p->head_dim, 1, 1, 0, INIT_NORM, 0.1f))) return err;
+        }
+        if ((err = plan(s, B("attn_output.weight"), 2, q, e, 1, s->weight_type, INIT_UNIFORM, gain / sqrtf((float)q))))
+            return err;
+        if (gemma) {
+            if ((err = plan(s, B("post_attention_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f * gemma_gain))) return err;
+            s->tensors[s->n_tensors - 1].center = gemma_gain;
+        }
+        if ((err = plan(s, B("ffn_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f))) return err;
+        if (!moe) {
+            const uint64_t ff = p->n_ff;
+            if ((err = plan(s, B("ffn_gate.weight"), 2, e, ff, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+            if ((err = plan(s, B("ffn_up.weight"), 2, e, ff, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+            if ((err = plan(s, B("ffn_down.weight"), 2, ff, e, 1, s->weight_type, INIT_UNIFORM,
+                            gain / sqrtf((float)ff))))
+                return err;
+        } else {
+            const uint64_t ff = p->n_ff_expert, ne = p->n_expert;
+            /* A router RMS of 2 keeps the top-k choice clear of near-ties. */
+            if ((err = plan(s, B("ffn_gate_inp.weight"), 2, e, ne, 1, EM_TYPE_F32, INIT_UNIFORM, 2.0f * in_rms)))
+                return err;
+            if ((err = plan(s, B("ffn_gate_exps.weight"), 3, e, ff, ne, s->expert_type, INIT_UNIFORM, in_rms)))
+                return err;
+            if ((err = plan(s, B("ffn_up_exps.weight"), 3, e, ff, ne, s->expert_type, INIT_UNIFORM, in_rms))) return err;
+            if ((err = plan(s, B("ffn_down_exps.weight"), 3, ff, e, ne, s->expert_type, INIT_UNIFORM,
+                            gain / sqrtf((float)ff))))
+                return err;
+        }
+        if (gemma) {
+            if ((err = plan(s, B("post_ffw_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f * gemma_gain))) return err;
+            s->tensors[s->n_tensors - 1].center = gemma_gain;
+        }
+#undef B
+    }
+    if ((err = plan(s, "output_norm.weight", 1, e, 1, 1, 0, INIT_NORM, 0.1f))) return err;
+    if (!p->tied && (err = plan(s, "output.weight", 2, e, p->n_vocab, 1, s->weight_type, INIT_UNIFORM, 4.0f * in_rms)))
+        return err;
+    return NULL;
+}
+
+/* ---- producing a tensor's bytes ---- */
+
+static em_err fill_tensor(void *user, uint64_t index, void *file_, uint64_t size) {
+    synth *s = user;
+    FILE *file = file_;
+    const tensor_plan *t = &s->tensors[index];
+    const em_type_info *info = em_type_info_of(t->type);
+    uint64_t rng = s->seed ^ hash_name(t->name);
+    splitmix64(&rng);
+    const uint64_t elems = t->ne[0] * t->ne[1] * t->ne[2];
+    const int li = layout_index(t->type);
+    const block_layout *layout = li >= 0 ? &layouts[li] : NULL;
+    /* uniform in [-a, a] has RMS a/sqrt(3) */
+    const float a = t->rms * 1.7320508f;
+    uint64_t written = 0;
+    uint64_t done = 0;
+    while (done < elems) {
+        const uint64_t per_chunk = (s->buffer_size / info->block_bytes) * info->block_elems;
+        const uint64_t n = elems - done < per_chunk ? elems - done : per_chunk;
+        const uint64_t bytes = n / info->block_elems * info->block_bytes;
+        uint8_t *out = s->buffer;
+        for (uint64_t i = 0; i < n; i += info->block_elems, out += info->block_bytes) {
+            if (layout) {
+                random_block(out, info, layout, t->rms / s->rms_at_unit_d[li], &rng);
+                continue;
+            }
+            float v = t->init == INIT_NORM ? t->center + t->rms * uniform(&rng) : a * uniform(&rng);
+            if (t->type == EM_TYPE_F32) memcpy(out, &v, 4);
+            else {
+                uint16_t h = t->type == EM_TYPE_F16 ? to_f16(v) : to_bf16(v);
+                memcpy(out, &h, 2);
+            }
+        }
+        if (fwrite(s->buffer, 1, bytes, file) != bytes)
+            return em_errorf(EM_ERR_IO, "writing tensor %s failed", t->name);
+        written += bytes;
+        done += n;
+    }
+    if (written != size)
+        return em_errorf(EM_ERR_INTERNAL, "tensor %s: produced %llu bytes, the writer expects %llu", t->name,
+                         (unsigned long long)written, (unsigned long long)size);
+    return NULL;
+}
+
+/* ---- metadata ---- */
+
+static em_err add_hparams(em_gguf_writer *w, const synth *s) {
+    const preset *p = &s->p;
+    char k[128];
+    em_err err;
+#define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", p->arch, suffix), k)
+    if ((err = em_gguf_writer_add_str(w, "general.architecture", p->arch))) return err;
+    if ((err = em_gguf_writer_add_str(w, "general.name", p->name))) return err;
+    if ((err = em_gguf_writer_add_u32(w, KEY("context_length"), p->n_ctx))) return err;
+    if ((err = em_gguf_writer_add_u32(w, KEY("embedding_length"), p->n_embd))) return err;
+    if ((err = em_gguf_writer_add_u32(w, KEY("block_count"), p->n_layer))) return err;
+    if ((err = em_gguf_writer_add_u32(w, KEY("feed_forward_length"),
+                                       p->n_expert && !strcmp(p->arch, "llama") ? p->n_ff_expert : p->n_ff))) return err;
+    if ((err = em_gguf_writer_add_u32(w, KEY("attention.head_count"), p->n_head))) return err;
+    if ((err = em_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), p->n_head_kv))) return err;
+    if ((err = em_gguf_writer_add_u32(w, KEY("attention.key_length"), p->head_dim))) return err;
+    if ((err = em_gguf_writer_add_u32(w, KEY("attention.value_length"), p->head_dim))) return err;
+    if ((err = em_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->eps))) return err;
+    if ((err = em_gguf_writer_add_f32(w, KEY("rope.freq_base"), p->theta))) return err;
+    if ((err = em_gguf_writer_add_u32(w, KEY("rope.dimension_count"), p->head_dim))) return err;
+    if (p->window && (err = em_gguf_writer_add_u32(w, KEY("attention.sliding_window"), p->window))) return err;
+    if (p->attn_softcap > 0 && (err = em_gguf_writer_add_f32(w, KEY("attn_logit_softcapping"), p->attn_softcap)))
+        return err;
+    if (p->final_softcap > 0 && (err = em_gguf_writer_add_f32(w, KEY("final_logit_softcapping"), p->final_softcap)))
+        return err;
+    if (p->n_expert) {
+        if ((err = em_gguf_writer_add_u32(w, KEY("expert_count"), p->n_expert))) return err;
+        if ((err = em_gguf_writer_add_u32(w, KEY("expert_used_count"), p->n_expert_used))) return err;
+        if (strcmp(p->arch, "llama") &&
+            (err = em_gguf_writer_add_u32(w, KEY("expert_feed_forward_length"), p->n_ff_expert)))
+            return err;
+    }
+    if (!strcmp(p->arch, "flint")) {
+        /* flint's own keys, in the style of deepseek2's: dense layers first, softmax gating (1),
+         * top-k weights renormalized. */
+        if ((err = em_gguf_writer_add_u32(w, KEY("leading_dense_block_count"), p->n_dense_lead))) return err;
+        if ((err = em_gguf_writer_add_u32(w, KEY("expert_gating_func"), 1))) return err;
+        if ((err = em_gguf_writer_add_bool(w, KEY("expert_weights_norm"), true))) return err;
+    }
+#undef KEY
+    return NULL;
+}
+
+/* Copies tokenizer.* from the vocabulary file; pads tokens, scores and types to n_vocab. */
+static em_err add_tokenizer(em_gguf_writer *w, const char *vocab_path, uint32_t n_vocab) {
+    em_gguf *v;
+    em_err err = em_gguf_open(vocab_path, &v);
+    if (err) return em_err_prefix(err, "vocabulary for synthetic models");
+    const em_gguf_kv *tokens = em_gguf_find(v, "tokenizer.ggml.tokens");
+    if (!tokens || tokens->type != EM_GGUF_ARRAY || tokens->array_type != EM_GGUF_STRING) {
+        em_gguf_close(v);
+        return em_errorf(EM_ERR_FORMAT, "%s: no tokenizer.ggml.tokens string array", vocab_path);
+    }
+    const uint64_t have = tokens->array_len;
+    if (have > n_vocab) {
+        em_gguf_close(v);
+        return em_errorf(EM_ERR_RANGE, "%s has %llu tokens, more than the preset's %u", vocab_path,
+                         (unsigned long long)have, n_vocab);
+    }
+    for (uint64_t i = 0; i < em_gguf_kv_count(v) && !err; i++) {
+        const em_gguf_kv *kv = em_gguf_kv_at(v, i);
+        if (kv->key.len < 10 || memcmp(kv->key.ptr, "tokenizer.", 10)) continue;
+        if (em_str_eq(kv->key, "tokenizer.chat_template")) continue;
+        const bool padded = em_str_eq(kv->key, "tokenizer.ggml.tokens") || em_str_eq(kv->key, "tokenizer.ggml.scores") ||
+                            em_str_eq(kv->key, "tokenizer.ggml.token_type");
+        if (!padded || have == n_vocab) {
+            err = em_gguf_writer_copy_kv(w, kv);
+            continue;
+        }
+        if (em_str_eq(kv->key, "tokenizer.ggml.tokens")) {
+            const char **strs = malloc(n_vocab * sizeof *strs);
+            uint64_t *lens = malloc(n_vocab * sizeof *lens);
+            char *pad = malloc((size_t)(n_vocab - have) * 16);
+            if (!strs || !lens || !pad) err = em_errorf(EM_ERR_NOMEM, "out of memory padding the vocabulary");
+            for (uint64_t t = 0; !err && t < n_vocab; t++) {
+                if (t < have) {
+                    strs[t] = kv->strings[t].ptr;
+                    lens[t] = kv->strings[t].len;
+                } else {
+                    char *p = pad + (t - have) * 16;
+                    lens[t] = (uint64_t)snprintf(p, 16, "[PAD%llu]", (unsigned long long)t);
+                    strs[t] = p;
+                }
+            }
+            if (!err) err = em_gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", strs, lens, n_vocab);
+            free(strs);
+            free(lens);
+            free(pad);
+        } else if (em_str_eq(kv->key, "tokenizer.ggml.scores")) {
+            float *scores = malloc(n_vocab * sizeof *scores);
+            if (!scores) err = em_errorf(EM_ERR_NOMEM, "out of memory padding the vocabulary");
+            for (uint64_t t = 0; !err && t < n_vocab; t++)
+                scores[t] = t < kv->array_len ? (float)em_gguf_array_float(kv, t) : -1e9f;
+            if (!err) err = em_gguf_writer_add_array(w, "tokenizer.ggml.scores", EM_GGUF_FLOAT32, scores, n_vocab);
+            free(scores);
+        } else {
+            int32_t *types = malloc(n_vocab * sizeof *types);
+            if (!types) err = em_errorf(EM_ERR_NOMEM, "out of memory padding the vocabulary");
+            /* token type 5 = unused, for the padding */
+            for (uint64_t t = 0; !err && t < n_vocab; t++)
+                types[t] = t < kv->array_len ? (int32_t)em_gguf_array_int(kv, t) : 5;
+            if (!err) err = em_gguf_writer_add_array(w, "tokenizer.ggml.token_type", EM_GGUF_INT32, types, n_vocab);
+            free(types);
+        }
+    }
+    if (!err) err = em_gguf_writer_add_str(w, "tokenizer.chat_template", chatml_template);
+    em_gguf_close(v);
+    return err;
+}
+
+/* ---- entry point ---- */
+
+static em_err parse_type(const char *name, uint32_t *weights, uint32_t *experts) {
+    static const struct { const char *name; uint32_t w, e; } types[] = {
+        {"f32", EM_TYPE_F32, EM_TYPE_F32},   {"f16", EM_TYPE_F16, EM_TYPE_F16},
+        {"bf16", EM_TYPE_BF16, EM_TYPE_BF16}, {"q8_0", EM_TYPE_Q8_0, EM_TYPE_Q8_0},
+        {"q4_k", EM_TYPE_Q4_K, EM_TYPE_Q4_K}, {"mix", EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS},
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (!strcmp(types[i].name, name)) {
+            *weights = types[i].w;
+            *experts = types[i].e;
+            return NULL;
+        }
+    return em_errorf(EM_ERR_INVALID, "unknown type '%s' (f32, f16, bf16, q8_0, q4_k, mix)", name);
+}
+
+em_err em_synth_write(const em_synth_options *o, const char *out_path) {
+    const preset *found = NULL;
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (o->preset && !strcmp(presets[i].name, o->preset)) found = &presets[i];
+    if (!found) return em_errorf(EM_ERR_INVALID, "unknown preset '%s'", o->preset ? o->preset : "(none)");
+    synth s = {.p = *found, .seed = o->seed};
+    em_err err = parse_type(o->type ? o->type : "f32", &s.weight_type, &s.expert_type);
+    if (err) return err;
+    if (o->layers) {
+        if (o->layers > 1024) return em_errorf(EM_ERR_RANGE, "--layers %u is out of range", o->layers);
+        s.p.n_layer = o->layers;
+        if (s.p.n_dense_lead > o->layers) s.p.n_dense_lead = o->layers;
+    }
+    if (o->experts) {
+        if (!s.p.n_expert) return em_errorf(EM_ERR_INVALID, "preset %s has no experts", s.p.name);
+        if (o->experts > 4096) return em_errorf(EM_ERR_RANGE, "--experts %u is out of range", o->experts);
+        s.p.n_expert = o->experts;
+        if (s.p.n_expert_used > o->experts) s.p.n_expert_used = o->experts;
+    }
+    for (int i = 0; i < N_LAYOUTS; i++)
+        if ((layouts[i].type == s.weight_type || layouts[i].type == s.expert_type || layouts[i].type == EM_TYPE_Q8_0) &&
+            s.weight_type != EM_TYPE_F32 && s.weight_type != EM_TYPE_F16 && s.weight_type != EM_TYPE_BF16 &&
+            (err = calibrate(&layouts[i], &s.rms_at_unit_d[i])))
+            return err;
+
+    em_gguf_writer *w = NULL;
+    if ((err = plan_all(&s))) goto done;
+    if ((err = em_gguf_writer_new(3, &w))) goto done;
+    if ((err = add_hparams(w, &s))) goto done;
+    if ((err = add_tokenizer(w, o->vocab_path, s.p.n_vocab))) goto done;
+    for (uint32_t i = 0; i < s.n_tensors; i++) {
+        const tensor_plan *t = &s.tensors[i];
+        if ((err = em_gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, NULL, false))) goto done;
+    }
+    s.buffer_size = 4u << 20;
+    s.buffer = malloc(s.buffer_size);
+    if (!s.buffer) {
+        err = em_errorf(EM_ERR_NOMEM, "out of memory for the write buffer");
+        goto done;
+    }
+    err = em_gguf_writer_write_streaming(w, out_path, fill_tensor, &s);
+done:
+    em_gguf_writer_free(w);
+    free(s.tensors);
+    free(s.buffer);
+    return err;
+}

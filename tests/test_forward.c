@@ -1,0 +1,233 @@
+/* The CPU forward pass is one function of (sequence, position): whatever the batch looks like —
+ * the whole prompt at once, chunks of any size, several sequences interleaved, decode tokens next
+ * to prefill chunks — every token's logits equal those of plain token-by-token decoding, for every
+ * family's tiny preset (f32 weights, so the comparison is not blurred by quantization). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+#define VOCAB EM_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf"
+#define DIR EM_BINARY_DIR "/test_forward_files"
+#define LEN 40 /* tokens per sequence: longer than the tiny Gemmas' window of 8 */
+#define N_SEQ 3
+#define TOLERANCE 1e-4f
+
+typedef struct fixture {
+    em_model *model;
+    uint32_t n_vocab;
+    int32_t tokens[N_SEQ][LEN];
+    float *reference[N_SEQ]; /* [LEN][n_vocab], token by token */
+} fixture;
+
+static em_backend *new_backend(const em_model *m, uint32_t threads) {
+    em_cpu_options o = {.n_seq = N_SEQ, .n_ctx = 64, .n_threads = threads};
+    em_backend *b = NULL;
+    em_err err = em_backend_cpu_new(m, &o, &b);
+    if (err) fail_msg("backend: %s", em_err_message(err));
+    return b;
+}
+
+static void forward_one(em_backend *b, int32_t token, uint32_t seq, uint32_t pos, float *logits) {
+    bool want = true;
+    em_batch batch = {1, &token, &seq, &pos, &want};
+    em_err err = em_backend_forward(b, &batch, logits);
+    if (err) fail_msg("forward: %s", em_err_message(err));
+}
+
+static fixture *setup(const char *preset) {
+    mkdir(DIR, 0755);
+    char path[512];
+    snprintf(path, sizeof path, DIR "/%s.gguf", preset);
+    em_synth_options o = {.preset = preset, .type = "f32", .seed = 11, .vocab_path = VOCAB};
+    em_err err = em_synth_write(&o, path);
+    if (err) fail_msg("synth: %s", em_err_message(err));
+    fixture *f = calloc(1, sizeof *f);
+    if ((err = em_model_load(path, &f->model))) fail_msg("load: %s", em_err_message(err));
+    f->n_vocab = f->model->desc.n_vocab;
+    uint64_t rng = 99;
+    for (int s = 0; s < N_SEQ; s++)
+        for (int i = 0; i < LEN; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            f->tokens[s][i] = (int32_t)((rng >> 33) % f->n_vocab);
+        }
+    /* The reference: one token per call, one thread. */
+    em_backend *b = new_backend(f->model, 1);
+    for (uint32_t s = 0; s < N_SEQ; s++) {
+        f->reference[s] = malloc((size_t)LEN * f->n_vocab * sizeof(float));
+        for (uint32_t i = 0; i < LEN; i++) forward_one(b, f->tokens[s][i], s, i, f->reference[s] + (size_t)i * f->n_vocab);
+    }
+    em_backend_free(b);
+    return f;
+}
+
+static void teardown(fixture *f) {
+    for (int s = 0; s < N_SEQ; s++) free(f->reference[s]);
+    em_model_free(f->model);
+    free(f);
+}
+
+static void assert_close(const fixture *f, const float *got, uint32_t seq, uint32_t pos, const char *what) {
+    const float *want = f->reference[seq] + (size_t)pos * f->n_vocab;
+    float worst = 0;
+    for (uint32_t v = 0; v < f->n_vocab; v++) {
+        float d = fabsf(got[v] - want[v]);
+        if (!(d <= worst)) worst = d; /* NaN counts as the worst */
+    }
+    if (!(worst <= TOLERANCE))
+        fail_msg("%s: %s seq %u pos %u: max |dlogit| = %g", f->model->desc.arch, what, seq, pos, worst);
+}
+
+/* Each sequence alone, in chunks of `chunk` tokens, logits for every token. */
+static void check_chunks(const fixture *f, uint32_t chunk, uint32_t threads) {
+    em_backend *b = new_backend(f->model, threads);
+    float *logits = malloc((size_t)chunk * f->n_vocab * sizeof(float));
+    uint32_t seq[LEN], pos[LEN];
+    bool want[LEN];
+    for (uint32_t s = 0; s < N_SEQ; s++) {
+        for (uint32_t start = 0; start < LEN; start += chunk) {
+            uint32_t n = LEN - start < chunk ? LEN - start : chunk;
+            for (uint32_t i = 0; i < n; i++) {
+                seq[i] = s;
+                pos[i] = start + i;
+                want[i] = true;
+            }
+            em_batch batch = {n, f->tokens[s] + start, seq, pos, want};
+            em_err err = em_backend_forward(b, &batch, logits);
+            if (err) fail_msg("forward: %s", em_err_message(err));
+            char what[64];
+            snprintf(what, sizeof what, "chunks of %u", chunk);
+            for (uint32_t i = 0; i < n; i++) assert_close(f, logits + (size_t)i * f->n_vocab, s, start + i, what);
+        }
+        assert_int_equal(em_backend_seq_length(b, s), LEN);
+    }
+    free(logits);
+    em_backend_free(b);
+}
+
+/* All sequences in the same batches: sequence s advances by a different chunk size each step
+ * (so decode tokens sit next to prefill chunks), and only some tokens ask for logits. */
+static void check_mixed(const fixture *f) {
+    em_backend *b = new_backend(f->model, 2);
+    const uint32_t sizes[N_SEQ][6] = {{1, 1, 7, 1, 13, 17}, {9, 2, 1, 5, 3, 20}, {40, 0, 0, 0, 0, 0}};
+    uint32_t done[N_SEQ] = {0};
+    int32_t tokens[N_SEQ * LEN];
+    uint32_t seq[N_SEQ * LEN], pos[N_SEQ * LEN];
+    bool want[N_SEQ * LEN];
+    float *logits = malloc((size_t)N_SEQ * LEN * f->n_vocab * sizeof(float));
+    for (int step = 0; step < 6; step++) {
+        uint32_t n = 0, wanted = 0;
+        for (uint32_t s = 0; s < N_SEQ; s++) {
+            uint32_t take = sizes[s][step];
+            if (done[s] + take > LEN) take = LEN - done[s];
+            for (uint32_t i = 0; i < take; i++, n++) {
+                tokens[n] = f->tokens[s][done[s] + i];
+                seq[n] = s;
+                pos[n] = done[s] + i;
+                want[n] = pos[n] % 3 != 1 || i == take - 1;
+                wanted += want[n];
+            }
+            done[s] += take;
+        }
+        if (n == 0) continue;
+        em_batch batch = {n, tokens, seq, pos, want};
+        assert_int_equal(em_batch_logits_rows(&batch), wanted);
+        em_err err = em_backend_forward(b, &batch, logits);
+        if (err) fail_msg("forward: %s", em_err_message(err));
+        uint32_t row = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if (want[i]) assert_close(f, logits + (size_t)row++ * f->n_vocab, seq[i], pos[i], "mixed batch");
+    }
+    for (uint32_t s = 0; s < N_SEQ; s++) assert_int_equal(done[s], LEN);
+    free(logits);
+    em_backend_free(b);
+}
+
+/* Rolling a sequence back and decoding again gives the same logits; other sequences are untouched. */
+static void check_rollback(const fixture *f) {
+    em_backend *b = new_backend(f->model, 2);
+    float *logits = malloc((size_t)f->n_vocab * sizeof(float));
+    for (uint32_t i = 0; i < 20; i++) {
+        forward_one(b, f->tokens[0][i], 0, i, logits);
+        forward_one(b, f->tokens[1][i], 1, i, logits);
+    }
+    assert_null(em_backend_seq_truncate(b, 0, 10));
+    assert_int_equal(em_backend_seq_length(b, 0), 10);
+    assert_int_equal(em_backend_seq_length(b, 1), 20);
+    for (uint32_t i = 10; i < 25; i++) {
+        forward_one(b, f->tokens[0][i], 0, i, logits);
+        assert_close(f, logits, 0, i, "after rollback");
+    }
+    forward_one(b, f->tokens[1][20], 1, 20, logits);
+    assert_close(f, logits, 1, 20, "other sequence");
+    free(logits);
+    em_backend_free(b);
+}
+
+/* Batches the backend must refuse, before touching any cache. */
+static void check_bad_batches(const fixture *f) {
+    em_backend *b = new_backend(f->model, 1);
+    float *logits = malloc((size_t)f->n_vocab * sizeof(float));
+    int32_t token = 5, bad_token = (int32_t)f->n_vocab;
+    uint32_t seq = 0, bad_seq = N_SEQ, pos = 0, gap = 2, far = 64;
+    const struct { em_batch batch; em_err_code code; const char *needle; } cases[] = {
+        {{1, &bad_token, &seq, &pos, NULL}, EM_ERR_RANGE, "outside the vocabulary"},
+        {{1, &token, &bad_seq, &pos, NULL}, EM_ERR_RANGE, "slots"},
+        {{1, &token, &seq, &gap, NULL}, EM_ERR_INVALID, "gap"},
+        {{1, &token, &seq, &far, NULL}, EM_ERR_RANGE, "context"},
+        {{0, &token, &seq, &pos, NULL}, EM_ERR_INVALID, "empty"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        em_err err = em_backend_forward(b, &cases[i].batch, logits);
+        assert_non_null(err);
+        assert_int_equal(em_err_code_of(err), cases[i].code);
+        if (!strstr(em_err_message(err), cases[i].needle)) fail_msg("'%s' lacks '%s'", em_err_message(err), cases[i].needle);
+        em_err_free(err);
+        assert_int_equal(em_backend_seq_length(b, 0), 0);
+    }
+    free(logits);
+    em_backend_free(b);
+}
+
+static void check_family(const char *preset) {
+    fixture *f = setup(preset);
+    check_chunks(f, LEN, 2); /* the whole sequence at once */
+    check_chunks(f, 7, 2);
+    check_chunks(f, 3, 1);
+    check_mixed(f);
+    check_rollback(f);
+    check_bad_batches(f);
+    teardown(f);
+}
+
+#define FAMILY(name, preset)               \
+    static void name(void **state) {      \
+        (void)state;                       \
+        check_family(preset);              \
+    }
+FAMILY(test_llama, "tiny-llama")
+FAMILY(test_qwen2, "tiny-qwen2")
+FAMILY(test_qwen3, "tiny-qwen3")
+FAMILY(test_qwen3moe, "tiny-qwen3moe")
+FAMILY(test_gemma2, "tiny-gemma2")
+FAMILY(test_gemma3, "tiny-gemma3")
+FAMILY(test_mixtral, "tiny-mixtral")
+FAMILY(test_flint, "tiny-flint")
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_llama),   cmocka_unit_test(test_qwen2),   cmocka_unit_test(test_qwen3),
+        cmocka_unit_test(test_qwen3moe), cmocka_unit_test(test_gemma2), cmocka_unit_test(test_gemma3),
+        cmocka_unit_test(test_mixtral), cmocka_unit_test(test_flint),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

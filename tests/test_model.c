@@ -1,0 +1,378 @@
+/* Family loaders: every tiny preset, written by the synthesizer with llama.cpp's key and tensor
+ * names, loads into the description its family implies; broken files fail with errors that name
+ * what is wrong. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model/model.h"
+#include "quant/quant.h"
+
+#define VOCAB EM_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf"
+#define DIR EM_BINARY_DIR "/test_model_files"
+
+static const char *model_path(const char *preset, const char *type) {
+    static char path[512];
+    mkdir(DIR, 0755);
+    snprintf(path, sizeof path, DIR "/%s-%s.gguf", preset, type);
+    em_synth_options o = {.preset = preset, .type = type, .seed = 7, .vocab_path = VOCAB};
+    em_err err = em_synth_write(&o, path);
+    if (err) fail_msg("synth %s: %s", preset, em_err_message(err));
+    return path;
+}
+
+static em_model *load(const char *preset, const char *type) {
+    em_model *m = NULL;
+    em_err err = em_model_load(model_path(preset, type), &m);
+    if (err) fail_msg("load %s: %s", preset, em_err_message(err));
+    return m;
+}
+
+static void assert_attention(const em_layer_desc *l, uint32_t heads, uint32_t kv, uint32_t dim, em_rope_style style,
+                             float theta, bool qk_norm) {
+    assert_int_equal(l->n_head, heads);
+    assert_int_equal(l->n_head_kv, kv);
+    assert_int_equal(l->head_dim, dim);
+    assert_int_equal(l->head_dim_v, dim);
+    assert_int_equal(l->rope.style, style);
+    assert_int_equal(l->rope.n_rot, dim);
+    assert_float_equal(l->rope.theta, theta, theta * 1e-6);
+    assert_int_equal(l->qk_norm, qk_norm);
+    assert_float_equal(l->attn_scale, 1.0f / sqrtf((float)dim), 1e-7);
+}
+
+static void test_llama(void **state) {
+    (void)state;
+    em_model *m = load("tiny-llama", "f32");
+    const em_model_desc *d = &m->desc;
+    assert_string_equal(d->arch, "llama");
+    assert_int_equal(d->n_layer, 2);
+    assert_int_equal(d->n_embd, 128);
+    assert_int_equal(d->n_vocab, 32000);
+    assert_false(d->tied_output);
+    assert_int_equal(d->act, EM_ACT_SWIGLU);
+    assert_float_equal(d->embd_scale, 1.0f, 0);
+    assert_float_equal(d->norm_eps, 1e-5f, 1e-10);
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        const em_layer_desc *l = &d->layers[il];
+        /* the converter permutes Q/K for llama: adjacent-pair ("normal") RoPE */
+        assert_attention(l, 4, 2, 32, EM_ROPE_NORMAL, 10000.0f, false);
+        assert_false(l->qkv_bias);
+        assert_false(l->moe);
+        assert_int_equal(l->n_ff, 256);
+        assert_int_equal(l->attn, EM_ATTN_FULL);
+        assert_non_null(m->w.layers[il].ffn_gate.data);
+    }
+    assert_ptr_not_equal(m->w.output.data, m->w.token_embd.data);
+    em_model_free(m);
+}
+
+static void test_qwen2(void **state) {
+    (void)state;
+    em_model *m = load("tiny-qwen2", "f32");
+    const em_model_desc *d = &m->desc;
+    assert_string_equal(d->arch, "qwen2");
+    assert_true(d->tied_output);
+    assert_ptr_equal(m->w.output.data, m->w.token_embd.data);
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        assert_attention(&d->layers[il], 4, 2, 32, EM_ROPE_NEOX, 1e6f, false);
+        assert_true(d->layers[il].qkv_bias);
+        assert_non_null(m->w.layers[il].bq);
+        assert_non_null(m->w.layers[il].bv);
+    }
+    em_model_free(m);
+}
+
+static void test_qwen3(void **state) {
+    (void)state;
+    em_model *m = load("tiny-qwen3", "f32");
+    const em_model_desc *d = &m->desc;
+    assert_string_equal(d->arch, "qwen3");
+    /* head dim 64 with 4 heads: wider than n_embd / n_head, as in Qwen3 */
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        assert_attention(&d->layers[il], 4, 2, 64, EM_ROPE_NEOX, 1e6f, true);
+        assert_int_equal(m->w.layers[il].wq.rows, 256);
+        assert_non_null(m->w.layers[il].q_norm);
+    }
+    em_model_free(m);
+}
+
+static void assert_moe(const em_layer_desc *l, uint32_t experts, uint32_t used, uint32_t ff) {
+    assert_true(l->moe);
+    assert_int_equal(l->n_expert, experts);
+    assert_int_equal(l->n_expert_used, used);
+    assert_int_equal(l->n_ff, ff);
+    assert_int_equal(l->gating, EM_GATING_SOFTMAX);
+    assert_true(l->renormalize);
+    assert_int_equal(l->n_ff_shared, 0);
+}
+
+static void test_qwen3moe(void **state) {
+    (void)state;
+    em_model *m = load("tiny-qwen3moe", "f32");
+    const em_model_desc *d = &m->desc;
+    assert_string_equal(d->arch, "qwen3moe");
+    assert_false(d->tied_output);
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        assert_attention(&d->layers[il], 4, 2, 32, EM_ROPE_NEOX, 1e6f, true);
+        assert_moe(&d->layers[il], 8, 2, 64);
+        assert_int_equal(m->w.layers[il].gate_exps.n_mat, 8);
+        assert_int_equal(m->w.layers[il].down_exps.cols, 64);
+        assert_null(m->w.layers[il].ffn_gate.data);
+    }
+    em_model_free(m);
+}
+
+static void test_mixtral(void **state) {
+    (void)state;
+    em_model *m = load("tiny-mixtral", "f32");
+    const em_model_desc *d = &m->desc;
+    assert_string_equal(d->arch, "llama");
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        assert_attention(&d->layers[il], 4, 2, 32, EM_ROPE_NORMAL, 1e6f, false);
+        assert_moe(&d->layers[il], 4, 2, 128);
+    }
+    em_model_free(m);
+}
+
+static void test_gemma2(void **state) {
+    (void)state;
+    em_model *m = load("tiny-gemma2", "f32");
+    const em_model_desc *d = &m->desc;
+    assert_string_equal(d->arch, "gemma2");
+    assert_int_equal(d->n_layer, 4);
+    assert_int_equal(d->act, EM_ACT_GEGLU);
+    assert_true(d->tied_output);
+    assert_float_equal(d->embd_scale, sqrtf(128.0f), 1e-5);
+    assert_float_equal(d->final_softcap, 30.0f, 0);
+    /* GGUF Gemma norms already hold 1 + w */
+    assert_int_equal(d->norm, EM_NORM_RMS);
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        const em_layer_desc *l = &d->layers[il];
+        assert_attention(l, 4, 2, 32, EM_ROPE_NEOX, 10000.0f, false);
+        assert_float_equal(l->attn_softcap, 50.0f, 0);
+        assert_true(l->post_attn_norm && l->post_ffn_norm);
+        assert_non_null(m->w.layers[il].post_ffn_norm);
+        /* even layers slide, odd layers see everything */
+        assert_int_equal(l->attn, il % 2 == 0 ? EM_ATTN_SLIDING : EM_ATTN_FULL);
+        if (il % 2 == 0) assert_int_equal(l->window, 8);
+    }
+    em_model_free(m);
+}
+
+static void test_gemma3(void **state) {
+    (void)state;
+    em_model *m = load("tiny-gemma3", "f32");
+    const em_model_desc *d = &m->desc;
+    assert_string_equal(d->arch, "gemma3");
+    assert_int_equal(d->n_layer, 6);
+    assert_float_equal(d->final_softcap, 0.0f, 0);
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        const em_layer_desc *l = &d->layers[il];
+        const bool global = il == 5; /* five local layers, then a global one */
+        assert_attention(l, 4, 2, 32, EM_ROPE_NEOX, global ? 1e6f : 10000.0f, true);
+        assert_int_equal(l->attn, global ? EM_ATTN_FULL : EM_ATTN_SLIDING);
+        assert_float_equal(l->attn_softcap, 0.0f, 0);
+    }
+    em_model_free(m);
+}
+
+static void test_flint(void **state) {
+    (void)state;
+    em_model *m = load("tiny-flint", "f32");
+    const em_model_desc *d = &m->desc;
+    assert_string_equal(d->arch, "flint");
+    assert_int_equal(d->n_layer, 4);
+    assert_false(d->tied_output);
+    assert_float_equal(d->norm_eps, 1e-6f, 1e-12);
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        const em_layer_desc *l = &d->layers[il];
+        assert_attention(l, 4, 2, 32, EM_ROPE_NEOX, 1e6f, true);
+        if (il < 2) {
+            assert_false(l->moe);
+            assert_int_equal(l->n_ff, 256);
+        } else {
+            assert_moe(l, 8, 3, 64);
+        }
+    }
+    em_model_free(m);
+}
+
+/* Quantized types land on the tensors whose rows fit their blocks; norms and routers stay f32. */
+static void test_types(void **state) {
+    (void)state;
+    em_model *m = load("tiny-flint", "q8_0");
+    assert_int_equal(m->w.layers[0].wq.type, EM_TYPE_Q8_0);
+    assert_int_equal(m->w.layers[2].gate_inp.type, EM_TYPE_F32);
+    assert_int_equal(m->w.token_embd.type, EM_TYPE_Q8_0);
+    em_model_free(m);
+    m = load("tiny-qwen3moe", "mix");
+    /* 128-wide rows do not fit 256-element blocks: Q8_0 instead */
+    assert_int_equal(m->w.layers[0].wq.type, EM_TYPE_Q8_0);
+    em_model_free(m);
+    m = load("tiny-llama", "f16");
+    assert_int_equal(m->w.layers[1].ffn_down.type, EM_TYPE_F16);
+    em_model_free(m);
+    m = load("tiny-llama", "bf16");
+    assert_int_equal(m->w.layers[1].ffn_down.type, EM_TYPE_BF16);
+    em_model_free(m);
+    m = load("tiny-llama", "q4_k");
+    assert_int_equal(m->w.layers[1].ffn_down.type, EM_TYPE_Q4_K); /* 256-wide rows */
+    assert_int_equal(m->w.layers[1].ffn_up.type, EM_TYPE_Q8_0);   /* 128-wide rows */
+    em_model_free(m);
+}
+
+/* ---- broken files: a copy of a good model with one thing changed ---- */
+
+typedef enum change { DROP_TENSOR, RESHAPE_TENSOR, RETYPE_TENSOR, RENAME_ARCH, DROP_KEY } change;
+
+static em_err copy_with(const char *src, const char *dst, change what, const char *name) {
+    em_gguf *g;
+    em_err err = em_gguf_open(src, &g);
+    if (err) return err;
+    em_gguf_writer *w;
+    if ((err = em_gguf_writer_new(3, &w))) {
+        em_gguf_close(g);
+        return err;
+    }
+    for (uint64_t i = 0; i < em_gguf_kv_count(g) && !err; i++) {
+        const em_gguf_kv *kv = em_gguf_kv_at(g, i);
+        if (what == RENAME_ARCH && em_str_eq(kv->key, "general.architecture"))
+            err = em_gguf_writer_add_str(w, "general.architecture", name);
+        else if (!(what == DROP_KEY && em_str_eq(kv->key, name)))
+            err = em_gguf_writer_copy_kv(w, kv);
+    }
+    for (uint64_t i = 0; i < em_gguf_tensor_count(g) && !err; i++) {
+        const em_gguf_tensor *t = em_gguf_tensor_at(g, i);
+        char *tname = em_str_dup(t->name);
+        uint64_t ne[EM_GGUF_MAX_DIMS];
+        memcpy(ne, t->ne, sizeof ne);
+        uint32_t type = t->type;
+        bool target = !strcmp(tname, name);
+        if (target && what == RESHAPE_TENSOR) ne[0] /= 2; /* same bytes would be too many: half a row */
+        if (target && what == RETYPE_TENSOR) type = EM_TYPE_I32; /* same size as f32 */
+        if (!(target && what == DROP_TENSOR))
+            err = em_gguf_writer_add_tensor(w, tname, t->n_dims, ne, type, t->data, false);
+        free(tname);
+    }
+    if (!err) err = em_gguf_writer_write(w, dst);
+    em_gguf_writer_free(w);
+    em_gguf_close(g);
+    return err;
+}
+
+static void expect_load_error(change what, const char *name, em_err_code code, const char *needle) {
+    const char *src = model_path("tiny-llama", "f32");
+    char good[512], bad[512];
+    snprintf(good, sizeof good, "%s", src);
+    snprintf(bad, sizeof bad, DIR "/broken-%d.gguf", (int)what);
+    em_err err = copy_with(good, bad, what, name);
+    if (err) fail_msg("copy: %s", em_err_message(err));
+    em_model *m = NULL;
+    err = em_model_load(bad, &m);
+    assert_null(m);
+    assert_non_null(err);
+    if (!strstr(em_err_message(err), needle)) fail_msg("error '%s' does not mention '%s'", em_err_message(err), needle);
+    assert_int_equal(em_err_code_of(err), code);
+    em_err_free(err);
+}
+
+static void test_missing_tensor(void **state) {
+    (void)state;
+    expect_load_error(DROP_TENSOR, "blk.1.attn_k.weight", EM_ERR_NOT_FOUND, "missing tensor blk.1.attn_k.weight");
+    expect_load_error(DROP_TENSOR, "output_norm.weight", EM_ERR_NOT_FOUND, "output_norm.weight");
+}
+
+static void test_misshaped_tensor(void **state) {
+    (void)state;
+    expect_load_error(RESHAPE_TENSOR, "blk.0.ffn_down.weight", EM_ERR_FORMAT, "tensor blk.0.ffn_down.weight has shape");
+}
+
+static void test_unsupported_type(void **state) {
+    (void)state;
+    expect_load_error(RETYPE_TENSOR, "blk.0.attn_q.weight", EM_ERR_UNSUPPORTED, "blk.0.attn_q.weight has type I32");
+}
+
+static void test_unknown_arch(void **state) {
+    (void)state;
+    expect_load_error(RENAME_ARCH, "mamba", EM_ERR_UNSUPPORTED, "unknown architecture 'mamba'");
+    assert_false(em_model_arch_supported("mamba"));
+    assert_true(em_model_arch_supported("qwen3moe"));
+}
+
+static void test_missing_key(void **state) {
+    (void)state;
+    expect_load_error(DROP_KEY, "llama.embedding_length", EM_ERR_NOT_FOUND, "llama.embedding_length");
+}
+
+static void test_synth_errors(void **state) {
+    (void)state;
+    em_synth_options o = {.preset = "tiny-gpt", .type = "f32", .vocab_path = VOCAB};
+    em_err err = em_synth_write(&o, DIR "/x.gguf");
+    assert_int_equal(em_err_code_of(err), EM_ERR_INVALID);
+    assert_non_null(strstr(em_err_message(err), "tiny-gpt"));
+    em_err_free(err);
+    o.preset = "tiny-llama";
+    o.type = "q3_k";
+    err = em_synth_write(&o, DIR "/x.gguf");
+    assert_int_equal(em_err_code_of(err), EM_ERR_INVALID);
+    em_err_free(err);
+    o.type = "f32";
+    o.experts = 4; /* a dense preset has no experts */
+    err = em_synth_write(&o, DIR "/x.gguf");
+    assert_int_equal(em_err_code_of(err), EM_ERR_INVALID);
+    em_err_free(err);
+}
+
+/* Same options, same bytes; another seed, other weights. */
+static void test_synth_deterministic(void **state) {
+    (void)state;
+    em_synth_options o = {.preset = "tiny-qwen3moe", .type = "q4_k", .seed = 1, .vocab_path = VOCAB, .layers = 1,
+                          .experts = 4};
+    const char *paths[3] = {DIR "/det-a.gguf", DIR "/det-b.gguf", DIR "/det-c.gguf"};
+    mkdir(DIR, 0755);
+    for (int i = 0; i < 3; i++) {
+        o.seed = i == 2 ? 2 : 1;
+        em_err err = em_synth_write(&o, paths[i]);
+        if (err) fail_msg("%s", em_err_message(err));
+    }
+    em_gguf *g[3];
+    for (int i = 0; i < 3; i++) assert_null(em_gguf_open(paths[i], &g[i]));
+    assert_int_equal(em_gguf_file_size(g[0]), em_gguf_file_size(g[1]));
+    const em_gguf_tensor *t[3];
+    for (int i = 0; i < 3; i++) t[i] = em_gguf_find_tensor(g[i], "blk.0.ffn_up_exps.weight");
+    assert_int_equal(t[0]->ne[2], 4);
+    assert_memory_equal(t[0]->data, t[1]->data, t[0]->size);
+    assert_memory_not_equal(t[0]->data, t[2]->data, t[0]->size);
+    uint32_t layers;
+    assert_null(em_gguf_get_u32(g[0], "qwen3moe.block_count", &layers));
+    assert_int_equal(layers, 1);
+    em_str tmpl;
+    assert_null(em_gguf_get_str(g[0], "tokenizer.chat_template", &tmpl));
+    assert_non_null(memmem(tmpl.ptr, tmpl.len, "<|im_start|>", 12));
+    const em_gguf_kv *tokens = em_gguf_find(g[0], "tokenizer.ggml.tokens");
+    assert_non_null(tokens);
+    assert_int_equal(tokens->array_len, 32000);
+    for (int i = 0; i < 3; i++) em_gguf_close(g[i]);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_llama),          cmocka_unit_test(test_qwen2),
+        cmocka_unit_test(test_qwen3),          cmocka_unit_test(test_qwen3moe),
+        cmocka_unit_test(test_mixtral),        cmocka_unit_test(test_gemma2),
+        cmocka_unit_test(test_gemma3),         cmocka_unit_test(test_flint),
+        cmocka_unit_test(test_types),          cmocka_unit_test(test_missing_tensor),
+        cmocka_unit_test(test_misshaped_tensor), cmocka_unit_test(test_unsupported_type),
+        cmocka_unit_test(test_unknown_arch),   cmocka_unit_test(test_missing_key),
+        cmocka_unit_test(test_synth_errors),   cmocka_unit_test(test_synth_deterministic),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
