@@ -3,7 +3,7 @@
 # on a synthetic tiny model: bash server_clients.sh EMBER_EXE FIXTURES_DIR BUILD_DIR.
 # (Registered with ctest once it lives in tests/cli/; it finds the scripts in tests/js either way.)
 set -u
-ember=$1 build=$3
+ember=$1 fixtures=$2 build=$3
 here=$(cd "$(dirname "$0")" && pwd)
 js=$(cd "$here/../js" && pwd)
 work=$build/js-serve
@@ -11,7 +11,7 @@ mkdir -p "$work"
 model=$work/tiny-llama.gguf
 fail() { echo "FAIL: $*"; exit 1; }
 
-[ -s "$model" ] || "$ember" synth --preset tiny-llama --type f32 -o "$model" >"$work/synth.log" 2>&1 ||
+[ -s "$model" ] || "$ember" synth --preset tiny-llama --type f32 --vocab "$fixtures/vocab/ggml-vocab-llama-spm.gguf" -o "$model" >"$work/synth.log" 2>&1 ||
   fail "ember synth: $(tail -5 "$work/synth.log")"
 
 log=$work/serve.log

@@ -5,7 +5,7 @@
 #   bash server_load.sh EMBER_EXE FIXTURES_DIR BUILD_DIR [CLIENTS] [SECONDS]
 # Run it on a sanitizer build (cmake -DEM_SANITIZE=ON) to check that it is ASan clean as well.
 set -u
-ember=$1 build=$3 clients=${4:-32} seconds=${5:-60}
+ember=$1 fixtures=$2 build=$3 clients=${4:-32} seconds=${5:-60}
 here=$(cd "$(dirname "$0")" && pwd)
 js=$(cd "$here/../js" && pwd)
 work=$build/js-serve
@@ -13,7 +13,7 @@ mkdir -p "$work"
 model=$work/tiny-llama.gguf
 fail() { echo "FAIL: $*"; exit 1; }
 command -v node >/dev/null || fail "node is needed"
-[ -s "$model" ] || "$ember" synth --preset tiny-llama --type f32 -o "$model" >"$work/synth.log" 2>&1 ||
+[ -s "$model" ] || "$ember" synth --preset tiny-llama --type f32 --vocab "$fixtures/vocab/ggml-vocab-llama-spm.gguf" -o "$model" >"$work/synth.log" 2>&1 ||
   fail "ember synth: $(tail -5 "$work/synth.log")"
 log=$work/load.log
 "$ember" serve -m "$model" --port 0 --api-key sk-load --ctx 1024 --device cpu >"$log" 2>&1 &
