@@ -325,6 +325,19 @@ int em_server_port(const em_server *server);
 /* Stops accepting, cancels running requests, waits for connection threads, frees everything. */
 void em_server_stop(em_server *server);
 
+/* ---- The real backend (backend.c): the engine, tokenizer and chat template of one GGUF ---- */
+
+typedef struct em_server_model em_server_model;
+
+/* Reads the tokenizer and chat template from options->model_path, then starts an engine with
+ * `options`. The model id that requests must name is the file's name without ".gguf"; the
+ * context is options->ctx_tokens, else the model's context_length capped at 32768 (ember.h's
+ * rule). A model without tokenizer.chat_template serves completions only. */
+em_err em_server_model_open(const ember_options *options, em_server_model **out);
+const em_server_backend *em_server_model_backend(const em_server_model *model);
+/* Stops the engine and frees everything (stop the server first). */
+void em_server_model_close(em_server_model *model);
+
 /* The API-key check: true when `given` (may be NULL) equals `expected`, in time that does not
  * depend on where they differ. */
 bool em_server_key_matches(const char *expected, const char *given);
