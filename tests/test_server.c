@@ -200,6 +200,8 @@ static void test_parse_completions(void **state) {
         {"{\"model\":\"m\",\"prompt\":\"a\",\"suffix\":\"b\"}", 400, "suffix", "not supported"},
         {"{\"model\":\"m\",\"prompt\":\"a\",\"logprobs\":true}", 400, "logprobs", "must be an integer"},
         {"{\"model\":\"m\",\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens", "at least 1"},
+        {"{\"model\":\"m\",\"n\":3,\"prompt\":[\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\"]}",
+         400, "n", "43 prompts times n = 3 asks for more than 128"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_bad(&cases[i], parse_completions_1000);
 }

@@ -258,6 +258,12 @@ bool em_openai_parse_completions(const char *body, size_t len, int32_t n_vocab, 
         em_server_error_set(err, 400, NULL, "unsupported_parameter", "suffix", "'suffix' is not supported");
         ok = false;
     }
+    if (ok && req->n_prompts * (size_t)req->n > EM_SERVER_MAX_CHOICES) {
+        em_server_error_set(err, 400, NULL, "invalid_value", "n",
+                            "%zu prompts times n = %d asks for more than %d completions in one request", req->n_prompts,
+                            req->n, EM_SERVER_MAX_CHOICES);
+        ok = false;
+    }
     req->logprobs = logprobs >= 0;
     req->top_logprobs = logprobs > 0 ? (int)logprobs : 0;
     json_decref(root);

@@ -111,6 +111,7 @@ typedef struct em_server_prompt {
 #define EM_SERVER_MAX_STOP 16   /* stop strings per request */
 #define EM_SERVER_MAX_TOP 20    /* top_logprobs */
 #define EM_SERVER_MAX_PROMPTS 64
+#define EM_SERVER_MAX_CHOICES 128 /* prompts × n in one request */
 
 typedef struct em_server_request {
     em_server_api api;
