@@ -96,7 +96,9 @@ static const route routes[] = {
 static const route *find_route(const char *url) {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path)) return &routes[i];
-    if (!strncmp(url, "/v1/models/", 11) && url[11]) return &routes[4];
+    if (strncmp(url, "/v1/models/", 11) || !url[11]) return NULL;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (routes[i].endpoint == EM_EP_MODELS) return &routes[i];
     return NULL;
 }
 
