@@ -11,9 +11,11 @@ typedef struct subcommand {
 } subcommand;
 
 static const subcommand subcommands[] = {
+    {"chat-template", em_cli_chat_template, "chat-template (--template F.jinja | -m M.gguf) --messages M.json [...]  render a chat prompt"},
     {"info", em_cli_info, "info FILE.gguf [--json]          metadata, tensors, bytes read per token"},
     {"run", em_cli_run, "run -m MODEL.gguf -p TEXT [-n N] [--temp T] ...   generate text"},
     {"synth", em_cli_synth, "synth --preset P --type T -o OUT.gguf   write a model with random weights"},
+    {"tokenize", em_cli_tokenize, "tokenize -m M.gguf [--raw] [--ids] [-f FILE | TEXT] | --decode ID...   text <-> token ids"},
 };
 
 static void print_usage(FILE *to) {
