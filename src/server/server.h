@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "../base/base.h"
+#include "../gguf/gguf.h"
 #include "ember.h"
 
 /* ---- Backend: what the server needs from the engine, tokenizer and chat template ---- */
@@ -325,6 +326,23 @@ em_err em_server_start(const em_server_options *options, const em_server_backend
 int em_server_port(const em_server *server);
 /* Stops accepting, cancels running requests, waits for connection threads, frees everything. */
 void em_server_stop(em_server *server);
+
+/* ---- The text side of a served model (text.c): tokenizer, chat template, control tokens ---- */
+
+typedef struct em_server_text em_server_text;
+
+/* Builds the tokenizer and parses `tokenizer.chat_template` (absent: chat requests fail with
+ * EM_ERR_INVALID, completions still work). Copies what it needs: the file may close afterwards. */
+em_err em_server_text_from_gguf(const em_gguf *gguf, em_server_text **out);
+void em_server_text_free(em_server_text *text);
+/* The backend's chat_prompt: em_server_chat_tokens with this model's template and tokenizer. */
+em_err em_server_text_chat_tokens(const em_server_text *text, const json_t *messages, int32_t **ids, size_t *n);
+/* The backend's tokenize: BOS as the vocabulary asks, special-token text not parsed. */
+em_err em_server_text_tokenize(const em_server_text *text, const char *s, size_t len, int32_t **ids, size_t *n);
+size_t em_server_text_token_bytes(const em_server_text *text, int32_t id, const char **bytes);
+int32_t em_server_text_n_vocab(const em_server_text *text);
+/* The GGUF's <arch>.context_length (0 when absent). */
+int em_server_text_context(const em_server_text *text);
 
 /* ---- The real backend (backend.c): the engine, tokenizer and chat template of one GGUF ---- */
 
