@@ -21,6 +21,9 @@
 #define LEN 40 /* tokens per sequence: longer than the tiny Gemmas' window of 8 */
 #define N_SEQ 3
 #define TOLERANCE 1e-4f
+#define BLOCK 8    /* positions per KV block: several blocks per sequence */
+#define PER_SEQ 8  /* blocks per sequence: 64 positions */
+#define POOL (N_SEQ * PER_SEQ + 2)
 
 typedef struct fixture {
     em_model *model;
@@ -29,17 +32,31 @@ typedef struct fixture {
     float *reference[N_SEQ]; /* [LEN][n_vocab], token by token */
 } fixture;
 
+/* Block tables: sequence s owns blocks s, s + N_SEQ, s + 2 N_SEQ, ... — interleaved, so a position
+ * that lands in the wrong block shows up as wrong logits. The last two blocks of the pool are spare. */
+static uint32_t table_blocks[N_SEQ][PER_SEQ];
+static em_batch_seq tables[N_SEQ];
+
 static em_backend *new_backend(const em_model *m, uint32_t threads) {
-    em_cpu_options o = {.n_seq = N_SEQ, .n_ctx = 64, .n_threads = threads};
+    for (uint32_t s = 0; s < N_SEQ; s++) {
+        for (uint32_t i = 0; i < PER_SEQ; i++) table_blocks[s][i] = i * N_SEQ + s;
+        tables[s] = (em_batch_seq){table_blocks[s], PER_SEQ};
+    }
+    em_backend_config o = {.device = "cpu", .n_threads = threads, .block_tokens = BLOCK, .kv_tokens = POOL * BLOCK};
     em_backend *b = NULL;
     em_err err = em_backend_cpu_new(m, &o, &b);
     if (err) fail_msg("backend: %s", em_err_message(err));
+    assert_int_equal(b->n_blocks, POOL);
     return b;
+}
+
+static em_batch make_batch(uint32_t n, const int32_t *tokens, const uint32_t *seq, const uint32_t *pos, const bool *want) {
+    return (em_batch){n, tokens, seq, pos, want, N_SEQ, tables};
 }
 
 static void forward_one(em_backend *b, int32_t token, uint32_t seq, uint32_t pos, float *logits) {
     bool want = true;
-    em_batch batch = {1, &token, &seq, &pos, &want};
+    em_batch batch = make_batch(1, &token, &seq, &pos, &want);
     em_err err = em_backend_forward(b, &batch, logits);
     if (err) fail_msg("forward: %s", em_err_message(err));
 }
@@ -101,14 +118,13 @@ static void check_chunks(const fixture *f, uint32_t chunk, uint32_t threads) {
                 pos[i] = start + i;
                 want[i] = true;
             }
-            em_batch batch = {n, f->tokens[s] + start, seq, pos, want};
+            em_batch batch = make_batch(n, f->tokens[s] + start, seq, pos, want);
             em_err err = em_backend_forward(b, &batch, logits);
             if (err) fail_msg("forward: %s", em_err_message(err));
             char what[64];
             snprintf(what, sizeof what, "chunks of %u", chunk);
             for (uint32_t i = 0; i < n; i++) assert_close(f, logits + (size_t)i * f->n_vocab, s, start + i, what);
         }
-        assert_int_equal(em_backend_seq_length(b, s), LEN);
     }
     free(logits);
     em_backend_free(b);
@@ -139,7 +155,7 @@ static void check_mixed(const fixture *f) {
             done[s] += take;
         }
         if (n == 0) continue;
-        em_batch batch = {n, tokens, seq, pos, want};
+        em_batch batch = make_batch(n, tokens, seq, pos, want);
         assert_int_equal(em_batch_logits_rows(&batch), wanted);
         em_err err = em_backend_forward(b, &batch, logits);
         if (err) fail_msg("forward: %s", em_err_message(err));
@@ -152,7 +168,8 @@ static void check_mixed(const fixture *f) {
     em_backend_free(b);
 }
 
-/* Rolling a sequence back and decoding again gives the same logits; other sequences are untouched. */
+/* Rewriting positions rolls a sequence back: decoding again from position 10 gives the reference
+ * logits, and other sequences are untouched. */
 static void check_rollback(const fixture *f) {
     em_backend *b = new_backend(f->model, 2);
     float *logits = malloc((size_t)f->n_vocab * sizeof(float));
@@ -160,9 +177,6 @@ static void check_rollback(const fixture *f) {
         forward_one(b, f->tokens[0][i], 0, i, logits);
         forward_one(b, f->tokens[1][i], 1, i, logits);
     }
-    assert_null(em_backend_seq_truncate(b, 0, 10));
-    assert_int_equal(em_backend_seq_length(b, 0), 10);
-    assert_int_equal(em_backend_seq_length(b, 1), 20);
     for (uint32_t i = 10; i < 25; i++) {
         forward_one(b, f->tokens[0][i], 0, i, logits);
         assert_close(f, logits, 0, i, "after rollback");
@@ -173,18 +187,47 @@ static void check_rollback(const fixture *f) {
     em_backend_free(b);
 }
 
-/* Batches the backend must refuse, before touching any cache. */
+/* Token-exact prefix reuse: a new sequence shares sequence 0's first two blocks by reference and
+ * copies 5 rows of its third into a spare block, then continues from position 21 as if it had
+ * computed everything itself. */
+static void check_shared_prefix(const fixture *f) {
+    em_backend *b = new_backend(f->model, 2);
+    float *logits = malloc((size_t)f->n_vocab * sizeof(float));
+    for (uint32_t i = 0; i < 2 * BLOCK + 5; i++) forward_one(b, f->tokens[0][i], 0, i, logits);
+    const uint32_t spare = POOL - 2, more = POOL - 1;
+    assert_null(em_backend_copy_rows(b, table_blocks[0][2], spare, 5));
+    uint32_t reuse_blocks[4] = {table_blocks[0][0], table_blocks[0][1], spare, more};
+    em_batch_seq reuse = {reuse_blocks, 4};
+    for (uint32_t i = 2 * BLOCK + 5; i < 30; i++) {
+        int32_t token = f->tokens[0][i];
+        uint32_t seq = 0, pos = i;
+        bool want = true;
+        em_batch batch = {1, &token, &seq, &pos, &want, 1, &reuse};
+        assert_null(em_backend_forward(b, &batch, logits));
+        assert_close(f, logits, 0, i, "shared prefix");
+    }
+    em_err err = em_backend_copy_rows(b, 0, POOL, 1);
+    assert_int_equal(em_err_code_of(err), EM_ERR_RANGE);
+    em_err_free(err);
+    free(logits);
+    em_backend_free(b);
+}
+
+/* Batches the backend must refuse. */
 static void check_bad_batches(const fixture *f) {
     em_backend *b = new_backend(f->model, 1);
     float *logits = malloc((size_t)f->n_vocab * sizeof(float));
     int32_t token = 5, bad_token = (int32_t)f->n_vocab;
-    uint32_t seq = 0, bad_seq = N_SEQ, pos = 0, gap = 2, far = 64;
+    uint32_t seq = 0, bad_seq = N_SEQ, pos = 0, far = PER_SEQ * BLOCK;
+    uint32_t bad_block = POOL;
+    em_batch_seq bad_table = {&bad_block, 1};
     const struct { em_batch batch; em_err_code code; const char *needle; } cases[] = {
-        {{1, &bad_token, &seq, &pos, NULL}, EM_ERR_RANGE, "outside the vocabulary"},
-        {{1, &token, &bad_seq, &pos, NULL}, EM_ERR_RANGE, "slots"},
-        {{1, &token, &seq, &gap, NULL}, EM_ERR_INVALID, "gap"},
-        {{1, &token, &seq, &far, NULL}, EM_ERR_RANGE, "context"},
-        {{0, &token, &seq, &pos, NULL}, EM_ERR_INVALID, "empty"},
+        {make_batch(1, &bad_token, &seq, &pos, NULL), EM_ERR_RANGE, "outside the vocabulary"},
+        {make_batch(1, &token, &bad_seq, &pos, NULL), EM_ERR_RANGE, "but the batch has"},
+        {make_batch(1, &token, &seq, &far, NULL), EM_ERR_RANGE, "beyond sequence 0's 8 blocks"},
+        {make_batch(0, &token, &seq, &pos, NULL), EM_ERR_INVALID, "empty"},
+        {{1, &token, &seq, &pos, NULL, 1, &bad_table}, EM_ERR_RANGE, "but the pool has"},
+        {{1, &token, &seq, &pos, NULL, 0, NULL}, EM_ERR_INVALID, "block tables"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         em_err err = em_backend_forward(b, &cases[i].batch, logits);
@@ -192,7 +235,6 @@ static void check_bad_batches(const fixture *f) {
         assert_int_equal(em_err_code_of(err), cases[i].code);
         if (!strstr(em_err_message(err), cases[i].needle)) fail_msg("'%s' lacks '%s'", em_err_message(err), cases[i].needle);
         em_err_free(err);
-        assert_int_equal(em_backend_seq_length(b, 0), 0);
     }
     free(logits);
     em_backend_free(b);
@@ -205,6 +247,7 @@ static void check_family(const char *preset) {
     check_chunks(f, 3, 1);
     check_mixed(f);
     check_rollback(f);
+    check_shared_prefix(f);
     check_bad_batches(f);
     teardown(f);
 }

@@ -10,12 +10,15 @@
  * chunk. A token may rewrite a position at or below the sequence's length: everything after it
  * is then forgotten (this is how a caller rolls a sequence back).
  *
- * The backend owns each sequence's KV cache. The CPU backend keeps one contiguous region per
- * sequence slot; the engine's paged cache will replace it with per-sequence block tables behind
- * the same KV accessors.
+ * KV memory is paged (DESIGN.md decision 3): the backend owns a pool of `n_blocks` blocks, each
+ * holding the keys and values of `block_tokens` consecutive positions for every layer. A batch
+ * carries, for each of its sequences, the block table that maps position p to block
+ * blocks[p / block_tokens], row p % block_tokens. Which blocks are free, shared or cached is the
+ * engine's business (src/engine); the backend only reads and writes the rows a batch names, and
+ * copies rows between blocks when the engine asks (token-exact prefix reuse).
  *
- * Ownership: a backend borrows the em_model (which must outlive it) and owns its KV cache, its
- * scratch buffers and its threads. Batches and logits buffers belong to the caller.
+ * Ownership: a backend borrows the em_model (which must outlive it) and owns its KV memory, its
+ * scratch buffers and its threads. Batches, block tables and logits buffers belong to the caller.
  */
 #ifndef EMBER_BACKEND_H
 #define EMBER_BACKEND_H
@@ -26,12 +29,20 @@
 #include "../base/base.h"
 #include "../model/model.h"
 
+/* One sequence of a batch: its block table. */
+typedef struct em_batch_seq {
+    const uint32_t *blocks;
+    uint32_t n_blocks;
+} em_batch_seq;
+
 typedef struct em_batch {
     uint32_t n_tokens;
     const int32_t *tokens;  /* [n_tokens] token ids */
-    const uint32_t *seq;    /* [n_tokens] sequence slot of each token */
+    const uint32_t *seq;    /* [n_tokens] index into seqs of each token's sequence */
     const uint32_t *pos;    /* [n_tokens] position of each token in its sequence */
     const bool *logits;     /* [n_tokens] true where a logits row is wanted; NULL: the last token only */
+    uint32_t n_seqs;
+    const em_batch_seq *seqs; /* [n_seqs] block tables */
 } em_batch;
 
 typedef struct em_backend em_backend;
@@ -39,45 +50,56 @@ typedef struct em_backend em_backend;
 typedef struct em_backend_ops {
     const char *name;
     /* Runs the batch; writes one row of n_vocab floats to `logits` for each token that wants one,
-     * in batch order. On error nothing was written to any KV cache of a sequence in the batch
-     * beyond what validation allows (validation happens before any work). */
+     * in batch order. The batch is validated before any work (token ids, sequence indices, block
+     * numbers): an invalid batch writes nothing. */
     em_err (*forward)(em_backend *backend, const em_batch *batch, float *logits);
-    /* Forgets positions >= `from` of a sequence (0 empties it). */
-    em_err (*seq_truncate)(em_backend *backend, uint32_t seq, uint32_t from);
-    /* Number of positions a sequence holds. */
-    uint32_t (*seq_length)(const em_backend *backend, uint32_t seq);
+    /* Copies the first `rows` rows (all layers, keys and values) of block `from` into block `to`. */
+    em_err (*copy_rows)(em_backend *backend, uint32_t from, uint32_t to, uint32_t rows);
     void (*free)(em_backend *backend);
 } em_backend_ops;
 
 struct em_backend {
     const em_backend_ops *ops;
     const em_model *model;
-    uint32_t n_seq; /* sequence slots */
-    uint32_t n_ctx; /* positions per sequence */
+    uint32_t n_blocks;     /* KV blocks in the pool */
+    uint32_t block_tokens; /* positions per block */
 };
 
 static inline em_err em_backend_forward(em_backend *b, const em_batch *batch, float *logits) {
     return b->ops->forward(b, batch, logits);
 }
-static inline em_err em_backend_seq_truncate(em_backend *b, uint32_t seq, uint32_t from) {
-    return b->ops->seq_truncate(b, seq, from);
+static inline em_err em_backend_copy_rows(em_backend *b, uint32_t from, uint32_t to, uint32_t rows) {
+    return b->ops->copy_rows(b, from, to, rows);
 }
-static inline uint32_t em_backend_seq_length(const em_backend *b, uint32_t seq) { return b->ops->seq_length(b, seq); }
 static inline void em_backend_free(em_backend *b) {
     if (b) b->ops->free(b);
 }
 
+/* How a backend is made: which device, how many threads, how much KV memory. */
+typedef struct em_backend_config {
+    const char *device;    /* "cpu", "cuda", or NULL: CUDA when a GPU is present, else the CPU */
+    uint32_t n_threads;    /* CPU threads; 0 = the machine's online cores */
+    uint32_t block_tokens; /* 0 = 16 */
+    uint64_t kv_bytes;     /* KV memory budget; 0 = kv_tokens positions */
+    uint64_t kv_tokens;    /* used when kv_bytes is 0; 0 = 4096 */
+} em_backend_config;
+
+/* Bytes of KV memory one position takes in the CPU backend's f32 layout (all layers, K and V). */
+uint64_t em_backend_kv_bytes_per_token(const em_model_desc *desc);
+
+/* Makes the backend the config asks for. Asking for "cuda" without a usable GPU is an error;
+ * asking for nothing picks CUDA when it is there and the CPU otherwise. */
+em_err em_backend_create(const em_model *model, const em_backend_config *config, em_backend **out);
+
+/* For callers without an engine (tests, tools): `n` sequences, each owning the consecutive blocks
+ * [i * per_seq, (i + 1) * per_seq) of the pool. `blocks` holds n * per_seq entries. */
+void em_batch_fixed_tables(em_batch_seq *seqs, uint32_t *blocks, uint32_t n, uint32_t per_seq);
+
 /* Number of logits rows the batch asks for. */
 uint32_t em_batch_logits_rows(const em_batch *batch);
 
-typedef struct em_cpu_options {
-    uint32_t n_seq;     /* sequence slots (default 1) */
-    uint32_t n_ctx;     /* positions per sequence (default: the model's training context, at most 4096) */
-    uint32_t n_threads; /* default: the machine's online cores */
-} em_cpu_options;
-
-/* The reference backend: f32 activations, weights read in their stored format through quant's dot
- * products, matrix rows split across threads. */
-em_err em_backend_cpu_new(const em_model *model, const em_cpu_options *options, em_backend **out);
+/* The reference backend: f32 activations and KV, weights read in their stored format through
+ * quant's dot products, matrix rows and attention heads split across threads. */
+em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config, em_backend **out);
 
 #endif

@@ -1,19 +1,16 @@
-/* `ember run -m MODEL.gguf -p TEXT [options]`: generate from a prompt on the CPU backend, printing
+/* `ember run -m MODEL.gguf -p TEXT [options]`: generate from a prompt through the engine API, printing
  * tokens as they come, then prompt size, prefill time and decode speed. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "../backend/backend.h"
-#include "../engine/engine.h"
-#include "../model/model.h"
 #include "cli.h"
+#include "ember.h"
 
 typedef struct run_args {
-    const char *model, *prompt, *prompt_ids;
+    const char *model, *prompt, *prompt_ids, *device;
     uint32_t n_predict, n_ctx, n_threads;
     bool print_ids, print_probs;
     ember_sampling sampling;
@@ -23,17 +20,11 @@ static void usage(FILE *to) {
     fprintf(to,
             "usage: ember run -m MODEL.gguf (-p TEXT | --prompt-ids \"ID ...\") [-n N] [--temp T] [--top-k K]\n"
             "                 [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--print-ids]\n"
-            "                 [-c CONTEXT] [-t THREADS]\n"
+            "                 [-c CONTEXT] [-t THREADS] [--device cpu|cuda]\n"
             "  -n N               tokens to generate (default 64)\n"
             "  --temp T           0 = greedy (default 0.8); --top-k 40, --top-p 0.95, --min-p 0.05\n"
             "  --prompt-ids       the prompt as token ids; --print-ids prints generated ids, not text\n"
             "  --print-probs      one line per generated token: id and its probability (softmax of the logits)\n");
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static em_err parse_number(const char *flag, const char *text, double lo, double hi, double *out) {
@@ -73,6 +64,9 @@ static em_err parse_args(int argc, char **argv, run_args *a) {
             a->n_predict = (uint32_t)x;
         } else if (!strcmp(f, "-c") || !strcmp(f, "--ctx")) {
             if (!(err = parse_number(f, v, 1, 1 << 24, &x))) a->n_ctx = (uint32_t)x;
+        } else if (!strcmp(f, "--device")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda")) err = em_errorf(EM_ERR_INVALID, "--device expects cpu or cuda, got '%s'", v);
+            a->device = v;
         } else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) {
             if (!(err = parse_number(f, v, 1, 1024, &x))) a->n_threads = (uint32_t)x;
         } else if (!strcmp(f, "--temp")) {
@@ -128,108 +122,62 @@ static em_err parse_ids(const char *text, uint32_t n_vocab, int32_t **ids, size_
     return NULL;
 }
 
-/* Runs the prompt through the backend in chunks; leaves its last logits in `logits`. */
-static em_err prefill(em_backend *b, const int32_t *ids, size_t n, float *logits) {
-    enum { CHUNK = 512 };
-    uint32_t seq[CHUNK] = {0}, pos[CHUNK];
-    for (size_t start = 0; start < n; start += CHUNK) {
-        uint32_t count = (uint32_t)(n - start < CHUNK ? n - start : CHUNK);
-        for (uint32_t i = 0; i < count; i++) pos[i] = (uint32_t)(start + i);
-        em_batch batch = {count, ids + start, seq, pos, NULL};
-        em_err err = em_backend_forward(b, &batch, logits);
-        if (err) return err;
-    }
-    return NULL;
-}
-
-/* Softmax probability of `token` under the raw logits. */
-static double probability(const float *logits, uint32_t n, int32_t token) {
-    float max = logits[0];
-    for (uint32_t i = 1; i < n; i++)
-        if (logits[i] > max) max = logits[i];
-    double sum = 0;
-    for (uint32_t i = 0; i < n; i++) sum += exp((double)logits[i] - max);
-    return exp((double)logits[token] - max) / sum;
-}
-
+/* Submits one request to an engine and prints its output as it streams. */
 static em_err generate(const run_args *a) {
-    em_model *model = NULL;
-    em_backend *backend = NULL;
-    em_sampler sampler;
-    bool sampler_ready = false;
-    int32_t *history = NULL;
+    ember_options options;
+    ember_options_default(&options);
+    options.model_path = a->model;
+    options.ctx_tokens = (int)a->n_ctx;
+    options.threads = (int)a->n_threads;
+    options.device = a->device;
+    options.max_sequences = 1;
     int32_t *prompt = NULL;
-    float *logits = NULL, *work = NULL;
     size_t n_prompt = 0;
-    em_err err = em_model_load(a->model, &model);
+    ember_engine *engine = NULL;
+    ember_request *request = NULL;
+    em_err err = ember_engine_create(&options, &engine);
     if (err) return err;
-    const em_model_desc *d = &model->desc;
-    int64_t eos = -1;
-    const em_gguf_kv *eos_kv = em_gguf_find(model->gguf, "tokenizer.ggml.eos_token_id");
-    if (eos_kv) eos = em_gguf_kv_int(eos_kv);
-
+    ember_request_params params;
+    ember_request_default(&params);
+    params.sampling = a->sampling;
+    if (a->print_probs) params.sampling.logprobs = 1;
+    params.max_tokens = (int)a->n_predict;
     if (a->prompt_ids) {
-        if ((err = parse_ids(a->prompt_ids, d->n_vocab, &prompt, &n_prompt))) goto done;
+        if ((err = parse_ids(a->prompt_ids, INT32_MAX, &prompt, &n_prompt))) goto done;
+        params.prompt_ids = prompt;
+        params.n_prompt_ids = n_prompt;
     } else {
-        err = em_errorf(EM_ERR_UNSUPPORTED, "text prompts need the tokenizer module; use --prompt-ids");
-        goto done;
+        params.prompt_text = a->prompt;
+        params.prompt_text_len = strlen(a->prompt);
     }
-    em_cpu_options opt = {.n_seq = 1, .n_ctx = a->n_ctx, .n_threads = a->n_threads};
-    if ((err = em_backend_cpu_new(model, &opt, &backend))) goto done;
-    if (n_prompt >= backend->n_ctx) {
-        err = em_errorf(EM_ERR_RANGE, "the prompt has %zu tokens; the context holds %u (prompt plus at least one "
-                        "generated token)", n_prompt, backend->n_ctx);
-        goto done;
-    }
-    if ((err = em_sampler_init(&sampler, &a->sampling, d->n_vocab))) goto done;
-    sampler_ready = true;
-    logits = malloc((size_t)d->n_vocab * sizeof *logits);
-    work = malloc((size_t)d->n_vocab * sizeof *work);
-    history = malloc((n_prompt + a->n_predict) * sizeof *history);
-    if (!logits || !work || !history) {
-        err = em_errorf(EM_ERR_NOMEM, "out of memory for logits");
-        goto done;
-    }
-    memcpy(history, prompt, n_prompt * sizeof *history);
-
-    double t0 = now_seconds();
-    if ((err = prefill(backend, prompt, n_prompt, logits))) goto done;
-    double t_prefill = now_seconds() - t0;
-
-    uint32_t pos = (uint32_t)n_prompt, generated = 0;
-    double t1 = now_seconds();
-    while (generated < a->n_predict && pos < backend->n_ctx) {
-        /* the sampler edits the row (penalties), so it works on a copy */
-        memcpy(work, logits, (size_t)d->n_vocab * sizeof *work);
-        int32_t token = em_sampler_sample(&sampler, work, history, n_prompt + generated, NULL, NULL, NULL);
-        history[n_prompt + generated] = token;
-        generated++;
-        if (token == eos) break;
-        if (a->print_probs)
-            printf("%d %.6f\n", token, probability(logits, d->n_vocab, token));
-        else
-            printf(generated > 1 ? " %d" : "%d", token);
+    if ((err = ember_submit(engine, &params, &request))) goto done;
+    ember_output out;
+    size_t printed = 0;
+    do {
+        ember_request_next(request, &out, -1);
+        for (size_t i = 0; i < out.n_tokens; i++, printed++) {
+            if (a->print_probs) printf("%d %.6f\n", out.tokens[i].token, exp(out.tokens[i].logprob));
+            else if (a->print_ids) printf(printed ? " %d" : "%d", out.tokens[i].token);
+        }
+        if (!a->print_probs && !a->print_ids) fwrite(out.text, 1, out.text_len, stdout);
         fflush(stdout);
-        if (generated == a->n_predict || pos + 1 >= backend->n_ctx) break;
-        uint32_t seq = 0;
-        em_batch batch = {1, &token, &seq, &pos, NULL};
-        if ((err = em_backend_forward(backend, &batch, logits))) goto done;
-        pos++;
+    } while (out.finish == EMBER_FINISH_NONE);
+    if (out.finish == EMBER_FINISH_ERROR) {
+        err = em_errorf(EM_ERR_INTERNAL, "generation failed: %s", out.error ? out.error : "unknown error");
+        goto done;
     }
-    double t_decode = now_seconds() - t1;
     if (!a->print_probs) printf("\n");
     fflush(stdout);
-    fprintf(stderr, "prompt tokens: %zu\nprefill: %.1f ms (%.1f tok/s)\ndecode: %u tokens, %.1f tok/s\n", n_prompt,
-            t_prefill * 1e3, n_prompt / (t_prefill > 0 ? t_prefill : 1e-9), generated,
-            generated > 1 ? (generated - 1) / (t_decode > 0 ? t_decode : 1e-9) : 0.0);
+    ember_timings t;
+    ember_request_timings(request, &t);
+    fprintf(stderr, "prompt tokens: %u (%u cached)\nprefill: %.1f ms (%.1f tok/s)\ndecode: %u tokens, %.1f tok/s\n",
+            t.prompt_tokens, t.cached_tokens, t.prefill_ms,
+            t.prefill_ms > 0 ? (t.prompt_tokens - t.cached_tokens) / (t.prefill_ms / 1e3) : 0.0, t.generated_tokens,
+            t.decode_tokens_per_second);
 done:
-    free(logits);
-    free(work);
+    ember_request_release(request);
+    ember_engine_destroy(engine);
     free(prompt);
-    if (sampler_ready) em_sampler_free(&sampler);
-    free(history);
-    em_backend_free(backend);
-    em_model_free(model);
     return err;
 }
 

@@ -19,11 +19,15 @@
 #ifndef EMBER_ENGINE_H
 #define EMBER_ENGINE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../backend/backend.h"
 #include "../base/base.h"
+#include "../model/model.h"
+#include "../tokenizer/tokenizer.h"
 #include "ember.h"
 
 /* ---- KV block pool (kv.c) ----
@@ -163,5 +167,100 @@ int em_stop_feed(em_stop_matcher *matcher, const char *text, size_t len, const c
 
 /* At the end of generation: releases whatever is held back. */
 void em_stop_flush(em_stop_matcher *matcher, const char **release, size_t *release_len);
+
+
+/* ---- Engine internals shared by engine.c and sched.c ---- */
+
+
+
+#define EM_MAX_LOGPROBS 20
+
+/* One side of a request's double-buffered output: the engine fills one while the reader holds the
+ * other (see ember_request_next). */
+typedef struct em_output_buffer {
+    ember_token_out *tokens;
+    ember_top_logprob *tops; /* EM_MAX_LOGPROBS per token */
+    size_t n_tokens, cap_tokens;
+    char *text;
+    size_t text_len, cap_text;
+} em_output_buffer;
+
+typedef enum em_request_phase { EM_PHASE_WAITING, EM_PHASE_RUNNING, EM_PHASE_DONE } em_request_phase;
+
+struct ember_request {
+    ember_engine *engine;
+    struct ember_request *next; /* submission queue / waiting list link */
+    pthread_mutex_t lock;       /* guards everything from here to `engine-thread state` */
+    pthread_cond_t changed;
+    int refs; /* the caller's handle and the engine's, while it runs */
+    bool cancel;
+    em_output_buffer out[2];
+    int pending; /* which out[] the engine fills */
+    bool output_lost;
+    ember_finish_reason finish;
+    int stop_index;
+    char *error;
+    double t_submitted, t_admitted, t_first_token, t_last_token, t_finished;
+    uint32_t n_prompt, n_cached, n_generated;
+
+    /* Engine-thread state (immutable or only touched by the engine thread after submission). */
+    ember_request_params params; /* stop/stop_tokens point nowhere: see the copies below */
+    char **stop_strings;
+    size_t n_stop_strings;
+    int32_t *stop_tokens;
+    size_t n_stop_tokens;
+    em_sampler sampler;
+    em_stop_matcher stops;
+    em_detok *detok;
+    em_request_phase phase;
+    int32_t *tokens; /* prompt, then generated tokens */
+    uint32_t n_tokens, cap_tokens;
+    uint32_t n_computed; /* tokens whose KV is in the cache: tokens[n_computed..n_tokens) are pending */
+    uint32_t *blocks;    /* block table */
+    uint32_t n_blocks;
+    uint64_t admitted_order; /* larger = younger (preempted first) */
+    uint32_t scheduled;      /* pending tokens computed in the current step */
+};
+
+struct ember_engine {
+    ember_options options;
+    em_model *model;
+    em_tokenizer *tokenizer;
+    em_backend *backend;
+    uint32_t n_vocab, ctx_tokens, block_tokens, batch_tokens, max_sequences;
+    em_kv_pool pool;
+    em_prefix_cache cache;
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t lock; /* guards the submission queue, shutdown, poked, stats */
+    pthread_cond_t wake;
+    ember_request *submitted_head, *submitted_tail;
+    bool shutdown, poked;
+    ember_stats stats;
+
+    /* Engine-thread state. */
+    ember_request *waiting_head, *waiting_tail;
+    ember_request **running;
+    uint32_t n_running;
+    uint64_t admissions;
+    /* Batch scratch, sized for batch_tokens tokens and max_sequences sequences. */
+    int32_t *batch_tokens_buf;
+    uint32_t *batch_seq, *batch_pos;
+    bool *batch_logits;
+    em_batch_seq *batch_seqs;
+    ember_request **row_owner; /* which request each logits row belongs to */
+    float *logits;
+    size_t logits_rows_cap;
+};
+
+double em_engine_now_ms(void);
+void em_engine_wake(ember_engine *engine);
+void em_engine_emit(ember_request *r, int32_t token, float logprob, const ember_top_logprob *top, int n_top,
+                    const char *text, size_t text_len);
+void em_engine_finish(ember_request *r, ember_finish_reason reason, int stop_index, const char *error);
+void em_engine_request_unref(ember_request *r);
+/* The engine thread's main loop (sched.c). */
+void *em_engine_thread(void *engine);
 
 #endif

@@ -273,7 +273,9 @@ static em_err load_desc(loader *l, const family *f) {
         (err = em_gguf_get_bool(l->g, l->key, &weights_norm)))
         return em_err_prefix(err, "%s", em_gguf_path(l->g));
     if ((err = opt_f32(l, "attn_logit_softcapping", 0.0f, &attn_softcap))) return err;
-    if (f->swa_pattern && (err = opt_u32(l, "attention.sliding_window", 0, &window))) return err;
+    /* llama: a window on every layer (Mistral); llama.cpp's converter omits the key, Ember's writes it. */
+    const bool llama_swa = !strcmp(f->arch, "llama");
+    if ((f->swa_pattern || llama_swa) && (err = opt_u32(l, "attention.sliding_window", 0, &window))) return err;
     if (f->moe && n_expert == 0)
         return em_errorf(EM_ERR_NOT_FOUND, "%s: missing metadata key %s.expert_count", em_gguf_path(l->g), l->arch);
     if (n_expert > 0 && (n_expert_used == 0 || n_expert_used > n_expert || n_expert > 4096))
@@ -301,7 +303,7 @@ static em_err load_desc(loader *l, const family *f) {
         ld->attn_scale = 1.0f / sqrtf((float)ld->head_dim);
         ld->attn_softcap = attn_softcap;
         ld->attn = EM_ATTN_FULL;
-        if (f->swa_pattern && window > 0 && il % f->swa_pattern < f->swa_pattern - 1) {
+        if (window > 0 && (llama_swa || (f->swa_pattern && il % f->swa_pattern < f->swa_pattern - 1))) {
             ld->attn = EM_ATTN_SLIDING;
             ld->window = window;
         }

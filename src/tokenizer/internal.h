@@ -66,7 +66,7 @@ struct em_tokenizer {
      * their first two bytes (one-byte tokens after all pairs), longest first within a group;
      * special_start[k] .. special_start[k+1] index group k (special.c). */
     int32_t *special;
-    uint32_t n_special;
+    uint32_t n_special, n_user_defined;
     uint32_t *special_start;
 
     /* Merges (BPE; SPM when the file has merges). Ids >= n_vocab are "virtual": strings that a

@@ -55,6 +55,7 @@ em_err em_special_build(em_tokenizer *t) {
     qsort(items, n, sizeof *items, compare);
     for (size_t i = 0; i < n; i++) {
         t->special[i] = items[i].id;
+        t->n_user_defined += (t->tokens[items[i].id].attr & EM_ATTR_USER_DEFINED) != 0;
         t->special_start[prefix_of(t, items[i].id) + 1]++;
     }
     for (size_t k = 0; k < PREFIX_SLOTS + 256; k++) t->special_start[k + 1] += t->special_start[k];
@@ -102,8 +103,9 @@ em_err em_special_split(const em_tokenizer *t, const char *text, size_t len, boo
     frags f = {0};
     em_err err = NULL;
     size_t raw = 0; /* start of the pending raw piece */
-    for (size_t i = 0; i < len;) {
-        int32_t id = t->n_special && t->special_start[PREFIX_SLOTS + 256] ? match_at(t, text, len, i, parse_special) : -1;
+    bool any = parse_special ? t->n_special > 0 : t->n_user_defined > 0;
+    for (size_t i = any ? 0 : len; i < len;) {
+        int32_t id = match_at(t, text, len, i, parse_special);
         if (id < 0) {
             i++;
             continue;

@@ -53,7 +53,7 @@ expect_error 1 "-n expects a positive" "$EMBER" run -m "$MODEL" --prompt-ids "1"
 expect_error 1 "unknown architecture 'bert'" "$EMBER" run -m "$FIXTURES/vocab/ggml-vocab-bert-bge.gguf" --prompt-ids "1" -n 1
 expect_error 1 "missing tensor token_embd.weight" "$EMBER" run -m "$VOCAB" --prompt-ids "1" -n 1
 expect_error 1 "the prompt has 5 tokens; the context holds 4" "$EMBER" run -m "$MODEL" --prompt-ids "1 2 3 4 5" -c 4 -n 1
-expect_error 1 "not a token id below 32000" "$EMBER" run -m "$MODEL" --prompt-ids "1 32000" -n 1
+expect_error 1 "outside the vocabulary of 32000" "$EMBER" run -m "$MODEL" --prompt-ids "1 32000" -n 1
 expect_error 1 "a prompt is required" "$EMBER" run -m "$MODEL"
 expect_error 1 "unknown option '--bogus'" "$EMBER" run -m "$MODEL" --bogus 1
 expect_error 1 "--temp expects a number" "$EMBER" run -m "$MODEL" --prompt-ids "1" --temp -1

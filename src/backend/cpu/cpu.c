@@ -1,8 +1,9 @@
 /* The CPU reference backend: one forward pass for every described model, readable top to bottom
  * (forward_layer below is the whole transformer block). Activations are f32; weights stay in their
  * stored format and meet the activations in quant's dot products; matrix rows and attention heads
- * are split across a pool of threads. The KV cache is one contiguous f32 region per sequence slot,
- * reached only through kv_key/kv_value so that a block table can replace it. */
+ * are split across a pool of threads. The KV cache is paged: each layer has one f32 region of
+ * n_blocks * block_tokens rows, and a sequence's block table says which row holds which position
+ * (kv_key/kv_value). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +19,9 @@ typedef struct cpu_backend {
     const em_model_desc *d;
     const em_model_weights *w;
 
-    /* KV cache: for each sequence, for each layer, n_ctx rows of n_head_kv * head_dim floats. */
+    /* KV cache: for each layer, n_blocks * block_tokens rows of n_head_kv * head_dim floats. */
     float *keys, *values;
-    uint64_t *layer_key_offset, *layer_value_offset; /* within one sequence */
-    uint64_t seq_key_stride, seq_value_stride;
-    uint32_t *seq_len;
+    uint64_t *layer_key_offset, *layer_value_offset; /* start of each layer's rows, in floats */
 
     /* Scratch, sized for cap_tokens tokens and grown on demand. */
     uint32_t cap_tokens;
@@ -31,7 +30,8 @@ typedef struct cpu_backend {
     float *chosen_weight; /* [token][n_expert_used] */
     uint32_t *members;    /* tokens routed to one expert */
     float *member_weight;
-    float *scores;        /* n_ctx floats per thread */
+    float *scores;        /* cap_positions floats per thread */
+    uint32_t cap_positions;
     uint8_t *act;         /* activations in the dot-product format */
     uint64_t act_per_token;
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert;
@@ -39,15 +39,19 @@ typedef struct cpu_backend {
 
 /* ---- KV cache access ---- */
 
-static float *kv_key(cpu_backend *b, uint32_t layer, uint32_t seq, uint32_t pos) {
-    const em_layer_desc *ld = &b->d->layers[layer];
-    return b->keys + seq * b->seq_key_stride + b->layer_key_offset[layer] + (uint64_t)pos * ld->n_head_kv * ld->head_dim;
+/* The cache row of a position: its block from the table, then the row inside the block. */
+static uint64_t kv_row(const cpu_backend *b, const em_batch_seq *seq, uint32_t pos) {
+    return (uint64_t)seq->blocks[pos / b->base.block_tokens] * b->base.block_tokens + pos % b->base.block_tokens;
 }
 
-static float *kv_value(cpu_backend *b, uint32_t layer, uint32_t seq, uint32_t pos) {
+static float *kv_key(cpu_backend *b, uint32_t layer, const em_batch_seq *seq, uint32_t pos) {
     const em_layer_desc *ld = &b->d->layers[layer];
-    return b->values + seq * b->seq_value_stride + b->layer_value_offset[layer] +
-           (uint64_t)pos * ld->n_head_kv * ld->head_dim_v;
+    return b->keys + b->layer_key_offset[layer] + kv_row(b, seq, pos) * ld->n_head_kv * ld->head_dim;
+}
+
+static float *kv_value(cpu_backend *b, uint32_t layer, const em_batch_seq *seq, uint32_t pos) {
+    const em_layer_desc *ld = &b->d->layers[layer];
+    return b->values + b->layer_value_offset[layer] + kv_row(b, seq, pos) * ld->n_head_kv * ld->head_dim_v;
 }
 
 /* ---- small helpers ---- */
@@ -81,6 +85,7 @@ typedef struct attn_job {
     cpu_backend *b;
     const em_batch *batch;
     uint32_t layer;
+    em_dot_fn dot_f32;
 } attn_job;
 
 /* One share of (token, head) pairs: scores over the visible positions, softmax, weighted values. */
@@ -89,20 +94,19 @@ static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
     cpu_backend *b = job->b;
     const em_layer_desc *ld = &b->d->layers[job->layer];
     const uint32_t group = ld->n_head / ld->n_head_kv;
-    float *scores = b->scores + (uint64_t)ith * b->base.n_ctx;
+    float *scores = b->scores + (uint64_t)ith * b->cap_positions;
     uint64_t begin, end;
     em_cpu_share((uint64_t)job->batch->n_tokens * ld->n_head, ith, nth, &begin, &end);
     for (uint64_t i = begin; i < end; i++) {
         const uint32_t t = (uint32_t)(i / ld->n_head), h = (uint32_t)(i % ld->n_head), kvh = h / group;
-        const uint32_t seq = job->batch->seq[t], pos = job->batch->pos[t];
+        const em_batch_seq *seq = &job->batch->seqs[job->batch->seq[t]];
+        const uint32_t pos = job->batch->pos[t];
         const float *q = b->q + ((uint64_t)t * ld->n_head + h) * ld->head_dim;
         uint32_t first = 0;
         if (ld->attn == EM_ATTN_SLIDING && pos + 1 > ld->window) first = pos + 1 - ld->window;
         for (uint32_t p = first; p <= pos; p++) {
             const float *k = kv_key(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim;
-            float s = 0.0f;
-            for (uint32_t j = 0; j < ld->head_dim; j++) s += q[j] * k[j];
-            s *= ld->attn_scale;
+            float s = job->dot_f32(k, q, ld->head_dim) * ld->attn_scale; /* q·k, SIMD where available */
             if (ld->attn_softcap > 0.0f) s = ld->attn_softcap * tanhf(s / ld->attn_softcap);
             scores[p - first] = s;
         }
@@ -143,10 +147,11 @@ static em_err attention(cpu_backend *b, const em_batch *batch, uint32_t il) {
             em_cpu_rope(k, batch->pos[t], &ld->rope);
         }
         /* Write this token's key and value into its sequence's cache before anyone attends. */
-        memcpy(kv_key(b, il, batch->seq[t], batch->pos[t]), b->k + (uint64_t)t * nk, nk * sizeof(float));
-        memcpy(kv_value(b, il, batch->seq[t], batch->pos[t]), b->v + (uint64_t)t * nv, nv * sizeof(float));
+        const em_batch_seq *seq = &batch->seqs[batch->seq[t]];
+        memcpy(kv_key(b, il, seq, batch->pos[t]), b->k + (uint64_t)t * nk, nk * sizeof(float));
+        memcpy(kv_value(b, il, seq, batch->pos[t]), b->v + (uint64_t)t * nv, nv * sizeof(float));
     }
-    attn_job job = {b, batch, il};
+    attn_job job = {b, batch, il, em_dot_kernel(EM_TYPE_F32)};
     em_cpu_pool_run(&b->pool, attention_share, &job);
     return matmul(b, &lw->wo, 0, b->attn, (uint64_t)ld->n_head * ld->head_dim_v, b->out, b->d->n_embd, n);
 }
@@ -263,27 +268,24 @@ uint32_t em_batch_logits_rows(const em_batch *batch) {
 
 static em_err validate(cpu_backend *b, const em_batch *batch) {
     if (batch->n_tokens == 0) return em_errorf(EM_ERR_INVALID, "empty batch");
-    uint32_t *len = malloc(b->base.n_seq * sizeof *len);
-    if (!len) return em_errorf(EM_ERR_NOMEM, "out of memory validating a batch");
-    memcpy(len, b->seq_len, b->base.n_seq * sizeof *len);
-    em_err err = NULL;
-    for (uint32_t t = 0; t < batch->n_tokens && !err; t++) {
+    if (!batch->seqs || batch->n_seqs == 0) return em_errorf(EM_ERR_INVALID, "batch without block tables");
+    for (uint32_t s = 0; s < batch->n_seqs; s++)
+        for (uint32_t i = 0; i < batch->seqs[s].n_blocks; i++)
+            if (batch->seqs[s].blocks[i] >= b->base.n_blocks)
+                return em_errorf(EM_ERR_RANGE, "batch sequence %u: block %u is %u, but the pool has %u blocks", s, i,
+                                 batch->seqs[s].blocks[i], b->base.n_blocks);
+    for (uint32_t t = 0; t < batch->n_tokens; t++) {
         const int32_t tok = batch->tokens[t];
         const uint32_t seq = batch->seq[t], pos = batch->pos[t];
         if (tok < 0 || (uint32_t)tok >= b->d->n_vocab)
-            err = em_errorf(EM_ERR_RANGE, "batch token %u: id %d is outside the vocabulary of %u", t, tok, b->d->n_vocab);
-        else if (seq >= b->base.n_seq)
-            err = em_errorf(EM_ERR_RANGE, "batch token %u: sequence %u, but the backend has %u slots", t, seq, b->base.n_seq);
-        else if (pos >= b->base.n_ctx)
-            err = em_errorf(EM_ERR_RANGE, "batch token %u: position %u is beyond the context of %u", t, pos, b->base.n_ctx);
-        else if (pos > len[seq])
-            err = em_errorf(EM_ERR_INVALID, "batch token %u: position %u leaves a gap after sequence %u's %u positions",
-                            t, pos, seq, len[seq]);
-        else
-            len[seq] = pos + 1;
+            return em_errorf(EM_ERR_RANGE, "batch token %u: id %d is outside the vocabulary of %u", t, tok, b->d->n_vocab);
+        if (seq >= batch->n_seqs)
+            return em_errorf(EM_ERR_RANGE, "batch token %u: sequence %u, but the batch has %u", t, seq, batch->n_seqs);
+        if (pos / b->base.block_tokens >= batch->seqs[seq].n_blocks)
+            return em_errorf(EM_ERR_RANGE, "batch token %u: position %u is beyond sequence %u's %u blocks", t, pos, seq,
+                             batch->seqs[seq].n_blocks);
     }
-    free(len);
-    return err;
+    return NULL;
 }
 
 static em_err reserve(cpu_backend *b, uint32_t n) {
@@ -311,6 +313,18 @@ static em_err reserve(cpu_backend *b, uint32_t n) {
     return NULL;
 }
 
+/* Attention scores need one float per visible position, per thread. */
+static em_err reserve_positions(cpu_backend *b, const em_batch *batch) {
+    uint32_t longest = 0;
+    for (uint32_t t = 0; t < batch->n_tokens; t++)
+        if (batch->pos[t] + 1 > longest) longest = batch->pos[t] + 1;
+    if (longest <= b->cap_positions) return NULL;
+    free(b->scores);
+    b->scores = malloc((uint64_t)b->pool.n_threads * longest * sizeof(float));
+    b->cap_positions = b->scores ? longest : 0;
+    return b->scores ? NULL : em_errorf(EM_ERR_NOMEM, "out of memory for attention over %u positions", longest);
+}
+
 static em_err cpu_forward(em_backend *base, const em_batch *batch, float *logits) {
     cpu_backend *b = (cpu_backend *)base;
     const em_model_desc *d = b->d;
@@ -318,6 +332,7 @@ static em_err cpu_forward(em_backend *base, const em_batch *batch, float *logits
     em_err err = validate(b, batch);
     if (err) return err;
     if ((err = reserve(b, n))) return err;
+    if ((err = reserve_positions(b, batch))) return err;
 
     /* Token embeddings (rows of token_embd, dequantized), scaled for Gemma. */
     const em_weight *te = &b->w->token_embd;
@@ -333,7 +348,6 @@ static em_err cpu_forward(em_backend *base, const em_batch *batch, float *logits
     }
     for (uint32_t il = 0; il < d->n_layer; il++)
         if ((err = forward_layer(b, batch, il))) return em_err_prefix(err, "layer %u", il);
-    for (uint32_t t = 0; t < n; t++) b->seq_len[batch->seq[t]] = batch->pos[t] + 1;
 
     /* Logits for the rows that want them: final norm, output matrix, optional softcap. */
     uint32_t rows = 0;
@@ -351,16 +365,21 @@ static em_err cpu_forward(em_backend *base, const em_batch *batch, float *logits
     return NULL;
 }
 
-static em_err cpu_seq_truncate(em_backend *base, uint32_t seq, uint32_t from) {
+static em_err cpu_copy_rows(em_backend *base, uint32_t from, uint32_t to, uint32_t rows) {
     cpu_backend *b = (cpu_backend *)base;
-    if (seq >= base->n_seq) return em_errorf(EM_ERR_RANGE, "sequence %u, but the backend has %u slots", seq, base->n_seq);
-    if (from < b->seq_len[seq]) b->seq_len[seq] = from;
+    if (from >= base->n_blocks || to >= base->n_blocks || rows > base->block_tokens)
+        return em_errorf(EM_ERR_RANGE, "copy of %u rows from block %u to block %u (pool of %u blocks of %u)", rows, from,
+                         to, base->n_blocks, base->block_tokens);
+    for (uint32_t il = 0; il < b->d->n_layer; il++) {
+        const em_layer_desc *ld = &b->d->layers[il];
+        uint64_t nk = (uint64_t)ld->n_head_kv * ld->head_dim, nv = (uint64_t)ld->n_head_kv * ld->head_dim_v;
+        float *keys = b->keys + b->layer_key_offset[il], *values = b->values + b->layer_value_offset[il];
+        memmove(keys + (uint64_t)to * base->block_tokens * nk, keys + (uint64_t)from * base->block_tokens * nk,
+                rows * nk * sizeof(float));
+        memmove(values + (uint64_t)to * base->block_tokens * nv, values + (uint64_t)from * base->block_tokens * nv,
+                rows * nv * sizeof(float));
+    }
     return NULL;
-}
-
-static uint32_t cpu_seq_length(const em_backend *base, uint32_t seq) {
-    const cpu_backend *b = (const cpu_backend *)base;
-    return seq < base->n_seq ? b->seq_len[seq] : 0;
 }
 
 static void cpu_free(em_backend *base) {
@@ -374,11 +393,10 @@ static void cpu_free(em_backend *base) {
     free(b->act);
     free(b->layer_key_offset);
     free(b->layer_value_offset);
-    free(b->seq_len);
     free(b);
 }
 
-static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_seq_truncate, cpu_seq_length, cpu_free};
+static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_copy_rows, cpu_free};
 
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
@@ -386,38 +404,53 @@ static void act_max(cpu_backend *b, const em_weight *w) {
     if (w->data) b->act_per_token = max_u64(b->act_per_token, em_cpu_act_bytes(w));
 }
 
-em_err em_backend_cpu_new(const em_model *model, const em_cpu_options *options, em_backend **out) {
+uint64_t em_backend_kv_bytes_per_token(const em_model_desc *d) {
+    uint64_t floats = 0;
+    for (uint32_t il = 0; il < d->n_layer; il++)
+        floats += (uint64_t)d->layers[il].n_head_kv * (d->layers[il].head_dim + d->layers[il].head_dim_v);
+    return floats * sizeof(float);
+}
+
+void em_batch_fixed_tables(em_batch_seq *seqs, uint32_t *blocks, uint32_t n, uint32_t per_seq) {
+    for (uint32_t i = 0; i < n * per_seq; i++) blocks[i] = i;
+    for (uint32_t s = 0; s < n; s++) seqs[s] = (em_batch_seq){blocks + (uint64_t)s * per_seq, per_seq};
+}
+
+em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config, em_backend **out) {
     *out = NULL;
     const em_model_desc *d = &model->desc;
-    em_cpu_options o = options ? *options : (em_cpu_options){0};
-    if (!o.n_seq) o.n_seq = 1;
-    if (!o.n_ctx) o.n_ctx = d->n_ctx_train < 4096 ? d->n_ctx_train : 4096;
+    em_backend_config o = config ? *config : (em_backend_config){0};
+    if (!o.block_tokens) o.block_tokens = 16;
     if (!o.n_threads) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         o.n_threads = cores > 0 ? (uint32_t)cores : 1;
     }
-    if (o.n_seq > 65536 || o.n_ctx == 0 || o.n_ctx > (1u << 24) || o.n_threads > 1024)
-        return em_errorf(EM_ERR_RANGE, "cpu backend: %u sequences of %u positions on %u threads is out of range",
-                         o.n_seq, o.n_ctx, o.n_threads);
+    uint64_t per_token = em_backend_kv_bytes_per_token(d);
+    uint64_t tokens = o.kv_bytes ? o.kv_bytes / (per_token ? per_token : 1) : (o.kv_tokens ? o.kv_tokens : 4096);
+    uint64_t n_blocks = tokens / o.block_tokens;
+    if (n_blocks == 0 || n_blocks > (1u << 28) || o.block_tokens > 4096 || o.n_threads > 1024)
+        return em_errorf(EM_ERR_RANGE, "cpu backend: %llu KV blocks of %u positions on %u threads is out of range",
+                         (unsigned long long)n_blocks, o.block_tokens, o.n_threads);
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b) return em_errorf(EM_ERR_NOMEM, "out of memory creating the cpu backend");
-    b->base = (em_backend){&cpu_ops, model, o.n_seq, o.n_ctx};
+    b->base = (em_backend){&cpu_ops, model, (uint32_t)n_blocks, o.block_tokens};
     b->d = d;
     b->w = &model->w;
     em_err err = em_cpu_pool_init(&b->pool, o.n_threads);
     if (err) goto fail;
 
+    const uint64_t rows = n_blocks * o.block_tokens;
+    uint64_t key_floats = 0, value_floats = 0;
     b->layer_key_offset = calloc(d->n_layer, sizeof(uint64_t));
     b->layer_value_offset = calloc(d->n_layer, sizeof(uint64_t));
-    b->seq_len = calloc(o.n_seq, sizeof(uint32_t));
-    if (!b->layer_key_offset || !b->layer_value_offset || !b->seq_len) goto nomem;
+    if (!b->layer_key_offset || !b->layer_value_offset) goto nomem;
     for (uint32_t il = 0; il < d->n_layer; il++) {
         const em_layer_desc *ld = &d->layers[il];
         const em_layer_weights *lw = &model->w.layers[il];
-        b->layer_key_offset[il] = b->seq_key_stride;
-        b->layer_value_offset[il] = b->seq_value_stride;
-        b->seq_key_stride += (uint64_t)o.n_ctx * ld->n_head_kv * ld->head_dim;
-        b->seq_value_stride += (uint64_t)o.n_ctx * ld->n_head_kv * ld->head_dim_v;
+        b->layer_key_offset[il] = key_floats;
+        b->layer_value_offset[il] = value_floats;
+        key_floats += rows * ld->n_head_kv * ld->head_dim;
+        value_floats += rows * ld->n_head_kv * ld->head_dim_v;
         b->max_q = (uint32_t)max_u64(b->max_q, (uint64_t)ld->n_head * ld->head_dim);
         b->max_k = (uint32_t)max_u64(b->max_k, (uint64_t)ld->n_head_kv * ld->head_dim);
         b->max_v = (uint32_t)max_u64(b->max_v, (uint64_t)ld->n_head_kv * ld->head_dim_v);
@@ -430,18 +463,15 @@ em_err em_backend_cpu_new(const em_model *model, const em_cpu_options *options, 
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) act_max(b, ws[i]);
     }
     act_max(b, &model->w.output);
-    uint64_t key_floats, value_floats;
-    if (em_mul_overflows(b->seq_key_stride, o.n_seq, &key_floats) ||
-        em_mul_overflows(b->seq_value_stride, o.n_seq, &value_floats))
-        goto nomem;
+    /* calloc: pages are only touched when rows are written, so a large budget costs nothing up front. */
     b->keys = calloc(key_floats, sizeof(float));
     b->values = calloc(value_floats, sizeof(float));
-    b->scores = malloc((uint64_t)o.n_threads * o.n_ctx * sizeof(float));
-    if (!b->keys || !b->values || !b->scores) goto nomem;
+    if (!b->keys || !b->values) goto nomem;
     *out = &b->base;
     return NULL;
 nomem:
-    err = em_errorf(EM_ERR_NOMEM, "out of memory for a KV cache of %u sequences x %u positions", o.n_seq, o.n_ctx);
+    err = em_errorf(EM_ERR_NOMEM, "out of memory for a KV cache of %llu blocks of %u positions",
+                    (unsigned long long)n_blocks, o.block_tokens);
 fail:
     cpu_free(&b->base);
     return err;

@@ -24,3 +24,10 @@ extern "C" em_err em_cuda_describe(int index, char *buffer, size_t size) {
              prop.minor, prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), prop.multiProcessorCount);
     return NULL;
 }
+
+extern "C" em_err em_backend_cuda_new(const em_model *model, const em_backend_config *config, em_backend **out) {
+    (void)model;
+    (void)config;
+    *out = NULL;
+    return em_errorf(EM_ERR_UNSUPPORTED, "the CUDA forward pass is not built yet: use --device cpu");
+}

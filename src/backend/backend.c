@@ -1,0 +1,23 @@
+/* Choosing a backend (backend.h): the CUDA backend when asked for or when a GPU is there, else the CPU. */
+#include <string.h>
+
+#include "backend.h"
+#ifdef EM_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
+
+em_err em_backend_create(const em_model *model, const em_backend_config *config, em_backend **out) {
+    *out = NULL;
+    const char *device = config ? config->device : NULL;
+    if (device && strcmp(device, "cpu") && strcmp(device, "cuda"))
+        return em_errorf(EM_ERR_INVALID, "unknown device '%s' (cpu or cuda)", device);
+    if (device && !strcmp(device, "cpu")) return em_backend_cpu_new(model, config, out);
+#ifdef EM_HAVE_CUDA
+    if (em_cuda_device_count() > 0) return em_backend_cuda_new(model, config, out);
+    if (device) return em_errorf(EM_ERR_UNSUPPORTED, "--device cuda: no usable CUDA device (driver or GPU missing)");
+#else
+    if (device) return em_errorf(EM_ERR_UNSUPPORTED, "--device cuda: this build has no CUDA backend (nvcc was not found)");
+#endif
+    if (device == NULL) em_log(EM_LOG_DEBUG, "no GPU: using the CPU backend");
+    return em_backend_cpu_new(model, config, out);
+}

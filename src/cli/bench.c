@@ -1,0 +1,231 @@
+/*
+ * `ember bench`: engine measurements through the public API, on whatever device the engine picks.
+ *
+ *   ember bench -m M.gguf [--concurrency 1,2,4] [-n 64] [--prompt-tokens 300] [--rounds 3]
+ *       with N concurrent requests (distinct prompts, greedy, ignore EOS): client_tok_s = all
+ *       generated tokens / the slowest request's wall time (prefill included, as a client sees it),
+ *       sum_decode_tok_s = the sum of each request's engine-reported decode rate; median over rounds.
+ *   ember bench -m M.gguf --prefix-reuse [--doc-tokens 8022]
+ *       the A → A' → B → A'' sequence: engine-reported prefill time and cached tokens of each
+ *       request, against a cold prefill of A'' on a fresh engine.
+ *
+ * Prompts are random token ids (no tokenizer work is measured). Output: one line per measurement,
+ * "key=value" pairs, easy to paste into bench/RESULTS.md.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "ember.h"
+
+typedef struct bench_args {
+    const char *model, *device;
+    int concurrency[16], n_concurrency;
+    int n_generate, prompt_tokens, rounds, doc_tokens, threads, ctx;
+    bool prefix_reuse;
+} bench_args;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void random_prompt(int32_t *tokens, int n, uint64_t seed, int n_vocab_guess) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        tokens[i] = 3 + (int32_t)((seed >> 33) % (uint64_t)(n_vocab_guess - 3));
+    }
+}
+
+static em_err submit(ember_engine *e, const int32_t *prompt, int n, int max_tokens, ember_request **out) {
+    ember_request_params p;
+    ember_request_default(&p);
+    p.prompt_ids = prompt;
+    p.n_prompt_ids = (size_t)n;
+    p.max_tokens = max_tokens;
+    p.sampling.temperature = 0;
+    p.ignore_eos = true;
+    return ember_submit(e, &p, out);
+}
+
+/* Reads a request to its end; returns its tokens through `tokens` (room for max) and their count. */
+static em_err drain(ember_request *r, int32_t *tokens, int max, int *n) {
+    ember_output out;
+    *n = 0;
+    do {
+        ember_request_next(r, &out, -1);
+        for (size_t i = 0; i < out.n_tokens; i++)
+            if (*n < max) tokens[(*n)++] = out.tokens[i].token;
+    } while (out.finish == EMBER_FINISH_NONE);
+    if (out.finish == EMBER_FINISH_ERROR) return em_errorf(EM_ERR_INTERNAL, "request failed: %s", out.error);
+    return NULL;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, compare_doubles);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static em_err create(const bench_args *a, int ctx, ember_engine **e) {
+    ember_options o;
+    ember_options_default(&o);
+    o.model_path = a->model;
+    o.device = a->device;
+    o.threads = a->threads;
+    o.ctx_tokens = ctx;
+    return ember_engine_create(&o, e);
+}
+
+static em_err bench_concurrency(const bench_args *a) {
+    ember_engine *e;
+    em_err err = create(a, a->prompt_tokens + a->n_generate + 16, &e);
+    if (err) return err;
+    int32_t *prompts = malloc(sizeof(int32_t) * 16 * (size_t)a->prompt_tokens);
+    int32_t *scratch = malloc(sizeof(int32_t) * (size_t)a->n_generate);
+    if (!prompts || !scratch) err = em_errorf(EM_ERR_NOMEM, "bench: out of memory");
+    /* Warm-up: one short request (first-touch of KV memory, thread start-up). */
+    ember_request *r;
+    int n;
+    if (!err) {
+        random_prompt(prompts, a->prompt_tokens, 1, 32000);
+        if (!(err = submit(e, prompts, a->prompt_tokens, 4, &r))) err = drain(r, scratch, a->n_generate, &n), ember_request_release(r);
+    }
+    for (int c = 0; c < a->n_concurrency && !err; c++) {
+        int clients = a->concurrency[c];
+        double rates[64], slowest[64], client_rates[64];
+        for (int round = 0; round < a->rounds && !err; round++) {
+            ember_request *reqs[16] = {0};
+            for (int i = 0; i < clients; i++)
+                random_prompt(prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, 1000 * (uint64_t)round + (uint64_t)i + 7, 32000);
+            double start = now_ms();
+            for (int i = 0; i < clients && !err; i++)
+                err = submit(e, prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, a->n_generate, &reqs[i]);
+            double decode_rate = 0, worst = 0;
+            for (int i = 0; i < clients; i++) {
+                if (!reqs[i]) continue;
+                if (!err) err = drain(reqs[i], scratch, a->n_generate, &n);
+                ember_timings t;
+                ember_request_timings(reqs[i], &t);
+                decode_rate += t.decode_tokens_per_second;
+                double wall = now_ms() - start;
+                if (wall > worst) worst = wall;
+                ember_request_release(reqs[i]);
+            }
+            rates[round] = decode_rate;
+            slowest[round] = worst;
+            client_rates[round] = worst > 0 ? clients * (double)a->n_generate / (worst / 1e3) : 0;
+        }
+        if (!err)
+            printf("concurrency=%d prompt_tokens=%d generated=%d client_tok_s=%.1f sum_decode_tok_s=%.1f "
+                   "slowest_request_ms=%.0f rounds=%d\n",
+                   clients, a->prompt_tokens, a->n_generate, median(client_rates, a->rounds), median(rates, a->rounds),
+                   median(slowest, a->rounds), a->rounds);
+        fflush(stdout);
+    }
+    free(prompts);
+    free(scratch);
+    ember_engine_destroy(e);
+    return err;
+}
+
+/* One request of the reuse sequence: prints the engine's figures and returns the output. */
+static em_err reuse_step(ember_engine *e, const char *name, const int32_t *prompt, int n, int32_t *answer, int n_answer) {
+    ember_request *r;
+    em_err err = submit(e, prompt, n, n_answer, &r);
+    if (err) return err;
+    int got;
+    err = drain(r, answer, n_answer, &got);
+    ember_timings t;
+    ember_request_timings(r, &t);
+    ember_request_release(r);
+    if (!err)
+        printf("request=%s prompt_tokens=%u cached_tokens=%u prefill_ms=%.1f\n", name, t.prompt_tokens, t.cached_tokens,
+               t.prefill_ms);
+    fflush(stdout);
+    return err;
+}
+
+static em_err bench_prefix_reuse(const bench_args *a) {
+    const int doc = a->doc_tokens, answer = 16, more = 40;
+    const int total = doc + 2 * (answer + more);
+    int32_t *conv = malloc(sizeof(int32_t) * (size_t)total), *other = malloc(sizeof(int32_t) * (size_t)doc);
+    if (!conv || !other) return em_errorf(EM_ERR_NOMEM, "bench: out of memory");
+    random_prompt(conv, total, 11, 32000);
+    random_prompt(other, doc, 12, 32000);
+    ember_engine *e;
+    em_err err = create(a, total + 64, &e);
+    if (!err) err = reuse_step(e, "A", conv, doc, conv + doc, answer);
+    if (!err) err = reuse_step(e, "A'", conv, doc + answer + more, conv + doc + answer + more, answer);
+    int32_t scratch[16];
+    if (!err) err = reuse_step(e, "B", other, doc, scratch, answer);
+    if (!err) err = reuse_step(e, "A''", conv, total, scratch, answer);
+    if (e) ember_engine_destroy(e);
+    e = NULL;
+    if (!err) err = create(a, total + 64, &e);
+    if (!err) err = reuse_step(e, "A''-cold", conv, total, scratch, answer);
+    if (e) ember_engine_destroy(e);
+    free(conv);
+    free(other);
+    return err;
+}
+
+static em_err parse_list(const char *text, bench_args *a) {
+    a->n_concurrency = 0;
+    for (const char *p = text; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 16 || a->n_concurrency == 16)
+            return em_errorf(EM_ERR_INVALID, "--concurrency expects numbers 1..16 separated by commas, got '%s'", text);
+        a->concurrency[a->n_concurrency++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return em_errorf(EM_ERR_INVALID, "--concurrency: unexpected '%s'", end);
+    }
+    return NULL;
+}
+
+static em_err parse_int(const char *flag, const char *v, int lo, int hi, int *out) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi) return em_errorf(EM_ERR_INVALID, "%s expects %d..%d, got '%s'", flag, lo, hi, v);
+    *out = (int)x;
+    return NULL;
+}
+
+int em_cli_bench(int argc, char **argv) {
+    bench_args a = {.n_generate = 64, .prompt_tokens = 300, .rounds = 3, .doc_tokens = 8022};
+    a.concurrency[0] = 1, a.concurrency[1] = 2, a.concurrency[2] = 4, a.n_concurrency = 3;
+    em_err err = NULL;
+    for (int i = 1; i < argc && !err; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "--prefix-reuse")) {
+            a.prefix_reuse = true;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            err = em_errorf(EM_ERR_INVALID, "%s needs a value (or is unknown)", f);
+            break;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(f, "-m")) a.model = v;
+        else if (!strcmp(f, "--device")) a.device = v;
+        else if (!strcmp(f, "--concurrency")) err = parse_list(v, &a);
+        else if (!strcmp(f, "-n")) err = parse_int(f, v, 1, 1 << 20, &a.n_generate);
+        else if (!strcmp(f, "--prompt-tokens")) err = parse_int(f, v, 1, 1 << 20, &a.prompt_tokens);
+        else if (!strcmp(f, "--rounds")) err = parse_int(f, v, 1, 64, &a.rounds);
+        else if (!strcmp(f, "--doc-tokens")) err = parse_int(f, v, 16, 1 << 20, &a.doc_tokens);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) err = parse_int(f, v, 1, 1024, &a.threads);
+        else err = em_errorf(EM_ERR_INVALID, "unknown option '%s'", f);
+    }
+    if (!err && !a.model) err = em_errorf(EM_ERR_INVALID, "usage: ember bench -m MODEL.gguf [--concurrency 1,2,4] [-n N] "
+                                                        "[--prompt-tokens N] [--rounds N] | --prefix-reuse [--doc-tokens N]");
+    if (!err) err = a.prefix_reuse ? bench_prefix_reuse(&a) : bench_concurrency(&a);
+    return err ? em_cli_fail("bench", err) : 0;
+}

@@ -1,0 +1,425 @@
+/*
+ * The engine (engine.h, ember.h): one thread that owns the model, the backend, the KV pool and the
+ * prefix cache, and turns submitted requests into tokens by continuous batching.
+ *
+ * Life of a request: ember_submit tokenizes the prompt on the caller's thread, checks the
+ * parameters and puts the request on the submission queue. Each engine step (sched.c) admits
+ * queued requests (prefix-cache match, then blocks for the rest), builds one batch of every
+ * running decode plus prefill chunks within the token budget, runs the backend, samples, and
+ * appends each new token and the text it completes to the request's output, waking its reader.
+ * A finished request's tokens go into the prefix cache and its blocks are released.
+ *
+ * Locks: `engine->lock` guards the submission queue, the shutdown flag and the statistics;
+ * each request's `lock` guards its output and its cancel flag. The engine thread never holds
+ * both at once, and never holds either while running the backend.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+
+double em_engine_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* ---- Requests: creation and output hand-off ---- */
+
+static void request_unref(ember_request *r) {
+    pthread_mutex_lock(&r->lock);
+    bool last = --r->refs == 0;
+    pthread_mutex_unlock(&r->lock);
+    if (!last) return;
+    em_sampler_free(&r->sampler);
+    em_stop_free(&r->stops);
+    if (r->detok) em_detok_free(r->detok);
+    for (size_t i = 0; i < 2; i++) {
+        free(r->out[i].tokens);
+        free(r->out[i].tops);
+        free(r->out[i].text);
+    }
+    for (size_t i = 0; i < r->n_stop_strings; i++) free(r->stop_strings[i]);
+    free(r->stop_strings);
+    free(r->stop_tokens);
+    free(r->tokens);
+    free(r->blocks);
+    free(r->error);
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->changed);
+    free(r);
+}
+
+/* Grows an output buffer set to hold one more token and `text_len` more bytes. */
+static bool output_reserve(em_output_buffer *o, size_t text_len, int n_top) {
+    if (o->n_tokens == o->cap_tokens) {
+        size_t cap = o->cap_tokens ? 2 * o->cap_tokens : 16;
+        ember_token_out *t = realloc(o->tokens, cap * sizeof *t);
+        if (!t) return false;
+        o->tokens = t;
+        ember_top_logprob *tops = realloc(o->tops, cap * EM_MAX_LOGPROBS * sizeof *tops);
+        if (!tops) return false;
+        o->tops = tops;
+        o->cap_tokens = cap;
+    }
+    (void)n_top;
+    if (o->text_len + text_len + 1 > o->cap_text) {
+        size_t cap = o->cap_text ? o->cap_text : 256;
+        while (cap < o->text_len + text_len + 1) cap *= 2;
+        char *t = realloc(o->text, cap);
+        if (!t) return false;
+        o->text = t;
+        o->cap_text = cap;
+    }
+    return true;
+}
+
+/* Engine thread: publishes one token (or only text when token < 0) to the reader. */
+void em_engine_emit(ember_request *r, int32_t token, float logprob, const ember_top_logprob *top, int n_top,
+                    const char *text, size_t text_len) {
+    pthread_mutex_lock(&r->lock);
+    em_output_buffer *o = &r->out[r->pending];
+    if (!output_reserve(o, text_len, n_top)) {
+        r->output_lost = true; /* reported as an error at the end rather than silently */
+    } else {
+        if (token >= 0) {
+            ember_token_out *t = &o->tokens[o->n_tokens];
+            t->token = token;
+            t->logprob = logprob;
+            t->n_top = n_top;
+            memcpy(o->tops + o->n_tokens * EM_MAX_LOGPROBS, top, (size_t)n_top * sizeof *top);
+            t->top = NULL; /* set when handed out: the array may still move */
+            o->n_tokens++;
+        }
+        memcpy(o->text + o->text_len, text, text_len);
+        o->text_len += text_len;
+        o->text[o->text_len] = '\0';
+    }
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void em_engine_finish(ember_request *r, ember_finish_reason reason, int stop_index, const char *error) {
+    pthread_mutex_lock(&r->lock);
+    if (r->finish == EMBER_FINISH_NONE) {
+        r->finish = r->output_lost ? EMBER_FINISH_ERROR : reason;
+        r->stop_index = stop_index;
+        if (r->output_lost) error = "out of memory while buffering output";
+        if (error && !r->error) r->error = strdup(error);
+        r->t_finished = em_engine_now_ms();
+    }
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->lock);
+}
+
+bool ember_request_next(ember_request *r, ember_output *out, int timeout_ms) {
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&r->lock);
+    struct timespec deadline;
+    if (timeout_ms > 0) {
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    }
+    for (;;) {
+        em_output_buffer *o = &r->out[r->pending];
+        if (o->n_tokens || o->text_len || r->finish != EMBER_FINISH_NONE) break;
+        if (timeout_ms == 0) {
+            pthread_mutex_unlock(&r->lock);
+            return false;
+        }
+        if (timeout_ms < 0) pthread_cond_wait(&r->changed, &r->lock);
+        else if (pthread_cond_timedwait(&r->changed, &r->lock, &deadline) != 0) {
+            bool ready = r->out[r->pending].n_tokens || r->out[r->pending].text_len || r->finish != EMBER_FINISH_NONE;
+            if (!ready) {
+                pthread_mutex_unlock(&r->lock);
+                return false;
+            }
+        }
+    }
+    /* Swap: the filled buffer goes to the reader, the one it read last time is emptied for the engine. */
+    em_output_buffer *filled = &r->out[r->pending];
+    r->pending ^= 1;
+    r->out[r->pending].n_tokens = 0;
+    r->out[r->pending].text_len = 0;
+    for (size_t i = 0; i < filled->n_tokens; i++) filled->tokens[i].top = filled->tops + i * EM_MAX_LOGPROBS;
+    out->tokens = filled->tokens;
+    out->n_tokens = filled->n_tokens;
+    out->text = filled->text_len ? filled->text : "";
+    out->text_len = filled->text_len;
+    /* The finish is reported with the last output, once everything before it was read. */
+    out->finish = r->finish;
+    out->stop_string = r->finish == EMBER_FINISH_STOP && r->stop_index >= 0 && (size_t)r->stop_index < r->n_stop_strings
+                           ? r->stop_strings[r->stop_index]
+                           : NULL;
+    out->error = r->error;
+    pthread_mutex_unlock(&r->lock);
+    return true;
+}
+
+void ember_request_cancel(ember_request *r) {
+    pthread_mutex_lock(&r->lock);
+    r->cancel = true;
+    pthread_mutex_unlock(&r->lock);
+    em_engine_wake(r->engine);
+}
+
+void ember_request_timings(ember_request *r, ember_timings *t) {
+    memset(t, 0, sizeof *t);
+    pthread_mutex_lock(&r->lock);
+    double end = r->t_last_token ? r->t_last_token : 0;
+    if (r->t_admitted) t->queued_ms = r->t_admitted - r->t_submitted;
+    if (r->t_first_token) {
+        t->prefill_ms = r->t_first_token - r->t_admitted;
+        t->first_token_ms = r->t_first_token - r->t_submitted;
+        t->decode_ms = end - r->t_first_token;
+        if (t->decode_ms > 0 && r->n_generated > 1) t->decode_tokens_per_second = (r->n_generated - 1) / (t->decode_ms / 1e3);
+    }
+    t->prompt_tokens = r->n_prompt;
+    t->cached_tokens = r->n_cached;
+    t->generated_tokens = r->n_generated;
+    pthread_mutex_unlock(&r->lock);
+}
+
+void ember_request_release(ember_request *r) {
+    if (!r) return;
+    ember_request_cancel(r);
+    request_unref(r);
+}
+
+void em_engine_request_unref(ember_request *r) { request_unref(r); }
+
+/* ---- Submission ---- */
+
+static em_err copy_params(ember_request *r, const ember_request_params *p) {
+    r->params = *p;
+    r->params.stop = NULL;
+    r->params.stop_tokens = NULL;
+    if (p->n_stop) {
+        r->stop_strings = calloc(p->n_stop, sizeof *r->stop_strings);
+        if (!r->stop_strings) return em_errorf(EM_ERR_NOMEM, "request: no memory for stop strings");
+        r->n_stop_strings = p->n_stop;
+        for (size_t i = 0; i < p->n_stop; i++) {
+            if (!p->stop[i]) return em_errorf(EM_ERR_INVALID, "request: stop string %zu is NULL", i);
+            if (!(r->stop_strings[i] = strdup(p->stop[i]))) return em_errorf(EM_ERR_NOMEM, "request: no memory");
+        }
+    }
+    if (p->n_stop_tokens) {
+        r->stop_tokens = malloc(p->n_stop_tokens * sizeof *r->stop_tokens);
+        if (!r->stop_tokens) return em_errorf(EM_ERR_NOMEM, "request: no memory for stop tokens");
+        memcpy(r->stop_tokens, p->stop_tokens, p->n_stop_tokens * sizeof *r->stop_tokens);
+        r->n_stop_tokens = p->n_stop_tokens;
+    }
+    return NULL;
+}
+
+static em_err tokenize_prompt(ember_engine *e, ember_request *r, const ember_request_params *p) {
+    if (p->prompt_ids && p->n_prompt_ids) {
+        r->tokens = malloc(p->n_prompt_ids * sizeof *r->tokens);
+        if (!r->tokens) return em_errorf(EM_ERR_NOMEM, "request: no memory for %zu prompt tokens", p->n_prompt_ids);
+        memcpy(r->tokens, p->prompt_ids, p->n_prompt_ids * sizeof *r->tokens);
+        r->n_prompt = (uint32_t)p->n_prompt_ids;
+        for (uint32_t i = 0; i < r->n_prompt; i++)
+            if (r->tokens[i] < 0 || r->tokens[i] >= (int32_t)e->n_vocab)
+                return em_errorf(EM_ERR_INVALID, "request: prompt token %u is %d, outside the vocabulary of %u", i,
+                                 r->tokens[i], e->n_vocab);
+        return NULL;
+    }
+    if (!p->prompt_text) return em_errorf(EM_ERR_INVALID, "request: the prompt is empty");
+    size_t len = p->prompt_text_len ? p->prompt_text_len : strlen(p->prompt_text);
+    size_t n = 0;
+    em_err err = em_tokenize(e->tokenizer, p->prompt_text, len, p->add_special, p->parse_special, &r->tokens, &n);
+    if (err) return em_err_prefix(err, "request: prompt");
+    r->n_prompt = (uint32_t)n;
+    return NULL;
+}
+
+ember_error *ember_submit(ember_engine *e, const ember_request_params *p, ember_request **out) {
+    *out = NULL;
+    ember_request *r = calloc(1, sizeof *r);
+    if (!r) return em_errorf(EM_ERR_NOMEM, "request: out of memory");
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->changed, NULL);
+    r->refs = 1;
+    r->engine = e;
+    r->stop_index = -1;
+    r->t_submitted = em_engine_now_ms();
+    em_err err = copy_params(r, p);
+    if (!err) err = tokenize_prompt(e, r, p);
+    if (!err && r->n_prompt == 0) err = em_errorf(EM_ERR_INVALID, "request: the prompt is empty");
+    r->n_tokens = r->n_prompt;
+    if (!err && p->max_tokens <= 0) err = em_errorf(EM_ERR_INVALID, "request: max_tokens must be positive, not %d", p->max_tokens);
+    if (!err && r->n_prompt >= e->ctx_tokens)
+        err = em_errorf(EM_ERR_RANGE, "request: the prompt has %u tokens; the context holds %u", r->n_prompt,
+                        e->ctx_tokens);
+    if (!err) err = em_sampler_init(&r->sampler, &p->sampling, e->n_vocab);
+    if (!err) err = em_stop_init(&r->stops, (const char *const *)r->stop_strings, r->n_stop_strings);
+    if (!err) err = em_detok_new(e->tokenizer, r->n_prompt ? 0 : EM_DETOK_SEQUENCE_START, &r->detok);
+    if (!err) {
+        uint32_t max_total = r->n_prompt + (uint32_t)p->max_tokens;
+        if (max_total > e->ctx_tokens || max_total < r->n_prompt) max_total = e->ctx_tokens;
+        r->cap_tokens = max_total + 1;
+        int32_t *grown = realloc(r->tokens, r->cap_tokens * sizeof *grown);
+        r->blocks = malloc((max_total / e->block_tokens + 2) * sizeof *r->blocks);
+        if (grown) r->tokens = grown;
+        if (!grown || !r->blocks) err = em_errorf(EM_ERR_NOMEM, "request: out of memory for %u tokens", max_total);
+    }
+    if (err) {
+        pthread_mutex_lock(&e->lock);
+        e->stats.requests_rejected++;
+        pthread_mutex_unlock(&e->lock);
+        request_unref(r);
+        return err;
+    }
+    r->refs = 2; /* the caller's handle and the engine's */
+    pthread_mutex_lock(&e->lock);
+    if (e->shutdown) {
+        pthread_mutex_unlock(&e->lock);
+        r->refs = 1;
+        request_unref(r);
+        return em_errorf(EM_ERR_INVALID, "request: the engine is shutting down");
+    }
+    r->next = NULL;
+    if (e->submitted_tail) e->submitted_tail->next = r;
+    else e->submitted_head = r;
+    e->submitted_tail = r;
+    e->stats.requests_submitted++;
+    e->stats.queued++;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    *out = r;
+    return NULL;
+}
+
+void em_engine_wake(ember_engine *e) {
+    pthread_mutex_lock(&e->lock);
+    e->poked = true;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+}
+
+void ember_engine_stats(ember_engine *e, ember_stats *out) {
+    pthread_mutex_lock(&e->lock);
+    *out = e->stats;
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* ---- Engine lifecycle ---- */
+
+static em_err allocate_scratch(ember_engine *e) {
+    e->running = calloc(e->max_sequences, sizeof *e->running);
+    e->batch_tokens_buf = malloc(e->batch_tokens * sizeof *e->batch_tokens_buf);
+    e->batch_seq = malloc(e->batch_tokens * sizeof *e->batch_seq);
+    e->batch_pos = malloc(e->batch_tokens * sizeof *e->batch_pos);
+    e->batch_logits = malloc(e->batch_tokens * sizeof *e->batch_logits);
+    e->batch_seqs = calloc(e->max_sequences, sizeof *e->batch_seqs);
+    e->row_owner = calloc(e->max_sequences, sizeof *e->row_owner);
+    /* One logits row per running request at most. */
+    e->logits = malloc((size_t)e->max_sequences * e->n_vocab * sizeof *e->logits);
+    if (!e->running || !e->batch_tokens_buf || !e->batch_seq || !e->batch_pos || !e->batch_logits || !e->batch_seqs ||
+        !e->row_owner || !e->logits)
+        return em_errorf(EM_ERR_NOMEM, "engine: no memory for batch buffers (%u tokens, %u sequences)",
+                         e->batch_tokens, e->max_sequences);
+    return NULL;
+}
+
+static void free_engine(ember_engine *e) {
+    em_prefix_free(&e->cache);
+    em_kv_pool_free(&e->pool);
+    em_backend_free(e->backend);
+    if (e->tokenizer) em_tokenizer_free(e->tokenizer);
+    if (e->model) em_model_free(e->model);
+    free(e->running);
+    free(e->batch_tokens_buf);
+    free(e->batch_seq);
+    free(e->batch_pos);
+    free(e->batch_logits);
+    free(e->batch_seqs);
+    free(e->row_owner);
+    free(e->logits);
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->wake);
+    free(e);
+}
+
+static em_err choose_sizes(ember_engine *e, const ember_options *o) {
+    const em_model_desc *d = &e->model->desc;
+    e->n_vocab = d->n_vocab;
+    if (o->ctx_tokens < 0 || o->batch_tokens < 0 || o->block_tokens < 0 || o->max_sequences < 0 || o->threads < 0)
+        return em_errorf(EM_ERR_INVALID, "engine: negative size in options");
+    uint32_t trained = d->n_ctx_train ? d->n_ctx_train : 4096;
+    e->ctx_tokens = o->ctx_tokens ? (uint32_t)o->ctx_tokens : (trained < 8192 ? trained : 8192);
+    e->block_tokens = o->block_tokens ? (uint32_t)o->block_tokens : 16;
+    e->batch_tokens = o->batch_tokens ? (uint32_t)o->batch_tokens : 2048;
+    e->max_sequences = o->max_sequences ? (uint32_t)o->max_sequences : 256;
+    if (e->max_sequences > e->batch_tokens) e->max_sequences = e->batch_tokens;
+    if (e->ctx_tokens < 2) return em_errorf(EM_ERR_INVALID, "engine: a context of %u tokens is too small", e->ctx_tokens);
+    if (e->block_tokens > 1024) return em_errorf(EM_ERR_INVALID, "engine: blocks of %u tokens", e->block_tokens);
+    return NULL;
+}
+
+/* The backend sizes its KV pool from the budget: --kv-mem bytes, or else room for four sequences of
+ * the full context. A sequence can never be longer than the whole pool. */
+static em_err create_backend(ember_engine *e, const ember_options *o) {
+    em_backend_config config = {
+        .device = o->device,
+        .n_threads = (uint32_t)o->threads,
+        .block_tokens = e->block_tokens,
+        .kv_bytes = o->kv_mem_bytes,
+        .kv_tokens = 4 * (uint64_t)e->ctx_tokens,
+    };
+    if (config.kv_tokens < 2 * (uint64_t)e->block_tokens) config.kv_tokens = 2 * (uint64_t)e->block_tokens;
+    em_err err = em_backend_create(e->model, &config, &e->backend);
+    if (err) return err;
+    if (e->backend->n_blocks < 2)
+        return em_errorf(EM_ERR_INVALID, "engine: the KV budget holds %u blocks; at least 2 are needed",
+                         e->backend->n_blocks);
+    uint64_t pool_tokens = (uint64_t)e->backend->n_blocks * e->block_tokens;
+    if (e->ctx_tokens > pool_tokens) e->ctx_tokens = (uint32_t)pool_tokens;
+    return em_kv_pool_init(&e->pool, e->backend->n_blocks, e->block_tokens);
+}
+
+ember_error *ember_engine_create(const ember_options *o, ember_engine **out) {
+    *out = NULL;
+    if (!o || !o->model_path) return em_errorf(EM_ERR_INVALID, "engine: no model path");
+    ember_engine *e = calloc(1, sizeof *e);
+    if (!e) return em_errorf(EM_ERR_NOMEM, "engine: out of memory");
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    e->options = *o;
+    e->options.model_path = NULL; /* not kept: the caller's string */
+    em_err err = em_model_load(o->model_path, &e->model);
+    if (!err) err = em_tokenizer_from_gguf(e->model->gguf, &e->tokenizer);
+    if (!err && (uint32_t)em_tokenizer_n_vocab(e->tokenizer) > e->model->desc.n_vocab)
+        err = em_errorf(EM_ERR_FORMAT, "%s: the tokenizer has %d tokens but the model only %u logits", o->model_path,
+                        em_tokenizer_n_vocab(e->tokenizer), e->model->desc.n_vocab);
+    if (!err) err = choose_sizes(e, o);
+    if (!err) err = create_backend(e, o);
+    if (!err) em_prefix_init(&e->cache, &e->pool);
+    if (!err) err = allocate_scratch(e);
+    if (!err && pthread_create(&e->thread, NULL, em_engine_thread, e) != 0)
+        err = em_errorf(EM_ERR_INTERNAL, "engine: cannot start the engine thread");
+    if (err) {
+        free_engine(e);
+        return err;
+    }
+    e->thread_started = true;
+    *out = e;
+    return NULL;
+}
+
+void ember_engine_destroy(ember_engine *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->lock);
+        e->shutdown = true;
+        pthread_cond_signal(&e->wake);
+        pthread_mutex_unlock(&e->lock);
+        pthread_join(e->thread, NULL);
+    }
+    free_engine(e);
+}

@@ -1,0 +1,444 @@
+/*
+ * The scheduler (engine.h): the engine thread's loop. Each step admits waiting requests, builds
+ * one batch (every running decode first, then prefill chunks up to the token budget), runs the
+ * backend, samples one token for every request whose pending tokens were all computed, and
+ * retires finished or cancelled requests.
+ *
+ * Memory policy, in order (DESIGN.md decision 4): a request is admitted only when the blocks for
+ * its whole prompt are free, after evicting unused prefix-cache blocks if needed; otherwise it
+ * waits (and so does everyone behind it, first come first served). When a running decode needs a
+ * new block and none can be evicted, the youngest running request is preempted: its computed
+ * tokens go into the prefix cache (so nothing is recomputed if memory allows), its blocks are
+ * released, and it goes back to the head of the waiting list, keeping its sampler state.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+static uint32_t blocks_for(const ember_engine *e, uint32_t tokens) {
+    return (tokens + e->block_tokens - 1) / e->block_tokens;
+}
+
+static void stats_update(ember_engine *e, void (*update)(ember_stats *, const void *), const void *arg) {
+    pthread_mutex_lock(&e->lock);
+    update(&e->stats, arg);
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* Copies the engine-thread counters (pool, cache, running) into the shared statistics. */
+static void publish_gauges(ember_engine *e) {
+    uint32_t waiting = 0;
+    for (ember_request *r = e->waiting_head; r; r = r->next) waiting++;
+    pthread_mutex_lock(&e->lock);
+    ember_stats *s = &e->stats;
+    s->running = e->n_running;
+    s->queued = waiting;
+    for (ember_request *r = e->submitted_head; r; r = r->next) s->queued++;
+    s->kv_blocks_total = e->pool.n_blocks;
+    s->kv_blocks_used = e->pool.n_blocks - em_kv_free_count(&e->pool);
+    s->kv_blocks_cached = em_prefix_cached_blocks(&e->cache);
+    s->prefix_lookups = e->cache.lookups;
+    s->prefix_hits = e->cache.hits;
+    s->prefix_tokens_reused = e->cache.tokens_reused;
+    s->prefix_tokens_evicted = e->cache.tokens_evicted;
+    pthread_mutex_unlock(&e->lock);
+}
+
+static void release_blocks(ember_engine *e, ember_request *r) {
+    for (uint32_t i = 0; i < r->n_blocks; i++) em_kv_release(&e->pool, r->blocks[i]);
+    r->n_blocks = 0;
+}
+
+/* Remembers the request's computed tokens in the prefix cache, then drops its own references. */
+static void retire_blocks(ember_engine *e, ember_request *r) {
+    if (r->n_computed) {
+        em_err err = em_prefix_insert(&e->cache, r->tokens, r->n_computed, r->blocks);
+        if (err) {
+            em_log(EM_LOG_WARN, "prefix cache: %s", em_err_message(err));
+            em_err_free(err);
+        }
+    }
+    release_blocks(e, r);
+    r->n_computed = 0;
+}
+
+static void remove_running(ember_engine *e, ember_request *r) {
+    for (uint32_t i = 0; i < e->n_running; i++)
+        if (e->running[i] == r) {
+            memmove(&e->running[i], &e->running[i + 1], (e->n_running - i - 1) * sizeof *e->running);
+            e->n_running--;
+            return;
+        }
+}
+
+typedef struct finish_counts {
+    ember_finish_reason reason;
+    uint32_t generated;
+} finish_counts;
+
+static void count_finish(ember_stats *s, const void *arg) {
+    const finish_counts *f = arg;
+    if (f->reason == EMBER_FINISH_CANCELLED) s->requests_cancelled++;
+    else s->requests_finished++;
+}
+
+/* Ends a request: flushes held-back text, caches its KV, wakes its reader, drops the engine's ref. */
+static void finish_request(ember_engine *e, ember_request *r, ember_finish_reason reason, int stop_index,
+                           const char *error) {
+    if (reason != EMBER_FINISH_ERROR && stop_index < 0) {
+        const char *text;
+        size_t len = em_detok_flush(r->detok, &text), released_len;
+        const char *released;
+        em_err err = NULL;
+        if (len) {
+            int hit = em_stop_feed(&r->stops, text, len, &released, &released_len, &err);
+            em_err_free(err);
+            if (released_len) em_engine_emit(r, -1, 0, NULL, 0, released, released_len);
+            if (hit >= 0) stop_index = hit, reason = EMBER_FINISH_STOP;
+        }
+        if (stop_index < 0) {
+            em_stop_flush(&r->stops, &released, &released_len);
+            if (released_len) em_engine_emit(r, -1, 0, NULL, 0, released, released_len);
+        }
+    }
+    if (r->phase == EM_PHASE_RUNNING) remove_running(e, r);
+    retire_blocks(e, r);
+    r->phase = EM_PHASE_DONE;
+    /* Statistics first: a reader woken by the finish may look at them at once. */
+    finish_counts f = {reason, r->n_generated};
+    stats_update(e, count_finish, &f);
+    publish_gauges(e);
+    em_engine_finish(r, reason, stop_index, error);
+    em_engine_request_unref(r);
+}
+
+/* ---- Admission ---- */
+
+static bool take_blocks(ember_engine *e, uint32_t want) {
+    uint32_t free_now = em_kv_free_count(&e->pool);
+    if (free_now < want) em_prefix_evict(&e->cache, want - free_now);
+    return em_kv_free_count(&e->pool) >= want;
+}
+
+typedef enum admit_result { ADMITTED, MUST_WAIT, CANNOT_FIT } admit_result;
+
+static void count_prompt(ember_stats *s, const void *arg) {
+    const ember_request *r = arg;
+    s->prompt_tokens += r->n_prompt;
+    s->cached_tokens += r->n_cached;
+}
+
+static admit_result admit(ember_engine *e, ember_request *r) {
+    uint32_t n = r->n_tokens;
+    uint32_t total_blocks = blocks_for(e, n);
+    if (total_blocks > e->pool.n_blocks) return CANNOT_FIT;
+    em_prefix_cache before = e->cache;
+    em_prefix_hit hit;
+    em_prefix_match(&e->cache, r->tokens, n, n - 1, r->blocks, &hit);
+    uint32_t need = total_blocks - hit.n_blocks;
+    /* Keep one block of headroom per running request, so admissions don't force preemptions. */
+    uint32_t headroom = e->n_running < e->pool.n_blocks / 4 ? e->n_running : e->pool.n_blocks / 4;
+    if (!take_blocks(e, need + headroom) && !(e->n_running == 0 && take_blocks(e, need))) {
+        for (uint32_t i = 0; i < hit.n_blocks; i++) em_kv_release(&e->pool, r->blocks[i]);
+        if (hit.copy_block != EM_PREFIX_NO_BLOCK) em_kv_release(&e->pool, hit.copy_block);
+        e->cache.lookups = before.lookups; /* a wait is not a lookup */
+        e->cache.hits = before.hits;
+        e->cache.tokens_reused = before.tokens_reused;
+        return e->n_running == 0 ? CANNOT_FIT : MUST_WAIT;
+    }
+    r->n_blocks = hit.n_blocks;
+    for (uint32_t i = 0; i < need; i++) em_kv_alloc(&e->pool, &r->blocks[r->n_blocks++]);
+    if (hit.copy_block != EM_PREFIX_NO_BLOCK) {
+        em_err err = em_backend_copy_rows(e->backend, hit.copy_block, r->blocks[hit.n_blocks], hit.copy_rows);
+        em_kv_release(&e->pool, hit.copy_block);
+        if (err) { /* fall back to recomputing the rows */
+            em_log(EM_LOG_WARN, "KV copy: %s", em_err_message(err));
+            em_err_free(err);
+            hit.n_tokens -= hit.copy_rows;
+        }
+    }
+    r->n_computed = hit.n_tokens;
+    if (r->t_admitted == 0) { /* the first admission, not a return after preemption */
+        pthread_mutex_lock(&r->lock);
+        r->t_admitted = em_engine_now_ms();
+        r->n_cached = hit.n_tokens;
+        pthread_mutex_unlock(&r->lock);
+        stats_update(e, count_prompt, r);
+    }
+    r->phase = EM_PHASE_RUNNING;
+    r->admitted_order = ++e->admissions;
+    e->running[e->n_running++] = r;
+    return ADMITTED;
+}
+
+static void admit_waiting(ember_engine *e) {
+    while (e->waiting_head && e->n_running < e->max_sequences) {
+        ember_request *r = e->waiting_head;
+        admit_result result = admit(e, r);
+        if (result == MUST_WAIT) return;
+        e->waiting_head = r->next;
+        if (!e->waiting_head) e->waiting_tail = NULL;
+        r->next = NULL;
+        if (result == CANNOT_FIT) {
+            char message[160];
+            snprintf(message, sizeof message, "the sequence needs %u KV blocks; the cache holds %u (raise --kv-mem)",
+                     blocks_for(e, r->n_tokens), e->pool.n_blocks);
+            finish_request(e, r, EMBER_FINISH_ERROR, -1, message);
+        }
+    }
+}
+
+/* ---- Preemption ---- */
+
+static void preempt(ember_engine *e, ember_request *victim) {
+    remove_running(e, victim);
+    retire_blocks(e, victim);
+    victim->phase = EM_PHASE_WAITING;
+    victim->next = e->waiting_head;
+    e->waiting_head = victim;
+    if (!e->waiting_tail) e->waiting_tail = victim;
+    pthread_mutex_lock(&e->lock);
+    e->stats.preemptions++;
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* Makes sure `r` has blocks for its next `count` pending tokens; evicts and preempts as needed.
+ * Returns false when r itself had to be preempted. */
+static bool ensure_blocks(ember_engine *e, ember_request *r, uint32_t count) {
+    uint32_t need = blocks_for(e, r->n_computed + count);
+    while (r->n_blocks < need) {
+        uint32_t block;
+        if (em_kv_alloc(&e->pool, &block) || (take_blocks(e, 1) && em_kv_alloc(&e->pool, &block))) {
+            r->blocks[r->n_blocks++] = block;
+            continue;
+        }
+        ember_request *youngest = NULL;
+        for (uint32_t i = 0; i < e->n_running; i++)
+            if (!youngest || e->running[i]->admitted_order > youngest->admitted_order) youngest = e->running[i];
+        preempt(e, youngest);
+        if (youngest == r) return false;
+    }
+    return true;
+}
+
+/* ---- Sampling and output ---- */
+
+static bool is_stop_token(const ember_engine *e, const ember_request *r, int32_t token) {
+    if (!r->params.ignore_eos && em_tokenizer_is_eog(e->tokenizer, token)) return true;
+    for (size_t i = 0; i < r->n_stop_tokens; i++)
+        if (r->stop_tokens[i] == token) return true;
+    return false;
+}
+
+static void count_generated(ember_stats *s, const void *arg) {
+    (void)arg;
+    s->generated_tokens++;
+}
+
+/* Samples from one logits row, publishes the token and decides whether the request is done. */
+static void accept_logits(ember_engine *e, ember_request *r, float *logits) {
+    ember_top_logprob top[EM_MAX_LOGPROBS];
+    int n_top = 0;
+    float logprob = 0;
+    int32_t token = em_sampler_sample(&r->sampler, logits, r->tokens, r->n_tokens, &logprob, top, &n_top);
+    r->tokens[r->n_tokens++] = token;
+    double now = em_engine_now_ms();
+    pthread_mutex_lock(&r->lock);
+    r->n_generated++;
+    if (!r->t_first_token) r->t_first_token = now;
+    r->t_last_token = now;
+    pthread_mutex_unlock(&r->lock);
+    stats_update(e, count_generated, NULL);
+
+    bool stop_token = is_stop_token(e, r, token);
+    const char *released = "";
+    size_t released_len = 0;
+    int stop_index = -1;
+    if (!stop_token) {
+        const char *piece;
+        size_t piece_len = 0;
+        em_err err = em_detok_feed(r->detok, token, &piece, &piece_len);
+        if (!err && piece_len) stop_index = em_stop_feed(&r->stops, piece, piece_len, &released, &released_len, &err);
+        if (err) {
+            em_engine_emit(r, token, logprob, top, n_top, "", 0);
+            finish_request(e, r, EMBER_FINISH_ERROR, -1, em_err_message(err));
+            em_err_free(err);
+            return;
+        }
+    }
+    /* An end-of-generation or stop token ends the output; it is not part of it. */
+    if (!stop_token) em_engine_emit(r, token, logprob, top, n_top, released, released_len);
+    if (stop_token || stop_index >= 0) finish_request(e, r, EMBER_FINISH_STOP, stop_index, NULL);
+    else if (r->n_generated >= (uint32_t)r->params.max_tokens || r->n_tokens >= e->ctx_tokens)
+        finish_request(e, r, EMBER_FINISH_LENGTH, -1, NULL);
+}
+
+/* ---- One step ---- */
+
+static bool cancelled(ember_request *r) {
+    pthread_mutex_lock(&r->lock);
+    bool c = r->cancel;
+    pthread_mutex_unlock(&r->lock);
+    return c;
+}
+
+static void drop_cancelled(ember_engine *e) {
+    for (uint32_t i = 0; i < e->n_running;) {
+        ember_request *r = e->running[i];
+        if (cancelled(r)) finish_request(e, r, EMBER_FINISH_CANCELLED, -1, NULL);
+        else i++;
+    }
+    ember_request **link = &e->waiting_head, *last = NULL;
+    while (*link) {
+        ember_request *r = *link;
+        if (cancelled(r)) {
+            *link = r->next;
+            r->next = NULL;
+            finish_request(e, r, EMBER_FINISH_CANCELLED, -1, NULL);
+        } else {
+            last = r;
+            link = &r->next;
+        }
+    }
+    e->waiting_tail = last;
+}
+
+static void record_step(ember_stats *s, const void *arg) {
+    double ms = *(const double *)arg;
+    static const double edges[11] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000};
+    int bucket = 0;
+    while (bucket < 11 && ms >= edges[bucket]) bucket++;
+    s->step_histogram[bucket]++;
+    s->steps++;
+    s->step_seconds_total += ms / 1e3;
+}
+
+/* Decides how many pending tokens of each running request this step computes (decodes first,
+ * then prefill chunks in admission order, within the token budget) and makes sure their blocks
+ * exist. A preemption changes the running list, so planning starts over after one. */
+static void plan(ember_engine *e) {
+    for (;;) {
+        uint32_t used = 0;
+        bool restart = false;
+        for (uint32_t i = 0; i < e->n_running; i++) e->running[i]->scheduled = 0;
+        for (int pass = 0; pass < 2 && !restart; pass++) {
+            for (uint32_t i = 0; i < e->n_running && used < e->batch_tokens; i++) {
+                ember_request *r = e->running[i];
+                uint32_t pending = r->n_tokens - r->n_computed;
+                if ((pass == 0) != (pending == 1)) continue;
+                uint32_t chunk = pending < e->batch_tokens - used ? pending : e->batch_tokens - used;
+                uint32_t before = e->n_running;
+                bool kept = ensure_blocks(e, r, chunk);
+                if (!kept || e->n_running != before) {
+                    restart = true;
+                    break;
+                }
+                r->scheduled = chunk;
+                used += chunk;
+            }
+        }
+        if (!restart) return;
+    }
+}
+
+/* Runs one batch. Returns false when there was nothing to run. */
+static bool step(ember_engine *e) {
+    drop_cancelled(e);
+    admit_waiting(e);
+    if (e->n_running == 0) return false;
+    double start = em_engine_now_ms();
+    plan(e);
+    uint32_t n = 0, rows = 0;
+    for (uint32_t i = 0; i < e->n_running; i++) {
+        ember_request *r = e->running[i];
+        e->batch_seqs[i].blocks = r->blocks;
+        e->batch_seqs[i].n_blocks = r->n_blocks;
+        for (uint32_t k = 0; k < r->scheduled; k++) {
+            uint32_t pos = r->n_computed + k;
+            e->batch_tokens_buf[n] = r->tokens[pos];
+            e->batch_seq[n] = i;
+            e->batch_pos[n] = pos;
+            e->batch_logits[n] = pos + 1 == r->n_tokens;
+            if (e->batch_logits[n]) e->row_owner[rows++] = r;
+            n++;
+        }
+    }
+    if (n == 0) return false;
+    em_batch batch = {
+        .n_tokens = n,
+        .tokens = e->batch_tokens_buf,
+        .seq = e->batch_seq,
+        .pos = e->batch_pos,
+        .logits = e->batch_logits,
+        .n_seqs = e->n_running,
+        .seqs = e->batch_seqs,
+    };
+    em_err err = em_backend_forward(e->backend, &batch, e->logits);
+    if (err) {
+        /* Nothing in the batch can continue consistently: fail its requests, keep the engine. */
+        em_log(EM_LOG_ERROR, "forward: %s", em_err_message(err));
+        while (e->n_running) {
+            ember_request *r = e->running[0];
+            r->n_computed = 0; /* its KV is suspect: cache none of it */
+            finish_request(e, r, EMBER_FINISH_ERROR, -1, em_err_message(err));
+        }
+        em_err_free(err);
+        return true;
+    }
+    for (uint32_t i = 0; i < e->n_running; i++) e->running[i]->n_computed += e->running[i]->scheduled;
+    for (uint32_t k = 0; k < rows; k++) accept_logits(e, e->row_owner[k], e->logits + (size_t)k * e->n_vocab);
+    double ms = em_engine_now_ms() - start;
+    stats_update(e, record_step, &ms);
+    publish_gauges(e);
+    return true;
+}
+
+/* Moves newly submitted requests to the waiting list; false when the engine is shutting down. */
+static bool take_submissions(ember_engine *e, bool may_sleep) {
+    pthread_mutex_lock(&e->lock);
+    while (may_sleep && !e->shutdown && !e->submitted_head && !e->poked) pthread_cond_wait(&e->wake, &e->lock);
+    e->poked = false;
+    ember_request *head = e->submitted_head;
+    e->submitted_head = e->submitted_tail = NULL;
+    bool running = !e->shutdown;
+    pthread_mutex_unlock(&e->lock);
+    while (head) {
+        ember_request *r = head;
+        head = r->next;
+        r->next = NULL;
+        r->phase = EM_PHASE_WAITING;
+        if (e->waiting_tail) e->waiting_tail->next = r;
+        else e->waiting_head = r;
+        e->waiting_tail = r;
+    }
+    return running;
+}
+
+static void cancel_everything(ember_engine *e) {
+    while (e->n_running) finish_request(e, e->running[0], EMBER_FINISH_CANCELLED, -1, NULL);
+    while (e->waiting_head) {
+        ember_request *r = e->waiting_head;
+        e->waiting_head = r->next;
+        r->next = NULL;
+        finish_request(e, r, EMBER_FINISH_CANCELLED, -1, NULL);
+    }
+    e->waiting_tail = NULL;
+}
+
+void *em_engine_thread(void *arg) {
+    ember_engine *e = arg;
+    bool idle = false;
+    for (;;) {
+        /* Sleep only when the last step had nothing to do: the host never spins. */
+        if (!take_submissions(e, idle)) break;
+        idle = !step(e);
+        if (idle) publish_gauges(e);
+    }
+    take_submissions(e, false);
+    cancel_everything(e);
+    publish_gauges(e);
+    return NULL;
+}

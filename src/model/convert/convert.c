@@ -1,0 +1,830 @@
+/* Hugging Face checkpoint → GGUF. A conversion is a plan: one entry per output tensor saying
+ * where its rows come from (one source tensor, one matrix per expert, or half of a fused expert
+ * matrix), how they are transformed (Q/K row permutation, Gemma's +1 on norms) and in which type
+ * they are stored. The header is written from the plan; the writer then asks for each tensor's
+ * bytes in order, and rows are converted a chunk at a time straight from the mapped source files,
+ * so memory stays at a few chunks whatever the checkpoint's size. */
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../../gguf/gguf.h"
+#include "../../quant/quant.h"
+#include "../../tokenizer/tokenizer.h"
+#include "convert.h"
+
+/* ---- families ---- */
+
+typedef enum moe_names { MOE_NONE, MOE_MIXTRAL, MOE_QWEN } moe_names;
+
+typedef struct family {
+    const char *hf_arch;
+    const char *arch;  /* GGUF general.architecture */
+    bool permute_qk;   /* llama.cpp permutes Q/K rows so GGUF llama rotates adjacent pairs */
+    bool gemma;        /* 1 + w norms, post norms, GeGLU, tied output */
+    bool qk_norm;
+    bool qkv_bias;     /* biases always present */
+    moe_names moe;
+    uint32_t swa_pattern; /* layers il with il % pattern < pattern - 1 slide (llama.cpp's fixed pattern) */
+} family;
+
+static const family families[] = {
+    {"LlamaForCausalLM", "llama", true, false, false, false, MOE_NONE, 0},
+    {"MistralForCausalLM", "llama", true, false, false, false, MOE_NONE, 0},
+    {"MixtralForCausalLM", "llama", true, false, false, false, MOE_MIXTRAL, 0},
+    {"Qwen2ForCausalLM", "qwen2", false, false, false, true, MOE_NONE, 0},
+    {"Qwen3ForCausalLM", "qwen3", false, false, true, false, MOE_NONE, 0},
+    {"Qwen3MoeForCausalLM", "qwen3moe", false, false, true, false, MOE_QWEN, 0},
+    {"Gemma2ForCausalLM", "gemma2", false, true, false, false, MOE_NONE, 2},
+    {"Gemma3ForCausalLM", "gemma3", false, true, true, false, MOE_NONE, 6},
+    /* the text half of the multimodal Gemma 3 (4B and up); the vision tower is left out */
+    {"Gemma3ForConditionalGeneration", "gemma3", false, true, true, false, MOE_NONE, 6},
+};
+
+static const family *family_of(const char *hf_arch) {
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if (!strcmp(families[i].hf_arch, hf_arch)) return &families[i];
+    return NULL;
+}
+
+/* ---- the checkpoint: every safetensors file of the directory ---- */
+
+typedef struct checkpoint {
+    em_safetensors **files;
+    size_t n_files;
+    size_t n_tensors;
+    bool *used; /* per (file, tensor) flattened, to report leftovers */
+    size_t *base; /* index of each file's first tensor in `used` */
+} checkpoint;
+
+static void checkpoint_close(checkpoint *c) {
+    for (size_t i = 0; i < c->n_files; i++) em_safetensors_close(c->files[i]);
+    free(c->files);
+    free(c->used);
+    free(c->base);
+    memset(c, 0, sizeof *c);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The file names to open: those the index names, or every *.safetensors of the directory. */
+static em_err list_files(const char *dir, char ***names, size_t *n) {
+    *names = NULL;
+    *n = 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    size_t cap = 0;
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        json_error_t jerr;
+        json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+        if (!root) return em_errorf(EM_ERR_FORMAT, "%s: JSON: %s (line %d)", path, jerr.text, jerr.line);
+        json_t *map = json_object_get(root, "weight_map");
+        if (!json_is_object(map)) {
+            json_decref(root);
+            return em_errorf(EM_ERR_FORMAT, "%s: field 'weight_map' is missing or not an object", path);
+        }
+        const char *key;
+        json_t *v;
+        json_object_foreach(map, key, v) {
+            const char *file = json_string_value(v);
+            if (!file || strchr(file, '/') || !ends_with(file, ".safetensors")) {
+                json_decref(root);
+                return em_errorf(EM_ERR_FORMAT, "%s: weight_map['%s'] is not a .safetensors file name in the directory",
+                                 path, key);
+            }
+            bool seen = false;
+            for (size_t i = 0; i < *n && !seen; i++) seen = !strcmp((*names)[i], file);
+            if (seen) continue;
+            if (*n == cap) {
+                cap = cap ? 2 * cap : 8;
+                char **grown = realloc(*names, cap * sizeof *grown);
+                if (!grown) {
+                    json_decref(root);
+                    return em_errorf(EM_ERR_NOMEM, "out of memory");
+                }
+                *names = grown;
+            }
+            if (!((*names)[(*n)++] = strdup(file))) {
+                json_decref(root);
+                return em_errorf(EM_ERR_NOMEM, "out of memory");
+            }
+        }
+        json_decref(root);
+    } else {
+        DIR *d = opendir(dir);
+        if (!d) return em_errorf(EM_ERR_IO, "%s: cannot open the directory", dir);
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!ends_with(e->d_name, ".safetensors")) continue;
+            if (*n == cap) {
+                cap = cap ? 2 * cap : 8;
+                char **grown = realloc(*names, cap * sizeof *grown);
+                if (!grown) {
+                    closedir(d);
+                    return em_errorf(EM_ERR_NOMEM, "out of memory");
+                }
+                *names = grown;
+            }
+            if (!((*names)[(*n)++] = strdup(e->d_name))) {
+                closedir(d);
+                return em_errorf(EM_ERR_NOMEM, "out of memory");
+            }
+        }
+        closedir(d);
+    }
+    if (*n == 0) return em_errorf(EM_ERR_NOT_FOUND, "%s: no .safetensors files", dir);
+    qsort(*names, *n, sizeof **names, cmp_str);
+    return NULL;
+}
+
+static em_err checkpoint_open(const char *dir, checkpoint *c) {
+    memset(c, 0, sizeof *c);
+    char **names;
+    size_t n;
+    em_err err = list_files(dir, &names, &n);
+    if (!err && !(c->files = calloc(n, sizeof *c->files))) err = em_errorf(EM_ERR_NOMEM, "out of memory");
+    if (!err && !(c->base = calloc(n, sizeof *c->base))) err = em_errorf(EM_ERR_NOMEM, "out of memory");
+    char path[4096];
+    for (size_t i = 0; !err && i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (!(err = em_safetensors_open(path, &c->files[i]))) {
+            c->base[i] = c->n_tensors;
+            c->n_tensors += em_safetensors_count(c->files[i]);
+            c->n_files++;
+        }
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    if (!err && !(c->used = calloc(c->n_tensors ? c->n_tensors : 1, 1))) err = em_errorf(EM_ERR_NOMEM, "out of memory");
+    /* A name in two files would make the result depend on the order of reading. */
+    for (size_t i = 0; !err && i < c->n_files; i++)
+        for (size_t t = 0; !err && t < em_safetensors_count(c->files[i]); t++)
+            for (size_t j = i + 1; !err && j < c->n_files; j++) {
+                const char *name = em_safetensors_at(c->files[i], t)->name;
+                if (em_safetensors_find(c->files[j], name))
+                    err = em_errorf(EM_ERR_FORMAT, "tensor '%s' is in both %s and %s", name,
+                                    em_safetensors_name(c->files[i]), em_safetensors_name(c->files[j]));
+            }
+    if (err) checkpoint_close(c);
+    return err;
+}
+
+static const em_st_tensor *checkpoint_find(checkpoint *c, const char *name) {
+    for (size_t i = 0; i < c->n_files; i++) {
+        const em_st_tensor *t = em_safetensors_find(c->files[i], name);
+        if (t) {
+            c->used[c->base[i] + (size_t)(t - em_safetensors_at(c->files[i], 0))] = true;
+            return t;
+        }
+    }
+    return NULL;
+}
+
+/* ---- the plan ---- */
+
+typedef enum source_kind { SRC_ONE, SRC_EXPERTS, SRC_FUSED_FIRST, SRC_FUSED_SECOND, SRC_GENERATED } source_kind;
+
+typedef struct plan_tensor {
+    char name[96];
+    uint32_t n_dims;
+    uint64_t ne[4];           /* GGUF order: ne[0] = row length */
+    uint32_t type;
+    source_kind kind;
+    const em_st_tensor **src; /* SRC_ONE / fused: [1]; SRC_EXPERTS: [ne[2]] */
+    uint32_t permute_heads;   /* > 0: rows are permuted within heads of ne[1] / permute_heads rows */
+    bool add_one;             /* Gemma norms: stored as 1 + w */
+    float *generated;         /* SRC_GENERATED values (owned) */
+} plan_tensor;
+
+typedef struct plan {
+    plan_tensor *t;
+    size_t n, cap;
+    uint64_t bytes;
+} plan;
+
+static void plan_free(plan *p) {
+    for (size_t i = 0; i < p->n; i++) {
+        free(p->t[i].src);
+        free(p->t[i].generated);
+    }
+    free(p->t);
+}
+
+typedef struct converter {
+    const char *dir;
+    const char *prefix; /* of the text model's tensor names */
+    const family *f;
+    em_hf_config cfg;
+    checkpoint ck;
+    plan plan;
+    uint32_t type;     /* requested weight type */
+    float *buf;        /* conversion chunk */
+    uint8_t *out;
+    size_t buf_elems;
+} converter;
+
+static em_err add_plan(converter *cv, plan_tensor **out) {
+    plan *p = &cv->plan;
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 64;
+        plan_tensor *grown = realloc(p->t, cap * sizeof *grown);
+        if (!grown) return em_errorf(EM_ERR_NOMEM, "out of memory planning tensors");
+        p->t = grown;
+        p->cap = cap;
+    }
+    *out = &p->t[p->n++];
+    memset(*out, 0, sizeof **out);
+    return NULL;
+}
+
+/* The type a tensor is stored in: vectors and the MoE router in f32 (as llama.cpp keeps them); a
+ * block type whose block does not divide the row falls back to a smaller block or f16. */
+static uint32_t type_for(const converter *cv, const plan_tensor *t, bool keep_f32) {
+    if (t->n_dims == 1 || keep_f32) return EM_TYPE_F32;
+    uint32_t type = cv->type;
+    const uint64_t row = t->ne[0];
+    if (type == EM_TYPE_Q4_K && row % 256) type = EM_TYPE_Q8_0;
+    if (type == EM_TYPE_Q8_0 && row % 32) type = EM_TYPE_F16;
+    return type;
+}
+
+/* Checks a source tensor's shape (PyTorch order, outermost first). */
+static em_err check_shape(const em_st_tensor *s, uint32_t n_dims, const uint64_t *shape) {
+    bool ok = s->n_dims == n_dims;
+    for (uint32_t d = 0; ok && d < n_dims; d++) ok = s->shape[d] == shape[d];
+    if (ok) return NULL;
+    char got[128] = "", want[128] = "";
+    for (uint32_t d = 0; d < s->n_dims; d++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu", d ? ", " : "", (unsigned long long)s->shape[d]);
+    for (uint32_t d = 0; d < n_dims; d++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%llu", d ? ", " : "", (unsigned long long)shape[d]);
+    return em_errorf(EM_ERR_FORMAT, "tensor '%s' has shape [%s], config.json implies [%s]", s->name, got, want);
+}
+
+static em_err need(converter *cv, const char *hf_name, const em_st_tensor **out) {
+    *out = checkpoint_find(&cv->ck, hf_name);
+    if (!*out) return em_errorf(EM_ERR_NOT_FOUND, "%s: missing tensor '%s' (%s)", cv->dir, hf_name, cv->f->hf_arch);
+    if (em_st_dtype_size((*out)->dtype) == 0 || ((*out)->dtype != EM_ST_F32 && (*out)->dtype != EM_ST_F16 &&
+                                                 (*out)->dtype != EM_ST_BF16 && (*out)->dtype != EM_ST_F64))
+        return em_errorf(EM_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (F32, F16, BF16 or F64 only)", cv->dir,
+                         hf_name, em_st_dtype_name((*out)->dtype));
+    return NULL;
+}
+
+/* Plans one tensor from one source. rows == 0: a vector of `cols`. */
+static em_err plan_one(converter *cv, const char *hf_name, const char *gguf_name, uint64_t cols, uint64_t rows,
+                       bool required, bool keep_f32, plan_tensor **out) {
+    if (out) *out = NULL;
+    if (!required && !checkpoint_find(&cv->ck, hf_name)) return NULL;
+    const em_st_tensor *s;
+    em_err err = need(cv, hf_name, &s);
+    if (err) return err;
+    uint64_t shape[2] = {rows ? rows : cols, cols};
+    if ((err = check_shape(s, rows ? 2 : 1, shape))) return em_err_prefix(err, "%s", cv->dir);
+    plan_tensor *t;
+    if ((err = add_plan(cv, &t))) return err;
+    snprintf(t->name, sizeof t->name, "%s", gguf_name);
+    t->n_dims = rows ? 2 : 1;
+    t->ne[0] = cols;
+    t->ne[1] = rows ? rows : 1;
+    t->ne[2] = t->ne[3] = 1;
+    t->kind = SRC_ONE;
+    if (!(t->src = malloc(sizeof *t->src))) return em_errorf(EM_ERR_NOMEM, "out of memory");
+    t->src[0] = s;
+    t->add_one = cv->f->gemma && ends_with(hf_name, "norm.weight");
+    t->type = type_for(cv, t, keep_f32);
+    if (out) *out = t;
+    return NULL;
+}
+
+/* Plans a stack of expert matrices [n_expert][rows][cols], from per-expert tensors or from a 5.x
+ * fused tensor ([E][2 * rows][cols] gate_up_proj: gate first; [E][rows][cols] down_proj). */
+static em_err plan_experts(converter *cv, uint32_t il, const char *which, const char *gguf_name, uint64_t cols,
+                           uint64_t rows) {
+    const uint32_t ne = cv->cfg.n_expert;
+    char name[256];
+    plan_tensor *t;
+    em_err err = add_plan(cv, &t);
+    if (err) return err;
+    snprintf(t->name, sizeof t->name, "blk.%u.%s", il, gguf_name);
+    t->n_dims = 3;
+    t->ne[0] = cols;
+    t->ne[1] = rows;
+    t->ne[2] = ne;
+    t->ne[3] = 1;
+    t->type = type_for(cv, t, false);
+    if (!(t->src = calloc(ne, sizeof *t->src))) return em_errorf(EM_ERR_NOMEM, "out of memory");
+    static const char *const mixtral[][2] = {{"gate", "w1"}, {"up", "w3"}, {"down", "w2"}};
+    const char *hf_which = which;
+    if (cv->f->moe == MOE_MIXTRAL)
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(which, mixtral[i][0])) hf_which = mixtral[i][1];
+    const char *prefix = cv->f->moe == MOE_MIXTRAL ? "block_sparse_moe" : "mlp";
+    snprintf(name, sizeof name, "%slayers.%u.%s.experts.0.%s%s.weight", cv->prefix, il, prefix, hf_which,
+             cv->f->moe == MOE_MIXTRAL ? "" : "_proj");
+    if (checkpoint_find(&cv->ck, name)) {
+        t->kind = SRC_EXPERTS;
+        for (uint32_t e = 0; e < ne; e++) {
+            snprintf(name, sizeof name, "%slayers.%u.%s.experts.%u.%s%s.weight", cv->prefix, il, prefix, e, hf_which,
+                     cv->f->moe == MOE_MIXTRAL ? "" : "_proj");
+            if ((err = need(cv, name, &t->src[e]))) return err;
+            if ((err = check_shape(t->src[e], 2, (uint64_t[]){rows, cols}))) return em_err_prefix(err, "%s", cv->dir);
+        }
+        return NULL;
+    }
+    /* transformers 5.x in-memory layout, should a checkpoint be saved that way. */
+    bool down = !strcmp(which, "down");
+    snprintf(name, sizeof name, "%slayers.%u.mlp.experts.%s", cv->prefix, il, down ? "down_proj" : "gate_up_proj");
+    if ((err = need(cv, name, &t->src[0])))
+        return em_err_prefix(err, "no per-expert tensors for expert 0 (%s) either", which);
+    if ((err = check_shape(t->src[0], 3, (uint64_t[]){ne, down ? rows : 2 * rows, cols})))
+        return em_err_prefix(err, "%s", cv->dir);
+    t->kind = down ? SRC_ONE : !strcmp(which, "gate") ? SRC_FUSED_FIRST : SRC_FUSED_SECOND;
+    return NULL;
+}
+
+/* Llama 3 rope scaling as one divisor per frequency pair (llama.cpp's rope_freqs.weight): with
+ * wavelength λ = 2π/f, high-frequency pairs (λ < L/high) keep f, low-frequency pairs (λ > L/low) are
+ * divided by `factor`, and those between are blended with s = (L/λ - low) / (high - low):
+ * divisor = 1 / ((1 - s)/factor + s). L is original_max_position_embeddings. */
+static em_err plan_rope_freqs(converter *cv) {
+    const em_hf_rope *r = &cv->cfg.rope;
+    const uint32_t n = cv->cfg.head_dim / 2;
+    plan_tensor *t;
+    em_err err = add_plan(cv, &t);
+    if (err) return err;
+    snprintf(t->name, sizeof t->name, "rope_freqs.weight");
+    t->n_dims = 1;
+    t->ne[0] = n;
+    t->ne[1] = t->ne[2] = t->ne[3] = 1;
+    t->type = EM_TYPE_F32;
+    t->kind = SRC_GENERATED;
+    if (!(t->generated = malloc(n * sizeof *t->generated))) return em_errorf(EM_ERR_NOMEM, "out of memory");
+    const double low_wavelen = r->original_ctx / r->low_freq_factor, high_wavelen = r->original_ctx / r->high_freq_factor;
+    for (uint32_t i = 0; i < n; i++) {
+        double freq = pow(r->theta, -(2.0 * i) / cv->cfg.head_dim), wavelen = 2 * 3.14159265358979323846 / freq, divisor;
+        if (wavelen < high_wavelen) divisor = 1.0;
+        else if (wavelen > low_wavelen) divisor = r->factor;
+        else {
+            double s = (r->original_ctx / wavelen - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+            divisor = 1.0 / ((1 - s) / r->factor + s);
+        }
+        t->generated[i] = (float)divisor;
+    }
+    return NULL;
+}
+
+static em_err plan_layer(converter *cv, uint32_t il) {
+    const em_hf_config *c = &cv->cfg;
+    const family *f = cv->f;
+    char hf[256], gg[96];
+    em_err err;
+    const uint64_t e = c->n_embd, hd = c->head_dim, q = (uint64_t)c->n_head * hd, kv = (uint64_t)c->n_head_kv * hd;
+#define HF(fmt) (snprintf(hf, sizeof hf, "%slayers.%u." fmt, cv->prefix, il), hf)
+#define GG(fmt) (snprintf(gg, sizeof gg, "blk.%u." fmt, il), gg)
+    plan_tensor *t;
+    if ((err = plan_one(cv, HF("input_layernorm.weight"), GG("attn_norm.weight"), e, 0, true, false, NULL))) return err;
+    if ((err = plan_one(cv, HF("self_attn.q_proj.weight"), GG("attn_q.weight"), e, q, true, false, &t))) return err;
+    if (f->permute_qk) t->permute_heads = c->n_head;
+    if ((err = plan_one(cv, HF("self_attn.k_proj.weight"), GG("attn_k.weight"), e, kv, true, false, &t))) return err;
+    if (f->permute_qk) t->permute_heads = c->n_head_kv;
+    if ((err = plan_one(cv, HF("self_attn.v_proj.weight"), GG("attn_v.weight"), e, kv, true, false, NULL))) return err;
+    if ((err = plan_one(cv, HF("self_attn.o_proj.weight"), GG("attn_output.weight"), q, e, true, false, NULL)))
+        return err;
+    bool bias = f->qkv_bias || c->attention_bias;
+    if ((err = plan_one(cv, HF("self_attn.q_proj.bias"), GG("attn_q.bias"), q, 0, bias, false, &t))) return err;
+    if (t && f->permute_qk) t->permute_heads = c->n_head;
+    if ((err = plan_one(cv, HF("self_attn.k_proj.bias"), GG("attn_k.bias"), kv, 0, bias, false, &t))) return err;
+    if (t && f->permute_qk) t->permute_heads = c->n_head_kv;
+    if ((err = plan_one(cv, HF("self_attn.v_proj.bias"), GG("attn_v.bias"), kv, 0, bias, false, NULL))) return err;
+    if (checkpoint_find(&cv->ck, HF("self_attn.o_proj.bias")))
+        return em_errorf(EM_ERR_UNSUPPORTED, "%s: tensor '%s': output projection biases are not supported", cv->dir, hf);
+    if (f->qk_norm) {
+        if ((err = plan_one(cv, HF("self_attn.q_norm.weight"), GG("attn_q_norm.weight"), hd, 0, true, false, NULL)))
+            return err;
+        if ((err = plan_one(cv, HF("self_attn.k_norm.weight"), GG("attn_k_norm.weight"), hd, 0, true, false, NULL)))
+            return err;
+    }
+    if (f->gemma) {
+        if ((err = plan_one(cv, HF("post_attention_layernorm.weight"), GG("post_attention_norm.weight"), e, 0, true,
+                            false, NULL)))
+            return err;
+        if ((err = plan_one(cv, HF("pre_feedforward_layernorm.weight"), GG("ffn_norm.weight"), e, 0, true, false, NULL)))
+            return err;
+        if ((err = plan_one(cv, HF("post_feedforward_layernorm.weight"), GG("post_ffw_norm.weight"), e, 0, true, false,
+                            NULL)))
+            return err;
+    } else if ((err = plan_one(cv, HF("post_attention_layernorm.weight"), GG("ffn_norm.weight"), e, 0, true, false,
+                               NULL))) {
+        return err;
+    }
+    if (f->moe == MOE_NONE) {
+        const uint64_t ff = c->n_ff;
+        if ((err = plan_one(cv, HF("mlp.gate_proj.weight"), GG("ffn_gate.weight"), e, ff, true, false, NULL))) return err;
+        if ((err = plan_one(cv, HF("mlp.up_proj.weight"), GG("ffn_up.weight"), e, ff, true, false, NULL))) return err;
+        if ((err = plan_one(cv, HF("mlp.down_proj.weight"), GG("ffn_down.weight"), ff, e, true, false, NULL)))
+            return err;
+        return NULL;
+    }
+    const uint64_t ff = f->moe == MOE_MIXTRAL ? c->n_ff : c->n_ff_expert, ne = c->n_expert;
+    const char *router = f->moe == MOE_MIXTRAL ? HF("block_sparse_moe.gate.weight") : HF("mlp.gate.weight");
+    if (f->moe == MOE_MIXTRAL && !checkpoint_find(&cv->ck, router)) router = HF("mlp.gate.weight");
+    if ((err = plan_one(cv, router, GG("ffn_gate_inp.weight"), e, ne, true, true, NULL))) return err;
+    if ((err = plan_experts(cv, il, "gate", "ffn_gate_exps.weight", e, ff))) return err;
+    if ((err = plan_experts(cv, il, "up", "ffn_up_exps.weight", e, ff))) return err;
+    if ((err = plan_experts(cv, il, "down", "ffn_down_exps.weight", ff, e))) return err;
+    return NULL;
+#undef HF
+#undef GG
+}
+
+static em_err plan_all(converter *cv) {
+    const em_hf_config *c = &cv->cfg;
+    em_err err;
+    if (c->rope.type == EM_HF_ROPE_LLAMA3 && (err = plan_rope_freqs(cv))) return err;
+    char name[128];
+    /* The text model's tensors: "model." in a CausalLM; "language_model.model." (as saved by
+     * transformers 4.x and 5.x) or "model.language_model." (5.x in memory) in a multimodal one. */
+    static const char *const prefixes[] = {"model.", "language_model.model.", "model.language_model."};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        snprintf(name, sizeof name, "%sembed_tokens.weight", prefixes[i]);
+        if (checkpoint_find(&cv->ck, name)) {
+            cv->prefix = prefixes[i];
+            break;
+        }
+    }
+    snprintf(name, sizeof name, "%sembed_tokens.weight", cv->prefix);
+    if ((err = plan_one(cv, name, "token_embd.weight", c->n_embd, c->n_vocab, true, false, NULL))) return err;
+    for (uint32_t il = 0; il < c->n_layer; il++)
+        if ((err = plan_layer(cv, il))) return err;
+    snprintf(name, sizeof name, "%snorm.weight", cv->prefix);
+    if ((err = plan_one(cv, name, "output_norm.weight", c->n_embd, 0, true, false, NULL))) return err;
+    /* An output matrix is written when the checkpoint has one and does not declare it tied
+     * (Gemma is always tied; llama.cpp drops its lm_head). */
+    bool tied = cv->f->gemma || (c->tie_given && c->tie_embeddings);
+    if (!tied && (err = plan_one(cv, "lm_head.weight", "output.weight", c->n_embd, c->n_vocab, false, false, NULL)))
+        return err;
+    if (tied) checkpoint_find(&cv->ck, "lm_head.weight"); /* the tied copy some checkpoints keep */
+    for (size_t i = 0; i < cv->plan.n; i++) {
+        plan_tensor *t = &cv->plan.t[i];
+        uint64_t bytes;
+        if ((err = em_type_row_bytes(t->type, t->ne[0], &bytes)))
+            return em_err_prefix(err, "tensor %s", t->name);
+        cv->plan.bytes += bytes * t->ne[1] * t->ne[2];
+    }
+    return NULL;
+}
+
+/* ---- checks that the family loaders can represent what config.json says ---- */
+
+static em_err check_config(converter *cv) {
+    const em_hf_config *c = &cv->cfg;
+    const family *f = cv->f;
+    const char *file = "config.json";
+    if (f->gemma ? strcmp(c->act, "gelu_pytorch_tanh") && strcmp(c->act, "gelu") : strcmp(c->act, "silu"))
+        return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: hidden activation '%s' is not what GGUF %s implies", cv->dir, file,
+                         c->act, f->arch);
+    if (c->mlp_bias) return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: mlp_bias = true is not supported", cv->dir, file);
+    if (f->moe != MOE_NONE && c->n_expert == 0)
+        return em_errorf(EM_ERR_NOT_FOUND, "%s/%s: field 'num_local_experts' (or 'num_experts') is missing", cv->dir, file);
+    if (f->moe == MOE_QWEN && (c->decoder_sparse_step != 1 || c->has_mlp_only_layers || c->n_ff_expert == 0))
+        return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: only MoE in every layer is supported (decoder_sparse_step 1, no "
+                         "mlp_only_layers, moe_intermediate_size given)", cv->dir, file);
+    if (f->moe == MOE_NONE && c->n_ff == 0)
+        return em_errorf(EM_ERR_NOT_FOUND, "%s/%s: field 'intermediate_size' is missing", cv->dir, file);
+    if (c->rope.type == EM_HF_ROPE_LLAMA3 && c->head_dim % 2)
+        return em_errorf(EM_ERR_FORMAT, "%s/%s: head_dim %u is odd", cv->dir, file, c->head_dim);
+    if (!strcmp(f->arch, "qwen2") || !strcmp(f->arch, "qwen3") || !strcmp(f->arch, "qwen3moe")) {
+        if (c->use_sliding_window)
+            return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: use_sliding_window = true is not supported for %s", cv->dir,
+                             file, c->arch);
+    }
+    if (f->swa_pattern) {
+        if (c->sliding_window == 0)
+            return em_errorf(EM_ERR_NOT_FOUND, "%s/%s: field 'sliding_window' is missing", cv->dir, file);
+        if (c->sliding_window_pattern && c->sliding_window_pattern != f->swa_pattern)
+            return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: sliding_window_pattern %u; GGUF %s fixes it at %u", cv->dir,
+                             file, c->sliding_window_pattern, f->arch, f->swa_pattern);
+        for (uint32_t il = 0; c->layer_sliding && il < c->n_layer; il++)
+            if (c->layer_sliding[il] != (il % f->swa_pattern < f->swa_pattern - 1))
+                return em_errorf(EM_ERR_UNSUPPORTED,
+                                 "%s/%s: layer_types[%u] breaks the pattern GGUF %s fixes (every %u-th layer global)",
+                                 cv->dir, file, il, f->arch, f->swa_pattern);
+    } else if (!strcmp(f->arch, "llama") && c->layer_sliding) {
+        for (uint32_t il = 0; il < c->n_layer; il++)
+            if (c->layer_sliding[il] != (c->sliding_window > 0))
+                return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: layer_types mixes sliding and full layers", cv->dir, file);
+    }
+    if (f->gemma && c->query_pre_attn_scalar > 0 && fabs(c->query_pre_attn_scalar - c->head_dim) > 1e-9)
+        em_log(EM_LOG_WARN, "%s/%s: query_pre_attn_scalar %g differs from head_dim %u; GGUF %s scales by 1/sqrt(head_dim)",
+               cv->dir, file, c->query_pre_attn_scalar, c->head_dim, f->arch);
+    if (!strcmp(f->arch, "gemma3") && c->rope_local_given &&
+        (fabs(c->rope_local.theta - 10000.0) > 1e-6 || c->rope_local.type != EM_HF_ROPE_DEFAULT))
+        em_log(EM_LOG_WARN, "%s/%s: local rope base %g (scaled: %s); GGUF gemma3 assumes 10000 unscaled", cv->dir, file,
+               c->rope_local.theta, c->rope_local.type == EM_HF_ROPE_DEFAULT ? "no" : "yes");
+    if (c->rope.type == EM_HF_ROPE_YARN && c->rope.attention_factor > 0)
+        em_log(EM_LOG_WARN, "%s/%s: yarn attention_factor %g is not carried into GGUF", cv->dir, file,
+               c->rope.attention_factor);
+    return NULL;
+}
+
+/* ---- metadata ---- */
+
+static uint32_t file_type_of(uint32_t type) {
+    /* llama.cpp's llama_ftype values for the types this converter writes */
+    switch (type) {
+    case EM_TYPE_F32: return 0;
+    case EM_TYPE_F16: return 1;
+    case EM_TYPE_Q8_0: return 7;
+    case EM_TYPE_Q4_K: return 14; /* MOSTLY_Q4_K_S: every matrix Q4_K */
+    case EM_TYPE_BF16: return 32;
+    default: return 0;
+    }
+}
+
+static em_err write_metadata(converter *cv, em_gguf_writer *w, const char *name) {
+    const em_hf_config *c = &cv->cfg;
+    const char *a = cv->f->arch;
+    char key[128];
+    em_err err = NULL;
+#define K(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
+#define TRY(call) \
+    do { \
+        if ((err = (call))) return err; \
+    } while (0)
+    TRY(em_gguf_writer_add_str(w, "general.architecture", a));
+    TRY(em_gguf_writer_add_str(w, "general.type", "model"));
+    TRY(em_gguf_writer_add_str(w, "general.name", name));
+    TRY(em_gguf_writer_add_u32(w, K("block_count"), c->n_layer));
+    TRY(em_gguf_writer_add_u32(w, K("context_length"), c->n_ctx));
+    TRY(em_gguf_writer_add_u32(w, K("embedding_length"), c->n_embd));
+    TRY(em_gguf_writer_add_u32(w, K("feed_forward_length"), c->n_ff));
+    TRY(em_gguf_writer_add_u32(w, K("attention.head_count"), c->n_head));
+    TRY(em_gguf_writer_add_u32(w, K("attention.head_count_kv"), c->n_head_kv));
+    TRY(em_gguf_writer_add_f32(w, K("rope.freq_base"), (float)c->rope.theta));
+    TRY(em_gguf_writer_add_f32(w, K("attention.layer_norm_rms_epsilon"), (float)c->norm_eps));
+    if (c->head_dim_given || c->head_dim != c->n_embd / c->n_head) {
+        TRY(em_gguf_writer_add_u32(w, K("attention.key_length"), c->head_dim));
+        TRY(em_gguf_writer_add_u32(w, K("attention.value_length"), c->head_dim));
+    }
+    if (!strcmp(a, "llama")) {
+        TRY(em_gguf_writer_add_u32(w, K("vocab_size"), c->n_vocab));
+        TRY(em_gguf_writer_add_u32(w, K("rope.dimension_count"), c->head_dim));
+    }
+    if (c->n_expert && cv->f->moe != MOE_NONE) {
+        TRY(em_gguf_writer_add_u32(w, K("expert_count"), c->n_expert));
+        TRY(em_gguf_writer_add_u32(w, K("expert_used_count"), c->n_expert_used));
+    }
+    if (cv->f->moe == MOE_QWEN) {
+        TRY(em_gguf_writer_add_u32(w, K("expert_feed_forward_length"), c->n_ff_expert));
+        /* norm_topk_prob (False when absent, as Qwen3MoeConfig has it). llama.cpp's qwen3moe graph
+         * always renormalises and ignores the key; Ember's loader follows it. */
+        TRY(em_gguf_writer_add_bool(w, K("expert_weights_norm"), c->norm_topk_given && c->norm_topk_prob));
+    }
+    /* Sliding windows: Gemma's pattern is fixed by the architecture; a Mistral-style window on every
+     * layer of `llama` is a key llama.cpp's converter does not write but the loader honours. */
+    if (cv->f->swa_pattern || (!strcmp(a, "llama") && c->sliding_window > 0 && c->sliding_window < c->n_ctx))
+        TRY(em_gguf_writer_add_u32(w, K("attention.sliding_window"), c->sliding_window));
+    if (c->attn_softcap > 0) TRY(em_gguf_writer_add_f32(w, K("attn_logit_softcapping"), (float)c->attn_softcap));
+    if (c->final_softcap > 0) TRY(em_gguf_writer_add_f32(w, K("final_logit_softcapping"), (float)c->final_softcap));
+    if (c->rope.type == EM_HF_ROPE_LINEAR) {
+        TRY(em_gguf_writer_add_str(w, K("rope.scaling.type"), "linear"));
+        TRY(em_gguf_writer_add_f32(w, K("rope.scaling.factor"), (float)c->rope.factor));
+    } else if (c->rope.type == EM_HF_ROPE_YARN) {
+        TRY(em_gguf_writer_add_str(w, K("rope.scaling.type"), "yarn"));
+        TRY(em_gguf_writer_add_f32(w, K("rope.scaling.factor"), (float)c->rope.factor));
+        if (c->rope.original_ctx)
+            TRY(em_gguf_writer_add_u32(w, K("rope.scaling.original_context_length"), c->rope.original_ctx));
+        if (c->rope.beta_fast > 0) TRY(em_gguf_writer_add_f32(w, K("rope.scaling.yarn_beta_fast"), (float)c->rope.beta_fast));
+        if (c->rope.beta_slow > 0) TRY(em_gguf_writer_add_f32(w, K("rope.scaling.yarn_beta_slow"), (float)c->rope.beta_slow));
+    }
+    TRY(em_gguf_writer_add_u32(w, "general.file_type", file_type_of(cv->type)));
+    if (cv->type != EM_TYPE_F32 && cv->type != EM_TYPE_F16 && cv->type != EM_TYPE_BF16)
+        TRY(em_gguf_writer_add_u32(w, "general.quantization_version", 2));
+    return NULL;
+#undef K
+#undef TRY
+}
+
+/* ---- streaming the tensor data ---- */
+
+/* Element offset, in its source tensor, of output row `row` (0 ≤ row < ne[1] * ne[2]). */
+static const em_st_tensor *row_source(const plan_tensor *t, uint64_t row, uint64_t *first) {
+    const uint64_t rows = t->ne[1], cols = t->ne[0];
+    uint64_t mat = row / rows, r = row % rows;
+    if (t->permute_heads) {
+        /* llama.cpp's permute: rows of a head are (half, i) in HF order, (i, half) in GGUF order. */
+        uint64_t per = rows / t->permute_heads, h = r / per, i = (r % per) / 2, half = r % 2;
+        r = h * per + half * (per / 2) + i;
+    }
+    switch (t->kind) {
+    case SRC_EXPERTS: *first = r * cols; return t->src[mat];
+    case SRC_FUSED_FIRST: *first = (mat * 2 * rows + r) * cols; return t->src[0];
+    case SRC_FUSED_SECOND: *first = (mat * 2 * rows + rows + r) * cols; return t->src[0];
+    default: *first = (mat * rows + r) * cols; return t->src[0];
+    }
+}
+
+static em_err fill(void *user, uint64_t index, void *file, uint64_t size) {
+    converter *cv = user;
+    const plan_tensor *t = &cv->plan.t[index];
+    const uint64_t cols = t->ne[0], n_rows = t->ne[1] * t->ne[2];
+    uint64_t row_bytes;
+    em_err err = em_type_row_bytes(t->type, cols, &row_bytes);
+    if (err) return err;
+    if (row_bytes * n_rows != size)
+        return em_errorf(EM_ERR_INTERNAL, "tensor %s: %llu bytes planned, writer expects %llu", t->name,
+                         (unsigned long long)(row_bytes * n_rows), (unsigned long long)size);
+    if (cols > cv->buf_elems) {
+        float *grown = realloc(cv->buf, cols * sizeof *grown);
+        uint8_t *out = grown ? realloc(cv->out, row_bytes > cols * 4 ? row_bytes : cols * 4) : NULL;
+        if (grown) cv->buf = grown;
+        if (!out) return em_errorf(EM_ERR_NOMEM, "out of memory converting %s", t->name);
+        cv->out = out;
+        cv->buf_elems = cols;
+    }
+    /* Rows per chunk: as many as fit the buffer (at least one). */
+    const uint64_t chunk = cv->buf_elems / cols;
+    for (uint64_t r0 = 0; r0 < n_rows; r0 += chunk) {
+        uint64_t nr = n_rows - r0 < chunk ? n_rows - r0 : chunk;
+        for (uint64_t r = 0; r < nr; r++) {
+            float *dst = cv->buf + r * cols;
+            if (t->kind == SRC_GENERATED) {
+                memcpy(dst, t->generated + (r0 + r) * cols, cols * sizeof *dst);
+                continue;
+            }
+            uint64_t first;
+            const em_st_tensor *s = row_source(t, r0 + r, &first);
+            if (t->permute_heads && t->n_dims == 1) {
+                /* a Q/K bias: its elements are the rows of the matching weight, permuted alike */
+                plan_tensor as_rows = *t;
+                as_rows.ne[0] = 1;
+                as_rows.ne[1] = cols;
+                for (uint64_t i = 0; i < cols && !err; i++) {
+                    s = row_source(&as_rows, i, &first);
+                    err = em_st_read_f32(s, first, 1, dst + i);
+                }
+            } else {
+                err = em_st_read_f32(s, first, cols, dst);
+            }
+            if (err) return em_err_prefix(err, "tensor %s", t->name);
+            if (t->add_one)
+                for (uint64_t i = 0; i < cols; i++) dst[i] += 1.0f;
+        }
+        if ((err = em_quantize(t->type, cv->buf, cv->out, nr * cols))) return em_err_prefix(err, "tensor %s", t->name);
+        if (fwrite(cv->out, 1, nr * row_bytes, (FILE *)file) != nr * row_bytes)
+            return em_errorf(EM_ERR_IO, "writing tensor %s failed", t->name);
+    }
+    if (t->kind == SRC_EXPERTS)
+        for (uint64_t e = 0; e < t->ne[2]; e++) em_st_release(t->src[e]);
+    else if (t->kind != SRC_GENERATED)
+        em_st_release(t->src[0]);
+    return NULL;
+}
+
+/* The chat template of tokenizer_config.json is written by the tokenizer module with the rest of the
+ * tokenizer; newer transformers save it as chat_template.jinja instead, which is read here. */
+static em_err write_chat_template(const char *dir, const char *config_path, em_gguf_writer *w) {
+    em_err err = NULL;
+    if (config_path) {
+        json_error_t jerr;
+        json_t *root = json_load_file(config_path, 0, &jerr);
+        if (!root) return em_errorf(EM_ERR_FORMAT, "%s: JSON: %s (line %d)", config_path, jerr.text, jerr.line);
+        json_t *t = json_object_get(root, "chat_template");
+        bool in_config = t && !json_is_null(t);
+        json_decref(root);
+        if (in_config) return NULL;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *text = NULL;
+    size_t len = 0;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n >= 0 && n < (16l << 20) && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1)))
+            len = fread(text, 1, (size_t)n, f);
+    }
+    fclose(f);
+    if (!text) return em_errorf(EM_ERR_IO, "%s: cannot read", path);
+    err = em_gguf_writer_add_strn(w, "tokenizer.chat_template", text, len);
+    free(text);
+    return err;
+}
+
+/* The tokenizer module converts tokenizer.json (+ tokenizer_config.json: chat template, special
+ * tokens, add_bos) into tokenizer.ggml.* metadata. */
+static em_err write_tokenizer(converter *cv, em_gguf_writer *w) {
+    char json[4096], config[4096];
+    struct stat sb;
+    snprintf(json, sizeof json, "%s/tokenizer.json", cv->dir);
+    snprintf(config, sizeof config, "%s/tokenizer_config.json", cv->dir);
+    if (stat(json, &sb) != 0)
+        return em_errorf(EM_ERR_NOT_FOUND, "%s: no tokenizer.json (convert with --no-tokenizer to write weights only)",
+                         cv->dir);
+    bool has_config = stat(config, &sb) == 0;
+    em_err err = em_tokenizer_hf_to_gguf(json, has_config ? config : NULL, w);
+    if (err) return err;
+    return write_chat_template(cv->dir, has_config ? config : NULL, w);
+}
+
+/* ---- the whole conversion ---- */
+
+static em_err parse_type(const char *name, uint32_t *out) {
+    static const char *const allowed[] = {"f32", "f16", "bf16", "q8_0", "q4_k"};
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++)
+        if (!strcmp(name, allowed[i])) {
+            em_type type;
+            em_err err = em_type_from_name(name, &type);
+            *out = type;
+            return err;
+        }
+    return em_errorf(EM_ERR_INVALID, "output type '%s' is not one of f32, f16, bf16, q8_0, q4_k", name);
+}
+
+static em_err run(converter *cv, const char *out_path, const em_convert_options *opt, em_convert_stats *stats) {
+    char path[4096];
+    em_err err = parse_type(opt && opt->type ? opt->type : "f16", &cv->type);
+    if (err) return err;
+    snprintf(path, sizeof path, "%s/config.json", cv->dir);
+    if ((err = em_hf_config_load(path, &cv->cfg))) return err;
+    if (!(cv->f = family_of(cv->cfg.arch))) {
+        char list[512] = "";
+        for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", families[i].hf_arch);
+        return em_errorf(EM_ERR_UNSUPPORTED, "%s: field 'architectures' = '%s' is not supported (supported: %s)", path,
+                         cv->cfg.arch, list);
+    }
+    if ((err = check_config(cv))) return err;
+    if ((err = checkpoint_open(cv->dir, &cv->ck))) return err;
+    if ((err = plan_all(cv))) return err;
+    /* Tensors left over: the first few by name, then a count (a vision tower has hundreds). */
+    size_t unused = 0, vision = 0;
+    for (size_t i = 0; i < cv->ck.n_files; i++)
+        for (size_t t = 0; t < em_safetensors_count(cv->ck.files[i]); t++) {
+            const char *tn = em_safetensors_at(cv->ck.files[i], t)->name;
+            if (cv->ck.used[cv->ck.base[i] + t] || ends_with(tn, "rotary_emb.inv_freq")) continue;
+            if (strcmp(cv->prefix, "model.") && (strstr(tn, "vision_tower.") || strstr(tn, "multi_modal_projector."))) {
+                vision++; /* a multimodal checkpoint's image half, left out on purpose */
+                continue;
+            }
+            if (unused++ < 4)
+                em_log(EM_LOG_WARN, "%s: tensor '%s' is not used by GGUF %s", em_safetensors_name(cv->ck.files[i]), tn,
+                       cv->f->arch);
+        }
+    if (unused > 4) em_log(EM_LOG_WARN, "%s: %zu more tensors are not used by GGUF %s", cv->dir, unused - 4, cv->f->arch);
+    if (vision) em_log(EM_LOG_INFO, "%s: the text model only: %zu vision tensors left out", cv->dir, vision);
+
+    em_gguf_writer *w;
+    if ((err = em_gguf_writer_new(3, &w))) return err;
+    const char *name = opt && opt->name ? opt->name : NULL;
+    if (!name) {
+        const char *slash = strrchr(cv->dir, '/');
+        name = slash && slash[1] ? slash + 1 : cv->dir;
+    }
+    err = write_metadata(cv, w, name);
+    if (!err && !(opt && opt->no_tokenizer)) err = write_tokenizer(cv, w);
+    for (size_t i = 0; !err && i < cv->plan.n; i++) {
+        const plan_tensor *t = &cv->plan.t[i];
+        err = em_gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, NULL, false);
+    }
+    cv->buf_elems = 1 << 16;
+    cv->buf = malloc(cv->buf_elems * sizeof *cv->buf);
+    cv->out = malloc(cv->buf_elems * sizeof *cv->buf);
+    if (!err && (!cv->buf || !cv->out)) err = em_errorf(EM_ERR_NOMEM, "out of memory");
+    if (!err) err = em_gguf_writer_write_streaming(w, out_path, fill, cv);
+    em_gguf_writer_free(w);
+    if (err) {
+        remove(out_path);
+        return err;
+    }
+    if (stats) {
+        snprintf(stats->arch, sizeof stats->arch, "%s", cv->f->arch);
+        stats->n_tensors = cv->plan.n;
+        stats->n_bytes = cv->plan.bytes;
+    }
+    return NULL;
+}
+
+em_err em_convert_hf(const char *dir, const char *out_path, const em_convert_options *options,
+                     em_convert_stats *stats) {
+    converter cv = {.dir = dir, .prefix = "model."};
+    em_err err = run(&cv, out_path, options, stats);
+    free(cv.buf);
+    free(cv.out);
+    plan_free(&cv.plan);
+    checkpoint_close(&cv.ck);
+    em_hf_config_free(&cv.cfg);
+    return err;
+}

@@ -1,0 +1,50 @@
+#!/bin/bash
+# llama.cpp reads what `ember convert` writes the way transformers meant it: node-llama-cpp 3.21.1
+# (llama.cpp, CPU build) continues each converted transformers checkpoint of tests/fixtures/hf
+# greedily and must produce transformers' 16 greedy tokens. This pins the conventions a GGUF file
+# shares with llama.cpp (Q/K row permutation of `llama`, Gemma's stored 1 + w norms, expert
+# stacking, rope_freqs, metadata keys) against llama.cpp itself rather than against Ember's loader.
+# Mistral is left out: llama.cpp's `llama` graph has no sliding window, so it answers as if the
+# window were absent (Ember's loader applies llama.attention.sliding_window; tests/test_convert.c).
+# usage: convert_peer.sh EMBER_EXE FIXTURES_DIR BUILD_DIR
+set -u
+EMBER=$1 BUILD=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
+HF=$HERE/../fixtures/hf
+JS=$BUILD/js
+WORK=$BUILD/convert_peer
+mkdir -p "$WORK"
+command -v node >/dev/null && command -v npm >/dev/null ||
+    { echo "FAIL: node and npm are needed for the llama.cpp comparison (tools/deps.sh --with-node)"; exit 1; }
+if ! grep -qs '"version": "3.21.1"' "$JS/node_modules/node-llama-cpp/package.json"; then
+    npm install --prefix "$JS" --no-audit --no-fund --loglevel=error -E --omit=optional \
+        node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 >"$WORK/npm.log" 2>&1 ||
+        { cat "$WORK/npm.log"; echo "FAIL: npm install node-llama-cpp"; exit 1; }
+fi
+ids() { tr -d ' \n' <"$HF/$1/expected.json" | sed -e "s/.*\"$2\":\[\([0-9,]*\)\].*/\1/" | tr ',' ' '; }
+
+status=0
+families="llama mixtral qwen2 qwen3 qwen3moe gemma2 gemma3 gemma3mm"
+prompt=$(ids llama prompt_ids)
+models=()
+for family in $families; do
+    # one prompt for all: every fixture tokenized the same sentence with the same tokenizer.json
+    [ "$(ids "$family" prompt_ids)" = "$prompt" ] || { echo "FAIL: $family has another prompt"; exit 1; }
+    rm -f "$WORK/$family.gguf.llama.txt"
+    "$EMBER" convert "$HF/$family" -o "$WORK/$family.gguf" --type f32 >/dev/null || { echo "FAIL: convert $family"; exit 1; }
+    models+=("$WORK/$family.gguf")
+done
+# one node process for all models: starting llama.cpp is the slow part
+node "$HERE/../peer/llamacpp_greedy.mjs" "$JS/node_modules" 16 "$prompt" "${models[@]}" 2>"$WORK/llama.err" ||
+    { cat "$WORK/llama.err"; echo "FAIL: llama.cpp"; exit 1; }
+for family in $families; do
+    got=$(cut -d' ' -f1 "$WORK/$family.gguf.llama.txt" | tr '\n' ' ' | sed 's/ *$//')
+    want=$(ids "$family" greedy_ids)
+    if [ "$got" = "$want" ]; then
+        echo "$family: llama.cpp reproduces transformers' 16 greedy tokens"
+    else
+        echo "FAIL: $family: llama.cpp '$got', transformers '$want'"
+        status=1
+    fi
+done
+exit $status
