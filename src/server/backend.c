@@ -1,12 +1,3 @@
-/* PENDING until the engine (ember_engine_create ..., src/engine/engine.c) is on main; then:
- *   git mv src/server/backend.c.pending src/server/backend.c
- *   git mv src/cli/serve.c.pending src/cli/serve.c
- *   add to src/cli/main.c's table:
- *     {"serve", em_cli_serve, "serve -m MODEL.gguf [--port N] ...   OpenAI/Anthropic-compatible HTTP server"},
- *   git mv tests/js/server_clients.sh tests/cli/server_clients.sh   (ctest: cli_server_clients)
- * (server.h and cli.h already declare what these files define.) Both files were compiled and run
- * with the tokenizer, chat and model modules and a stand-in serial engine: the tests/js client
- * suites pass, ASan clean. Delete this comment when activating. */
 /* The server's real backend: the engine of include/ember.h for generation, and the model's text
  * side (text.c: tokenizer, chat template) for everything the server does on its own threads. */
 #include <stdlib.h>

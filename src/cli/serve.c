@@ -1,4 +1,3 @@
-/* PENDING: becomes src/cli/serve.c; see the steps at the top of src/server/backend.c.pending. */
 /* `ember serve -m MODEL.gguf [...]`: the OpenAI- and Anthropic-compatible HTTP server (src/server)
  * in front of one engine. Prints one line when it accepts requests; stops on SIGINT or SIGTERM. */
 #include <errno.h>
