@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The official OpenAI and Anthropic npm clients, plus raw HTTP checks, against a real `ember serve`
 # on a synthetic tiny model: bash server_clients.sh EMBER_EXE FIXTURES_DIR BUILD_DIR.
-# (Registered with ctest once it lives in tests/cli/; it finds the scripts in tests/js either way.)
 set -u
 ember=$1 fixtures=$2 build=$3
 here=$(cd "$(dirname "$0")" && pwd)
