@@ -14,6 +14,7 @@
 int em_cli_fail(const char *command, em_err err);
 
 int em_cli_info(int argc, char **argv);
+int em_cli_serve(int argc, char **argv);
 int em_cli_synth(int argc, char **argv);
 int em_cli_run(int argc, char **argv);
 int em_cli_tokenize(int argc, char **argv);

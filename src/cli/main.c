@@ -15,6 +15,7 @@ static const subcommand subcommands[] = {
     {"chat-template", em_cli_chat_template, "chat-template (--template F.jinja | -m M.gguf) --messages M.json [...]  render a chat prompt"},
     {"info", em_cli_info, "info FILE.gguf [--json]          metadata, tensors, bytes read per token"},
     {"run", em_cli_run, "run -m MODEL.gguf -p TEXT [-n N] [--temp T] ...   generate text"},
+    {"serve", em_cli_serve, "serve -m MODEL.gguf [--port N] [--api-key K] ...   OpenAI/Anthropic-compatible HTTP server"},
     {"synth", em_cli_synth, "synth --preset P --type T -o OUT.gguf   write a model with random weights"},
     {"convert", em_cli_convert, "convert HF_DIR -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_k]   Hugging Face checkpoint -> GGUF"},
     {"tokenize", em_cli_tokenize, "tokenize -m M.gguf [--raw] [--ids] [-f FILE | TEXT] | --decode ID...   text <-> token ids"},

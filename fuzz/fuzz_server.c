@@ -1,0 +1,62 @@
+/* libFuzzer target: the server's request parsers. The first byte picks the endpoint; the rest is
+ * the body. Every input must give either a request or a 4xx/5xx error with a message, and a parsed
+ * request must format (error bodies, chat-prompt splitting) without touching memory it does not own. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static em_err render_plain(void *self, const json_t *messages, char **text, size_t *len) {
+    (void)self;
+    char *dumped = json_dumps(messages, JSON_COMPACT);
+    if (!dumped) return em_errorf(EM_ERR_NOMEM, "out of memory");
+    *text = dumped;
+    *len = strlen(dumped);
+    return NULL;
+}
+
+static em_err tokenize_bytes(void *self, const char *text, size_t len, bool parse_special, int32_t **ids, size_t *n) {
+    (void)self;
+    (void)parse_special;
+    *ids = malloc(len ? len * sizeof **ids : 1);
+    if (!*ids) return em_errorf(EM_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < len; i++) (*ids)[i] = (unsigned char)text[i];
+    *n = len;
+    return NULL;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size == 0) return 0;
+    const char *body = (const char *)data + 1;
+    size_t len = size - 1;
+    em_server_request req;
+    em_server_error err = {0};
+    bool ok;
+    switch (data[0] % 4) {
+    case 0: ok = em_openai_parse_chat(body, len, 32000, &req, &err); break;
+    case 1: ok = em_openai_parse_completions(body, len, 32000, &req, &err); break;
+    case 2: ok = em_anthropic_parse_messages(body, len, &req, &err); break;
+    default: ok = em_anthropic_parse_count_tokens(body, len, &req, &err); break;
+    }
+    if (!ok) {
+        if (err.status < 400 || err.status > 599 || !err.message[0]) abort();
+        char *text = em_server_error_body(req.api, &err);
+        if (!text) abort();
+        free(text);
+    } else if (req.messages) {
+        static const char *const controls[] = {"<|im_start|>", "<|im_end|>"};
+        static const size_t lens[] = {12, 10};
+        em_server_prompt_ops ops = {.render = render_plain, .tokenize = tokenize_bytes, .controls = controls,
+                                    .control_lens = lens, .n_controls = 2, .add_bos = true, .bos = 1, .salt = 7};
+        int32_t *ids = NULL;
+        size_t n = 0;
+        em_err e = em_server_chat_tokens(&ops, req.messages, &ids, &n);
+        em_err_free(e);
+        free(ids);
+    }
+    em_server_request_clear(&req);
+    return 0;
+}

@@ -1,0 +1,129 @@
+/* `ember serve -m MODEL.gguf [...]`: the OpenAI- and Anthropic-compatible HTTP server (src/server)
+ * in front of one engine. Prints one line when it accepts requests; stops on SIGINT or SIGTERM. */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../server/server.h"
+#include "cli.h"
+
+static const char usage_text[] =
+    "usage: ember serve -m MODEL.gguf [options]\n"
+    "  --host HOST          address to bind (default 127.0.0.1)\n"
+    "  --port N             port (default 11435; 0 picks a free one)\n"
+    "  --api-key KEY        require this key (Authorization: Bearer KEY or x-api-key: KEY);\n"
+    "                       default: the EMBER_API_KEY environment variable, else none\n"
+    "  --ctx N              longest prompt + output in tokens (default: the model's, at most 32768)\n"
+    "  --kv-mem BYTES       KV cache budget (suffixes K, M, G; default: from --ctx)\n"
+    "  --batch-tokens N     tokens per engine step (default 2048)\n"
+    "  --max-sequences N    requests running at once (default 256)\n"
+    "  --max-body BYTES     largest request body (suffixes K, M, G; default 4M)\n"
+    "  --device cpu|cuda    backend (default: cuda when a GPU is present)\n"
+    "  --threads N          CPU threads for the CPU backend (default: all cores)\n";
+
+/* "512", "64K", "2G" → bytes. */
+static bool parse_size(const char *text, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || end == text || text[0] == '-') return false;
+    uint64_t scale = 1;
+    if (*end == 'K' || *end == 'k') scale = 1ull << 10;
+    else if (*end == 'M' || *end == 'm') scale = 1ull << 20;
+    else if (*end == 'G' || *end == 'g') scale = 1ull << 30;
+    if (scale != 1) end++;
+    if (*end) return false;
+    return !em_mul_overflows(v, scale, out);
+}
+
+static bool parse_int(const char *text, int min, int max, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < min || v > max) return false;
+    *out = (int)v;
+    return true;
+}
+
+int em_cli_serve(int argc, char **argv) {
+    ember_options options;
+    ember_options_default(&options);
+    em_server_options server = {.host = "127.0.0.1", .port = 11435, .api_key = getenv("EMBER_API_KEY")};
+    if (server.api_key && !server.api_key[0]) server.api_key = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        uint64_t size = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "ember serve: %s needs a value\n%s", a, usage_text);
+            return 1;
+        }
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) options.model_path = v;
+        else if (!strcmp(a, "--host")) server.host = v;
+        else if (!strcmp(a, "--port")) ok = parse_int(v, 0, 65535, &server.port);
+        else if (!strcmp(a, "--api-key")) server.api_key = v[0] ? v : NULL;
+        else if (!strcmp(a, "--ctx")) ok = parse_int(v, 1, INT_MAX, &options.ctx_tokens);
+        else if (!strcmp(a, "--kv-mem")) ok = parse_size(v, &options.kv_mem_bytes);
+        else if (!strcmp(a, "--batch-tokens")) ok = parse_int(v, 1, INT_MAX, &options.batch_tokens);
+        else if (!strcmp(a, "--max-sequences")) ok = parse_int(v, 1, INT_MAX, &options.max_sequences);
+        else if (!strcmp(a, "--max-body")) {
+            ok = parse_size(v, &size) && size > 0 && size <= SIZE_MAX;
+            server.max_body = (size_t)size;
+        } else if (!strcmp(a, "--device")) {
+            ok = !strcmp(v, "cpu") || !strcmp(v, "cuda");
+            options.device = v;
+        }
+        else if (!strcmp(a, "--threads")) ok = parse_int(v, 0, 4096, &options.threads);
+        else {
+            fprintf(stderr, "ember serve: unknown option '%s'\n%s", a, usage_text);
+            return 1;
+        }
+        if (!ok) {
+            fprintf(stderr, "ember serve: bad value for %s: '%s'\n", a, v);
+            return 1;
+        }
+        i++;
+    }
+    if (!options.model_path) {
+        fprintf(stderr, "ember serve: a model is required (-m MODEL.gguf)\n%s", usage_text);
+        return 1;
+    }
+
+    /* Block the stop signals before any thread starts, so that every thread inherits the mask and
+     * only sigwait below receives them; a client that hangs up must not kill the server. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    em_server_model *model = NULL;
+    em_err err = em_server_model_open(&options, &model);
+    if (err) return em_cli_fail("serve", err);
+    em_server *s = NULL;
+    err = em_server_start(&server, em_server_model_backend(model), &s);
+    if (err) {
+        em_server_model_close(model);
+        return em_cli_fail("serve", err);
+    }
+    const em_server_backend *b = em_server_model_backend(model);
+    printf("ember serve: listening on http://%s:%d (model %s, context %d tokens%s)\n", server.host, em_server_port(s),
+           b->model_id, b->ctx_tokens, server.api_key ? ", API key required" : "");
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&stop, &sig);
+    fprintf(stderr, "ember serve: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+    em_server_stop(s);
+    em_server_model_close(model);
+    return 0;
+}

@@ -1,0 +1,190 @@
+/* Anthropic's Messages API: parsing /v1/messages and /v1/messages/count_tokens bodies, and
+ * formatting messages, stream events and the model list, as Anthropic's API reference describes
+ * them. Usage follows Anthropic's accounting: input_tokens counts the prompt tokens that were not
+ * read from the cache, cache_read_input_tokens the ones that were. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+static bool oom(em_server_error *err) {
+    em_server_error_set(err, 500, NULL, NULL, NULL, "out of memory");
+    return false;
+}
+
+/* system (string or text blocks) and messages → req->messages, system first. */
+static bool read_conversation(const json_t *root, em_server_request *req, em_server_error *err) {
+    if (!(req->messages = json_array())) return oom(err);
+    json_t *system = json_object_get(root, "system");
+    if (system && !json_is_null(system)) {
+        em_buf text = {0};
+        bool ok = em_server_read_content(system, "system", &text, err) &&
+                  em_server_add_message(req, "system", &text, err);
+        em_buf_free(&text);
+        if (!ok) return false;
+    }
+    json_t *messages = json_object_get(root, "messages");
+    if (!messages) {
+        em_server_error_set(err, 400, NULL, NULL, "messages", "messages: field required");
+        return false;
+    }
+    if (!json_is_array(messages) || json_array_size(messages) == 0) {
+        em_server_error_set(err, 400, NULL, NULL, "messages", "messages: must be a non-empty array");
+        return false;
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        char param[48];
+        snprintf(param, sizeof param, "messages.%zu", i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!json_is_object(m) || !role) {
+            em_server_error_set(err, 400, NULL, NULL, param, "%s: must be an object with a string 'role'", param);
+            return false;
+        }
+        if (strcmp(role, "user") && strcmp(role, "assistant")) {
+            em_server_error_set(err, 400, NULL, NULL, param, "%s.role: unexpected role '%s' (user or assistant)",
+                                param, role);
+            return false;
+        }
+        json_t *content = json_object_get(m, "content");
+        snprintf(param, sizeof param, "messages.%zu.content", i);
+        if (!content) {
+            em_server_error_set(err, 400, NULL, NULL, param, "%s: field required", param);
+            return false;
+        }
+        em_buf text = {0};
+        bool ok = em_server_read_content(content, param, &text, err) && em_server_add_message(req, role, &text, err);
+        em_buf_free(&text);
+        if (!ok) return false;
+    }
+    return true;
+}
+
+static bool read_model(const json_t *root, em_server_request *req, em_server_error *err) {
+    const char *model = NULL;
+    if (!em_server_read_string(root, "model", &model, err)) return false;
+    if (!model) {
+        em_server_error_set(err, 400, NULL, NULL, "model", "model: field required");
+        return false;
+    }
+    if (!(req->model = strdup(model))) return oom(err);
+    return true;
+}
+
+bool em_anthropic_parse_messages(const char *body, size_t len, em_server_request *req, em_server_error *err) {
+    em_server_request_init(req, EM_API_ANTHROPIC_MESSAGES);
+    json_t *root = em_server_parse_body(body, len, err);
+    if (!root) return false;
+    bool ok = read_model(root, req, err);
+    int64_t max_tokens = 0, top_k = 0;
+    double temperature = req->sampling.temperature, top_p = req->sampling.top_p;
+    if (ok && (!json_object_get(root, "max_tokens") || json_is_null(json_object_get(root, "max_tokens")))) {
+        em_server_error_set(err, 400, NULL, NULL, "max_tokens", "max_tokens: field required");
+        ok = false;
+    }
+    ok = ok && em_server_read_int(root, "max_tokens", INT64_MIN, INT64_MAX, &max_tokens, err);
+    if (ok && max_tokens < 1) {
+        em_server_error_set(err, 400, NULL, NULL, "max_tokens", "max_tokens: must be at least 1, got %lld",
+                            (long long)max_tokens);
+        ok = false;
+    }
+    ok = ok && read_conversation(root, req, err) &&
+         em_server_read_number(root, "temperature", 0, 1, &temperature, err) &&
+         em_server_read_number(root, "top_p", 0, 1, &top_p, err) &&
+         em_server_read_int(root, "top_k", 0, INT_MAX, &top_k, err) &&
+         em_server_read_stops(root, "stop_sequences", false, req, err) &&
+         em_server_read_bool(root, "stream", &req->stream, err);
+    json_t *metadata = json_object_get(root, "metadata"); /* user_id: accepted, not used */
+    if (ok && metadata && !json_is_null(metadata) && !json_is_object(metadata)) {
+        em_server_error_set(err, 400, NULL, NULL, "metadata", "metadata: must be an object");
+        ok = false;
+    }
+    req->max_tokens = max_tokens > INT_MAX ? INT_MAX : (int)max_tokens;
+    req->sampling.temperature = (float)temperature;
+    req->sampling.top_p = (float)top_p;
+    req->sampling.top_k = (int)top_k;
+    json_decref(root);
+    return ok;
+}
+
+bool em_anthropic_parse_count_tokens(const char *body, size_t len, em_server_request *req, em_server_error *err) {
+    em_server_request_init(req, EM_API_ANTHROPIC_COUNT);
+    json_t *root = em_server_parse_body(body, len, err);
+    if (!root) return false;
+    bool ok = read_model(root, req, err) && read_conversation(root, req, err);
+    json_decref(root);
+    return ok;
+}
+
+/* ---- Formatting ---- */
+
+static json_t *usage_json(const em_server_usage *u) {
+    uint64_t cached = u->cached_tokens <= u->prompt_tokens ? u->cached_tokens : u->prompt_tokens;
+    return json_pack("{s:I, s:I, s:I, s:I}", "input_tokens", (json_int_t)(u->prompt_tokens - cached),
+                     "cache_creation_input_tokens", (json_int_t)0, "cache_read_input_tokens", (json_int_t)cached,
+                     "output_tokens", (json_int_t)u->completion_tokens);
+}
+
+static json_t *message_json(const em_server_format *f, json_t *content, const char *stop_reason,
+                            const char *stop_sequence, const em_server_usage *usage) {
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", f->id, "type", "message", "role",
+                     "assistant", "model", f->model, "content", content, "stop_reason",
+                     stop_reason ? json_string(stop_reason) : json_null(), "stop_sequence",
+                     stop_sequence ? json_string(stop_sequence) : json_null(), "usage", usage_json(usage));
+}
+
+json_t *em_anthropic_message_response(const em_server_format *f, const em_server_choice *choice,
+                                      const em_server_usage *usage) {
+    json_t *content = json_pack("[{s:s, s:o}]", "type", "text", "text",
+                                em_server_json_text(choice->text.data, choice->text.len));
+    const char *reason = em_anthropic_stop_reason(choice->finish, choice->stop_string);
+    json_t *root = message_json(f, content, reason ? reason : "end_turn", choice->stop_string, usage);
+    if (root) json_object_set_new(root, "timings", em_server_timings_json(&choice->timings));
+    return root;
+}
+
+json_t *em_anthropic_models_json(const char *model_id, int64_t created) {
+    char when[32] = "1970-01-01T00:00:00Z";
+    time_t t = (time_t)created;
+    struct tm tm;
+    if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return json_pack("{s:[{s:s, s:s, s:s, s:s}], s:b, s:s, s:s}", "data", "type", "model", "id", model_id,
+                     "display_name", model_id, "created_at", when, "has_more", 0, "first_id", model_id, "last_id",
+                     model_id);
+}
+
+static bool event(em_buf *out, const char *name, json_t *data) {
+    if (!data) return false;
+    bool ok = em_server_sse(out, name, data);
+    json_decref(data);
+    return ok;
+}
+
+bool em_anthropic_stream_start(em_buf *out, const em_server_format *f, const em_server_usage *usage) {
+    return event(out, "message_start",
+                 json_pack("{s:s, s:o}", "type", "message_start", "message",
+                           message_json(f, json_array(), NULL, NULL, usage))) &&
+           event(out, "content_block_start",
+                 json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", 0, "content_block",
+                           "type", "text", "text", "")) &&
+           event(out, "ping", json_pack("{s:s}", "type", "ping"));
+}
+
+bool em_anthropic_stream_delta(em_buf *out, const char *text, size_t len) {
+    return event(out, "content_block_delta",
+                 json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index", 0, "delta", "type",
+                           "text_delta", "text", em_server_json_text(text, len)));
+}
+
+bool em_anthropic_stream_end(em_buf *out, const em_server_choice *choice, const em_server_usage *usage) {
+    const char *reason = em_anthropic_stop_reason(choice->finish, choice->stop_string);
+    json_t *delta = json_pack("{s:s, s:{s:s, s:o}, s:o, s:o}", "type", "message_delta", "delta", "stop_reason",
+                              reason ? reason : "end_turn", "stop_sequence",
+                              choice->stop_string ? json_string(choice->stop_string) : json_null(), "usage",
+                              usage_json(usage), "timings", em_server_timings_json(&choice->timings));
+    return event(out, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0)) &&
+           event(out, "message_delta", delta) && event(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+}

@@ -1,0 +1,410 @@
+/* Generation requests on the backend: prompts → token ids, one engine request per choice, then
+ * either a whole response (the connection thread waits) or an SSE stream (MHD's content reader
+ * pulls events as the engine produces them).
+ *
+ * Waiting never blocks for long: every wait on the engine has a timeout, after which the client's
+ * socket is polled for a hang-up. A client that goes away (or a server that stops) cancels and
+ * releases every engine request of its job, so its KV memory is freed at the next engine step. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* POLLRDHUP */
+#endif
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define WAIT_MS 250 /* how long a wait on the engine lasts before the socket is checked again */
+
+typedef struct job {
+    em_server *server;
+    em_server_request req;
+    em_server_format fmt;
+    char id[64];
+    int fd;
+    struct timespec last_check; /* of the client's socket */
+    size_t n_prompts;
+    int32_t **prompt_ids; /* per prompt, malloc'd */
+    size_t *prompt_len;
+    size_t n_choices;     /* n_prompts * req.n; choice i belongs to prompt i / req.n */
+    void **handles;
+    em_server_choice *choices;
+    /* streaming */
+    bool started;
+    size_t n_finished;
+    em_buf pending;
+    size_t sent;
+    bool done;
+    em_server_token *scratch;
+    size_t scratch_cap;
+} job;
+
+bool em_server_peer_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+    return false;
+}
+
+/* Whether to give up: the client hung up or the server is stopping. The socket is polled at most
+ * every 100 ms, whether or not the engine is producing output. */
+static bool give_up(job *j, bool now) {
+    if (atomic_load(&j->server->stopping)) return true;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double since = (double)(t.tv_sec - j->last_check.tv_sec) + 1e-9 * (double)(t.tv_nsec - j->last_check.tv_nsec);
+    if (!now && since < 0.1) return false;
+    j->last_check = t;
+    return em_server_peer_gone(j->fd);
+}
+
+static void job_free(job *j) {
+    if (!j) return;
+    for (size_t i = 0; i < j->n_choices; i++) {
+        if (j->handles && j->handles[i]) {
+            if (j->choices[i].finish == EMBER_FINISH_NONE) j->server->backend.cancel(j->handles[i]);
+            j->server->backend.release(j->handles[i]);
+        }
+        if (j->choices) em_server_choice_clear(&j->choices[i]);
+    }
+    for (size_t p = 0; p < j->n_prompts; p++) free(j->prompt_ids ? j->prompt_ids[p] : NULL);
+    free(j->prompt_ids);
+    free(j->prompt_len);
+    free(j->handles);
+    free(j->choices);
+    em_buf_free(&j->pending);
+    free(j->scratch);
+    em_server_request_clear(&j->req);
+    free(j);
+}
+
+static uint64_t mix64(uint64_t x) {
+    /* splitmix64's finalizer: spreads a counter into an unrelated-looking seed */
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Maps an engine or backend error to an HTTP error: the caller's mistakes are 400s. */
+static void backend_error(em_err e, const char *what, em_server_error *err) {
+    em_err_code code = em_err_code_of(e);
+    int status = code == EM_ERR_INVALID || code == EM_ERR_RANGE || code == EM_ERR_FORMAT ? 400
+                 : code == EM_ERR_NOMEM                                                   ? 503
+                                                                                         : 500;
+    em_server_error_set(err, status, NULL, NULL, NULL, "%s: %s", what, em_err_message(e));
+    em_err_free(e);
+}
+
+static bool tokenize_prompts(job *j, em_server_error *err) {
+    const em_server_backend *b = &j->server->backend;
+    j->n_prompts = j->req.messages ? 1 : j->req.n_prompts;
+    j->prompt_ids = calloc(j->n_prompts, sizeof *j->prompt_ids);
+    j->prompt_len = calloc(j->n_prompts, sizeof *j->prompt_len);
+    if (!j->prompt_ids || !j->prompt_len) {
+        em_server_error_set(err, 500, NULL, NULL, NULL, "out of memory");
+        return false;
+    }
+    for (size_t p = 0; p < j->n_prompts; p++) {
+        em_err e = NULL;
+        if (j->req.messages) {
+            e = b->chat_prompt(b->self, j->req.messages, &j->prompt_ids[p], &j->prompt_len[p]);
+        } else if (j->req.prompts[p].is_ids) {
+            /* the ids are handed to the engine as they are: move them out of the request */
+            j->prompt_ids[p] = j->req.prompts[p].ids;
+            j->prompt_len[p] = j->req.prompts[p].n_ids;
+            j->req.prompts[p].ids = NULL;
+            j->req.prompts[p].n_ids = 0;
+        } else {
+            e = b->tokenize(b->self, j->req.prompts[p].text, j->req.prompts[p].text_len, &j->prompt_ids[p],
+                            &j->prompt_len[p]);
+        }
+        if (e) {
+            backend_error(e, j->req.messages ? "messages" : "prompt", err);
+            return false;
+        }
+        if (j->prompt_len[p] == 0) {
+            em_server_error_set(err, 400, NULL, "invalid_value", j->req.messages ? "messages" : "prompt",
+                                "the prompt is empty");
+            return false;
+        }
+        if (b->ctx_tokens > 0 && j->prompt_len[p] >= (size_t)b->ctx_tokens) {
+            em_server_error_set(err, 400, NULL, "context_length_exceeded", j->req.messages ? "messages" : "prompt",
+                                "the prompt has %zu tokens; the context holds %d (prompt and output together)",
+                                j->prompt_len[p], b->ctx_tokens);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool submit_all(job *j, em_server_error *err) {
+    const em_server_backend *b = &j->server->backend;
+    j->n_choices = j->n_prompts * (size_t)j->req.n;
+    j->handles = calloc(j->n_choices, sizeof *j->handles);
+    j->choices = calloc(j->n_choices, sizeof *j->choices);
+    if (!j->handles || !j->choices) {
+        em_server_error_set(err, 500, NULL, NULL, NULL, "out of memory");
+        return false;
+    }
+    uint64_t base_seed = j->req.seed_given ? j->req.sampling.seed
+                                           : mix64(atomic_fetch_add(&j->server->next_id, 1) ^
+                                                   ((uint64_t)j->server->salt << 32) ^ (uint64_t)time(NULL));
+    for (size_t i = 0; i < j->n_choices; i++) {
+        size_t p = i / (size_t)j->req.n;
+        ember_request_params params;
+        memset(&params, 0, sizeof params);
+        params.prompt_ids = j->prompt_ids[p];
+        params.n_prompt_ids = j->prompt_len[p];
+        params.sampling = j->req.sampling;
+        /* choices of one request differ, and the same seed gives the same choices again */
+        params.sampling.seed = base_seed + (uint64_t)(i % (size_t)j->req.n);
+        params.sampling.logprobs = j->req.logprobs ? (j->req.top_logprobs > 0 ? j->req.top_logprobs : 1) : 0;
+        size_t room = b->ctx_tokens > 0 ? (size_t)b->ctx_tokens - j->prompt_len[p] : (size_t)1 << 30;
+        size_t max = j->req.max_tokens > 0 ? (size_t)j->req.max_tokens : room;
+        params.max_tokens = (int)(max < room ? max : room);
+        params.stop = (const char *const *)j->req.stop;
+        params.n_stop = j->req.n_stop;
+        em_err e = b->submit(b->self, &params, &j->handles[i]);
+        if (e) {
+            backend_error(e, "submit", err);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool keep_tokens(const job *j) {
+    return j->req.logprobs;
+}
+
+/* The engine hands out a logprob for the sampled token plus `logprobs` alternatives; a request
+ * for logprobs without top_logprobs gets none of the alternatives. */
+static void clamp_top(const job *j, em_server_token *tokens, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (tokens[k].n_top > j->req.top_logprobs) tokens[k].n_top = j->req.top_logprobs;
+}
+
+static void usage_of(const job *j, em_server_usage *u) {
+    memset(u, 0, sizeof *u);
+    for (size_t i = 0; i < j->n_choices; i++) {
+        const ember_timings *t = &j->choices[i].timings;
+        u->completion_tokens += t->generated_tokens;
+        if (i % (size_t)j->req.n == 0) {
+            u->prompt_tokens += j->prompt_len[i / (size_t)j->req.n];
+            u->cached_tokens += t->cached_tokens;
+        }
+    }
+}
+
+/* An engine finish that is not a normal end of generation, as an HTTP error. */
+static bool finish_error(const em_server_choice *c, const char *message, em_server_error *err) {
+    if (c->finish == EMBER_FINISH_ERROR) {
+        em_server_error_set(err, 500, NULL, NULL, NULL, "the engine failed: %s", message ? message : "unknown error");
+        return true;
+    }
+    if (c->finish == EMBER_FINISH_CANCELLED) {
+        em_server_error_set(err, 503, NULL, NULL, NULL, "the request was cancelled: the server is stopping");
+        return true;
+    }
+    return false;
+}
+
+/* ---- Whole responses ---- */
+
+static struct MHD_Response *run_blocking(job *j, int *status) {
+    const em_server_backend *b = &j->server->backend;
+    em_server_error err = {0};
+    for (size_t i = 0; i < j->n_choices; i++) {
+        em_server_choice *c = &j->choices[i];
+        while (c->finish == EMBER_FINISH_NONE) {
+            ember_output out;
+            bool got = b->next(j->handles[i], &out, WAIT_MS);
+            if (give_up(j, !got)) return NULL;
+            if (!got) continue;
+            if (!em_server_choice_add(c, &out, keep_tokens(j))) {
+                em_server_error_set(&err, 500, NULL, NULL, NULL, "out of memory");
+                goto fail;
+            }
+            if (finish_error(c, out.error, &err)) goto fail;
+        }
+        b->timings(j->handles[i], &c->timings);
+        clamp_top(j, c->tokens, c->n_tokens);
+    }
+    em_server_usage usage;
+    usage_of(j, &usage);
+    json_t *body = j->req.api == EM_API_OPENAI_CHAT ? em_openai_chat_response(&j->fmt, &j->req, j->choices, j->n_choices, &usage)
+                   : j->req.api == EM_API_OPENAI_COMPLETIONS
+                       ? em_openai_completion_response(&j->fmt, &j->req, j->choices, j->n_choices, &usage)
+                       : em_anthropic_message_response(&j->fmt, &j->choices[0], &usage);
+    if (!body) {
+        em_server_error_set(&err, 500, NULL, NULL, NULL, "out of memory formatting the response");
+        goto fail;
+    }
+    *status = 200;
+    return em_server_json_response(body);
+fail:
+    *status = err.status;
+    return em_server_error_response(j->req.api, &err);
+}
+
+/* ---- Streams ---- */
+
+static em_server_token *convert_tokens(job *j, const ember_output *out) {
+    if (!keep_tokens(j) || out->n_tokens == 0) return NULL;
+    if (out->n_tokens > j->scratch_cap) {
+        em_server_token *grown = realloc(j->scratch, out->n_tokens * sizeof *grown);
+        if (!grown) return NULL;
+        j->scratch = grown;
+        j->scratch_cap = out->n_tokens;
+    }
+    for (size_t k = 0; k < out->n_tokens; k++) em_server_token_from(&j->scratch[k], &out->tokens[k]);
+    clamp_top(j, j->scratch, out->n_tokens);
+    return j->scratch;
+}
+
+/* Anthropic's message_start carries the input usage, which is known once the engine admitted
+ * the request (the prefix cache decides what was cached): it is written with the first output. */
+static bool stream_start(job *j) {
+    if (j->req.api == EM_API_OPENAI_CHAT)
+        for (size_t i = 0; i < j->n_choices; i++)
+            if (!em_openai_chat_chunk_start(&j->pending, &j->fmt, &j->req, (int)i)) return false;
+    if (j->req.api == EM_API_ANTHROPIC_MESSAGES) {
+        ember_timings t;
+        j->server->backend.timings(j->handles[0], &t);
+        em_server_usage usage = {.prompt_tokens = j->prompt_len[0], .cached_tokens = t.cached_tokens};
+        if (!em_anthropic_stream_start(&j->pending, &j->fmt, &usage)) return false;
+    }
+    j->started = true;
+    return true;
+}
+
+/* Turns one engine output of choice i into events. */
+static bool stream_output(job *j, size_t i, const ember_output *out) {
+    em_server_choice *c = &j->choices[i];
+    const em_server_backend *b = &j->server->backend;
+    if (!j->started && !stream_start(j)) return false;
+    if (!em_server_choice_add(c, out, false)) return false;
+    if (c->finish != EMBER_FINISH_NONE) b->timings(j->handles[i], &c->timings);
+    em_server_error err = {0};
+    if (finish_error(c, out->error, &err)) {
+        j->done = true;
+        return em_server_stream_error(&j->pending, j->req.api, &err);
+    }
+    if (j->req.api == EM_API_ANTHROPIC_MESSAGES) {
+        if (out->text_len && !em_anthropic_stream_delta(&j->pending, out->text, out->text_len)) return false;
+        if (c->finish != EMBER_FINISH_NONE) {
+            em_server_usage usage;
+            usage_of(j, &usage);
+            if (!em_anthropic_stream_end(&j->pending, c, &usage)) return false;
+        }
+    } else if (out->text_len || out->n_tokens || c->finish != EMBER_FINISH_NONE) {
+        em_server_token *tokens = convert_tokens(j, out);
+        if (!em_openai_chunk_delta(&j->pending, &j->fmt, &j->req, (int)i, out->text, out->text_len, tokens,
+                                   tokens ? out->n_tokens : 0, c->finish, &c->timings))
+            return false;
+    }
+    if (c->finish != EMBER_FINISH_NONE && ++j->n_finished == j->n_choices) {
+        if (j->req.api != EM_API_ANTHROPIC_MESSAGES) {
+            em_server_usage usage;
+            usage_of(j, &usage);
+            if (!em_openai_stream_end(&j->pending, &j->fmt, &j->req, &usage, &j->choices[0].timings)) return false;
+        }
+        j->done = true;
+    }
+    return true;
+}
+
+/* Produces more events; false when the stream must end abruptly (client gone, out of memory). */
+static bool stream_advance(job *j) {
+    const em_server_backend *b = &j->server->backend;
+    if (!j->started && j->req.api != EM_API_ANTHROPIC_MESSAGES) return stream_start(j);
+    bool got = false;
+    for (size_t i = 0; i < j->n_choices && !j->done; i++) {
+        if (j->choices[i].finish != EMBER_FINISH_NONE) continue;
+        ember_output out;
+        /* one choice: block on it; several: take what is ready, block below if nothing was */
+        if (b->next(j->handles[i], &out, j->n_choices == 1 ? WAIT_MS : 0)) {
+            got = true;
+            if (!stream_output(j, i, &out)) return false;
+        }
+    }
+    if (j->done) return true;
+    if (got) return !give_up(j, false);
+    if (j->n_choices > 1) {
+        for (size_t i = 0; i < j->n_choices; i++) {
+            if (j->choices[i].finish != EMBER_FINISH_NONE) continue;
+            ember_output out;
+            if (b->next(j->handles[i], &out, 20)) return stream_output(j, i, &out);
+            break;
+        }
+    }
+    return !give_up(j, true);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    job *j = cls;
+    while (j->sent == j->pending.len) {
+        j->sent = j->pending.len = 0;
+        if (j->done) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!stream_advance(j)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = j->pending.len - j->sent;
+    if (n > max) n = max;
+    memcpy(buf, j->pending.data + j->sent, n);
+    j->sent += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    job_free(cls);
+}
+
+/* ---- Entry ---- */
+
+struct MHD_Response *em_server_generate(em_server *server, em_server_request *req, int fd, int *status) {
+    em_server_error err = {0};
+    job *j = calloc(1, sizeof *j);
+    if (!j) {
+        em_server_api api = req->api;
+        em_server_error_set(&err, 500, NULL, NULL, NULL, "out of memory");
+        em_server_request_clear(req);
+        *status = 500;
+        return em_server_error_response(api, &err);
+    }
+    j->server = server;
+    j->req = *req;
+    memset(req, 0, sizeof *req);
+    j->fd = fd;
+    clock_gettime(CLOCK_MONOTONIC, &j->last_check);
+    uint64_t serial = atomic_fetch_add(&server->next_id, 1);
+    const char *prefix = j->req.api == EM_API_OPENAI_CHAT ? "chatcmpl-" : j->req.api == EM_API_OPENAI_COMPLETIONS ? "cmpl-" : "msg_";
+    snprintf(j->id, sizeof j->id, "%s%08x%016llx", prefix, server->salt, (unsigned long long)serial);
+    j->fmt = (em_server_format){.id = j->id, .created = (int64_t)time(NULL), .model = server->backend.model_id,
+                                .backend = &server->backend};
+
+    if (!tokenize_prompts(j, &err) || !submit_all(j, &err)) {
+        em_server_api api = j->req.api;
+        job_free(j);
+        *status = err.status;
+        return em_server_error_response(api, &err);
+    }
+    if (!j->req.stream) {
+        struct MHD_Response *response = run_blocking(j, status);
+        job_free(j);
+        return response;
+    }
+    struct MHD_Response *response = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, j, stream_free);
+    if (!response) {
+        job_free(j);
+        return NULL;
+    }
+    MHD_add_response_header(response, "Content-Type", "text/event-stream");
+    MHD_add_response_header(response, "Cache-Control", "no-cache");
+    *status = 200;
+    return response;
+}

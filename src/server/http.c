@@ -1,0 +1,363 @@
+/* The HTTP side: a libmicrohttpd daemon with one thread per connection (so a thread may wait on
+ * its own engine request without holding up anyone else), routing, the API-key check, the body
+ * size limit, and the small endpoints (/health, /metrics, /v1/models, count_tokens).
+ *
+ * A request is judged as early as possible: path, method, key and Content-Length are checked
+ * when the headers arrive, so a rejected upload is never read. Every rejection is an error body
+ * in the format of the API the path belongs to (Anthropic for /v1/messages*, OpenAI otherwise). */
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "internal.h"
+
+typedef struct connection {
+    em_server_endpoint endpoint;
+    em_server_api api; /* which API's error format this path answers in */
+    bool responded;
+    bool too_large;
+    em_buf body;
+} connection;
+
+struct MHD_Response *em_server_json_response(json_t *body) {
+    char *text = body ? em_server_dump(body) : NULL;
+    json_decref(body);
+    if (!text) return NULL;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return NULL;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    return r;
+}
+
+struct MHD_Response *em_server_error_response(em_server_api api, const em_server_error *err) {
+    char *text = em_server_error_body(api, err);
+    if (!text) return NULL;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return NULL;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    return r;
+}
+
+static enum MHD_Result queue(struct MHD_Connection *c, em_server *s, connection *ctx, int status,
+                             struct MHD_Response *r) {
+    ctx->responded = true;
+    if (!r) {
+        /* the client is gone (or memory ran out): close the connection; counted as nginx's 499,
+         * "client closed request" */
+        em_server_metrics_count(&s->metrics, ctx->endpoint, 499);
+        return MHD_NO;
+    }
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    em_server_metrics_count(&s->metrics, ctx->endpoint, status);
+    return ret;
+}
+
+static enum MHD_Result queue_error(struct MHD_Connection *c, em_server *s, connection *ctx, const em_server_error *err) {
+    struct MHD_Response *r = em_server_error_response(ctx->api, err);
+    if (r && err->status == 405)
+        MHD_add_response_header(r, "Allow", ctx->endpoint == EM_EP_MODELS || ctx->endpoint == EM_EP_HEALTH ||
+                                                    ctx->endpoint == EM_EP_METRICS ? "GET" : "POST");
+    return queue(c, s, ctx, err->status, r);
+}
+
+/* ---- Routing ---- */
+
+typedef struct route {
+    const char *path;
+    const char *method;
+    em_server_endpoint endpoint;
+    em_server_api api;
+} route;
+
+static const route routes[] = {
+    {"/v1/chat/completions", "POST", EM_EP_CHAT, EM_API_OPENAI_CHAT},
+    {"/v1/completions", "POST", EM_EP_COMPLETIONS, EM_API_OPENAI_COMPLETIONS},
+    {"/v1/messages", "POST", EM_EP_MESSAGES, EM_API_ANTHROPIC_MESSAGES},
+    {"/v1/messages/count_tokens", "POST", EM_EP_COUNT_TOKENS, EM_API_ANTHROPIC_COUNT},
+    {"/v1/models", "GET", EM_EP_MODELS, EM_API_OPENAI_CHAT},
+    {"/health", "GET", EM_EP_HEALTH, EM_API_OPENAI_CHAT},
+    {"/metrics", "GET", EM_EP_METRICS, EM_API_OPENAI_CHAT},
+};
+
+/* Finds the route of `url`; NULL for an unknown path. /v1/models/{id} routes to /v1/models. */
+static const route *find_route(const char *url) {
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(url, routes[i].path)) return &routes[i];
+    if (strncmp(url, "/v1/models/", 11) || !url[11]) return NULL;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (routes[i].endpoint == EM_EP_MODELS) return &routes[i];
+    return NULL;
+}
+
+static bool wants_anthropic(struct MHD_Connection *c) {
+    return MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version") != NULL;
+}
+
+static bool authorized(struct MHD_Connection *c, const em_server *s) {
+    if (!s->api_key) return true;
+    const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (key && em_server_key_matches(s->api_key, key)) return true;
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    return auth && !strncasecmp(auth, "Bearer ", 7) && em_server_key_matches(s->api_key, auth + 7);
+}
+
+/* Checks done as soon as the headers are in. Returns true when a response was queued. */
+static bool reject_early(struct MHD_Connection *c, em_server *s, connection *ctx, const char *url,
+                         const char *method, enum MHD_Result *ret) {
+    em_server_error err = {0};
+    const route *r = find_route(url);
+    ctx->endpoint = r ? r->endpoint : EM_EP_OTHER;
+    ctx->api = r ? r->api : !strncmp(url, "/v1/messages", 12) ? EM_API_ANTHROPIC_MESSAGES : EM_API_OPENAI_CHAT;
+    if (ctx->endpoint == EM_EP_MODELS && wants_anthropic(c)) ctx->api = EM_API_ANTHROPIC_MESSAGES;
+    if (!r) {
+        em_server_error_set(&err, 404, NULL, "unknown_url", NULL, "unknown path: %s %s", method, url);
+    } else if (strcmp(method, r->method) && !(!strcmp(r->method, "GET") && !strcmp(method, "HEAD"))) {
+        em_server_error_set(&err, 405, NULL, "method_not_allowed", NULL, "%s %s: method not allowed (use %s)", method,
+                            url, r->method);
+    } else if (!strncmp(url, "/v1/", 4) && !authorized(c, s)) {
+        bool given = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key") ||
+                     MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+        em_server_error_set(&err, 401, NULL, "invalid_api_key", NULL,
+                            given ? "invalid API key" : "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
+    } else {
+        const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (length && strtoull(length, NULL, 10) > s->max_body)
+            em_server_error_set(&err, 413, NULL, "request_too_large", NULL,
+                                "the body has %s bytes; this server accepts at most %zu (--max-body)", length,
+                                s->max_body);
+    }
+    if (!err.status) return false;
+    *ret = queue_error(c, s, ctx, &err);
+    return true;
+}
+
+/* ---- Endpoints ---- */
+
+static bool check_model(const em_server *s, const em_server_request *req, em_server_error *err) {
+    if (!strcmp(req->model, s->backend.model_id)) return true;
+    if (req->api == EM_API_ANTHROPIC_MESSAGES || req->api == EM_API_ANTHROPIC_COUNT)
+        em_server_error_set(err, 404, NULL, NULL, "model", "model: %s (this server serves '%s')", req->model,
+                            s->backend.model_id);
+    else
+        em_server_error_set(err, 404, NULL, "model_not_found", "model",
+                            "The model '%s' does not exist; this server serves '%s'", req->model, s->backend.model_id);
+    return false;
+}
+
+static enum MHD_Result serve_models(struct MHD_Connection *c, em_server *s, connection *ctx, const char *url) {
+    const char *id = s->backend.model_id;
+    json_t *list = ctx->api == EM_API_ANTHROPIC_MESSAGES ? em_anthropic_models_json(id, s->started)
+                                                          : em_openai_models_json(id, s->started);
+    if (strncmp(url, "/v1/models/", 11)) return queue(c, s, ctx, 200, em_server_json_response(list));
+    /* one model: the list's only entry */
+    json_t *model = json_incref(json_array_get(json_object_get(list, "data"), 0));
+    json_decref(list);
+    if (strcmp(url + 11, id)) {
+        json_decref(model);
+        em_server_error err = {0};
+        em_server_error_set(&err, 404, NULL, "model_not_found", "model", "The model '%s' does not exist", url + 11);
+        return queue_error(c, s, ctx, &err);
+    }
+    return queue(c, s, ctx, 200, em_server_json_response(model));
+}
+
+static enum MHD_Result serve_metrics(struct MHD_Connection *c, em_server *s, connection *ctx) {
+    ember_stats stats;
+    memset(&stats, 0, sizeof stats);
+    s->backend.stats(s->backend.self, &stats);
+    char *text = em_server_metrics_text(&s->metrics, &stats);
+    if (!text) return queue(c, s, ctx, 500, NULL);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) free(text);
+    else MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    return queue(c, s, ctx, 200, r);
+}
+
+static enum MHD_Result serve_count_tokens(struct MHD_Connection *c, em_server *s, connection *ctx,
+                                          em_server_request *req) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    em_err e = s->backend.chat_prompt(s->backend.self, req->messages, &ids, &n);
+    free(ids);
+    if (e) {
+        em_server_error err = {0};
+        em_server_error_set(&err, em_err_code_of(e) == EM_ERR_NOMEM ? 503 : 400, NULL, NULL, "messages", "messages: %s",
+                            em_err_message(e));
+        em_err_free(e);
+        return queue_error(c, s, ctx, &err);
+    }
+    return queue(c, s, ctx, 200, em_server_json_response(json_pack("{s:I}", "input_tokens", (json_int_t)n)));
+}
+
+static int connection_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info ? info->connect_fd : -1;
+}
+
+static enum MHD_Result dispatch(struct MHD_Connection *c, em_server *s, connection *ctx, const char *url) {
+    switch (ctx->endpoint) {
+    case EM_EP_HEALTH:
+        return queue(c, s, ctx, 200,
+                     em_server_json_response(json_pack("{s:s, s:s}", "status", "ok", "model", s->backend.model_id)));
+    case EM_EP_METRICS: return serve_metrics(c, s, ctx);
+    case EM_EP_MODELS: return serve_models(c, s, ctx, url);
+    default: break;
+    }
+    em_server_request req;
+    em_server_error err = {0};
+    const char *body = ctx->body.data ? ctx->body.data : "";
+    bool ok;
+    switch (ctx->endpoint) {
+    case EM_EP_CHAT: ok = em_openai_parse_chat(body, ctx->body.len, s->backend.n_vocab, &req, &err); break;
+    case EM_EP_COMPLETIONS: ok = em_openai_parse_completions(body, ctx->body.len, s->backend.n_vocab, &req, &err); break;
+    case EM_EP_MESSAGES: ok = em_anthropic_parse_messages(body, ctx->body.len, &req, &err); break;
+    default: ok = em_anthropic_parse_count_tokens(body, ctx->body.len, &req, &err); break;
+    }
+    em_buf_free(&ctx->body); /* the request holds copies of what it needs */
+    ok = ok && check_model(s, &req, &err);
+    if (!ok) {
+        em_server_request_clear(&req);
+        return queue_error(c, s, ctx, &err);
+    }
+    if (ctx->endpoint == EM_EP_COUNT_TOKENS) {
+        enum MHD_Result ret = serve_count_tokens(c, s, ctx, &req);
+        em_server_request_clear(&req);
+        return ret;
+    }
+    int status = 500;
+    struct MHD_Response *r = em_server_generate(s, &req, connection_fd(c), &status);
+    return queue(c, s, ctx, status, r);
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                              const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls) {
+    (void)version;
+    em_server *s = cls;
+    connection *ctx = *con_cls;
+    if (!ctx) {
+        if (!(ctx = calloc(1, sizeof *ctx))) return MHD_NO;
+        *con_cls = ctx;
+        enum MHD_Result ret;
+        if (reject_early(c, s, ctx, url, method, &ret)) return ret;
+        return MHD_YES;
+    }
+    if (ctx->responded) {
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        /* A body sent without Content-Length (chunked) is counted as it comes. */
+        if (!ctx->too_large && ctx->body.len + *upload_data_size > s->max_body) {
+            ctx->too_large = true;
+            em_buf_free(&ctx->body);
+        }
+        if (!ctx->too_large && !em_buf_append(&ctx->body, upload_data, *upload_data_size)) return MHD_NO;
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (ctx->too_large) {
+        em_server_error err = {0};
+        em_server_error_set(&err, 413, NULL, "request_too_large", NULL,
+                            "the body is larger than this server accepts (%zu bytes, --max-body)", s->max_body);
+        return queue_error(c, s, ctx, &err);
+    }
+    return dispatch(c, s, ctx, url);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
+    (void)cls;
+    (void)c;
+    (void)code;
+    connection *ctx = *con_cls;
+    if (!ctx) return;
+    em_buf_free(&ctx->body);
+    free(ctx);
+    *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list args) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, args);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n') line[--n] = 0;
+    /* MHD reports every deliberate close (a client hung up, the server is stopping) in one of these
+     * two ways: not worth a warning */
+    bool expected = strstr(line, "Application reported internal error") ||
+                    strstr(line, "application error generating response");
+    em_log(expected ? EM_LOG_DEBUG : EM_LOG_WARN, "http: %s", line);
+}
+
+/* ---- Start and stop ---- */
+
+em_err em_server_start(const em_server_options *options, const em_server_backend *backend, em_server **out) {
+    *out = NULL;
+    const char *host = options->host ? options->host : "127.0.0.1";
+    if (options->port < 0 || options->port > 65535)
+        return em_errorf(EM_ERR_RANGE, "port %d is not in 0..65535", options->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *addr = NULL;
+    char port_text[16];
+    snprintf(port_text, sizeof port_text, "%d", options->port);
+    int rc = getaddrinfo(host, port_text, &hints, &addr);
+    if (rc != 0 || !addr) return em_errorf(EM_ERR_INVALID, "cannot resolve host '%s': %s", host, gai_strerror(rc));
+
+    em_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        freeaddrinfo(addr);
+        return em_errorf(EM_ERR_NOMEM, "out of memory starting the server");
+    }
+    s->backend = *backend;
+    s->max_body = options->max_body ? options->max_body : (size_t)4 << 20;
+    s->started = (int64_t)time(NULL);
+    if (getrandom(&s->salt, sizeof s->salt, 0) != (ssize_t)sizeof s->salt) s->salt = (uint32_t)time(NULL);
+    atomic_init(&s->next_id, 1);
+    atomic_init(&s->stopping, false);
+    em_server_metrics_init(&s->metrics);
+    if (options->api_key && !(s->api_key = strdup(options->api_key))) {
+        freeaddrinfo(addr);
+        em_server_stop(s);
+        return em_errorf(EM_ERR_NOMEM, "out of memory starting the server");
+    }
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->daemon = MHD_start_daemon(flags, (uint16_t)options->port, NULL, NULL, handle, s, MHD_OPTION_EXTERNAL_LOGGER,
+                                 mhd_log, NULL, MHD_OPTION_SOCK_ADDR, addr->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
+                                 completed, s, MHD_OPTION_CONNECTION_LIMIT,
+                                 (unsigned)(options->max_connections > 0 ? options->max_connections : 256),
+                                 MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+    freeaddrinfo(addr);
+    if (!s->daemon) {
+        em_server_stop(s);
+        return em_errorf(EM_ERR_IO, "cannot listen on %s:%d (address in use or not available)", host, options->port);
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : options->port;
+    *out = s;
+    return NULL;
+}
+
+int em_server_port(const em_server *server) {
+    return server->port;
+}
+
+void em_server_stop(em_server *server) {
+    if (!server) return;
+    atomic_store(&server->stopping, true);
+    if (server->daemon) MHD_stop_daemon(server->daemon);
+    em_server_metrics_destroy(&server->metrics);
+    free(server->api_key);
+    free(server);
+}

@@ -1,0 +1,364 @@
+/*
+ * server — `ember serve`: OpenAI- and Anthropic-compatible HTTP APIs over an engine.
+ *
+ * The module is three layers, each testable alone:
+ *   1. Request parsers (openai.c, anthropic.c): a JSON body becomes an em_server_request, a
+ *      description of what to generate that knows nothing about HTTP or the engine (messages or
+ *      prompts, sampling, stops, limits, stream flags). Any problem is an em_server_error that
+ *      carries the HTTP status, the API's error type, and a message naming the field.
+ *   2. Response formatters (openai.c, anthropic.c, metrics.c): engine outputs (text, finish
+ *      reason, logprobs, usage, timings) become exact JSON bodies, SSE events and Prometheus text.
+ *      They are pure functions of their inputs (ids and times are arguments), so tests compare
+ *      bytes.
+ *   3. HTTP (http.c): libmicrohttpd with one thread per connection. A connection thread parses,
+ *      submits to the backend and then waits on its own request (blocking with a timeout, polling
+ *      its socket for a hang-up in between): a client that goes away cancels its request. HTTP
+ *      threads never touch model state; the engine runs on its own thread behind the backend.
+ *
+ * The backend (em_server_backend) is the seam between the server and the rest of Ember: the
+ * chat template, the tokenizer and the engine (include/ember.h). backend.c adapts the real ones;
+ * tests plug in a fake. What the server assumes of a backend is written at each member below.
+ *
+ * Ownership: em_server_request owns every string and array it holds (em_server_request_clear
+ * frees them). Formatters return malloc'd text or new jansson references the caller frees. An
+ * em_server owns its MHD daemon, its metrics and its connections' state; it borrows the backend,
+ * which must outlive it.
+ *
+ * Depends on base, include/ember.h (types only), jansson and libmicrohttpd.
+ */
+#ifndef EMBER_SERVER_H
+#define EMBER_SERVER_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "../gguf/gguf.h"
+#include "ember.h"
+
+/* ---- Backend: what the server needs from the engine, tokenizer and chat template ---- */
+
+typedef struct em_server_backend {
+    void *self;
+    const char *model_id; /* the name /v1/models lists and requests must ask for */
+    int ctx_tokens;       /* longest prompt + output the engine accepts */
+    int32_t n_vocab;      /* token ids (logit_bias, prompts of ids) must be below this */
+
+    /* Renders `messages` (an OpenAI-style array of {role, content: string}; roles system, user,
+     * assistant) with the model's chat template, generation prompt added, and tokenizes the
+     * result so that only the template's own markup can produce control tokens: message text is
+     * tokenized without parsing special-token text. *ids is malloc'd (caller frees). */
+    em_err (*chat_prompt)(void *self, const json_t *messages, int32_t **ids, size_t *n);
+    /* Tokenizes plain text as a prompt: BOS as the model asks, special-token text not parsed. */
+    em_err (*tokenize)(void *self, const char *text, size_t len, int32_t **ids, size_t *n);
+    /* The bytes a token stands for (for logprobs); may be partial UTF-8. Pointer lives as long as
+     * the backend. 0 bytes for an unknown id. */
+    size_t (*token_bytes)(void *self, int32_t id, const char **bytes);
+
+    /* The engine, as in ember.h: ember_submit, ember_request_next, _cancel, _timings, _release,
+     * ember_engine_stats. A request handle is used by one connection thread at a time. */
+    em_err (*submit)(void *self, const ember_request_params *params, void **request);
+    bool (*next)(void *request, ember_output *out, int timeout_ms);
+    void (*cancel)(void *request);
+    void (*timings)(void *request, ember_timings *out);
+    void (*release)(void *request);
+    void (*stats)(void *self, ember_stats *out);
+} em_server_backend;
+
+/* ---- Requests ---- */
+
+typedef enum em_server_api {
+    EM_API_OPENAI_CHAT = 0,       /* POST /v1/chat/completions */
+    EM_API_OPENAI_COMPLETIONS,    /* POST /v1/completions */
+    EM_API_ANTHROPIC_MESSAGES,    /* POST /v1/messages */
+    EM_API_ANTHROPIC_COUNT,       /* POST /v1/messages/count_tokens */
+} em_server_api;
+
+/* An error to send: HTTP status, the API's error type ("invalid_request_error", ...), an
+ * optional OpenAI `code` and `param`, and the message. */
+typedef struct em_server_error {
+    int status;
+    const char *type;
+    const char *code;  /* static string or NULL */
+    char param[64];    /* field name or "" */
+    char message[512];
+} em_server_error;
+
+void em_server_error_set(em_server_error *err, int status, const char *type, const char *code,
+                         const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+/* The error body in `api`'s own format (OpenAI: {"error":{message,type,param,code}};
+ * Anthropic: {"type":"error","error":{type,message}}). Returns malloc'd compact JSON. */
+char *em_server_error_body(em_server_api api, const em_server_error *err);
+/* Status → error type for each API (400 → invalid_request_error, 401 → authentication_error...). */
+const char *em_server_error_type(em_server_api api, int status);
+
+/* One prompt of /v1/completions: text or token ids. */
+typedef struct em_server_prompt {
+    char *text;
+    size_t text_len;
+    int32_t *ids;
+    size_t n_ids;
+    bool is_ids;
+} em_server_prompt;
+
+#define EM_SERVER_MAX_N 16      /* choices per request */
+#define EM_SERVER_MAX_STOP 16   /* stop strings per request */
+#define EM_SERVER_MAX_TOP 20    /* top_logprobs */
+#define EM_SERVER_MAX_PROMPTS 64
+#define EM_SERVER_MAX_CHOICES 128 /* prompts × n in one request */
+
+typedef struct em_server_request {
+    em_server_api api;
+    char *model;        /* as asked */
+    json_t *messages;   /* chat APIs: normalized [{role, content: string}], system first */
+    em_server_prompt *prompts; /* completions */
+    size_t n_prompts;
+    int n;              /* choices per prompt */
+    bool stream;
+    bool include_usage; /* stream_options.include_usage */
+    int max_tokens;     /* 0 = up to the context */
+    char **stop;
+    size_t n_stop;
+    ember_sampling sampling; /* sampling.logit_bias points into `logit_bias` */
+    ember_logit_bias *logit_bias;
+    bool logprobs;      /* chat: logprobs; completions: logprobs given */
+    int top_logprobs;   /* alternatives per token */
+    bool seed_given;
+} em_server_request;
+
+void em_server_request_init(em_server_request *req, em_server_api api);
+void em_server_request_clear(em_server_request *req);
+
+/* Parse a body. On failure returns false with `err` filled (status 400 for bad JSON, wrong
+ * types, missing fields, out-of-range values). Model names and prompt lengths are checked later,
+ * against the backend. `n_vocab` bounds logit_bias keys and prompt ids. */
+bool em_openai_parse_chat(const char *body, size_t len, int32_t n_vocab, em_server_request *req,
+                          em_server_error *err);
+bool em_openai_parse_completions(const char *body, size_t len, int32_t n_vocab,
+                                 em_server_request *req, em_server_error *err);
+bool em_anthropic_parse_messages(const char *body, size_t len, em_server_request *req,
+                                 em_server_error *err);
+bool em_anthropic_parse_count_tokens(const char *body, size_t len, em_server_request *req,
+                                     em_server_error *err);
+
+/* ---- Results and their formatting ---- */
+
+/* One generated token with its logprobs (when asked). */
+typedef struct em_server_token {
+    int32_t token;
+    float logprob;
+    int n_top;
+    ember_top_logprob top[EM_SERVER_MAX_TOP];
+} em_server_token;
+
+/* A growable byte buffer (malloc'd `data`, always NUL-terminated when non-NULL). */
+typedef struct em_buf {
+    char *data;
+    size_t len, cap;
+} em_buf;
+bool em_buf_append(em_buf *buf, const void *data, size_t len);
+bool em_buf_printf(em_buf *buf, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void em_buf_free(em_buf *buf);
+
+/* One choice's result so far. */
+typedef struct em_server_choice {
+    em_buf text;
+    em_server_token *tokens; /* only kept when logprobs were asked */
+    size_t n_tokens, cap_tokens;
+    ember_finish_reason finish;
+    char *stop_string;
+    ember_timings timings;
+} em_server_choice;
+
+void em_server_choice_clear(em_server_choice *choice);
+/* Appends one ember_output (text, tokens when keep_tokens) and records its finish. */
+bool em_server_choice_add(em_server_choice *choice, const ember_output *out, bool keep_tokens);
+
+/* Context a formatter needs besides the results: the response id, creation time, model name and
+ * a way to spell tokens (logprobs). */
+typedef struct em_server_format {
+    const char *id;
+    int64_t created;
+    const char *model;
+    const em_server_backend *backend; /* token_bytes for logprobs */
+} em_server_format;
+
+/* Usage over all choices: prompt tokens count once per prompt, generated tokens for every choice. */
+typedef struct em_server_usage {
+    uint64_t prompt_tokens, completion_tokens, cached_tokens;
+} em_server_usage;
+
+/* The "timings" object every response carries (engine-side figures of one request). */
+json_t *em_server_timings_json(const ember_timings *t);
+
+/* Whole (non-streaming) responses. `choices` has req->n entries per prompt. Returns new refs. */
+json_t *em_openai_chat_response(const em_server_format *f, const em_server_request *req,
+                                const em_server_choice *choices, size_t n_choices,
+                                const em_server_usage *usage);
+json_t *em_openai_completion_response(const em_server_format *f, const em_server_request *req,
+                                      const em_server_choice *choices, size_t n_choices,
+                                      const em_server_usage *usage);
+json_t *em_anthropic_message_response(const em_server_format *f, const em_server_choice *choice,
+                                      const em_server_usage *usage);
+json_t *em_openai_models_json(const char *model_id, int64_t created);
+json_t *em_anthropic_models_json(const char *model_id, int64_t created);
+
+/* Streaming: each function appends complete SSE events to `out`. */
+/* OpenAI chat: the first chunk of a choice (role "assistant", content ""). */
+bool em_openai_chat_chunk_start(em_buf *out, const em_server_format *f, const em_server_request *req,
+                                int index);
+/* A delta: `text` and, when req->logprobs, the tokens it came from. finish != NONE adds the
+ * finish_reason and the choice's `timings` (non-NULL then). */
+bool em_openai_chunk_delta(em_buf *out, const em_server_format *f, const em_server_request *req,
+                           int index, const char *text, size_t len, const em_server_token *tokens,
+                           size_t n_tokens, ember_finish_reason finish, const ember_timings *timings);
+/* The closing events: the usage chunk (when include_usage; with timings) and `data: [DONE]`. */
+bool em_openai_stream_end(em_buf *out, const em_server_format *f, const em_server_request *req,
+                          const em_server_usage *usage, const ember_timings *timings);
+/* Anthropic: message_start, content_block_start and a ping. */
+bool em_anthropic_stream_start(em_buf *out, const em_server_format *f, const em_server_usage *usage);
+bool em_anthropic_stream_delta(em_buf *out, const char *text, size_t len);
+/* content_block_stop, message_delta (stop_reason, usage, timings) and message_stop. */
+bool em_anthropic_stream_end(em_buf *out, const em_server_choice *choice, const em_server_usage *usage);
+/* An error inside a stream that already started. */
+bool em_server_stream_error(em_buf *out, em_server_api api, const em_server_error *err);
+
+/* OpenAI's finish_reason / Anthropic's stop_reason for a finish (NULL while running). */
+const char *em_openai_finish_reason(ember_finish_reason finish);
+const char *em_anthropic_stop_reason(ember_finish_reason finish, const char *stop_string);
+
+/* Text as a JSON string even when it is not valid UTF-8 (invalid bytes become U+FFFD). */
+json_t *em_server_json_text(const char *text, size_t len);
+/* Serializes compactly with the number precision Ember uses (malloc'd). */
+char *em_server_dump(const json_t *value);
+
+/* ---- Chat prompts → token ids, safe from injected control tokens (prompt.c) ---- */
+
+/* What em_server_chat_tokens needs from a tokenizer and a chat template. */
+typedef struct em_server_prompt_ops {
+    void *self;
+    /* Renders OpenAI-style messages with the chat template, generation prompt added (malloc'd). */
+    em_err (*render)(void *self, const json_t *messages, char **text, size_t *len);
+    /* Tokenizes without adding BOS/EOS; control-token text recognized only when parse_special. */
+    em_err (*tokenize)(void *self, const char *text, size_t len, bool parse_special, int32_t **ids, size_t *n);
+    const char *const *controls; /* the text of every control token of the vocabulary */
+    const size_t *control_lens;
+    size_t n_controls;
+    bool add_bos; /* the vocabulary asks for a BOS at the start of a sequence */
+    int32_t bos;
+    uint32_t salt; /* makes content markers unguessable */
+} em_server_prompt_ops;
+
+/* Renders and tokenizes a conversation so that only the template's markup produces control
+ * tokens (see prompt.c for how). One BOS at the start when add_bos, even if the template writes
+ * one too. *ids is malloc'd. EM_ERR_INVALID when a message holds control-token text that the
+ * template does not reproduce verbatim. */
+em_err em_server_chat_tokens(const em_server_prompt_ops *ops, const json_t *messages, int32_t **ids, size_t *n);
+
+/* A stretch of prompt text and whether to parse special-token text in it. */
+typedef struct em_prompt_piece {
+    const char *text;
+    size_t len;
+    bool special;
+} em_prompt_piece;
+
+bool em_server_has_control_text(const char *text, size_t len, const em_server_prompt_ops *ops);
+/* Splits text rendered with markers[i] (or NULL) in place of message i's content into pieces:
+ * template text (special) and the messages' real contents (not special). Each marker must occur
+ * exactly once. *pieces is malloc'd and points into `rendered` and `messages`. */
+em_err em_server_prompt_pieces(const char *rendered, size_t len, const json_t *messages, const char *const *markers,
+                               em_prompt_piece **pieces, size_t *n);
+
+/* ---- Metrics ---- */
+
+typedef enum em_server_endpoint {
+    EM_EP_CHAT = 0,
+    EM_EP_COMPLETIONS,
+    EM_EP_MESSAGES,
+    EM_EP_COUNT_TOKENS,
+    EM_EP_MODELS,
+    EM_EP_HEALTH,
+    EM_EP_METRICS,
+    EM_EP_OTHER,
+    EM_EP_COUNT,
+} em_server_endpoint;
+
+const char *em_server_endpoint_path(em_server_endpoint endpoint);
+
+/* Counts of HTTP requests per endpoint and status (100..599), guarded by a mutex. */
+typedef struct em_server_metrics {
+    pthread_mutex_t lock;
+    uint64_t requests[EM_EP_COUNT][500];
+} em_server_metrics;
+
+void em_server_metrics_init(em_server_metrics *m);
+void em_server_metrics_destroy(em_server_metrics *m);
+void em_server_metrics_count(em_server_metrics *m, em_server_endpoint endpoint, int status);
+/* Prometheus text exposition (version 0.0.4) of the counters and the engine's stats. */
+char *em_server_metrics_text(em_server_metrics *m, const ember_stats *stats);
+
+/* ---- The server ---- */
+
+typedef struct em_server_options {
+    const char *host;        /* NULL = 127.0.0.1 */
+    int port;                /* 0 = pick a free port (see em_server_port) */
+    const char *api_key;     /* NULL = no key needed */
+    size_t max_body;         /* bytes; 0 = 4 MiB */
+    int max_connections;     /* 0 = 256 */
+} em_server_options;
+
+typedef struct em_server em_server;
+
+/* Binds and starts serving on MHD's threads; returns at once. */
+em_err em_server_start(const em_server_options *options, const em_server_backend *backend,
+                       em_server **out);
+int em_server_port(const em_server *server);
+/* Stops accepting, cancels running requests, waits for connection threads, frees everything. */
+void em_server_stop(em_server *server);
+
+/* ---- The text side of a served model (text.c): tokenizer, chat template, control tokens ---- */
+
+typedef struct em_server_text em_server_text;
+
+/* Builds the tokenizer and parses `tokenizer.chat_template` (absent: chat requests fail with
+ * EM_ERR_INVALID, completions still work). Copies what it needs: the file may close afterwards. */
+em_err em_server_text_from_gguf(const em_gguf *gguf, em_server_text **out);
+void em_server_text_free(em_server_text *text);
+/* The backend's chat_prompt: em_server_chat_tokens with this model's template and tokenizer. */
+em_err em_server_text_chat_tokens(const em_server_text *text, const json_t *messages, int32_t **ids, size_t *n);
+/* The backend's tokenize: BOS as the vocabulary asks, special-token text not parsed. */
+em_err em_server_text_tokenize(const em_server_text *text, const char *s, size_t len, int32_t **ids, size_t *n);
+size_t em_server_text_token_bytes(const em_server_text *text, int32_t id, const char **bytes);
+int32_t em_server_text_n_vocab(const em_server_text *text);
+/* The GGUF's <arch>.context_length (0 when absent). */
+int em_server_text_context(const em_server_text *text);
+
+/* ---- The real backend (backend.c): the engine, tokenizer and chat template of one GGUF ---- */
+
+typedef struct em_server_model em_server_model;
+
+/* Reads the tokenizer and chat template from options->model_path, then starts an engine with
+ * `options`. The model id that requests must name is the file's name without ".gguf"; the
+ * context is options->ctx_tokens, else the model's context_length capped at 32768 (ember.h's
+ * rule). A model without tokenizer.chat_template serves completions only. */
+em_err em_server_model_open(const ember_options *options, em_server_model **out);
+const em_server_backend *em_server_model_backend(const em_server_model *model);
+/* Stops the engine and frees everything (stop the server first). */
+void em_server_model_close(em_server_model *model);
+
+/* The API-key check: true when `given` (may be NULL) equals `expected`, in time that does not
+ * depend on where they differ. */
+bool em_server_key_matches(const char *expected, const char *given);
+
+#endif

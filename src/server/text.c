@@ -1,0 +1,151 @@
+/* The text side of a served model: its tokenizer, its chat template and the list of control-token
+ * texts, read from the model's GGUF. The engine tokenizes its own prompts, but the server needs
+ * token counts (count_tokens, context checks), chat rendering with injection-safe tokenization
+ * (prompt.c) and token spellings (logprobs) on its own threads, before and after the engine. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "../chat/chat.h"
+#include "../tokenizer/tokenizer.h"
+#include "internal.h"
+
+struct em_server_text {
+    em_tokenizer *tokenizer;
+    em_chat_template *chat; /* NULL when the model has none: chat endpoints then answer 400 */
+    char *bos_text, *eos_text;
+    char **controls;
+    size_t *control_lens;
+    size_t n_controls;
+    em_server_prompt_ops ops;
+    int ctx_tokens; /* the GGUF's <arch>.context_length, 0 when absent */
+};
+
+static em_err render(void *self, const json_t *messages, char **text, size_t *len) {
+    em_server_text *t = self;
+    if (!t->chat)
+        return em_errorf(EM_ERR_INVALID, "this model has no chat template (tokenizer.chat_template); use /v1/completions");
+    em_chat_input input = {.messages = messages, .bos_token = t->bos_text, .eos_token = t->eos_text,
+                           .add_generation_prompt = true};
+    return em_chat_render_input(t->chat, &input, NULL, text, len);
+}
+
+static em_err tokenize_part(void *self, const char *text, size_t len, bool parse_special, int32_t **ids, size_t *n) {
+    em_server_text *t = self;
+    return em_tokenize(t->tokenizer, text, len, false, parse_special, ids, n);
+}
+
+em_err em_server_text_chat_tokens(const em_server_text *t, const json_t *messages, int32_t **ids, size_t *n) {
+    return em_server_chat_tokens(&t->ops, messages, ids, n);
+}
+
+em_err em_server_text_tokenize(const em_server_text *t, const char *text, size_t len, int32_t **ids, size_t *n) {
+    return em_tokenize(t->tokenizer, text, len, true, false, ids, n);
+}
+
+size_t em_server_text_token_bytes(const em_server_text *t, int32_t id, const char **bytes) {
+    return em_token_to_piece(t->tokenizer, id, true, bytes);
+}
+
+int32_t em_server_text_n_vocab(const em_server_text *t) {
+    return em_tokenizer_n_vocab(t->tokenizer);
+}
+
+int em_server_text_context(const em_server_text *t) {
+    return t->ctx_tokens;
+}
+
+static char *token_text_dup(const em_tokenizer *tokenizer, int32_t id) {
+    const char *text = NULL;
+    size_t len = id == EM_TOKEN_NONE ? 0 : em_tokenizer_token_text(tokenizer, id, &text);
+    return len ? strndup(text, len) : NULL;
+}
+
+/* The texts that parse_special turns into control (or unknown) tokens. */
+static em_err collect_controls(em_server_text *t) {
+    int32_t n_vocab = em_tokenizer_n_vocab(t->tokenizer);
+    size_t count = 0;
+    for (int32_t id = 0; id < n_vocab; id++) {
+        em_token_type type = em_tokenizer_token_type(t->tokenizer, id);
+        const char *text = NULL;
+        if ((type == EM_TOKEN_CONTROL || type == EM_TOKEN_UNKNOWN) && em_tokenizer_token_text(t->tokenizer, id, &text))
+            count++;
+    }
+    t->controls = calloc(count ? count : 1, sizeof *t->controls);
+    t->control_lens = calloc(count ? count : 1, sizeof *t->control_lens);
+    if (!t->controls || !t->control_lens) return em_errorf(EM_ERR_NOMEM, "out of memory listing control tokens");
+    for (int32_t id = 0; id < n_vocab && t->n_controls < count; id++) {
+        em_token_type type = em_tokenizer_token_type(t->tokenizer, id);
+        const char *text = NULL;
+        size_t len = type == EM_TOKEN_CONTROL || type == EM_TOKEN_UNKNOWN ? em_tokenizer_token_text(t->tokenizer, id, &text) : 0;
+        if (!len) continue;
+        if (!(t->controls[t->n_controls] = strndup(text, len))) return em_errorf(EM_ERR_NOMEM, "out of memory listing control tokens");
+        t->control_lens[t->n_controls++] = len;
+    }
+    return NULL;
+}
+
+/* Content markers (prompt.c) must not be guessable from outside the process. */
+static uint32_t random_salt(void) {
+    uint32_t salt;
+    if (getrandom(&salt, sizeof salt, 0) != (ssize_t)sizeof salt) salt = (uint32_t)time(NULL) * 2654435761u;
+    return salt;
+}
+
+static int context_length(const em_gguf *g) {
+    em_str arch;
+    uint32_t ctx = 0;
+    em_err e = em_gguf_get_str(g, "general.architecture", &arch);
+    if (!e && arch.len < 64) {
+        char key[96];
+        snprintf(key, sizeof key, "%.*s.context_length", (int)arch.len, arch.ptr);
+        e = em_gguf_get_u32(g, key, &ctx);
+    }
+    em_err_free(e);
+    return ctx > 0x7fffffffu ? 0x7fffffff : (int)ctx;
+}
+
+em_err em_server_text_from_gguf(const em_gguf *g, em_server_text **out) {
+    *out = NULL;
+    em_server_text *t = calloc(1, sizeof *t);
+    if (!t) return em_errorf(EM_ERR_NOMEM, "out of memory");
+    em_err e = em_tokenizer_from_gguf(g, &t->tokenizer);
+    em_str tpl;
+    em_err missing = e ? NULL : em_gguf_get_str(g, "tokenizer.chat_template", &tpl);
+    if (missing) {
+        em_err_free(missing);
+        em_log(EM_LOG_WARN, "%s: no tokenizer.chat_template: chat endpoints will answer 400", em_gguf_path(g));
+    } else if (!e && (e = em_chat_template_parse(tpl.ptr, tpl.len, &t->chat))) {
+        e = em_err_prefix(e, "%s: tokenizer.chat_template", em_gguf_path(g));
+    }
+    if (!e) e = collect_controls(t);
+    if (e) {
+        em_server_text_free(t);
+        return e;
+    }
+    int32_t bos = em_tokenizer_bos(t->tokenizer);
+    t->bos_text = token_text_dup(t->tokenizer, bos);
+    t->eos_text = token_text_dup(t->tokenizer, em_tokenizer_eos(t->tokenizer));
+    t->ctx_tokens = context_length(g);
+    t->ops = (em_server_prompt_ops){.self = t, .render = render, .tokenize = tokenize_part,
+                                    .controls = (const char *const *)t->controls, .control_lens = t->control_lens,
+                                    .n_controls = t->n_controls,
+                                    .add_bos = bos != EM_TOKEN_NONE && em_tokenizer_adds_bos(t->tokenizer),
+                                    .bos = bos, .salt = random_salt()};
+    *out = t;
+    return NULL;
+}
+
+void em_server_text_free(em_server_text *t) {
+    if (!t) return;
+    em_chat_template_free(t->chat);
+    em_tokenizer_free(t->tokenizer);
+    for (size_t i = 0; i < t->n_controls; i++) free(t->controls[i]);
+    free(t->controls);
+    free(t->control_lens);
+    free(t->bos_text);
+    free(t->eos_text);
+    free(t);
+}

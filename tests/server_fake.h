@@ -1,0 +1,215 @@
+/* A fake em_server_backend for the server's tests: byte tokens (id = byte value), a scripted
+ * reply ("Hello, world!", or 400 letters at 20 ms a token when the prompt contains "slow"), stop
+ * strings and max_tokens applied as the engine would, and counters of submitted, cancelled and
+ * released requests so tests can check that nothing leaks and disconnects cancel. */
+#ifndef EMBER_TEST_SERVER_FAKE_H
+#define EMBER_TEST_SERVER_FAKE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server/server.h"
+
+/* ---- A fake backend: byte tokens (id = byte value), a scripted reply ---- */
+
+#define FAKE_REPLY "Hello, world!"
+#define FAKE_SLOW_REPLY_LEN 400
+
+typedef struct fake_request {
+    char reply[FAKE_SLOW_REPLY_LEN + 1];
+    size_t len, pos;
+    ember_finish_reason finish;
+    const char *stop_string;
+    char *stops[EM_SERVER_MAX_STOP];
+    size_t n_stop;
+    size_t n_prompt;
+    int logprobs;
+    int delay_ms;
+    atomic_bool cancelled;
+    bool finished_sent;
+    ember_token_out tok;
+    ember_top_logprob top[EM_SERVER_MAX_TOP];
+    char text[2];
+    ember_sampling sampling;
+    int max_tokens;
+} fake_request;
+
+static atomic_int fake_submitted, fake_released, fake_cancelled;
+static ember_sampling fake_last_sampling;
+static int fake_last_max_tokens;
+static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+static char fake_token_bytes_table[256];
+
+static em_err fake_chat_prompt(void *self, const json_t *messages, int32_t **ids, size_t *n) {
+    (void)self;
+    em_buf text = {0};
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        em_buf_printf(&text, "%s:%s\n", json_string_value(json_object_get(m, "role")),
+                      json_string_value(json_object_get(m, "content")));
+    }
+    em_buf_printf(&text, "assistant:");
+    *ids = malloc(text.len * sizeof **ids);
+    for (size_t k = 0; k < text.len; k++) (*ids)[k] = (unsigned char)text.data[k];
+    *n = text.len;
+    em_buf_free(&text);
+    return NULL;
+}
+
+static em_err fake_tokenize(void *self, const char *text, size_t len, int32_t **ids, size_t *n) {
+    (void)self;
+    *ids = malloc((len ? len : 1) * sizeof **ids);
+    for (size_t k = 0; k < len; k++) (*ids)[k] = (unsigned char)text[k];
+    *n = len;
+    return NULL;
+}
+
+static size_t fake_token_bytes(void *self, int32_t id, const char **bytes) {
+    (void)self;
+    if (id < 0 || id > 255) return 0;
+    *bytes = &fake_token_bytes_table[id];
+    return 1;
+}
+
+static bool contains(const int32_t *ids, size_t n, const char *word) {
+    size_t w = strlen(word);
+    for (size_t i = 0; i + w <= n; i++) {
+        size_t k = 0;
+        while (k < w && ids[i + k] == (unsigned char)word[k]) k++;
+        if (k == w) return true;
+    }
+    return false;
+}
+
+static em_err fake_submit(void *self, const ember_request_params *p, void **out) {
+    (void)self;
+    if (p->max_tokens <= 0) return em_errorf(EM_ERR_INVALID, "max_tokens must be positive");
+    fake_request *r = calloc(1, sizeof *r);
+    if (contains(p->prompt_ids, p->n_prompt_ids, "slow")) {
+        for (size_t i = 0; i < FAKE_SLOW_REPLY_LEN; i++) r->reply[i] = (char)('a' + i % 26);
+        r->delay_ms = 20;
+    } else {
+        strcpy(r->reply, FAKE_REPLY);
+    }
+    r->len = strlen(r->reply);
+    r->finish = EMBER_FINISH_STOP;
+    /* the first stop string in the reply cuts it; then max_tokens */
+    size_t cut = r->len;
+    for (size_t s = 0; s < p->n_stop; s++) {
+        const char *at = strstr(r->reply, p->stop[s]);
+        if (at && (size_t)(at - r->reply) < cut) {
+            cut = (size_t)(at - r->reply);
+            r->stop_string = p->stop[s];
+        }
+    }
+    for (size_t s = 0; s < p->n_stop; s++) r->stops[r->n_stop++] = strdup(p->stop[s]);
+    for (size_t s = 0; r->stop_string && s < p->n_stop; s++)
+        if (!strcmp(r->stop_string, p->stop[s])) r->stop_string = r->stops[s];
+    if (cut < r->len) r->len = cut;
+    if ((size_t)p->max_tokens < r->len) {
+        r->len = (size_t)p->max_tokens;
+        r->finish = EMBER_FINISH_LENGTH;
+        r->stop_string = NULL;
+    }
+    r->n_prompt = p->n_prompt_ids;
+    r->logprobs = p->sampling.logprobs;
+    pthread_mutex_lock(&fake_lock);
+    fake_last_sampling = p->sampling;
+    fake_last_max_tokens = p->max_tokens;
+    pthread_mutex_unlock(&fake_lock);
+    atomic_fetch_add(&fake_submitted, 1);
+    *out = r;
+    return NULL;
+}
+
+static bool fake_next(void *request, ember_output *out, int timeout_ms) {
+    fake_request *r = request;
+    memset(out, 0, sizeof *out);
+    if (atomic_load(&r->cancelled)) {
+        out->finish = EMBER_FINISH_CANCELLED;
+        return true;
+    }
+    if (r->finished_sent) {
+        out->finish = r->finish;
+        out->stop_string = r->stop_string;
+        return true;
+    }
+    if (r->delay_ms) {
+        if (timeout_ms >= 0 && timeout_ms < r->delay_ms) {
+            usleep((useconds_t)timeout_ms * 1000);
+            return false;
+        }
+        usleep((useconds_t)r->delay_ms * 1000);
+    }
+    if (r->pos < r->len) {
+        unsigned char c = (unsigned char)r->reply[r->pos++];
+        r->text[0] = (char)c;
+        r->tok.token = c;
+        r->tok.logprob = -0.5f;
+        r->tok.n_top = r->logprobs;
+        for (int k = 0; k < r->logprobs; k++) r->top[k] = (ember_top_logprob){.token = c + k, .logprob = -0.5f - k};
+        r->tok.top = r->top;
+        out->tokens = &r->tok;
+        out->n_tokens = 1;
+        out->text = r->text;
+        out->text_len = 1;
+    }
+    if (r->pos == r->len) {
+        r->finished_sent = true;
+        out->finish = r->finish;
+        out->stop_string = r->stop_string;
+    }
+    return true;
+}
+
+static void fake_cancel(void *request) {
+    fake_request *r = request;
+    if (!r->finished_sent) atomic_fetch_add(&fake_cancelled, 1);
+    atomic_store(&r->cancelled, true);
+}
+
+static void fake_timings(void *request, ember_timings *t) {
+    fake_request *r = request;
+    *t = (ember_timings){.queued_ms = 0.5, .prefill_ms = 1.25, .first_token_ms = 2, .decode_ms = 10,
+                         .decode_tokens_per_second = 100, .prompt_tokens = (uint32_t)r->n_prompt,
+                         .cached_tokens = 3, .generated_tokens = (uint32_t)r->pos};
+}
+
+static void fake_release(void *request) {
+    fake_request *r = request;
+    for (size_t s = 0; s < r->n_stop; s++) free(r->stops[s]);
+    free(r);
+    atomic_fetch_add(&fake_released, 1);
+}
+
+static void fake_stats(void *self, ember_stats *s) {
+    (void)self;
+    memset(s, 0, sizeof *s);
+    s->prompt_tokens = 100;
+    s->generated_tokens = 50;
+    s->cached_tokens = 30;
+    s->queued = 1;
+    s->running = 2;
+    s->kv_blocks_total = 64;
+    s->kv_blocks_used = 10;
+    s->kv_blocks_cached = 4;
+    s->step_histogram[0] = 5;
+    s->step_histogram[3] = 2;
+    s->step_histogram[11] = 1;
+    s->step_seconds_total = 2.5;
+}
+
+static em_server_backend fake_backend(void) {
+    for (int i = 0; i < 256; i++) fake_token_bytes_table[i] = (char)i;
+    return (em_server_backend){.self = NULL, .model_id = "fake-model", .ctx_tokens = 128, .n_vocab = 256,
+                               .chat_prompt = fake_chat_prompt, .tokenize = fake_tokenize,
+                               .token_bytes = fake_token_bytes, .submit = fake_submit, .next = fake_next,
+                               .cancel = fake_cancel, .timings = fake_timings, .release = fake_release,
+                               .stats = fake_stats};
+}
+
+#endif
