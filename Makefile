@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
-FIXTURES ?= $(abspath ../shared/fixtures)
+FIXTURES ?= $(abspath tests/fixtures/reference)
 
 .PHONY: all deps configure build run test fuzz clean
 

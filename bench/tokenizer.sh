@@ -10,7 +10,7 @@
 set -eu
 runs=${1:-5}
 root=$(cd "$(dirname "$0")/.." && pwd)
-fixtures=${EM_FIXTURES_DIR:-$root/../shared/fixtures}
+fixtures=${EM_FIXTURES_DIR:-$root/tests/fixtures/reference}
 build=$root/build
 work=$build/bench-tokenizer
 mkdir -p "$work"

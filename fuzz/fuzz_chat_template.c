@@ -1,7 +1,8 @@
 /* libFuzzer target for chat templates: the input is a template; it is parsed and, when it parses,
- * rendered against a small conversation with tools, under tight step and byte bounds. Templates
- * come from GGUF files, so every byte here is untrusted input: any crash, leak, sanitizer report
- * or hang is a bug. */
+ * rendered against a small conversation with tools, under tight step and byte bounds. When the
+ * input holds a NUL byte, what follows it is JSON: an array replaces the messages, an object
+ * replaces the extra variables. Templates come from GGUF files and messages from HTTP clients,
+ * so every byte here is untrusted input: any crash, leak, sanitizer report or hang is a bug. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,14 +28,19 @@ static void setup(void) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!messages) setup();
+    const uint8_t *nul = memchr(data, 0, size);
+    size_t tpl_size = nul ? (size_t)(nul - data) : size;
+    json_t *custom = nul ? json_loadb((const char *)nul + 1, size - tpl_size - 1, JSON_DECODE_ANY, NULL) : NULL;
     em_chat_template *tpl = NULL;
-    em_err err = em_chat_template_parse((const char *)data, size, &tpl);
+    em_err err = em_chat_template_parse((const char *)data, tpl_size, &tpl);
     if (err) {
         em_err_free(err);
+        json_decref(custom);
         return 0;
     }
-    em_chat_input in = {.messages = messages, .tools = tools, .bos_token = "<s>", .eos_token = "</s>",
-                        .add_generation_prompt = true, .extra = extra};
+    em_chat_input in = {.messages = json_is_array(custom) ? custom : messages, .tools = tools, .bos_token = "<s>",
+                        .eos_token = "</s>", .add_generation_prompt = true,
+                        .extra = json_is_object(custom) ? custom : extra};
     em_chat_render_options options = {.now = 1767225600, .max_steps = 20000, .max_bytes = 16u << 20};
     char *out = NULL;
     size_t len = 0;
@@ -43,5 +49,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     em_err_free(err);
     free(out);
     em_chat_template_free(tpl);
+    json_decref(custom);
     return 0;
 }

@@ -3,7 +3,7 @@
  * and the streaming detokenizer accepts any id sequence and only ever emits valid UTF-8.
  *
  * The vocabularies come from the shared fixtures: EM_FUZZ_VOCAB_DIR names their folder (default
- * ../shared/fixtures/vocab, relative to the working directory). The first input byte picks the
+ * tests/fixtures/reference/vocab, relative to the working directory). The first input byte picks the
  * vocabulary and the flags; the rest is the text (or, for odd selector bytes, also a list of ids). */
 #include <stdint.h>
 #include <stdio.h>
@@ -20,7 +20,7 @@ static em_tokenizer *vocabs[N_VOCABS]; /* loaded once per fuzzing process */
 
 static void load_all(void) {
     const char *dir = getenv("EM_FUZZ_VOCAB_DIR");
-    if (!dir) dir = "../shared/fixtures/vocab";
+    if (!dir) dir = "tests/fixtures/reference/vocab";
     for (size_t i = 0; i < N_VOCABS; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf", dir, names[i]);

@@ -250,17 +250,58 @@ static void test_hostile_input_is_refused(void **state) {
     /* Deep nesting is an error, not a stack overflow. */
     size_t n = 100000;
     char *deep = malloc(n * 2 + 16);
+    char *p;
     assert_non_null(deep);
     strcpy(deep, "{{ ");
     for (size_t i = 0; i < n; i++) strcat(deep + 3 + i, "(");
     expect_error(deep, NULL, "nested too deeply");
-    char *p = deep;
+    p = deep;
     p += sprintf(p, "{{ 1");
     for (size_t i = 0; i < 20000; i++) p += sprintf(p, "+1");
     strcpy(p, " }}");
     expect_error(deep, NULL, "nested too deeply");
+    /* Long chains of calls, member accesses and filters, in and out of macros. */
+    const char *chains[] = {"(1)", ".a", "|trim", "+1"};
+    for (size_t c = 0; c < 4; c++) {
+        p = deep;
+        p += sprintf(p, "{%% macro m() %%}{{ x");
+        for (size_t i = 0; i < 20000; i++) p += sprintf(p, "%s", chains[c]);
+        strcpy(p, " }}{% endmacro %}{{ m() }}");
+        expect_error(deep, NULL, "nested too deeply");
+    }
+    /* Recursion through nested blocks stops at the depth bound. */
+    p = deep;
+    p += sprintf(p, "{%% macro m() %%}");
+    for (size_t i = 0; i < 150; i++) p += sprintf(p, "{%% if true %%}");
+    p += sprintf(p, "{{ m() }}");
+    for (size_t i = 0; i < 150; i++) p += sprintf(p, "{%% endif %%}");
+    strcpy(p, "{% endmacro %}{{ m() }}");
+    expect_error(deep, NULL, "nested too deeply");
     free(deep);
     expect_error("{{ range(100000000) | length }}", NULL, "range() of more than a million numbers");
+
+    /* Step and byte bounds. */
+    const char *forever = "{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}";
+    const char *doubling = "{% set s = namespace(v='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set s.v = s.v + s.v %}{% endfor %}";
+    em_chat_template *t;
+    char *out = NULL;
+    size_t len;
+    assert_null(em_chat_template_parse(forever, strlen(forever), &t));
+    em_chat_render_options o = {.now = 0, .max_steps = 100000};
+    em_err err = em_chat_render(t, NULL, &o, &out, &len);
+    assert_non_null(err);
+    assert_non_null(strstr(em_err_message(err), "more than 100000 steps"));
+    assert_int_equal(em_err_code_of(err), EM_ERR_RANGE);
+    assert_null(out);
+    em_err_free(err);
+    em_chat_template_free(t);
+    assert_null(em_chat_template_parse(doubling, strlen(doubling), &t));
+    o = (em_chat_render_options){.now = 0, .max_bytes = 8u << 20};
+    err = em_chat_render(t, NULL, &o, &out, &len);
+    assert_non_null(err);
+    assert_non_null(strstr(em_err_message(err), "byte limit"));
+    em_err_free(err);
+    em_chat_template_free(t);
 }
 
 int main(void) {

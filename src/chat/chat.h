@@ -8,13 +8,19 @@
  * `str.strip(chars)` ignoring its argument, `loop` scoping, how numbers and booleans print,
  * `tojson` separators) Ember does what @huggingface/jinja does, so a prompt rendered here is byte
  * for byte the prompt the reference renders. Templates are tokenized with trim_blocks and
- * lstrip_blocks on, as the reference and transformers do. Anything the interpreter does not
- * support is an error naming the construct and its line and column, never a guess.
+ * lstrip_blocks on, as the reference and transformers do. Where the reference rejects what Jinja
+ * defines and real templates use (backslash-newline in a string, `map('filter')`), Jinja's meaning
+ * applies. Anything the interpreter does not support is an error naming the construct and its
+ * line and column, never a guess.
  *
  * What this module owns: the parsed template (an em_chat_template owns one arena holding its
  * tokens and syntax tree) and, during one render, an arena for every value the render creates;
  * it is freed before em_chat_render returns. The rendered text is malloc'd and owned by the
  * caller (free()). Inputs are jansson values borrowed for the duration of the call.
+ *
+ * A parsed template is read-only while rendering, so one template may be rendered from several
+ * threads at once. Templates are untrusted input (they come from GGUF files): nesting, the number
+ * of steps and the memory of a render are bounded, and exceeding a bound is an error.
  *
  * What it does not own: reading GGUF files (gguf), tokenizing the prompt (tokenizer), deciding
  * which template a model uses (the caller passes the text of `tokenizer.chat_template`).

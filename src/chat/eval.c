@@ -577,6 +577,7 @@ em_err em_chat_eval(em_chat_interp *in, const em_chat_node *n, em_chat_scope *sc
     default: err = em_chat_err(in, n->offset, "a statement is not an expression"); break;
     }
     in->depth--;
+    if (!err && in->arena.failed) err = em_chat_oom();
     return err;
 }
 
@@ -723,7 +724,10 @@ em_err em_chat_eval_block(em_chat_interp *in, const em_chat_nodes *body, em_chat
         case NODE_IF: {
             em_chat_value *c;
             if ((err = em_chat_eval(in, n->a, scope, &c))) return err;
+            /* Nested blocks count toward the depth bound, as expressions and macro calls do. */
+            if (++in->depth > MAX_DEPTH) return em_chat_err(in, n->offset, "blocks nested too deeply");
             err = em_chat_eval_block(in, em_chat_truthy(c) ? &n->list : &n->list2, scope, out);
+            in->depth--;
             break;
         }
         case NODE_FOR:
@@ -749,6 +753,7 @@ em_err em_chat_eval_block(em_chat_interp *in, const em_chat_nodes *body, em_chat
         default: err = em_chat_eval(in, n, scope, &v); break;
         }
         if (err) return err;
+        if (in->arena.failed) return em_chat_oom();
         if (v && v->kind != VAL_NONE && v->kind != VAL_UNDEFINED) {
             err = em_chat_render_value(out, v);
             if (err) return wrap(in, n->offset, err);

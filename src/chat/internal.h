@@ -20,6 +20,7 @@
 typedef struct em_chat_arena {
     struct em_chat_chunk *head;
     uint64_t used, limit; /* bytes taken from malloc; limit 0 = unbounded */
+    bool failed;          /* an allocation or list push failed: the render must fail (sticky) */
 } em_chat_arena;
 
 void *em_chat_alloc(em_chat_arena *arena, size_t size); /* zeroed; NULL when out of memory */
@@ -196,6 +197,8 @@ em_chat_value *em_chat_string(em_chat_arena *a, const char *s, size_t len); /* c
 em_chat_value *em_chat_string_ref(em_chat_arena *a, const char *s, size_t len); /* borrows */
 em_chat_value *em_chat_list_new(em_chat_arena *a, size_t cap);
 em_chat_value *em_chat_dict_new(em_chat_arena *a, em_chat_kind kind);
+/* Appends; false (and the arena marked failed) when out of memory or v is NULL, so that callers
+ * may ignore the result: the evaluator checks the arena after every node. */
 bool em_chat_list_push(em_chat_arena *a, em_chat_list *l, em_chat_value *v);
 bool em_chat_dict_set(em_chat_arena *a, em_chat_dict *d, const char *key, size_t len, em_chat_value *v);
 em_chat_value *em_chat_dict_get(const em_chat_dict *d, const char *key, size_t len);

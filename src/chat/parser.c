@@ -19,7 +19,8 @@ typedef struct parser {
     em_chat_template *tpl;
     const em_chat_token *tk;
     size_t n, pos;
-    int depth;
+    int depth;              /* recursion of the parser itself */
+    int expression_nesting; /* parse_expression calls under way: 0 = at an outermost expression */
 } parser;
 
 typedef struct vec {
@@ -229,14 +230,20 @@ static em_err parse_args(parser *p, bool parameters, em_chat_nodes *out) {
 
 static em_err parse_member(parser *p, em_chat_node **io);
 
+/* `callee(args)`, then any member accesses and further calls: f(a).b(c)(d). A loop, not
+ * recursion, so a long chain cannot exhaust the stack. */
 static em_err parse_call(parser *p, em_chat_node *callee, em_chat_node **out) {
-    em_chat_node *call = node(p, NODE_CALL, callee->offset);
-    if (!call) return oom();
-    call->a = callee;
-    em_err err = parse_args(p, false, &call->list);
-    if (!err) err = parse_member(p, &call);
-    if (!err && is(p, TOK_LPAREN)) err = parse_call(p, call, &call);
-    *out = call;
+    em_chat_node *cur = callee;
+    em_err err = NULL;
+    do {
+        em_chat_node *call = node(p, NODE_CALL, callee->offset);
+        if (!call) return oom();
+        call->a = cur;
+        err = parse_args(p, false, &call->list);
+        if (!err) err = parse_member(p, &call);
+        cur = call;
+    } while (!err && is(p, TOK_LPAREN));
+    *out = cur;
     return err;
 }
 
@@ -454,9 +461,28 @@ static em_err parse_if_expression(parser *p, em_chat_node **out) {
     return NULL;
 }
 
+/* Whether a tree is deeper than `left` levels. Left-associative chains (a + b + c ..., x | f | g
+ * ..., x.a.b ...) are built by loops, so their depth is checked here once per outermost
+ * expression; the evaluator and the tree walks can then recurse safely. */
+static bool too_deep(const em_chat_node *n, int left) {
+    if (!n) return false;
+    if (left <= 0) return true;
+    if (too_deep(n->a, left - 1) || too_deep(n->b, left - 1) || too_deep(n->c, left - 1)) return true;
+    for (size_t i = 0; i < n->list.n; i++)
+        if (too_deep(n->list.at[i], left - 1)) return true;
+    for (size_t i = 0; i < n->list2.n; i++)
+        if (too_deep(n->list2.at[i], left - 1)) return true;
+    return false;
+}
+
 static em_err parse_expression(parser *p, em_chat_node **out) {
     if (++p->depth > MAX_NESTING) return error(p, "expression nested too deeply%s", "");
+    size_t at = here(p);
+    p->expression_nesting++;
     em_err err = parse_if_expression(p, out);
+    p->expression_nesting--;
+    if (!err && p->expression_nesting == 0 && too_deep(*out, MAX_NESTING))
+        err = em_chat_error_at(&p->tpl->src, at, EM_ERR_FORMAT, "expression nested too deeply");
     p->depth--;
     return err;
 }

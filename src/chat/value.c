@@ -28,9 +28,15 @@ void *em_chat_alloc(em_chat_arena *arena, size_t size) {
     struct em_chat_chunk *c = arena->head;
     if (!c || c->size - c->used < size) {
         size_t want = size > 65536 ? size : 65536;
-        if (arena->limit && (want > arena->limit || arena->used > arena->limit - want)) return NULL;
+        if (arena->limit && (want > arena->limit || arena->used > arena->limit - want)) {
+            arena->failed = true;
+            return NULL;
+        }
         c = malloc(sizeof *c + want);
-        if (!c) return NULL;
+        if (!c) {
+            arena->failed = true;
+            return NULL;
+        }
         c->next = arena->head;
         c->used = 0;
         c->size = want;
@@ -60,6 +66,7 @@ void em_chat_arena_free(em_chat_arena *arena) {
     }
     arena->head = NULL;
     arena->used = 0;
+    arena->failed = false;
 }
 
 /* ---- buffer ---- */
@@ -176,6 +183,10 @@ em_chat_value *em_chat_dict_new(em_chat_arena *a, em_chat_kind kind) {
 }
 
 bool em_chat_list_push(em_chat_arena *a, em_chat_list *l, em_chat_value *v) {
+    if (!v) {
+        a->failed = true;
+        return false;
+    }
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 8;
         em_chat_value **at = em_chat_alloc(a, cap * sizeof *at);
