@@ -181,6 +181,11 @@ static void test_gemma3(void **state) {
         assert_int_equal(l->attn, global ? EM_ATTN_FULL : EM_ATTN_SLIDING);
         assert_float_equal(l->attn_softcap, 0.0f, 0);
     }
+    char line[160];
+    em_model_describe_layer(d, 0, line, sizeof line);
+    assert_string_equal(line, "sliding 8 attn 4/2 heads x 32 qk-norm, neox rope 10000 (32 dims), dense 256");
+    em_model_describe_layer(d, 5, line, sizeof line);
+    assert_string_equal(line, "full attn 4/2 heads x 32 qk-norm, neox rope 1e+06 (32 dims), dense 256");
     em_model_free(m);
 }
 
