@@ -24,7 +24,7 @@ RUN_MODEL ?= $(BUILD)/tiny-llama-q8_0.gguf
 run: build
 	@test -f $(RUN_MODEL) || $(BUILD)/ember synth --preset tiny-llama --type q8_0 -o $(RUN_MODEL) \
 		--vocab $(FIXTURES)/vocab/ggml-vocab-llama-spm.gguf
-	$(BUILD)/ember run -m $(RUN_MODEL) -p "Once upon a time" -n 32 --temp 0
+	@tools/run_demo.sh $(BUILD)/ember $(RUN_MODEL)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

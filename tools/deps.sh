@@ -3,7 +3,7 @@
 # As root it runs apt-get; otherwise it prints the exact command to run and fails.
 set -u
 packages=(cmake make gcc pkg-config libcmocka-dev libjansson-dev libpcre2-dev libutf8proc-dev
-          libmicrohttpd-dev libcurl4-openssl-dev)
+          libmicrohttpd-dev libcurl4-openssl-dev curl)
 if [ "${1:-}" = "--with-node" ]; then packages+=(nodejs npm); fi
 missing=()
 for p in "${packages[@]}"; do
