@@ -485,6 +485,24 @@ static void test_prefix_reuse_8k(void **state) {
     ember_engine_destroy(e);
 }
 
+/* Handles outlive their engine: destroying it finishes every request (cancelled), and the handles
+ * can still be read and released afterwards. */
+static void test_handles_outlive_engine(void **state) {
+    (void)state;
+    int32_t prompt[30];
+    make_prompt(prompt, 30, 41);
+    ember_engine *e = new_engine(0, 0);
+    ember_request *r = submit_ids(e, prompt, 30, 10000, 0.0f, 0);
+    ember_output out;
+    assert_true(ember_request_next(r, &out, 20000));
+    ember_engine_destroy(e);
+    do assert_true(ember_request_next(r, &out, 20000));
+    while (out.finish == EMBER_FINISH_NONE);
+    assert_int_equal(out.finish, EMBER_FINISH_CANCELLED);
+    ember_request_cancel(r);
+    ember_request_release(r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_matches_backend),
@@ -496,6 +514,7 @@ int main(void) {
         cmocka_unit_test(test_cancel_returns_blocks),
         cmocka_unit_test(test_random_submit_cancel),
         cmocka_unit_test(test_prefix_reuse_8k),
+        cmocka_unit_test(test_handles_outlive_engine),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

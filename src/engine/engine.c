@@ -164,8 +164,11 @@ bool ember_request_next(ember_request *r, ember_output *out, int timeout_ms) {
 void ember_request_cancel(ember_request *r) {
     pthread_mutex_lock(&r->lock);
     r->cancel = true;
+    /* A finished request needs no wake-up, and its engine may already be gone (ember.h allows
+     * releasing handles after ember_engine_destroy, which finishes every request first). */
+    bool running = r->finish == EMBER_FINISH_NONE;
     pthread_mutex_unlock(&r->lock);
-    em_engine_wake(r->engine);
+    if (running) em_engine_wake(r->engine);
 }
 
 void ember_request_timings(ember_request *r, ember_timings *t) {
