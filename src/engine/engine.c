@@ -321,10 +321,8 @@ static em_err allocate_scratch(ember_engine *e) {
     e->batch_logits = malloc(e->batch_tokens * sizeof *e->batch_logits);
     e->batch_seqs = calloc(e->max_sequences, sizeof *e->batch_seqs);
     e->row_owner = calloc(e->max_sequences, sizeof *e->row_owner);
-    /* One logits row per running request at most. */
-    e->logits = malloc((size_t)e->max_sequences * e->n_vocab * sizeof *e->logits);
     if (!e->running || !e->batch_tokens_buf || !e->batch_seq || !e->batch_pos || !e->batch_logits || !e->batch_seqs ||
-        !e->row_owner || !e->logits)
+        !e->row_owner)
         return em_errorf(EM_ERR_NOMEM, "engine: no memory for batch buffers (%u tokens, %u sequences)",
                          e->batch_tokens, e->max_sequences);
     return NULL;

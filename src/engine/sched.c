@@ -367,6 +367,16 @@ static bool step(ember_engine *e) {
         }
     }
     if (n == 0) return false;
+    /* Logits rows: one per request that samples this step; grown on demand (vocabularies are big). */
+    if (rows > e->logits_rows_cap) {
+        float *grown = realloc(e->logits, (size_t)rows * e->n_vocab * sizeof *grown);
+        if (!grown) {
+            while (e->n_running) finish_request(e, e->running[0], EMBER_FINISH_ERROR, -1, "out of memory for logits");
+            return true;
+        }
+        e->logits = grown;
+        e->logits_rows_cap = rows;
+    }
     em_batch batch = {
         .n_tokens = n,
         .tokens = e->batch_tokens_buf,
