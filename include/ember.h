@@ -94,6 +94,8 @@ typedef struct ember_sampling {
     int logprobs; /* 0 = none; n > 0 = the sampled token's logprob plus the n most likely */
 } ember_sampling;
 
+typedef struct ember_output ember_output; /* defined below */
+
 typedef struct ember_request_params {
     const int32_t *prompt_ids; /* either token ids ... */
     size_t n_prompt_ids;
@@ -108,6 +110,12 @@ typedef struct ember_request_params {
     const int32_t *stop_tokens;     /* extra stop token ids (end-of-generation tokens always stop) */
     size_t n_stop_tokens;
     bool ignore_eos;                /* keep going past end-of-generation tokens */
+    /* Optional: output delivered by callback instead of ember_request_next. It runs on the engine
+     * thread, once per generated token (and for held-back text) and once more with `finish` set;
+     * it must return quickly and must not call into the engine except ember_request_cancel.
+     * ember_request_next then only reports the finish. */
+    void (*on_output)(const ember_output *output, void *user);
+    void *user;
 } ember_request_params;
 
 /* Fills `params` with defaults: no prompt, temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
@@ -144,7 +152,7 @@ typedef struct ember_token_out {
 /* What ember_request_next hands out: the tokens generated since the last call and the text they
  * complete (UTF-8, never a partial character; text that may begin a stop string is held back until
  * it is decided). */
-typedef struct ember_output {
+struct ember_output {
     const ember_token_out *tokens;
     size_t n_tokens;
     const char *text;
@@ -152,7 +160,7 @@ typedef struct ember_output {
     ember_finish_reason finish; /* != NONE on the last output */
     const char *stop_string;    /* the stop string that ended generation, if one did */
     const char *error;          /* message when finish == EMBER_FINISH_ERROR */
-} ember_output;
+};
 
 /* Waits up to timeout_ms (-1 = forever) for new output. Returns true with `out` filled when there
  * is output or the request finished; false on timeout. After the final output, returns true with

@@ -503,6 +503,56 @@ static void test_handles_outlive_engine(void **state) {
     ember_request_release(r);
 }
 
+/* Output by callback: the same tokens and text as polling, then one call with the finish. */
+typedef struct callback_log {
+    result res;
+    size_t text_len;
+    int finishes;
+    ember_finish_reason finish;
+} callback_log;
+
+static void on_output(const ember_output *out, void *user) {
+    callback_log *log = user;
+    for (size_t i = 0; i < out->n_tokens; i++) log->res.tokens[log->res.n++] = out->tokens[i].token;
+    memcpy(log->res.text + log->text_len, out->text, out->text_len);
+    log->text_len += out->text_len;
+    if (out->finish != EMBER_FINISH_NONE) log->finishes++, log->finish = out->finish;
+}
+
+static void test_output_by_callback(void **state) {
+    (void)state;
+    int32_t prompt[25];
+    make_prompt(prompt, 25, 61);
+    ember_engine *e = new_engine(0, 0);
+    result polled;
+    collect(submit_ids(e, prompt, 25, 16, 0.0f, 0), &polled);
+    callback_log log;
+    memset(&log, 0, sizeof log);
+    ember_request_params p;
+    ember_request_default(&p);
+    p.prompt_ids = prompt;
+    p.n_prompt_ids = 25;
+    p.max_tokens = 16;
+    p.sampling.temperature = 0;
+    p.ignore_eos = true;
+    p.on_output = on_output;
+    p.user = &log;
+    ember_request *r;
+    assert_null(ember_submit(e, &p, &r));
+    ember_output out;
+    do assert_true(ember_request_next(r, &out, 20000));
+    while (out.finish == EMBER_FINISH_NONE);
+    assert_int_equal(out.n_tokens, 0); /* everything went to the callback */
+    ember_request_release(r);
+    assert_int_equal(log.finishes, 1);
+    assert_int_equal(log.finish, EMBER_FINISH_LENGTH);
+    assert_int_equal(log.res.n, 16);
+    assert_memory_equal(log.res.tokens, polled.tokens, 16 * sizeof(int32_t));
+    assert_int_equal(log.text_len, strlen(polled.text));
+    assert_memory_equal(log.res.text, polled.text, log.text_len);
+    ember_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_matches_backend),
@@ -515,6 +565,7 @@ int main(void) {
         cmocka_unit_test(test_random_submit_cancel),
         cmocka_unit_test(test_prefix_reuse_8k),
         cmocka_unit_test(test_handles_outlive_engine),
+        cmocka_unit_test(test_output_by_callback),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -80,6 +80,12 @@ static bool output_reserve(em_output_buffer *o, size_t text_len, int n_top) {
 /* Engine thread: publishes one token (or only text when token < 0) to the reader. */
 void em_engine_emit(ember_request *r, int32_t token, float logprob, const ember_top_logprob *top, int n_top,
                     const char *text, size_t text_len) {
+    if (r->params.on_output) {
+        ember_token_out t = {token, logprob, top, n_top};
+        ember_output out = {.tokens = &t, .n_tokens = token >= 0, .text = text, .text_len = text_len};
+        r->params.on_output(&out, r->params.user);
+        return;
+    }
     pthread_mutex_lock(&r->lock);
     em_output_buffer *o = &r->out[r->pending];
     if (!output_reserve(o, text_len, n_top)) {
@@ -113,6 +119,12 @@ void em_engine_finish(ember_request *r, ember_finish_reason reason, int stop_ind
     }
     pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->lock);
+    if (r->params.on_output) {
+        ember_output out = {.text = "", .finish = r->finish, .error = r->error};
+        if (r->finish == EMBER_FINISH_STOP && r->stop_index >= 0 && (size_t)r->stop_index < r->n_stop_strings)
+            out.stop_string = r->stop_strings[r->stop_index];
+        r->params.on_output(&out, r->params.user);
+    }
 }
 
 bool ember_request_next(ember_request *r, ember_output *out, int timeout_ms) {
