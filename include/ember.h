@@ -59,6 +59,19 @@ ember_error *ember_engine_create(const ember_options *options, ember_engine **ou
  * still holds stay valid (finished, reason EMBER_FINISH_CANCELLED) until released. */
 void ember_engine_destroy(ember_engine *engine);
 
+/* What the engine settled on at creation. */
+typedef struct ember_engine_info {
+    uint32_t ctx_tokens;    /* longest sequence (prompt + output) it accepts */
+    uint32_t n_vocab;       /* logits per token */
+    uint32_t block_tokens;  /* KV block size */
+    uint32_t kv_blocks;     /* KV blocks in the pool */
+    uint32_t batch_tokens;  /* token budget of one step */
+    uint32_t max_sequences; /* requests running at once */
+    const char *device;     /* "cpu" or "cuda" */
+} ember_engine_info;
+
+void ember_engine_get_info(const ember_engine *engine, ember_engine_info *out);
+
 typedef struct ember_stats {
     uint64_t requests_submitted, requests_finished, requests_cancelled, requests_rejected;
     uint64_t prompt_tokens, generated_tokens, cached_tokens; /* cached = prompt tokens reused */

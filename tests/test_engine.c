@@ -144,6 +144,13 @@ static void test_greedy_matches_backend(void **state) {
     assert_int_equal(res.timings.prompt_tokens, 37);
     assert_int_equal(res.timings.generated_tokens, 12);
     assert_int_equal(res.timings.cached_tokens, 0);
+    ember_engine_info info;
+    ember_engine_get_info(e, &info);
+    assert_int_equal(info.ctx_tokens, 512);
+    assert_int_equal(info.n_vocab, n_vocab);
+    assert_int_equal(info.block_tokens, 16);
+    assert_int_equal(info.kv_blocks, 4 * 512 / 16); /* default budget: four full-length sequences */
+    assert_string_equal(info.device, "cpu");
     ember_engine_destroy(e);
 }
 

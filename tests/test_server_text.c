@@ -157,7 +157,6 @@ static void test_without_template_and_plain_prompts(void **state) {
     assert_int_equal(count_id(ids, n, 1), 1);
     free(ids);
     assert_int_equal(em_server_text_n_vocab(t), 32000);
-    assert_int_equal(em_server_text_context(t), 4096);
     const char *bytes;
     assert_int_equal(em_server_text_token_bytes(t, 1, &bytes), 3);
     assert_memory_equal(bytes, "<s>", 3);

@@ -317,6 +317,18 @@ void em_engine_wake(ember_engine *e) {
     pthread_mutex_unlock(&e->lock);
 }
 
+void ember_engine_get_info(const ember_engine *e, ember_engine_info *out) {
+    *out = (ember_engine_info){
+        .ctx_tokens = e->ctx_tokens,
+        .n_vocab = e->n_vocab,
+        .block_tokens = e->block_tokens,
+        .kv_blocks = e->pool.n_blocks,
+        .batch_tokens = e->batch_tokens,
+        .max_sequences = e->max_sequences,
+        .device = e->backend->ops->name,
+    };
+}
+
 void ember_engine_stats(ember_engine *e, ember_stats *out) {
     pthread_mutex_lock(&e->lock);
     *out = e->stats;

@@ -80,10 +80,9 @@ em_err em_server_model_open(const ember_options *options, em_server_model **out)
         em_server_model_close(m);
         return e;
     }
-    /* ember.h's rule for the context: the caller's, else the model's capped at 32768 */
-    int ctx = options->ctx_tokens > 0 ? options->ctx_tokens : em_server_text_context(m->text);
-    if (ctx <= 0 || ctx > 32768) ctx = 32768;
-    m->backend = (em_server_backend){.self = m, .model_id = m->model_id, .ctx_tokens = ctx,
+    ember_engine_info info;
+    ember_engine_get_info(m->engine, &info);
+    m->backend = (em_server_backend){.self = m, .model_id = m->model_id, .ctx_tokens = (int)info.ctx_tokens,
                                      .n_vocab = em_server_text_n_vocab(m->text), .chat_prompt = model_chat_prompt,
                                      .tokenize = model_tokenize, .token_bytes = model_token_bytes,
                                      .submit = model_submit, .next = model_next, .cancel = model_cancel,

@@ -341,8 +341,6 @@ em_err em_server_text_chat_tokens(const em_server_text *text, const json_t *mess
 em_err em_server_text_tokenize(const em_server_text *text, const char *s, size_t len, int32_t **ids, size_t *n);
 size_t em_server_text_token_bytes(const em_server_text *text, int32_t id, const char **bytes);
 int32_t em_server_text_n_vocab(const em_server_text *text);
-/* The GGUF's <arch>.context_length (0 when absent). */
-int em_server_text_context(const em_server_text *text);
 
 /* ---- The real backend (backend.c): the engine, tokenizer and chat template of one GGUF ---- */
 

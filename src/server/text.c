@@ -20,7 +20,6 @@ struct em_server_text {
     size_t *control_lens;
     size_t n_controls;
     em_server_prompt_ops ops;
-    int ctx_tokens; /* the GGUF's <arch>.context_length, 0 when absent */
 };
 
 static em_err render(void *self, const json_t *messages, char **text, size_t *len) {
@@ -51,10 +50,6 @@ size_t em_server_text_token_bytes(const em_server_text *t, int32_t id, const cha
 
 int32_t em_server_text_n_vocab(const em_server_text *t) {
     return em_tokenizer_n_vocab(t->tokenizer);
-}
-
-int em_server_text_context(const em_server_text *t) {
-    return t->ctx_tokens;
 }
 
 static char *token_text_dup(const em_tokenizer *tokenizer, int32_t id) {
@@ -94,19 +89,6 @@ static uint32_t random_salt(void) {
     return salt;
 }
 
-static int context_length(const em_gguf *g) {
-    em_str arch;
-    uint32_t ctx = 0;
-    em_err e = em_gguf_get_str(g, "general.architecture", &arch);
-    if (!e && arch.len < 64) {
-        char key[96];
-        snprintf(key, sizeof key, "%.*s.context_length", (int)arch.len, arch.ptr);
-        e = em_gguf_get_u32(g, key, &ctx);
-    }
-    em_err_free(e);
-    return ctx > 0x7fffffffu ? 0x7fffffff : (int)ctx;
-}
-
 em_err em_server_text_from_gguf(const em_gguf *g, em_server_text **out) {
     *out = NULL;
     em_server_text *t = calloc(1, sizeof *t);
@@ -128,7 +110,6 @@ em_err em_server_text_from_gguf(const em_gguf *g, em_server_text **out) {
     int32_t bos = em_tokenizer_bos(t->tokenizer);
     t->bos_text = token_text_dup(t->tokenizer, bos);
     t->eos_text = token_text_dup(t->tokenizer, em_tokenizer_eos(t->tokenizer));
-    t->ctx_tokens = context_length(g);
     t->ops = (em_server_prompt_ops){.self = t, .render = render, .tokenize = tokenize_part,
                                     .controls = (const char *const *)t->controls, .control_lens = t->control_lens,
                                     .n_controls = t->n_controls,
