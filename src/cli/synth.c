@@ -11,7 +11,7 @@ static void usage(FILE *to) {
                 "                   [--vocab VOCAB.gguf] [--rope-scaling none|linear:F|yarn:F:CTX|llama3:F:CTX]\n"
                 "  --type: f32 (default), f16, bf16, q8_0, q4_k, mix (q6_k with iq3_xxs experts)\n"
                 "  --vocab: GGUF whose tokenizer is copied, e.g. the fixtures' vocab/ggml-vocab-llama-spm.gguf\n"
-                "           (default: $EMBER_VOCAB)\n  presets:");
+                "           (default: $EMBER_VOCAB, else the source tree's reference vocabulary)\n  presets:");
     for (const char *const *p = em_synth_preset_names(); *p; p++) fprintf(to, " %s", *p);
     fprintf(to, "\n");
 }
@@ -64,6 +64,10 @@ int em_cli_synth(int argc, char **argv) {
         usage(stderr);
         return em_cli_fail("synth", em_errorf(EM_ERR_INVALID, "--preset and -o are required"));
     }
+#ifdef EM_DEFAULT_VOCAB
+    /* The llama-spm vocabulary of the source tree this binary was built from. */
+    if (!o.vocab_path) o.vocab_path = EM_DEFAULT_VOCAB;
+#endif
     if (!o.vocab_path) {
         usage(stderr);
         return em_cli_fail("synth", em_errorf(EM_ERR_INVALID, "no vocabulary: pass --vocab (the reference fixtures' "
