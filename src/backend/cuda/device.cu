@@ -2,6 +2,7 @@
  * weights, KV cache), copy_rows, free. The forward pass is in forward.cu. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.cuh"
 
@@ -55,6 +56,7 @@ static em_err cuda_copy_rows(em_backend *base, uint32_t from, uint32_t to, uint3
 static void cuda_free(em_backend *base) {
     cuda_backend *b = (cuda_backend *)base;
     if (b->stream) cudaStreamSynchronize(b->stream);
+    em_cuda_drop_graphs(b);
     em_cuda_free_scratch(b);
     for (uint32_t i = 0; i < b->n_allocs; i++) cudaFree(b->allocs[i]);
     cudaFree(b->kv);
@@ -128,6 +130,8 @@ extern "C" em_err em_backend_cuda_new(const em_model *model, const em_backend_co
     if (!b) return em_errorf(EM_ERR_NOMEM, "out of memory creating the cuda backend");
     b->d = &model->desc;
     b->base.ops = &cuda_ops;
+    const char *graphs = getenv("EMBER_CUDA_GRAPHS");
+    b->use_graphs = !(graphs && !strcmp(graphs, "0"));
     em_err err = setup(b, model, &o);
     if (err) {
         cuda_free(&b->base);

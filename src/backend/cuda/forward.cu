@@ -9,7 +9,7 @@
 static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 void em_cuda_free_scratch(cuda_backend *b) {
-    float *bufs[] = {b->x, b->xn, b->q, b->k, b->v, b->attn, b->out, b->tmp, b->gate, b->up, b->router,
+    float *bufs[] = {b->xq, b->x, b->xn, b->q, b->k, b->v, b->attn, b->out, b->tmp, b->gate, b->up, b->router,
                      b->moe_h, b->moe_h2, b->moe_y, b->chosen_weight, b->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFree(b->chosen);
@@ -17,7 +17,7 @@ void em_cuda_free_scratch(cuda_backend *b) {
     cudaFree(b->pair_slot);
     cudaFree(b->expert_count);
     cudaFree(b->expert_start);
-    b->x = b->xn = b->q = b->k = b->v = b->attn = b->out = b->tmp = b->gate = b->up = b->router = NULL;
+    b->xq = b->x = b->xn = b->q = b->k = b->v = b->attn = b->out = b->tmp = b->gate = b->up = b->router = NULL;
     b->moe_h = b->moe_h2 = b->moe_y = b->chosen_weight = b->logits = NULL;
     b->chosen = NULL;
     b->pair_token = b->pair_slot = b->expert_count = b->expert_start = NULL;
@@ -50,6 +50,8 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         {(void **)&b->expert_count, (uint64_t)max_u32(b->max_expert, 1) * 4},
         {(void **)&b->expert_start, (uint64_t)max_u32(b->max_expert, 1) * 4},
         {(void **)&b->logits, (uint64_t)n * b->d->n_vocab * 4},
+        {(void **)&b->xq, 4 * (uint64_t)max_u32(n * max_u32(max_u32((uint32_t)e, b->max_attn), b->max_ff),
+                                                (uint32_t)pairs * b->max_ff)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         em_err err = alloc(bufs[i].p, bufs[i].bytes);
@@ -94,28 +96,38 @@ static em_err grow_pinned(void **p, size_t *cap, size_t need) {
     return NULL;
 }
 
-/* Packs the batch into 32-bit words (tokens, seq, pos, table starts, tables, logits rows) and
- * sends it up in one copy; `cb` then points into the device copy. */
+static uint32_t grow_to(uint32_t cap, uint64_t need) {
+    uint64_t c = cap ? cap : 64;
+    while (c < need) c *= 2;
+    return (uint32_t)c;
+}
+
+/* The batch arrays live at offsets fixed by capacities (tokens, seq, pos, logits rows: cap_n words
+ * each; table starts: cap_s; tables: cap_tw), so that a captured graph's pointers stay valid while
+ * the block tables grow. Growing any capacity drops the captured graphs. */
 static em_err upload_batch(cuda_backend *b, const em_batch *batch, cuda_batch *cb) {
     const uint32_t n = batch->n_tokens;
     uint64_t table_words = 0;
     for (uint32_t s = 0; s < batch->n_seqs; s++) table_words += batch->seqs[s].n_blocks;
     const uint32_t rows = em_batch_logits_rows(batch);
-    const uint64_t words = 3 * (uint64_t)n + batch->n_seqs + table_words + rows;
-    em_err err = grow_pinned((void **)&b->batch_host, &b->cap_batch, words * 4);
-    if (err) return err;
-    if (words * 4 > b->cap_batch_dev) {
+    if (n > b->cap_n || batch->n_seqs > b->cap_s || table_words > b->cap_tw) {
+        b->cap_n = grow_to(b->cap_n, n);
+        b->cap_s = grow_to(b->cap_s, batch->n_seqs);
+        b->cap_tw = grow_to(b->cap_tw, table_words);
+        const uint64_t words = 4 * (uint64_t)b->cap_n + b->cap_s + b->cap_tw;
+        em_err err = grow_pinned((void **)&b->batch_host, &b->cap_batch, words * 4);
+        if (err) return err;
         cudaFree(b->batch_dev);
         b->batch_dev = NULL;
-        b->cap_batch_dev = 0;
         CU_TRY(cudaMalloc((void **)&b->batch_dev, words * 4));
-        b->cap_batch_dev = words * 4;
+        em_cuda_drop_graphs(b);
     }
+    const uint64_t words = 4 * (uint64_t)b->cap_n + b->cap_s + b->cap_tw;
     uint32_t *h = (uint32_t *)b->batch_host;
+    uint32_t *logit_rows = h + 3 * b->cap_n, *starts = h + 4 * b->cap_n, *tables = starts + b->cap_s;
     memcpy(h, batch->tokens, n * 4);
-    memcpy(h + n, batch->seq, n * 4);
-    memcpy(h + 2 * n, batch->pos, n * 4);
-    uint32_t *starts = h + 3 * n, *tables = starts + batch->n_seqs, *logit_rows = tables + table_words;
+    memcpy(h + b->cap_n, batch->seq, n * 4);
+    memcpy(h + 2 * b->cap_n, batch->pos, n * 4);
     uint32_t at = 0;
     for (uint32_t s = 0; s < batch->n_seqs; s++) {
         starts[s] = at;
@@ -128,11 +140,11 @@ static em_err upload_batch(cuda_backend *b, const em_batch *batch, cuda_batch *c
     CU_TRY(cudaMemcpyAsync(b->batch_dev, h, words * 4, cudaMemcpyHostToDevice, b->stream));
     const uint32_t *d = (const uint32_t *)b->batch_dev;
     cb->tokens = (const int32_t *)d;
-    cb->seq = d + n;
-    cb->pos = d + 2 * n;
-    cb->table_start = d + 3 * n;
-    cb->blocks = cb->table_start + batch->n_seqs;
-    cb->logit_rows = cb->blocks + table_words;
+    cb->seq = d + b->cap_n;
+    cb->pos = d + 2 * b->cap_n;
+    cb->logit_rows = d + 3 * b->cap_n;
+    cb->table_start = d + 4 * b->cap_n;
+    cb->blocks = cb->table_start + b->cap_s;
     cb->n_tokens = n;
     cb->n_rows = rows;
     return NULL;
@@ -140,8 +152,20 @@ static em_err upload_batch(cuda_backend *b, const em_batch *batch, cuda_batch *c
 
 static em_err matvec(cuda_backend *b, const cuda_weight *w, const float *x, uint64_t x_stride, float *y,
                      uint64_t y_stride, uint32_t n) {
-    cuda_matvec mv = {w, x, x_stride, NULL, y, y_stride, n, NULL, NULL, 1};
+    em_err err;
+    const float *xa = em_cuda_round_activations(b, w, x, x_stride, n, &err);
+    if (err) return err;
+    cuda_matvec mv = {w, xa, xa == x ? x_stride : w->cols, NULL, y, y_stride, n, NULL, NULL, 1};
     return em_cuda_matvec(b, &mv);
+}
+
+/* An expert stack on rounded activations (the MoE matvecs). */
+static em_err expert_matvec(cuda_backend *b, cuda_matvec *mv, uint32_t n_rows) {
+    em_err err;
+    const float *xa = em_cuda_round_activations(b, mv->w, mv->x, mv->x_stride, n_rows, &err);
+    if (err) return err;
+    if (xa != mv->x) mv->x = xa, mv->x_stride = mv->w->cols;
+    return em_cuda_matvec(b, mv);
 }
 
 /* A dense gated MLP on n rows of xn into y. */
@@ -168,14 +192,14 @@ static em_err moe(cuda_backend *b, uint32_t il, uint32_t n) {
     const uint32_t per_expert = (pairs + ld->n_expert - 1) / ld->n_expert;
     cuda_matvec mv = {&lw->gate_exps, b->xn, e, b->pair_token, b->moe_h, ff, per_expert, b->expert_count,
                       b->expert_start, ld->n_expert};
-    if ((err = em_cuda_matvec(b, &mv))) return err;
-    mv.w = &lw->up_exps;
-    mv.y = b->moe_h2;
-    if ((err = em_cuda_matvec(b, &mv))) return err;
+    if ((err = expert_matvec(b, &mv, n))) return err;
+    mv = cuda_matvec{&lw->up_exps, b->xn, e, b->pair_token, b->moe_h2, ff, per_expert, b->expert_count,
+                     b->expert_start, ld->n_expert};
+    if ((err = expert_matvec(b, &mv, n))) return err;
     if ((err = em_cuda_glu(b, b->moe_h, b->moe_h2, (uint64_t)pairs * ff))) return err;
     mv = cuda_matvec{&lw->down_exps, b->moe_h, ff, NULL, b->moe_y, e, per_expert, b->expert_count, b->expert_start,
                        ld->n_expert};
-    if ((err = em_cuda_matvec(b, &mv))) return err;
+    if ((err = expert_matvec(b, &mv, pairs))) return err;
     if (ld->n_ff_shared && (err = mlp(b, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, b->tmp, n))) return err;
     return em_cuda_moe_combine(b, il, n, ld->n_ff_shared > 0);
 }
@@ -206,25 +230,76 @@ static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t i
     return em_cuda_add_norm(b, b->x, b->out, lw->post_ffn_norm, n, e);
 }
 
+/* Every kernel of one forward pass, from the uploaded batch to the logits on the device. */
+static em_err enqueue(cuda_backend *b, const cuda_batch *cb) {
+    const em_model_desc *d = b->d;
+    em_err err;
+    if ((err = em_cuda_embed(b, cb, b->x))) return err;
+    for (uint32_t il = 0; il < d->n_layer; il++)
+        if ((err = forward_layer(b, cb, il))) return em_err_prefix(err, "layer %u", il);
+    /* Logits for the rows that want them: final norm (gathering the rows), output matrix, soft-cap. */
+    const uint32_t rows = cb->n_rows;
+    if ((err = em_cuda_rmsnorm(b, b->xn, b->x, b->output_norm, rows, d->n_embd, cb->logit_rows))) return err;
+    if ((err = matvec(b, &b->output, b->xn, d->n_embd, b->logits, d->n_vocab, rows))) return err;
+    if (d->final_softcap > 0.0f &&
+        (err = em_cuda_softcap(b, b->logits, (uint64_t)rows * d->n_vocab, d->final_softcap)))
+        return err;
+    return NULL;
+}
+
+void em_cuda_drop_graphs(cuda_backend *b) {
+    for (uint32_t i = 0; i < b->n_graphs; i++) cudaGraphExecDestroy(b->graphs[i].exec);
+    b->n_graphs = 0;
+}
+
+/* Small batches (decode steps) replay a graph captured for their shape (tokens, logits rows): one
+ * launch instead of a dozen per layer. The shape fixes every kernel's arguments, since the batch
+ * arrays and scratch buffers stay where they are until a capacity grows (which drops the graphs). */
+static em_err run_graph(cuda_backend *b, const cuda_batch *cb) {
+    for (uint32_t i = 0; i < b->n_graphs; i++)
+        if (b->graphs[i].n_tokens == cb->n_tokens && b->graphs[i].n_rows == cb->n_rows) {
+            CU_TRY(cudaGraphLaunch(b->graphs[i].exec, b->stream));
+            return NULL;
+        }
+    if (b->n_graphs == EM_CUDA_MAX_GRAPHS) em_cuda_drop_graphs(b);
+    CU_TRY(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
+    em_err err = enqueue(b, cb);
+    cudaGraph_t graph = NULL;
+    cudaError_t status = cudaStreamEndCapture(b->stream, &graph);
+    if (err) {
+        if (graph) cudaGraphDestroy(graph);
+        return err;
+    }
+    if (status != cudaSuccess) return em_errorf(EM_ERR_INTERNAL, "cudaStreamEndCapture: %s", cudaGetErrorString(status));
+    cudaGraphExec_t exec = NULL;
+    status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (status != cudaSuccess) return em_errorf(EM_ERR_INTERNAL, "cudaGraphInstantiate: %s", cudaGetErrorString(status));
+    b->graphs[b->n_graphs++] = cuda_graph{exec, cb->n_tokens, cb->n_rows};
+    CU_TRY(cudaGraphLaunch(exec, b->stream));
+    return NULL;
+}
+
 em_err em_cuda_forward(em_backend *base, const em_batch *batch, float *logits) {
     cuda_backend *b = (cuda_backend *)base;
     const em_model_desc *d = b->d;
     em_err err = validate(b, batch);
     if (err) return err;
+    if (b->cap_tokens < batch->n_tokens) em_cuda_drop_graphs(b);
     if ((err = em_cuda_reserve(b, batch->n_tokens))) return err;
     cuda_batch cb;
     if ((err = upload_batch(b, batch, &cb))) return err;
-    if ((err = em_cuda_embed(b, &cb, b->x))) return err;
-    for (uint32_t il = 0; il < d->n_layer; il++)
-        if ((err = forward_layer(b, &cb, il))) return em_err_prefix(err, "layer %u", il);
-
-    /* Logits for the rows that want them: final norm (gathering the rows), output matrix, soft-cap. */
-    const uint32_t rows = cb.n_rows;
-    if (rows == 0) return NULL;
-    if ((err = em_cuda_rmsnorm(b, b->xn, b->x, b->output_norm, rows, d->n_embd, cb.logit_rows))) return err;
-    if ((err = matvec(b, &b->output, b->xn, d->n_embd, b->logits, d->n_vocab, rows))) return err;
-    const uint64_t n_logits = (uint64_t)rows * d->n_vocab;
-    if (d->final_softcap > 0.0f && (err = em_cuda_softcap(b, b->logits, n_logits, d->final_softcap))) return err;
+    if (cb.n_rows == 0) {
+        err = enqueue(b, &cb);
+        CU_TRY(cudaStreamSynchronize(b->stream));
+        return err;
+    }
+    if (cb.n_tokens <= EM_CUDA_GRAPH_TOKENS && b->use_graphs)
+        err = run_graph(b, &cb);
+    else
+        err = enqueue(b, &cb);
+    if (err) return err;
+    const uint64_t n_logits = (uint64_t)cb.n_rows * d->n_vocab;
     if ((err = grow_pinned((void **)&b->logits_host, &b->cap_logits, n_logits * 4))) return err;
     CU_TRY(cudaMemcpyAsync(b->logits_host, b->logits, n_logits * 4, cudaMemcpyDeviceToHost, b->stream));
     CU_TRY(cudaStreamSynchronize(b->stream));

@@ -59,6 +59,15 @@ typedef struct cuda_batch {
     uint32_t n_tokens, n_rows, max_pos;
 } cuda_batch;
 
+/* A captured forward pass for one batch shape (forward.cu). */
+typedef struct cuda_graph {
+    cudaGraphExec_t exec;
+    uint32_t n_tokens, n_rows;
+} cuda_graph;
+
+#define EM_CUDA_MAX_GRAPHS 32
+#define EM_CUDA_GRAPH_TOKENS 16 /* batches up to this many tokens replay graphs */
+
 typedef struct cuda_backend {
     em_backend base;
     const em_model_desc *d;
@@ -74,16 +83,20 @@ typedef struct cuda_backend {
     /* Scratch on the device, for cap_tokens tokens. */
     uint32_t cap_tokens;
     float *x, *xn, *q, *k, *v, *attn, *out, *tmp, *gate, *up, *router, *logits;
+    float *xq; /* activations rounded to the 8-bit levels of the CPU's dot products */
     float *moe_h, *moe_h2, *moe_y; /* [token * k][ff] and [token * k][embd] */
     int32_t *chosen;
     float *chosen_weight;
     uint32_t *pair_token, *pair_slot, *expert_count, *expert_start;
-    uint8_t *batch_dev;     /* the uploaded batch arrays */
-    size_t cap_batch_dev;
+    uint8_t *batch_dev;     /* the uploaded batch arrays (forward.cu: upload_batch) */
+    uint32_t cap_n, cap_s, cap_tw;
     uint8_t *batch_host;    /* pinned staging for the upload */
     size_t cap_batch;
     float *logits_host;     /* pinned */
     size_t cap_logits;
+    cuda_graph graphs[EM_CUDA_MAX_GRAPHS];
+    uint32_t n_graphs;
+    bool use_graphs;        /* off with EMBER_CUDA_GRAPHS=0 */
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert, max_used;
 } cuda_backend;
 
@@ -117,6 +130,11 @@ em_err em_cuda_rmsnorm(cuda_backend *b, float *out, const float *x, const float 
                        const uint32_t *row_index);
 em_err em_cuda_add_norm(cuda_backend *b, float *x, float *out, const float *w, uint32_t n_rows, uint32_t n);
 em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il);
+/* Activations as the CPU reference's dot products see them for weights `w` (rounded per block
+ * to 8-bit levels for quantized weights: Q8_0 or Q8_K, in f32), in b->xq with stride w->cols; `x`
+ * itself for f32/f16/bf16 weights. */
+const float *em_cuda_round_activations(cuda_backend *b, const cuda_weight *w, const float *x, uint64_t stride,
+                                       uint32_t n_rows, em_err *err);
 em_err em_cuda_glu(cuda_backend *b, float *gate, const float *up, uint64_t n);
 em_err em_cuda_softcap(cuda_backend *b, float *x, uint64_t n, float cap);
 em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens);
@@ -129,5 +147,6 @@ em_err em_cuda_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il);
 em_err em_cuda_forward(em_backend *base, const em_batch *batch, float *logits);
 em_err em_cuda_reserve(cuda_backend *b, uint32_t n_tokens);
 void em_cuda_free_scratch(cuda_backend *b);
+void em_cuda_drop_graphs(cuda_backend *b);
 
 #endif

@@ -344,3 +344,64 @@ em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool
     CU_LAUNCHED();
     return NULL;
 }
+
+/* ---- activation rounding ---- */
+
+/* One warp per block of `block` elements (32: Q8_0, 256: Q8_K): the values the CPU reference's dot
+ * products see after em_quantize_activation, i.e. 8-bit levels times the block scale, kept as f32.
+ * Q8_0: d = max|x| / 127 (stored as f16), q = round(x / d). Q8_K: the signed value of largest
+ * magnitude (first on ties) sets iscale = -127 / max, q = min(round(iscale * x), 127), d = 1 / iscale. */
+__global__ void round_kernel(float *dst, const float *src, uint64_t n_blocks, uint32_t block, uint32_t n,
+                             uint64_t src_stride, uint64_t dst_stride) {
+    const uint64_t blk = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) >> 5;
+    const uint32_t lane = threadIdx.x & 31;
+    if (blk >= n_blocks) return;
+    const uint32_t per_row = n / block;
+    const uint64_t row = blk / per_row, col = (blk % per_row) * block;
+    const float *x = src + row * src_stride + col;
+    float *y = dst + row * dst_stride + col;
+    const uint32_t per_lane = block / 32;
+    float amax = 0.0f, max = 0.0f;
+    uint32_t at = 0xffffffffu;
+    for (uint32_t i = 0; i < per_lane; i++) {
+        const uint32_t j = lane * per_lane + i;
+        const float v = x[j];
+        if (fabsf(v) > amax) amax = fabsf(v), max = v, at = j;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float oa = __shfl_xor_sync(0xffffffffu, amax, off), om = __shfl_xor_sync(0xffffffffu, max, off);
+        const uint32_t oat = __shfl_xor_sync(0xffffffffu, at, off);
+        if (oa > amax || (oa == amax && oat < at)) amax = oa, max = om, at = oat;
+    }
+    for (uint32_t i = 0; i < per_lane; i++) {
+        const uint32_t j = lane * per_lane + i;
+        float r = 0.0f;
+        if (block == 32) {
+            const float d = amax / 127, id = d != 0.0f ? 1.0f / d : 0.0f;
+            r = roundf(x[j] * id) * __half2float(__float2half(d));
+        } else if (amax != 0.0f) {
+            const float iscale = -127.0f / max, d = 1.0f / iscale;
+            r = d * fminf(roundf(iscale * x[j]), 127.0f);
+        }
+        y[j] = r;
+    }
+}
+
+const float *em_cuda_round_activations(cuda_backend *b, const cuda_weight *w, const float *x, uint64_t stride,
+                                       uint32_t n_rows, em_err *err) {
+    *err = NULL;
+    const em_type act = em_dot_activation_type(w->type);
+    if (act == EM_TYPE_F32 || n_rows == 0) return x;
+    const uint32_t block = act == EM_TYPE_Q8_0 ? 32 : 256;
+    if (w->cols % block) {
+        *err = em_errorf(EM_ERR_UNSUPPORTED, "cuda: %u columns of %s", w->cols, em_type_name(w->type));
+        return x;
+    }
+    const uint64_t n_blocks = (uint64_t)n_rows * (w->cols / block);
+    round_kernel<<<(unsigned)((n_blocks * 32 + 255) / 256), 256, 0, b->stream>>>(b->xq, x, n_blocks, block, w->cols,
+                                                                                 stride, w->cols);
+    cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess) *err = em_errorf(EM_ERR_INTERNAL, "round_kernel: %s", cudaGetErrorString(status));
+    return b->xq;
+}
