@@ -29,6 +29,8 @@ for m in $models; do
   "$build/ember" synth --preset "$preset" --type "$type" -o "$dir/m.gguf" --vocab "$vocab" >/dev/null || continue
   synth_s=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
   bytes=$("$build/ember" info "$dir/m.gguf" | sed -n 's/^read per token: *\([0-9]*\) bytes.*/\1/p')
+  # the backend alone (no engine, no sampling): tests/cuda/check_cuda --bench
+  [ -x "$build/tests/check_cuda" ] && "$build/tests/check_cuda" "$dir/m.gguf" "$m" "$type" --bench 2>/dev/null
   rates=()
   for run in 1 2 3; do
     out=$("$build/ember" run -m "$dir/m.gguf" --prompt-ids "$prompt" -n 256 --temp 0 --device cuda --print-ids 2>&1 >/dev/null)

@@ -18,7 +18,7 @@
 typedef struct att_args {
     const float *q;
     float *out;
-    const __half *keys, *values;
+    const void *keys, *values;
     uint32_t n_head, n_head_kv, head_dim, head_dim_v;
     float scale, softcap;
     uint32_t window; /* 0 = full */
@@ -37,7 +37,22 @@ __device__ __forceinline__ float warp_add(float v) {
     return v;
 }
 
-__global__ void __launch_bounds__(ATT_WARPS * 32) attention_kernel(att_args a) {
+/* 8 cached values from a 16-byte (f16) or 32-byte (f32) aligned address. */
+__device__ __forceinline__ void load8(const __half *p, float out[8]) {
+    uint4 u = *(const uint4 *)p;
+    const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        float2 f = __half22float2(h[c]);
+        out[2 * c] = f.x, out[2 * c + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void load8(const float *p, float out[8]) {
+    float4 a = ((const float4 *)p)[0], c = ((const float4 *)p)[1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = c.x, out[5] = c.y, out[6] = c.z, out[7] = c.w;
+}
+
+template <typename KV> __global__ void __launch_bounds__(ATT_WARPS * 32) attention_kernel(att_args a) {
     __shared__ __align__(16) float qs[ATT_MAX_DIM];
     __shared__ float part_acc[ATT_WARPS][ATT_MAX_DIM];
     __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
@@ -63,16 +78,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attention_kernel(att_args a) {
         float s = -INFINITY;
         if (valid) {
             row = (uint64_t)table[p / a.block_tokens] * a.block_tokens + p % a.block_tokens;
-            const uint4 *k = (const uint4 *)(a.keys + (row * a.n_head_kv + kvh) * a.head_dim);
+            const KV *k = (const KV *)a.keys + (row * a.n_head_kv + kvh) * a.head_dim;
             float dot = 0.0f;
             for (uint32_t j = 0; j < a.head_dim / 8; j++) {
-                uint4 u = k[j];
-                const __half2 *hk = (const __half2 *)&u;
+                float kf[8];
+                load8(k + 8 * j, kf);
 #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    float2 f = __half22float2(hk[c]);
-                    dot += qs[8 * j + 2 * c] * f.x + qs[8 * j + 2 * c + 1] * f.y;
-                }
+                for (int c = 0; c < 8; c++) dot += qs[8 * j + c] * kf[c];
             }
             s = dot * a.scale;
             if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
@@ -82,16 +94,30 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attention_kernel(att_args a) {
         const float w = valid ? expf(s - m_new) : 0.0f;
         l = l * corr + warp_add(w);
         m = m_new;
-        for (uint32_t i = 0; i < per_lane; i++) acc[i] *= corr;
+#pragma unroll
+        for (uint32_t i = 0; i < ATT_MAX_DIM / 32; i++) acc[i] *= corr;
         const uint32_t n_valid = pos - p0 + 1 < 32 ? pos - p0 + 1 : 32;
-        for (uint32_t j = 0; j < n_valid; j++) {
-            const float wj = __shfl_sync(0xffffffffu, w, j);
-            const uint64_t rj = __shfl_sync(0xffffffffu, row, j);
-            const __half *v = a.values + (rj * a.n_head_kv + kvh) * a.head_dim_v;
-            for (uint32_t i = 0; i < per_lane; i++) acc[i] += wj * __half2float(v[32 * i + lane]);
+        /* Values in groups of 4 positions, all loads of a group issued before the sums use them. */
+        for (uint32_t j0 = 0; j0 < n_valid; j0 += 4) {
+            float vv[4][ATT_MAX_DIM / 32], wj[4];
+#pragma unroll
+            for (uint32_t u = 0; u < 4; u++) {
+                const uint32_t j = j0 + u < n_valid ? j0 + u : j0;
+                wj[u] = j0 + u < n_valid ? __shfl_sync(0xffffffffu, w, j) : 0.0f;
+                const uint64_t rj = __shfl_sync(0xffffffffu, row, j);
+                const KV *v = (const KV *)a.values + (rj * a.n_head_kv + kvh) * a.head_dim_v;
+#pragma unroll
+                for (uint32_t i = 0; i < ATT_MAX_DIM / 32; i++) vv[u][i] = i < per_lane ? (float)v[32 * i + lane] : 0.0f;
+            }
+#pragma unroll
+            for (uint32_t u = 0; u < 4; u++)
+#pragma unroll
+                for (uint32_t i = 0; i < ATT_MAX_DIM / 32; i++) acc[i] += wj[u] * vv[u][i];
         }
     }
-    for (uint32_t i = 0; i < per_lane; i++) part_acc[warp][32 * i + lane] = acc[i];
+#pragma unroll
+    for (uint32_t i = 0; i < ATT_MAX_DIM / 32; i++)
+        if (i < per_lane) part_acc[warp][32 * i + lane] = acc[i];
     if (lane == 0) part_m[warp] = m, part_l[warp] = l;
     __syncthreads();
     float mm = -INFINITY;
@@ -114,7 +140,10 @@ em_err em_cuda_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il) 
                   ld->attn_scale, ld->attn_softcap, ld->attn == EM_ATTN_SLIDING ? ld->window : 0, batch->pos,
                   batch->seq, batch->table_start, batch->blocks, b->base.block_tokens};
     dim3 grid(ld->n_head, batch->n_tokens);
-    attention_kernel<<<grid, ATT_WARPS * 32, 0, b->stream>>>(a);
+    if (b->kv_elem == 4)
+        attention_kernel<float><<<grid, ATT_WARPS * 32, 0, b->stream>>>(a);
+    else
+        attention_kernel<__half><<<grid, ATT_WARPS * 32, 0, b->stream>>>(a);
     CU_LAUNCHED();
     return NULL;
 }

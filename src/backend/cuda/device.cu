@@ -25,12 +25,14 @@ extern "C" em_err em_cuda_describe(int index, char *buffer, size_t size) {
     return NULL;
 }
 
-extern "C" uint64_t em_cuda_kv_bytes_per_token(const em_model_desc *d) {
-    uint64_t halves = 0;
+static uint64_t kv_values_per_token(const em_model_desc *d) {
+    uint64_t values = 0;
     for (uint32_t il = 0; il < d->n_layer; il++)
-        halves += (uint64_t)d->layers[il].n_head_kv * (d->layers[il].head_dim + d->layers[il].head_dim_v);
-    return halves * sizeof(__half);
+        values += (uint64_t)d->layers[il].n_head_kv * (d->layers[il].head_dim + d->layers[il].head_dim_v);
+    return values;
 }
+
+extern "C" uint64_t em_cuda_kv_bytes_per_token(const em_model_desc *d) { return kv_values_per_token(d) * 2; }
 
 static uint32_t max_u(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
@@ -43,12 +45,12 @@ static em_err cuda_copy_rows(em_backend *base, uint32_t from, uint32_t to, uint3
     for (uint32_t il = 0; il < b->d->n_layer; il++) {
         const em_layer_desc *ld = &b->d->layers[il];
         const uint64_t nk = (uint64_t)ld->n_head_kv * ld->head_dim, nv = (uint64_t)ld->n_head_kv * ld->head_dim_v;
-        __half *keys = b->layers[il].keys, *values = b->layers[il].values;
-        CU_TRY(cudaMemcpyAsync(keys + (uint64_t)to * base->block_tokens * nk, keys + (uint64_t)from * base->block_tokens * nk,
-                               rows * nk * sizeof(__half), cudaMemcpyDeviceToDevice, b->stream));
-        CU_TRY(cudaMemcpyAsync(values + (uint64_t)to * base->block_tokens * nv,
-                               values + (uint64_t)from * base->block_tokens * nv, rows * nv * sizeof(__half),
-                               cudaMemcpyDeviceToDevice, b->stream));
+        uint8_t *keys = b->layers[il].keys, *values = b->layers[il].values;
+        const uint64_t kb = nk * b->kv_elem, vb = nv * b->kv_elem, bt = base->block_tokens;
+        CU_TRY(cudaMemcpyAsync(keys + to * bt * kb, keys + from * bt * kb, rows * kb, cudaMemcpyDeviceToDevice,
+                               b->stream));
+        CU_TRY(cudaMemcpyAsync(values + to * bt * vb, values + from * bt * vb, rows * vb, cudaMemcpyDeviceToDevice,
+                               b->stream));
     }
     return NULL;
 }
@@ -96,7 +98,9 @@ static em_err setup(cuda_backend *b, const em_model *model, const em_backend_con
     }
 
     /* The KV cache: one allocation, each layer's keys then values. */
-    const uint64_t per_token = em_cuda_kv_bytes_per_token(d);
+    const char *kv_type = getenv("EMBER_CUDA_KV");
+    b->kv_elem = kv_type && !strcmp(kv_type, "f32") ? 4 : 2;
+    const uint64_t per_token = kv_values_per_token(d) * b->kv_elem;
     const uint64_t tokens = o->kv_bytes ? o->kv_bytes / (per_token ? per_token : 1) : (o->kv_tokens ? o->kv_tokens : 4096);
     const uint64_t n_blocks = tokens / o->block_tokens;
     if (n_blocks == 0 || n_blocks > (1u << 28) || o->block_tokens > 4096)
@@ -110,13 +114,13 @@ static em_err setup(cuda_backend *b, const em_model *model, const em_backend_con
                          (unsigned long long)rows, bytes / 1073741824.0, free_bytes / 1073741824.0);
     CU_TRY(cudaMalloc((void **)&b->kv, bytes));
     CU_TRY(cudaMemset(b->kv, 0, bytes));
-    __half *at = b->kv;
+    uint8_t *at = b->kv;
     for (uint32_t il = 0; il < d->n_layer; il++) {
         const em_layer_desc *ld = &d->layers[il];
         b->layers[il].keys = at;
-        at += rows * ld->n_head_kv * ld->head_dim;
+        at += rows * ld->n_head_kv * ld->head_dim * b->kv_elem;
         b->layers[il].values = at;
-        at += rows * ld->n_head_kv * ld->head_dim_v;
+        at += rows * ld->n_head_kv * ld->head_dim_v * b->kv_elem;
     }
     b->base = em_backend{&cuda_ops, model, (uint32_t)n_blocks, o->block_tokens, per_token};
     return NULL;

@@ -7,7 +7,10 @@
  *  - activations are f32, one row of n_embd (or the layer's width) per token;
  *  - the KV cache is f16: for each layer, n_blocks * block_tokens rows of n_head_kv * head_dim
  *    keys and as many rows of values, addressed through the batch's block tables like the CPU
- *    backend's f32 cache. f16 halves the memory of the CPU layout (kv_bytes_per_token). */
+ *    backend's f32 cache. f16 halves the memory of the CPU layout (kv_bytes_per_token).
+ *    EMBER_CUDA_KV=f32 keeps it in f32 instead: tests/cuda uses that to compare with the CPU
+ *    exactly, since an f16 rounding can flip an 8-bit activation level (or a routing choice)
+ *    downstream and make quantized models differ by more than the kernels do. */
 #ifndef EMBER_BACKEND_CUDA_INTERNAL_CUH
 #define EMBER_BACKEND_CUDA_INTERNAL_CUH
 
@@ -43,10 +46,10 @@ typedef struct cuda_weight {
 typedef struct cuda_layer {
     const float *attn_norm, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *post_ffn_norm;
     const float *bq, *bk, *bv;
-    const float *freq_factors;
+    const double *inv_freq; /* RoPE: base^(-2i/n_rot), divided by the frequency factors (n_rot/2) */
     cuda_weight wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down, gate_inp, gate_exps, up_exps, down_exps, gate_shexp,
         up_shexp, down_shexp;
-    __half *keys, *values; /* this layer's part of the cache */
+    uint8_t *keys, *values; /* this layer's part of the cache (f16, or f32 with EMBER_CUDA_KV=f32) */
 } cuda_layer;
 
 /* Per-forward description of the batch on the device (one upload). */
@@ -78,7 +81,8 @@ typedef struct cuda_backend {
     cuda_layer *layers;
     void **allocs; /* every weight allocation, freed at the end */
     uint32_t n_allocs, cap_allocs;
-    __half *kv; /* one allocation for the whole cache */
+    uint8_t *kv; /* one allocation for the whole cache */
+    uint32_t kv_elem; /* bytes per cached value: 2 (f16) or 4 (f32) */
 
     /* Scratch on the device, for cap_tokens tokens. */
     uint32_t cap_tokens;

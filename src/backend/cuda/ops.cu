@@ -87,14 +87,14 @@ typedef struct rope_args {
     int neox;
     double theta, freq_scale, low, high, mscale, ext;
     uint32_t n_rot;
-    const float *freq_factors;
+    const double *inv_freq; /* base^(-2i/n_rot) / freq_factors[i] (cuda_layer.inv_freq) */
 } rope_args;
 
 typedef struct qkv_args {
     float *q;
     const float *k, *v;
     const float *bq, *bk, *bv, *q_norm, *k_norm;
-    __half *keys, *values;
+    void *keys, *values;
     uint32_t n_head, n_head_kv, head_dim, head_dim_v;
     float eps;
     bool plus_one;
@@ -107,8 +107,7 @@ typedef struct qkv_args {
 __device__ void rope_head(float *h, uint32_t pos, const rope_args &r) {
     const uint32_t half = r.n_rot / 2;
     for (uint32_t i = threadIdx.x & 31; i < half; i += 32) {
-        double theta = pos * pow(r.theta, -2.0 * i / r.n_rot);
-        if (r.freq_factors) theta /= r.freq_factors[i];
+        const double theta = pos * r.inv_freq[i];
         double angle = theta * r.freq_scale;
         if (r.ext != 0.0) {
             double y = (i - r.low) / fmax(0.001, r.high - r.low);
@@ -125,7 +124,7 @@ __device__ void rope_head(float *h, uint32_t pos, const rope_args &r) {
 }
 
 /* Grid: tokens. Warp w takes heads w, w + warps, ... of the list [Q heads | K heads | V heads]. */
-__global__ void qkv_kernel(qkv_args a) {
+template <typename KV> __global__ void qkv_kernel(qkv_args a) {
     extern __shared__ float heads[];
     const uint32_t t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     const uint32_t hd = a.head_dim > a.head_dim_v ? a.head_dim : a.head_dim_v;
@@ -159,8 +158,8 @@ __global__ void qkv_kernel(qkv_args a) {
             float *dst = a.q + ((uint64_t)t * a.n_head + head) * dim;
             for (uint32_t i = lane; i < dim; i += 32) dst[i] = h[i];
         } else {
-            __half *dst = (is_k ? a.keys : a.values) + ((uint64_t)cache_row * a.n_head_kv + head) * dim;
-            for (uint32_t i = lane; i < dim; i += 32) dst[i] = __float2half(h[i]);
+            KV *dst = (KV *)(is_k ? a.keys : a.values) + ((uint64_t)cache_row * a.n_head_kv + head) * dim;
+            for (uint32_t i = lane; i < dim; i += 32) dst[i] = (KV)h[i];
         }
         __syncwarp();
     }
@@ -174,7 +173,7 @@ em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il)
     const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
     const em_rope *rope = &ld->rope;
-    rope_args r = {rope->style == EM_ROPE_NEOX, rope->theta, 1.0, 0.0, 0.0, 1.0, 0.0, rope->n_rot, lw->freq_factors};
+    rope_args r = {rope->style == EM_ROPE_NEOX, rope->theta, 1.0, 0.0, 0.0, 1.0, 0.0, rope->n_rot, lw->inv_freq};
     if (rope->scaling == EM_ROPE_SCALING_LINEAR || rope->scaling == EM_ROPE_SCALING_YARN) r.freq_scale = 1.0 / rope->factor;
     if (rope->scaling == EM_ROPE_SCALING_YARN) {
         r.low = floor(yarn_corr_dim(rope->n_rot, rope->orig_ctx, rope->yarn_beta_fast, rope->theta));
@@ -190,7 +189,10 @@ em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il)
                   b->d->norm == EM_NORM_RMS_PLUS_ONE, r, batch->pos, batch->seq, batch->table_start, batch->blocks,
                   b->base.block_tokens};
     const uint32_t warps = 8, hd = ld->head_dim > ld->head_dim_v ? ld->head_dim : ld->head_dim_v;
-    qkv_kernel<<<batch->n_tokens, warps * 32, warps * hd * sizeof(float), b->stream>>>(a);
+    if (b->kv_elem == 4)
+        qkv_kernel<float><<<batch->n_tokens, warps * 32, warps * hd * sizeof(float), b->stream>>>(a);
+    else
+        qkv_kernel<__half><<<batch->n_tokens, warps * 32, warps * hd * sizeof(float), b->stream>>>(a);
     CU_LAUNCHED();
     return NULL;
 }

@@ -1,6 +1,7 @@
 /* Uploading the model: every matrix once, in its stored block format (one allocation per tensor;
  * a tied output matrix shares token_embd's); norm weights, biases and RoPE factors as the f32
  * vectors the model converted at load time. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "internal.cuh"
@@ -87,11 +88,23 @@ em_err em_cuda_upload_weights(cuda_backend *b, const em_model *model) {
             {lw->bq, nq, "attn_q.bias", &cl->bq},
             {lw->bk, nk, "attn_k.bias", &cl->bk},
             {lw->bv, nv, "attn_v.bias", &cl->bv},
-            {ld->rope.freq_factors, ld->rope.n_rot / 2, "rope_freqs", &cl->freq_factors},
         };
         for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
             if ((err = upload_vector(b, vecs[i].host, vecs[i].n, vecs[i].name, vecs[i].dev)))
                 return em_err_prefix(err, "layer %u", il);
+        /* RoPE frequencies in double, as the CPU computes them (em_cpu_rope), once per layer. */
+        const uint32_t half = ld->rope.n_rot / 2;
+        double *inv_freq = (double *)malloc((half ? half : 1) * sizeof(double));
+        if (!inv_freq) return em_errorf(EM_ERR_NOMEM, "out of memory for RoPE frequencies");
+        for (uint32_t i = 0; i < half; i++) {
+            inv_freq[i] = pow(ld->rope.theta, -2.0 * i / ld->rope.n_rot);
+            if (ld->rope.freq_factors) inv_freq[i] /= ld->rope.freq_factors[i];
+        }
+        const void *dev_freq;
+        err = upload_bytes(b, inv_freq, half * sizeof(double), "rope frequencies", &dev_freq);
+        free(inv_freq);
+        if (err) return em_err_prefix(err, "layer %u", il);
+        cl->inv_freq = (const double *)dev_freq;
         struct { const em_weight *host; const char *name; cuda_weight *dev; } mats[] = {
             {&lw->wq, "attn_q", &cl->wq}, {&lw->wk, "attn_k", &cl->wk}, {&lw->wv, "attn_v", &cl->wv},
             {&lw->wo, "attn_output", &cl->wo}, {&lw->ffn_gate, "ffn_gate", &cl->ffn_gate},
