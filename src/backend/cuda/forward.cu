@@ -9,7 +9,7 @@
 static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 void em_cuda_free_scratch(cuda_backend *b) {
-    float *bufs[] = {b->xq, b->x, b->xn, b->q, b->k, b->v, b->attn, b->out, b->tmp, b->gate, b->up, b->router,
+    float *bufs[] = {b->x, b->xn, b->q, b->k, b->v, b->attn, b->out, b->tmp, b->gate, b->up, b->router,
                      b->moe_h, b->moe_h2, b->moe_y, b->chosen_weight, b->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFree(b->chosen);
@@ -17,7 +17,7 @@ void em_cuda_free_scratch(cuda_backend *b) {
     cudaFree(b->pair_slot);
     cudaFree(b->expert_count);
     cudaFree(b->expert_start);
-    b->xq = b->x = b->xn = b->q = b->k = b->v = b->attn = b->out = b->tmp = b->gate = b->up = b->router = NULL;
+    b->x = b->xn = b->q = b->k = b->v = b->attn = b->out = b->tmp = b->gate = b->up = b->router = NULL;
     b->moe_h = b->moe_h2 = b->moe_y = b->chosen_weight = b->logits = NULL;
     b->chosen = NULL;
     b->pair_token = b->pair_slot = b->expert_count = b->expert_start = NULL;
@@ -50,8 +50,6 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         {(void **)&b->expert_count, (uint64_t)max_u32(b->max_expert, 1) * 4},
         {(void **)&b->expert_start, (uint64_t)max_u32(b->max_expert, 1) * 4},
         {(void **)&b->logits, (uint64_t)n * b->d->n_vocab * 4},
-        {(void **)&b->xq, 4 * (uint64_t)max_u32(n * max_u32(max_u32((uint32_t)e, b->max_attn), b->max_ff),
-                                                (uint32_t)pairs * b->max_ff)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         em_err err = alloc(bufs[i].p, bufs[i].bytes);
@@ -152,20 +150,8 @@ static em_err upload_batch(cuda_backend *b, const em_batch *batch, cuda_batch *c
 
 static em_err matvec(cuda_backend *b, const cuda_weight *w, const float *x, uint64_t x_stride, float *y,
                      uint64_t y_stride, uint32_t n) {
-    em_err err;
-    const float *xa = em_cuda_round_activations(b, w, x, x_stride, n, &err);
-    if (err) return err;
-    cuda_matvec mv = {w, xa, xa == x ? x_stride : w->cols, NULL, y, y_stride, n, NULL, NULL, 1};
+    cuda_matvec mv = {w, x, x_stride, NULL, y, y_stride, n, NULL, NULL, 1};
     return em_cuda_matvec(b, &mv);
-}
-
-/* An expert stack on rounded activations (the MoE matvecs). */
-static em_err expert_matvec(cuda_backend *b, cuda_matvec *mv, uint32_t n_rows) {
-    em_err err;
-    const float *xa = em_cuda_round_activations(b, mv->w, mv->x, mv->x_stride, n_rows, &err);
-    if (err) return err;
-    if (xa != mv->x) mv->x = xa, mv->x_stride = mv->w->cols;
-    return em_cuda_matvec(b, mv);
 }
 
 /* A dense gated MLP on n rows of xn into y. */
@@ -192,14 +178,14 @@ static em_err moe(cuda_backend *b, uint32_t il, uint32_t n) {
     const uint32_t per_expert = (pairs + ld->n_expert - 1) / ld->n_expert;
     cuda_matvec mv = {&lw->gate_exps, b->xn, e, b->pair_token, b->moe_h, ff, per_expert, b->expert_count,
                       b->expert_start, ld->n_expert};
-    if ((err = expert_matvec(b, &mv, n))) return err;
+    if ((err = em_cuda_matvec(b, &mv))) return err;
     mv = cuda_matvec{&lw->up_exps, b->xn, e, b->pair_token, b->moe_h2, ff, per_expert, b->expert_count,
                      b->expert_start, ld->n_expert};
-    if ((err = expert_matvec(b, &mv, n))) return err;
+    if ((err = em_cuda_matvec(b, &mv))) return err;
     if ((err = em_cuda_glu(b, b->moe_h, b->moe_h2, (uint64_t)pairs * ff))) return err;
     mv = cuda_matvec{&lw->down_exps, b->moe_h, ff, NULL, b->moe_y, e, per_expert, b->expert_count, b->expert_start,
                        ld->n_expert};
-    if ((err = expert_matvec(b, &mv, pairs))) return err;
+    if ((err = em_cuda_matvec(b, &mv))) return err;
     if (ld->n_ff_shared && (err = mlp(b, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, b->tmp, n))) return err;
     return em_cuda_moe_combine(b, il, n, ld->n_ff_shared > 0);
 }

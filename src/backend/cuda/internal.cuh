@@ -8,9 +8,9 @@
  *  - the KV cache is f16: for each layer, n_blocks * block_tokens rows of n_head_kv * head_dim
  *    keys and as many rows of values, addressed through the batch's block tables like the CPU
  *    backend's f32 cache. f16 halves the memory of the CPU layout (kv_bytes_per_token).
- *    EMBER_CUDA_KV=f32 keeps it in f32 instead: tests/cuda uses that to compare with the CPU
- *    exactly, since an f16 rounding can flip an 8-bit activation level (or a routing choice)
- *    downstream and make quantized models differ by more than the kernels do. */
+ *    EMBER_CUDA_KV=f32 keeps it in f32 instead (for comparisons that must exclude f16 rounding).
+ *  - activations meet weights in f32: weights are decoded in registers and multiplied with the
+ *    f32 activations, never rounded to 8 bits as the CPU's integer dot products do. */
 #ifndef EMBER_BACKEND_CUDA_INTERNAL_CUH
 #define EMBER_BACKEND_CUDA_INTERNAL_CUH
 
@@ -87,7 +87,6 @@ typedef struct cuda_backend {
     /* Scratch on the device, for cap_tokens tokens. */
     uint32_t cap_tokens;
     float *x, *xn, *q, *k, *v, *attn, *out, *tmp, *gate, *up, *router, *logits;
-    float *xq; /* activations rounded to the 8-bit levels of the CPU's dot products */
     float *moe_h, *moe_h2, *moe_y; /* [token * k][ff] and [token * k][embd] */
     int32_t *chosen;
     float *chosen_weight;
@@ -134,11 +133,6 @@ em_err em_cuda_rmsnorm(cuda_backend *b, float *out, const float *x, const float 
                        const uint32_t *row_index);
 em_err em_cuda_add_norm(cuda_backend *b, float *x, float *out, const float *w, uint32_t n_rows, uint32_t n);
 em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il);
-/* Activations as the CPU reference's dot products see them for weights `w` (rounded per block
- * to 8-bit levels for quantized weights: Q8_0 or Q8_K, in f32), in b->xq with stride w->cols; `x`
- * itself for f32/f16/bf16 weights. */
-const float *em_cuda_round_activations(cuda_backend *b, const cuda_weight *w, const float *x, uint64_t stride,
-                                       uint32_t n_rows, em_err *err);
 em_err em_cuda_glu(cuda_backend *b, float *gate, const float *up, uint64_t n);
 em_err em_cuda_softcap(cuda_backend *b, float *x, uint64_t n, float cap);
 em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens);

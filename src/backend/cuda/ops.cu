@@ -123,16 +123,19 @@ __device__ void rope_head(float *h, uint32_t pos, const rope_args &r) {
     __syncwarp();
 }
 
-/* Grid: tokens. Warp w takes heads w, w + warps, ... of the list [Q heads | K heads | V heads]. */
+/* Grid: (tokens, head groups). Warp w of group g takes head g * warps + w of the list
+ * [Q heads | K heads | V heads]. */
 template <typename KV> __global__ void qkv_kernel(qkv_args a) {
     extern __shared__ float heads[];
     const uint32_t t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const uint32_t j = blockIdx.y * warps + warp;
+    if (j >= a.n_head + 2 * a.n_head_kv) return;
     const uint32_t hd = a.head_dim > a.head_dim_v ? a.head_dim : a.head_dim_v;
     float *h = heads + warp * hd;
     const uint32_t pos = a.pos[t];
     const uint32_t cache_row =
         a.blocks[a.table_start[a.seq[t]] + pos / a.block_tokens] * a.block_tokens + pos % a.block_tokens;
-    for (uint32_t j = warp; j < a.n_head + 2 * a.n_head_kv; j += warps) {
+    {
         const bool is_q = j < a.n_head, is_k = !is_q && j < a.n_head + a.n_head_kv, is_v = !is_q && !is_k;
         const uint32_t head = is_q ? j : is_k ? j - a.n_head : j - a.n_head - a.n_head_kv;
         const uint32_t dim = is_v ? a.head_dim_v : a.head_dim;
@@ -188,11 +191,12 @@ em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il)
                   ld->n_head, ld->n_head_kv, ld->head_dim, ld->head_dim_v, b->d->norm_eps,
                   b->d->norm == EM_NORM_RMS_PLUS_ONE, r, batch->pos, batch->seq, batch->table_start, batch->blocks,
                   b->base.block_tokens};
-    const uint32_t warps = 8, hd = ld->head_dim > ld->head_dim_v ? ld->head_dim : ld->head_dim_v;
+    const uint32_t warps = 4, hd = ld->head_dim > ld->head_dim_v ? ld->head_dim : ld->head_dim_v;
+    const dim3 grid(batch->n_tokens, (ld->n_head + 2 * ld->n_head_kv + warps - 1) / warps);
     if (b->kv_elem == 4)
-        qkv_kernel<float><<<batch->n_tokens, warps * 32, warps * hd * sizeof(float), b->stream>>>(a);
+        qkv_kernel<float><<<grid, warps * 32, warps * hd * sizeof(float), b->stream>>>(a);
     else
-        qkv_kernel<__half><<<batch->n_tokens, warps * 32, warps * hd * sizeof(float), b->stream>>>(a);
+        qkv_kernel<__half><<<grid, warps * 32, warps * hd * sizeof(float), b->stream>>>(a);
     CU_LAUNCHED();
     return NULL;
 }
@@ -347,63 +351,3 @@ em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool
     return NULL;
 }
 
-/* ---- activation rounding ---- */
-
-/* One warp per block of `block` elements (32: Q8_0, 256: Q8_K): the values the CPU reference's dot
- * products see after em_quantize_activation, i.e. 8-bit levels times the block scale, kept as f32.
- * Q8_0: d = max|x| / 127 (stored as f16), q = round(x / d). Q8_K: the signed value of largest
- * magnitude (first on ties) sets iscale = -127 / max, q = min(round(iscale * x), 127), d = 1 / iscale. */
-__global__ void round_kernel(float *dst, const float *src, uint64_t n_blocks, uint32_t block, uint32_t n,
-                             uint64_t src_stride, uint64_t dst_stride) {
-    const uint64_t blk = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) >> 5;
-    const uint32_t lane = threadIdx.x & 31;
-    if (blk >= n_blocks) return;
-    const uint32_t per_row = n / block;
-    const uint64_t row = blk / per_row, col = (blk % per_row) * block;
-    const float *x = src + row * src_stride + col;
-    float *y = dst + row * dst_stride + col;
-    const uint32_t per_lane = block / 32;
-    float amax = 0.0f, max = 0.0f;
-    uint32_t at = 0xffffffffu;
-    for (uint32_t i = 0; i < per_lane; i++) {
-        const uint32_t j = lane * per_lane + i;
-        const float v = x[j];
-        if (fabsf(v) > amax) amax = fabsf(v), max = v, at = j;
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        const float oa = __shfl_xor_sync(0xffffffffu, amax, off), om = __shfl_xor_sync(0xffffffffu, max, off);
-        const uint32_t oat = __shfl_xor_sync(0xffffffffu, at, off);
-        if (oa > amax || (oa == amax && oat < at)) amax = oa, max = om, at = oat;
-    }
-    for (uint32_t i = 0; i < per_lane; i++) {
-        const uint32_t j = lane * per_lane + i;
-        float r = 0.0f;
-        if (block == 32) {
-            const float d = amax / 127, id = d != 0.0f ? 1.0f / d : 0.0f;
-            r = roundf(x[j] * id) * __half2float(__float2half(d));
-        } else if (amax != 0.0f) {
-            const float iscale = -127.0f / max, d = 1.0f / iscale;
-            r = d * fminf(roundf(iscale * x[j]), 127.0f);
-        }
-        y[j] = r;
-    }
-}
-
-const float *em_cuda_round_activations(cuda_backend *b, const cuda_weight *w, const float *x, uint64_t stride,
-                                       uint32_t n_rows, em_err *err) {
-    *err = NULL;
-    const em_type act = em_dot_activation_type(w->type);
-    if (act == EM_TYPE_F32 || n_rows == 0) return x;
-    const uint32_t block = act == EM_TYPE_Q8_0 ? 32 : 256;
-    if (w->cols % block) {
-        *err = em_errorf(EM_ERR_UNSUPPORTED, "cuda: %u columns of %s", w->cols, em_type_name(w->type));
-        return x;
-    }
-    const uint64_t n_blocks = (uint64_t)n_rows * (w->cols / block);
-    round_kernel<<<(unsigned)((n_blocks * 32 + 255) / 256), 256, 0, b->stream>>>(b->xq, x, n_blocks, block, w->cols,
-                                                                                 stride, w->cols);
-    cudaError_t status = cudaGetLastError();
-    if (status != cudaSuccess) *err = em_errorf(EM_ERR_INTERNAL, "round_kernel: %s", cudaGetErrorString(status));
-    return b->xq;
-}
