@@ -9,8 +9,9 @@
  *    every step's logits close;
  * 3. batched = solo: three sequences run alone, then again as mixed batches (prefill chunks of
  *    some with decode tokens of others) on the CUDA backend: the logits must agree.
- * Closeness is max|cuda - cpu| / max|cpu| over each logits row: at most 2e-3 for f32 weights
- * (the CUDA KV cache is f16), 1e-2 otherwise; batched vs solo at most 1e-5.
+ * Closeness is max|cuda - cpu| / max|cpu| over each logits row. Steps 1-3 run the device with an
+ * f32 KV cache (EMBER_CUDA_KV=f32) and must agree to 1e-4 (batched vs solo: 1e-5); the prefill
+ * is run again with the default f16 cache and must agree to 2e-3 for f32 weights, 1e-2 otherwise.
  *
  * The CPU reference runs on the same weights decoded to f32 (em_dequantize: every stored value
  * exactly), because the CUDA backend multiplies decoded weights with f32 activations while the
@@ -187,6 +188,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     const double tol = strcmp(argv[3], "f32") ? 1e-2 : 2e-3;
+    /* The strict comparison runs with an f32 KV cache on the device; the default f16 cache is
+     * checked on the prefill (f16 rounding can flip near-tied argmaxes of random models, and
+     * expert choices, so greedy equality is asked of the f32 cache only). */
+    setenv("EMBER_CUDA_KV", "f32", 1);
     em_model *model = NULL;
     em_err err = em_model_load(argv[1], &model);
     if (err) {
@@ -197,7 +202,7 @@ int main(int argc, char **argv) {
     const uint32_t V = desc->n_vocab;
     em_backend_config config = {.block_tokens = BLOCK, .kv_tokens = SEQS * PER_SEQ * BLOCK};
     em_model *reference = make_reference(model);
-    em_backend *cpu = NULL, *gpu = NULL, *cpu_q8 = NULL;
+    em_backend *cpu = NULL, *gpu = NULL, *cpu_q8 = NULL, *gpu16 = NULL;
     if ((err = em_backend_cpu_new(reference, &config, &cpu)) || (err = em_backend_cuda_new(model, &config, &gpu)) ||
         (err = em_backend_cpu_new(model, &config, &cpu_q8))) {
         fprintf(stderr, "backend: %s\n", em_err_message(err));
@@ -220,9 +225,8 @@ int main(int argc, char **argv) {
     double prefill_err = 0.0;
     if (run_seq(cpu, seqs, 0, prompt, 0, PROMPT, c) || run_seq(gpu, seqs, 0, prompt, 0, PROMPT, a)) return 1;
     for (uint32_t r = 0; r < PROMPT; r++) prefill_err = fmax(prefill_err, row_error(a + (size_t)r * V, c + (size_t)r * V, V));
-    double q8_err = 0.0;
-    if (run_seq(cpu_q8, seqs, 0, prompt, 0, PROMPT, c)) return 1;
-    for (uint32_t r = 0; r < PROMPT; r++) q8_err = fmax(q8_err, row_error(a + (size_t)r * V, c + (size_t)r * V, V));
+    float *ref = malloc((size_t)PROMPT * V * sizeof(float));
+    memcpy(ref, c, (size_t)PROMPT * V * sizeof(float));
 
     /* 2. greedy decode, each backend on its own choices */
     double decode_err = 0.0;
@@ -274,9 +278,27 @@ int main(int argc, char **argv) {
                 batch_err = fmax(batch_err, row_error(a + (size_t)i * V, solo + ((size_t)src[i] * 64 + at[i]) * V, V));
         }
     }
-    failed = !(prefill_err <= tol) || !(decode_err <= tol) || same != STEPS || !(batch_err <= 1e-5);
-    printf("%-14s %-5s prefill %.2e  decode %.2e  greedy %2d/%d  batched %.2e  %s   (vs q8-act cpu %.1e)\n",
-           argv[2], argv[3], prefill_err, decode_err, same, STEPS, batch_err, failed ? "FAIL" : "PASS", q8_err);
+    unsetenv("EMBER_CUDA_KV");
+    if ((err = em_backend_cuda_new(model, &config, &gpu16))) {
+        fprintf(stderr, "backend: %s\n", em_err_message(err));
+        return 1;
+    }
+    double f16_err = 0.0;
+    {
+        float *h = malloc((size_t)PROMPT * V * sizeof(float));
+        if (run_seq(gpu16, seqs, 0, prompt, 0, PROMPT, h)) return 1;
+        for (uint32_t r = 0; r < PROMPT; r++) f16_err = fmax(f16_err, row_error(h + (size_t)r * V, ref + (size_t)r * V, V));
+        free(h);
+    }
+    em_backend_free(gpu16);
+    double q8_err = 0.0;
+    if (run_seq(cpu_q8, seqs, 0, prompt, 0, PROMPT, c) || run_seq(gpu, seqs, 7, prompt, 0, PROMPT, a)) return 1;
+    for (uint32_t r = 0; r < PROMPT; r++) q8_err = fmax(q8_err, row_error(a + (size_t)r * V, c + (size_t)r * V, V));
+    failed = !(prefill_err <= 1e-4) || !(decode_err <= 1e-4) || same != STEPS || !(batch_err <= 1e-5) ||
+             !(f16_err <= tol);
+    printf("%-14s %-5s prefill %.1e  decode %.1e  greedy %2d/%d  batched %.1e  f16-KV prefill %.1e  %s"
+           "   (vs q8-act cpu %.1e)\n", argv[2], argv[3], prefill_err, decode_err, same, STEPS, batch_err, f16_err,
+           failed ? "FAIL" : "PASS", q8_err);
     em_backend_free(gpu);
     em_backend_free(cpu);
     em_backend_free(cpu_q8);
@@ -285,5 +307,6 @@ int main(int argc, char **argv) {
     free(a);
     free(c);
     free(solo);
+    free(ref);
     return failed;
 }

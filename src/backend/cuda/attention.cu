@@ -12,7 +12,7 @@
 
 #include "internal.cuh"
 
-#define ATT_WARPS 8
+#define ATT_WARPS 16
 #define ATT_MAX_DIM 256
 
 typedef struct att_args {
@@ -97,11 +97,11 @@ template <typename KV> __global__ void __launch_bounds__(ATT_WARPS * 32) attenti
 #pragma unroll
         for (uint32_t i = 0; i < ATT_MAX_DIM / 32; i++) acc[i] *= corr;
         const uint32_t n_valid = pos - p0 + 1 < 32 ? pos - p0 + 1 : 32;
-        /* Values in groups of 4 positions, all loads of a group issued before the sums use them. */
-        for (uint32_t j0 = 0; j0 < n_valid; j0 += 4) {
-            float vv[4][ATT_MAX_DIM / 32], wj[4];
+        /* Values in groups of 8 positions, all loads of a group issued before the sums use them. */
+        for (uint32_t j0 = 0; j0 < n_valid; j0 += 8) {
+            float vv[8][ATT_MAX_DIM / 32], wj[8];
 #pragma unroll
-            for (uint32_t u = 0; u < 4; u++) {
+            for (uint32_t u = 0; u < 8; u++) {
                 const uint32_t j = j0 + u < n_valid ? j0 + u : j0;
                 wj[u] = j0 + u < n_valid ? __shfl_sync(0xffffffffu, w, j) : 0.0f;
                 const uint64_t rj = __shfl_sync(0xffffffffu, row, j);
@@ -110,7 +110,7 @@ template <typename KV> __global__ void __launch_bounds__(ATT_WARPS * 32) attenti
                 for (uint32_t i = 0; i < ATT_MAX_DIM / 32; i++) vv[u][i] = i < per_lane ? (float)v[32 * i + lane] : 0.0f;
             }
 #pragma unroll
-            for (uint32_t u = 0; u < 4; u++)
+            for (uint32_t u = 0; u < 8; u++)
 #pragma unroll
                 for (uint32_t i = 0; i < ATT_MAX_DIM / 32; i++) acc[i] += wj[u] * vv[u][i];
         }

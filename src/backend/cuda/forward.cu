@@ -197,23 +197,25 @@ static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t i
     const uint64_t nq = (uint64_t)ld->n_head * ld->head_dim, nk = (uint64_t)ld->n_head_kv * ld->head_dim,
                    nv = (uint64_t)ld->n_head_kv * ld->head_dim_v, na = (uint64_t)ld->n_head * ld->head_dim_v;
     em_err err;
-    /* x += [post_norm](attention(norm(x))) */
-    if ((err = em_cuda_rmsnorm(b, b->xn, b->x, lw->attn_norm, n, e, NULL))) return err;
+    /* x += [post_norm](attention(norm(x))); the norm of layers after the first was done by the
+     * previous layer's last residual add */
+    if (il == 0 && (err = em_cuda_rmsnorm(b, b->xn, b->x, lw->attn_norm, n, e, NULL))) return err;
     if ((err = matvec(b, &lw->wq, b->xn, e, b->q, nq, n))) return err;
     if ((err = matvec(b, &lw->wk, b->xn, e, b->k, nk, n))) return err;
     if ((err = matvec(b, &lw->wv, b->xn, e, b->v, nv, n))) return err;
     if ((err = em_cuda_qkv_finish(b, batch, il))) return err;
     if ((err = em_cuda_attention(b, batch, il))) return err;
     if ((err = matvec(b, &lw->wo, b->attn, na, b->out, e, n))) return err;
-    if ((err = em_cuda_add_norm(b, b->x, b->out, lw->post_attn_norm, n, e))) return err;
     /* x += [post_norm](ffn(norm(x))) */
-    if ((err = em_cuda_rmsnorm(b, b->xn, b->x, lw->ffn_norm, n, e, NULL))) return err;
+    if ((err = em_cuda_add_norm(b, b->x, b->out, lw->post_attn_norm, n, e, b->xn, lw->ffn_norm))) return err;
     if (ld->moe)
         err = moe(b, il, n);
     else
         err = mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, b->out, n);
     if (err) return err;
-    return em_cuda_add_norm(b, b->x, b->out, lw->post_ffn_norm, n, e);
+    const bool last = il + 1 == b->d->n_layer;
+    return em_cuda_add_norm(b, b->x, b->out, lw->post_ffn_norm, n, e, last ? NULL : b->xn,
+                            last ? NULL : b->layers[il + 1].attn_norm);
 }
 
 /* Every kernel of one forward pass, from the uploaded batch to the logits on the device. */

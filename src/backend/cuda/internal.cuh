@@ -131,7 +131,9 @@ em_err em_cuda_upload_grids(void);
 /* ---- ops.cu ---- */
 em_err em_cuda_rmsnorm(cuda_backend *b, float *out, const float *x, const float *w, uint32_t n_rows, uint32_t n,
                        const uint32_t *row_index);
-em_err em_cuda_add_norm(cuda_backend *b, float *x, float *out, const float *w, uint32_t n_rows, uint32_t n);
+/* x += [norm](out); then xn = norm(x) * w_next when xn is not NULL. */
+em_err em_cuda_add_norm(cuda_backend *b, float *x, float *out, const float *w, uint32_t n_rows, uint32_t n, float *xn,
+                        const float *w_next);
 em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il);
 em_err em_cuda_glu(cuda_backend *b, float *gate, const float *up, uint64_t n);
 em_err em_cuda_softcap(cuda_backend *b, float *x, uint64_t n, float cap);

@@ -50,7 +50,7 @@ template <int TYPE, int NT> __global__ void __launch_bounds__(MV_WARPS * 32) mat
         float acc[NT];
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-#pragma unroll 4
+#pragma unroll 8
         for (uint32_t g = lane; g < a.groups; g += 32) {
             float v[8];
             deq<TYPE>::get(w, g, v);

@@ -6,7 +6,7 @@
 
 #include "internal.cuh"
 
-#define NORM_THREADS 256
+#define NORM_THREADS 1024
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -58,8 +58,10 @@ em_err em_cuda_rmsnorm(cuda_backend *b, float *out, const float *x, const float 
     return NULL;
 }
 
-/* x += [norm](out), the residual add after attention and after the feed-forward. */
-__global__ void add_norm_kernel(float *x, const float *out, const float *w, uint32_t n, float eps, bool plus_one) {
+/* x += [norm](out), the residual add after attention and after the feed-forward; then, when xn is
+ * given, xn = norm(x) * w_next, the RMSNorm that starts the next sub-block (one kernel for both). */
+__global__ void add_norm_kernel(float *x, const float *out, const float *w, uint32_t n, float eps, bool plus_one,
+                                float *xn, const float *w_next) {
     const uint64_t base = (uint64_t)blockIdx.x * n;
     float scale = 1.0f;
     if (w) {
@@ -67,16 +69,26 @@ __global__ void add_norm_kernel(float *x, const float *out, const float *w, uint
         for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) ss += out[base + i] * out[base + i];
         scale = rsqrtf(block_sum(ss) / n + eps);
     }
+    float ss = 0.0f;
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
         float o = out[base + i];
         if (w) o = o * scale * (plus_one ? 1.0f + w[i] : w[i]);
-        x[base + i] += o;
+        const float v = x[base + i] + o;
+        x[base + i] = v;
+        ss += v * v;
+    }
+    if (!xn) return;
+    const float s2 = rsqrtf(block_sum(ss) / n + eps);
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float weight = w_next ? (plus_one ? 1.0f + w_next[i] : w_next[i]) : 1.0f;
+        xn[base + i] = x[base + i] * s2 * weight;
     }
 }
 
-em_err em_cuda_add_norm(cuda_backend *b, float *x, float *out, const float *w, uint32_t n_rows, uint32_t n) {
+em_err em_cuda_add_norm(cuda_backend *b, float *x, float *out, const float *w, uint32_t n_rows, uint32_t n, float *xn,
+                        const float *w_next) {
     add_norm_kernel<<<n_rows, NORM_THREADS, 0, b->stream>>>(x, out, w, n, b->d->norm_eps,
-                                                            b->d->norm == EM_NORM_RMS_PLUS_ONE);
+                                                            b->d->norm == EM_NORM_RMS_PLUS_ONE, xn, w_next);
     CU_LAUNCHED();
     return NULL;
 }
