@@ -3,7 +3,7 @@
 # per model (median reported), against the memory-bandwidth bound (weight bytes read per token from
 # `ember info`, over 4.8 TB/s).
 #
-#   bench/cuda.sh BUILD_DIR VOCAB.gguf [preset:type ...]
+#   [CONCURRENCY="1 2 4 8 16"] bench/cuda.sh BUILD_DIR VOCAB.gguf [preset:type ...]
 set -u
 build=$1 vocab=$2
 shift 2
@@ -40,6 +40,9 @@ for m in $models; do
     rates+=("$rate")
     echo "$m run $run: decode $rate tok/s, prefill $prefill ms"
   done
+  # aggregate decode at several concurrent requests (bench/concurrency.c), when CONCURRENCY="1 2 4 ..."
+  [ -n "${CONCURRENCY:-}" ] && [ -x "$build/tests/bench_concurrency" ] &&
+    "$build/tests/bench_concurrency" "$dir/m.gguf" cuda $CONCURRENCY 2>/dev/null | sed "s/^/$m /"
   [ ${#rates[@]} -eq 0 ] && continue
   median=$(printf '%s\n' "${rates[@]}" | sort -n | sed -n "$(((${#rates[@]} + 1) / 2))p")
   awk -v m="$m" -v r="$median" -v b="$bytes" -v s="$synth_s" 'BEGIN {

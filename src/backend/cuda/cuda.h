@@ -2,12 +2,18 @@
  * backend/cuda — the CUDA backend for Hopper GPUs (compute capability 9.0).
  *
  * Built only when nvcc is found (EM_HAVE_CUDA is then defined for everything that links it).
- * Weights go to the device once, in their GGUF block formats; activations are f32; the paged KV
- * cache is f16 on the device (em_cuda_kv_bytes_per_token). Decode batches and prefill chunks run
- * through the same kernels: matrix-vector products that read each weight row once for up to 8
- * tokens, attention over the paged cache, and MoE experts run once per step on the tokens routed
- * to them (internal.cuh describes the layout, each .cu file its kernels). The host waits for the
- * device by blocking, never spinning.
+ * Weights go to the device once, in their GGUF block formats (F32, F16, BF16, Q8_0, Q4_K, Q6_K,
+ * IQ3_XXS so far; other types are refused when the backend is made); activations are f32 and
+ * meet the weights decoded in registers; the paged KV cache is f16 on the device
+ * (em_backend.kv_bytes_per_token). Decode batches and prefill chunks run through the same
+ * kernels: matrix-vector products that read each weight row once for up to 8 tokens, attention
+ * over the paged cache, and MoE experts run once per step on the tokens routed to them
+ * (internal.cuh describes the layout, each .cu file its kernels). Batches of up to 16 tokens
+ * replay a CUDA graph captured per shape. The host waits for the device by blocking, never
+ * spinning.
+ *
+ * Environment (for tests and measurements): EMBER_CUDA_KV=f32 keeps the KV cache in f32;
+ * EMBER_CUDA_GRAPHS=0 launches kernels one by one instead of replaying graphs.
  *
  * Nothing here is called from the engine without going through backend.h, and no CUDA header
  * leaks out of this folder. The backend owns its device memory (weights, KV cache, scratch) and
