@@ -63,6 +63,7 @@ struct em_backend {
     const em_model *model;
     uint32_t n_blocks;     /* KV blocks in the pool */
     uint32_t block_tokens; /* positions per block */
+    uint64_t kv_bytes_per_token; /* KV memory one position takes in this backend (all layers, K and V) */
 };
 
 static inline em_err em_backend_forward(em_backend *b, const em_batch *batch, float *logits) {
@@ -84,7 +85,8 @@ typedef struct em_backend_config {
     uint64_t kv_tokens;    /* used when kv_bytes is 0; 0 = 4096 */
 } em_backend_config;
 
-/* Bytes of KV memory one position takes in the CPU backend's f32 layout (all layers, K and V). */
+/* Bytes of KV memory one position takes in the CPU backend's f32 layout (all layers, K and V).
+ * Other backends store KV differently (CUDA: f16): ask a made backend's kv_bytes_per_token. */
 uint64_t em_backend_kv_bytes_per_token(const em_model_desc *desc);
 
 /* Makes the backend the config asks for. Asking for "cuda" without a usable GPU is an error;

@@ -440,7 +440,7 @@ em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config
                          (unsigned long long)n_blocks, o.block_tokens, o.n_threads);
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b) return em_errorf(EM_ERR_NOMEM, "out of memory creating the cpu backend");
-    b->base = (em_backend){&cpu_ops, model, (uint32_t)n_blocks, o.block_tokens};
+    b->base = (em_backend){&cpu_ops, model, (uint32_t)n_blocks, o.block_tokens, per_token};
     b->d = d;
     b->w = &model->w;
     em_err err = em_cpu_pool_init(&b->pool, o.n_threads);

@@ -2,9 +2,22 @@
  * backend/cuda — the CUDA backend for Hopper GPUs (compute capability 9.0).
  *
  * Built only when nvcc is found (EM_HAVE_CUDA is then defined for everything that links it).
- * Until the forward pass lands (the CUDA backend issue), em_backend_cuda_new reports that it is
- * missing and callers fall back to --device cpu. Nothing here is called from the engine
- * without going through backend.h, and no CUDA header leaks out of this folder.
+ * Weights go to the device once, in their GGUF block formats (F32, F16, BF16, Q8_0, Q4_K, Q6_K,
+ * IQ3_XXS so far; other types are refused when the backend is made); activations are f32 and
+ * meet the weights decoded in registers; the paged KV cache is f16 on the device
+ * (em_backend.kv_bytes_per_token). Decode batches and prefill chunks run through the same
+ * kernels: matrix-vector products that read each weight row once for up to 8 tokens, attention
+ * over the paged cache, and MoE experts run once per step on the tokens routed to them
+ * (internal.cuh describes the layout, each .cu file its kernels). Batches of up to 16 tokens
+ * replay a CUDA graph captured per shape. The host waits for the device by blocking, never
+ * spinning.
+ *
+ * Environment (for tests and measurements): EMBER_CUDA_KV=f32 keeps the KV cache in f32;
+ * EMBER_CUDA_GRAPHS=0 launches kernels one by one instead of replaying graphs.
+ *
+ * Nothing here is called from the engine without going through backend.h, and no CUDA header
+ * leaks out of this folder. The backend owns its device memory (weights, KV cache, scratch) and
+ * its stream; it borrows the em_model like every backend.
  */
 #ifndef EMBER_BACKEND_CUDA_H
 #define EMBER_BACKEND_CUDA_H
@@ -19,6 +32,9 @@ int em_cuda_device_count(void);
 
 /* Writes a one-line description of device `index` (name, compute capability, memory). */
 em_err em_cuda_describe(int index, char *buffer, size_t size);
+
+/* Bytes of KV memory one position takes on the device (f16 keys and values, all layers). */
+uint64_t em_cuda_kv_bytes_per_token(const em_model_desc *desc);
 
 /* The CUDA backend for `model` on device 0 (backend.h). */
 em_err em_backend_cuda_new(const em_model *model, const em_backend_config *config, em_backend **out);

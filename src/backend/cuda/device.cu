@@ -1,10 +1,10 @@
-/* Device discovery for the CUDA backend (cuda.h). */
-#include <cuda_runtime.h>
+/* Device discovery and the life of a CUDA backend (cuda.h): creation (device flags, stream,
+ * weights, KV cache), copy_rows, free. The forward pass is in forward.cu. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-extern "C" {
-#include "cuda.h"
-}
+#include "internal.cuh"
 
 extern "C" int em_cuda_device_count(void) {
     int count = 0;
@@ -25,9 +25,124 @@ extern "C" em_err em_cuda_describe(int index, char *buffer, size_t size) {
     return NULL;
 }
 
+static uint64_t kv_values_per_token(const em_model_desc *d) {
+    uint64_t values = 0;
+    for (uint32_t il = 0; il < d->n_layer; il++)
+        values += (uint64_t)d->layers[il].n_head_kv * (d->layers[il].head_dim + d->layers[il].head_dim_v);
+    return values;
+}
+
+extern "C" uint64_t em_cuda_kv_bytes_per_token(const em_model_desc *d) { return kv_values_per_token(d) * 2; }
+
+static uint32_t max_u(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+static em_err cuda_copy_rows(em_backend *base, uint32_t from, uint32_t to, uint32_t rows) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (from >= base->n_blocks || to >= base->n_blocks || rows > base->block_tokens)
+        return em_errorf(EM_ERR_RANGE, "copy of %u rows from block %u to block %u (pool of %u blocks of %u)", rows, from,
+                         to, base->n_blocks, base->block_tokens);
+    if (rows == 0 || from == to) return NULL;
+    for (uint32_t il = 0; il < b->d->n_layer; il++) {
+        const em_layer_desc *ld = &b->d->layers[il];
+        const uint64_t nk = (uint64_t)ld->n_head_kv * ld->head_dim, nv = (uint64_t)ld->n_head_kv * ld->head_dim_v;
+        uint8_t *keys = b->layers[il].keys, *values = b->layers[il].values;
+        const uint64_t kb = nk * b->kv_elem, vb = nv * b->kv_elem, bt = base->block_tokens;
+        CU_TRY(cudaMemcpyAsync(keys + to * bt * kb, keys + from * bt * kb, rows * kb, cudaMemcpyDeviceToDevice,
+                               b->stream));
+        CU_TRY(cudaMemcpyAsync(values + to * bt * vb, values + from * bt * vb, rows * vb, cudaMemcpyDeviceToDevice,
+                               b->stream));
+    }
+    return NULL;
+}
+
+static void cuda_free(em_backend *base) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (b->stream) cudaStreamSynchronize(b->stream);
+    em_cuda_drop_graphs(b);
+    em_cuda_free_scratch(b);
+    for (uint32_t i = 0; i < b->n_allocs; i++) cudaFree(b->allocs[i]);
+    cudaFree(b->kv);
+    cudaFree(b->batch_dev);
+    cudaFreeHost(b->batch_host);
+    cudaFreeHost(b->logits_host);
+    if (b->stream) cudaStreamDestroy(b->stream);
+    free(b->allocs);
+    free(b->layers);
+    free(b);
+}
+
+static const em_backend_ops cuda_ops = {"cuda", em_cuda_forward, cuda_copy_rows, cuda_free};
+
+static em_err setup(cuda_backend *b, const em_model *model, const em_backend_config *o) {
+    const em_model_desc *d = &model->desc;
+    /* Blocking sync: the host sleeps while it waits for the GPU. Only possible before the context
+     * exists; when another part of the process made it already, keep its flags. */
+    if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess) cudaGetLastError();
+    CU_TRY(cudaSetDevice(0));
+    CU_TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+    em_err err = em_cuda_upload_grids();
+    if (err) return err;
+    if ((err = em_cuda_upload_weights(b, model))) return err;
+
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        const em_layer_desc *ld = &d->layers[il];
+        b->max_q = max_u(b->max_q, ld->n_head * ld->head_dim);
+        b->max_k = max_u(b->max_k, ld->n_head_kv * ld->head_dim);
+        b->max_v = max_u(b->max_v, ld->n_head_kv * ld->head_dim_v);
+        b->max_attn = max_u(b->max_attn, ld->n_head * ld->head_dim_v);
+        b->max_ff = max_u(b->max_ff, max_u(ld->n_ff, ld->n_ff_shared));
+        if (ld->moe) {
+            b->max_expert = max_u(b->max_expert, ld->n_expert);
+            b->max_used = max_u(b->max_used, ld->n_expert_used);
+        }
+    }
+
+    /* The KV cache: one allocation, each layer's keys then values. */
+    const char *kv_type = getenv("EMBER_CUDA_KV");
+    b->kv_elem = kv_type && !strcmp(kv_type, "f32") ? 4 : 2;
+    const uint64_t per_token = kv_values_per_token(d) * b->kv_elem;
+    const uint64_t tokens = o->kv_bytes ? o->kv_bytes / (per_token ? per_token : 1) : (o->kv_tokens ? o->kv_tokens : 4096);
+    const uint64_t n_blocks = tokens / o->block_tokens;
+    if (n_blocks == 0 || n_blocks > (1u << 28) || o->block_tokens > 4096)
+        return em_errorf(EM_ERR_RANGE, "cuda backend: %llu KV blocks of %u positions is out of range",
+                         (unsigned long long)n_blocks, o->block_tokens);
+    const uint64_t rows = n_blocks * o->block_tokens, bytes = rows * per_token;
+    size_t free_bytes = 0, total_bytes = 0;
+    CU_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (bytes > free_bytes)
+        return em_errorf(EM_ERR_NOMEM, "cuda backend: a KV cache of %llu positions needs %.2f GiB, %.2f GiB are free",
+                         (unsigned long long)rows, bytes / 1073741824.0, free_bytes / 1073741824.0);
+    CU_TRY(cudaMalloc((void **)&b->kv, bytes));
+    CU_TRY(cudaMemset(b->kv, 0, bytes));
+    uint8_t *at = b->kv;
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        const em_layer_desc *ld = &d->layers[il];
+        b->layers[il].keys = at;
+        at += rows * ld->n_head_kv * ld->head_dim * b->kv_elem;
+        b->layers[il].values = at;
+        at += rows * ld->n_head_kv * ld->head_dim_v * b->kv_elem;
+    }
+    b->base = em_backend{&cuda_ops, model, (uint32_t)n_blocks, o->block_tokens, per_token};
+    return NULL;
+}
+
 extern "C" em_err em_backend_cuda_new(const em_model *model, const em_backend_config *config, em_backend **out) {
-    (void)model;
-    (void)config;
     *out = NULL;
-    return em_errorf(EM_ERR_UNSUPPORTED, "the CUDA forward pass is not built yet: use --device cpu");
+    em_backend_config o = config ? *config : em_backend_config{};
+    if (!o.block_tokens) o.block_tokens = 16;
+    cuda_backend *b = (cuda_backend *)calloc(1, sizeof *b);
+    if (!b) return em_errorf(EM_ERR_NOMEM, "out of memory creating the cuda backend");
+    b->d = &model->desc;
+    b->base.ops = &cuda_ops;
+    const char *graphs = getenv("EMBER_CUDA_GRAPHS");
+    b->use_graphs = !(graphs && !strcmp(graphs, "0"));
+    em_err err = setup(b, model, &o);
+    if (err) {
+        cuda_free(&b->base);
+        return em_err_prefix(err, "cuda backend");
+    }
+    char name[256];
+    if (!em_cuda_describe(0, name, sizeof name)) em_log(EM_LOG_INFO, "cuda backend on %s", name);
+    *out = &b->base;
+    return NULL;
 }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Single-stream decode on the CUDA backend: 256 greedy tokens after a 300-token prompt, three runs
+# per model (median reported), against the memory-bandwidth bound (weight bytes read per token from
+# `ember info`, over 4.8 TB/s).
+#
+#   [CONCURRENCY="1 2 4 8 16"] bench/cuda.sh BUILD_DIR VOCAB.gguf [preset:type ...]
+set -u
+build=$1 vocab=$2
+shift 2
+models=${*:-dense-1b:bf16 dense-1b:q8_0 dense-1b:q4_k flint:mix moe-30b-a3b:mix}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+prompt=$(seq 1000 1299 | tr '\n' ' ')
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+# A device-to-device copy in the same run, for scale (bytes read + written), when PyTorch is there.
+python3 - <<'PY' 2>/dev/null || echo "copy bandwidth: not measured (no PyTorch)"
+import torch
+a = torch.empty(2 << 30, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a)
+for _ in range(3): b.copy_(a)
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+s.record()
+for _ in range(10): b.copy_(a)
+e.record(); torch.cuda.synchronize()
+print("copy bandwidth: %.2f TB/s (read + write)" % (2 * 10 * a.numel() / (s.elapsed_time(e) / 1e3) / 1e12))
+PY
+for m in $models; do
+  preset=${m%%:*} type=${m##*:}
+  start=$(date +%s.%N)
+  "$build/ember" synth --preset "$preset" --type "$type" -o "$dir/m.gguf" --vocab "$vocab" >/dev/null || continue
+  synth_s=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+  bytes=$("$build/ember" info "$dir/m.gguf" | sed -n 's/^read per token: *\([0-9]*\) bytes.*/\1/p')
+  # the backend alone (no engine, no sampling): tests/cuda/check_cuda --bench
+  [ -x "$build/tests/check_cuda" ] && "$build/tests/check_cuda" "$dir/m.gguf" "$m" "$type" --bench 2>/dev/null
+  rates=()
+  for run in 1 2 3; do
+    out=$("$build/ember" run -m "$dir/m.gguf" --prompt-ids "$prompt" -n 256 --temp 0 --device cuda --print-ids 2>&1 >/dev/null)
+    rate=$(echo "$out" | sed -n 's/^decode: \([0-9]*\) tokens, \([0-9.]*\) tok\/s/\2/p')
+    prefill=$(echo "$out" | sed -n 's/^prefill: \([0-9.]*\) ms.*/\1/p')
+    [ -z "$rate" ] && { echo "$m run $run failed: $out" | head -5; continue; }
+    rates+=("$rate")
+    echo "$m run $run: decode $rate tok/s, prefill $prefill ms"
+  done
+  # aggregate decode at several concurrent requests (bench/concurrency.c), when CONCURRENCY="1 2 4 ..."
+  [ -n "${CONCURRENCY:-}" ] && [ -x "$build/tests/bench_concurrency" ] &&
+    "$build/tests/bench_concurrency" "$dir/m.gguf" cuda $CONCURRENCY 2>/dev/null | sed "s/^/$m /"
+  [ ${#rates[@]} -eq 0 ] && continue
+  median=$(printf '%s\n' "${rates[@]}" | sort -n | sed -n "$(((${#rates[@]} + 1) / 2))p")
+  awk -v m="$m" -v r="$median" -v b="$bytes" -v s="$synth_s" 'BEGIN {
+    printf "%-18s median decode %8.1f tok/s  read/token %.3f GB  -> %.2f TB/s = %.0f%% of 4.8 TB/s  (synth %.1f s)\n",
+      m, r, b / 1e9, r * b / 1e12, 100 * r * b / 4.8e12, s }'
+done

@@ -1,0 +1,152 @@
+/* Internals of the CUDA backend shared by its .cu files: the backend struct, the error check, the
+ * device weight descriptions and the kernel launchers. Nothing outside src/backend/cuda includes
+ * this; the module's interface is cuda.h.
+ *
+ * Layout on the device:
+ *  - matrices keep their GGUF block format, one cudaMalloc per tensor (cuda_weight);
+ *  - activations are f32, one row of n_embd (or the layer's width) per token;
+ *  - the KV cache is f16: for each layer, n_blocks * block_tokens rows of n_head_kv * head_dim
+ *    keys and as many rows of values, addressed through the batch's block tables like the CPU
+ *    backend's f32 cache. f16 halves the memory of the CPU layout (kv_bytes_per_token).
+ *    EMBER_CUDA_KV=f32 keeps it in f32 instead (for comparisons that must exclude f16 rounding).
+ *  - activations meet weights in f32: weights are decoded in registers and multiplied with the
+ *    f32 activations, never rounded to 8 bits as the CPU's integer dot products do. */
+#ifndef EMBER_BACKEND_CUDA_INTERNAL_CUH
+#define EMBER_BACKEND_CUDA_INTERNAL_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "../../quant/quant.h"
+#include "cuda.h"
+}
+
+/* Every CUDA call goes through this: a failure becomes an em_err naming the call. */
+#define CU_TRY(call)                                                                                   \
+    do {                                                                                               \
+        cudaError_t cu_status_ = (call);                                                               \
+        if (cu_status_ != cudaSuccess)                                                                 \
+            return em_errorf(EM_ERR_INTERNAL, "%s: %s (%s:%d)", #call, cudaGetErrorString(cu_status_), \
+                             __FILE__, __LINE__);                                                      \
+    } while (0)
+
+/* Checks the last kernel launch. */
+#define CU_LAUNCHED() CU_TRY(cudaGetLastError())
+
+/* A matrix (or stack of expert matrices) on the device, in its stored block format. */
+typedef struct cuda_weight {
+    const uint8_t *data; /* NULL when absent */
+    uint32_t type;
+    uint32_t cols, rows, n_mat;
+    uint64_t row_bytes;
+} cuda_weight;
+
+typedef struct cuda_layer {
+    const float *attn_norm, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *post_ffn_norm;
+    const float *bq, *bk, *bv;
+    const double *inv_freq; /* RoPE: base^(-2i/n_rot), divided by the frequency factors (n_rot/2) */
+    cuda_weight wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down, gate_inp, gate_exps, up_exps, down_exps, gate_shexp,
+        up_shexp, down_shexp;
+    uint8_t *keys, *values; /* this layer's part of the cache (f16, or f32 with EMBER_CUDA_KV=f32) */
+} cuda_layer;
+
+/* Per-forward description of the batch on the device (one upload). */
+typedef struct cuda_batch {
+    const int32_t *tokens;
+    const uint32_t *seq, *pos;
+    const uint32_t *table_start; /* [n_seqs] index into blocks of each sequence's table */
+    const uint32_t *blocks;
+    const uint32_t *logit_rows;  /* [rows] token index of each logits row */
+    uint32_t n_tokens, n_rows, max_pos;
+} cuda_batch;
+
+/* A captured forward pass for one batch shape (forward.cu). */
+typedef struct cuda_graph {
+    cudaGraphExec_t exec;
+    uint32_t n_tokens, n_rows;
+} cuda_graph;
+
+#define EM_CUDA_MAX_GRAPHS 32
+#define EM_CUDA_GRAPH_TOKENS 16 /* batches up to this many tokens replay graphs */
+
+typedef struct cuda_backend {
+    em_backend base;
+    const em_model_desc *d;
+    cudaStream_t stream;
+    int device;
+    cuda_weight token_embd, output;
+    const float *output_norm;
+    cuda_layer *layers;
+    void **allocs; /* every weight allocation, freed at the end */
+    uint32_t n_allocs, cap_allocs;
+    uint8_t *kv; /* one allocation for the whole cache */
+    uint32_t kv_elem; /* bytes per cached value: 2 (f16) or 4 (f32) */
+
+    /* Scratch on the device, for cap_tokens tokens. */
+    uint32_t cap_tokens;
+    float *x, *xn, *q, *k, *v, *attn, *out, *tmp, *gate, *up, *router, *logits;
+    float *moe_h, *moe_h2, *moe_y; /* [token * k][ff] and [token * k][embd] */
+    int32_t *chosen;
+    float *chosen_weight;
+    uint32_t *pair_token, *pair_slot, *expert_count, *expert_start;
+    uint8_t *batch_dev;     /* the uploaded batch arrays (forward.cu: upload_batch) */
+    uint32_t cap_n, cap_s, cap_tw;
+    uint8_t *batch_host;    /* pinned staging for the upload */
+    size_t cap_batch;
+    float *logits_host;     /* pinned */
+    size_t cap_logits;
+    cuda_graph graphs[EM_CUDA_MAX_GRAPHS];
+    uint32_t n_graphs;
+    bool use_graphs;        /* off with EMBER_CUDA_GRAPHS=0 */
+    uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert, max_used;
+} cuda_backend;
+
+/* ---- weights.cu ---- */
+em_err em_cuda_upload_weights(cuda_backend *b, const em_model *model);
+bool em_cuda_type_supported(uint32_t type);
+
+/* ---- matvec.cu ---- */
+
+/* Y[i][r] = W[mat(i)] row r · X[xrow(i)] for the items i of each group; see matvec.cu. Dense: one
+ * group of n items with identity maps (x_index NULL, counts NULL). MoE: group e is expert e, its
+ * items are [starts[e], starts[e] + counts[e]) and x_index maps an item to its row of X. */
+typedef struct cuda_matvec {
+    const cuda_weight *w;
+    const float *x;
+    uint64_t x_stride;
+    const uint32_t *x_index; /* NULL: item i reads X row i */
+    float *y;
+    uint64_t y_stride;
+    uint32_t n_items;        /* dense: items; MoE: an upper bound of the items of one expert */
+    const uint32_t *counts, *starts; /* MoE: per-expert item ranges (NULL for dense) */
+    uint32_t n_groups;       /* experts (1 for dense) */
+} cuda_matvec;
+
+em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv);
+em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x);
+em_err em_cuda_upload_grids(void);
+
+/* ---- ops.cu ---- */
+em_err em_cuda_rmsnorm(cuda_backend *b, float *out, const float *x, const float *w, uint32_t n_rows, uint32_t n,
+                       const uint32_t *row_index);
+/* x += [norm](out); then xn = norm(x) * w_next when xn is not NULL. */
+em_err em_cuda_add_norm(cuda_backend *b, float *x, float *out, const float *w, uint32_t n_rows, uint32_t n, float *xn,
+                        const float *w_next);
+em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il);
+em_err em_cuda_glu(cuda_backend *b, float *gate, const float *up, uint64_t n);
+em_err em_cuda_softcap(cuda_backend *b, float *x, uint64_t n, float cap);
+em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens);
+em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool add_shared);
+
+/* ---- attention.cu ---- */
+em_err em_cuda_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il);
+
+/* ---- forward.cu ---- */
+em_err em_cuda_forward(em_backend *base, const em_batch *batch, float *logits);
+em_err em_cuda_reserve(cuda_backend *b, uint32_t n_tokens);
+void em_cuda_free_scratch(cuda_backend *b);
+void em_cuda_drop_graphs(cuda_backend *b);
+
+#endif

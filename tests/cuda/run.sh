@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The CUDA backend against the CPU reference, on a machine with a GPU (tests/cuda/check_cuda.c says
+# what is compared). Builds ember and check_cuda unless BUILD already holds them, synthesizes every
+# family's tiny preset in each weight type, plus a few layers of the real-shape presets (whose rows
+# are long enough for the 256-element formats: q4_k, q6_k, iq3_xxs), and prints a pass/fail table.
+#
+#   tests/cuda/run.sh [BUILD_DIR] [VOCAB.gguf]
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build-cuda}
+vocab=${2:-$root/../shared/fixtures/vocab/ggml-vocab-llama-spm.gguf}
+if [ ! -x "$build/tests/check_cuda" ] || [ ! -x "$build/ember" ]; then
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+    cmake --build "$build" -j "$(nproc)" --target ember check_cuda >/dev/null || { echo "build failed"; exit 1; }
+fi
+models=$(mktemp -d)
+trap 'rm -rf "$models"' EXIT
+pass=0 fail=0
+check() { # LABEL TYPE SYNTH-ARGS...
+  local label=$1 type=$2
+  shift 2
+  if ! "$build/ember" synth "$@" --type "$type" -o "$models/m.gguf" --vocab "$vocab" >/dev/null 2>"$models/err"; then
+    printf '%-14s %-7s synth failed: %s  FAIL\n' "$label" "$type" "$(head -c 200 "$models/err")"
+    fail=$((fail + 1))
+    return
+  fi
+  if "$build/tests/check_cuda" "$models/m.gguf" "$label" "$type" 2>"$models/err"; then
+    pass=$((pass + 1))
+  else
+    grep -v ': info:' "$models/err" >"$models/err2"
+    [ -s "$models/err2" ] && printf '%-14s %-7s %s  FAIL\n' "$label" "$type" "$(head -c 300 "$models/err2" | tr '\n' ' ')"
+    fail=$((fail + 1))
+  fi
+}
+for family in llama qwen2 qwen3 qwen3moe gemma2 gemma3 mixtral flint; do
+  for type in f32 bf16 q8_0 q4_k mix; do check "tiny-$family" "$type" --preset "tiny-$family"; done
+done
+for type in bf16 q8_0 q4_k mix; do check "dense-1b/L2" "$type" --preset dense-1b --layers 2; done
+check "flint/L3" mix --preset flint --layers 3
+check "moe-30b/L2" mix --preset moe-30b-a3b --layers 2
+echo "passed $pass, failed $fail"
+[ "$fail" -eq 0 ]
