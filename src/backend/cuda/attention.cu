@@ -1,18 +1,22 @@
 /* Attention over the paged f16 KV cache, for decode tokens and prefill chunks alike.
  *
- * One block per (query head, token). Its warps split the visible positions into chunks of 32
- * (warp w takes chunks w, w + warps, ...), so even a single decode token spreads a long context
- * over the block. Inside a chunk each lane scores one position (its key row is one contiguous
- * run of head_dim halves, read 16 bytes at a time), the warp updates a running maximum and sum
- * (online softmax), and the lanes, each owning head_dim_v / 32 output dimensions, accumulate the
- * chunk's values. The warps' partial results are merged at the end through shared memory.
+ * One block per (query head, token, split): the visible positions of a token are cut into
+ * n_split ranges, one per block, so that a decode step at batch 1 (one token, a few dozen heads)
+ * still spreads over the whole GPU (flash-decoding). Inside a block, the warps take chunks of 32
+ * positions (warp w takes chunks w, w + warps, ...): each lane scores one position (its key row is
+ * one contiguous run of head_dim values, read 16 bytes at a time), the warp updates a running
+ * maximum and sum (online softmax), and the lanes, each owning head_dim_v / 32 output dimensions,
+ * accumulate the chunk's values. The warps' results are merged through shared memory. With one
+ * split the block writes the output; with several, each block writes its (max, sum, weighted
+ * values) to scratch and the last block of the (head, token) to finish (an atomic count, reset by
+ * that block for the next launch) merges them.
  * GQA: query head h reads KV head h / (n_head / n_head_kv). Sliding windows and the score
  * soft-cap are applied as in the CPU reference. */
 #include <math.h>
 
 #include "internal.cuh"
 
-#define ATT_WARPS 16
+#define ATT_WARPS 4
 #define ATT_MAX_DIM 256
 
 typedef struct att_args {
@@ -24,6 +28,9 @@ typedef struct att_args {
     uint32_t window; /* 0 = full */
     const uint32_t *pos, *seq, *table_start, *blocks;
     uint32_t block_tokens;
+    uint32_t n_split;
+    float *part;       /* [token][head][split][head_dim_v + 2]: weighted values, max, sum */
+    uint32_t *counter; /* [token][head], zero between launches */
 } att_args;
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -56,11 +63,16 @@ template <typename KV> __global__ void __launch_bounds__(ATT_WARPS * 32) attenti
     __shared__ __align__(16) float qs[ATT_MAX_DIM];
     __shared__ float part_acc[ATT_WARPS][ATT_MAX_DIM];
     __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
-    const uint32_t h = blockIdx.x, t = blockIdx.y;
+    __shared__ bool last_block;
+    em_pdl_wait();
+    const uint32_t h = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const uint32_t kvh = h / (a.n_head / a.n_head_kv);
     const uint32_t pos = a.pos[t];
     const uint32_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
+    /* this block's positions: [lo, hi) */
+    const uint32_t per = (pos + 1 - first + a.n_split - 1) / a.n_split;
+    const uint32_t lo = first + split * per, hi = min(lo + per, pos + 1);
     const uint32_t *table = a.blocks + a.table_start[a.seq[t]];
     const float *q = a.q + ((uint64_t)t * a.n_head + h) * a.head_dim;
     for (uint32_t i = threadIdx.x; i < a.head_dim; i += blockDim.x) qs[i] = q[i];
@@ -71,15 +83,16 @@ template <typename KV> __global__ void __launch_bounds__(ATT_WARPS * 32) attenti
 #pragma unroll
     for (int i = 0; i < ATT_MAX_DIM / 32; i++) acc[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (uint32_t p0 = first + 32 * warp; p0 <= pos; p0 += 32 * ATT_WARPS) {
+    for (uint32_t p0 = lo + 32 * warp; p0 < hi; p0 += 32 * ATT_WARPS) {
         const uint32_t p = p0 + lane;
-        const bool valid = p <= pos;
+        const bool valid = p < hi;
         uint64_t row = 0;
         float s = -INFINITY;
         if (valid) {
             row = (uint64_t)table[p / a.block_tokens] * a.block_tokens + p % a.block_tokens;
             const KV *k = (const KV *)a.keys + (row * a.n_head_kv + kvh) * a.head_dim;
             float dot = 0.0f;
+#pragma unroll 8
             for (uint32_t j = 0; j < a.head_dim / 8; j++) {
                 float kf[8];
                 load8(k + 8 * j, kf);
@@ -96,7 +109,7 @@ template <typename KV> __global__ void __launch_bounds__(ATT_WARPS * 32) attenti
         m = m_new;
 #pragma unroll
         for (uint32_t i = 0; i < ATT_MAX_DIM / 32; i++) acc[i] *= corr;
-        const uint32_t n_valid = pos - p0 + 1 < 32 ? pos - p0 + 1 : 32;
+        const uint32_t n_valid = hi - p0 < 32 ? hi - p0 : 32;
         /* Values in groups of 8 positions, all loads of a group issued before the sums use them. */
         for (uint32_t j0 = 0; j0 < n_valid; j0 += 8) {
             float vv[8][ATT_MAX_DIM / 32], wj[8];
@@ -120,17 +133,69 @@ template <typename KV> __global__ void __launch_bounds__(ATT_WARPS * 32) attenti
         if (i < per_lane) part_acc[warp][32 * i + lane] = acc[i];
     if (lane == 0) part_m[warp] = m, part_l[warp] = l;
     __syncthreads();
+    /* merge the warps: this block's max, sum and weighted values (a warp that saw no position has
+     * max -inf and takes no part) */
     float mm = -INFINITY;
     for (int w = 0; w < ATT_WARPS; w++) mm = fmaxf(mm, part_m[w]);
     float total = 0.0f;
     for (int w = 0; w < ATT_WARPS; w++) total += part_m[w] == -INFINITY ? 0.0f : part_l[w] * expf(part_m[w] - mm);
     float *o = a.out + ((uint64_t)t * a.n_head + h) * a.head_dim_v;
+    const uint64_t pair = (uint64_t)t * a.n_head + h;
+    float *mine = a.part + (pair * a.n_split + split) * (a.head_dim_v + 2);
     for (uint32_t d = threadIdx.x; d < a.head_dim_v; d += blockDim.x) {
         float sum = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++)
             if (part_m[w] != -INFINITY) sum += part_acc[w][d] * expf(part_m[w] - mm);
-        o[d] = sum / total;
+        if (a.n_split == 1)
+            o[d] = sum / total;
+        else
+            mine[d] = sum;
     }
+    if (a.n_split == 1) return;
+    if (threadIdx.x == 0) mine[a.head_dim_v] = mm, mine[a.head_dim_v + 1] = total;
+    /* make this block's partial visible before counting it; the last block to count merges */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last_block = atomicAdd(&a.counter[pair], 1u) == a.n_split - 1;
+    __syncthreads();
+    if (!last_block) return;
+    __threadfence();
+    const float *parts = a.part + pair * a.n_split * (a.head_dim_v + 2);
+    const uint32_t stride = a.head_dim_v + 2;
+    float gm = -INFINITY;
+    for (uint32_t sp = 0; sp < a.n_split; sp++) gm = fmaxf(gm, __ldcg(parts + sp * stride + a.head_dim_v));
+    float gl = 0.0f;
+    for (uint32_t sp = 0; sp < a.n_split; sp++) {
+        const float ms = __ldcg(parts + sp * stride + a.head_dim_v);
+        if (ms != -INFINITY) gl += __ldcg(parts + sp * stride + a.head_dim_v + 1) * expf(ms - gm);
+    }
+    for (uint32_t d = threadIdx.x; d < a.head_dim_v; d += blockDim.x) {
+        float sum = 0.0f;
+        for (uint32_t sp = 0; sp < a.n_split; sp++) {
+            const float ms = __ldcg(parts + sp * stride + a.head_dim_v);
+            if (ms != -INFINITY) sum += __ldcg(parts + sp * stride + d) * expf(ms - gm);
+        }
+        o[d] = sum / gl;
+    }
+    if (threadIdx.x == 0) a.counter[pair] = 0;
+}
+
+/* Splits per (head, token): enough blocks to cover the GPU twice at small batches; for batches
+ * launched directly (not replayed from a graph, so the longest context is known) also enough that
+ * no block walks more than ATT_SPAN positions; never more than the scratch holds. */
+#define ATT_SPAN 1024
+#define ATT_MAX_SPLIT 16
+
+static uint32_t n_splits(const cuda_backend *b, const cuda_batch *batch, uint32_t n_head) {
+    const uint64_t pairs = (uint64_t)batch->n_tokens * n_head;
+    uint64_t s = (2 * (uint64_t)b->n_sm + pairs - 1) / pairs;
+    if (!b->capturing) {
+        const uint64_t by_len = ((uint64_t)batch->max_pos + ATT_SPAN) / ATT_SPAN;
+        if (by_len > s) s = by_len;
+    }
+    if (s > ATT_MAX_SPLIT) s = ATT_MAX_SPLIT;
+    while (s > 1 && pairs * s > b->att_slots) s--;
+    return s ? (uint32_t)s : 1;
 }
 
 em_err em_cuda_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il) {
@@ -138,12 +203,13 @@ em_err em_cuda_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il) 
     const cuda_layer *lw = &b->layers[il];
     att_args a = {b->q, b->attn, lw->keys, lw->values, ld->n_head, ld->n_head_kv, ld->head_dim, ld->head_dim_v,
                   ld->attn_scale, ld->attn_softcap, ld->attn == EM_ATTN_SLIDING ? ld->window : 0, batch->pos,
-                  batch->seq, batch->table_start, batch->blocks, b->base.block_tokens};
-    dim3 grid(ld->n_head, batch->n_tokens);
+                  batch->seq, batch->table_start, batch->blocks, b->base.block_tokens,
+                  n_splits(b, batch, ld->n_head), b->att_part, b->att_counter};
+    dim3 grid(ld->n_head, batch->n_tokens, a.n_split);
     if (b->kv_elem == 4)
-        attention_kernel<float><<<grid, ATT_WARPS * 32, 0, b->stream>>>(a);
+        em_cuda_launch(b, attention_kernel<float>, grid, ATT_WARPS * 32, 0, a);
     else
-        attention_kernel<__half><<<grid, ATT_WARPS * 32, 0, b->stream>>>(a);
+        em_cuda_launch(b, attention_kernel<__half>, grid, ATT_WARPS * 32, 0, a);
     CU_LAUNCHED();
     return NULL;
 }

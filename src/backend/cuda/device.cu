@@ -80,6 +80,7 @@ static em_err setup(cuda_backend *b, const em_model *model, const em_backend_con
     if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess) cudaGetLastError();
     CU_TRY(cudaSetDevice(0));
     CU_TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+    CU_TRY(cudaDeviceGetAttribute(&b->n_sm, cudaDevAttrMultiProcessorCount, 0));
     em_err err = em_cuda_upload_grids();
     if (err) return err;
     if ((err = em_cuda_upload_weights(b, model))) return err;
@@ -91,6 +92,8 @@ static em_err setup(cuda_backend *b, const em_model *model, const em_backend_con
         b->max_v = max_u(b->max_v, ld->n_head_kv * ld->head_dim_v);
         b->max_attn = max_u(b->max_attn, ld->n_head * ld->head_dim_v);
         b->max_ff = max_u(b->max_ff, max_u(ld->n_ff, ld->n_ff_shared));
+        b->max_head = max_u(b->max_head, ld->n_head);
+        b->max_dim_v = max_u(b->max_dim_v, ld->head_dim_v);
         if (ld->moe) {
             b->max_expert = max_u(b->max_expert, ld->n_expert);
             b->max_used = max_u(b->max_used, ld->n_expert_used);
@@ -136,6 +139,8 @@ extern "C" em_err em_backend_cuda_new(const em_model *model, const em_backend_co
     b->base.ops = &cuda_ops;
     const char *graphs = getenv("EMBER_CUDA_GRAPHS");
     b->use_graphs = !(graphs && !strcmp(graphs, "0"));
+    const char *pdl = getenv("EMBER_CUDA_PDL");
+    b->use_pdl = !(pdl && !strcmp(pdl, "0"));
     em_err err = setup(b, model, &o);
     if (err) {
         cuda_free(&b->base);

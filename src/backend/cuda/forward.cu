@@ -17,6 +17,11 @@ void em_cuda_free_scratch(cuda_backend *b) {
     cudaFree(b->pair_slot);
     cudaFree(b->expert_count);
     cudaFree(b->expert_start);
+    cudaFree(b->att_part);
+    cudaFree(b->att_counter);
+    b->att_part = NULL;
+    b->att_counter = NULL;
+    b->att_slots = 0;
     b->x = b->xn = b->q = b->k = b->v = b->attn = b->out = b->tmp = b->gate = b->up = b->router = NULL;
     b->moe_h = b->moe_h2 = b->moe_y = b->chosen_weight = b->logits = NULL;
     b->chosen = NULL;
@@ -37,6 +42,8 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
     if (n <= b->cap_tokens) return NULL;
     em_cuda_free_scratch(b);
     const uint64_t e = b->d->n_embd, pairs = (uint64_t)n * max_u32(b->max_used, 1);
+    /* attention partials: up to 4 splits per (token, head) beyond the ones that fill the GPU */
+    const uint64_t att_slots = 4 * (uint64_t)n * b->max_head + 2 * (uint64_t)b->n_sm;
     struct { void **p; uint64_t bytes; } bufs[] = {
         {(void **)&b->x, n * e * 4}, {(void **)&b->xn, n * e * 4}, {(void **)&b->q, (uint64_t)n * b->max_q * 4},
         {(void **)&b->k, (uint64_t)n * b->max_k * 4}, {(void **)&b->v, (uint64_t)n * b->max_v * 4},
@@ -50,6 +57,8 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         {(void **)&b->expert_count, (uint64_t)max_u32(b->max_expert, 1) * 4},
         {(void **)&b->expert_start, (uint64_t)max_u32(b->max_expert, 1) * 4},
         {(void **)&b->logits, (uint64_t)n * b->d->n_vocab * 4},
+        {(void **)&b->att_part, att_slots * (b->max_dim_v + 2) * 4},
+        {(void **)&b->att_counter, (uint64_t)n * b->max_head * 4},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         em_err err = alloc(bufs[i].p, bufs[i].bytes);
@@ -58,6 +67,12 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
             return err;
         }
     }
+    cudaError_t status = cudaMemset(b->att_counter, 0, (uint64_t)n * b->max_head * 4);
+    if (status != cudaSuccess) {
+        em_cuda_free_scratch(b);
+        return em_errorf(EM_ERR_INTERNAL, "cudaMemset of the attention counters: %s", cudaGetErrorString(status));
+    }
+    b->att_slots = att_slots;
     b->cap_tokens = n;
     return NULL;
 }
@@ -132,7 +147,8 @@ static em_err upload_batch(cuda_backend *b, const em_batch *batch, cuda_batch *c
         memcpy(tables + at, batch->seqs[s].blocks, batch->seqs[s].n_blocks * 4);
         at += batch->seqs[s].n_blocks;
     }
-    uint32_t r = 0;
+    uint32_t r = 0, max_pos = 0;
+    for (uint32_t t = 0; t < n; t++) max_pos = max_u32(max_pos, batch->pos[t]);
     for (uint32_t t = 0; t < n; t++)
         if (batch->logits ? batch->logits[t] : t == n - 1) logit_rows[r++] = t;
     CU_TRY(cudaMemcpyAsync(b->batch_dev, h, words * 4, cudaMemcpyHostToDevice, b->stream));
@@ -145,24 +161,50 @@ static em_err upload_batch(cuda_backend *b, const em_batch *batch, cuda_batch *c
     cb->blocks = cb->table_start + b->cap_s;
     cb->n_tokens = n;
     cb->n_rows = rows;
+    cb->max_pos = max_pos;
     return NULL;
 }
 
 static em_err matvec(cuda_backend *b, const cuda_weight *w, const float *x, uint64_t x_stride, float *y,
                      uint64_t y_stride, uint32_t n) {
-    cuda_matvec mv = {w, x, x_stride, NULL, y, y_stride, n, NULL, NULL, 1};
+    cuda_matvec mv = {};
+    mv.w = w, mv.x = x, mv.x_stride = x_stride, mv.y = y, mv.y_stride = y_stride, mv.n_items = n, mv.n_groups = 1;
     return em_cuda_matvec(b, &mv);
 }
 
-/* A dense gated MLP on n rows of xn into y. */
+/* A dense gated MLP on n rows of xn into y: gate and up in one pass when they share a type. */
 static em_err mlp(cuda_backend *b, const cuda_weight *gate, const cuda_weight *up, const cuda_weight *down, float *y,
                   uint32_t n) {
     const uint64_t e = b->d->n_embd, ff = gate->rows;
     em_err err;
-    if ((err = matvec(b, gate, b->xn, e, b->gate, ff, n))) return err;
-    if ((err = matvec(b, up, b->xn, e, b->up, ff, n))) return err;
-    if ((err = em_cuda_glu(b, b->gate, b->up, (uint64_t)n * ff))) return err;
+    if (em_cuda_matvec_can_fuse(gate, up) && gate->rows == up->rows) {
+        cuda_matvec mv = {};
+        mv.w = gate, mv.up = up, mv.x = b->xn, mv.x_stride = e, mv.y = b->gate, mv.y_stride = ff, mv.n_items = n;
+        mv.n_groups = 1;
+        if ((err = em_cuda_matvec(b, &mv))) return err;
+    } else {
+        if ((err = matvec(b, gate, b->xn, e, b->gate, ff, n))) return err;
+        if ((err = matvec(b, up, b->xn, e, b->up, ff, n))) return err;
+        if ((err = em_cuda_glu(b, b->gate, b->up, (uint64_t)n * ff))) return err;
+    }
     return matvec(b, down, b->gate, ff, y, e, n);
+}
+
+/* Q, K and V of n rows of xn: one launch when the three matrices share a type. */
+static em_err qkv(cuda_backend *b, const cuda_layer *lw, uint32_t n, uint64_t nq, uint64_t nk, uint64_t nv) {
+    const uint64_t e = b->d->n_embd;
+    em_err err;
+    if (em_cuda_matvec_can_fuse(&lw->wq, &lw->wk) && em_cuda_matvec_can_fuse(&lw->wq, &lw->wv)) {
+        cuda_matvec mv = {};
+        mv.w = &lw->wq, mv.x = b->xn, mv.x_stride = e, mv.y = b->q, mv.y_stride = nq, mv.n_items = n, mv.n_groups = 1;
+        mv.n_parts = 3;
+        mv.more[0].w = &lw->wk, mv.more[0].y = b->k, mv.more[0].y_stride = nk;
+        mv.more[1].w = &lw->wv, mv.more[1].y = b->v, mv.more[1].y_stride = nv;
+        return em_cuda_matvec(b, &mv);
+    }
+    if ((err = matvec(b, &lw->wq, b->xn, e, b->q, nq, n))) return err;
+    if ((err = matvec(b, &lw->wk, b->xn, e, b->k, nk, n))) return err;
+    return matvec(b, &lw->wv, b->xn, e, b->v, nv, n);
 }
 
 /* Experts: route, group the (token, expert) pairs by expert, run each expert once on its pairs. */
@@ -177,14 +219,19 @@ static em_err moe(cuda_backend *b, uint32_t il, uint32_t n) {
     /* a guess at the pairs per expert, for the kernel's chunk size only */
     const uint32_t per_expert = (pairs + ld->n_expert - 1) / ld->n_expert;
     cuda_matvec mv = {&lw->gate_exps, b->xn, e, b->pair_token, b->moe_h, ff, per_expert, b->expert_count,
-                      b->expert_start, ld->n_expert};
-    if ((err = em_cuda_matvec(b, &mv))) return err;
-    mv = cuda_matvec{&lw->up_exps, b->xn, e, b->pair_token, b->moe_h2, ff, per_expert, b->expert_count,
-                     b->expert_start, ld->n_expert};
-    if ((err = em_cuda_matvec(b, &mv))) return err;
-    if ((err = em_cuda_glu(b, b->moe_h, b->moe_h2, (uint64_t)pairs * ff))) return err;
+                      b->expert_start, ld->n_expert, NULL, 0, {}};
+    if (em_cuda_matvec_can_fuse(&lw->gate_exps, &lw->up_exps) && lw->gate_exps.rows == lw->up_exps.rows &&
+        lw->gate_exps.n_mat == lw->up_exps.n_mat) {
+        mv.up = &lw->up_exps;
+        if ((err = em_cuda_matvec(b, &mv))) return err;
+    } else {
+        if ((err = em_cuda_matvec(b, &mv))) return err;
+        mv.w = &lw->up_exps, mv.y = b->moe_h2;
+        if ((err = em_cuda_matvec(b, &mv))) return err;
+        if ((err = em_cuda_glu(b, b->moe_h, b->moe_h2, (uint64_t)pairs * ff))) return err;
+    }
     mv = cuda_matvec{&lw->down_exps, b->moe_h, ff, NULL, b->moe_y, e, per_expert, b->expert_count, b->expert_start,
-                       ld->n_expert};
+                     ld->n_expert, NULL, 0, {}};
     if ((err = em_cuda_matvec(b, &mv))) return err;
     if (ld->n_ff_shared && (err = mlp(b, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, b->tmp, n))) return err;
     return em_cuda_moe_combine(b, il, n, ld->n_ff_shared > 0);
@@ -200,9 +247,7 @@ static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t i
     /* x += [post_norm](attention(norm(x))); the norm of layers after the first was done by the
      * previous layer's last residual add */
     if (il == 0 && (err = em_cuda_rmsnorm(b, b->xn, b->x, lw->attn_norm, n, e, NULL))) return err;
-    if ((err = matvec(b, &lw->wq, b->xn, e, b->q, nq, n))) return err;
-    if ((err = matvec(b, &lw->wk, b->xn, e, b->k, nk, n))) return err;
-    if ((err = matvec(b, &lw->wv, b->xn, e, b->v, nv, n))) return err;
+    if ((err = qkv(b, lw, n, nq, nk, nv))) return err;
     if ((err = em_cuda_qkv_finish(b, batch, il))) return err;
     if ((err = em_cuda_attention(b, batch, il))) return err;
     if ((err = matvec(b, &lw->wo, b->attn, na, b->out, e, n))) return err;
@@ -251,7 +296,9 @@ static em_err run_graph(cuda_backend *b, const cuda_batch *cb) {
         }
     if (b->n_graphs == EM_CUDA_MAX_GRAPHS) em_cuda_drop_graphs(b);
     CU_TRY(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
+    b->capturing = true;
     em_err err = enqueue(b, cb);
+    b->capturing = false;
     cudaGraph_t graph = NULL;
     cudaError_t status = cudaStreamEndCapture(b->stream, &graph);
     if (err) {

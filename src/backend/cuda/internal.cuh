@@ -35,6 +35,17 @@ extern "C" {
 /* Checks the last kernel launch. */
 #define CU_LAUNCHED() CU_TRY(cudaGetLastError())
 
+/* Programmatic dependent launch (Hopper): every kernel of the forward is launched with the
+ * attribute that lets it start while the kernel before it is finishing, and every kernel begins
+ * with em_pdl_wait(), which blocks until the previous kernel has completed and its writes are
+ * visible, then lets the next kernel start launching. So kernels still run strictly one after the
+ * other, but the launch latency between them overlaps the previous kernel's tail. The wait must
+ * come before a kernel's first access to memory another kernel writes (each kernel here does it
+ * first thing). Off with EMBER_CUDA_PDL=0. */
+__device__ __forceinline__ void em_pdl_wait(void) {
+    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
+}
+
 /* A matrix (or stack of expert matrices) on the device, in its stored block format. */
 typedef struct cuda_weight {
     const uint8_t *data; /* NULL when absent */
@@ -59,7 +70,7 @@ typedef struct cuda_batch {
     const uint32_t *table_start; /* [n_seqs] index into blocks of each sequence's table */
     const uint32_t *blocks;
     const uint32_t *logit_rows;  /* [rows] token index of each logits row */
-    uint32_t n_tokens, n_rows, max_pos;
+    uint32_t n_tokens, n_rows, max_pos; /* max_pos: the largest position in the batch */
 } cuda_batch;
 
 /* A captured forward pass for one batch shape (forward.cu). */
@@ -100,8 +111,32 @@ typedef struct cuda_backend {
     cuda_graph graphs[EM_CUDA_MAX_GRAPHS];
     uint32_t n_graphs;
     bool use_graphs;        /* off with EMBER_CUDA_GRAPHS=0 */
-    uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert, max_used;
+    bool use_pdl;           /* off with EMBER_CUDA_PDL=0 */
+    uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert, max_used, max_head, max_dim_v;
+    int n_sm;               /* multiprocessors, for sizing grids */
+    bool capturing;         /* a graph is being captured: no launch may depend on the batch's contents */
+    float *att_part;        /* attention's per-split partial results (attention.cu) */
+    uint32_t *att_counter;  /* per (token, head), zero between launches */
+    uint64_t att_slots;     /* (token, head, split) partials att_part holds */
 } cuda_backend;
+
+/* Launches `kernel` on the backend's stream, as a programmatic dependent launch unless that is
+ * off; a failure shows in cudaGetLastError (CU_LAUNCHED). */
+template <typename... P, typename... A>
+static inline void em_cuda_launch(const cuda_backend *b, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                  A... args) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = b->stream;
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attr;
+    config.numAttrs = b->use_pdl ? 1 : 0;
+    (void)cudaLaunchKernelEx(&config, kernel, args...);
+}
 
 /* ---- weights.cu ---- */
 em_err em_cuda_upload_weights(cuda_backend *b, const em_model *model);
@@ -122,9 +157,16 @@ typedef struct cuda_matvec {
     uint32_t n_items;        /* dense: items; MoE: an upper bound of the items of one expert */
     const uint32_t *counts, *starts; /* MoE: per-expert item ranges (NULL for dense) */
     uint32_t n_groups;       /* experts (1 for dense) */
+    /* Fusions (matvec.cu): with `up`, Y = act(W X) * (up X), the gated unit, in one pass; with
+     * n_parts 2 or 3 (dense only), more[i].w times the same X into more[i].y as well, in the same
+     * launch. Fused matrices must have W's type and width (em_cuda_matvec_can_fuse). */
+    const cuda_weight *up;
+    uint32_t n_parts;        /* 0 or 1: W alone */
+    struct { const cuda_weight *w; float *y; uint64_t y_stride; } more[2];
 } cuda_matvec;
 
 em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv);
+bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b);
 em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x);
 em_err em_cuda_upload_grids(void);
 

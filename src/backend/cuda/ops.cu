@@ -37,6 +37,7 @@ __device__ float block_sum(float v) {
 
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, uint32_t n, float eps, bool plus_one,
                                const uint32_t *row_index) {
+    em_pdl_wait();
     const uint32_t r = blockIdx.x;
     const float *xr = x + (uint64_t)(row_index ? row_index[r] : r) * n;
     float *o = out + (uint64_t)r * n;
@@ -52,8 +53,8 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, uint3
 em_err em_cuda_rmsnorm(cuda_backend *b, float *out, const float *x, const float *w, uint32_t n_rows, uint32_t n,
                        const uint32_t *row_index) {
     if (n_rows == 0) return NULL;
-    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, b->stream>>>(out, x, w, n, b->d->norm_eps,
-                                                           b->d->norm == EM_NORM_RMS_PLUS_ONE, row_index);
+    em_cuda_launch(b, rmsnorm_kernel, n_rows, NORM_THREADS, 0, out, x, w, n, b->d->norm_eps,
+                   b->d->norm == EM_NORM_RMS_PLUS_ONE, row_index);
     CU_LAUNCHED();
     return NULL;
 }
@@ -62,6 +63,7 @@ em_err em_cuda_rmsnorm(cuda_backend *b, float *out, const float *x, const float 
  * given, xn = norm(x) * w_next, the RMSNorm that starts the next sub-block (one kernel for both). */
 __global__ void add_norm_kernel(float *x, const float *out, const float *w, uint32_t n, float eps, bool plus_one,
                                 float *xn, const float *w_next) {
+    em_pdl_wait();
     const uint64_t base = (uint64_t)blockIdx.x * n;
     float scale = 1.0f;
     if (w) {
@@ -87,8 +89,8 @@ __global__ void add_norm_kernel(float *x, const float *out, const float *w, uint
 
 em_err em_cuda_add_norm(cuda_backend *b, float *x, float *out, const float *w, uint32_t n_rows, uint32_t n, float *xn,
                         const float *w_next) {
-    add_norm_kernel<<<n_rows, NORM_THREADS, 0, b->stream>>>(x, out, w, n, b->d->norm_eps,
-                                                            b->d->norm == EM_NORM_RMS_PLUS_ONE, xn, w_next);
+    em_cuda_launch(b, add_norm_kernel, n_rows, NORM_THREADS, 0, x, (const float *)out, w, n, b->d->norm_eps,
+                   b->d->norm == EM_NORM_RMS_PLUS_ONE, xn, w_next);
     CU_LAUNCHED();
     return NULL;
 }
@@ -138,6 +140,7 @@ __device__ void rope_head(float *h, uint32_t pos, const rope_args &r) {
 /* Grid: (tokens, head groups). Warp w of group g takes head g * warps + w of the list
  * [Q heads | K heads | V heads]. */
 template <typename KV> __global__ void qkv_kernel(qkv_args a) {
+    em_pdl_wait();
     extern __shared__ float heads[];
     const uint32_t t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     const uint32_t j = blockIdx.y * warps + warp;
@@ -206,9 +209,9 @@ em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il)
     const uint32_t warps = 4, hd = ld->head_dim > ld->head_dim_v ? ld->head_dim : ld->head_dim_v;
     const dim3 grid(batch->n_tokens, (ld->n_head + 2 * ld->n_head_kv + warps - 1) / warps);
     if (b->kv_elem == 4)
-        qkv_kernel<float><<<grid, warps * 32, warps * hd * sizeof(float), b->stream>>>(a);
+        em_cuda_launch(b, qkv_kernel<float>, grid, warps * 32, warps * hd * sizeof(float), a);
     else
-        qkv_kernel<__half><<<grid, warps * 32, warps * hd * sizeof(float), b->stream>>>(a);
+        em_cuda_launch(b, qkv_kernel<__half>, grid, warps * 32, warps * hd * sizeof(float), a);
     CU_LAUNCHED();
     return NULL;
 }
@@ -216,6 +219,7 @@ em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il)
 /* ---- gated linear unit, soft-cap ---- */
 
 __global__ void glu_kernel(float *gate, const float *up, uint64_t n, bool gelu) {
+    em_pdl_wait();
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x) {
         const float x = gate[i];
         float a;
@@ -235,18 +239,19 @@ static unsigned elementwise_blocks(uint64_t n) {
 }
 
 em_err em_cuda_glu(cuda_backend *b, float *gate, const float *up, uint64_t n) {
-    glu_kernel<<<elementwise_blocks(n), 256, 0, b->stream>>>(gate, up, n, b->d->act == EM_ACT_GEGLU);
+    em_cuda_launch(b, glu_kernel, elementwise_blocks(n), 256, 0, gate, up, n, b->d->act == EM_ACT_GEGLU);
     CU_LAUNCHED();
     return NULL;
 }
 
 __global__ void softcap_kernel(float *x, uint64_t n, float cap) {
+    em_pdl_wait();
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
         x[i] = cap * tanhf(x[i] / cap);
 }
 
 em_err em_cuda_softcap(cuda_backend *b, float *x, uint64_t n, float cap) {
-    softcap_kernel<<<elementwise_blocks(n), 256, 0, b->stream>>>(x, n, cap);
+    em_cuda_launch(b, softcap_kernel, elementwise_blocks(n), 256, 0, x, n, cap);
     CU_LAUNCHED();
     return NULL;
 }
@@ -256,6 +261,7 @@ em_err em_cuda_softcap(cuda_backend *b, float *x, uint64_t n, float cap) {
 /* One thread per token: probabilities, the top k (first index wins ties, like the CPU), weights. */
 __global__ void route_kernel(float *router, int32_t *chosen, float *weight, uint32_t n_tokens, uint32_t n_expert,
                              uint32_t k, bool sigmoid, bool renormalize, float scale) {
+    em_pdl_wait();
     const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n_tokens) return;
     float *p = router + (uint64_t)t * n_expert;
@@ -297,6 +303,7 @@ __global__ void route_kernel(float *router, int32_t *chosen, float *weight, uint
  * pair's result is computed on its own. */
 __global__ void group_kernel(const int32_t *chosen, uint32_t n_pairs, uint32_t k, uint32_t n_expert, uint32_t *counts,
                              uint32_t *starts, uint32_t *pair_token, uint32_t *pair_slot) {
+    em_pdl_wait();
     extern __shared__ uint32_t fill[];
     for (uint32_t e = threadIdx.x; e < n_expert; e += blockDim.x) fill[e] = 0;
     __syncthreads();
@@ -322,12 +329,12 @@ __global__ void group_kernel(const int32_t *chosen, uint32_t n_pairs, uint32_t k
 
 em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens) {
     const em_layer_desc *ld = &b->d->layers[il];
-    route_kernel<<<(n_tokens + 127) / 128, 128, 0, b->stream>>>(
+    em_cuda_launch(b, route_kernel, (n_tokens + 127) / 128, 128, 0,
         b->router, b->chosen, b->chosen_weight, n_tokens, ld->n_expert, ld->n_expert_used,
         ld->gating == EM_GATING_SIGMOID, ld->renormalize, ld->expert_weights_scale);
     CU_LAUNCHED();
-    group_kernel<<<1, 1024, ld->n_expert * sizeof(uint32_t), b->stream>>>(
-        b->chosen, n_tokens * ld->n_expert_used, ld->n_expert_used, ld->n_expert, b->expert_count, b->expert_start,
+    em_cuda_launch(b, group_kernel, 1, 1024, ld->n_expert * sizeof(uint32_t),
+        (const int32_t *)b->chosen, n_tokens * ld->n_expert_used, ld->n_expert_used, ld->n_expert, b->expert_count, b->expert_start,
         b->pair_token, b->pair_slot);
     CU_LAUNCHED();
     return NULL;
@@ -337,6 +344,7 @@ em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens) {
  * [+ shared expert output]. */
 __global__ void combine_kernel(float *out, const float *y, const float *shared, const int32_t *chosen,
                                const float *weight, const uint32_t *pair_slot, uint32_t k, uint32_t n) {
+    em_pdl_wait();
     const uint32_t t = blockIdx.x;
     const int32_t *c = chosen + (uint64_t)t * k;
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -357,8 +365,9 @@ __global__ void combine_kernel(float *out, const float *y, const float *shared, 
 
 em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool add_shared) {
     const em_layer_desc *ld = &b->d->layers[il];
-    combine_kernel<<<n_tokens, 256, 0, b->stream>>>(b->out, b->moe_y, add_shared ? b->tmp : NULL, b->chosen,
-                                                    b->chosen_weight, b->pair_slot, ld->n_expert_used, b->d->n_embd);
+    em_cuda_launch(b, combine_kernel, n_tokens, 256, 0, b->out, (const float *)b->moe_y,
+                   (const float *)(add_shared ? b->tmp : NULL), (const int32_t *)b->chosen,
+                   (const float *)b->chosen_weight, (const uint32_t *)b->pair_slot, ld->n_expert_used, b->d->n_embd);
     CU_LAUNCHED();
     return NULL;
 }
