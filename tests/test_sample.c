@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
@@ -243,11 +244,47 @@ static void test_stop_strings(void **state) {
     em_err_free(err);
 }
 
+static int compare_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Top-n logprobs over a large random vocabulary equal the n largest by a full sort. */
+static void test_top_selection_large(void **state) {
+    (void)state;
+    enum { N = 50000, K = 20 };
+    static float logits[N], sorted[N];
+    uint64_t rng = 3;
+    for (int i = 0; i < N; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        logits[i] = (float)((rng >> 40) % 100000) / 1000.0f;
+    }
+    memcpy(sorted, logits, sizeof sorted);
+    qsort(sorted, N, sizeof *sorted, compare_desc);
+    ember_sampling p = greedy();
+    p.logprobs = K;
+    em_sampler s;
+    assert_null(em_sampler_init(&s, &p, N));
+    float lp;
+    ember_top_logprob top[K];
+    int n_top;
+    static float work[N];
+    memcpy(work, logits, sizeof work);
+    em_sampler_sample(&s, work, NULL, 0, &lp, top, &n_top);
+    assert_int_equal(n_top, K);
+    for (int i = 0; i < K; i++) {
+        assert_true(logits[top[i].token] == sorted[i]);
+        if (i) assert_true(top[i - 1].logprob >= top[i].logprob);
+    }
+    em_sampler_free(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_bias_penalties), cmocka_unit_test(test_seed_determinism_and_distribution),
         cmocka_unit_test(test_filters),               cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_bad_parameters),        cmocka_unit_test(test_stop_strings),
+        cmocka_unit_test(test_top_selection_large),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Ember builds and tests with, when they are missing.
+# Installs the Debian packages Ember builds and tests with (and Node.js for the client tests), when
+# they are missing.
 # As root it runs apt-get; otherwise it prints the exact command to run and fails.
 set -u
 packages=(cmake make gcc pkg-config libcmocka-dev libjansson-dev libpcre2-dev libutf8proc-dev
           libmicrohttpd-dev libcurl4-openssl-dev curl)
-if [ "${1:-}" = "--with-node" ]; then packages+=(nodejs npm); fi
 missing=()
+# The real-client and reference tests run Node.js; take Debian's only when the machine has none.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

@@ -110,21 +110,28 @@ void em_engine_emit(ember_request *r, int32_t token, float logprob, const ember_
 
 void em_engine_finish(ember_request *r, ember_finish_reason reason, int stop_index, const char *error) {
     pthread_mutex_lock(&r->lock);
-    if (r->finish == EMBER_FINISH_NONE) {
-        r->finish = r->output_lost ? EMBER_FINISH_ERROR : reason;
-        r->stop_index = stop_index;
-        if (r->output_lost) error = "out of memory while buffering output";
-        if (error && !r->error) r->error = strdup(error);
-        r->t_finished = em_engine_now_ms();
+    bool already = r->finish != EMBER_FINISH_NONE;
+    if (r->output_lost) {
+        reason = EMBER_FINISH_ERROR;
+        error = "out of memory while buffering output";
     }
-    pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->lock);
+    if (already) return;
+    /* The callback hears of the end before a poller can see it, so a reader woken by the finish
+     * knows the callback is done. */
     if (r->params.on_output) {
-        ember_output out = {.text = "", .finish = r->finish, .error = r->error};
-        if (r->finish == EMBER_FINISH_STOP && r->stop_index >= 0 && (size_t)r->stop_index < r->n_stop_strings)
-            out.stop_string = r->stop_strings[r->stop_index];
+        ember_output out = {.text = "", .finish = reason, .error = error};
+        if (reason == EMBER_FINISH_STOP && stop_index >= 0 && (size_t)stop_index < r->n_stop_strings)
+            out.stop_string = r->stop_strings[stop_index];
         r->params.on_output(&out, r->params.user);
     }
+    pthread_mutex_lock(&r->lock);
+    r->finish = reason;
+    r->stop_index = stop_index;
+    if (error && !r->error) r->error = strdup(error);
+    r->t_finished = em_engine_now_ms();
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->lock);
 }
 
 bool ember_request_next(ember_request *r, ember_output *out, int timeout_ms) {

@@ -127,19 +127,41 @@ static int by_logit_desc(const void *a, const void *b, void *context) {
     return x < y ? -1 : x > y;
 }
 
-/* Keeps the k largest of order[0..n) at the front, in descending order (k is small: selection). */
+/* True when token x ranks above token y: larger logit, ties to the smaller id. */
+static bool ranks_above(const float *logits, uint32_t x, uint32_t y) {
+    return logits[x] > logits[y] || (logits[x] == logits[y] && x < y);
+}
+
+/* Keeps the k best of order[0..n) at the front, best first, in O(n log k): a min-heap of the k best
+ * seen so far (its root is the weakest of them), then a sort of those k. */
 static uint32_t select_top(uint32_t *order, uint32_t n, uint32_t k, const float *logits) {
     if (k >= n) k = n;
-    for (uint32_t i = 0; i < k; i++) {
-        uint32_t best = i;
-        for (uint32_t j = i + 1; j < n; j++)
-            if (logits[order[j]] > logits[order[best]] ||
-                (logits[order[j]] == logits[order[best]] && order[j] < order[best]))
-                best = j;
-        uint32_t t = order[i];
-        order[i] = order[best];
-        order[best] = t;
+    if (k == 0) return 0;
+    uint32_t *heap = order; /* the heap lives in order[0..k) */
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t token = order[i], at;
+        if (i < k) { /* sift up */
+            at = i;
+            while (at && ranks_above(logits, heap[(at - 1) / 2], token)) {
+                heap[at] = heap[(at - 1) / 2];
+                at = (at - 1) / 2;
+            }
+            heap[at] = token;
+            continue;
+        }
+        if (!ranks_above(logits, token, heap[0])) continue;
+        at = 0; /* replace the root and sift down */
+        for (;;) {
+            uint32_t child = 2 * at + 1;
+            if (child >= k) break;
+            if (child + 1 < k && ranks_above(logits, heap[child], heap[child + 1])) child++;
+            if (!ranks_above(logits, token, heap[child])) break;
+            heap[at] = heap[child];
+            at = child;
+        }
+        heap[at] = token;
     }
+    qsort_r(heap, k, sizeof *heap, by_logit_desc, (void *)logits);
     return k;
 }
 
@@ -187,11 +209,9 @@ int32_t em_sampler_sample(em_sampler *s, float *logits, const int32_t *history, 
                 if (logits[s->order[i]] >= floor_logit) s->order[kept++] = s->order[i];
             n = kept;
         }
-        if (p->top_k > 0 && (uint32_t)p->top_k < n) {
-            n = select_top(s->order, n, (uint32_t)p->top_k, logits);
-        } else {
-            qsort_r(s->order, n, sizeof *s->order, by_logit_desc, logits);
-        }
+        /* Order matters only to top-k and top-p; plain sampling walks the candidates as they are. */
+        if (p->top_k > 0 && (uint32_t)p->top_k < n) n = select_top(s->order, n, (uint32_t)p->top_k, logits);
+        else if (p->top_p < 1.0f) qsort_r(s->order, n, sizeof *s->order, by_logit_desc, logits);
         double total = 0;
         for (uint32_t i = 0; i < n; i++) total += s->probs[i] = (float)exp((logits[s->order[i]] - max) / p->temperature);
         if (p->top_p < 1.0f) {
