@@ -329,13 +329,13 @@ __global__ void group_kernel(const int32_t *chosen, uint32_t n_pairs, uint32_t k
 
 em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens) {
     const em_layer_desc *ld = &b->d->layers[il];
-    em_cuda_launch(b, route_kernel, (n_tokens + 127) / 128, 128, 0,
-        b->router, b->chosen, b->chosen_weight, n_tokens, ld->n_expert, ld->n_expert_used,
-        ld->gating == EM_GATING_SIGMOID, ld->renormalize, ld->expert_weights_scale);
+    em_cuda_launch(b, route_kernel, (n_tokens + 127) / 128, 128, 0, b->router, b->chosen, b->chosen_weight, n_tokens,
+                   ld->n_expert, ld->n_expert_used, ld->gating == EM_GATING_SIGMOID, ld->renormalize,
+                   ld->expert_weights_scale);
     CU_LAUNCHED();
-    em_cuda_launch(b, group_kernel, 1, 1024, ld->n_expert * sizeof(uint32_t),
-        (const int32_t *)b->chosen, n_tokens * ld->n_expert_used, ld->n_expert_used, ld->n_expert, b->expert_count, b->expert_start,
-        b->pair_token, b->pair_slot);
+    em_cuda_launch(b, group_kernel, 1, 1024, ld->n_expert * sizeof(uint32_t), (const int32_t *)b->chosen,
+                   n_tokens * ld->n_expert_used, ld->n_expert_used, ld->n_expert, b->expert_count, b->expert_start,
+                   b->pair_token, b->pair_slot);
     CU_LAUNCHED();
     return NULL;
 }
