@@ -23,10 +23,10 @@ em_err em_backend_create(const em_model *model, const em_backend_config *config,
         em_err_free(err);
         return em_backend_cpu_new(model, config, out);
     }
-    if (device) return em_errorf(EM_ERR_UNSUPPORTED, "--device cuda: no usable CUDA device (driver or GPU missing)");
+    /* Asked for CUDA without a GPU: say so, and run on the CPU rather than not at all. */
+    if (device) em_log(EM_LOG_WARN, "--device cuda: no usable CUDA device (driver or GPU missing): using the CPU");
 #else
-    if (device) return em_errorf(EM_ERR_UNSUPPORTED, "--device cuda: this build has no CUDA backend (nvcc was not found)");
+    if (device) em_log(EM_LOG_WARN, "--device cuda: this build has no CUDA backend (nvcc was not found): using the CPU");
 #endif
-    if (device == NULL) em_log(EM_LOG_DEBUG, "no GPU: using the CPU backend");
     return em_backend_cpu_new(model, config, out);
 }

@@ -89,8 +89,9 @@ typedef struct em_backend_config {
  * Other backends store KV differently (CUDA: f16): ask a made backend's kv_bytes_per_token. */
 uint64_t em_backend_kv_bytes_per_token(const em_model_desc *desc);
 
-/* Makes the backend the config asks for. Asking for "cuda" without a usable GPU is an error;
- * asking for nothing picks CUDA when it is there and the CPU otherwise. */
+/* Makes the backend the config asks for. Asking for nothing picks CUDA when a GPU is there (and can
+ * run the model) and the CPU otherwise; asking for "cuda" without a usable GPU warns that it
+ * runs on the CPU instead. */
 em_err em_backend_create(const em_model *model, const em_backend_config *config, em_backend **out);
 
 /* For callers without an engine (tests, tools): `n` sequences, each owning the consecutive blocks

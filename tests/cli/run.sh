@@ -80,6 +80,19 @@ expect_error 1 "--temp expects a number" "$EMBER" run -m "$MODEL" --prompt-ids "
 expect_error 1 "unknown preset 'tiny-gpt'" "$EMBER" synth --preset tiny-gpt -o "$WORK/x.gguf" --vocab "$VOCAB"
 expect_error 1 "unknown type 'q3_k'" "$EMBER" synth --preset tiny-llama --type q3_k -o "$WORK/x.gguf" --vocab "$VOCAB"
 expect_error 1 "--preset and -o are required" "$EMBER" synth --type f32
+expect_error 1 "--device expects cpu or cuda" "$EMBER" run -m "$MODEL" --prompt-ids "1" --device tpu
+
+# --device cuda: on a GPU machine it runs there; without a GPU ember says so and runs on the CPU.
+greedy_cpu=$("$EMBER" run -m "$MODEL" --prompt-ids "1 2 3" -n 4 --temp 0 --print-ids --device cpu 2>/dev/null)
+out=$("$EMBER" run -m "$MODEL" --prompt-ids "1 2 3" -n 4 --temp 0 --print-ids --device cuda 2>"$WORK/cuda.err") ||
+  fail "--device cuda exited $?: $(cat "$WORK/cuda.err")"
+if [ -e /dev/nvidia0 ]; then
+  grep -q "using the CPU" "$WORK/cuda.err" && fail "--device cuda fell back to the CPU on a GPU machine"
+else
+  grep -q "no usable CUDA device\|no CUDA backend" "$WORK/cuda.err" && grep -q "using the CPU" "$WORK/cuda.err" ||
+    fail "--device cuda without a GPU: no warning ($(cat "$WORK/cuda.err"))"
+  [ "$out" = "$greedy_cpu" ] || fail "--device cuda fallback: '$out' vs the CPU's '$greedy_cpu'"
+fi
 
 [ $fails -eq 0 ] && echo "ok" || echo "$fails failure(s)"
 exit $((fails > 0))
