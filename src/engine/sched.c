@@ -74,14 +74,9 @@ static void remove_running(ember_engine *e, ember_request *r) {
         }
 }
 
-typedef struct finish_counts {
-    ember_finish_reason reason;
-    uint32_t generated;
-} finish_counts;
-
 static void count_finish(ember_stats *s, const void *arg) {
-    const finish_counts *f = arg;
-    if (f->reason == EMBER_FINISH_CANCELLED) s->requests_cancelled++;
+    const ember_finish_reason *reason = arg;
+    if (*reason == EMBER_FINISH_CANCELLED) s->requests_cancelled++;
     else s->requests_finished++;
 }
 
@@ -108,8 +103,7 @@ static void finish_request(ember_engine *e, ember_request *r, ember_finish_reaso
     retire_blocks(e, r);
     r->phase = EM_PHASE_DONE;
     /* Statistics first: a reader woken by the finish may look at them at once. */
-    finish_counts f = {reason, r->n_generated};
-    stats_update(e, count_finish, &f);
+    stats_update(e, count_finish, &reason);
     publish_gauges(e);
     em_engine_finish(r, reason, stop_index, error);
     em_engine_request_unref(r);
