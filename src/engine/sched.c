@@ -129,7 +129,7 @@ static admit_result admit(ember_engine *e, ember_request *r) {
     uint32_t n = r->n_tokens;
     uint32_t total_blocks = blocks_for(e, n);
     if (total_blocks > e->pool.n_blocks) return CANNOT_FIT;
-    em_prefix_cache before = e->cache;
+    const uint64_t lookups = e->cache.lookups, hits = e->cache.hits, reused = e->cache.tokens_reused;
     em_prefix_hit hit;
     em_prefix_match(&e->cache, r->tokens, n, n - 1, r->blocks, &hit);
     uint32_t need = total_blocks - hit.n_blocks;
@@ -138,9 +138,9 @@ static admit_result admit(ember_engine *e, ember_request *r) {
     if (!take_blocks(e, need + headroom) && !(e->n_running == 0 && take_blocks(e, need))) {
         for (uint32_t i = 0; i < hit.n_blocks; i++) em_kv_release(&e->pool, r->blocks[i]);
         if (hit.copy_block != EM_PREFIX_NO_BLOCK) em_kv_release(&e->pool, hit.copy_block);
-        e->cache.lookups = before.lookups; /* a wait is not a lookup */
-        e->cache.hits = before.hits;
-        e->cache.tokens_reused = before.tokens_reused;
+        e->cache.lookups = lookups; /* a wait is not a lookup */
+        e->cache.hits = hits;
+        e->cache.tokens_reused = reused;
         return e->n_running == 0 ? CANNOT_FIT : MUST_WAIT;
     }
     r->n_blocks = hit.n_blocks;
