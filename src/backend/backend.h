@@ -101,6 +101,11 @@ void em_batch_fixed_tables(em_batch_seq *seqs, uint32_t *blocks, uint32_t n, uin
 /* Number of logits rows the batch asks for. */
 uint32_t em_batch_logits_rows(const em_batch *batch);
 
+/* Checks a batch against a backend before any work: arrays present, a logits buffer when rows are
+ * wanted, token ids inside the vocabulary, sequence indices inside the batch, block numbers inside
+ * the pool, positions inside their sequence's block table. Every backend calls it first. */
+em_err em_batch_validate(const em_batch *batch, const float *logits, uint32_t n_vocab, const em_backend *backend);
+
 /* The reference backend: f32 activations and KV, weights read in their stored format through
  * quant's dot products, matrix rows and attention heads split across threads. */
 em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config, em_backend **out);

@@ -261,38 +261,6 @@ static em_err forward_layer(cpu_backend *b, const em_batch *batch, uint32_t il) 
     return NULL;
 }
 
-uint32_t em_batch_logits_rows(const em_batch *batch) {
-    if (!batch->logits) return batch->n_tokens > 0 ? 1 : 0;
-    uint32_t rows = 0;
-    for (uint32_t t = 0; t < batch->n_tokens; t++) rows += batch->logits[t];
-    return rows;
-}
-
-static em_err validate(cpu_backend *b, const em_batch *batch, const float *logits) {
-    if (batch->n_tokens == 0) return em_errorf(EM_ERR_INVALID, "empty batch");
-    if (!batch->tokens || !batch->seq || !batch->pos)
-        return em_errorf(EM_ERR_INVALID, "batch without tokens, sequences or positions");
-    if (!logits && em_batch_logits_rows(batch) > 0)
-        return em_errorf(EM_ERR_INVALID, "the batch wants logits but no buffer was given");
-    if (!batch->seqs || batch->n_seqs == 0) return em_errorf(EM_ERR_INVALID, "batch without block tables");
-    for (uint32_t s = 0; s < batch->n_seqs; s++)
-        for (uint32_t i = 0; i < batch->seqs[s].n_blocks; i++)
-            if (batch->seqs[s].blocks[i] >= b->base.n_blocks)
-                return em_errorf(EM_ERR_RANGE, "batch sequence %u: block %u is %u, but the pool has %u blocks", s, i,
-                                 batch->seqs[s].blocks[i], b->base.n_blocks);
-    for (uint32_t t = 0; t < batch->n_tokens; t++) {
-        const int32_t tok = batch->tokens[t];
-        const uint32_t seq = batch->seq[t], pos = batch->pos[t];
-        if (tok < 0 || (uint32_t)tok >= b->d->n_vocab)
-            return em_errorf(EM_ERR_RANGE, "batch token %u: id %d is outside the vocabulary of %u", t, tok, b->d->n_vocab);
-        if (seq >= batch->n_seqs)
-            return em_errorf(EM_ERR_RANGE, "batch token %u: sequence %u, but the batch has %u", t, seq, batch->n_seqs);
-        if (pos / b->base.block_tokens >= batch->seqs[seq].n_blocks)
-            return em_errorf(EM_ERR_RANGE, "batch token %u: position %u is beyond sequence %u's %u blocks", t, pos, seq,
-                             batch->seqs[seq].n_blocks);
-    }
-    return NULL;
-}
 
 static em_err reserve(cpu_backend *b, uint32_t n) {
     if (n <= b->cap_tokens) return NULL;
@@ -335,7 +303,7 @@ static em_err cpu_forward(em_backend *base, const em_batch *batch, float *logits
     cpu_backend *b = (cpu_backend *)base;
     const em_model_desc *d = b->d;
     const uint32_t n = batch->n_tokens, e = d->n_embd;
-    em_err err = validate(b, batch, logits);
+    em_err err = em_batch_validate(batch, logits, b->d->n_vocab, &b->base);
     if (err) return err;
     if ((err = reserve(b, n))) return err;
     if ((err = reserve_positions(b, batch))) return err;

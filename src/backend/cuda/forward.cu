@@ -77,27 +77,6 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
     return NULL;
 }
 
-static em_err validate(cuda_backend *b, const em_batch *batch) {
-    if (batch->n_tokens == 0) return em_errorf(EM_ERR_INVALID, "empty batch");
-    if (!batch->seqs || batch->n_seqs == 0) return em_errorf(EM_ERR_INVALID, "batch without block tables");
-    for (uint32_t s = 0; s < batch->n_seqs; s++)
-        for (uint32_t i = 0; i < batch->seqs[s].n_blocks; i++)
-            if (batch->seqs[s].blocks[i] >= b->base.n_blocks)
-                return em_errorf(EM_ERR_RANGE, "batch sequence %u: block %u is %u, but the pool has %u blocks", s, i,
-                                 batch->seqs[s].blocks[i], b->base.n_blocks);
-    for (uint32_t t = 0; t < batch->n_tokens; t++) {
-        const int32_t tok = batch->tokens[t];
-        const uint32_t seq = batch->seq[t], pos = batch->pos[t];
-        if (tok < 0 || (uint32_t)tok >= b->d->n_vocab)
-            return em_errorf(EM_ERR_RANGE, "batch token %u: id %d is outside the vocabulary of %u", t, tok, b->d->n_vocab);
-        if (seq >= batch->n_seqs)
-            return em_errorf(EM_ERR_RANGE, "batch token %u: sequence %u, but the batch has %u", t, seq, batch->n_seqs);
-        if (pos / b->base.block_tokens >= batch->seqs[seq].n_blocks)
-            return em_errorf(EM_ERR_RANGE, "batch token %u: position %u is beyond sequence %u's %u blocks", t, pos, seq,
-                             batch->seqs[seq].n_blocks);
-    }
-    return NULL;
-}
 
 static em_err grow_pinned(void **p, size_t *cap, size_t need) {
     if (need <= *cap) return NULL;
@@ -318,7 +297,7 @@ static em_err run_graph(cuda_backend *b, const cuda_batch *cb) {
 em_err em_cuda_forward(em_backend *base, const em_batch *batch, float *logits) {
     cuda_backend *b = (cuda_backend *)base;
     const em_model_desc *d = b->d;
-    em_err err = validate(b, batch);
+    em_err err = em_batch_validate(batch, logits, b->d->n_vocab, &b->base);
     if (err) return err;
     if (b->cap_tokens < batch->n_tokens) em_cuda_drop_graphs(b);
     if ((err = em_cuda_reserve(b, batch->n_tokens))) return err;
