@@ -1,0 +1,190 @@
+/*
+ * AVX2 multi-row dot products: one weight row against up to four activation rows, for the formats
+ * that dominate the forward pass (Q8_0, Q4_K, Q6_K). The single-row kernels in dot_avx2.c spend
+ * most of their time unpacking the weight block (nibbles, high bits, scales, mins); here each
+ * block is unpacked once and applied to every activation row, so a batch of tokens pays for the
+ * unpacking once.
+ *
+ * Each row's arithmetic is the single-row kernel's, step for step: the same integer sums (integer
+ * addition is exact, so their order is free), the same f32 scale products, and the same f32
+ * accumulator updated block by block in the same order. The results are therefore bitwise equal
+ * to em_dot's, which tests/test_quant.c asserts.
+ */
+#include "dot_x86.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include "avx2.h"
+
+/* The most activation rows one kernel call takes: 4 accumulators plus 4 integer sums plus the
+ * unpacked block fit the 16 YMM registers. */
+#define ROWS_MAX 4
+
+#define EM_INLINE inline __attribute__((always_inline))
+
+/* The per-row loops must unroll fully (the row count is a constant in every inlined copy) so the
+ * accumulator arrays live in registers rather than on the stack. */
+#if defined(__clang__)
+#define UNROLL_ROWS _Pragma("unroll")
+#elif defined(__GNUC__)
+#define UNROLL_ROWS _Pragma("GCC unroll 4")
+#else
+#define UNROLL_ROWS
+#endif
+
+/* Sum of 8 int32 lanes. */
+EM_AVX2 static EM_INLINE int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Q8_0: |w| is the unsigned operand for every row; each row takes w's signs onto its bytes. */
+EM_AVX2 static EM_INLINE void q8_0_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                        float *out) {
+    __m256 acc[ROWS_MAX];
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < n / 32; b++, w += 34, a += 34) {
+        __m256i q = load32(w + 2), mag = _mm256_sign_epi8(q, q);
+        float dw = fp16(w);
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            const uint8_t *ar = a + r * stride;
+            __m256i isum = dot_u8_i8(mag, _mm256_sign_epi8(load32(ar + 2), q));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(ar)), _mm256_cvtepi32_ps(isum), acc[r]);
+        }
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
+}
+
+/* The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a K-block's 12 scale bytes, the
+ * values em_quant_k_scale_min gives, four at a time: scales and mins 0..3 are the low six bits of
+ * bytes 0..3 and 4..7; those of 4..7 take their low four bits from bytes 8..11 (scales: low
+ * nibbles, mins: high nibbles) and their top two from the spare top bits of bytes 0..3 / 4..7. */
+EM_AVX2 static EM_INLINE __m128i k_scales_mins(const uint8_t *s) {
+    uint32_t u0 = em_load_u32(s), u1 = em_load_u32(s + 4), u2 = em_load_u32(s + 8);
+    uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
+    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+    return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi);
+}
+
+/* Q4_K: scales, mins and both nibble halves decoded once per block. */
+EM_AVX2 static EM_INLINE void q4_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                        float *out) {
+    __m256 acc[ROWS_MAX];
+    float mins_total[ROWS_MAX];
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps(), mins_total[r] = 0;
+    const __m256i low4 = _mm256_set1_epi8(15);
+    for (uint64_t b = 0; b < n / 256; b++, w += 144, a += 292) {
+        /* the 8 scales as int16 in both lanes (broadcast per sub-block by a byte shuffle) and
+         * each min beside itself, against the two 16-element group sums of its sub-block: one
+         * madd per row gives the single-row kernel's integer sum(min * (sum a)) exactly */
+        const __m128i sm = k_scales_mins(w + 4);
+        const __m256i scales16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        const __m256i mins_pairs = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+        __m256i isum[ROWS_MAX];
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            const uint8_t *ar = a + r * stride;
+            float d8 = em_load_f32(ar);
+            int mins = hsum_i32(_mm256_madd_epi16(load32(ar + 260), mins_pairs));
+            mins_total[r] += fp16(w + 2) * d8 * (float)mins;
+            isum[r] = _mm256_setzero_si256();
+        }
+        for (int c = 0; c < 4; c++) {
+            __m256i q = load32(w + 16 + 32 * c);
+            __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            __m256i slo = _mm256_shuffle_epi8(scales16, _mm256_set1_epi16((int16_t)(((4 * c + 1) << 8) | 4 * c)));
+            __m256i shi = _mm256_shuffle_epi8(scales16, _mm256_set1_epi16((int16_t)(((4 * c + 3) << 8) | (4 * c + 2))));
+            UNROLL_ROWS for (int r = 0; r < nr; r++) {
+                const uint8_t *ar = a + r * stride;
+                __m256i plo = _mm256_maddubs_epi16(lo, load32(ar + 4 + 64 * c));
+                __m256i phi = _mm256_maddubs_epi16(hi, load32(ar + 36 + 64 * c));
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(plo, slo));
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(phi, shi));
+            }
+        }
+        UNROLL_ROWS for (int r = 0; r < nr; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * em_load_f32(a + r * stride)),
+                                     _mm256_cvtepi32_ps(isum[r]), acc[r]);
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]) - mins_total[r];
+}
+
+/* Q6_K: the 6-bit levels of each 32-element run and their pair of scales decoded once. */
+EM_AVX2 static EM_INLINE void q6_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                        float *out) {
+    __m256 acc[ROWS_MAX];
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3);
+    for (uint64_t b = 0; b < n / 256; b++, w += 210, a += 292) {
+        const int8_t *sc = (const int8_t *)(w + 192);
+        /* the 16 group scales against the 16 group sums: sum(scale_g * sum_g a), exactly */
+        const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        __m256i isum[ROWS_MAX];
+        UNROLL_ROWS for (int r = 0; r < nr; r++) isum[r] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i ql0 = load32(w + 64 * h), ql1 = load32(w + 64 * h + 32), qh = load32(w + 128 + 32 * h);
+            __m256i lows[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
+                               _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                               _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
+            for (int k = 0; k < 4; k++) {
+                __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), low2);
+                __m256i q = _mm256_or_si256(lows[k], _mm256_slli_epi16(high, 4));
+                int g = 8 * h + 2 * k; /* the two 16-element groups of these 32 elements */
+                __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+                UNROLL_ROWS for (int r = 0; r < nr; r++) {
+                    __m256i p = _mm256_maddubs_epi16(q, load32(a + r * stride + 4 + 128 * h + 32 * k));
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, scales));
+                }
+            }
+        }
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            const uint8_t *ar = a + r * stride;
+            int offset = hsum_i32(_mm256_madd_epi16(load32(ar + 260), scales16));
+            isum[r] = _mm256_sub_epi32(isum[r], _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + 208) * em_load_f32(ar)), _mm256_cvtepi32_ps(isum[r]),
+                                     acc[r]);
+        }
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
+}
+
+/* One entry point per type; each switch case inlines the kernel with a constant row count, so
+ * the per-row loops unroll and the accumulators stay in registers. */
+#define ROWS_ENTRY(name, kernel)                                                                                 \
+    EM_AVX2 static void name(const void *wv, const void *av, uint64_t stride, uint32_t n_rows, uint64_t n,       \
+                             float *out) {                                                                        \
+        const uint8_t *w = wv, *a = av;                                                                           \
+        for (uint32_t done = 0; done < n_rows; done += ROWS_MAX) {                                               \
+            switch (n_rows - done) {                                                                              \
+            case 1: kernel(w, a + done * stride, stride, 1, n, out + done); break;                               \
+            case 2: kernel(w, a + done * stride, stride, 2, n, out + done); break;                               \
+            case 3: kernel(w, a + done * stride, stride, 3, n, out + done); break;                               \
+            default: kernel(w, a + done * stride, stride, 4, n, out + done); break;                              \
+            }                                                                                                     \
+        }                                                                                                         \
+    }
+
+ROWS_ENTRY(dot_rows_q8_0, q8_0_rows)
+ROWS_ENTRY(dot_rows_q4_k, q4_k_rows)
+ROWS_ENTRY(dot_rows_q6_k, q6_k_rows)
+
+em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
+    if (!em_quant_x86_has_avx2()) return NULL;
+    switch (weight_type) {
+    case EM_TYPE_Q8_0: return dot_rows_q8_0;
+    case EM_TYPE_Q4_K: return dot_rows_q4_k;
+    case EM_TYPE_Q6_K: return dot_rows_q6_k;
+    default: return NULL;
+    }
+}
+
+#else
+
+em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
+    (void)weight_type;
+    return NULL;
+}
+
+#endif
