@@ -32,12 +32,10 @@
 #define UNROLL_ROWS
 #endif
 
-/* Sum of 8 int32 lanes. */
-EM_AVX2 static EM_INLINE int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
+/* The lane sums of four int32 vectors, as the four lanes of one (integer, so exact in any order). */
+EM_AVX2 static EM_INLINE __m128i hsum4_i32(const __m256i v[ROWS_MAX]) {
+    __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
 }
 
 /* Q8_0: |w| is the unsigned operand for every row; each row takes w's signs onto its bytes. */
@@ -73,8 +71,10 @@ EM_AVX2 static EM_INLINE __m128i k_scales_mins(const uint8_t *s) {
 EM_AVX2 static EM_INLINE void q4_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
                                         float *out) {
     __m256 acc[ROWS_MAX];
-    float mins_total[ROWS_MAX];
-    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps(), mins_total[r] = 0;
+    /* row r's f32 sum of min terms in lane r: the four rows' updates in one multiply-add chain,
+     * each lane the single-row kernel's scalar steps (IEEE operations round the same per lane) */
+    __m128 mins_total = _mm_setzero_ps();
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(15);
     for (uint64_t b = 0; b < n / 256; b++, w += 144, a += 292) {
         /* the 8 scales as int16 in both lanes (broadcast per sub-block by a byte shuffle) and
@@ -83,14 +83,16 @@ EM_AVX2 static EM_INLINE void q4_k_rows(const uint8_t *w, const uint8_t *a, uint
         const __m128i sm = k_scales_mins(w + 4);
         const __m256i scales16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const __m256i mins_pairs = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
-        __m256i isum[ROWS_MAX];
+        __m256i isum[ROWS_MAX], mins[ROWS_MAX] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
+                                                  _mm256_setzero_si256(), _mm256_setzero_si256()};
+        float d8[ROWS_MAX] = {0, 0, 0, 0};
         UNROLL_ROWS for (int r = 0; r < nr; r++) {
-            const uint8_t *ar = a + r * stride;
-            float d8 = em_load_f32(ar);
-            int mins = hsum_i32(_mm256_madd_epi16(load32(ar + 260), mins_pairs));
-            mins_total[r] += fp16(w + 2) * d8 * (float)mins;
+            d8[r] = em_load_f32(a + r * stride);
+            mins[r] = _mm256_madd_epi16(load32(a + r * stride + 260), mins_pairs);
             isum[r] = _mm256_setzero_si256();
         }
+        __m128 scale = _mm_mul_ps(_mm_set1_ps(fp16(w + 2)), _mm_setr_ps(d8[0], d8[1], d8[2], d8[3]));
+        mins_total = _mm_add_ps(mins_total, _mm_mul_ps(scale, _mm_cvtepi32_ps(hsum4_i32(mins))));
         for (int c = 0; c < 4; c++) {
             __m256i q = load32(w + 16 + 32 * c);
             __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
@@ -105,10 +107,11 @@ EM_AVX2 static EM_INLINE void q4_k_rows(const uint8_t *w, const uint8_t *a, uint
             }
         }
         UNROLL_ROWS for (int r = 0; r < nr; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * em_load_f32(a + r * stride)),
-                                     _mm256_cvtepi32_ps(isum[r]), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * d8[r]), _mm256_cvtepi32_ps(isum[r]), acc[r]);
     }
-    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]) - mins_total[r];
+    float mins_out[ROWS_MAX];
+    _mm_storeu_ps(mins_out, mins_total);
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]) - mins_out[r];
 }
 
 /* Q6_K: the 6-bit levels of each 32-element run and their pair of scales decoded once. */
@@ -139,10 +142,14 @@ EM_AVX2 static EM_INLINE void q6_k_rows(const uint8_t *w, const uint8_t *a, uint
                 }
             }
         }
+        __m256i groups[ROWS_MAX] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                                    _mm256_setzero_si256()};
+        UNROLL_ROWS for (int r = 0; r < nr; r++) groups[r] = _mm256_madd_epi16(load32(a + r * stride + 260), scales16);
+        int offset[ROWS_MAX];
+        _mm_storeu_si128((__m128i *)offset, hsum4_i32(groups));
         UNROLL_ROWS for (int r = 0; r < nr; r++) {
             const uint8_t *ar = a + r * stride;
-            int offset = hsum_i32(_mm256_madd_epi16(load32(ar + 260), scales16));
-            isum[r] = _mm256_sub_epi32(isum[r], _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
+            isum[r] = _mm256_sub_epi32(isum[r], _mm256_setr_epi32(32 * offset[r], 0, 0, 0, 0, 0, 0, 0));
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + 208) * em_load_f32(ar)), _mm256_cvtepi32_ps(isum[r]),
                                      acc[r]);
         }
