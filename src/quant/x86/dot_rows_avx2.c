@@ -14,6 +14,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
+#include <string.h>
+
 #include "avx2.h"
 
 /* The most activation rows one kernel call takes: 4 accumulators plus 4 integer sums plus the
@@ -157,6 +159,76 @@ EM_AVX2 static EM_INLINE void q6_k_rows(const uint8_t *w, const uint8_t *a, uint
     UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
 }
 
+/* F32, F16, BF16 weights: each run of eight weights converted to f32 once for both rows. Each row
+ * keeps the single-row kernel's four accumulators, its 8-wide tail and its scalar tail, so its
+ * sum rounds the same way; two rows at most (eight accumulators stay in registers). */
+enum float_kind { KIND_F32, KIND_F16, KIND_BF16 };
+
+EM_AVX2 static EM_INLINE __m256 float_load8(const uint8_t *w, uint64_t j, enum float_kind kind) {
+    switch (kind) {
+    case KIND_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * j)));
+    case KIND_BF16:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + 2 * j))), 16));
+    default: return _mm256_loadu_ps((const float *)(w + 4 * j));
+    }
+}
+
+EM_AVX2 static EM_INLINE float float_load1(const uint8_t *w, uint64_t j, enum float_kind kind) {
+    switch (kind) {
+    case KIND_F16: return em_fp16_to_f32(em_load_u16(w + 2 * j));
+    case KIND_BF16: return em_bf16_to_f32(em_load_u16(w + 2 * j));
+    default: {
+        float f;
+        memcpy(&f, w + 4 * j, sizeof f);
+        return f;
+    }
+    }
+}
+
+EM_AVX2 static EM_INLINE void float_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                         float *out, enum float_kind kind) {
+    __m256 acc[2][4];
+    const float *x[2];
+    UNROLL_ROWS for (int r = 0; r < nr; r++) {
+        x[r] = (const float *)(a + r * stride);
+        for (int k = 0; k < 4; k++) acc[r][k] = _mm256_setzero_ps();
+    }
+    uint64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        __m256 w0 = float_load8(w, j, kind), w1 = float_load8(w, j + 8, kind), w2 = float_load8(w, j + 16, kind),
+               w3 = float_load8(w, j + 24, kind);
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[r] + j), acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[r] + j + 8), acc[r][1]);
+            acc[r][2] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x[r] + j + 16), acc[r][2]);
+            acc[r][3] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x[r] + j + 24), acc[r][3]);
+        }
+    }
+    for (; j + 8 <= n; j += 8) {
+        __m256 w0 = float_load8(w, j, kind);
+        UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[r] + j), acc[r][0]);
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) {
+        float sum = hsum(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3])));
+        for (uint64_t i = j; i < n; i++) sum += float_load1(w, i, kind) * x[r][i];
+        out[r] = sum;
+    }
+}
+
+#define FLOAT_ENTRY(name, kind)                                                                                  \
+    EM_AVX2 static void name(const void *wv, const void *av, uint64_t stride, uint32_t n_rows, uint64_t n,       \
+                             float *out) {                                                                        \
+        const uint8_t *w = wv, *a = av;                                                                           \
+        uint32_t done = 0;                                                                                        \
+        for (; done + 2 <= n_rows; done += 2) float_rows(w, a + done * stride, stride, 2, n, out + done, kind);  \
+        if (done < n_rows) float_rows(w, a + done * stride, stride, 1, n, out + done, kind);                    \
+    }
+
+FLOAT_ENTRY(dot_rows_f32, KIND_F32)
+FLOAT_ENTRY(dot_rows_f16, KIND_F16)
+FLOAT_ENTRY(dot_rows_bf16, KIND_BF16)
+
 /* One entry point per type; each switch case inlines the kernel with a constant row count, so
  * the per-row loops unroll and the accumulators stay in registers. */
 #define ROWS_ENTRY(name, kernel)                                                                                 \
@@ -180,6 +252,9 @@ ROWS_ENTRY(dot_rows_q6_k, q6_k_rows)
 em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
     if (!em_quant_x86_has_avx2()) return NULL;
     switch (weight_type) {
+    case EM_TYPE_F32: return dot_rows_f32;
+    case EM_TYPE_F16: return dot_rows_f16;
+    case EM_TYPE_BF16: return dot_rows_bf16;
     case EM_TYPE_Q8_0: return dot_rows_q8_0;
     case EM_TYPE_Q4_K: return dot_rows_q4_k;
     case EM_TYPE_Q6_K: return dot_rows_q6_k;
