@@ -215,3 +215,16 @@ float em_dot(uint32_t weight_type, const void *weight_row, const void *activatio
     if (fn) return fn(weight_row, activation_row, n);
     return em_dot_reference(weight_type, weight_row, activation_row, n);
 }
+
+em_dot_rows_fn em_dot_rows_kernel(uint32_t weight_type) { return em_quant_dot_rows_x86(weight_type); }
+
+void em_dot_rows(uint32_t weight_type, const void *weight_row, const void *activation_rows,
+                 uint64_t activation_stride, uint32_t n_rows, uint64_t n, float *out) {
+    em_dot_rows_fn rows = em_dot_rows_kernel(weight_type);
+    if (rows) {
+        rows(weight_row, activation_rows, activation_stride, n_rows, n, out);
+        return;
+    }
+    const uint8_t *a = activation_rows;
+    for (uint32_t t = 0; t < n_rows; t++) out[t] = em_dot(weight_type, weight_row, a + t * activation_stride, n);
+}

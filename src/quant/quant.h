@@ -11,7 +11,8 @@
  * Files: types.c (the table), fp.c (f16/bf16), dequant.c (every decoder), quantize.c (the simple
  * formats, bit-exact with the GGUF tooling's reference), kquants.c (the searching quantizers:
  * K-formats, IQ4_NL, IQ4_XS, IQ3_XXS), iq_grids.c (i-quant lattice tables), dot.c (dispatch,
- * reference and common scalar dots), dot_scalar.c (other scalar dots), x86/ (AVX2 kernels).
+ * reference and common scalar dots, em_dot_rows), dot_scalar.c (other scalar dots), x86/ (AVX2
+ * kernels: dot_avx2.c one row, dot_rows_avx2.c several activation rows, avx2.h their helpers).
  * internal.h is shared by these files only.
  *
  * Coverage: em_dequantize and em_dot handle F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1
@@ -134,6 +135,20 @@ float em_dot(uint32_t weight_type, const void *weight_row, const void *activatio
  * kernel (em_dot then uses em_dot_reference). Same contract as em_dot. */
 typedef float (*em_dot_fn)(const void *weight_row, const void *activation_row, uint64_t n);
 em_dot_fn em_dot_kernel(uint32_t weight_type);
+
+/* One weight row against `n_rows` activation rows (each in the activation format, `n` elements,
+ * row t at activation_rows + t * activation_stride bytes): out[t] = em_dot(weight_type, weight_row,
+ * row t, n), bitwise equal. Batched work (several tokens per matrix product) calls this so the
+ * weight block is unpacked once for up to four activation rows: AVX2 kernels for Q8_0, Q4_K and
+ * Q6_K; other types and CPUs loop over em_dot. Same contract as em_dot otherwise. */
+void em_dot_rows(uint32_t weight_type, const void *weight_row, const void *activation_rows,
+                 uint64_t activation_stride, uint32_t n_rows, uint64_t n, float *out);
+
+/* The kernel em_dot_rows runs for `weight_type` on this CPU (any n_rows), or NULL when the type
+ * has none (em_dot_rows then loops over em_dot). Same contract as em_dot_rows. */
+typedef void (*em_dot_rows_fn)(const void *weight_row, const void *activation_rows, uint64_t activation_stride,
+                               uint32_t n_rows, uint64_t n, float *out);
+em_dot_rows_fn em_dot_rows_kernel(uint32_t weight_type);
 
 /* The definition em_dot is checked against: decodes both rows to f32 and sums the products in
  * double. Slow; for tests and debugging. */

@@ -16,32 +16,13 @@
 
 #include <cpuid.h>
 #include <stdatomic.h>
-#include <immintrin.h>
 
-#define EM_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-/* One f16 scale through the F16C unit. */
-EM_AVX2 static float fp16(const uint8_t *p) { return _cvtsh_ss(em_load_u16(p)); }
-
-EM_AVX2 static float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* Sum of products of 32 unsigned bytes u (each < 128 where it matters) and 32 signed bytes s, as 8
- * int32 lanes. */
-EM_AVX2 static __m256i dot_u8_i8(__m256i u, __m256i s) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
+#include "avx2.h"
 
 /* Signed x signed: move the sign of w onto a (activations never hold -128). */
 EM_AVX2 static __m256i dot_i8_i8(__m256i w, __m256i a) {
     return dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
 }
-
-EM_AVX2 static __m256i load32(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 EM_AVX2 static float dot_f32(const void *wv, const void *av, uint64_t n) {
     const float *w = wv, *a = av;
@@ -430,7 +411,7 @@ EM_AVX2 static float dot_iq3_xxs(const void *wv, const void *av, uint64_t n) {
  * registers); F16C straight from CPUID leaf 1, since not every compiler's builtin knows its name.
  * CPUID is slow (a virtual machine traps it), so the answer is probed once and kept: the module's
  * only static state, write-once and the same for every thread (a race only repeats the probe). */
-static bool cpu_has_avx2(void) {
+bool em_quant_x86_has_avx2(void) {
     static _Atomic int known; /* 0: not probed yet, 1: absent, 2: present */
     int state = atomic_load_explicit(&known, memory_order_relaxed);
     if (state == 0) {
@@ -445,7 +426,7 @@ static bool cpu_has_avx2(void) {
 }
 
 em_dot_fn em_quant_dot_x86(uint32_t weight_type) {
-    if (!cpu_has_avx2()) return NULL;
+    if (!em_quant_x86_has_avx2()) return NULL;
     switch (weight_type) {
     case EM_TYPE_F32: return dot_f32;
     case EM_TYPE_F16: return dot_f16;

@@ -1,4 +1,5 @@
-/* x86 SIMD dot products (AVX2 + FMA + F16C), chosen at run time; see dot_avx2.c. */
+/* x86 SIMD dot products (AVX2 + FMA + F16C), chosen at run time; see dot_avx2.c and
+ * dot_rows_avx2.c. */
 #ifndef EMBER_QUANT_DOT_X86_H
 #define EMBER_QUANT_DOT_X86_H
 
@@ -6,5 +7,12 @@
 
 /* The fastest x86 kernel for the weight type on this CPU, or NULL (other CPU, other type). */
 em_dot_fn em_quant_dot_x86(uint32_t weight_type);
+
+/* True when the CPU has AVX2, FMA and F16C (probed once). */
+bool em_quant_x86_has_avx2(void);
+
+/* The multi-row kernel em_dot_rows runs for the weight type on this CPU, or NULL (other CPU, or a
+ * type without one: em_dot_rows then loops over em_dot). See dot_rows_avx2.c. */
+em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type);
 
 #endif

@@ -1,0 +1,272 @@
+/*
+ * AVX2 multi-row dot products: one weight row against up to four activation rows, for the formats
+ * that dominate the forward pass (Q8_0, Q4_K, Q6_K). The single-row kernels in dot_avx2.c spend
+ * most of their time unpacking the weight block (nibbles, high bits, scales, mins); here each
+ * block is unpacked once and applied to every activation row, so a batch of tokens pays for the
+ * unpacking once.
+ *
+ * Each row's arithmetic is the single-row kernel's, step for step: the same integer sums (integer
+ * addition is exact, so their order is free), the same f32 scale products, and the same f32
+ * accumulator updated block by block in the same order. The results are therefore bitwise equal
+ * to em_dot's, which tests/test_quant.c asserts.
+ */
+#include "dot_x86.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <string.h>
+
+#include "avx2.h"
+
+/* The most activation rows one kernel call takes: 4 accumulators plus 4 integer sums plus the
+ * unpacked block fit the 16 YMM registers. */
+#define ROWS_MAX 4
+
+#define EM_INLINE inline __attribute__((always_inline))
+
+/* The per-row loops must unroll fully (the row count is a constant in every inlined copy) so the
+ * accumulator arrays live in registers rather than on the stack. */
+#if defined(__clang__)
+#define UNROLL_ROWS _Pragma("unroll")
+#elif defined(__GNUC__)
+#define UNROLL_ROWS _Pragma("GCC unroll 4")
+#else
+#define UNROLL_ROWS
+#endif
+
+/* The lane sums of four int32 vectors, as the four lanes of one (integer, so exact in any order). */
+EM_AVX2 static EM_INLINE __m128i hsum4_i32(const __m256i v[ROWS_MAX]) {
+    __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+/* Q8_0: |w| is the unsigned operand for every row; each row takes w's signs onto its bytes. */
+EM_AVX2 static EM_INLINE void q8_0_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                        float *out) {
+    __m256 acc[ROWS_MAX];
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < n / 32; b++, w += 34, a += 34) {
+        __m256i q = load32(w + 2), mag = _mm256_sign_epi8(q, q);
+        float dw = fp16(w);
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            const uint8_t *ar = a + r * stride;
+            __m256i isum = dot_u8_i8(mag, _mm256_sign_epi8(load32(ar + 2), q));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(ar)), _mm256_cvtepi32_ps(isum), acc[r]);
+        }
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
+}
+
+/* The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a K-block's 12 scale bytes, the
+ * values em_quant_k_scale_min gives, four at a time: scales and mins 0..3 are the low six bits of
+ * bytes 0..3 and 4..7; those of 4..7 take their low four bits from bytes 8..11 (scales: low
+ * nibbles, mins: high nibbles) and their top two from the spare top bits of bytes 0..3 / 4..7. */
+EM_AVX2 static EM_INLINE __m128i k_scales_mins(const uint8_t *s) {
+    uint32_t u0 = em_load_u32(s), u1 = em_load_u32(s + 4), u2 = em_load_u32(s + 8);
+    uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
+    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+    return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi);
+}
+
+/* Q4_K: scales, mins and both nibble halves decoded once per block. */
+EM_AVX2 static EM_INLINE void q4_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                        float *out) {
+    __m256 acc[ROWS_MAX];
+    /* row r's f32 sum of min terms in lane r: the four rows' updates in one multiply-add chain,
+     * each lane the single-row kernel's scalar steps (IEEE operations round the same per lane) */
+    __m128 mins_total = _mm_setzero_ps();
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(15);
+    for (uint64_t b = 0; b < n / 256; b++, w += 144, a += 292) {
+        /* the 8 scales as int16 in both lanes (broadcast per sub-block by a byte shuffle) and
+         * each min beside itself, against the two 16-element group sums of its sub-block: one
+         * madd per row gives the single-row kernel's integer sum(min * (sum a)) exactly */
+        const __m128i sm = k_scales_mins(w + 4);
+        const __m256i scales16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        const __m256i mins_pairs = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+        __m256i isum[ROWS_MAX], mins[ROWS_MAX] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
+                                                  _mm256_setzero_si256(), _mm256_setzero_si256()};
+        float d8[ROWS_MAX] = {0, 0, 0, 0};
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            d8[r] = em_load_f32(a + r * stride);
+            mins[r] = _mm256_madd_epi16(load32(a + r * stride + 260), mins_pairs);
+            isum[r] = _mm256_setzero_si256();
+        }
+        __m128 scale = _mm_mul_ps(_mm_set1_ps(fp16(w + 2)), _mm_setr_ps(d8[0], d8[1], d8[2], d8[3]));
+        mins_total = _mm_add_ps(mins_total, _mm_mul_ps(scale, _mm_cvtepi32_ps(hsum4_i32(mins))));
+        for (int c = 0; c < 4; c++) {
+            __m256i q = load32(w + 16 + 32 * c);
+            __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            __m256i slo = _mm256_shuffle_epi8(scales16, _mm256_set1_epi16((int16_t)(((4 * c + 1) << 8) | 4 * c)));
+            __m256i shi = _mm256_shuffle_epi8(scales16, _mm256_set1_epi16((int16_t)(((4 * c + 3) << 8) | (4 * c + 2))));
+            UNROLL_ROWS for (int r = 0; r < nr; r++) {
+                const uint8_t *ar = a + r * stride;
+                __m256i plo = _mm256_maddubs_epi16(lo, load32(ar + 4 + 64 * c));
+                __m256i phi = _mm256_maddubs_epi16(hi, load32(ar + 36 + 64 * c));
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(plo, slo));
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(phi, shi));
+            }
+        }
+        UNROLL_ROWS for (int r = 0; r < nr; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * d8[r]), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+    }
+    float mins_out[ROWS_MAX];
+    _mm_storeu_ps(mins_out, mins_total);
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]) - mins_out[r];
+}
+
+/* Q6_K: the 6-bit levels of each 32-element run and their pair of scales decoded once. */
+EM_AVX2 static EM_INLINE void q6_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                        float *out) {
+    __m256 acc[ROWS_MAX];
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3);
+    for (uint64_t b = 0; b < n / 256; b++, w += 210, a += 292) {
+        const int8_t *sc = (const int8_t *)(w + 192);
+        /* the 16 group scales against the 16 group sums: sum(scale_g * sum_g a), exactly */
+        const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        __m256i isum[ROWS_MAX];
+        UNROLL_ROWS for (int r = 0; r < nr; r++) isum[r] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i ql0 = load32(w + 64 * h), ql1 = load32(w + 64 * h + 32), qh = load32(w + 128 + 32 * h);
+            __m256i lows[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
+                               _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                               _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
+            for (int k = 0; k < 4; k++) {
+                __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), low2);
+                __m256i q = _mm256_or_si256(lows[k], _mm256_slli_epi16(high, 4));
+                int g = 8 * h + 2 * k; /* the two 16-element groups of these 32 elements */
+                __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+                UNROLL_ROWS for (int r = 0; r < nr; r++) {
+                    __m256i p = _mm256_maddubs_epi16(q, load32(a + r * stride + 4 + 128 * h + 32 * k));
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, scales));
+                }
+            }
+        }
+        __m256i groups[ROWS_MAX] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                                    _mm256_setzero_si256()};
+        UNROLL_ROWS for (int r = 0; r < nr; r++) groups[r] = _mm256_madd_epi16(load32(a + r * stride + 260), scales16);
+        int offset[ROWS_MAX];
+        _mm_storeu_si128((__m128i *)offset, hsum4_i32(groups));
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            const uint8_t *ar = a + r * stride;
+            isum[r] = _mm256_sub_epi32(isum[r], _mm256_setr_epi32(32 * offset[r], 0, 0, 0, 0, 0, 0, 0));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + 208) * em_load_f32(ar)), _mm256_cvtepi32_ps(isum[r]),
+                                     acc[r]);
+        }
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
+}
+
+/* F32, F16, BF16 weights: each run of eight weights converted to f32 once for both rows. Each row
+ * keeps the single-row kernel's four accumulators, its 8-wide tail and its scalar tail, so its
+ * sum rounds the same way; two rows at most (eight accumulators stay in registers). */
+enum float_kind { KIND_F32, KIND_F16, KIND_BF16 };
+
+EM_AVX2 static EM_INLINE __m256 float_load8(const uint8_t *w, uint64_t j, enum float_kind kind) {
+    switch (kind) {
+    case KIND_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * j)));
+    case KIND_BF16:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + 2 * j))), 16));
+    default: return _mm256_loadu_ps((const float *)(w + 4 * j));
+    }
+}
+
+EM_AVX2 static EM_INLINE float float_load1(const uint8_t *w, uint64_t j, enum float_kind kind) {
+    switch (kind) {
+    case KIND_F16: return em_fp16_to_f32(em_load_u16(w + 2 * j));
+    case KIND_BF16: return em_bf16_to_f32(em_load_u16(w + 2 * j));
+    default: {
+        float f;
+        memcpy(&f, w + 4 * j, sizeof f);
+        return f;
+    }
+    }
+}
+
+EM_AVX2 static EM_INLINE void float_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                         float *out, enum float_kind kind) {
+    __m256 acc[2][4];
+    const float *x[2];
+    UNROLL_ROWS for (int r = 0; r < nr; r++) {
+        x[r] = (const float *)(a + r * stride);
+        for (int k = 0; k < 4; k++) acc[r][k] = _mm256_setzero_ps();
+    }
+    uint64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        __m256 w0 = float_load8(w, j, kind), w1 = float_load8(w, j + 8, kind), w2 = float_load8(w, j + 16, kind),
+               w3 = float_load8(w, j + 24, kind);
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[r] + j), acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[r] + j + 8), acc[r][1]);
+            acc[r][2] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x[r] + j + 16), acc[r][2]);
+            acc[r][3] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x[r] + j + 24), acc[r][3]);
+        }
+    }
+    for (; j + 8 <= n; j += 8) {
+        __m256 w0 = float_load8(w, j, kind);
+        UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[r] + j), acc[r][0]);
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) {
+        float sum = hsum(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3])));
+        for (uint64_t i = j; i < n; i++) sum += float_load1(w, i, kind) * x[r][i];
+        out[r] = sum;
+    }
+}
+
+#define FLOAT_ENTRY(name, kind)                                                                                  \
+    EM_AVX2 static void name(const void *wv, const void *av, uint64_t stride, uint32_t n_rows, uint64_t n,       \
+                             float *out) {                                                                        \
+        const uint8_t *w = wv, *a = av;                                                                           \
+        uint32_t done = 0;                                                                                        \
+        for (; done + 2 <= n_rows; done += 2) float_rows(w, a + done * stride, stride, 2, n, out + done, kind);  \
+        if (done < n_rows) float_rows(w, a + done * stride, stride, 1, n, out + done, kind);                    \
+    }
+
+FLOAT_ENTRY(dot_rows_f32, KIND_F32)
+FLOAT_ENTRY(dot_rows_f16, KIND_F16)
+FLOAT_ENTRY(dot_rows_bf16, KIND_BF16)
+
+/* One entry point per type; each switch case inlines the kernel with a constant row count, so
+ * the per-row loops unroll and the accumulators stay in registers. */
+#define ROWS_ENTRY(name, kernel)                                                                                 \
+    EM_AVX2 static void name(const void *wv, const void *av, uint64_t stride, uint32_t n_rows, uint64_t n,       \
+                             float *out) {                                                                        \
+        const uint8_t *w = wv, *a = av;                                                                           \
+        for (uint32_t done = 0; done < n_rows; done += ROWS_MAX) {                                               \
+            switch (n_rows - done) {                                                                              \
+            case 1: kernel(w, a + done * stride, stride, 1, n, out + done); break;                               \
+            case 2: kernel(w, a + done * stride, stride, 2, n, out + done); break;                               \
+            case 3: kernel(w, a + done * stride, stride, 3, n, out + done); break;                               \
+            default: kernel(w, a + done * stride, stride, 4, n, out + done); break;                              \
+            }                                                                                                     \
+        }                                                                                                         \
+    }
+
+ROWS_ENTRY(dot_rows_q8_0, q8_0_rows)
+ROWS_ENTRY(dot_rows_q4_k, q4_k_rows)
+ROWS_ENTRY(dot_rows_q6_k, q6_k_rows)
+
+em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
+    if (!em_quant_x86_has_avx2()) return NULL;
+    switch (weight_type) {
+    case EM_TYPE_F32: return dot_rows_f32;
+    case EM_TYPE_F16: return dot_rows_f16;
+    case EM_TYPE_BF16: return dot_rows_bf16;
+    case EM_TYPE_Q8_0: return dot_rows_q8_0;
+    case EM_TYPE_Q4_K: return dot_rows_q4_k;
+    case EM_TYPE_Q6_K: return dot_rows_q6_k;
+    default: return NULL;
+    }
+}
+
+#else
+
+em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
+    (void)weight_type;
+    return NULL;
+}
+
+#endif
