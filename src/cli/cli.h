@@ -20,6 +20,7 @@ int em_cli_run(int argc, char **argv);
 int em_cli_tokenize(int argc, char **argv);
 int em_cli_chat_template(int argc, char **argv);
 int em_cli_bench(int argc, char **argv);
+int em_cli_chat(int argc, char **argv);
 int em_cli_convert(int argc, char **argv);
 
 #endif

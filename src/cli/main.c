@@ -12,6 +12,7 @@ typedef struct subcommand {
 
 static const subcommand subcommands[] = {
     {"bench", em_cli_bench, "bench -m M.gguf [--concurrency 1,2,4] [-n N] | --prefix-reuse   engine measurements"},
+    {"chat", em_cli_chat, "chat -m M.gguf [--system TEXT] [-n N] [--temp T]   interactive chat on stdin/stdout"},
     {"chat-template", em_cli_chat_template, "chat-template (--template F.jinja | -m M.gguf) --messages M.json [...]  render a chat prompt"},
     {"info", em_cli_info, "info FILE.gguf [--json]          metadata, tensors, bytes read per token"},
     {"run", em_cli_run, "run -m MODEL.gguf -p TEXT [-n N] [--temp T] ...   generate text"},
