@@ -163,6 +163,11 @@ typedef struct cuda_matvec {
     const cuda_weight *up;
     uint32_t n_parts;        /* 0 or 1: W alone */
     struct { const cuda_weight *w; float *y; uint64_t y_stride; } more[2];
+    /* Y += result instead of Y = result (the residual add of the output and down projections). */
+    bool accumulate;
+    /* Dense only, when not NULL: X rows are RMS-normalized and multiplied by norm_w (n = cols)
+     * before the product, so the norm needs no kernel of its own (decode batches). */
+    const float *norm_w;
 } cuda_matvec;
 
 em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv);
