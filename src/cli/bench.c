@@ -5,6 +5,9 @@
  *       with N concurrent requests (distinct prompts, greedy, ignore EOS): client_tok_s = all
  *       generated tokens / the slowest request's wall time (prefill included, as a client sees it),
  *       sum_decode_tok_s = the sum of each request's engine-reported decode rate; median over rounds.
+ *   ember bench -m M.gguf --prefill 562,1971,8022 [--rounds 3]
+ *       cold prefill of prompts of each length (distinct random prompts, so nothing comes from the
+ *       prefix cache): the engine-reported prefill time, median over rounds after one warm-up.
  *   ember bench -m M.gguf --prefix-reuse [--doc-tokens 8022]
  *       the A → A' → B → A'' sequence: engine-reported prefill time and cached tokens of each
  *       request, against a cold prefill of A'' on a fresh engine.
@@ -23,6 +26,7 @@
 typedef struct bench_args {
     const char *model, *device;
     int concurrency[16], n_concurrency;
+    int prefill[16], n_prefill;
     int n_generate, prompt_tokens, rounds, doc_tokens, threads, ctx;
     bool prefix_reuse;
 } bench_args;
@@ -177,16 +181,58 @@ static em_err bench_prefix_reuse(const bench_args *a) {
     return err;
 }
 
-static em_err parse_list(const char *text, bench_args *a) {
-    a->n_concurrency = 0;
+/* Up to 16 numbers in [lo, hi] separated by commas. */
+static em_err bench_prefill(const bench_args *a) {
+    int longest = 0;
+    for (int i = 0; i < a->n_prefill; i++)
+        if (a->prefill[i] > longest) longest = a->prefill[i];
+    ember_engine *e;
+    em_err err = create(a, longest + 16, &e);
+    if (err) return err;
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)longest), scratch[1];
+    if (!prompt) err = em_errorf(EM_ERR_NOMEM, "bench: out of memory");
+    ember_request *r;
+    int n;
+    /* Warm-up at the longest length: first-touch of KV memory, kernel loading. */
+    if (!err) {
+        random_prompt(prompt, longest, 3, 32000);
+        if (!(err = submit(e, prompt, longest, 1, &r))) err = drain(r, scratch, 1, &n), ember_request_release(r);
+    }
+    for (int i = 0; i < a->n_prefill && !err; i++) {
+        double ms[64];
+        for (int round = 0; round < a->rounds && !err; round++) {
+            random_prompt(prompt, a->prefill[i], 5000 + 100 * (uint64_t)i + (uint64_t)round, 32000);
+            if ((err = submit(e, prompt, a->prefill[i], 1, &r))) break;
+            err = drain(r, scratch, 1, &n);
+            ember_timings t;
+            ember_request_timings(r, &t);
+            ember_request_release(r);
+            if (!err && t.cached_tokens) err = em_errorf(EM_ERR_INTERNAL, "bench: a prefill prompt hit the cache");
+            ms[round] = t.prefill_ms;
+        }
+        if (!err) {
+            double m = median(ms, a->rounds);
+            printf("prefill_tokens=%d prefill_ms=%.1f tok_s=%.0f rounds=%d\n", a->prefill[i], m,
+                   m > 0 ? a->prefill[i] / (m / 1e3) : 0.0, a->rounds);
+        }
+        fflush(stdout);
+    }
+    free(prompt);
+    ember_engine_destroy(e);
+    return err;
+}
+
+static em_err parse_list(const char *flag, const char *text, int lo, int hi, int *values, int *n) {
+    *n = 0;
     for (const char *p = text; *p;) {
         char *end;
         long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > 16 || a->n_concurrency == 16)
-            return em_errorf(EM_ERR_INVALID, "--concurrency expects numbers 1..16 separated by commas, got '%s'", text);
-        a->concurrency[a->n_concurrency++] = (int)v;
+        if (end == p || v < lo || v > hi || *n == 16)
+            return em_errorf(EM_ERR_INVALID, "%s expects up to 16 numbers %d..%d separated by commas, got '%s'", flag,
+                             lo, hi, text);
+        values[(*n)++] = (int)v;
         p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return em_errorf(EM_ERR_INVALID, "--concurrency: unexpected '%s'", end);
+        if (*end && *end != ',') return em_errorf(EM_ERR_INVALID, "%s: unexpected '%s'", flag, end);
     }
     return NULL;
 }
@@ -216,7 +262,8 @@ int em_cli_bench(int argc, char **argv) {
         const char *v = argv[++i];
         if (!strcmp(f, "-m")) a.model = v;
         else if (!strcmp(f, "--device")) a.device = v;
-        else if (!strcmp(f, "--concurrency")) err = parse_list(v, &a);
+        else if (!strcmp(f, "--concurrency")) err = parse_list(f, v, 1, 16, a.concurrency, &a.n_concurrency);
+        else if (!strcmp(f, "--prefill")) err = parse_list(f, v, 1, 1 << 20, a.prefill, &a.n_prefill);
         else if (!strcmp(f, "-n")) err = parse_int(f, v, 1, 1 << 20, &a.n_generate);
         else if (!strcmp(f, "--prompt-tokens")) err = parse_int(f, v, 1, 1 << 20, &a.prompt_tokens);
         else if (!strcmp(f, "--rounds")) err = parse_int(f, v, 1, 64, &a.rounds);
@@ -225,7 +272,7 @@ int em_cli_bench(int argc, char **argv) {
         else err = em_errorf(EM_ERR_INVALID, "unknown option '%s'", f);
     }
     if (!err && !a.model) err = em_errorf(EM_ERR_INVALID, "usage: ember bench -m MODEL.gguf [--concurrency 1,2,4] [-n N] "
-                                                        "[--prompt-tokens N] [--rounds N] | --prefix-reuse [--doc-tokens N]");
-    if (!err) err = a.prefix_reuse ? bench_prefix_reuse(&a) : bench_concurrency(&a);
+                                                        "[--prompt-tokens N] [--rounds N] | --prefill N,N,... | --prefix-reuse [--doc-tokens N]");
+    if (!err) err = a.prefix_reuse ? bench_prefix_reuse(&a) : a.n_prefill ? bench_prefill(&a) : bench_concurrency(&a);
     return err ? em_cli_fail("bench", err) : 0;
 }

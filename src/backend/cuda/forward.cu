@@ -17,6 +17,7 @@ void em_cuda_free_scratch(cuda_backend *b) {
     cudaFree(b->pair_slot);
     cudaFree(b->expert_count);
     cudaFree(b->expert_start);
+    cudaFree(b->expert_active);
     cudaFree(b->att_part);
     cudaFree(b->att_counter);
     b->att_part = NULL;
@@ -25,7 +26,7 @@ void em_cuda_free_scratch(cuda_backend *b) {
     b->x = b->xn = b->q = b->k = b->v = b->attn = b->out = b->tmp = b->gate = b->up = b->router = NULL;
     b->moe_h = b->moe_h2 = b->moe_y = b->chosen_weight = b->logits = NULL;
     b->chosen = NULL;
-    b->pair_token = b->pair_slot = b->expert_count = b->expert_start = NULL;
+    b->pair_token = b->pair_slot = b->expert_count = b->expert_start = b->expert_active = NULL;
     b->cap_tokens = 0;
 }
 
@@ -56,6 +57,7 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         {(void **)&b->chosen, pairs * 4}, {(void **)&b->pair_token, pairs * 4}, {(void **)&b->pair_slot, pairs * 4},
         {(void **)&b->expert_count, (uint64_t)max_u32(b->max_expert, 1) * 4},
         {(void **)&b->expert_start, (uint64_t)max_u32(b->max_expert, 1) * 4},
+        {(void **)&b->expert_active, ((uint64_t)b->max_expert + 1) * 4},
         {(void **)&b->logits, (uint64_t)n * b->d->n_vocab * 4},
         {(void **)&b->att_part, att_slots * (b->max_dim_v + 2) * 4},
         {(void **)&b->att_counter, (uint64_t)n * b->max_head * 4},
@@ -151,43 +153,61 @@ static em_err matvec(cuda_backend *b, const cuda_weight *w, const float *x, uint
     return em_cuda_matvec(b, &mv);
 }
 
-/* A dense gated MLP on n rows of xn into y: gate and up in one pass when they share a type. */
-static em_err mlp(cuda_backend *b, const cuda_weight *gate, const cuda_weight *up, const cuda_weight *down, float *y,
-                  uint32_t n) {
+/* How a layer reads its input and writes its residual. Fused (small batches of models without
+ * post-norms): the products that start a sub-block normalize x themselves (no norm kernel, no xn)
+ * and the products that end one add into x (no residual kernel). Otherwise xn holds the
+ * normalized input and `out` the sub-block's result, added by em_cuda_add_norm. */
+typedef struct layer_io {
+    bool fused;
+    const float *in;      /* x (fused) or xn */
+    const float *norm_w;  /* the norm the first product applies (fused), else NULL */
+} layer_io;
+
+/* A dense gated MLP on n rows of `in` into y (y += with accumulate): gate and up in one pass
+ * when they share a type. */
+static em_err mlp(cuda_backend *b, const cuda_weight *gate, const cuda_weight *up, const cuda_weight *down,
+                  layer_io io, float *y, bool accumulate, uint32_t n) {
     const uint64_t e = b->d->n_embd, ff = gate->rows;
     em_err err;
     if (em_cuda_matvec_can_fuse(gate, up) && gate->rows == up->rows) {
         cuda_matvec mv = {};
-        mv.w = gate, mv.up = up, mv.x = b->xn, mv.x_stride = e, mv.y = b->gate, mv.y_stride = ff, mv.n_items = n;
-        mv.n_groups = 1;
+        mv.w = gate, mv.up = up, mv.x = io.in, mv.x_stride = e, mv.y = b->gate, mv.y_stride = ff, mv.n_items = n;
+        mv.n_groups = 1, mv.norm_w = io.norm_w;
         if ((err = em_cuda_matvec(b, &mv))) return err;
     } else {
-        if ((err = matvec(b, gate, b->xn, e, b->gate, ff, n))) return err;
-        if ((err = matvec(b, up, b->xn, e, b->up, ff, n))) return err;
+        if (io.norm_w) return em_errorf(EM_ERR_INTERNAL, "cuda mlp: a fused norm needs fused gate and up");
+        if ((err = matvec(b, gate, io.in, e, b->gate, ff, n))) return err;
+        if ((err = matvec(b, up, io.in, e, b->up, ff, n))) return err;
         if ((err = em_cuda_glu(b, b->gate, b->up, (uint64_t)n * ff))) return err;
     }
-    return matvec(b, down, b->gate, ff, y, e, n);
+    cuda_matvec mv = {};
+    mv.w = down, mv.x = b->gate, mv.x_stride = ff, mv.y = y, mv.y_stride = e, mv.n_items = n, mv.n_groups = 1;
+    mv.accumulate = accumulate;
+    return em_cuda_matvec(b, &mv);
 }
 
-/* Q, K and V of n rows of xn: one launch when the three matrices share a type. */
-static em_err qkv(cuda_backend *b, const cuda_layer *lw, uint32_t n, uint64_t nq, uint64_t nk, uint64_t nv) {
+/* Q, K and V of n rows: one launch when the three matrices share a type. */
+static em_err qkv(cuda_backend *b, const cuda_layer *lw, layer_io io, uint32_t n, uint64_t nq, uint64_t nk,
+                  uint64_t nv) {
     const uint64_t e = b->d->n_embd;
     em_err err;
     if (em_cuda_matvec_can_fuse(&lw->wq, &lw->wk) && em_cuda_matvec_can_fuse(&lw->wq, &lw->wv)) {
         cuda_matvec mv = {};
-        mv.w = &lw->wq, mv.x = b->xn, mv.x_stride = e, mv.y = b->q, mv.y_stride = nq, mv.n_items = n, mv.n_groups = 1;
-        mv.n_parts = 3;
+        mv.w = &lw->wq, mv.x = io.in, mv.x_stride = e, mv.y = b->q, mv.y_stride = nq, mv.n_items = n, mv.n_groups = 1;
+        mv.n_parts = 3, mv.norm_w = io.norm_w;
         mv.more[0].w = &lw->wk, mv.more[0].y = b->k, mv.more[0].y_stride = nk;
         mv.more[1].w = &lw->wv, mv.more[1].y = b->v, mv.more[1].y_stride = nv;
         return em_cuda_matvec(b, &mv);
     }
-    if ((err = matvec(b, &lw->wq, b->xn, e, b->q, nq, n))) return err;
-    if ((err = matvec(b, &lw->wk, b->xn, e, b->k, nk, n))) return err;
-    return matvec(b, &lw->wv, b->xn, e, b->v, nv, n);
+    if (io.norm_w) return em_errorf(EM_ERR_INTERNAL, "cuda qkv: a fused norm needs fused Q, K and V");
+    if ((err = matvec(b, &lw->wq, io.in, e, b->q, nq, n))) return err;
+    if ((err = matvec(b, &lw->wk, io.in, e, b->k, nk, n))) return err;
+    return matvec(b, &lw->wv, io.in, e, b->v, nv, n);
 }
 
-/* Experts: route, group the (token, expert) pairs by expert, run each expert once on its pairs. */
-static em_err moe(cuda_backend *b, uint32_t il, uint32_t n) {
+/* Experts on xn: route, group the (token, expert) pairs by expert, run each chosen expert once on
+ * its pairs (grid rows for the experts that have pairs only), combine into out (or x += ). */
+static em_err moe(cuda_backend *b, uint32_t il, uint32_t n, bool into_x) {
     const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
     const uint64_t e = b->d->n_embd, ff = lw->gate_exps.rows;
@@ -195,10 +215,13 @@ static em_err moe(cuda_backend *b, uint32_t il, uint32_t n) {
     if ((err = matvec(b, &lw->gate_inp, b->xn, e, b->router, ld->n_expert, n))) return err;
     if ((err = em_cuda_route(b, il, n))) return err;
     const uint32_t pairs = n * ld->n_expert_used;
-    /* a guess at the pairs per expert, for the kernel's chunk size only */
-    const uint32_t per_expert = (pairs + ld->n_expert - 1) / ld->n_expert;
-    cuda_matvec mv = {&lw->gate_exps, b->xn, e, b->pair_token, b->moe_h, ff, per_expert, b->expert_count,
-                      b->expert_start, ld->n_expert, NULL, 0, {}};
+    cuda_matvec mv = {};
+    mv.w = &lw->gate_exps, mv.x = b->xn, mv.x_stride = e, mv.x_index = b->pair_token, mv.y = b->moe_h;
+    mv.y_stride = ff;
+    mv.n_items = (pairs + ld->n_expert - 1) / ld->n_expert; /* a guess at the pairs per expert, for sizing */
+    mv.counts = b->expert_count, mv.starts = b->expert_start, mv.n_groups = ld->n_expert;
+    mv.active = b->expert_active, mv.n_active = b->expert_active + b->max_expert;
+    mv.n_active_max = pairs < ld->n_expert ? pairs : ld->n_expert;
     if (em_cuda_matvec_can_fuse(&lw->gate_exps, &lw->up_exps) && lw->gate_exps.rows == lw->up_exps.rows &&
         lw->gate_exps.n_mat == lw->up_exps.n_mat) {
         mv.up = &lw->up_exps;
@@ -209,35 +232,64 @@ static em_err moe(cuda_backend *b, uint32_t il, uint32_t n) {
         if ((err = em_cuda_matvec(b, &mv))) return err;
         if ((err = em_cuda_glu(b, b->moe_h, b->moe_h2, (uint64_t)pairs * ff))) return err;
     }
-    mv = cuda_matvec{&lw->down_exps, b->moe_h, ff, NULL, b->moe_y, e, per_expert, b->expert_count, b->expert_start,
-                     ld->n_expert, NULL, 0, {}};
+    mv.w = &lw->down_exps, mv.up = NULL, mv.x = b->moe_h, mv.x_stride = ff, mv.x_index = NULL, mv.y = b->moe_y;
+    mv.y_stride = e;
     if ((err = em_cuda_matvec(b, &mv))) return err;
-    if (ld->n_ff_shared && (err = mlp(b, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, b->tmp, n))) return err;
-    return em_cuda_moe_combine(b, il, n, ld->n_ff_shared > 0);
+    const layer_io plain = {false, b->xn, NULL};
+    if (ld->n_ff_shared &&
+        (err = mlp(b, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, plain, b->tmp, false, n)))
+        return err;
+    return em_cuda_moe_combine(b, il, n, ld->n_ff_shared > 0, into_x);
 }
 
-static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t il) {
+/* Whether this layer runs fused for a batch of n tokens (layer_io). */
+static bool layer_fuses(const cuda_backend *b, const cuda_layer *lw, uint32_t n) {
+    const uint32_t e = b->d->n_embd;
+    return n <= EM_CUDA_GRAPH_TOKENS && lw->attn_norm && lw->ffn_norm && !lw->post_attn_norm && !lw->post_ffn_norm &&
+           em_cuda_matvec_can_norm(e, n) && em_cuda_matvec_can_fuse(&lw->wq, &lw->wk) &&
+           em_cuda_matvec_can_fuse(&lw->wq, &lw->wv) &&
+           (b->d->layers[lw - b->layers].moe ? true : em_cuda_matvec_can_fuse(&lw->ffn_gate, &lw->ffn_up));
+}
+
+/* *xn_ready: whether xn holds norm(x) * attn_norm of this layer (an unfused layer leaves it for
+ * the next one). */
+static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t il, bool *xn_ready) {
     const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
     const uint32_t n = batch->n_tokens, e = b->d->n_embd;
     const uint64_t nq = (uint64_t)ld->n_head * ld->head_dim, nk = (uint64_t)ld->n_head_kv * ld->head_dim,
                    nv = (uint64_t)ld->n_head_kv * ld->head_dim_v, na = (uint64_t)ld->n_head * ld->head_dim_v;
+    const bool fused = layer_fuses(b, lw, n);
     em_err err;
-    /* x += [post_norm](attention(norm(x))); the norm of layers after the first was done by the
-     * previous layer's last residual add */
-    if (il == 0 && (err = em_cuda_rmsnorm(b, b->xn, b->x, lw->attn_norm, n, e, NULL))) return err;
-    if ((err = qkv(b, lw, n, nq, nk, nv))) return err;
+    /* x += [post_norm](attention(norm(x))) */
+    if (!fused && !*xn_ready && (err = em_cuda_rmsnorm(b, b->xn, b->x, lw->attn_norm, n, e, NULL))) return err;
+    const layer_io attn_in = fused ? layer_io{true, b->x, lw->attn_norm} : layer_io{false, b->xn, NULL};
+    if ((err = qkv(b, lw, attn_in, n, nq, nk, nv))) return err;
     if ((err = em_cuda_qkv_finish(b, batch, il))) return err;
     if ((err = em_cuda_attention(b, batch, il))) return err;
-    if ((err = matvec(b, &lw->wo, b->attn, na, b->out, e, n))) return err;
+    cuda_matvec mv = {};
+    mv.w = &lw->wo, mv.x = b->attn, mv.x_stride = na, mv.y = fused ? b->x : b->out, mv.y_stride = e;
+    mv.n_items = n, mv.n_groups = 1, mv.accumulate = fused;
+    if ((err = em_cuda_matvec(b, &mv))) return err;
     /* x += [post_norm](ffn(norm(x))) */
-    if ((err = em_cuda_add_norm(b, b->x, b->out, lw->post_attn_norm, n, e, b->xn, lw->ffn_norm))) return err;
-    if (ld->moe)
-        err = moe(b, il, n);
-    else
-        err = mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, b->out, n);
-    if (err) return err;
     const bool last = il + 1 == b->d->n_layer;
+    *xn_ready = false;
+    if (fused) {
+        if (ld->moe) {
+            if ((err = em_cuda_rmsnorm(b, b->xn, b->x, lw->ffn_norm, n, e, NULL))) return err;
+            return moe(b, il, n, true);
+        }
+        const layer_io ffn_in = {true, b->x, lw->ffn_norm};
+        return mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, ffn_in, b->x, true, n);
+    }
+    if ((err = em_cuda_add_norm(b, b->x, b->out, lw->post_attn_norm, n, e, b->xn, lw->ffn_norm))) return err;
+    const layer_io ffn_in = {false, b->xn, NULL};
+    if (ld->moe)
+        err = moe(b, il, n, false);
+    else
+        err = mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, ffn_in, b->out, false, n);
+    if (err) return err;
+    *xn_ready = !last;
     return em_cuda_add_norm(b, b->x, b->out, lw->post_ffn_norm, n, e, last ? NULL : b->xn,
                             last ? NULL : b->layers[il + 1].attn_norm);
 }
@@ -247,12 +299,21 @@ static em_err enqueue(cuda_backend *b, const cuda_batch *cb) {
     const em_model_desc *d = b->d;
     em_err err;
     if ((err = em_cuda_embed(b, cb, b->x))) return err;
+    bool xn_ready = false;
     for (uint32_t il = 0; il < d->n_layer; il++)
-        if ((err = forward_layer(b, cb, il))) return em_err_prefix(err, "layer %u", il);
-    /* Logits for the rows that want them: final norm (gathering the rows), output matrix, soft-cap. */
+        if ((err = forward_layer(b, cb, il, &xn_ready))) return em_err_prefix(err, "layer %u", il);
+    /* Logits for the rows that want them: final norm (gathering the rows; fused into the output
+     * product for small batches), output matrix, soft-cap. */
     const uint32_t rows = cb->n_rows;
-    if ((err = em_cuda_rmsnorm(b, b->xn, b->x, b->output_norm, rows, d->n_embd, cb->logit_rows))) return err;
-    if ((err = matvec(b, &b->output, b->xn, d->n_embd, b->logits, d->n_vocab, rows))) return err;
+    cuda_matvec mv = {};
+    mv.w = &b->output, mv.x = b->xn, mv.x_stride = d->n_embd, mv.y = b->logits, mv.y_stride = d->n_vocab;
+    mv.n_items = rows, mv.n_groups = 1;
+    if (cb->n_tokens <= EM_CUDA_GRAPH_TOKENS && b->output_norm && em_cuda_matvec_can_norm(d->n_embd, rows)) {
+        mv.x = b->x, mv.x_index = cb->logit_rows, mv.norm_w = b->output_norm;
+    } else if ((err = em_cuda_rmsnorm(b, b->xn, b->x, b->output_norm, rows, d->n_embd, cb->logit_rows))) {
+        return err;
+    }
+    if (rows && (err = em_cuda_matvec(b, &mv))) return err;
     if (d->final_softcap > 0.0f &&
         (err = em_cuda_softcap(b, b->logits, (uint64_t)rows * d->n_vocab, d->final_softcap)))
         return err;

@@ -102,6 +102,7 @@ typedef struct cuda_backend {
     int32_t *chosen;
     float *chosen_weight;
     uint32_t *pair_token, *pair_slot, *expert_count, *expert_start;
+    uint32_t *expert_active; /* experts with pairs this step, then their number at [max_expert] */
     uint8_t *batch_dev;     /* the uploaded batch arrays (forward.cu: upload_batch) */
     uint32_t cap_n, cap_s, cap_tw;
     uint8_t *batch_host;    /* pinned staging for the upload */
@@ -165,6 +166,10 @@ typedef struct cuda_matvec {
     struct { const cuda_weight *w; float *y; uint64_t y_stride; } more[2];
     /* Y += result instead of Y = result (the residual add of the output and down projections). */
     bool accumulate;
+    /* MoE, optional: grid row j runs expert active[j] while j < *n_active (device values written
+     * by the grouping kernel), so a step launches n_active_max grid rows, not one per expert. */
+    const uint32_t *active, *n_active;
+    uint32_t n_active_max;
     /* Dense only, when not NULL: X rows are RMS-normalized and multiplied by norm_w (n = cols)
      * before the product, so the norm needs no kernel of its own (decode batches). */
     const float *norm_w;
@@ -172,6 +177,8 @@ typedef struct cuda_matvec {
 
 em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv);
 bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b);
+/* Whether a product over `cols` columns of n_items rows can fuse the RMSNorm of its input. */
+bool em_cuda_matvec_can_norm(uint32_t cols, uint32_t n_items);
 em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x);
 em_err em_cuda_upload_grids(void);
 
@@ -185,7 +192,8 @@ em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il)
 em_err em_cuda_glu(cuda_backend *b, float *gate, const float *up, uint64_t n);
 em_err em_cuda_softcap(cuda_backend *b, float *x, uint64_t n, float cap);
 em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens);
-em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool add_shared);
+/* out = (or, into_x: x +=) the weighted expert outputs [+ the shared expert's, in tmp]. */
+em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool add_shared, bool into_x);
 
 /* ---- attention.cu ---- */
 em_err em_cuda_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il);

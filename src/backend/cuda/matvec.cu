@@ -22,8 +22,10 @@ extern "C" {
 extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c: the IQ3_XXS lattice */
 }
 
-#define MV_WARPS 4
+#define MV_WARPS 8
+#define MV_THREADS (MV_WARPS * 32)
 #define MV_PARTS 3
+#define MV_NORM_SMEM (96u << 10) /* the most shared memory a fused norm may stage its rows in */
 
 /* One of up to three matrices that share the input rows and run in one launch (Q, K and V):
  * global row r belongs to the first part whose `end` exceeds r. */
@@ -45,7 +47,12 @@ typedef struct mv_args {
     const uint32_t *x_index;
     uint32_t n_items;
     const uint32_t *counts, *starts;
+    const uint32_t *active, *n_active; /* MoE: grid row -> expert, and how many grid rows have one */
     int act;               /* with w2: EM_ACT_SWIGLU or EM_ACT_GEGLU */
+    bool accumulate;
+    const float *norm_w;   /* NORM: the RMSNorm weights applied to X first */
+    float eps;
+    bool plus_one;
 } mv_args;
 
 /* The activation of the gated unit, exactly as ops.cu's glu_kernel computes it. */
@@ -60,87 +67,191 @@ __device__ __forceinline__ float mv_glu(float g, float u, int act) {
     return a * u;
 }
 
-/* GLU: each warp also reads row r of w2 and writes act(w row · x) * (w2 row · x). */
-template <int TYPE, int NT, bool GLU> __global__ void __launch_bounds__(MV_WARPS * 32) matvec_kernel(mv_args a) {
+__device__ __forceinline__ float dot8(const float v[8], float4 x0, float4 x1) {
+    return v[0] * x0.x + v[1] * x0.y + v[2] * x0.z + v[3] * x0.w + v[4] * x1.x + v[5] * x1.y + v[6] * x1.z +
+           v[7] * x1.w;
+}
+
+/* U consecutive strides of one lane (groups g, g + 32, ...) of RW rows: every weight load is
+ * issued before the first multiply, so a warp keeps U * RW (twice that with GLU) 16-byte-ish
+ * loads in flight. The caller makes sure all U groups exist: no branch separates the loads. */
+template <int TYPE, int NT, int RW, bool GLU, int U>
+__device__ __forceinline__ void mv_step(const uint8_t *const w[RW], const uint8_t *const w2[RW],
+                                        const float *const x[NT], uint32_t g, float acc[RW][NT],
+                                        float acc2[RW][NT]) {
+    float v[U][RW][8], v2[U][RW][8];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int j = 0; j < RW; j++) {
+            deq<TYPE>::get(w[j], g + 32 * u, v[u][j]);
+            if (GLU) deq<TYPE>::get(w2[j], g + 32 * u, v2[u][j]);
+        }
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float4 *xp = (const float4 *)(x[t] + 8 * (g + 32 * u));
+            const float4 x0 = xp[0], x1 = xp[1];
+#pragma unroll
+            for (int j = 0; j < RW; j++) {
+                acc[j][t] += dot8(v[u][j], x0, x1);
+                if (GLU) acc2[j][t] += dot8(v2[u][j], x0, x1);
+            }
+        }
+}
+
+/* Stages items [c, c + NT) of X in shared memory, RMS-normalized and multiplied by the norm
+ * weights (the RMSNorm that starts a sub-block, fused into the product that consumes it). */
+template <int NT>
+__device__ void mv_stage_norm(const mv_args &a, uint32_t start, uint32_t c, uint32_t count, float *xs) {
+    __shared__ float partial[MV_WARPS][NT];
+    const uint32_t cols = 8 * a.groups, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float *src[NT];
+    float ss[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const uint32_t i = start + min(c + t, count - 1);
+        src[t] = a.x + (uint64_t)(a.x_index ? a.x_index[i] : i) * a.x_stride;
+        ss[t] = 0.0f;
+        for (uint32_t k = threadIdx.x; k < cols; k += MV_THREADS) ss[t] += src[t][k] * src[t][k];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) ss[t] += __shfl_xor_sync(0xffffffffu, ss[t], off);
+        if (lane == 0) partial[warp][t] = ss[t];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float total = 0.0f;
+        for (int w = 0; w < MV_WARPS; w++) total += partial[w][t];
+        const float scale = rsqrtf(total / cols + a.eps);
+        for (uint32_t k = threadIdx.x; k < cols; k += MV_THREADS)
+            xs[t * cols + k] = src[t][k] * scale * (a.plus_one ? 1.0f + a.norm_w[k] : a.norm_w[k]);
+    }
+    __syncthreads();
+}
+
+/* Each warp computes RW rows for NT items at a time (grid-stride over rows), lanes walking the
+ * rows' 8-element groups. GLU: each row of w is paired with the same row of w2 and the warp
+ * writes act(w row · x) * (w2 row · x). NORM: X is normalized into shared memory first. */
+template <int TYPE, int NT, int RW, bool GLU, bool NORM>
+__global__ void __launch_bounds__(MV_THREADS) matvec_kernel(mv_args a) {
     em_pdl_wait();
-    const uint32_t lane = threadIdx.x & 31;
-    const uint32_t grow = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    if (grow >= a.rows) return;
-    /* the part of this row, picked by comparisons (a run-time index into the parameters would
-     * copy them to local memory) */
-    const int pi = a.n_parts > 1 && grow >= a.part[0].end ? (a.n_parts > 2 && grow >= a.part[1].end ? 2 : 1) : 0;
-#define MV_PART(f) (pi == 0 ? a.part[0].f : pi == 1 ? a.part[1].f : a.part[2].f)
-    const uint32_t row = grow - MV_PART(begin);
-    const uint64_t row_bytes = MV_PART(row_bytes), y_stride = MV_PART(y_stride);
-    const uint8_t *w_base = MV_PART(w), *w2_base = MV_PART(w2);
-    float *y = MV_PART(y);
-#undef MV_PART
-    const uint32_t e = blockIdx.y;
+    extern __shared__ float4 mv_smem[];
+    float *xs = (float *)mv_smem;
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    uint32_t e = blockIdx.y;
+    if (a.active) {
+        if (blockIdx.y >= *a.n_active) return;
+        e = a.active[blockIdx.y];
+    }
     const uint32_t count = a.counts ? a.counts[e] : a.n_items;
     const uint32_t start = a.starts ? a.starts[e] : 0;
-    const uint64_t offset = (a.counts ? e : 0) * a.mat_bytes + row * row_bytes;
-    const uint8_t *w = w_base + offset;
-    const uint8_t *w2 = GLU ? w2_base + offset : NULL;
+    const uint64_t mat_offset = (a.counts ? e : 0) * a.mat_bytes;
+    constexpr int U = RW * (GLU ? 2 : 1) >= 2 ? 4 : 8;
     for (uint32_t c = 0; c < count; c += NT) {
         const float *x[NT];
+        if (NORM) mv_stage_norm<NT>(a, start, c, count, xs);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            uint32_t i = start + min(c + t, count - 1); /* past the end: re-read the last item, never written */
-            x[t] = a.x + (uint64_t)(a.x_index ? a.x_index[i] : i) * a.x_stride;
+            const uint32_t i = start + min(c + t, count - 1); /* past the end: re-read the last item */
+            x[t] = NORM ? xs + t * 8 * a.groups : a.x + (uint64_t)(a.x_index ? a.x_index[i] : i) * a.x_stride;
         }
-        float acc[NT], acc2[NT];
+        for (uint32_t r0 = (blockIdx.x * MV_WARPS + warp) * RW; r0 < a.rows; r0 += gridDim.x * MV_WARPS * RW) {
+            const uint8_t *w[RW], *w2[RW];
+            float *y[RW];
+            uint64_t ys[RW];
 #pragma unroll
-        for (int t = 0; t < NT; t++) acc[t] = acc2[t] = 0.0f;
-#pragma unroll 8
-        for (uint32_t g = lane; g < a.groups; g += 32) {
-            float v[8], v2[8];
-            deq<TYPE>::get(w, g, v);
-            if (GLU) deq<TYPE>::get(w2, g, v2);
+            for (int j = 0; j < RW; j++) {
+                const uint32_t grow = min(r0 + j, a.rows - 1); /* past the end: recompute, never write */
+                /* the part of this row, picked by comparisons (a run-time index into the
+                 * parameters would copy them to local memory) */
+                const int pi =
+                    a.n_parts > 1 && grow >= a.part[0].end ? (a.n_parts > 2 && grow >= a.part[1].end ? 2 : 1) : 0;
+#define MV_PART(f) (pi == 0 ? a.part[0].f : pi == 1 ? a.part[1].f : a.part[2].f)
+                const uint32_t row = grow - MV_PART(begin);
+                const uint64_t offset = mat_offset + row * MV_PART(row_bytes);
+                w[j] = MV_PART(w) + offset;
+                w2[j] = GLU ? MV_PART(w2) + offset : NULL;
+                ys[j] = MV_PART(y_stride);
+                y[j] = r0 + j < a.rows ? MV_PART(y) + row + (uint64_t)start * ys[j] : NULL;
+#undef MV_PART
+            }
+            float acc[RW][NT], acc2[RW][NT];
 #pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const float4 *xp = (const float4 *)(x[t] + 8 * g);
-                float4 x0 = xp[0], x1 = xp[1];
-                acc[t] += v[0] * x0.x + v[1] * x0.y + v[2] * x0.z + v[3] * x0.w + v[4] * x1.x + v[5] * x1.y +
-                          v[6] * x1.z + v[7] * x1.w;
-                if (GLU)
-                    acc2[t] += v2[0] * x0.x + v2[1] * x0.y + v2[2] * x0.z + v2[3] * x0.w + v2[4] * x1.x +
-                               v2[5] * x1.y + v2[6] * x1.z + v2[7] * x1.w;
+            for (int j = 0; j < RW; j++)
+#pragma unroll
+                for (int t = 0; t < NT; t++) acc[j][t] = acc2[j][t] = 0.0f;
+            uint32_t g = lane;
+            for (; g + 32 * (U - 1) < a.groups; g += 32 * U) mv_step<TYPE, NT, RW, GLU, U>(w, w2, x, g, acc, acc2);
+            for (; g < a.groups; g += 32) mv_step<TYPE, NT, RW, GLU, 1>(w, w2, x, g, acc, acc2);
+#pragma unroll
+            for (int j = 0; j < RW; j++)
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+#pragma unroll
+                    for (int off = 16; off > 0; off >>= 1) {
+                        acc[j][t] += __shfl_xor_sync(0xffffffffu, acc[j][t], off);
+                        if (GLU) acc2[j][t] += __shfl_xor_sync(0xffffffffu, acc2[j][t], off);
+                    }
+            if (lane == 0) {
+#pragma unroll
+                for (int j = 0; j < RW; j++) {
+                    if (!y[j]) continue;
+#pragma unroll
+                    for (int t = 0; t < NT; t++)
+                        if (c + t < count) {
+                            float *dst = y[j] + (uint64_t)(c + t) * ys[j];
+                            const float r = GLU ? mv_glu(acc[j][t], acc2[j][t], a.act) : acc[j][t];
+                            *dst = a.accumulate ? *dst + r : r;
+                        }
+                }
             }
         }
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);
-                if (GLU) acc2[t] += __shfl_xor_sync(0xffffffffu, acc2[t], off);
-            }
-        }
-        if (lane == 0) {
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                if (c + t < count)
-                    y[(uint64_t)(start + c + t) * y_stride + row] = GLU ? mv_glu(acc[t], acc2[t], a.act) : acc[t];
-        }
+        if (NORM) __syncthreads(); /* every warp is done with xs before the next chunk restages it */
     }
 }
 
-template <int TYPE, bool GLU>
-static void launch_nt(const cuda_backend *b, const mv_args &a, uint32_t n_groups, int nt) {
-    dim3 grid((a.rows + MV_WARPS - 1) / MV_WARPS, n_groups);
+/* Items per pass: the largest of 8, 4, 2, 1 not above the batch. */
+static int mv_items_per_pass(uint32_t n_items) { return n_items >= 8 ? 8 : n_items >= 4 ? 4 : n_items >= 2 ? 2 : 1; }
+
+template <int TYPE, int NT, bool GLU, bool NORM>
+static em_err launch_kernel(const cuda_backend *b, const mv_args &a, uint32_t grid_y) {
+    /* two rows per warp once several items share them: each X value loaded then feeds two rows */
+    constexpr int RW = NT >= 4 && !GLU ? 2 : 1;
+    const uint32_t per_block = MV_WARPS * RW;
+    uint32_t blocks = (a.rows + per_block - 1) / per_block;
+    size_t smem = 0;
+    if (NORM) {
+        /* staging X costs a pass over it per block: a few blocks per multiprocessor, looping */
+        const uint32_t cap = 2 * (uint32_t)b->n_sm;
+        if (blocks > cap) blocks = cap;
+        smem = (size_t)NT * 8 * a.groups * sizeof(float);
+        static bool raised = false; /* once per instantiation; the limit is a property of the function */
+        if (smem > (48u << 10) && !raised) {
+            CU_TRY(cudaFuncSetAttribute(matvec_kernel<TYPE, NT, RW, GLU, NORM>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, MV_NORM_SMEM));
+            raised = true;
+        }
+    }
+    em_cuda_launch(b, matvec_kernel<TYPE, NT, RW, GLU, NORM>, dim3(blocks, grid_y), MV_THREADS, smem, a);
+    return NULL;
+}
+
+template <int TYPE, bool GLU, bool NORM>
+static em_err launch_nt(const cuda_backend *b, const mv_args &a, uint32_t grid_y, int nt) {
     switch (nt) {
-    case 1: em_cuda_launch(b, matvec_kernel<TYPE, 1, GLU>, grid, MV_WARPS * 32, 0, a); break;
-    case 2: em_cuda_launch(b, matvec_kernel<TYPE, 2, GLU>, grid, MV_WARPS * 32, 0, a); break;
-    case 4: em_cuda_launch(b, matvec_kernel<TYPE, 4, GLU>, grid, MV_WARPS * 32, 0, a); break;
-    default: em_cuda_launch(b, matvec_kernel<TYPE, 8, GLU>, grid, MV_WARPS * 32, 0, a); break;
+    case 1: return launch_kernel<TYPE, 1, GLU, NORM>(b, a, grid_y);
+    case 2: return launch_kernel<TYPE, 2, GLU, NORM>(b, a, grid_y);
+    case 4: return launch_kernel<TYPE, 4, GLU, NORM>(b, a, grid_y);
+    default: return launch_kernel<TYPE, 8, GLU, NORM>(b, a, grid_y);
     }
 }
 
 template <int TYPE>
-static void launch_type(const cuda_backend *b, const mv_args &a, uint32_t n_groups, int nt, bool glu) {
-    if (glu)
-        launch_nt<TYPE, true>(b, a, n_groups, nt);
-    else
-        launch_nt<TYPE, false>(b, a, n_groups, nt);
+static em_err launch_type(const cuda_backend *b, const mv_args &a, uint32_t grid_y, int nt, bool glu, bool norm) {
+    if (glu) return norm ? launch_nt<TYPE, true, true>(b, a, grid_y, nt) : launch_nt<TYPE, true, false>(b, a, grid_y, nt);
+    return norm ? launch_nt<TYPE, false, true>(b, a, grid_y, nt) : launch_nt<TYPE, false, false>(b, a, grid_y, nt);
 }
 
 bool em_cuda_type_supported(uint32_t type) {
@@ -155,6 +266,10 @@ bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b) {
     return a->data && b->data && a->type == b->type && a->cols == b->cols;
 }
 
+bool em_cuda_matvec_can_norm(uint32_t cols, uint32_t n_items) {
+    return (uint64_t)mv_items_per_pass(n_items) * cols * sizeof(float) <= MV_NORM_SMEM;
+}
+
 em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
     const cuda_weight *w = mv->w;
     const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
@@ -166,6 +281,8 @@ em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
         return em_errorf(EM_ERR_INTERNAL, "cuda matvec: %u parts", n_parts);
     if (mv->up && (mv->up->type != w->type || mv->up->cols != w->cols || mv->up->rows != w->rows))
         return em_errorf(EM_ERR_INTERNAL, "cuda matvec: gate and up matrices differ in type or shape");
+    if (mv->norm_w && (mv->counts || !em_cuda_matvec_can_norm(w->cols, mv->n_items)))
+        return em_errorf(EM_ERR_INTERNAL, "cuda matvec: a fused norm over %u columns", w->cols);
     mv_args a = {};
     uint32_t rows = 0;
     for (uint32_t i = 0; i < n_parts; i++) {
@@ -186,20 +303,28 @@ em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
     a.n_items = mv->n_items;
     a.counts = mv->counts;
     a.starts = mv->starts;
+    a.active = mv->active;
+    a.n_active = mv->n_active;
     a.act = b->d->act;
-    const int nt = mv->n_items >= 8 ? 8 : mv->n_items >= 4 ? 4 : mv->n_items >= 2 ? 2 : 1;
-    const uint32_t groups = mv->counts ? mv->n_groups : 1;
-    const bool glu = mv->up != NULL;
+    a.accumulate = mv->accumulate;
+    a.norm_w = mv->norm_w;
+    a.eps = b->d->norm_eps;
+    a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
+    const int nt = mv_items_per_pass(mv->n_items);
+    const uint32_t grid_y = !mv->counts ? 1 : mv->active ? mv->n_active_max : mv->n_groups;
+    const bool glu = mv->up != NULL, norm = mv->norm_w != NULL;
+    em_err err;
     switch (w->type) {
-    case EM_TYPE_F32: launch_type<EM_TYPE_F32>(b, a, groups, nt, glu); break;
-    case EM_TYPE_F16: launch_type<EM_TYPE_F16>(b, a, groups, nt, glu); break;
-    case EM_TYPE_BF16: launch_type<EM_TYPE_BF16>(b, a, groups, nt, glu); break;
-    case EM_TYPE_Q8_0: launch_type<EM_TYPE_Q8_0>(b, a, groups, nt, glu); break;
-    case EM_TYPE_Q4_K: launch_type<EM_TYPE_Q4_K>(b, a, groups, nt, glu); break;
-    case EM_TYPE_Q6_K: launch_type<EM_TYPE_Q6_K>(b, a, groups, nt, glu); break;
-    case EM_TYPE_IQ3_XXS: launch_type<EM_TYPE_IQ3_XXS>(b, a, groups, nt, glu); break;
+    case EM_TYPE_F32: err = launch_type<EM_TYPE_F32>(b, a, grid_y, nt, glu, norm); break;
+    case EM_TYPE_F16: err = launch_type<EM_TYPE_F16>(b, a, grid_y, nt, glu, norm); break;
+    case EM_TYPE_BF16: err = launch_type<EM_TYPE_BF16>(b, a, grid_y, nt, glu, norm); break;
+    case EM_TYPE_Q8_0: err = launch_type<EM_TYPE_Q8_0>(b, a, grid_y, nt, glu, norm); break;
+    case EM_TYPE_Q4_K: err = launch_type<EM_TYPE_Q4_K>(b, a, grid_y, nt, glu, norm); break;
+    case EM_TYPE_Q6_K: err = launch_type<EM_TYPE_Q6_K>(b, a, grid_y, nt, glu, norm); break;
+    case EM_TYPE_IQ3_XXS: err = launch_type<EM_TYPE_IQ3_XXS>(b, a, grid_y, nt, glu, norm); break;
     default: return em_errorf(EM_ERR_UNSUPPORTED, "cuda matvec: weight type %s", em_type_name(w->type));
     }
+    if (err) return err;
     CU_LAUNCHED();
     return NULL;
 }

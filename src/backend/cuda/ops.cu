@@ -298,11 +298,81 @@ __global__ void route_kernel(float *router, int32_t *chosen, float *weight, uint
     }
 }
 
-/* One block: counts per expert, their prefix sums, and a slot for every (token, choice) pair so
- * that each expert's pairs are contiguous. Pair order inside an expert does not matter: every
- * pair's result is computed on its own. */
+/* One warp per token, for up to 32 * PER_LANE experts: the same probabilities, choices (first
+ * index wins ties) and weights as route_kernel, with the experts spread over the lanes instead of
+ * one thread looping over all of them (a decode step has one token: the loop was its latency). */
+template <int PER_LANE>
+__global__ void route_warp_kernel(const float *router, int32_t *chosen, float *weight, uint32_t n_tokens,
+                                  uint32_t n_expert, uint32_t k, bool sigmoid, bool renormalize, float scale) {
+    em_pdl_wait();
+    const uint32_t lane = threadIdx.x & 31, t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (t >= n_tokens) return;
+    const float *logits = router + (uint64_t)t * n_expert;
+    float p[PER_LANE];
+    float max = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        const uint32_t e = lane + 32 * i;
+        p[i] = e < n_expert ? logits[e] : -INFINITY;
+        max = fmaxf(max, p[i]);
+    }
+    if (sigmoid) {
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++) p[i] = lane + 32 * i < n_expert ? 1.0f / (1.0f + expf(-p[i])) : -INFINITY;
+    } else {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, off));
+        double sum = 0.0;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++)
+            if (lane + 32 * i < n_expert) {
+                p[i] = expf(p[i] - max);
+                sum += p[i];
+            }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        const float inv = (float)(1.0 / sum);
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++)
+            if (lane + 32 * i < n_expert) p[i] *= inv;
+    }
+    float total = 0.0f;
+    for (uint32_t j = 0; j < k; j++) {
+        float best = -INFINITY;
+        uint32_t best_e = UINT32_MAX;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++)
+            if (p[i] > best) best = p[i], best_e = lane + 32 * i;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const float other = __shfl_xor_sync(0xffffffffu, best, off);
+            const uint32_t other_e = __shfl_xor_sync(0xffffffffu, best_e, off);
+            if (other > best || (other == best && other_e < best_e)) best = other, best_e = other_e;
+        }
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++)
+            if (lane + 32 * i == best_e) p[i] = -INFINITY; /* taken */
+        if (lane == 0) {
+            chosen[(uint64_t)t * k + j] = (int32_t)best_e;
+            weight[(uint64_t)t * k + j] = best;
+        }
+        total += best;
+    }
+    if (lane == 0)
+        for (uint32_t j = 0; j < k; j++) {
+            float w = weight[(uint64_t)t * k + j];
+            if (renormalize) w /= total;
+            weight[(uint64_t)t * k + j] = w * scale;
+        }
+}
+
+/* One block: counts per expert, their prefix sums, a slot for every (token, choice) pair so that
+ * each expert's pairs are contiguous, and the list of experts with at least one pair (`active`,
+ * its length at *n_active) so that expert products launch grid rows for those only. Pair order
+ * inside an expert does not matter: every pair's result is computed on its own. */
 __global__ void group_kernel(const int32_t *chosen, uint32_t n_pairs, uint32_t k, uint32_t n_expert, uint32_t *counts,
-                             uint32_t *starts, uint32_t *pair_token, uint32_t *pair_slot) {
+                             uint32_t *starts, uint32_t *pair_token, uint32_t *pair_slot, uint32_t *active,
+                             uint32_t *n_active) {
     em_pdl_wait();
     extern __shared__ uint32_t fill[];
     for (uint32_t e = threadIdx.x; e < n_expert; e += blockDim.x) fill[e] = 0;
@@ -310,13 +380,15 @@ __global__ void group_kernel(const int32_t *chosen, uint32_t n_pairs, uint32_t k
     for (uint32_t p = threadIdx.x; p < n_pairs; p += blockDim.x) atomicAdd(&fill[chosen[p]], 1u);
     __syncthreads();
     if (threadIdx.x == 0) {
-        uint32_t s = 0;
+        uint32_t s = 0, n = 0;
         for (uint32_t e = 0; e < n_expert; e++) {
             starts[e] = s;
             counts[e] = fill[e];
+            if (fill[e]) active[n++] = e;
             s += fill[e];
             fill[e] = 0;
         }
+        *n_active = n;
     }
     __syncthreads();
     for (uint32_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
@@ -329,13 +401,25 @@ __global__ void group_kernel(const int32_t *chosen, uint32_t n_pairs, uint32_t k
 
 em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens) {
     const em_layer_desc *ld = &b->d->layers[il];
-    em_cuda_launch(b, route_kernel, (n_tokens + 127) / 128, 128, 0, b->router, b->chosen, b->chosen_weight, n_tokens,
-                   ld->n_expert, ld->n_expert_used, ld->gating == EM_GATING_SIGMOID, ld->renormalize,
-                   ld->expert_weights_scale);
+    const bool sigmoid = ld->gating == EM_GATING_SIGMOID;
+    if (ld->n_expert <= 256) {
+        const uint32_t warps = 4, blocks = (n_tokens + warps - 1) / warps;
+        if (ld->n_expert <= 128)
+            em_cuda_launch(b, route_warp_kernel<4>, blocks, warps * 32, 0, (const float *)b->router, b->chosen,
+                           b->chosen_weight, n_tokens, ld->n_expert, ld->n_expert_used, sigmoid, ld->renormalize,
+                           ld->expert_weights_scale);
+        else
+            em_cuda_launch(b, route_warp_kernel<8>, blocks, warps * 32, 0, (const float *)b->router, b->chosen,
+                           b->chosen_weight, n_tokens, ld->n_expert, ld->n_expert_used, sigmoid, ld->renormalize,
+                           ld->expert_weights_scale);
+    } else {
+        em_cuda_launch(b, route_kernel, (n_tokens + 127) / 128, 128, 0, b->router, b->chosen, b->chosen_weight,
+                       n_tokens, ld->n_expert, ld->n_expert_used, sigmoid, ld->renormalize, ld->expert_weights_scale);
+    }
     CU_LAUNCHED();
     em_cuda_launch(b, group_kernel, 1, 1024, ld->n_expert * sizeof(uint32_t), (const int32_t *)b->chosen,
                    n_tokens * ld->n_expert_used, ld->n_expert_used, ld->n_expert, b->expert_count, b->expert_start,
-                   b->pair_token, b->pair_slot);
+                   b->pair_token, b->pair_slot, b->expert_active, b->expert_active + b->max_expert);
     CU_LAUNCHED();
     return NULL;
 }
@@ -343,7 +427,8 @@ em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens) {
 /* out[t] = sum over t's experts, in expert order like the CPU, of weight * expert output
  * [+ shared expert output]. */
 __global__ void combine_kernel(float *out, const float *y, const float *shared, const int32_t *chosen,
-                               const float *weight, const uint32_t *pair_slot, uint32_t k, uint32_t n) {
+                               const float *weight, const uint32_t *pair_slot, uint32_t k, uint32_t n,
+                               bool accumulate) {
     em_pdl_wait();
     const uint32_t t = blockIdx.x;
     const int32_t *c = chosen + (uint64_t)t * k;
@@ -359,15 +444,16 @@ __global__ void combine_kernel(float *out, const float *y, const float *shared, 
             acc += weight[(uint64_t)t * k + jn] * y[(uint64_t)pair_slot[(uint64_t)t * k + jn] * n + i];
         }
         if (shared) acc += shared[(uint64_t)t * n + i];
-        out[(uint64_t)t * n + i] = acc;
+        float *o = out + (uint64_t)t * n + i;
+        *o = accumulate ? *o + acc : acc;
     }
 }
 
-em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool add_shared) {
+em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool add_shared, bool into_x) {
     const em_layer_desc *ld = &b->d->layers[il];
-    em_cuda_launch(b, combine_kernel, n_tokens, 256, 0, b->out, (const float *)b->moe_y,
+    em_cuda_launch(b, combine_kernel, n_tokens, 256, 0, into_x ? b->x : b->out, (const float *)b->moe_y,
                    (const float *)(add_shared ? b->tmp : NULL), (const int32_t *)b->chosen,
-                   (const float *)b->chosen_weight, (const uint32_t *)b->pair_slot, ld->n_expert_used, b->d->n_embd);
+                   (const float *)b->chosen_weight, (const uint32_t *)b->pair_slot, ld->n_expert_used, b->d->n_embd, into_x);
     CU_LAUNCHED();
     return NULL;
 }
