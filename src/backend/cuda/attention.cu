@@ -199,6 +199,7 @@ static uint32_t n_splits(const cuda_backend *b, const cuda_batch *batch, uint32_
 }
 
 em_err em_cuda_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il) {
+    if (em_cuda_attention_decode_fits(b, il)) return em_cuda_attention_decode(b, batch, il);
     const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
     att_args a = {b->q, b->attn, lw->keys, lw->values, ld->n_head, ld->n_head_kv, ld->head_dim, ld->head_dim_v,

@@ -9,10 +9,11 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-/* IQ3_XXS lattice (quant's em_iq3xxs_grid), copied to constant memory at startup
- * (em_cuda_upload_grids). Without relocatable device code each file has its own copy, so only
- * matvec.cu includes this header. */
-static __constant__ uint32_t em_cuda_iq3xxs_grid[256];
+/* IQ3_XXS lattice (quant's em_iq3xxs_grid), copied to device memory at startup
+ * (em_cuda_upload_grids). Read through the read-only cache: the lanes of a warp look up different
+ * entries, which constant memory would serve one address at a time. Without relocatable device
+ * code each file has its own copy, so only matvec.cu includes this header. */
+static __device__ uint32_t em_cuda_iq3xxs_grid[256];
 
 __device__ __forceinline__ float ld_half(const uint8_t *p) { return __half2float(*(const __half *)p); }
 __device__ __forceinline__ uint32_t ld_u16(const uint8_t *p) { return *(const uint16_t *)p; }
@@ -117,7 +118,7 @@ template <> struct deq<EM_TYPE_IQ3_XXS> {
         uint32_t aux = ld_u16(b + 66 + 4 * ib) | (ld_u16(b + 68 + 4 * ib) << 16);
         float db = d * (0.5f + (float)(aux >> 28)) * 0.5f;
         uint32_t idx = ld_u16(b + 2 + 8 * ib + 2 * l);
-        uint32_t p0 = em_cuda_iq3xxs_grid[idx & 0xff], p1 = em_cuda_iq3xxs_grid[idx >> 8];
+        uint32_t p0 = __ldg(&em_cuda_iq3xxs_grid[idx & 0xff]), p1 = __ldg(&em_cuda_iq3xxs_grid[idx >> 8]);
         /* the eighth sign is the parity of the seven stored ones */
         uint32_t s = (aux >> (7 * l)) & 127;
         s |= (__popc(s) & 1) << 7;

@@ -198,6 +198,11 @@ em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool
 /* ---- attention.cu ---- */
 em_err em_cuda_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il);
 
+/* ---- attention_decode.cu ---- */
+/* Whether layer il's attention fits the grouped decode kernel (f16 cache, head sizes). */
+bool em_cuda_attention_decode_fits(const cuda_backend *b, uint32_t il);
+em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32_t il);
+
 /* ---- forward.cu ---- */
 em_err em_cuda_forward(em_backend *base, const em_batch *batch, float *logits);
 em_err em_cuda_reserve(cuda_backend *b, uint32_t n_tokens);

@@ -50,6 +50,7 @@ typedef struct mv_args {
     const uint32_t *active, *n_active; /* MoE: grid row -> expert, and how many grid rows have one */
     int act;               /* with w2: EM_ACT_SWIGLU or EM_ACT_GEGLU */
     bool accumulate;
+    uint32_t ks;           /* warps that share a row, each summing a slice of it (1, 2 or 4) */
     const float *norm_w;   /* NORM: the RMSNorm weights applied to X first */
     float eps;
     bool plus_one;
@@ -134,8 +135,48 @@ __device__ void mv_stage_norm(const mv_args &a, uint32_t start, uint32_t c, uint
 /* Each warp computes RW rows for NT items at a time (grid-stride over rows), lanes walking the
  * rows' 8-element groups. GLU: each row of w is paired with the same row of w2 and the warp
  * writes act(w row · x) * (w2 row · x). NORM: X is normalized into shared memory first. */
+/* Where global row `grow` lives: its weights (and up-matrix weights), its output column and the
+ * output's item stride. The part is picked by comparisons (a run-time index into the parameters
+ * would copy them to local memory). */
+__device__ __forceinline__ void mv_row(const mv_args &a, uint32_t grow, uint64_t mat_offset, const uint8_t **w,
+                                       const uint8_t **w2, float **y, uint64_t *ys) {
+    const int pi = a.n_parts > 1 && grow >= a.part[0].end ? (a.n_parts > 2 && grow >= a.part[1].end ? 2 : 1) : 0;
+#define MV_PART(f) (pi == 0 ? a.part[0].f : pi == 1 ? a.part[1].f : a.part[2].f)
+    const uint32_t row = grow - MV_PART(begin);
+    const uint64_t offset = mat_offset + row * MV_PART(row_bytes);
+    *w = MV_PART(w) + offset;
+    *w2 = MV_PART(w2) ? MV_PART(w2) + offset : NULL;
+    *ys = MV_PART(y_stride);
+    *y = MV_PART(y) + row;
+#undef MV_PART
+}
+
+/* Asks L2 for the weights of this warp's first rows before waiting for the previous kernel: the
+ * weights do not depend on it, so their first fetch overlaps its tail (one request per 128-byte
+ * line, up to 16 KB a row). MoE rows depend on the routing, which the previous kernels write. */
+template <int RW, bool GLU> __device__ __forceinline__ void mv_prefetch(const mv_args &a) {
+    if (a.counts) return;
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint32_t r0 = (blockIdx.x * (MV_WARPS / a.ks) + warp / a.ks) * RW;
+    const uint64_t row_bytes = a.part[0].row_bytes, part_bytes = row_bytes / a.ks;
+    const uint64_t first = (warp % a.ks) * part_bytes, span = part_bytes < (16u << 10) ? part_bytes : (16u << 10);
+#pragma unroll
+    for (int j = 0; j < RW; j++) {
+        if (r0 + j >= a.rows) break;
+        const uint8_t *w, *w2;
+        float *y;
+        uint64_t ys;
+        mv_row(a, r0 + j, 0, &w, &w2, &y, &ys);
+        for (uint64_t off = first + 128 * lane; off < first + span; off += 32 * 128) {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + off));
+            if (GLU) asm volatile("prefetch.global.L2 [%0];" ::"l"(w2 + off));
+        }
+    }
+}
+
 template <int TYPE, int NT, int RW, bool GLU, bool NORM>
 __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(mv_args a) {
+    mv_prefetch<RW, GLU>(a);
     em_pdl_wait();
     extern __shared__ float4 mv_smem[];
     float *xs = (float *)mv_smem;
@@ -157,34 +198,33 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(mv_args a) {
             const uint32_t i = start + min(c + t, count - 1); /* past the end: re-read the last item */
             x[t] = NORM ? xs + t * 8 * a.groups : a.x + (uint64_t)(a.x_index ? a.x_index[i] : i) * a.x_stride;
         }
-        for (uint32_t r0 = (blockIdx.x * MV_WARPS + warp) * RW; r0 < a.rows; r0 += gridDim.x * MV_WARPS * RW) {
+        /* the block's warps form MV_WARPS / ks row sets of ks warps, each warp of a set taking a
+         * slice of the row (whole multiples of 32 groups); all warps loop the same number of times */
+        const uint32_t sets = MV_WARPS / a.ks, set = warp / a.ks, kq = warp % a.ks;
+        const uint32_t slice = ((a.groups + a.ks - 1) / a.ks + 31) & ~31u;
+        const uint32_t g_begin = kq * slice, g_end = min(a.groups, g_begin + slice);
+        for (uint32_t base = blockIdx.x * sets * RW; base < a.rows; base += gridDim.x * sets * RW) {
+            const uint32_t r0 = base + set * RW;
             const uint8_t *w[RW], *w2[RW];
             float *y[RW];
             uint64_t ys[RW];
 #pragma unroll
             for (int j = 0; j < RW; j++) {
-                const uint32_t grow = min(r0 + j, a.rows - 1); /* past the end: recompute, never write */
-                /* the part of this row, picked by comparisons (a run-time index into the
-                 * parameters would copy them to local memory) */
-                const int pi =
-                    a.n_parts > 1 && grow >= a.part[0].end ? (a.n_parts > 2 && grow >= a.part[1].end ? 2 : 1) : 0;
-#define MV_PART(f) (pi == 0 ? a.part[0].f : pi == 1 ? a.part[1].f : a.part[2].f)
-                const uint32_t row = grow - MV_PART(begin);
-                const uint64_t offset = mat_offset + row * MV_PART(row_bytes);
-                w[j] = MV_PART(w) + offset;
-                w2[j] = GLU ? MV_PART(w2) + offset : NULL;
-                ys[j] = MV_PART(y_stride);
-                y[j] = r0 + j < a.rows ? MV_PART(y) + row + (uint64_t)start * ys[j] : NULL;
-#undef MV_PART
+                /* past the end: recompute the last row, never write */
+                mv_row(a, min(r0 + j, a.rows - 1), mat_offset, &w[j], &w2[j], &y[j], &ys[j]);
+                if (r0 + j < a.rows)
+                    y[j] += (uint64_t)start * ys[j];
+                else
+                    y[j] = NULL;
             }
             float acc[RW][NT], acc2[RW][NT];
 #pragma unroll
             for (int j = 0; j < RW; j++)
 #pragma unroll
                 for (int t = 0; t < NT; t++) acc[j][t] = acc2[j][t] = 0.0f;
-            uint32_t g = lane;
-            for (; g + 32 * (U - 1) < a.groups; g += 32 * U) mv_step<TYPE, NT, RW, GLU, U>(w, w2, x, g, acc, acc2);
-            for (; g < a.groups; g += 32) mv_step<TYPE, NT, RW, GLU, 1>(w, w2, x, g, acc, acc2);
+            uint32_t g = g_begin + lane;
+            for (; g + 32 * (U - 1) < g_end; g += 32 * U) mv_step<TYPE, NT, RW, GLU, U>(w, w2, x, g, acc, acc2);
+            for (; g < g_end; g += 32) mv_step<TYPE, NT, RW, GLU, 1>(w, w2, x, g, acc, acc2);
 #pragma unroll
             for (int j = 0; j < RW; j++)
 #pragma unroll
@@ -194,7 +234,27 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(mv_args a) {
                         acc[j][t] += __shfl_xor_sync(0xffffffffu, acc[j][t], off);
                         if (GLU) acc2[j][t] += __shfl_xor_sync(0xffffffffu, acc2[j][t], off);
                     }
-            if (lane == 0) {
+            if (a.ks > 1) {
+                /* the set's slices meet in shared memory and are summed in slice order */
+                __shared__ float red[2][MV_WARPS][2][8];
+                if (lane == 0)
+#pragma unroll
+                    for (int j = 0; j < RW; j++)
+#pragma unroll
+                        for (int t = 0; t < NT; t++) red[0][warp][j][t] = acc[j][t], red[1][warp][j][t] = acc2[j][t];
+                __syncthreads();
+                if (kq == 0 && lane == 0)
+#pragma unroll
+                    for (int j = 0; j < RW; j++)
+#pragma unroll
+                        for (int t = 0; t < NT; t++) {
+                            float s1 = 0.0f, s2 = 0.0f;
+                            for (uint32_t q = 0; q < a.ks; q++) s1 += red[0][warp + q][j][t], s2 += red[1][warp + q][j][t];
+                            acc[j][t] = s1, acc2[j][t] = s2;
+                        }
+                __syncthreads();
+            }
+            if (lane == 0 && kq == 0) {
 #pragma unroll
                 for (int j = 0; j < RW; j++) {
                     if (!y[j]) continue;
@@ -219,12 +279,12 @@ template <int TYPE, int NT, bool GLU, bool NORM>
 static em_err launch_kernel(const cuda_backend *b, const mv_args &a, uint32_t grid_y) {
     /* two rows per warp once several items share them: each X value loaded then feeds two rows */
     constexpr int RW = NT >= 4 && !GLU ? 2 : 1;
-    const uint32_t per_block = MV_WARPS * RW;
+    const uint32_t per_block = MV_WARPS / a.ks * RW;
     uint32_t blocks = (a.rows + per_block - 1) / per_block;
     size_t smem = 0;
     if (NORM) {
         /* staging X costs a pass over it per block: a few blocks per multiprocessor, looping */
-        const uint32_t cap = 2 * (uint32_t)b->n_sm;
+        const uint32_t cap = 8 * (uint32_t)b->n_sm;
         if (blocks > cap) blocks = cap;
         smem = (size_t)NT * 8 * a.groups * sizeof(float);
         static bool raised = false; /* once per instantiation; the limit is a property of the function */
@@ -308,6 +368,9 @@ em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
     a.act = b->d->act;
     a.accumulate = mv->accumulate;
     a.norm_w = mv->norm_w;
+    /* Long rows of matrices with few rows: several warps per row, so that each warp's share is a
+     * single batch of loads in flight rather than several batches one after the other. */
+    a.ks = rows >= 16384 ? 1 : a.groups >= 512 ? 4 : a.groups >= 256 ? 2 : 1;
     a.eps = b->d->norm_eps;
     a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
     const int nt = mv_items_per_pass(mv->n_items);

@@ -425,15 +425,16 @@ em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens) {
 }
 
 /* out[t] = sum over t's experts, in expert order like the CPU, of weight * expert output
- * [+ shared expert output]. */
+ * [+ shared expert output]. The order is worked out once per token, in shared memory. */
 __global__ void combine_kernel(float *out, const float *y, const float *shared, const int32_t *chosen,
                                const float *weight, const uint32_t *pair_slot, uint32_t k, uint32_t n,
                                bool accumulate) {
     em_pdl_wait();
-    const uint32_t t = blockIdx.x;
+    extern __shared__ uint32_t order[]; /* [k] pair slots in expert order, then [k] their weights */
+    float *order_weight = (float *)(order + k);
+    const uint32_t t = blockIdx.y;
     const int32_t *c = chosen + (uint64_t)t * k;
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        float acc = 0.0f;
+    if (threadIdx.x == 0) {
         int32_t last = -1;
         for (uint32_t m = 0; m < k; m++) {
             int32_t next = -1;
@@ -441,8 +442,14 @@ __global__ void combine_kernel(float *out, const float *y, const float *shared, 
             for (uint32_t j = 0; j < k; j++)
                 if (c[j] > last && (next < 0 || c[j] < next)) next = c[j], jn = j;
             last = next;
-            acc += weight[(uint64_t)t * k + jn] * y[(uint64_t)pair_slot[(uint64_t)t * k + jn] * n + i];
+            order[m] = pair_slot[(uint64_t)t * k + jn];
+            order_weight[m] = weight[(uint64_t)t * k + jn];
         }
+    }
+    __syncthreads();
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float acc = 0.0f;
+        for (uint32_t m = 0; m < k; m++) acc += order_weight[m] * y[(uint64_t)order[m] * n + i];
         if (shared) acc += shared[(uint64_t)t * n + i];
         float *o = out + (uint64_t)t * n + i;
         *o = accumulate ? *o + acc : acc;
@@ -451,7 +458,9 @@ __global__ void combine_kernel(float *out, const float *y, const float *shared, 
 
 em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool add_shared, bool into_x) {
     const em_layer_desc *ld = &b->d->layers[il];
-    em_cuda_launch(b, combine_kernel, n_tokens, 256, 0, into_x ? b->x : b->out, (const float *)b->moe_y,
+    const dim3 grid((b->d->n_embd + 255) / 256, n_tokens);
+    em_cuda_launch(b, combine_kernel, grid, 256, 2 * ld->n_expert_used * sizeof(uint32_t), into_x ? b->x : b->out,
+                   (const float *)b->moe_y,
                    (const float *)(add_shared ? b->tmp : NULL), (const int32_t *)b->chosen,
                    (const float *)b->chosen_weight, (const uint32_t *)b->pair_slot, ld->n_expert_used, b->d->n_embd, into_x);
     CU_LAUNCHED();

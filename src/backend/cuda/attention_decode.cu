@@ -1,0 +1,271 @@
+/* Attention for decode tokens over the paged f16 KV cache, one block per (KV head, token, split).
+ *
+ * The block serves every query head of its KV head (GQA), so each key and value row is read once
+ * for the whole group. It walks its positions in tiles: all threads copy the tile's key and value
+ * rows into shared memory at once (cp.async, 16 bytes each, every copy in flight together), then
+ * warp w scores the tile for query heads w and w + 4 (each lane a position: one row of keys, read
+ * 16 bytes at a time from rows padded against bank conflicts), updates its running maximum and sum
+ * (online softmax) and accumulates the weighted values (each lane a few consecutive dimensions).
+ * Fewer dependent memory round trips per block than attention.cu's general kernel, which is what a
+ * decode step at small batch waits on. Splits over positions (flash-decoding) keep the GPU busy at
+ * batch 1; the last block of a (token, KV head) to finish merges the splits' partial results, as
+ * attention.cu does.
+ *
+ * Handles f16 caches, head_dim == head_dim_v in {32, 64, 128, 256} and up to 8 query heads per KV
+ * head; em_cuda_attention_decode_fits says so, and attention.cu's kernel takes everything else. */
+#include <math.h>
+
+#include "internal.cuh"
+
+#define DEC_WARPS 4
+#define DEC_HEADS_PER_WARP 2 /* query heads per KV head: at most DEC_WARPS * this */
+#define DEC_MAX_SPLIT 16
+#define DEC_SPAN 1024 /* directly launched batches: at most this many positions per block */
+
+typedef struct dec_args {
+    const float *q;
+    float *out;
+    const __half *keys, *values;
+    uint32_t n_head, n_head_kv;
+    float scale, softcap;
+    uint32_t window; /* 0 = full */
+    const uint32_t *pos, *seq, *table_start, *blocks;
+    uint32_t block_tokens;
+    uint32_t n_split;
+    float *part;       /* [token][query head][split][HD + 2]: weighted values, max, sum */
+    uint32_t *counter; /* [token][n_head] (this kernel uses the first n_head_kv), zero between launches */
+} dec_args;
+
+__device__ __forceinline__ float dec_warp_max(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+__device__ __forceinline__ float dec_warp_add(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+__device__ __forceinline__ void dec_copy16(void *smem, const void *gmem) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+
+/* Tile of T positions; rows padded by 8 halves (16 bytes) so lanes reading different rows at the
+ * same column hit different banks. */
+template <int HD> struct dec_shape {
+    static constexpr int T = HD <= 128 ? 64 : 32;
+    static constexpr int ROW = HD + 8;
+    static constexpr int PER_LANE_POS = T / 32; /* positions each lane scores */
+    static constexpr int DL = HD / 32;          /* output dimensions each lane owns */
+};
+
+template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32) decode_attention_kernel(dec_args a) {
+    typedef dec_shape<HD> S;
+    __shared__ __align__(16) __half ks[S::T * S::ROW], vs[S::T * S::ROW];
+    __shared__ __align__(16) float qs[DEC_WARPS * DEC_HEADS_PER_WARP][HD];
+    __shared__ float ps[DEC_WARPS][S::T];
+    __shared__ uint32_t rows[S::T];
+    __shared__ bool last_block;
+    em_pdl_wait();
+    const uint32_t kvh = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint32_t group = a.n_head / a.n_head_kv;
+    const uint32_t pos = a.pos[t];
+    const uint32_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
+    const uint32_t per = (pos + 1 - first + a.n_split - 1) / a.n_split;
+    const uint32_t lo = first + split * per, hi = min(lo + per, pos + 1);
+    const uint32_t *table = a.blocks + a.table_start[a.seq[t]];
+    for (uint32_t i = threadIdx.x; i < group * HD; i += blockDim.x)
+        qs[i / HD][i % HD] = a.q[((uint64_t)t * a.n_head + kvh * group + i / HD) * HD + i % HD];
+
+    float acc[DEC_HEADS_PER_WARP][S::DL], m[DEC_HEADS_PER_WARP], l[DEC_HEADS_PER_WARP];
+#pragma unroll
+    for (int hh = 0; hh < DEC_HEADS_PER_WARP; hh++) {
+        m[hh] = -INFINITY, l[hh] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < S::DL; i++) acc[hh][i] = 0.0f;
+    }
+    constexpr int CHUNKS = HD / 8; /* 16-byte pieces of a row */
+    for (uint32_t t0 = lo; t0 < hi; t0 += S::T) {
+        const uint32_t n = min((uint32_t)S::T, hi - t0);
+        __syncthreads(); /* the previous tile is consumed (and qs written, on the first) */
+        for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
+            const uint32_t p = t0 + j;
+            rows[j] = table[p / a.block_tokens] * a.block_tokens + p % a.block_tokens;
+        }
+        __syncthreads();
+        for (uint32_t i = threadIdx.x; i < n * CHUNKS; i += blockDim.x) {
+            const uint32_t j = i / CHUNKS, c = i % CHUNKS;
+            const uint64_t off = ((uint64_t)rows[j] * a.n_head_kv + kvh) * HD + 8 * c;
+            dec_copy16(ks + j * S::ROW + 8 * c, a.keys + off);
+            dec_copy16(vs + j * S::ROW + 8 * c, a.values + off);
+        }
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncthreads();
+#pragma unroll
+        for (int hh = 0; hh < DEC_HEADS_PER_WARP; hh++) {
+            const uint32_t g = warp + DEC_WARPS * hh;
+            if (g >= group) break;
+            float s[S::PER_LANE_POS];
+            float tile_max = -INFINITY;
+#pragma unroll
+            for (int k = 0; k < S::PER_LANE_POS; k++) {
+                const uint32_t j = lane + 32 * k;
+                float dot = 0.0f;
+                if (j < n) {
+                    const __half *kr = ks + j * S::ROW;
+#pragma unroll
+                    for (int c = 0; c < CHUNKS; c++) {
+                        const uint4 u = *(const uint4 *)(kr + 8 * c);
+                        const __half2 *h2 = (const __half2 *)&u;
+                        const float4 q0 = *(const float4 *)&qs[g][8 * c], q1 = *(const float4 *)&qs[g][8 * c + 4];
+                        const float2 f0 = __half22float2(h2[0]), f1 = __half22float2(h2[1]),
+                                     f2 = __half22float2(h2[2]), f3 = __half22float2(h2[3]);
+                        dot += q0.x * f0.x + q0.y * f0.y + q0.z * f1.x + q0.w * f1.y + q1.x * f2.x + q1.y * f2.y +
+                               q1.z * f3.x + q1.w * f3.y;
+                    }
+                    float sc = dot * a.scale;
+                    if (a.softcap > 0.0f) sc = a.softcap * tanhf(sc / a.softcap);
+                    s[k] = sc;
+                } else {
+                    s[k] = -INFINITY;
+                }
+                tile_max = fmaxf(tile_max, s[k]);
+            }
+            const float m_new = fmaxf(m[hh], dec_warp_max(tile_max));
+            const float corr = expf(m[hh] - m_new);
+            float sum = 0.0f;
+#pragma unroll
+            for (int k = 0; k < S::PER_LANE_POS; k++) {
+                const float w = lane + 32 * k < n ? expf(s[k] - m_new) : 0.0f;
+                ps[warp][lane + 32 * k] = w;
+                sum += w;
+            }
+            l[hh] = l[hh] * corr + dec_warp_add(sum);
+            m[hh] = m_new;
+            __syncwarp();
+#pragma unroll
+            for (int i = 0; i < S::DL; i++) acc[hh][i] *= corr;
+            for (uint32_t j = 0; j < n; j++) {
+                const float w = ps[warp][j];
+                const __half *vr = vs + j * S::ROW + S::DL * lane;
+                if (S::DL == 1) {
+                    acc[hh][0] += w * __half2float(vr[0]);
+                } else {
+#pragma unroll
+                    for (int i = 0; i + 1 < S::DL; i += 2) {
+                        const float2 f = __half22float2(*(const __half2 *)(vr + i));
+                        acc[hh][i] += w * f.x;
+                        acc[hh][i + 1] += w * f.y;
+                    }
+                }
+            }
+            __syncwarp();
+        }
+    }
+    /* results: the output itself with one split, else this split's partial and the merge */
+#pragma unroll
+    for (int hh = 0; hh < DEC_HEADS_PER_WARP; hh++) {
+        const uint32_t g = warp + DEC_WARPS * hh;
+        if (g >= group) break;
+        const uint64_t pair = (uint64_t)t * a.n_head + kvh * group + g;
+        if (a.n_split == 1) {
+            float *o = a.out + pair * HD + S::DL * lane;
+#pragma unroll
+            for (int i = 0; i < S::DL; i++) o[i] = acc[hh][i] / l[hh];
+        } else {
+            float *mine = a.part + (pair * a.n_split + split) * (HD + 2);
+#pragma unroll
+            for (int i = 0; i < S::DL; i++) mine[S::DL * lane + i] = acc[hh][i];
+            if (lane == 0) mine[HD] = m[hh], mine[HD + 1] = l[hh];
+        }
+    }
+    if (a.n_split == 1) return;
+    /* make this block's partials visible before counting it; the last block to count merges */
+    __threadfence();
+    __syncthreads();
+    const uint64_t group_pair = (uint64_t)t * a.n_head + kvh;
+    if (threadIdx.x == 0) last_block = atomicAdd(&a.counter[group_pair], 1u) == a.n_split - 1;
+    __syncthreads();
+    if (!last_block) return;
+    __threadfence();
+    /* The merge, in three parallel passes (a loop over splits per output value would wait on one
+     * load after another): the splits' maxima and sums, then each split's weight per head, then
+     * the weighted partial values, every split's load of a value issued together. */
+    __shared__ float split_m[DEC_WARPS * DEC_HEADS_PER_WARP][DEC_MAX_SPLIT];
+    __shared__ float split_l[DEC_WARPS * DEC_HEADS_PER_WARP][DEC_MAX_SPLIT];
+    const uint32_t stride = HD + 2;
+    const float *group_parts = a.part + ((uint64_t)t * a.n_head + kvh * group) * a.n_split * stride;
+    for (uint32_t i = threadIdx.x; i < group * a.n_split; i += blockDim.x) {
+        const float *p = group_parts + (uint64_t)i * stride; /* head i / n_split, split i % n_split */
+        split_m[i / a.n_split][i % a.n_split] = __ldcg(p + HD);
+        split_l[i / a.n_split][i % a.n_split] = __ldcg(p + HD + 1);
+    }
+    __syncthreads();
+    if (threadIdx.x < group) {
+        const uint32_t g = threadIdx.x;
+        float gm = -INFINITY, gl = 0.0f;
+        for (uint32_t sp = 0; sp < a.n_split; sp++) gm = fmaxf(gm, split_m[g][sp]);
+        for (uint32_t sp = 0; sp < a.n_split; sp++)
+            if (split_m[g][sp] != -INFINITY) gl += split_l[g][sp] * expf(split_m[g][sp] - gm);
+        for (uint32_t sp = 0; sp < a.n_split; sp++)
+            split_m[g][sp] = split_m[g][sp] == -INFINITY ? 0.0f : expf(split_m[g][sp] - gm) / gl;
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < group * HD; i += blockDim.x) {
+        const uint32_t g = i / HD, d = i % HD;
+        const float *p = group_parts + (uint64_t)g * a.n_split * stride + d;
+        float v[DEC_MAX_SPLIT];
+#pragma unroll
+        for (int sp = 0; sp < DEC_MAX_SPLIT; sp++) v[sp] = sp < (int)a.n_split ? __ldcg(p + sp * stride) : 0.0f;
+        float sum = 0.0f;
+#pragma unroll
+        for (int sp = 0; sp < DEC_MAX_SPLIT; sp++)
+            if (sp < (int)a.n_split) sum += v[sp] * split_m[g][sp];
+        a.out[((uint64_t)t * a.n_head + kvh * group + g) * HD + d] = sum;
+    }
+    if (threadIdx.x == 0) a.counter[group_pair] = 0;
+}
+
+bool em_cuda_attention_decode_fits(const cuda_backend *b, uint32_t il) {
+    const em_layer_desc *ld = &b->d->layers[il];
+    const uint32_t hd = ld->head_dim;
+    return b->kv_elem == 2 && hd == ld->head_dim_v && (hd == 32 || hd == 64 || hd == 128 || hd == 256) &&
+           ld->n_head % ld->n_head_kv == 0 && ld->n_head / ld->n_head_kv <= DEC_WARPS * DEC_HEADS_PER_WARP;
+}
+
+/* Splits per (token, KV head): enough blocks to cover the GPU twice; for batches launched directly
+ * (not replayed from a graph, so the longest context is known) also enough that no block walks
+ * more than DEC_SPAN positions; never more than the scratch holds (partials are per query head). */
+static uint32_t dec_splits(const cuda_backend *b, const cuda_batch *batch, const em_layer_desc *ld) {
+    const uint64_t blocks = (uint64_t)batch->n_tokens * ld->n_head_kv, heads = (uint64_t)batch->n_tokens * ld->n_head;
+    uint64_t s = (2 * (uint64_t)b->n_sm + blocks - 1) / blocks;
+    if (!b->capturing) {
+        const uint64_t by_len = ((uint64_t)batch->max_pos + DEC_SPAN) / DEC_SPAN;
+        if (by_len > s) s = by_len;
+    }
+    if (s > DEC_MAX_SPLIT) s = DEC_MAX_SPLIT;
+    while (s > 1 && heads * s > b->att_slots) s--;
+    return s ? (uint32_t)s : 1;
+}
+
+em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32_t il) {
+    const em_layer_desc *ld = &b->d->layers[il];
+    const cuda_layer *lw = &b->layers[il];
+    dec_args a = {b->q, b->attn, (const __half *)lw->keys, (const __half *)lw->values, ld->n_head, ld->n_head_kv,
+                  ld->attn_scale, ld->attn_softcap, ld->attn == EM_ATTN_SLIDING ? ld->window : 0, batch->pos,
+                  batch->seq, batch->table_start, batch->blocks, b->base.block_tokens,
+                  dec_splits(b, batch, ld), b->att_part, b->att_counter};
+    const dim3 grid(ld->n_head_kv, batch->n_tokens, a.n_split);
+    switch (ld->head_dim) {
+    case 32: em_cuda_launch(b, decode_attention_kernel<32>, grid, DEC_WARPS * 32, 0, a); break;
+    case 64: em_cuda_launch(b, decode_attention_kernel<64>, grid, DEC_WARPS * 32, 0, a); break;
+    case 128: em_cuda_launch(b, decode_attention_kernel<128>, grid, DEC_WARPS * 32, 0, a); break;
+    case 256: em_cuda_launch(b, decode_attention_kernel<256>, grid, DEC_WARPS * 32, 0, a); break;
+    default: return em_errorf(EM_ERR_INTERNAL, "cuda decode attention: head_dim %u", ld->head_dim);
+    }
+    CU_LAUNCHED();
+    return NULL;
+}
