@@ -9,7 +9,8 @@
  * reference and the decode-style kernel within 2e-3 of the largest output.
  *
  * Timing: a prompt of PROMPT tokens in chunks of CHUNK (each chunk one segment, the cache holding
- * the earlier chunks), dense-1b and moe-30b attention shapes, per chunk and in total.
+ * the earlier chunks), dense-1b, moe-30b and a head_dim-256 (Gemma-like) shape, per chunk and in
+ * total, with 4 and 8 warps per block.
  *
  *   check_attention        (needs a GPU; exits 1 on a failed comparison) */
 #include <math.h>
@@ -259,13 +260,15 @@ static int check_shape(const shape *sh) {
 #define PROMPT 8022
 #define CHUNK 2048
 
-/* Times the decode-style kernel and the prefill kernel (4 and 8 warps) on each chunk of a prompt. */
-static void time_prompt(const shape *sh) {
+/* Times the decode-style kernel and the prefill kernel (4 and 8 warps) on each chunk of a prompt,
+ * and compares each variant's output with the decode-style kernel's. Returns 1 when one differs
+ * by more than 2e-3 of the largest output. */
+static int time_prompt(const shape *sh) {
     const uint32_t seq_len[] = {PROMPT};
-    double total[3] = {0, 0, 0}, flops_all = 0, worst = 0;
+    double total[3] = {0, 0, 0}, flops_all = 0, worst[3] = {0, 0, 0};
     printf("%s: %u q heads, %u kv heads, head_dim %u, prompt %u in chunks of %u\n", sh->name, sh->n_head,
            sh->n_head_kv, sh->dim, PROMPT, CHUNK);
-    printf("  chunk  tokens   old ms   new4 ms  new8 ms  new4 TFLOP/s  new8 TFLOP/s  new/old err\n");
+    printf("  chunk  tokens   old ms   new4 ms  new8 ms  new4 TFLOP/s  new8 TFLOP/s  err4/old  err8/old\n");
     for (uint32_t start = 0; start < PROMPT; start += CHUNK) {
         const uint32_t len = PROMPT - start < CHUNK ? PROMPT - start : CHUNK;
         const run_part part = {0, start, len};
@@ -274,12 +277,15 @@ static void time_prompt(const shape *sh) {
         double flops = 0;
         for (uint32_t t = 0; t < len; t++) flops += 4.0 * sh->dim * sh->n_head * (start + t + 1);
         flops_all += flops;
-        float ms[3];
+        const uint64_t n = (uint64_t)len * sh->n_head * sh->dim;
+        float ms[3], *outs[3];
+        double err[3] = {0, 0, 0};
         cudaEvent_t e0, e1;
         CHECK(cudaEventCreate(&e0));
         CHECK(cudaEventCreate(&e1));
         for (int mode = 0; mode < 3; mode++) {
             const int reps = 5;
+            CHECK(cudaMemset(s.b.attn, 0xff, n * 4));
             for (int r = -1; r < reps; r++) {
                 if (r == 0) CHECK(cudaEventRecord(e0, s.b.stream));
                 if (mode == 0)
@@ -292,20 +298,27 @@ static void time_prompt(const shape *sh) {
             CHECK(cudaEventElapsedTime(&ms[mode], e0, e1));
             ms[mode] /= reps;
             total[mode] += ms[mode];
+            outs[mode] = (float *)malloc(n * 4);
+            CHECK(cudaMemcpy(outs[mode], s.b.attn, n * 4, cudaMemcpyDeviceToHost));
         }
-        float *o = run_attention(&s, 0), *n = run_attention(&s, 1);
-        double mx = 0, err = 0;
-        for (uint64_t i = 0; i < (uint64_t)len * sh->n_head * sh->dim; i++)
-            mx = fmax(mx, fabs(o[i])), err = fmax(err, fabs((double)n[i] - o[i]));
-        worst = fmax(worst, err / mx);
-        printf("  %5u  %6u  %7.3f  %7.3f  %7.3f  %12.1f  %12.1f  %.2e\n", start / CHUNK, len, ms[0], ms[1], ms[2],
-               flops / ms[1] * 1e-9, flops / ms[2] * 1e-9, err / mx);
-        free(o), free(n);
+        double mx = 0;
+        for (uint64_t i = 0; i < n; i++) mx = fmax(mx, fabs(outs[0][i]));
+        for (int mode = 1; mode < 3; mode++) {
+            for (uint64_t i = 0; i < n; i++)
+                err[mode] = isnan(outs[mode][i]) ? INFINITY : fmax(err[mode], fabs((double)outs[mode][i] - outs[0][i]));
+            worst[mode] = fmax(worst[mode], err[mode] / mx);
+        }
+        printf("  %5u  %6u  %7.3f  %7.3f  %7.3f  %12.1f  %12.1f  %.2e  %.2e\n", start / CHUNK, len, ms[0], ms[1], ms[2],
+               flops / ms[1] * 1e-9, flops / ms[2] * 1e-9, err[1] / mx, err[2] / mx);
+        for (int mode = 0; mode < 3; mode++) free(outs[mode]);
         cudaEventDestroy(e0), cudaEventDestroy(e1);
         free_setup(&s);
     }
-    printf("  total          %7.3f  %7.3f  %7.3f  %12.1f  %12.1f  %.2e  (%.1f GFLOP)\n", total[0], total[1], total[2],
-           flops_all / total[1] * 1e-9, flops_all / total[2] * 1e-9, worst, flops_all * 1e-9);
+    printf("  total          %7.3f  %7.3f  %7.3f  %12.1f  %12.1f  %.2e  %.2e  (%.1f GFLOP)\n", total[0], total[1],
+           total[2], flops_all / total[1] * 1e-9, flops_all / total[2] * 1e-9, worst[1], worst[2], flops_all * 1e-9);
+    const bool ok = worst[1] <= 2e-3 && worst[2] <= 2e-3;
+    if (!ok) printf("  FAIL: the prefill kernel differs from the decode-style kernel\n");
+    return ok ? 0 : 1;
 }
 
 int main(void) {
@@ -313,13 +326,18 @@ int main(void) {
         {"dense-1b 32/8x64", 32, 8, 64, 0, 0.0f},      {"moe-30b 32/4x128", 32, 4, 128, 0, 0.0f},
         {"mha 8/8x32", 8, 8, 32, 0, 0.0f},             {"gemma2 8/4x64 w100 cap", 8, 4, 64, 100, 50.0f},
         {"group7 14/2x64", 14, 2, 64, 0, 0.0f},        {"16/8x128 w48", 16, 8, 128, 48, 0.0f},
-        {"softcap 4/1x128", 4, 1, 128, 0, 5.0f},       {"256 fallback 8/4x256", 8, 4, 256, 0, 0.0f},
+        {"softcap 4/1x128", 4, 1, 128, 0, 5.0f},       {"gemma 8/4x256", 8, 4, 256, 0, 0.0f},
+        {"gemma2 16/8x256 w100 cap", 16, 8, 256, 100, 50.0f}, {"96 fallback 8/2x96", 8, 2, 96, 0, 0.0f},
     };
     int failed = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) failed += check_shape(&shapes[i]);
     printf("correctness: %d failed\n", failed);
+    fflush(stdout);
     const shape dense = {"dense-1b", 32, 8, 64, 0, 0.0f}, moe = {"moe-30b", 32, 4, 128, 0, 0.0f};
-    time_prompt(&dense);
-    time_prompt(&moe);
+    const shape gemma = {"gemma-9b-like", 16, 8, 256, 0, 0.0f};
+    failed += time_prompt(&dense);
+    failed += time_prompt(&moe);
+    failed += time_prompt(&gemma);
+    printf("check_attention: %d failed\n", failed);
     return failed ? 1 : 0;
 }

@@ -7,11 +7,12 @@
  * head kvh * group + r % group, and T = rows / group. Each warp owns 16 rows.
  *
  * The block walks the visible positions, from the first one the window lets its first token see
- * to its last token's position, in tiles of PF_KEYS positions: the tile's keys and values go to
+ * to its last token's position, in tiles of keys_per_tile(head_dim) positions: the tile's keys and values go to
  * shared memory through the sequence's block table (cp.async, double-buffered: the next tile
  * loads while this one is computed; positions past the end are zero-filled). Per tile:
  *  - S = Q K^T with mma.sync m16n8k16 (f16 in, f32 accumulate); Q is the f32 q buffer scaled by
- *    the layer's scale and rounded to f16 once, kept in registers as A fragments;
+ *    the layer's scale and rounded to f16 once, kept in registers as A fragments (head_dim 256:
+ *    in shared memory, read with ldmatrix, as the output's registers leave no room for it);
  *  - the soft-cap, then the causal and window masks by each row's own position (only on tiles
  *    that cross the diagonal or the window's edge);
  *  - the online softmax in f32 (base-2 exponentials: scores are multiplied by log2(e));
@@ -23,9 +24,14 @@
 
 #include "internal.cuh"
 
-#define PF_KEYS 64 /* key positions per tile */
+/* Key positions per tile: 64, or 32 for head_dim 256 (registers and shared memory). */
+__host__ __device__ constexpr int keys_per_tile(int head_dim) { return head_dim > 128 ? 32 : 64; }
 #define PF_PAD 8   /* halves of padding after each shared row */
-#define PF_WARPS 4 /* warps per block (16 rows each) unless the caller asks otherwise */
+/* Warps per block (16 rows each): measured on an H200 (tests/cuda/check_attention.cu), 4 warps
+ * are faster for head_dim 64 (dense-1b shapes: 1.84 against 1.91 ms for a prompt of 8022 tokens
+ * in chunks of 2048) and 8 for head_dim 128 (moe-30b shapes: 3.07 against 3.57 ms). */
+static uint32_t default_warps(uint32_t head_dim) { return head_dim >= 128 ? 8 : 4; }
+#define PF_MAX_GROUP 64 /* query heads per KV head: a tile holds at least one token */
 
 typedef struct prefill_args {
     const float *q;
@@ -75,13 +81,13 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
     return *(uint32_t *)&h;
 }
 
-/* Keys and values of positions [first, first + PF_KEYS) into shared rows; positions from `end` on
+/* Keys and values of positions [first, first + KEYS) into shared rows; positions from `end` on
  * are zeros (so masked scores meet zero values, never stale ones). */
-template <int D, int WARPS>
+template <int D, int WARPS, int KEYS>
 __device__ __forceinline__ void load_tile(const prefill_args &a, const uint32_t *table, uint32_t kvh, uint32_t first,
                                           uint32_t end, __half *ks, __half *vs) {
     constexpr int CHUNKS = D / 8; /* 16-byte pieces per row */
-    for (int i = threadIdx.x; i < PF_KEYS * CHUNKS; i += WARPS * 32) {
+    for (int i = threadIdx.x; i < KEYS * CHUNKS; i += WARPS * 32) {
         const uint32_t key = i / CHUNKS, c = i % CHUNKS, p = first + key;
         const bool valid = p < end;
         uint64_t off = 0;
@@ -96,8 +102,10 @@ __device__ __forceinline__ void load_tile(const prefill_args &a, const uint32_t 
 
 template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefill_kernel(prefill_args a) {
     extern __shared__ __align__(16) __half smem[];
-    constexpr int ROW = D + PF_PAD, TILE = PF_KEYS * ROW;
-    /* buffer i: keys at smem + 2 i TILE, values after them */
+    constexpr int KEYS = keys_per_tile(D), ROW = D + PF_PAD, TILE = KEYS * ROW;
+    constexpr bool Q_SHARED = D > 128;
+    /* [queries: 16 * WARPS rows, with Q_SHARED] then buffer i: keys at kv + 2 i TILE, values after */
+    __half *const qs = smem, *const kv = smem + (Q_SHARED ? 16 * WARPS * ROW : 0);
     em_pdl_wait();
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const uint32_t kvh = blockIdx.y;
@@ -114,7 +122,7 @@ template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefil
     const uint32_t pos0 = a.pos[t0], pos_last = pos0 + n_tok - 1;
     const uint32_t *table = a.blocks + a.table_start[a.seq[t0]];
     const uint32_t lo = a.window && pos0 + 1 > a.window ? pos0 + 1 - a.window : 0, hi = pos_last + 1;
-    const uint32_t n_key_tiles = (hi - lo + PF_KEYS - 1) / PF_KEYS;
+    const uint32_t n_key_tiles = (hi - lo + KEYS - 1) / KEYS;
 
     /* this thread's two rows (g and g + 8 of its warp) */
     uint32_t row_pos[2], row_token[2], row_head[2];
@@ -126,8 +134,16 @@ template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefil
         row_head[i] = kvh * a.group + r % a.group;
         row_pos[i] = pos0 + tr;
     }
-    uint32_t qf[D / 16][4];
-    {
+    uint32_t qf[Q_SHARED ? 1 : D / 16][4];
+    if constexpr (Q_SHARED) {
+        /* each warp its own 16 rows; read back by the same warp after the loop's first barrier */
+        for (uint32_t i = lane; i < 16 * D / 2; i += 32) {
+            const uint32_t r = 16 * warp + i / (D / 2), c = i % (D / 2), tr = min(r / a.group, n_tok - 1);
+            const uint64_t row = (uint64_t)(t0 + tr) * a.n_head + kvh * a.group + r % a.group;
+            const float2 x = *(const float2 *)(a.q + row * D + 2 * c);
+            *(uint32_t *)(qs + r * ROW + 2 * c) = pack_half2(x.x * a.scale, x.y * a.scale);
+        }
+    } else {
         const float *q0 = a.q + ((uint64_t)row_token[0] * a.n_head + row_head[0]) * D;
         const float *q1 = a.q + ((uint64_t)row_token[1] * a.n_head + row_head[1]) * D;
 #pragma unroll
@@ -147,39 +163,50 @@ template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefil
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const float log2e = 1.4426950408889634f;
 
-    load_tile<D, WARPS>(a, table, kvh, lo, hi, smem, smem + TILE);
+    load_tile<D, WARPS, KEYS>(a, table, kvh, lo, hi, kv, kv + TILE);
     cp_async_commit();
     for (uint32_t kt = 0; kt < n_key_tiles; kt++) {
-        const uint32_t first = lo + kt * PF_KEYS;
+        const uint32_t first = lo + kt * KEYS;
         if (kt + 1 < n_key_tiles) {
-            __half *next = smem + 2 * TILE * ((kt + 1) & 1);
-            load_tile<D, WARPS>(a, table, kvh, first + PF_KEYS, hi, next, next + TILE);
+            __half *next = kv + 2 * TILE * ((kt + 1) & 1);
+            load_tile<D, WARPS, KEYS>(a, table, kvh, first + KEYS, hi, next, next + TILE);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
         __syncthreads();
-        const __half *ks = smem + 2 * TILE * (kt & 1), *vs = ks + TILE;
+        const __half *ks = kv + 2 * TILE * (kt & 1), *vs = ks + TILE;
 
-        float sc[PF_KEYS / 8][4];
+        float sc[KEYS / 8][4];
 #pragma unroll
-        for (int n = 0; n < PF_KEYS / 8; n++) {
-            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+        for (int n = 0; n < KEYS / 8; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
 #pragma unroll
-            for (int k = 0; k < D / 32; k++) {
+        for (int k = 0; k < D / 32; k++) { /* two steps of 16 dimensions */
+            uint32_t qa[2][4];
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                if constexpr (Q_SHARED)
+                    ldmatrix_x4(qa[j], qs + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * ROW + 32 * k + 16 * j +
+                                           8 * (lane >> 4));
+                else
+                    qa[j][0] = qf[2 * k + j][0], qa[j][1] = qf[2 * k + j][1], qa[j][2] = qf[2 * k + j][2],
+                    qa[j][3] = qf[2 * k + j][3];
+            }
+#pragma unroll
+            for (int n = 0; n < KEYS / 8; n++) {
                 uint32_t b[4];
                 ldmatrix_x4(b, ks + (8 * n + (lane & 7)) * ROW + 32 * k + 8 * (lane >> 3));
-                mma16816(sc[n], qf[2 * k], b[0], b[1]);
-                mma16816(sc[n], qf[2 * k + 1], b[2], b[3]);
+                mma16816(sc[n], qa[0], b[0], b[1]);
+                mma16816(sc[n], qa[1], b[2], b[3]);
             }
         }
         /* masks are needed where the tile reaches past the first row's position or, with a
          * window, starts at or before the last row's window edge */
-        const bool masked = first + PF_KEYS - 1 > pos0 || (a.window && first + a.window <= pos_last);
+        const bool masked = first + KEYS - 1 > pos0 || (a.window && first + a.window <= pos_last);
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int n = 0; n < PF_KEYS / 8; n++)
+        for (int n = 0; n < KEYS / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float x = sc[n][e];
@@ -208,9 +235,9 @@ template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefil
             o[d][0] *= corr[0], o[d][1] *= corr[0];
             o[d][2] *= corr[1], o[d][3] *= corr[1];
         }
-        uint32_t pa[PF_KEYS / 16][4];
+        uint32_t pa[KEYS / 16][4];
 #pragma unroll
-        for (int n = 0; n < PF_KEYS / 8; n++) {
+        for (int n = 0; n < KEYS / 8; n++) {
             const float p0 = exp2f(sc[n][0] - base[0]), p1 = exp2f(sc[n][1] - base[0]);
             const float p2 = exp2f(sc[n][2] - base[1]), p3 = exp2f(sc[n][3] - base[1]);
             l[0] += p0 + p1;
@@ -219,7 +246,7 @@ template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefil
             pa[n / 2][(n & 1) * 2 + 1] = pack_half2(p2, p3);
         }
 #pragma unroll
-        for (int k = 0; k < PF_KEYS / 16; k++)
+        for (int k = 0; k < KEYS / 16; k++)
 #pragma unroll
             for (int d = 0; d < D / 16; d++) {
                 uint32_t b[4];
@@ -248,12 +275,13 @@ template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefil
 
 bool em_cuda_prefill_supported(const cuda_backend *b, const em_layer_desc *ld) {
     const uint32_t dim = ld->head_dim;
-    return b->kv_elem == 2 && ld->head_dim_v == dim && (dim == 32 || dim == 64 || dim == 128) && ld->n_head_kv &&
-           ld->n_head % ld->n_head_kv == 0 && ld->n_head / ld->n_head_kv <= 16 * PF_WARPS;
+    return b->kv_elem == 2 && ld->head_dim_v == dim && (dim == 32 || dim == 64 || dim == 128 || dim == 256) && ld->n_head_kv &&
+           ld->n_head % ld->n_head_kv == 0 && ld->n_head / ld->n_head_kv <= PF_MAX_GROUP;
 }
 
 template <int D, int WARPS> static em_err launch(cuda_backend *b, prefill_args a) {
-    const size_t smem = 4 * (size_t)PF_KEYS * (D + PF_PAD) * sizeof(__half);
+    const size_t rows = (D > 128 ? 16 * WARPS : 0) + 4 * keys_per_tile(D);
+    const size_t smem = rows * (D + PF_PAD) * sizeof(__half);
     CU_TRY(cudaFuncSetAttribute(prefill_kernel<D, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     em_cuda_launch(b, prefill_kernel<D, WARPS>, dim3(a.n_tiles, a.n_head_kv), WARPS * 32, smem, a);
     CU_LAUNCHED();
@@ -266,7 +294,7 @@ em_err em_cuda_prefill_attention_warps(cuda_backend *b, const cuda_batch *batch,
     const cuda_layer *lw = &b->layers[il];
     if (!em_cuda_prefill_supported(b, ld) || batch->n_segments == 0)
         return em_errorf(EM_ERR_INTERNAL, "prefill attention: unsupported layer or no segment");
-    if (warps != 4 && warps != 8) warps = PF_WARPS;
+    if (warps != 4 && warps != 8) warps = default_warps(ld->head_dim);
     prefill_args a = {};
     a.q = b->q, a.out = b->attn, a.keys = (const __half *)lw->keys, a.values = (const __half *)lw->values;
     a.n_head = ld->n_head, a.n_head_kv = ld->n_head_kv, a.group = ld->n_head / ld->n_head_kv;
@@ -281,6 +309,8 @@ em_err em_cuda_prefill_attention_warps(cuda_backend *b, const cuda_batch *batch,
     case 32 * 16 + 4: return launch<32, 4>(b, a);
     case 64 * 16 + 4: return launch<64, 4>(b, a);
     case 128 * 16 + 4: return launch<128, 4>(b, a);
+    case 256 * 16 + 4: return launch<256, 4>(b, a);
+    case 256 * 16 + 8: return launch<256, 8>(b, a);
     case 32 * 16 + 8: return launch<32, 8>(b, a);
     case 64 * 16 + 8: return launch<64, 8>(b, a);
     default: return launch<128, 8>(b, a);
