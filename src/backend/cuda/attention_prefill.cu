@@ -16,8 +16,8 @@
  *  - the soft-cap, then the causal and window masks by each row's own position (only on tiles
  *    that cross the diagonal or the window's edge);
  *  - the online softmax in f32 (base-2 exponentials: scores are multiplied by log2(e));
- *  - O += P V, P rounded to f16 straight from the S accumulators (their layout is the A
- *    fragment's), V fragments from ldmatrix.trans.
+ *  - O += P V, P split into two f16 parts (hi + lo, see below) straight from the S
+ *    accumulators (their layout is the A fragment's), V fragments from ldmatrix.trans.
  * Shared rows are padded by 8 halves, so the 8 row addresses of an ldmatrix fall in distinct
  * banks. The output rows are written in the decode-style kernel's layout. */
 #include <math.h>
@@ -27,9 +27,10 @@
 /* Key positions per tile: 64, or 32 for head_dim 256 (registers and shared memory). */
 __host__ __device__ constexpr int keys_per_tile(int head_dim) { return head_dim > 128 ? 32 : 64; }
 #define PF_PAD 8   /* halves of padding after each shared row */
-/* Warps per block (16 rows each): measured on an H200 (tests/cuda/check_attention.cu), 4 warps
- * are faster for head_dim 64 (dense-1b shapes: 1.84 against 1.91 ms for a prompt of 8022 tokens
- * in chunks of 2048) and 8 for head_dim 128 (moe-30b shapes: 3.07 against 3.57 ms). */
+/* Warps per block (16 rows each): measured on an H200 (tests/cuda/check_attention.cu, with P
+ * still in one f16 part), 4 warps are faster for head_dim 64 (dense-1b shapes: 1.83 against 1.86
+ * ms for a prompt of 8022 tokens in chunks of 2048), 8 for head_dim 128 (moe-30b shapes: 3.01
+ * against 3.47 ms) and 256 (16 q / 8 kv heads: 3.44 against 3.70 ms). */
 static uint32_t default_warps(uint32_t head_dim) { return head_dim >= 128 ? 8 : 4; }
 #define PF_MAX_GROUP 64 /* query heads per KV head: a tile holds at least one token */
 
@@ -79,6 +80,14 @@ __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
     __half2 h = __floats2half2_rn(lo, hi);
     return *(uint32_t *)&h;
+}
+
+/* (x, y) as f16 pairs hi and lo with hi + lo = (x, y) to about 22 bits. */
+__device__ __forceinline__ void split_half2(float x, float y, uint32_t &hi, uint32_t &lo) {
+    const __half2 h = __floats2half2_rn(x, y);
+    const float2 r = __half22float2(h);
+    hi = *(const uint32_t *)&h;
+    lo = pack_half2(x - r.x, y - r.y);
 }
 
 /* Keys and values of positions [first, first + KEYS) into shared rows; positions from `end` on
@@ -235,25 +244,34 @@ template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefil
             o[d][0] *= corr[0], o[d][1] *= corr[0];
             o[d][2] *= corr[1], o[d][3] *= corr[1];
         }
-        uint32_t pa[KEYS / 16][4];
 #pragma unroll
         for (int n = 0; n < KEYS / 8; n++) {
-            const float p0 = exp2f(sc[n][0] - base[0]), p1 = exp2f(sc[n][1] - base[0]);
-            const float p2 = exp2f(sc[n][2] - base[1]), p3 = exp2f(sc[n][3] - base[1]);
-            l[0] += p0 + p1;
-            l[1] += p2 + p3;
-            pa[n / 2][(n & 1) * 2] = pack_half2(p0, p1);
-            pa[n / 2][(n & 1) * 2 + 1] = pack_half2(p2, p3);
-        }
 #pragma unroll
-        for (int k = 0; k < KEYS / 16; k++)
+            for (int e = 0; e < 4; e++) sc[n][e] = exp2f(sc[n][e] - base[e >> 1]);
+            l[0] += sc[n][0] + sc[n][1];
+            l[1] += sc[n][2] + sc[n][3];
+        }
+        /* P goes to the tensor cores as two f16 parts, hi + lo (about 22 bits together): P
+         * rounded once to f16 moved outputs enough to flip a near-tied expert choice further on
+         * (tiny-qwen3moe bf16 in tests/cuda/run.sh, reproduced by rounding P on the CPU). The
+         * S accumulators' layout is the A fragment's: keys 16k.. are S tiles 2k and 2k + 1. */
+#pragma unroll
+        for (int k = 0; k < KEYS / 16; k++) {
+            uint32_t p_hi[4], p_lo[4];
+            split_half2(sc[2 * k][0], sc[2 * k][1], p_hi[0], p_lo[0]);
+            split_half2(sc[2 * k][2], sc[2 * k][3], p_hi[1], p_lo[1]);
+            split_half2(sc[2 * k + 1][0], sc[2 * k + 1][1], p_hi[2], p_lo[2]);
+            split_half2(sc[2 * k + 1][2], sc[2 * k + 1][3], p_hi[3], p_lo[3]);
 #pragma unroll
             for (int d = 0; d < D / 16; d++) {
                 uint32_t b[4];
                 ldmatrix_x4_trans(b, vs + (16 * k + (lane & 7) + 8 * ((lane >> 3) & 1)) * ROW + 16 * d + 8 * (lane >> 4));
-                mma16816(o[2 * d], pa[k], b[0], b[1]);
-                mma16816(o[2 * d + 1], pa[k], b[2], b[3]);
+                mma16816(o[2 * d], p_hi, b[0], b[1]);
+                mma16816(o[2 * d], p_lo, b[0], b[1]);
+                mma16816(o[2 * d + 1], p_hi, b[2], b[3]);
+                mma16816(o[2 * d + 1], p_lo, b[2], b[3]);
             }
+        }
         __syncthreads(); /* the next iteration loads into the buffer just read */
     }
     /* each lane summed its own columns: the row's sum is over the 4 lanes of the row */
