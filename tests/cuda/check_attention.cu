@@ -111,7 +111,10 @@ static void make_setup(setup *s, const shape *sh, const run_part *parts, uint32_
         if (end - t >= EM_ATT_SEGMENT_MIN)
             s->segments[2 * n_seg] = t, s->segments[2 * n_seg + 1] = end - t, n_seg++;
         else
-            for (uint32_t u = t; u < end; u++) s->other[n_other++] = u, other_max = s->pos[u] > other_max ? s->pos[u] : other_max;
+            for (uint32_t u = t; u < end; u++) {
+                s->other[n_other++] = u;
+                if (s->pos[u] > other_max) other_max = s->pos[u];
+            }
     }
     uint32_t max_pos = 0;
     for (uint32_t t = 0; t < n; t++) max_pos = s->pos[t] > max_pos ? s->pos[t] : max_pos;

@@ -7,9 +7,10 @@
  * head kvh * group + r % group, and T = rows / group. Each warp owns 16 rows.
  *
  * The block walks the visible positions, from the first one the window lets its first token see
- * to its last token's position, in tiles of keys_per_tile(head_dim) positions: the tile's keys and values go to
- * shared memory through the sequence's block table (cp.async, double-buffered: the next tile
- * loads while this one is computed; positions past the end are zero-filled). Per tile:
+ * to its last token's position, in tiles of keys_per_tile(head_dim) positions: the tile's keys
+ * and values go to shared memory through the sequence's block table (cp.async, double-buffered:
+ * the next tile loads while this one is computed; positions past the end are zero-filled). Per
+ * tile:
  *  - S = Q K^T with mma.sync m16n8k16 (f16 in, f32 accumulate); Q is the f32 q buffer scaled by
  *    the layer's scale and rounded to f16 once, kept in registers as A fragments (head_dim 256:
  *    in shared memory, read with ldmatrix, as the output's registers leave no room for it);
@@ -26,7 +27,7 @@
 
 /* Key positions per tile: 64, or 32 for head_dim 256 (registers and shared memory). */
 __host__ __device__ constexpr int keys_per_tile(int head_dim) { return head_dim > 128 ? 32 : 64; }
-#define PF_PAD 8   /* halves of padding after each shared row */
+#define PF_PAD 8 /* halves of padding after each shared row */
 /* Warps per block (16 rows each): measured on an H200 (tests/cuda/check_attention.cu, with P
  * still in one f16 part), 4 warps are faster for head_dim 64 (dense-1b shapes: 1.83 against 1.86
  * ms for a prompt of 8022 tokens in chunks of 2048), 8 for head_dim 128 (moe-30b shapes: 3.01
@@ -265,7 +266,8 @@ template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefil
 #pragma unroll
             for (int d = 0; d < D / 16; d++) {
                 uint32_t b[4];
-                ldmatrix_x4_trans(b, vs + (16 * k + (lane & 7) + 8 * ((lane >> 3) & 1)) * ROW + 16 * d + 8 * (lane >> 4));
+                const uint32_t key = 16 * k + (lane & 7) + 8 * ((lane >> 3) & 1);
+                ldmatrix_x4_trans(b, vs + key * ROW + 16 * d + 8 * (lane >> 4));
                 mma16816(o[2 * d], p_hi, b[0], b[1]);
                 mma16816(o[2 * d], p_lo, b[0], b[1]);
                 mma16816(o[2 * d + 1], p_hi, b[2], b[3]);
@@ -293,8 +295,8 @@ template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefil
 
 bool em_cuda_prefill_supported(const cuda_backend *b, const em_layer_desc *ld) {
     const uint32_t dim = ld->head_dim;
-    return b->kv_elem == 2 && ld->head_dim_v == dim && (dim == 32 || dim == 64 || dim == 128 || dim == 256) && ld->n_head_kv &&
-           ld->n_head % ld->n_head_kv == 0 && ld->n_head / ld->n_head_kv <= PF_MAX_GROUP;
+    return b->kv_elem == 2 && ld->head_dim_v == dim && (dim == 32 || dim == 64 || dim == 128 || dim == 256) &&
+           ld->n_head_kv && ld->n_head % ld->n_head_kv == 0 && ld->n_head / ld->n_head_kv <= PF_MAX_GROUP;
 }
 
 template <int D, int WARPS> static em_err launch(cuda_backend *b, prefill_args a) {
