@@ -1,4 +1,5 @@
-/* Attention over the paged f16 KV cache, for decode tokens and prefill chunks alike.
+/* Attention over the paged KV cache, decode-style: for decode tokens, short runs of tokens, and
+ * whatever the tensor-core prefill kernel (attention_prefill.cu) does not take.
  *
  * One block per (query head, token, split): the visible positions of a token are cut into
  * n_split ranges, one per block, so that a decode step at batch 1 (one token, a few dozen heads)
@@ -10,6 +11,8 @@
  * split the block writes the output; with several, each block writes its (max, sum, weighted
  * values) to scratch and the last block of the (head, token) to finish (an atomic count, reset by
  * that block for the next launch) merges them.
+ * When the prefill kernel takes the batch's segments, the grid's rows are the other tokens, from a
+ * token list (cuda_batch.other_tokens); otherwise row y is token y.
  * GQA: query head h reads KV head h / (n_head / n_head_kv). Sliding windows and the score
  * soft-cap are applied as in the CPU reference. */
 #include <math.h>
@@ -29,8 +32,9 @@ typedef struct att_args {
     const uint32_t *pos, *seq, *table_start, *blocks;
     uint32_t block_tokens;
     uint32_t n_split;
-    float *part;       /* [token][head][split][head_dim_v + 2]: weighted values, max, sum */
-    uint32_t *counter; /* [token][head], zero between launches */
+    const uint32_t *tokens; /* blockIdx.y's token; NULL: token blockIdx.y */
+    float *part;       /* [grid row][head][split][head_dim_v + 2]: weighted values, max, sum */
+    uint32_t *counter; /* [grid row][head], zero between launches */
 } att_args;
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -65,7 +69,7 @@ template <typename KV> __global__ void __launch_bounds__(ATT_WARPS * 32) attenti
     __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
     __shared__ bool last_block;
     em_pdl_wait();
-    const uint32_t h = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
+    const uint32_t h = blockIdx.x, t = a.tokens ? a.tokens[blockIdx.y] : blockIdx.y, split = blockIdx.z;
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const uint32_t kvh = h / (a.n_head / a.n_head_kv);
     const uint32_t pos = a.pos[t];
@@ -140,7 +144,8 @@ template <typename KV> __global__ void __launch_bounds__(ATT_WARPS * 32) attenti
     float total = 0.0f;
     for (int w = 0; w < ATT_WARPS; w++) total += part_m[w] == -INFINITY ? 0.0f : part_l[w] * expf(part_m[w] - mm);
     float *o = a.out + ((uint64_t)t * a.n_head + h) * a.head_dim_v;
-    const uint64_t pair = (uint64_t)t * a.n_head + h;
+    /* partials and counters by grid row, not token: the scratch holds the grid's pairs */
+    const uint64_t pair = (uint64_t)blockIdx.y * a.n_head + h;
     float *mine = a.part + (pair * a.n_split + split) * (a.head_dim_v + 2);
     for (uint32_t d = threadIdx.x; d < a.head_dim_v; d += blockDim.x) {
         float sum = 0.0f;
@@ -186,11 +191,11 @@ template <typename KV> __global__ void __launch_bounds__(ATT_WARPS * 32) attenti
 #define ATT_SPAN 1024
 #define ATT_MAX_SPLIT 16
 
-static uint32_t n_splits(const cuda_backend *b, const cuda_batch *batch, uint32_t n_head) {
-    const uint64_t pairs = (uint64_t)batch->n_tokens * n_head;
+static uint32_t n_splits(const cuda_backend *b, uint32_t n_tokens, uint32_t max_pos, uint32_t n_head) {
+    const uint64_t pairs = (uint64_t)n_tokens * n_head;
     uint64_t s = (2 * (uint64_t)b->n_sm + pairs - 1) / pairs;
     if (!b->capturing) {
-        const uint64_t by_len = ((uint64_t)batch->max_pos + ATT_SPAN) / ATT_SPAN;
+        const uint64_t by_len = ((uint64_t)max_pos + ATT_SPAN) / ATT_SPAN;
         if (by_len > s) s = by_len;
     }
     if (s > ATT_MAX_SPLIT) s = ATT_MAX_SPLIT;
@@ -198,19 +203,37 @@ static uint32_t n_splits(const cuda_backend *b, const cuda_batch *batch, uint32_
     return s ? (uint32_t)s : 1;
 }
 
-em_err em_cuda_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il) {
-    if (em_cuda_attention_decode_fits(b, il)) return em_cuda_attention_decode(b, batch, il);
+/* A captured batch has at most EM_CUDA_GRAPH_TOKENS tokens, so no segment: the decode-style
+ * kernel's grid then covers every token, whatever the batch holds at replay. */
+static_assert(EM_ATT_SEGMENT_MIN > EM_CUDA_GRAPH_TOKENS, "captured batches must have no prefill segments");
+
+em_err em_cuda_attention_with(cuda_backend *b, const cuda_batch *batch, uint32_t il, bool use_segments) {
     const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
+    const bool prefill = use_segments && batch->n_segments > 0 && !b->capturing && em_cuda_prefill_supported(b, ld);
+    if (prefill) {
+        em_err err = em_cuda_prefill_attention(b, batch, il);
+        if (err) return err;
+        if (batch->n_other == 0) return NULL;
+    }
+    const uint32_t n_tokens = prefill ? batch->n_other : batch->n_tokens;
+    const uint32_t max_pos = prefill ? batch->other_max_pos : batch->max_pos;
+    if (em_cuda_attention_decode_fits(b, il))
+        return em_cuda_attention_decode(b, batch, il, prefill ? batch->other_tokens : NULL, n_tokens, max_pos);
     att_args a = {b->q, b->attn, lw->keys, lw->values, ld->n_head, ld->n_head_kv, ld->head_dim, ld->head_dim_v,
                   ld->attn_scale, ld->attn_softcap, ld->attn == EM_ATTN_SLIDING ? ld->window : 0, batch->pos,
                   batch->seq, batch->table_start, batch->blocks, b->base.block_tokens,
-                  n_splits(b, batch, ld->n_head), b->att_part, b->att_counter};
-    dim3 grid(ld->n_head, batch->n_tokens, a.n_split);
+                  n_splits(b, n_tokens, max_pos, ld->n_head), prefill ? batch->other_tokens : NULL, b->att_part,
+                  b->att_counter};
+    dim3 grid(ld->n_head, n_tokens, a.n_split);
     if (b->kv_elem == 4)
         em_cuda_launch(b, attention_kernel<float>, grid, ATT_WARPS * 32, 0, a);
     else
         em_cuda_launch(b, attention_kernel<__half>, grid, ATT_WARPS * 32, 0, a);
     CU_LAUNCHED();
     return NULL;
+}
+
+em_err em_cuda_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il) {
+    return em_cuda_attention_with(b, batch, il, true);
 }

@@ -31,9 +31,10 @@ typedef struct dec_args {
     uint32_t window; /* 0 = full */
     const uint32_t *pos, *seq, *table_start, *blocks;
     uint32_t block_tokens;
+    const uint32_t *tokens; /* grid row -> token of the batch (NULL: the same) */
     uint32_t n_split;
-    float *part;       /* [token][query head][split][HD + 2]: weighted values, max, sum */
-    uint32_t *counter; /* [token][n_head] (this kernel uses the first n_head_kv), zero between launches */
+    float *part;       /* [grid row][query head][split][HD + 2]: weighted values, max, sum */
+    uint32_t *counter; /* [grid row][n_head] (this kernel uses the first n_head_kv), zero between launches */
 } dec_args;
 
 __device__ __forceinline__ float dec_warp_max(float v) {
@@ -69,7 +70,8 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32) decode_atten
     __shared__ uint32_t rows[S::T];
     __shared__ bool last_block;
     em_pdl_wait();
-    const uint32_t kvh = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
+    const uint32_t kvh = blockIdx.x, grid_row = blockIdx.y, split = blockIdx.z;
+    const uint32_t t = a.tokens ? a.tokens[grid_row] : grid_row;
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const uint32_t group = a.n_head / a.n_head_kv;
     const uint32_t pos = a.pos[t];
@@ -170,13 +172,13 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32) decode_atten
     for (int hh = 0; hh < DEC_HEADS_PER_WARP; hh++) {
         const uint32_t g = warp + DEC_WARPS * hh;
         if (g >= group) break;
-        const uint64_t pair = (uint64_t)t * a.n_head + kvh * group + g;
+        const uint64_t head = kvh * group + g;
         if (a.n_split == 1) {
-            float *o = a.out + pair * HD + S::DL * lane;
+            float *o = a.out + ((uint64_t)t * a.n_head + head) * HD + S::DL * lane;
 #pragma unroll
             for (int i = 0; i < S::DL; i++) o[i] = acc[hh][i] / l[hh];
         } else {
-            float *mine = a.part + (pair * a.n_split + split) * (HD + 2);
+            float *mine = a.part + (((uint64_t)grid_row * a.n_head + head) * a.n_split + split) * (HD + 2);
 #pragma unroll
             for (int i = 0; i < S::DL; i++) mine[S::DL * lane + i] = acc[hh][i];
             if (lane == 0) mine[HD] = m[hh], mine[HD + 1] = l[hh];
@@ -186,7 +188,7 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32) decode_atten
     /* make this block's partials visible before counting it; the last block to count merges */
     __threadfence();
     __syncthreads();
-    const uint64_t group_pair = (uint64_t)t * a.n_head + kvh;
+    const uint64_t group_pair = (uint64_t)grid_row * a.n_head + kvh;
     if (threadIdx.x == 0) last_block = atomicAdd(&a.counter[group_pair], 1u) == a.n_split - 1;
     __syncthreads();
     if (!last_block) return;
@@ -197,7 +199,7 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32) decode_atten
     __shared__ float split_m[DEC_WARPS * DEC_HEADS_PER_WARP][DEC_MAX_SPLIT];
     __shared__ float split_l[DEC_WARPS * DEC_HEADS_PER_WARP][DEC_MAX_SPLIT];
     const uint32_t stride = HD + 2;
-    const float *group_parts = a.part + ((uint64_t)t * a.n_head + kvh * group) * a.n_split * stride;
+    const float *group_parts = a.part + ((uint64_t)grid_row * a.n_head + kvh * group) * a.n_split * stride;
     for (uint32_t i = threadIdx.x; i < group * a.n_split; i += blockDim.x) {
         const float *p = group_parts + (uint64_t)i * stride; /* head i / n_split, split i % n_split */
         split_m[i / a.n_split][i % a.n_split] = __ldcg(p + HD);
@@ -239,11 +241,11 @@ bool em_cuda_attention_decode_fits(const cuda_backend *b, uint32_t il) {
 /* Splits per (token, KV head): enough blocks to cover the GPU twice; for batches launched directly
  * (not replayed from a graph, so the longest context is known) also enough that no block walks
  * more than DEC_SPAN positions; never more than the scratch holds (partials are per query head). */
-static uint32_t dec_splits(const cuda_backend *b, const cuda_batch *batch, const em_layer_desc *ld) {
-    const uint64_t blocks = (uint64_t)batch->n_tokens * ld->n_head_kv, heads = (uint64_t)batch->n_tokens * ld->n_head;
+static uint32_t dec_splits(const cuda_backend *b, uint32_t n_tokens, uint32_t max_pos, const em_layer_desc *ld) {
+    const uint64_t blocks = (uint64_t)n_tokens * ld->n_head_kv, heads = (uint64_t)n_tokens * ld->n_head;
     uint64_t s = (2 * (uint64_t)b->n_sm + blocks - 1) / blocks;
     if (!b->capturing) {
-        const uint64_t by_len = ((uint64_t)batch->max_pos + DEC_SPAN) / DEC_SPAN;
+        const uint64_t by_len = ((uint64_t)max_pos + DEC_SPAN) / DEC_SPAN;
         if (by_len > s) s = by_len;
     }
     if (s > DEC_MAX_SPLIT) s = DEC_MAX_SPLIT;
@@ -251,14 +253,16 @@ static uint32_t dec_splits(const cuda_backend *b, const cuda_batch *batch, const
     return s ? (uint32_t)s : 1;
 }
 
-em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32_t il) {
+em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32_t il, const uint32_t *tokens,
+                                uint32_t n_tokens, uint32_t max_pos) {
+    if (n_tokens == 0) return NULL;
     const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
     dec_args a = {b->q, b->attn, (const __half *)lw->keys, (const __half *)lw->values, ld->n_head, ld->n_head_kv,
                   ld->attn_scale, ld->attn_softcap, ld->attn == EM_ATTN_SLIDING ? ld->window : 0, batch->pos,
-                  batch->seq, batch->table_start, batch->blocks, b->base.block_tokens,
-                  dec_splits(b, batch, ld), b->att_part, b->att_counter};
-    const dim3 grid(ld->n_head_kv, batch->n_tokens, a.n_split);
+                  batch->seq, batch->table_start, batch->blocks, b->base.block_tokens, tokens,
+                  dec_splits(b, n_tokens, max_pos, ld), b->att_part, b->att_counter};
+    const dim3 grid(ld->n_head_kv, n_tokens, a.n_split);
     switch (ld->head_dim) {
     case 32: em_cuda_launch(b, decode_attention_kernel<32>, grid, DEC_WARPS * 32, 0, a); break;
     case 64: em_cuda_launch(b, decode_attention_kernel<64>, grid, DEC_WARPS * 32, 0, a); break;

@@ -96,9 +96,10 @@ static uint32_t grow_to(uint32_t cap, uint64_t need) {
     return (uint32_t)c;
 }
 
-/* The batch arrays live at offsets fixed by capacities (tokens, seq, pos, logits rows: cap_n words
- * each; table starts: cap_s; tables: cap_tw), so that a captured graph's pointers stay valid while
- * the block tables grow. Growing any capacity drops the captured graphs. */
+/* The batch arrays live at offsets fixed by capacities (tokens, seq, pos, logits rows, other
+ * tokens, prefill segments: cap_n words each; table starts: cap_s; tables: cap_tw), so that a
+ * captured graph's pointers stay valid while the block tables grow. Growing any capacity drops the
+ * captured graphs. */
 static em_err upload_batch(cuda_backend *b, const em_batch *batch, cuda_batch *cb) {
     const uint32_t n = batch->n_tokens;
     uint64_t table_words = 0;
@@ -108,7 +109,7 @@ static em_err upload_batch(cuda_backend *b, const em_batch *batch, cuda_batch *c
         b->cap_n = grow_to(b->cap_n, n);
         b->cap_s = grow_to(b->cap_s, batch->n_seqs);
         b->cap_tw = grow_to(b->cap_tw, table_words);
-        const uint64_t words = 4 * (uint64_t)b->cap_n + b->cap_s + b->cap_tw;
+        const uint64_t words = 6 * (uint64_t)b->cap_n + b->cap_s + b->cap_tw;
         em_err err = grow_pinned((void **)&b->batch_host, &b->cap_batch, words * 4);
         if (err) return err;
         cudaFree(b->batch_dev);
@@ -116,9 +117,10 @@ static em_err upload_batch(cuda_backend *b, const em_batch *batch, cuda_batch *c
         CU_TRY(cudaMalloc((void **)&b->batch_dev, words * 4));
         em_cuda_drop_graphs(b);
     }
-    const uint64_t words = 4 * (uint64_t)b->cap_n + b->cap_s + b->cap_tw;
+    const uint64_t words = 6 * (uint64_t)b->cap_n + b->cap_s + b->cap_tw;
     uint32_t *h = (uint32_t *)b->batch_host;
-    uint32_t *logit_rows = h + 3 * b->cap_n, *starts = h + 4 * b->cap_n, *tables = starts + b->cap_s;
+    uint32_t *logit_rows = h + 3 * b->cap_n, *other = h + 4 * b->cap_n, *segments = h + 5 * b->cap_n;
+    uint32_t *starts = h + 6 * b->cap_n, *tables = starts + b->cap_s;
     memcpy(h, batch->tokens, n * 4);
     memcpy(h + b->cap_n, batch->seq, n * 4);
     memcpy(h + 2 * b->cap_n, batch->pos, n * 4);
@@ -132,17 +134,41 @@ static em_err upload_batch(cuda_backend *b, const em_batch *batch, cuda_batch *c
     for (uint32_t t = 0; t < n; t++) max_pos = max_u32(max_pos, batch->pos[t]);
     for (uint32_t t = 0; t < n; t++)
         if (batch->logits ? batch->logits[t] : t == n - 1) logit_rows[r++] = t;
+    /* Prefill segments: maximal runs of one sequence at consecutive positions, the long ones (each
+     * is at least EM_ATT_SEGMENT_MIN tokens, so they fit their cap_n / EM_ATT_SEGMENT_MIN pairs);
+     * the other tokens in order. */
+    uint32_t n_segments = 0, n_other = 0, other_max_pos = 0;
+    for (uint32_t t = 0, end; t < n; t = end) {
+        end = t + 1;
+        while (end < n && batch->seq[end] == batch->seq[t] && batch->pos[end] == batch->pos[end - 1] + 1) end++;
+        if (end - t >= EM_ATT_SEGMENT_MIN) {
+            segments[2 * n_segments] = t;
+            segments[2 * n_segments + 1] = end - t;
+            n_segments++;
+        } else {
+            for (uint32_t u = t; u < end; u++) {
+                other[n_other++] = u;
+                other_max_pos = max_u32(other_max_pos, batch->pos[u]);
+            }
+        }
+    }
     CU_TRY(cudaMemcpyAsync(b->batch_dev, h, words * 4, cudaMemcpyHostToDevice, b->stream));
     const uint32_t *d = (const uint32_t *)b->batch_dev;
     cb->tokens = (const int32_t *)d;
     cb->seq = d + b->cap_n;
     cb->pos = d + 2 * b->cap_n;
     cb->logit_rows = d + 3 * b->cap_n;
-    cb->table_start = d + 4 * b->cap_n;
+    cb->other_tokens = d + 4 * b->cap_n;
+    cb->segments = d + 5 * b->cap_n;
+    cb->segments_host = segments;
+    cb->table_start = d + 6 * b->cap_n;
     cb->blocks = cb->table_start + b->cap_s;
     cb->n_tokens = n;
     cb->n_rows = rows;
     cb->max_pos = max_pos;
+    cb->n_segments = n_segments;
+    cb->n_other = n_other;
+    cb->other_max_pos = other_max_pos;
     return NULL;
 }
 

@@ -71,7 +71,18 @@ typedef struct cuda_batch {
     const uint32_t *blocks;
     const uint32_t *logit_rows;  /* [rows] token index of each logits row */
     uint32_t n_tokens, n_rows, max_pos; /* max_pos: the largest position in the batch */
+    /* Prefill segments (attention_prefill.cu): runs of at least EM_ATT_SEGMENT_MIN consecutive
+     * tokens of one sequence at consecutive positions, as (first token, tokens) pairs, on the device
+     * and (for sizing grids) on the host; and the other tokens, which the decode-style kernel
+     * takes, with their largest position. Never any segment in a captured batch (they are shorter
+     * than a segment can be). */
+    const uint32_t *segments, *segments_host;
+    uint32_t n_segments;
+    const uint32_t *other_tokens;
+    uint32_t n_other, other_max_pos;
 } cuda_batch;
+
+#define EM_ATT_SEGMENT_MIN 32
 
 /* A captured forward pass for one batch shape (forward.cu). */
 typedef struct cuda_graph {
@@ -196,12 +207,25 @@ em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens);
 em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool add_shared, bool into_x);
 
 /* ---- attention.cu ---- */
+/* Attention of every token of the batch: the prefill segments on tensor cores where the layer's
+ * shape allows (em_cuda_prefill_attention), the rest (or everything) with the decode-style kernel.
+ * `use_segments` false sends every token to the decode-style kernel (for comparisons). */
 em_err em_cuda_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il);
+em_err em_cuda_attention_with(cuda_backend *b, const cuda_batch *batch, uint32_t il, bool use_segments);
+
+/* ---- attention_prefill.cu ---- */
+bool em_cuda_prefill_supported(const cuda_backend *b, const em_layer_desc *ld);
+em_err em_cuda_prefill_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il);
+/* The same with 4 or 8 warps per block (0: the default), for measurements. */
+em_err em_cuda_prefill_attention_warps(cuda_backend *b, const cuda_batch *batch, uint32_t il, uint32_t warps);
 
 /* ---- attention_decode.cu ---- */
 /* Whether layer il's attention fits the grouped decode kernel (f16 cache, head sizes). */
 bool em_cuda_attention_decode_fits(const cuda_backend *b, uint32_t il);
-em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32_t il);
+/* The tokens `tokens[0..n_tokens)` of the batch (NULL: all of them), the largest position among
+ * them max_pos. */
+em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32_t il, const uint32_t *tokens,
+                                uint32_t n_tokens, uint32_t max_pos);
 
 /* ---- forward.cu ---- */
 em_err em_cuda_forward(em_backend *base, const em_batch *batch, float *logits);
