@@ -196,4 +196,16 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n_tokens);
 void em_cuda_free_scratch(cuda_backend *b);
 void em_cuda_drop_graphs(cuda_backend *b);
 
+/* ---- gemm.cu ---- */
+
+/* The tensor-core path of em_cuda_matvec for large batches: the same descriptor, the same result
+ * up to bf16 rounding of the operands (gemm.cu). Types F16, BF16, Q8_0, Q4_K, Q6_K, IQ3_XXS with
+ * a multiple of 32 columns; no fused norm. */
+#define EM_CUDA_GEMM_MIN_ITEMS 32        /* dense batches from this many items take the GEMM */
+#define EM_CUDA_GEMM_MIN_EXPERT_ITEMS 16 /* MoE: from this many items per expert (n_items) */
+bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv);
+em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv);
+/* em_cuda_gemm with the items per tile forced (32, 64 or 128; 0 picks), for measurements. */
+em_err em_cuda_gemm_tiled(cuda_backend *b, const cuda_matvec *mv, uint32_t items);
+
 #endif

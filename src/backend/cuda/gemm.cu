@@ -1,0 +1,366 @@
+/* Matrix products on the tensor cores, for prefill chunks and large batches (internal.cuh:
+ * cuda_matvec; em_cuda_matvec hands a descriptor here when em_cuda_gemm_wanted says so).
+ *
+ * It computes what matvec.cu computes, Y[item][row] = W row · X[xrow(item)], with the same
+ * fusions (Q/K/V parts, the gated unit, MoE groups, the residual add), but as a tiled product:
+ * a block of 256 threads owns a tile of 128 weight rows by GM_ITEMS items (32, 64 or 128) and
+ * walks K in steps of 32. Each step the weights are decoded to bf16 (BF16 rows are copied as
+ * stored) and the f32 activations rounded to bf16, both into shared memory; the 8 warps (2 along
+ * rows by 4 along items, 64 rows by GM_ITEMS/4 items each) read their operands with ldmatrix and
+ * multiply with mma.sync m16n8k16 into f32 accumulators. Shared memory is double-buffered and the
+ * next step's global loads (and decoding) are issued before the current step's products, so the
+ * loads overlap the math with one barrier per step.
+ *
+ * Why bf16 and not the f32 of matvec.cu: the tensor cores take 16-bit operands; rounding both
+ * operands to bf16 costs about 2^-9 relative per product, a few 1e-3 on a dot product, which the
+ * checks (tests/cuda/check_gemm.cu) bound. The sums are accumulated in f32 in a fixed order over
+ * K (K steps in order, each mma's internal order fixed), and an output depends only on its own
+ * weight row and activation row: a token gets the same result whatever else is in the batch and
+ * whichever item tile the launch picked.
+ *
+ * The gated unit: in each 16-row slice of the tile, rows 0-7 are gate rows r..r+7 and rows 8-15
+ * are the up rows r..r+7, so the mma's accumulator fragment holds gate and up of the same output
+ * in one thread (c0/c2, c1/c3), which then writes act(gate) * up directly: a tile covers 64
+ * output rows.
+ *
+ * MoE: grid.z is the expert; the number of items of an expert is known on the device only, so
+ * each block loops over the item tiles blockIdx.y, blockIdx.y + gridDim.y, ... of its expert.
+ *
+ * EMBER_CUDA_GEMM=0 switches this path off (every product stays on matvec.cu's kernels).
+ *
+ * Nothing here allocates or reads device data on the host, so launches are capture-safe; the one
+ * exception is the first use, which copies the IQ3_XXS lattice into this file's constant memory
+ * (em_cuda_gemm_wanted declines while a graph is being captured until that is done). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.cuh"
+#include "dequant.cuh"
+
+extern "C" {
+extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
+}
+
+#define GM_THREADS 256
+#define GM_ROWS 128 /* weight rows of a tile (output rows, or 64 gate + 64 up rows) */
+#define GM_K 32     /* K per step */
+#define GM_LD 40    /* bf16 per shared row: 32 + 8 of padding, so ldmatrix's 8 rows hit distinct banks */
+#define GM_PARTS 3
+
+/* As matvec.cu's mv_part: global rows [begin, end) belong to this part. */
+typedef struct gm_part {
+    const uint8_t *w, *w2; /* w2: the up matrix of a gated unit */
+    uint64_t row_bytes;
+    uint32_t begin, end;
+    float *y;
+    uint64_t y_stride;
+} gm_part;
+
+typedef struct gm_args {
+    gm_part part[GM_PARTS];
+    uint32_t n_parts;
+    uint64_t mat_bytes; /* MoE: bytes of one expert's matrix */
+    uint32_t rows, cols;
+    const float *x;
+    uint64_t x_stride;
+    const uint32_t *x_index;
+    uint32_t n_items;
+    const uint32_t *counts, *starts;
+    int act;
+    bool accumulate;
+} gm_args;
+
+/* Written once, by the first em_cuda_gemm (the lattice in this file's constant memory). Process
+ * state like the constant memory itself; a race only uploads the same bytes twice. */
+static bool gm_grid_uploaded;
+
+/* The part of global row r, by comparisons (a run-time index into the parameters would copy them
+ * to local memory). */
+__device__ __forceinline__ int gm_part_of(const gm_args &a, uint32_t r) {
+    return a.n_parts > 1 && r >= a.part[0].end ? (a.n_parts > 2 && r >= a.part[1].end ? 2 : 1) : 0;
+}
+#define GM_PART(pi, f) ((pi) == 0 ? a.part[0].f : (pi) == 1 ? a.part[1].f : a.part[2].f)
+
+__device__ __forceinline__ void gm_ldmatrix_x4(uint32_t r[4], const uint16_t *p) {
+    const uint32_t at = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at)
+                 : "memory");
+}
+
+__device__ __forceinline__ void gm_ldmatrix_x2(uint32_t r[2], const uint16_t *p) {
+    const uint32_t at = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(at) : "memory");
+}
+
+/* c += a (16x16, rows = weight rows) * b (16x8, columns = items), bf16 in, f32 accumulate. */
+__device__ __forceinline__ void gm_mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ float gm_glu(float g, float u, int act) {
+    float v;
+    if (act == EM_ACT_GEGLU) {
+        const float k = 0.7978845608028654f; /* sqrt(2/pi): GELU, tanh approximation (as matvec.cu) */
+        v = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
+    } else {
+        v = g / (1.0f + expf(-g));
+    }
+    return v * u;
+}
+
+/* Each thread loads 2 groups of 8 weights and ITEMS/32 groups of 4 activations per step. */
+template <int TYPE, int ITEMS, bool GLU> __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_kernel(gm_args a) {
+    constexpr int XL = ITEMS / 32;    /* activation loads per thread per step */
+    constexpr int NT = ITEMS / 32;    /* 8-item mma columns per warp */
+    constexpr int OUT = GLU ? 64 : GM_ROWS;
+    __shared__ __align__(16) uint16_t sw[2][GM_ROWS * GM_LD];
+    __shared__ __align__(16) uint16_t sx[2][ITEMS * GM_LD];
+    __shared__ uint32_t grid[TYPE == EM_TYPE_IQ3_XXS ? 256 : 1];
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t warp_row = (warp >> 2) * 64, warp_item = (warp & 3) * (ITEMS / 4);
+    em_pdl_wait();
+    if (TYPE == EM_TYPE_IQ3_XXS) grid[tid] = em_cuda_iq3xxs_grid[tid];
+    const uint32_t e = blockIdx.z;
+    const uint32_t count = a.counts ? a.counts[e] : a.n_items;
+    const uint32_t start = a.starts ? a.starts[e] : 0;
+    const uint64_t mat_offset = a.counts ? e * a.mat_bytes : 0;
+    const uint32_t row0 = blockIdx.x * OUT;
+
+    /* this thread's two weight rows (NULL past the end: zeros) and its column group in a step */
+    const uint8_t *wrow[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const uint32_t s = (tid + GM_THREADS * j) >> 2;
+        const uint32_t r = GLU ? row0 + (s >> 4) * 8 + (s & 7) : row0 + s;
+        wrow[j] = NULL;
+        if (r < a.rows) {
+            const int pi = gm_part_of(a, r);
+            const uint8_t *base = GLU && (s >> 3) & 1 ? GM_PART(pi, w2) : GM_PART(pi, w);
+            wrow[j] = base + mat_offset + (uint64_t)(r - GM_PART(pi, begin)) * GM_PART(pi, row_bytes);
+        }
+    }
+    const uint32_t wgroup = tid & 3;
+    const uint32_t n_steps = a.cols / GM_K;
+    if (TYPE == EM_TYPE_IQ3_XXS) __syncthreads();
+
+    for (uint32_t t0 = blockIdx.y * ITEMS; t0 < count; t0 += gridDim.y * ITEMS) {
+        const float *xrow[XL];
+#pragma unroll
+        for (int j = 0; j < XL; j++) {
+            const uint32_t i = t0 + ((tid + GM_THREADS * j) >> 3);
+            xrow[j] = NULL;
+            if (i < count) xrow[j] = a.x + (uint64_t)(a.x_index ? a.x_index[start + i] : start + i) * a.x_stride;
+        }
+        const uint32_t xquad = tid & 7;
+
+        uint4 wreg[2];
+        uint2 xreg[XL];
+        /* global -> registers (decoded, rounded), then registers -> shared buffer `buf` */
+        auto load = [&](uint32_t step) {
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                wreg[j] = wrow[j] ? deq_bf16x8<TYPE>(wrow[j], step * (GM_K / 8) + wgroup, grid) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < XL; j++) {
+                float4 v = xrow[j] ? *(const float4 *)(xrow[j] + step * GM_K + 4 * xquad) : make_float4(0, 0, 0, 0);
+                xreg[j] = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+            }
+        };
+        auto store = [&](int buf) {
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const uint32_t s = (tid + GM_THREADS * j) >> 2;
+                *(uint4 *)&sw[buf][s * GM_LD + 8 * wgroup] = wreg[j];
+            }
+#pragma unroll
+            for (int j = 0; j < XL; j++) {
+                const uint32_t i = (tid + GM_THREADS * j) >> 3;
+                *(uint2 *)&sx[buf][i * GM_LD + 4 * xquad] = xreg[j];
+            }
+        };
+
+        float acc[4][NT][4];
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[m][n][c] = 0.0f;
+
+        load(0);
+        store(0);
+        __syncthreads();
+        for (uint32_t step = 0; step < n_steps; step++) {
+            const int buf = step & 1;
+            if (step + 1 < n_steps) load(step + 1);
+#pragma unroll
+            for (int kk = 0; kk < GM_K; kk += 16) {
+                uint32_t af[4][4], bfr[NT][2];
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+                    gm_ldmatrix_x4(af[m], &sw[buf][(warp_row + 16 * m + (lane & 15)) * GM_LD + kk + 8 * (lane >> 4)]);
+                if (NT == 1) {
+                    gm_ldmatrix_x2(bfr[0], &sx[buf][(warp_item + (lane & 7)) * GM_LD + kk + 8 * ((lane >> 3) & 1)]);
+                } else {
+#pragma unroll
+                    for (int n = 0; n < NT; n += 2) {
+                        uint32_t r[4];
+                        gm_ldmatrix_x4(r, &sx[buf][(warp_item + 8 * n + (lane & 7) + 8 * (lane >> 4)) * GM_LD + kk +
+                                                   8 * ((lane >> 3) & 1)]);
+                        bfr[n][0] = r[0], bfr[n][1] = r[1];
+                        bfr[n + 1 < NT ? n + 1 : n][0] = r[2], bfr[n + 1 < NT ? n + 1 : n][1] = r[3];
+                    }
+                }
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+#pragma unroll
+                    for (int n = 0; n < NT; n++) gm_mma(acc[m][n], af[m], bfr[n]);
+            }
+            if (step + 1 < n_steps) store(buf ^ 1);
+            __syncthreads();
+        }
+
+        /* accumulator c0,c1: tile row lane/4, items 2(lane%4) and +1; c2,c3: tile row lane/4 + 8 */
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                const uint32_t item = t0 + warp_item + 8 * n + 2 * (lane & 3);
+#pragma unroll
+                for (int h = 0; h < (GLU ? 1 : 2); h++) {
+                    const uint32_t r = GLU ? row0 + (warp_row + 16 * m) / 2 + (lane >> 2)
+                                           : row0 + warp_row + 16 * m + 8 * h + (lane >> 2);
+                    if (r >= a.rows) continue;
+                    const int pi = gm_part_of(a, r);
+                    float *y = GM_PART(pi, y) + (r - GM_PART(pi, begin));
+                    const uint64_t y_stride = GM_PART(pi, y_stride);
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        if (item + c >= count) continue;
+                        const float v = GLU ? gm_glu(acc[m][n][c], acc[m][n][2 + c], a.act) : acc[m][n][2 * h + c];
+                        float *out = y + (uint64_t)(start + item + c) * y_stride;
+                        *out = a.accumulate ? *out + v : v;
+                    }
+                }
+            }
+        }
+    }
+}
+#undef GM_PART
+
+template <int TYPE, int ITEMS>
+static void gm_launch_glu(const cuda_backend *b, const gm_args &a, dim3 grid, bool glu) {
+    if (glu)
+        em_cuda_launch(b, gemm_kernel<TYPE, ITEMS, true>, grid, GM_THREADS, 0, a);
+    else
+        em_cuda_launch(b, gemm_kernel<TYPE, ITEMS, false>, grid, GM_THREADS, 0, a);
+}
+
+template <int TYPE> static void gm_launch_type(const cuda_backend *b, const gm_args &a, dim3 grid, int items, bool glu) {
+    switch (items) {
+    case 32: gm_launch_glu<TYPE, 32>(b, a, grid, glu); break;
+    case 64: gm_launch_glu<TYPE, 64>(b, a, grid, glu); break;
+    default: gm_launch_glu<TYPE, 128>(b, a, grid, glu); break;
+    }
+}
+
+static bool gm_type_supported(uint32_t type) {
+    switch (type) {
+    case EM_TYPE_F16: case EM_TYPE_BF16: case EM_TYPE_Q8_0: case EM_TYPE_Q4_K: case EM_TYPE_Q6_K:
+    case EM_TYPE_IQ3_XXS: return true;
+    default: return false;
+    }
+}
+
+/* Items per tile: the largest tile that still gives every multiprocessor two blocks. */
+static uint32_t gm_pick_items(const cuda_backend *b, const cuda_matvec *mv, uint32_t rows) {
+    const uint32_t out = mv->up ? 64 : GM_ROWS;
+    const uint64_t row_tiles = (rows + out - 1) / out, groups = mv->counts ? mv->n_groups : 1;
+    const uint32_t n = mv->n_items;
+    if (n > 64 && row_tiles * ((n + 127) / 128) * groups >= 2 * (uint64_t)b->n_sm) return 128;
+    if (n > 32) return 64;
+    return 32;
+}
+
+/* EMBER_CUDA_GEMM=0 keeps every product on the matvec kernels (for comparisons). Read at each
+ * call, which costs far less than the launch it decides about. */
+static bool gm_switched_off(void) {
+    const char *v = getenv("EMBER_CUDA_GEMM");
+    return v && !strcmp(v, "0");
+}
+
+bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv) {
+    const cuda_weight *w = mv->w;
+    if (gm_switched_off()) return false;
+    if (!gm_type_supported(w->type) || w->cols % GM_K || mv->x_stride % 4 || (uintptr_t)mv->x % 16 || mv->norm_w)
+        return false;
+    if (b->capturing && !gm_grid_uploaded) return false;
+    return mv->n_items >= (mv->counts ? EM_CUDA_GEMM_MIN_EXPERT_ITEMS : EM_CUDA_GEMM_MIN_ITEMS);
+}
+
+em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv) { return em_cuda_gemm_tiled(b, mv, 0); }
+
+em_err em_cuda_gemm_tiled(cuda_backend *b, const cuda_matvec *mv, uint32_t items) {
+    const cuda_weight *w = mv->w;
+    const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
+    if (mv->n_items == 0) return NULL;
+    if (mv->norm_w) return em_errorf(EM_ERR_INTERNAL, "cuda gemm: a fused norm is for small batches only");
+    if (!gm_type_supported(w->type)) return em_errorf(EM_ERR_UNSUPPORTED, "cuda gemm: weight type %s", em_type_name(w->type));
+    if (w->cols % GM_K || mv->x_stride % 4 || (uintptr_t)mv->x % 16)
+        return em_errorf(EM_ERR_UNSUPPORTED, "cuda gemm: %u columns, activation stride %llu", w->cols,
+                         (unsigned long long)mv->x_stride);
+    if (n_parts > GM_PARTS || (n_parts > 1 && (mv->counts || mv->up)))
+        return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u parts", n_parts);
+    if (mv->up && (mv->up->type != w->type || mv->up->cols != w->cols || mv->up->rows != w->rows))
+        return em_errorf(EM_ERR_INTERNAL, "cuda gemm: gate and up matrices differ in type or shape");
+    if (items != 0 && items != 32 && items != 64 && items != 128)
+        return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u items per tile", items);
+    if (!gm_grid_uploaded) {
+        if (b->capturing) return em_errorf(EM_ERR_INTERNAL, "cuda gemm: first use during a graph capture");
+        CU_TRY(cudaMemcpyToSymbolAsync(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid, 0,
+                                       cudaMemcpyHostToDevice, b->stream));
+        gm_grid_uploaded = true;
+    }
+    gm_args a = {};
+    uint32_t rows = 0;
+    for (uint32_t i = 0; i < n_parts; i++) {
+        const cuda_weight *wi = i == 0 ? w : mv->more[i - 1].w;
+        if (wi->type != w->type || wi->cols != w->cols)
+            return em_errorf(EM_ERR_INTERNAL, "cuda gemm: fused matrices differ in type or width");
+        a.part[i] = gm_part{wi->data, mv->up ? mv->up->data : NULL, wi->row_bytes, rows, rows + wi->rows,
+                            i == 0 ? mv->y : mv->more[i - 1].y, i == 0 ? mv->y_stride : mv->more[i - 1].y_stride};
+        rows += wi->rows;
+    }
+    a.n_parts = n_parts;
+    a.mat_bytes = (uint64_t)w->rows * w->row_bytes;
+    a.rows = rows;
+    a.cols = w->cols;
+    a.x = mv->x;
+    a.x_stride = mv->x_stride;
+    a.x_index = mv->x_index;
+    a.n_items = mv->n_items;
+    a.counts = mv->counts;
+    a.starts = mv->starts;
+    a.act = b->d->act;
+    a.accumulate = mv->accumulate;
+    if (!items) items = gm_pick_items(b, mv, rows);
+    const uint32_t out = mv->up ? 64 : GM_ROWS;
+    const uint32_t item_tiles = (mv->n_items + items - 1) / items;
+    const dim3 grid((rows + out - 1) / out, item_tiles < 65535 ? item_tiles : 65535, mv->counts ? mv->n_groups : 1);
+    const bool glu = mv->up != NULL;
+    switch (w->type) {
+    case EM_TYPE_F16: gm_launch_type<EM_TYPE_F16>(b, a, grid, items, glu); break;
+    case EM_TYPE_BF16: gm_launch_type<EM_TYPE_BF16>(b, a, grid, items, glu); break;
+    case EM_TYPE_Q8_0: gm_launch_type<EM_TYPE_Q8_0>(b, a, grid, items, glu); break;
+    case EM_TYPE_Q4_K: gm_launch_type<EM_TYPE_Q4_K>(b, a, grid, items, glu); break;
+    case EM_TYPE_Q6_K: gm_launch_type<EM_TYPE_Q6_K>(b, a, grid, items, glu); break;
+    default: gm_launch_type<EM_TYPE_IQ3_XXS>(b, a, grid, items, glu); break;
+    }
+    CU_LAUNCHED();
+    return NULL;
+}
