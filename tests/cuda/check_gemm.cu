@@ -8,14 +8,15 @@
  * takes (plain, Q/K/V parts, the gated unit with SwiGLU and GeGLU, MoE groups with an activation
  * index and uneven counts including empty experts, the residual add), with item counts and row
  * counts that are not multiples of the tiles and K of 768, 2048 and 8192, run with each tile
- * size. Each result is compared with a reference computed here in double from the dequantized
+ * size and both kernels (staged, pipelined), which must all give the same bits. Each result is compared with a reference computed here in double from the dequantized
  * weights (em_dequantize: every stored value exactly) and the f32 activations, and with
  * em_cuda_matvec on the same descriptor (the GEMM switched off: EMBER_CUDA_GEMM=0). The error is
  * max|y - ref| / max|ref|; both must be <= 1e-2 (bf16 operands: expect a few 1e-3). Y is filled
  * with NaN bit patterns before each run, and columns past the rows (y_stride pads) must keep
  * their bytes: unwritten and overwritten outputs both fail.
  *
- * Measurements: TFLOP/s of the GEMM (each tile size and the automatic pick) and of the matvec on
+ * Measurements: TFLOP/s of the GEMM (the automatic pick, and each kernel with each tile size) and
+ * of the matvec on
  * the dense-1b shapes (Llama-3.2-1B) and a moe-30b-a3b expert layer, for a table and the
  * crossover batch size. Prints PASS/FAIL rows; exits 1 on any failure. */
 #include <math.h>
@@ -130,7 +131,9 @@ static double dot_ref(const float *w, const float *x, uint32_t n) {
 
 typedef struct case_result {
     double err_ref, err_matvec;
-    bool pads_ok;
+    double err_kernel[2]; /* err_ref of the staged and the pipelined kernel */
+    bool pads_ok; /* the y_stride pads kept their bytes */
+    bool same;    /* every kernel and tile size gave the same bits */
 } case_result;
 
 /* Runs `c` with weights of `type`; the worst errors over the tile sizes. */
@@ -233,11 +236,11 @@ static bool run_case(uint32_t type, const test_case *c) {
         }
         return diff / scale;
     };
-    auto run = [&](bool gemm, uint32_t tile) {
+    auto run = [&](bool gemm, uint32_t tile, em_cuda_gemm_kernel kernel) {
         for (uint32_t p = 0; p < parts; p++)
             CUDA_CHECK(cudaMemcpy(y_dev[p], y0[p], n_items * y_stride[p] * sizeof(float), cudaMemcpyHostToDevice));
         if (gemm) {
-            check_err(em_cuda_gemm_tiled(b, &mv, tile), "gemm");
+            check_err(em_cuda_gemm_with(b, &mv, tile, kernel), "gemm");
         } else {
             /* the matvec has no residual add of its own yet: run it plain and add here */
             cuda_matvec plain = mv;
@@ -256,31 +259,35 @@ static bool run_case(uint32_t type, const test_case *c) {
         }
     };
 
-    case_result res = {0.0, 0.0, true};
+    case_result res = {0.0, 0.0, {0.0, 0.0}, true, true};
+    /* both kernels and every tile size give bit-identical outputs (same rounding, fixed order) */
     const uint32_t tiles[] = {0, 32, 64, 128};
+    const em_cuda_gemm_kernel kernels[] = {EM_CUDA_GEMM_STAGED, EM_CUDA_GEMM_PIPELINED};
     double *gemm_as_ref[3];
-    for (uint32_t t = 0; t < 4; t++) {
-        run(true, tiles[t]);
+    for (uint32_t v = 0; v < 8; v++) {
+        run(true, tiles[v % 4], kernels[v / 4]);
         const double e = compare(y_host, ref, &res.pads_ok);
         if (!(e <= res.err_ref)) res.err_ref = e;
-        if (t == 0)
+        if (!(e <= res.err_kernel[v / 4])) res.err_kernel[v / 4] = e;
+        if (v == 0)
             for (uint32_t p = 0; p < parts; p++) memcpy(y_gemm[p], y_host[p], n_items * y_stride[p] * sizeof(float));
-        else /* every tile size gives bit-identical outputs (fixed order over K) */
+        else
             for (uint32_t p = 0; p < parts; p++)
-                if (memcmp(y_gemm[p], y_host[p], n_items * y_stride[p] * sizeof(float))) res.pads_ok = false;
+                if (memcmp(y_gemm[p], y_host[p], n_items * y_stride[p] * sizeof(float))) res.same = false;
     }
     for (uint32_t p = 0; p < parts; p++) {
         gemm_as_ref[p] = (double *)malloc(n_items * y_stride[p] * sizeof(double) + 8);
         for (uint64_t i = 0; i < n_items * y_stride[p]; i++) gemm_as_ref[p][i] = y_gemm[p][i];
     }
-    run(false, 0);
+    run(false, 0, EM_CUDA_GEMM_AUTO);
     bool matvec_pads = true;
     res.err_matvec = compare(y_host, gemm_as_ref, &matvec_pads);
 
-    const bool pass = res.err_ref <= 1e-2 && res.err_matvec <= 1e-2 && res.pads_ok;
-    printf("%-5s %-8s %-22s K=%-5u items=%-4u  vs ref %.2e  vs matvec %.2e  %s%s\n", pass ? "PASS" : "FAIL",
-           em_type_name(type), c->name, K, n_items, res.err_ref, res.err_matvec, res.pads_ok ? "" : "(pads/tiles differ) ",
-           pass ? "" : "<<<");
+    const bool pass = res.err_ref <= 1e-2 && res.err_matvec <= 1e-2 && res.pads_ok && res.same;
+    printf("%-5s %-8s %-22s K=%-5u items=%-4u  vs ref %.2e (staged %.2e, pipelined %.2e)  vs matvec %.2e  %s%s%s\n",
+           pass ? "PASS" : "FAIL", em_type_name(type), c->name, K, n_items, res.err_ref, res.err_kernel[0],
+           res.err_kernel[1], res.err_matvec, res.pads_ok ? "" : "(pads overwritten) ",
+           res.same ? "" : "(kernels/tiles differ) ", pass ? "" : "<<<");
 
     for (uint32_t p = 0; p < parts; p++) {
         cudaFree(y_dev[p]);
@@ -349,14 +356,14 @@ static cuda_weight bench_weight(uint32_t type, uint32_t rows, uint32_t cols, uin
     return cuda_weight{d, type, cols, rows, n_mat, rb};
 }
 
-/* Seconds per call of `gemm` (tile: 0 picks) or of the matvec, averaged. */
-static double time_call(cuda_matvec *mv, bool gemm, uint32_t tile) {
+/* Seconds per call of the GEMM (tile 0 and AUTO pick) or of the matvec, averaged. */
+static double time_call(cuda_matvec *mv, bool gemm, uint32_t tile, em_cuda_gemm_kernel kernel) {
     cuda_backend *b = &backend;
     cudaEvent_t t0, t1;
     CUDA_CHECK(cudaEventCreate(&t0));
     CUDA_CHECK(cudaEventCreate(&t1));
     set_gemm(gemm);
-    auto call = [&]() { check_err(gemm ? em_cuda_gemm_tiled(b, mv, tile) : em_cuda_matvec(b, mv), "timed call"); };
+    auto call = [&]() { check_err(gemm ? em_cuda_gemm_with(b, mv, tile, kernel) : em_cuda_matvec(b, mv), "timed call"); };
     call();
     CUDA_CHECK(cudaEventRecord(t0, b->stream));
     call();
@@ -377,18 +384,22 @@ static double time_call(cuda_matvec *mv, bool gemm, uint32_t tile) {
     return ms * 1e-3 / reps;
 }
 
-/* One row of the table: TFLOP/s of the GEMM (auto, then tiles 32/64/128) and of the matvec. */
+/* One row of the table: TFLOP/s of the GEMM (the automatic pick, then each kernel with tiles of
+ * 32/64/128 items) and of the matvec. */
 static void bench_row(const char *shape, cuda_matvec *mv, uint32_t type, double flops, bool with_matvec) {
-    double t_auto = time_call(mv, true, 0), t[3];
-    for (int i = 0; i < 3; i++) t[i] = time_call(mv, true, 32u << i);
-    const double t_mv = with_matvec ? time_call(mv, false, 0) : 0.0;
-    printf("%-8s %-26s M=%-5u gemm %6.1f TFLOP/s (%7.3f ms) [32: %6.1f  64: %6.1f  128: %6.1f]", em_type_name(type), shape,
-           mv->n_items, flops / t_auto * 1e-12, t_auto * 1e3, flops / t[0] * 1e-12, flops / t[1] * 1e-12,
-           flops / t[2] * 1e-12);
+    const double t_auto = time_call(mv, true, 0, EM_CUDA_GEMM_AUTO);
+    double t[2][3];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 3; i++)
+            t[k][i] = time_call(mv, true, 32u << i, k ? EM_CUDA_GEMM_PIPELINED : EM_CUDA_GEMM_STAGED);
+    const double t_mv = with_matvec ? time_call(mv, false, 0, EM_CUDA_GEMM_AUTO) : 0.0;
+    printf("%-8s %-26s M=%-5u auto %6.1f TFLOP/s %8.3f ms | staged %6.1f %6.1f %6.1f | pipelined %6.1f %6.1f %6.1f",
+           em_type_name(type), shape, mv->n_items, flops / t_auto * 1e-12, t_auto * 1e3, flops / t[0][0] * 1e-12,
+           flops / t[0][1] * 1e-12, flops / t[0][2] * 1e-12, flops / t[1][0] * 1e-12, flops / t[1][1] * 1e-12,
+           flops / t[1][2] * 1e-12);
     if (with_matvec)
-        printf("  matvec %6.1f TFLOP/s (%7.3f ms) gemm/matvec %.2fx", flops / t_mv * 1e-12, t_mv * 1e3, t_mv / t_auto);
+        printf(" | matvec %6.1f TFLOP/s %8.3f ms, auto/matvec %.2fx", flops / t_mv * 1e-12, t_mv * 1e3, t_mv / t_auto);
     printf("\n");
-    fflush(stdout);
 }
 
 typedef struct dense_shape {
@@ -465,6 +476,7 @@ static void bench_all(void) {
     static const uint32_t ms_quant[] = {16, 32, 64, 256, 2048, 8192};
     static const uint32_t quant[] = {EM_TYPE_F16, EM_TYPE_Q8_0, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS};
     desc.act = EM_ACT_SWIGLU;
+    printf("TFLOP/s: auto (ms) | staged tiles 32 64 128 | pipelined tiles 32 64 128 | matvec (ms)\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         bench_dense(EM_TYPE_BF16, &shapes[s], ms_bf16, sizeof ms_bf16 / sizeof ms_bf16[0]);
     bench_moe(EM_TYPE_BF16);

@@ -3,13 +3,15 @@
  *
  * It computes what matvec.cu computes, Y[item][row] = W row · X[xrow(item)], with the same
  * fusions (Q/K/V parts, the gated unit, MoE groups, the residual add), but as a tiled product:
- * a block of 256 threads owns a tile of 128 weight rows by GM_ITEMS items (32, 64 or 128) and
- * walks K in steps of 32. Each step the weights are decoded to bf16 (BF16 rows are copied as
- * stored) and the f32 activations rounded to bf16, both into shared memory; the 8 warps (2 along
- * rows by 4 along items, 64 rows by GM_ITEMS/4 items each) read their operands with ldmatrix and
- * multiply with mma.sync m16n8k16 into f32 accumulators. Shared memory is double-buffered and the
- * next step's global loads (and decoding) are issued before the current step's products, so the
- * loads overlap the math with one barrier per step.
+ * a block of 256 threads owns a tile of 128 weight rows by ITEMS items (32, 64 or 128) and walks
+ * K in steps of 32. The 8 warps (2 along rows by 4 along items, 64 rows by ITEMS/4 items each)
+ * read bf16 operands from shared memory (weights with ldmatrix) and multiply with mma.sync
+ * m16n8k16 into f32 accumulators. Two kernels feed shared memory:
+ *  - gemm_kernel (STAGED): each step's weights are decoded to bf16 (BF16 rows copied as stored)
+ *    and its activations rounded to bf16 in registers, one step ahead, into a double buffer;
+ *  - gemm_pipelined_kernel (PIPELINED): activations (f32) and BF16 weights arrive by cp.async
+ *    GM_STAGES - 1 steps ahead; other weight types still go through registers one step ahead.
+ * Both round identically, so they give the same bits.
  *
  * Why bf16 and not the f32 of matvec.cu: the tensor cores take 16-bit operands; rounding both
  * operands to bf16 costs about 2^-9 relative per product, a few 1e-3 on a dot product, which the
@@ -30,7 +32,8 @@
  *
  * Nothing here allocates or reads device data on the host, so launches are capture-safe; the one
  * exception is the first use, which copies the IQ3_XXS lattice into this file's constant memory
- * (em_cuda_gemm_wanted declines while a graph is being captured until that is done). */
+ * and raises the pipelined kernels' shared memory limit (em_cuda_gemm_wanted declines while a
+ * graph is being captured until that is done). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,9 +73,10 @@ typedef struct gm_args {
     bool accumulate;
 } gm_args;
 
-/* Written once, by the first em_cuda_gemm (the lattice in this file's constant memory). Process
- * state like the constant memory itself; a race only uploads the same bytes twice. */
-static bool gm_grid_uploaded;
+/* Set once, by the first em_cuda_gemm, when the lattice is in this file's constant memory and the
+ * pipelined kernels may use their shared memory. Process state like the constant memory itself;
+ * a race only does the same work twice. */
+static bool gm_prepared;
 
 /* The part of global row r, by comparisons (a run-time index into the parameters would copy them
  * to local memory). */
@@ -111,6 +115,37 @@ __device__ __forceinline__ float gm_glu(float g, float u, int act) {
         v = g / (1.0f + expf(-g));
     }
     return v * u;
+}
+
+/* Writes a warp's accumulators: c0,c1 hold tile row lane/4, items 2(lane%4) and +1; c2,c3 tile
+ * row lane/4 + 8 (with GLU: the up rows of the same outputs). */
+template <int ITEMS, bool GLU>
+__device__ __forceinline__ void gm_store(const gm_args &a, const float (&acc)[4][ITEMS / 32][4], uint32_t row0,
+                                         uint32_t t0, uint32_t count, uint32_t start, uint32_t warp_row,
+                                         uint32_t warp_item, uint32_t lane) {
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+#pragma unroll
+        for (int n = 0; n < ITEMS / 32; n++) {
+            const uint32_t item = t0 + warp_item + 8 * n + 2 * (lane & 3);
+#pragma unroll
+            for (int h = 0; h < (GLU ? 1 : 2); h++) {
+                const uint32_t r = GLU ? row0 + (warp_row + 16 * m) / 2 + (lane >> 2)
+                                       : row0 + warp_row + 16 * m + 8 * h + (lane >> 2);
+                if (r >= a.rows) continue;
+                const int pi = gm_part_of(a, r);
+                float *y = GM_PART(pi, y) + (r - GM_PART(pi, begin));
+                const uint64_t y_stride = GM_PART(pi, y_stride);
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    if (item + c >= count) continue;
+                    const float v = GLU ? gm_glu(acc[m][n][c], acc[m][n][2 + c], a.act) : acc[m][n][2 * h + c];
+                    float *out = y + (uint64_t)(start + item + c) * y_stride;
+                    *out = a.accumulate ? *out + v : v;
+                }
+            }
+        }
+    }
 }
 
 /* Each thread loads 2 groups of 8 weights and ITEMS/32 groups of 4 activations per step. */
@@ -225,48 +260,215 @@ template <int TYPE, int ITEMS, bool GLU> __global__ void __launch_bounds__(GM_TH
             __syncthreads();
         }
 
-        /* accumulator c0,c1: tile row lane/4, items 2(lane%4) and +1; c2,c3: tile row lane/4 + 8 */
-#pragma unroll
-        for (int m = 0; m < 4; m++) {
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
-                const uint32_t item = t0 + warp_item + 8 * n + 2 * (lane & 3);
-#pragma unroll
-                for (int h = 0; h < (GLU ? 1 : 2); h++) {
-                    const uint32_t r = GLU ? row0 + (warp_row + 16 * m) / 2 + (lane >> 2)
-                                           : row0 + warp_row + 16 * m + 8 * h + (lane >> 2);
-                    if (r >= a.rows) continue;
-                    const int pi = gm_part_of(a, r);
-                    float *y = GM_PART(pi, y) + (r - GM_PART(pi, begin));
-                    const uint64_t y_stride = GM_PART(pi, y_stride);
-#pragma unroll
-                    for (int c = 0; c < 2; c++) {
-                        if (item + c >= count) continue;
-                        const float v = GLU ? gm_glu(acc[m][n][c], acc[m][n][2 + c], a.act) : acc[m][n][2 * h + c];
-                        float *out = y + (uint64_t)(start + item + c) * y_stride;
-                        *out = a.accumulate ? *out + v : v;
-                    }
-                }
-            }
-        }
+        gm_store<ITEMS, GLU>(a, acc, row0, t0, count, start, warp_row, warp_item, lane);
     }
 }
+
+
+/* ---- the pipelined kernel: cp.async, GM_STAGES steps in flight ----
+ * The same tiles, warps and epilogue as gemm_kernel, but the activations (f32) and BF16 weights
+ * are copied global -> shared by cp.async, GM_STAGES - 1 steps ahead of the products, so global
+ * latency hides behind several steps of math instead of one. Activations stay f32 in shared
+ * memory and are rounded to bf16 when a warp builds its mma operands (a thread's two pairs of a
+ * column; the same rounding as gemm_kernel, so both kernels give bit-identical results). Weights
+ * of the other types are decoded through registers one step ahead, as in gemm_kernel. */
+#define GM_STAGES 4
+#define GM_XLD 40 /* floats per shared activation row: 32 + 8, so a warp's operand reads take 2 wavefronts */
+
+static constexpr size_t gm_pipelined_smem(int items) {
+    return GM_STAGES * ((size_t)GM_ROWS * GM_LD * 2 + (size_t)items * GM_XLD * 4) + 256 * 4;
+}
+
+/* 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros (rows past the end). */
+__device__ __forceinline__ void gm_cp_async16(void *dst, const void *src, uint32_t src_bytes) {
+    const uint32_t at = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(at), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void gm_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int PENDING> __device__ __forceinline__ void gm_cp_wait(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+}
+
+template <int TYPE, int ITEMS, bool GLU>
+__global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelined_kernel(gm_args a) {
+    constexpr int XL = ITEMS / 32, NT = ITEMS / 32;
+    constexpr int OUT = GLU ? 64 : GM_ROWS;
+    constexpr bool ASYNC_W = TYPE == EM_TYPE_BF16;
+    extern __shared__ __align__(16) uint8_t gm_smem[];
+    uint16_t *sw = (uint16_t *)gm_smem;                                     /* [stage][row][GM_LD] */
+    float *sx = (float *)(gm_smem + GM_STAGES * GM_ROWS * GM_LD * 2);       /* [stage][item][GM_XLD] */
+    uint32_t *grid = (uint32_t *)(gm_smem + GM_STAGES * (GM_ROWS * GM_LD * 2 + ITEMS * GM_XLD * 4));
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t warp_row = (warp >> 2) * 64, warp_item = (warp & 3) * (ITEMS / 4);
+    em_pdl_wait();
+    if (TYPE == EM_TYPE_IQ3_XXS) grid[tid] = em_cuda_iq3xxs_grid[tid];
+    const uint32_t e = blockIdx.z;
+    const uint32_t count = a.counts ? a.counts[e] : a.n_items;
+    const uint32_t start = a.starts ? a.starts[e] : 0;
+    const uint64_t mat_offset = a.counts ? e * a.mat_bytes : 0;
+    const uint32_t row0 = blockIdx.x * OUT;
+
+    const uint8_t *wrow[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const uint32_t s = (tid + GM_THREADS * j) >> 2;
+        const uint32_t r = GLU ? row0 + (s >> 4) * 8 + (s & 7) : row0 + s;
+        wrow[j] = NULL;
+        if (r < a.rows) {
+            const int pi = gm_part_of(a, r);
+            const uint8_t *base = GLU && (s >> 3) & 1 ? GM_PART(pi, w2) : GM_PART(pi, w);
+            wrow[j] = base + mat_offset + (uint64_t)(r - GM_PART(pi, begin)) * GM_PART(pi, row_bytes);
+        }
+    }
+    const uint32_t wgroup = tid & 3, xquad = tid & 7;
+    const uint32_t n_steps = a.cols / GM_K;
+    if (TYPE == EM_TYPE_IQ3_XXS) __syncthreads();
+
+    for (uint32_t t0 = blockIdx.y * ITEMS; t0 < count; t0 += gridDim.y * ITEMS) {
+        const float *xrow[XL];
+#pragma unroll
+        for (int j = 0; j < XL; j++) {
+            const uint32_t i = t0 + ((tid + GM_THREADS * j) >> 3);
+            xrow[j] = NULL;
+            if (i < count) xrow[j] = a.x + (uint64_t)(a.x_index ? a.x_index[start + i] : start + i) * a.x_stride;
+        }
+        /* one commit group per step (empty past the end, so the group count stays uniform) */
+        auto issue = [&](uint32_t step) {
+            if (step < n_steps) {
+                const uint32_t st = step % GM_STAGES;
+                if (ASYNC_W) {
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const uint32_t s = (tid + GM_THREADS * j) >> 2;
+                        const uint8_t *src = wrow[j] ? wrow[j] + (uint64_t)step * (GM_K * 2) + 16 * wgroup : (const uint8_t *)a.x;
+                        gm_cp_async16(sw + (st * GM_ROWS + s) * GM_LD + 8 * wgroup, src, wrow[j] ? 16 : 0);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < XL; j++) {
+                    const uint32_t i = (tid + GM_THREADS * j) >> 3;
+                    const float *src = xrow[j] ? xrow[j] + step * GM_K + 4 * xquad : a.x;
+                    gm_cp_async16(sx + (st * ITEMS + i) * GM_XLD + 4 * xquad, src, xrow[j] ? 16 : 0);
+                }
+            }
+            gm_cp_commit();
+        };
+        uint4 wreg[2];
+        auto load_w = [&](uint32_t step) {
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                wreg[j] = wrow[j] ? deq_bf16x8<TYPE>(wrow[j], step * (GM_K / 8) + wgroup, grid) : make_uint4(0, 0, 0, 0);
+        };
+        auto store_w = [&](uint32_t st) {
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const uint32_t s = (tid + GM_THREADS * j) >> 2;
+                *(uint4 *)(sw + (st * GM_ROWS + s) * GM_LD + 8 * wgroup) = wreg[j];
+            }
+        };
+
+        float acc[4][NT][4];
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[m][n][c] = 0.0f;
+
+#pragma unroll
+        for (int st = 0; st < GM_STAGES - 1; st++) issue(st);
+        if (!ASYNC_W) {
+            load_w(0);
+            store_w(0);
+            if (n_steps > 1) load_w(1);
+        }
+        for (uint32_t step = 0; step < n_steps; step++) {
+            gm_cp_wait<GM_STAGES - 2>(); /* this thread's copies of `step` have landed */
+            __syncthreads();             /* everyone's have, and everyone is done with step - 1 */
+            issue(step + GM_STAGES - 1); /* into the stage of step - 1 */
+            if (!ASYNC_W) {
+                if (step + 1 < n_steps) store_w((step + 1) % GM_STAGES);
+                if (step + 2 < n_steps) load_w(step + 2);
+            }
+            const uint16_t *wt = sw + (step % GM_STAGES) * GM_ROWS * GM_LD;
+            const float *xt = sx + (step % GM_STAGES) * ITEMS * GM_XLD;
+#pragma unroll
+            for (int kk = 0; kk < GM_K; kk += 16) {
+                uint32_t af[4][4], bfr[NT][2];
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+                    gm_ldmatrix_x4(af[m], wt + (warp_row + 16 * m + (lane & 15)) * GM_LD + kk + 8 * (lane >> 4));
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    /* column lane/4 of the 8 items, k = 2(lane%4) + {0, 1} and + 8 */
+                    const float *xp = xt + (warp_item + 8 * n + (lane >> 2)) * GM_XLD + kk + 2 * (lane & 3);
+                    const float2 lo = *(const float2 *)xp, hi = *(const float2 *)(xp + 8);
+                    bfr[n][0] = pack_bf16x2(lo.x, lo.y);
+                    bfr[n][1] = pack_bf16x2(hi.x, hi.y);
+                }
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+#pragma unroll
+                    for (int n = 0; n < NT; n++) gm_mma(acc[m][n], af[m], bfr[n]);
+            }
+        }
+        gm_cp_wait<0>();
+        __syncthreads(); /* the stages are free for the next item tile */
+        gm_store<ITEMS, GLU>(a, acc, row0, t0, count, start, warp_row, warp_item, lane);
+    }
+}
+
 #undef GM_PART
 
 template <int TYPE, int ITEMS>
-static void gm_launch_glu(const cuda_backend *b, const gm_args &a, dim3 grid, bool glu) {
-    if (glu)
+static void gm_launch_glu(const cuda_backend *b, const gm_args &a, dim3 grid, bool glu, bool pipelined) {
+    if (pipelined) {
+        const size_t smem = gm_pipelined_smem(ITEMS);
+        if (glu)
+            em_cuda_launch(b, gemm_pipelined_kernel<TYPE, ITEMS, true>, grid, GM_THREADS, smem, a);
+        else
+            em_cuda_launch(b, gemm_pipelined_kernel<TYPE, ITEMS, false>, grid, GM_THREADS, smem, a);
+    } else if (glu) {
         em_cuda_launch(b, gemm_kernel<TYPE, ITEMS, true>, grid, GM_THREADS, 0, a);
-    else
+    } else {
         em_cuda_launch(b, gemm_kernel<TYPE, ITEMS, false>, grid, GM_THREADS, 0, a);
+    }
 }
 
-template <int TYPE> static void gm_launch_type(const cuda_backend *b, const gm_args &a, dim3 grid, int items, bool glu) {
+template <int TYPE>
+static void gm_launch_type(const cuda_backend *b, const gm_args &a, dim3 grid, int items, bool glu, bool pipelined) {
     switch (items) {
-    case 32: gm_launch_glu<TYPE, 32>(b, a, grid, glu); break;
-    case 64: gm_launch_glu<TYPE, 64>(b, a, grid, glu); break;
-    default: gm_launch_glu<TYPE, 128>(b, a, grid, glu); break;
+    case 32: gm_launch_glu<TYPE, 32>(b, a, grid, glu, pipelined); break;
+    case 64: gm_launch_glu<TYPE, 64>(b, a, grid, glu, pipelined); break;
+    default: gm_launch_glu<TYPE, 128>(b, a, grid, glu, pipelined); break;
     }
+}
+
+/* The pipelined kernels use more than the default 48 KiB of shared memory: allowed once. */
+template <int TYPE, int ITEMS> static cudaError_t gm_allow_smem_items(void) {
+    cudaError_t status = cudaFuncSetAttribute(gemm_pipelined_kernel<TYPE, ITEMS, false>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gm_pipelined_smem(ITEMS));
+    if (status == cudaSuccess)
+        status = cudaFuncSetAttribute(gemm_pipelined_kernel<TYPE, ITEMS, true>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gm_pipelined_smem(ITEMS));
+    return status;
+}
+
+template <int TYPE> static cudaError_t gm_allow_smem_type(void) {
+    cudaError_t status = gm_allow_smem_items<TYPE, 32>();
+    if (status == cudaSuccess) status = gm_allow_smem_items<TYPE, 64>();
+    if (status == cudaSuccess) status = gm_allow_smem_items<TYPE, 128>();
+    return status;
+}
+
+static cudaError_t gm_allow_smem(void) {
+    cudaError_t status = gm_allow_smem_type<EM_TYPE_F16>();
+    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_BF16>();
+    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_Q8_0>();
+    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_Q4_K>();
+    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_Q6_K>();
+    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_IQ3_XXS>();
+    return status;
 }
 
 static bool gm_type_supported(uint32_t type) {
@@ -299,13 +501,13 @@ bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv) {
     if (gm_switched_off()) return false;
     if (!gm_type_supported(w->type) || w->cols % GM_K || mv->x_stride % 4 || (uintptr_t)mv->x % 16 || mv->norm_w)
         return false;
-    if (b->capturing && !gm_grid_uploaded) return false;
+    if (b->capturing && !gm_prepared) return false;
     return mv->n_items >= (mv->counts ? EM_CUDA_GEMM_MIN_EXPERT_ITEMS : EM_CUDA_GEMM_MIN_ITEMS);
 }
 
-em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv) { return em_cuda_gemm_tiled(b, mv, 0); }
+em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv) { return em_cuda_gemm_with(b, mv, 0, EM_CUDA_GEMM_AUTO); }
 
-em_err em_cuda_gemm_tiled(cuda_backend *b, const cuda_matvec *mv, uint32_t items) {
+em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items, em_cuda_gemm_kernel kernel) {
     const cuda_weight *w = mv->w;
     const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
     if (mv->n_items == 0) return NULL;
@@ -320,11 +522,12 @@ em_err em_cuda_gemm_tiled(cuda_backend *b, const cuda_matvec *mv, uint32_t items
         return em_errorf(EM_ERR_INTERNAL, "cuda gemm: gate and up matrices differ in type or shape");
     if (items != 0 && items != 32 && items != 64 && items != 128)
         return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u items per tile", items);
-    if (!gm_grid_uploaded) {
+    if (!gm_prepared) {
         if (b->capturing) return em_errorf(EM_ERR_INTERNAL, "cuda gemm: first use during a graph capture");
         CU_TRY(cudaMemcpyToSymbolAsync(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid, 0,
                                        cudaMemcpyHostToDevice, b->stream));
-        gm_grid_uploaded = true;
+        CU_TRY(gm_allow_smem());
+        gm_prepared = true;
     }
     gm_args a = {};
     uint32_t rows = 0;
@@ -352,14 +555,14 @@ em_err em_cuda_gemm_tiled(cuda_backend *b, const cuda_matvec *mv, uint32_t items
     const uint32_t out = mv->up ? 64 : GM_ROWS;
     const uint32_t item_tiles = (mv->n_items + items - 1) / items;
     const dim3 grid((rows + out - 1) / out, item_tiles < 65535 ? item_tiles : 65535, mv->counts ? mv->n_groups : 1);
-    const bool glu = mv->up != NULL;
+    const bool glu = mv->up != NULL, pipelined = kernel != EM_CUDA_GEMM_STAGED;
     switch (w->type) {
-    case EM_TYPE_F16: gm_launch_type<EM_TYPE_F16>(b, a, grid, items, glu); break;
-    case EM_TYPE_BF16: gm_launch_type<EM_TYPE_BF16>(b, a, grid, items, glu); break;
-    case EM_TYPE_Q8_0: gm_launch_type<EM_TYPE_Q8_0>(b, a, grid, items, glu); break;
-    case EM_TYPE_Q4_K: gm_launch_type<EM_TYPE_Q4_K>(b, a, grid, items, glu); break;
-    case EM_TYPE_Q6_K: gm_launch_type<EM_TYPE_Q6_K>(b, a, grid, items, glu); break;
-    default: gm_launch_type<EM_TYPE_IQ3_XXS>(b, a, grid, items, glu); break;
+    case EM_TYPE_F16: gm_launch_type<EM_TYPE_F16>(b, a, grid, items, glu, pipelined); break;
+    case EM_TYPE_BF16: gm_launch_type<EM_TYPE_BF16>(b, a, grid, items, glu, pipelined); break;
+    case EM_TYPE_Q8_0: gm_launch_type<EM_TYPE_Q8_0>(b, a, grid, items, glu, pipelined); break;
+    case EM_TYPE_Q4_K: gm_launch_type<EM_TYPE_Q4_K>(b, a, grid, items, glu, pipelined); break;
+    case EM_TYPE_Q6_K: gm_launch_type<EM_TYPE_Q6_K>(b, a, grid, items, glu, pipelined); break;
+    default: gm_launch_type<EM_TYPE_IQ3_XXS>(b, a, grid, items, glu, pipelined); break;
     }
     CU_LAUNCHED();
     return NULL;

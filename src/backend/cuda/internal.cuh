@@ -205,7 +205,10 @@ void em_cuda_drop_graphs(cuda_backend *b);
 #define EM_CUDA_GEMM_MIN_EXPERT_ITEMS 16 /* MoE: from this many items per expert (n_items) */
 bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv);
 em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv);
-/* em_cuda_gemm with the items per tile forced (32, 64 or 128; 0 picks), for measurements. */
-em_err em_cuda_gemm_tiled(cuda_backend *b, const cuda_matvec *mv, uint32_t items);
+/* em_cuda_gemm with the items per tile (32, 64 or 128; 0 picks) and the kernel forced, for tests
+ * and measurements: STAGED decodes weights and rounds activations through registers one K step
+ * ahead; PIPELINED copies activations (and BF16 weights) with cp.async several steps ahead. */
+typedef enum em_cuda_gemm_kernel { EM_CUDA_GEMM_AUTO, EM_CUDA_GEMM_STAGED, EM_CUDA_GEMM_PIPELINED } em_cuda_gemm_kernel;
+em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items, em_cuda_gemm_kernel kernel);
 
 #endif
