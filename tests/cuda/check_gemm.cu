@@ -7,18 +7,18 @@
  * Correctness: for every weight type the GEMM reads, descriptors of each kind em_cuda_matvec
  * takes (plain, Q/K/V parts, the gated unit with SwiGLU and GeGLU, MoE groups with an activation
  * index and uneven counts including empty experts, the residual add), with item counts and row
- * counts that are not multiples of the tiles and K of 768, 2048 and 8192, run with each tile
- * size and both kernels (staged, pipelined), which must all give the same bits. Each result is compared with a reference computed here in double from the dequantized
- * weights (em_dequantize: every stored value exactly) and the f32 activations, and with
- * em_cuda_matvec on the same descriptor (the GEMM switched off: EMBER_CUDA_GEMM=0). The error is
- * max|y - ref| / max|ref|; both must be <= 1e-2 (bf16 operands: expect a few 1e-3). Y is filled
- * with NaN bit patterns before each run, and columns past the rows (y_stride pads) must keep
- * their bytes: unwritten and overwritten outputs both fail.
+ * counts that are not multiples of the tiles and K of 768, 2048 and 8192, run with both kernels
+ * (staged, pipelined) and each tile size, which must all give the same bits. Each result is
+ * compared with a reference computed here in double from the dequantized weights (em_dequantize:
+ * every stored value exactly) and the f32 activations, and with em_cuda_matvec on the same
+ * descriptor (the GEMM switched off: EMBER_CUDA_GEMM=0). The error is max|y - ref| / max|ref|;
+ * both must be <= 1e-2 (bf16 operands: expect a few 1e-3). Y is filled with NaN bit patterns
+ * before each run, and columns past the rows (y_stride pads) must keep their bytes: unwritten
+ * and overwritten outputs both fail.
  *
  * Measurements: TFLOP/s of the GEMM (the automatic pick, and each kernel with each tile size) and
- * of the matvec on
- * the dense-1b shapes (Llama-3.2-1B) and a moe-30b-a3b expert layer, for a table and the
- * crossover batch size. Prints PASS/FAIL rows; exits 1 on any failure. */
+ * of the matvec on the dense-1b shapes (Llama-3.2-1B) and a moe-30b-a3b expert layer, for a table
+ * and the crossover batch size. Prints PASS/FAIL rows; exits 1 on any failure. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
