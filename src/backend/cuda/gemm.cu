@@ -479,14 +479,54 @@ static bool gm_type_supported(uint32_t type) {
     }
 }
 
-/* Items per tile: the largest tile that still gives every multiprocessor two blocks. */
+/* The choices below come from measurements on an H200 (tests/cuda/check_gemm.cu, dense-1b and
+ * moe-30b shapes, M = 8..8192); the numbers are in the commit that set them.
+ *
+ * Items per tile: a 32-item tile runs at about half the rate of the larger ones once the grid
+ * fills the device, but with fewer items than blocks to spread, more blocks beat bigger tiles
+ * (each block is bound by the latency of its K steps). So: the largest tile that still gives
+ * three quarters of the multiprocessors a block, 128 only from 128 items (and not for the BF16
+ * gated unit nor F16, where 64 measured faster), MoE experts 64 from 16 items on average. */
 static uint32_t gm_pick_items(const cuda_backend *b, const cuda_matvec *mv, uint32_t rows) {
-    const uint32_t out = mv->up ? 64 : GM_ROWS;
-    const uint64_t row_tiles = (rows + out - 1) / out, groups = mv->counts ? mv->n_groups : 1;
-    const uint32_t n = mv->n_items;
-    if (n > 64 && row_tiles * ((n + 127) / 128) * groups >= 2 * (uint64_t)b->n_sm) return 128;
-    if (n > 32) return 64;
+    const uint32_t type = mv->w->type, n = mv->n_items;
+    if (mv->counts) return n >= 16 ? 64 : 32;
+    if (n <= 32) return 32;
+    const uint64_t row_tiles = (rows + (mv->up ? 64 : GM_ROWS) - 1) / (mv->up ? 64 : GM_ROWS);
+    const uint64_t enough = 3 * (uint64_t)b->n_sm / 4;
+    const bool allow_128 = n >= 128 && type != EM_TYPE_F16 && !(type == EM_TYPE_BF16 && mv->up);
+    if (allow_128 && row_tiles * ((n + 127) / 128) >= enough) return 128;
+    if (row_tiles * ((n + 63) / 64) >= enough) return 64;
     return 32;
+}
+
+/* The kernel: the pipelined one, except for F16 (its weights go through registers in both, and
+ * the staged kernel measured a few percent faster) and for the register-decoded types with
+ * 128-item tiles (staged 5-10% faster there: the 1-block-per-SM pipelined kernel decodes with
+ * fewer warps to hide the loads behind). */
+static bool gm_pick_pipelined(uint32_t type, uint32_t items) {
+    if (type == EM_TYPE_BF16) return true;
+    if (type == EM_TYPE_F16) return false;
+    return items != 128;
+}
+
+/* Fewest items for which the GEMM beats the matvec. The matvec reads each weight row once per 8
+ * items; the GEMM reads it once per tile but pays each K step's latency, so it wins earlier on
+ * wide products (the gated unit, the output head) and later on narrow ones (K/V) and on
+ * quantized weights, which the matvec reads in fewer bytes. MoE: n_items is the mean per expert. */
+static uint32_t gm_min_items(const cuda_matvec *mv, uint32_t rows) {
+    const uint32_t type = mv->w->type;
+    const int kind = type == EM_TYPE_BF16 ? 0 : type == EM_TYPE_F16 ? 1 : 2; /* bf16, f16, quantized */
+    if (mv->counts) return 16;
+    const uint32_t width = mv->up ? 2 * rows : rows;
+    if (width >= 8192) return kind == 2 ? 16 : 8;
+    if (width <= 1024) return kind == 0 ? 32 : kind == 1 ? 48 : 64;
+    return kind == 0 ? 24 : kind == 1 ? 32 : 48;
+}
+
+static uint32_t gm_rows(const cuda_matvec *mv) {
+    uint32_t rows = mv->w->rows;
+    for (uint32_t i = 1; i < mv->n_parts && i < GM_PARTS; i++) rows += mv->more[i - 1].w->rows;
+    return rows;
 }
 
 /* EMBER_CUDA_GEMM=0 keeps every product on the matvec kernels (for comparisons). Read at each
@@ -502,7 +542,7 @@ bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv) {
     if (!gm_type_supported(w->type) || w->cols % GM_K || mv->x_stride % 4 || (uintptr_t)mv->x % 16 || mv->norm_w)
         return false;
     if (b->capturing && !gm_prepared) return false;
-    return mv->n_items >= (mv->counts ? EM_CUDA_GEMM_MIN_EXPERT_ITEMS : EM_CUDA_GEMM_MIN_ITEMS);
+    return mv->n_items >= gm_min_items(mv, gm_rows(mv));
 }
 
 em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv) { return em_cuda_gemm_with(b, mv, 0, EM_CUDA_GEMM_AUTO); }
@@ -555,7 +595,8 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
     const uint32_t out = mv->up ? 64 : GM_ROWS;
     const uint32_t item_tiles = (mv->n_items + items - 1) / items;
     const dim3 grid((rows + out - 1) / out, item_tiles < 65535 ? item_tiles : 65535, mv->counts ? mv->n_groups : 1);
-    const bool glu = mv->up != NULL, pipelined = kernel != EM_CUDA_GEMM_STAGED;
+    const bool glu = mv->up != NULL;
+    const bool pipelined = kernel == EM_CUDA_GEMM_AUTO ? gm_pick_pipelined(w->type, items) : kernel == EM_CUDA_GEMM_PIPELINED;
     switch (w->type) {
     case EM_TYPE_F16: gm_launch_type<EM_TYPE_F16>(b, a, grid, items, glu, pipelined); break;
     case EM_TYPE_BF16: gm_launch_type<EM_TYPE_BF16>(b, a, grid, items, glu, pipelined); break;

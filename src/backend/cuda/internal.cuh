@@ -200,9 +200,9 @@ void em_cuda_drop_graphs(cuda_backend *b);
 
 /* The tensor-core path of em_cuda_matvec for large batches: the same descriptor, the same result
  * up to bf16 rounding of the operands (gemm.cu). Types F16, BF16, Q8_0, Q4_K, Q6_K, IQ3_XXS with
- * a multiple of 32 columns; no fused norm. */
-#define EM_CUDA_GEMM_MIN_ITEMS 32        /* dense batches from this many items take the GEMM */
-#define EM_CUDA_GEMM_MIN_EXPERT_ITEMS 16 /* MoE: from this many items per expert (n_items) */
+ * a multiple of 32 columns; no fused norm. em_cuda_gemm_wanted: whether em_cuda_matvec should
+ * hand `mv` over (the types and shapes it takes, from the batch size where it measured faster;
+ * never while EMBER_CUDA_GEMM=0). */
 bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv);
 em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv);
 /* em_cuda_gemm with the items per tile (32, 64 or 128; 0 picks) and the kernel forced, for tests
