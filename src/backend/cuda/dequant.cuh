@@ -1,7 +1,8 @@
 /* Device decoders of the block formats the CUDA backend reads: each turns group g (elements
  * 8g..8g+7) of a row into 8 floats in registers. The byte layouts and the arithmetic are those of
  * the CPU reference decoders in src/quant/dequant.c (the definition of each format); loads are as
- * wide as the block's alignment inside a row allows. Included by matvec.cu only. */
+ * wide as the block's alignment inside a row allows. Included by matvec.cu and gemm.cu (each then
+ * has its own copy of the IQ3_XXS lattice, see below). */
 #ifndef EMBER_BACKEND_CUDA_DEQUANT_CUH
 #define EMBER_BACKEND_CUDA_DEQUANT_CUH
 
@@ -9,10 +10,11 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-/* IQ3_XXS lattice (quant's em_iq3xxs_grid), copied to device memory at startup
- * (em_cuda_upload_grids). Read through the read-only cache: the lanes of a warp look up different
- * entries, which constant memory would serve one address at a time. Without relocatable device
- * code each file has its own copy, so only matvec.cu includes this header. */
+/* IQ3_XXS lattice (quant's em_iq3xxs_grid), copied to device memory at startup. Read through the
+ * read-only cache: the lanes of a warp look up different entries, which constant memory would
+ * serve one address at a time. Without relocatable device code each file that includes this
+ * header has its own copy: matvec.cu's is uploaded when the backend is made (em_cuda_upload_grids),
+ * gemm.cu uploads its own. */
 static __device__ uint32_t em_cuda_iq3xxs_grid[256];
 
 __device__ __forceinline__ float ld_half(const uint8_t *p) { return __half2float(*(const __half *)p); }
@@ -129,5 +131,53 @@ template <> struct deq<EM_TYPE_IQ3_XXS> {
         }
     }
 };
+
+/* ---- bf16 output, for the tensor-core products (gemm.cu) ----
+ * Group g of a row as 8 bf16 (element 8g + i in bits 16i..16i+15 of the uint4), rounded to nearest
+ * from the decoders above; BF16 rows are copied as stored. */
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *(const uint32_t *)&h;
+}
+
+__device__ __forceinline__ uint4 pack_bf16x8(const float v[8]) {
+    return make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
+                      pack_bf16x2(v[6], v[7]));
+}
+
+/* `grid` is IQ3_XXS's lattice (any memory space; gemm.cu passes a copy in shared memory, where
+ * the scattered lookups of a whole block of threads are cheaper than in constant memory). */
+template <int TYPE> __device__ __forceinline__ uint4 deq_bf16x8(const uint8_t *row, uint32_t g, const uint32_t *grid) {
+    (void)grid;
+    float v[8];
+    deq<TYPE>::get(row, g, v);
+    return pack_bf16x8(v);
+}
+
+template <> __device__ __forceinline__ uint4 deq_bf16x8<EM_TYPE_BF16>(const uint8_t *row, uint32_t g, const uint32_t *grid) {
+    (void)grid;
+    return *(const uint4 *)(row + 16 * (uint64_t)g);
+}
+
+/* deq<EM_TYPE_IQ3_XXS>::get with the lattice passed in. */
+template <>
+__device__ __forceinline__ uint4 deq_bf16x8<EM_TYPE_IQ3_XXS>(const uint8_t *row, uint32_t g, const uint32_t *grid) {
+    const uint8_t *b = row + 98 * (uint64_t)(g >> 5);
+    const int j = g & 31, ib = j >> 2, l = j & 3;
+    float d = ld_half(b);
+    uint32_t aux = ld_u16(b + 66 + 4 * ib) | (ld_u16(b + 68 + 4 * ib) << 16);
+    float db = d * (0.5f + (float)(aux >> 28)) * 0.5f;
+    uint32_t idx = ld_u16(b + 2 + 8 * ib + 2 * l);
+    uint32_t p0 = grid[idx & 0xff], p1 = grid[idx >> 8];
+    uint32_t s = (aux >> (7 * l)) & 127;
+    s |= (__popc(s) & 1) << 7;
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float m = db * (float)(((i < 4 ? p0 : p1) >> (8 * (i & 3))) & 0xff);
+        v[i] = (s >> i) & 1 ? -m : m;
+    }
+    return pack_bf16x8(v);
+}
 
 #endif

@@ -233,4 +233,19 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n_tokens);
 void em_cuda_free_scratch(cuda_backend *b);
 void em_cuda_drop_graphs(cuda_backend *b);
 
+/* ---- gemm.cu ---- */
+
+/* The tensor-core path of em_cuda_matvec for large batches: the same descriptor, the same result
+ * up to bf16 rounding of the operands (gemm.cu). Types F16, BF16, Q8_0, Q4_K, Q6_K, IQ3_XXS with
+ * a multiple of 32 columns; no fused norm. em_cuda_gemm_wanted: whether em_cuda_matvec should
+ * hand `mv` over (the types and shapes it takes, from the batch size where it measured faster;
+ * never while EMBER_CUDA_GEMM=0). */
+bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv);
+em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv);
+/* em_cuda_gemm with the items per tile (32, 64 or 128; 0 picks) and the kernel forced, for tests
+ * and measurements: STAGED decodes weights and rounds activations through registers one K step
+ * ahead; PIPELINED copies activations (and BF16 weights) with cp.async several steps ahead. */
+typedef enum em_cuda_gemm_kernel { EM_CUDA_GEMM_AUTO, EM_CUDA_GEMM_STAGED, EM_CUDA_GEMM_PIPELINED } em_cuda_gemm_kernel;
+em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items, em_cuda_gemm_kernel kernel);
+
 #endif

@@ -331,6 +331,7 @@ bool em_cuda_matvec_can_norm(uint32_t cols, uint32_t n_items) {
 }
 
 em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
+    if (em_cuda_gemm_wanted(b, mv)) return em_cuda_gemm(b, mv);
     const cuda_weight *w = mv->w;
     const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
     if (mv->n_items == 0) return NULL;

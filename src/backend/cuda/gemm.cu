@@ -1,0 +1,610 @@
+/* Matrix products on the tensor cores, for prefill chunks and large batches (internal.cuh:
+ * cuda_matvec; em_cuda_matvec hands a descriptor here when em_cuda_gemm_wanted says so).
+ *
+ * It computes what matvec.cu computes, Y[item][row] = W row · X[xrow(item)], with the same
+ * fusions (Q/K/V parts, the gated unit, MoE groups, the residual add), but as a tiled product:
+ * a block of 256 threads owns a tile of 128 weight rows by ITEMS items (32, 64 or 128) and walks
+ * K in steps of 32. The 8 warps (2 along rows by 4 along items, 64 rows by ITEMS/4 items each)
+ * read bf16 operands from shared memory (weights with ldmatrix) and multiply with mma.sync
+ * m16n8k16 into f32 accumulators. Two kernels feed shared memory:
+ *  - gemm_kernel (STAGED): each step's weights are decoded to bf16 (BF16 rows copied as stored)
+ *    and its activations rounded to bf16 in registers, one step ahead, into a double buffer;
+ *  - gemm_pipelined_kernel (PIPELINED): activations (f32) and BF16 weights arrive by cp.async
+ *    GM_STAGES - 1 steps ahead; other weight types still go through registers one step ahead.
+ * Both round identically, so they give the same bits.
+ *
+ * Why bf16 and not the f32 of matvec.cu: the tensor cores take 16-bit operands; rounding both
+ * operands to bf16 costs about 2^-9 relative per product, a few 1e-3 on a dot product, which the
+ * checks (tests/cuda/check_gemm.cu) bound. The sums are accumulated in f32 in a fixed order over
+ * K (K steps in order, each mma's internal order fixed), and an output depends only on its own
+ * weight row and activation row: a token gets the same result whatever else is in the batch and
+ * whichever item tile the launch picked.
+ *
+ * The gated unit: in each 16-row slice of the tile, rows 0-7 are gate rows r..r+7 and rows 8-15
+ * are the up rows r..r+7, so the mma's accumulator fragment holds gate and up of the same output
+ * in one thread (c0/c2, c1/c3), which then writes act(gate) * up directly: a tile covers 64
+ * output rows.
+ *
+ * MoE: grid.z is the expert; the number of items of an expert is known on the device only, so
+ * each block loops over the item tiles blockIdx.y, blockIdx.y + gridDim.y, ... of its expert.
+ *
+ * EMBER_CUDA_GEMM=0 switches this path off (every product stays on matvec.cu's kernels).
+ *
+ * Nothing here allocates or reads device data on the host, so launches are capture-safe; the one
+ * exception is the first use, which copies the IQ3_XXS lattice into this file's constant memory
+ * and raises the pipelined kernels' shared memory limit (em_cuda_gemm_wanted declines while a
+ * graph is being captured until that is done). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.cuh"
+#include "dequant.cuh"
+
+extern "C" {
+extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
+}
+
+#define GM_THREADS 256
+#define GM_ROWS 128 /* weight rows of a tile (output rows, or 64 gate + 64 up rows) */
+#define GM_K 32     /* K per step */
+#define GM_LD 40    /* bf16 per shared row: 32 + 8 of padding, so ldmatrix's 8 rows hit distinct banks */
+#define GM_PARTS 3
+
+/* As matvec.cu's mv_part: global rows [begin, end) belong to this part. */
+typedef struct gm_part {
+    const uint8_t *w, *w2; /* w2: the up matrix of a gated unit */
+    uint64_t row_bytes;
+    uint32_t begin, end;
+    float *y;
+    uint64_t y_stride;
+} gm_part;
+
+typedef struct gm_args {
+    gm_part part[GM_PARTS];
+    uint32_t n_parts;
+    uint64_t mat_bytes; /* MoE: bytes of one expert's matrix */
+    uint32_t rows, cols;
+    const float *x;
+    uint64_t x_stride;
+    const uint32_t *x_index;
+    uint32_t n_items;
+    const uint32_t *counts, *starts;
+    int act;
+    bool accumulate;
+} gm_args;
+
+/* Set once, by the first em_cuda_gemm, when the lattice is in this file's constant memory and the
+ * pipelined kernels may use their shared memory. Process state like the constant memory itself;
+ * a race only does the same work twice. */
+static bool gm_prepared;
+
+/* The part of global row r, by comparisons (a run-time index into the parameters would copy them
+ * to local memory). */
+__device__ __forceinline__ int gm_part_of(const gm_args &a, uint32_t r) {
+    return a.n_parts > 1 && r >= a.part[0].end ? (a.n_parts > 2 && r >= a.part[1].end ? 2 : 1) : 0;
+}
+#define GM_PART(pi, f) ((pi) == 0 ? a.part[0].f : (pi) == 1 ? a.part[1].f : a.part[2].f)
+
+__device__ __forceinline__ void gm_ldmatrix_x4(uint32_t r[4], const uint16_t *p) {
+    const uint32_t at = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at)
+                 : "memory");
+}
+
+__device__ __forceinline__ void gm_ldmatrix_x2(uint32_t r[2], const uint16_t *p) {
+    const uint32_t at = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(at) : "memory");
+}
+
+/* c += a (16x16, rows = weight rows) * b (16x8, columns = items), bf16 in, f32 accumulate. */
+__device__ __forceinline__ void gm_mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ float gm_glu(float g, float u, int act) {
+    float v;
+    if (act == EM_ACT_GEGLU) {
+        const float k = 0.7978845608028654f; /* sqrt(2/pi): GELU, tanh approximation (as matvec.cu) */
+        v = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
+    } else {
+        v = g / (1.0f + expf(-g));
+    }
+    return v * u;
+}
+
+/* Writes a warp's accumulators: c0,c1 hold tile row lane/4, items 2(lane%4) and +1; c2,c3 tile
+ * row lane/4 + 8 (with GLU: the up rows of the same outputs). */
+template <int ITEMS, bool GLU>
+__device__ __forceinline__ void gm_store(const gm_args &a, const float (&acc)[4][ITEMS / 32][4], uint32_t row0,
+                                         uint32_t t0, uint32_t count, uint32_t start, uint32_t warp_row,
+                                         uint32_t warp_item, uint32_t lane) {
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+#pragma unroll
+        for (int n = 0; n < ITEMS / 32; n++) {
+            const uint32_t item = t0 + warp_item + 8 * n + 2 * (lane & 3);
+#pragma unroll
+            for (int h = 0; h < (GLU ? 1 : 2); h++) {
+                const uint32_t r = GLU ? row0 + (warp_row + 16 * m) / 2 + (lane >> 2)
+                                       : row0 + warp_row + 16 * m + 8 * h + (lane >> 2);
+                if (r >= a.rows) continue;
+                const int pi = gm_part_of(a, r);
+                float *y = GM_PART(pi, y) + (r - GM_PART(pi, begin));
+                const uint64_t y_stride = GM_PART(pi, y_stride);
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    if (item + c >= count) continue;
+                    const float v = GLU ? gm_glu(acc[m][n][c], acc[m][n][2 + c], a.act) : acc[m][n][2 * h + c];
+                    float *out = y + (uint64_t)(start + item + c) * y_stride;
+                    *out = a.accumulate ? *out + v : v;
+                }
+            }
+        }
+    }
+}
+
+/* Each thread loads 2 groups of 8 weights and ITEMS/32 groups of 4 activations per step. */
+template <int TYPE, int ITEMS, bool GLU> __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_kernel(gm_args a) {
+    constexpr int XL = ITEMS / 32;    /* activation loads per thread per step */
+    constexpr int NT = ITEMS / 32;    /* 8-item mma columns per warp */
+    constexpr int OUT = GLU ? 64 : GM_ROWS;
+    __shared__ __align__(16) uint16_t sw[2][GM_ROWS * GM_LD];
+    __shared__ __align__(16) uint16_t sx[2][ITEMS * GM_LD];
+    __shared__ uint32_t grid[TYPE == EM_TYPE_IQ3_XXS ? 256 : 1];
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t warp_row = (warp >> 2) * 64, warp_item = (warp & 3) * (ITEMS / 4);
+    em_pdl_wait();
+    if (TYPE == EM_TYPE_IQ3_XXS) grid[tid] = em_cuda_iq3xxs_grid[tid];
+    const uint32_t e = blockIdx.z;
+    const uint32_t count = a.counts ? a.counts[e] : a.n_items;
+    const uint32_t start = a.starts ? a.starts[e] : 0;
+    const uint64_t mat_offset = a.counts ? e * a.mat_bytes : 0;
+    const uint32_t row0 = blockIdx.x * OUT;
+
+    /* this thread's two weight rows (NULL past the end: zeros) and its column group in a step */
+    const uint8_t *wrow[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const uint32_t s = (tid + GM_THREADS * j) >> 2;
+        const uint32_t r = GLU ? row0 + (s >> 4) * 8 + (s & 7) : row0 + s;
+        wrow[j] = NULL;
+        if (r < a.rows) {
+            const int pi = gm_part_of(a, r);
+            const uint8_t *base = GLU && (s >> 3) & 1 ? GM_PART(pi, w2) : GM_PART(pi, w);
+            wrow[j] = base + mat_offset + (uint64_t)(r - GM_PART(pi, begin)) * GM_PART(pi, row_bytes);
+        }
+    }
+    const uint32_t wgroup = tid & 3;
+    const uint32_t n_steps = a.cols / GM_K;
+    if (TYPE == EM_TYPE_IQ3_XXS) __syncthreads();
+
+    for (uint32_t t0 = blockIdx.y * ITEMS; t0 < count; t0 += gridDim.y * ITEMS) {
+        const float *xrow[XL];
+#pragma unroll
+        for (int j = 0; j < XL; j++) {
+            const uint32_t i = t0 + ((tid + GM_THREADS * j) >> 3);
+            xrow[j] = NULL;
+            if (i < count) xrow[j] = a.x + (uint64_t)(a.x_index ? a.x_index[start + i] : start + i) * a.x_stride;
+        }
+        const uint32_t xquad = tid & 7;
+
+        uint4 wreg[2];
+        uint2 xreg[XL];
+        /* global -> registers (decoded, rounded), then registers -> shared buffer `buf` */
+        auto load = [&](uint32_t step) {
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                wreg[j] = wrow[j] ? deq_bf16x8<TYPE>(wrow[j], step * (GM_K / 8) + wgroup, grid) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < XL; j++) {
+                float4 v = xrow[j] ? *(const float4 *)(xrow[j] + step * GM_K + 4 * xquad) : make_float4(0, 0, 0, 0);
+                xreg[j] = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+            }
+        };
+        auto store = [&](int buf) {
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const uint32_t s = (tid + GM_THREADS * j) >> 2;
+                *(uint4 *)&sw[buf][s * GM_LD + 8 * wgroup] = wreg[j];
+            }
+#pragma unroll
+            for (int j = 0; j < XL; j++) {
+                const uint32_t i = (tid + GM_THREADS * j) >> 3;
+                *(uint2 *)&sx[buf][i * GM_LD + 4 * xquad] = xreg[j];
+            }
+        };
+
+        float acc[4][NT][4];
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[m][n][c] = 0.0f;
+
+        load(0);
+        store(0);
+        __syncthreads();
+        for (uint32_t step = 0; step < n_steps; step++) {
+            const int buf = step & 1;
+            if (step + 1 < n_steps) load(step + 1);
+#pragma unroll
+            for (int kk = 0; kk < GM_K; kk += 16) {
+                uint32_t af[4][4], bfr[NT][2];
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+                    gm_ldmatrix_x4(af[m], &sw[buf][(warp_row + 16 * m + (lane & 15)) * GM_LD + kk + 8 * (lane >> 4)]);
+                if (NT == 1) {
+                    gm_ldmatrix_x2(bfr[0], &sx[buf][(warp_item + (lane & 7)) * GM_LD + kk + 8 * ((lane >> 3) & 1)]);
+                } else {
+#pragma unroll
+                    for (int n = 0; n < NT; n += 2) {
+                        uint32_t r[4];
+                        gm_ldmatrix_x4(r, &sx[buf][(warp_item + 8 * n + (lane & 7) + 8 * (lane >> 4)) * GM_LD + kk +
+                                                   8 * ((lane >> 3) & 1)]);
+                        bfr[n][0] = r[0], bfr[n][1] = r[1];
+                        bfr[n + 1 < NT ? n + 1 : n][0] = r[2], bfr[n + 1 < NT ? n + 1 : n][1] = r[3];
+                    }
+                }
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+#pragma unroll
+                    for (int n = 0; n < NT; n++) gm_mma(acc[m][n], af[m], bfr[n]);
+            }
+            if (step + 1 < n_steps) store(buf ^ 1);
+            __syncthreads();
+        }
+
+        gm_store<ITEMS, GLU>(a, acc, row0, t0, count, start, warp_row, warp_item, lane);
+    }
+}
+
+
+/* ---- the pipelined kernel: cp.async, GM_STAGES steps in flight ----
+ * The same tiles, warps and epilogue as gemm_kernel, but the activations (f32) and BF16 weights
+ * are copied global -> shared by cp.async, GM_STAGES - 1 steps ahead of the products, so global
+ * latency hides behind several steps of math instead of one. Activations stay f32 in shared
+ * memory and are rounded to bf16 when a warp builds its mma operands (a thread's two pairs of a
+ * column; the same rounding as gemm_kernel, so both kernels give bit-identical results). Weights
+ * of the other types are decoded through registers one step ahead, as in gemm_kernel. */
+#define GM_STAGES 4
+#define GM_XLD 40 /* floats per shared activation row: 32 + 8, so a warp's operand reads take 2 wavefronts */
+
+static constexpr size_t gm_pipelined_smem(int items) {
+    return GM_STAGES * ((size_t)GM_ROWS * GM_LD * 2 + (size_t)items * GM_XLD * 4) + 256 * 4;
+}
+
+/* 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros (rows past the end). */
+__device__ __forceinline__ void gm_cp_async16(void *dst, const void *src, uint32_t src_bytes) {
+    const uint32_t at = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(at), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void gm_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int PENDING> __device__ __forceinline__ void gm_cp_wait(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+}
+
+template <int TYPE, int ITEMS, bool GLU>
+__global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelined_kernel(gm_args a) {
+    constexpr int XL = ITEMS / 32, NT = ITEMS / 32;
+    constexpr int OUT = GLU ? 64 : GM_ROWS;
+    constexpr bool ASYNC_W = TYPE == EM_TYPE_BF16;
+    extern __shared__ __align__(16) uint8_t gm_smem[];
+    uint16_t *sw = (uint16_t *)gm_smem;                                     /* [stage][row][GM_LD] */
+    float *sx = (float *)(gm_smem + GM_STAGES * GM_ROWS * GM_LD * 2);       /* [stage][item][GM_XLD] */
+    uint32_t *grid = (uint32_t *)(gm_smem + GM_STAGES * (GM_ROWS * GM_LD * 2 + ITEMS * GM_XLD * 4));
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t warp_row = (warp >> 2) * 64, warp_item = (warp & 3) * (ITEMS / 4);
+    em_pdl_wait();
+    if (TYPE == EM_TYPE_IQ3_XXS) grid[tid] = em_cuda_iq3xxs_grid[tid];
+    const uint32_t e = blockIdx.z;
+    const uint32_t count = a.counts ? a.counts[e] : a.n_items;
+    const uint32_t start = a.starts ? a.starts[e] : 0;
+    const uint64_t mat_offset = a.counts ? e * a.mat_bytes : 0;
+    const uint32_t row0 = blockIdx.x * OUT;
+
+    const uint8_t *wrow[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const uint32_t s = (tid + GM_THREADS * j) >> 2;
+        const uint32_t r = GLU ? row0 + (s >> 4) * 8 + (s & 7) : row0 + s;
+        wrow[j] = NULL;
+        if (r < a.rows) {
+            const int pi = gm_part_of(a, r);
+            const uint8_t *base = GLU && (s >> 3) & 1 ? GM_PART(pi, w2) : GM_PART(pi, w);
+            wrow[j] = base + mat_offset + (uint64_t)(r - GM_PART(pi, begin)) * GM_PART(pi, row_bytes);
+        }
+    }
+    const uint32_t wgroup = tid & 3, xquad = tid & 7;
+    const uint32_t n_steps = a.cols / GM_K;
+    if (TYPE == EM_TYPE_IQ3_XXS) __syncthreads();
+
+    for (uint32_t t0 = blockIdx.y * ITEMS; t0 < count; t0 += gridDim.y * ITEMS) {
+        const float *xrow[XL];
+#pragma unroll
+        for (int j = 0; j < XL; j++) {
+            const uint32_t i = t0 + ((tid + GM_THREADS * j) >> 3);
+            xrow[j] = NULL;
+            if (i < count) xrow[j] = a.x + (uint64_t)(a.x_index ? a.x_index[start + i] : start + i) * a.x_stride;
+        }
+        /* one commit group per step (empty past the end, so the group count stays uniform) */
+        auto issue = [&](uint32_t step) {
+            if (step < n_steps) {
+                const uint32_t st = step % GM_STAGES;
+                if (ASYNC_W) {
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const uint32_t s = (tid + GM_THREADS * j) >> 2;
+                        const uint8_t *src = wrow[j] ? wrow[j] + (uint64_t)step * (GM_K * 2) + 16 * wgroup : (const uint8_t *)a.x;
+                        gm_cp_async16(sw + (st * GM_ROWS + s) * GM_LD + 8 * wgroup, src, wrow[j] ? 16 : 0);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < XL; j++) {
+                    const uint32_t i = (tid + GM_THREADS * j) >> 3;
+                    const float *src = xrow[j] ? xrow[j] + step * GM_K + 4 * xquad : a.x;
+                    gm_cp_async16(sx + (st * ITEMS + i) * GM_XLD + 4 * xquad, src, xrow[j] ? 16 : 0);
+                }
+            }
+            gm_cp_commit();
+        };
+        uint4 wreg[2];
+        auto load_w = [&](uint32_t step) {
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                wreg[j] = wrow[j] ? deq_bf16x8<TYPE>(wrow[j], step * (GM_K / 8) + wgroup, grid) : make_uint4(0, 0, 0, 0);
+        };
+        auto store_w = [&](uint32_t st) {
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const uint32_t s = (tid + GM_THREADS * j) >> 2;
+                *(uint4 *)(sw + (st * GM_ROWS + s) * GM_LD + 8 * wgroup) = wreg[j];
+            }
+        };
+
+        float acc[4][NT][4];
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[m][n][c] = 0.0f;
+
+#pragma unroll
+        for (int st = 0; st < GM_STAGES - 1; st++) issue(st);
+        if (!ASYNC_W) {
+            load_w(0);
+            store_w(0);
+            if (n_steps > 1) load_w(1);
+        }
+        for (uint32_t step = 0; step < n_steps; step++) {
+            gm_cp_wait<GM_STAGES - 2>(); /* this thread's copies of `step` have landed */
+            __syncthreads();             /* everyone's have, and everyone is done with step - 1 */
+            issue(step + GM_STAGES - 1); /* into the stage of step - 1 */
+            if (!ASYNC_W) {
+                if (step + 1 < n_steps) store_w((step + 1) % GM_STAGES);
+                if (step + 2 < n_steps) load_w(step + 2);
+            }
+            const uint16_t *wt = sw + (step % GM_STAGES) * GM_ROWS * GM_LD;
+            const float *xt = sx + (step % GM_STAGES) * ITEMS * GM_XLD;
+#pragma unroll
+            for (int kk = 0; kk < GM_K; kk += 16) {
+                uint32_t af[4][4], bfr[NT][2];
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+                    gm_ldmatrix_x4(af[m], wt + (warp_row + 16 * m + (lane & 15)) * GM_LD + kk + 8 * (lane >> 4));
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    /* column lane/4 of the 8 items, k = 2(lane%4) + {0, 1} and + 8 */
+                    const float *xp = xt + (warp_item + 8 * n + (lane >> 2)) * GM_XLD + kk + 2 * (lane & 3);
+                    const float2 lo = *(const float2 *)xp, hi = *(const float2 *)(xp + 8);
+                    bfr[n][0] = pack_bf16x2(lo.x, lo.y);
+                    bfr[n][1] = pack_bf16x2(hi.x, hi.y);
+                }
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+#pragma unroll
+                    for (int n = 0; n < NT; n++) gm_mma(acc[m][n], af[m], bfr[n]);
+            }
+        }
+        gm_cp_wait<0>();
+        __syncthreads(); /* the stages are free for the next item tile */
+        gm_store<ITEMS, GLU>(a, acc, row0, t0, count, start, warp_row, warp_item, lane);
+    }
+}
+
+#undef GM_PART
+
+template <int TYPE, int ITEMS>
+static void gm_launch_glu(const cuda_backend *b, const gm_args &a, dim3 grid, bool glu, bool pipelined) {
+    if (pipelined) {
+        const size_t smem = gm_pipelined_smem(ITEMS);
+        if (glu)
+            em_cuda_launch(b, gemm_pipelined_kernel<TYPE, ITEMS, true>, grid, GM_THREADS, smem, a);
+        else
+            em_cuda_launch(b, gemm_pipelined_kernel<TYPE, ITEMS, false>, grid, GM_THREADS, smem, a);
+    } else if (glu) {
+        em_cuda_launch(b, gemm_kernel<TYPE, ITEMS, true>, grid, GM_THREADS, 0, a);
+    } else {
+        em_cuda_launch(b, gemm_kernel<TYPE, ITEMS, false>, grid, GM_THREADS, 0, a);
+    }
+}
+
+template <int TYPE>
+static void gm_launch_type(const cuda_backend *b, const gm_args &a, dim3 grid, int items, bool glu, bool pipelined) {
+    switch (items) {
+    case 32: gm_launch_glu<TYPE, 32>(b, a, grid, glu, pipelined); break;
+    case 64: gm_launch_glu<TYPE, 64>(b, a, grid, glu, pipelined); break;
+    default: gm_launch_glu<TYPE, 128>(b, a, grid, glu, pipelined); break;
+    }
+}
+
+/* The pipelined kernels use more than the default 48 KiB of shared memory: allowed once. */
+template <int TYPE, int ITEMS> static cudaError_t gm_allow_smem_items(void) {
+    cudaError_t status = cudaFuncSetAttribute(gemm_pipelined_kernel<TYPE, ITEMS, false>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gm_pipelined_smem(ITEMS));
+    if (status == cudaSuccess)
+        status = cudaFuncSetAttribute(gemm_pipelined_kernel<TYPE, ITEMS, true>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gm_pipelined_smem(ITEMS));
+    return status;
+}
+
+template <int TYPE> static cudaError_t gm_allow_smem_type(void) {
+    cudaError_t status = gm_allow_smem_items<TYPE, 32>();
+    if (status == cudaSuccess) status = gm_allow_smem_items<TYPE, 64>();
+    if (status == cudaSuccess) status = gm_allow_smem_items<TYPE, 128>();
+    return status;
+}
+
+static cudaError_t gm_allow_smem(void) {
+    cudaError_t status = gm_allow_smem_type<EM_TYPE_F16>();
+    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_BF16>();
+    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_Q8_0>();
+    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_Q4_K>();
+    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_Q6_K>();
+    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_IQ3_XXS>();
+    return status;
+}
+
+static bool gm_type_supported(uint32_t type) {
+    switch (type) {
+    case EM_TYPE_F16: case EM_TYPE_BF16: case EM_TYPE_Q8_0: case EM_TYPE_Q4_K: case EM_TYPE_Q6_K:
+    case EM_TYPE_IQ3_XXS: return true;
+    default: return false;
+    }
+}
+
+/* The choices below come from measurements on an H200 (tests/cuda/check_gemm.cu, dense-1b and
+ * moe-30b shapes, M = 8..8192); the numbers are in the commit that set them.
+ *
+ * Items per tile: a 32-item tile runs at about half the rate of the larger ones once the grid
+ * fills the device, but with fewer items than blocks to spread, more blocks beat bigger tiles
+ * (each block is bound by the latency of its K steps). So: the largest tile that still gives
+ * three quarters of the multiprocessors a block, 128 only from 128 items (and not for the BF16
+ * gated unit nor F16, where 64 measured faster), MoE experts 64 from 16 items on average. */
+static uint32_t gm_pick_items(const cuda_backend *b, const cuda_matvec *mv, uint32_t rows) {
+    const uint32_t type = mv->w->type, n = mv->n_items;
+    if (mv->counts) return n >= 16 ? 64 : 32;
+    if (n <= 32) return 32;
+    const uint64_t row_tiles = (rows + (mv->up ? 64 : GM_ROWS) - 1) / (mv->up ? 64 : GM_ROWS);
+    const uint64_t enough = 3 * (uint64_t)b->n_sm / 4;
+    const bool allow_128 = n >= 128 && type != EM_TYPE_F16 && !(type == EM_TYPE_BF16 && mv->up);
+    if (allow_128 && row_tiles * ((n + 127) / 128) >= enough) return 128;
+    if (row_tiles * ((n + 63) / 64) >= enough) return 64;
+    return 32;
+}
+
+/* The kernel: the pipelined one, except for F16 (its weights go through registers in both, and
+ * the staged kernel measured a few percent faster) and for the register-decoded types with
+ * 128-item tiles (staged 5-10% faster there: the 1-block-per-SM pipelined kernel decodes with
+ * fewer warps to hide the loads behind). */
+static bool gm_pick_pipelined(uint32_t type, uint32_t items) {
+    if (type == EM_TYPE_BF16) return true;
+    if (type == EM_TYPE_F16) return false;
+    return items != 128;
+}
+
+/* Fewest items for which the GEMM beats the matvec. The matvec reads each weight row once per 8
+ * items; the GEMM reads it once per tile but pays each K step's latency, so it wins earlier on
+ * wide products (the gated unit, the output head) and later on narrow ones (K/V) and on
+ * quantized weights, which the matvec reads in fewer bytes. MoE: n_items is the mean per expert. */
+static uint32_t gm_min_items(const cuda_matvec *mv, uint32_t rows) {
+    const uint32_t type = mv->w->type;
+    const int kind = type == EM_TYPE_BF16 ? 0 : type == EM_TYPE_F16 ? 1 : 2; /* bf16, f16, quantized */
+    if (mv->counts) return 16;
+    const uint32_t width = mv->up ? 2 * rows : rows;
+    if (width >= 8192) return kind == 2 ? 16 : 8;
+    if (width <= 1024) return kind == 0 ? 32 : kind == 1 ? 48 : 64;
+    return kind == 0 ? 24 : kind == 1 ? 32 : 48;
+}
+
+static uint32_t gm_rows(const cuda_matvec *mv) {
+    uint32_t rows = mv->w->rows;
+    for (uint32_t i = 1; i < mv->n_parts && i < GM_PARTS; i++) rows += mv->more[i - 1].w->rows;
+    return rows;
+}
+
+/* EMBER_CUDA_GEMM=0 keeps every product on the matvec kernels (for comparisons). Read at each
+ * call, which costs far less than the launch it decides about. */
+static bool gm_switched_off(void) {
+    const char *v = getenv("EMBER_CUDA_GEMM");
+    return v && !strcmp(v, "0");
+}
+
+bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv) {
+    const cuda_weight *w = mv->w;
+    if (gm_switched_off()) return false;
+    if (!gm_type_supported(w->type) || w->cols % GM_K || mv->x_stride % 4 || (uintptr_t)mv->x % 16 || mv->norm_w)
+        return false;
+    if (b->capturing && !gm_prepared) return false;
+    return mv->n_items >= gm_min_items(mv, gm_rows(mv));
+}
+
+em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv) { return em_cuda_gemm_with(b, mv, 0, EM_CUDA_GEMM_AUTO); }
+
+em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items, em_cuda_gemm_kernel kernel) {
+    const cuda_weight *w = mv->w;
+    const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
+    if (mv->n_items == 0) return NULL;
+    if (mv->norm_w) return em_errorf(EM_ERR_INTERNAL, "cuda gemm: a fused norm is for small batches only");
+    if (!gm_type_supported(w->type)) return em_errorf(EM_ERR_UNSUPPORTED, "cuda gemm: weight type %s", em_type_name(w->type));
+    if (w->cols % GM_K || mv->x_stride % 4 || (uintptr_t)mv->x % 16)
+        return em_errorf(EM_ERR_UNSUPPORTED, "cuda gemm: %u columns, activation stride %llu", w->cols,
+                         (unsigned long long)mv->x_stride);
+    if (n_parts > GM_PARTS || (n_parts > 1 && (mv->counts || mv->up)))
+        return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u parts", n_parts);
+    if (mv->up && (mv->up->type != w->type || mv->up->cols != w->cols || mv->up->rows != w->rows))
+        return em_errorf(EM_ERR_INTERNAL, "cuda gemm: gate and up matrices differ in type or shape");
+    if (items != 0 && items != 32 && items != 64 && items != 128)
+        return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u items per tile", items);
+    if (!gm_prepared) {
+        if (b->capturing) return em_errorf(EM_ERR_INTERNAL, "cuda gemm: first use during a graph capture");
+        CU_TRY(cudaMemcpyToSymbolAsync(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid, 0,
+                                       cudaMemcpyHostToDevice, b->stream));
+        CU_TRY(gm_allow_smem());
+        gm_prepared = true;
+    }
+    gm_args a = {};
+    uint32_t rows = 0;
+    for (uint32_t i = 0; i < n_parts; i++) {
+        const cuda_weight *wi = i == 0 ? w : mv->more[i - 1].w;
+        if (wi->type != w->type || wi->cols != w->cols)
+            return em_errorf(EM_ERR_INTERNAL, "cuda gemm: fused matrices differ in type or width");
+        a.part[i] = gm_part{wi->data, mv->up ? mv->up->data : NULL, wi->row_bytes, rows, rows + wi->rows,
+                            i == 0 ? mv->y : mv->more[i - 1].y, i == 0 ? mv->y_stride : mv->more[i - 1].y_stride};
+        rows += wi->rows;
+    }
+    a.n_parts = n_parts;
+    a.mat_bytes = (uint64_t)w->rows * w->row_bytes;
+    a.rows = rows;
+    a.cols = w->cols;
+    a.x = mv->x;
+    a.x_stride = mv->x_stride;
+    a.x_index = mv->x_index;
+    a.n_items = mv->n_items;
+    a.counts = mv->counts;
+    a.starts = mv->starts;
+    a.act = b->d->act;
+    a.accumulate = mv->accumulate;
+    if (!items) items = gm_pick_items(b, mv, rows);
+    const uint32_t out = mv->up ? 64 : GM_ROWS;
+    const uint32_t item_tiles = (mv->n_items + items - 1) / items;
+    const dim3 grid((rows + out - 1) / out, item_tiles < 65535 ? item_tiles : 65535, mv->counts ? mv->n_groups : 1);
+    const bool glu = mv->up != NULL;
+    const bool pipelined = kernel == EM_CUDA_GEMM_AUTO ? gm_pick_pipelined(w->type, items) : kernel == EM_CUDA_GEMM_PIPELINED;
+    switch (w->type) {
+    case EM_TYPE_F16: gm_launch_type<EM_TYPE_F16>(b, a, grid, items, glu, pipelined); break;
+    case EM_TYPE_BF16: gm_launch_type<EM_TYPE_BF16>(b, a, grid, items, glu, pipelined); break;
+    case EM_TYPE_Q8_0: gm_launch_type<EM_TYPE_Q8_0>(b, a, grid, items, glu, pipelined); break;
+    case EM_TYPE_Q4_K: gm_launch_type<EM_TYPE_Q4_K>(b, a, grid, items, glu, pipelined); break;
+    case EM_TYPE_Q6_K: gm_launch_type<EM_TYPE_Q6_K>(b, a, grid, items, glu, pipelined); break;
+    default: gm_launch_type<EM_TYPE_IQ3_XXS>(b, a, grid, items, glu, pipelined); break;
+    }
+    CU_LAUNCHED();
+    return NULL;
+}

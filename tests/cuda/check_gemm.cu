@@ -1,0 +1,497 @@
+/* Checks and measures the tensor-core products (src/backend/cuda/gemm.cu) on a GPU. Not a ctest
+ * test (CI has no GPU); tests/cuda/gemm.sh runs it.
+ *
+ *   check_gemm            correctness, then the measurements
+ *   check_gemm --check    correctness only
+ *
+ * Correctness: for every weight type the GEMM reads, descriptors of each kind em_cuda_matvec
+ * takes (plain, Q/K/V parts, the gated unit with SwiGLU and GeGLU, MoE groups with an activation
+ * index and uneven counts including empty experts, the residual add), with item counts and row
+ * counts that are not multiples of the tiles and K of 768, 2048 and 8192, run with both kernels
+ * (staged, pipelined) and each tile size, which must all give the same bits. Each result is
+ * compared with a reference computed here in double from the dequantized weights (em_dequantize:
+ * every stored value exactly) and the f32 activations, and with em_cuda_matvec on the same
+ * descriptor (the GEMM switched off: EMBER_CUDA_GEMM=0). The error is max|y - ref| / max|ref|;
+ * both must be <= 1e-2 (bf16 operands: expect a few 1e-3). Y is filled with NaN bit patterns
+ * before each run, and columns past the rows (y_stride pads) must keep their bytes: unwritten
+ * and overwritten outputs both fail.
+ *
+ * Measurements: TFLOP/s of the GEMM (the automatic pick, and each kernel with each tile size) and
+ * of the matvec on the dense-1b shapes (Llama-3.2-1B) and a moe-30b-a3b expert layer, for a table
+ * and the crossover batch size. Prints PASS/FAIL rows; exits 1 on any failure. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/internal.cuh"
+extern "C" {
+#include "model/model.h"
+}
+
+static void check_err(em_err err, const char *what) {
+    if (!err) return;
+    fprintf(stderr, "%s: %s\n", what, em_err_message(err));
+    exit(1);
+}
+
+#define CUDA_CHECK(call)                                                                            \
+    do {                                                                                            \
+        cudaError_t status_ = (call);                                                               \
+        if (status_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s: %s (line %d)\n", #call, cudaGetErrorString(status_), __LINE__);     \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) * (2.0 / 16777216.0) - 1.0);
+}
+
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
+}
+
+static em_model_desc desc;
+static cuda_backend backend;
+
+static void make_backend(void) {
+    cuda_backend *b = &backend;
+    CUDA_CHECK(cudaSetDevice(0));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaDeviceGetAttribute(&b->n_sm, cudaDevAttrMultiProcessorCount, 0));
+    b->use_pdl = true;
+    b->d = &desc;
+    check_err(em_cuda_upload_grids(), "upload grids");
+}
+
+static void set_gemm(bool on) { setenv("EMBER_CUDA_GEMM", on ? "1" : "0", 1); }
+
+/* A weight of n_mat matrices of rows x cols from random values; `host` holds what it decodes to. */
+typedef struct test_weight {
+    cuda_weight w;
+    float *host;
+} test_weight;
+
+static test_weight make_weight(uint32_t type, uint32_t rows, uint32_t cols, uint32_t n_mat) {
+    test_weight t = {};
+    const uint64_t n = (uint64_t)rows * cols * n_mat;
+    uint64_t row_bytes = 0;
+    check_err(em_type_row_bytes(type, cols, &row_bytes), "row bytes");
+    float *f = (float *)malloc(n * sizeof(float));
+    uint8_t *q = (uint8_t *)malloc(row_bytes * rows * n_mat);
+    t.host = (float *)malloc(n * sizeof(float));
+    for (uint64_t i = 0; i < n; i++) f[i] = frand();
+    check_err(em_quantize(type, f, q, n), "quantize");
+    check_err(em_dequantize(type, q, t.host, n), "dequantize");
+    uint8_t *d = (uint8_t *)dev_alloc(row_bytes * rows * n_mat);
+    CUDA_CHECK(cudaMemcpy(d, q, row_bytes * rows * n_mat, cudaMemcpyHostToDevice));
+    t.w = cuda_weight{d, type, cols, rows, n_mat, row_bytes};
+    free(f);
+    free(q);
+    return t;
+}
+
+static void free_weight(test_weight *t) {
+    cudaFree((void *)t->w.data);
+    free(t->host);
+}
+
+/* ---- correctness ---- */
+
+typedef struct test_case {
+    const char *name;
+    uint32_t cols;
+    uint32_t rows[3];
+    uint32_t n_parts; /* 1..3 */
+    bool glu;
+    em_activation act;
+    uint32_t items;   /* dense: items; MoE: rows of X */
+    bool moe;
+    bool accumulate;
+} test_case;
+
+#define MOE_EXPERTS 5
+static const uint32_t moe_counts[MOE_EXPERTS] = {7, 0, 130, 1, 40};
+
+static double glu_ref(double g, double u, em_activation act) {
+    if (act == EM_ACT_GEGLU) return 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+    return g / (1.0 + exp(-g)) * u;
+}
+
+static double dot_ref(const float *w, const float *x, uint32_t n) {
+    double s = 0.0;
+    for (uint32_t k = 0; k < n; k++) s += (double)w[k] * x[k];
+    return s;
+}
+
+typedef struct case_result {
+    double err_ref, err_matvec;
+    double err_kernel[2]; /* err_ref of the staged and the pipelined kernel */
+    bool pads_ok; /* the y_stride pads kept their bytes */
+    bool same;    /* every kernel and tile size gave the same bits */
+} case_result;
+
+/* Runs `c` with weights of `type`; the worst errors over the tile sizes. */
+static bool run_case(uint32_t type, const test_case *c) {
+    cuda_backend *b = &backend;
+    desc.act = c->act;
+    const uint32_t K = c->cols, parts = c->n_parts;
+    const uint32_t groups = c->moe ? MOE_EXPERTS : 1;
+    test_weight w[3], up = {};
+    for (uint32_t p = 0; p < parts; p++) w[p] = make_weight(type, c->rows[p], K, groups);
+    if (c->glu) up = make_weight(type, c->rows[0], K, groups);
+
+    /* items: dense 0..items-1 reading X rows in order; MoE: expert e owns [starts[e], +counts[e]) */
+    uint32_t counts[MOE_EXPERTS], starts[MOE_EXPERTS], n_items = c->items;
+    if (c->moe) {
+        n_items = 0;
+        for (uint32_t e = 0; e < groups; e++) counts[e] = moe_counts[e], starts[e] = n_items, n_items += counts[e];
+    } else {
+        counts[0] = n_items, starts[0] = 0;
+    }
+    uint32_t *x_index = (uint32_t *)malloc(n_items * sizeof(uint32_t));
+    for (uint32_t i = 0; i < n_items; i++) x_index[i] = c->moe ? (uint32_t)((frand() + 1.0f) * 0.5f * c->items) % c->items : i;
+    const uint64_t x_stride = K + 4, x_rows = c->items;
+    float *x = (float *)malloc(x_rows * x_stride * sizeof(float));
+    for (uint64_t i = 0; i < x_rows * x_stride; i++) x[i] = frand();
+
+    float *x_dev = (float *)dev_alloc(x_rows * x_stride * sizeof(float));
+    CUDA_CHECK(cudaMemcpy(x_dev, x, x_rows * x_stride * sizeof(float), cudaMemcpyHostToDevice));
+    uint32_t *index_dev = (uint32_t *)dev_alloc(n_items * sizeof(uint32_t) + 4);
+    uint32_t *counts_dev = (uint32_t *)dev_alloc(sizeof counts), *starts_dev = (uint32_t *)dev_alloc(sizeof starts);
+    CUDA_CHECK(cudaMemcpy(index_dev, x_index, n_items * sizeof(uint32_t), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(counts_dev, counts, sizeof counts, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(starts_dev, starts, sizeof starts, cudaMemcpyHostToDevice));
+
+    /* Y of each part: n_items rows of y_stride = rows + 3 (the pad must stay as it was) */
+    float *y_dev[3], *y_host[3], *y0[3], *y_gemm[3];
+    double *ref[3];
+    uint64_t y_stride[3];
+    double scale = 0.0;
+    for (uint32_t p = 0; p < parts; p++) {
+        y_stride[p] = c->rows[p] + 3;
+        const uint64_t n = n_items * y_stride[p];
+        y_dev[p] = (float *)dev_alloc(n * sizeof(float) + 4);
+        y_host[p] = (float *)malloc(n * sizeof(float) + 4);
+        y_gemm[p] = (float *)malloc(n * sizeof(float) + 4);
+        y0[p] = (float *)malloc(n * sizeof(float) + 4);
+        ref[p] = (double *)calloc(n + 1, sizeof(double));
+        for (uint64_t i = 0; i < n; i++) {
+            uint32_t nan_bits = 0xffffffffu;
+            if (c->accumulate) y0[p][i] = frand();
+            else memcpy(&y0[p][i], &nan_bits, 4);
+        }
+        const uint64_t mat = (uint64_t)c->rows[p] * K;
+        for (uint32_t e = 0; e < groups; e++) {
+            for (uint32_t i = starts[e]; i < starts[e] + counts[e]; i++) {
+                const float *xr = x + (uint64_t)x_index[i] * x_stride;
+                for (uint32_t r = 0; r < c->rows[p]; r++) {
+                    double v = dot_ref(w[p].host + e * mat + (uint64_t)r * K, xr, K);
+                    if (c->glu) v = glu_ref(v, dot_ref(up.host + e * mat + (uint64_t)r * K, xr, K), c->act);
+                    if (c->accumulate) v += y0[p][i * y_stride[p] + r];
+                    ref[p][i * y_stride[p] + r] = v;
+                    if (fabs(v) > scale) scale = fabs(v);
+                }
+            }
+        }
+    }
+
+    cuda_matvec mv = {};
+    mv.w = &w[0].w;
+    mv.x = x_dev, mv.x_stride = x_stride;
+    mv.x_index = c->moe ? index_dev : NULL;
+    mv.y = y_dev[0], mv.y_stride = y_stride[0];
+    mv.n_items = c->moe ? (n_items + groups - 1) / groups : n_items;
+    mv.counts = c->moe ? counts_dev : NULL, mv.starts = c->moe ? starts_dev : NULL;
+    mv.n_groups = groups;
+    mv.up = c->glu ? &up.w : NULL;
+    mv.n_parts = parts;
+    for (uint32_t p = 1; p < parts; p++) {
+        mv.more[p - 1].w = &w[p].w;
+        mv.more[p - 1].y = y_dev[p], mv.more[p - 1].y_stride = y_stride[p];
+    }
+    mv.accumulate = c->accumulate;
+
+    /* error of the outputs against ref (and the pads against y0) */
+    auto compare = [&](float *const *got, const double *const *want, bool *pads_ok) {
+        double diff = 0.0;
+        for (uint32_t p = 0; p < parts; p++) {
+            for (uint32_t i = 0; i < n_items; i++) {
+                for (uint64_t r = 0; r < y_stride[p]; r++) {
+                    const uint64_t at = i * y_stride[p] + r;
+                    if (r < c->rows[p]) {
+                        const double d = fabs(got[p][at] - want[p][at]);
+                        if (d != d) diff = INFINITY; /* unwritten (NaN poison) or NaN result */
+                        else if (d > diff) diff = d;
+                    } else if (memcmp(&got[p][at], &y0[p][at], 4)) {
+                        *pads_ok = false;
+                    }
+                }
+            }
+        }
+        return diff / scale;
+    };
+    auto run = [&](bool gemm, uint32_t tile, em_cuda_gemm_kernel kernel) {
+        for (uint32_t p = 0; p < parts; p++)
+            CUDA_CHECK(cudaMemcpy(y_dev[p], y0[p], n_items * y_stride[p] * sizeof(float), cudaMemcpyHostToDevice));
+        if (gemm) {
+            check_err(em_cuda_gemm_with(b, &mv, tile, kernel), "gemm");
+        } else {
+            /* the matvec has no residual add of its own yet: run it plain and add here */
+            cuda_matvec plain = mv;
+            plain.accumulate = false;
+            set_gemm(false);
+            check_err(em_cuda_matvec(b, &plain), "matvec");
+            set_gemm(true);
+        }
+        CUDA_CHECK(cudaStreamSynchronize(b->stream));
+        CUDA_CHECK(cudaGetLastError());
+        for (uint32_t p = 0; p < parts; p++) {
+            CUDA_CHECK(cudaMemcpy(y_host[p], y_dev[p], n_items * y_stride[p] * sizeof(float), cudaMemcpyDeviceToHost));
+            if (!gemm && c->accumulate)
+                for (uint32_t i = 0; i < n_items; i++)
+                    for (uint32_t r = 0; r < c->rows[p]; r++) y_host[p][i * y_stride[p] + r] += y0[p][i * y_stride[p] + r];
+        }
+    };
+
+    case_result res = {0.0, 0.0, {0.0, 0.0}, true, true};
+    /* both kernels and every tile size give bit-identical outputs (same rounding, fixed order) */
+    const uint32_t tiles[] = {0, 32, 64, 128};
+    const em_cuda_gemm_kernel kernels[] = {EM_CUDA_GEMM_STAGED, EM_CUDA_GEMM_PIPELINED};
+    double *gemm_as_ref[3];
+    for (uint32_t v = 0; v < 8; v++) {
+        run(true, tiles[v % 4], kernels[v / 4]);
+        const double e = compare(y_host, ref, &res.pads_ok);
+        if (!(e <= res.err_ref)) res.err_ref = e;
+        if (!(e <= res.err_kernel[v / 4])) res.err_kernel[v / 4] = e;
+        if (v == 0)
+            for (uint32_t p = 0; p < parts; p++) memcpy(y_gemm[p], y_host[p], n_items * y_stride[p] * sizeof(float));
+        else
+            for (uint32_t p = 0; p < parts; p++)
+                if (memcmp(y_gemm[p], y_host[p], n_items * y_stride[p] * sizeof(float))) res.same = false;
+    }
+    for (uint32_t p = 0; p < parts; p++) {
+        gemm_as_ref[p] = (double *)malloc(n_items * y_stride[p] * sizeof(double) + 8);
+        for (uint64_t i = 0; i < n_items * y_stride[p]; i++) gemm_as_ref[p][i] = y_gemm[p][i];
+    }
+    run(false, 0, EM_CUDA_GEMM_AUTO);
+    bool matvec_pads = true;
+    res.err_matvec = compare(y_host, gemm_as_ref, &matvec_pads);
+
+    const bool pass = res.err_ref <= 1e-2 && res.err_matvec <= 1e-2 && res.pads_ok && res.same;
+    printf("%-5s %-8s %-22s K=%-5u items=%-4u  vs ref %.2e (staged %.2e, pipelined %.2e)  vs matvec %.2e  %s%s%s\n",
+           pass ? "PASS" : "FAIL", em_type_name(type), c->name, K, n_items, res.err_ref, res.err_kernel[0],
+           res.err_kernel[1], res.err_matvec, res.pads_ok ? "" : "(pads overwritten) ",
+           res.same ? "" : "(kernels/tiles differ) ", pass ? "" : "<<<");
+
+    for (uint32_t p = 0; p < parts; p++) {
+        cudaFree(y_dev[p]);
+        free(y_host[p]), free(y_gemm[p]), free(y0[p]), free(ref[p]), free(gemm_as_ref[p]);
+        free_weight(&w[p]);
+    }
+    if (c->glu) free_weight(&up);
+    cudaFree(x_dev), cudaFree(index_dev), cudaFree(counts_dev), cudaFree(starts_dev);
+    free(x), free(x_index);
+    return pass;
+}
+
+static int check_all(void) {
+    static const test_case cases[] = {
+        {"plain 1 item", 2048, {300}, 1, false, EM_ACT_SWIGLU, 1, false, false},
+        {"plain", 2048, {300}, 1, false, EM_ACT_SWIGLU, 33, false, false},
+        {"plain", 768, {128}, 1, false, EM_ACT_SWIGLU, 130, false, false},
+        {"plain", 2048, {136}, 1, false, EM_ACT_SWIGLU, 257, false, false},
+        {"3 parts (qkv)", 768, {200, 72, 40}, 3, false, EM_ACT_SWIGLU, 130, false, false},
+        {"2 parts", 2048, {64, 136}, 2, false, EM_ACT_SWIGLU, 40, false, false},
+        {"glu swiglu", 2048, {200}, 1, true, EM_ACT_SWIGLU, 67, false, false},
+        {"glu geglu", 768, {136}, 1, true, EM_ACT_GEGLU, 300, false, false},
+        {"moe", 768, {200}, 1, false, EM_ACT_SWIGLU, 64, true, false},
+        {"moe glu swiglu", 2048, {136}, 1, true, EM_ACT_SWIGLU, 50, true, false},
+        {"moe accumulate", 768, {72}, 1, false, EM_ACT_SWIGLU, 30, true, true},
+        {"accumulate", 8192, {136}, 1, false, EM_ACT_SWIGLU, 70, false, true},
+    };
+    static const uint32_t types[] = {EM_TYPE_BF16, EM_TYPE_F16, EM_TYPE_Q8_0, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS};
+    int failed = 0;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) failed += !run_case(types[t], &cases[i]);
+    printf("correctness: %d failed\n", failed);
+    return failed;
+}
+
+/* ---- measurements ---- */
+
+__global__ void fill_random(float *x, uint64_t n, uint32_t seed) {
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
+        x[i] = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    }
+}
+
+static float *random_dev(uint64_t n, uint32_t seed) {
+    float *x = (float *)dev_alloc(n * sizeof(float));
+    fill_random<<<1024, 256>>>(x, n, seed);
+    CUDA_CHECK(cudaGetLastError());
+    return x;
+}
+
+/* A big weight for timing: 32 quantized random rows, repeated (the values do not matter). */
+static cuda_weight bench_weight(uint32_t type, uint32_t rows, uint32_t cols, uint32_t n_mat) {
+    const uint32_t slab = 32;
+    test_weight t = make_weight(type, slab, cols, 1);
+    const uint64_t total = (uint64_t)rows * n_mat, rb = t.w.row_bytes;
+    uint8_t *d = (uint8_t *)dev_alloc(total * rb);
+    CUDA_CHECK(cudaMemcpy(d, t.w.data, slab * rb, cudaMemcpyDeviceToDevice));
+    for (uint64_t have = slab; have < total;) {
+        const uint64_t n = have < total - have ? have : total - have;
+        CUDA_CHECK(cudaMemcpy(d + have * rb, d, n * rb, cudaMemcpyDeviceToDevice));
+        have += n;
+    }
+    free_weight(&t);
+    return cuda_weight{d, type, cols, rows, n_mat, rb};
+}
+
+/* Seconds per call of the GEMM (tile 0 and AUTO pick) or of the matvec, averaged. */
+static double time_call(cuda_matvec *mv, bool gemm, uint32_t tile, em_cuda_gemm_kernel kernel) {
+    cuda_backend *b = &backend;
+    cudaEvent_t t0, t1;
+    CUDA_CHECK(cudaEventCreate(&t0));
+    CUDA_CHECK(cudaEventCreate(&t1));
+    set_gemm(gemm);
+    auto call = [&]() { check_err(gemm ? em_cuda_gemm_with(b, mv, tile, kernel) : em_cuda_matvec(b, mv), "timed call"); };
+    call();
+    CUDA_CHECK(cudaEventRecord(t0, b->stream));
+    call();
+    CUDA_CHECK(cudaEventRecord(t1, b->stream));
+    CUDA_CHECK(cudaEventSynchronize(t1));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    int reps = (int)(20.0f / (ms > 1e-3f ? ms : 1e-3f));
+    reps = reps < 3 ? 3 : reps > 200 ? 200 : reps;
+    CUDA_CHECK(cudaEventRecord(t0, b->stream));
+    for (int i = 0; i < reps; i++) call();
+    CUDA_CHECK(cudaEventRecord(t1, b->stream));
+    CUDA_CHECK(cudaEventSynchronize(t1));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    set_gemm(true);
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    return ms * 1e-3 / reps;
+}
+
+/* One row of the table: TFLOP/s of the GEMM (the automatic pick, then each kernel with tiles of
+ * 32/64/128 items) and of the matvec. */
+static void bench_row(const char *shape, cuda_matvec *mv, uint32_t type, double flops, bool with_matvec) {
+    const double t_auto = time_call(mv, true, 0, EM_CUDA_GEMM_AUTO);
+    double t[2][3];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 3; i++)
+            t[k][i] = time_call(mv, true, 32u << i, k ? EM_CUDA_GEMM_PIPELINED : EM_CUDA_GEMM_STAGED);
+    const double t_mv = with_matvec ? time_call(mv, false, 0, EM_CUDA_GEMM_AUTO) : 0.0;
+    printf("%-8s %-26s M=%-5u auto %6.1f TFLOP/s %8.3f ms | staged %6.1f %6.1f %6.1f | pipelined %6.1f %6.1f %6.1f",
+           em_type_name(type), shape, mv->n_items, flops / t_auto * 1e-12, t_auto * 1e3, flops / t[0][0] * 1e-12,
+           flops / t[0][1] * 1e-12, flops / t[0][2] * 1e-12, flops / t[1][0] * 1e-12, flops / t[1][1] * 1e-12,
+           flops / t[1][2] * 1e-12);
+    if (with_matvec)
+        printf(" | matvec %6.1f TFLOP/s %8.3f ms, auto/matvec %.2fx", flops / t_mv * 1e-12, t_mv * 1e3, t_mv / t_auto);
+    printf("\n");
+}
+
+typedef struct dense_shape {
+    const char *name;
+    uint32_t cols, rows;
+    bool glu;
+} dense_shape;
+
+static void bench_dense(uint32_t type, const dense_shape *s, const uint32_t *ms, int n_ms) {
+    const uint32_t max_m = ms[n_ms - 1];
+    cuda_weight w = bench_weight(type, s->rows, s->cols, 1), up = {};
+    if (s->glu) up = bench_weight(type, s->rows, s->cols, 1);
+    float *x = random_dev((uint64_t)max_m * s->cols, 7);
+    float *y = (float *)dev_alloc((uint64_t)max_m * s->rows * sizeof(float));
+    for (int i = 0; i < n_ms; i++) {
+        cuda_matvec mv = {};
+        mv.w = &w, mv.x = x, mv.x_stride = s->cols, mv.y = y, mv.y_stride = s->rows, mv.n_items = ms[i];
+        mv.n_groups = 1, mv.up = s->glu ? &up : NULL;
+        const double flops = 2.0 * ms[i] * s->cols * s->rows * (s->glu ? 2 : 1);
+        bench_row(s->name, &mv, type, flops, ms[i] <= 256);
+    }
+    cudaFree((void *)w.data);
+    if (s->glu) cudaFree((void *)up.data);
+    cudaFree(x), cudaFree(y);
+}
+
+/* moe-30b-a3b: 128 experts, 8 per token, embd 2048, expert ff 768; 512 tokens. */
+static void bench_moe(uint32_t type) {
+    enum { EXPERTS = 128, USED = 8, TOKENS = 512, EMBD = 2048, FF = 768, PAIRS = TOKENS * USED };
+    uint32_t counts[EXPERTS] = {0}, starts[EXPERTS], chosen[TOKENS][USED], index[PAIRS];
+    for (uint32_t t = 0; t < TOKENS; t++) {
+        for (uint32_t k = 0; k < USED; k++) {
+            uint32_t e;
+            bool again;
+            do { /* skewed: low experts more popular, like real routers */
+                const float u = (frand() + 1.0f) * 0.5f;
+                e = (uint32_t)(u * u * EXPERTS) % EXPERTS;
+                again = false;
+                for (uint32_t j = 0; j < k; j++) again |= chosen[t][j] == e;
+            } while (again);
+            chosen[t][k] = e;
+            counts[e]++;
+        }
+    }
+    uint32_t fill[EXPERTS];
+    for (uint32_t e = 0, at = 0; e < EXPERTS; e++) starts[e] = fill[e] = at, at += counts[e];
+    for (uint32_t t = 0; t < TOKENS; t++)
+        for (uint32_t k = 0; k < USED; k++) index[fill[chosen[t][k]]++] = t;
+    uint32_t *counts_dev = (uint32_t *)dev_alloc(sizeof counts), *starts_dev = (uint32_t *)dev_alloc(sizeof starts);
+    uint32_t *index_dev = (uint32_t *)dev_alloc(sizeof index);
+    CUDA_CHECK(cudaMemcpy(counts_dev, counts, sizeof counts, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(starts_dev, starts, sizeof starts, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(index_dev, index, sizeof index, cudaMemcpyHostToDevice));
+    cuda_weight gate = bench_weight(type, FF, EMBD, EXPERTS), up = bench_weight(type, FF, EMBD, EXPERTS);
+    cuda_weight down = bench_weight(type, EMBD, FF, EXPERTS);
+    float *x = random_dev((uint64_t)TOKENS * EMBD, 11);
+    float *h = random_dev((uint64_t)PAIRS * FF, 13);
+    float *y = (float *)dev_alloc((uint64_t)PAIRS * EMBD * sizeof(float));
+    cuda_matvec mv = {&gate, x, EMBD, index_dev, h, FF, PAIRS / EXPERTS, counts_dev, starts_dev, EXPERTS, &up, 0, {}};
+    bench_row("moe30b gate+up 2048->768", &mv, type, 2.0 * PAIRS * EMBD * FF * 2, true);
+    mv = cuda_matvec{&down, h, FF, NULL, y, EMBD, PAIRS / EXPERTS, counts_dev, starts_dev, EXPERTS, NULL, 0, {}};
+    bench_row("moe30b down 768->2048", &mv, type, 2.0 * PAIRS * EMBD * FF, true);
+    cudaFree((void *)gate.data), cudaFree((void *)up.data), cudaFree((void *)down.data);
+    cudaFree(x), cudaFree(h), cudaFree(y), cudaFree(counts_dev), cudaFree(starts_dev), cudaFree(index_dev);
+}
+
+static void bench_all(void) {
+    static const dense_shape shapes[] = {
+        {"q/o 2048->2048", 2048, 2048, false},   {"k/v 2048->512", 2048, 512, false},
+        {"gate+up 2048->8192", 2048, 8192, true}, {"down 8192->2048", 8192, 2048, false},
+        {"head 2048->128256", 2048, 128256, false},
+    };
+    static const uint32_t ms_bf16[] = {8, 16, 24, 32, 48, 64, 128, 256, 512, 2048, 4096, 8192};
+    static const uint32_t ms_quant[] = {16, 32, 64, 256, 2048, 8192};
+    static const uint32_t quant[] = {EM_TYPE_F16, EM_TYPE_Q8_0, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS};
+    desc.act = EM_ACT_SWIGLU;
+    printf("TFLOP/s: auto (ms) | staged tiles 32 64 128 | pipelined tiles 32 64 128 | matvec (ms)\n");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        bench_dense(EM_TYPE_BF16, &shapes[s], ms_bf16, sizeof ms_bf16 / sizeof ms_bf16[0]);
+    bench_moe(EM_TYPE_BF16);
+    bench_moe(EM_TYPE_Q4_K);
+    bench_moe(EM_TYPE_Q8_0);
+    for (size_t q = 0; q < sizeof quant / sizeof quant[0]; q++)
+        for (size_t s = 0; s < 4; s++) bench_dense(quant[q], &shapes[s], ms_quant, sizeof ms_quant / sizeof ms_quant[0]);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log even when a time limit stops the run */
+    make_backend();
+    set_gemm(true);
+    const int failed = check_all();
+    if (!(argc > 1 && !strcmp(argv[1], "--check"))) bench_all();
+    printf("%s\n", failed ? "FAIL" : "PASS");
+    return failed ? 1 : 0;
+}
