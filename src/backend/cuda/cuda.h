@@ -15,7 +15,8 @@
  * Environment (for tests and measurements): EMBER_CUDA_KV=f32 keeps the KV cache in f32;
  * EMBER_CUDA_GRAPHS=0 launches kernels one by one instead of replaying graphs; EMBER_CUDA_PDL=0
  * launches each kernel only once the one before it has finished (no programmatic dependent
- * launch).
+ * launch); EMBER_CUDA_GEMM=0 keeps every product on the f32 matrix-vector kernels (no tensor-core
+ * products with bf16 operands).
  *
  * Nothing here is called from the engine without going through backend.h, and no CUDA header
  * leaks out of this folder. The backend owns its device memory (weights, KV cache, scratch) and
