@@ -41,4 +41,9 @@ uint64_t em_cuda_kv_bytes_per_token(const em_model_desc *desc);
 /* The CUDA backend for `model` on device 0 (backend.h). */
 em_err em_backend_cuda_new(const em_model *model, const em_backend_config *config, em_backend **out);
 
+/* For tests/cuda/check_sample.c: runs the device's pick kernel (sample.cu) on `rows` logits rows
+ * of n_vocab from the host, writes one token per row, and the mean time of `repeats` launches. */
+em_err em_cuda_pick_rows(const float *logits, uint32_t rows, uint32_t n_vocab, const em_pick_params *params,
+                         int32_t *picked, uint32_t repeats, float *ms_per_launch);
+
 #endif
