@@ -580,7 +580,7 @@ static void test_backend_pick_equals_rule(void **state) {
     uint32_t seq[6] = {0, 0, 0, 1, 1, 1}, pos[6] = {0, 1, 2, 0, 1, 2};
     bool want[6] = {false, false, true, false, true, true};
     float *logits = malloc(3 * n_vocab * sizeof *logits);
-    uint64_t *keys = malloc(n_vocab * sizeof *keys);
+    uint64_t *keys = malloc(2 * n_vocab * sizeof *keys);
     em_batch batch = {6, tokens, seq, pos, want, 2, seqs};
     assert_null(em_backend_forward(b, &batch, logits));
     for (uint64_t counter = 0; counter < 8; counter++) {

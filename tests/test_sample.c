@@ -294,7 +294,7 @@ static void test_pick_distribution(void **state) {
         {0, 1.0f, 0.0f, 0x7F}, {3, 1.0f, 0.0f, 0x07}, {0, 1.0f, 0.05f, 0x1F}, {0, 0.95f, 0.0f, 0x0F}, {2, 0.8f, 0.0f, 0x03},
     };
     const float t = 0.7f;
-    uint64_t keys[8];
+    uint64_t keys[16];
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         double weight[8] = {0}, total = 0;
         for (int i = 0; i < 8; i++)
@@ -320,7 +320,7 @@ static void test_pick_distribution(void **state) {
 /* Ties, argmax, determinism per (seed, counter), and the fast rule against the obvious one. */
 static void test_pick_rule(void **state) {
     (void)state;
-    uint64_t keys[8];
+    uint64_t keys[16];
     const float tied[5] = {1.0f, 3.0f, 3.0f, 3.0f, -1.0f};
     em_pick_params p = em_pick_params_make(0, 0, 1, 0, 1, 0);
     assert_int_equal(em_pick(tied, 5, &p, keys), 1);
@@ -338,7 +338,7 @@ static void test_pick_rule(void **state) {
 
     enum { N = 128256 };
     float *l = malloc(N * sizeof *l);
-    uint64_t *scratch = malloc(N * sizeof *scratch);
+    uint64_t *scratch = malloc(2 * N * sizeof *scratch);
     uint64_t rng = 11;
     for (int i = 0; i < N; i++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -365,7 +365,7 @@ static void test_sampler_uses_rule(void **state) {
     em_sampler a;
     assert_null(em_sampler_init(&a, &s, 6));
     assert_true(em_sampler_plain(&a));
-    uint64_t keys[6];
+    uint64_t keys[12];
     for (uint64_t counter = 0; counter < 50; counter++) {
         em_pick_params p = em_sampler_pick_params(&a);
         assert_true(p.counter == counter);

@@ -24,8 +24,8 @@
  *
  * Scores are only computed for tokens that can still win: a token is skipped when even a
  * conservative bound on its Gumbel noise cannot lift it above the score of the top token
- * (em_pick_may_win). The skip is exact (it never changes the result); it spares two logarithms
- * per token, which is most of the host's cost.
+ * (em_pick_may_win, integer work only). The skip is exact (it never changes the result); it spares
+ * two logarithms per token, which would be most of the cost.
  *
  * Everything below the parameters is plain C that CUDA also compiles (EM_PICK_FN), so the hash,
  * the keys and the masses are written once.
@@ -57,8 +57,8 @@ typedef struct em_pick_params {
 em_pick_params em_pick_params_make(float temperature, int top_k, float top_p, float min_p, uint64_t seed,
                                    uint64_t counter);
 
-/* The token the rule picks from logits[0..n). `keys` is scratch for n entries. */
-int32_t em_pick(const float *logits, uint32_t n, const em_pick_params *params, uint64_t *keys);
+/* The token the rule picks from logits[0..n). `scratch` holds 2 n entries. */
+int32_t em_pick(const float *logits, uint32_t n, const em_pick_params *params, uint64_t *scratch);
 
 /* ---- Shared pieces (host and device) ---- */
 
@@ -83,14 +83,19 @@ EM_PICK_FN double em_pick_score(float logit, float temperature, uint64_t bits) {
     return (double)logit / (double)temperature - log(-log(em_pick_uniform(bits)));
 }
 
-/* False only when the token cannot beat (or tie) `best`, the score of another token: its score is
- * l/T - ln(E) with E = -ln(u) >= 1 - u, so E >= c = exp(l/T - best) rules it out. 1 - u is exact
- * here; c comes from a float exp, hence the margin. `gap` = l/T - best. */
+/* False only when the token cannot beat (or tie) `bar`, the score of another token. Its score is
+ * l/T - ln(E) with E = -ln(u) >= 1 - u = (m - 1/2) / 2^53 >= 2^(floor(log2 m) - 54), where
+ * m = 2^53 - bits; so gap = l/T - bar below (floor(log2 m) - 54) ln 2 rules it out. Integer
+ * arithmetic and a count of leading zeros, no logarithm: the margin covers the rounding of gap. */
 EM_PICK_FN bool em_pick_may_win(double gap, uint64_t bits) {
-    if (gap < -40.0) return false; /* c < 4.3e-18 < 2^-54 <= 1 - u */
-    float c = expf((float)gap);
-    double one_minus_u = ((double)(UINT64_C(0x20000000000000) - bits) - 0.5) * 0x1.0p-53;
-    return one_minus_u <= (double)c * (1.0 + 1e-5);
+    if (gap < -38.0) return false; /* 1 - u >= 2^-54 > e^-38 */
+    const uint64_t m = UINT64_C(0x20000000000000) - bits;
+#ifdef __CUDA_ARCH__
+    const int log2_m = 63 - __clzll((long long)m);
+#else
+    const int log2_m = 63 - __builtin_clzll(m);
+#endif
+    return gap >= (log2_m - 54) * 0.6931471805599453 - 1e-6;
 }
 
 /* A token's rank as a 64-bit key: the logit's order-preserving bits above, the complemented index

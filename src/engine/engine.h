@@ -130,7 +130,7 @@ typedef struct em_sampler {
     uint32_t n_vocab;
     uint64_t n_sampled;         /* tokens picked so far: the rule's counter */
     uint32_t *order;            /* candidate token ids, n_vocab entries (scratch for logprobs) */
-    uint64_t *keys;             /* scratch for the pick rule, n_vocab entries */
+    uint64_t *keys;             /* scratch for the pick rule, 2 n_vocab entries */
     int32_t *window_tokens;     /* scratch for penalty counting */
     uint32_t *window_counts;
     size_t window_cap;

@@ -31,7 +31,7 @@ em_err em_sampler_init(em_sampler *sampler, const ember_sampling *params, uint32
     sampler->params = *p;
     sampler->n_vocab = n_vocab;
     sampler->order = malloc(n_vocab * sizeof *sampler->order);
-    sampler->keys = malloc(n_vocab * sizeof *sampler->keys);
+    sampler->keys = malloc(2 * (size_t)n_vocab * sizeof *sampler->keys);
     if (p->n_logit_bias) {
         sampler->owned_bias = malloc(p->n_logit_bias * sizeof *sampler->owned_bias);
         if (sampler->owned_bias) memcpy(sampler->owned_bias, p->logit_bias, p->n_logit_bias * sizeof *p->logit_bias);

@@ -412,11 +412,11 @@ static bool step(ember_engine *e) {
     for (uint32_t i = 0; i < e->n_running; i++) e->running[i]->n_computed += e->running[i]->scheduled;
     if (backend_picks) {
         const ember_top_logprob no_top[1] = {{0}};
+        stats_update(e, count_backend_picked, &rows); /* first: a finished request's reader may look */
         for (uint32_t k = 0; k < rows; k++) {
             em_sampler_count_picked(&e->row_owner[k]->sampler);
             accept_token(e, e->row_owner[k], e->picked[k], 0, no_top, 0);
         }
-        stats_update(e, count_backend_picked, &rows);
     } else {
         for (uint32_t k = 0; k < rows; k++) accept_logits(e, e->row_owner[k], e->logits + (size_t)k * e->n_vocab);
     }

@@ -59,7 +59,7 @@ static const pick_case cases[] = {
 static int check_kernel(void) {
     float *logits = malloc((size_t)ROWS * WIDTH * sizeof *logits);
     float *wide = malloc((size_t)64 * WIDTH * sizeof *wide);
-    uint64_t *keys = malloc(WIDTH * sizeof *keys);
+    uint64_t *keys = malloc(2 * WIDTH * sizeof *keys);
     em_pick_params params[64];
     int32_t picked[64];
     int failures = 0;
@@ -138,7 +138,7 @@ static int check_backend(const char *vocab) {
     em_batch_seq seqs[SEQ];
     em_batch_fixed_tables(seqs, blocks, SEQ, 8);
     float *logits = malloc((size_t)SEQ * n_vocab * sizeof *logits);
-    uint64_t *keys = malloc(n_vocab * sizeof *keys);
+    uint64_t *keys = malloc(2 * (size_t)n_vocab * sizeof *keys);
     int32_t tokens[SEQ], picked[SEQ];
     uint32_t seq[SEQ], pos[SEQ];
     bool want[SEQ];

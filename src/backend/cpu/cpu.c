@@ -37,7 +37,7 @@ typedef struct cpu_backend {
     uint64_t act_per_token;
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert;
     float *pick_logits;   /* batches with pick parameters: their logits rows (cap_pick_rows) */
-    uint64_t *pick_keys;  /* the pick rule's scratch, n_vocab entries */
+    uint64_t *pick_keys;  /* the pick rule's scratch, 2 n_vocab entries */
     uint32_t cap_pick_rows;
 } cpu_backend;
 
@@ -307,7 +307,7 @@ static em_err reserve_pick(cpu_backend *b, uint32_t rows) {
     if (rows <= b->cap_pick_rows) return NULL;
     free(b->pick_logits);
     b->pick_logits = malloc((uint64_t)rows * b->d->n_vocab * sizeof *b->pick_logits);
-    if (!b->pick_keys) b->pick_keys = malloc((uint64_t)b->d->n_vocab * sizeof *b->pick_keys);
+    if (!b->pick_keys) b->pick_keys = malloc(2 * (uint64_t)b->d->n_vocab * sizeof *b->pick_keys);
     b->cap_pick_rows = b->pick_logits && b->pick_keys ? rows : 0;
     return b->cap_pick_rows ? NULL : em_errorf(EM_ERR_NOMEM, "out of memory for %u logits rows to pick from", rows);
 }
