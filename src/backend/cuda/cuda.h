@@ -9,8 +9,9 @@
  * kernels: matrix-vector products that read each weight row once for up to 8 tokens, attention
  * over the paged cache, and MoE experts run once per step on the tokens routed to them
  * (internal.cuh describes the layout, each .cu file its kernels). Batches of up to 16 tokens
- * replay a CUDA graph captured per shape. The host waits for the device by blocking, never
- * spinning.
+ * replay a CUDA graph captured per shape. forward_pick samples on the device (sample.cu: the
+ * rule of pick.h) and copies back only the tokens. The host waits for the device by blocking,
+ * never spinning.
  *
  * Environment (for tests and measurements): EMBER_CUDA_KV=f32 keeps the KV cache in f32;
  * EMBER_CUDA_GRAPHS=0 launches kernels one by one instead of replaying graphs; EMBER_CUDA_PDL=0
