@@ -87,15 +87,16 @@ int32_t em_pick(const float *logits, uint32_t n, const em_pick_params *p, uint64
     if (t == 0.0f || !(max > -INFINITY && max < INFINITY)) return (int32_t)top;
     const float floor_logit = max + p->min_p_shift;
     const double bar = em_pick_score(max, t, em_pick_bits(p->seed, p->counter, top));
+    const float inv_t = 1.0f / t, bar_f = (float)bar, slack = em_pick_slack(bar_f);
     double best = bar;
     uint32_t chosen = top;
     if (p->top_k == 0 && p->top_p >= 1.0f) { /* every candidate is kept: no keys needed */
         for (uint32_t i = 0; i < n; i++) {
             if (i == top || !em_pick_candidate(logits[i], floor_logit)) continue;
-            const double gap = (double)logits[i] / t - bar;
-            if (gap < -38.0) continue;
+            const float gap = logits[i] * inv_t - bar_f;
+            if (gap < -38.0f - slack) continue;
             const uint64_t bits = em_pick_bits(p->seed, p->counter, i);
-            if (!em_pick_may_win(gap, bits)) continue;
+            if (!em_pick_may_win(gap, slack, bits)) continue;
             const double score = em_pick_score(logits[i], t, bits);
             if (score > best || (score == best && i < chosen)) best = score, chosen = i;
         }
@@ -119,7 +120,7 @@ int32_t em_pick(const float *logits, uint32_t n, const em_pick_params *p, uint64
         const uint32_t i = em_pick_key_index(keys[k]);
         if (i == top) continue;
         const uint64_t bits = em_pick_bits(p->seed, p->counter, i);
-        if (!em_pick_may_win((double)logits[i] / t - bar, bits)) continue;
+        if (!em_pick_may_win(logits[i] * inv_t - bar_f, slack, bits)) continue;
         const double score = em_pick_score(logits[i], t, bits);
         if (score > best || (score == best && i < chosen)) best = score, chosen = i;
     }

@@ -85,25 +85,34 @@ EM_PICK_FN double em_pick_score(float logit, float temperature, uint64_t bits) {
 
 /* False only when the token cannot beat (or tie) `bar`, the score of another token. Its score is
  * l/T - ln(E) with E = -ln(u) >= 1 - u = (m - 1/2) / 2^53 >= 2^(floor(log2 m) - 54), where
- * m = 2^53 - bits; so gap = l/T - bar below (floor(log2 m) - 54) ln 2 rules it out. Integer
- * arithmetic and a count of leading zeros, no logarithm: the margin covers the rounding of gap. */
-EM_PICK_FN bool em_pick_may_win(double gap, uint64_t bits) {
-    if (gap < -38.0) return false; /* 1 - u >= 2^-54 > e^-38 */
+ * m = 2^53 - bits; so a gap l/T - bar below (floor(log2 m) - 54) ln 2 rules it out. The gap may be
+ * computed in float (l * (1/T) - bar): `slack` (em_pick_slack) covers its rounding, so the test
+ * only ever keeps too many. Integer work and a count of leading zeros, no logarithm. */
+EM_PICK_FN bool em_pick_may_win(float gap, float slack, uint64_t bits) {
+    if (gap < -38.0f - slack) return false; /* 1 - u >= 2^-54 > e^-38 */
     const uint64_t m = UINT64_C(0x20000000000000) - bits;
 #ifdef __CUDA_ARCH__
     const int log2_m = 63 - __clzll((long long)m);
 #else
     const int log2_m = 63 - __builtin_clzll(m);
 #endif
-    return gap >= (log2_m - 54) * 0.6931471805599453 - 1e-6;
+    return gap >= (float)(log2_m - 54) * 0.6931472f - slack;
 }
+
+/* The rounding a float gap l * (1/T) - bar can carry, for the tokens near enough to matter
+ * (|l/T| <= |bar| + 40): a few float ulps of that size, with room to spare. */
+EM_PICK_FN float em_pick_slack(float bar) { return 1e-5f * (fabsf(bar) + 40.0f); }
 
 /* A token's rank as a 64-bit key: the logit's order-preserving bits above, the complemented index
  * below, so a larger key is a larger logit or, for equal logits, a lower index. -0 counts as +0. */
 EM_PICK_FN uint64_t em_pick_key(float logit, uint32_t index) {
-    uint32_t bits;
     if (logit == 0.0f) logit = 0.0f;
+#ifdef __CUDA_ARCH__
+    uint32_t bits = __float_as_uint(logit);
+#else
+    uint32_t bits;
     memcpy(&bits, &logit, 4);
+#endif
     bits = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
     return ((uint64_t)bits << 32) | (uint32_t)(0xFFFFFFFFu - index);
 }

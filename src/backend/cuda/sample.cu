@@ -5,7 +5,8 @@
  * index), so the kernel never sorts:
  *  - argmax: a max-reduction of the keys;
  *  - top_k: the k-th largest candidate key, by radix select (8 passes of 8 bits, a 256-bin count
- *    histogram in shared memory per pass);
+ *    histogram in shared memory per pass; the lanes of a warp combine equal bins before one atomic
+ *    adds them, since most keys share their top digits);
  *  - top_p: the largest key whose "mass at or above" reaches the target, by the same radix select
  *    over mass histograms; masses are 64-bit integers (pick.h), so their sums are exact and equal
  *    the host's sequential ones whatever order the atomics add them in;
@@ -26,6 +27,7 @@
 
 #define PICK_THREADS 1024
 #define PICK_BINS 256
+#define PICK_COPIES 8 /* histogram copies, so that warps adding to the same bin meet less */
 #define PICK_LIST 2048 /* kept tokens the kernel lists in shared memory rather than rescanning the row */
 
 /* The block's maximum of v (unsigned 64-bit). */
@@ -99,23 +101,53 @@ typedef struct pick_items {
 
 __device__ __forceinline__ uint32_t item_token(pick_items items, uint32_t j) { return items.list ? items.list[j] : j; }
 
+/* Adds `add` to bin `bin` of the warp's copy of the histogram, once per distinct bin per warp:
+ * most keys of a row share their top digits, so plain atomics would queue on one address. The
+ * lanes with the same bin sum their values first (64-bit masses in three 20-bit parts, whose sums
+ * over 32 lanes cannot overflow 32 bits: masses are below 2^41). Called by every lane of the warp
+ * together; `take` says whether this lane has something to add. */
+__device__ __forceinline__ void histogram_add(unsigned long long *bins, bool take, uint32_t bin, uint64_t add) {
+    const unsigned takers = __ballot_sync(0xffffffffu, take);
+    if (!take) return;
+    const unsigned peers = __match_any_sync(takers, bin);
+    const uint32_t lo = __reduce_add_sync(peers, (uint32_t)(add & 0xFFFFF));
+    const uint32_t mid = __reduce_add_sync(peers, (uint32_t)((add >> 20) & 0xFFFFF));
+    const uint32_t hi = __reduce_add_sync(peers, (uint32_t)(add >> 40));
+    if ((threadIdx.x & 31) == (uint32_t)(__ffs(peers) - 1)) {
+        const uint64_t sum = (uint64_t)lo + ((uint64_t)mid << 20) + ((uint64_t)hi << 40);
+        atomicAdd(&bins[((threadIdx.x >> 5) % PICK_COPIES) * PICK_BINS + bin], (unsigned long long)sum);
+    }
+}
+
 /* The largest key K among the kept items (candidates with key >= floor_key) such that the items
- * with keys >= K add up to `want`, counting 1 per item or, with `mass`, their masses. */
+ * with keys >= K add up to `want`, counting 1 per item or, with `mass`, their masses. `bins` holds
+ * PICK_COPIES histograms (warps spread over them), summed into the first before each digit. */
 __device__ uint64_t radix_select(const float *l, pick_items items, float floor_logit, uint64_t floor_key,
                                  const uint64_t *mass, uint64_t want, unsigned long long *bins, uint64_t *shared) {
     uint64_t prefix = 0, mask = 0;
     if (threadIdx.x == 0) shared[1] = 0;
     for (int shift = 56; shift >= 0; shift -= 8) {
-        for (int b = threadIdx.x; b < PICK_BINS; b += blockDim.x) bins[b] = 0;
+        for (uint32_t b = threadIdx.x; b < PICK_COPIES * PICK_BINS; b += blockDim.x) bins[b] = 0;
         __syncthreads();
-        for (uint32_t j = threadIdx.x; j < items.n; j += blockDim.x) {
-            const uint32_t i = item_token(items, j);
-            if (!em_pick_candidate(l[i], floor_logit)) continue;
-            const uint64_t key = em_pick_key(l[i], i);
-            if (key < floor_key || (key & mask) != prefix) continue;
-            const uint64_t add = mass ? mass[i] : 1;
-            if (add) atomicAdd(&bins[(key >> shift) & 0xFF], (unsigned long long)add);
+        for (uint32_t base = 0; base < items.n; base += blockDim.x) { /* whole warps, for histogram_add */
+            const uint32_t j = base + threadIdx.x;
+            bool take = false;
+            uint32_t bin = 0;
+            uint64_t add = 0;
+            if (j < items.n) {
+                const uint32_t i = item_token(items, j);
+                const float li = l[i];
+                const uint64_t key = em_pick_key(li, i);
+                take = em_pick_candidate(li, floor_logit) && key >= floor_key && (key & mask) == prefix;
+                add = take ? (mass ? mass[i] : 1) : 0;
+                take = take && add;
+                bin = (uint32_t)(key >> shift) & 0xFF;
+            }
+            histogram_add(bins, take, bin, add);
         }
+        __syncthreads();
+        for (uint32_t b = threadIdx.x; b < PICK_BINS; b += blockDim.x)
+            for (uint32_t c = 1; c < PICK_COPIES; c++) bins[b] += bins[c * PICK_BINS + b];
         __syncthreads();
         if (threadIdx.x == 0) {
             uint64_t above = shared[1];
@@ -138,7 +170,7 @@ __global__ void __launch_bounds__(PICK_THREADS) pick_kernel(const float *logits,
     __shared__ uint64_t shared32[32];
     __shared__ double scores32[32];
     __shared__ uint32_t indices32[32];
-    __shared__ unsigned long long bins[PICK_BINS];
+    __shared__ unsigned long long bins[PICK_COPIES * PICK_BINS];
     __shared__ uint64_t radix_state[2];
     __shared__ uint32_t list[PICK_LIST];
     __shared__ uint32_t list_n;
@@ -162,9 +194,12 @@ __global__ void __launch_bounds__(PICK_THREADS) pick_kernel(const float *logits,
     }
     const float floor_logit = max + p.min_p_shift;
     uint64_t floor_key = 0; /* kept: candidates with key >= floor_key */
-    uint64_t kept = 0;
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) kept += em_pick_candidate(l[i], floor_logit);
-    kept = block_sum_u64(kept, shared32);
+    uint64_t kept = n; /* an upper bound is enough when neither top_k nor min_p cuts */
+    if (p.top_k > 0 || p.min_p_shift > -INFINITY) {
+        kept = 0;
+        for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) kept += em_pick_candidate(l[i], floor_logit);
+        kept = block_sum_u64(kept, shared32);
+    }
     pick_items items = {NULL, n};
     if (p.top_k > 0 && p.top_k < kept) {
         floor_key = radix_select(l, items, floor_logit, 0, NULL, p.top_k, bins, radix_state);
@@ -194,14 +229,18 @@ __global__ void __launch_bounds__(PICK_THREADS) pick_kernel(const float *logits,
     /* Gumbel-max over the kept tokens, against the bar of the top token's own score */
     const float t = p.temperature;
     const double bar = em_pick_score(max, t, em_pick_bits(p.seed, p.counter, top));
+    const float inv_t = 1.0f / t, bar_f = (float)bar, slack = em_pick_slack(bar_f);
     double score = bar;
     uint32_t chosen = top;
     for (uint32_t j = threadIdx.x; j < items.n; j += blockDim.x) {
         const uint32_t i = item_token(items, j);
-        if (i == top || !em_pick_candidate(l[i], floor_logit) || em_pick_key(l[i], i) < floor_key) continue;
+        const float li = l[i];
+        if (i == top || !em_pick_candidate(li, floor_logit)) continue;
+        const float gap = li * inv_t - bar_f;
+        if (gap < -38.0f - slack || em_pick_key(li, i) < floor_key) continue;
         const uint64_t bits = em_pick_bits(p.seed, p.counter, i);
-        if (!em_pick_may_win((double)l[i] / t - bar, bits)) continue;
-        better_of(score, chosen, em_pick_score(l[i], t, bits), i);
+        if (!em_pick_may_win(gap, slack, bits)) continue;
+        better_of(score, chosen, em_pick_score(li, t, bits), i);
     }
     chosen = block_best(score, chosen, scores32, indices32);
     if (threadIdx.x == 0) picked[row] = (int32_t)chosen;
