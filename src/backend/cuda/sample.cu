@@ -14,7 +14,9 @@
  *    the tokens em_pick_may_win rules out (most of them: two double logarithms spared each).
  * The masses of a row are computed once into scratch (pick_mass), not once per radix pass. Once
  * at most PICK_LIST tokens are kept (after top_k, or a deep min_p cut), their ids go to a list in
- * shared memory and the later passes walk the list instead of the row; every reduction here is
+ * shared memory and the later passes walk the list instead of the row; top_k itself selects in
+ * such a list when one pass finds a distance below the max that holds at least k and at most
+ * PICK_LIST candidates (list_distance); every reduction here is
  * an integer sum, a max or a (score, index) max, so the list's order (atomics) changes nothing.
  *
  * Parameters and results travel through device buffers (pick_params, picked), so the launch
@@ -29,6 +31,7 @@
 #define PICK_BINS 256
 #define PICK_COPIES 8 /* histogram copies, so that warps adding to the same bin meet less */
 #define PICK_LIST 2048 /* kept tokens the kernel lists in shared memory rather than rescanning the row */
+#define PICK_PIVOTS 16 /* distances below the max tried at once to find a short list for top_k */
 
 /* The block's maximum of v (unsigned 64-bit). */
 __device__ uint64_t block_max_u64(uint64_t v, uint64_t *shared32) {
@@ -163,6 +166,52 @@ __device__ uint64_t radix_select(const float *l, pick_items items, float floor_l
     return prefix;
 }
 
+/* The distance below the max of pivot j: 0.25 * 1.5^j, the same float on every thread. */
+__device__ __forceinline__ float pivot_distance(int j) {
+    float d = 0.25f;
+    for (int k = 0; k < j; k++) d *= 1.5f;
+    return d;
+}
+
+/* For top_k: the closest pivot distance d such that at least k candidates lie within d of the max
+ * (max - l <= d, in float) but no more than PICK_LIST of them, or a negative number when none
+ * does. That set holds the k best (it is closed upwards in l), so top_k can select in a list of
+ * it instead of the row. Also returns the number of candidates in *kept. One pass, no atomics. */
+__device__ float list_distance(const float *l, uint32_t n, float max, float floor_logit, uint32_t k, uint64_t *kept,
+                               uint32_t (*counts32)[PICK_PIVOTS + 1]) {
+    uint32_t c[PICK_PIVOTS + 1] = {0}; /* c[PICK_PIVOTS]: all candidates */
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float li = l[i];
+        if (!em_pick_candidate(li, floor_logit)) continue;
+        const float d = max - li;
+#pragma unroll
+        for (int j = 0; j < PICK_PIVOTS; j++) c[j] += d <= pivot_distance(j);
+        c[PICK_PIVOTS]++;
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j <= PICK_PIVOTS; j++) {
+        for (int off = 16; off > 0; off >>= 1) c[j] += __shfl_xor_sync(0xffffffffu, c[j], off);
+        if (lane == 0) counts32[warp][j] = c[j];
+    }
+    __syncthreads();
+    if (threadIdx.x <= PICK_PIVOTS) {
+        uint32_t total = 0;
+        for (int w = 0; w < 32; w++) total += counts32[w][threadIdx.x];
+        counts32[0][threadIdx.x] = total; /* every warp's row was read by this thread alone */
+    }
+    __syncthreads();
+    *kept = counts32[0][PICK_PIVOTS];
+    float distance = -1.0f;
+    for (int j = 0; j < PICK_PIVOTS; j++)
+        if (counts32[0][j] >= k) {
+            if (counts32[0][j] <= PICK_LIST) distance = pivot_distance(j);
+            break;
+        }
+    __syncthreads(); /* counts32 is free again */
+    return distance;
+}
+
 __global__ void __launch_bounds__(PICK_THREADS) pick_kernel(const float *logits, uint32_t n,
                                                             const em_pick_params *params, int32_t *picked,
                                                             uint64_t *mass_scratch) {
@@ -174,6 +223,7 @@ __global__ void __launch_bounds__(PICK_THREADS) pick_kernel(const float *logits,
     __shared__ uint64_t radix_state[2];
     __shared__ uint32_t list[PICK_LIST];
     __shared__ uint32_t list_n;
+    __shared__ uint32_t counts32[32][PICK_PIVOTS + 1];
     const uint32_t row = blockIdx.x;
     const float *l = logits + (uint64_t)row * n;
     const em_pick_params p = params[row];
@@ -195,18 +245,28 @@ __global__ void __launch_bounds__(PICK_THREADS) pick_kernel(const float *logits,
     const float floor_logit = max + p.min_p_shift;
     uint64_t floor_key = 0; /* kept: candidates with key >= floor_key */
     uint64_t kept = n; /* an upper bound is enough when neither top_k nor min_p cuts */
-    if (p.top_k > 0 || p.min_p_shift > -INFINITY) {
+    pick_items items = {NULL, n};
+    if (p.top_k > 0) {
+        const float distance = list_distance(l, n, max, floor_logit, p.top_k, &kept, counts32);
+        if (distance >= 0.0f && p.top_k < kept) { /* select among the few near the max */
+            if (threadIdx.x == 0) list_n = 0;
+            __syncthreads();
+            for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+                if (em_pick_candidate(l[i], floor_logit) && max - l[i] <= distance) list[atomicAdd(&list_n, 1u)] = i;
+            __syncthreads();
+            items.list = list, items.n = list_n;
+        }
+    } else if (p.min_p_shift > -INFINITY) {
         kept = 0;
         for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) kept += em_pick_candidate(l[i], floor_logit);
         kept = block_sum_u64(kept, shared32);
     }
-    pick_items items = {NULL, n};
     if (p.top_k > 0 && p.top_k < kept) {
         floor_key = radix_select(l, items, floor_logit, 0, NULL, p.top_k, bins, radix_state);
         kept = p.top_k;
     }
     /* Few kept (top_k, or a min_p that cuts deep): the remaining passes walk a list of them. */
-    if (kept <= PICK_LIST) {
+    if (kept <= PICK_LIST && !items.list) {
         if (threadIdx.x == 0) list_n = 0;
         __syncthreads();
         for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
