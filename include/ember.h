@@ -81,6 +81,10 @@ typedef struct ember_stats {
     uint64_t prefix_lookups, prefix_hits, prefix_tokens_reused, prefix_tokens_evicted;
     double step_seconds_total;
     uint64_t step_histogram[12]; /* steps taking < 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000 ms, more */
+    /* Of generated_tokens, those the backend picked itself (requests without logprobs, logit bias
+     * or penalties, in steps where every sampling request was such): their logits never reached
+     * the host. The rest were sampled on the host; the tokens are the same either way. */
+    uint64_t backend_picked_tokens;
 } ember_stats;
 
 void ember_engine_stats(ember_engine *engine, ember_stats *out);
@@ -101,7 +105,8 @@ typedef struct ember_sampling {
     int repeat_last_n;       /* tokens looked back for penalties; default 64, -1 = all */
     float presence_penalty;  /* 0 = off; subtracted once per token already generated */
     float frequency_penalty; /* 0 = off; subtracted per occurrence */
-    uint64_t seed;           /* same seed, same output, whatever else shares the batch */
+    uint64_t seed;           /* same seed, same output, whatever else shares the batch, on the GPU or the CPU
+                              * (the draw for the n-th token depends only on seed, n and the logits) */
     const ember_logit_bias *logit_bias;
     size_t n_logit_bias;
     int logprobs; /* 0 = none; n > 0 = the sampled token's logprob plus the n most likely */

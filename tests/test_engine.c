@@ -563,8 +563,97 @@ static void test_output_by_callback(void **state) {
     ember_engine_destroy(e);
 }
 
+
+/* The CPU backend's picks equal the host rule applied to the rows it would have returned. */
+static void test_backend_pick_equals_rule(void **state) {
+    (void)state;
+    em_model *m;
+    assert_null(em_model_load(MODEL, &m));
+    em_backend_config config = {.device = "cpu", .n_threads = 1, .block_tokens = 16, .kv_tokens = 1024};
+    em_backend *b;
+    assert_null(em_backend_cpu_new(m, &config, &b));
+    static uint32_t blocks[64];
+    em_batch_seq seqs[2];
+    em_batch_fixed_tables(seqs, blocks, 2, 32);
+    int32_t tokens[6];
+    make_prompt(tokens, 6, 77);
+    uint32_t seq[6] = {0, 0, 0, 1, 1, 1}, pos[6] = {0, 1, 2, 0, 1, 2};
+    bool want[6] = {false, false, true, false, true, true};
+    float *logits = malloc(3 * n_vocab * sizeof *logits);
+    uint64_t *keys = malloc(2 * n_vocab * sizeof *keys);
+    em_batch batch = {6, tokens, seq, pos, want, 2, seqs};
+    assert_null(em_backend_forward(b, &batch, logits));
+    for (uint64_t counter = 0; counter < 8; counter++) {
+        em_pick_params pick[3] = {em_pick_params_make(0.0f, 0, 1.0f, 0.0f, 1, counter),
+                                  em_pick_params_make(0.8f, 20, 0.9f, 0.0f, 2, counter),
+                                  em_pick_params_make(1.5f, 0, 1.0f, 0.05f, 3, counter)};
+        int32_t picked[3] = {-1, -1, -1};
+        assert_null(em_backend_forward_pick(b, &batch, pick, picked)); /* the same positions again: same rows */
+        for (int r = 0; r < 3; r++) assert_int_equal(picked[r], em_pick(logits + (size_t)r * n_vocab, n_vocab, &pick[r], keys));
+    }
+    free(logits);
+    free(keys);
+    em_backend_free(b);
+    em_model_free(m);
+}
+
+static ember_request *submit_sampled(ember_engine *e, const int32_t *prompt, uint32_t n, uint64_t seed, int logprobs) {
+    ember_request_params p;
+    ember_request_default(&p);
+    p.prompt_ids = prompt;
+    p.n_prompt_ids = n;
+    p.max_tokens = 16;
+    p.sampling.temperature = 0.9f;
+    p.sampling.top_k = 30;
+    p.sampling.top_p = 0.95f;
+    p.sampling.min_p = 0.01f;
+    p.sampling.seed = seed;
+    p.sampling.logprobs = logprobs;
+    p.ignore_eos = true;
+    ember_request *r;
+    ember_error *err = ember_submit(e, &p, &r);
+    if (err) fail_msg("submit: %s", ember_error_message(err));
+    return r;
+}
+
+/* Seeded requests give the same tokens whether the backend picked them (plain requests) or the
+ * host sampled them (logprobs asked for, or a step shared with such a request), alone or batched. */
+static void test_backend_pick_equals_host(void **state) {
+    (void)state;
+    enum { N = 4 };
+    int32_t prompts[N][20];
+    for (int i = 0; i < N; i++) make_prompt(prompts[i], 20, 300 + (uint64_t)i);
+    result picked[N], hosted[N], mixed[N];
+    ember_stats stats;
+    ember_engine *e = new_engine(0, 0);
+    for (int i = 0; i < N; i++) collect(submit_sampled(e, prompts[i], 20, 40 + (uint64_t)i, 0), &picked[i]);
+    ember_engine_stats(e, &stats);
+    assert_int_equal(stats.backend_picked_tokens, N * 16);
+    ember_engine_destroy(e);
+    e = new_engine(0, 0);
+    for (int i = 0; i < N; i++) collect(submit_sampled(e, prompts[i], 20, 40 + (uint64_t)i, 1), &hosted[i]);
+    ember_engine_stats(e, &stats);
+    assert_int_equal(stats.backend_picked_tokens, 0);
+    ember_engine_destroy(e);
+    e = new_engine(0, 0); /* all at once, one of them with logprobs: shared steps take the host path */
+    ember_request *r[N];
+    for (int i = 0; i < N; i++) r[i] = submit_sampled(e, prompts[i], 20, 40 + (uint64_t)i, i == 2);
+    for (int i = 0; i < N; i++) collect(r[i], &mixed[i]);
+    ember_engine_destroy(e);
+    int differ = 0;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(picked[i].n, 16);
+        assert_memory_equal(picked[i].tokens, hosted[i].tokens, 16 * sizeof(int32_t));
+        assert_memory_equal(picked[i].tokens, mixed[i].tokens, 16 * sizeof(int32_t));
+        if (i) differ += memcmp(picked[i].tokens, picked[0].tokens, 16 * sizeof(int32_t)) != 0;
+    }
+    assert_true(differ > 0); /* the outputs are not all one greedy answer */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backend_pick_equals_rule),
+        cmocka_unit_test(test_backend_pick_equals_host),
         cmocka_unit_test(test_greedy_matches_backend),
         cmocka_unit_test(test_batched_equals_solo),
         cmocka_unit_test(test_prefix_reuse_interleaved),

@@ -244,6 +244,143 @@ static void test_stop_strings(void **state) {
     em_err_free(err);
 }
 
+
+/* ---- The pick rule (backend/pick.h) ---- */
+
+static int by_rank(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x > y ? -1 : x < y;
+}
+
+/* The rule written the slow, obvious way: sort everything, cut, score every kept token. */
+static int32_t reference_pick(const float *l, uint32_t n, const em_pick_params *p) {
+    uint64_t *keys = malloc(n * sizeof *keys);
+    uint32_t kept = 0, top = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (!isnan(l[i]) && (isnan(l[top]) || l[i] > l[top])) top = i;
+    const float max = l[top];
+    if (p->temperature == 0 || !isfinite(max)) {
+        free(keys);
+        return (int32_t)top;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (isfinite(l[i]) && l[i] >= max + p->min_p_shift) keys[kept++] = em_pick_key(l[i], i);
+    qsort(keys, kept, sizeof *keys, by_rank);
+    if (p->top_k && p->top_k < kept) kept = p->top_k;
+    if (p->top_p < 1) {
+        uint64_t total = 0, reached = 0;
+        for (uint32_t k = 0; k < kept; k++) total += em_pick_mass(l[em_pick_key_index(keys[k])], max, p->temperature);
+        uint32_t prefix = 0;
+        while (prefix < kept && reached < em_pick_mass_target(total, p->top_p))
+            reached += em_pick_mass(l[em_pick_key_index(keys[prefix++])], max, p->temperature);
+        kept = prefix;
+    }
+    double best = -INFINITY;
+    uint32_t chosen = 0;
+    for (uint32_t k = 0; k < kept; k++) {
+        uint32_t i = em_pick_key_index(keys[k]);
+        double score = em_pick_score(l[i], p->temperature, em_pick_bits(p->seed, p->counter, i));
+        if (score > best || (score == best && i < chosen)) best = score, chosen = i;
+    }
+    free(keys);
+    return (int32_t)chosen;
+}
+
+/* Frequencies over many counters match softmax(l / T) over the kept set (chi-square, 5 dof). */
+static void test_pick_distribution(void **state) {
+    (void)state;
+    const float l[8] = {2.0f, 1.5f, 1.5f, 0.5f, 0.0f, -1.0f, -3.0f, -INFINITY};
+    struct { int top_k; float top_p, min_p; unsigned kept; } cases[] = {
+        {0, 1.0f, 0.0f, 0x7F}, {3, 1.0f, 0.0f, 0x07}, {0, 1.0f, 0.05f, 0x1F}, {0, 0.95f, 0.0f, 0x0F}, {2, 0.8f, 0.0f, 0x03},
+    };
+    const float t = 0.7f;
+    uint64_t keys[16];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        double weight[8] = {0}, total = 0;
+        for (int i = 0; i < 8; i++)
+            if (cases[c].kept >> i & 1) total += weight[i] = exp((l[i] - l[0]) / t);
+        int counts[8] = {0};
+        const int draws = 40000;
+        for (int d = 0; d < draws; d++) {
+            em_pick_params p = em_pick_params_make(t, cases[c].top_k, cases[c].top_p, cases[c].min_p, 7, (uint64_t)d);
+            int32_t token = em_pick(l, 8, &p, keys);
+            assert_true(cases[c].kept >> token & 1);
+            counts[token]++;
+        }
+        double chi2 = 0;
+        for (int i = 0; i < 8; i++)
+            if (weight[i] > 0) {
+                double expected = draws * weight[i] / total;
+                chi2 += (counts[i] - expected) * (counts[i] - expected) / expected;
+            }
+        assert_true(chi2 < 25.0); /* p < 1e-4 for up to 6 degrees of freedom */
+    }
+}
+
+/* Ties, argmax, determinism per (seed, counter), and the fast rule against the obvious one. */
+static void test_pick_rule(void **state) {
+    (void)state;
+    uint64_t keys[16];
+    const float tied[5] = {1.0f, 3.0f, 3.0f, 3.0f, -1.0f};
+    em_pick_params p = em_pick_params_make(0, 0, 1, 0, 1, 0);
+    assert_int_equal(em_pick(tied, 5, &p, keys), 1);
+    for (uint64_t counter = 0; counter < 200; counter++) { /* top_k 2 keeps the lower ids of a tie */
+        p = em_pick_params_make(1.0f, 2, 1.0f, 0, 5, counter);
+        int32_t token = em_pick(tied, 5, &p, keys);
+        assert_true(token == 1 || token == 2);
+        assert_int_equal(token, em_pick(tied, 5, &p, keys));
+    }
+    const float forced[3] = {0.0f, INFINITY, 1.0f};
+    p = em_pick_params_make(1.0f, 0, 1, 0, 5, 3);
+    assert_int_equal(em_pick(forced, 3, &p, keys), 1);
+    const float none[2] = {-INFINITY, -INFINITY};
+    assert_int_equal(em_pick(none, 2, &p, keys), 0);
+
+    enum { N = 128256 };
+    float *l = malloc(N * sizeof *l);
+    uint64_t *scratch = malloc(2 * N * sizeof *scratch);
+    uint64_t rng = 11;
+    for (int i = 0; i < N; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        l[i] = (float)((rng >> 40) % 20000) / 1000.0f - 8.0f; /* ties happen: 20000 values */
+    }
+    struct { float t; int top_k; float top_p, min_p; } cases[] = {
+        {0.0f, 0, 1, 0}, {0.7f, 0, 1, 0}, {0.7f, 40, 1, 0}, {0.7f, 0, 0.9f, 0}, {0.7f, 0, 1, 0.05f}, {1.3f, 40, 0.9f, 0.05f},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t counter = 0; counter < 4; counter++) {
+            p = em_pick_params_make(cases[c].t, cases[c].top_k, cases[c].top_p, cases[c].min_p, 99, counter);
+            assert_int_equal(em_pick(l, N, &p, scratch), reference_pick(l, N, &p));
+        }
+    free(l);
+    free(scratch);
+}
+
+/* The sampler's draws are the rule's, counter by counter; bias and penalties come first. */
+static void test_sampler_uses_rule(void **state) {
+    (void)state;
+    float logits[6] = {0.5f, 1.0f, 0.2f, -0.3f, 0.9f, 0.0f};
+    ember_sampling s = defaults();
+    s.temperature = 0.9f, s.top_k = 4, s.top_p = 0.95f, s.min_p = 0.02f, s.seed = 1234;
+    em_sampler a;
+    assert_null(em_sampler_init(&a, &s, 6));
+    assert_true(em_sampler_plain(&a));
+    uint64_t keys[12];
+    for (uint64_t counter = 0; counter < 50; counter++) {
+        em_pick_params p = em_sampler_pick_params(&a);
+        assert_true(p.counter == counter);
+        float work[6];
+        memcpy(work, logits, sizeof work);
+        int32_t expect = em_pick(logits, 6, &p, keys);
+        assert_int_equal(em_sampler_sample(&a, work, NULL, 0, NULL, NULL, NULL), expect);
+    }
+    em_sampler_free(&a);
+    s.logprobs = 1;
+    assert_null(em_sampler_init(&a, &s, 6));
+    assert_false(em_sampler_plain(&a));
+    em_sampler_free(&a);
+}
+
 static int compare_desc(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return x < y ? 1 : x > y ? -1 : 0;
@@ -284,7 +421,8 @@ int main(void) {
         cmocka_unit_test(test_greedy_bias_penalties), cmocka_unit_test(test_seed_determinism_and_distribution),
         cmocka_unit_test(test_filters),               cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_bad_parameters),        cmocka_unit_test(test_stop_strings),
-        cmocka_unit_test(test_top_selection_large),
+        cmocka_unit_test(test_top_selection_large),   cmocka_unit_test(test_pick_distribution),
+        cmocka_unit_test(test_pick_rule),             cmocka_unit_test(test_sampler_uses_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

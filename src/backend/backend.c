@@ -39,12 +39,12 @@ uint32_t em_batch_logits_rows(const em_batch *batch) {
 }
 
 /* Checked before any work, so a bad batch writes nothing (backend.h). */
-em_err em_batch_validate(const em_batch *batch, const float *logits, uint32_t n_vocab, const em_backend *b) {
+em_err em_batch_validate(const em_batch *batch, const void *out, uint32_t n_vocab, const em_backend *b) {
     if (batch->n_tokens == 0) return em_errorf(EM_ERR_INVALID, "empty batch");
     if (!batch->tokens || !batch->seq || !batch->pos)
         return em_errorf(EM_ERR_INVALID, "batch without tokens, sequences or positions");
-    if (!logits && em_batch_logits_rows(batch) > 0)
-        return em_errorf(EM_ERR_INVALID, "the batch wants logits but no buffer was given");
+    if (!out && em_batch_logits_rows(batch) > 0)
+        return em_errorf(EM_ERR_INVALID, "the batch wants logits (or picked tokens) but no buffer was given");
     if (!batch->seqs || batch->n_seqs == 0) return em_errorf(EM_ERR_INVALID, "batch without block tables");
     for (uint32_t s = 0; s < batch->n_seqs; s++)
         for (uint32_t i = 0; i < batch->seqs[s].n_blocks; i++)

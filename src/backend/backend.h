@@ -28,6 +28,7 @@
 
 #include "../base/base.h"
 #include "../model/model.h"
+#include "pick.h"
 
 /* One sequence of a batch: its block table. */
 typedef struct em_batch_seq {
@@ -53,6 +54,10 @@ typedef struct em_backend_ops {
      * in batch order. The batch is validated before any work (token ids, sequence indices, block
      * numbers): an invalid batch writes nothing. */
     em_err (*forward)(em_backend *backend, const em_batch *batch, float *logits);
+    /* Sampling on the backend: runs the batch like forward, then applies the pick rule (pick.h)
+     * to each logits row with pick[row] and writes the token to picked[row]; no row comes back to
+     * the host, only the tokens. NULL in a backend that cannot (callers then use forward). */
+    em_err (*forward_pick)(em_backend *backend, const em_batch *batch, const em_pick_params *pick, int32_t *picked);
     /* Copies the first `rows` rows (all layers, keys and values) of block `from` into block `to`. */
     em_err (*copy_rows)(em_backend *backend, uint32_t from, uint32_t to, uint32_t rows);
     void (*free)(em_backend *backend);
@@ -68,6 +73,11 @@ struct em_backend {
 
 static inline em_err em_backend_forward(em_backend *b, const em_batch *batch, float *logits) {
     return b->ops->forward(b, batch, logits);
+}
+static inline bool em_backend_can_pick(const em_backend *b) { return b->ops->forward_pick != NULL; }
+static inline em_err em_backend_forward_pick(em_backend *b, const em_batch *batch, const em_pick_params *pick,
+                                             int32_t *picked) {
+    return b->ops->forward_pick(b, batch, pick, picked);
 }
 static inline em_err em_backend_copy_rows(em_backend *b, uint32_t from, uint32_t to, uint32_t rows) {
     return b->ops->copy_rows(b, from, to, rows);
@@ -101,10 +111,10 @@ void em_batch_fixed_tables(em_batch_seq *seqs, uint32_t *blocks, uint32_t n, uin
 /* Number of logits rows the batch asks for. */
 uint32_t em_batch_logits_rows(const em_batch *batch);
 
-/* Checks a batch against a backend before any work: arrays present, a logits buffer when rows are
- * wanted, token ids inside the vocabulary, sequence indices inside the batch, block numbers inside
+/* Checks a batch against a backend before any work: arrays present, an output buffer (`out`: logits,
+ * or picked tokens) when rows are wanted, token ids inside the vocabulary, sequence indices inside the batch, block numbers inside
  * the pool, positions inside their sequence's block table. Every backend calls it first. */
-em_err em_batch_validate(const em_batch *batch, const float *logits, uint32_t n_vocab, const em_backend *backend);
+em_err em_batch_validate(const em_batch *batch, const void *out, uint32_t n_vocab, const em_backend *backend);
 
 /* The reference backend: f32 activations and KV, weights read in their stored format through
  * quant's dot products, matrix rows and attention heads split across threads. */

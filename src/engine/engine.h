@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "../backend/backend.h"
+#include "../backend/pick.h"
 #include "../base/base.h"
 #include "../model/model.h"
 #include "../tokenizer/tokenizer.h"
@@ -114,19 +115,22 @@ static inline uint32_t em_prefix_cached_blocks(const em_prefix_cache *cache) { r
 
 /* ---- Sampling (sample.c) ----
  * Order of operations, per step: logit bias, then repetition/presence/frequency penalties over the
- * last repeat_last_n tokens of the sequence (prompt and output), then either greedy argmax
- * (temperature 0) or temperature scaling, top-k, top-p and min-p (the order transformers' logits
- * warpers use) and a draw from the request's own random stream, so a fixed seed gives the same
- * tokens whatever else shares the batch. Logprobs are log-softmax of the biased, penalized logits
- * at temperature 1. */
+ * last repeat_last_n tokens of the sequence (prompt and output), then the pick rule of
+ * backend/pick.h: greedy argmax (temperature 0), or min-p, top-k and top-p at temperature T and a
+ * Gumbel-max draw whose random numbers depend only on (seed, tokens sampled so far, token id), so
+ * a fixed seed gives the same tokens whatever else shares the batch, and whichever of the host or
+ * the backend ran the rule. Logprobs are log-softmax of the biased, penalized logits at
+ * temperature 1. A request with no bias, no penalties and no logprobs is "plain": its logits go
+ * through the rule unchanged, so the backend may pick its tokens (sched.c) without the host ever
+ * seeing the logits. */
 
 typedef struct em_sampler {
     ember_sampling params;      /* logit_bias points into owned_bias */
     ember_logit_bias *owned_bias;
     uint32_t n_vocab;
-    uint64_t rng[4];            /* xoshiro256** state */
-    uint32_t *order;            /* candidate token ids, n_vocab entries (scratch) */
-    float *probs;               /* scratch, n_vocab entries */
+    uint64_t n_sampled;         /* tokens picked so far: the rule's counter */
+    uint32_t *order;            /* candidate token ids, n_vocab entries (scratch for logprobs) */
+    uint64_t *keys;             /* scratch for the pick rule, 2 n_vocab entries */
     int32_t *window_tokens;     /* scratch for penalty counting */
     uint32_t *window_counts;
     size_t window_cap;
@@ -141,6 +145,14 @@ void em_sampler_free(em_sampler *sampler);
  * alternatives to `top` (room for params.logprobs entries), their count to *n_top. */
 int32_t em_sampler_sample(em_sampler *sampler, float *logits, const int32_t *history, size_t n_history,
                           float *logprob, ember_top_logprob *top, int *n_top);
+
+/* True when the sampler applies the pick rule to the raw logits (no bias, penalties or logprobs). */
+bool em_sampler_plain(const em_sampler *sampler);
+
+/* The rule's parameters for the sampler's next token. A caller that has the rule run elsewhere (the
+ * backend) passes these along and then counts the token with em_sampler_count_picked. */
+em_pick_params em_sampler_pick_params(const em_sampler *sampler);
+static inline void em_sampler_count_picked(em_sampler *sampler) { sampler->n_sampled++; }
 
 /* ---- Stop strings (stop.c) ----
  * Text is fed as it is detokenized. What cannot be the start of a stop string is released at
@@ -250,6 +262,8 @@ struct ember_engine {
     bool *batch_logits;
     em_batch_seq *batch_seqs;
     ember_request **row_owner; /* which request each logits row belongs to */
+    em_pick_params *pick;      /* per row, when the backend picks the tokens (max_sequences entries) */
+    int32_t *picked;
     float *logits;
     size_t logits_rows_cap;
 };

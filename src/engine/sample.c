@@ -1,32 +1,10 @@
-/* Per-request sampling (engine.h): bias, penalties, greedy or temperature/top-k/top-p/min-p, logprobs. */
+/* Per-request sampling (engine.h): bias, penalties and logprobs here; the draw itself (greedy, or
+ * temperature/min-p/top-k/top-p and a seeded Gumbel-max pick) is the shared rule of backend/pick.h. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-/* xoshiro256** (Blackman and Vigna): small state, good quality, reproducible everywhere. */
-static uint64_t next_random(uint64_t s[4]) {
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-static double uniform01(uint64_t s[4]) { return (double)(next_random(s) >> 11) * 0x1.0p-53; }
 
 em_err em_sampler_init(em_sampler *sampler, const ember_sampling *params, uint32_t n_vocab) {
     memset(sampler, 0, sizeof *sampler);
@@ -53,24 +31,22 @@ em_err em_sampler_init(em_sampler *sampler, const ember_sampling *params, uint32
     sampler->params = *p;
     sampler->n_vocab = n_vocab;
     sampler->order = malloc(n_vocab * sizeof *sampler->order);
-    sampler->probs = malloc(n_vocab * sizeof *sampler->probs);
+    sampler->keys = malloc(2 * (size_t)n_vocab * sizeof *sampler->keys);
     if (p->n_logit_bias) {
         sampler->owned_bias = malloc(p->n_logit_bias * sizeof *sampler->owned_bias);
         if (sampler->owned_bias) memcpy(sampler->owned_bias, p->logit_bias, p->n_logit_bias * sizeof *p->logit_bias);
     }
     sampler->params.logit_bias = sampler->owned_bias;
-    if (!sampler->order || !sampler->probs || (p->n_logit_bias && !sampler->owned_bias)) {
+    if (!sampler->order || !sampler->keys || (p->n_logit_bias && !sampler->owned_bias)) {
         em_sampler_free(sampler);
         return em_errorf(EM_ERR_NOMEM, "sampling: no memory for a vocabulary of %u", n_vocab);
     }
-    uint64_t seed = p->seed;
-    for (int i = 0; i < 4; i++) sampler->rng[i] = splitmix64(&seed);
     return NULL;
 }
 
 void em_sampler_free(em_sampler *sampler) {
     free(sampler->order);
-    free(sampler->probs);
+    free(sampler->keys);
     free(sampler->owned_bias);
     free(sampler->window_tokens);
     free(sampler->window_counts);
@@ -165,6 +141,18 @@ static uint32_t select_top(uint32_t *order, uint32_t n, uint32_t k, const float 
     return k;
 }
 
+bool em_sampler_plain(const em_sampler *s) {
+    const ember_sampling *p = &s->params;
+    const bool no_penalties = p->repeat_last_n == 0 || (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f &&
+                                                        p->frequency_penalty == 0.0f);
+    return p->n_logit_bias == 0 && p->logprobs == 0 && no_penalties;
+}
+
+em_pick_params em_sampler_pick_params(const em_sampler *s) {
+    const ember_sampling *p = &s->params;
+    return em_pick_params_make(p->temperature, p->top_k, p->top_p, p->min_p, p->seed, s->n_sampled);
+}
+
 static void compute_logprobs(em_sampler *s, const float *logits, int32_t chosen, float *logprob,
                              ember_top_logprob *top, int *n_top) {
     uint32_t n = s->n_vocab;
@@ -188,50 +176,9 @@ int32_t em_sampler_sample(em_sampler *s, float *logits, const int32_t *history, 
     const ember_sampling *p = &s->params;
     for (size_t i = 0; i < p->n_logit_bias; i++) logits[p->logit_bias[i].token] += p->logit_bias[i].bias;
     apply_penalties(s, logits, history, n_history);
-    int32_t chosen;
-    if (p->temperature == 0.0f) {
-        chosen = (int32_t)argmax(logits, s->n_vocab);
-    } else {
-        /* Candidates: every token with a finite logit, largest first. */
-        uint32_t n = 0;
-        for (uint32_t i = 0; i < s->n_vocab; i++)
-            if (logits[i] > -INFINITY) s->order[n++] = i;
-        if (n == 0) {
-            chosen = (int32_t)argmax(logits, s->n_vocab);
-            goto done;
-        }
-        float max = logits[argmax(logits, s->n_vocab)];
-        if (p->min_p > 0) {
-            /* p_i >= min_p * p_max  <=>  (l_i - max) / T >= log(min_p): prune before sorting. */
-            float floor_logit = max + p->temperature * logf(p->min_p);
-            uint32_t kept = 0;
-            for (uint32_t i = 0; i < n; i++)
-                if (logits[s->order[i]] >= floor_logit) s->order[kept++] = s->order[i];
-            n = kept;
-        }
-        /* Order matters only to top-k and top-p; plain sampling walks the candidates as they are. */
-        if (p->top_k > 0 && (uint32_t)p->top_k < n) n = select_top(s->order, n, (uint32_t)p->top_k, logits);
-        else if (p->top_p < 1.0f) qsort_r(s->order, n, sizeof *s->order, by_logit_desc, logits);
-        double total = 0;
-        for (uint32_t i = 0; i < n; i++) total += s->probs[i] = (float)exp((logits[s->order[i]] - max) / p->temperature);
-        if (p->top_p < 1.0f) {
-            double cumulative = 0;
-            uint32_t kept = 0;
-            while (kept < n && cumulative < p->top_p * total) cumulative += s->probs[kept++];
-            n = kept ? kept : 1;
-            total = cumulative > 0 ? cumulative : s->probs[0];
-        }
-        double u = uniform01(s->rng) * total, acc = 0;
-        chosen = (int32_t)s->order[n - 1];
-        for (uint32_t i = 0; i < n; i++) {
-            acc += s->probs[i];
-            if (u < acc) {
-                chosen = (int32_t)s->order[i];
-                break;
-            }
-        }
-    }
-done:
+    em_pick_params pick = em_sampler_pick_params(s);
+    int32_t chosen = em_pick(logits, s->n_vocab, &pick, s->keys);
+    s->n_sampled++;
     if (p->logprobs > 0) compute_logprobs(s, logits, chosen, logprob, top, n_top);
     else if (n_top) *n_top = 0;
     return chosen;

@@ -232,12 +232,14 @@ static void count_generated(ember_stats *s, const void *arg) {
     s->generated_tokens++;
 }
 
-/* Samples from one logits row, publishes the token and decides whether the request is done. */
-static void accept_logits(ember_engine *e, ember_request *r, float *logits) {
-    ember_top_logprob top[EM_MAX_LOGPROBS];
-    int n_top = 0;
-    float logprob = 0;
-    int32_t token = em_sampler_sample(&r->sampler, logits, r->tokens, r->n_tokens, &logprob, top, &n_top);
+static void count_backend_picked(ember_stats *s, const void *arg) {
+    s->backend_picked_tokens += *(const uint32_t *)arg;
+}
+
+/* Publishes the request's next token (sampled on the host or picked by the backend) and decides
+ * whether the request is done. */
+static void accept_token(ember_engine *e, ember_request *r, int32_t token, float logprob, const ember_top_logprob *top,
+                         int n_top) {
     r->tokens[r->n_tokens++] = token;
     double now = em_engine_now_ms();
     pthread_mutex_lock(&r->lock);
@@ -268,6 +270,15 @@ static void accept_logits(ember_engine *e, ember_request *r, float *logits) {
     if (stop_token || stop_index >= 0) finish_request(e, r, EMBER_FINISH_STOP, stop_index, NULL);
     else if (r->n_generated >= (uint32_t)r->params.max_tokens || r->n_tokens >= e->ctx_tokens)
         finish_request(e, r, EMBER_FINISH_LENGTH, -1, NULL);
+}
+
+/* Samples from one logits row on the host (bias, penalties, logprobs, then the pick rule). */
+static void accept_logits(ember_engine *e, ember_request *r, float *logits) {
+    ember_top_logprob top[EM_MAX_LOGPROBS];
+    int n_top = 0;
+    float logprob = 0;
+    int32_t token = em_sampler_sample(&r->sampler, logits, r->tokens, r->n_tokens, &logprob, top, &n_top);
+    accept_token(e, r, token, logprob, top, n_top);
 }
 
 /* ---- One step ---- */
@@ -361,8 +372,12 @@ static bool step(ember_engine *e) {
         }
     }
     if (n == 0) return false;
+    /* When every row's request is plain (engine.h), the backend picks the tokens and no logits row
+     * comes back; otherwise all rows come to the host (a mixed step takes the host path for all). */
+    bool backend_picks = rows > 0 && em_backend_can_pick(e->backend);
+    for (uint32_t k = 0; k < rows && backend_picks; k++) backend_picks = em_sampler_plain(&e->row_owner[k]->sampler);
     /* Logits rows: one per request that samples this step; grown on demand (vocabularies are big). */
-    if (rows > e->logits_rows_cap) {
+    if (!backend_picks && rows > e->logits_rows_cap) {
         float *grown = realloc(e->logits, (size_t)rows * e->n_vocab * sizeof *grown);
         if (!grown) {
             while (e->n_running) finish_request(e, e->running[0], EMBER_FINISH_ERROR, -1, "out of memory for logits");
@@ -371,6 +386,7 @@ static bool step(ember_engine *e) {
         e->logits = grown;
         e->logits_rows_cap = rows;
     }
+    for (uint32_t k = 0; k < rows && backend_picks; k++) e->pick[k] = em_sampler_pick_params(&e->row_owner[k]->sampler);
     em_batch batch = {
         .n_tokens = n,
         .tokens = e->batch_tokens_buf,
@@ -380,7 +396,8 @@ static bool step(ember_engine *e) {
         .n_seqs = e->n_running,
         .seqs = e->batch_seqs,
     };
-    em_err err = em_backend_forward(e->backend, &batch, e->logits);
+    em_err err = backend_picks ? em_backend_forward_pick(e->backend, &batch, e->pick, e->picked)
+                               : em_backend_forward(e->backend, &batch, e->logits);
     if (err) {
         /* Nothing in the batch can continue consistently: fail its requests, keep the engine. */
         em_log(EM_LOG_ERROR, "forward: %s", em_err_message(err));
@@ -393,7 +410,16 @@ static bool step(ember_engine *e) {
         return true;
     }
     for (uint32_t i = 0; i < e->n_running; i++) e->running[i]->n_computed += e->running[i]->scheduled;
-    for (uint32_t k = 0; k < rows; k++) accept_logits(e, e->row_owner[k], e->logits + (size_t)k * e->n_vocab);
+    if (backend_picks) {
+        const ember_top_logprob no_top[1] = {{0}};
+        stats_update(e, count_backend_picked, &rows); /* first: a finished request's reader may look */
+        for (uint32_t k = 0; k < rows; k++) {
+            em_sampler_count_picked(&e->row_owner[k]->sampler);
+            accept_token(e, e->row_owner[k], e->picked[k], 0, no_top, 0);
+        }
+    } else {
+        for (uint32_t k = 0; k < rows; k++) accept_logits(e, e->row_owner[k], e->logits + (size_t)k * e->n_vocab);
+    }
     double ms = em_engine_now_ms() - start;
     stats_update(e, record_step, &ms);
     publish_gauges(e);

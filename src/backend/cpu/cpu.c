@@ -36,6 +36,9 @@ typedef struct cpu_backend {
     uint8_t *act;         /* activations in the dot-product format */
     uint64_t act_per_token;
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert;
+    float *pick_logits;   /* batches with pick parameters: their logits rows (cap_pick_rows) */
+    uint64_t *pick_keys;  /* the pick rule's scratch, 2 n_vocab entries */
+    uint32_t cap_pick_rows;
 } cpu_backend;
 
 /* ---- KV cache access ---- */
@@ -299,12 +302,27 @@ static em_err reserve_positions(cpu_backend *b, const em_batch *batch) {
     return b->scores ? NULL : em_errorf(EM_ERR_NOMEM, "out of memory for attention over %u positions", longest);
 }
 
-static em_err cpu_forward(em_backend *base, const em_batch *batch, float *logits) {
-    cpu_backend *b = (cpu_backend *)base;
+/* Room for `rows` logits rows and the pick rule's scratch (grown, never shrunk). */
+static em_err reserve_pick(cpu_backend *b, uint32_t rows) {
+    if (rows <= b->cap_pick_rows) return NULL;
+    free(b->pick_logits);
+    b->pick_logits = malloc((uint64_t)rows * b->d->n_vocab * sizeof *b->pick_logits);
+    if (!b->pick_keys) b->pick_keys = malloc(2 * (uint64_t)b->d->n_vocab * sizeof *b->pick_keys);
+    b->cap_pick_rows = b->pick_logits && b->pick_keys ? rows : 0;
+    return b->cap_pick_rows ? NULL : em_errorf(EM_ERR_NOMEM, "out of memory for %u logits rows to pick from", rows);
+}
+
+/* The forward pass; with `pick`, the logits rows go to scratch and only the picked tokens leave. */
+static em_err forward(cpu_backend *b, const em_batch *batch, float *logits, const em_pick_params *pick,
+                      int32_t *picked) {
     const em_model_desc *d = b->d;
     const uint32_t n = batch->n_tokens, e = d->n_embd;
-    em_err err = em_batch_validate(batch, logits, b->d->n_vocab, &b->base);
+    em_err err = em_batch_validate(batch, pick ? (const void *)picked : logits, b->d->n_vocab, &b->base);
     if (err) return err;
+    if (pick) {
+        if ((err = reserve_pick(b, em_batch_logits_rows(batch)))) return err;
+        logits = b->pick_logits;
+    }
     if ((err = reserve(b, n))) return err;
     if ((err = reserve_positions(b, batch))) return err;
 
@@ -336,7 +354,18 @@ static em_err cpu_forward(em_backend *base, const em_batch *batch, float *logits
     if (d->final_softcap > 0.0f)
         for (uint64_t i = 0; i < (uint64_t)rows * d->n_vocab; i++)
             logits[i] = d->final_softcap * tanhf(logits[i] / d->final_softcap);
+    if (pick)
+        for (uint32_t r = 0; r < rows; r++)
+            picked[r] = em_pick(logits + (uint64_t)r * d->n_vocab, d->n_vocab, &pick[r], b->pick_keys);
     return NULL;
+}
+
+static em_err cpu_forward(em_backend *base, const em_batch *batch, float *logits) {
+    return forward((cpu_backend *)base, batch, logits, NULL, NULL);
+}
+
+static em_err cpu_forward_pick(em_backend *base, const em_batch *batch, const em_pick_params *pick, int32_t *picked) {
+    return forward((cpu_backend *)base, batch, NULL, pick, picked);
 }
 
 static em_err cpu_copy_rows(em_backend *base, uint32_t from, uint32_t to, uint32_t rows) {
@@ -366,12 +395,14 @@ static void cpu_free(em_backend *base) {
     free(b->chosen);
     free(b->members);
     free(b->act);
+    free(b->pick_logits);
+    free(b->pick_keys);
     free(b->layer_key_offset);
     free(b->layer_value_offset);
     free(b);
 }
 
-static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_copy_rows, cpu_free};
+static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows, cpu_free};
 
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 

@@ -9,8 +9,9 @@
  * kernels: matrix-vector products that read each weight row once for up to 8 tokens, attention
  * over the paged cache, and MoE experts run once per step on the tokens routed to them
  * (internal.cuh describes the layout, each .cu file its kernels). Batches of up to 16 tokens
- * replay a CUDA graph captured per shape. The host waits for the device by blocking, never
- * spinning.
+ * replay a CUDA graph captured per shape. forward_pick samples on the device (sample.cu: the
+ * rule of pick.h) and copies back only the tokens. The host waits for the device by blocking,
+ * never spinning.
  *
  * Environment (for tests and measurements): EMBER_CUDA_KV=f32 keeps the KV cache in f32;
  * EMBER_CUDA_GRAPHS=0 launches kernels one by one instead of replaying graphs; EMBER_CUDA_PDL=0
@@ -41,5 +42,10 @@ uint64_t em_cuda_kv_bytes_per_token(const em_model_desc *desc);
 
 /* The CUDA backend for `model` on device 0 (backend.h). */
 em_err em_backend_cuda_new(const em_model *model, const em_backend_config *config, em_backend **out);
+
+/* For tests/cuda/check_sample.c: runs the device's pick kernel (sample.cu) on `rows` logits rows
+ * of n_vocab from the host, writes one token per row, and the mean time of `repeats` launches. */
+em_err em_cuda_pick_rows(const float *logits, uint32_t rows, uint32_t n_vocab, const em_pick_params *params,
+                         int32_t *picked, uint32_t repeats, float *ms_per_launch);
 
 #endif

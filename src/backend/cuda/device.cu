@@ -65,13 +65,14 @@ static void cuda_free(em_backend *base) {
     cudaFree(b->batch_dev);
     cudaFreeHost(b->batch_host);
     cudaFreeHost(b->logits_host);
+    em_cuda_free_pick(b);
     if (b->stream) cudaStreamDestroy(b->stream);
     free(b->allocs);
     free(b->layers);
     free(b);
 }
 
-static const em_backend_ops cuda_ops = {"cuda", em_cuda_forward, cuda_copy_rows, cuda_free};
+static const em_backend_ops cuda_ops = {"cuda", em_cuda_forward, em_cuda_forward_pick, cuda_copy_rows, cuda_free};
 
 static em_err setup(cuda_backend *b, const em_model *model, const em_backend_config *o) {
     const em_model_desc *d = &model->desc;

@@ -381,10 +381,12 @@ static em_err run_graph(cuda_backend *b, const cuda_batch *cb) {
     return NULL;
 }
 
-em_err em_cuda_forward(em_backend *base, const em_batch *batch, float *logits) {
+/* With `pick`, only the picked tokens come back (sample.cu), not the logits rows. */
+static em_err forward(em_backend *base, const em_batch *batch, float *logits, const em_pick_params *pick,
+                      int32_t *picked) {
     cuda_backend *b = (cuda_backend *)base;
     const em_model_desc *d = b->d;
-    em_err err = em_batch_validate(batch, logits, b->d->n_vocab, &b->base);
+    em_err err = em_batch_validate(batch, pick ? (const void *)picked : logits, b->d->n_vocab, &b->base);
     if (err) return err;
     if (b->cap_tokens < batch->n_tokens) em_cuda_drop_graphs(b);
     if ((err = em_cuda_reserve(b, batch->n_tokens))) return err;
@@ -400,10 +402,19 @@ em_err em_cuda_forward(em_backend *base, const em_batch *batch, float *logits) {
     else
         err = enqueue(b, &cb);
     if (err) return err;
+    if (pick) return em_cuda_pick(b, pick, cb.n_rows, picked);
     const uint64_t n_logits = (uint64_t)cb.n_rows * d->n_vocab;
     if ((err = grow_pinned((void **)&b->logits_host, &b->cap_logits, n_logits * 4))) return err;
     CU_TRY(cudaMemcpyAsync(b->logits_host, b->logits, n_logits * 4, cudaMemcpyDeviceToHost, b->stream));
     CU_TRY(cudaStreamSynchronize(b->stream));
     memcpy(logits, b->logits_host, n_logits * 4);
     return NULL;
+}
+
+em_err em_cuda_forward(em_backend *base, const em_batch *batch, float *logits) {
+    return forward(base, batch, logits, NULL, NULL);
+}
+
+em_err em_cuda_forward_pick(em_backend *base, const em_batch *batch, const em_pick_params *pick, int32_t *picked) {
+    return forward(base, batch, NULL, pick, picked);
 }

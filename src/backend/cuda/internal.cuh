@@ -16,7 +16,9 @@
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 extern "C" {
 #include "../../quant/quant.h"
@@ -130,6 +132,12 @@ typedef struct cuda_backend {
     float *att_part;        /* attention's per-split partial results (attention.cu) */
     uint32_t *att_counter;  /* per (token, head), zero between launches */
     uint64_t att_slots;     /* (token, head, split) partials att_part holds */
+    /* Sampling on the device (sample.cu), for cap_pick_rows rows: */
+    em_pick_params *pick_params; /* the rows' parameters, uploaded each step */
+    int32_t *picked;             /* the picked tokens */
+    uint64_t *pick_mass;         /* top_p's masses, n_vocab per row */
+    uint8_t *pick_host;          /* pinned: parameters, then the picked tokens */
+    uint32_t cap_pick_rows;
 } cuda_backend;
 
 /* Launches `kernel` on the backend's stream, as a programmatic dependent launch unless that is
@@ -227,8 +235,15 @@ bool em_cuda_attention_decode_fits(const cuda_backend *b, uint32_t il);
 em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32_t il, const uint32_t *tokens,
                                 uint32_t n_tokens, uint32_t max_pos);
 
+/* ---- sample.cu ---- */
+/* Picks one token per logits row (b->logits, rows of n_vocab) by the rule of pick.h; copies back
+ * only the tokens. */
+em_err em_cuda_pick(cuda_backend *b, const em_pick_params *params, uint32_t rows, int32_t *picked);
+void em_cuda_free_pick(cuda_backend *b);
+
 /* ---- forward.cu ---- */
 em_err em_cuda_forward(em_backend *base, const em_batch *batch, float *logits);
+em_err em_cuda_forward_pick(em_backend *base, const em_batch *batch, const em_pick_params *pick, int32_t *picked);
 em_err em_cuda_reserve(cuda_backend *b, uint32_t n_tokens);
 void em_cuda_free_scratch(cuda_backend *b);
 void em_cuda_drop_graphs(cuda_backend *b);
