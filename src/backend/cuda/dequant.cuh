@@ -132,36 +132,40 @@ template <> struct deq<EM_TYPE_IQ3_XXS> {
     }
 };
 
-/* ---- bf16 output, for the tensor-core products (gemm.cu) ----
- * Group g of a row as 8 bf16 (element 8g + i in bits 16i..16i+15 of the uint4), rounded to nearest
- * from the decoders above; BF16 rows are copied as stored. */
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+/* ---- f16 output, for the tensor-core products (gemm.cu) ----
+ * Group g of a row as 8 f16 (element 8g + i in bits 16i..16i+15 of the uint4), rounded to nearest
+ * from the decoders above. f16 rather than bf16: three more bits of mantissa (BF16 weights and
+ * the decoded quantized ones convert exactly or nearly so, activations lose 2^-12 instead of
+ * 2^-9), at the price of range: values are clamped to f16's largest, +-65504, which activations
+ * entering a product (normalized rows, gated-unit outputs) stay far below. */
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+    const float m = 65504.0f;
+    __half2 h = __floats2half2_rn(fminf(fmaxf(lo, -m), m), fminf(fmaxf(hi, -m), m));
     return *(const uint32_t *)&h;
 }
 
-__device__ __forceinline__ uint4 pack_bf16x8(const float v[8]) {
-    return make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
-                      pack_bf16x2(v[6], v[7]));
+__device__ __forceinline__ uint4 pack_f16x8(const float v[8]) {
+    return make_uint4(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]),
+                      pack_f16x2(v[6], v[7]));
+}
+
+/* Two bf16 (as stored in a BF16 row, the first in the low half) as two f16. */
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t r) {
+    return pack_f16x2(__uint_as_float(r << 16), __uint_as_float(r & 0xffff0000u));
 }
 
 /* `grid` is IQ3_XXS's lattice (any memory space; gemm.cu passes a copy in shared memory, where
  * the scattered lookups of a whole block of threads are cheaper than in constant memory). */
-template <int TYPE> __device__ __forceinline__ uint4 deq_bf16x8(const uint8_t *row, uint32_t g, const uint32_t *grid) {
+template <int TYPE> __device__ __forceinline__ uint4 deq_f16x8(const uint8_t *row, uint32_t g, const uint32_t *grid) {
     (void)grid;
     float v[8];
     deq<TYPE>::get(row, g, v);
-    return pack_bf16x8(v);
-}
-
-template <> __device__ __forceinline__ uint4 deq_bf16x8<EM_TYPE_BF16>(const uint8_t *row, uint32_t g, const uint32_t *grid) {
-    (void)grid;
-    return *(const uint4 *)(row + 16 * (uint64_t)g);
+    return pack_f16x8(v);
 }
 
 /* deq<EM_TYPE_IQ3_XXS>::get with the lattice passed in. */
 template <>
-__device__ __forceinline__ uint4 deq_bf16x8<EM_TYPE_IQ3_XXS>(const uint8_t *row, uint32_t g, const uint32_t *grid) {
+__device__ __forceinline__ uint4 deq_f16x8<EM_TYPE_IQ3_XXS>(const uint8_t *row, uint32_t g, const uint32_t *grid) {
     const uint8_t *b = row + 98 * (uint64_t)(g >> 5);
     const int j = g & 31, ib = j >> 2, l = j & 3;
     float d = ld_half(b);
@@ -177,7 +181,7 @@ __device__ __forceinline__ uint4 deq_bf16x8<EM_TYPE_IQ3_XXS>(const uint8_t *row,
         float m = db * (float)(((i < 4 ? p0 : p1) >> (8 * (i & 3))) & 0xff);
         v[i] = (s >> i) & 1 ? -m : m;
     }
-    return pack_bf16x8(v);
+    return pack_f16x8(v);
 }
 
 #endif
