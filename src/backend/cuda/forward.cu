@@ -9,7 +9,7 @@
 static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 void em_cuda_free_scratch(cuda_backend *b) {
-    float *bufs[] = {b->x, b->xn, b->q, b->k, b->v, b->attn, b->out, b->tmp, b->gate, b->up, b->router,
+    float *bufs[] = {b->ss, b->x, b->xn, b->q, b->k, b->v, b->attn, b->out, b->tmp, b->gate, b->up, b->router,
                      b->moe_h, b->moe_h2, b->moe_y, b->chosen_weight, b->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFree(b->chosen);
@@ -23,6 +23,7 @@ void em_cuda_free_scratch(cuda_backend *b) {
     b->att_part = NULL;
     b->att_counter = NULL;
     b->att_slots = 0;
+    b->ss = NULL;
     b->x = b->xn = b->q = b->k = b->v = b->attn = b->out = b->tmp = b->gate = b->up = b->router = NULL;
     b->moe_h = b->moe_h2 = b->moe_y = b->chosen_weight = b->logits = NULL;
     b->chosen = NULL;
@@ -46,7 +47,8 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
     /* attention partials: up to 4 splits per (token, head) beyond the ones that fill the GPU */
     const uint64_t att_slots = 4 * (uint64_t)n * b->max_head + 2 * (uint64_t)b->n_sm;
     struct { void **p; uint64_t bytes; } bufs[] = {
-        {(void **)&b->x, n * e * 4}, {(void **)&b->xn, n * e * 4}, {(void **)&b->q, (uint64_t)n * b->max_q * 4},
+        {(void **)&b->x, n * e * 4}, {(void **)&b->xn, n * e * 4}, {(void **)&b->ss, n * e * 4},
+        {(void **)&b->q, (uint64_t)n * b->max_q * 4},
         {(void **)&b->k, (uint64_t)n * b->max_k * 4}, {(void **)&b->v, (uint64_t)n * b->max_v * 4},
         {(void **)&b->attn, (uint64_t)n * b->max_attn * 4}, {(void **)&b->out, n * e * 4},
         {(void **)&b->tmp, n * e * 4}, {(void **)&b->gate, (uint64_t)n * b->max_ff * 4},
@@ -75,6 +77,7 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         return em_errorf(EM_ERR_INTERNAL, "cudaMemset of the attention counters: %s", cudaGetErrorString(status));
     }
     b->att_slots = att_slots;
+    b->ss_stride = (uint32_t)e; /* a producer's blocks: fewer than its rows, which are n_embd */
     b->cap_tokens = n;
     return NULL;
 }
@@ -179,61 +182,67 @@ static em_err matvec(cuda_backend *b, const cuda_weight *w, const float *x, uint
     return em_cuda_matvec(b, &mv);
 }
 
-/* How a layer reads its input and writes its residual. Fused (small batches of models without
- * post-norms): the products that start a sub-block normalize x themselves (no norm kernel, no xn)
- * and the products that end one add into x (no residual kernel). Otherwise xn holds the
- * normalized input and `out` the sub-block's result, added by em_cuda_add_norm. */
-typedef struct layer_io {
-    bool fused;
-    const float *in;      /* x (fused) or xn */
-    const float *norm_w;  /* the norm the first product applies (fused), else NULL */
-} layer_io;
+/* How a sub-block reads its normalized input. Fused (decode batches of models without post-norms,
+ * forward_fuses): xn holds x * norm weights, written by the product or kernel that last added
+ * into x, and the consuming product scales its results by the RMS factor from the partial sums of
+ * squares that producer left in b->ss (cuda_matvec): no norm kernel, no residual kernel, no pass
+ * over x of its own. Unfused: xn holds the normalized input, made by em_cuda_rmsnorm / add_norm. */
+typedef struct layer_in {
+    const float *x;      /* xn either way */
+    const float *ss;     /* fused: b->ss, else NULL */
+    uint32_t ss_n;
+} layer_in;
 
-/* A dense gated MLP on n rows of `in` into y (y += with accumulate): gate and up in one pass
- * when they share a type. */
+static layer_in input_of(const cuda_backend *b, bool fused) {
+    return layer_in{b->xn, fused ? b->ss : NULL, fused ? b->ss_n : 0};
+}
+
+/* A dense gated MLP on n rows of `in` into y (y += with accumulate, then also the producer of the
+ * next fused norm with next_norm_w): gate and up in one pass when they share a type. */
 static em_err mlp(cuda_backend *b, const cuda_weight *gate, const cuda_weight *up, const cuda_weight *down,
-                  layer_io io, float *y, bool accumulate, uint32_t n) {
+                  layer_in in, float *y, bool accumulate, const float *next_norm_w, uint32_t n) {
     const uint64_t e = b->d->n_embd, ff = gate->rows;
     em_err err;
     if (em_cuda_matvec_can_fuse(gate, up) && gate->rows == up->rows) {
         cuda_matvec mv = {};
-        mv.w = gate, mv.up = up, mv.x = io.in, mv.x_stride = e, mv.y = b->gate, mv.y_stride = ff, mv.n_items = n;
-        mv.n_groups = 1, mv.norm_w = io.norm_w;
+        mv.w = gate, mv.up = up, mv.x = in.x, mv.x_stride = e, mv.y = b->gate, mv.y_stride = ff, mv.n_items = n;
+        mv.n_groups = 1, mv.norm_ss = in.ss, mv.norm_n = in.ss_n;
         if ((err = em_cuda_matvec(b, &mv))) return err;
     } else {
-        if (io.norm_w) return em_errorf(EM_ERR_INTERNAL, "cuda mlp: a fused norm needs fused gate and up");
-        if ((err = matvec(b, gate, io.in, e, b->gate, ff, n))) return err;
-        if ((err = matvec(b, up, io.in, e, b->up, ff, n))) return err;
+        if (in.ss) return em_errorf(EM_ERR_INTERNAL, "cuda mlp: a fused norm needs fused gate and up");
+        if ((err = matvec(b, gate, in.x, e, b->gate, ff, n))) return err;
+        if ((err = matvec(b, up, in.x, e, b->up, ff, n))) return err;
         if ((err = em_cuda_glu(b, b->gate, b->up, (uint64_t)n * ff))) return err;
     }
     cuda_matvec mv = {};
     mv.w = down, mv.x = b->gate, mv.x_stride = ff, mv.y = y, mv.y_stride = e, mv.n_items = n, mv.n_groups = 1;
-    mv.accumulate = accumulate;
+    mv.accumulate = accumulate, mv.next_norm_w = next_norm_w, mv.next_xw = next_norm_w ? b->xn : NULL;
     return em_cuda_matvec(b, &mv);
 }
 
 /* Q, K and V of n rows: one launch when the three matrices share a type. */
-static em_err qkv(cuda_backend *b, const cuda_layer *lw, layer_io io, uint32_t n, uint64_t nq, uint64_t nk,
+static em_err qkv(cuda_backend *b, const cuda_layer *lw, layer_in in, uint32_t n, uint64_t nq, uint64_t nk,
                   uint64_t nv) {
     const uint64_t e = b->d->n_embd;
     em_err err;
     if (em_cuda_matvec_can_fuse(&lw->wq, &lw->wk) && em_cuda_matvec_can_fuse(&lw->wq, &lw->wv)) {
         cuda_matvec mv = {};
-        mv.w = &lw->wq, mv.x = io.in, mv.x_stride = e, mv.y = b->q, mv.y_stride = nq, mv.n_items = n, mv.n_groups = 1;
-        mv.n_parts = 3, mv.norm_w = io.norm_w;
+        mv.w = &lw->wq, mv.x = in.x, mv.x_stride = e, mv.y = b->q, mv.y_stride = nq, mv.n_items = n, mv.n_groups = 1;
+        mv.n_parts = 3, mv.norm_ss = in.ss, mv.norm_n = in.ss_n;
         mv.more[0].w = &lw->wk, mv.more[0].y = b->k, mv.more[0].y_stride = nk;
         mv.more[1].w = &lw->wv, mv.more[1].y = b->v, mv.more[1].y_stride = nv;
         return em_cuda_matvec(b, &mv);
     }
-    if (io.norm_w) return em_errorf(EM_ERR_INTERNAL, "cuda qkv: a fused norm needs fused Q, K and V");
-    if ((err = matvec(b, &lw->wq, io.in, e, b->q, nq, n))) return err;
-    if ((err = matvec(b, &lw->wk, io.in, e, b->k, nk, n))) return err;
-    return matvec(b, &lw->wv, io.in, e, b->v, nv, n);
+    if (in.ss) return em_errorf(EM_ERR_INTERNAL, "cuda qkv: a fused norm needs fused Q, K and V");
+    if ((err = matvec(b, &lw->wq, in.x, e, b->q, nq, n))) return err;
+    if ((err = matvec(b, &lw->wk, in.x, e, b->k, nk, n))) return err;
+    return matvec(b, &lw->wv, in.x, e, b->v, nv, n);
 }
 
-/* Experts on xn: route, group the (token, expert) pairs by expert, run each chosen expert once on
- * its pairs (grid rows for the experts that have pairs only), combine into out (or x += ). */
-static em_err moe(cuda_backend *b, uint32_t il, uint32_t n, bool into_x) {
+/* Experts on xn (normalized): route, group the (token, expert) pairs by expert, run each chosen
+ * expert once on its pairs (grid rows for the experts that have pairs only), combine into out (or
+ * x += , then also the producer of the next fused norm with next_norm_w). */
+static em_err moe(cuda_backend *b, uint32_t il, uint32_t n, bool into_x, const float *next_norm_w) {
     const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
     const uint64_t e = b->d->n_embd, ff = lw->gate_exps.rows;
@@ -261,60 +270,66 @@ static em_err moe(cuda_backend *b, uint32_t il, uint32_t n, bool into_x) {
     mv.w = &lw->down_exps, mv.up = NULL, mv.x = b->moe_h, mv.x_stride = ff, mv.x_index = NULL, mv.y = b->moe_y;
     mv.y_stride = e;
     if ((err = em_cuda_matvec(b, &mv))) return err;
-    const layer_io plain = {false, b->xn, NULL};
     if (ld->n_ff_shared &&
-        (err = mlp(b, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, plain, b->tmp, false, n)))
+        (err = mlp(b, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, input_of(b, false), b->tmp, false, NULL, n)))
         return err;
-    return em_cuda_moe_combine(b, il, n, ld->n_ff_shared > 0, into_x);
+    return em_cuda_moe_combine(b, il, n, ld->n_ff_shared > 0, into_x, next_norm_w, b->xn);
 }
 
-/* Whether this layer runs fused for a batch of n tokens (layer_io). */
-static bool layer_fuses(const cuda_backend *b, const cuda_layer *lw, uint32_t n) {
-    const uint32_t e = b->d->n_embd;
-    return n <= EM_CUDA_GRAPH_TOKENS && lw->attn_norm && lw->ffn_norm && !lw->post_attn_norm && !lw->post_ffn_norm &&
-           em_cuda_matvec_can_norm(e, n) && em_cuda_matvec_can_fuse(&lw->wq, &lw->wk) &&
-           em_cuda_matvec_can_fuse(&lw->wq, &lw->wv) &&
-           (b->d->layers[lw - b->layers].moe ? true : em_cuda_matvec_can_fuse(&lw->ffn_gate, &lw->ffn_up));
+/* Whether a batch of n tokens runs fused (layer_in): small batches of models whose layers have
+ * no post-norms and whose products can take the fusions. */
+static bool forward_fuses(const cuda_backend *b, uint32_t n) {
+    if (n > EM_CUDA_GRAPH_TOKENS || !b->output_norm) return false;
+    for (uint32_t il = 0; il < b->d->n_layer; il++) {
+        const cuda_layer *lw = &b->layers[il];
+        if (!lw->attn_norm || !lw->ffn_norm || lw->post_attn_norm || lw->post_ffn_norm ||
+            !em_cuda_matvec_can_fuse(&lw->wq, &lw->wk) || !em_cuda_matvec_can_fuse(&lw->wq, &lw->wv) ||
+            (!b->d->layers[il].moe && !em_cuda_matvec_can_fuse(&lw->ffn_gate, &lw->ffn_up)))
+            return false;
+    }
+    return true;
 }
 
-/* *xn_ready: whether xn holds norm(x) * attn_norm of this layer (an unfused layer leaves it for
- * the next one). */
-static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t il, bool *xn_ready) {
+/* The norm weights that start what follows layer il: the next layer's attention, or the output. */
+static const float *next_norm(const cuda_backend *b, uint32_t il) {
+    return il + 1 < b->d->n_layer ? b->layers[il + 1].attn_norm : b->output_norm;
+}
+
+/* Unfused: *xn_ready says whether xn holds norm(x) * attn_norm of this layer (an unfused layer
+ * leaves it for the next one). */
+static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t il, bool fused, bool *xn_ready) {
     const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
     const uint32_t n = batch->n_tokens, e = b->d->n_embd;
     const uint64_t nq = (uint64_t)ld->n_head * ld->head_dim, nk = (uint64_t)ld->n_head_kv * ld->head_dim,
                    nv = (uint64_t)ld->n_head_kv * ld->head_dim_v, na = (uint64_t)ld->n_head * ld->head_dim_v;
-    const bool fused = layer_fuses(b, lw, n);
     em_err err;
     /* x += [post_norm](attention(norm(x))) */
     if (!fused && !*xn_ready && (err = em_cuda_rmsnorm(b, b->xn, b->x, lw->attn_norm, n, e, NULL))) return err;
-    const layer_io attn_in = fused ? layer_io{true, b->x, lw->attn_norm} : layer_io{false, b->xn, NULL};
-    if ((err = qkv(b, lw, attn_in, n, nq, nk, nv))) return err;
+    if ((err = qkv(b, lw, input_of(b, fused), n, nq, nk, nv))) return err;
     if ((err = em_cuda_qkv_finish(b, batch, il))) return err;
     if ((err = em_cuda_attention(b, batch, il))) return err;
     cuda_matvec mv = {};
     mv.w = &lw->wo, mv.x = b->attn, mv.x_stride = na, mv.y = fused ? b->x : b->out, mv.y_stride = e;
     mv.n_items = n, mv.n_groups = 1, mv.accumulate = fused;
+    if (fused && !ld->moe) mv.next_norm_w = lw->ffn_norm, mv.next_xw = b->xn;
     if ((err = em_cuda_matvec(b, &mv))) return err;
     /* x += [post_norm](ffn(norm(x))) */
-    const bool last = il + 1 == b->d->n_layer;
     *xn_ready = false;
     if (fused) {
         if (ld->moe) {
             if ((err = em_cuda_rmsnorm(b, b->xn, b->x, lw->ffn_norm, n, e, NULL))) return err;
-            return moe(b, il, n, true);
+            return moe(b, il, n, true, next_norm(b, il));
         }
-        const layer_io ffn_in = {true, b->x, lw->ffn_norm};
-        return mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, ffn_in, b->x, true, n);
+        return mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, input_of(b, true), b->x, true, next_norm(b, il), n);
     }
     if ((err = em_cuda_add_norm(b, b->x, b->out, lw->post_attn_norm, n, e, b->xn, lw->ffn_norm))) return err;
-    const layer_io ffn_in = {false, b->xn, NULL};
     if (ld->moe)
-        err = moe(b, il, n, false);
+        err = moe(b, il, n, false, NULL);
     else
-        err = mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, ffn_in, b->out, false, n);
+        err = mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, input_of(b, false), b->out, false, NULL, n);
     if (err) return err;
+    const bool last = il + 1 == b->d->n_layer;
     *xn_ready = !last;
     return em_cuda_add_norm(b, b->x, b->out, lw->post_ffn_norm, n, e, last ? NULL : b->xn,
                             last ? NULL : b->layers[il + 1].attn_norm);
@@ -323,19 +338,20 @@ static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t i
 /* Every kernel of one forward pass, from the uploaded batch to the logits on the device. */
 static em_err enqueue(cuda_backend *b, const cuda_batch *cb) {
     const em_model_desc *d = b->d;
+    const bool fused = forward_fuses(b, cb->n_tokens);
     em_err err;
-    if ((err = em_cuda_embed(b, cb, b->x))) return err;
+    if ((err = em_cuda_embed(b, cb, b->x, fused ? b->layers[0].attn_norm : NULL, fused ? b->xn : NULL))) return err;
     bool xn_ready = false;
     for (uint32_t il = 0; il < d->n_layer; il++)
-        if ((err = forward_layer(b, cb, il, &xn_ready))) return em_err_prefix(err, "layer %u", il);
+        if ((err = forward_layer(b, cb, il, fused, &xn_ready))) return em_err_prefix(err, "layer %u", il);
     /* Logits for the rows that want them: final norm (gathering the rows; fused into the output
      * product for small batches), output matrix, soft-cap. */
     const uint32_t rows = cb->n_rows;
     cuda_matvec mv = {};
     mv.w = &b->output, mv.x = b->xn, mv.x_stride = d->n_embd, mv.y = b->logits, mv.y_stride = d->n_vocab;
     mv.n_items = rows, mv.n_groups = 1;
-    if (cb->n_tokens <= EM_CUDA_GRAPH_TOKENS && b->output_norm && em_cuda_matvec_can_norm(d->n_embd, rows)) {
-        mv.x = b->x, mv.x_index = cb->logit_rows, mv.norm_w = b->output_norm;
+    if (fused) {
+        mv.x_index = cb->logit_rows, mv.norm_ss = b->ss, mv.norm_n = b->ss_n;
     } else if ((err = em_cuda_rmsnorm(b, b->xn, b->x, b->output_norm, rows, d->n_embd, cb->logit_rows))) {
         return err;
     }

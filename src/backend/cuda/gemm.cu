@@ -548,7 +548,8 @@ static bool gm_switched_off(void) {
 bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv) {
     const cuda_weight *w = mv->w;
     if (gm_switched_off()) return false;
-    if (!gm_type_supported(w->type) || w->cols % GM_K || mv->x_stride % 4 || (uintptr_t)mv->x % 16 || mv->norm_w)
+    if (!gm_type_supported(w->type) || w->cols % GM_K || mv->x_stride % 4 || (uintptr_t)mv->x % 16 || mv->norm_ss ||
+        mv->next_norm_w)
         return false;
     if (b->capturing && !gm_prepared) return false;
     return mv->n_items >= gm_min_items(mv, gm_rows(mv));
@@ -560,7 +561,8 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
     const cuda_weight *w = mv->w;
     const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
     if (mv->n_items == 0) return NULL;
-    if (mv->norm_w) return em_errorf(EM_ERR_INTERNAL, "cuda gemm: a fused norm is for small batches only");
+    if (mv->norm_ss || mv->next_norm_w)
+        return em_errorf(EM_ERR_INTERNAL, "cuda gemm: a fused norm is for small batches only");
     if (!gm_type_supported(w->type)) return em_errorf(EM_ERR_UNSUPPORTED, "cuda gemm: weight type %s", em_type_name(w->type));
     if (w->cols % GM_K || mv->x_stride % 4 || (uintptr_t)mv->x % 16)
         return em_errorf(EM_ERR_UNSUPPORTED, "cuda gemm: %u columns, activation stride %llu", w->cols,

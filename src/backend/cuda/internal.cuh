@@ -129,6 +129,8 @@ typedef struct cuda_backend {
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert, max_used, max_head, max_dim_v;
     int n_sm;               /* multiprocessors, for sizing grids */
     bool capturing;         /* a graph is being captured: no launch may depend on the batch's contents */
+    float *ss;              /* fused norms: partial sums of squares, [token][ss_stride] (cuda_matvec) */
+    uint32_t ss_stride, ss_n; /* ss_n: partials the last producer wrote per token */
     float *att_part;        /* attention's per-split partial results (attention.cu) */
     uint32_t *att_counter;  /* per (token, head), zero between launches */
     uint64_t att_slots;     /* (token, head, split) partials att_part holds */
@@ -189,16 +191,24 @@ typedef struct cuda_matvec {
      * by the grouping kernel), so a step launches n_active_max grid rows, not one per expert. */
     const uint32_t *active, *n_active;
     uint32_t n_active_max;
-    /* Dense only, when not NULL: X rows are RMS-normalized and multiplied by norm_w (n = cols)
-     * before the product, so the norm needs no kernel of its own (decode batches). */
-    const float *norm_w;
+    /* The RMSNorm that starts a sub-block, fused (decode batches; forward.cu's layer_io). A
+     * consumer (norm_ss set) reads X = x * norm weights, written by its producer, and scales each
+     * item's result by rsqrt(sum of norm_ss[x row][0..norm_n) / cols + eps): the sum of squares of
+     * x, left by the producer as norm_n partial sums. A producer (next_norm_w set, dense, with
+     * accumulate) writes, besides Y += result, next_xw = Y * next_norm_w and one partial sum of
+     * Y^2 per block into next_ss[item][block] (em_cuda_matvec sets b->ss_n to their number). Rows
+     * of norm_ss / next_ss are b->ss_stride apart. */
+    const float *norm_ss;
+    uint32_t norm_n;
+    const float *next_norm_w;
+    float *next_xw, *next_ss;
 } cuda_matvec;
 
 em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv);
 bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b);
-/* Whether a product over `cols` columns of n_items rows can fuse the RMSNorm of its input. */
-bool em_cuda_matvec_can_norm(uint32_t cols, uint32_t n_items);
-em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x);
+/* x = the batch's token embeddings; with norm_w also xw = x * norm_w and b->ss (one partial per
+ * token, b->ss_n = 1): the producer of the first layer's fused norm. */
+em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x, const float *norm_w, float *xw);
 em_err em_cuda_upload_grids(void);
 
 /* ---- ops.cu ---- */
@@ -211,8 +221,11 @@ em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il)
 em_err em_cuda_glu(cuda_backend *b, float *gate, const float *up, uint64_t n);
 em_err em_cuda_softcap(cuda_backend *b, float *x, uint64_t n, float cap);
 em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens);
-/* out = (or, into_x: x +=) the weighted expert outputs [+ the shared expert's, in tmp]. */
-em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool add_shared, bool into_x);
+/* out = (or, into_x: x +=) the weighted expert outputs [+ the shared expert's, in tmp]. With
+ * next_norm_w (into_x only), also a fused norm's producer (cuda_matvec): xw = x * next_norm_w and
+ * the partial sums of squares in b->ss. */
+em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool add_shared, bool into_x,
+                           const float *next_norm_w, float *xw);
 
 /* ---- attention.cu ---- */
 /* Attention of every token of the batch: the prefill segments on tensor cores where the layer's

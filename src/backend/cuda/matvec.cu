@@ -25,7 +25,6 @@ extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c: the IQ3_XXS 
 #define MV_WARPS 8
 #define MV_THREADS (MV_WARPS * 32)
 #define MV_PARTS 3
-#define MV_NORM_SMEM (96u << 10) /* the most shared memory a fused norm may stage its rows in */
 
 /* One of up to three matrices that share the input rows and run in one launch (Q, K and V):
  * global row r belongs to the first part whose `end` exceeds r. */
@@ -51,7 +50,11 @@ typedef struct mv_args {
     int act;               /* with w2: EM_ACT_SWIGLU or EM_ACT_GEGLU */
     bool accumulate;
     uint32_t ks;           /* warps that share a row, each summing a slice of it (1, 2 or 4) */
-    const float *norm_w;   /* NORM: the RMSNorm weights applied to X first */
+    /* fused norms (internal.cuh: cuda_matvec) */
+    const float *norm_ss;  /* FOLD: the producer's partial sums of squares */
+    uint32_t norm_n, ss_stride;
+    const float *next_norm_w;
+    float *next_xw, *next_ss;
     float eps;
     bool plus_one;
 } mv_args;
@@ -102,39 +105,11 @@ __device__ __forceinline__ void mv_step(const uint8_t *const w[RW], const uint8_
         }
 }
 
-/* Stages items [c, c + NT) of X in shared memory, RMS-normalized and multiplied by the norm
- * weights (the RMSNorm that starts a sub-block, fused into the product that consumes it). */
-template <int NT>
-__device__ void mv_stage_norm(const mv_args &a, uint32_t start, uint32_t c, uint32_t count, float *xs) {
-    __shared__ float partial[MV_WARPS][NT];
-    const uint32_t cols = 8 * a.groups, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const float *src[NT];
-    float ss[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const uint32_t i = start + min(c + t, count - 1);
-        src[t] = a.x + (uint64_t)(a.x_index ? a.x_index[i] : i) * a.x_stride;
-        ss[t] = 0.0f;
-        for (uint32_t k = threadIdx.x; k < cols; k += MV_THREADS) ss[t] += src[t][k] * src[t][k];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) ss[t] += __shfl_xor_sync(0xffffffffu, ss[t], off);
-        if (lane == 0) partial[warp][t] = ss[t];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float total = 0.0f;
-        for (int w = 0; w < MV_WARPS; w++) total += partial[w][t];
-        const float scale = rsqrtf(total / cols + a.eps);
-        for (uint32_t k = threadIdx.x; k < cols; k += MV_THREADS)
-            xs[t * cols + k] = src[t][k] * scale * (a.plus_one ? 1.0f + a.norm_w[k] : a.norm_w[k]);
-    }
-    __syncthreads();
-}
-
 /* Each warp computes RW rows for NT items at a time (grid-stride over rows), lanes walking the
  * rows' 8-element groups. GLU: each row of w is paired with the same row of w2 and the warp
- * writes act(w row · x) * (w2 row · x). NORM: X is normalized into shared memory first. */
+ * writes act(w row · x) * (w2 row · x). FOLD: X is x * norm weights and each item's result is
+ * scaled by its RMS factor, from the partial sums of squares its producer left (cuda_matvec).
+ * A producer (a.next_ss) also writes Y * next norm weights and its blocks' partial sums of Y^2. */
 /* Where global row `grow` lives: its weights (and up-matrix weights), its output column and the
  * output's item stride. The part is picked by comparisons (a run-time index into the parameters
  * would copy them to local memory). */
@@ -174,12 +149,10 @@ template <int RW, bool GLU> __device__ __forceinline__ void mv_prefetch(const mv
     }
 }
 
-template <int TYPE, int NT, int RW, bool GLU, bool NORM>
+template <int TYPE, int NT, int RW, bool GLU, bool FOLD>
 __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(mv_args a) {
     mv_prefetch<RW, GLU>(a);
     em_pdl_wait();
-    extern __shared__ float4 mv_smem[];
-    float *xs = (float *)mv_smem;
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     uint32_t e = blockIdx.y;
     if (a.active) {
@@ -192,11 +165,22 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(mv_args a) {
     constexpr int U = RW * (GLU ? 2 : 1) >= 2 ? 4 : 8;
     for (uint32_t c = 0; c < count; c += NT) {
         const float *x[NT];
-        if (NORM) mv_stage_norm<NT>(a, start, c, count, xs);
+        float scale[NT], ssum[NT];
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             const uint32_t i = start + min(c + t, count - 1); /* past the end: re-read the last item */
-            x[t] = NORM ? xs + t * 8 * a.groups : a.x + (uint64_t)(a.x_index ? a.x_index[i] : i) * a.x_stride;
+            const uint64_t xrow = a.x_index ? a.x_index[i] : i;
+            x[t] = a.x + xrow * a.x_stride;
+            scale[t] = 1.0f, ssum[t] = 0.0f;
+            if (FOLD) {
+                /* every warp sums the partials in the same order: the same factor everywhere */
+                const float *part = a.norm_ss + xrow * a.ss_stride;
+                float sq = 0.0f;
+                for (uint32_t k = lane; k < a.norm_n; k += 32) sq += part[k];
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
+                scale[t] = rsqrtf(sq / (8 * a.groups) + a.eps);
+            }
         }
         /* the block's warps form MV_WARPS / ks row sets of ks warps, each warp of a set taking a
          * slice of the row (whole multiples of 32 groups); all warps loop the same number of times */
@@ -262,44 +246,57 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(mv_args a) {
                     for (int t = 0; t < NT; t++)
                         if (c + t < count) {
                             float *dst = y[j] + (uint64_t)(c + t) * ys[j];
-                            const float r = GLU ? mv_glu(acc[j][t], acc2[j][t], a.act) : acc[j][t];
-                            *dst = a.accumulate ? *dst + r : r;
+                            const float r = GLU ? mv_glu(scale[t] * acc[j][t], scale[t] * acc2[j][t], a.act)
+                                                : scale[t] * acc[j][t];
+                            const float v = a.accumulate ? *dst + r : r;
+                            *dst = v;
+                            if (a.next_ss) { /* a producer: one part, so the row is r0 + j */
+                                const float w = a.next_norm_w[r0 + j];
+                                a.next_xw[dst - a.part[0].y] = v * (a.plus_one ? 1.0f + w : w);
+                                ssum[t] += v * v;
+                            }
                         }
                 }
             }
         }
-        if (NORM) __syncthreads(); /* every warp is done with xs before the next chunk restages it */
+        if (a.next_ss) {
+            /* the block's partial sum of squares per item, over its warps in order */
+            __shared__ float block_ss[MV_WARPS][8];
+            if (lane == 0)
+#pragma unroll
+                for (int t = 0; t < NT; t++) block_ss[warp][t] = ssum[t];
+            __syncthreads();
+            if (threadIdx.x < NT && c + threadIdx.x < count) {
+                float total = 0.0f;
+                for (int w = 0; w < MV_WARPS; w++) total += block_ss[w][threadIdx.x];
+                a.next_ss[(uint64_t)(start + c + threadIdx.x) * a.ss_stride + blockIdx.x] = total;
+            }
+            __syncthreads();
+        }
     }
 }
 
 /* Items per pass: the largest of 8, 4, 2, 1 not above the batch. */
 static int mv_items_per_pass(uint32_t n_items) { return n_items >= 8 ? 8 : n_items >= 4 ? 4 : n_items >= 2 ? 2 : 1; }
 
-template <int TYPE, int NT, bool GLU, bool NORM>
-static em_err launch_kernel(const cuda_backend *b, const mv_args &a, uint32_t grid_y) {
+template <int TYPE, int NT, bool GLU, bool FOLD>
+static em_err launch_kernel(cuda_backend *b, const mv_args &a, uint32_t grid_y) {
     /* two rows per warp once several items share them: each X value loaded then feeds two rows */
     constexpr int RW = NT >= 4 && !GLU ? 2 : 1;
     const uint32_t per_block = MV_WARPS / a.ks * RW;
-    uint32_t blocks = (a.rows + per_block - 1) / per_block;
-    size_t smem = 0;
-    if (NORM) {
-        /* staging X costs a pass over it per block: a few blocks per multiprocessor, looping */
-        const uint32_t cap = 8 * (uint32_t)b->n_sm;
-        if (blocks > cap) blocks = cap;
-        smem = (size_t)NT * 8 * a.groups * sizeof(float);
-        static bool raised = false; /* once per instantiation; the limit is a property of the function */
-        if (smem > (48u << 10) && !raised) {
-            CU_TRY(cudaFuncSetAttribute(matvec_kernel<TYPE, NT, RW, GLU, NORM>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, MV_NORM_SMEM));
-            raised = true;
-        }
+    const uint32_t blocks = (a.rows + per_block - 1) / per_block;
+    if (a.next_ss) {
+        if (blocks > b->ss_stride)
+            return em_errorf(EM_ERR_INTERNAL, "cuda matvec: %u blocks of partial sums, room for %u", blocks,
+                             b->ss_stride);
+        b->ss_n = blocks;
     }
-    em_cuda_launch(b, matvec_kernel<TYPE, NT, RW, GLU, NORM>, dim3(blocks, grid_y), MV_THREADS, smem, a);
+    em_cuda_launch(b, matvec_kernel<TYPE, NT, RW, GLU, FOLD>, dim3(blocks, grid_y), MV_THREADS, 0, a);
     return NULL;
 }
 
 template <int TYPE, bool GLU, bool NORM>
-static em_err launch_nt(const cuda_backend *b, const mv_args &a, uint32_t grid_y, int nt) {
+static em_err launch_nt(cuda_backend *b, const mv_args &a, uint32_t grid_y, int nt) {
     switch (nt) {
     case 1: return launch_kernel<TYPE, 1, GLU, NORM>(b, a, grid_y);
     case 2: return launch_kernel<TYPE, 2, GLU, NORM>(b, a, grid_y);
@@ -309,7 +306,7 @@ static em_err launch_nt(const cuda_backend *b, const mv_args &a, uint32_t grid_y
 }
 
 template <int TYPE>
-static em_err launch_type(const cuda_backend *b, const mv_args &a, uint32_t grid_y, int nt, bool glu, bool norm) {
+static em_err launch_type(cuda_backend *b, const mv_args &a, uint32_t grid_y, int nt, bool glu, bool norm) {
     if (glu) return norm ? launch_nt<TYPE, true, true>(b, a, grid_y, nt) : launch_nt<TYPE, true, false>(b, a, grid_y, nt);
     return norm ? launch_nt<TYPE, false, true>(b, a, grid_y, nt) : launch_nt<TYPE, false, false>(b, a, grid_y, nt);
 }
@@ -326,10 +323,6 @@ bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b) {
     return a->data && b->data && a->type == b->type && a->cols == b->cols;
 }
 
-bool em_cuda_matvec_can_norm(uint32_t cols, uint32_t n_items) {
-    return (uint64_t)mv_items_per_pass(n_items) * cols * sizeof(float) <= MV_NORM_SMEM;
-}
-
 em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
     if (em_cuda_gemm_wanted(b, mv)) return em_cuda_gemm(b, mv);
     const cuda_weight *w = mv->w;
@@ -342,8 +335,10 @@ em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
         return em_errorf(EM_ERR_INTERNAL, "cuda matvec: %u parts", n_parts);
     if (mv->up && (mv->up->type != w->type || mv->up->cols != w->cols || mv->up->rows != w->rows))
         return em_errorf(EM_ERR_INTERNAL, "cuda matvec: gate and up matrices differ in type or shape");
-    if (mv->norm_w && (mv->counts || !em_cuda_matvec_can_norm(w->cols, mv->n_items)))
-        return em_errorf(EM_ERR_INTERNAL, "cuda matvec: a fused norm over %u columns", w->cols);
+    if ((mv->norm_ss || mv->next_norm_w) && mv->counts)
+        return em_errorf(EM_ERR_INTERNAL, "cuda matvec: a fused norm on expert products");
+    if (mv->next_norm_w && (n_parts > 1 || !mv->accumulate || w->rows != b->d->n_embd))
+        return em_errorf(EM_ERR_INTERNAL, "cuda matvec: a norm producer must add into x");
     mv_args a = {};
     uint32_t rows = 0;
     for (uint32_t i = 0; i < n_parts; i++) {
@@ -368,7 +363,12 @@ em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
     a.n_active = mv->n_active;
     a.act = b->d->act;
     a.accumulate = mv->accumulate;
-    a.norm_w = mv->norm_w;
+    a.norm_ss = mv->norm_ss;
+    a.norm_n = mv->norm_n;
+    a.ss_stride = b->ss_stride;
+    a.next_norm_w = mv->next_norm_w;
+    a.next_xw = mv->next_xw;
+    a.next_ss = mv->next_norm_w ? b->ss : NULL;
     /* Long rows of matrices with few rows: several warps per row, so that each warp's share is a
      * single batch of loads in flight rather than several batches one after the other. */
     a.ks = rows >= 16384 ? 1 : a.groups >= 512 ? 4 : a.groups >= 256 ? 2 : 1;
@@ -376,7 +376,7 @@ em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
     a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
     const int nt = mv_items_per_pass(mv->n_items);
     const uint32_t grid_y = !mv->counts ? 1 : mv->active ? mv->n_active_max : mv->n_groups;
-    const bool glu = mv->up != NULL, norm = mv->norm_w != NULL;
+    const bool glu = mv->up != NULL, norm = mv->norm_ss != NULL;
     em_err err;
     switch (w->type) {
     case EM_TYPE_F32: err = launch_type<EM_TYPE_F32>(b, a, grid_y, nt, glu, norm); break;
@@ -393,27 +393,57 @@ em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
     return NULL;
 }
 
-/* ---- token embeddings: rows of token_embd, decoded and scaled ---- */
+/* ---- token embeddings: rows of token_embd, decoded and scaled ----
+ * With norm_w, also the first layer's fused norm producer (cuda_matvec): xw = x * norm_w and the
+ * row's sum of squares as its single partial sum. */
+
+#define EMBED_THREADS 128
 
 template <int TYPE>
-__global__ void embed_kernel(const uint8_t *table, uint64_t row_bytes, uint32_t groups, const int32_t *tokens,
-                             float scale, float *x, uint32_t n_embd) {
+__global__ void __launch_bounds__(EMBED_THREADS)
+    embed_kernel(const uint8_t *table, uint64_t row_bytes, uint32_t groups, const int32_t *tokens, float scale,
+                 float *x, uint32_t n_embd, const float *norm_w, bool plus_one, float *xw, float *ss,
+                 uint32_t ss_stride) {
     em_pdl_wait();
+    __shared__ float warp_ss[EMBED_THREADS / 32];
     const uint32_t t = blockIdx.x;
     const uint8_t *row = table + (uint64_t)tokens[t] * row_bytes;
+    float sq = 0.0f;
     for (uint32_t g = threadIdx.x; g < groups; g += blockDim.x) {
         float v[8];
         deq<TYPE>::get(row, g, v);
 #pragma unroll
-        for (int i = 0; i < 8; i++) x[(uint64_t)t * n_embd + 8 * g + i] = v[i] * scale;
+        for (int i = 0; i < 8; i++) {
+            const uint64_t k = 8 * (uint64_t)g + i;
+            const float e = v[i] * scale;
+            x[(uint64_t)t * n_embd + k] = e;
+            if (norm_w) {
+                xw[(uint64_t)t * n_embd + k] = e * (plus_one ? 1.0f + norm_w[k] : norm_w[k]);
+                sq += e * e;
+            }
+        }
+    }
+    if (!norm_w) return;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
+    if ((threadIdx.x & 31) == 0) warp_ss[threadIdx.x >> 5] = sq;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float total = 0.0f;
+        for (int w = 0; w < EMBED_THREADS / 32; w++) total += warp_ss[w];
+        ss[(uint64_t)t * ss_stride] = total;
     }
 }
 
-em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x) {
+em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x, const float *norm_w, float *xw) {
     const cuda_weight *w = &b->token_embd;
     const uint32_t n = batch->n_tokens, groups = w->cols / 8;
     const float scale = b->d->embd_scale;
-#define EMBED(T) em_cuda_launch(b, embed_kernel<T>, n, 128, 0, w->data, w->row_bytes, groups, batch->tokens, scale, x, w->cols)
+    const bool plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
+    if (norm_w) b->ss_n = 1;
+#define EMBED(T)                                                                                                     \
+    em_cuda_launch(b, embed_kernel<T>, n, EMBED_THREADS, 0, w->data, w->row_bytes, groups, batch->tokens, scale, x, \
+                   w->cols, norm_w, plus_one, xw, b->ss, b->ss_stride)
     switch (w->type) {
     case EM_TYPE_F32: EMBED(EM_TYPE_F32); break;
     case EM_TYPE_F16: EMBED(EM_TYPE_F16); break;

@@ -428,7 +428,8 @@ em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens) {
  * [+ shared expert output]. The order is worked out once per token, in shared memory. */
 __global__ void combine_kernel(float *out, const float *y, const float *shared, const int32_t *chosen,
                                const float *weight, const uint32_t *pair_slot, uint32_t k, uint32_t n,
-                               bool accumulate) {
+                               bool accumulate, const float *next_norm_w, bool plus_one, float *xw, float *ss,
+                               uint32_t ss_stride) {
     em_pdl_wait();
     extern __shared__ uint32_t order[]; /* [k] pair slots in expert order, then [k] their weights */
     float *order_weight = (float *)(order + k);
@@ -447,22 +448,37 @@ __global__ void combine_kernel(float *out, const float *y, const float *shared, 
         }
     }
     __syncthreads();
+    float sq = 0.0f;
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         float acc = 0.0f;
         for (uint32_t m = 0; m < k; m++) acc += order_weight[m] * y[(uint64_t)order[m] * n + i];
         if (shared) acc += shared[(uint64_t)t * n + i];
         float *o = out + (uint64_t)t * n + i;
-        *o = accumulate ? *o + acc : acc;
+        const float v = accumulate ? *o + acc : acc;
+        *o = v;
+        if (next_norm_w) { /* a fused norm's producer (cuda_matvec) */
+            xw[(uint64_t)t * n + i] = v * (plus_one ? 1.0f + next_norm_w[i] : next_norm_w[i]);
+            sq += v * v;
+        }
+    }
+    if (next_norm_w) {
+        const float total = block_sum(sq);
+        if (threadIdx.x == 0) ss[(uint64_t)t * ss_stride + blockIdx.x] = total;
     }
 }
 
-em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool add_shared, bool into_x) {
+em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool add_shared, bool into_x,
+                           const float *next_norm_w, float *xw) {
     const em_layer_desc *ld = &b->d->layers[il];
     const dim3 grid((b->d->n_embd + 255) / 256, n_tokens);
+    if (next_norm_w && (!into_x || grid.x > b->ss_stride))
+        return em_errorf(EM_ERR_INTERNAL, "cuda moe combine: a norm producer must add into x");
+    if (next_norm_w) b->ss_n = grid.x;
     em_cuda_launch(b, combine_kernel, grid, 256, 2 * ld->n_expert_used * sizeof(uint32_t), into_x ? b->x : b->out,
                    (const float *)b->moe_y,
                    (const float *)(add_shared ? b->tmp : NULL), (const int32_t *)b->chosen,
-                   (const float *)b->chosen_weight, (const uint32_t *)b->pair_slot, ld->n_expert_used, b->d->n_embd, into_x);
+                   (const float *)b->chosen_weight, (const uint32_t *)b->pair_slot, ld->n_expert_used, b->d->n_embd, into_x, next_norm_w,
+                   b->d->norm == EM_NORM_RMS_PLUS_ONE, xw, b->ss, b->ss_stride);
     CU_LAUNCHED();
     return NULL;
 }
