@@ -4,7 +4,8 @@
  *   ember bench -m M.gguf [--concurrency 1,2,4] [-n 64] [--prompt-tokens 300] [--rounds 3]
  *       with N concurrent requests (distinct prompts, greedy, ignore EOS): client_tok_s = all
  *       generated tokens / the slowest request's wall time (prefill included, as a client sees it),
- *       sum_decode_tok_s = the sum of each request's engine-reported decode rate; median over rounds.
+ *       sum_decode_tok_s = the sum of each request's engine-reported decode rate, host_cpu_cores = CPU
+ *       seconds of the whole process (getrusage) over that wall time; median over rounds.
  *   ember bench -m M.gguf --prefill 562,1971,8022 [--rounds 3]
  *       cold prefill of prompts of each length (distinct random prompts, so nothing comes from the
  *       prefix cache): the engine-reported prefill time, median over rounds after one warm-up.
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "cli.h"
@@ -68,6 +70,13 @@ static em_err drain(ember_request *r, int32_t *tokens, int max, int *n) {
     return NULL;
 }
 
+/* Host CPU seconds of the whole process so far (all threads, user + system). */
+static double cpu_seconds(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
+}
+
 static int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -104,12 +113,12 @@ static em_err bench_concurrency(const bench_args *a) {
     }
     for (int c = 0; c < a->n_concurrency && !err; c++) {
         int clients = a->concurrency[c];
-        double rates[64], slowest[64], client_rates[64];
+        double rates[64], slowest[64], client_rates[64], cores[64];
         for (int round = 0; round < a->rounds && !err; round++) {
             ember_request *reqs[16] = {0};
             for (int i = 0; i < clients; i++)
                 random_prompt(prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, 1000 * (uint64_t)round + (uint64_t)i + 7, 32000);
-            double start = now_ms();
+            double start = now_ms(), cpu_start = cpu_seconds();
             for (int i = 0; i < clients && !err; i++)
                 err = submit(e, prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, a->n_generate, &reqs[i]);
             double decode_rate = 0, worst = 0;
@@ -124,14 +133,15 @@ static em_err bench_concurrency(const bench_args *a) {
                 ember_request_release(reqs[i]);
             }
             rates[round] = decode_rate;
+            cores[round] = worst > 0 ? (cpu_seconds() - cpu_start) / (worst / 1e3) : 0;
             slowest[round] = worst;
             client_rates[round] = worst > 0 ? clients * (double)a->n_generate / (worst / 1e3) : 0;
         }
         if (!err)
             printf("concurrency=%d prompt_tokens=%d generated=%d client_tok_s=%.1f sum_decode_tok_s=%.1f "
-                   "slowest_request_ms=%.0f rounds=%d\n",
+                   "slowest_request_ms=%.0f host_cpu_cores=%.3f rounds=%d\n",
                    clients, a->prompt_tokens, a->n_generate, median(client_rates, a->rounds), median(rates, a->rounds),
-                   median(slowest, a->rounds), a->rounds);
+                   median(slowest, a->rounds), median(cores, a->rounds), a->rounds);
         fflush(stdout);
     }
     free(prompts);

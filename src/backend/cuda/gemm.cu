@@ -10,8 +10,9 @@
  *  - gemm_kernel (STAGED): each step's weights are decoded to f16 and its activations rounded to
  *    f16 in registers, one step ahead, into a double buffer;
  *  - gemm_pipelined_kernel (PIPELINED): activations (f32) and BF16 weights (as stored) arrive by
- *    cp.async GM_STAGES - 1 steps ahead and become f16 when the operands are built; other
- *    weight types still go through registers one step ahead.
+ *    cp.async GM_STAGES - 1 steps ahead; each thread turns the weights it copied into f16 in
+ *    shared memory, activations are rounded when the operands are built; other weight types
+ *    still go through registers one step ahead.
  * Both round identically, so they give the same bits.
  *
  * Why f16 and not the f32 of matvec.cu: the tensor cores take 16-bit operands. f16 rather than
@@ -388,6 +389,19 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
         }
         for (uint32_t step = 0; step < n_steps; step++) {
             gm_cp_wait<GM_STAGES - 2>(); /* this thread's copies of `step` have landed */
+            if (ASYNC_W) {
+                /* BF16 rows arrive as stored: each thread turns the pieces it copied into f16, once
+                 * per block (in the operands, every warp would convert them again) */
+                const uint32_t st = step % GM_STAGES;
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    uint4 *p = (uint4 *)(sw + (st * GM_ROWS + ((tid + GM_THREADS * j) >> 2)) * GM_LD + 8 * wgroup);
+                    uint4 v = *p;
+                    v.x = bf16x2_to_f16x2(v.x), v.y = bf16x2_to_f16x2(v.y);
+                    v.z = bf16x2_to_f16x2(v.z), v.w = bf16x2_to_f16x2(v.w);
+                    *p = v;
+                }
+            }
             __syncthreads();             /* everyone's have, and everyone is done with step - 1 */
             issue(step + GM_STAGES - 1); /* into the stage of step - 1 */
             if (!ASYNC_W) {
@@ -401,12 +415,7 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
                 uint32_t af[4][4], bfr[NT][2];
 #pragma unroll
                 for (int m = 0; m < 4; m++)
-                {
                     gm_ldmatrix_x4(af[m], wt + (warp_row + 16 * m + (lane & 15)) * GM_LD + kk + 8 * (lane >> 4));
-                    if (ASYNC_W) /* BF16 rows arrive as stored: to f16 here, in the fragment */
-#pragma unroll
-                        for (int r = 0; r < 4; r++) af[m][r] = bf16x2_to_f16x2(af[m][r]);
-                }
 #pragma unroll
                 for (int n = 0; n < NT; n++) {
                     /* column lane/4 of the 8 items, k = 2(lane%4) + {0, 1} and + 8 */
