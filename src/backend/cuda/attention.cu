@@ -37,17 +37,6 @@ typedef struct att_args {
     uint32_t *counter; /* [grid row][head], zero between launches */
 } att_args;
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-}
-__device__ __forceinline__ float warp_add(float v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
-
 /* 8 cached values from a 16-byte (f16) or 32-byte (f32) aligned address. */
 __device__ __forceinline__ void load8(const __half *p, float out[8]) {
     uint4 u = *(const uint4 *)p;
@@ -106,10 +95,10 @@ template <typename KV> __global__ void __launch_bounds__(ATT_WARPS * 32) attenti
             s = dot * a.scale;
             if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
         }
-        const float m_new = fmaxf(m, warp_max(s));
+        const float m_new = fmaxf(m, em_warp_max(s));
         const float corr = expf(m - m_new);
         const float w = valid ? expf(s - m_new) : 0.0f;
-        l = l * corr + warp_add(w);
+        l = l * corr + em_warp_sum(w);
         m = m_new;
 #pragma unroll
         for (uint32_t i = 0; i < ATT_MAX_DIM / 32; i++) acc[i] *= corr;

@@ -37,16 +37,6 @@ typedef struct dec_args {
     uint32_t *counter; /* [grid row][n_head] (this kernel uses the first n_head_kv), zero between launches */
 } dec_args;
 
-__device__ __forceinline__ float dec_warp_max(float v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-}
-__device__ __forceinline__ float dec_warp_add(float v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
 
 __device__ __forceinline__ void dec_copy16(void *smem, const void *gmem) {
     const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
@@ -136,7 +126,7 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32) decode_atten
                 }
                 tile_max = fmaxf(tile_max, s[k]);
             }
-            const float m_new = fmaxf(m[hh], dec_warp_max(tile_max));
+            const float m_new = fmaxf(m[hh], em_warp_max(tile_max));
             const float corr = expf(m[hh] - m_new);
             float sum = 0.0f;
 #pragma unroll
@@ -145,7 +135,7 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32) decode_atten
                 ps[warp][lane + 32 * k] = w;
                 sum += w;
             }
-            l[hh] = l[hh] * corr + dec_warp_add(sum);
+            l[hh] = l[hh] * corr + em_warp_sum(sum);
             m[hh] = m_new;
             __syncwarp();
 #pragma unroll

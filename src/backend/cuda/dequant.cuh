@@ -111,24 +111,31 @@ template <> struct deq<EM_TYPE_Q6_K> {
     }
 };
 
-/* IQ3_XXS: 98-byte blocks of 256: d, 64 grid indices, 8 u32 of signs and scale (see dequant.c). */
+/* IQ3_XXS: 98-byte blocks of 256: d, 64 grid indices, 8 u32 of signs and scale (see dequant.c).
+ * The lattice copy may live in any memory (LDG: read through the read-only cache). */
+template <bool LDG>
+__device__ __forceinline__ void iq3xxs_get(const uint8_t *row, uint32_t g, const uint32_t *grid, float v[8]) {
+    const uint8_t *b = row + 98 * (uint64_t)(g >> 5);
+    const int j = g & 31, ib = j >> 2, l = j & 3;
+    float d = ld_half(b);
+    uint32_t aux = ld_u16(b + 66 + 4 * ib) | (ld_u16(b + 68 + 4 * ib) << 16);
+    float db = d * (0.5f + (float)(aux >> 28)) * 0.5f;
+    uint32_t idx = ld_u16(b + 2 + 8 * ib + 2 * l);
+    uint32_t p0 = LDG ? __ldg(grid + (idx & 0xff)) : grid[idx & 0xff];
+    uint32_t p1 = LDG ? __ldg(grid + (idx >> 8)) : grid[idx >> 8];
+    /* the eighth sign is the parity of the seven stored ones */
+    uint32_t s = (aux >> (7 * l)) & 127;
+    s |= (__popc(s) & 1) << 7;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float m = db * (float)(((i < 4 ? p0 : p1) >> (8 * (i & 3))) & 0xff);
+        v[i] = (s >> i) & 1 ? -m : m;
+    }
+}
+
 template <> struct deq<EM_TYPE_IQ3_XXS> {
     __device__ static void get(const uint8_t *row, uint32_t g, float v[8]) {
-        const uint8_t *b = row + 98 * (uint64_t)(g >> 5);
-        const int j = g & 31, ib = j >> 2, l = j & 3;
-        float d = ld_half(b);
-        uint32_t aux = ld_u16(b + 66 + 4 * ib) | (ld_u16(b + 68 + 4 * ib) << 16);
-        float db = d * (0.5f + (float)(aux >> 28)) * 0.5f;
-        uint32_t idx = ld_u16(b + 2 + 8 * ib + 2 * l);
-        uint32_t p0 = __ldg(&em_cuda_iq3xxs_grid[idx & 0xff]), p1 = __ldg(&em_cuda_iq3xxs_grid[idx >> 8]);
-        /* the eighth sign is the parity of the seven stored ones */
-        uint32_t s = (aux >> (7 * l)) & 127;
-        s |= (__popc(s) & 1) << 7;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            float m = db * (float)(((i < 4 ? p0 : p1) >> (8 * (i & 3))) & 0xff);
-            v[i] = (s >> i) & 1 ? -m : m;
-        }
+        iq3xxs_get<true>(row, g, em_cuda_iq3xxs_grid, v);
     }
 };
 
@@ -163,24 +170,11 @@ template <int TYPE> __device__ __forceinline__ uint4 deq_f16x8(const uint8_t *ro
     return pack_f16x8(v);
 }
 
-/* deq<EM_TYPE_IQ3_XXS>::get with the lattice passed in. */
+/* IQ3_XXS with the lattice passed in. */
 template <>
 __device__ __forceinline__ uint4 deq_f16x8<EM_TYPE_IQ3_XXS>(const uint8_t *row, uint32_t g, const uint32_t *grid) {
-    const uint8_t *b = row + 98 * (uint64_t)(g >> 5);
-    const int j = g & 31, ib = j >> 2, l = j & 3;
-    float d = ld_half(b);
-    uint32_t aux = ld_u16(b + 66 + 4 * ib) | (ld_u16(b + 68 + 4 * ib) << 16);
-    float db = d * (0.5f + (float)(aux >> 28)) * 0.5f;
-    uint32_t idx = ld_u16(b + 2 + 8 * ib + 2 * l);
-    uint32_t p0 = grid[idx & 0xff], p1 = grid[idx >> 8];
-    uint32_t s = (aux >> (7 * l)) & 127;
-    s |= (__popc(s) & 1) << 7;
     float v[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        float m = db * (float)(((i < 4 ? p0 : p1) >> (8 * (i & 3))) & 0xff);
-        v[i] = (s >> i) & 1 ? -m : m;
-    }
+    iq3xxs_get<false>(row, g, grid, v);
     return pack_f16x8(v);
 }
 

@@ -53,19 +53,11 @@ extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
 #define GM_ROWS 128 /* weight rows of a tile (output rows, or 64 gate + 64 up rows) */
 #define GM_K 32     /* K per step */
 #define GM_LD 40    /* 16-bit values per shared row: 32 + 8 of padding, so ldmatrix's 8 rows hit distinct banks */
-#define GM_PARTS 3
+#define GM_PARTS EM_CUDA_PARTS
 
 /* As matvec.cu's mv_part: global rows [begin, end) belong to this part. */
-typedef struct gm_part {
-    const uint8_t *w, *w2; /* w2: the up matrix of a gated unit */
-    uint64_t row_bytes;
-    uint32_t begin, end;
-    float *y;
-    uint64_t y_stride;
-} gm_part;
-
 typedef struct gm_args {
-    gm_part part[GM_PARTS];
+    cuda_part part[GM_PARTS];
     uint32_t n_parts;
     uint64_t mat_bytes; /* MoE: bytes of one expert's matrix */
     uint32_t rows, cols;
@@ -153,6 +145,24 @@ __device__ __forceinline__ void gm_store(const gm_args &a, const float (&acc)[4]
     }
 }
 
+/* This thread's two weight rows of the tile at row0 (NULL past the end: zeros). With GLU, rows
+ * 0-7 of each 16-row slice are gate rows and rows 8-15 the up rows of the same outputs. */
+template <bool GLU>
+__device__ __forceinline__ void gm_weight_rows(const gm_args &a, uint32_t row0, uint64_t mat_offset,
+                                               const uint8_t *wrow[2]) {
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const uint32_t s = (threadIdx.x + GM_THREADS * j) >> 2;
+        const uint32_t r = GLU ? row0 + (s >> 4) * 8 + (s & 7) : row0 + s;
+        wrow[j] = NULL;
+        if (r < a.rows) {
+            const int pi = gm_part_of(a, r);
+            const uint8_t *base = GLU && (s >> 3) & 1 ? GM_PART(pi, w2) : GM_PART(pi, w);
+            wrow[j] = base + mat_offset + (uint64_t)(r - GM_PART(pi, begin)) * GM_PART(pi, row_bytes);
+        }
+    }
+}
+
 /* Each thread loads 2 groups of 8 weights and ITEMS/32 groups of 4 activations per step. */
 template <int TYPE, int ITEMS, bool GLU> __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_kernel(gm_args a) {
     constexpr int XL = ITEMS / 32;    /* activation loads per thread per step */
@@ -171,19 +181,9 @@ template <int TYPE, int ITEMS, bool GLU> __global__ void __launch_bounds__(GM_TH
     const uint64_t mat_offset = a.counts ? e * a.mat_bytes : 0;
     const uint32_t row0 = blockIdx.x * OUT;
 
-    /* this thread's two weight rows (NULL past the end: zeros) and its column group in a step */
+    /* this thread's two weight rows and its column group in a step */
     const uint8_t *wrow[2];
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const uint32_t s = (tid + GM_THREADS * j) >> 2;
-        const uint32_t r = GLU ? row0 + (s >> 4) * 8 + (s & 7) : row0 + s;
-        wrow[j] = NULL;
-        if (r < a.rows) {
-            const int pi = gm_part_of(a, r);
-            const uint8_t *base = GLU && (s >> 3) & 1 ? GM_PART(pi, w2) : GM_PART(pi, w);
-            wrow[j] = base + mat_offset + (uint64_t)(r - GM_PART(pi, begin)) * GM_PART(pi, row_bytes);
-        }
-    }
+    gm_weight_rows<GLU>(a, row0, mat_offset, wrow);
     const uint32_t wgroup = tid & 3;
     const uint32_t n_steps = a.cols / GM_K;
     if (TYPE == EM_TYPE_IQ3_XXS) __syncthreads();
@@ -314,17 +314,7 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
     const uint32_t row0 = blockIdx.x * OUT;
 
     const uint8_t *wrow[2];
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const uint32_t s = (tid + GM_THREADS * j) >> 2;
-        const uint32_t r = GLU ? row0 + (s >> 4) * 8 + (s & 7) : row0 + s;
-        wrow[j] = NULL;
-        if (r < a.rows) {
-            const int pi = gm_part_of(a, r);
-            const uint8_t *base = GLU && (s >> 3) & 1 ? GM_PART(pi, w2) : GM_PART(pi, w);
-            wrow[j] = base + mat_offset + (uint64_t)(r - GM_PART(pi, begin)) * GM_PART(pi, row_bytes);
-        }
-    }
+    gm_weight_rows<GLU>(a, row0, mat_offset, wrow);
     const uint32_t wgroup = tid & 3, xquad = tid & 7;
     const uint32_t n_steps = a.cols / GM_K;
     if (TYPE == EM_TYPE_IQ3_XXS) __syncthreads();
@@ -578,8 +568,6 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
                          (unsigned long long)mv->x_stride);
     if (n_parts > GM_PARTS || (n_parts > 1 && (mv->counts || mv->up)))
         return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u parts", n_parts);
-    if (mv->up && (mv->up->type != w->type || mv->up->cols != w->cols || mv->up->rows != w->rows))
-        return em_errorf(EM_ERR_INTERNAL, "cuda gemm: gate and up matrices differ in type or shape");
     if (items != 0 && items != 32 && items != 64 && items != 128)
         return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u items per tile", items);
     if (!gm_prepared) {
@@ -590,15 +578,9 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
         gm_prepared = true;
     }
     gm_args a = {};
-    uint32_t rows = 0;
-    for (uint32_t i = 0; i < n_parts; i++) {
-        const cuda_weight *wi = i == 0 ? w : mv->more[i - 1].w;
-        if (wi->type != w->type || wi->cols != w->cols)
-            return em_errorf(EM_ERR_INTERNAL, "cuda gemm: fused matrices differ in type or width");
-        a.part[i] = gm_part{wi->data, mv->up ? mv->up->data : NULL, wi->row_bytes, rows, rows + wi->rows,
-                            i == 0 ? mv->y : mv->more[i - 1].y, i == 0 ? mv->y_stride : mv->more[i - 1].y_stride};
-        rows += wi->rows;
-    }
+    uint32_t rows;
+    em_err err = em_cuda_parts(mv, a.part, &rows);
+    if (err) return err;
     a.n_parts = n_parts;
     a.mat_bytes = (uint64_t)w->rows * w->row_bytes;
     a.rows = rows;

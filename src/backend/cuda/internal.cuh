@@ -48,6 +48,18 @@ __device__ __forceinline__ void em_pdl_wait(void) {
     asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
 }
 
+/* Sum and maximum over the 32 lanes of a warp (every lane gets the result, in the same order). */
+__device__ __forceinline__ float em_warp_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+__device__ __forceinline__ float em_warp_max(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
 /* A matrix (or stack of expert matrices) on the device, in its stored block format. */
 typedef struct cuda_weight {
     const uint8_t *data; /* NULL when absent */
@@ -205,6 +217,21 @@ typedef struct cuda_matvec {
 } cuda_matvec;
 
 em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv);
+
+/* One of up to three matrices that share the input rows and run in one launch (Q, K and V): of
+ * the launch's rows, [begin, end) are this part's. w2: the up matrix of a gated unit. */
+typedef struct cuda_part {
+    const uint8_t *w, *w2;
+    uint64_t row_bytes;
+    uint32_t begin, end;
+    float *y;
+    uint64_t y_stride;
+} cuda_part;
+#define EM_CUDA_PARTS 3
+
+/* The parts of a descriptor (matvec.cu and gemm.cu), checked: the same type and width for all,
+ * the up matrix shaped like the gate. *rows: of all parts together. */
+em_err em_cuda_parts(const cuda_matvec *mv, cuda_part part[EM_CUDA_PARTS], uint32_t *rows);
 bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b);
 /* x = the batch's token embeddings; with norm_w also xw = x * norm_w and b->ss (one partial per
  * token, b->ss_n = 1): the producer of the first layer's fused norm. */

@@ -24,20 +24,11 @@ extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c: the IQ3_XXS 
 
 #define MV_WARPS 8
 #define MV_THREADS (MV_WARPS * 32)
-#define MV_PARTS 3
+#define MV_PARTS EM_CUDA_PARTS
 
-/* One of up to three matrices that share the input rows and run in one launch (Q, K and V):
- * global row r belongs to the first part whose `end` exceeds r. */
-typedef struct mv_part {
-    const uint8_t *w, *w2; /* w2: the up matrix of a fused gated unit (NULL otherwise) */
-    uint64_t row_bytes;
-    uint32_t begin, end;   /* global rows [begin, end) */
-    float *y;
-    uint64_t y_stride;
-} mv_part;
 
 typedef struct mv_args {
-    mv_part part[MV_PARTS];
+    cuda_part part[MV_PARTS];
     uint32_t n_parts;
     uint64_t mat_bytes;    /* MoE: bytes of one expert's matrix */
     uint32_t rows, groups; /* rows: of all parts together; groups: cols / 8 */
@@ -319,6 +310,23 @@ bool em_cuda_type_supported(uint32_t type) {
     }
 }
 
+em_err em_cuda_parts(const cuda_matvec *mv, cuda_part part[EM_CUDA_PARTS], uint32_t *rows) {
+    const cuda_weight *w = mv->w;
+    const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
+    if (mv->up && (mv->up->type != w->type || mv->up->cols != w->cols || mv->up->rows != w->rows))
+        return em_errorf(EM_ERR_INTERNAL, "cuda product: gate and up matrices differ in type or shape");
+    *rows = 0;
+    for (uint32_t i = 0; i < n_parts; i++) {
+        const cuda_weight *wi = i == 0 ? w : mv->more[i - 1].w;
+        if (wi->type != w->type || wi->cols != w->cols)
+            return em_errorf(EM_ERR_INTERNAL, "cuda product: fused matrices differ in type or width");
+        part[i] = cuda_part{wi->data, mv->up ? mv->up->data : NULL, wi->row_bytes, *rows, *rows + wi->rows,
+                            i == 0 ? mv->y : mv->more[i - 1].y, i == 0 ? mv->y_stride : mv->more[i - 1].y_stride};
+        *rows += wi->rows;
+    }
+    return NULL;
+}
+
 bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b) {
     return a->data && b->data && a->type == b->type && a->cols == b->cols;
 }
@@ -333,22 +341,14 @@ em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
                          (unsigned long long)mv->x_stride);
     if (n_parts > MV_PARTS || (n_parts > 1 && (mv->counts || mv->up)))
         return em_errorf(EM_ERR_INTERNAL, "cuda matvec: %u parts", n_parts);
-    if (mv->up && (mv->up->type != w->type || mv->up->cols != w->cols || mv->up->rows != w->rows))
-        return em_errorf(EM_ERR_INTERNAL, "cuda matvec: gate and up matrices differ in type or shape");
     if ((mv->norm_ss || mv->next_norm_w) && mv->counts)
         return em_errorf(EM_ERR_INTERNAL, "cuda matvec: a fused norm on expert products");
     if (mv->next_norm_w && (n_parts > 1 || !mv->accumulate || w->rows != b->d->n_embd))
         return em_errorf(EM_ERR_INTERNAL, "cuda matvec: a norm producer must add into x");
     mv_args a = {};
-    uint32_t rows = 0;
-    for (uint32_t i = 0; i < n_parts; i++) {
-        const cuda_weight *wi = i == 0 ? w : mv->more[i - 1].w;
-        if (wi->type != w->type || wi->cols != w->cols)
-            return em_errorf(EM_ERR_INTERNAL, "cuda matvec: fused matrices differ in type or width");
-        a.part[i] = mv_part{wi->data, mv->up ? mv->up->data : NULL, wi->row_bytes, rows, rows + wi->rows,
-                            i == 0 ? mv->y : mv->more[i - 1].y, i == 0 ? mv->y_stride : mv->more[i - 1].y_stride};
-        rows += wi->rows;
-    }
+    uint32_t rows;
+    em_err err = em_cuda_parts(mv, a.part, &rows);
+    if (err) return err;
     a.n_parts = n_parts;
     a.mat_bytes = (uint64_t)w->rows * w->row_bytes;
     a.rows = rows;
@@ -377,7 +377,6 @@ em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
     const int nt = mv_items_per_pass(mv->n_items);
     const uint32_t grid_y = !mv->counts ? 1 : mv->active ? mv->n_active_max : mv->n_groups;
     const bool glu = mv->up != NULL, norm = mv->norm_ss != NULL;
-    em_err err;
     switch (w->type) {
     case EM_TYPE_F32: err = launch_type<EM_TYPE_F32>(b, a, grid_y, nt, glu, norm); break;
     case EM_TYPE_F16: err = launch_type<EM_TYPE_F16>(b, a, grid_y, nt, glu, norm); break;

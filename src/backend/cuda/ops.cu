@@ -8,23 +8,18 @@
 
 #define NORM_THREADS 1024
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
 
 /* Sum over the block (blockDim.x a multiple of 32, at most 1024). */
 __device__ float block_sum(float v) {
     __shared__ float partial[32];
     __shared__ float total;
-    v = warp_sum(v);
+    v = em_warp_sum(v);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (lane == 0) partial[warp] = v;
     __syncthreads();
     if (warp == 0) {
         float s = lane < (int)(blockDim.x >> 5) ? partial[lane] : 0.0f;
-        s = warp_sum(s);
+        s = em_warp_sum(s);
         if (lane == 0) total = s;
     }
     __syncthreads();
@@ -167,7 +162,7 @@ template <typename KV> __global__ void qkv_kernel(qkv_args a) {
         }
         __syncwarp();
         if (norm) {
-            const float scale = rsqrtf(warp_sum(ss) / dim + a.eps);
+            const float scale = rsqrtf(em_warp_sum(ss) / dim + a.eps);
             for (uint32_t i = lane; i < dim; i += 32) h[i] = h[i] * scale * (a.plus_one ? 1.0f + norm[i] : norm[i]);
             __syncwarp();
         }
