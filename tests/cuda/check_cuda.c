@@ -12,7 +12,7 @@
  * Closeness is max|cuda - cpu| / max|cpu| over each logits row. Steps 1-3 run the device with an
  * f32 KV cache (EMBER_CUDA_KV=f32) and the f32 matrix-vector kernels for every product
  * (EMBER_CUDA_GEMM=0), and must agree to 1e-4 (batched vs solo: 1e-5). The prefill is then run
- * again as the engine runs it (f16 cache, tensor-core products with bf16 operands and tensor-core
+ * again as the engine runs it (f16 cache, tensor-core products with f16 operands and tensor-core
  * attention for the 40-token segment) and must agree to 2e-3 for f32 weights (which keep the f32
  * products), 1e-2 otherwise.
  *

@@ -12,7 +12,7 @@
  * compared with a reference computed here in double from the dequantized weights (em_dequantize:
  * every stored value exactly) and the f32 activations, and with em_cuda_matvec on the same
  * descriptor (the GEMM switched off: EMBER_CUDA_GEMM=0). The error is max|y - ref| / max|ref|;
- * both must be <= 1e-2 (bf16 operands: expect a few 1e-3). Y is filled with NaN bit patterns
+ * both must be <= 1e-2 (f16 operands: expect a few 1e-4). Y is filled with NaN bit patterns
  * before each run, and columns past the rows (y_stride pads) must keep their bytes: unwritten
  * and overwritten outputs both fail.
  *

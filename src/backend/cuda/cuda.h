@@ -3,12 +3,15 @@
  *
  * Built only when nvcc is found (EM_HAVE_CUDA is then defined for everything that links it).
  * Weights go to the device once, in their GGUF block formats (F32, F16, BF16, Q8_0, Q4_K, Q6_K,
- * IQ3_XXS so far; other types are refused when the backend is made); activations are f32 and
- * meet the weights decoded in registers; the paged KV cache is f16 on the device
- * (em_backend.kv_bytes_per_token). Decode batches and prefill chunks run through the same
- * kernels: matrix-vector products that read each weight row once for up to 8 tokens, attention
- * over the paged cache, and MoE experts run once per step on the tokens routed to them
- * (internal.cuh describes the layout, each .cu file its kernels). Batches of up to 16 tokens
+ * IQ3_XXS so far; other types are refused when the backend is made); the paged KV cache is f16
+ * on the device (em_backend.kv_bytes_per_token). Kernels are chosen by batch shape:
+ *  - decode batches: matrix-vector products with f32 activations that read each weight row once
+ *    for up to 8 tokens, with the RMSNorms and residual adds folded in (matvec.cu), attention
+ *    grouped per KV head and split over positions (attention_decode.cu);
+ *  - prefill chunks and large batches: tensor-core products with f16 operands (gemm.cu) and
+ *    flash attention on tensor cores for runs of consecutive positions (attention_prefill.cu);
+ *  - MoE experts run once per step on the tokens routed to them, grid rows for chosen experts only.
+ * internal.cuh describes the layout, each .cu file its kernels. Batches of up to 16 tokens
  * replay a CUDA graph captured per shape. forward_pick samples on the device (sample.cu: the
  * rule of pick.h) and copies back only the tokens. The host waits for the device by blocking,
  * never spinning.
@@ -17,7 +20,7 @@
  * EMBER_CUDA_GRAPHS=0 launches kernels one by one instead of replaying graphs; EMBER_CUDA_PDL=0
  * launches each kernel only once the one before it has finished (no programmatic dependent
  * launch); EMBER_CUDA_GEMM=0 keeps every product on the f32 matrix-vector kernels (no tensor-core
- * products with bf16 operands).
+ * products with f16 operands).
  *
  * Nothing here is called from the engine without going through backend.h, and no CUDA header
  * leaks out of this folder. The backend owns its device memory (weights, KV cache, scratch) and
