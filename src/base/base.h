@@ -36,13 +36,18 @@ typedef enum em_err_code {
 
 typedef struct em_error *em_err;
 
-/* Creates an error with a printf-style message. Never returns NULL. */
+/* Creates an error with a printf-style message. Never returns NULL (said to the compiler too, so
+ * that `if ((err = ...)) return err;` proves the success path to its flow analysis). */
 em_err em_errorf(em_err_code code, const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
+    __attribute__((format(printf, 2, 3), returns_nonnull))
 #endif
     ;
-em_err em_verrorf(em_err_code code, const char *fmt, va_list args);
+em_err em_verrorf(em_err_code code, const char *fmt, va_list args)
+#if defined(__GNUC__)
+    __attribute__((returns_nonnull))
+#endif
+    ;
 
 /* Prepends "context: " to the message of `err` and returns it (the same error, or the static
  * out-of-memory error if the longer message cannot be allocated). NULL passes through. */

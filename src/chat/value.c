@@ -622,7 +622,7 @@ em_chat_value *em_chat_from_json(em_chat_arena *a, const json_t *j) {
         /* Index keys first, ascending (insertion sort: objects with many are rare). */
         for (size_t pass = 0; pass < 2; pass++) {
             json_object_foreach((json_t *)j, key, value) {
-                uint64_t idx;
+                uint64_t idx = 0;
                 size_t klen = strlen(key);
                 bool is_index = index_key(key, klen, &idx);
                 if (is_index != (pass == 0)) continue;
@@ -632,7 +632,7 @@ em_chat_value *em_chat_from_json(em_chat_arena *a, const json_t *j) {
                 if (is_index) {
                     em_chat_entry *at = v->as.dict->at;
                     for (size_t i = v->as.dict->n - 1; i > 0; i--) {
-                        uint64_t prev;
+                        uint64_t prev = 0;
                         index_key(at[i - 1].key, at[i - 1].key_len, &prev);
                         if (prev <= idx) break;
                         em_chat_entry t = at[i];

@@ -104,7 +104,7 @@ static em_err get_integer(const em_gguf *g, const char *key, int64_t min, uint64
 }
 
 em_err em_gguf_get_u32(const em_gguf *g, const char *key, uint32_t *out) {
-    uint64_t v;
+    uint64_t v = 0;
     em_err err = get_integer(g, key, 0, UINT32_MAX, "uint32", &v);
     if (!err) *out = (uint32_t)v;
     return err;
@@ -115,7 +115,7 @@ em_err em_gguf_get_u64(const em_gguf *g, const char *key, uint64_t *out) {
 }
 
 em_err em_gguf_get_i64(const em_gguf *g, const char *key, int64_t *out) {
-    uint64_t v;
+    uint64_t v = 0;
     em_err err = get_integer(g, key, INT64_MIN, INT64_MAX, "int64", &v);
     if (!err) *out = (int64_t)v;
     return err;
