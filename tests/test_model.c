@@ -189,6 +189,32 @@ static void test_gemma3(void **state) {
     em_model_free(m);
 }
 
+/* The attention scale's dimension, from published configurations: query_pre_attn_scalar 144 for
+ * Gemma 2 27B (46 layers, 4608 wide, 32 heads of 128), 168 for Gemma 3 27B (62 layers, 5376, 32
+ * heads of 128); the smaller Gemmas and every other family scale by their head dimension (Gemma
+ * 3 1B: 26 layers, 1152 wide, 4 heads of 256, where n_embd / n_head would be 288). */
+static void test_attn_scale_dim(void **state) {
+    (void)state;
+    assert_int_equal(em_model_attn_scale_dim("gemma2", 46, 4608, 32, 128), 144);
+    assert_int_equal(em_model_attn_scale_dim("gemma3", 62, 5376, 32, 128), 168);
+    assert_int_equal(em_model_attn_scale_dim("gemma2", 42, 3584, 16, 256), 256);
+    assert_int_equal(em_model_attn_scale_dim("gemma3", 26, 1152, 4, 256), 256);
+    assert_int_equal(em_model_attn_scale_dim("gemma2", 62, 4608, 32, 128), 128);
+    assert_int_equal(em_model_attn_scale_dim("llama", 46, 4608, 32, 128), 128);
+    /* the loader applies it: a 46-layer tiny gemma2 (n_embd / n_head = 128 / 4 = 32 = head_dim) */
+    em_synth_options o = {.preset = "tiny-gemma2", .type = "f32", .seed = 7, .vocab_path = VOCAB, .layers = 46};
+    const char *path = DIR "/tiny-gemma2-46-layers.gguf";
+    mkdir(DIR, 0755);
+    em_err err = em_synth_write(&o, path);
+    if (err) fail_msg("synth: %s", em_err_message(err));
+    em_model *m = NULL;
+    if ((err = em_model_load(path, &m))) fail_msg("load: %s", em_err_message(err));
+    assert_int_equal(m->desc.n_layer, 46);
+    assert_float_equal(m->desc.layers[45].attn_scale, 1.0f / sqrtf(32.0f), 1e-7);
+    em_model_free(m);
+    remove(path);
+}
+
 static void test_flint(void **state) {
     (void)state;
     em_model *m = load("tiny-flint", "f32");
@@ -421,6 +447,7 @@ int main(void) {
         cmocka_unit_test(test_qwen3),          cmocka_unit_test(test_qwen3moe),
         cmocka_unit_test(test_mixtral),        cmocka_unit_test(test_gemma2),
         cmocka_unit_test(test_gemma3),         cmocka_unit_test(test_flint),
+        cmocka_unit_test(test_attn_scale_dim),
         cmocka_unit_test(test_types),          cmocka_unit_test(test_missing_tensor),
         cmocka_unit_test(test_misshaped_tensor), cmocka_unit_test(test_unsupported_type),
         cmocka_unit_test(test_unknown_arch),   cmocka_unit_test(test_missing_key),

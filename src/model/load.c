@@ -38,6 +38,12 @@ static const family *family_of(const char *arch) {
 
 bool em_model_arch_supported(const char *arch) { return family_of(arch) != NULL; }
 
+uint32_t em_model_attn_scale_dim(const char *arch, uint32_t n_layer, uint32_t n_embd, uint32_t n_head,
+                                 uint32_t head_dim) {
+    const bool gemma_27b = (!strcmp(arch, "gemma2") && n_layer == 46) || (!strcmp(arch, "gemma3") && n_layer == 62);
+    return gemma_27b && n_head ? n_embd / n_head : head_dim;
+}
+
 /* ---- metadata helpers ---- */
 
 typedef struct loader {
@@ -300,7 +306,8 @@ static em_err load_desc(loader *l, const family *f) {
             return em_errorf(EM_ERR_FORMAT, "%s: layer %u has head dim 0", em_gguf_path(l->g), il);
         ld->qk_norm = f->qk_norm;
         ld->post_attn_norm = ld->post_ffn_norm = f->gemma;
-        ld->attn_scale = 1.0f / sqrtf((float)ld->head_dim);
+        ld->attn_scale = 1.0f / sqrtf((float)em_model_attn_scale_dim(f->arch, d->n_layer, d->n_embd, ld->n_head,
+                                                                     ld->head_dim));
         ld->attn_softcap = attn_softcap;
         ld->attn = EM_ATTN_FULL;
         if (window > 0 && (llama_swa || (f->swa_pattern && il % f->swa_pattern < f->swa_pattern - 1))) {

@@ -138,6 +138,13 @@ typedef struct em_model {
 /* Opens a GGUF file and loads the model it holds. */
 em_err em_model_load(const char *path, em_model **out);
 
+/* The dimension whose inverse square root scales attention scores: head_dim, except for the 27B
+ * Gemma 2 and Gemma 3 models, which scale by 1/sqrt(n_embd / n_head) (their config's
+ * query_pre_attn_scalar). GGUF files carry no key for it; like llama.cpp, the loader recognizes
+ * those models by their layer count (46 for gemma2, 62 for gemma3). */
+uint32_t em_model_attn_scale_dim(const char *arch, uint32_t n_layer, uint32_t n_embd, uint32_t n_head,
+                                 uint32_t head_dim);
+
 /* Loads from an open file that the caller keeps open until em_model_free. */
 em_err em_model_from_gguf(em_gguf *gguf, em_model **out);
 

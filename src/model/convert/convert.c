@@ -15,6 +15,7 @@
 #include "../../gguf/gguf.h"
 #include "../../quant/quant.h"
 #include "../../tokenizer/tokenizer.h"
+#include "../model.h"
 #include "convert.h"
 
 /* ---- families ---- */
@@ -525,9 +526,10 @@ static em_err check_config(converter *cv) {
             if (c->layer_sliding[il] != (c->sliding_window > 0))
                 return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: layer_types mixes sliding and full layers", cv->dir, file);
     }
-    if (f->gemma && c->query_pre_attn_scalar > 0 && fabs(c->query_pre_attn_scalar - c->head_dim) > 1e-9)
-        em_log(EM_LOG_WARN, "%s/%s: query_pre_attn_scalar %g differs from head_dim %u; GGUF %s scales by 1/sqrt(head_dim)",
-               cv->dir, file, c->query_pre_attn_scalar, c->head_dim, f->arch);
+    const uint32_t scale_dim = em_model_attn_scale_dim(f->arch, c->n_layer, c->n_embd, c->n_head, c->head_dim);
+    if (f->gemma && c->query_pre_attn_scalar > 0 && fabs(c->query_pre_attn_scalar - scale_dim) > 1e-9)
+        em_log(EM_LOG_WARN, "%s/%s: query_pre_attn_scalar %g; a GGUF %s of %u layers is read with 1/sqrt(%u)",
+               cv->dir, file, c->query_pre_attn_scalar, f->arch, c->n_layer, scale_dim);
     if (!strcmp(f->arch, "gemma3") && c->rope_local_given &&
         (fabs(c->rope_local.theta - 10000.0) > 1e-6 || c->rope_local.type != EM_HF_ROPE_DEFAULT))
         em_log(EM_LOG_WARN, "%s/%s: local rope base %g (scaled: %s); GGUF gemma3 assumes 10000 unscaled", cv->dir, file,
