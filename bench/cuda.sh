@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Single-stream decode on the CUDA backend: 256 greedy tokens after a 300-token prompt, three runs
-# per model (median reported), against the memory-bandwidth bound (weight bytes read per token from
-# `ember info`, over 4.8 TB/s).
+# The CUDA benchmarks of bench/RESULTS.md, per model: single-stream decode (256 greedy tokens after
+# a 300-token prompt, three runs, median) against the memory-bandwidth bound (weight bytes read per
+# token from `ember info`); with PREFILL="562 1971 8022 9289", cold prefill at those lengths
+# (`ember bench --prefill`, median of 3); with CONCURRENCY="1 2 4 8 16", aggregate decode and host
+# CPU at those numbers of concurrent requests (`ember bench --concurrency`).
 #
-#   [CONCURRENCY="1 2 4 8 16"] bench/cuda.sh BUILD_DIR VOCAB.gguf [preset:type ...]
+#   [PREFILL="..."] [CONCURRENCY="..."] bench/cuda.sh BUILD_DIR VOCAB.gguf [preset:type ...]
 set -u
 build=$1 vocab=$2
 shift 2
@@ -40,9 +42,12 @@ for m in $models; do
     rates+=("$rate")
     echo "$m run $run: decode $rate tok/s, prefill $prefill ms"
   done
-  # aggregate decode at several concurrent requests (bench/concurrency.c), when CONCURRENCY="1 2 4 ..."
-  [ -n "${CONCURRENCY:-}" ] && [ -x "$build/tests/bench_concurrency" ] &&
-    "$build/tests/bench_concurrency" "$dir/m.gguf" cuda $CONCURRENCY 2>/dev/null | sed "s/^/$m /"
+  [ -n "${PREFILL:-}" ] &&
+    "$build/ember" bench -m "$dir/m.gguf" --device cuda --prefill "$(echo $PREFILL | tr ' ' ,)" --rounds 3 2>/dev/null |
+    sed "s/^/$m /"
+  [ -n "${CONCURRENCY:-}" ] &&
+    "$build/ember" bench -m "$dir/m.gguf" --device cuda --concurrency "$(echo $CONCURRENCY | tr ' ' ,)" -n 256 \
+      --rounds 2 2>/dev/null | sed "s/^/$m /"
   [ ${#rates[@]} -eq 0 ] && continue
   median=$(printf '%s\n' "${rates[@]}" | sort -n | sed -n "$(((${#rates[@]} + 1) / 2))p")
   awk -v m="$m" -v r="$median" -v b="$bytes" -v s="$synth_s" 'BEGIN {
