@@ -1,5 +1,7 @@
-/* Attention over the paged KV cache, decode-style: for decode tokens, short runs of tokens, and
- * whatever the tensor-core prefill kernel (attention_prefill.cu) does not take.
+/* Attention over the paged KV cache: the dispatch (em_cuda_attention_with) and the general
+ * decode-style kernel. Prefill segments go to the tensor-core kernel (attention_prefill.cu), the
+ * other tokens to the grouped decode kernel (attention_decode.cu) when the layer fits it (f16
+ * cache, head sizes), and to this file's kernel otherwise (the f32 cache, other head sizes).
  *
  * One block per (query head, token, split): the visible positions of a token are cut into
  * n_split ranges, one per block, so that a decode step at batch 1 (one token, a few dozen heads)

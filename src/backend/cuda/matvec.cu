@@ -1,20 +1,23 @@
-/* Matrix times a few vectors, weights in their block format (internal.cuh: cuda_matvec).
+/* Matrix times a few vectors, weights in their block format (internal.cuh: cuda_matvec): the
+ * products of decode steps and small batches (gemm.cu takes larger ones).
  *
- * One warp computes one output row for up to NT items at once: the lanes walk the row's 8-element
- * groups (consecutive lanes take consecutive groups, so a warp's loads are contiguous), decode
- * each group into registers and multiply it with the NT activation rows. Each weight row is read
- * once per NT items, which is what makes decode memory-bound rather than launch-bound; larger
- * batches loop over chunks of NT items (the weight row then comes from L2 for the later chunks).
- * The per-item sums do not depend on NT or on the other items, so a batched token gets exactly
- * the logits it gets alone.
+ * A warp computes RW rows (1, or 2 from 4 items up) for up to NT items at once: the lanes walk
+ * the rows' 8-element groups (consecutive lanes take consecutive groups, so a warp's loads are
+ * contiguous), each lane issuing the loads of 4-8 groups before the first multiply so that a
+ * warp keeps a batch of loads in flight. Long rows are split over ks = 2 or 4 warps of a block,
+ * their sums added in a fixed order. Blocks of 8 warps walk the rows grid-stride. Each weight row
+ * is read once per NT items; larger batches loop over chunks of NT items. The per-item sums do
+ * not depend on NT or on the other items, so a batched token gets exactly the logits it gets
+ * alone. Before waiting for the previous kernel, each warp asks L2 for its first rows' weights.
  *
- * MoE uses the same kernel with one grid row (blockIdx.y) per expert: each expert's matrices are
- * read once for all the tokens routed to it.
+ * MoE uses the same kernel with grid rows (blockIdx.y) for the experts that have tokens: each
+ * expert's matrices are read once for all the tokens routed to it.
  *
- * Decode is bound by latency more than by bytes at batch 1 (each launch costs a few microseconds
- * whatever its size), so matrices that read the same input go in one launch: Q, K and V as three
- * parts of one grid, and the gate and up matrices of a gated unit row by row in the same warp,
- * which then writes act(gate) * up directly (no separate GLU pass). */
+ * Fusions, since decode is bound by per-launch latency more than by bytes: Q, K and V as three
+ * parts of one grid; the gate and up matrices of a gated unit row by row in the same warp, which
+ * writes act(gate) * up directly; the residual add (accumulate); and the RMSNorm that starts a
+ * sub-block, folded into the products (FOLD: the consumer reads x * norm weights written by its
+ * producer and scales each result by the RMS factor from the producer's partial sums of squares). */
 #include "internal.cuh"
 #include "dequant.cuh"
 
