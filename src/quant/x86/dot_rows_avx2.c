@@ -1,6 +1,6 @@
 /*
  * AVX2 multi-row dot products: one weight row against up to four activation rows, for the formats
- * that dominate the forward pass (Q8_0, Q4_K, Q6_K). The single-row kernels in dot_avx2.c spend
+ * that dominate the forward pass (Q8_0, Q4_K, Q5_K, Q6_K). The single-row kernels in dot_avx2.c spend
  * most of their time unpacking the weight block (nibbles, high bits, scales, mins); here each
  * block is unpacked once and applied to every activation row, so a batch of tokens pays for the
  * unpacking once.
@@ -69,16 +69,18 @@ EM_AVX2 static EM_INLINE __m128i k_scales_mins(const uint8_t *s) {
     return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi);
 }
 
-/* Q4_K: scales, mins and both nibble halves decoded once per block. */
-EM_AVX2 static EM_INLINE void q4_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
-                                        float *out) {
+/* Q4_K (bits 4) and Q5_K (bits 5: the same block with 32 bytes of fifth bits before the nibbles,
+ * bit s of byte j for sub-block s): scales, mins and both halves decoded once per block. */
+EM_AVX2 static EM_INLINE void q45_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                         float *out, const int bits) {
+    const uint64_t block_bytes = bits == 5 ? 176 : 144, nibbles = bits == 5 ? 48 : 16;
     __m256 acc[ROWS_MAX];
     /* row r's f32 sum of min terms in lane r: the four rows' updates in one multiply-add chain,
      * each lane the single-row kernel's scalar steps (IEEE operations round the same per lane) */
     __m128 mins_total = _mm_setzero_ps();
     UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(15);
-    for (uint64_t b = 0; b < n / 256; b++, w += 144, a += 292) {
+    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    for (uint64_t b = 0; b < n / 256; b++, w += block_bytes, a += 292) {
         /* the 8 scales as int16 in both lanes (broadcast per sub-block by a byte shuffle) and
          * each min beside itself, against the two 16-element group sums of its sub-block: one
          * madd per row gives the single-row kernel's integer sum(min * (sum a)) exactly */
@@ -95,9 +97,14 @@ EM_AVX2 static EM_INLINE void q4_k_rows(const uint8_t *w, const uint8_t *a, uint
         }
         __m128 scale = _mm_mul_ps(_mm_set1_ps(fp16(w + 2)), _mm_setr_ps(d8[0], d8[1], d8[2], d8[3]));
         mins_total = _mm_add_ps(mins_total, _mm_mul_ps(scale, _mm_cvtepi32_ps(hsum4_i32(mins))));
+        const __m256i qh = bits == 5 ? load32(w + 16) : _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
-            __m256i q = load32(w + 16 + 32 * c);
+            __m256i q = load32(w + nibbles + 32 * c);
             __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            if (bits == 5) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+            }
             __m256i slo = _mm256_shuffle_epi8(scales16, _mm256_set1_epi16((int16_t)(((4 * c + 1) << 8) | 4 * c)));
             __m256i shi = _mm256_shuffle_epi8(scales16, _mm256_set1_epi16((int16_t)(((4 * c + 3) << 8) | (4 * c + 2))));
             UNROLL_ROWS for (int r = 0; r < nr; r++) {
@@ -114,6 +121,16 @@ EM_AVX2 static EM_INLINE void q4_k_rows(const uint8_t *w, const uint8_t *a, uint
     float mins_out[ROWS_MAX];
     _mm_storeu_ps(mins_out, mins_total);
     UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]) - mins_out[r];
+}
+
+EM_AVX2 static EM_INLINE void q4_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                        float *out) {
+    q45_k_rows(w, a, stride, nr, n, out, 4);
+}
+
+EM_AVX2 static EM_INLINE void q5_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                        float *out) {
+    q45_k_rows(w, a, stride, nr, n, out, 5);
 }
 
 /* Q6_K: the 6-bit levels of each 32-element run and their pair of scales decoded once. */
@@ -247,6 +264,7 @@ FLOAT_ENTRY(dot_rows_bf16, KIND_BF16)
 
 ROWS_ENTRY(dot_rows_q8_0, q8_0_rows)
 ROWS_ENTRY(dot_rows_q4_k, q4_k_rows)
+ROWS_ENTRY(dot_rows_q5_k, q5_k_rows)
 ROWS_ENTRY(dot_rows_q6_k, q6_k_rows)
 
 em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
@@ -257,6 +275,7 @@ em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
     case EM_TYPE_BF16: return dot_rows_bf16;
     case EM_TYPE_Q8_0: return dot_rows_q8_0;
     case EM_TYPE_Q4_K: return dot_rows_q4_k;
+    case EM_TYPE_Q5_K: return dot_rows_q5_k;
     case EM_TYPE_Q6_K: return dot_rows_q6_k;
     default: return NULL;
     }
