@@ -27,4 +27,36 @@ EM_AVX2 static inline __m256i dot_u8_i8(__m256i u, __m256i s) {
 
 EM_AVX2 static inline __m256i load32(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
+/* Signed x signed: move the sign of w onto a (activations never hold -128). */
+EM_AVX2 static inline __m256i dot_i8_i8(__m256i w, __m256i a) {
+    return dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+}
+
+/* 16 bytes of nibbles to 32 bytes: low nibbles first (elements 0..15), then high (16..31). */
+EM_AVX2 static inline __m256i unpack_nibbles(const uint8_t *p) {
+    __m128i bytes = _mm_loadu_si128((const __m128i *)p);
+    __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
+    return _mm256_and_si256(both, _mm256_set1_epi8(15));
+}
+
+/* Byte j of the result is 0xff when bit j of `bits` is set (32 bits to 32 byte masks). */
+EM_AVX2 static inline __m256i bits_to_bytes(uint32_t bits) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                            3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* The fifth bits of Q5_0 / Q5_1 (bit j of a u32 for element j) as 0x10 per byte. */
+EM_AVX2 static inline __m256i fifth_bits(const uint8_t *qh) {
+    return _mm256_and_si256(bits_to_bytes(em_load_u32(qh)), _mm256_set1_epi8(0x10));
+}
+
+/* The 16 signed levels of a non-linear 4-bit format, in both 128-bit lanes, for byte shuffles. */
+EM_AVX2 static inline __m256i level_table(const int8_t *levels) {
+    __m128i t = _mm_loadu_si128((const __m128i *)levels);
+    return _mm256_set_m128i(t, t);
+}
+
 #endif

@@ -19,11 +19,6 @@
 
 #include "avx2.h"
 
-/* Signed x signed: move the sign of w onto a (activations never hold -128). */
-EM_AVX2 static __m256i dot_i8_i8(__m256i w, __m256i a) {
-    return dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-}
-
 EM_AVX2 static float dot_f32(const void *wv, const void *av, uint64_t n) {
     const float *w = wv, *a = av;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
@@ -85,13 +80,6 @@ EM_AVX2 static float dot_q8_0(const void *wv, const void *av, uint64_t n) {
     return hsum(acc);
 }
 
-/* 16 bytes of nibbles to 32 bytes: low nibbles first (elements 0..15), then high (16..31). */
-EM_AVX2 static __m256i unpack_nibbles(const uint8_t *p) {
-    __m128i bytes = _mm_loadu_si128((const __m128i *)p);
-    __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
-    return _mm256_and_si256(both, _mm256_set1_epi8(15));
-}
-
 EM_AVX2 static float dot_q4_0(const void *wv, const void *av, uint64_t n) {
     const uint8_t *w = wv, *a = av;
     __m256 acc = _mm256_setzero_ps();
@@ -121,9 +109,6 @@ EM_AVX2 static float dot_q4_1(const void *wv, const void *av, uint64_t n) {
     }
     return hsum(acc);
 }
-
-/* The fifth bits of Q5_0 / Q5_1 (bit j of a u32 for element j) as 0x10 per byte. */
-EM_AVX2 static __m256i fifth_bits(const uint8_t *qh);
 
 EM_AVX2 static float dot_q5_0(const void *wv, const void *av, uint64_t n) {
     const uint8_t *w = wv, *a = av;
@@ -302,12 +287,6 @@ EM_AVX2 static float dot_q3_k(const void *wv, const void *av, uint64_t n) {
     return hsum(acc);
 }
 
-/* The 16 signed levels of a non-linear 4-bit format, in both 128-bit lanes, for byte shuffles. */
-EM_AVX2 static __m256i level_table(const int8_t *levels) {
-    __m128i t = _mm_loadu_si128((const __m128i *)levels);
-    return _mm256_set_m128i(t, t);
-}
-
 EM_AVX2 static float dot_iq4_nl(const void *wv, const void *av, uint64_t n) {
     const uint8_t *w = wv, *a = av;
     const __m256i table = level_table(em_iq4nl_values);
@@ -348,19 +327,6 @@ EM_AVX2 static float dot_iq4_xs(const void *wv, const void *av, uint64_t n) {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w) * em_load_f32(a)), _mm256_cvtepi32_ps(isum), acc);
     }
     return hsum(acc);
-}
-
-/* Byte j of the result is 0xff when bit j of `bits` is set (32 bits to 32 byte masks). */
-EM_AVX2 static __m256i bits_to_bytes(uint32_t bits) {
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
-                                            3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-}
-
-EM_AVX2 static __m256i fifth_bits(const uint8_t *qh) {
-    return _mm256_and_si256(bits_to_bytes(em_load_u32(qh)), _mm256_set1_epi8(0x10));
 }
 
 /* IQ3_XXS: per 32 elements, eight grid points (4 magnitudes each) and four 8-sign groups; the

@@ -1,6 +1,6 @@
 /*
  * AVX2 multi-row dot products: one weight row against up to four activation rows, for the formats
- * that dominate the forward pass (Q8_0, Q4_K, Q5_K, Q6_K). The single-row kernels in dot_avx2.c spend
+ * that dominate the forward pass (Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q5_K, Q6_K). The single-row kernels in dot_avx2.c spend
  * most of their time unpacking the weight block (nibbles, high bits, scales, mins); here each
  * block is unpacked once and applied to every activation row, so a batch of tokens pays for the
  * unpacking once.
@@ -40,13 +40,30 @@ EM_AVX2 static EM_INLINE __m128i hsum4_i32(const __m256i v[ROWS_MAX]) {
     return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
 }
 
-/* Q8_0: |w| is the unsigned operand for every row; each row takes w's signs onto its bytes. */
-EM_AVX2 static EM_INLINE void q8_0_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
-                                        float *out) {
+/* The formats whose 32-element blocks are one f16 scale (first) and 32 signed levels, against Q8_0
+ * activations: the levels of a block, decoded as the single-row kernels decode them. */
+enum { SIGNED_Q8_0, SIGNED_Q4_0, SIGNED_Q5_0, SIGNED_IQ4_NL };
+
+EM_AVX2 static EM_INLINE __m256i signed_levels(const uint8_t *w, const int kind, __m256i table) {
+    switch (kind) {
+    case SIGNED_Q4_0: return _mm256_sub_epi8(unpack_nibbles(w + 2), _mm256_set1_epi8(8));
+    case SIGNED_Q5_0:
+        return _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(w + 6), fifth_bits(w + 2)), _mm256_set1_epi8(16));
+    case SIGNED_IQ4_NL: return _mm256_shuffle_epi8(table, unpack_nibbles(w + 2));
+    default: return load32(w + 2);
+    }
+}
+
+/* |w| is the unsigned operand for every row; each row takes w's signs onto its bytes (the
+ * single-row kernels' dot_i8_i8, with the weight half done once). */
+EM_AVX2 static EM_INLINE void signed_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                          float *out, const int kind) {
+    const uint64_t block_bytes = kind == SIGNED_Q8_0 ? 34 : kind == SIGNED_Q5_0 ? 22 : 18;
+    const __m256i table = kind == SIGNED_IQ4_NL ? level_table(em_iq4nl_values) : _mm256_setzero_si256();
     __m256 acc[ROWS_MAX];
     UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
-    for (uint64_t b = 0; b < n / 32; b++, w += 34, a += 34) {
-        __m256i q = load32(w + 2), mag = _mm256_sign_epi8(q, q);
+    for (uint64_t b = 0; b < n / 32; b++, w += block_bytes, a += 34) {
+        __m256i q = signed_levels(w, kind, table), mag = _mm256_sign_epi8(q, q);
         float dw = fp16(w);
         UNROLL_ROWS for (int r = 0; r < nr; r++) {
             const uint8_t *ar = a + r * stride;
@@ -56,6 +73,16 @@ EM_AVX2 static EM_INLINE void q8_0_rows(const uint8_t *w, const uint8_t *a, uint
     }
     UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
 }
+
+#define SIGNED_ROWS(name, kind)                                                                                  \
+    EM_AVX2 static EM_INLINE void name(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,  \
+                                       float *out) {                                                              \
+        signed_rows(w, a, stride, nr, n, out, kind);                                                              \
+    }
+SIGNED_ROWS(q8_0_rows, SIGNED_Q8_0)
+SIGNED_ROWS(q4_0_rows, SIGNED_Q4_0)
+SIGNED_ROWS(q5_0_rows, SIGNED_Q5_0)
+SIGNED_ROWS(iq4_nl_rows, SIGNED_IQ4_NL)
 
 /* The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a K-block's 12 scale bytes, the
  * values em_quant_k_scale_min gives, four at a time: scales and mins 0..3 are the low six bits of
@@ -263,6 +290,9 @@ FLOAT_ENTRY(dot_rows_bf16, KIND_BF16)
     }
 
 ROWS_ENTRY(dot_rows_q8_0, q8_0_rows)
+ROWS_ENTRY(dot_rows_q4_0, q4_0_rows)
+ROWS_ENTRY(dot_rows_q5_0, q5_0_rows)
+ROWS_ENTRY(dot_rows_iq4_nl, iq4_nl_rows)
 ROWS_ENTRY(dot_rows_q4_k, q4_k_rows)
 ROWS_ENTRY(dot_rows_q5_k, q5_k_rows)
 ROWS_ENTRY(dot_rows_q6_k, q6_k_rows)
@@ -274,6 +304,9 @@ em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
     case EM_TYPE_F16: return dot_rows_f16;
     case EM_TYPE_BF16: return dot_rows_bf16;
     case EM_TYPE_Q8_0: return dot_rows_q8_0;
+    case EM_TYPE_Q4_0: return dot_rows_q4_0;
+    case EM_TYPE_Q5_0: return dot_rows_q5_0;
+    case EM_TYPE_IQ4_NL: return dot_rows_iq4_nl;
     case EM_TYPE_Q4_K: return dot_rows_q4_k;
     case EM_TYPE_Q5_K: return dot_rows_q5_k;
     case EM_TYPE_Q6_K: return dot_rows_q6_k;
