@@ -32,6 +32,9 @@ EM_AVX2 static inline __m256i dot_i8_i8(__m256i w, __m256i a) {
     return dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
 }
 
+/* Sum of 32 signed bytes, as 8 int32 lanes (for the min terms of the affine formats). */
+EM_AVX2 static inline __m256i sum_i8(__m256i a) { return dot_u8_i8(_mm256_set1_epi8(1), a); }
+
 /* 16 bytes of nibbles to 32 bytes: low nibbles first (elements 0..15), then high (16..31). */
 EM_AVX2 static inline __m256i unpack_nibbles(const uint8_t *p) {
     __m128i bytes = _mm_loadu_si128((const __m128i *)p);

@@ -92,9 +92,6 @@ EM_AVX2 static float dot_q4_0(const void *wv, const void *av, uint64_t n) {
     return hsum(acc);
 }
 
-/* Sum of 32 signed bytes, as 8 int32 lanes (for the min terms of the affine formats). */
-EM_AVX2 static __m256i sum_i8(__m256i a) { return dot_u8_i8(_mm256_set1_epi8(1), a); }
-
 /* Q4_1: d * d8 * sum(q * a) + m * d8 * sum(a), q unsigned. */
 EM_AVX2 static float dot_q4_1(const void *wv, const void *av, uint64_t n) {
     const uint8_t *w = wv, *a = av;

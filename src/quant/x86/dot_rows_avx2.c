@@ -1,6 +1,6 @@
 /*
  * AVX2 multi-row dot products: one weight row against up to four activation rows, for the formats
- * that dominate the forward pass (Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q5_K, Q6_K). The single-row kernels in dot_avx2.c spend
+ * that dominate the forward pass (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K). The single-row kernels in dot_avx2.c spend
  * most of their time unpacking the weight block (nibbles, high bits, scales, mins); here each
  * block is unpacked once and applied to every activation row, so a batch of tokens pays for the
  * unpacking once.
@@ -40,9 +40,10 @@ EM_AVX2 static EM_INLINE __m128i hsum4_i32(const __m256i v[ROWS_MAX]) {
     return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
 }
 
-/* The formats whose 32-element blocks are one f16 scale (first) and 32 signed levels, against Q8_0
- * activations: the levels of a block, decoded as the single-row kernels decode them. */
-enum { SIGNED_Q8_0, SIGNED_Q4_0, SIGNED_Q5_0, SIGNED_IQ4_NL };
+/* The formats whose 32-element blocks are one scale (first: f16, or MXFP4's E8M0 byte) and 32
+ * signed levels, against Q8_0 activations: the levels and the scale of a block, decoded as the
+ * single-row kernels decode them. */
+enum { SIGNED_Q8_0, SIGNED_Q4_0, SIGNED_Q5_0, SIGNED_IQ4_NL, SIGNED_MXFP4 };
 
 EM_AVX2 static EM_INLINE __m256i signed_levels(const uint8_t *w, const int kind, __m256i table) {
     switch (kind) {
@@ -50,21 +51,28 @@ EM_AVX2 static EM_INLINE __m256i signed_levels(const uint8_t *w, const int kind,
     case SIGNED_Q5_0:
         return _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(w + 6), fifth_bits(w + 2)), _mm256_set1_epi8(16));
     case SIGNED_IQ4_NL: return _mm256_shuffle_epi8(table, unpack_nibbles(w + 2));
+    case SIGNED_MXFP4: return _mm256_shuffle_epi8(table, unpack_nibbles(w + 1));
     default: return load32(w + 2);
     }
+}
+
+EM_AVX2 static EM_INLINE float signed_scale(const uint8_t *w, const int kind) {
+    return kind == SIGNED_MXFP4 ? em_e8m0_half(w[0]) : fp16(w);
 }
 
 /* |w| is the unsigned operand for every row; each row takes w's signs onto its bytes (the
  * single-row kernels' dot_i8_i8, with the weight half done once). */
 EM_AVX2 static EM_INLINE void signed_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
                                           float *out, const int kind) {
-    const uint64_t block_bytes = kind == SIGNED_Q8_0 ? 34 : kind == SIGNED_Q5_0 ? 22 : 18;
-    const __m256i table = kind == SIGNED_IQ4_NL ? level_table(em_iq4nl_values) : _mm256_setzero_si256();
+    const uint64_t block_bytes = kind == SIGNED_Q8_0 ? 34 : kind == SIGNED_Q5_0 ? 22 : kind == SIGNED_MXFP4 ? 17 : 18;
+    const __m256i table = kind == SIGNED_IQ4_NL  ? level_table(em_iq4nl_values)
+                          : kind == SIGNED_MXFP4 ? level_table(em_mxfp4_values)
+                                                 : _mm256_setzero_si256();
     __m256 acc[ROWS_MAX];
     UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     for (uint64_t b = 0; b < n / 32; b++, w += block_bytes, a += 34) {
         __m256i q = signed_levels(w, kind, table), mag = _mm256_sign_epi8(q, q);
-        float dw = fp16(w);
+        float dw = signed_scale(w, kind);
         UNROLL_ROWS for (int r = 0; r < nr; r++) {
             const uint8_t *ar = a + r * stride;
             __m256i isum = dot_u8_i8(mag, _mm256_sign_epi8(load32(ar + 2), q));
@@ -83,6 +91,39 @@ SIGNED_ROWS(q8_0_rows, SIGNED_Q8_0)
 SIGNED_ROWS(q4_0_rows, SIGNED_Q4_0)
 SIGNED_ROWS(q5_0_rows, SIGNED_Q5_0)
 SIGNED_ROWS(iq4_nl_rows, SIGNED_IQ4_NL)
+SIGNED_ROWS(mxfp4_rows, SIGNED_MXFP4)
+
+/* Q4_1 (bits 4) and Q5_1 (bits 5): d * d8 * sum(q * a) + m * d8 * sum(a), q unsigned, decoded once
+ * per block; each row's two updates in the single-row kernels' order. */
+EM_AVX2 static EM_INLINE void affine_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                          float *out, const int bits) {
+    __m256 acc[ROWS_MAX];
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < n / 32; b++, w += bits == 5 ? 24 : 20, a += 34) {
+        const __m256i q = bits == 5 ? _mm256_or_si256(unpack_nibbles(w + 8), fifth_bits(w + 4)) : unpack_nibbles(w + 4);
+        const float dw = fp16(w), mw = fp16(w + 2);
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            const uint8_t *ar = a + r * stride;
+            __m256i q8 = load32(ar + 2);
+            __m256 qa = _mm256_cvtepi32_ps(dot_u8_i8(q, q8));
+            __m256 sa = _mm256_cvtepi32_ps(sum_i8(q8));
+            float d8 = fp16(ar);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * d8), qa, acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(mw * d8), sa, acc[r]);
+        }
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
+}
+
+EM_AVX2 static EM_INLINE void q4_1_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                        float *out) {
+    affine_rows(w, a, stride, nr, n, out, 4);
+}
+
+EM_AVX2 static EM_INLINE void q5_1_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                        float *out) {
+    affine_rows(w, a, stride, nr, n, out, 5);
+}
 
 /* The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a K-block's 12 scale bytes, the
  * values em_quant_k_scale_min gives, four at a time: scales and mins 0..3 are the low six bits of
@@ -293,6 +334,9 @@ ROWS_ENTRY(dot_rows_q8_0, q8_0_rows)
 ROWS_ENTRY(dot_rows_q4_0, q4_0_rows)
 ROWS_ENTRY(dot_rows_q5_0, q5_0_rows)
 ROWS_ENTRY(dot_rows_iq4_nl, iq4_nl_rows)
+ROWS_ENTRY(dot_rows_mxfp4, mxfp4_rows)
+ROWS_ENTRY(dot_rows_q4_1, q4_1_rows)
+ROWS_ENTRY(dot_rows_q5_1, q5_1_rows)
 ROWS_ENTRY(dot_rows_q4_k, q4_k_rows)
 ROWS_ENTRY(dot_rows_q5_k, q5_k_rows)
 ROWS_ENTRY(dot_rows_q6_k, q6_k_rows)
@@ -307,6 +351,9 @@ em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
     case EM_TYPE_Q4_0: return dot_rows_q4_0;
     case EM_TYPE_Q5_0: return dot_rows_q5_0;
     case EM_TYPE_IQ4_NL: return dot_rows_iq4_nl;
+    case EM_TYPE_MXFP4: return dot_rows_mxfp4;
+    case EM_TYPE_Q4_1: return dot_rows_q4_1;
+    case EM_TYPE_Q5_1: return dot_rows_q5_1;
     case EM_TYPE_Q4_K: return dot_rows_q4_k;
     case EM_TYPE_Q5_K: return dot_rows_q5_k;
     case EM_TYPE_Q6_K: return dot_rows_q6_k;
