@@ -1,6 +1,7 @@
 /*
  * AVX2 multi-row dot products: one weight row against up to four activation rows, for the formats
- * that dominate the forward pass (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K). The single-row kernels in dot_avx2.c spend
+ * that the forward pass reads (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K,
+ * IQ4_XS). The single-row kernels in dot_avx2.c spend
  * most of their time unpacking the weight block (nibbles, high bits, scales, mins); here each
  * block is unpacked once and applied to every activation row, so a batch of tokens pays for the
  * unpacking once.
@@ -201,6 +202,33 @@ EM_AVX2 static EM_INLINE void q5_k_rows(const uint8_t *w, const uint8_t *a, uint
     q45_k_rows(w, a, stride, nr, n, out, 5);
 }
 
+/* IQ4_XS: each 32-element run's levels (IQ4_NL's table) and its 6-bit scale decoded once. */
+EM_AVX2 static EM_INLINE void iq4_xs_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                          float *out) {
+    const __m256i table = level_table(em_iq4nl_values);
+    __m256 acc[ROWS_MAX];
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < n / 256; b++, w += 136, a += 292) {
+        const uint16_t scales_h = em_load_u16(w + 2);
+        __m256i isum[ROWS_MAX];
+        UNROLL_ROWS for (int r = 0; r < nr; r++) isum[r] = _mm256_setzero_si256();
+        for (int s = 0; s < 8; s++) {
+            const int scale = (((w[4 + s / 2] >> (4 * (s % 2))) & 15) | (((scales_h >> (2 * s)) & 3) << 4)) - 32;
+            const __m256i q = _mm256_shuffle_epi8(table, unpack_nibbles(w + 8 + 16 * s));
+            const __m256i mag = _mm256_sign_epi8(q, q), scale32 = _mm256_set1_epi32(scale);
+            UNROLL_ROWS for (int r = 0; r < nr; r++) {
+                __m256i p = dot_u8_i8(mag, _mm256_sign_epi8(load32(a + r * stride + 4 + 32 * s), q));
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(p, scale32));
+            }
+        }
+        const float dw = fp16(w);
+        UNROLL_ROWS for (int r = 0; r < nr; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * em_load_f32(a + r * stride)), _mm256_cvtepi32_ps(isum[r]),
+                                     acc[r]);
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
+}
+
 /* Q6_K: the 6-bit levels of each 32-element run and their pair of scales decoded once. */
 EM_AVX2 static EM_INLINE void q6_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
                                         float *out) {
@@ -340,6 +368,7 @@ ROWS_ENTRY(dot_rows_q5_1, q5_1_rows)
 ROWS_ENTRY(dot_rows_q4_k, q4_k_rows)
 ROWS_ENTRY(dot_rows_q5_k, q5_k_rows)
 ROWS_ENTRY(dot_rows_q6_k, q6_k_rows)
+ROWS_ENTRY(dot_rows_iq4_xs, iq4_xs_rows)
 
 em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
     if (!em_quant_x86_has_avx2()) return NULL;
@@ -357,6 +386,7 @@ em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
     case EM_TYPE_Q4_K: return dot_rows_q4_k;
     case EM_TYPE_Q5_K: return dot_rows_q5_k;
     case EM_TYPE_Q6_K: return dot_rows_q6_k;
+    case EM_TYPE_IQ4_XS: return dot_rows_iq4_xs;
     default: return NULL;
     }
 }
