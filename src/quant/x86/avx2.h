@@ -32,6 +32,11 @@ EM_AVX2 static inline __m256i dot_i8_i8(__m256i w, __m256i a) {
     return dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
 }
 
+/* Scales of two adjacent 16-element groups as the multiplier of one maddubs result. */
+EM_AVX2 static inline __m256i pair_scales(int first, int second) {
+    return _mm256_set_m128i(_mm_set1_epi16((int16_t)second), _mm_set1_epi16((int16_t)first));
+}
+
 /* Sum of 32 signed bytes, as 8 int32 lanes (for the min terms of the affine formats). */
 EM_AVX2 static inline __m256i sum_i8(__m256i a) { return dot_u8_i8(_mm256_set1_epi8(1), a); }
 

@@ -223,11 +223,6 @@ EM_AVX2 static float dot_q5_k(const void *wv, const void *av, uint64_t n) {
     return hsum(acc) - mins_total;
 }
 
-/* Scales of two adjacent 16-element groups as the multiplier of one maddubs result. */
-EM_AVX2 static __m256i pair_scales(int first, int second) {
-    return _mm256_set_m128i(_mm_set1_epi16((int16_t)second), _mm_set1_epi16((int16_t)first));
-}
-
 /* Q2_K: unsigned 2-bit levels; per 16 elements d * scale * sum(q * a) - dmin * min * sum(a). */
 EM_AVX2 static float dot_q2_k(const void *wv, const void *av, uint64_t n) {
     const uint8_t *w = wv, *a = av;

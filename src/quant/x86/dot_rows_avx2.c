@@ -1,7 +1,7 @@
 /*
  * AVX2 multi-row dot products: one weight row against up to four activation rows, for the formats
- * that the forward pass reads (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K,
- * IQ4_XS). The single-row kernels in dot_avx2.c spend
+ * that the forward pass reads (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q4_K, Q5_K,
+ * Q6_K, IQ4_XS). The single-row kernels in dot_avx2.c spend
  * most of their time unpacking the weight block (nibbles, high bits, scales, mins); here each
  * block is unpacked once and applied to every activation row, so a batch of tokens pays for the
  * unpacking once.
@@ -202,6 +202,44 @@ EM_AVX2 static EM_INLINE void q5_k_rows(const uint8_t *w, const uint8_t *a, uint
     q45_k_rows(w, a, stride, nr, n, out, 5);
 }
 
+/* Q2_K: each 32-element run's 2-bit levels and its pair of group scales decoded once; the min
+ * terms per row as scalars, in the single-row kernel's order. */
+EM_AVX2 static EM_INLINE void q2_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                        float *out) {
+    __m256 acc[ROWS_MAX];
+    float mins_total[ROWS_MAX] = {0, 0, 0, 0};
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i low2 = _mm256_set1_epi8(3);
+    for (uint64_t b = 0; b < n / 256; b++, w += 84, a += 292) {
+        __m256i isum[ROWS_MAX];
+        float d8[ROWS_MAX] = {0, 0, 0, 0};
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            const uint8_t *ar = a + r * stride;
+            d8[r] = em_load_f32(ar);
+            int mins = 0;
+            for (int g = 0; g < 16; g++) mins += (w[g] >> 4) * (int16_t)em_load_u16(ar + 260 + 2 * g);
+            mins_total[r] += fp16(w + 82) * d8[r] * (float)mins;
+            isum[r] = _mm256_setzero_si256();
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256i qs = load32(w + 16 + 32 * h);
+            for (int k = 0; k < 4; k++) {
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), low2);
+                const int g = 8 * h + 2 * k;
+                const __m256i scales = pair_scales(w[g] & 15, w[g + 1] & 15);
+                UNROLL_ROWS for (int r = 0; r < nr; r++) {
+                    __m256i p = _mm256_maddubs_epi16(q, load32(a + r * stride + 4 + 128 * h + 32 * k));
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, scales));
+                }
+            }
+        }
+        const float dw = fp16(w + 80);
+        UNROLL_ROWS for (int r = 0; r < nr; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * d8[r]), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]) - mins_total[r];
+}
+
 /* IQ4_XS: each 32-element run's levels (IQ4_NL's table) and its 6-bit scale decoded once. */
 EM_AVX2 static EM_INLINE void iq4_xs_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
                                           float *out) {
@@ -369,6 +407,7 @@ ROWS_ENTRY(dot_rows_q4_k, q4_k_rows)
 ROWS_ENTRY(dot_rows_q5_k, q5_k_rows)
 ROWS_ENTRY(dot_rows_q6_k, q6_k_rows)
 ROWS_ENTRY(dot_rows_iq4_xs, iq4_xs_rows)
+ROWS_ENTRY(dot_rows_q2_k, q2_k_rows)
 
 em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
     if (!em_quant_x86_has_avx2()) return NULL;
@@ -387,6 +426,7 @@ em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
     case EM_TYPE_Q5_K: return dot_rows_q5_k;
     case EM_TYPE_Q6_K: return dot_rows_q6_k;
     case EM_TYPE_IQ4_XS: return dot_rows_iq4_xs;
+    case EM_TYPE_Q2_K: return dot_rows_q2_k;
     default: return NULL;
     }
 }
