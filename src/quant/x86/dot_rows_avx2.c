@@ -83,16 +83,17 @@ EM_AVX2 static EM_INLINE void signed_rows(const uint8_t *w, const uint8_t *a, ui
     UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
 }
 
-#define SIGNED_ROWS(name, kind)                                                                                  \
+/* A kernel of one format out of a kernel shared by several (its last argument a constant). */
+#define ROWS_VARIANT(name, shared, which)                                                                        \
     EM_AVX2 static EM_INLINE void name(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,  \
                                        float *out) {                                                              \
-        signed_rows(w, a, stride, nr, n, out, kind);                                                              \
+        shared(w, a, stride, nr, n, out, which);                                                                  \
     }
-SIGNED_ROWS(q8_0_rows, SIGNED_Q8_0)
-SIGNED_ROWS(q4_0_rows, SIGNED_Q4_0)
-SIGNED_ROWS(q5_0_rows, SIGNED_Q5_0)
-SIGNED_ROWS(iq4_nl_rows, SIGNED_IQ4_NL)
-SIGNED_ROWS(mxfp4_rows, SIGNED_MXFP4)
+ROWS_VARIANT(q8_0_rows, signed_rows, SIGNED_Q8_0)
+ROWS_VARIANT(q4_0_rows, signed_rows, SIGNED_Q4_0)
+ROWS_VARIANT(q5_0_rows, signed_rows, SIGNED_Q5_0)
+ROWS_VARIANT(iq4_nl_rows, signed_rows, SIGNED_IQ4_NL)
+ROWS_VARIANT(mxfp4_rows, signed_rows, SIGNED_MXFP4)
 
 /* Q4_1 (bits 4) and Q5_1 (bits 5): d * d8 * sum(q * a) + m * d8 * sum(a), q unsigned, decoded once
  * per block; each row's two updates in the single-row kernels' order. */
@@ -115,16 +116,8 @@ EM_AVX2 static EM_INLINE void affine_rows(const uint8_t *w, const uint8_t *a, ui
     }
     UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
 }
-
-EM_AVX2 static EM_INLINE void q4_1_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
-                                        float *out) {
-    affine_rows(w, a, stride, nr, n, out, 4);
-}
-
-EM_AVX2 static EM_INLINE void q5_1_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
-                                        float *out) {
-    affine_rows(w, a, stride, nr, n, out, 5);
-}
+ROWS_VARIANT(q4_1_rows, affine_rows, 4)
+ROWS_VARIANT(q5_1_rows, affine_rows, 5)
 
 /* The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a K-block's 12 scale bytes, the
  * values em_quant_k_scale_min gives, four at a time: scales and mins 0..3 are the low six bits of
@@ -191,16 +184,8 @@ EM_AVX2 static EM_INLINE void q45_k_rows(const uint8_t *w, const uint8_t *a, uin
     _mm_storeu_ps(mins_out, mins_total);
     UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]) - mins_out[r];
 }
-
-EM_AVX2 static EM_INLINE void q4_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
-                                        float *out) {
-    q45_k_rows(w, a, stride, nr, n, out, 4);
-}
-
-EM_AVX2 static EM_INLINE void q5_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
-                                        float *out) {
-    q45_k_rows(w, a, stride, nr, n, out, 5);
-}
+ROWS_VARIANT(q4_k_rows, q45_k_rows, 4)
+ROWS_VARIANT(q5_k_rows, q45_k_rows, 5)
 
 /* Q2_K: each 32-element run's 2-bit levels and its pair of group scales decoded once; the min
  * terms per row as scalars, in the single-row kernel's order. */
