@@ -1,7 +1,7 @@
 /*
  * AVX2 multi-row dot products: one weight row against up to four activation rows, for the formats
- * that the forward pass reads (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q4_K, Q5_K,
- * Q6_K, IQ4_XS). The single-row kernels in dot_avx2.c spend
+ * that the forward pass reads (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K,
+ * Q5_K, Q6_K, IQ4_XS). The single-row kernels in dot_avx2.c spend
  * most of their time unpacking the weight block (nibbles, high bits, scales, mins); here each
  * block is unpacked once and applied to every activation row, so a batch of tokens pays for the
  * unpacking once.
@@ -225,6 +225,50 @@ EM_AVX2 static EM_INLINE void q2_k_rows(const uint8_t *w, const uint8_t *a, uint
     UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]) - mins_total[r];
 }
 
+/* Q3_K: the 16 group scales once per block, each 32-element run's 3-bit levels once; each row's
+ * offset (the -4 of every level, through its group sums) as the single-row kernel forms it. */
+EM_AVX2 static EM_INLINE void q3_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                        float *out) {
+    __m256 acc[ROWS_MAX];
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i low2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    for (uint64_t b = 0; b < n / 256; b++, w += 110, a += 292) {
+        int scales[16];
+        for (int g = 0; g < 16; g++) {
+            int lo = (w[96 + g % 8] >> (4 * (g / 8))) & 15, hi = (w[104 + g % 4] >> (2 * (g / 4))) & 3;
+            scales[g] = (lo | (hi << 4)) - 32;
+        }
+        __m256i isum[ROWS_MAX];
+        int offset[ROWS_MAX] = {0, 0, 0, 0};
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            for (int g = 0; g < 16; g++) offset[r] += scales[g] * (int16_t)em_load_u16(a + r * stride + 260 + 2 * g);
+            isum[r] = _mm256_setzero_si256();
+        }
+        const __m256i hmask = load32(w);
+        for (int h = 0; h < 2; h++) {
+            const __m256i qs = load32(w + 32 + 32 * h);
+            for (int k = 0; k < 4; k++) {
+                const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hmask, 4 * h + k), one);
+                const __m256i q =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), low2), _mm256_slli_epi16(high, 2));
+                const int g = 8 * h + 2 * k;
+                const __m256i pair = pair_scales(scales[g], scales[g + 1]);
+                UNROLL_ROWS for (int r = 0; r < nr; r++) {
+                    __m256i p = _mm256_maddubs_epi16(q, load32(a + r * stride + 4 + 128 * h + 32 * k));
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, pair));
+                }
+            }
+        }
+        const float dw = fp16(w + 108);
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            isum[r] = _mm256_sub_epi32(isum[r], _mm256_setr_epi32(4 * offset[r], 0, 0, 0, 0, 0, 0, 0));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * em_load_f32(a + r * stride)), _mm256_cvtepi32_ps(isum[r]),
+                                     acc[r]);
+        }
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
+}
+
 /* IQ4_XS: each 32-element run's levels (IQ4_NL's table) and its 6-bit scale decoded once. */
 EM_AVX2 static EM_INLINE void iq4_xs_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
                                           float *out) {
@@ -393,6 +437,7 @@ ROWS_ENTRY(dot_rows_q5_k, q5_k_rows)
 ROWS_ENTRY(dot_rows_q6_k, q6_k_rows)
 ROWS_ENTRY(dot_rows_iq4_xs, iq4_xs_rows)
 ROWS_ENTRY(dot_rows_q2_k, q2_k_rows)
+ROWS_ENTRY(dot_rows_q3_k, q3_k_rows)
 
 em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
     if (!em_quant_x86_has_avx2()) return NULL;
@@ -412,6 +457,7 @@ em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
     case EM_TYPE_Q6_K: return dot_rows_q6_k;
     case EM_TYPE_IQ4_XS: return dot_rows_iq4_xs;
     case EM_TYPE_Q2_K: return dot_rows_q2_k;
+    case EM_TYPE_Q3_K: return dot_rows_q3_k;
     default: return NULL;
     }
 }
