@@ -140,8 +140,8 @@ em_dot_fn em_dot_kernel(uint32_t weight_type);
  * row t at activation_rows + t * activation_stride bytes): out[t] = em_dot(weight_type, weight_row,
  * row t, n), bitwise equal. Batched work (several tokens per matrix product) calls this so the
  * weight block is unpacked once for up to four activation rows: AVX2 kernels for F32, F16, BF16,
- * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS; other
- * types (IQ3_XXS, TQ1_0, TQ2_0) and CPUs loop over em_dot. Same contract as em_dot otherwise. */
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS and IQ3_XXS;
+ * TQ1_0, TQ2_0 and other CPUs loop over em_dot. Same contract as em_dot otherwise. */
 void em_dot_rows(uint32_t weight_type, const void *weight_row, const void *activation_rows,
                  uint64_t activation_stride, uint32_t n_rows, uint64_t n, float *out);
 

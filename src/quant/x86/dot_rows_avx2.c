@@ -1,7 +1,7 @@
 /*
  * AVX2 multi-row dot products: one weight row against up to four activation rows, for the formats
  * that the forward pass reads (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K,
- * Q5_K, Q6_K, IQ4_XS). The single-row kernels in dot_avx2.c spend
+ * Q5_K, Q6_K, IQ4_XS, IQ3_XXS). The single-row kernels in dot_avx2.c spend
  * most of their time unpacking the weight block (nibbles, high bits, scales, mins); here each
  * block is unpacked once and applied to every activation row, so a batch of tokens pays for the
  * unpacking once.
@@ -269,6 +269,44 @@ EM_AVX2 static EM_INLINE void q3_k_rows(const uint8_t *w, const uint8_t *a, uint
     UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
 }
 
+/* IQ3_XXS: each 32-element run's grid magnitudes, signs and scale decoded once; the signs go onto
+ * each row's activations as in the single-row kernel. */
+EM_AVX2 static EM_INLINE void iq3_xxs_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                           float *out) {
+    __m256 acc[ROWS_MAX];
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i one = _mm256_set1_epi8(1);
+    for (uint64_t b = 0; b < n / 256; b++, w += 98, a += 292) {
+        __m256i isum[ROWS_MAX];
+        UNROLL_ROWS for (int r = 0; r < nr; r++) isum[r] = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t *q = w + 2 + 8 * ib;
+            const uint32_t aux = em_load_u32(w + 66 + 4 * ib);
+            const __m256i mag = _mm256_setr_epi32((int)em_iq3xxs_grid[q[0]], (int)em_iq3xxs_grid[q[1]],
+                                                  (int)em_iq3xxs_grid[q[2]], (int)em_iq3xxs_grid[q[3]],
+                                                  (int)em_iq3xxs_grid[q[4]], (int)em_iq3xxs_grid[q[5]],
+                                                  (int)em_iq3xxs_grid[q[6]], (int)em_iq3xxs_grid[q[7]]);
+            /* four 7-bit groups into four bytes, then each byte's parity into its top bit */
+            uint32_t signs = (aux & 0x7f) | ((aux << 1) & 0x7f00) | ((aux << 2) & 0x7f0000) | ((aux << 3) & 0x7f000000);
+            uint32_t parity = signs ^ (signs >> 4);
+            parity ^= parity >> 2;
+            parity ^= parity >> 1;
+            signs |= (parity & 0x01010101u) << 7;
+            const __m256i sign = _mm256_or_si256(bits_to_bytes(signs), one); /* -1 or +1 per byte */
+            const __m256i scale = _mm256_set1_epi16((int16_t)(2 * (aux >> 28) + 1));
+            UNROLL_ROWS for (int r = 0; r < nr; r++) {
+                __m256i q8 = _mm256_sign_epi8(load32(a + r * stride + 4 + 32 * ib), sign);
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, q8), scale));
+            }
+        }
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            float d = fp16(w) * em_load_f32(a + r * stride) * 0.25f;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+        }
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
+}
+
 /* IQ4_XS: each 32-element run's levels (IQ4_NL's table) and its 6-bit scale decoded once. */
 EM_AVX2 static EM_INLINE void iq4_xs_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
                                           float *out) {
@@ -438,6 +476,7 @@ ROWS_ENTRY(dot_rows_q6_k, q6_k_rows)
 ROWS_ENTRY(dot_rows_iq4_xs, iq4_xs_rows)
 ROWS_ENTRY(dot_rows_q2_k, q2_k_rows)
 ROWS_ENTRY(dot_rows_q3_k, q3_k_rows)
+ROWS_ENTRY(dot_rows_iq3_xxs, iq3_xxs_rows)
 
 em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
     if (!em_quant_x86_has_avx2()) return NULL;
@@ -458,6 +497,7 @@ em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type) {
     case EM_TYPE_IQ4_XS: return dot_rows_iq4_xs;
     case EM_TYPE_Q2_K: return dot_rows_q2_k;
     case EM_TYPE_Q3_K: return dot_rows_q3_k;
+    case EM_TYPE_IQ3_XXS: return dot_rows_iq3_xxs;
     default: return NULL;
     }
 }
