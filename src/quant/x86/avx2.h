@@ -61,6 +61,24 @@ EM_AVX2 static inline __m256i fifth_bits(const uint8_t *qh) {
     return _mm256_and_si256(bits_to_bytes(em_load_u32(qh)), _mm256_set1_epi8(0x10));
 }
 
+/* IQ3_XXS, one 32-element run: the magnitudes of its eight grid points (q: their 8 indices) and
+ * its signs as -1 or +1 per byte (aux: four 7-bit sign groups, each byte's eighth sign the parity
+ * of its seven). */
+EM_AVX2 static inline __m256i iq3xxs_magnitudes(const uint8_t *q) {
+    return _mm256_setr_epi32((int)em_iq3xxs_grid[q[0]], (int)em_iq3xxs_grid[q[1]], (int)em_iq3xxs_grid[q[2]],
+                             (int)em_iq3xxs_grid[q[3]], (int)em_iq3xxs_grid[q[4]], (int)em_iq3xxs_grid[q[5]],
+                             (int)em_iq3xxs_grid[q[6]], (int)em_iq3xxs_grid[q[7]]);
+}
+
+EM_AVX2 static inline __m256i iq3xxs_signs(uint32_t aux) {
+    uint32_t signs = (aux & 0x7f) | ((aux << 1) & 0x7f00) | ((aux << 2) & 0x7f0000) | ((aux << 3) & 0x7f000000);
+    uint32_t parity = signs ^ (signs >> 4);
+    parity ^= parity >> 2;
+    parity ^= parity >> 1;
+    signs |= (parity & 0x01010101u) << 7;
+    return _mm256_or_si256(bits_to_bytes(signs), _mm256_set1_epi8(1));
+}
+
 /* The 16 signed levels of a non-linear 4-bit format, in both 128-bit lanes, for byte shuffles. */
 EM_AVX2 static inline __m256i level_table(const int8_t *levels) {
     __m128i t = _mm_loadu_si128((const __m128i *)levels);

@@ -327,23 +327,11 @@ EM_AVX2 static float dot_iq4_xs(const void *wv, const void *av, uint64_t n) {
 EM_AVX2 static float dot_iq3_xxs(const void *wv, const void *av, uint64_t n) {
     const uint8_t *w = wv, *a = av;
     __m256 acc = _mm256_setzero_ps();
-    const __m256i one = _mm256_set1_epi8(1);
     for (uint64_t b = 0; b < n / 256; b++, w += 98, a += 292) {
         __m256i isum = _mm256_setzero_si256();
         for (int ib = 0; ib < 8; ib++) {
-            const uint8_t *q = w + 2 + 8 * ib;
             uint32_t aux = em_load_u32(w + 66 + 4 * ib);
-            __m256i mag = _mm256_setr_epi32((int)em_iq3xxs_grid[q[0]], (int)em_iq3xxs_grid[q[1]],
-                                            (int)em_iq3xxs_grid[q[2]], (int)em_iq3xxs_grid[q[3]],
-                                            (int)em_iq3xxs_grid[q[4]], (int)em_iq3xxs_grid[q[5]],
-                                            (int)em_iq3xxs_grid[q[6]], (int)em_iq3xxs_grid[q[7]]);
-            /* four 7-bit groups into four bytes, then each byte's parity into its top bit */
-            uint32_t signs = (aux & 0x7f) | ((aux << 1) & 0x7f00) | ((aux << 2) & 0x7f0000) | ((aux << 3) & 0x7f000000);
-            uint32_t parity = signs ^ (signs >> 4);
-            parity ^= parity >> 2;
-            parity ^= parity >> 1;
-            signs |= (parity & 0x01010101u) << 7;
-            __m256i sign = _mm256_or_si256(bits_to_bytes(signs), one); /* -1 or +1 per byte */
+            __m256i mag = iq3xxs_magnitudes(w + 2 + 8 * ib), sign = iq3xxs_signs(aux);
             __m256i q8 = _mm256_sign_epi8(load32(a + 4 + 32 * ib), sign);
             __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, q8), _mm256_set1_epi16((int16_t)(2 * (aux >> 28) + 1)));
             isum = _mm256_add_epi32(isum, p);
