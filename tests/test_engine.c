@@ -97,8 +97,8 @@ typedef struct result {
     ember_timings timings;
 } result;
 
-static ember_request *submit_ids(ember_engine *e, const int32_t *prompt, uint32_t n, int max_tokens, float temp,
-                                 uint64_t seed) {
+/* A request for `prompt` that ignores end-of-generation tokens (runs to max_tokens). */
+static ember_request_params ids_params(const int32_t *prompt, uint32_t n, int max_tokens, float temp, uint64_t seed) {
     ember_request_params p;
     ember_request_default(&p);
     p.prompt_ids = prompt;
@@ -107,10 +107,20 @@ static ember_request *submit_ids(ember_engine *e, const int32_t *prompt, uint32_
     p.sampling.temperature = temp;
     p.sampling.seed = seed;
     p.ignore_eos = true;
+    return p;
+}
+
+static ember_request *submit_params(ember_engine *e, const ember_request_params *p) {
     ember_request *r;
-    ember_error *err = ember_submit(e, &p, &r);
+    ember_error *err = ember_submit(e, p, &r);
     if (err) fail_msg("submit: %s", ember_error_message(err));
     return r;
+}
+
+static ember_request *submit_ids(ember_engine *e, const int32_t *prompt, uint32_t n, int max_tokens, float temp,
+                                 uint64_t seed) {
+    ember_request_params p = ids_params(prompt, n, max_tokens, temp, seed);
+    return submit_params(e, &p);
 }
 
 /* Reads a request until it ends; returns how it ended (output discarded). */
@@ -598,22 +608,12 @@ static void test_backend_pick_equals_rule(void **state) {
 }
 
 static ember_request *submit_sampled(ember_engine *e, const int32_t *prompt, uint32_t n, uint64_t seed, int logprobs) {
-    ember_request_params p;
-    ember_request_default(&p);
-    p.prompt_ids = prompt;
-    p.n_prompt_ids = n;
-    p.max_tokens = 16;
-    p.sampling.temperature = 0.9f;
+    ember_request_params p = ids_params(prompt, n, 16, 0.9f, seed);
     p.sampling.top_k = 30;
     p.sampling.top_p = 0.95f;
     p.sampling.min_p = 0.01f;
-    p.sampling.seed = seed;
     p.sampling.logprobs = logprobs;
-    p.ignore_eos = true;
-    ember_request *r;
-    ember_error *err = ember_submit(e, &p, &r);
-    if (err) fail_msg("submit: %s", ember_error_message(err));
-    return r;
+    return submit_params(e, &p);
 }
 
 /* Seeded requests give the same tokens whether the backend picked them (plain requests) or the

@@ -37,6 +37,14 @@ EM_AVX2 static inline __m256i pair_scales(int first, int second) {
     return _mm256_set_m128i(_mm_set1_epi16((int16_t)second), _mm_set1_epi16((int16_t)first));
 }
 
+/* Q3_K's 16 group scales (six bits, less 32) from the block's scale bytes at w + 96. */
+static inline void q3_k_scales(const uint8_t *w, int scales[16]) {
+    for (int g = 0; g < 16; g++) {
+        int lo = (w[96 + g % 8] >> (4 * (g / 8))) & 15, hi = (w[104 + g % 4] >> (2 * (g / 4))) & 3;
+        scales[g] = (lo | (hi << 4)) - 32;
+    }
+}
+
 /* Sum of 32 signed bytes, as 8 int32 lanes (for the min terms of the affine formats). */
 EM_AVX2 static inline __m256i sum_i8(__m256i a) { return dot_u8_i8(_mm256_set1_epi8(1), a); }
 

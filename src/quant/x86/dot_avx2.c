@@ -257,11 +257,8 @@ EM_AVX2 static float dot_q3_k(const void *wv, const void *av, uint64_t n) {
     const __m256i low2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     for (uint64_t b = 0; b < n / 256; b++, w += 110, a += 292) {
         int scales[16], offset = 0;
-        for (int g = 0; g < 16; g++) {
-            int lo = (w[96 + g % 8] >> (4 * (g / 8))) & 15, hi = (w[104 + g % 4] >> (2 * (g / 4))) & 3;
-            scales[g] = (lo | (hi << 4)) - 32;
-            offset += scales[g] * (int16_t)em_load_u16(a + 260 + 2 * g);
-        }
+        q3_k_scales(w, scales);
+        for (int g = 0; g < 16; g++) offset += scales[g] * (int16_t)em_load_u16(a + 260 + 2 * g);
         __m256i hmask = load32(w), isum = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             __m256i qs = load32(w + 32 + 32 * h);

@@ -234,10 +234,7 @@ EM_AVX2 static EM_INLINE void q3_k_rows(const uint8_t *w, const uint8_t *a, uint
     const __m256i low2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     for (uint64_t b = 0; b < n / 256; b++, w += 110, a += 292) {
         int scales[16];
-        for (int g = 0; g < 16; g++) {
-            int lo = (w[96 + g % 8] >> (4 * (g / 8))) & 15, hi = (w[104 + g % 4] >> (2 * (g / 4))) & 3;
-            scales[g] = (lo | (hi << 4)) - 32;
-        }
+        q3_k_scales(w, scales);
         __m256i isum[ROWS_MAX];
         int offset[ROWS_MAX] = {0, 0, 0, 0};
         UNROLL_ROWS for (int r = 0; r < nr; r++) {
