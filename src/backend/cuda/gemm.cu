@@ -56,30 +56,13 @@ extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
 #define GM_PARTS EM_CUDA_PARTS
 
 /* As matvec.cu's mv_part: global rows [begin, end) belong to this part. */
-typedef struct gm_args {
-    cuda_part part[GM_PARTS];
-    uint32_t n_parts;
-    uint64_t mat_bytes; /* MoE: bytes of one expert's matrix */
-    uint32_t rows, cols;
-    const float *x;
-    uint64_t x_stride;
-    const uint32_t *x_index;
-    uint32_t n_items;
-    const uint32_t *counts, *starts;
-    int act;
-    bool accumulate;
-} gm_args;
+typedef cuda_product_args gm_args;
 
 /* Set once, by the first em_cuda_gemm, when the lattice is in this file's constant memory and the
  * pipelined kernels may use their shared memory. Process state like the constant memory itself;
  * a race only does the same work twice. */
 static bool gm_prepared;
 
-/* The part of global row r, by comparisons (a run-time index into the parameters would copy them
- * to local memory). */
-__device__ __forceinline__ int gm_part_of(const gm_args &a, uint32_t r) {
-    return a.n_parts > 1 && r >= a.part[0].end ? (a.n_parts > 2 && r >= a.part[1].end ? 2 : 1) : 0;
-}
 #define GM_PART(pi, f) ((pi) == 0 ? a.part[0].f : (pi) == 1 ? a.part[1].f : a.part[2].f)
 
 __device__ __forceinline__ void gm_ldmatrix_x4(uint32_t r[4], const uint16_t *p) {
@@ -130,7 +113,7 @@ __device__ __forceinline__ void gm_store(const gm_args &a, const float (&acc)[4]
                 const uint32_t r = GLU ? row0 + (warp_row + 16 * m) / 2 + (lane >> 2)
                                        : row0 + warp_row + 16 * m + 8 * h + (lane >> 2);
                 if (r >= a.rows) continue;
-                const int pi = gm_part_of(a, r);
+                const int pi = em_cuda_part_of(a, r);
                 float *y = GM_PART(pi, y) + (r - GM_PART(pi, begin));
                 const uint64_t y_stride = GM_PART(pi, y_stride);
 #pragma unroll
@@ -156,10 +139,42 @@ __device__ __forceinline__ void gm_weight_rows(const gm_args &a, uint32_t row0, 
         const uint32_t r = GLU ? row0 + (s >> 4) * 8 + (s & 7) : row0 + s;
         wrow[j] = NULL;
         if (r < a.rows) {
-            const int pi = gm_part_of(a, r);
+            const int pi = em_cuda_part_of(a, r);
             const uint8_t *base = GLU && (s >> 3) & 1 ? GM_PART(pi, w2) : GM_PART(pi, w);
             wrow[j] = base + mat_offset + (uint64_t)(r - GM_PART(pi, begin)) * GM_PART(pi, row_bytes);
         }
+    }
+}
+
+/* What a block of either kernel works on: its expert's items [start, start + count), its output
+ * rows from row0, and this thread's two weight rows. Waits for the previous kernel first, and
+ * copies the IQ3_XXS lattice into `grid` (shared memory) for that type. */
+typedef struct gm_block {
+    uint32_t count, start, row0;
+    const uint8_t *wrow[2];
+} gm_block;
+
+template <int TYPE, bool GLU> __device__ __forceinline__ gm_block gm_block_begin(const gm_args &a, uint32_t *grid) {
+    em_pdl_wait();
+    if (TYPE == EM_TYPE_IQ3_XXS) grid[threadIdx.x] = em_cuda_iq3xxs_grid[threadIdx.x];
+    const uint32_t e = blockIdx.z;
+    gm_block k;
+    k.count = a.counts ? a.counts[e] : a.n_items;
+    k.start = a.starts ? a.starts[e] : 0;
+    k.row0 = blockIdx.x * (GLU ? 64 : GM_ROWS);
+    gm_weight_rows<GLU>(a, k.row0, a.counts ? e * a.mat_bytes : 0, k.wrow);
+    if (TYPE == EM_TYPE_IQ3_XXS) __syncthreads();
+    return k;
+}
+
+/* This thread's XL activation rows of the item tile at t0 (NULL past the block's items). */
+template <int XL>
+__device__ __forceinline__ void gm_item_rows(const gm_args &a, const gm_block &k, uint32_t t0, const float *xrow[XL]) {
+#pragma unroll
+    for (int j = 0; j < XL; j++) {
+        const uint32_t i = t0 + ((threadIdx.x + GM_THREADS * j) >> 3);
+        xrow[j] = NULL;
+        if (i < k.count) xrow[j] = a.x + (uint64_t)(a.x_index ? a.x_index[k.start + i] : k.start + i) * a.x_stride;
     }
 }
 
@@ -167,35 +182,20 @@ __device__ __forceinline__ void gm_weight_rows(const gm_args &a, uint32_t row0, 
 template <int TYPE, int ITEMS, bool GLU> __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_kernel(gm_args a) {
     constexpr int XL = ITEMS / 32;    /* activation loads per thread per step */
     constexpr int NT = ITEMS / 32;    /* 8-item mma columns per warp */
-    constexpr int OUT = GLU ? 64 : GM_ROWS;
     __shared__ __align__(16) uint16_t sw[2][GM_ROWS * GM_LD];
     __shared__ __align__(16) uint16_t sx[2][ITEMS * GM_LD];
     __shared__ uint32_t grid[TYPE == EM_TYPE_IQ3_XXS ? 256 : 1];
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const uint32_t warp_row = (warp >> 2) * 64, warp_item = (warp & 3) * (ITEMS / 4);
-    em_pdl_wait();
-    if (TYPE == EM_TYPE_IQ3_XXS) grid[tid] = em_cuda_iq3xxs_grid[tid];
-    const uint32_t e = blockIdx.z;
-    const uint32_t count = a.counts ? a.counts[e] : a.n_items;
-    const uint32_t start = a.starts ? a.starts[e] : 0;
-    const uint64_t mat_offset = a.counts ? e * a.mat_bytes : 0;
-    const uint32_t row0 = blockIdx.x * OUT;
-
-    /* this thread's two weight rows and its column group in a step */
-    const uint8_t *wrow[2];
-    gm_weight_rows<GLU>(a, row0, mat_offset, wrow);
-    const uint32_t wgroup = tid & 3;
+    const gm_block k = gm_block_begin<TYPE, GLU>(a, grid);
+    const uint8_t *const *wrow = k.wrow;
+    const uint32_t count = k.count, start = k.start, row0 = k.row0;
+    const uint32_t wgroup = tid & 3; /* this thread's column group in a step */
     const uint32_t n_steps = a.cols / GM_K;
-    if (TYPE == EM_TYPE_IQ3_XXS) __syncthreads();
 
     for (uint32_t t0 = blockIdx.y * ITEMS; t0 < count; t0 += gridDim.y * ITEMS) {
         const float *xrow[XL];
-#pragma unroll
-        for (int j = 0; j < XL; j++) {
-            const uint32_t i = t0 + ((tid + GM_THREADS * j) >> 3);
-            xrow[j] = NULL;
-            if (i < count) xrow[j] = a.x + (uint64_t)(a.x_index ? a.x_index[start + i] : start + i) * a.x_stride;
-        }
+        gm_item_rows<XL>(a, k, t0, xrow);
         const uint32_t xquad = tid & 7;
 
         uint4 wreg[2];
@@ -297,7 +297,6 @@ template <int PENDING> __device__ __forceinline__ void gm_cp_wait(void) {
 template <int TYPE, int ITEMS, bool GLU>
 __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelined_kernel(gm_args a) {
     constexpr int XL = ITEMS / 32, NT = ITEMS / 32;
-    constexpr int OUT = GLU ? 64 : GM_ROWS;
     constexpr bool ASYNC_W = TYPE == EM_TYPE_BF16;
     extern __shared__ __align__(16) uint8_t gm_smem[];
     uint16_t *sw = (uint16_t *)gm_smem;                                     /* [stage][row][GM_LD] */
@@ -305,28 +304,15 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
     uint32_t *grid = (uint32_t *)(gm_smem + GM_STAGES * (GM_ROWS * GM_LD * 2 + ITEMS * GM_XLD * 4));
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const uint32_t warp_row = (warp >> 2) * 64, warp_item = (warp & 3) * (ITEMS / 4);
-    em_pdl_wait();
-    if (TYPE == EM_TYPE_IQ3_XXS) grid[tid] = em_cuda_iq3xxs_grid[tid];
-    const uint32_t e = blockIdx.z;
-    const uint32_t count = a.counts ? a.counts[e] : a.n_items;
-    const uint32_t start = a.starts ? a.starts[e] : 0;
-    const uint64_t mat_offset = a.counts ? e * a.mat_bytes : 0;
-    const uint32_t row0 = blockIdx.x * OUT;
-
-    const uint8_t *wrow[2];
-    gm_weight_rows<GLU>(a, row0, mat_offset, wrow);
+    const gm_block k = gm_block_begin<TYPE, GLU>(a, grid);
+    const uint8_t *const *wrow = k.wrow;
+    const uint32_t count = k.count, start = k.start, row0 = k.row0;
     const uint32_t wgroup = tid & 3, xquad = tid & 7;
     const uint32_t n_steps = a.cols / GM_K;
-    if (TYPE == EM_TYPE_IQ3_XXS) __syncthreads();
 
     for (uint32_t t0 = blockIdx.y * ITEMS; t0 < count; t0 += gridDim.y * ITEMS) {
         const float *xrow[XL];
-#pragma unroll
-        for (int j = 0; j < XL; j++) {
-            const uint32_t i = t0 + ((tid + GM_THREADS * j) >> 3);
-            xrow[j] = NULL;
-            if (i < count) xrow[j] = a.x + (uint64_t)(a.x_index ? a.x_index[start + i] : start + i) * a.x_stride;
-        }
+        gm_item_rows<XL>(a, k, t0, xrow);
         /* one commit group per step (empty past the end, so the group count stays uniform) */
         auto issue = [&](uint32_t step) {
             if (step < n_steps) {
@@ -578,21 +564,9 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
         gm_prepared = true;
     }
     gm_args a = {};
-    uint32_t rows;
-    em_err err = em_cuda_parts(mv, a.part, &rows);
+    em_err err = em_cuda_product_args(b, mv, &a);
     if (err) return err;
-    a.n_parts = n_parts;
-    a.mat_bytes = (uint64_t)w->rows * w->row_bytes;
-    a.rows = rows;
-    a.cols = w->cols;
-    a.x = mv->x;
-    a.x_stride = mv->x_stride;
-    a.x_index = mv->x_index;
-    a.n_items = mv->n_items;
-    a.counts = mv->counts;
-    a.starts = mv->starts;
-    a.act = b->d->act;
-    a.accumulate = mv->accumulate;
+    const uint32_t rows = a.rows;
     if (!items) items = gm_pick_items(b, mv, rows);
     const uint32_t out = mv->up ? 64 : GM_ROWS;
     const uint32_t item_tiles = (mv->n_items + items - 1) / items;

@@ -229,9 +229,31 @@ typedef struct cuda_part {
 } cuda_part;
 #define EM_CUDA_PARTS 3
 
-/* The parts of a descriptor (matvec.cu and gemm.cu), checked: the same type and width for all,
- * the up matrix shaped like the gate. *rows: of all parts together. */
-em_err em_cuda_parts(const cuda_matvec *mv, cuda_part part[EM_CUDA_PARTS], uint32_t *rows);
+/* What every product kernel takes from a cuda_matvec; matvec.cu and gemm.cu pass it, extended
+ * with their own fields, as their kernels' argument. */
+struct cuda_product_args {
+    cuda_part part[EM_CUDA_PARTS];
+    uint32_t n_parts;
+    uint64_t mat_bytes;  /* MoE: bytes of one expert's matrix */
+    uint32_t rows, cols; /* rows: of all parts together */
+    const float *x;
+    uint64_t x_stride;
+    const uint32_t *x_index;
+    uint32_t n_items;
+    const uint32_t *counts, *starts;
+    int act;             /* with a gated unit: EM_ACT_SWIGLU or EM_ACT_GEGLU */
+    bool accumulate;
+};
+
+/* The part of launch row r, by comparisons (a run-time index into the kernel parameters would copy
+ * them to local memory). */
+__device__ __forceinline__ int em_cuda_part_of(const cuda_product_args &a, uint32_t r) {
+    return a.n_parts > 1 && r >= a.part[0].end ? (a.n_parts > 2 && r >= a.part[1].end ? 2 : 1) : 0;
+}
+
+/* Fills *a from the descriptor, checked: every part of W's type and width, the up matrix shaped
+ * like the gate. */
+em_err em_cuda_product_args(const cuda_backend *b, const cuda_matvec *mv, cuda_product_args *a);
 bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b);
 /* x = the batch's token embeddings; with norm_w also xw = x * norm_w and b->ss (one partial per
  * token, b->ss_n = 1): the producer of the first layer's fused norm. */

@@ -30,19 +30,9 @@ extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c: the IQ3_XXS 
 #define MV_PARTS EM_CUDA_PARTS
 
 
-typedef struct mv_args {
-    cuda_part part[MV_PARTS];
-    uint32_t n_parts;
-    uint64_t mat_bytes;    /* MoE: bytes of one expert's matrix */
-    uint32_t rows, groups; /* rows: of all parts together; groups: cols / 8 */
-    const float *x;
-    uint64_t x_stride;
-    const uint32_t *x_index;
-    uint32_t n_items;
-    const uint32_t *counts, *starts;
+struct mv_args : cuda_product_args {
+    uint32_t groups;       /* cols / 8 */
     const uint32_t *active, *n_active; /* MoE: grid row -> expert, and how many grid rows have one */
-    int act;               /* with w2: EM_ACT_SWIGLU or EM_ACT_GEGLU */
-    bool accumulate;
     uint32_t ks;           /* warps that share a row, each summing a slice of it (1, 2 or 4) */
     /* fused norms (internal.cuh: cuda_matvec) */
     const float *norm_ss;  /* FOLD: the producer's partial sums of squares */
@@ -51,7 +41,7 @@ typedef struct mv_args {
     float *next_xw, *next_ss;
     float eps;
     bool plus_one;
-} mv_args;
+};
 
 /* The activation of the gated unit, exactly as ops.cu's glu_kernel computes it. */
 __device__ __forceinline__ float mv_glu(float g, float u, int act) {
@@ -99,17 +89,11 @@ __device__ __forceinline__ void mv_step(const uint8_t *const w[RW], const uint8_
         }
 }
 
-/* Each warp computes RW rows for NT items at a time (grid-stride over rows), lanes walking the
- * rows' 8-element groups. GLU: each row of w is paired with the same row of w2 and the warp
- * writes act(w row · x) * (w2 row · x). FOLD: X is x * norm weights and each item's result is
- * scaled by its RMS factor, from the partial sums of squares its producer left (cuda_matvec).
- * A producer (a.next_ss) also writes Y * next norm weights and its blocks' partial sums of Y^2. */
 /* Where global row `grow` lives: its weights (and up-matrix weights), its output column and the
- * output's item stride. The part is picked by comparisons (a run-time index into the parameters
- * would copy them to local memory). */
+ * output's item stride. */
 __device__ __forceinline__ void mv_row(const mv_args &a, uint32_t grow, uint64_t mat_offset, const uint8_t **w,
                                        const uint8_t **w2, float **y, uint64_t *ys) {
-    const int pi = a.n_parts > 1 && grow >= a.part[0].end ? (a.n_parts > 2 && grow >= a.part[1].end ? 2 : 1) : 0;
+    const int pi = em_cuda_part_of(a, grow);
 #define MV_PART(f) (pi == 0 ? a.part[0].f : pi == 1 ? a.part[1].f : a.part[2].f)
     const uint32_t row = grow - MV_PART(begin);
     const uint64_t offset = mat_offset + row * MV_PART(row_bytes);
@@ -143,6 +127,11 @@ template <int RW, bool GLU> __device__ __forceinline__ void mv_prefetch(const mv
     }
 }
 
+/* Each warp computes RW rows for NT items at a time (grid-stride over rows), lanes walking the
+ * rows' 8-element groups. GLU: each row of w is paired with the same row of w2 and the warp
+ * writes act(w row · x) * (w2 row · x). FOLD: X is x * norm weights and each item's result is
+ * scaled by its RMS factor, from the partial sums of squares its producer left (cuda_matvec).
+ * A producer (a.next_ss) also writes Y * next norm weights and its blocks' partial sums of Y^2. */
 template <int TYPE, int NT, int RW, bool GLU, bool FOLD>
 __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(mv_args a) {
     mv_prefetch<RW, GLU>(a);
@@ -313,20 +302,32 @@ bool em_cuda_type_supported(uint32_t type) {
     }
 }
 
-em_err em_cuda_parts(const cuda_matvec *mv, cuda_part part[EM_CUDA_PARTS], uint32_t *rows) {
+em_err em_cuda_product_args(const cuda_backend *b, const cuda_matvec *mv, cuda_product_args *a) {
     const cuda_weight *w = mv->w;
     const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
     if (mv->up && (mv->up->type != w->type || mv->up->cols != w->cols || mv->up->rows != w->rows))
         return em_errorf(EM_ERR_INTERNAL, "cuda product: gate and up matrices differ in type or shape");
-    *rows = 0;
+    if (n_parts > EM_CUDA_PARTS) return em_errorf(EM_ERR_INTERNAL, "cuda product: %u parts", n_parts);
+    a->rows = 0;
     for (uint32_t i = 0; i < n_parts; i++) {
         const cuda_weight *wi = i == 0 ? w : mv->more[i - 1].w;
         if (wi->type != w->type || wi->cols != w->cols)
             return em_errorf(EM_ERR_INTERNAL, "cuda product: fused matrices differ in type or width");
-        part[i] = cuda_part{wi->data, mv->up ? mv->up->data : NULL, wi->row_bytes, *rows, *rows + wi->rows,
-                            i == 0 ? mv->y : mv->more[i - 1].y, i == 0 ? mv->y_stride : mv->more[i - 1].y_stride};
-        *rows += wi->rows;
+        a->part[i] = cuda_part{wi->data, mv->up ? mv->up->data : NULL, wi->row_bytes, a->rows, a->rows + wi->rows,
+                               i == 0 ? mv->y : mv->more[i - 1].y, i == 0 ? mv->y_stride : mv->more[i - 1].y_stride};
+        a->rows += wi->rows;
     }
+    a->n_parts = n_parts;
+    a->mat_bytes = (uint64_t)w->rows * w->row_bytes;
+    a->cols = w->cols;
+    a->x = mv->x;
+    a->x_stride = mv->x_stride;
+    a->x_index = mv->x_index;
+    a->n_items = mv->n_items;
+    a->counts = mv->counts;
+    a->starts = mv->starts;
+    a->act = b->d->act;
+    a->accumulate = mv->accumulate;
     return NULL;
 }
 
@@ -349,23 +350,12 @@ em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
     if (mv->next_norm_w && (n_parts > 1 || !mv->accumulate || w->rows != b->d->n_embd))
         return em_errorf(EM_ERR_INTERNAL, "cuda matvec: a norm producer must add into x");
     mv_args a = {};
-    uint32_t rows;
-    em_err err = em_cuda_parts(mv, a.part, &rows);
+    em_err err = em_cuda_product_args(b, mv, &a);
     if (err) return err;
-    a.n_parts = n_parts;
-    a.mat_bytes = (uint64_t)w->rows * w->row_bytes;
-    a.rows = rows;
+    const uint32_t rows = a.rows;
     a.groups = w->cols / 8;
-    a.x = mv->x;
-    a.x_stride = mv->x_stride;
-    a.x_index = mv->x_index;
-    a.n_items = mv->n_items;
-    a.counts = mv->counts;
-    a.starts = mv->starts;
     a.active = mv->active;
     a.n_active = mv->n_active;
-    a.act = b->d->act;
-    a.accumulate = mv->accumulate;
     a.norm_ss = mv->norm_ss;
     a.norm_n = mv->norm_n;
     a.ss_stride = b->ss_stride;
