@@ -14,17 +14,9 @@ fail() { echo "FAIL: $*"; exit 1; }
   fail "ember synth: $(tail -5 "$work/synth.log")"
 
 log=$work/serve.log
-"$ember" serve -m "$model" --port 0 --api-key sk-ember --ctx 256 --max-body 65536 --device cpu >"$log" 2>&1 &
-pid=$!
-trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null' EXIT
-url=
-for _ in $(seq 1200); do
-  url=$(sed -n 's|^ember serve: listening on \(http://[^ ]*\) .*|\1|p' "$log")
-  [ -n "$url" ] && break
-  kill -0 "$pid" 2>/dev/null || fail "ember serve exited before it was ready: $(tail -5 "$log")"
-  sleep 0.1
-done
-[ -n "$url" ] || fail "ember serve printed no ready line within 120 s: $(tail -5 "$log")"
+. "$here/../../tools/serve_lib.sh"
+start_server "$log" "$ember" serve -m "$model" --port 0 --api-key sk-ember --ctx 256 --max-body 65536 --device cpu ||
+  fail "ember serve did not start"
 
 status=0
 bash "$js/run.sh" "$url" tiny-llama sk-ember "$work" || status=1

@@ -16,17 +16,9 @@ command -v node >/dev/null || fail "node is needed"
 [ -s "$model" ] || "$ember" synth --preset tiny-llama --type f32 --vocab "$fixtures/vocab/ggml-vocab-llama-spm.gguf" -o "$model" >"$work/synth.log" 2>&1 ||
   fail "ember synth: $(tail -5 "$work/synth.log")"
 log=$work/load.log
-"$ember" serve -m "$model" --port 0 --api-key sk-load --ctx 1024 --device cpu >"$log" 2>&1 &
-pid=$!
-trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null' EXIT
-url=
-for _ in $(seq 1200); do
-  url=$(sed -n 's|^ember serve: listening on \(http://[^ ]*\) .*|\1|p' "$log")
-  [ -n "$url" ] && break
-  kill -0 "$pid" 2>/dev/null || fail "ember serve exited: $(tail -5 "$log")"
-  sleep 0.1
-done
-[ -n "$url" ] || fail "no ready line"
+. "$here/../../tools/serve_lib.sh"
+start_server "$log" "$ember" serve -m "$model" --port 0 --api-key sk-load --ctx 1024 --device cpu ||
+  fail "ember serve did not start"
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$pid/status"; }
 cp "$js"/*.mjs "$work"/
 # warm-up: one short round, so that allocator pools and the prefix cache reach their working size
