@@ -7,6 +7,12 @@ if (!baseURL || !model || !apiKey) {
 }
 
 const results = [];
+let finished = false;
+// A test whose promise never settles ends the script silently once nothing else is pending (exit
+// code 13): say so, so that the failure has a name.
+process.on('exit', (code) => {
+  if (!finished) console.log(`FAIL the script ended before its tests did (exit code ${code}), after ${results.length} tests`);
+});
 export async function test(name, fn) {
   try {
     await fn();
@@ -19,6 +25,7 @@ export async function test(name, fn) {
 }
 
 export function finish() {
+  finished = true;
   const failed = results.filter(([, err]) => err);
   console.log(`${results.length - failed.length}/${results.length} passed`);
   process.exit(failed.length ? 1 : 0);
