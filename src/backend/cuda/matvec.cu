@@ -155,15 +155,30 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(mv_args a) {
             const uint64_t xrow = a.x_index ? a.x_index[i] : i;
             x[t] = a.x + xrow * a.x_stride;
             scale[t] = 1.0f, ssum[t] = 0.0f;
-            if (FOLD) {
-                /* every warp sums the partials in the same order: the same factor everywhere */
-                const float *part = a.norm_ss + xrow * a.ss_stride;
-                float sq = 0.0f;
-                for (uint32_t k = lane; k < a.norm_n; k += 32) sq += part[k];
+        }
+        if (FOLD) {
+            /* the chunk's RMS factors, once per block (not once per warp: the partials would be
+             * read eight times over): the threads sum the producer's partials in a fixed order,
+             * the same in every block, so every block gets the same factors */
+            __shared__ float fold_part[MV_WARPS][8], fold_scale[8];
 #pragma unroll
-                for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
-                scale[t] = rsqrtf(sq / (8 * a.groups) + a.eps);
+            for (int t = 0; t < NT; t++) {
+                const uint32_t i = start + min(c + t, count - 1);
+                const float *part = a.norm_ss + (uint64_t)(a.x_index ? a.x_index[i] : i) * a.ss_stride;
+                float sq = 0.0f;
+                for (uint32_t k = threadIdx.x; k < a.norm_n; k += MV_THREADS) sq += part[k];
+                sq = em_warp_sum(sq);
+                if (lane == 0) fold_part[warp][t] = sq;
             }
+            __syncthreads();
+            if (threadIdx.x < NT) {
+                float total = 0.0f;
+                for (int w = 0; w < MV_WARPS; w++) total += fold_part[w][threadIdx.x];
+                fold_scale[threadIdx.x] = rsqrtf(total / (8 * a.groups) + a.eps);
+            }
+            __syncthreads();
+#pragma unroll
+            for (int t = 0; t < NT; t++) scale[t] = fold_scale[t];
         }
         /* the block's warps form MV_WARPS / ks row sets of ks warps, each warp of a set taking a
          * slice of the row (whole multiples of 32 groups); all warps loop the same number of times */
