@@ -40,8 +40,9 @@ typedef struct ember_options {
     const char *model_path; /* GGUF file (required) */
     const char *device;     /* "cpu", "cuda", or NULL for CUDA when a GPU is present, else CPU */
     int threads;            /* CPU threads for the CPU backend; 0 = all cores */
-    uint64_t kv_mem_bytes;  /* KV cache budget in bytes; 0 = derive from ctx_tokens */
-    int ctx_tokens;         /* longest sequence (prompt + output); 0 = the model's context, capped at 32768 */
+    uint64_t kv_mem_bytes;  /* KV cache budget in bytes; 0 = room for kv_sequences of ctx_tokens */
+    int kv_sequences;       /* with kv_mem_bytes 0: full-length sequences the KV cache holds; 0 = 4 */
+    int ctx_tokens;         /* longest sequence (prompt + output); 0 = the model's context, capped at 8192 */
     int batch_tokens;       /* tokens per engine step (decodes + prefill chunks); 0 = 2048 */
     int block_tokens;       /* KV block size in tokens; 0 = 16 */
     int max_sequences;      /* most requests running at once; 0 = 256 */

@@ -523,6 +523,36 @@ static void test_handles_outlive_engine(void **state) {
     ember_request_release(r);
 }
 
+/* The KV cache holds kv_sequences full-length sequences (default four), and a negative count is
+ * refused with a message. */
+static void test_kv_sequences(void **state) {
+    (void)state;
+    ember_options o;
+    ember_options_default(&o);
+    o.model_path = MODEL;
+    o.device = "cpu";
+    o.threads = 1;
+    o.ctx_tokens = 128;
+    const int counts[3] = {0, 1, 10};
+    const uint32_t blocks[3] = {4 * 128 / 16, 1 * 128 / 16, 10 * 128 / 16}; /* 16-token blocks */
+    for (int i = 0; i < 3; i++) {
+        o.kv_sequences = counts[i];
+        ember_engine *e;
+        ember_error *err = ember_engine_create(&o, &e);
+        if (err) fail_msg("engine: %s", ember_error_message(err));
+        ember_engine_info info;
+        ember_engine_get_info(e, &info);
+        assert_int_equal(info.kv_blocks, blocks[i]);
+        ember_engine_destroy(e);
+    }
+    o.kv_sequences = -1;
+    ember_engine *e = NULL;
+    ember_error *err = ember_engine_create(&o, &e);
+    assert_non_null(err);
+    assert_non_null(strstr(ember_error_message(err), "negative"));
+    ember_error_free(err);
+}
+
 /* Output by callback: the same tokens and text as polling, then one call with the finish. */
 typedef struct callback_log {
     result res;
@@ -665,6 +695,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_reuse_8k),
         cmocka_unit_test(test_handles_outlive_engine),
         cmocka_unit_test(test_output_by_callback),
+        cmocka_unit_test(test_kv_sequences),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

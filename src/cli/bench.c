@@ -87,19 +87,24 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static em_err create(const bench_args *a, int ctx, ember_engine **e) {
+/* An engine whose KV cache holds `sequences` sequences of `ctx` tokens at once. */
+static em_err create(const bench_args *a, int ctx, int sequences, ember_engine **e) {
     ember_options o;
     ember_options_default(&o);
     o.model_path = a->model;
     o.device = a->device;
     o.threads = a->threads;
     o.ctx_tokens = ctx;
+    o.kv_sequences = sequences;
     return ember_engine_create(&o, e);
 }
 
 static em_err bench_concurrency(const bench_args *a) {
     ember_engine *e;
-    em_err err = create(a, a->prompt_tokens + a->n_generate + 16, &e);
+    int most = 1;
+    for (int c = 0; c < a->n_concurrency; c++)
+        if (a->concurrency[c] > most) most = a->concurrency[c];
+    em_err err = create(a, a->prompt_tokens + a->n_generate + 16, most, &e);
     if (err) return err;
     int32_t *prompts = malloc(sizeof(int32_t) * 16 * (size_t)a->prompt_tokens);
     int32_t *scratch = malloc(sizeof(int32_t) * (size_t)a->n_generate);
@@ -175,7 +180,7 @@ static em_err bench_prefix_reuse(const bench_args *a) {
     random_prompt(conv, total, 11, 32000);
     random_prompt(other, doc, 12, 32000);
     ember_engine *e;
-    em_err err = create(a, total + 64, &e);
+    em_err err = create(a, total + 64, 0, &e);
     if (!err) err = reuse_step(e, "A", conv, doc, conv + doc, answer);
     if (!err) err = reuse_step(e, "A'", conv, doc + answer + more, conv + doc + answer + more, answer);
     int32_t scratch[16];
@@ -183,7 +188,7 @@ static em_err bench_prefix_reuse(const bench_args *a) {
     if (!err) err = reuse_step(e, "A''", conv, total, scratch, answer);
     if (e) ember_engine_destroy(e);
     e = NULL;
-    if (!err) err = create(a, total + 64, &e);
+    if (!err) err = create(a, total + 64, 0, &e);
     if (!err) err = reuse_step(e, "A''-cold", conv, total, scratch, answer);
     if (e) ember_engine_destroy(e);
     free(conv);
@@ -197,7 +202,7 @@ static em_err bench_prefill(const bench_args *a) {
     for (int i = 0; i < a->n_prefill; i++)
         if (a->prefill[i] > longest) longest = a->prefill[i];
     ember_engine *e;
-    em_err err = create(a, longest + 16, &e);
+    em_err err = create(a, longest + 16, 0, &e);
     if (err) return err;
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)longest), scratch[1];
     if (!prompt) err = em_errorf(EM_ERR_NOMEM, "bench: out of memory");

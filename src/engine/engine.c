@@ -385,7 +385,8 @@ static void free_engine(ember_engine *e) {
 static em_err choose_sizes(ember_engine *e, const ember_options *o) {
     const em_model_desc *d = &e->model->desc;
     e->n_vocab = d->n_vocab;
-    if (o->ctx_tokens < 0 || o->batch_tokens < 0 || o->block_tokens < 0 || o->max_sequences < 0 || o->threads < 0)
+    if (o->ctx_tokens < 0 || o->batch_tokens < 0 || o->block_tokens < 0 || o->max_sequences < 0 || o->threads < 0 ||
+        o->kv_sequences < 0)
         return em_errorf(EM_ERR_INVALID, "engine: negative size in options");
     uint32_t trained = d->n_ctx_train ? d->n_ctx_train : 4096;
     e->ctx_tokens = o->ctx_tokens ? (uint32_t)o->ctx_tokens : (trained < 8192 ? trained : 8192);
@@ -398,15 +399,15 @@ static em_err choose_sizes(ember_engine *e, const ember_options *o) {
     return NULL;
 }
 
-/* The backend sizes its KV pool from the budget: --kv-mem bytes, or else room for four sequences of
- * the full context. A sequence can never be longer than the whole pool. */
+/* The backend sizes its KV pool from the budget: --kv-mem bytes, or else room for kv_sequences
+ * (default four) sequences of the full context. A sequence can never be longer than the whole pool. */
 static em_err create_backend(ember_engine *e, const ember_options *o) {
     em_backend_config config = {
         .device = o->device,
         .n_threads = (uint32_t)o->threads,
         .block_tokens = e->block_tokens,
         .kv_bytes = o->kv_mem_bytes,
-        .kv_tokens = 4 * (uint64_t)e->ctx_tokens,
+        .kv_tokens = (uint64_t)(o->kv_sequences ? o->kv_sequences : 4) * e->ctx_tokens,
     };
     if (config.kv_tokens < 2 * (uint64_t)e->block_tokens) config.kv_tokens = 2 * (uint64_t)e->block_tokens;
     em_err err = em_backend_create(e->model, &config, &e->backend);
