@@ -4,16 +4,19 @@
 # after SKIP launches, COUNT launches are timed one by one (graphs off, so each kernel is a launch),
 # and the table sums them per kernel and grid, per decoded token (TOKENS tokens in COUNT launches).
 #
-#   bench/cuda_profile.sh BUILD_DIR MODEL.gguf SKIP COUNT TOKENS
+# With SEQS, the decode steps are batches of SEQS sequences (`check_cuda --bench SEQS`; the prompts
+# take SEQS times the launches to skip).
+#
+#   bench/cuda_profile.sh BUILD_DIR MODEL.gguf SKIP COUNT TOKENS [SEQS]
 #   e.g. dense-1b (16 layers, ~98 launches per step): 1500 196 2; moe-30b-a3b --layers 4: 600 92 2
 set -u
-build=$1 model=$2 skip=$3 count=$4 tokens=$5
+build=$1 model=$2 skip=$3 count=$4 tokens=$5 seqs=${6:-1}
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$ncu" ] || { echo "ncu (Nsight Compute) not found"; exit 1; }
 csv=$(mktemp)
 trap 'rm -f "$csv"' EXIT
 EMBER_CUDA_GRAPHS=0 "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
-  --launch-skip "$skip" --launch-count "$count" --csv "$build/tests/check_cuda" "$model" x x --bench >"$csv" 2>/dev/null
+  --launch-skip "$skip" --launch-count "$count" --csv "$build/tests/check_cuda" "$model" x x --bench "$seqs" >"$csv" 2>/dev/null
 python3 - "$csv" "$tokens" <<'PY'
 import collections, csv, re, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]

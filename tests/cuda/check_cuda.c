@@ -2,7 +2,8 @@
  * machine with a GPU; not a ctest test, since CI has none).
  *
  *   check_cuda MODEL.gguf LABEL TYPE
- *   check_cuda MODEL.gguf LABEL TYPE --bench    (backend-only decode speed, no CPU)
+ *   check_cuda MODEL.gguf LABEL TYPE --bench [N]  (backend-only decode speed of N sequences at
+ *                                                  once, default 1; no CPU)
  *
  * 1. prefill: a 40-token prompt, logits for every position, CUDA vs CPU;
  * 2. decode: 32 greedy steps on each backend from there: the chosen tokens must be equal and
@@ -14,7 +15,8 @@
  * (EMBER_CUDA_GEMM=0), and must agree to 1e-4 (batched vs solo: 1e-5). The prefill is then run
  * again as the engine runs it (f16 cache, tensor-core products with f16 operands and tensor-core
  * attention for the 40-token segment) and must agree to 2e-3 for f32 weights (which keep the f32
- * products), 1e-2 otherwise.
+ * products), 1e-2 otherwise; and so are 16 decode steps fed the CPU's greedy tokens, the first 8
+ * as batches of three copies of the sequence (the tensor-core decode products), to the same bounds.
  *
  * The CPU reference runs on the same weights decoded to f32 (em_dequantize: every stored value
  * exactly), because the CUDA backend multiplies decoded weights with f32 activations while the
@@ -23,7 +25,7 @@
  * now and then, and random tiny models amplify one flip into logits errors of a few percent, so a
  * comparison with it would measure chaos rather than the kernels. The error against the CPU on
  * the stored (quantized) weights is printed too ("vs q8-act cpu"), for information.
- * Prints one line: LABEL TYPE prefill-error decode-error greedy-steps batch-error PASS|FAIL. */
+ * Prints one line: LABEL TYPE, the errors and greedy steps of each check, PASS|FAIL. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +42,7 @@
 #define BLOCK 16
 #define PROMPT 40
 #define STEPS 32
+#define SERVED_STEPS 16
 
 static const em_model_desc *desc;
 
@@ -134,52 +137,62 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Backend-only decode: a 300-token prompt in chunks of 64, then 256 greedy steps (argmax here). */
-static int bench(em_backend *gpu, const char *label, const char *what) {
-    enum { PROMPT_LEN = 300, DECODE = 256 };
+/* Backend-only decode of `n_seqs` sequences at once: each a 300-token prompt in chunks of 64,
+ * then 256 greedy steps of one token per sequence (argmax here). */
+#define BENCH_MAX_SEQS 64
+static int bench(em_backend *gpu, const char *label, const char *what, uint32_t n_seqs) {
+    enum { PROMPT_LEN = 300, DECODE = 256, PER_SEQ_BLOCKS = (PROMPT_LEN + DECODE) / BLOCK + 2 };
     const uint32_t V = desc->n_vocab;
-    em_batch_seq seq;
-    uint32_t blocks[64];
-    em_batch_fixed_tables(&seq, blocks, 1, (PROMPT_LEN + DECODE) / BLOCK + 2);
-    float *logits = malloc((size_t)V * sizeof(float));
+    em_batch_seq seqs[BENCH_MAX_SEQS];
+    static uint32_t blocks[BENCH_MAX_SEQS * PER_SEQ_BLOCKS];
+    em_batch_fixed_tables(seqs, blocks, n_seqs, PER_SEQ_BLOCKS);
+    float *logits = malloc((size_t)64 * V * sizeof(float));
     int32_t tokens[64];
-    uint32_t sq[64] = {0}, ps[64];
+    uint32_t sq[64], ps[64];
     double t0 = now_s();
-    for (uint32_t at = 0; at < PROMPT_LEN; at += 64) {
-        uint32_t n = PROMPT_LEN - at < 64 ? PROMPT_LEN - at : 64;
-        for (uint32_t i = 0; i < n; i++) tokens[i] = (int32_t)((1000 + at + i) % V), ps[i] = at + i;
-        em_batch batch = {n, tokens, sq, ps, NULL, 1, &seq};
-        em_err err = em_backend_forward(gpu, &batch, logits);
-        if (err) return fprintf(stderr, "bench: %s\n", em_err_message(err)), 1;
-    }
+    for (uint32_t s = 0; s < n_seqs; s++)
+        for (uint32_t at = 0; at < PROMPT_LEN; at += 64) {
+            uint32_t n = PROMPT_LEN - at < 64 ? PROMPT_LEN - at : 64;
+            for (uint32_t i = 0; i < n; i++) tokens[i] = (int32_t)((1000 + at + i) % V), ps[i] = at + i, sq[i] = s;
+            em_batch batch = {n, tokens, sq, ps, NULL, n_seqs, seqs};
+            em_err err = em_backend_forward(gpu, &batch, logits + (size_t)s * V);
+            if (err) return fprintf(stderr, "bench: %s\n", em_err_message(err)), 1;
+        }
     double t1 = now_s();
+    bool want[64];
+    for (uint32_t s = 0; s < n_seqs; s++) want[s] = true;
     for (uint32_t step = 0; step < DECODE; step++) {
-        tokens[0] = argmax(logits, V);
-        ps[0] = PROMPT_LEN + step;
-        em_batch batch = {1, tokens, sq, ps, NULL, 1, &seq};
+        for (uint32_t s = 0; s < n_seqs; s++) {
+            /* after the prompt, sequence s's logits are row s (its last chunk wrote them there) */
+            tokens[s] = argmax(logits + (size_t)s * V, V);
+            ps[s] = PROMPT_LEN + step, sq[s] = s;
+        }
+        em_batch batch = {n_seqs, tokens, sq, ps, want, n_seqs, seqs};
         em_err err = em_backend_forward(gpu, &batch, logits);
         if (err) return fprintf(stderr, "bench: %s\n", em_err_message(err)), 1;
     }
     double t2 = now_s();
-    printf("%-16s %-14s prefill 300: %7.1f ms   decode: %7.1f tok/s (%.3f ms/token)\n", label, what, 1e3 * (t1 - t0),
-           DECODE / (t2 - t1), 1e3 * (t2 - t1) / DECODE);
+    printf("%-16s %-14s %2u sequences  prefill 300 each: %7.1f ms   decode: %7.1f tok/s (%.3f ms/step)\n", label, what,
+           n_seqs, 1e3 * (t1 - t0), n_seqs * DECODE / (t2 - t1), 1e3 * (t2 - t1) / DECODE);
     free(logits);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc == 5 && !strcmp(argv[4], "--bench")) {
+    if ((argc == 5 || argc == 6) && !strcmp(argv[4], "--bench")) {
+        const long n_seqs = argc == 6 ? strtol(argv[5], NULL, 10) : 1;
+        if (n_seqs < 1 || n_seqs > BENCH_MAX_SEQS) return fprintf(stderr, "--bench: 1 to %d sequences\n", BENCH_MAX_SEQS), 2;
         em_model *model = NULL;
         em_err err = em_model_load(argv[1], &model);
         if (err) return fprintf(stderr, "%s: %s\n", argv[1], em_err_message(err)), 1;
         desc = &model->desc;
-        em_backend_config config = {.block_tokens = BLOCK, .kv_tokens = 4096};
+        em_backend_config config = {.block_tokens = BLOCK, .kv_tokens = (uint64_t)n_seqs * 576};
         const char *modes[] = {"graphs", "no graphs"};
         for (int m = 0; m < 2; m++) {
             setenv("EMBER_CUDA_GRAPHS", m ? "0" : "1", 1);
             em_backend *gpu = NULL;
             if ((err = em_backend_cuda_new(model, &config, &gpu))) return fprintf(stderr, "%s\n", em_err_message(err)), 1;
-            int rc = bench(gpu, argv[2], modes[m]);
+            int rc = bench(gpu, argv[2], modes[m], (uint32_t)n_seqs);
             em_backend_free(gpu);
             if (rc) return rc;
         }
@@ -236,11 +249,15 @@ int main(int argc, char **argv) {
     double decode_err = 0.0;
     int32_t tok_cpu = argmax(c + (size_t)(PROMPT - 1) * V, V), tok_gpu = argmax(a + (size_t)(PROMPT - 1) * V, V);
     int same = 0;
+    int32_t cpu_tokens[STEPS];
+    float *cpu_steps = malloc((size_t)SERVED_STEPS * V * sizeof(float));
     for (int step = 0; step < STEPS; step++) {
         if (tok_cpu != tok_gpu) break;
         same++;
         if (run_seq(cpu, seqs, 0, &tok_cpu, PROMPT + step, 1, c) || run_seq(gpu, seqs, 0, &tok_gpu, PROMPT + step, 1, a))
             return 1;
+        cpu_tokens[step] = tok_cpu;
+        if (step < SERVED_STEPS) memcpy(cpu_steps + (size_t)step * V, c, (size_t)V * sizeof(float));
         decode_err = fmax(decode_err, row_error(a, c, V));
         tok_cpu = argmax(c, V);
         tok_gpu = argmax(a, V);
@@ -295,15 +312,39 @@ int main(int argc, char **argv) {
         for (uint32_t r = 0; r < PROMPT; r++) f16_err = fmax(f16_err, row_error(h + (size_t)r * V, ref + (size_t)r * V, V));
         free(h);
     }
+    /* the decode as served: the CPU's tokens fed to three copies of the prompt at once (steps
+     * 0..7: batches of 3, the tensor-core decode products), then to the first alone */
+    double served_decode_err = 0.0;
+    const int served = same < SERVED_STEPS ? same : SERVED_STEPS;
+    {
+        float *h = malloc((size_t)PROMPT * V * sizeof(float));
+        for (uint32_t s = 1; s < 3; s++)
+            if (run_seq(gpu16, seqs, s, prompt, 0, PROMPT, h)) return 1;
+        for (int step = 0; step < served; step++) {
+            const uint32_t n = step < SERVED_STEPS / 2 ? 3 : 1;
+            int32_t tk[3] = {cpu_tokens[step], cpu_tokens[step], cpu_tokens[step]};
+            uint32_t sq[3] = {0, 1, 2}, ps[3];
+            bool want[3] = {true, true, true};
+            for (uint32_t i = 0; i < 3; i++) ps[i] = PROMPT + (uint32_t)step;
+            em_batch batch = {n, tk, sq, ps, want, SEQS, seqs};
+            if ((err = em_backend_forward(gpu16, &batch, h))) {
+                fprintf(stderr, "served decode: %s\n", em_err_message(err));
+                return 1;
+            }
+            for (uint32_t i = 0; i < n; i++)
+                served_decode_err = fmax(served_decode_err, row_error(h + (size_t)i * V, cpu_steps + (size_t)step * V, V));
+        }
+        free(h);
+    }
     em_backend_free(gpu16);
     double q8_err = 0.0;
     if (run_seq(cpu_q8, seqs, 0, prompt, 0, PROMPT, c) || run_seq(gpu, seqs, 7, prompt, 0, PROMPT, a)) return 1;
     for (uint32_t r = 0; r < PROMPT; r++) q8_err = fmax(q8_err, row_error(a + (size_t)r * V, c + (size_t)r * V, V));
     failed = !(prefill_err <= 1e-4) || !(decode_err <= 1e-4) || same != STEPS || !(batch_err <= 1e-5) ||
-             !(f16_err <= tol);
-    printf("%-14s %-5s prefill %.1e  decode %.1e  greedy %2d/%d  batched %.1e  served prefill %.1e  %s"
+             !(f16_err <= tol) || !(served_decode_err <= tol);
+    printf("%-14s %-5s prefill %.1e  decode %.1e  greedy %2d/%d  batched %.1e  served prefill %.1e  decode %.1e  %s"
            "   (vs q8-act cpu %.1e)\n", argv[2], argv[3], prefill_err, decode_err, same, STEPS, batch_err, f16_err,
-           failed ? "FAIL" : "PASS", q8_err);
+           served_decode_err, failed ? "FAIL" : "PASS", q8_err);
     em_backend_free(gpu);
     em_backend_free(cpu);
     em_backend_free(cpu_q8);
@@ -313,5 +354,6 @@ int main(int argc, char **argv) {
     free(c);
     free(solo);
     free(ref);
+    free(cpu_steps);
     return failed;
 }

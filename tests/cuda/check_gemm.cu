@@ -1,8 +1,9 @@
-/* Checks and measures the tensor-core products (src/backend/cuda/gemm.cu) on a GPU. Not a ctest
- * test (CI has no GPU); tests/cuda/gemm.sh runs it.
+/* Checks and measures the tensor-core products (src/backend/cuda/gemm.cu, and matvec_tc.cu for
+ * decode batches) on a GPU. Not a ctest test (CI has no GPU); tests/cuda/gemm.sh runs it.
  *
  *   check_gemm            correctness, then the measurements
  *   check_gemm --check    correctness only
+ *   check_gemm --decode   the decode-sized products: f32 kernel against tensor-core kernel
  *
  * Correctness: for every weight type the GEMM reads, descriptors of each kind em_cuda_matvec
  * takes (plain, Q/K/V parts, the gated unit with SwiGLU and GeGLU, MoE groups with an activation
@@ -14,7 +15,9 @@
  * descriptor (the GEMM switched off: EMBER_CUDA_GEMM=0). The error is max|y - ref| / max|ref|;
  * both must be <= 1e-2 (f16 operands: expect a few 1e-4). Y is filled with NaN bit patterns
  * before each run, and columns past the rows (y_stride pads) must keep their bytes: unwritten
- * and overwritten outputs both fail.
+ * and overwritten outputs both fail. The decode tensor-core kernel runs every descriptor of up to
+ * 16 items and every MoE one, to the same bound, and must give an item computed alone the same
+ * bits as in its batch.
  *
  * Measurements: TFLOP/s of the GEMM (the automatic pick, and each kernel with each tile size) and
  * of the matvec on the dense-1b shapes (Llama-3.2-1B) and a moe-30b-a3b expert layer, for a table
@@ -67,6 +70,12 @@ static void make_backend(void) {
     b->use_pdl = true;
     b->d = &desc;
     check_err(em_cuda_upload_grids(), "upload grids");
+    /* split-K scratch of the decode tensor-core products, for products of up to 16384 rows */
+    b->mvt_part_floats = 16384ull * 8 * 16 * 2;
+    b->mvt_groups = 16384 / 64 + 1;
+    b->mvt_part = (float *)dev_alloc(b->mvt_part_floats * sizeof(float));
+    b->mvt_counter = (uint32_t *)dev_alloc(b->mvt_groups * sizeof(uint32_t));
+    CUDA_CHECK(cudaMemset(b->mvt_counter, 0, b->mvt_groups * sizeof(uint32_t)));
 }
 
 static void set_gemm(bool on) { setenv("EMBER_CUDA_GEMM", on ? "1" : "0", 1); }
@@ -130,11 +139,17 @@ static double dot_ref(const float *w, const float *x, uint32_t n) {
 }
 
 typedef struct case_result {
-    double err_ref, err_matvec;
+    double err_ref, err_matvec, err_tc; /* err_tc: the decode tensor-core kernel against ref (-1: not run) */
+    bool tc_alone_same; /* its first item computed alone has the same bits as in the batch */
     double err_kernel[2]; /* err_ref of the staged and the pipelined kernel */
     bool pads_ok; /* the y_stride pads kept their bytes */
     bool same;    /* every kernel and tile size gave the same bits */
 } case_result;
+
+/* run() modes beyond the GEMM's tile sizes: the decode tensor-core kernel, on all items or on the
+ * first alone. */
+#define TC_RUN 1000u
+#define TC_ALONE 1001u
 
 /* Runs `c` with weights of `type`; the worst errors over the tile sizes. */
 static bool run_case(uint32_t type, const test_case *c) {
@@ -207,6 +222,7 @@ static bool run_case(uint32_t type, const test_case *c) {
     mv.x_index = c->moe ? index_dev : NULL;
     mv.y = y_dev[0], mv.y_stride = y_stride[0];
     mv.n_items = c->moe ? (n_items + groups - 1) / groups : n_items;
+    mv.max_items = c->moe ? c->items : 0;
     mv.counts = c->moe ? counts_dev : NULL, mv.starts = c->moe ? starts_dev : NULL;
     mv.n_groups = groups;
     mv.up = c->glu ? &up.w : NULL;
@@ -239,7 +255,11 @@ static bool run_case(uint32_t type, const test_case *c) {
     auto run = [&](bool gemm, uint32_t tile, em_cuda_gemm_kernel kernel) {
         for (uint32_t p = 0; p < parts; p++)
             CUDA_CHECK(cudaMemcpy(y_dev[p], y0[p], n_items * y_stride[p] * sizeof(float), cudaMemcpyHostToDevice));
-        if (gemm) {
+        if (tile == TC_RUN || tile == TC_ALONE) {
+            cuda_matvec one = mv;
+            if (tile == TC_ALONE) one.n_items = 1;
+            check_err(em_cuda_matvec_with(b, &one, EM_CUDA_MATVEC_TC), "tensor-core matvec");
+        } else if (gemm) {
             check_err(em_cuda_gemm_with(b, &mv, tile, kernel), "gemm");
         } else {
             /* the matvec has no residual add of its own yet: run it plain and add here */
@@ -253,13 +273,13 @@ static bool run_case(uint32_t type, const test_case *c) {
         CUDA_CHECK(cudaGetLastError());
         for (uint32_t p = 0; p < parts; p++) {
             CUDA_CHECK(cudaMemcpy(y_host[p], y_dev[p], n_items * y_stride[p] * sizeof(float), cudaMemcpyDeviceToHost));
-            if (!gemm && c->accumulate)
+            if (!gemm && tile != TC_RUN && tile != TC_ALONE && c->accumulate)
                 for (uint32_t i = 0; i < n_items; i++)
                     for (uint32_t r = 0; r < c->rows[p]; r++) y_host[p][i * y_stride[p] + r] += y0[p][i * y_stride[p] + r];
         }
     };
 
-    case_result res = {0.0, 0.0, {0.0, 0.0}, true, true};
+    case_result res = {0.0, 0.0, -1.0, true, {0.0, 0.0}, true, true};
     /* both kernels and every tile size give bit-identical outputs (same rounding, fixed order) */
     const uint32_t tiles[] = {0, 32, 64, 128};
     const em_cuda_gemm_kernel kernels[] = {EM_CUDA_GEMM_STAGED, EM_CUDA_GEMM_PIPELINED};
@@ -282,12 +302,27 @@ static bool run_case(uint32_t type, const test_case *c) {
     run(false, 0, EM_CUDA_GEMM_AUTO);
     bool matvec_pads = true;
     res.err_matvec = compare(y_host, gemm_as_ref, &matvec_pads);
+    /* the decode tensor-core kernel: batches of up to 16 (MoE: any, in chunks) */
+    if (c->moe || n_items <= 16) {
+        run(false, TC_RUN, EM_CUDA_GEMM_AUTO);
+        res.err_tc = compare(y_host, ref, &res.pads_ok);
+        if (!c->moe) {
+            float *first = (float *)malloc(y_stride[0] * sizeof(float));
+            memcpy(first, y_host[0], y_stride[0] * sizeof(float));
+            run(false, TC_ALONE, EM_CUDA_GEMM_AUTO);
+            res.tc_alone_same = !memcmp(first, y_host[0], c->rows[0] * sizeof(float));
+            free(first);
+        }
+    }
 
-    const bool pass = res.err_ref <= 1e-2 && res.err_matvec <= 1e-2 && res.pads_ok && res.same;
-    printf("%-5s %-8s %-22s K=%-5u items=%-4u  vs ref %.2e (staged %.2e, pipelined %.2e)  vs matvec %.2e  %s%s%s\n",
+    const bool pass = res.err_ref <= 1e-2 && res.err_matvec <= 1e-2 && res.err_tc <= 1e-2 && res.pads_ok && res.same &&
+                      res.tc_alone_same;
+    printf("%-5s %-8s %-22s K=%-5u items=%-4u  vs ref %.2e (staged %.2e, pipelined %.2e)  vs matvec %.2e  "
+           "decode tc %.2e  %s%s%s%s\n",
            pass ? "PASS" : "FAIL", em_type_name(type), c->name, K, n_items, res.err_ref, res.err_kernel[0],
-           res.err_kernel[1], res.err_matvec, res.pads_ok ? "" : "(pads overwritten) ",
-           res.same ? "" : "(kernels/tiles differ) ", pass ? "" : "<<<");
+           res.err_kernel[1], res.err_matvec, res.err_tc, res.pads_ok ? "" : "(pads overwritten) ",
+           res.same ? "" : "(kernels/tiles differ) ", res.tc_alone_same ? "" : "(tc: alone differs from batched) ",
+           pass ? "" : "<<<");
 
     for (uint32_t p = 0; p < parts; p++) {
         cudaFree(y_dev[p]);
@@ -303,7 +338,12 @@ static bool run_case(uint32_t type, const test_case *c) {
 static int check_all(void) {
     static const test_case cases[] = {
         {"plain 1 item", 2048, {300}, 1, false, EM_ACT_SWIGLU, 1, false, false},
+        {"plain", 2048, {300}, 1, false, EM_ACT_SWIGLU, 5, false, false},
         {"plain", 2048, {300}, 1, false, EM_ACT_SWIGLU, 33, false, false},
+        {"plain (row tail)", 2144, {37}, 1, false, EM_ACT_SWIGLU, 16, false, false},
+        {"3 parts (qkv)", 2048, {200, 72, 40}, 3, false, EM_ACT_SWIGLU, 12, false, false},
+        {"glu swiglu", 2048, {136}, 1, true, EM_ACT_SWIGLU, 9, false, false},
+        {"accumulate", 8192, {136}, 1, false, EM_ACT_SWIGLU, 3, false, true},
         {"plain", 768, {128}, 1, false, EM_ACT_SWIGLU, 130, false, false},
         {"plain", 2048, {136}, 1, false, EM_ACT_SWIGLU, 257, false, false},
         {"3 parts (qkv)", 768, {200, 72, 40}, 3, false, EM_ACT_SWIGLU, 130, false, false},
@@ -318,7 +358,8 @@ static int check_all(void) {
     static const uint32_t types[] = {EM_TYPE_BF16, EM_TYPE_F16, EM_TYPE_Q8_0, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS};
     int failed = 0;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) failed += !run_case(types[t], &cases[i]);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            if (cases[i].cols % em_type_info_of(types[t])->block_elems == 0) failed += !run_case(types[t], &cases[i]);
     printf("correctness: %d failed\n", failed);
     return failed;
 }
@@ -356,14 +397,12 @@ static cuda_weight bench_weight(uint32_t type, uint32_t rows, uint32_t cols, uin
     return cuda_weight{d, type, cols, rows, n_mat, rb};
 }
 
-/* Seconds per call of the GEMM (tile 0 and AUTO pick) or of the matvec, averaged. */
-static double time_call(cuda_matvec *mv, bool gemm, uint32_t tile, em_cuda_gemm_kernel kernel) {
+/* Seconds per call of `call` on the backend's stream, averaged over about 20 ms of calls. */
+template <typename F> static double time_calls(F call) {
     cuda_backend *b = &backend;
     cudaEvent_t t0, t1;
     CUDA_CHECK(cudaEventCreate(&t0));
     CUDA_CHECK(cudaEventCreate(&t1));
-    set_gemm(gemm);
-    auto call = [&]() { check_err(gemm ? em_cuda_gemm_with(b, mv, tile, kernel) : em_cuda_matvec(b, mv), "timed call"); };
     call();
     CUDA_CHECK(cudaEventRecord(t0, b->stream));
     call();
@@ -378,10 +417,20 @@ static double time_call(cuda_matvec *mv, bool gemm, uint32_t tile, em_cuda_gemm_
     CUDA_CHECK(cudaEventRecord(t1, b->stream));
     CUDA_CHECK(cudaEventSynchronize(t1));
     CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    set_gemm(true);
     cudaEventDestroy(t0);
     cudaEventDestroy(t1);
     return ms * 1e-3 / reps;
+}
+
+/* Seconds per call of the GEMM (tile 0 and AUTO pick) or of the matvec, averaged. */
+static double time_call(cuda_matvec *mv, bool gemm, uint32_t tile, em_cuda_gemm_kernel kernel) {
+    cuda_backend *b = &backend;
+    set_gemm(gemm);
+    const double t = time_calls([&]() {
+        check_err(gemm ? em_cuda_gemm_with(b, mv, tile, kernel) : em_cuda_matvec(b, mv), "timed call");
+    });
+    set_gemm(true);
+    return t;
 }
 
 /* One row of the table: TFLOP/s of the GEMM (the automatic pick, then each kernel with tiles of
@@ -458,9 +507,9 @@ static void bench_moe(uint32_t type) {
     float *x = random_dev((uint64_t)TOKENS * EMBD, 11);
     float *h = random_dev((uint64_t)PAIRS * FF, 13);
     float *y = (float *)dev_alloc((uint64_t)PAIRS * EMBD * sizeof(float));
-    cuda_matvec mv = {&gate, x, EMBD, index_dev, h, FF, PAIRS / EXPERTS, counts_dev, starts_dev, EXPERTS, &up, 0, {}};
+    cuda_matvec mv = {&gate, x, EMBD, index_dev, h, FF, PAIRS / EXPERTS, TOKENS, counts_dev, starts_dev, EXPERTS, &up, 0, {}};
     bench_row("moe30b gate+up 2048->768", &mv, type, 2.0 * PAIRS * EMBD * FF * 2, true);
-    mv = cuda_matvec{&down, h, FF, NULL, y, EMBD, PAIRS / EXPERTS, counts_dev, starts_dev, EXPERTS, NULL, 0, {}};
+    mv = cuda_matvec{&down, h, FF, NULL, y, EMBD, PAIRS / EXPERTS, TOKENS, counts_dev, starts_dev, EXPERTS, NULL, 0, {}};
     bench_row("moe30b down 768->2048", &mv, type, 2.0 * PAIRS * EMBD * FF, true);
     cudaFree((void *)gate.data), cudaFree((void *)up.data), cudaFree((void *)down.data);
     cudaFree(x), cudaFree(h), cudaFree(y), cudaFree(counts_dev), cudaFree(starts_dev), cudaFree(index_dev);
@@ -486,10 +535,52 @@ static void bench_all(void) {
         for (size_t s = 0; s < 4; s++) bench_dense(quant[q], &shapes[s], ms_quant, sizeof ms_quant / sizeof ms_quant[0]);
 }
 
+/* Decode-sized products: the f32 kernel against the tensor-core one at 1-16 items, µs per call
+ * and the weight bytes per second that makes. */
+static void bench_decode(void) {
+    static const dense_shape shapes[] = {
+        {"qkv 2048->3072", 2048, 3072, false},    {"o 2048->2048", 2048, 2048, false},
+        {"gate+up 2048->8192", 2048, 8192, true}, {"down 8192->2048", 8192, 2048, false},
+        {"head 2048->128256", 2048, 128256, false},
+    };
+    static const uint32_t types[] = {EM_TYPE_BF16, EM_TYPE_Q8_0, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS};
+    static const uint32_t items[] = {1, 2, 4, 8, 16};
+    cuda_backend *b = &backend;
+    desc.act = EM_ACT_SWIGLU;
+    printf("decode products: us per call (TB/s of weights), f32 kernel | tensor-core kernel\n");
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const dense_shape *sh = &shapes[si];
+            cuda_weight w = bench_weight(types[ti], sh->rows, sh->cols, 1), up = {};
+            if (sh->glu) up = bench_weight(types[ti], sh->rows, sh->cols, 1);
+            float *x = random_dev((uint64_t)16 * sh->cols, 7);
+            float *y = (float *)dev_alloc((uint64_t)16 * sh->rows * sizeof(float));
+            const double bytes = (double)w.row_bytes * w.rows * (sh->glu ? 2 : 1);
+            printf("%-8s %-20s", em_type_name(types[ti]), sh->name);
+            for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+                cuda_matvec mv = {};
+                mv.w = &w, mv.x = x, mv.x_stride = sh->cols, mv.y = y, mv.y_stride = sh->rows, mv.n_items = items[i];
+                mv.n_groups = 1, mv.up = sh->glu ? &up : NULL;
+                const double t32 = time_calls([&]() { check_err(em_cuda_matvec_with(b, &mv, EM_CUDA_MATVEC_F32), "f32"); });
+                const double ttc = time_calls([&]() { check_err(em_cuda_matvec_with(b, &mv, EM_CUDA_MATVEC_TC), "tc"); });
+                printf(" | %2u: %6.1f (%.2f) %6.1f (%.2f)", items[i], t32 * 1e6, bytes / t32 * 1e-12, ttc * 1e6,
+                       bytes / ttc * 1e-12);
+            }
+            printf("\n");
+            cudaFree((void *)w.data);
+            if (sh->glu) cudaFree((void *)up.data);
+            cudaFree(x), cudaFree(y);
+        }
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log even when a time limit stops the run */
     make_backend();
     set_gemm(true);
+    if (argc > 1 && !strcmp(argv[1], "--decode")) {
+        bench_decode();
+        return 0;
+    }
     const int failed = check_all();
     if (!(argc > 1 && !strcmp(argv[1], "--check"))) bench_all();
     printf("%s\n", failed ? "FAIL" : "PASS");

@@ -20,6 +20,9 @@ void em_cuda_free_scratch(cuda_backend *b) {
     cudaFree(b->expert_active);
     cudaFree(b->att_part);
     cudaFree(b->att_counter);
+    cudaFree(b->mvt_part);
+    cudaFree(b->mvt_counter);
+    b->mvt_part = NULL, b->mvt_counter = NULL;
     b->att_part = NULL;
     b->att_counter = NULL;
     b->att_slots = 0;
@@ -46,6 +49,10 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
     const uint64_t e = b->d->n_embd, pairs = (uint64_t)n * max_u32(b->max_used, 1);
     /* attention partials: up to 4 splits per (token, head) beyond the ones that fill the GPU */
     const uint64_t att_slots = 4 * (uint64_t)n * b->max_head + 2 * (uint64_t)b->n_sm;
+    /* split-K partials of the decode tensor-core products: rows of the widest dense product, up to
+     * 8 slices of 16 items, two sums (a gated unit's) each */
+    const uint64_t mvt_rows = max_u32(max_u32(b->max_q + 2 * b->max_k, b->max_ff), (uint32_t)e);
+    const uint32_t mvt_groups = (uint32_t)(mvt_rows / 64 + 1);
     struct { void **p; uint64_t bytes; } bufs[] = {
         {(void **)&b->x, n * e * 4}, {(void **)&b->xn, n * e * 4}, {(void **)&b->ss, n * e * 4},
         {(void **)&b->q, (uint64_t)n * b->max_q * 4},
@@ -63,6 +70,8 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         {(void **)&b->logits, (uint64_t)n * b->d->n_vocab * 4},
         {(void **)&b->att_part, att_slots * (b->max_dim_v + 2) * 4},
         {(void **)&b->att_counter, (uint64_t)n * b->max_head * 4},
+        {(void **)&b->mvt_part, mvt_rows * 8 * 16 * 2 * 4},
+        {(void **)&b->mvt_counter, (uint64_t)mvt_groups * 4},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         em_err err = alloc(bufs[i].p, bufs[i].bytes);
@@ -76,6 +85,13 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         em_cuda_free_scratch(b);
         return em_errorf(EM_ERR_INTERNAL, "cudaMemset of the attention counters: %s", cudaGetErrorString(status));
     }
+    status = cudaMemset(b->mvt_counter, 0, (uint64_t)mvt_groups * 4);
+    if (status != cudaSuccess) {
+        em_cuda_free_scratch(b);
+        return em_errorf(EM_ERR_INTERNAL, "cudaMemset of the split-K counters: %s", cudaGetErrorString(status));
+    }
+    b->mvt_part_floats = mvt_rows * 8 * 16 * 2;
+    b->mvt_groups = mvt_groups;
     b->att_slots = att_slots;
     b->ss_stride = (uint32_t)e; /* a producer's blocks: fewer than its rows, which are n_embd */
     b->cap_tokens = n;
@@ -254,6 +270,7 @@ static em_err moe(cuda_backend *b, uint32_t il, uint32_t n, bool into_x, const f
     mv.w = &lw->gate_exps, mv.x = b->xn, mv.x_stride = e, mv.x_index = b->pair_token, mv.y = b->moe_h;
     mv.y_stride = ff;
     mv.n_items = (pairs + ld->n_expert - 1) / ld->n_expert; /* a guess at the pairs per expert, for sizing */
+    mv.max_items = n;
     mv.counts = b->expert_count, mv.starts = b->expert_start, mv.n_groups = ld->n_expert;
     mv.active = b->expert_active, mv.n_active = b->expert_active + b->max_expert;
     mv.n_active_max = pairs < ld->n_expert ? pairs : ld->n_expert;

@@ -145,6 +145,10 @@ typedef struct cuda_backend {
     uint32_t ss_stride, ss_n; /* ss_n: partials the last producer wrote per token */
     float *att_part;        /* attention's per-split partial results (attention.cu) */
     uint32_t *att_counter;  /* per (token, head), zero between launches */
+    float *mvt_part;        /* the decode tensor-core products' split-K partial sums (matvec_tc.cu) */
+    uint32_t *mvt_counter;  /* per row group, zero between launches */
+    uint64_t mvt_part_floats;
+    uint32_t mvt_groups;    /* counters mvt_counter holds */
     uint64_t att_slots;     /* (token, head, split) partials att_part holds */
     /* Sampling on the device (sample.cu), for cap_pick_rows rows: */
     em_pick_params *pick_params; /* the rows' parameters, uploaded each step */
@@ -188,7 +192,8 @@ typedef struct cuda_matvec {
     const uint32_t *x_index; /* NULL: item i reads X row i */
     float *y;
     uint64_t y_stride;
-    uint32_t n_items;        /* dense: items; MoE: an upper bound of the items of one expert */
+    uint32_t n_items;        /* dense: items; MoE: the mean items per expert, rounded up (for sizing) */
+    uint32_t max_items;      /* MoE: the most items one expert can have (the batch's tokens) */
     const uint32_t *counts, *starts; /* MoE: per-expert item ranges (NULL for dense) */
     uint32_t n_groups;       /* experts (1 for dense) */
     /* Fusions (matvec.cu): with `up`, Y = act(W X) * (up X), the gated unit, in one pass; with
@@ -217,6 +222,10 @@ typedef struct cuda_matvec {
 } cuda_matvec;
 
 em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv);
+/* em_cuda_matvec with the kernel forced, for tests and measurements: F32 the CUDA-core kernel
+ * (matvec.cu), TC the tensor-core kernel for decode batches (matvec_tc.cu; not for F32 weights). */
+typedef enum em_cuda_matvec_kernel { EM_CUDA_MATVEC_AUTO, EM_CUDA_MATVEC_F32, EM_CUDA_MATVEC_TC } em_cuda_matvec_kernel;
+em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matvec_kernel kernel);
 
 /* One of up to three matrices that share the input rows and run in one launch (Q, K and V): of
  * the launch's rows, [begin, end) are this part's. w2: the up matrix of a gated unit. */

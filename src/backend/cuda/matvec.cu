@@ -18,41 +18,10 @@
  * writes act(gate) * up directly; the residual add (accumulate); and the RMSNorm that starts a
  * sub-block, folded into the products (FOLD: the consumer reads x * norm weights written by its
  * producer and scales each result by the RMS factor from the producer's partial sums of squares). */
-#include "internal.cuh"
-#include "dequant.cuh"
+#include "matvec.cuh"
 
 extern "C" {
 extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c: the IQ3_XXS lattice */
-}
-
-#define MV_WARPS 8
-#define MV_THREADS (MV_WARPS * 32)
-#define MV_PARTS EM_CUDA_PARTS
-
-
-struct mv_args : cuda_product_args {
-    uint32_t groups;       /* cols / 8 */
-    const uint32_t *active, *n_active; /* MoE: grid row -> expert, and how many grid rows have one */
-    uint32_t ks;           /* warps that share a row, each summing a slice of it (1, 2 or 4) */
-    /* fused norms (internal.cuh: cuda_matvec) */
-    const float *norm_ss;  /* FOLD: the producer's partial sums of squares */
-    uint32_t norm_n, ss_stride;
-    const float *next_norm_w;
-    float *next_xw, *next_ss;
-    float eps;
-    bool plus_one;
-};
-
-/* The activation of the gated unit, exactly as ops.cu's glu_kernel computes it. */
-__device__ __forceinline__ float mv_glu(float g, float u, int act) {
-    float a;
-    if (act == EM_ACT_GEGLU) {
-        const float k = 0.7978845608028654f; /* sqrt(2/pi): GELU, tanh approximation */
-        a = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
-    } else {
-        a = g / (1.0f + expf(-g));
-    }
-    return a * u;
 }
 
 __device__ __forceinline__ float dot8(const float v[8], float4 x0, float4 x1) {
@@ -87,21 +56,6 @@ __device__ __forceinline__ void mv_step(const uint8_t *const w[RW], const uint8_
                 if (GLU) acc2[j][t] += dot8(v2[u][j], x0, x1);
             }
         }
-}
-
-/* Where global row `grow` lives: its weights (and up-matrix weights), its output column and the
- * output's item stride. */
-__device__ __forceinline__ void mv_row(const mv_args &a, uint32_t grow, uint64_t mat_offset, const uint8_t **w,
-                                       const uint8_t **w2, float **y, uint64_t *ys) {
-    const int pi = em_cuda_part_of(a, grow);
-#define MV_PART(f) (pi == 0 ? a.part[0].f : pi == 1 ? a.part[1].f : a.part[2].f)
-    const uint32_t row = grow - MV_PART(begin);
-    const uint64_t offset = mat_offset + row * MV_PART(row_bytes);
-    *w = MV_PART(w) + offset;
-    *w2 = MV_PART(w2) ? MV_PART(w2) + offset : NULL;
-    *ys = MV_PART(y_stride);
-    *y = MV_PART(y) + row;
-#undef MV_PART
 }
 
 /* Asks L2 for the weights of this warp's first rows before waiting for the previous kernel: the
@@ -350,8 +304,10 @@ bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b) {
     return a->data && b->data && a->type == b->type && a->cols == b->cols;
 }
 
-em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
-    if (em_cuda_gemm_wanted(b, mv)) return em_cuda_gemm(b, mv);
+em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) { return em_cuda_matvec_with(b, mv, EM_CUDA_MATVEC_AUTO); }
+
+em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matvec_kernel kernel) {
+    if (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_gemm_wanted(b, mv)) return em_cuda_gemm(b, mv);
     const cuda_weight *w = mv->w;
     const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
     if (mv->n_items == 0) return NULL;
@@ -382,6 +338,8 @@ em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) {
     a.ks = rows >= 16384 ? 1 : a.groups >= 512 ? 4 : a.groups >= 256 ? 2 : 1;
     a.eps = b->d->norm_eps;
     a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
+    if (kernel == EM_CUDA_MATVEC_TC || (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_mvt_wanted(b, mv)))
+        return em_cuda_mvt(b, mv, a);
     const int nt = mv_items_per_pass(mv->n_items);
     const uint32_t grid_y = !mv->counts ? 1 : mv->active ? mv->n_active_max : mv->n_groups;
     const bool glu = mv->up != NULL, norm = mv->norm_ss != NULL;
@@ -468,5 +426,5 @@ em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x, const f
 
 em_err em_cuda_upload_grids(void) {
     CU_TRY(cudaMemcpyToSymbol(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid));
-    return NULL;
+    return em_cuda_mvt_upload_grid();
 }

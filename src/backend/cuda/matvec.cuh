@@ -1,0 +1,62 @@
+/* What the two decode-sized product kernels share: matvec.cu's f32 kernel (matrix times a few
+ * vectors on the CUDA cores) and matvec_tc.cu's tensor-core kernel for 2-16 items. Both take the
+ * same arguments, built by em_cuda_matvec from a cuda_matvec (internal.cuh). */
+#ifndef EMBER_BACKEND_CUDA_MATVEC_CUH
+#define EMBER_BACKEND_CUDA_MATVEC_CUH
+
+#include "internal.cuh"
+#include "dequant.cuh"
+
+#define MV_WARPS 8
+#define MV_THREADS (MV_WARPS * 32)
+#define MV_PARTS EM_CUDA_PARTS
+
+struct mv_args : cuda_product_args {
+    uint32_t groups;       /* cols / 8 */
+    const uint32_t *active, *n_active; /* MoE: grid row -> expert, and how many grid rows have one */
+    uint32_t ks;           /* warps that share a row, each summing a slice of it (1, 2 or 4) */
+    /* fused norms (internal.cuh: cuda_matvec) */
+    const float *norm_ss;  /* FOLD: the producer's partial sums of squares */
+    uint32_t norm_n, ss_stride;
+    const float *next_norm_w;
+    float *next_xw, *next_ss;
+    float eps;
+    bool plus_one;
+};
+
+/* The activation of the gated unit, exactly as ops.cu's glu_kernel computes it. */
+__device__ __forceinline__ float mv_glu(float g, float u, int act) {
+    float a;
+    if (act == EM_ACT_GEGLU) {
+        const float k = 0.7978845608028654f; /* sqrt(2/pi): GELU, tanh approximation */
+        a = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
+    } else {
+        a = g / (1.0f + expf(-g));
+    }
+    return a * u;
+}
+
+/* Where global row `grow` lives: its weights (and up-matrix weights), its output column and the
+ * output's item stride. */
+__device__ __forceinline__ void mv_row(const mv_args &a, uint32_t grow, uint64_t mat_offset, const uint8_t **w,
+                                       const uint8_t **w2, float **y, uint64_t *ys) {
+    const int pi = em_cuda_part_of(a, grow);
+#define MV_PART(f) (pi == 0 ? a.part[0].f : pi == 1 ? a.part[1].f : a.part[2].f)
+    const uint32_t row = grow - MV_PART(begin);
+    const uint64_t offset = mat_offset + row * MV_PART(row_bytes);
+    *w = MV_PART(w) + offset;
+    *w2 = MV_PART(w2) ? MV_PART(w2) + offset : NULL;
+    *ys = MV_PART(y_stride);
+    *y = MV_PART(y) + row;
+#undef MV_PART
+}
+
+/* The tensor-core kernel (matvec_tc.cu): whether it takes `mv` (the types it decodes, 2-16 items
+ * unless EMBER_CUDA_MVT says otherwise, never with EMBER_CUDA_GEMM=0), and its launch with the
+ * arguments em_cuda_matvec built. */
+bool em_cuda_mvt_wanted(const cuda_backend *b, const cuda_matvec *mv);
+em_err em_cuda_mvt(cuda_backend *b, const cuda_matvec *mv, mv_args a);
+/* Its copy of the IQ3_XXS lattice (dequant.cuh), uploaded with matvec.cu's. */
+em_err em_cuda_mvt_upload_grid(void);
+
+#endif

@@ -1,0 +1,360 @@
+/* Matrix times 2-16 vectors on tensor cores: the products of batched decode steps (matvec.cu's
+ * f32 kernel reads each weight once per 8 items, but feeds every weight to each item from L1, which
+ * made a step of 8 tokens cost 2.6 times a step of one).
+ *
+ * One mma.sync m16n8k16 multiplies 16 items (A: the activations in f16) by 16 columns of 8 weight
+ * rows (B: decoded in registers straight from global memory, rounded to f16), adding into f32.
+ * A block of 8 warps owns 64 rows and one slice of K (blockIdx.y; ks slices); it first converts
+ * its items' activations over that slice to f16 in shared memory (times the fused norm's RMS
+ * factor, so the values are normalized and far inside f16's range), then each warp walks its 8
+ * rows. Lane (g = lane / 4, t = lane % 4) takes groups 4j + t of each 16-group step of row g: the
+ * 4 lanes of a row read 64 contiguous bytes. A sum over k does not care which element sits at which
+ * k of the mma, only that A and B agree: the group's elements 0-3 go to the k slots the lane owns
+ * in one mma (2t, 2t + 1, 2t + 8, 2t + 9) and elements 4-7 to those of a second, for B (row g) and
+ * A (items g and g + 8) alike.
+ *
+ * With ks > 1 each block writes its partial sums; the last block of a row group to finish (a
+ * counter per group) adds the ks partials in slice order, so the result does not depend on timing,
+ * and applies the epilogue: the gated unit's activation, the residual add, and for a fused norm's
+ * producer (next_ss) x * next norm weights and one partial sum of squares per row group. Each
+ * item's result depends on its own activations only: a token gets the same bits in any batch this
+ * kernel runs. */
+#include "matvec.cuh"
+
+extern "C" {
+extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
+}
+
+#define MT_ROWS 8                    /* weight rows per warp: the mma's n */
+#define MT_GROUP_ROWS (MT_ROWS * MV_WARPS) /* rows per block */
+#define MT_STEP 16                   /* groups per row per step: 4 per lane */
+#define MT_KS_MAX 8
+#define MT_PAD 32                    /* f16 pad per staged row: rows 64 bytes apart in the banks */
+#define MT_SMEM_MAX (200u << 10)
+
+/* c += a (16 items x 16 k) * b (16 k x 8 rows). */
+__device__ __forceinline__ void mt_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+struct mt_args : mv_args {
+    uint32_t kslice;     /* groups per K slice (a multiple of MT_STEP) */
+    uint32_t row_groups; /* blocks along the rows */
+    float *partial;      /* ks > 1: [slice][row group][2][16 items][64 rows] */
+    uint32_t *counter;   /* ks > 1: per row group */
+};
+
+/* One step of a lane: groups s + 4j + t (j < 4) of its row, those before `end` (TAIL; the others
+ * count as zeros), against items g and g + 8 (the latter only when NT is 16) staged in `xs`. All
+ * weight loads are issued before the first conversion. */
+template <int TYPE, int NT, bool GLU, bool TAIL>
+__device__ __forceinline__ void mt_step(const uint8_t *w, const uint8_t *w2, const uint4 *xa, const uint4 *xb,
+                                        uint32_t s, uint32_t t, uint32_t s0, uint32_t end, float acc[4],
+                                        float acc2[4]) {
+    uint4 wv[4], wv2[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint32_t grp = s + 4 * j + t;
+        const bool in = !TAIL || grp < end;
+        wv[j] = in ? deq_f16x8<TYPE>(w, grp, em_cuda_iq3xxs_grid) : make_uint4(0, 0, 0, 0);
+        if (GLU) wv2[j] = in ? deq_f16x8<TYPE>(w2, grp, em_cuda_iq3xxs_grid) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint32_t at = s - s0 + 4 * j + t; /* the group's place in the staged slice */
+        const bool in = !TAIL || s + 4 * j + t < end; /* past the end: zeros (the pad is not) */
+        const uint4 av = in ? xa[at] : make_uint4(0, 0, 0, 0), bv = NT > 8 && in ? xb[at] : make_uint4(0, 0, 0, 0);
+        mt_mma(acc, av.x, bv.x, av.y, bv.y, wv[j].x, wv[j].y);
+        mt_mma(acc, av.z, bv.z, av.w, bv.w, wv[j].z, wv[j].w);
+        if (GLU) {
+            mt_mma(acc2, av.x, bv.x, av.y, bv.y, wv2[j].x, wv2[j].y);
+            mt_mma(acc2, av.z, bv.z, av.w, bv.w, wv2[j].z, wv2[j].w);
+        }
+    }
+}
+
+/* Before waiting for the previous kernel: asks L2 for this warp's 8 rows over the block's slice
+ * (up to 8 KB a row), which do not depend on that kernel. */
+template <bool GLU> __device__ __forceinline__ void mt_prefetch(const mt_args &a) {
+    if (a.counts) return;
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint32_t row = blockIdx.x * MT_GROUP_ROWS + warp * MT_ROWS + (lane & 7);
+    if (row >= a.rows) return;
+    const uint8_t *w, *w2;
+    float *y;
+    uint64_t ys;
+    mv_row(a, row, 0, &w, &w2, &y, &ys);
+    const uint64_t row_bytes = a.part[0].row_bytes, slice_bytes = row_bytes * a.kslice / a.groups;
+    const uint64_t first = blockIdx.y * slice_bytes;
+    const uint64_t end = first + (slice_bytes < (8u << 10) ? slice_bytes : (8u << 10));
+    for (uint64_t off = first + 128 * (lane >> 3); off < end && off < row_bytes; off += 4 * 128) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(w + off));
+        if (GLU) asm volatile("prefetch.global.L2 [%0];" ::"l"(w2 + off));
+    }
+}
+
+template <int TYPE, int NT, bool GLU, bool FOLD>
+__global__ void __launch_bounds__(MV_THREADS) mvt_kernel(mt_args a) {
+    extern __shared__ uint4 xs[]; /* NT staged items, each kslice groups + the pad */
+    mt_prefetch<GLU>(a);
+    em_pdl_wait();
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    uint32_t e = blockIdx.z;
+    if (a.active) {
+        if (blockIdx.z >= *a.n_active) return;
+        e = a.active[blockIdx.z];
+    }
+    const uint32_t count = a.counts ? a.counts[e] : a.n_items;
+    const uint32_t start = a.starts ? a.starts[e] : 0;
+    const uint64_t mat_offset = (a.counts ? e : 0) * a.mat_bytes;
+    const uint32_t s0 = blockIdx.y * a.kslice, s1 = min(a.groups, s0 + a.kslice);
+    const uint32_t stride = a.kslice + MT_PAD / 8; /* uint4 per staged item */
+    const uint32_t ks = gridDim.y;
+    const uint32_t r0 = blockIdx.x * MT_GROUP_ROWS + warp * MT_ROWS;
+    __shared__ float fold_scale[16];
+    __shared__ float block_ss[MV_WARPS][16];
+    __shared__ bool last;
+    const uint8_t *w, *w2;
+    {
+        float *y_unused;
+        uint64_t ys_unused;
+        mv_row(a, min(r0 + g, a.rows - 1), mat_offset, &w, &w2, &y_unused, &ys_unused);
+    }
+    for (uint32_t c = 0; c < count; c += NT) {
+        if (FOLD) {
+            /* the items' RMS factors, each summed in a fixed order by one thread */
+            if (threadIdx.x < NT) {
+                const uint32_t i = start + min(c + threadIdx.x, count - 1);
+                const float *part = a.norm_ss + (uint64_t)(a.x_index ? a.x_index[i] : i) * a.ss_stride;
+                float sq = 0.0f;
+                for (uint32_t k = 0; k < a.norm_n; k++) sq += part[k];
+                fold_scale[threadIdx.x] = rsqrtf(sq / (8 * a.groups) + a.eps);
+            }
+            __syncthreads();
+        }
+        /* stage items c .. c + NT - 1 over the slice (items past the end as zeros) */
+        const uint32_t width = s1 - s0;
+        for (uint32_t idx = threadIdx.x; idx < NT * width; idx += MV_THREADS) {
+            const uint32_t it = idx / width, grp = idx - it * width;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (c + it < count) {
+                const uint32_t i = start + c + it;
+                const float *x = a.x + (a.x_index ? a.x_index[i] : i) * a.x_stride + 8 * (uint64_t)(s0 + grp);
+                const float sc = FOLD ? fold_scale[it] : 1.0f;
+                const float4 p = *(const float4 *)x, q = *(const float4 *)(x + 4);
+                v = make_uint4(pack_f16x2(p.x * sc, p.y * sc), pack_f16x2(p.z * sc, p.w * sc),
+                               pack_f16x2(q.x * sc, q.y * sc), pack_f16x2(q.z * sc, q.w * sc));
+            }
+            xs[it * stride + grp] = v;
+        }
+        __syncthreads();
+        const uint4 *xa = xs + g * stride, *xb = xs + (NT > 8 ? g + 8 : g) * stride;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (r0 < a.rows) {
+            uint32_t s = s0;
+            for (; s + MT_STEP <= s1; s += MT_STEP) mt_step<TYPE, NT, GLU, false>(w, w2, xa, xb, s, t, s0, s1, acc, acc2);
+            if (s < s1) mt_step<TYPE, NT, GLU, true>(w, w2, xa, xb, s, t, s0, s1, acc, acc2);
+        }
+        if (ks > 1) {
+            /* leave the partials; the last block of the row group sums all slices in order */
+            const uint64_t group = (uint64_t)blockIdx.z * a.row_groups + blockIdx.x;
+            float *mine = a.partial + ((uint64_t)blockIdx.y * gridDim.z * a.row_groups + group) * (2 * 16 * MT_GROUP_ROWS);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t item = g + (i >> 1) * 8, row = warp * MT_ROWS + 2 * t + (i & 1);
+                mine[item * MT_GROUP_ROWS + row] = acc[i];
+                if (GLU) mine[(16 + item) * MT_GROUP_ROWS + row] = acc2[i];
+            }
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                const uint32_t done = atomicAdd(&a.counter[group], 1u);
+                last = done == ks - 1;
+                if (last) a.counter[group] = 0; /* ready for the next launch */
+            }
+            __syncthreads();
+            if (!last) {
+                if (c + NT < count) __syncthreads();
+                continue;
+            }
+            __threadfence();
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t item = g + (i >> 1) * 8, row = warp * MT_ROWS + 2 * t + (i & 1);
+                float s1v = 0.0f, s2v = 0.0f;
+                for (uint32_t q = 0; q < ks; q++) {
+                    const volatile float *p =
+                        a.partial + ((uint64_t)q * gridDim.z * a.row_groups + group) * (2 * 16 * MT_GROUP_ROWS);
+                    s1v += p[item * MT_GROUP_ROWS + row];
+                    if (GLU) s2v += p[(16 + item) * MT_GROUP_ROWS + row];
+                }
+                acc[i] = s1v, acc2[i] = s2v;
+            }
+        }
+        /* acc[0], acc[1]: item g, rows r0 + 2t, + 1; acc[2], acc[3]: item g + 8, the same rows */
+        float ssum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t item = c + g + (i >> 1) * 8, row = r0 + 2 * t + (i & 1);
+            if (item >= count || item >= c + NT || row >= a.rows) continue;
+            const uint8_t *wr, *wr2;
+            float *y;
+            uint64_t ys;
+            mv_row(a, row, 0, &wr, &wr2, &y, &ys);
+            float *dst = y + (uint64_t)(start + item) * ys;
+            const float r = GLU ? mv_glu(acc[i], acc2[i], a.act) : acc[i];
+            const float v = a.accumulate ? *dst + r : r;
+            *dst = v;
+            if (a.next_ss) { /* a producer: one part, so `row` is the row of x */
+                const float nw = a.next_norm_w[row];
+                a.next_xw[dst - a.part[0].y] = v * (a.plus_one ? 1.0f + nw : nw);
+                ssum[i >> 1] += v * v;
+            }
+        }
+        if (a.next_ss) {
+            /* the row group's partial sum of squares per item: over the lanes of an item, then over
+             * the warps, in a fixed order */
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float v = ssum[h];
+                v += __shfl_xor_sync(0xffffffffu, v, 1);
+                v += __shfl_xor_sync(0xffffffffu, v, 2);
+                if (t == 0) block_ss[warp][g + 8 * h] = v;
+            }
+            __syncthreads();
+            if (threadIdx.x < NT && c + threadIdx.x < count) {
+                float total = 0.0f;
+                for (int wi = 0; wi < MV_WARPS; wi++) total += block_ss[wi][threadIdx.x];
+                a.next_ss[(uint64_t)(start + c + threadIdx.x) * a.ss_stride + blockIdx.x] = total;
+            }
+        }
+        if (c + NT < count) __syncthreads(); /* the staged items are read before the next chunk's */
+    }
+}
+
+static uint32_t mt_smem(uint32_t nt, uint32_t kslice) { return nt * (kslice * 16 + MT_PAD * 2); }
+
+/* How a product runs: items per chunk (8 or 16), K slices and their width in groups. */
+typedef struct mt_plan {
+    uint32_t nt, ks, kslice, row_groups;
+    bool ok; /* false: the staged items would not fit in shared memory */
+} mt_plan;
+
+/* 16 items per chunk for more than 8 items (dense; MoE chunks of 8); K split into slices (dense
+ * only: MoE grids have a row of blocks per expert) until the grid has about two blocks per
+ * multiprocessor, within the split-K scratch, and further while 16 staged items would take more
+ * than half the shared memory: the same slices for any number of items, so that a token's sums are
+ * added in the same order in any batch. If the items still do not fit, chunks of 8. */
+static mt_plan mt_plan_for(const cuda_backend *b, uint32_t rows, uint32_t groups, uint32_t n_items, bool moe) {
+    mt_plan p;
+    p.row_groups = (rows + MT_GROUP_ROWS - 1) / MT_GROUP_ROWS;
+    const auto slice_of = [&](uint32_t k) { return ((groups + k - 1) / k + MT_STEP - 1) / MT_STEP * MT_STEP; };
+    const auto can_split = [&](uint32_t k) {
+        return !moe && b->mvt_part && p.row_groups <= b->mvt_groups &&
+               (uint64_t)k * p.row_groups * 2 * 16 * MT_GROUP_ROWS <= b->mvt_part_floats && groups / k >= MT_STEP;
+    };
+    for (p.nt = n_items > 8 && !moe ? 16 : 8;; p.nt = 8) {
+        p.ks = 1;
+        while (p.ks < MT_KS_MAX && can_split(2 * p.ks) &&
+               (p.row_groups * p.ks < 2u * (uint32_t)b->n_sm || mt_smem(16, slice_of(p.ks)) > MT_SMEM_MAX / 2))
+            p.ks *= 2;
+        p.kslice = slice_of(p.ks);
+        p.ks = (groups + p.kslice - 1) / p.kslice;
+        p.ok = mt_smem(p.nt, p.kslice) <= MT_SMEM_MAX;
+        if (p.ok || p.nt == 8) return p;
+    }
+}
+
+template <int TYPE, int NT, bool GLU, bool FOLD>
+static em_err mvt_launch_nt(cuda_backend *b, const mt_args &a, dim3 grid, uint32_t smem) {
+    static bool raised; /* the dynamic shared memory limit, raised once per kernel */
+    if (!raised)
+        CU_TRY(cudaFuncSetAttribute(mvt_kernel<TYPE, NT, GLU, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    MT_SMEM_MAX));
+    raised = true;
+    em_cuda_launch(b, mvt_kernel<TYPE, NT, GLU, FOLD>, grid, MV_THREADS, smem, a);
+    return NULL;
+}
+
+template <int TYPE, bool GLU, bool FOLD>
+static em_err mvt_launch(cuda_backend *b, const mv_args &base, uint32_t grid_z, uint32_t n_items) {
+    mt_args a;
+    static_cast<mv_args &>(a) = base;
+    const mt_plan p = mt_plan_for(b, a.rows, a.groups, n_items, a.counts != NULL);
+    if (!p.ok) return em_errorf(EM_ERR_INTERNAL, "cuda matvec (tensor cores): %u columns do not fit", a.cols);
+    a.kslice = p.kslice;
+    a.row_groups = p.row_groups;
+    a.partial = b->mvt_part;
+    a.counter = b->mvt_counter;
+    if (a.next_ss) {
+        if (a.row_groups > b->ss_stride)
+            return em_errorf(EM_ERR_INTERNAL, "cuda matvec (tensor cores): %u row groups of partial sums, room for %u",
+                             a.row_groups, b->ss_stride);
+        b->ss_n = a.row_groups;
+    }
+    const dim3 grid(a.row_groups, p.ks, grid_z);
+    const uint32_t smem = mt_smem(p.nt, p.kslice);
+    return p.nt == 16 ? mvt_launch_nt<TYPE, 16, GLU, FOLD>(b, a, grid, smem)
+                      : mvt_launch_nt<TYPE, 8, GLU, FOLD>(b, a, grid, smem);
+}
+
+template <int TYPE>
+static em_err mvt_type(cuda_backend *b, const mv_args &a, uint32_t grid_y, uint32_t n_items, bool glu, bool fold) {
+    if (glu) return fold ? mvt_launch<TYPE, true, true>(b, a, grid_y, n_items) : mvt_launch<TYPE, true, false>(b, a, grid_y, n_items);
+    return fold ? mvt_launch<TYPE, false, true>(b, a, grid_y, n_items) : mvt_launch<TYPE, false, false>(b, a, grid_y, n_items);
+}
+
+/* The fewest items this kernel takes: EMBER_CUDA_MVT=N (0: never), else 2. */
+static uint32_t mvt_min_items(void) {
+    const char *v = getenv("EMBER_CUDA_MVT");
+    if (!v || !*v) return 2;
+    const long n = strtol(v, NULL, 10);
+    return n <= 0 ? UINT32_MAX : (uint32_t)n;
+}
+
+bool em_cuda_mvt_wanted(const cuda_backend *b, const cuda_matvec *mv) {
+    const char *gemm = getenv("EMBER_CUDA_GEMM");
+    if (gemm && !strcmp(gemm, "0")) return false;
+    switch (mv->w->type) {
+    case EM_TYPE_F16: case EM_TYPE_BF16: case EM_TYPE_Q8_0: case EM_TYPE_Q4_K: case EM_TYPE_Q6_K: case EM_TYPE_IQ3_XXS:
+        break;
+    default: return false; /* F32 weights keep the f32 kernel */
+    }
+    if ((uintptr_t)mv->x % 16 || mv->x_stride % 4 || mv->w->cols % 8) return false;
+    /* dense: 2 to 16 items; MoE: when an expert can have 2 or more (any number, in chunks of 8), up
+     * to where the GEMM takes over */
+    if (mv->counts ? mv->max_items < mvt_min_items() || mv->n_items >= 16
+                   : mv->n_items < mvt_min_items() || mv->n_items > 16)
+        return false;
+    uint32_t rows = mv->w->rows;
+    for (uint32_t i = 1; i < mv->n_parts; i++) rows += mv->more[i - 1].w->rows;
+    return mt_plan_for(b, rows, mv->w->cols / 8, mv->n_items, mv->counts != NULL).ok;
+}
+
+em_err em_cuda_mvt(cuda_backend *b, const cuda_matvec *mv, mv_args a) {
+    const uint32_t grid_y = !mv->counts ? 1 : mv->active ? mv->n_active_max : mv->n_groups;
+    const bool glu = mv->up != NULL, fold = mv->norm_ss != NULL;
+    const uint32_t n = mv->n_items;
+    em_err err;
+    switch (mv->w->type) {
+    case EM_TYPE_F16: err = mvt_type<EM_TYPE_F16>(b, a, grid_y, n, glu, fold); break;
+    case EM_TYPE_BF16: err = mvt_type<EM_TYPE_BF16>(b, a, grid_y, n, glu, fold); break;
+    case EM_TYPE_Q8_0: err = mvt_type<EM_TYPE_Q8_0>(b, a, grid_y, n, glu, fold); break;
+    case EM_TYPE_Q4_K: err = mvt_type<EM_TYPE_Q4_K>(b, a, grid_y, n, glu, fold); break;
+    case EM_TYPE_Q6_K: err = mvt_type<EM_TYPE_Q6_K>(b, a, grid_y, n, glu, fold); break;
+    case EM_TYPE_IQ3_XXS: err = mvt_type<EM_TYPE_IQ3_XXS>(b, a, grid_y, n, glu, fold); break;
+    default: return em_errorf(EM_ERR_UNSUPPORTED, "cuda matvec (tensor cores): weight type %s", em_type_name(mv->w->type));
+    }
+    if (err) return err;
+    CU_LAUNCHED();
+    return NULL;
+}
+
+em_err em_cuda_mvt_upload_grid(void) {
+    CU_TRY(cudaMemcpyToSymbol(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid));
+    return NULL;
+}
