@@ -1,22 +1,20 @@
 #!/usr/bin/env bash
-# Device time per kernel over two decode steps (Nsight Compute), the profile behind the CUDA
-# sections of bench/RESULTS.md: `check_cuda --bench` runs a 300-token prefill then greedy steps;
-# after SKIP launches, COUNT launches are timed one by one (graphs off, so each kernel is a launch),
-# and the table sums them per kernel and grid, per decoded token (TOKENS tokens in COUNT launches).
+# Device time per kernel over a few forwards (Nsight Compute), the profile behind the CUDA sections
+# of bench/RESULTS.md: `check_cuda --bench SEQS` prefills SEQS sequences of 300 tokens (5 forwards
+# each), then runs decode steps of SEQS tokens; forwards FROM..TO-1 (counted from 0) are profiled
+# (EMBER_CUDA_PROFILE brackets them with cudaProfilerStart/Stop), and the table sums the kernels
+# per name and grid, per step (STEPS steps in the range).
 #
-# With SEQS, the decode steps are batches of SEQS sequences (`check_cuda --bench SEQS`; the prompts
-# take SEQS times the launches to skip).
-#
-#   bench/cuda_profile.sh BUILD_DIR MODEL.gguf SKIP COUNT TOKENS [SEQS]
-#   e.g. dense-1b (16 layers, ~98 launches per step): 1500 196 2; moe-30b-a3b --layers 4: 600 92 2
+#   bench/cuda_profile.sh BUILD_DIR MODEL.gguf FROM TO STEPS [SEQS]
+#   e.g. one sequence: 10 12 2; 16 sequences: 90 92 2 16
 set -u
-build=$1 model=$2 skip=$3 count=$4 tokens=$5 seqs=${6:-1}
+build=$1 model=$2 from=$3 to=$4 tokens=$5 seqs=${6:-1}
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$ncu" ] || { echo "ncu (Nsight Compute) not found"; exit 1; }
 csv=$(mktemp)
 trap 'rm -f "$csv"' EXIT
-EMBER_CUDA_GRAPHS=0 "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
-  --launch-skip "$skip" --launch-count "$count" --csv "$build/tests/check_cuda" "$model" x x --bench "$seqs" >"$csv" 2>/dev/null
+EMBER_CUDA_PROFILE="$from:$to" "$ncu" --profile-from-start off --clock-control none --cache-control none \
+  --metrics gpu__time_duration.sum --csv "$build/tests/check_cuda" "$model" x x --bench "$seqs" >"$csv" 2>/dev/null
 python3 - "$csv" "$tokens" <<'PY'
 import collections, csv, re, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
@@ -31,6 +29,6 @@ for r in rows:
 tokens, total = float(sys.argv[2]), 0.0
 for key, (n, t) in sorted(per.items(), key=lambda kv: -kv[1][1]):
     total += t
-    print("%8.1f us/token %6.1f launches/token %7.2f us each  %s" % (t / 1e3 / tokens, n / tokens, t / 1e3 / n, key))
-print("sum %.1f us/token" % (total / 1e3 / tokens))
+    print("%8.1f us/step %6.1f launches/step %7.2f us each  %s" % (t / 1e3 / tokens, n / tokens, t / 1e3 / n, key))
+print("sum %.1f us/step" % (total / 1e3 / tokens))
 PY

@@ -178,4 +178,120 @@ __device__ __forceinline__ uint4 deq_f16x8<EM_TYPE_IQ3_XXS>(const uint8_t *row, 
     return pack_f16x8(v);
 }
 
+/* ---- f16 output computed in f16, for the decode tensor-core kernel (matvec_tc.cu) ----
+ * Group g as 8 f16 like deq_f16x8, but with packed half arithmetic instead of a float per
+ * element: integer levels become f16 exactly through the 0x6400 exponent (the half with bits
+ * 0x6400 | b is 1024 + b for a byte b), then one scaling in f16. The results are the stored values
+ * rounded to f16 once, except that a block's scale (d * sub-block scale) is itself rounded to f16
+ * first for Q4_K, Q6_K and IQ3_XXS, a relative difference of at most 2^-11. No clamping: weights
+ * past f16's range (65504) do not occur in these formats' use. */
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *(const uint32_t *)&h; }
+__device__ __forceinline__ __half2 h2_of(uint32_t u) { return *(const __half2 *)&u; }
+/* Bytes 0-1 (sel 0x4140) or 2-3 (0x4342) of w as two halves 1024 + byte. */
+__device__ __forceinline__ __half2 h2_bytes(uint32_t w, uint32_t sel) { return h2_of(__byte_perm(w, 0x64646464u, sel)); }
+/* Two floats as a half pair, the first in the low half. */
+__device__ __forceinline__ uint32_t h2_rn(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+/* The four bytes of w (each a level 0..255 after `bias` is added back) times `scale`. */
+__device__ __forceinline__ void h2_levels(uint32_t w, __half2 offset, __half2 scale, uint32_t out[2]) {
+    out[0] = h2_bits(__hmul2(__hsub2(h2_bytes(w, 0x4140), offset), scale));
+    out[1] = h2_bits(__hmul2(__hsub2(h2_bytes(w, 0x4342), offset), scale));
+}
+
+template <int TYPE> __device__ __forceinline__ uint4 deq_h8(const uint8_t *row, uint32_t g) {
+    return deq_f16x8<TYPE>(row, g, em_cuda_iq3xxs_grid);
+}
+
+template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_F16>(const uint8_t *row, uint32_t g) {
+    return *(const uint4 *)(row + 16 * (uint64_t)g);
+}
+
+template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_BF16>(const uint8_t *row, uint32_t g) {
+    const uint4 u = *(const uint4 *)(row + 16 * (uint64_t)g);
+    return make_uint4(h2_rn(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u)),
+                      h2_rn(__uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u)),
+                      h2_rn(__uint_as_float(u.z << 16), __uint_as_float(u.z & 0xffff0000u)),
+                      h2_rn(__uint_as_float(u.w << 16), __uint_as_float(u.w & 0xffff0000u)));
+}
+
+/* Q8_0: the signed bytes, flipped to 0..255 (+128), become 1024 + q + 128; minus 1152, times d. */
+template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_Q8_0>(const uint8_t *row, uint32_t g) {
+    const uint8_t *b = row + 34 * (uint64_t)(g >> 2);
+    const __half2 d = __half2half2(*(const __half *)b), offset = __float2half2_rn(1152.0f);
+    const uint2 q = ld8_a2(b + 2 + 8 * (g & 3));
+    uint32_t o[4];
+    h2_levels(q.x ^ 0x80808080u, offset, d, o);
+    h2_levels(q.y ^ 0x80808080u, offset, d, o + 2);
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+/* Q4_K: nibbles q, then q * dl - ml in one f16 fused multiply-add. */
+template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_Q4_K>(const uint8_t *row, uint32_t g) {
+    const uint8_t *b = row + 144 * (uint64_t)(g >> 5);
+    const int j = g & 31, sub = j >> 2, part = j & 3;
+    const float d = ld_half(b), dmin = ld_half(b + 2);
+    const uint8_t *s = b + 4;
+    int sc, mn;
+    if (sub < 4) {
+        sc = s[sub] & 63;
+        mn = s[sub + 4] & 63;
+    } else {
+        sc = (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4);
+        mn = (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
+    }
+    const __half2 dl = __float2half2_rn(d * (float)sc), ml = __float2half2_rn(-dmin * (float)mn);
+    const __half2 offset = __float2half2_rn(1024.0f);
+    const uint2 q = *(const uint2 *)(b + 16 + 32 * (sub >> 1) + 8 * part);
+    const int shift = 4 * (sub & 1);
+    const uint32_t w[2] = {(q.x >> shift) & 0x0f0f0f0fu, (q.y >> shift) & 0x0f0f0f0fu};
+    uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        o[2 * i] = h2_bits(__hfma2(__hsub2(h2_bytes(w[i], 0x4140), offset), dl, ml));
+        o[2 * i + 1] = h2_bits(__hfma2(__hsub2(h2_bytes(w[i], 0x4342), offset), dl, ml));
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+/* Q6_K: the 6-bit levels q assembled four at a time, then (q - 32) * dl. */
+template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_Q6_K>(const uint8_t *row, uint32_t g) {
+    const uint8_t *b = row + 210 * (uint64_t)(g >> 5);
+    const int e0 = 8 * (g & 31), half = e0 >> 7, r = e0 & 127;
+    const uint2 lo = ld8_a2(b + 64 * half + (r & 63));
+    const uint2 hi = ld8_a2(b + 128 + 32 * half + (r & 31));
+    const int ls = 4 * (r >> 6), hs = 2 * (r >> 5);
+    const __half2 dl = __float2half2_rn(ld_half(b + 208) * (float)(int8_t)b[192 + (e0 >> 4)]);
+    const __half2 offset = __float2half2_rn(1056.0f);
+    uint32_t o[4];
+    h2_levels(((lo.x >> ls) & 0x0f0f0f0fu) | (((hi.x >> hs) & 0x03030303u) << 4), offset, dl, o);
+    h2_levels(((lo.y >> ls) & 0x0f0f0f0fu) | (((hi.y >> hs) & 0x03030303u) << 4), offset, dl, o + 2);
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+/* IQ3_XXS: the lattice bytes as halves, the signs xor-ed into their sign bits, times db. */
+template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_IQ3_XXS>(const uint8_t *row, uint32_t g) {
+    const uint8_t *b = row + 98 * (uint64_t)(g >> 5);
+    const int j = g & 31, ib = j >> 2, l = j & 3;
+    const float d = ld_half(b);
+    const uint32_t aux = ld_u16(b + 66 + 4 * ib) | (ld_u16(b + 68 + 4 * ib) << 16);
+    const __half2 db = __float2half2_rn(d * (0.5f + (float)(aux >> 28)) * 0.5f);
+    const uint32_t idx = ld_u16(b + 2 + 8 * ib + 2 * l);
+    const uint32_t p[2] = {__ldg(em_cuda_iq3xxs_grid + (idx & 0xff)), __ldg(em_cuda_iq3xxs_grid + (idx >> 8))};
+    uint32_t s = (aux >> (7 * l)) & 127;
+    s |= (__popc(s) & 1) << 7;
+    const __half2 offset = __float2half2_rn(1024.0f);
+    uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t bits = s >> (2 * i);
+        const uint32_t sign = ((bits & 1u) << 15) | ((bits & 2u) << 30);
+        const __half2 m = __hsub2(h2_bytes(p[i >> 1], i & 1 ? 0x4342 : 0x4140), offset);
+        o[i] = h2_bits(__hmul2(h2_of(h2_bits(m) ^ sign), db));
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 #endif

@@ -6,6 +6,9 @@
 
 #include "internal.cuh"
 
+#include <cuda_profiler_api.h>
+#include <stdio.h>
+
 static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 void em_cuda_free_scratch(cuda_backend *b) {
@@ -414,6 +417,22 @@ static em_err run_graph(cuda_backend *b, const cuda_batch *cb) {
     return NULL;
 }
 
+/* EMBER_CUDA_PROFILE=FROM:TO brackets forwards FROM..TO-1 (counted from 0 in each process) with
+ * cudaProfilerStart / cudaProfilerStop, for a profiler started with profiling off (Nsight Compute:
+ * --profile-from-start off; bench/cuda_profile.sh). */
+static void profile_range(void) {
+    static long from = -2, to, count;
+    if (from == -2) {
+        const char *v = getenv("EMBER_CUDA_PROFILE");
+        from = -1;
+        if (v && sscanf(v, "%ld:%ld", &from, &to) != 2) from = -1;
+    }
+    if (from < 0) return;
+    if (count == from) cudaProfilerStart();
+    if (count == to) cudaProfilerStop();
+    count++;
+}
+
 /* With `pick`, only the picked tokens come back (sample.cu), not the logits rows. */
 static em_err forward(em_backend *base, const em_batch *batch, float *logits, const em_pick_params *pick,
                       int32_t *picked) {
@@ -421,6 +440,7 @@ static em_err forward(em_backend *base, const em_batch *batch, float *logits, co
     const em_model_desc *d = b->d;
     em_err err = em_batch_validate(batch, pick ? (const void *)picked : logits, b->d->n_vocab, &b->base);
     if (err) return err;
+    profile_range();
     if (b->cap_tokens < batch->n_tokens) em_cuda_drop_graphs(b);
     if ((err = em_cuda_reserve(b, batch->n_tokens))) return err;
     cuda_batch cb;

@@ -60,8 +60,8 @@ __device__ __forceinline__ void mt_step(const uint8_t *w, const uint8_t *w2, con
     for (int j = 0; j < 4; j++) {
         const uint32_t grp = s + 4 * j + t;
         const bool in = !TAIL || grp < end;
-        wv[j] = in ? deq_f16x8<TYPE>(w, grp, em_cuda_iq3xxs_grid) : make_uint4(0, 0, 0, 0);
-        if (GLU) wv2[j] = in ? deq_f16x8<TYPE>(w2, grp, em_cuda_iq3xxs_grid) : make_uint4(0, 0, 0, 0);
+        wv[j] = in ? deq_h8<TYPE>(w, grp) : make_uint4(0, 0, 0, 0);
+        if (GLU) wv2[j] = in ? deq_h8<TYPE>(w2, grp) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int j = 0; j < 4; j++) {
