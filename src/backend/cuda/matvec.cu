@@ -336,6 +336,11 @@ em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matve
     /* Long rows of matrices with few rows: several warps per row, so that each warp's share is a
      * single batch of loads in flight rather than several batches one after the other. */
     a.ks = rows >= 16384 ? 1 : a.groups >= 512 ? 4 : a.groups >= 256 ? 2 : 1;
+    /* and matrices of very few rows (a MoE router), up to all 8 warps on a row, for a grid of at
+     * least one block per multiprocessor (counted with one row per warp, so the split does not
+     * depend on the batch) */
+    while (!mv->counts && a.ks < MV_WARPS && rows * a.ks < MV_WARPS * (uint32_t)b->n_sm && a.groups / (2 * a.ks) >= 32)
+        a.ks *= 2;
     a.eps = b->d->norm_eps;
     a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
     if (kernel == EM_CUDA_MATVEC_TC || (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_mvt_wanted(b, mv)))

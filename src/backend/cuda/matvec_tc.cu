@@ -7,8 +7,9 @@
  * A block of 8 warps owns 64 rows and one slice of K (blockIdx.y; ks slices); it first converts
  * its items' activations over that slice to f16 in shared memory (times the fused norm's RMS
  * factor, so the values are normalized and far inside f16's range), then each warp walks its 8
- * rows. Lane (g = lane / 4, t = lane % 4) takes groups 4j + t of each 16-group step of row g: the
- * 4 lanes of a row read 64 contiguous bytes. A sum over k does not care which element sits at which
+ * rows (the output head's blocks take several such row groups with one staging). Lane
+ * (g = lane / 4, t = lane % 4) takes groups 4j + t of each step of row g (32 groups,
+ * 16 for a gated unit's two rows): the 4 lanes of a row read contiguous runs. A sum over k does not care which element sits at which
  * k of the mma, only that A and B agree: the group's elements 0-3 go to the k slots the lane owns
  * in one mma (2t, 2t + 1, 2t + 8, 2t + 9) and elements 4-7 to those of a second, for B (row g) and
  * A (items g and g + 8) alike.
@@ -27,7 +28,7 @@ extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
 
 #define MT_ROWS 8                    /* weight rows per warp: the mma's n */
 #define MT_GROUP_ROWS (MT_ROWS * MV_WARPS) /* rows per block */
-#define MT_STEP 16                   /* groups per row per step: 4 per lane */
+#define MT_STEP 32                   /* K slices are multiples of this many groups (a step of 8 per lane) */
 #define MT_KS_MAX 8
 #define MT_PAD 32                    /* f16 pad per staged row: rows 64 bytes apart in the banks */
 #define MT_SMEM_MAX (200u << 10)
@@ -48,23 +49,24 @@ struct mt_args : mv_args {
     uint32_t *counter;   /* ks > 1: per row group */
 };
 
-/* One step of a lane: groups s + 4j + t (j < 4) of its row, those before `end` (TAIL; the others
+/* One step of a lane: groups s + 4j + t (j < J) of its row, those before `end` (TAIL; the others
  * count as zeros), against items g and g + 8 (the latter only when NT is 16) staged in `xs`. All
- * weight loads are issued before the first conversion. */
-template <int TYPE, int NT, bool GLU, bool TAIL>
+ * weight loads are issued before the first conversion: J groups of one row (or of two, a gated
+ * unit's) in flight per lane. */
+template <int TYPE, int NT, bool GLU, int J, bool TAIL>
 __device__ __forceinline__ void mt_step(const uint8_t *w, const uint8_t *w2, const uint4 *xa, const uint4 *xb,
                                         uint32_t s, uint32_t t, uint32_t s0, uint32_t end, float acc[4],
                                         float acc2[4]) {
-    uint4 wv[4], wv2[4];
+    uint4 wv[J], wv2[J];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < J; j++) {
         const uint32_t grp = s + 4 * j + t;
         const bool in = !TAIL || grp < end;
         wv[j] = in ? deq_h8<TYPE>(w, grp) : make_uint4(0, 0, 0, 0);
         if (GLU) wv2[j] = in ? deq_h8<TYPE>(w2, grp) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < J; j++) {
         const uint32_t at = s - s0 + 4 * j + t; /* the group's place in the staged slice */
         const bool in = !TAIL || s + 4 * j + t < end; /* past the end: zeros (the pad is not) */
         const uint4 av = in ? xa[at] : make_uint4(0, 0, 0, 0), bv = NT > 8 && in ? xb[at] : make_uint4(0, 0, 0, 0);
@@ -77,12 +79,12 @@ __device__ __forceinline__ void mt_step(const uint8_t *w, const uint8_t *w2, con
     }
 }
 
-/* Before waiting for the previous kernel: asks L2 for this warp's 8 rows over the block's slice
- * (up to 8 KB a row), which do not depend on that kernel. */
-template <bool GLU> __device__ __forceinline__ void mt_prefetch(const mt_args &a) {
-    if (a.counts) return;
+/* Before waiting for the previous kernel: asks L2 for this warp's 8 rows of row group rg (its
+ * first) over the block's slice (up to 8 KB a row), which do not depend on that kernel. */
+template <bool GLU> __device__ __forceinline__ void mt_prefetch(const mt_args &a, uint32_t rg) {
+    if (a.counts || rg >= a.row_groups) return;
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const uint32_t row = blockIdx.x * MT_GROUP_ROWS + warp * MT_ROWS + (lane & 7);
+    const uint32_t row = rg * MT_GROUP_ROWS + warp * MT_ROWS + (lane & 7);
     if (row >= a.rows) return;
     const uint8_t *w, *w2;
     float *y;
@@ -97,12 +99,109 @@ template <bool GLU> __device__ __forceinline__ void mt_prefetch(const mt_args &a
     }
 }
 
+/* Row group rg (64 rows) of one K slice against the staged items c.. of the chunk: the products,
+ * the split-K fix-up (the block that completes the group sums all slices in order), the epilogue
+ * (gated unit, residual add, a fused norm's producer outputs). Called by every thread of the
+ * block. */
+template <int TYPE, int NT, bool GLU>
+__device__ __forceinline__ void mt_row_group(const mt_args &a, uint32_t rg, uint32_t c, uint32_t count, uint32_t start,
+                                             uint64_t mat_offset, const uint4 *xa, const uint4 *xb, uint32_t s0,
+                                             uint32_t s1, float (*block_ss)[16], bool *last) {
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const uint32_t ks = gridDim.y;
+    const uint32_t r0 = rg * MT_GROUP_ROWS + warp * MT_ROWS;
+    const uint8_t *w, *w2;
+    {
+        float *y_unused;
+        uint64_t ys_unused;
+        mv_row(a, min(r0 + g, a.rows - 1), mat_offset, &w, &w2, &y_unused, &ys_unused);
+    }
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (r0 < a.rows) {
+        constexpr int J = GLU ? 4 : 8; /* groups per lane per step */
+        uint32_t s = s0;
+        for (; s + 4 * J <= s1; s += 4 * J) mt_step<TYPE, NT, GLU, J, false>(w, w2, xa, xb, s, t, s0, s1, acc, acc2);
+        if (s < s1) mt_step<TYPE, NT, GLU, J, true>(w, w2, xa, xb, s, t, s0, s1, acc, acc2);
+    }
+    if (ks > 1) {
+        /* leave the partials; the last block of the row group sums all slices in order */
+        const uint64_t group = (uint64_t)blockIdx.z * a.row_groups + rg;
+        float *mine = a.partial + ((uint64_t)blockIdx.y * gridDim.z * a.row_groups + group) * (2 * 16 * MT_GROUP_ROWS);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t item = g + (i >> 1) * 8, row = warp * MT_ROWS + 2 * t + (i & 1);
+            mine[item * MT_GROUP_ROWS + row] = acc[i];
+            if (GLU) mine[(16 + item) * MT_GROUP_ROWS + row] = acc2[i];
+        }
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const uint32_t done = atomicAdd(&a.counter[group], 1u);
+            *last = done == ks - 1;
+            if (*last) a.counter[group] = 0; /* ready for the next launch */
+        }
+        __syncthreads();
+        if (!*last) return;
+        __threadfence();
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t item = g + (i >> 1) * 8, row = warp * MT_ROWS + 2 * t + (i & 1);
+            float s1v = 0.0f, s2v = 0.0f;
+            for (uint32_t q = 0; q < ks; q++) {
+                const volatile float *p =
+                    a.partial + ((uint64_t)q * gridDim.z * a.row_groups + group) * (2 * 16 * MT_GROUP_ROWS);
+                s1v += p[item * MT_GROUP_ROWS + row];
+                if (GLU) s2v += p[(16 + item) * MT_GROUP_ROWS + row];
+            }
+            acc[i] = s1v, acc2[i] = s2v;
+        }
+    }
+    /* acc[0], acc[1]: item g, rows r0 + 2t, + 1; acc[2], acc[3]: item g + 8, the same rows */
+    float ssum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t item = c + g + (i >> 1) * 8, row = r0 + 2 * t + (i & 1);
+        if (item >= count || item >= c + NT || row >= a.rows) continue;
+        const uint8_t *wr, *wr2;
+        float *y;
+        uint64_t ys;
+        mv_row(a, row, 0, &wr, &wr2, &y, &ys);
+        float *dst = y + (uint64_t)(start + item) * ys;
+        const float r = GLU ? mv_glu(acc[i], acc2[i], a.act) : acc[i];
+        const float v = a.accumulate ? *dst + r : r;
+        *dst = v;
+        if (a.next_ss) { /* a producer: one part, so `row` is the row of x */
+            const float nw = a.next_norm_w[row];
+            a.next_xw[dst - a.part[0].y] = v * (a.plus_one ? 1.0f + nw : nw);
+            ssum[i >> 1] += v * v;
+        }
+    }
+    if (a.next_ss) {
+        /* the row group's partial sum of squares per item: over the lanes of an item, then over
+         * the warps, in a fixed order */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float v = ssum[h];
+            v += __shfl_xor_sync(0xffffffffu, v, 1);
+            v += __shfl_xor_sync(0xffffffffu, v, 2);
+            if (t == 0) block_ss[warp][g + 8 * h] = v;
+        }
+        __syncthreads();
+        if (threadIdx.x < NT && c + threadIdx.x < count) {
+            float total = 0.0f;
+            for (int wi = 0; wi < MV_WARPS; wi++) total += block_ss[wi][threadIdx.x];
+            a.next_ss[(uint64_t)(start + c + threadIdx.x) * a.ss_stride + rg] = total;
+        }
+        __syncthreads(); /* block_ss is read before the next row group writes it */
+    }
+}
+
 template <int TYPE, int NT, bool GLU, bool FOLD>
 __global__ void __launch_bounds__(MV_THREADS) mvt_kernel(mt_args a) {
     extern __shared__ uint4 xs[]; /* NT staged items, each kslice groups + the pad */
-    mt_prefetch<GLU>(a);
+    mt_prefetch<GLU>(a, blockIdx.x);
     em_pdl_wait();
-    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const uint32_t g = (threadIdx.x & 31) >> 2;
     uint32_t e = blockIdx.z;
     if (a.active) {
         if (blockIdx.z >= *a.n_active) return;
@@ -113,17 +212,9 @@ __global__ void __launch_bounds__(MV_THREADS) mvt_kernel(mt_args a) {
     const uint64_t mat_offset = (a.counts ? e : 0) * a.mat_bytes;
     const uint32_t s0 = blockIdx.y * a.kslice, s1 = min(a.groups, s0 + a.kslice);
     const uint32_t stride = a.kslice + MT_PAD / 8; /* uint4 per staged item */
-    const uint32_t ks = gridDim.y;
-    const uint32_t r0 = blockIdx.x * MT_GROUP_ROWS + warp * MT_ROWS;
     __shared__ float fold_scale[16];
     __shared__ float block_ss[MV_WARPS][16];
     __shared__ bool last;
-    const uint8_t *w, *w2;
-    {
-        float *y_unused;
-        uint64_t ys_unused;
-        mv_row(a, min(r0 + g, a.rows - 1), mat_offset, &w, &w2, &y_unused, &ys_unused);
-    }
     for (uint32_t c = 0; c < count; c += NT) {
         if (FOLD) {
             /* the items' RMS factors, each summed in a fixed order by one thread */
@@ -153,85 +244,9 @@ __global__ void __launch_bounds__(MV_THREADS) mvt_kernel(mt_args a) {
         }
         __syncthreads();
         const uint4 *xa = xs + g * stride, *xb = xs + (NT > 8 ? g + 8 : g) * stride;
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (r0 < a.rows) {
-            uint32_t s = s0;
-            for (; s + MT_STEP <= s1; s += MT_STEP) mt_step<TYPE, NT, GLU, false>(w, w2, xa, xb, s, t, s0, s1, acc, acc2);
-            if (s < s1) mt_step<TYPE, NT, GLU, true>(w, w2, xa, xb, s, t, s0, s1, acc, acc2);
-        }
-        if (ks > 1) {
-            /* leave the partials; the last block of the row group sums all slices in order */
-            const uint64_t group = (uint64_t)blockIdx.z * a.row_groups + blockIdx.x;
-            float *mine = a.partial + ((uint64_t)blockIdx.y * gridDim.z * a.row_groups + group) * (2 * 16 * MT_GROUP_ROWS);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const uint32_t item = g + (i >> 1) * 8, row = warp * MT_ROWS + 2 * t + (i & 1);
-                mine[item * MT_GROUP_ROWS + row] = acc[i];
-                if (GLU) mine[(16 + item) * MT_GROUP_ROWS + row] = acc2[i];
-            }
-            __threadfence();
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                const uint32_t done = atomicAdd(&a.counter[group], 1u);
-                last = done == ks - 1;
-                if (last) a.counter[group] = 0; /* ready for the next launch */
-            }
-            __syncthreads();
-            if (!last) {
-                if (c + NT < count) __syncthreads();
-                continue;
-            }
-            __threadfence();
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const uint32_t item = g + (i >> 1) * 8, row = warp * MT_ROWS + 2 * t + (i & 1);
-                float s1v = 0.0f, s2v = 0.0f;
-                for (uint32_t q = 0; q < ks; q++) {
-                    const volatile float *p =
-                        a.partial + ((uint64_t)q * gridDim.z * a.row_groups + group) * (2 * 16 * MT_GROUP_ROWS);
-                    s1v += p[item * MT_GROUP_ROWS + row];
-                    if (GLU) s2v += p[(16 + item) * MT_GROUP_ROWS + row];
-                }
-                acc[i] = s1v, acc2[i] = s2v;
-            }
-        }
-        /* acc[0], acc[1]: item g, rows r0 + 2t, + 1; acc[2], acc[3]: item g + 8, the same rows */
-        float ssum[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t item = c + g + (i >> 1) * 8, row = r0 + 2 * t + (i & 1);
-            if (item >= count || item >= c + NT || row >= a.rows) continue;
-            const uint8_t *wr, *wr2;
-            float *y;
-            uint64_t ys;
-            mv_row(a, row, 0, &wr, &wr2, &y, &ys);
-            float *dst = y + (uint64_t)(start + item) * ys;
-            const float r = GLU ? mv_glu(acc[i], acc2[i], a.act) : acc[i];
-            const float v = a.accumulate ? *dst + r : r;
-            *dst = v;
-            if (a.next_ss) { /* a producer: one part, so `row` is the row of x */
-                const float nw = a.next_norm_w[row];
-                a.next_xw[dst - a.part[0].y] = v * (a.plus_one ? 1.0f + nw : nw);
-                ssum[i >> 1] += v * v;
-            }
-        }
-        if (a.next_ss) {
-            /* the row group's partial sum of squares per item: over the lanes of an item, then over
-             * the warps, in a fixed order */
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float v = ssum[h];
-                v += __shfl_xor_sync(0xffffffffu, v, 1);
-                v += __shfl_xor_sync(0xffffffffu, v, 2);
-                if (t == 0) block_ss[warp][g + 8 * h] = v;
-            }
-            __syncthreads();
-            if (threadIdx.x < NT && c + threadIdx.x < count) {
-                float total = 0.0f;
-                for (int wi = 0; wi < MV_WARPS; wi++) total += block_ss[wi][threadIdx.x];
-                a.next_ss[(uint64_t)(start + c + threadIdx.x) * a.ss_stride + blockIdx.x] = total;
-            }
-        }
+        /* the row groups of this block, the staged items used for each */
+        for (uint32_t rg = blockIdx.x; rg < a.row_groups; rg += gridDim.x)
+            mt_row_group<TYPE, NT, GLU>(a, rg, c, count, start, mat_offset, xa, xb, s0, s1, block_ss, &last);
         if (c + NT < count) __syncthreads(); /* the staged items are read before the next chunk's */
     }
 }
@@ -296,7 +311,17 @@ static em_err mvt_launch(cuda_backend *b, const mv_args &base, uint32_t grid_z, 
                              a.row_groups, b->ss_stride);
         b->ss_n = a.row_groups;
     }
-    const dim3 grid(a.row_groups, p.ks, grid_z);
+    /* F16 and BF16 past about four blocks per multiprocessor (the output head): each block takes
+     * several row groups, staging the items once for all of them (measured: bf16 head 201 -> 137
+     * us for 1 item; the quantized heads went the other way, ~230 -> ~340 us, their blocks' first
+     * loads and L2 prefetches no longer overlapping other blocks' work, so they keep one group) */
+    uint32_t grid_x = a.row_groups;
+    const bool plain = a.part[0].row_bytes == 2ull * a.cols; /* F16, BF16 */
+    if (plain && (uint64_t)a.row_groups * p.ks > 4u * (uint32_t)b->n_sm) {
+        const uint32_t rounds = (a.row_groups * p.ks + 2 * b->n_sm - 1) / (2 * b->n_sm);
+        grid_x = (a.row_groups + rounds - 1) / rounds;
+    }
+    const dim3 grid(grid_x, p.ks, grid_z);
     const uint32_t smem = mt_smem(p.nt, p.kslice);
     return p.nt == 16 ? mvt_launch_nt<TYPE, 16, GLU, FOLD>(b, a, grid, smem)
                       : mvt_launch_nt<TYPE, 8, GLU, FOLD>(b, a, grid, smem);
