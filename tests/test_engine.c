@@ -74,13 +74,18 @@ static void reference_greedy(const int32_t *prompt, uint32_t n_prompt, uint32_t 
     em_model_free(m);
 }
 
+/* The tests' engine options: the test model on the CPU, 2 threads, a context of 512. */
+static void test_options(ember_options *o) {
+    ember_options_default(o);
+    o->model_path = MODEL;
+    o->device = "cpu";
+    o->threads = 2;
+    o->ctx_tokens = 512;
+}
+
 static ember_engine *new_engine(uint64_t kv_mem, int max_sequences) {
     ember_options o;
-    ember_options_default(&o);
-    o.model_path = MODEL;
-    o.device = "cpu";
-    o.threads = 2;
-    o.ctx_tokens = 512;
+    test_options(&o);
     o.kv_mem_bytes = kv_mem;
     if (max_sequences) o.max_sequences = max_sequences;
     ember_engine *e;
@@ -528,10 +533,7 @@ static void test_handles_outlive_engine(void **state) {
 static void test_kv_sequences(void **state) {
     (void)state;
     ember_options o;
-    ember_options_default(&o);
-    o.model_path = MODEL;
-    o.device = "cpu";
-    o.threads = 1;
+    test_options(&o);
     o.ctx_tokens = 128;
     const int counts[3] = {0, 1, 10};
     const uint32_t blocks[3] = {4 * 128 / 16, 1 * 128 / 16, 10 * 128 / 16}; /* 16-token blocks */

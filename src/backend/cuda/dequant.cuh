@@ -71,22 +71,28 @@ template <> struct deq<EM_TYPE_Q8_0> {
     }
 };
 
-/* Q4_K: 144-byte blocks of 256: d, dmin, 12 scale bytes, 128 nibble bytes (see dequant.c). */
+/* Q4_K: 144-byte blocks of 256: d, dmin, 12 scale bytes, 128 nibble bytes (see dequant.c).
+ * Sub-block sub's scale d * sc and offset dmin * mn, from the 6-bit packed scales. */
+__device__ __forceinline__ void q4k_scales(const uint8_t *b, int sub, float *dl, float *ml) {
+    const uint8_t *s = b + 4;
+    int sc, mn;
+    if (sub < 4) {
+        sc = s[sub] & 63;
+        mn = s[sub + 4] & 63;
+    } else {
+        sc = (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4);
+        mn = (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
+    }
+    *dl = ld_half(b) * (float)sc;
+    *ml = ld_half(b + 2) * (float)mn;
+}
+
 template <> struct deq<EM_TYPE_Q4_K> {
     __device__ static void get(const uint8_t *row, uint32_t g, float v[8]) {
         const uint8_t *b = row + 144 * (uint64_t)(g >> 5);
         const int j = g & 31, sub = j >> 2, part = j & 3;
-        float d = ld_half(b), dmin = ld_half(b + 2);
-        const uint8_t *s = b + 4;
-        int sc, mn;
-        if (sub < 4) {
-            sc = s[sub] & 63;
-            mn = s[sub + 4] & 63;
-        } else {
-            sc = (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4);
-            mn = (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
-        }
-        float dl = d * (float)sc, ml = dmin * (float)mn;
+        float dl, ml;
+        q4k_scales(b, sub, &dl, &ml);
         uint2 q = *(const uint2 *)(b + 16 + 32 * (sub >> 1) + 8 * part);
         const int shift = 4 * (sub & 1);
 #pragma unroll
@@ -232,17 +238,9 @@ template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_Q8_0>(const uint8_t 
 template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_Q4_K>(const uint8_t *row, uint32_t g) {
     const uint8_t *b = row + 144 * (uint64_t)(g >> 5);
     const int j = g & 31, sub = j >> 2, part = j & 3;
-    const float d = ld_half(b), dmin = ld_half(b + 2);
-    const uint8_t *s = b + 4;
-    int sc, mn;
-    if (sub < 4) {
-        sc = s[sub] & 63;
-        mn = s[sub + 4] & 63;
-    } else {
-        sc = (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4);
-        mn = (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
-    }
-    const __half2 dl = __float2half2_rn(d * (float)sc), ml = __float2half2_rn(-dmin * (float)mn);
+    float dlf, mlf;
+    q4k_scales(b, sub, &dlf, &mlf);
+    const __half2 dl = __float2half2_rn(dlf), ml = __float2half2_rn(-mlf);
     const __half2 offset = __float2half2_rn(1024.0f);
     const uint2 q = *(const uint2 *)(b + 16 + 32 * (sub >> 1) + 8 * part);
     const int shift = 4 * (sub & 1);

@@ -4,7 +4,7 @@
  * A warp computes RW rows (1, or 2 from 4 items up) for up to NT items at once: the lanes walk
  * the rows' 8-element groups (consecutive lanes take consecutive groups, so a warp's loads are
  * contiguous), each lane issuing the loads of 4-8 groups before the first multiply so that a
- * warp keeps a batch of loads in flight. Long rows are split over ks = 2 or 4 warps of a block,
+ * warp keeps a batch of loads in flight. Long rows are split over ks = 2, 4 or 8 warps of a block,
  * their sums added in a fixed order. Blocks of 8 warps walk the rows grid-stride. Each weight row
  * is read once per NT items; larger batches loop over chunks of NT items. The per-item sums do
  * not depend on NT or on the other items, so a batched token gets exactly the logits it gets
@@ -91,14 +91,10 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(mv_args a) {
     mv_prefetch<RW, GLU>(a);
     em_pdl_wait();
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    uint32_t e = blockIdx.y;
-    if (a.active) {
-        if (blockIdx.y >= *a.n_active) return;
-        e = a.active[blockIdx.y];
-    }
-    const uint32_t count = a.counts ? a.counts[e] : a.n_items;
-    const uint32_t start = a.starts ? a.starts[e] : 0;
-    const uint64_t mat_offset = (a.counts ? e : 0) * a.mat_bytes;
+    mv_group grp;
+    if (!mv_group_of(a, blockIdx.y, &grp)) return;
+    const uint32_t count = grp.count, start = grp.start;
+    const uint64_t mat_offset = grp.mat_offset;
     constexpr int U = RW * (GLU ? 2 : 1) >= 2 ? 4 : 8;
     for (uint32_t c = 0; c < count; c += NT) {
         const float *x[NT];

@@ -51,6 +51,24 @@ __device__ __forceinline__ void mv_row(const mv_args &a, uint32_t grow, uint64_t
 #undef MV_PART
 }
 
+/* The items and matrix of grid row `grid_row` (dense: the one group; MoE: the expert it runs,
+ * false when the row has none this step). */
+struct mv_group {
+    uint32_t count, start; /* items [start, start + count) */
+    uint64_t mat_offset;   /* bytes from the first expert's matrix */
+};
+__device__ __forceinline__ bool mv_group_of(const mv_args &a, uint32_t grid_row, mv_group *g) {
+    uint32_t e = grid_row;
+    if (a.active) {
+        if (grid_row >= *a.n_active) return false;
+        e = a.active[grid_row];
+    }
+    g->count = a.counts ? a.counts[e] : a.n_items;
+    g->start = a.starts ? a.starts[e] : 0;
+    g->mat_offset = (a.counts ? e : 0) * a.mat_bytes;
+    return true;
+}
+
 /* The tensor-core kernel (matvec_tc.cu): whether it takes `mv` (the types it decodes, 2-16 items
  * unless EMBER_CUDA_MVT says otherwise, never with EMBER_CUDA_GEMM=0), and its launch with the
  * arguments em_cuda_matvec built. */

@@ -202,14 +202,10 @@ __global__ void __launch_bounds__(MV_THREADS) mvt_kernel(mt_args a) {
     mt_prefetch<GLU>(a, blockIdx.x);
     em_pdl_wait();
     const uint32_t g = (threadIdx.x & 31) >> 2;
-    uint32_t e = blockIdx.z;
-    if (a.active) {
-        if (blockIdx.z >= *a.n_active) return;
-        e = a.active[blockIdx.z];
-    }
-    const uint32_t count = a.counts ? a.counts[e] : a.n_items;
-    const uint32_t start = a.starts ? a.starts[e] : 0;
-    const uint64_t mat_offset = (a.counts ? e : 0) * a.mat_bytes;
+    mv_group grp;
+    if (!mv_group_of(a, blockIdx.z, &grp)) return;
+    const uint32_t count = grp.count, start = grp.start;
+    const uint64_t mat_offset = grp.mat_offset;
     const uint32_t s0 = blockIdx.y * a.kslice, s1 = min(a.groups, s0 + a.kslice);
     const uint32_t stride = a.kslice + MT_PAD / 8; /* uint4 per staged item */
     __shared__ float fold_scale[16];
