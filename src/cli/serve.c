@@ -17,8 +17,9 @@ static const char usage_text[] =
     "  --port N             port (default 11435; 0 picks a free one)\n"
     "  --api-key KEY        require this key (Authorization: Bearer KEY or x-api-key: KEY);\n"
     "                       default: the EMBER_API_KEY environment variable, else none\n"
-    "  --ctx N              longest prompt + output in tokens (default: the model's, at most 32768)\n"
-    "  --kv-mem BYTES       KV cache budget (suffixes K, M, G; default: from --ctx)\n"
+    "  --ctx N              longest prompt + output in tokens (default: the model's, at most 8192)\n"
+    "  --kv-mem BYTES       KV cache budget (suffixes K, M, G; default: --kv-sequences of --ctx)\n"
+    "  --kv-sequences N     KV cache room in sequences of --ctx tokens (default 4)\n"
     "  --batch-tokens N     tokens per engine step (default 2048)\n"
     "  --max-sequences N    requests running at once (default 256)\n"
     "  --max-body BYTES     largest request body (suffixes K, M, G; default 4M)\n"
@@ -73,6 +74,7 @@ int em_cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--api-key")) server.api_key = v[0] ? v : NULL;
         else if (!strcmp(a, "--ctx")) ok = parse_int(v, 1, INT_MAX, &options.ctx_tokens);
         else if (!strcmp(a, "--kv-mem")) ok = parse_size(v, &options.kv_mem_bytes);
+        else if (!strcmp(a, "--kv-sequences")) ok = parse_int(v, 1, 1 << 20, &options.kv_sequences);
         else if (!strcmp(a, "--batch-tokens")) ok = parse_int(v, 1, INT_MAX, &options.batch_tokens);
         else if (!strcmp(a, "--max-sequences")) ok = parse_int(v, 1, INT_MAX, &options.max_sequences);
         else if (!strcmp(a, "--max-body")) {

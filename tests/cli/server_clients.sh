@@ -15,10 +15,17 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 log=$work/serve.log
 . "$here/../../tools/serve_lib.sh"
-start_server "$log" "$ember" serve -m "$model" --port 0 --api-key sk-ember --ctx 256 --max-body 65536 --device cpu ||
-  fail "ember serve did not start"
+# A KV size out of range is refused with a message naming the option.
+out=$("$ember" serve -m "$model" --kv-sequences 0 2>&1) && fail "--kv-sequences 0 was accepted"
+case $out in *"bad value for --kv-sequences"*) ;; *) fail "--kv-sequences 0: $out" ;; esac
+
+start_server "$log" "$ember" serve -m "$model" --port 0 --api-key sk-ember --ctx 256 --kv-sequences 6 --max-body 65536 \
+  --device cpu || fail "ember serve did not start"
 
 status=0
+# The cache holds 6 sequences of 256 tokens: 96 blocks of 16, all free before any request.
+metrics=$(curl -s "$url/metrics")
+case $metrics in *"ember_kv_blocks_free 96"*) ;; *) echo "FAIL: /metrics with --kv-sequences 6: $(echo "$metrics" | grep kv_blocks)"; status=1 ;; esac
 bash "$js/run.sh" "$url" tiny-llama sk-ember "$work" || status=1
 
 # SIGTERM stops the server cleanly (exit 0), with nothing reported on the way out.
