@@ -9,8 +9,10 @@
  *    keys and as many rows of values, addressed through the batch's block tables like the CPU
  *    backend's f32 cache. f16 halves the memory of the CPU layout (kv_bytes_per_token).
  *    EMBER_CUDA_KV=f32 keeps it in f32 instead (for comparisons that must exclude f16 rounding).
- *  - activations meet weights in f32: weights are decoded in registers and multiplied with the
- *    f32 activations, never rounded to 8 bits as the CPU's integer dot products do. */
+ *  - weights are decoded in registers, never rounded to 8-bit activations as the CPU's integer
+ *    dot products do: single-token products multiply them with the f32 activations (matvec.cu);
+ *    decode batches of 2-16 tokens (matvec_tc.cu), prefill and larger batches (gemm.cu) round
+ *    both operands to f16 for the tensor cores and accumulate in f32. */
 #ifndef EMBER_BACKEND_CUDA_INTERNAL_CUH
 #define EMBER_BACKEND_CUDA_INTERNAL_CUH
 
