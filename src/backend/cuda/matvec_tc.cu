@@ -7,12 +7,12 @@
  * A block of 8 warps owns 64 rows and one slice of K (blockIdx.y; ks slices); it first converts
  * its items' activations over that slice to f16 in shared memory (times the fused norm's RMS
  * factor, so the values are normalized and far inside f16's range), then each warp walks its 8
- * rows (the output head's blocks take several such row groups with one staging). Lane
- * (g = lane / 4, t = lane % 4) takes groups 4j + t of each step of row g (32 groups,
- * 16 for a gated unit's two rows): the 4 lanes of a row read contiguous runs. A sum over k does not care which element sits at which
- * k of the mma, only that A and B agree: the group's elements 0-3 go to the k slots the lane owns
- * in one mma (2t, 2t + 1, 2t + 8, 2t + 9) and elements 4-7 to those of a second, for B (row g) and
- * A (items g and g + 8) alike.
+ * rows (F16/BF16 output heads: each block takes several such row groups with one staging). Lane
+ * (g = lane / 4, t = lane % 4) takes groups 4j + t of each step of row g (32 groups, 16 for a
+ * gated unit's two rows): the 4 lanes of a row read contiguous runs. A sum over k does not care
+ * which element sits at which k of the mma, only that A and B agree: the group's elements 0-3 go
+ * to the k slots the lane owns in one mma (2t, 2t + 1, 2t + 8, 2t + 9) and elements 4-7 to those
+ * of a second, for B (row g) and A (items g and g + 8) alike.
  *
  * With ks > 1 each block writes its partial sums; the last block of a row group to finish (a
  * counter per group) adds the ks partials in slice order, so the result does not depend on timing,
@@ -44,7 +44,7 @@ __device__ __forceinline__ void mt_mma(float c[4], uint32_t a0, uint32_t a1, uin
 
 struct mt_args : mv_args {
     uint32_t kslice;     /* groups per K slice (a multiple of MT_STEP) */
-    uint32_t row_groups; /* blocks along the rows */
+    uint32_t row_groups; /* groups of 64 rows */
     float *partial;      /* ks > 1: [slice][row group][2][16 items][64 rows] */
     uint32_t *counter;   /* ks > 1: per row group */
 };
