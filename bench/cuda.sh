@@ -3,7 +3,8 @@
 # a 300-token prompt, three runs, median) against the memory-bandwidth bound (weight bytes read per
 # token from `ember info`); with PREFILL="562 1971 8022 9289", cold prefill at those lengths
 # (`ember bench --prefill`, median of 3); with CONCURRENCY="1 2 4 8 16", aggregate decode and host
-# CPU at those numbers of concurrent requests (`ember bench --concurrency`).
+# CPU at those numbers of concurrent requests (`ember bench --concurrency`; with WARM set the prompts
+# are prefilled first, so the sum of decode rates is the steady aggregate of N decoding sequences).
 #
 #   [PREFILL="..."] [CONCURRENCY="..."] bench/cuda.sh BUILD_DIR VOCAB.gguf [preset:type ...]
 set -u
@@ -47,7 +48,7 @@ for m in $models; do
     sed "s/^/$m /"
   [ -n "${CONCURRENCY:-}" ] &&
     "$build/ember" bench -m "$dir/m.gguf" --device cuda --concurrency "$(echo $CONCURRENCY | tr ' ' ,)" -n 256 \
-      --rounds 2 2>/dev/null | sed "s/^/$m /"
+      --rounds 2 ${WARM:+--warm-prompts} 2>/dev/null | sed "s/^/$m /"
   [ ${#rates[@]} -eq 0 ] && continue
   median=$(printf '%s\n' "${rates[@]}" | sort -n | sed -n "$(((${#rates[@]} + 1) / 2))p")
   awk -v m="$m" -v r="$median" -v b="$bytes" -v s="$synth_s" 'BEGIN {

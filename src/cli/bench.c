@@ -1,11 +1,15 @@
 /*
  * `ember bench`: engine measurements through the public API, on whatever device the engine picks.
  *
- *   ember bench -m M.gguf [--concurrency 1,2,4] [-n 64] [--prompt-tokens 300] [--rounds 3]
+ *   ember bench -m M.gguf [--concurrency 1,2,4] [-n 64] [--prompt-tokens 300] [--rounds 3] [--warm-prompts]
  *       with N concurrent requests (distinct prompts, greedy, ignore EOS): client_tok_s = all
  *       generated tokens / the slowest request's wall time (prefill included, as a client sees it),
  *       sum_decode_tok_s = the sum of each request's engine-reported decode rate, host_cpu_cores = CPU
- *       seconds of the whole process (getrusage) over that wall time; median over rounds.
+ *       seconds of the whole process (getrusage) over that wall time, cached_tokens = prompt tokens
+ *       the prefix cache supplied; median over rounds. With --warm-prompts each round's prompts
+ *       are first prefilled by one-token requests, so the measured requests find them in the prefix
+ *       cache and all decode from the first steps on: the sum of decode rates is then the aggregate
+ *       decode rate of N sequences, without other requests' prefill steps inside it.
  *   ember bench -m M.gguf --prefill 562,1971,8022 [--rounds 3]
  *       cold prefill of prompts of each length (distinct random prompts, so nothing comes from the
  *       prefix cache): the engine-reported prefill time, median over rounds after one warm-up.
@@ -30,7 +34,7 @@ typedef struct bench_args {
     int concurrency[16], n_concurrency;
     int prefill[16], n_prefill;
     int n_generate, prompt_tokens, rounds, doc_tokens, threads, ctx;
-    bool prefix_reuse;
+    bool prefix_reuse, warm_prompts;
 } bench_args;
 
 static double now_ms(void) {
@@ -104,7 +108,8 @@ static em_err bench_concurrency(const bench_args *a) {
     int most = 1;
     for (int c = 0; c < a->n_concurrency; c++)
         if (a->concurrency[c] > most) most = a->concurrency[c];
-    em_err err = create(a, a->prompt_tokens + a->n_generate + 16, most, &e);
+    /* room for every request at once, and with --warm-prompts for the cached prompts beside them */
+    em_err err = create(a, a->prompt_tokens + a->n_generate + 16, a->warm_prompts ? 2 * most : most, &e);
     if (err) return err;
     int32_t *prompts = malloc(sizeof(int32_t) * 16 * (size_t)a->prompt_tokens);
     int32_t *scratch = malloc(sizeof(int32_t) * (size_t)a->n_generate);
@@ -118,12 +123,17 @@ static em_err bench_concurrency(const bench_args *a) {
     }
     for (int c = 0; c < a->n_concurrency && !err; c++) {
         int clients = a->concurrency[c];
-        double rates[64], slowest[64], client_rates[64], cores[64];
+        double rates[64], slowest[64], client_rates[64], cores[64], cached[64];
         for (int round = 0; round < a->rounds && !err; round++) {
             ember_request *reqs[16] = {0};
             for (int i = 0; i < clients; i++)
                 random_prompt(prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, 1000 * (uint64_t)round + (uint64_t)i + 7, 32000);
+            for (int i = 0; i < clients && a->warm_prompts && !err; i++) {
+                if (!(err = submit(e, prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, 1, &r)))
+                    err = drain(r, scratch, a->n_generate, &n), ember_request_release(r);
+            }
             double start = now_ms(), cpu_start = cpu_seconds();
+            cached[round] = 0;
             for (int i = 0; i < clients && !err; i++)
                 err = submit(e, prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, a->n_generate, &reqs[i]);
             double decode_rate = 0, worst = 0;
@@ -133,6 +143,7 @@ static em_err bench_concurrency(const bench_args *a) {
                 ember_timings t;
                 ember_request_timings(reqs[i], &t);
                 decode_rate += t.decode_tokens_per_second;
+                cached[round] += t.cached_tokens;
                 double wall = now_ms() - start;
                 if (wall > worst) worst = wall;
                 ember_request_release(reqs[i]);
@@ -144,9 +155,10 @@ static em_err bench_concurrency(const bench_args *a) {
         }
         if (!err)
             printf("concurrency=%d prompt_tokens=%d generated=%d client_tok_s=%.1f sum_decode_tok_s=%.1f "
-                   "slowest_request_ms=%.0f host_cpu_cores=%.3f rounds=%d\n",
+                   "slowest_request_ms=%.0f host_cpu_cores=%.3f cached_tokens=%.0f warm_prompts=%d rounds=%d\n",
                    clients, a->prompt_tokens, a->n_generate, median(client_rates, a->rounds), median(rates, a->rounds),
-                   median(slowest, a->rounds), median(cores, a->rounds), a->rounds);
+                   median(slowest, a->rounds), median(cores, a->rounds), median(cached, a->rounds), a->warm_prompts,
+                   a->rounds);
         fflush(stdout);
     }
     free(prompts);
@@ -266,8 +278,9 @@ int em_cli_bench(int argc, char **argv) {
     em_err err = NULL;
     for (int i = 1; i < argc && !err; i++) {
         const char *f = argv[i];
-        if (!strcmp(f, "--prefix-reuse")) {
-            a.prefix_reuse = true;
+        if (!strcmp(f, "--prefix-reuse") || !strcmp(f, "--warm-prompts")) { /* the flags without a value */
+            if (f[2] == 'p') a.prefix_reuse = true;
+            else a.warm_prompts = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -287,7 +300,7 @@ int em_cli_bench(int argc, char **argv) {
         else err = em_errorf(EM_ERR_INVALID, "unknown option '%s'", f);
     }
     if (!err && !a.model) err = em_errorf(EM_ERR_INVALID, "usage: ember bench -m MODEL.gguf [--concurrency 1,2,4] [-n N] "
-                                                        "[--prompt-tokens N] [--rounds N] | --prefill N,N,... | --prefix-reuse [--doc-tokens N]");
+                                                        "[--prompt-tokens N] [--rounds N] [--warm-prompts] | --prefill N,N,... | --prefix-reuse [--doc-tokens N]");
     if (!err) err = a.prefix_reuse ? bench_prefix_reuse(&a) : a.n_prefill ? bench_prefill(&a) : bench_concurrency(&a);
     return err ? em_cli_fail("bench", err) : 0;
 }
