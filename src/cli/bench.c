@@ -279,7 +279,7 @@ int em_cli_bench(int argc, char **argv) {
     for (int i = 1; i < argc && !err; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--prefix-reuse") || !strcmp(f, "--warm-prompts")) { /* the flags without a value */
-            if (f[2] == 'p') a.prefix_reuse = true;
+            if (!strcmp(f, "--prefix-reuse")) a.prefix_reuse = true;
             else a.warm_prompts = true;
             continue;
         }
