@@ -86,6 +86,9 @@ typedef struct ember_stats {
      * or penalties, in steps where every sampling request was such): their logits never reached
      * the host. The rest were sampled on the host; the tokens are the same either way. */
     uint64_t backend_picked_tokens;
+    /* Steps begun before the previous step's tokens were read (step overlap: a backend that offers
+     * it, every running request decoding from the previous step, nobody waiting). */
+    uint64_t overlapped_steps;
 } ember_stats;
 
 void ember_engine_stats(ember_engine *engine, ember_stats *out);

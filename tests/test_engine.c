@@ -639,6 +639,11 @@ static void test_backend_pick_equals_rule(void **state) {
     em_model_free(m);
 }
 
+static bool overlap_on(void) {
+    const char *v = getenv("EMBER_CPU_OVERLAP");
+    return v && !strcmp(v, "1");
+}
+
 static ember_request *submit_sampled(ember_engine *e, const int32_t *prompt, uint32_t n, uint64_t seed, int logprobs) {
     ember_request_params p = ids_params(prompt, n, 16, 0.9f, seed);
     p.sampling.top_k = 30;
@@ -661,6 +666,10 @@ static void test_backend_pick_equals_host(void **state) {
     for (int i = 0; i < N; i++) collect(submit_sampled(e, prompts[i], 20, 40 + (uint64_t)i, 0), &picked[i]);
     ember_engine_stats(e, &stats);
     assert_int_equal(stats.backend_picked_tokens, N * 16);
+    /* with step overlap (the engine_overlap run: EMBER_CPU_OVERLAP=1), each request's steps after its
+     * first token were begun before the last token was read; without it, none */
+    if (overlap_on()) assert_int_equal(stats.overlapped_steps, N * 15);
+    else assert_int_equal(stats.overlapped_steps, 0);
     ember_engine_destroy(e);
     e = new_engine(0, 0);
     for (int i = 0; i < N; i++) collect(submit_sampled(e, prompts[i], 20, 40 + (uint64_t)i, 1), &hosted[i]);

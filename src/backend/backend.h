@@ -61,7 +61,19 @@ typedef struct em_backend_ops {
     /* Copies the first `rows` rows (all layers, keys and values) of block `from` into block `to`. */
     em_err (*copy_rows)(em_backend *backend, uint32_t from, uint32_t to, uint32_t rows);
     void (*free)(em_backend *backend);
+    /* Step overlap (both NULL in a backend that does not offer it): pick_begin starts a batch like
+     * forward_pick and returns before its tokens are known, so the caller can start the next step
+     * first; a token of the batch may be EM_TOKEN_PICKED(r), the token that the previously begun
+     * step picks for its logits row r. pick_end waits for the oldest begun step that has not ended
+     * and writes its tokens. At most two steps are begun and not ended; copy_rows and forward may
+     * be called only when none is. */
+    em_err (*pick_begin)(em_backend *backend, const em_batch *batch, const em_pick_params *pick);
+    em_err (*pick_end)(em_backend *backend, int32_t *picked);
 } em_backend_ops;
+
+/* A batch token that is the previous begun step's pick for logits row r (pick_begin). */
+#define EM_TOKEN_PICKED(r) (-1 - (int32_t)(r))
+#define EM_TOKEN_PICKED_ROW(t) ((uint32_t)(-1 - (t)))
 
 struct em_backend {
     const em_backend_ops *ops;
@@ -79,6 +91,11 @@ static inline em_err em_backend_forward_pick(em_backend *b, const em_batch *batc
                                              int32_t *picked) {
     return b->ops->forward_pick(b, batch, pick, picked);
 }
+static inline bool em_backend_can_overlap(const em_backend *b) { return b->ops->pick_begin != NULL; }
+static inline em_err em_backend_pick_begin(em_backend *b, const em_batch *batch, const em_pick_params *pick) {
+    return b->ops->pick_begin(b, batch, pick);
+}
+static inline em_err em_backend_pick_end(em_backend *b, int32_t *picked) { return b->ops->pick_end(b, picked); }
 static inline em_err em_backend_copy_rows(em_backend *b, uint32_t from, uint32_t to, uint32_t rows) {
     return b->ops->copy_rows(b, from, to, rows);
 }

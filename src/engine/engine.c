@@ -352,10 +352,11 @@ static em_err allocate_scratch(ember_engine *e) {
     e->batch_logits = malloc(e->batch_tokens * sizeof *e->batch_logits);
     e->batch_seqs = calloc(e->max_sequences, sizeof *e->batch_seqs);
     e->row_owner = calloc(e->max_sequences, sizeof *e->row_owner);
+    e->flight_owner = calloc(e->max_sequences, sizeof *e->flight_owner);
     e->pick = malloc(e->max_sequences * sizeof *e->pick);
     e->picked = malloc(e->max_sequences * sizeof *e->picked);
     if (!e->running || !e->batch_tokens_buf || !e->batch_seq || !e->batch_pos || !e->batch_logits || !e->batch_seqs ||
-        !e->row_owner || !e->pick || !e->picked)
+        !e->row_owner || !e->flight_owner || !e->pick || !e->picked)
         return em_errorf(EM_ERR_NOMEM, "engine: no memory for batch buffers (%u tokens, %u sequences)",
                          e->batch_tokens, e->max_sequences);
     return NULL;
@@ -374,6 +375,7 @@ static void free_engine(ember_engine *e) {
     free(e->batch_logits);
     free(e->batch_seqs);
     free(e->row_owner);
+    free(e->flight_owner);
     free(e->pick);
     free(e->picked);
     free(e->logits);

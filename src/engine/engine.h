@@ -152,6 +152,8 @@ bool em_sampler_plain(const em_sampler *sampler);
 /* The rule's parameters for the sampler's next token. A caller that has the rule run elsewhere (the
  * backend) passes these along and then counts the token with em_sampler_count_picked. */
 em_pick_params em_sampler_pick_params(const em_sampler *sampler);
+/* The same for the token after the next (a step begun before the next token is counted). */
+em_pick_params em_sampler_pick_params_ahead(const em_sampler *sampler);
 static inline void em_sampler_count_picked(em_sampler *sampler) { sampler->n_sampled++; }
 
 /* ---- Stop strings (stop.c) ----
@@ -232,6 +234,7 @@ struct ember_request {
     uint32_t n_blocks;
     uint64_t admitted_order; /* larger = younger (preempted first) */
     uint32_t scheduled;      /* pending tokens computed in the current step */
+    uint32_t flight_row;     /* its logits row in the step in flight (sched.c), when it has one */
 };
 
 struct ember_engine {
@@ -262,6 +265,13 @@ struct ember_engine {
     bool *batch_logits;
     em_batch_seq *batch_seqs;
     ember_request **row_owner; /* which request each logits row belongs to */
+    /* Step overlap (sched.c), with a backend that offers it: a begun step whose tokens are not read
+     * yet, the owner of each of its rows (NULL once that request has finished otherwise) and when
+     * the last step's tokens were read. */
+    bool in_flight;
+    uint32_t flight_rows;
+    ember_request **flight_owner;
+    double flight_mark;
     em_pick_params *pick;      /* per row, when the backend picks the tokens (max_sequences entries) */
     int32_t *picked;
     float *logits;

@@ -153,6 +153,11 @@ em_pick_params em_sampler_pick_params(const em_sampler *s) {
     return em_pick_params_make(p->temperature, p->top_k, p->top_p, p->min_p, p->seed, s->n_sampled);
 }
 
+em_pick_params em_sampler_pick_params_ahead(const em_sampler *s) {
+    const ember_sampling *p = &s->params;
+    return em_pick_params_make(p->temperature, p->top_k, p->top_p, p->min_p, p->seed, s->n_sampled + 1);
+}
+
 static void compute_logprobs(em_sampler *s, const float *logits, int32_t chosen, float *logprob,
                              ember_top_logprob *top, int *n_top) {
     uint32_t n = s->n_vocab;

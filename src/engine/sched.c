@@ -10,6 +10,10 @@
  * new block and none can be evicted, the youngest running request is preempted: its computed
  * tokens go into the prefix cache (so nothing is recomputed if memory allows), its blocks are
  * released, and it goes back to the head of the waiting list, keeping its sampler state.
+ *
+ * Step overlap (see "Step overlap" below): with a backend that offers pick_begin / pick_end, a
+ * step of decodes is begun before the previous step's tokens are read, its inputs being those
+ * tokens where they lie (on the device), so the backend never waits for the host between steps.
  */
 #include <math.h>
 #include <stdio.h>
@@ -80,7 +84,19 @@ static void count_finish(ember_stats *s, const void *arg) {
     else s->requests_finished++;
 }
 
+/* A request that finishes while a begun step holds a row of it: the row's token will be dropped,
+ * and only the positions whose tokens are known count as computed (a step begun before the last
+ * token was read counts one position ahead of the tokens). */
+static void forget_flight(ember_engine *e, ember_request *r) {
+    for (uint32_t i = 0; i < e->max_sequences; i++) {
+        if (e->flight_owner[i] == r) e->flight_owner[i] = NULL;
+        if (e->row_owner[i] == r) e->row_owner[i] = NULL;
+    }
+    if (r->n_computed > r->n_tokens) r->n_computed = r->n_tokens;
+}
+
 /* Ends a request: flushes held-back text, caches its KV, wakes its reader, drops the engine's ref. */
+
 static void finish_request(ember_engine *e, ember_request *r, ember_finish_reason reason, int stop_index,
                            const char *error) {
     if (reason != EMBER_FINISH_ERROR && stop_index < 0) {
@@ -100,6 +116,7 @@ static void finish_request(ember_engine *e, ember_request *r, ember_finish_reaso
         }
     }
     if (r->phase == EM_PHASE_RUNNING) remove_running(e, r);
+    forget_flight(e, r);
     retire_blocks(e, r);
     r->phase = EM_PHASE_DONE;
     /* Statistics first: a reader woken by the finish may look at them at once. */
@@ -349,9 +366,139 @@ static void plan(ember_engine *e) {
     }
 }
 
+/* ---- Step overlap ----
+ * With a backend that offers it (pick_begin / pick_end), a step whose tokens the backend picks is
+ * begun and left in flight. The next call then, when every running request is decoding from that
+ * step and nothing else is waiting, begins the step after it before reading its tokens (the inputs
+ * are the in-flight picks, EM_TOKEN_PICKED), so the device never waits for the host; otherwise it
+ * reads them first and plans an ordinary step. A request that the read token finishes (a stop token
+ * or string) leaves a row in the next step whose token is dropped; its key and value there belong
+ * to the token it read, so the prefix cache may keep them. */
+
+static void fail_running(ember_engine *e, const char *what, em_err err) {
+    em_log(EM_LOG_ERROR, "%s: %s", what, em_err_message(err));
+    while (e->n_running) {
+        ember_request *r = e->running[0];
+        r->n_computed = 0; /* its KV is suspect: cache none of it */
+        finish_request(e, r, EMBER_FINISH_ERROR, -1, em_err_message(err));
+    }
+    em_err_free(err);
+}
+
+/* Reads the in-flight step's tokens and accepts them. */
+static void end_flight(ember_engine *e) {
+    e->in_flight = false;
+    em_err err = em_backend_pick_end(e->backend, e->picked);
+    if (err) {
+        fail_running(e, "step", err);
+        return;
+    }
+    uint32_t counted = 0;
+    for (uint32_t k = 0; k < e->flight_rows; k++) counted += e->flight_owner[k] != NULL;
+    stats_update(e, count_backend_picked, &counted); /* first: a finished request's reader may look */
+    const ember_top_logprob no_top[1] = {{0}};
+    for (uint32_t k = 0; k < e->flight_rows; k++) {
+        ember_request *r = e->flight_owner[k];
+        if (!r) continue;
+        e->flight_owner[k] = NULL;
+        em_sampler_count_picked(&r->sampler);
+        accept_token(e, r, e->picked[k], 0, no_top, 0);
+    }
+    double now = em_engine_now_ms(), ms = now - e->flight_mark;
+    e->flight_mark = now;
+    stats_update(e, record_step, &ms);
+    publish_gauges(e);
+}
+
+/* Whether the next step can begin before the in-flight one's tokens are read: every running
+ * request is waiting for its token from that step, can take one more without reaching its length
+ * limit, and has (or can get without preempting anyone) a block for it; no request waits. */
+static bool can_chain(ember_engine *e) {
+    if (e->waiting_head || e->n_running == 0) return false;
+    pthread_mutex_lock(&e->lock);
+    const bool submitted = e->submitted_head != NULL;
+    pthread_mutex_unlock(&e->lock);
+    if (submitted) return false;
+    uint32_t new_blocks = 0;
+    for (uint32_t i = 0; i < e->n_running; i++) {
+        const ember_request *r = e->running[i];
+        if (r->n_computed != r->n_tokens || r->flight_row >= e->flight_rows || e->flight_owner[r->flight_row] != r)
+            return false;
+        if (r->n_generated + 1 >= (uint32_t)r->params.max_tokens || r->n_tokens + 1 >= e->ctx_tokens) return false;
+        new_blocks += r->n_blocks < blocks_for(e, r->n_computed + 1);
+    }
+    return take_blocks(e, new_blocks);
+}
+
+/* Begins the step after the in-flight one: one token per running request, its in-flight pick. */
+static em_err begin_chained(ember_engine *e) {
+    for (uint32_t i = 0; i < e->n_running; i++) {
+        ember_request *r = e->running[i];
+        if (r->n_blocks < blocks_for(e, r->n_computed + 1)) {
+            uint32_t block;
+            if (!em_kv_alloc(&e->pool, &block))
+                return em_errorf(EM_ERR_INTERNAL, "step overlap: no block for a planned position");
+            r->blocks[r->n_blocks++] = block;
+        }
+        e->batch_seqs[i].blocks = r->blocks;
+        e->batch_seqs[i].n_blocks = r->n_blocks;
+        e->batch_tokens_buf[i] = EM_TOKEN_PICKED(r->flight_row);
+        e->batch_seq[i] = i;
+        e->batch_pos[i] = r->n_computed;
+        e->batch_logits[i] = true;
+        e->row_owner[i] = r;
+        e->pick[i] = em_sampler_pick_params_ahead(&r->sampler);
+    }
+    em_batch batch = {e->n_running, e->batch_tokens_buf, e->batch_seq, e->batch_pos, e->batch_logits, e->n_running,
+                      e->batch_seqs};
+    return em_backend_pick_begin(e->backend, &batch, e->pick);
+}
+
+/* Makes the step just begun (rows owned as in row_owner) the one in flight. */
+static void set_flight(ember_engine *e, uint32_t rows) {
+    ember_request **owners = e->flight_owner;
+    e->flight_owner = e->row_owner;
+    e->row_owner = owners;
+    for (uint32_t k = 0; k < rows; k++) {
+        e->row_owner[k] = NULL;
+        if (e->flight_owner[k]) e->flight_owner[k]->flight_row = k;
+    }
+    e->flight_rows = rows;
+    e->in_flight = true;
+}
+
+static void count_overlapped(ember_stats *s, const void *arg) {
+    (void)arg;
+    s->overlapped_steps++;
+}
+
+/* With a step in flight: begins the next one first when it can, then reads the in-flight tokens. */
+static void advance_flight(ember_engine *e) {
+    if (!can_chain(e)) {
+        end_flight(e);
+        return;
+    }
+    const uint32_t rows = e->n_running;
+    em_err err = begin_chained(e);
+    if (err) { /* read what is in flight, then give up on the requests */
+        for (uint32_t k = 0; k < rows; k++) e->row_owner[k] = NULL;
+        end_flight(e);
+        fail_running(e, "step", err);
+        return;
+    }
+    for (uint32_t i = 0; i < e->n_running; i++) e->running[i]->n_computed++;
+    stats_update(e, count_overlapped, NULL);
+    end_flight(e);       /* requests it finishes lose their rows of the begun step too */
+    set_flight(e, rows); /* the begun step is now the one in flight */
+}
+
 /* Runs one batch. Returns false when there was nothing to run. */
 static bool step(ember_engine *e) {
     drop_cancelled(e);
+    if (e->in_flight) {
+        advance_flight(e);
+        return true;
+    }
     admit_waiting(e);
     if (e->n_running == 0) return false;
     double start = em_engine_now_ms();
@@ -387,6 +534,7 @@ static bool step(ember_engine *e) {
         e->logits_rows_cap = rows;
     }
     for (uint32_t k = 0; k < rows && backend_picks; k++) e->pick[k] = em_sampler_pick_params(&e->row_owner[k]->sampler);
+    const bool begin = backend_picks && em_backend_can_overlap(e->backend);
     em_batch batch = {
         .n_tokens = n,
         .tokens = e->batch_tokens_buf,
@@ -396,20 +544,21 @@ static bool step(ember_engine *e) {
         .n_seqs = e->n_running,
         .seqs = e->batch_seqs,
     };
-    em_err err = backend_picks ? em_backend_forward_pick(e->backend, &batch, e->pick, e->picked)
-                               : em_backend_forward(e->backend, &batch, e->logits);
+    em_err err = begin          ? em_backend_pick_begin(e->backend, &batch, e->pick)
+                 : backend_picks ? em_backend_forward_pick(e->backend, &batch, e->pick, e->picked)
+                                 : em_backend_forward(e->backend, &batch, e->logits);
     if (err) {
         /* Nothing in the batch can continue consistently: fail its requests, keep the engine. */
-        em_log(EM_LOG_ERROR, "forward: %s", em_err_message(err));
-        while (e->n_running) {
-            ember_request *r = e->running[0];
-            r->n_computed = 0; /* its KV is suspect: cache none of it */
-            finish_request(e, r, EMBER_FINISH_ERROR, -1, em_err_message(err));
-        }
-        em_err_free(err);
+        for (uint32_t k = 0; k < rows; k++) e->row_owner[k] = NULL;
+        fail_running(e, "forward", err);
         return true;
     }
     for (uint32_t i = 0; i < e->n_running; i++) e->running[i]->n_computed += e->running[i]->scheduled;
+    if (begin) { /* the tokens are read by the next step (advance_flight) */
+        e->flight_mark = start;
+        set_flight(e, rows);
+        return true;
+    }
     if (backend_picks) {
         const ember_top_logprob no_top[1] = {{0}};
         stats_update(e, count_backend_picked, &rows); /* first: a finished request's reader may look */
@@ -468,6 +617,7 @@ void *em_engine_thread(void *arg) {
         if (idle) publish_gauges(e);
     }
     take_submissions(e, false);
+    if (e->in_flight) end_flight(e);
     cancel_everything(e);
     publish_gauges(e);
     return NULL;

@@ -38,6 +38,10 @@ typedef struct cpu_backend {
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert;
     float *pick_logits;   /* batches with pick parameters: their logits rows (cap_pick_rows) */
     uint64_t *pick_keys;  /* the pick rule's scratch, 2 n_vocab entries */
+    /* Step overlap (cpu_pick_begin): the tokens of up to two begun steps, oldest at overlap_head. */
+    int32_t *overlap_picked[2], *overlap_tokens;
+    uint32_t overlap_rows[2], overlap_head, overlap_count;
+    bool overlap_begun;
     uint32_t cap_pick_rows;
 } cpu_backend;
 
@@ -397,12 +401,59 @@ static void cpu_free(em_backend *base) {
     free(b->act);
     free(b->pick_logits);
     free(b->pick_keys);
+    free(b->overlap_tokens);
+    free(b->overlap_picked[0]);
+    free(b->overlap_picked[1]);
     free(b->layer_key_offset);
     free(b->layer_value_offset);
     free(b);
 }
 
-static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows, cpu_free};
+/* Step overlap on the CPU, offered only with EMBER_CPU_OVERLAP=1, to test the engine's pipelined
+ * steps where CI has no GPU (the CPU gains nothing from it: its forward runs on the caller's
+ * thread): pick_begin runs the step at once, with EM_TOKEN_PICKED tokens replaced by the previous
+ * begun step's picks, and queues its tokens; pick_end hands out the oldest queued step's. */
+static em_err cpu_pick_begin(em_backend *base, const em_batch *batch, const em_pick_params *pick) {
+    cpu_backend *b = (cpu_backend *)base;
+    if (b->overlap_count == 2) return em_errorf(EM_ERR_INTERNAL, "cpu pick_begin: two steps already begun");
+    const uint32_t rows = em_batch_logits_rows(batch), slot = (b->overlap_head + b->overlap_count) % 2;
+    const uint32_t previous = (slot + 1) % 2; /* the last begun step's slot, if one was begun */
+    int32_t *tokens = realloc(b->overlap_tokens, (batch->n_tokens ? batch->n_tokens : 1) * sizeof *tokens);
+    int32_t *picked = realloc(b->overlap_picked[slot], (rows ? rows : 1) * sizeof *picked);
+    if (tokens) b->overlap_tokens = tokens;
+    if (picked) b->overlap_picked[slot] = picked;
+    if (!tokens || !picked) return em_errorf(EM_ERR_NOMEM, "cpu pick_begin: out of memory");
+    for (uint32_t t = 0; t < batch->n_tokens; t++) {
+        tokens[t] = batch->tokens[t];
+        if (tokens[t] >= 0) continue;
+        const uint32_t row = EM_TOKEN_PICKED_ROW(tokens[t]);
+        if (!b->overlap_begun || row >= b->overlap_rows[previous])
+            return em_errorf(EM_ERR_RANGE, "cpu pick_begin: token %u names row %u of a step with %u rows", t, row,
+                             b->overlap_begun ? b->overlap_rows[previous] : 0);
+        tokens[t] = b->overlap_picked[previous][row];
+    }
+    em_batch own = *batch;
+    own.tokens = tokens;
+    em_err err = forward(b, &own, NULL, pick, picked);
+    if (err) return err;
+    b->overlap_rows[slot] = rows;
+    b->overlap_count++;
+    b->overlap_begun = true;
+    return NULL;
+}
+
+static em_err cpu_pick_end(em_backend *base, int32_t *picked) {
+    cpu_backend *b = (cpu_backend *)base;
+    if (b->overlap_count == 0) return em_errorf(EM_ERR_INTERNAL, "cpu pick_end: no step begun");
+    memcpy(picked, b->overlap_picked[b->overlap_head], b->overlap_rows[b->overlap_head] * sizeof *picked);
+    b->overlap_head = (b->overlap_head + 1) % 2;
+    b->overlap_count--;
+    return NULL;
+}
+
+static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows, cpu_free, NULL, NULL};
+static const em_backend_ops cpu_overlap_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows,
+                                               cpu_free, cpu_pick_begin, cpu_pick_end};
 
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
@@ -439,7 +490,9 @@ em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config
                          (unsigned long long)n_blocks, o.block_tokens, o.n_threads);
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b) return em_errorf(EM_ERR_NOMEM, "out of memory creating the cpu backend");
-    b->base = (em_backend){&cpu_ops, model, (uint32_t)n_blocks, o.block_tokens, per_token};
+    const char *overlap = getenv("EMBER_CPU_OVERLAP");
+    b->base = (em_backend){overlap && !strcmp(overlap, "1") ? &cpu_overlap_ops : &cpu_ops, model, (uint32_t)n_blocks,
+                           o.block_tokens, per_token};
     b->d = d;
     b->w = &model->w;
     em_err err = em_cpu_pool_init(&b->pool, o.n_threads);

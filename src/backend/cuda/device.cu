@@ -72,7 +72,8 @@ static void cuda_free(em_backend *base) {
     free(b);
 }
 
-static const em_backend_ops cuda_ops = {"cuda", em_cuda_forward, em_cuda_forward_pick, cuda_copy_rows, cuda_free};
+/* No step overlap (pick_begin / pick_end) yet: every step reads its tokens before the next begins. */
+static const em_backend_ops cuda_ops = {"cuda", em_cuda_forward, em_cuda_forward_pick, cuda_copy_rows, cuda_free, NULL, NULL};
 
 static em_err setup(cuda_backend *b, const em_model *model, const em_backend_config *o) {
     const em_model_desc *d = &model->desc;
