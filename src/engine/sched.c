@@ -298,6 +298,22 @@ static void accept_logits(ember_engine *e, ember_request *r, float *logits) {
     accept_token(e, r, token, logprob, top, n_top);
 }
 
+/* Accepts the tokens the backend picked (e->picked) for rows 0..rows-1, owned as in `owners`
+ * (NULL: a request that has finished since; each entry is cleared as its token goes out). */
+static void accept_picked(ember_engine *e, ember_request **owners, uint32_t rows) {
+    uint32_t counted = 0;
+    for (uint32_t k = 0; k < rows; k++) counted += owners[k] != NULL;
+    stats_update(e, count_backend_picked, &counted); /* first: a finished request's reader may look */
+    const ember_top_logprob no_top[1] = {{0}};
+    for (uint32_t k = 0; k < rows; k++) {
+        ember_request *r = owners[k];
+        if (!r) continue;
+        owners[k] = NULL;
+        em_sampler_count_picked(&r->sampler);
+        accept_token(e, r, e->picked[k], 0, no_top, 0);
+    }
+}
+
 /* ---- One step ---- */
 
 static bool cancelled(ember_request *r) {
@@ -393,17 +409,7 @@ static void end_flight(ember_engine *e) {
         fail_running(e, "step", err);
         return;
     }
-    uint32_t counted = 0;
-    for (uint32_t k = 0; k < e->flight_rows; k++) counted += e->flight_owner[k] != NULL;
-    stats_update(e, count_backend_picked, &counted); /* first: a finished request's reader may look */
-    const ember_top_logprob no_top[1] = {{0}};
-    for (uint32_t k = 0; k < e->flight_rows; k++) {
-        ember_request *r = e->flight_owner[k];
-        if (!r) continue;
-        e->flight_owner[k] = NULL;
-        em_sampler_count_picked(&r->sampler);
-        accept_token(e, r, e->picked[k], 0, no_top, 0);
-    }
+    accept_picked(e, e->flight_owner, e->flight_rows);
     double now = em_engine_now_ms(), ms = now - e->flight_mark;
     e->flight_mark = now;
     stats_update(e, record_step, &ms);
@@ -560,12 +566,7 @@ static bool step(ember_engine *e) {
         return true;
     }
     if (backend_picks) {
-        const ember_top_logprob no_top[1] = {{0}};
-        stats_update(e, count_backend_picked, &rows); /* first: a finished request's reader may look */
-        for (uint32_t k = 0; k < rows; k++) {
-            em_sampler_count_picked(&e->row_owner[k]->sampler);
-            accept_token(e, e->row_owner[k], e->picked[k], 0, no_top, 0);
-        }
+        accept_picked(e, e->row_owner, rows);
     } else {
         for (uint32_t k = 0; k < rows; k++) accept_logits(e, e->row_owner[k], e->logits + (size_t)k * e->n_vocab);
     }

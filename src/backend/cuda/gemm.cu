@@ -517,27 +517,14 @@ static uint32_t gm_min_items(const cuda_matvec *mv, uint32_t rows) {
     return kind == 0 ? 24 : kind == 1 ? 32 : 48;
 }
 
-static uint32_t gm_rows(const cuda_matvec *mv) {
-    uint32_t rows = mv->w->rows;
-    for (uint32_t i = 1; i < mv->n_parts && i < GM_PARTS; i++) rows += mv->more[i - 1].w->rows;
-    return rows;
-}
-
-/* EMBER_CUDA_GEMM=0 keeps every product on the matvec kernels (for comparisons). Read at each
- * call, which costs far less than the launch it decides about. */
-static bool gm_switched_off(void) {
-    const char *v = getenv("EMBER_CUDA_GEMM");
-    return v && !strcmp(v, "0");
-}
-
 bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv) {
     const cuda_weight *w = mv->w;
-    if (gm_switched_off()) return false;
+    if (em_cuda_tensor_cores_off()) return false;
     if (!gm_type_supported(w->type) || w->cols % GM_K || mv->x_stride % 4 || (uintptr_t)mv->x % 16 || mv->norm_ss ||
         mv->next_norm_w)
         return false;
     if (b->capturing && !gm_prepared) return false;
-    return mv->n_items >= gm_min_items(mv, gm_rows(mv));
+    return mv->n_items >= gm_min_items(mv, em_cuda_matvec_rows(mv));
 }
 
 em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv) { return em_cuda_gemm_with(b, mv, 0, EM_CUDA_GEMM_AUTO); }

@@ -224,6 +224,11 @@ typedef struct cuda_matvec {
 } cuda_matvec;
 
 em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv);
+/* The rows of all of mv's parts together. */
+uint32_t em_cuda_matvec_rows(const cuda_matvec *mv);
+/* EMBER_CUDA_GEMM=0: every product on the f32 kernels (matvec.cu), none on tensor cores (for
+ * comparisons). Read at each call, which costs far less than the launch it decides about. */
+bool em_cuda_tensor_cores_off(void);
 /* em_cuda_matvec with the kernel forced, for tests and measurements: F32 the CUDA-core kernel
  * (matvec.cu), TC the tensor-core kernel for decode batches (matvec_tc.cu; not for F32 weights). */
 typedef enum em_cuda_matvec_kernel { EM_CUDA_MATVEC_AUTO, EM_CUDA_MATVEC_F32, EM_CUDA_MATVEC_TC } em_cuda_matvec_kernel;

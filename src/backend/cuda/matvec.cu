@@ -296,6 +296,17 @@ em_err em_cuda_product_args(const cuda_backend *b, const cuda_matvec *mv, cuda_p
     return NULL;
 }
 
+uint32_t em_cuda_matvec_rows(const cuda_matvec *mv) {
+    uint32_t rows = mv->w->rows;
+    for (uint32_t i = 1; i < mv->n_parts && i < EM_CUDA_PARTS; i++) rows += mv->more[i - 1].w->rows;
+    return rows;
+}
+
+bool em_cuda_tensor_cores_off(void) {
+    const char *v = getenv("EMBER_CUDA_GEMM");
+    return v && !strcmp(v, "0");
+}
+
 bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b) {
     return a->data && b->data && a->type == b->type && a->cols == b->cols;
 }

@@ -338,8 +338,7 @@ static uint32_t mvt_min_items(void) {
 }
 
 bool em_cuda_mvt_wanted(const cuda_backend *b, const cuda_matvec *mv) {
-    const char *gemm = getenv("EMBER_CUDA_GEMM");
-    if (gemm && !strcmp(gemm, "0")) return false;
+    if (em_cuda_tensor_cores_off()) return false;
     switch (mv->w->type) {
     case EM_TYPE_F16: case EM_TYPE_BF16: case EM_TYPE_Q8_0: case EM_TYPE_Q4_K: case EM_TYPE_Q6_K: case EM_TYPE_IQ3_XXS:
         break;
@@ -351,9 +350,7 @@ bool em_cuda_mvt_wanted(const cuda_backend *b, const cuda_matvec *mv) {
     if (mv->counts ? mv->max_items < mvt_min_items() || mv->n_items >= 16
                    : mv->n_items < mvt_min_items() || mv->n_items > 16)
         return false;
-    uint32_t rows = mv->w->rows;
-    for (uint32_t i = 1; i < mv->n_parts; i++) rows += mv->more[i - 1].w->rows;
-    return mt_plan_for(b, rows, mv->w->cols / 8, mv->n_items, mv->counts != NULL).ok;
+    return mt_plan_for(b, em_cuda_matvec_rows(mv), mv->w->cols / 8, mv->n_items, mv->counts != NULL).ok;
 }
 
 em_err em_cuda_mvt(cuda_backend *b, const cuda_matvec *mv, mv_args a) {
