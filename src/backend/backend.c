@@ -40,6 +40,11 @@ uint32_t em_batch_logits_rows(const em_batch *batch) {
 
 /* Checked before any work, so a bad batch writes nothing (backend.h). */
 em_err em_batch_validate(const em_batch *batch, const void *out, uint32_t n_vocab, const em_backend *b) {
+    return em_batch_validate_picked(batch, out, n_vocab, b, 0);
+}
+
+em_err em_batch_validate_picked(const em_batch *batch, const void *out, uint32_t n_vocab, const em_backend *b,
+                                uint32_t picked_rows) {
     if (batch->n_tokens == 0) return em_errorf(EM_ERR_INVALID, "empty batch");
     if (!batch->tokens || !batch->seq || !batch->pos)
         return em_errorf(EM_ERR_INVALID, "batch without tokens, sequences or positions");
@@ -54,7 +59,11 @@ em_err em_batch_validate(const em_batch *batch, const void *out, uint32_t n_voca
     for (uint32_t t = 0; t < batch->n_tokens; t++) {
         const int32_t tok = batch->tokens[t];
         const uint32_t seq = batch->seq[t], pos = batch->pos[t];
-        if (tok < 0 || (uint32_t)tok >= n_vocab)
+        if (tok < 0 && EM_TOKEN_PICKED_ROW(tok) >= picked_rows)
+            return picked_rows ? em_errorf(EM_ERR_RANGE, "batch token %u: row %u of the previous step, which has %u", t,
+                                           EM_TOKEN_PICKED_ROW(tok), picked_rows)
+                               : em_errorf(EM_ERR_RANGE, "batch token %u: id %d is outside the vocabulary", t, tok);
+        if (tok >= 0 && (uint32_t)tok >= n_vocab)
             return em_errorf(EM_ERR_RANGE, "batch token %u: id %d is outside the vocabulary of %u", t, tok, n_vocab);
         if (seq >= batch->n_seqs)
             return em_errorf(EM_ERR_RANGE, "batch token %u: sequence %u, but the batch has %u", t, seq, batch->n_seqs);

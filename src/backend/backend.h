@@ -132,6 +132,10 @@ uint32_t em_batch_logits_rows(const em_batch *batch);
  * or picked tokens) when rows are wanted, token ids inside the vocabulary, sequence indices inside the batch, block numbers inside
  * the pool, positions inside their sequence's block table. Every backend calls it first. */
 em_err em_batch_validate(const em_batch *batch, const void *out, uint32_t n_vocab, const em_backend *backend);
+/* The same for pick_begin, whose tokens may also be EM_TOKEN_PICKED(r) for r < picked_rows (the
+ * rows of the previously begun step). */
+em_err em_batch_validate_picked(const em_batch *batch, const void *out, uint32_t n_vocab, const em_backend *backend,
+                                uint32_t picked_rows);
 
 /* The reference backend: f32 activations and KV, weights read in their stored format through
  * quant's dot products, matrix rows and attention heads split across threads. */

@@ -63,7 +63,10 @@ static void cuda_free(em_backend *base) {
     for (uint32_t i = 0; i < b->n_allocs; i++) cudaFree(b->allocs[i]);
     cudaFree(b->kv);
     cudaFree(b->batch_dev);
-    cudaFreeHost(b->batch_host);
+    cudaFreeHost(b->batch_host[0]);
+    cudaFreeHost(b->batch_host[1]);
+    for (int i = 0; i < 2; i++)
+        if (b->pick_done[i]) cudaEventDestroy(b->pick_done[i]);
     cudaFreeHost(b->logits_host);
     em_cuda_free_pick(b);
     if (b->stream) cudaStreamDestroy(b->stream);
@@ -72,8 +75,11 @@ static void cuda_free(em_backend *base) {
     free(b);
 }
 
-/* No step overlap (pick_begin / pick_end) yet: every step reads its tokens before the next begins. */
-static const em_backend_ops cuda_ops = {"cuda", em_cuda_forward, em_cuda_forward_pick, cuda_copy_rows, cuda_free, NULL, NULL};
+static const em_backend_ops cuda_ops = {"cuda",    em_cuda_forward,    em_cuda_forward_pick, cuda_copy_rows,
+                                        cuda_free, em_cuda_pick_begin, em_cuda_pick_end};
+/* EMBER_CUDA_OVERLAP=0: no step overlap (every step's tokens are read before the next begins). */
+static const em_backend_ops cuda_ops_no_overlap = {"cuda", em_cuda_forward, em_cuda_forward_pick, cuda_copy_rows,
+                                                   cuda_free, NULL, NULL};
 
 static em_err setup(cuda_backend *b, const em_model *model, const em_backend_config *o) {
     const em_model_desc *d = &model->desc;
@@ -127,7 +133,11 @@ static em_err setup(cuda_backend *b, const em_model *model, const em_backend_con
         b->layers[il].values = at;
         at += rows * ld->n_head_kv * ld->head_dim_v * b->kv_elem;
     }
-    b->base = em_backend{&cuda_ops, model, (uint32_t)n_blocks, o->block_tokens, per_token};
+    const char *overlap = getenv("EMBER_CUDA_OVERLAP");
+    b->base = em_backend{overlap && !strcmp(overlap, "0") ? &cuda_ops_no_overlap : &cuda_ops, model, (uint32_t)n_blocks,
+                         o->block_tokens, per_token};
+    /* the host sleeps on these until a step's tokens are copied back */
+    for (int i = 0; i < 2; i++) CU_TRY(cudaEventCreateWithFlags(&b->pick_done[i], cudaEventBlockingSync | cudaEventDisableTiming));
     return NULL;
 }
 
@@ -138,7 +148,7 @@ extern "C" em_err em_backend_cuda_new(const em_model *model, const em_backend_co
     cuda_backend *b = (cuda_backend *)calloc(1, sizeof *b);
     if (!b) return em_errorf(EM_ERR_NOMEM, "out of memory creating the cuda backend");
     b->d = &model->desc;
-    b->base.ops = &cuda_ops;
+    b->base.ops = &cuda_ops_no_overlap;
     const char *graphs = getenv("EMBER_CUDA_GRAPHS");
     b->use_graphs = !(graphs && !strcmp(graphs, "0"));
     const char *pdl = getenv("EMBER_CUDA_PDL");

@@ -128,19 +128,25 @@ static em_err upload_batch(cuda_backend *b, const em_batch *batch, cuda_batch *c
     for (uint32_t s = 0; s < batch->n_seqs; s++) table_words += batch->seqs[s].n_blocks;
     const uint32_t rows = em_batch_logits_rows(batch);
     if (n > b->cap_n || batch->n_seqs > b->cap_s || table_words > b->cap_tw) {
+        CU_TRY(cudaStreamSynchronize(b->stream)); /* a begun step may still read the old buffers */
         b->cap_n = grow_to(b->cap_n, n);
         b->cap_s = grow_to(b->cap_s, batch->n_seqs);
         b->cap_tw = grow_to(b->cap_tw, table_words);
         const uint64_t words = 6 * (uint64_t)b->cap_n + b->cap_s + b->cap_tw;
-        em_err err = grow_pinned((void **)&b->batch_host, &b->cap_batch, words * 4);
+        size_t cap = b->cap_batch;
+        em_err err = grow_pinned((void **)&b->batch_host[0], &cap, words * 4);
+        if (!err) cap = b->cap_batch, err = grow_pinned((void **)&b->batch_host[1], &cap, words * 4);
         if (err) return err;
+        b->cap_batch = cap;
         cudaFree(b->batch_dev);
         b->batch_dev = NULL;
         CU_TRY(cudaMalloc((void **)&b->batch_dev, words * 4));
         em_cuda_drop_graphs(b);
     }
     const uint64_t words = 6 * (uint64_t)b->cap_n + b->cap_s + b->cap_tw;
-    uint32_t *h = (uint32_t *)b->batch_host;
+    /* alternate staging buffers: the previous step's copy may not have run yet (step overlap) */
+    uint32_t *h = (uint32_t *)b->batch_host[b->batch_slot];
+    b->batch_slot ^= 1;
     uint32_t *logit_rows = h + 3 * b->cap_n, *other = h + 4 * b->cap_n, *segments = h + 5 * b->cap_n;
     uint32_t *starts = h + 6 * b->cap_n, *tables = starts + b->cap_s;
     memcpy(h, batch->tokens, n * 4);
@@ -433,34 +439,71 @@ static void profile_range(void) {
     count++;
 }
 
-/* With `pick`, only the picked tokens come back (sample.cu), not the logits rows. */
-static em_err forward(em_backend *base, const em_batch *batch, float *logits, const em_pick_params *pick,
-                      int32_t *picked) {
-    cuda_backend *b = (cuda_backend *)base;
-    const em_model_desc *d = b->d;
-    em_err err = em_batch_validate(batch, pick ? (const void *)picked : logits, b->d->n_vocab, &b->base);
+/* Validates and uploads the batch and enqueues its forward (a graph replay for small batches); the
+ * logits rows are then in b->logits. `picked_rows`: rows EM_TOKEN_PICKED may name (pick_begin). */
+static em_err enqueue_forward(cuda_backend *b, const em_batch *batch, const void *out, uint32_t picked_rows,
+                              cuda_batch *cb) {
+    em_err err = em_batch_validate_picked(batch, out, b->d->n_vocab, &b->base, picked_rows);
     if (err) return err;
     profile_range();
     if (b->cap_tokens < batch->n_tokens) em_cuda_drop_graphs(b);
     if ((err = em_cuda_reserve(b, batch->n_tokens))) return err;
+    if ((err = upload_batch(b, batch, cb))) return err;
+    if (cb->n_rows && cb->n_tokens <= EM_CUDA_GRAPH_TOKENS && b->use_graphs) return run_graph(b, cb);
+    return enqueue(b, cb);
+}
+
+/* With `pick`, only the picked tokens come back (sample.cu), not the logits rows. */
+static em_err forward(em_backend *base, const em_batch *batch, float *logits, const em_pick_params *pick,
+                      int32_t *picked) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (b->flight_count) return em_errorf(EM_ERR_INTERNAL, "cuda forward: %u begun steps not ended", b->flight_count);
     cuda_batch cb;
-    if ((err = upload_batch(b, batch, &cb))) return err;
-    if (cb.n_rows == 0) {
-        err = enqueue(b, &cb);
-        CU_TRY(cudaStreamSynchronize(b->stream));
-        return err;
-    }
-    if (cb.n_tokens <= EM_CUDA_GRAPH_TOKENS && b->use_graphs)
-        err = run_graph(b, &cb);
-    else
-        err = enqueue(b, &cb);
+    em_err err = enqueue_forward(b, batch, pick ? (const void *)picked : logits, 0, &cb);
     if (err) return err;
+    b->last_begun_rows = 0; /* its picks (if any) replace the begun step's in b->picked */
+    if (cb.n_rows == 0) {
+        CU_TRY(cudaStreamSynchronize(b->stream));
+        return NULL;
+    }
     if (pick) return em_cuda_pick(b, pick, cb.n_rows, picked);
-    const uint64_t n_logits = (uint64_t)cb.n_rows * d->n_vocab;
+    const uint64_t n_logits = (uint64_t)cb.n_rows * b->d->n_vocab;
     if ((err = grow_pinned((void **)&b->logits_host, &b->cap_logits, n_logits * 4))) return err;
     CU_TRY(cudaMemcpyAsync(b->logits_host, b->logits, n_logits * 4, cudaMemcpyDeviceToHost, b->stream));
     CU_TRY(cudaStreamSynchronize(b->stream));
     memcpy(logits, b->logits_host, n_logits * 4);
+    return NULL;
+}
+
+/* Step overlap (backend.h): a begun step's tokens are copied to a pinned slot of their own and an
+ * event marks the copy; the next begun step's embedding reads EM_TOKEN_PICKED tokens from
+ * b->picked, which still holds them (its own pick kernel runs after the embedding). The batch
+ * staging buffers alternate, so a step's upload never overwrites one whose copy has not run. */
+em_err em_cuda_pick_begin(em_backend *base, const em_batch *batch, const em_pick_params *pick) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (b->flight_count == 2) return em_errorf(EM_ERR_INTERNAL, "cuda pick_begin: two steps already begun");
+    cuda_batch cb;
+    em_err err = enqueue_forward(b, batch, pick, b->last_begun_rows, &cb);
+    if (err) return err;
+    /* the slot the oldest step in flight does not use */
+    const uint32_t slot = b->flight_count ? b->flight_slot[0] ^ 1 : 0;
+    if (cb.n_rows && (err = em_cuda_pick_enqueue(b, pick, cb.n_rows, slot, slot))) return err;
+    if (!cb.n_rows) CU_TRY(cudaEventRecord(b->pick_done[slot], b->stream));
+    b->flight_slot[b->flight_count] = slot;
+    b->flight_rows[b->flight_count] = cb.n_rows;
+    b->flight_count++;
+    b->last_begun_rows = cb.n_rows;
+    return NULL;
+}
+
+em_err em_cuda_pick_end(em_backend *base, int32_t *picked) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (b->flight_count == 0) return em_errorf(EM_ERR_INTERNAL, "cuda pick_end: no step begun");
+    const uint32_t slot = b->flight_slot[0], rows = b->flight_rows[0];
+    b->flight_slot[0] = b->flight_slot[1], b->flight_rows[0] = b->flight_rows[1];
+    b->flight_count--;
+    CU_TRY(cudaEventSynchronize(b->pick_done[slot])); /* blocking: the host sleeps */
+    memcpy(picked, em_cuda_picked_host(b, slot), rows * sizeof(int32_t));
     return NULL;
 }
 

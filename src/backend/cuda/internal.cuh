@@ -132,8 +132,9 @@ typedef struct cuda_backend {
     uint32_t *expert_active; /* experts with pairs this step, then their number at [max_expert] */
     uint8_t *batch_dev;     /* the uploaded batch arrays (forward.cu: upload_batch) */
     uint32_t cap_n, cap_s, cap_tw;
-    uint8_t *batch_host;    /* pinned staging for the upload */
+    uint8_t *batch_host[2]; /* pinned staging for the upload, one per step that may be in flight */
     size_t cap_batch;
+    uint32_t batch_slot;    /* the staging buffer the next upload uses */
     float *logits_host;     /* pinned */
     size_t cap_logits;
     cuda_graph graphs[EM_CUDA_MAX_GRAPHS];
@@ -156,8 +157,13 @@ typedef struct cuda_backend {
     em_pick_params *pick_params; /* the rows' parameters, uploaded each step */
     int32_t *picked;             /* the picked tokens */
     uint64_t *pick_mass;         /* top_p's masses, n_vocab per row */
-    uint8_t *pick_host;          /* pinned: parameters, then the picked tokens */
+    uint8_t *pick_host;          /* pinned, two slots: parameters, then the picked tokens */
     uint32_t cap_pick_rows;
+    /* Step overlap (forward.cu: pick_begin / pick_end): the begun steps not yet ended, oldest
+     * first, each with its pick slot, rows and the event after its tokens' copy. */
+    cudaEvent_t pick_done[2];
+    uint32_t flight_slot[2], flight_rows[2], flight_count;
+    uint32_t last_begun_rows; /* rows of the last begun step: what EM_TOKEN_PICKED may name */
 } cuda_backend;
 
 /* Launches `kernel` on the backend's stream, as a programmatic dependent launch unless that is
@@ -274,6 +280,7 @@ bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b);
 /* x = the batch's token embeddings; with norm_w also xw = x * norm_w and b->ss (one partial per
  * token, b->ss_n = 1): the producer of the first layer's fused norm. */
 em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x, const float *norm_w, float *xw);
+/* (A token EM_TOKEN_PICKED(r) of the batch is embedded as b->picked[r], the previous step's pick.) */
 em_err em_cuda_upload_grids(void);
 
 /* ---- ops.cu ---- */
@@ -317,11 +324,19 @@ em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32
 /* Picks one token per logits row (b->logits, rows of n_vocab) by the rule of pick.h; copies back
  * only the tokens. */
 em_err em_cuda_pick(cuda_backend *b, const em_pick_params *params, uint32_t rows, int32_t *picked);
+/* The same without waiting: enqueues the pick of `rows` rows into pick slot `slot` (its pinned
+ * parameters and tokens) and records pick_done[event] after the tokens' copy to the host. */
+em_err em_cuda_pick_enqueue(cuda_backend *b, const em_pick_params *params, uint32_t rows, uint32_t slot,
+                            uint32_t event);
+/* The tokens an enqueued pick of slot `slot` left in pinned memory. */
+const int32_t *em_cuda_picked_host(const cuda_backend *b, uint32_t slot);
 void em_cuda_free_pick(cuda_backend *b);
 
 /* ---- forward.cu ---- */
 em_err em_cuda_forward(em_backend *base, const em_batch *batch, float *logits);
 em_err em_cuda_forward_pick(em_backend *base, const em_batch *batch, const em_pick_params *pick, int32_t *picked);
+em_err em_cuda_pick_begin(em_backend *base, const em_batch *batch, const em_pick_params *pick);
+em_err em_cuda_pick_end(em_backend *base, int32_t *picked);
 em_err em_cuda_reserve(cuda_backend *b, uint32_t n_tokens);
 void em_cuda_free_scratch(cuda_backend *b);
 void em_cuda_drop_graphs(cuda_backend *b);

@@ -378,13 +378,14 @@ em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matve
 
 template <int TYPE>
 __global__ void __launch_bounds__(EMBED_THREADS)
-    embed_kernel(const uint8_t *table, uint64_t row_bytes, uint32_t groups, const int32_t *tokens, float scale,
-                 float *x, uint32_t n_embd, const float *norm_w, bool plus_one, float *xw, float *ss,
-                 uint32_t ss_stride) {
+    embed_kernel(const uint8_t *table, uint64_t row_bytes, uint32_t groups, const int32_t *tokens,
+                 const int32_t *picked, float scale, float *x, uint32_t n_embd, const float *norm_w, bool plus_one,
+                 float *xw, float *ss, uint32_t ss_stride) {
     em_pdl_wait();
     __shared__ float warp_ss[EMBED_THREADS / 32];
     const uint32_t t = blockIdx.x;
-    const uint8_t *row = table + (uint64_t)tokens[t] * row_bytes;
+    const int32_t token = tokens[t] >= 0 ? tokens[t] : picked[-1 - tokens[t]]; /* EM_TOKEN_PICKED */
+    const uint8_t *row = table + (uint64_t)token * row_bytes;
     float sq = 0.0f;
     for (uint32_t g = threadIdx.x; g < groups; g += blockDim.x) {
         float v[8];
@@ -419,7 +420,8 @@ em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x, const f
     const bool plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
     if (norm_w) b->ss_n = 1;
 #define EMBED(T)                                                                                                     \
-    em_cuda_launch(b, embed_kernel<T>, n, EMBED_THREADS, 0, w->data, w->row_bytes, groups, batch->tokens, scale, x, \
+    em_cuda_launch(b, embed_kernel<T>, n, EMBED_THREADS, 0, w->data, w->row_bytes, groups, batch->tokens,        \
+                   (const int32_t *)b->picked, scale, x,                                                            \
                    w->cols, norm_w, plus_one, xw, b->ss, b->ss_stride)
     switch (w->type) {
     case EM_TYPE_F32: EMBED(EM_TYPE_F32); break;

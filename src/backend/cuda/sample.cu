@@ -315,32 +315,80 @@ void em_cuda_free_pick(cuda_backend *b) {
     b->cap_pick_rows = 0;
 }
 
-/* Device and pinned buffers for `rows` rows of picks (grown, never shrunk). */
+/* A pick slot in pinned memory: cap_pick_rows parameters, then as many tokens. */
+static size_t pick_slot_bytes(uint32_t cap) { return cap * (sizeof(em_pick_params) + sizeof(int32_t)); }
+static em_pick_params *params_host(const cuda_backend *b, uint32_t slot) {
+    return (em_pick_params *)(b->pick_host + slot * pick_slot_bytes(b->cap_pick_rows));
+}
+const int32_t *em_cuda_picked_host(const cuda_backend *b, uint32_t slot) {
+    return (const int32_t *)(params_host(b, slot) + b->cap_pick_rows);
+}
+
+/* Device and pinned buffers for `rows` rows of picks (grown, never shrunk). Growing while steps
+ * are in flight waits for them and carries their tokens over: the pinned ones for pick_end and the
+ * device ones, which the next begun step's embedding reads. The captured graphs read `picked`, so
+ * they are dropped. */
 static em_err reserve_pick(cuda_backend *b, uint32_t rows) {
     if (rows <= b->cap_pick_rows) return NULL;
-    em_cuda_free_pick(b);
-    const size_t params_bytes = rows * sizeof(em_pick_params);
-    CU_TRY(cudaMalloc((void **)&b->pick_params, params_bytes));
-    CU_TRY(cudaMalloc((void **)&b->picked, rows * sizeof(int32_t)));
-    CU_TRY(cudaMalloc((void **)&b->pick_mass, (uint64_t)rows * b->d->n_vocab * sizeof(uint64_t)));
-    CU_TRY(cudaMallocHost((void **)&b->pick_host, params_bytes + rows * sizeof(int32_t)));
-    b->cap_pick_rows = rows;
+    uint32_t cap = b->cap_pick_rows ? b->cap_pick_rows : 16;
+    while (cap < rows) cap *= 2;
+    CU_TRY(cudaStreamSynchronize(b->stream));
+    int32_t carried[2][1024], *carry[2] = {NULL, NULL};
+    const uint32_t old_cap = b->cap_pick_rows;
+    for (uint32_t s = 0; s < 2 && old_cap; s++) {
+        carry[s] = old_cap <= 1024 ? carried[s] : (int32_t *)malloc(old_cap * sizeof(int32_t));
+        if (!carry[s]) return em_errorf(EM_ERR_NOMEM, "cuda pick: out of memory");
+        memcpy(carry[s], em_cuda_picked_host(b, s), old_cap * sizeof(int32_t));
+    }
+    int32_t *old_picked = b->picked;
+    b->picked = NULL;
+    cudaFree(b->pick_params);
+    cudaFree(b->pick_mass);
+    cudaFreeHost(b->pick_host);
+    b->pick_params = NULL, b->pick_mass = NULL, b->pick_host = NULL;
+    em_err err = NULL;
+    if (cudaMalloc((void **)&b->pick_params, cap * sizeof(em_pick_params)) != cudaSuccess ||
+        cudaMalloc((void **)&b->picked, cap * sizeof(int32_t)) != cudaSuccess ||
+        cudaMalloc((void **)&b->pick_mass, (uint64_t)cap * b->d->n_vocab * sizeof(uint64_t)) != cudaSuccess ||
+        cudaMallocHost((void **)&b->pick_host, 2 * pick_slot_bytes(cap)) != cudaSuccess)
+        err = em_errorf(EM_ERR_NOMEM, "cuda pick: no memory for %u rows", cap);
+    if (!err) {
+        b->cap_pick_rows = cap;
+        for (uint32_t s = 0; s < 2 && old_cap; s++)
+            memcpy((void *)em_cuda_picked_host(b, s), carry[s], old_cap * sizeof(int32_t));
+        if (old_picked && cudaMemcpy(b->picked, old_picked, old_cap * sizeof(int32_t), cudaMemcpyDeviceToDevice) != cudaSuccess)
+            err = em_errorf(EM_ERR_INTERNAL, "cuda pick: carrying the picked tokens over failed");
+    } else {
+        b->cap_pick_rows = 0;
+    }
+    cudaFree(old_picked);
+    for (uint32_t s = 0; s < 2; s++)
+        if (carry[s] != carried[s]) free(carry[s]);
+    em_cuda_drop_graphs(b);
+    return err;
+}
+
+em_err em_cuda_pick_enqueue(cuda_backend *b, const em_pick_params *params, uint32_t rows, uint32_t slot,
+                            uint32_t event) {
+    em_err err = reserve_pick(b, rows);
+    if (err) return err;
+    em_pick_params *ph = params_host(b, slot);
+    memcpy(ph, params, rows * sizeof *params);
+    CU_TRY(cudaMemcpyAsync(b->pick_params, ph, rows * sizeof *params, cudaMemcpyHostToDevice, b->stream));
+    em_cuda_launch(b, pick_kernel, dim3(rows), dim3(PICK_THREADS), 0, (const float *)b->logits, b->d->n_vocab,
+                   (const em_pick_params *)b->pick_params, b->picked, b->pick_mass);
+    CU_LAUNCHED();
+    CU_TRY(cudaMemcpyAsync((void *)em_cuda_picked_host(b, slot), b->picked, rows * sizeof(int32_t),
+                           cudaMemcpyDeviceToHost, b->stream));
+    CU_TRY(cudaEventRecord(b->pick_done[event], b->stream));
     return NULL;
 }
 
 em_err em_cuda_pick(cuda_backend *b, const em_pick_params *params, uint32_t rows, int32_t *picked) {
-    em_err err = reserve_pick(b, rows);
+    em_err err = em_cuda_pick_enqueue(b, params, rows, 0, 0);
     if (err) return err;
-    em_pick_params *params_host = (em_pick_params *)b->pick_host;
-    int32_t *picked_host = (int32_t *)(params_host + b->cap_pick_rows);
-    memcpy(params_host, params, rows * sizeof *params);
-    CU_TRY(cudaMemcpyAsync(b->pick_params, params_host, rows * sizeof *params, cudaMemcpyHostToDevice, b->stream));
-    em_cuda_launch(b, pick_kernel, dim3(rows), dim3(PICK_THREADS), 0, (const float *)b->logits, b->d->n_vocab,
-                   (const em_pick_params *)b->pick_params, b->picked, b->pick_mass);
-    CU_LAUNCHED();
-    CU_TRY(cudaMemcpyAsync(picked_host, b->picked, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, b->stream));
-    CU_TRY(cudaStreamSynchronize(b->stream));
-    memcpy(picked, picked_host, rows * sizeof(int32_t));
+    CU_TRY(cudaEventSynchronize(b->pick_done[0]));
+    memcpy(picked, em_cuda_picked_host(b, 0), rows * sizeof(int32_t));
     return NULL;
 }
 
