@@ -157,6 +157,8 @@ typedef struct cuda_backend {
     em_pick_params *pick_params; /* the rows' parameters, uploaded each step */
     int32_t *picked;             /* the picked tokens */
     uint64_t *pick_mass;         /* top_p's masses, n_vocab per row */
+    uint64_t *pick_partial;      /* greedy rows: each split's best key (argmax_kernel) */
+    uint32_t *pick_counter;      /* greedy rows: splits done, zero between launches */
     uint8_t *pick_host;          /* pinned, two slots: parameters, then the picked tokens */
     uint32_t cap_pick_rows;
     /* Step overlap (forward.cu: pick_begin / pick_end): the begun steps not yet ended, oldest
