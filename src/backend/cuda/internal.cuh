@@ -11,7 +11,7 @@
  *    EMBER_CUDA_KV=f32 keeps it in f32 instead (for comparisons that must exclude f16 rounding).
  *  - weights are decoded in registers, never rounded to 8-bit activations as the CPU's integer
  *    dot products do: single-token products multiply them with the f32 activations (matvec.cu);
- *    decode batches of 2-16 tokens (matvec_tc.cu), prefill and larger batches (gemm.cu) round
+ *    decode batches of 3-16 tokens (matvec_tc.cu), prefill and larger batches (gemm.cu) round
  *    both operands to f16 for the tensor cores and accumulate in f32. */
 #ifndef EMBER_BACKEND_CUDA_INTERNAL_CUH
 #define EMBER_BACKEND_CUDA_INTERNAL_CUH

@@ -69,8 +69,8 @@ __device__ __forceinline__ bool mv_group_of(const mv_args &a, uint32_t grid_row,
     return true;
 }
 
-/* The tensor-core kernel (matvec_tc.cu): whether it takes `mv` (the types it decodes, 2-16 items
- * unless EMBER_CUDA_MVT says otherwise, never with EMBER_CUDA_GEMM=0), and its launch with the
+/* The tensor-core kernel (matvec_tc.cu): whether it takes `mv` (the types it decodes, dense
+ * products of 3-16 items and experts with 2 or more unless EMBER_CUDA_MVT says otherwise, never with EMBER_CUDA_GEMM=0), and its launch with the
  * arguments em_cuda_matvec built. */
 bool em_cuda_mvt_wanted(const cuda_backend *b, const cuda_matvec *mv);
 em_err em_cuda_mvt(cuda_backend *b, const cuda_matvec *mv, mv_args a);

@@ -329,10 +329,13 @@ static em_err mvt_type(cuda_backend *b, const mv_args &a, uint32_t grid_y, uint3
     return fold ? mvt_launch<TYPE, false, true>(b, a, grid_y, n_items) : mvt_launch<TYPE, false, false>(b, a, grid_y, n_items);
 }
 
-/* The fewest items this kernel takes: EMBER_CUDA_MVT=N (0: never), else 2. */
-static uint32_t mvt_min_items(void) {
+/* The fewest items this kernel takes: EMBER_CUDA_MVT=N (0: never), else 3 for dense products and
+ * 2 for MoE experts. At 2 items the f32 kernel is the faster for dense products (an H200, 2
+ * sequences: dense-1b q8_0 1131-1163 against 911 tok/s, bf16 1226 against 1156; bench/RESULTS.md),
+ * while an expert with 2 tokens gains (moe-30b-a3b at 2 sequences: 292 against 261). */
+static uint32_t mvt_min_items(const cuda_matvec *mv) {
     const char *v = getenv("EMBER_CUDA_MVT");
-    if (!v || !*v) return 2;
+    if (!v || !*v) return mv->counts ? 2 : 3;
     const long n = strtol(v, NULL, 10);
     return n <= 0 ? UINT32_MAX : (uint32_t)n;
 }
@@ -345,10 +348,10 @@ bool em_cuda_mvt_wanted(const cuda_backend *b, const cuda_matvec *mv) {
     default: return false; /* F32 weights keep the f32 kernel */
     }
     if ((uintptr_t)mv->x % 16 || mv->x_stride % 4 || mv->w->cols % 8) return false;
-    /* dense: 2 to 16 items; MoE: when an expert can have 2 or more (any number, in chunks of 8), up
+    /* dense: 3 to 16 items; MoE: when an expert can have 2 or more (any number, in chunks of 8), up
      * to where the GEMM takes over */
-    if (mv->counts ? mv->max_items < mvt_min_items() || mv->n_items >= 16
-                   : mv->n_items < mvt_min_items() || mv->n_items > 16)
+    if (mv->counts ? mv->max_items < mvt_min_items(mv) || mv->n_items >= 16
+                   : mv->n_items < mvt_min_items(mv) || mv->n_items > 16)
         return false;
     return mt_plan_for(b, em_cuda_matvec_rows(mv), mv->w->cols / 8, mv->n_items, mv->counts != NULL).ok;
 }
