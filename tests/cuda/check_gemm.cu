@@ -76,6 +76,9 @@ static void make_backend(void) {
     b->mvt_part = (float *)dev_alloc(b->mvt_part_floats * sizeof(float));
     b->mvt_counter = (uint32_t *)dev_alloc(b->mvt_groups * sizeof(uint32_t));
     CUDA_CHECK(cudaMemset(b->mvt_counter, 0, b->mvt_groups * sizeof(uint32_t)));
+    /* the wgmma kernel's f16 activations: up to 8192 items of 8192 columns */
+    b->x16_halves = 8192ull * 8192;
+    b->x16 = (__half *)dev_alloc(b->x16_halves * sizeof(__half));
 }
 
 static void set_gemm(bool on) { setenv("EMBER_CUDA_GEMM", on ? "1" : "0", 1); }
@@ -141,6 +144,8 @@ static double dot_ref(const float *w, const float *x, uint32_t n) {
 typedef struct case_result {
     double err_ref, err_matvec, err_tc; /* err_tc: the decode tensor-core kernel against ref (-1: not run) */
     bool tc_alone_same; /* its first item computed alone has the same bits as in the batch */
+    double err_wg;      /* the wgmma kernel against ref (-1: not run: dense, K % 64 == 0 only) */
+    bool wg_alone_same; /* its first item computed alone has the same bits as in the batch */
     double err_kernel[2]; /* err_ref of the staged and the pipelined kernel */
     bool pads_ok; /* the y_stride pads kept their bytes */
     bool same;    /* every kernel and tile size gave the same bits */
@@ -150,6 +155,8 @@ typedef struct case_result {
  * first alone. */
 #define TC_RUN 1000u
 #define TC_ALONE 1001u
+#define WG_RUN 1002u /* the wgmma kernel, all items or the first alone */
+#define WG_ALONE 1003u
 
 /* Runs `c` with weights of `type`; the worst errors over the tile sizes. */
 static bool run_case(uint32_t type, const test_case *c) {
@@ -255,7 +262,11 @@ static bool run_case(uint32_t type, const test_case *c) {
     auto run = [&](bool gemm, uint32_t tile, em_cuda_gemm_kernel kernel) {
         for (uint32_t p = 0; p < parts; p++)
             CUDA_CHECK(cudaMemcpy(y_dev[p], y0[p], n_items * y_stride[p] * sizeof(float), cudaMemcpyHostToDevice));
-        if (tile == TC_RUN || tile == TC_ALONE) {
+        if (tile == WG_RUN || tile == WG_ALONE) {
+            cuda_matvec one = mv;
+            if (tile == WG_ALONE) one.n_items = 1;
+            check_err(em_cuda_gemm_with(b, &one, 0, EM_CUDA_GEMM_WGMMA), "wgmma gemm");
+        } else if (tile == TC_RUN || tile == TC_ALONE) {
             cuda_matvec one = mv;
             if (tile == TC_ALONE) one.n_items = 1;
             check_err(em_cuda_matvec_with(b, &one, EM_CUDA_MATVEC_TC), "tensor-core matvec");
@@ -273,13 +284,13 @@ static bool run_case(uint32_t type, const test_case *c) {
         CUDA_CHECK(cudaGetLastError());
         for (uint32_t p = 0; p < parts; p++) {
             CUDA_CHECK(cudaMemcpy(y_host[p], y_dev[p], n_items * y_stride[p] * sizeof(float), cudaMemcpyDeviceToHost));
-            if (!gemm && tile != TC_RUN && tile != TC_ALONE && c->accumulate)
+            if (!gemm && tile < TC_RUN && c->accumulate)
                 for (uint32_t i = 0; i < n_items; i++)
                     for (uint32_t r = 0; r < c->rows[p]; r++) y_host[p][i * y_stride[p] + r] += y0[p][i * y_stride[p] + r];
         }
     };
 
-    case_result res = {0.0, 0.0, -1.0, true, {0.0, 0.0}, true, true};
+    case_result res = {0.0, 0.0, -1.0, true, -1.0, true, {0.0, 0.0}, true, true};
     /* both kernels and every tile size give bit-identical outputs (same rounding, fixed order) */
     const uint32_t tiles[] = {0, 32, 64, 128};
     const em_cuda_gemm_kernel kernels[] = {EM_CUDA_GEMM_STAGED, EM_CUDA_GEMM_PIPELINED};
@@ -315,13 +326,26 @@ static bool run_case(uint32_t type, const test_case *c) {
         }
     }
 
-    const bool pass = res.err_ref <= 1e-2 && res.err_matvec <= 1e-2 && res.err_tc <= 1e-2 && res.pads_ok && res.same &&
-                      res.tc_alone_same;
+    /* the wgmma kernel: its own order of sums inside an MMA, so bounded against ref, not bitwise
+     * against the others; an item alone gets its bits in the batch */
+    if (!c->moe && K % 64 == 0) {
+        run(true, WG_RUN, EM_CUDA_GEMM_WGMMA);
+        res.err_wg = compare(y_host, ref, &res.pads_ok);
+        float *first = (float *)malloc(y_stride[0] * sizeof(float));
+        memcpy(first, y_host[0], y_stride[0] * sizeof(float));
+        run(true, WG_ALONE, EM_CUDA_GEMM_WGMMA);
+        res.wg_alone_same = !memcmp(first, y_host[0], c->rows[0] * sizeof(float));
+        free(first);
+    }
+
+    const bool pass = res.err_ref <= 1e-2 && res.err_matvec <= 1e-2 && res.err_tc <= 1e-2 && res.err_wg <= 1e-2 &&
+                      res.pads_ok && res.same && res.tc_alone_same && res.wg_alone_same;
     printf("%-5s %-8s %-22s K=%-5u items=%-4u  vs ref %.2e (staged %.2e, pipelined %.2e)  vs matvec %.2e  "
-           "decode tc %.2e  %s%s%s%s\n",
+           "decode tc %.2e  wgmma %.2e  %s%s%s%s%s\n",
            pass ? "PASS" : "FAIL", em_type_name(type), c->name, K, n_items, res.err_ref, res.err_kernel[0],
-           res.err_kernel[1], res.err_matvec, res.err_tc, res.pads_ok ? "" : "(pads overwritten) ",
+           res.err_kernel[1], res.err_matvec, res.err_tc, res.err_wg, res.pads_ok ? "" : "(pads overwritten) ",
            res.same ? "" : "(kernels/tiles differ) ", res.tc_alone_same ? "" : "(tc: alone differs from batched) ",
+           res.wg_alone_same ? "" : "(wgmma: alone differs from batched) ",
            pass ? "" : "<<<");
 
     for (uint32_t p = 0; p < parts; p++) {
@@ -442,10 +466,13 @@ static void bench_row(const char *shape, cuda_matvec *mv, uint32_t type, double 
         for (int i = 0; i < 3; i++)
             t[k][i] = time_call(mv, true, 32u << i, k ? EM_CUDA_GEMM_PIPELINED : EM_CUDA_GEMM_STAGED);
     const double t_mv = with_matvec ? time_call(mv, false, 0, EM_CUDA_GEMM_AUTO) : 0.0;
+    const bool with_wg = !mv->counts && mv->w->cols % 64 == 0;
+    const double t_wg = with_wg ? time_call(mv, true, 0, EM_CUDA_GEMM_WGMMA) : 0.0;
     printf("%-8s %-26s M=%-5u auto %6.1f TFLOP/s %8.3f ms | staged %6.1f %6.1f %6.1f | pipelined %6.1f %6.1f %6.1f",
            em_type_name(type), shape, mv->n_items, flops / t_auto * 1e-12, t_auto * 1e3, flops / t[0][0] * 1e-12,
            flops / t[0][1] * 1e-12, flops / t[0][2] * 1e-12, flops / t[1][0] * 1e-12, flops / t[1][1] * 1e-12,
            flops / t[1][2] * 1e-12);
+    if (with_wg) printf(" | wgmma %6.1f", flops / t_wg * 1e-12);
     if (with_matvec)
         printf(" | matvec %6.1f TFLOP/s %8.3f ms, auto/matvec %.2fx", flops / t_mv * 1e-12, t_mv * 1e3, t_mv / t_auto);
     printf("\n");
@@ -525,7 +552,7 @@ static void bench_all(void) {
     static const uint32_t ms_quant[] = {16, 32, 64, 256, 2048, 8192};
     static const uint32_t quant[] = {EM_TYPE_F16, EM_TYPE_Q8_0, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS};
     desc.act = EM_ACT_SWIGLU;
-    printf("TFLOP/s: auto (ms) | staged tiles 32 64 128 | pipelined tiles 32 64 128 | matvec (ms)\n");
+    printf("TFLOP/s: auto (ms) | staged tiles 32 64 128 | pipelined tiles 32 64 128 | wgmma | matvec (ms)\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         bench_dense(EM_TYPE_BF16, &shapes[s], ms_bf16, sizeof ms_bf16 / sizeof ms_bf16[0]);
     bench_moe(EM_TYPE_BF16);

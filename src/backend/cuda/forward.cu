@@ -25,7 +25,9 @@ void em_cuda_free_scratch(cuda_backend *b) {
     cudaFree(b->att_counter);
     cudaFree(b->mvt_part);
     cudaFree(b->mvt_counter);
+    cudaFree(b->x16);
     b->mvt_part = NULL, b->mvt_counter = NULL;
+    b->x16 = NULL, b->x16_halves = 0;
     b->att_part = NULL;
     b->att_counter = NULL;
     b->att_slots = 0;
@@ -56,6 +58,8 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
      * 8 slices of 16 items, two sums (a gated unit's) each */
     const uint64_t mvt_rows = max_u32(max_u32(b->max_q + 2 * b->max_k, b->max_ff), (uint32_t)e);
     const uint32_t mvt_groups = (uint32_t)(mvt_rows / 64 + 1);
+    /* f16 activations of the widest product input (gemm.cu's wgmma kernel) */
+    const uint64_t x16_halves = (uint64_t)n * max_u32(max_u32((uint32_t)e, b->max_ff), b->max_attn);
     struct { void **p; uint64_t bytes; } bufs[] = {
         {(void **)&b->x, n * e * 4}, {(void **)&b->xn, n * e * 4}, {(void **)&b->ss, n * e * 4},
         {(void **)&b->q, (uint64_t)n * b->max_q * 4},
@@ -75,6 +79,7 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         {(void **)&b->att_counter, (uint64_t)n * b->max_head * 4},
         {(void **)&b->mvt_part, mvt_rows * 8 * 16 * 2 * 4},
         {(void **)&b->mvt_counter, (uint64_t)mvt_groups * 4},
+        {(void **)&b->x16, x16_halves * 2},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         em_err err = alloc(bufs[i].p, bufs[i].bytes);
@@ -95,6 +100,7 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
     }
     b->mvt_part_floats = mvt_rows * 8 * 16 * 2;
     b->mvt_groups = mvt_groups;
+    b->x16_halves = x16_halves;
     b->att_slots = att_slots;
     b->ss_stride = (uint32_t)e; /* a producer's blocks: fewer than its rows, which are n_embd */
     b->cap_tokens = n;

@@ -62,6 +62,8 @@ typedef cuda_product_args gm_args;
  * pipelined kernels may use their shared memory. Process state like the constant memory itself;
  * a race only does the same work twice. */
 static bool gm_prepared;
+/* Whether the loaded device code has wgmma (the sm_90a build): asked once, when preparing. */
+static bool wg_available;
 
 #define GM_PART(pi, f) ((pi) == 0 ? a.part[0].f : (pi) == 1 ? a.part[1].f : a.part[2].f)
 
@@ -97,16 +99,17 @@ __device__ __forceinline__ float gm_glu(float g, float u, int act) {
     return v * u;
 }
 
-/* Writes a warp's accumulators: c0,c1 hold tile row lane/4, items 2(lane%4) and +1; c2,c3 tile
- * row lane/4 + 8 (with GLU: the up rows of the same outputs). */
-template <int ITEMS, bool GLU>
-__device__ __forceinline__ void gm_store(const gm_args &a, const float (&acc)[4][ITEMS / 32][4], uint32_t row0,
+/* Writes a warp's accumulators, M16 slices of 16 tile rows by N8 groups of 8 items: c0,c1 hold
+ * tile row lane/4, items 2(lane%4) and +1; c2,c3 tile row lane/4 + 8 (with GLU: the up rows of the
+ * same outputs). The layout of mma.sync's fragments and of wgmma's accumulators alike. */
+template <int M16, int N8, bool GLU>
+__device__ __forceinline__ void gm_store(const gm_args &a, const float (&acc)[M16][N8][4], uint32_t row0,
                                          uint32_t t0, uint32_t count, uint32_t start, uint32_t warp_row,
                                          uint32_t warp_item, uint32_t lane) {
 #pragma unroll
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m < M16; m++) {
 #pragma unroll
-        for (int n = 0; n < ITEMS / 32; n++) {
+        for (int n = 0; n < N8; n++) {
             const uint32_t item = t0 + warp_item + 8 * n + 2 * (lane & 3);
 #pragma unroll
             for (int h = 0; h < (GLU ? 1 : 2); h++) {
@@ -128,22 +131,23 @@ __device__ __forceinline__ void gm_store(const gm_args &a, const float (&acc)[4]
     }
 }
 
-/* This thread's two weight rows of the tile at row0 (NULL past the end: zeros). With GLU, rows
- * 0-7 of each 16-row slice are gate rows and rows 8-15 the up rows of the same outputs. */
+/* Row s of the weight tile at row0 (NULL past the end: zeros). With GLU, rows 0-7 of each 16-row
+ * slice are gate rows and rows 8-15 the up rows of the same outputs. */
+template <bool GLU>
+__device__ __forceinline__ const uint8_t *gm_weight_row(const gm_args &a, uint32_t row0, uint64_t mat_offset, uint32_t s) {
+    const uint32_t r = GLU ? row0 + (s >> 4) * 8 + (s & 7) : row0 + s;
+    if (r >= a.rows) return NULL;
+    const int pi = em_cuda_part_of(a, r);
+    const uint8_t *base = GLU && (s >> 3) & 1 ? GM_PART(pi, w2) : GM_PART(pi, w);
+    return base + mat_offset + (uint64_t)(r - GM_PART(pi, begin)) * GM_PART(pi, row_bytes);
+}
+
+/* This thread's two weight rows of the tile at row0. */
 template <bool GLU>
 __device__ __forceinline__ void gm_weight_rows(const gm_args &a, uint32_t row0, uint64_t mat_offset,
                                                const uint8_t *wrow[2]) {
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const uint32_t s = (threadIdx.x + GM_THREADS * j) >> 2;
-        const uint32_t r = GLU ? row0 + (s >> 4) * 8 + (s & 7) : row0 + s;
-        wrow[j] = NULL;
-        if (r < a.rows) {
-            const int pi = em_cuda_part_of(a, r);
-            const uint8_t *base = GLU && (s >> 3) & 1 ? GM_PART(pi, w2) : GM_PART(pi, w);
-            wrow[j] = base + mat_offset + (uint64_t)(r - GM_PART(pi, begin)) * GM_PART(pi, row_bytes);
-        }
-    }
+    for (int j = 0; j < 2; j++) wrow[j] = gm_weight_row<GLU>(a, row0, mat_offset, (threadIdx.x + GM_THREADS * j) >> 2);
 }
 
 /* What a block of either kernel works on: its expert's items [start, start + count), its output
@@ -265,7 +269,7 @@ template <int TYPE, int ITEMS, bool GLU> __global__ void __launch_bounds__(GM_TH
             __syncthreads();
         }
 
-        gm_store<ITEMS, GLU>(a, acc, row0, t0, count, start, warp_row, warp_item, lane);
+        gm_store<4, NT, GLU>(a, acc, row0, t0, count, start, warp_row, warp_item, lane);
     }
 }
 
@@ -408,11 +412,218 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
         }
         gm_cp_wait<0>();
         __syncthreads(); /* the stages are free for the next item tile */
-        gm_store<ITEMS, GLU>(a, acc, row0, t0, count, start, warp_row, warp_item, lane);
+        gm_store<4, NT, GLU>(a, acc, row0, t0, count, start, warp_row, warp_item, lane);
     }
 }
 
 #undef GM_PART
+
+
+/* ---- the wgmma kernel: Hopper's warpgroup MMA, for dense products ----
+ * 512 threads = four warpgroups, a tile of 256 weight rows (64 per warpgroup; with GLU 128
+ * outputs, as above) by 128 items, K in stages of 64 copied by cp.async WG_STAGES - 1 steps
+ * ahead. Blocks run the item tiles of a row tile one after the other (blockIdx.x is the item
+ * tile), so the blocks in flight share their weights in L2 and the weights come from memory about
+ * once; the activations of a prefill chunk stay in L2 throughout. Both
+ * operands come from shared memory through matrix descriptors, as f16: the activations were
+ * rounded once into b->x16 (wg_round_kernel: the same pack_f16x2 as the other kernels), BF16
+ * weights are turned into f16 in place by the thread that copied them, and quantized weights are
+ * decoded (deq_h8, packed halves) into registers a step ahead and stored the step before use.
+ *
+ * Shared layout: wgmma's K-major form with the 128-byte swizzle: a row's 64 values (128 bytes) at
+ * byte 128 * row, its 16-byte chunk k stored at chunk position k ^ (row % 8), so the tensor cores
+ * read 8 rows' chunks of one K slice from 8 different bank groups. Stage bases are 1024-byte
+ * aligned (the pattern repeats every 8 rows); the descriptor's stride offset is 1024 bytes (8
+ * rows), and the K slices of a stage start 32 bytes apart. A warp copies 4 whole rows per
+ * instruction: 128 contiguous bytes of a row from global memory, 512 bytes to shared memory.
+ *
+ * The accumulators of warp w of warpgroup g hold tile rows 64g + 16w .. + 15 in mma.sync's
+ * fragment layout, so gm_store writes them. Every item's sums run over K in the same order
+ * whatever the tile holds, so a token gets the same bits in any batch. Only the sm_90a build has
+ * the instructions: em_cuda_gemm asks wg_probe_kernel once whether the loaded code is that one. */
+#define WG_THREADS 512
+#define WG_ROWS 256
+#define WG_ITEMS 128
+#define WG_K 64
+#define WG_STAGES 4
+#define WG_WTILE (WG_ROWS * WG_K * 2)  /* bytes of a stage's weights */
+#define WG_XTILE (WG_ITEMS * WG_K * 2) /* and of its activations */
+#define WG_STAGE (WG_WTILE + WG_XTILE)
+static constexpr size_t wg_smem = (size_t)WG_STAGES * WG_STAGE;
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_HAVE 1
+#else
+#define WG_HAVE 0
+#endif
+
+/* 1 when the code the device runs has wgmma (the sm_90a build), 2 otherwise. */
+__global__ void wg_probe_kernel(uint32_t *out) { *out = WG_HAVE ? 1 : 2; }
+
+/* x16 row i = the activations of item i rounded to f16 (a gathered row with x_index). */
+__global__ void __launch_bounds__(256) wg_round_kernel(gm_args a, __half *x16) {
+    em_pdl_wait();
+    const uint32_t groups = a.cols / 8;
+    const uint64_t total = (uint64_t)a.n_items * groups;
+    for (uint64_t i = blockIdx.x * 256ull + threadIdx.x; i < total; i += (uint64_t)gridDim.x * 256) {
+        const uint32_t item = (uint32_t)(i / groups), g = (uint32_t)(i % groups);
+        const float *src = a.x + (uint64_t)(a.x_index ? a.x_index[item] : item) * a.x_stride + 8 * g;
+        const float4 lo = *(const float4 *)src, hi = *(const float4 *)(src + 4);
+        *(uint4 *)(x16 + (uint64_t)item * a.cols + 8 * g) =
+            make_uint4(pack_f16x2(lo.x, lo.y), pack_f16x2(lo.z, lo.w), pack_f16x2(hi.x, hi.y), pack_f16x2(hi.z, hi.w));
+    }
+}
+
+/* A shared-memory matrix descriptor: start address, 128-byte swizzle, 1024 bytes between groups of
+ * 8 rows (the leading offset is unused by this layout: 16). */
+__device__ __forceinline__ uint64_t wg_desc(const void *smem) {
+    const uint32_t at = (uint32_t)__cvta_generic_to_shared(smem);
+    return (uint64_t)((at & 0x3ffff) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+
+/* Byte of chunk (row, k) in a swizzled tile. */
+__device__ __forceinline__ uint32_t wg_chunk_at(uint32_t row, uint32_t k) { return row * 128 + ((k ^ (row & 7)) << 4); }
+
+/* Keeps the compiler from moving accumulator reads or writes across the asynchronous MMAs. */
+__device__ __forceinline__ void wg_fence_operands(float (&d)[16][4]) {
+    asm volatile("" : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])::"memory");
+    asm volatile("" : "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])::"memory");
+    asm volatile("" : "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3])::"memory");
+    asm volatile("" : "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])::"memory");
+    asm volatile("" : "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3])::"memory");
+    asm volatile("" : "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3])::"memory");
+    asm volatile("" : "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3])::"memory");
+    asm volatile("" : "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])::"memory");
+    asm volatile("" : "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3])::"memory");
+    asm volatile("" : "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])::"memory");
+    asm volatile("" : "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3])::"memory");
+    asm volatile("" : "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3])::"memory");
+    asm volatile("" : "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3])::"memory");
+    asm volatile("" : "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3])::"memory");
+    asm volatile("" : "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3])::"memory");
+    asm volatile("" : "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])::"memory");
+}
+
+/* d (64 rows x 128 items per warpgroup) += A (64 x 16, descriptor) * B (16 x 128, descriptor). */
+__device__ __forceinline__ void wg_mma(float (&d)[16][4], uint64_t a, uint64_t b) {
+#if WG_HAVE
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                 : "l"(a), "l"(b), "r"(1));
+#endif
+}
+
+__device__ __forceinline__ void wg_fence(void) {
+#if WG_HAVE
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_commit(void) {
+#if WG_HAVE
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_wait_all(void) {
+#if WG_HAVE
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#endif
+}
+/* Ordinary shared-memory writes (cp.async, the BF16 conversion) made visible to the MMAs. */
+__device__ __forceinline__ void wg_fence_proxy(void) { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+template <int TYPE, bool GLU>
+__global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_kernel(gm_args a, const __half *x16) {
+    extern __shared__ __align__(1024) uint8_t wg_buf[];
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    em_pdl_wait();
+    const uint32_t t0 = blockIdx.x * WG_ITEMS, row0 = blockIdx.y * (GLU ? WG_ROWS / 2 : WG_ROWS);
+    /* this thread's chunks: tile rows (items) tid / 8 + 64j, K chunk tid % 8 */
+    const uint32_t kc = tid & 7, first = tid >> 3;
+    const uint8_t *wrow[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) wrow[j] = gm_weight_row<GLU>(a, row0, 0, first + 64 * j);
+    const __half *xrow[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const uint32_t i = t0 + first + 64 * j;
+        xrow[j] = i < a.n_items ? x16 + (uint64_t)i * a.cols : NULL;
+    }
+    const uint32_t n_steps = a.cols / WG_K;
+    constexpr bool ASYNC_W = TYPE == EM_TYPE_F16 || TYPE == EM_TYPE_BF16; /* copied as stored */
+    auto issue = [&](uint32_t step) {
+        if (step < n_steps) {
+            uint8_t *wt = wg_buf + (step % WG_STAGES) * WG_STAGE, *xt = wt + WG_WTILE;
+            if (ASYNC_W) {
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const uint8_t *src = wrow[j] ? wrow[j] + ((uint64_t)step * WG_K + 8 * kc) * 2 : (const uint8_t *)x16;
+                    gm_cp_async16(wt + wg_chunk_at(first + 64 * j, kc), src, wrow[j] ? 16 : 0);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const __half *src = xrow[j] ? xrow[j] + (uint64_t)step * WG_K + 8 * kc : x16;
+                gm_cp_async16(xt + wg_chunk_at(first + 64 * j, kc), src, xrow[j] ? 16 : 0);
+            }
+        }
+        gm_cp_commit();
+    };
+    uint4 wreg[4]; /* decoded weights of a step, quantized types */
+    auto load_w = [&](uint32_t step) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) wreg[j] = wrow[j] ? deq_h8<TYPE>(wrow[j], step * (WG_K / 8) + kc) : make_uint4(0, 0, 0, 0);
+    };
+    auto store_w = [&](uint32_t step) {
+        uint8_t *wt = wg_buf + (step % WG_STAGES) * WG_STAGE;
+#pragma unroll
+        for (int j = 0; j < 4; j++) *(uint4 *)(wt + wg_chunk_at(first + 64 * j, kc)) = wreg[j];
+    };
+    float acc[1][16][4];
+#pragma unroll
+    for (int n = 0; n < 16; n++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[0][n][c] = 0.0f;
+    wg_fence_operands(acc[0]);
+#pragma unroll
+    for (int st = 0; st < WG_STAGES - 1; st++) issue(st);
+    if (!ASYNC_W) {
+        load_w(0);
+        store_w(0);
+        if (n_steps > 1) load_w(1);
+    }
+    for (uint32_t step = 0; step < n_steps; step++) {
+        uint8_t *wt = wg_buf + (step % WG_STAGES) * WG_STAGE;
+        /* the next step's weights into their stage (last read by the MMAs of step + 1 - WG_STAGES) */
+        if (!ASYNC_W && step + 1 < n_steps) store_w(step + 1);
+        gm_cp_wait<WG_STAGES - 2>(); /* this thread's copies of `step` have landed */
+        if (TYPE == EM_TYPE_BF16) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                uint4 *p = (uint4 *)(wt + wg_chunk_at(first + 64 * j, kc));
+                uint4 v = *p;
+                v.x = bf16x2_to_f16x2(v.x), v.y = bf16x2_to_f16x2(v.y);
+                v.z = bf16x2_to_f16x2(v.z), v.w = bf16x2_to_f16x2(v.w);
+                *p = v;
+            }
+        }
+        wg_fence_proxy();
+        wg_wait_all();   /* the MMAs of step - 1 have read their stage */
+        __syncthreads(); /* and everyone's copies of `step` are in place */
+        issue(step + WG_STAGES - 1); /* into the stage of step - 1 */
+        wg_fence();
+        const uint8_t *wa = wt + (warp >> 2) * (WG_WTILE / 4);
+#pragma unroll
+        for (int kk = 0; kk < WG_K / 16; kk++)
+            wg_mma(acc[0], wg_desc(wa + 32 * kk), wg_desc(wt + WG_WTILE + 32 * kk));
+        wg_commit();
+        if (!ASYNC_W && step + 2 < n_steps) load_w(step + 2); /* while the MMAs run */
+    }
+    wg_wait_all();
+    wg_fence_operands(acc[0]);
+    gm_cp_wait<0>();
+    gm_store<1, 16, GLU>(a, acc, row0, t0, a.n_items, 0, (warp >> 2) * 64 + (warp & 3) * 16, 0, lane);
+}
 
 template <int TYPE, int ITEMS>
 static void gm_launch_glu(const cuda_backend *b, const gm_args &a, dim3 grid, bool glu, bool pipelined) {
@@ -456,7 +667,14 @@ template <int TYPE> static cudaError_t gm_allow_smem_type(void) {
 }
 
 static cudaError_t gm_allow_smem(void) {
-    cudaError_t status = gm_allow_smem_type<EM_TYPE_F16>();
+    cudaError_t status = cudaSuccess;
+#define WG_KERNELS(T) (const void *)gemm_wgmma_kernel<T, false>, (const void *)gemm_wgmma_kernel<T, true>
+    const void *wg_kernels[] = {WG_KERNELS(EM_TYPE_F16), WG_KERNELS(EM_TYPE_BF16), WG_KERNELS(EM_TYPE_Q8_0),
+                                WG_KERNELS(EM_TYPE_Q4_K), WG_KERNELS(EM_TYPE_Q6_K), WG_KERNELS(EM_TYPE_IQ3_XXS)};
+#undef WG_KERNELS
+    for (size_t i = 0; i < sizeof wg_kernels / sizeof wg_kernels[0] && status == cudaSuccess; i++)
+        status = cudaFuncSetAttribute(wg_kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wg_smem);
+    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_F16>();
     if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_BF16>();
     if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_Q8_0>();
     if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_Q4_K>();
@@ -517,6 +735,52 @@ static uint32_t gm_min_items(const cuda_matvec *mv, uint32_t rows) {
     return kind == 0 ? 24 : kind == 1 ? 32 : 48;
 }
 
+/* Whether the wgmma kernel can take `mv`: dense products, K a multiple of its step, room
+ * in b->x16, the sm_90a code loaded (known once prepared). */
+static bool wg_fits(const cuda_backend *b, const cuda_matvec *mv) {
+    return gm_type_supported(mv->w->type) && !mv->counts && mv->w->cols % WG_K == 0 && b->x16 &&
+           (uint64_t)mv->n_items * mv->w->cols <= b->x16_halves && (!gm_prepared || wg_available);
+}
+
+/* The automatic choice (EMBER_CUDA_WGMMA=0: never): tiles for about half the multiprocessors, and
+ * half a tile of items or twice as many tiles as multiprocessors; otherwise the other kernels'
+ * smaller tiles spread better. On an H200, BF16: q/o 2048 x 2048 at 512 items, 32 tiles, 77 against
+ * 88 TFLOP/s; gate+up 2048 -> 8192 at 128 items, 64 tiles, 169 against 128, but at 8-48 items 11-64
+ * against 13-65; the output head (501 tiles) at 8 items 21 against 17, at 64 items 164 against 113. */
+static bool wg_wanted(const cuda_backend *b, const cuda_matvec *mv) {
+    const char *v = getenv("EMBER_CUDA_WGMMA");
+    if (v && !strcmp(v, "0")) return false;
+    const uint32_t out = mv->up ? WG_ROWS / 2 : WG_ROWS;
+    const uint64_t tiles = (uint64_t)((em_cuda_matvec_rows(mv) + out - 1) / out) * ((mv->n_items + WG_ITEMS - 1) / WG_ITEMS);
+    return tiles >= (uint64_t)b->n_sm * 15 / 32 && (mv->n_items >= WG_ITEMS / 2 || tiles >= 2 * (uint64_t)b->n_sm) &&
+           wg_fits(b, mv);
+}
+
+template <int TYPE> static void wg_launch_type(const cuda_backend *b, const gm_args &a, dim3 grid, bool glu) {
+    if (glu) em_cuda_launch(b, gemm_wgmma_kernel<TYPE, true>, grid, WG_THREADS, wg_smem, a, (const __half *)b->x16);
+    else em_cuda_launch(b, gemm_wgmma_kernel<TYPE, false>, grid, WG_THREADS, wg_smem, a, (const __half *)b->x16);
+}
+
+static em_err wg_launch(cuda_backend *b, const cuda_matvec *mv, const gm_args &a) {
+    const uint64_t total = (uint64_t)mv->n_items * (a.cols / 8);
+    const uint64_t round_blocks = (total + 255) / 256, most = 8ull * b->n_sm;
+    em_cuda_launch(b, wg_round_kernel, dim3((uint32_t)(round_blocks < most ? round_blocks : most)), 256, 0, a, b->x16);
+    const bool glu = mv->up != NULL;
+    const uint32_t out = glu ? WG_ROWS / 2 : WG_ROWS, row_tiles = (a.rows + out - 1) / out;
+    if (row_tiles > 65535) return em_errorf(EM_ERR_UNSUPPORTED, "cuda gemm: %u rows for the wgmma kernel", a.rows);
+    const dim3 grid((mv->n_items + WG_ITEMS - 1) / WG_ITEMS, row_tiles);
+    switch (mv->w->type) {
+    case EM_TYPE_F16: wg_launch_type<EM_TYPE_F16>(b, a, grid, glu); break;
+    case EM_TYPE_BF16: wg_launch_type<EM_TYPE_BF16>(b, a, grid, glu); break;
+    case EM_TYPE_Q8_0: wg_launch_type<EM_TYPE_Q8_0>(b, a, grid, glu); break;
+    case EM_TYPE_Q4_K: wg_launch_type<EM_TYPE_Q4_K>(b, a, grid, glu); break;
+    case EM_TYPE_Q6_K: wg_launch_type<EM_TYPE_Q6_K>(b, a, grid, glu); break;
+    default: wg_launch_type<EM_TYPE_IQ3_XXS>(b, a, grid, glu); break;
+    }
+    CU_LAUNCHED();
+    return NULL;
+}
+
 bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv) {
     const cuda_weight *w = mv->w;
     if (em_cuda_tensor_cores_off()) return false;
@@ -548,11 +812,25 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
         CU_TRY(cudaMemcpyToSymbolAsync(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid, 0,
                                        cudaMemcpyHostToDevice, b->stream));
         CU_TRY(gm_allow_smem());
+        uint32_t *probe = NULL, have = 0;
+        CU_TRY(cudaMalloc((void **)&probe, sizeof *probe));
+        wg_probe_kernel<<<1, 1, 0, b->stream>>>(probe);
+        cudaError_t status = cudaMemcpyAsync(&have, probe, sizeof have, cudaMemcpyDeviceToHost, b->stream);
+        if (status == cudaSuccess) status = cudaStreamSynchronize(b->stream);
+        cudaFree(probe);
+        if (status != cudaSuccess) return em_errorf(EM_ERR_INTERNAL, "cuda gemm: probing for wgmma: %s", cudaGetErrorString(status));
+        wg_available = have == 1;
         gm_prepared = true;
     }
     gm_args a = {};
     em_err err = em_cuda_product_args(b, mv, &a);
     if (err) return err;
+    if (kernel == EM_CUDA_GEMM_WGMMA || (kernel == EM_CUDA_GEMM_AUTO && !items && wg_wanted(b, mv))) {
+        if (!wg_fits(b, mv))
+            return em_errorf(EM_ERR_UNSUPPORTED, "cuda gemm: the wgmma kernel does not take %s %u x %u, %u items",
+                             em_type_name(w->type), a.rows, w->cols, mv->n_items);
+        return wg_launch(b, mv, a);
+    }
     const uint32_t rows = a.rows;
     if (!items) items = gm_pick_items(b, mv, rows);
     const uint32_t out = mv->up ? 64 : GM_ROWS;

@@ -153,6 +153,8 @@ typedef struct cuda_backend {
     uint64_t mvt_part_floats;
     uint32_t mvt_groups;    /* counters mvt_counter holds */
     uint64_t att_slots;     /* (token, head, split) partials att_part holds */
+    __half *x16;            /* the wgmma GEMM's activations rounded to f16, contiguous rows (gemm.cu) */
+    uint64_t x16_halves;    /* halves x16 holds */
     /* Sampling on the device (sample.cu), for cap_pick_rows rows: */
     em_pick_params *pick_params; /* the rows' parameters, uploaded each step */
     int32_t *picked;             /* the picked tokens */
@@ -354,8 +356,14 @@ bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv);
 em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv);
 /* em_cuda_gemm with the items per tile (32, 64 or 128; 0 picks) and the kernel forced, for tests
  * and measurements: STAGED decodes weights and rounds activations through registers one K step
- * ahead; PIPELINED copies activations (and BF16 weights) with cp.async several steps ahead. */
-typedef enum em_cuda_gemm_kernel { EM_CUDA_GEMM_AUTO, EM_CUDA_GEMM_STAGED, EM_CUDA_GEMM_PIPELINED } em_cuda_gemm_kernel;
+ * ahead; PIPELINED copies activations (and BF16 weights) with cp.async several steps ahead; WGMMA
+ * rounds the activations to f16 once (b->x16) and multiplies with Hopper's warpgroup MMA. */
+typedef enum em_cuda_gemm_kernel {
+    EM_CUDA_GEMM_AUTO,
+    EM_CUDA_GEMM_STAGED,
+    EM_CUDA_GEMM_PIPELINED,
+    EM_CUDA_GEMM_WGMMA, /* F16/BF16 dense products: wgmma on 128 x 128 tiles (items 0 picks; 128) */
+} em_cuda_gemm_kernel;
 em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items, em_cuda_gemm_kernel kernel);
 
 #endif
