@@ -58,8 +58,11 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
      * 8 slices of 16 items, two sums (a gated unit's) each */
     const uint64_t mvt_rows = max_u32(max_u32(b->max_q + 2 * b->max_k, b->max_ff), (uint32_t)e);
     const uint32_t mvt_groups = (uint32_t)(mvt_rows / 64 + 1);
-    /* f16 activations of the widest product input (gemm.cu's wgmma kernel) */
-    const uint64_t x16_halves = (uint64_t)n * max_u32(max_u32((uint32_t)e, b->max_ff), b->max_attn);
+    /* f16 activations of the widest product input (gemm.cu's wgmma kernel); MoE down products read
+     * a row per (token, expert) pair */
+    const uint64_t x16_dense = (uint64_t)n * max_u32(max_u32((uint32_t)e, b->max_ff), b->max_attn);
+    const uint64_t x16_pairs = b->max_used ? pairs * b->max_ff : 0;
+    const uint64_t x16_halves = x16_dense > x16_pairs ? x16_dense : x16_pairs;
     struct { void **p; uint64_t bytes; } bufs[] = {
         {(void **)&b->x, n * e * 4}, {(void **)&b->xn, n * e * 4}, {(void **)&b->ss, n * e * 4},
         {(void **)&b->q, (uint64_t)n * b->max_q * 4},
@@ -285,7 +288,7 @@ static em_err moe(cuda_backend *b, uint32_t il, uint32_t n, bool into_x, const f
     mv.w = &lw->gate_exps, mv.x = b->xn, mv.x_stride = e, mv.x_index = b->pair_token, mv.y = b->moe_h;
     mv.y_stride = ff;
     mv.n_items = (pairs + ld->n_expert - 1) / ld->n_expert; /* a guess at the pairs per expert, for sizing */
-    mv.max_items = n;
+    mv.max_items = n, mv.x_rows = n;
     mv.counts = b->expert_count, mv.starts = b->expert_start, mv.n_groups = ld->n_expert;
     mv.active = b->expert_active, mv.n_active = b->expert_active + b->max_expert;
     mv.n_active_max = pairs < ld->n_expert ? pairs : ld->n_expert;
@@ -300,7 +303,7 @@ static em_err moe(cuda_backend *b, uint32_t il, uint32_t n, bool into_x, const f
         if ((err = em_cuda_glu(b, b->moe_h, b->moe_h2, (uint64_t)pairs * ff))) return err;
     }
     mv.w = &lw->down_exps, mv.up = NULL, mv.x = b->moe_h, mv.x_stride = ff, mv.x_index = NULL, mv.y = b->moe_y;
-    mv.y_stride = e;
+    mv.y_stride = e, mv.x_rows = pairs;
     if ((err = em_cuda_matvec(b, &mv))) return err;
     if (ld->n_ff_shared &&
         (err = mlp(b, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, input_of(b, false), b->tmp, false, NULL, n)))

@@ -460,16 +460,16 @@ static constexpr size_t wg_smem = (size_t)WG_STAGES * WG_STAGE;
 /* 1 when the code the device runs has wgmma (the sm_90a build), 2 otherwise. */
 __global__ void wg_probe_kernel(uint32_t *out) { *out = WG_HAVE ? 1 : 2; }
 
-/* x16 row i = the activations of item i rounded to f16 (a gathered row with x_index). */
-__global__ void __launch_bounds__(256) wg_round_kernel(gm_args a, __half *x16) {
+/* x16 row r = X row r rounded to f16, for the first `rows` rows (the kernel gathers with x_index). */
+__global__ void __launch_bounds__(256) wg_round_kernel(gm_args a, uint32_t rows, __half *x16) {
     em_pdl_wait();
     const uint32_t groups = a.cols / 8;
-    const uint64_t total = (uint64_t)a.n_items * groups;
+    const uint64_t total = (uint64_t)rows * groups;
     for (uint64_t i = blockIdx.x * 256ull + threadIdx.x; i < total; i += (uint64_t)gridDim.x * 256) {
-        const uint32_t item = (uint32_t)(i / groups), g = (uint32_t)(i % groups);
-        const float *src = a.x + (uint64_t)(a.x_index ? a.x_index[item] : item) * a.x_stride + 8 * g;
+        const uint32_t r = (uint32_t)(i / groups), g = (uint32_t)(i % groups);
+        const float *src = a.x + (uint64_t)r * a.x_stride + 8 * g;
         const float4 lo = *(const float4 *)src, hi = *(const float4 *)(src + 4);
-        *(uint4 *)(x16 + (uint64_t)item * a.cols + 8 * g) =
+        *(uint4 *)(x16 + (uint64_t)r * a.cols + 8 * g) =
             make_uint4(pack_f16x2(lo.x, lo.y), pack_f16x2(lo.z, lo.w), pack_f16x2(hi.x, hi.y), pack_f16x2(hi.z, hi.w));
     }
 }
@@ -537,19 +537,23 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_kernel(gm_args a, co
     extern __shared__ __align__(1024) uint8_t wg_buf[];
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     em_pdl_wait();
-    const uint32_t t0 = blockIdx.x * WG_ITEMS, row0 = blockIdx.y * (GLU ? WG_ROWS / 2 : WG_ROWS);
+    /* MoE: blockIdx.z is the expert, its items [start, start + count) known on the device only */
+    const uint32_t e = blockIdx.z;
+    const uint32_t count = a.counts ? a.counts[e] : a.n_items, start = a.starts ? a.starts[e] : 0;
+    const uint32_t row0 = blockIdx.y * (GLU ? WG_ROWS / 2 : WG_ROWS);
     /* this thread's chunks: tile rows (items) tid / 8 + 64j, K chunk tid % 8 */
     const uint32_t kc = tid & 7, first = tid >> 3;
     const uint8_t *wrow[4];
 #pragma unroll
-    for (int j = 0; j < 4; j++) wrow[j] = gm_weight_row<GLU>(a, row0, 0, first + 64 * j);
+    for (int j = 0; j < 4; j++) wrow[j] = gm_weight_row<GLU>(a, row0, a.counts ? e * a.mat_bytes : 0, first + 64 * j);
+    const uint32_t n_steps = a.cols / WG_K;
+    for (uint32_t t0 = blockIdx.x * WG_ITEMS; t0 < count; t0 += gridDim.x * WG_ITEMS) {
     const __half *xrow[2];
 #pragma unroll
     for (int j = 0; j < 2; j++) {
         const uint32_t i = t0 + first + 64 * j;
-        xrow[j] = i < a.n_items ? x16 + (uint64_t)i * a.cols : NULL;
+        xrow[j] = i < count ? x16 + (uint64_t)(a.x_index ? a.x_index[start + i] : start + i) * a.cols : NULL;
     }
-    const uint32_t n_steps = a.cols / WG_K;
     constexpr bool ASYNC_W = TYPE == EM_TYPE_F16 || TYPE == EM_TYPE_BF16; /* copied as stored */
     auto issue = [&](uint32_t step) {
         if (step < n_steps) {
@@ -622,7 +626,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_kernel(gm_args a, co
     wg_wait_all();
     wg_fence_operands(acc[0]);
     gm_cp_wait<0>();
-    gm_store<1, 16, GLU>(a, acc, row0, t0, a.n_items, 0, (warp >> 2) * 64 + (warp & 3) * 16, 0, lane);
+    __syncthreads(); /* every warpgroup's MMAs are done with the stages (the next item tile) */
+    gm_store<1, 16, GLU>(a, acc, row0, t0, count, start, (warp >> 2) * 64 + (warp & 3) * 16, 0, lane);
+    }
 }
 
 template <int TYPE, int ITEMS>
@@ -737,9 +743,11 @@ static uint32_t gm_min_items(const cuda_matvec *mv, uint32_t rows) {
 
 /* Whether the wgmma kernel can take `mv`: dense products, K a multiple of its step, room
  * in b->x16, the sm_90a code loaded (known once prepared). */
+static uint32_t wg_x_rows(const cuda_matvec *mv) { return mv->counts ? mv->x_rows : mv->n_items; }
+
 static bool wg_fits(const cuda_backend *b, const cuda_matvec *mv) {
-    return gm_type_supported(mv->w->type) && !mv->counts && mv->w->cols % WG_K == 0 && b->x16 &&
-           (uint64_t)mv->n_items * mv->w->cols <= b->x16_halves && (!gm_prepared || wg_available);
+    return gm_type_supported(mv->w->type) && (mv->counts ? mv->x_rows > 0 : !mv->x_index) && mv->w->cols % WG_K == 0 &&
+           b->x16 && (uint64_t)wg_x_rows(mv) * mv->w->cols <= b->x16_halves && (!gm_prepared || wg_available);
 }
 
 /* The automatic choice (EMBER_CUDA_WGMMA=0: never): tiles for about half the multiprocessors, and
@@ -751,9 +759,10 @@ static bool wg_wanted(const cuda_backend *b, const cuda_matvec *mv) {
     const char *v = getenv("EMBER_CUDA_WGMMA");
     if (v && !strcmp(v, "0")) return false;
     const uint32_t out = mv->up ? WG_ROWS / 2 : WG_ROWS;
-    const uint64_t tiles = (uint64_t)((em_cuda_matvec_rows(mv) + out - 1) / out) * ((mv->n_items + WG_ITEMS - 1) / WG_ITEMS);
-    return tiles >= (uint64_t)b->n_sm * 15 / 32 && (mv->n_items >= WG_ITEMS / 2 || tiles >= 2 * (uint64_t)b->n_sm) &&
-           wg_fits(b, mv);
+    const uint64_t tiles = (uint64_t)((em_cuda_matvec_rows(mv) + out - 1) / out) *
+                           ((mv->n_items + WG_ITEMS - 1) / WG_ITEMS) * (mv->counts ? mv->n_groups : 1);
+    const bool enough_items = mv->n_items >= WG_ITEMS / 2 || (!mv->counts && tiles >= 2 * (uint64_t)b->n_sm);
+    return tiles >= (uint64_t)b->n_sm * 15 / 32 && enough_items && wg_fits(b, mv);
 }
 
 template <int TYPE> static void wg_launch_type(const cuda_backend *b, const gm_args &a, dim3 grid, bool glu) {
@@ -762,13 +771,17 @@ template <int TYPE> static void wg_launch_type(const cuda_backend *b, const gm_a
 }
 
 static em_err wg_launch(cuda_backend *b, const cuda_matvec *mv, const gm_args &a) {
-    const uint64_t total = (uint64_t)mv->n_items * (a.cols / 8);
+    const uint32_t x_rows = wg_x_rows(mv);
+    const uint64_t total = (uint64_t)x_rows * (a.cols / 8);
     const uint64_t round_blocks = (total + 255) / 256, most = 8ull * b->n_sm;
-    em_cuda_launch(b, wg_round_kernel, dim3((uint32_t)(round_blocks < most ? round_blocks : most)), 256, 0, a, b->x16);
+    em_cuda_launch(b, wg_round_kernel, dim3((uint32_t)(round_blocks < most ? round_blocks : most)), 256, 0, a, x_rows,
+                   b->x16);
     const bool glu = mv->up != NULL;
     const uint32_t out = glu ? WG_ROWS / 2 : WG_ROWS, row_tiles = (a.rows + out - 1) / out;
     if (row_tiles > 65535) return em_errorf(EM_ERR_UNSUPPORTED, "cuda gemm: %u rows for the wgmma kernel", a.rows);
-    const dim3 grid((mv->n_items + WG_ITEMS - 1) / WG_ITEMS, row_tiles);
+    /* MoE: item tiles for twice the mean per expert; a block loops over any more */
+    const uint32_t item_tiles = (uint32_t)(((uint64_t)mv->n_items * (mv->counts ? 2 : 1) + WG_ITEMS - 1) / WG_ITEMS);
+    const dim3 grid(item_tiles ? item_tiles : 1, row_tiles, mv->counts ? mv->n_groups : 1);
     switch (mv->w->type) {
     case EM_TYPE_F16: wg_launch_type<EM_TYPE_F16>(b, a, grid, glu); break;
     case EM_TYPE_BF16: wg_launch_type<EM_TYPE_BF16>(b, a, grid, glu); break;

@@ -206,6 +206,7 @@ typedef struct cuda_matvec {
     uint64_t y_stride;
     uint32_t n_items;        /* dense: items; MoE: the mean items per expert, rounded up (for sizing) */
     uint32_t max_items;      /* MoE: the most items one expert can have (the batch's tokens) */
+    uint32_t x_rows;         /* MoE: rows of X its items read (0: unknown; the wgmma GEMM needs it) */
     const uint32_t *counts, *starts; /* MoE: per-expert item ranges (NULL for dense) */
     uint32_t n_groups;       /* experts (1 for dense) */
     /* Fusions (matvec.cu): with `up`, Y = act(W X) * (up X), the gated unit, in one pass; with
