@@ -547,87 +547,89 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_kernel(gm_args a, co
 #pragma unroll
     for (int j = 0; j < 4; j++) wrow[j] = gm_weight_row<GLU>(a, row0, a.counts ? e * a.mat_bytes : 0, first + 64 * j);
     const uint32_t n_steps = a.cols / WG_K;
-    for (uint32_t t0 = blockIdx.x * WG_ITEMS; t0 < count; t0 += gridDim.x * WG_ITEMS) {
-    const __half *xrow[2];
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const uint32_t i = t0 + first + 64 * j;
-        xrow[j] = i < count ? x16 + (uint64_t)(a.x_index ? a.x_index[start + i] : start + i) * a.cols : NULL;
-    }
     constexpr bool ASYNC_W = TYPE == EM_TYPE_F16 || TYPE == EM_TYPE_BF16; /* copied as stored */
-    auto issue = [&](uint32_t step) {
-        if (step < n_steps) {
-            uint8_t *wt = wg_buf + (step % WG_STAGES) * WG_STAGE, *xt = wt + WG_WTILE;
-            if (ASYNC_W) {
+    for (uint32_t t0 = blockIdx.x * WG_ITEMS; t0 < count; t0 += gridDim.x * WG_ITEMS) {
+        const __half *xrow[2];
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const uint8_t *src = wrow[j] ? wrow[j] + ((uint64_t)step * WG_K + 8 * kc) * 2 : (const uint8_t *)x16;
-                    gm_cp_async16(wt + wg_chunk_at(first + 64 * j, kc), src, wrow[j] ? 16 : 0);
+        for (int j = 0; j < 2; j++) {
+            const uint32_t i = t0 + first + 64 * j;
+            xrow[j] = i < count ? x16 + (uint64_t)(a.x_index ? a.x_index[start + i] : start + i) * a.cols : NULL;
+        }
+        auto issue = [&](uint32_t step) {
+            if (step < n_steps) {
+                uint8_t *wt = wg_buf + (step % WG_STAGES) * WG_STAGE, *xt = wt + WG_WTILE;
+                if (ASYNC_W) {
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const uint8_t *src =
+                            wrow[j] ? wrow[j] + ((uint64_t)step * WG_K + 8 * kc) * 2 : (const uint8_t *)x16;
+                        gm_cp_async16(wt + wg_chunk_at(first + 64 * j, kc), src, wrow[j] ? 16 : 0);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const __half *src = xrow[j] ? xrow[j] + (uint64_t)step * WG_K + 8 * kc : x16;
+                    gm_cp_async16(xt + wg_chunk_at(first + 64 * j, kc), src, xrow[j] ? 16 : 0);
                 }
             }
+            gm_cp_commit();
+        };
+        uint4 wreg[4]; /* decoded weights of a step, quantized types */
+        auto load_w = [&](uint32_t step) {
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const __half *src = xrow[j] ? xrow[j] + (uint64_t)step * WG_K + 8 * kc : x16;
-                gm_cp_async16(xt + wg_chunk_at(first + 64 * j, kc), src, xrow[j] ? 16 : 0);
-            }
+            for (int j = 0; j < 4; j++)
+                wreg[j] = wrow[j] ? deq_h8<TYPE>(wrow[j], step * (WG_K / 8) + kc) : make_uint4(0, 0, 0, 0);
+        };
+        auto store_w = [&](uint32_t step) {
+            uint8_t *wt = wg_buf + (step % WG_STAGES) * WG_STAGE;
+#pragma unroll
+            for (int j = 0; j < 4; j++) *(uint4 *)(wt + wg_chunk_at(first + 64 * j, kc)) = wreg[j];
+        };
+        float acc[1][16][4];
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[0][n][c] = 0.0f;
+        wg_fence_operands(acc[0]);
+#pragma unroll
+        for (int st = 0; st < WG_STAGES - 1; st++) issue(st);
+        if (!ASYNC_W) {
+            load_w(0);
+            store_w(0);
+            if (n_steps > 1) load_w(1);
         }
-        gm_cp_commit();
-    };
-    uint4 wreg[4]; /* decoded weights of a step, quantized types */
-    auto load_w = [&](uint32_t step) {
+        for (uint32_t step = 0; step < n_steps; step++) {
+            uint8_t *wt = wg_buf + (step % WG_STAGES) * WG_STAGE;
+            /* the next step's weights into their stage (last read by the MMAs of step + 1 - WG_STAGES) */
+            if (!ASYNC_W && step + 1 < n_steps) store_w(step + 1);
+            gm_cp_wait<WG_STAGES - 2>(); /* this thread's copies of `step` have landed */
+            if (TYPE == EM_TYPE_BF16) {
 #pragma unroll
-        for (int j = 0; j < 4; j++) wreg[j] = wrow[j] ? deq_h8<TYPE>(wrow[j], step * (WG_K / 8) + kc) : make_uint4(0, 0, 0, 0);
-    };
-    auto store_w = [&](uint32_t step) {
-        uint8_t *wt = wg_buf + (step % WG_STAGES) * WG_STAGE;
-#pragma unroll
-        for (int j = 0; j < 4; j++) *(uint4 *)(wt + wg_chunk_at(first + 64 * j, kc)) = wreg[j];
-    };
-    float acc[1][16][4];
-#pragma unroll
-    for (int n = 0; n < 16; n++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) acc[0][n][c] = 0.0f;
-    wg_fence_operands(acc[0]);
-#pragma unroll
-    for (int st = 0; st < WG_STAGES - 1; st++) issue(st);
-    if (!ASYNC_W) {
-        load_w(0);
-        store_w(0);
-        if (n_steps > 1) load_w(1);
-    }
-    for (uint32_t step = 0; step < n_steps; step++) {
-        uint8_t *wt = wg_buf + (step % WG_STAGES) * WG_STAGE;
-        /* the next step's weights into their stage (last read by the MMAs of step + 1 - WG_STAGES) */
-        if (!ASYNC_W && step + 1 < n_steps) store_w(step + 1);
-        gm_cp_wait<WG_STAGES - 2>(); /* this thread's copies of `step` have landed */
-        if (TYPE == EM_TYPE_BF16) {
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                uint4 *p = (uint4 *)(wt + wg_chunk_at(first + 64 * j, kc));
-                uint4 v = *p;
-                v.x = bf16x2_to_f16x2(v.x), v.y = bf16x2_to_f16x2(v.y);
-                v.z = bf16x2_to_f16x2(v.z), v.w = bf16x2_to_f16x2(v.w);
-                *p = v;
+                for (int j = 0; j < 4; j++) {
+                    uint4 *p = (uint4 *)(wt + wg_chunk_at(first + 64 * j, kc));
+                    uint4 v = *p;
+                    v.x = bf16x2_to_f16x2(v.x), v.y = bf16x2_to_f16x2(v.y);
+                    v.z = bf16x2_to_f16x2(v.z), v.w = bf16x2_to_f16x2(v.w);
+                    *p = v;
+                }
             }
-        }
-        wg_fence_proxy();
-        wg_wait_all();   /* the MMAs of step - 1 have read their stage */
-        __syncthreads(); /* and everyone's copies of `step` are in place */
-        issue(step + WG_STAGES - 1); /* into the stage of step - 1 */
-        wg_fence();
-        const uint8_t *wa = wt + (warp >> 2) * (WG_WTILE / 4);
+            wg_fence_proxy();
+            wg_wait_all();   /* the MMAs of step - 1 have read their stage */
+            __syncthreads(); /* and everyone's copies of `step` are in place */
+            issue(step + WG_STAGES - 1); /* into the stage of step - 1 */
+            wg_fence();
+            const uint8_t *wa = wt + (warp >> 2) * (WG_WTILE / 4);
 #pragma unroll
-        for (int kk = 0; kk < WG_K / 16; kk++)
-            wg_mma(acc[0], wg_desc(wa + 32 * kk), wg_desc(wt + WG_WTILE + 32 * kk));
-        wg_commit();
-        if (!ASYNC_W && step + 2 < n_steps) load_w(step + 2); /* while the MMAs run */
-    }
-    wg_wait_all();
-    wg_fence_operands(acc[0]);
-    gm_cp_wait<0>();
-    __syncthreads(); /* every warpgroup's MMAs are done with the stages (the next item tile) */
-    gm_store<1, 16, GLU>(a, acc, row0, t0, count, start, (warp >> 2) * 64 + (warp & 3) * 16, 0, lane);
+            for (int kk = 0; kk < WG_K / 16; kk++)
+                wg_mma(acc[0], wg_desc(wa + 32 * kk), wg_desc(wt + WG_WTILE + 32 * kk));
+            wg_commit();
+            if (!ASYNC_W && step + 2 < n_steps) load_w(step + 2); /* while the MMAs run */
+        }
+        wg_wait_all();
+        wg_fence_operands(acc[0]);
+        gm_cp_wait<0>();
+        __syncthreads(); /* every warpgroup's MMAs are done with the stages (the next item tile) */
+        gm_store<1, 16, GLU>(a, acc, row0, t0, count, start, (warp >> 2) * 64 + (warp & 3) * 16, 0, lane);
     }
 }
 
