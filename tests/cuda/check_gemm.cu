@@ -313,17 +313,20 @@ static bool run_case(uint32_t type, const test_case *c) {
     run(false, 0, EM_CUDA_GEMM_AUTO);
     bool matvec_pads = true;
     res.err_matvec = compare(y_host, gemm_as_ref, &matvec_pads);
+    /* whether the first item, run alone in mode `alone`, gets the bits it got in the batch just run */
+    auto alone_same = [&](bool gemm, uint32_t alone, em_cuda_gemm_kernel kernel) {
+        float *first = (float *)malloc(y_stride[0] * sizeof(float));
+        memcpy(first, y_host[0], y_stride[0] * sizeof(float));
+        run(gemm, alone, kernel);
+        const bool same = !memcmp(first, y_host[0], c->rows[0] * sizeof(float));
+        free(first);
+        return same;
+    };
     /* the decode tensor-core kernel: batches of up to 16 (MoE: any, in chunks) */
     if (c->moe || n_items <= 16) {
         run(false, TC_RUN, EM_CUDA_GEMM_AUTO);
         res.err_tc = compare(y_host, ref, &res.pads_ok);
-        if (!c->moe) {
-            float *first = (float *)malloc(y_stride[0] * sizeof(float));
-            memcpy(first, y_host[0], y_stride[0] * sizeof(float));
-            run(false, TC_ALONE, EM_CUDA_GEMM_AUTO);
-            res.tc_alone_same = !memcmp(first, y_host[0], c->rows[0] * sizeof(float));
-            free(first);
-        }
+        if (!c->moe) res.tc_alone_same = alone_same(false, TC_ALONE, EM_CUDA_GEMM_AUTO);
     }
 
     /* the wgmma kernel: its own order of sums inside an MMA, so bounded against ref, not bitwise
@@ -331,13 +334,7 @@ static bool run_case(uint32_t type, const test_case *c) {
     if (K % 64 == 0) {
         run(true, WG_RUN, EM_CUDA_GEMM_WGMMA);
         res.err_wg = compare(y_host, ref, &res.pads_ok);
-        if (!c->moe) {
-            float *first = (float *)malloc(y_stride[0] * sizeof(float));
-            memcpy(first, y_host[0], y_stride[0] * sizeof(float));
-            run(true, WG_ALONE, EM_CUDA_GEMM_WGMMA);
-            res.wg_alone_same = !memcmp(first, y_host[0], c->rows[0] * sizeof(float));
-            free(first);
-        }
+        if (!c->moe) res.wg_alone_same = alone_same(true, WG_ALONE, EM_CUDA_GEMM_WGMMA);
     }
 
     const bool pass = res.err_ref <= 1e-2 && res.err_matvec <= 1e-2 && res.err_tc <= 1e-2 && res.err_wg <= 1e-2 &&
