@@ -13,7 +13,10 @@
  *    cp.async GM_STAGES - 1 steps ahead; each thread turns the weights it copied into f16 in
  *    shared memory, activations are rounded when the operands are built; other weight types
  *    still go through registers one step ahead.
- * Both round identically, so they give the same bits.
+ * Both round identically, so they give the same bits. A third, gemm_wgmma_kernel (WGMMA, below),
+ * multiplies with Hopper's warpgroup MMA on tiles of 256 rows by 128 items and is the choice for
+ * grids of enough tiles (2-3x the others there); its sums inside an MMA run in the hardware's own
+ * order, so its bits differ from the other two (checked against the same reference).
  *
  * Why f16 and not the f32 of matvec.cu: the tensor cores take 16-bit operands. f16 rather than
  * bf16 (dequant.cuh: pack_f16x2): BF16 weights convert exactly and activations lose 2^-12
@@ -424,11 +427,11 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
  * outputs, as above) by 128 items, K in stages of 64 copied by cp.async WG_STAGES - 1 steps
  * ahead. Blocks run the item tiles of a row tile one after the other (blockIdx.x is the item
  * tile), so the blocks in flight share their weights in L2 and the weights come from memory about
- * once; the activations of a prefill chunk stay in L2 throughout. Both
- * operands come from shared memory through matrix descriptors, as f16: the activations were
- * rounded once into b->x16 (wg_round_kernel: the same pack_f16x2 as the other kernels), BF16
- * weights are turned into f16 in place by the thread that copied them, and quantized weights are
- * decoded (deq_h8, packed halves) into registers a step ahead and stored the step before use.
+ * once; the activations of a prefill chunk stay in L2 throughout. Both operands come from shared
+ * memory through matrix descriptors, as f16: the activations were rounded once into b->x16
+ * (wg_round_kernel: the same pack_f16x2 as the other kernels), BF16 weights are turned into f16 in
+ * place by the thread that copied them, and quantized weights are decoded (deq_h8, packed halves)
+ * into registers a step ahead and stored the step before use.
  *
  * Shared layout: wgmma's K-major form with the 128-byte swizzle: a row's 64 values (128 bytes) at
  * byte 128 * row, its 16-byte chunk k stored at chunk position k ^ (row % 8), so the tensor cores
