@@ -812,6 +812,26 @@ bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv) {
     return mv->n_items >= gm_min_items(mv, em_cuda_matvec_rows(mv));
 }
 
+/* The first use: this file's copy of the IQ3_XXS lattice, the kernels' shared-memory limits, and
+ * whether the loaded code has wgmma. */
+static em_err gm_prepare(cuda_backend *b) {
+    CU_TRY(cudaMemcpyToSymbolAsync(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid, 0,
+                                   cudaMemcpyHostToDevice, b->stream));
+    CU_TRY(gm_allow_smem());
+    uint32_t *probe = NULL, have = 0;
+    CU_TRY(cudaMalloc((void **)&probe, sizeof *probe));
+    wg_probe_kernel<<<1, 1, 0, b->stream>>>(probe);
+    cudaError_t status = cudaGetLastError();
+    if (status == cudaSuccess) status = cudaMemcpyAsync(&have, probe, sizeof have, cudaMemcpyDeviceToHost, b->stream);
+    if (status == cudaSuccess) status = cudaStreamSynchronize(b->stream);
+    cudaFree(probe);
+    if (status != cudaSuccess)
+        return em_errorf(EM_ERR_INTERNAL, "cuda gemm: probing for wgmma: %s", cudaGetErrorString(status));
+    wg_available = have == 1;
+    gm_prepared = true;
+    return NULL;
+}
+
 em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv) { return em_cuda_gemm_with(b, mv, 0, EM_CUDA_GEMM_AUTO); }
 
 em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items, em_cuda_gemm_kernel kernel) {
@@ -830,18 +850,8 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
         return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u items per tile", items);
     if (!gm_prepared) {
         if (b->capturing) return em_errorf(EM_ERR_INTERNAL, "cuda gemm: first use during a graph capture");
-        CU_TRY(cudaMemcpyToSymbolAsync(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid, 0,
-                                       cudaMemcpyHostToDevice, b->stream));
-        CU_TRY(gm_allow_smem());
-        uint32_t *probe = NULL, have = 0;
-        CU_TRY(cudaMalloc((void **)&probe, sizeof *probe));
-        wg_probe_kernel<<<1, 1, 0, b->stream>>>(probe);
-        cudaError_t status = cudaMemcpyAsync(&have, probe, sizeof have, cudaMemcpyDeviceToHost, b->stream);
-        if (status == cudaSuccess) status = cudaStreamSynchronize(b->stream);
-        cudaFree(probe);
-        if (status != cudaSuccess) return em_errorf(EM_ERR_INTERNAL, "cuda gemm: probing for wgmma: %s", cudaGetErrorString(status));
-        wg_available = have == 1;
-        gm_prepared = true;
+        em_err err = gm_prepare(b);
+        if (err) return err;
     }
     gm_args a = {};
     em_err err = em_cuda_product_args(b, mv, &a);
