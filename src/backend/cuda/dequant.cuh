@@ -292,4 +292,33 @@ template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_IQ3_XXS>(const uint8
     return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
+/* A weight type as a compile-time value, for choosing a kernel template. */
+template <int TYPE> struct em_type_tag {
+    static constexpr int value = TYPE;
+};
+
+/* Calls f(em_type_tag<T>()) for each weight type T the device decoders read: F16, BF16, Q8_0,
+ * Q4_K, Q6_K and IQ3_XXS (what every product kernel takes), and F32 first when WITH_F32 (the f32
+ * kernels). The one list of the types the kernels are built for, so that every launch and every
+ * "supported" check agree. */
+template <bool WITH_F32, typename F> static inline void em_cuda_each_type(F &&f) {
+    if constexpr (WITH_F32) f(em_type_tag<EM_TYPE_F32>());
+    f(em_type_tag<EM_TYPE_F16>());
+    f(em_type_tag<EM_TYPE_BF16>());
+    f(em_type_tag<EM_TYPE_Q8_0>());
+    f(em_type_tag<EM_TYPE_Q4_K>());
+    f(em_type_tag<EM_TYPE_Q6_K>());
+    f(em_type_tag<EM_TYPE_IQ3_XXS>());
+}
+
+/* Calls f(em_type_tag<T>()) for T == type if it is one of em_cuda_each_type's; false otherwise
+ * (f not called). */
+template <bool WITH_F32, typename F> static inline bool em_cuda_with_type(uint32_t type, F &&f) {
+    bool found = false;
+    em_cuda_each_type<WITH_F32>([&](auto t) {
+        if (decltype(t)::value == (int)type) f(t), found = true;
+    });
+    return found;
+}
+
 #endif

@@ -677,30 +677,26 @@ template <int TYPE> static cudaError_t gm_allow_smem_type(void) {
     return status;
 }
 
-static cudaError_t gm_allow_smem(void) {
-    cudaError_t status = cudaSuccess;
-#define WG_KERNELS(T) (const void *)gemm_wgmma_kernel<T, false>, (const void *)gemm_wgmma_kernel<T, true>
-    const void *wg_kernels[] = {WG_KERNELS(EM_TYPE_F16), WG_KERNELS(EM_TYPE_BF16), WG_KERNELS(EM_TYPE_Q8_0),
-                                WG_KERNELS(EM_TYPE_Q4_K), WG_KERNELS(EM_TYPE_Q6_K), WG_KERNELS(EM_TYPE_IQ3_XXS)};
-#undef WG_KERNELS
-    for (size_t i = 0; i < sizeof wg_kernels / sizeof wg_kernels[0] && status == cudaSuccess; i++)
-        status = cudaFuncSetAttribute(wg_kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wg_smem);
-    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_F16>();
-    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_BF16>();
-    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_Q8_0>();
-    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_Q4_K>();
-    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_Q6_K>();
-    if (status == cudaSuccess) status = gm_allow_smem_type<EM_TYPE_IQ3_XXS>();
+/* ... and the wgmma kernels more still (wg_smem). */
+template <int TYPE> static cudaError_t wg_allow_smem_type(void) {
+    cudaError_t status =
+        cudaFuncSetAttribute(gemm_wgmma_kernel<TYPE, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wg_smem);
+    if (status == cudaSuccess)
+        status = cudaFuncSetAttribute(gemm_wgmma_kernel<TYPE, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)wg_smem);
     return status;
 }
 
-static bool gm_type_supported(uint32_t type) {
-    switch (type) {
-    case EM_TYPE_F16: case EM_TYPE_BF16: case EM_TYPE_Q8_0: case EM_TYPE_Q4_K: case EM_TYPE_Q6_K:
-    case EM_TYPE_IQ3_XXS: return true;
-    default: return false;
-    }
+static cudaError_t gm_allow_smem(void) {
+    cudaError_t status = cudaSuccess;
+    em_cuda_each_type<false>([&](auto t) {
+        if (status == cudaSuccess) status = gm_allow_smem_type<decltype(t)::value>();
+        if (status == cudaSuccess) status = wg_allow_smem_type<decltype(t)::value>();
+    });
+    return status;
 }
+
+static bool gm_type_supported(uint32_t type) { return em_cuda_with_type<false>(type, [](auto) {}); }
 
 /* The choices below come from measurements on an H200 (tests/cuda/check_gemm.cu, dense-1b and
  * moe-30b shapes, M = 8..8192); the numbers are in the commit that set them.
@@ -790,14 +786,7 @@ static em_err wg_launch(cuda_backend *b, const cuda_matvec *mv, const gm_args &a
     /* MoE: item tiles for twice the mean per expert; a block loops over any more */
     const uint32_t item_tiles = (uint32_t)(((uint64_t)mv->n_items * (mv->counts ? 2 : 1) + WG_ITEMS - 1) / WG_ITEMS);
     const dim3 grid(item_tiles ? item_tiles : 1, row_tiles, mv->counts ? mv->n_groups : 1);
-    switch (mv->w->type) {
-    case EM_TYPE_F16: wg_launch_type<EM_TYPE_F16>(b, a, grid, glu); break;
-    case EM_TYPE_BF16: wg_launch_type<EM_TYPE_BF16>(b, a, grid, glu); break;
-    case EM_TYPE_Q8_0: wg_launch_type<EM_TYPE_Q8_0>(b, a, grid, glu); break;
-    case EM_TYPE_Q4_K: wg_launch_type<EM_TYPE_Q4_K>(b, a, grid, glu); break;
-    case EM_TYPE_Q6_K: wg_launch_type<EM_TYPE_Q6_K>(b, a, grid, glu); break;
-    default: wg_launch_type<EM_TYPE_IQ3_XXS>(b, a, grid, glu); break;
-    }
+    em_cuda_with_type<false>(mv->w->type, [&](auto t) { wg_launch_type<decltype(t)::value>(b, a, grid, glu); });
     CU_LAUNCHED();
     return NULL;
 }
@@ -869,14 +858,7 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
     const dim3 grid((rows + out - 1) / out, item_tiles < 65535 ? item_tiles : 65535, mv->counts ? mv->n_groups : 1);
     const bool glu = mv->up != NULL;
     const bool pipelined = kernel == EM_CUDA_GEMM_AUTO ? gm_pick_pipelined(w->type, items) : kernel == EM_CUDA_GEMM_PIPELINED;
-    switch (w->type) {
-    case EM_TYPE_F16: gm_launch_type<EM_TYPE_F16>(b, a, grid, items, glu, pipelined); break;
-    case EM_TYPE_BF16: gm_launch_type<EM_TYPE_BF16>(b, a, grid, items, glu, pipelined); break;
-    case EM_TYPE_Q8_0: gm_launch_type<EM_TYPE_Q8_0>(b, a, grid, items, glu, pipelined); break;
-    case EM_TYPE_Q4_K: gm_launch_type<EM_TYPE_Q4_K>(b, a, grid, items, glu, pipelined); break;
-    case EM_TYPE_Q6_K: gm_launch_type<EM_TYPE_Q6_K>(b, a, grid, items, glu, pipelined); break;
-    default: gm_launch_type<EM_TYPE_IQ3_XXS>(b, a, grid, items, glu, pipelined); break;
-    }
+    em_cuda_with_type<false>(w->type, [&](auto t) { gm_launch_type<decltype(t)::value>(b, a, grid, items, glu, pipelined); });
     CU_LAUNCHED();
     return NULL;
 }

@@ -260,11 +260,7 @@ static em_err launch_type(cuda_backend *b, const mv_args &a, uint32_t grid_y, in
 }
 
 bool em_cuda_type_supported(uint32_t type) {
-    switch (type) {
-    case EM_TYPE_F32: case EM_TYPE_F16: case EM_TYPE_BF16: case EM_TYPE_Q8_0: case EM_TYPE_Q4_K: case EM_TYPE_Q6_K:
-    case EM_TYPE_IQ3_XXS: return true;
-    default: return false;
-    }
+    return em_cuda_with_type<true>(type, [](auto) {});
 }
 
 em_err em_cuda_product_args(const cuda_backend *b, const cuda_matvec *mv, cuda_product_args *a) {
@@ -355,16 +351,8 @@ em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matve
     const int nt = mv_items_per_pass(mv->n_items);
     const uint32_t grid_y = !mv->counts ? 1 : mv->active ? mv->n_active_max : mv->n_groups;
     const bool glu = mv->up != NULL, norm = mv->norm_ss != NULL;
-    switch (w->type) {
-    case EM_TYPE_F32: err = launch_type<EM_TYPE_F32>(b, a, grid_y, nt, glu, norm); break;
-    case EM_TYPE_F16: err = launch_type<EM_TYPE_F16>(b, a, grid_y, nt, glu, norm); break;
-    case EM_TYPE_BF16: err = launch_type<EM_TYPE_BF16>(b, a, grid_y, nt, glu, norm); break;
-    case EM_TYPE_Q8_0: err = launch_type<EM_TYPE_Q8_0>(b, a, grid_y, nt, glu, norm); break;
-    case EM_TYPE_Q4_K: err = launch_type<EM_TYPE_Q4_K>(b, a, grid_y, nt, glu, norm); break;
-    case EM_TYPE_Q6_K: err = launch_type<EM_TYPE_Q6_K>(b, a, grid_y, nt, glu, norm); break;
-    case EM_TYPE_IQ3_XXS: err = launch_type<EM_TYPE_IQ3_XXS>(b, a, grid_y, nt, glu, norm); break;
-    default: return em_errorf(EM_ERR_UNSUPPORTED, "cuda matvec: weight type %s", em_type_name(w->type));
-    }
+    if (!em_cuda_with_type<true>(w->type, [&](auto t) { err = launch_type<decltype(t)::value>(b, a, grid_y, nt, glu, norm); }))
+        return em_errorf(EM_ERR_UNSUPPORTED, "cuda matvec: weight type %s", em_type_name(w->type));
     if (err) return err;
     CU_LAUNCHED();
     return NULL;
@@ -423,16 +411,8 @@ em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x, const f
     em_cuda_launch(b, embed_kernel<T>, n, EMBED_THREADS, 0, w->data, w->row_bytes, groups, batch->tokens,        \
                    (const int32_t *)b->picked, scale, x,                                                            \
                    w->cols, norm_w, plus_one, xw, b->ss, b->ss_stride)
-    switch (w->type) {
-    case EM_TYPE_F32: EMBED(EM_TYPE_F32); break;
-    case EM_TYPE_F16: EMBED(EM_TYPE_F16); break;
-    case EM_TYPE_BF16: EMBED(EM_TYPE_BF16); break;
-    case EM_TYPE_Q8_0: EMBED(EM_TYPE_Q8_0); break;
-    case EM_TYPE_Q4_K: EMBED(EM_TYPE_Q4_K); break;
-    case EM_TYPE_Q6_K: EMBED(EM_TYPE_Q6_K); break;
-    case EM_TYPE_IQ3_XXS: EMBED(EM_TYPE_IQ3_XXS); break;
-    default: return em_errorf(EM_ERR_UNSUPPORTED, "cuda embedding: type %s", em_type_name(w->type));
-    }
+    if (!em_cuda_with_type<true>(w->type, [&](auto t) { EMBED(decltype(t)::value); }))
+        return em_errorf(EM_ERR_UNSUPPORTED, "cuda embedding: type %s", em_type_name(w->type));
 #undef EMBED
     CU_LAUNCHED();
     return NULL;

@@ -342,11 +342,7 @@ static uint32_t mvt_min_items(const cuda_matvec *mv) {
 
 bool em_cuda_mvt_wanted(const cuda_backend *b, const cuda_matvec *mv) {
     if (em_cuda_tensor_cores_off()) return false;
-    switch (mv->w->type) {
-    case EM_TYPE_F16: case EM_TYPE_BF16: case EM_TYPE_Q8_0: case EM_TYPE_Q4_K: case EM_TYPE_Q6_K: case EM_TYPE_IQ3_XXS:
-        break;
-    default: return false; /* F32 weights keep the f32 kernel */
-    }
+    if (!em_cuda_with_type<false>(mv->w->type, [](auto) {})) return false; /* F32 weights keep the f32 kernel */
     if ((uintptr_t)mv->x % 16 || mv->x_stride % 4 || mv->w->cols % 8) return false;
     /* dense: 3 to 16 items; MoE: when an expert can have 2 or more (any number, in chunks of 8), up
      * to where the GEMM takes over */
@@ -360,16 +356,9 @@ em_err em_cuda_mvt(cuda_backend *b, const cuda_matvec *mv, mv_args a) {
     const uint32_t grid_y = !mv->counts ? 1 : mv->active ? mv->n_active_max : mv->n_groups;
     const bool glu = mv->up != NULL, fold = mv->norm_ss != NULL;
     const uint32_t n = mv->n_items;
-    em_err err;
-    switch (mv->w->type) {
-    case EM_TYPE_F16: err = mvt_type<EM_TYPE_F16>(b, a, grid_y, n, glu, fold); break;
-    case EM_TYPE_BF16: err = mvt_type<EM_TYPE_BF16>(b, a, grid_y, n, glu, fold); break;
-    case EM_TYPE_Q8_0: err = mvt_type<EM_TYPE_Q8_0>(b, a, grid_y, n, glu, fold); break;
-    case EM_TYPE_Q4_K: err = mvt_type<EM_TYPE_Q4_K>(b, a, grid_y, n, glu, fold); break;
-    case EM_TYPE_Q6_K: err = mvt_type<EM_TYPE_Q6_K>(b, a, grid_y, n, glu, fold); break;
-    case EM_TYPE_IQ3_XXS: err = mvt_type<EM_TYPE_IQ3_XXS>(b, a, grid_y, n, glu, fold); break;
-    default: return em_errorf(EM_ERR_UNSUPPORTED, "cuda matvec (tensor cores): weight type %s", em_type_name(mv->w->type));
-    }
+    em_err err = NULL;
+    if (!em_cuda_with_type<false>(mv->w->type, [&](auto t) { err = mvt_type<decltype(t)::value>(b, a, grid_y, n, glu, fold); }))
+        return em_errorf(EM_ERR_UNSUPPORTED, "cuda matvec (tensor cores): weight type %s", em_type_name(mv->w->type));
     if (err) return err;
     CU_LAUNCHED();
     return NULL;
