@@ -137,8 +137,10 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Backend-only decode of `n_seqs` sequences at once: each a 300-token prompt in chunks of 64,
- * then 256 greedy steps of one token per sequence (argmax here). */
+/* Backend-only decode of `n_seqs` sequences at once: each a 300-token prompt in chunks of 64 (a
+ * different one per sequence: identical prompts would route every token of a MoE step to the same
+ * experts, far fewer than distinct conversations reach), then 256 greedy steps of one token per
+ * sequence (argmax here). */
 #define BENCH_MAX_SEQS 64
 static int bench(em_backend *gpu, const char *label, const char *what, uint32_t n_seqs) {
     enum { PROMPT_LEN = 300, DECODE = 256, PER_SEQ_BLOCKS = (PROMPT_LEN + DECODE) / BLOCK + 2 };
@@ -153,7 +155,7 @@ static int bench(em_backend *gpu, const char *label, const char *what, uint32_t 
     for (uint32_t s = 0; s < n_seqs; s++)
         for (uint32_t at = 0; at < PROMPT_LEN; at += 64) {
             uint32_t n = PROMPT_LEN - at < 64 ? PROMPT_LEN - at : 64;
-            for (uint32_t i = 0; i < n; i++) tokens[i] = (int32_t)((1000 + at + i) % V), ps[i] = at + i, sq[i] = s;
+            for (uint32_t i = 0; i < n; i++) tokens[i] = (int32_t)((1000 + 7919 * s + at + i) % V), ps[i] = at + i, sq[i] = s;
             em_batch batch = {n, tokens, sq, ps, NULL, n_seqs, seqs};
             em_err err = em_backend_forward(gpu, &batch, logits + (size_t)s * V);
             if (err) return fprintf(stderr, "bench: %s\n", em_err_message(err)), 1;
