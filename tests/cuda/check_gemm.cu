@@ -3,7 +3,8 @@
  *
  *   check_gemm            correctness, then the measurements
  *   check_gemm --check    correctness only
- *   check_gemm --decode   the decode-sized products: f32 kernel against tensor-core kernel
+ *   check_gemm --decode   the decode-sized products: f32 kernel against tensor-core kernel, dense
+ *                         (dense-1b's and moe-30b-a3b's attention shapes) and MoE experts
  *
  * Correctness: for every weight type the GEMM reads, descriptors of each kind em_cuda_matvec
  * takes (plain, Q/K/V parts, the gated unit with SwiGLU and GeGLU, MoE groups with an activation
@@ -546,6 +547,7 @@ static void bench_all(void) {
         {"q/o 2048->2048", 2048, 2048, false},   {"k/v 2048->512", 2048, 512, false},
         {"gate+up 2048->8192", 2048, 8192, true}, {"down 8192->2048", 8192, 2048, false},
         {"head 2048->128256", 2048, 128256, false},
+        {"moe qkv 2048->5120", 2048, 5120, false}, {"moe o 4096->2048", 4096, 2048, false},
     };
     static const uint32_t ms_bf16[] = {8, 16, 24, 32, 48, 64, 128, 256, 512, 2048, 4096, 8192};
     static const uint32_t ms_quant[] = {16, 32, 64, 256, 2048, 8192};
@@ -568,6 +570,7 @@ static void bench_decode(void) {
         {"qkv 2048->3072", 2048, 3072, false},    {"o 2048->2048", 2048, 2048, false},
         {"gate+up 2048->8192", 2048, 8192, true}, {"down 8192->2048", 8192, 2048, false},
         {"head 2048->128256", 2048, 128256, false},
+        {"moe qkv 2048->5120", 2048, 5120, false}, {"moe o 4096->2048", 4096, 2048, false},
     };
     static const uint32_t types[] = {EM_TYPE_BF16, EM_TYPE_Q8_0, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS};
     static const uint32_t items[] = {1, 2, 4, 8, 16};
@@ -599,12 +602,91 @@ static void bench_decode(void) {
         }
 }
 
+/* MoE expert products of a decode step (moe-30b-a3b's experts: 128 of 768 x 2048, 8 per token),
+ * each token routed to 8 distinct experts drawn uniformly (distinct conversations), with the
+ * active-expert list the grouping kernel would write: us per call, and the chosen experts' weight
+ * bytes per second, with the automatic pick, the f32 kernel and the tensor-core kernel. */
+static void bench_moe_decode(void) {
+    enum { EXPERTS = 128, USED = 8, EMBD = 2048, FF = 768, MAX_TOKENS = 16 };
+    static const uint32_t types[] = {EM_TYPE_IQ3_XXS, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_Q8_0, EM_TYPE_BF16};
+    static const uint32_t token_counts[] = {1, 2, 4, 16};
+    cuda_backend *b = &backend;
+    desc.act = EM_ACT_SWIGLU;
+    uint32_t *counts_dev = (uint32_t *)dev_alloc(EXPERTS * 4), *starts_dev = (uint32_t *)dev_alloc(EXPERTS * 4);
+    uint32_t *index_dev = (uint32_t *)dev_alloc(MAX_TOKENS * USED * 4), *active_dev = (uint32_t *)dev_alloc((EXPERTS + 1) * 4);
+    float *x = random_dev((uint64_t)MAX_TOKENS * EMBD, 17), *h = random_dev((uint64_t)MAX_TOKENS * USED * FF, 19);
+    float *y = (float *)dev_alloc((uint64_t)MAX_TOKENS * USED * EMBD * sizeof(float));
+    printf("MoE decode products (128 experts of 768 x 2048, 8 per token): us per call (TB/s of the chosen experts' "
+           "bytes), auto | f32 kernel | tensor-core kernel\n");
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        cuda_weight gate = bench_weight(types[ti], FF, EMBD, EXPERTS), up = bench_weight(types[ti], FF, EMBD, EXPERTS);
+        cuda_weight down = bench_weight(types[ti], EMBD, FF, EXPERTS);
+        for (size_t ni = 0; ni < sizeof token_counts / sizeof token_counts[0]; ni++) {
+            const uint32_t tokens = token_counts[ni], pairs = tokens * USED;
+            uint32_t counts[EXPERTS] = {0}, starts[EXPERTS], fill[EXPERTS], chosen[MAX_TOKENS][USED];
+            uint32_t index[MAX_TOKENS * USED], active[EXPERTS + 1], n_active = 0;
+            for (uint32_t t = 0; t < tokens; t++)
+                for (uint32_t k = 0; k < USED; k++) {
+                    uint32_t e;
+                    bool again;
+                    do {
+                        e = (uint32_t)((frand() + 1.0f) * 0.5f * EXPERTS) % EXPERTS;
+                        again = false;
+                        for (uint32_t j = 0; j < k; j++) again |= chosen[t][j] == e;
+                    } while (again);
+                    chosen[t][k] = e;
+                    counts[e]++;
+                }
+            for (uint32_t e = 0, at = 0; e < EXPERTS; e++) {
+                starts[e] = fill[e] = at, at += counts[e];
+                if (counts[e]) active[n_active++] = e;
+            }
+            active[EXPERTS] = n_active;
+            for (uint32_t t = 0; t < tokens; t++)
+                for (uint32_t k = 0; k < USED; k++) index[fill[chosen[t][k]]++] = t;
+            CUDA_CHECK(cudaMemcpy(counts_dev, counts, sizeof counts, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(starts_dev, starts, sizeof starts, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(index_dev, index, pairs * 4, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(active_dev, active, sizeof active, cudaMemcpyHostToDevice));
+            for (int which = 0; which < 2; which++) { /* gate+up, then down */
+                cuda_matvec mv = {};
+                mv.w = which ? &down : &gate, mv.up = which ? NULL : &up;
+                mv.x = which ? h : x, mv.x_stride = which ? FF : EMBD, mv.x_index = which ? NULL : index_dev;
+                mv.y = which ? y : h, mv.y_stride = which ? EMBD : FF;
+                mv.n_items = (pairs + EXPERTS - 1) / EXPERTS, mv.max_items = tokens, mv.x_rows = which ? pairs : tokens;
+                mv.counts = counts_dev, mv.starts = starts_dev, mv.n_groups = EXPERTS;
+                mv.active = active_dev, mv.n_active = active_dev + EXPERTS;
+                mv.n_active_max = pairs < EXPERTS ? pairs : EXPERTS;
+                const double bytes = (double)n_active * mv.w->row_bytes * mv.w->rows * (which ? 1 : 2);
+                double t[3];
+                const em_cuda_matvec_kernel kernels[3] = {EM_CUDA_MATVEC_AUTO, EM_CUDA_MATVEC_F32, EM_CUDA_MATVEC_TC};
+                for (int k = 0; k < 3; k++) {
+                    em_err err = em_cuda_matvec_with(b, &mv, kernels[k]); /* a kernel that declines: n/a */
+                    t[k] = NAN;
+                    if (err) {
+                        em_err_free(err);
+                        continue;
+                    }
+                    t[k] = time_calls([&]() { check_err(em_cuda_matvec_with(b, &mv, kernels[k]), "moe decode product"); });
+                }
+                printf("%-8s %-8s %2u tokens, %3u experts | %7.1f (%.2f) | %7.1f (%.2f) | %7.1f (%.2f)\n",
+                       em_type_name(types[ti]), which ? "down" : "gate+up", tokens, n_active, t[0] * 1e6,
+                       bytes / t[0] * 1e-12, t[1] * 1e6, bytes / t[1] * 1e-12, t[2] * 1e6, bytes / t[2] * 1e-12);
+            }
+        }
+        cudaFree((void *)gate.data), cudaFree((void *)up.data), cudaFree((void *)down.data);
+    }
+    cudaFree(counts_dev), cudaFree(starts_dev), cudaFree(index_dev), cudaFree(active_dev);
+    cudaFree(x), cudaFree(h), cudaFree(y);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log even when a time limit stops the run */
     make_backend();
     set_gemm(true);
     if (argc > 1 && !strcmp(argv[1], "--decode")) {
         bench_decode();
+        bench_moe_decode();
         return 0;
     }
     const int failed = check_all();
