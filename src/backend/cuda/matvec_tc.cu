@@ -329,23 +329,40 @@ static em_err mvt_type(cuda_backend *b, const mv_args &a, uint32_t grid_y, uint3
     return fold ? mvt_launch<TYPE, false, true>(b, a, grid_y, n_items) : mvt_launch<TYPE, false, false>(b, a, grid_y, n_items);
 }
 
-/* The fewest items this kernel takes: EMBER_CUDA_MVT=N (0: never), else 3 for dense products and
- * 2 for MoE experts. At 2 items the f32 kernel is the faster for dense products (an H200, 2
- * sequences: dense-1b q8_0 1131-1163 against 911 tok/s, bf16 1226 against 1156; bench/RESULTS.md),
- * while an expert with 2 tokens gains (moe-30b-a3b at 2 sequences: 292 against 261). */
+/* The fewest tokens of a batch from which this kernel takes a product, else the f32 kernel does:
+ * EMBER_CUDA_MVT=N (0: never) for every product, else by the product's kind and weight type. Both
+ * kernels per product: `check_gemm --decode` on an H200 (bench/RESULTS.md, run 33); the picks
+ * below are the ones the whole decode step confirmed (runs 34-35):
+ * - dense products: 3 (at 2 sequences the f32 kernel made dense-1b q8_0 1131-1163 tok/s against
+ *   911, bf16 1226 against 1156; fourth session);
+ * - output heads (32000 rows or more: vocabularies, not FFNs): Q6_K and IQ3_XXS from 1 (239 vs 229
+ *   and 193 vs 166 us at 1 token), BF16/F16 from 2 (208 vs 139 us at 2; at 1, 148 vs 138 us, but
+ *   dense-1b bf16 decoded 784 against 787 tok/s: the f32 kernel's early L2 prefetch overlaps the
+ *   step before), the others from 3;
+ * - MoE experts: from 2 tokens, and the IQ3_XXS down product from 1 (14.4 vs 10.8 us). With the
+ *   Q6_K head, moe-30b-a3b mix went from 189.2 to 200.1 tok/s at 1 sequence. The f32 kernel for
+ *   IQ3_XXS gate+up at 2 tokens measured 37 against 38 us alone but lost 4% in the step. */
 static uint32_t mvt_min_items(const cuda_matvec *mv) {
     const char *v = getenv("EMBER_CUDA_MVT");
-    if (!v || !*v) return mv->counts ? 2 : 3;
-    const long n = strtol(v, NULL, 10);
-    return n <= 0 ? UINT32_MAX : (uint32_t)n;
+    if (v && *v) {
+        const long n = strtol(v, NULL, 10);
+        return n <= 0 ? UINT32_MAX : (uint32_t)n;
+    }
+    const uint32_t type = mv->w->type;
+    if (mv->counts) return !mv->up && type == EM_TYPE_IQ3_XXS ? 1 : 2;
+    if (em_cuda_matvec_rows(mv) >= 32000) {
+        if (type == EM_TYPE_Q6_K || type == EM_TYPE_IQ3_XXS) return 1;
+        if (type == EM_TYPE_BF16 || type == EM_TYPE_F16) return 2;
+    }
+    return 3;
 }
 
 bool em_cuda_mvt_wanted(const cuda_backend *b, const cuda_matvec *mv) {
     if (em_cuda_tensor_cores_off()) return false;
     if (!em_cuda_with_type<false>(mv->w->type, [](auto) {})) return false; /* F32 weights keep the f32 kernel */
     if ((uintptr_t)mv->x % 16 || mv->x_stride % 4 || mv->w->cols % 8) return false;
-    /* dense: 3 to 16 items; MoE: when an expert can have 2 or more (any number, in chunks of 8), up
-     * to where the GEMM takes over */
+    /* dense: up to 16 items; MoE: by the batch's tokens (an expert's most items; any number, in
+     * chunks of 8), up to where the GEMM takes over */
     if (mv->counts ? mv->max_items < mvt_min_items(mv) || mv->n_items >= 16
                    : mv->n_items < mvt_min_items(mv) || mv->n_items > 16)
         return false;
