@@ -331,8 +331,8 @@ static em_err mvt_type(cuda_backend *b, const mv_args &a, uint32_t grid_y, uint3
 
 /* The fewest tokens of a batch from which this kernel takes a product, else the f32 kernel does:
  * EMBER_CUDA_MVT=N (0: never) for every product, else by the product's kind and weight type. Both
- * kernels per product: `check_gemm --decode` on an H200 (bench/RESULTS.md, run 33); the picks
- * below are the ones the whole decode step confirmed (runs 34-35):
+ * kernels per product: `check_gemm --decode` on an H200 (bench/RESULTS.md, run 33), then the
+ * whole decode step (run 34), which kept only some of the product-level wins:
  * - dense products: 3 (at 2 sequences the f32 kernel made dense-1b q8_0 1131-1163 tok/s against
  *   911, bf16 1226 against 1156; fourth session);
  * - output heads (32000 rows or more: vocabularies, not FFNs): Q6_K and IQ3_XXS from 1 (239 vs 229
@@ -341,7 +341,9 @@ static em_err mvt_type(cuda_backend *b, const mv_args &a, uint32_t grid_y, uint3
  *   step before), the others from 3;
  * - MoE experts: from 2 tokens, and the IQ3_XXS down product from 1 (14.4 vs 10.8 us). With the
  *   Q6_K head, moe-30b-a3b mix went from 189.2 to 200.1 tok/s at 1 sequence. The f32 kernel for
- *   IQ3_XXS gate+up at 2 tokens measured 37 against 38 us alone but lost 4% in the step. */
+ *   IQ3_XXS gate+up at 2 tokens measured 37 against 38 us alone, but the step with it (and the
+ *   Q6_K head on tensor cores) lost 4% at 2 sequences, so experts keep the tensor cores from 2;
+ *   the Q6_K head at 2 tokens alone (232 vs 284 us) was not measured in the step. */
 static uint32_t mvt_min_items(const cuda_matvec *mv) {
     const char *v = getenv("EMBER_CUDA_MVT");
     if (v && *v) {
