@@ -332,7 +332,8 @@ static em_err mvt_type(cuda_backend *b, const mv_args &a, uint32_t grid_y, uint3
 /* The fewest tokens of a batch from which this kernel takes a product, else the f32 kernel does:
  * EMBER_CUDA_MVT=N (0: never) for every product, else by the product's kind and weight type. Both
  * kernels per product: `check_gemm --decode` on an H200 (bench/RESULTS.md, run 33), then the
- * whole decode step (run 34), which kept only some of the product-level wins:
+ * whole decode step (run 34), which kept only some of the product-level wins (figures: the f32
+ * kernel against the tensor cores):
  * - dense products: 3 (at 2 sequences the f32 kernel made dense-1b q8_0 1131-1163 tok/s against
  *   911, bf16 1226 against 1156; fourth session);
  * - output heads (32000 rows or more: vocabularies, not FFNs): Q6_K and IQ3_XXS from 1 (239 vs 229
