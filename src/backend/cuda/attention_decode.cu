@@ -13,8 +13,8 @@
  *
  * A group of twice as many query heads as the block has warps (8 per KV head, as in moe-30b-a3b)
  * is split over two blocks of DEC_WARPS heads each, which read the same keys and values: one head
- * per warp, and twice the blocks to spread over the GPU at batch 1 (a block serving all 8 took
- * 19 us per layer at a 300-token context, against 10.6 for dense-1b's groups of 4).
+ * per warp, and twice the blocks to spread over the GPU at batch 1 (moe-30b-a3b at a 300-token
+ * context: 19.0 us per layer with one block serving all 8, 12.7 with two; bench/RESULTS.md).
  *
  * Handles f16 caches, head_dim == head_dim_v in {32, 64, 128, 256} and up to 8 query heads per KV
  * head; em_cuda_attention_decode_fits says so, and attention.cu's kernel takes everything else. */
