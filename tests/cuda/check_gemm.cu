@@ -502,28 +502,48 @@ static void bench_dense(uint32_t type, const dense_shape *s, const uint32_t *ms,
     cudaFree(x), cudaFree(y);
 }
 
-/* moe-30b-a3b: 128 experts, 8 per token, embd 2048, expert ff 768; 512 tokens. */
-static void bench_moe(uint32_t type) {
-    enum { EXPERTS = 128, USED = 8, TOKENS = 512, EMBD = 2048, FF = 768, PAIRS = TOKENS * USED };
-    uint32_t counts[EXPERTS] = {0}, starts[EXPERTS], chosen[TOKENS][USED], index[PAIRS];
-    for (uint32_t t = 0; t < TOKENS; t++) {
-        for (uint32_t k = 0; k < USED; k++) {
+/* moe-30b-a3b's routing: ROUTE_EXPERTS experts, ROUTE_USED distinct ones per token. Each of
+ * `tokens` tokens draws its experts (skewed: low experts more popular, like real routers; else
+ * uniform, like distinct conversations); the (token, expert) pairs grouped by expert: counts,
+ * starts, and index (pair slot -> token). Returns the number of experts chosen at least once and,
+ * with active, lists them (active[ROUTE_EXPERTS] = their number, as the grouping kernel writes). */
+enum { ROUTE_EXPERTS = 128, ROUTE_USED = 8 };
+static uint32_t make_routing(uint32_t tokens, bool skewed, uint32_t *counts, uint32_t *starts, uint32_t *index,
+                             uint32_t *active) {
+    uint32_t *chosen = (uint32_t *)malloc((size_t)tokens * ROUTE_USED * sizeof(uint32_t));
+    uint32_t fill[ROUTE_EXPERTS], n_active = 0;
+    for (uint32_t e = 0; e < ROUTE_EXPERTS; e++) counts[e] = 0;
+    for (uint32_t t = 0; t < tokens; t++)
+        for (uint32_t k = 0; k < ROUTE_USED; k++) {
             uint32_t e;
             bool again;
-            do { /* skewed: low experts more popular, like real routers */
+            do {
                 const float u = (frand() + 1.0f) * 0.5f;
-                e = (uint32_t)(u * u * EXPERTS) % EXPERTS;
+                e = (uint32_t)((skewed ? u * u : u) * ROUTE_EXPERTS) % ROUTE_EXPERTS;
                 again = false;
-                for (uint32_t j = 0; j < k; j++) again |= chosen[t][j] == e;
+                for (uint32_t j = 0; j < k; j++) again |= chosen[t * ROUTE_USED + j] == e;
             } while (again);
-            chosen[t][k] = e;
+            chosen[t * ROUTE_USED + k] = e;
             counts[e]++;
         }
+    for (uint32_t e = 0, at = 0; e < ROUTE_EXPERTS; e++) {
+        starts[e] = fill[e] = at, at += counts[e];
+        if (!counts[e]) continue;
+        if (active) active[n_active] = e;
+        n_active++;
     }
-    uint32_t fill[EXPERTS];
-    for (uint32_t e = 0, at = 0; e < EXPERTS; e++) starts[e] = fill[e] = at, at += counts[e];
-    for (uint32_t t = 0; t < TOKENS; t++)
-        for (uint32_t k = 0; k < USED; k++) index[fill[chosen[t][k]]++] = t;
+    if (active) active[ROUTE_EXPERTS] = n_active;
+    for (uint32_t t = 0; t < tokens; t++)
+        for (uint32_t k = 0; k < ROUTE_USED; k++) index[fill[chosen[t * ROUTE_USED + k]]++] = t;
+    free(chosen);
+    return n_active;
+}
+
+/* moe-30b-a3b: 128 experts, 8 per token, embd 2048, expert ff 768; 512 tokens. */
+static void bench_moe(uint32_t type) {
+    enum { EXPERTS = ROUTE_EXPERTS, TOKENS = 512, EMBD = 2048, FF = 768, PAIRS = TOKENS * ROUTE_USED };
+    uint32_t counts[EXPERTS], starts[EXPERTS], index[PAIRS];
+    make_routing(TOKENS, true, counts, starts, index, NULL);
     uint32_t *counts_dev = (uint32_t *)dev_alloc(sizeof counts), *starts_dev = (uint32_t *)dev_alloc(sizeof starts);
     uint32_t *index_dev = (uint32_t *)dev_alloc(sizeof index);
     CUDA_CHECK(cudaMemcpy(counts_dev, counts, sizeof counts, cudaMemcpyHostToDevice));
@@ -547,7 +567,6 @@ static void bench_all(void) {
         {"q/o 2048->2048", 2048, 2048, false},   {"k/v 2048->512", 2048, 512, false},
         {"gate+up 2048->8192", 2048, 8192, true}, {"down 8192->2048", 8192, 2048, false},
         {"head 2048->128256", 2048, 128256, false},
-        {"moe qkv 2048->5120", 2048, 5120, false}, {"moe o 4096->2048", 4096, 2048, false},
     };
     static const uint32_t ms_bf16[] = {8, 16, 24, 32, 48, 64, 128, 256, 512, 2048, 4096, 8192};
     static const uint32_t ms_quant[] = {16, 32, 64, 256, 2048, 8192};
@@ -607,7 +626,7 @@ static void bench_decode(void) {
  * active-expert list the grouping kernel would write: us per call, and the chosen experts' weight
  * bytes per second, with the automatic pick, the f32 kernel and the tensor-core kernel. */
 static void bench_moe_decode(void) {
-    enum { EXPERTS = 128, USED = 8, EMBD = 2048, FF = 768, MAX_TOKENS = 16 };
+    enum { EXPERTS = ROUTE_EXPERTS, USED = ROUTE_USED, EMBD = 2048, FF = 768, MAX_TOKENS = 16 };
     static const uint32_t types[] = {EM_TYPE_IQ3_XXS, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_Q8_0, EM_TYPE_BF16};
     static const uint32_t token_counts[] = {1, 2, 4, 16};
     cuda_backend *b = &backend;
@@ -623,27 +642,8 @@ static void bench_moe_decode(void) {
         cuda_weight down = bench_weight(types[ti], EMBD, FF, EXPERTS);
         for (size_t ni = 0; ni < sizeof token_counts / sizeof token_counts[0]; ni++) {
             const uint32_t tokens = token_counts[ni], pairs = tokens * USED;
-            uint32_t counts[EXPERTS] = {0}, starts[EXPERTS], fill[EXPERTS], chosen[MAX_TOKENS][USED];
-            uint32_t index[MAX_TOKENS * USED], active[EXPERTS + 1], n_active = 0;
-            for (uint32_t t = 0; t < tokens; t++)
-                for (uint32_t k = 0; k < USED; k++) {
-                    uint32_t e;
-                    bool again;
-                    do {
-                        e = (uint32_t)((frand() + 1.0f) * 0.5f * EXPERTS) % EXPERTS;
-                        again = false;
-                        for (uint32_t j = 0; j < k; j++) again |= chosen[t][j] == e;
-                    } while (again);
-                    chosen[t][k] = e;
-                    counts[e]++;
-                }
-            for (uint32_t e = 0, at = 0; e < EXPERTS; e++) {
-                starts[e] = fill[e] = at, at += counts[e];
-                if (counts[e]) active[n_active++] = e;
-            }
-            active[EXPERTS] = n_active;
-            for (uint32_t t = 0; t < tokens; t++)
-                for (uint32_t k = 0; k < USED; k++) index[fill[chosen[t][k]]++] = t;
+            uint32_t counts[EXPERTS], starts[EXPERTS], index[MAX_TOKENS * USED], active[EXPERTS + 1];
+            const uint32_t n_active = make_routing(tokens, false, counts, starts, index, active);
             CUDA_CHECK(cudaMemcpy(counts_dev, counts, sizeof counts, cudaMemcpyHostToDevice));
             CUDA_CHECK(cudaMemcpy(starts_dev, starts, sizeof starts, cudaMemcpyHostToDevice));
             CUDA_CHECK(cudaMemcpy(index_dev, index, pairs * 4, cudaMemcpyHostToDevice));
