@@ -388,6 +388,83 @@ static int check_all(void) {
     return failed;
 }
 
+/* The Q8_0 product on 8-bit activations (matvec_q8.cu, an experiment): against the double
+ * reference on the stored weights and the unrounded activations, to the same 1e-2 bound (the
+ * activations' rounding is what it adds), plain, in parts and adding into Y; and the same bits
+ * for an item alone as in its batch. */
+static int check_q8(void) {
+    static const struct { uint32_t cols, rows[3], n_parts, items; bool accumulate; } cases[] = {
+        {2048, {300}, 1, 1, false},  {2048, {300}, 1, 5, false},         {2048, {37}, 1, 16, false},
+        {768, {128}, 1, 9, false},   {2048, {200, 72, 40}, 3, 12, false}, {8192, {136}, 1, 3, true},
+        {8192, {64}, 1, 8, false},
+    };
+    int failed = 0;
+    int8_t *xq = (int8_t *)dev_alloc(16 * 8192);
+    float *xd = (float *)dev_alloc(16 * 8192 / 32 * sizeof(float));
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const uint32_t cols = cases[ci].cols, n = cases[ci].items, parts = cases[ci].n_parts;
+        test_weight tw[3];
+        float *y_dev[3], *y_host[3], *y_alone = (float *)malloc(cases[ci].rows[0] * sizeof(float));
+        float *x_host = (float *)malloc((uint64_t)n * cols * sizeof(float));
+        for (uint64_t i = 0; i < (uint64_t)n * cols; i++) x_host[i] = frand();
+        float *x_dev = (float *)dev_alloc((uint64_t)n * cols * sizeof(float));
+        CUDA_CHECK(cudaMemcpy(x_dev, x_host, (uint64_t)n * cols * sizeof(float), cudaMemcpyHostToDevice));
+        cuda_matvec mv = {};
+        for (uint32_t p = 0; p < parts; p++) {
+            const uint32_t rows = cases[ci].rows[p];
+            tw[p] = make_weight(EM_TYPE_Q8_0, rows, cols, 1);
+            y_host[p] = (float *)malloc((uint64_t)n * rows * sizeof(float));
+            for (uint64_t i = 0; i < (uint64_t)n * rows; i++) y_host[p][i] = 0.25f * frand();
+            y_dev[p] = (float *)dev_alloc((uint64_t)n * rows * sizeof(float));
+            CUDA_CHECK(cudaMemcpy(y_dev[p], y_host[p], (uint64_t)n * rows * sizeof(float), cudaMemcpyHostToDevice));
+            if (p == 0) mv.w = &tw[0].w, mv.y = y_dev[0], mv.y_stride = rows;
+            else mv.more[p - 1].w = &tw[p].w, mv.more[p - 1].y = y_dev[p], mv.more[p - 1].y_stride = rows;
+        }
+        mv.x = x_dev, mv.x_stride = cols, mv.n_items = n, mv.n_groups = 1, mv.n_parts = parts;
+        mv.accumulate = cases[ci].accumulate;
+        check_err(em_cuda_matvec_q8(&backend, &mv, xq, xd), "q8 matvec");
+        CUDA_CHECK(cudaStreamSynchronize(backend.stream));
+        double diff = 0.0, scale = 0.0;
+        for (uint32_t p = 0; p < parts; p++) {
+            const uint32_t rows = cases[ci].rows[p];
+            float *got = (float *)malloc((uint64_t)n * rows * sizeof(float));
+            CUDA_CHECK(cudaMemcpy(got, y_dev[p], (uint64_t)n * rows * sizeof(float), cudaMemcpyDeviceToHost));
+            for (uint32_t i = 0; i < n; i++)
+                for (uint32_t r = 0; r < rows; r++) {
+                    double want = dot_ref(tw[p].host + (uint64_t)r * cols, x_host + (uint64_t)i * cols, cols);
+                    if (cases[ci].accumulate) want += y_host[p][(uint64_t)i * rows + r];
+                    const double d = fabs(got[(uint64_t)i * rows + r] - want);
+                    diff = d != d ? INFINITY : fmax(diff, d);
+                    scale = fmax(scale, fabs(want));
+                }
+            if (p == 0) memcpy(y_alone, got, rows * sizeof(float)); /* item 0 of the batch */
+            free(got);
+        }
+        /* item 0 alone: same bits (plain cases; an accumulating one would add twice) */
+        bool alone_same = true;
+        if (!cases[ci].accumulate) {
+            cuda_matvec one = mv;
+            one.n_items = 1;
+            check_err(em_cuda_matvec_q8(&backend, &one, xq, xd), "q8 matvec, one item");
+            float *got = (float *)malloc(cases[ci].rows[0] * sizeof(float));
+            CUDA_CHECK(cudaMemcpy(got, y_dev[0], cases[ci].rows[0] * sizeof(float), cudaMemcpyDeviceToHost));
+            alone_same = !memcmp(got, y_alone, cases[ci].rows[0] * sizeof(float));
+            free(got);
+        }
+        const double err = diff / (scale > 0 ? scale : 1);
+        const bool ok = err <= 1e-2 && alone_same;
+        failed += !ok;
+        printf("q8 dp4a  K=%-5u rows=%u%s items=%-3u%s  vs ref %.2e  item alone %s  %s\n", cols, cases[ci].rows[0],
+               parts > 1 ? " (+parts)" : "", n, cases[ci].accumulate ? " accumulate" : "", err,
+               alone_same ? "same" : "DIFFERS", ok ? "PASS" : "FAIL");
+        for (uint32_t p = 0; p < parts; p++) free_weight(&tw[p]), cudaFree(y_dev[p]), free(y_host[p]);
+        cudaFree(x_dev), free(x_host), free(y_alone);
+    }
+    cudaFree(xq), cudaFree(xd);
+    printf("q8 dp4a correctness: %d failed\n", failed);
+    return failed;
+}
+
 /* ---- measurements ---- */
 
 __global__ void fill_random(float *x, uint64_t n, uint32_t seed) {
@@ -595,7 +672,10 @@ static void bench_decode(void) {
     static const uint32_t items[] = {1, 2, 4, 8, 16};
     cuda_backend *b = &backend;
     desc.act = EM_ACT_SWIGLU;
-    printf("decode products: us per call (TB/s of weights), f32 kernel | tensor-core kernel\n");
+    printf("decode products: us per call (TB/s of weights), f32 kernel | tensor-core kernel [| Q8_0 on 8-bit "
+           "activations, matvec_q8.cu]\n");
+    int8_t *xq = (int8_t *)dev_alloc(16 * 8192);
+    float *xd = (float *)dev_alloc(16 * 8192 / 32 * sizeof(float));
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const dense_shape *sh = &shapes[si];
@@ -613,12 +693,17 @@ static void bench_decode(void) {
                 const double ttc = time_calls([&]() { check_err(em_cuda_matvec_with(b, &mv, EM_CUDA_MATVEC_TC), "tc"); });
                 printf(" | %2u: %6.1f (%.2f) %6.1f (%.2f)", items[i], t32 * 1e6, bytes / t32 * 1e-12, ttc * 1e6,
                        bytes / ttc * 1e-12);
+                if (types[ti] == EM_TYPE_Q8_0 && !sh->glu) { /* the 8-bit-activation experiment */
+                    const double tq8 = time_calls([&]() { check_err(em_cuda_matvec_q8(b, &mv, xq, xd), "q8"); });
+                    printf(" dp4a %6.1f (%.2f)", tq8 * 1e6, bytes / tq8 * 1e-12);
+                }
             }
             printf("\n");
             cudaFree((void *)w.data);
             if (sh->glu) cudaFree((void *)up.data);
             cudaFree(x), cudaFree(y);
         }
+    cudaFree(xq), cudaFree(xd);
 }
 
 /* MoE expert products of a decode step (moe-30b-a3b's experts: 128 of 768 x 2048, 8 per token),
@@ -689,7 +774,7 @@ int main(int argc, char **argv) {
         bench_moe_decode();
         return 0;
     }
-    const int failed = check_all();
+    const int failed = check_all() + check_q8();
     if (!(argc > 1 && !strcmp(argv[1], "--check"))) bench_all();
     printf("%s\n", failed ? "FAIL" : "PASS");
     return failed ? 1 : 0;

@@ -244,6 +244,9 @@ bool em_cuda_tensor_cores_off(void);
  * (matvec.cu), TC the tensor-core kernel for decode batches (matvec_tc.cu; not for F32 weights). */
 typedef enum em_cuda_matvec_kernel { EM_CUDA_MATVEC_AUTO, EM_CUDA_MATVEC_F32, EM_CUDA_MATVEC_TC } em_cuda_matvec_kernel;
 em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matvec_kernel kernel);
+/* An experiment (matvec_q8.cu; tests only): a plain dense Q8_0 product on activations rounded to
+ * 8 bits, with integer dot products. xq holds n_items * cols bytes, xd n_items * cols / 32 floats. */
+em_err em_cuda_matvec_q8(cuda_backend *b, const cuda_matvec *mv, int8_t *xq, float *xd);
 
 /* One of up to three matrices that share the input rows and run in one launch (Q, K and V): of
  * the launch's rows, [begin, end) are this part's. w2: the up matrix of a gated unit. */
