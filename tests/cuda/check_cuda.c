@@ -16,15 +16,21 @@
  * again as the engine runs it (f16 cache, tensor-core products with f16 operands and tensor-core
  * attention for the 40-token segment) and must agree to 2e-3 for f32 weights (which keep the f32
  * products), 1e-2 otherwise; and so are 16 decode steps fed the CPU's greedy tokens, the first 8
- * as batches of three copies of the sequence (the tensor-core decode products), to the same bounds.
+ * as batches of three copies of the sequence (the batched decode products), to the same bounds,
+ * with the decode kernel on 8-bit activations off (EMBER_CUDA_DP4A=0: "f16 act").
  *
  * The CPU reference runs on the same weights decoded to f32 (em_dequantize: every stored value
- * exactly), because the CUDA backend multiplies decoded weights with f32 activations while the
- * CPU backend's quantized dot products first round activations to 8-bit levels (Q8_0 / Q8_K).
- * That rounding is a step function: a difference in the last bit of an activation flips a level
- * now and then, and random tiny models amplify one flip into logits errors of a few percent, so a
- * comparison with it would measure chaos rather than the kernels. The error against the CPU on
- * the stored (quantized) weights is printed too ("vs q8-act cpu"), for information.
+ * exactly) with f32 activations, while the CPU backend's quantized dot products first round
+ * activations to 8-bit levels (Q8_0 / Q8_K), and so does the device's default decode kernel for
+ * quantized weights (matvec_dp4a.cu: Q8_0's levels, one scale per 32). That rounding is a step
+ * function: a difference in the last bit of an activation flips a level now and then, and random
+ * tiny models amplify flips into logits errors of a few percent, so a comparison with it would
+ * measure chaos rather than the kernels; the strict checks above keep f32 activations. The served
+ * decode with the default kernels is held to the bound above or to twice the deviation of the CPU
+ * backend itself (on the stored weights, 8-bit activations) from the reference on the same steps,
+ * whichever is larger; a kernel that computes wrong sums lands far outside both (check_gemm checks
+ * each product to 1e-2 against a double reference). The CPU backend's deviations are printed
+ * ("cpu q8-act": its prefill against the device's strict one, its decode against the reference).
  * Prints one line: LABEL TYPE, the errors and greedy steps of each check, PASS|FAIL. */
 #include <math.h>
 #include <stdio.h>
@@ -129,6 +135,42 @@ static void free_reference(em_model *r) {
     }
     free(r->w.layers);
     free(r);
+}
+
+/* The decode as served (the engine's kernels, f16 cache): a fresh device backend prefills the
+ * prompt into sequences 0-2, then is fed the CPU's greedy tokens, steps 0..7 as batches of the three
+ * (the batched decode products), the rest to the first alone; the worst error against the CPU's
+ * logits of those steps, or -1 on a failure. */
+static double served_decode(const em_model *model, const em_backend_config *config, const em_batch_seq *seqs,
+                            const int32_t *prompt, const int32_t *cpu_tokens, const float *cpu_steps, int steps) {
+    const uint32_t V = desc->n_vocab;
+    em_backend *g = NULL;
+    em_err err = em_backend_cuda_new(model, config, &g);
+    if (err) {
+        fprintf(stderr, "backend: %s\n", em_err_message(err));
+        return -1.0;
+    }
+    double worst = 0.0;
+    float *h = malloc((size_t)PROMPT * V * sizeof(float));
+    for (uint32_t s = 0; s < 3 && worst >= 0; s++)
+        if (run_seq(g, seqs, s, prompt, 0, PROMPT, h)) worst = -1.0;
+    for (int step = 0; step < steps && worst >= 0; step++) {
+        const uint32_t n = step < SERVED_STEPS / 2 ? 3 : 1;
+        int32_t tk[3] = {cpu_tokens[step], cpu_tokens[step], cpu_tokens[step]};
+        uint32_t sq[3] = {0, 1, 2}, ps[3];
+        bool want[3] = {true, true, true};
+        for (uint32_t i = 0; i < 3; i++) ps[i] = PROMPT + (uint32_t)step;
+        em_batch batch = {n, tk, sq, ps, want, SEQS, seqs};
+        if ((err = em_backend_forward(g, &batch, h))) {
+            fprintf(stderr, "served decode: %s\n", em_err_message(err));
+            worst = -1.0;
+            break;
+        }
+        for (uint32_t i = 0; i < n; i++) worst = fmax(worst, row_error(h + (size_t)i * V, cpu_steps + (size_t)step * V, V));
+    }
+    free(h);
+    em_backend_free(g);
+    return worst;
 }
 
 static double now_s(void) {
@@ -314,39 +356,35 @@ int main(int argc, char **argv) {
         for (uint32_t r = 0; r < PROMPT; r++) f16_err = fmax(f16_err, row_error(h + (size_t)r * V, ref + (size_t)r * V, V));
         free(h);
     }
-    /* the decode as served: the CPU's tokens fed to three copies of the prompt at once (steps
-     * 0..7: batches of 3, the tensor-core decode products), then to the first alone */
-    double served_decode_err = 0.0;
-    const int served = same < SERVED_STEPS ? same : SERVED_STEPS;
-    {
-        float *h = malloc((size_t)PROMPT * V * sizeof(float));
-        for (uint32_t s = 1; s < 3; s++)
-            if (run_seq(gpu16, seqs, s, prompt, 0, PROMPT, h)) return 1;
-        for (int step = 0; step < served; step++) {
-            const uint32_t n = step < SERVED_STEPS / 2 ? 3 : 1;
-            int32_t tk[3] = {cpu_tokens[step], cpu_tokens[step], cpu_tokens[step]};
-            uint32_t sq[3] = {0, 1, 2}, ps[3];
-            bool want[3] = {true, true, true};
-            for (uint32_t i = 0; i < 3; i++) ps[i] = PROMPT + (uint32_t)step;
-            em_batch batch = {n, tk, sq, ps, want, SEQS, seqs};
-            if ((err = em_backend_forward(gpu16, &batch, h))) {
-                fprintf(stderr, "served decode: %s\n", em_err_message(err));
-                return 1;
-            }
-            for (uint32_t i = 0; i < n; i++)
-                served_decode_err = fmax(served_decode_err, row_error(h + (size_t)i * V, cpu_steps + (size_t)step * V, V));
-        }
-        free(h);
-    }
     em_backend_free(gpu16);
-    double q8_err = 0.0;
+    /* the decode as served, with the 8-bit activations of quantized weights (the default) and
+     * without them (EMBER_CUDA_DP4A=0: the tensor-core and f32 kernels) */
+    const int served = same < SERVED_STEPS ? same : SERVED_STEPS;
+    const double served_decode_err = served_decode(model, &config, seqs, prompt, cpu_tokens, cpu_steps, served);
+    setenv("EMBER_CUDA_DP4A", "0", 1);
+    const double served_f16_err = served_decode(model, &config, seqs, prompt, cpu_tokens, cpu_steps, served);
+    unsetenv("EMBER_CUDA_DP4A");
+    if (served_decode_err < 0 || served_f16_err < 0) return 1;
+    /* the CPU backend on the stored weights (8-bit activations for quantized ones): the prefill,
+     * against the device's strict one, and the same decode steps, against the reference */
+    double q8_err = 0.0, q8_decode_err = 0.0;
     if (run_seq(cpu_q8, seqs, 0, prompt, 0, PROMPT, c) || run_seq(gpu, seqs, 7, prompt, 0, PROMPT, a)) return 1;
     for (uint32_t r = 0; r < PROMPT; r++) q8_err = fmax(q8_err, row_error(a + (size_t)r * V, c + (size_t)r * V, V));
+    for (int step = 0; step < served; step++) {
+        if (run_seq(cpu_q8, seqs, 0, &cpu_tokens[step], PROMPT + (uint32_t)step, 1, c)) return 1;
+        q8_decode_err = fmax(q8_decode_err, row_error(c, cpu_steps + (size_t)step * V, V));
+    }
+    /* Quantized weights: the device rounds the activations to 8 bits, as the CPU backend does, and
+     * random tiny models amplify that rounding (the header); its decode may deviate from the
+     * reference up to twice as far as the CPU backend's does on the same steps. */
+    const bool rounds = strcmp(argv[3], "f32") && strcmp(argv[3], "f16") && strcmp(argv[3], "bf16");
+    const double served_tol = rounds ? fmax(tol, 2.0 * q8_decode_err) : tol;
     failed = !(prefill_err <= 1e-4) || !(decode_err <= 1e-4) || same != STEPS || !(batch_err <= 1e-5) ||
-             !(f16_err <= tol) || !(served_decode_err <= tol);
-    printf("%-14s %-5s prefill %.1e  decode %.1e  greedy %2d/%d  batched %.1e  served prefill %.1e  decode %.1e  %s"
-           "   (vs q8-act cpu %.1e)\n", argv[2], argv[3], prefill_err, decode_err, same, STEPS, batch_err, f16_err,
-           served_decode_err, failed ? "FAIL" : "PASS", q8_err);
+             !(f16_err <= tol) || !(served_decode_err <= served_tol) || !(served_f16_err <= tol);
+    printf("%-14s %-5s prefill %.1e  decode %.1e  greedy %2d/%d  batched %.1e  served prefill %.1e  decode %.1e "
+           "(<= %.1e; f16 act %.1e)  %s   (cpu q8-act: prefill %.1e, decode %.1e)\n",
+           argv[2], argv[3], prefill_err, decode_err, same, STEPS, batch_err, f16_err, served_decode_err, served_tol,
+           served_f16_err, failed ? "FAIL" : "PASS", q8_err, q8_decode_err);
     em_backend_free(gpu);
     em_backend_free(cpu);
     em_backend_free(cpu_q8);

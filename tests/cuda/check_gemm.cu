@@ -3,8 +3,9 @@
  *
  *   check_gemm            correctness, then the measurements
  *   check_gemm --check    correctness only
- *   check_gemm --decode   the decode-sized products: f32 kernel against tensor-core kernel, dense
- *                         (dense-1b's and moe-30b-a3b's attention shapes) and MoE experts
+ *   check_gemm --decode   the decode-sized products: f32 kernel against tensor-core kernel and
+ *                         the dp4a kernel, dense (dense-1b's and moe-30b-a3b's attention shapes)
+ *                         and MoE experts
  *
  * Correctness: for every weight type the GEMM reads, descriptors of each kind em_cuda_matvec
  * takes (plain, Q/K/V parts, the gated unit with SwiGLU and GeGLU, MoE groups with an activation
@@ -18,7 +19,9 @@
  * before each run, and columns past the rows (y_stride pads) must keep their bytes: unwritten
  * and overwritten outputs both fail. The decode tensor-core kernel runs every descriptor of up to
  * 16 items and every MoE one, to the same bound, and must give an item computed alone the same
- * bits as in its batch.
+ * bits as in its batch; so does the dp4a kernel on 8-bit activations (matvec_dp4a.cu) for every
+ * descriptor of a quantized type it takes (K a multiple of 64), its rounding of the activations
+ * included in the bound.
  *
  * Measurements: TFLOP/s of the GEMM (the automatic pick, and each kernel with each tile size) and
  * of the matvec on the dense-1b shapes (Llama-3.2-1B) and a moe-30b-a3b expert layer, for a table
@@ -80,6 +83,10 @@ static void make_backend(void) {
     /* the wgmma kernel's f16 activations: up to 8192 items of 8192 columns */
     b->x16_halves = 8192ull * 8192;
     b->x16 = (__half *)dev_alloc(b->x16_halves * sizeof(__half));
+    /* the dp4a products' 8-bit activations, as many */
+    b->xq_bytes = b->x16_halves;
+    b->xq = (int8_t *)dev_alloc(b->xq_bytes);
+    b->xd = (float2 *)dev_alloc(b->xq_bytes / 32 * sizeof(float2));
 }
 
 static void set_gemm(bool on) { setenv("EMBER_CUDA_GEMM", on ? "1" : "0", 1); }
@@ -146,6 +153,8 @@ typedef struct case_result {
     double err_ref, err_matvec, err_tc; /* err_tc: the decode tensor-core kernel against ref (-1: not run) */
     bool tc_alone_same; /* its first item computed alone has the same bits as in the batch */
     double err_wg;      /* the wgmma kernel against ref (-1: not run: K % 64 == 0 only) */
+    double err_dq;      /* the dp4a kernel against ref (-1: not run: quantized types, K % 64 == 0) */
+    bool dq_alone_same;
     bool wg_alone_same; /* its first item computed alone has the same bits as in the batch */
     double err_kernel[2]; /* err_ref of the staged and the pipelined kernel */
     bool pads_ok; /* the y_stride pads kept their bytes */
@@ -158,6 +167,8 @@ typedef struct case_result {
 #define TC_ALONE 1001u
 #define WG_RUN 1002u /* the wgmma kernel, all items or the first alone */
 #define WG_ALONE 1003u
+#define DQ_RUN 1004u /* the kernel on 8-bit activations (matvec_dp4a.cu), all items or the first alone */
+#define DQ_ALONE 1005u
 
 /* Runs `c` with weights of `type`; the worst errors over the tile sizes. */
 static bool run_case(uint32_t type, const test_case *c) {
@@ -267,6 +278,10 @@ static bool run_case(uint32_t type, const test_case *c) {
             cuda_matvec one = mv;
             if (tile == WG_ALONE) one.n_items = 1;
             check_err(em_cuda_gemm_with(b, &one, 0, EM_CUDA_GEMM_WGMMA), "wgmma gemm");
+        } else if (tile == DQ_RUN || tile == DQ_ALONE) {
+            cuda_matvec one = mv;
+            if (tile == DQ_ALONE) one.n_items = 1;
+            check_err(em_cuda_matvec_with(b, &one, EM_CUDA_MATVEC_DP4A), "dp4a matvec");
         } else if (tile == TC_RUN || tile == TC_ALONE) {
             cuda_matvec one = mv;
             if (tile == TC_ALONE) one.n_items = 1;
@@ -291,7 +306,7 @@ static bool run_case(uint32_t type, const test_case *c) {
         }
     };
 
-    case_result res = {0.0, 0.0, -1.0, true, -1.0, true, {0.0, 0.0}, true, true};
+    case_result res = {0.0, 0.0, -1.0, true, -1.0, -1.0, true, true, {0.0, 0.0}, true, true};
     /* both kernels and every tile size give bit-identical outputs (same rounding, fixed order) */
     const uint32_t tiles[] = {0, 32, 64, 128};
     const em_cuda_gemm_kernel kernels[] = {EM_CUDA_GEMM_STAGED, EM_CUDA_GEMM_PIPELINED};
@@ -338,14 +353,23 @@ static bool run_case(uint32_t type, const test_case *c) {
         if (!c->moe) res.wg_alone_same = alone_same(true, WG_ALONE, EM_CUDA_GEMM_WGMMA);
     }
 
+    /* the kernel on 8-bit activations: the activations' rounding adds a few 1e-3 against ref */
+    if (em_cuda_dq_takes(b, &mv)) {
+        run(false, DQ_RUN, EM_CUDA_GEMM_AUTO);
+        res.err_dq = compare(y_host, ref, &res.pads_ok);
+        if (!c->moe) res.dq_alone_same = alone_same(false, DQ_ALONE, EM_CUDA_GEMM_AUTO);
+    }
+
     const bool pass = res.err_ref <= 1e-2 && res.err_matvec <= 1e-2 && res.err_tc <= 1e-2 && res.err_wg <= 1e-2 &&
-                      res.pads_ok && res.same && res.tc_alone_same && res.wg_alone_same;
+                      res.err_dq <= 1e-2 && res.pads_ok && res.same && res.tc_alone_same && res.wg_alone_same &&
+                      res.dq_alone_same;
     printf("%-5s %-8s %-22s K=%-5u items=%-4u  vs ref %.2e (staged %.2e, pipelined %.2e)  vs matvec %.2e  "
-           "decode tc %.2e  wgmma %.2e  %s%s%s%s%s\n",
+           "decode tc %.2e  wgmma %.2e  dp4a %.2e  %s%s%s%s%s%s\n",
            pass ? "PASS" : "FAIL", em_type_name(type), c->name, K, n_items, res.err_ref, res.err_kernel[0],
-           res.err_kernel[1], res.err_matvec, res.err_tc, res.err_wg, res.pads_ok ? "" : "(pads overwritten) ",
+           res.err_kernel[1], res.err_matvec, res.err_tc, res.err_wg, res.err_dq, res.pads_ok ? "" : "(pads overwritten) ",
            res.same ? "" : "(kernels/tiles differ) ", res.tc_alone_same ? "" : "(tc: alone differs from batched) ",
            res.wg_alone_same ? "" : "(wgmma: alone differs from batched) ",
+           res.dq_alone_same ? "" : "(dp4a: alone differs from batched) ",
            pass ? "" : "<<<");
 
     for (uint32_t p = 0; p < parts; p++) {
@@ -385,83 +409,6 @@ static int check_all(void) {
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
             if (cases[i].cols % em_type_info_of(types[t])->block_elems == 0) failed += !run_case(types[t], &cases[i]);
     printf("correctness: %d failed\n", failed);
-    return failed;
-}
-
-/* The Q8_0 product on 8-bit activations (matvec_q8.cu, an experiment): against the double
- * reference on the stored weights and the unrounded activations, to the same 1e-2 bound (the
- * activations' rounding is what it adds), plain, in parts and adding into Y; and the same bits
- * for an item alone as in its batch. */
-static int check_q8(void) {
-    static const struct { uint32_t cols, rows[3], n_parts, items; bool accumulate; } cases[] = {
-        {2048, {300}, 1, 1, false},  {2048, {300}, 1, 5, false},         {2048, {37}, 1, 16, false},
-        {768, {128}, 1, 9, false},   {2048, {200, 72, 40}, 3, 12, false}, {8192, {136}, 1, 3, true},
-        {8192, {64}, 1, 8, false},
-    };
-    int failed = 0;
-    int8_t *xq = (int8_t *)dev_alloc(16 * 8192);
-    float *xd = (float *)dev_alloc(16 * 8192 / 32 * sizeof(float));
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        const uint32_t cols = cases[ci].cols, n = cases[ci].items, parts = cases[ci].n_parts;
-        test_weight tw[3];
-        float *y_dev[3], *y_host[3], *y_alone = (float *)malloc(cases[ci].rows[0] * sizeof(float));
-        float *x_host = (float *)malloc((uint64_t)n * cols * sizeof(float));
-        for (uint64_t i = 0; i < (uint64_t)n * cols; i++) x_host[i] = frand();
-        float *x_dev = (float *)dev_alloc((uint64_t)n * cols * sizeof(float));
-        CUDA_CHECK(cudaMemcpy(x_dev, x_host, (uint64_t)n * cols * sizeof(float), cudaMemcpyHostToDevice));
-        cuda_matvec mv = {};
-        for (uint32_t p = 0; p < parts; p++) {
-            const uint32_t rows = cases[ci].rows[p];
-            tw[p] = make_weight(EM_TYPE_Q8_0, rows, cols, 1);
-            y_host[p] = (float *)malloc((uint64_t)n * rows * sizeof(float));
-            for (uint64_t i = 0; i < (uint64_t)n * rows; i++) y_host[p][i] = 0.25f * frand();
-            y_dev[p] = (float *)dev_alloc((uint64_t)n * rows * sizeof(float));
-            CUDA_CHECK(cudaMemcpy(y_dev[p], y_host[p], (uint64_t)n * rows * sizeof(float), cudaMemcpyHostToDevice));
-            if (p == 0) mv.w = &tw[0].w, mv.y = y_dev[0], mv.y_stride = rows;
-            else mv.more[p - 1].w = &tw[p].w, mv.more[p - 1].y = y_dev[p], mv.more[p - 1].y_stride = rows;
-        }
-        mv.x = x_dev, mv.x_stride = cols, mv.n_items = n, mv.n_groups = 1, mv.n_parts = parts;
-        mv.accumulate = cases[ci].accumulate;
-        check_err(em_cuda_matvec_q8(&backend, &mv, xq, xd), "q8 matvec");
-        CUDA_CHECK(cudaStreamSynchronize(backend.stream));
-        double diff = 0.0, scale = 0.0;
-        for (uint32_t p = 0; p < parts; p++) {
-            const uint32_t rows = cases[ci].rows[p];
-            float *got = (float *)malloc((uint64_t)n * rows * sizeof(float));
-            CUDA_CHECK(cudaMemcpy(got, y_dev[p], (uint64_t)n * rows * sizeof(float), cudaMemcpyDeviceToHost));
-            for (uint32_t i = 0; i < n; i++)
-                for (uint32_t r = 0; r < rows; r++) {
-                    double want = dot_ref(tw[p].host + (uint64_t)r * cols, x_host + (uint64_t)i * cols, cols);
-                    if (cases[ci].accumulate) want += y_host[p][(uint64_t)i * rows + r];
-                    const double d = fabs(got[(uint64_t)i * rows + r] - want);
-                    diff = d != d ? INFINITY : fmax(diff, d);
-                    scale = fmax(scale, fabs(want));
-                }
-            if (p == 0) memcpy(y_alone, got, rows * sizeof(float)); /* item 0 of the batch */
-            free(got);
-        }
-        /* item 0 alone: same bits (plain cases; an accumulating one would add twice) */
-        bool alone_same = true;
-        if (!cases[ci].accumulate) {
-            cuda_matvec one = mv;
-            one.n_items = 1;
-            check_err(em_cuda_matvec_q8(&backend, &one, xq, xd), "q8 matvec, one item");
-            float *got = (float *)malloc(cases[ci].rows[0] * sizeof(float));
-            CUDA_CHECK(cudaMemcpy(got, y_dev[0], cases[ci].rows[0] * sizeof(float), cudaMemcpyDeviceToHost));
-            alone_same = !memcmp(got, y_alone, cases[ci].rows[0] * sizeof(float));
-            free(got);
-        }
-        const double err = diff / (scale > 0 ? scale : 1);
-        const bool ok = err <= 1e-2 && alone_same;
-        failed += !ok;
-        printf("q8 dp4a  K=%-5u rows=%u%s items=%-3u%s  vs ref %.2e  item alone %s  %s\n", cols, cases[ci].rows[0],
-               parts > 1 ? " (+parts)" : "", n, cases[ci].accumulate ? " accumulate" : "", err,
-               alone_same ? "same" : "DIFFERS", ok ? "PASS" : "FAIL");
-        for (uint32_t p = 0; p < parts; p++) free_weight(&tw[p]), cudaFree(y_dev[p]), free(y_host[p]);
-        cudaFree(x_dev), free(x_host), free(y_alone);
-    }
-    cudaFree(xq), cudaFree(xd);
-    printf("q8 dp4a correctness: %d failed\n", failed);
     return failed;
 }
 
@@ -672,10 +619,8 @@ static void bench_decode(void) {
     static const uint32_t items[] = {1, 2, 4, 8, 16};
     cuda_backend *b = &backend;
     desc.act = EM_ACT_SWIGLU;
-    printf("decode products: us per call (TB/s of weights), f32 kernel | tensor-core kernel [| Q8_0 on 8-bit "
-           "activations, matvec_q8.cu]\n");
-    int8_t *xq = (int8_t *)dev_alloc(16 * 8192);
-    float *xd = (float *)dev_alloc(16 * 8192 / 32 * sizeof(float));
+    printf("decode products: us per call (TB/s of weights), f32 kernel | tensor-core kernel [| dp4a kernel on 8-bit "
+           "activations, matvec_dp4a.cu]\n");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const dense_shape *sh = &shapes[si];
@@ -693,9 +638,9 @@ static void bench_decode(void) {
                 const double ttc = time_calls([&]() { check_err(em_cuda_matvec_with(b, &mv, EM_CUDA_MATVEC_TC), "tc"); });
                 printf(" | %2u: %6.1f (%.2f) %6.1f (%.2f)", items[i], t32 * 1e6, bytes / t32 * 1e-12, ttc * 1e6,
                        bytes / ttc * 1e-12);
-                if (types[ti] == EM_TYPE_Q8_0 && !sh->glu) { /* the 8-bit-activation experiment */
-                    const double tq8 = time_calls([&]() { check_err(em_cuda_matvec_q8(b, &mv, xq, xd), "q8"); });
-                    printf(" dp4a %6.1f (%.2f)", tq8 * 1e6, bytes / tq8 * 1e-12);
+                if (em_cuda_dq_takes(b, &mv)) {
+                    const double tdq = time_calls([&]() { check_err(em_cuda_matvec_with(b, &mv, EM_CUDA_MATVEC_DP4A), "dp4a"); });
+                    printf(" dp4a %6.1f (%.2f)", tdq * 1e6, bytes / tdq * 1e-12);
                 }
             }
             printf("\n");
@@ -703,7 +648,6 @@ static void bench_decode(void) {
             if (sh->glu) cudaFree((void *)up.data);
             cudaFree(x), cudaFree(y);
         }
-    cudaFree(xq), cudaFree(xd);
 }
 
 /* MoE expert products of a decode step (moe-30b-a3b's experts: 128 of 768 x 2048, 8 per token),
@@ -721,7 +665,7 @@ static void bench_moe_decode(void) {
     float *x = random_dev((uint64_t)MAX_TOKENS * EMBD, 17), *h = random_dev((uint64_t)MAX_TOKENS * USED * FF, 19);
     float *y = (float *)dev_alloc((uint64_t)MAX_TOKENS * USED * EMBD * sizeof(float));
     printf("MoE decode products (128 experts of 768 x 2048, 8 per token): us per call (TB/s of the chosen experts' "
-           "bytes), auto | f32 kernel | tensor-core kernel\n");
+           "bytes), auto | f32 kernel | tensor-core kernel | dp4a kernel\n");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         cuda_weight gate = bench_weight(types[ti], FF, EMBD, EXPERTS), up = bench_weight(types[ti], FF, EMBD, EXPERTS);
         cuda_weight down = bench_weight(types[ti], EMBD, FF, EXPERTS);
@@ -743,9 +687,10 @@ static void bench_moe_decode(void) {
                 mv.active = active_dev, mv.n_active = active_dev + EXPERTS;
                 mv.n_active_max = pairs < EXPERTS ? pairs : EXPERTS;
                 const double bytes = (double)n_active * mv.w->row_bytes * mv.w->rows * (which ? 1 : 2);
-                double t[3];
-                const em_cuda_matvec_kernel kernels[3] = {EM_CUDA_MATVEC_AUTO, EM_CUDA_MATVEC_F32, EM_CUDA_MATVEC_TC};
-                for (int k = 0; k < 3; k++) {
+                double t[4];
+                const em_cuda_matvec_kernel kernels[4] = {EM_CUDA_MATVEC_AUTO, EM_CUDA_MATVEC_F32, EM_CUDA_MATVEC_TC,
+                                                          EM_CUDA_MATVEC_DP4A};
+                for (int k = 0; k < 4; k++) {
                     em_err err = em_cuda_matvec_with(b, &mv, kernels[k]); /* a kernel that declines: n/a */
                     t[k] = NAN;
                     if (err) {
@@ -754,9 +699,10 @@ static void bench_moe_decode(void) {
                     }
                     t[k] = time_calls([&]() { check_err(em_cuda_matvec_with(b, &mv, kernels[k]), "moe decode product"); });
                 }
-                printf("%-8s %-8s %2u tokens, %3u experts | %7.1f (%.2f) | %7.1f (%.2f) | %7.1f (%.2f)\n",
+                printf("%-8s %-8s %2u tokens, %3u experts | %7.1f (%.2f) | %7.1f (%.2f) | %7.1f (%.2f) | %7.1f (%.2f)\n",
                        em_type_name(types[ti]), which ? "down" : "gate+up", tokens, n_active, t[0] * 1e6,
-                       bytes / t[0] * 1e-12, t[1] * 1e6, bytes / t[1] * 1e-12, t[2] * 1e6, bytes / t[2] * 1e-12);
+                       bytes / t[0] * 1e-12, t[1] * 1e6, bytes / t[1] * 1e-12, t[2] * 1e6, bytes / t[2] * 1e-12,
+                       t[3] * 1e6, bytes / t[3] * 1e-12);
             }
         }
         cudaFree((void *)gate.data), cudaFree((void *)up.data), cudaFree((void *)down.data);
@@ -774,7 +720,7 @@ int main(int argc, char **argv) {
         bench_moe_decode();
         return 0;
     }
-    const int failed = check_all() + check_q8();
+    const int failed = check_all();
     if (!(argc > 1 && !strcmp(argv[1], "--check"))) bench_all();
     printf("%s\n", failed ? "FAIL" : "PASS");
     return failed ? 1 : 0;

@@ -26,6 +26,9 @@ void em_cuda_free_scratch(cuda_backend *b) {
     cudaFree(b->mvt_part);
     cudaFree(b->mvt_counter);
     cudaFree(b->x16);
+    cudaFree(b->xq);
+    cudaFree(b->xd);
+    b->xq = NULL, b->xd = NULL, b->xq_bytes = 0;
     b->mvt_part = NULL, b->mvt_counter = NULL;
     b->x16 = NULL, b->x16_halves = 0;
     b->att_part = NULL;
@@ -58,8 +61,8 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
      * 8 slices of 16 items, two sums (a gated unit's) each */
     const uint64_t mvt_rows = max_u32(max_u32(b->max_q + 2 * b->max_k, b->max_ff), (uint32_t)e);
     const uint32_t mvt_groups = (uint32_t)(mvt_rows / 64 + 1);
-    /* f16 activations of the widest product input (gemm.cu's wgmma kernel); MoE down products read
-     * a row per (token, expert) pair */
+    /* f16 activations of the widest product input (gemm.cu's wgmma kernel; the dp4a products' bytes
+     * have as many); MoE down products read a row per (token, expert) pair */
     const uint64_t x16_dense = (uint64_t)n * max_u32(max_u32((uint32_t)e, b->max_ff), b->max_attn);
     const uint64_t x16_pairs = b->max_used ? pairs * b->max_ff : 0;
     const uint64_t x16_halves = x16_dense > x16_pairs ? x16_dense : x16_pairs;
@@ -83,6 +86,7 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         {(void **)&b->mvt_part, mvt_rows * 8 * 16 * 2 * 4},
         {(void **)&b->mvt_counter, (uint64_t)mvt_groups * 4},
         {(void **)&b->x16, x16_halves * 2},
+        {(void **)&b->xq, x16_halves}, {(void **)&b->xd, x16_halves / 32 * sizeof(float2)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         em_err err = alloc(bufs[i].p, bufs[i].bytes);
@@ -104,6 +108,7 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
     b->mvt_part_floats = mvt_rows * 8 * 16 * 2;
     b->mvt_groups = mvt_groups;
     b->x16_halves = x16_halves;
+    b->xq_bytes = x16_halves; /* the dp4a products' activations: as many rows, a byte a value */
     b->att_slots = att_slots;
     b->ss_stride = (uint32_t)e; /* a producer's blocks: fewer than its rows, which are n_embd */
     b->cap_tokens = n;

@@ -155,6 +155,9 @@ typedef struct cuda_backend {
     uint64_t att_slots;     /* (token, head, split) partials att_part holds */
     __half *x16;            /* the wgmma GEMM's activations rounded to f16, contiguous rows (gemm.cu) */
     uint64_t x16_halves;    /* halves x16 holds */
+    int8_t *xq;             /* the dp4a products' activations rounded to bytes, contiguous rows */
+    float2 *xd;             /* and their scales per 32 (matvec_dp4a.cu) */
+    uint64_t xq_bytes;      /* bytes xq holds (xd: one per 32) */
     /* Sampling on the device (sample.cu), for cap_pick_rows rows: */
     em_pick_params *pick_params; /* the rows' parameters, uploaded each step */
     int32_t *picked;             /* the picked tokens */
@@ -237,16 +240,21 @@ typedef struct cuda_matvec {
 em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv);
 /* The rows of all of mv's parts together. */
 uint32_t em_cuda_matvec_rows(const cuda_matvec *mv);
-/* EMBER_CUDA_GEMM=0: every product on the f32 kernels (matvec.cu), none on tensor cores (for
- * comparisons). Read at each call, which costs far less than the launch it decides about. */
+/* EMBER_CUDA_GEMM=0: every product on the f32 kernels (matvec.cu), none on tensor cores or on
+ * 8-bit activations (for comparisons). Read at each call, which costs far less than the launch it decides about. */
 bool em_cuda_tensor_cores_off(void);
 /* em_cuda_matvec with the kernel forced, for tests and measurements: F32 the CUDA-core kernel
  * (matvec.cu), TC the tensor-core kernel for decode batches (matvec_tc.cu; not for F32 weights). */
-typedef enum em_cuda_matvec_kernel { EM_CUDA_MATVEC_AUTO, EM_CUDA_MATVEC_F32, EM_CUDA_MATVEC_TC } em_cuda_matvec_kernel;
+typedef enum em_cuda_matvec_kernel {
+    EM_CUDA_MATVEC_AUTO,
+    EM_CUDA_MATVEC_F32,
+    EM_CUDA_MATVEC_TC,
+    EM_CUDA_MATVEC_DP4A /* matvec_dp4a.cu: quantized weights on 8-bit activations */
+} em_cuda_matvec_kernel;
 em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matvec_kernel kernel);
-/* An experiment (matvec_q8.cu; tests only): a plain dense Q8_0 product on activations rounded to
- * 8 bits, with integer dot products. xq holds n_items * cols bytes, xd n_items * cols / 32 floats. */
-em_err em_cuda_matvec_q8(cuda_backend *b, const cuda_matvec *mv, int8_t *xq, float *xd);
+/* Whether the DP4A kernel can take `mv`: Q8_0, Q4_K, Q6_K or IQ3_XXS weights, rows of whole
+ * 64-value units, activations that fit b->xq. */
+bool em_cuda_dq_takes(const cuda_backend *b, const cuda_matvec *mv);
 
 /* One of up to three matrices that share the input rows and run in one launch (Q, K and V): of
  * the launch's rows, [begin, end) are this part's. w2: the up matrix of a gated unit. */

@@ -346,6 +346,8 @@ em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matve
         a.ks *= 2;
     a.eps = b->d->norm_eps;
     a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
+    if (kernel == EM_CUDA_MATVEC_DP4A || (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_dq_wanted(b, mv)))
+        return em_cuda_dq(b, mv, a);
     if (kernel == EM_CUDA_MATVEC_TC || (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_mvt_wanted(b, mv)))
         return em_cuda_mvt(b, mv, a);
     const int nt = mv_items_per_pass(mv->n_items);
@@ -420,5 +422,6 @@ em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x, const f
 
 em_err em_cuda_upload_grids(void) {
     CU_TRY(cudaMemcpyToSymbol(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid));
-    return em_cuda_mvt_upload_grid();
+    em_err err = em_cuda_mvt_upload_grid();
+    return err ? err : em_cuda_dq_upload_grid();
 }

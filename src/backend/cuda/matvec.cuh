@@ -1,6 +1,7 @@
-/* What the two decode-sized product kernels share: matvec.cu's f32 kernel (matrix times a few
- * vectors on the CUDA cores) and matvec_tc.cu's tensor-core kernel for 2-16 items. Both take the
- * same arguments, built by em_cuda_matvec from a cuda_matvec (internal.cuh). */
+/* What the decode-sized product kernels share: matvec.cu's f32 kernel (matrix times a few vectors
+ * on the CUDA cores), matvec_tc.cu's tensor-core kernel for 2-16 items and matvec_dp4a.cu's
+ * integer kernel on 8-bit activations. All take the same arguments, built by em_cuda_matvec from
+ * a cuda_matvec (internal.cuh). */
 #ifndef EMBER_BACKEND_CUDA_MATVEC_CUH
 #define EMBER_BACKEND_CUDA_MATVEC_CUH
 
@@ -76,5 +77,12 @@ bool em_cuda_mvt_wanted(const cuda_backend *b, const cuda_matvec *mv);
 em_err em_cuda_mvt(cuda_backend *b, const cuda_matvec *mv, mv_args a);
 /* Its copy of the IQ3_XXS lattice (dequant.cuh), uploaded with matvec.cu's. */
 em_err em_cuda_mvt_upload_grid(void);
+
+/* The kernel on 8-bit activations (matvec_dp4a.cu): whether it should take `mv` (one it takes,
+ * em_cuda_dq_takes; EMBER_CUDA_DP4A: 0 never, N up to N items or MoE tokens; default 8), and its
+ * launch (the quantizing kernel, then the product) with the arguments em_cuda_matvec built. */
+bool em_cuda_dq_wanted(const cuda_backend *b, const cuda_matvec *mv);
+em_err em_cuda_dq(cuda_backend *b, const cuda_matvec *mv, const mv_args &a);
+em_err em_cuda_dq_upload_grid(void);
 
 #endif

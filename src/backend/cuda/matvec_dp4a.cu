@@ -1,0 +1,440 @@
+/* Decode products of quantized weights (Q8_0, Q4_K, Q6_K, IQ3_XXS) on activations rounded to 8
+ * bits, with integer dot products (__dp4a: four byte products and their sum in one instruction).
+ *
+ * Why: the f32 kernel (matvec.cu) decodes every weight to f32 and multiplies it with an f32
+ * activation, so every type runs at about the same weights per second and the low-bit types, with
+ * fewer bytes per weight, read memory at a fraction of the bandwidth. Here each weight stays a
+ * small integer: a lane assembles 64 of them as 16 words of signed bytes with shifts and masks,
+ * and each word meets four activation bytes in one __dp4a. Per 32 values the weight block's scales
+ * and the activation chunk's scale multiply the integer sums once.
+ *
+ * The activations: dq_quantize_kernel rounds each product's input once, per chunk of 32 values,
+ * to bytes q = round(x / d) with d = max|x| / 127 (Q8_0's rounding), and keeps d and d * sum(q)
+ * (Q4_K's offsets multiply the chunk's sum). A fused norm's consumer (cuda_matvec: norm_ss) gets
+ * its RMS factor folded into d there, so the product itself has no norm code. Dense products with
+ * an item index (the output head) gather their rows while quantizing; MoE products quantize the
+ * rows of X and index them per (token, expert) pair.
+ *
+ * The products: a lane takes 64-value units of a row (a Q8_0 pair of blocks, a quarter of a K-quant
+ * or IQ3_XXS super-block); `lanes` lanes (a power of two, 4-32, the fewest that cover a row's
+ * units) share a row, so a warp takes 32 / lanes rows. It reads each unit once for up to NT = 8
+ * items. Fusions as in matvec.cu: Q, K and V as parts of one grid, a gated unit's two matrices in
+ * one pass, the residual add, a fused norm's producer (next_ss), MoE groups. Each item's result
+ * depends on its own activations only, in a fixed order: a token gets the same bits alone as in
+ * any batch.
+ *
+ * The rounding of activations to 8 bits is what llama.cpp's CUDA kernels and this engine's CPU
+ * backend do for quantized weights (tests/cuda/check_cuda.c compares the device with an f32
+ * reference and reports the error). em_cuda_dq_wanted says when a product takes this kernel;
+ * EMBER_CUDA_DP4A=0 switches it off, as does EMBER_CUDA_GEMM=0 (the f32 kernels only). */
+#include "matvec.cuh"
+
+extern "C" {
+extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
+}
+
+#define DQ_CHUNK 32 /* activation values per scale */
+#define DQ_UNIT 64  /* weight values per lane step */
+
+/* Rows of X (item i: row x_index[i] when given, else i) -> xq[i][cols] bytes and xd[i][cols / 32]
+ * = {d * f, d * f * sum of the chunk's bytes}, f the item's RMS factor with norm_ss (else 1). One
+ * warp per chunk. */
+__global__ void dq_quantize_kernel(const float *x, uint64_t x_stride, const uint32_t *x_index, uint32_t cols,
+                                   uint32_t n_rows, const float *norm_ss, uint32_t norm_n, uint32_t ss_stride,
+                                   float eps, int8_t *xq, float2 *xd) {
+    em_pdl_wait();
+    const uint32_t lane = threadIdx.x & 31, chunks = cols / DQ_CHUNK;
+    const uint64_t w = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (w >= (uint64_t)n_rows * chunks) return;
+    const uint64_t row = w / chunks, c = w % chunks;
+    const uint64_t src = x_index ? x_index[row] : row;
+    const float v = x[src * x_stride + c * DQ_CHUNK + lane];
+    float f = 1.0f;
+    if (norm_ss) {
+        float sq = 0.0f;
+        for (uint32_t k = lane; k < norm_n; k += 32) sq += norm_ss[src * ss_stride + k];
+        f = rsqrtf(em_warp_sum(sq) / cols + eps);
+    }
+    const float d = em_warp_max(fabsf(v)) / 127.0f;
+    const int q = d > 0.0f ? __float2int_rn(v / d) : 0;
+    xq[row * cols + c * DQ_CHUNK + lane] = (int8_t)q;
+    const float sum = em_warp_sum((float)q);
+    if (lane == 0) xd[row * chunks + c] = make_float2(d * f, d * f * sum);
+}
+
+/* ---- weight units: 64 values as 16 words of signed bytes, and their scales ----
+ * unit<TYPE>: load(row, u) reads unit u of a row; chunk(u, h) is the activation chunk of its half
+ * h (values 32h..32h+31 of the unit); dot(x, xd, u) is the unit against one item's activation row
+ * (bytes x, chunk scales xd). */
+
+/* The dot product of 8 words (32 bytes) of weights with 32 activation bytes at x. */
+__device__ __forceinline__ int dq_dot32(const uint32_t *q, const int8_t *x) {
+    const uint4 a = ((const uint4 *)x)[0], b = ((const uint4 *)x)[1];
+    int s = __dp4a((int)q[0], (int)a.x, 0);
+    s = __dp4a((int)q[1], (int)a.y, s);
+    s = __dp4a((int)q[2], (int)a.z, s);
+    s = __dp4a((int)q[3], (int)a.w, s);
+    s = __dp4a((int)q[4], (int)b.x, s);
+    s = __dp4a((int)q[5], (int)b.y, s);
+    s = __dp4a((int)q[6], (int)b.z, s);
+    return __dp4a((int)q[7], (int)b.w, s);
+}
+
+/* Two 16-byte halves of the same, separately (Q6_K: one scale per 16 values). */
+__device__ __forceinline__ void dq_dot16x2(const uint32_t *q, const int8_t *x, int *s0, int *s1) {
+    const uint4 a = ((const uint4 *)x)[0], b = ((const uint4 *)x)[1];
+    int s = __dp4a((int)q[0], (int)a.x, 0);
+    s = __dp4a((int)q[1], (int)a.y, s);
+    s = __dp4a((int)q[2], (int)a.z, s);
+    *s0 = __dp4a((int)q[3], (int)a.w, s);
+    s = __dp4a((int)q[4], (int)b.x, 0);
+    s = __dp4a((int)q[5], (int)b.y, s);
+    s = __dp4a((int)q[6], (int)b.z, s);
+    *s1 = __dp4a((int)q[7], (int)b.w, s);
+}
+
+/* N words from a 2-byte aligned address p: N aligned loads, and when p is 2 bytes off a word one
+ * more 2-byte load, funnel-shifted together. Reads only [p, p + 4N) and, when off, the 2 bytes
+ * before p (inside the allocation: the buffer's first byte is aligned). */
+template <int N> __device__ __forceinline__ void dq_words_a2(const uint8_t *p, uint32_t out[N]) {
+    const uint32_t off = (uint32_t)(uintptr_t)p & 2;
+    const uint32_t *base = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    uint32_t wd[N + 1];
+#pragma unroll
+    for (int k = 0; k < N; k++) wd[k] = base[k];
+    wd[N] = off ? *(const uint16_t *)(base + N) : 0u;
+#pragma unroll
+    for (int k = 0; k < N; k++) out[k] = __funnelshift_r(wd[k], wd[k + 1], 8 * off);
+}
+
+__device__ __forceinline__ float dq_half(uint32_t bits16) { return __half2float(__ushort_as_half((unsigned short)bits16)); }
+
+template <int TYPE> struct dq_unit;
+
+/* Q8_0: a unit is two 34-byte blocks, 68 bytes at 68u: 4-byte aligned (rows hold an even number of
+ * blocks), 17 word loads; the first block's bytes sit 2 bytes into its words. */
+template <> struct dq_unit<EM_TYPE_Q8_0> {
+    uint32_t q[16];
+    float d[2];
+    __device__ __forceinline__ void load(const uint8_t *row, uint32_t u) {
+        const uint32_t *p = (const uint32_t *)(row + 68 * (uint64_t)u);
+        uint32_t w[17];
+#pragma unroll
+        for (int k = 0; k < 17; k++) w[k] = p[k];
+#pragma unroll
+        for (int j = 0; j < 8; j++) q[j] = __funnelshift_r(w[j], w[j + 1], 16);
+#pragma unroll
+        for (int j = 0; j < 8; j++) q[8 + j] = w[9 + j];
+        d[0] = dq_half(w[0] & 0xffff), d[1] = dq_half(w[8] >> 16);
+    }
+    static __device__ __forceinline__ uint32_t chunk(uint32_t u, int h) { return 2 * u + h; }
+    __device__ __forceinline__ float dot(const int8_t *x, const float2 *xd, uint32_t u) const {
+        const uint32_t c = 2 * u;
+        return d[0] * xd[c].x * (float)dq_dot32(q, x + DQ_CHUNK * c) +
+               d[1] * xd[c + 1].x * (float)dq_dot32(q + 8, x + DQ_CHUNK * (c + 1));
+    }
+};
+
+/* Q4_K: super-blocks of 256 in 144 bytes (d, dmin, 12 bytes of 6-bit scales and offsets, 128 bytes
+ * of nibbles); unit u is 32 nibble bytes of block u / 4: low nibbles its first 32 values, high
+ * nibbles the next 32. Value = d * sc * q - dmin * mn per sub-block of 32. */
+template <> struct dq_unit<EM_TYPE_Q4_K> {
+    uint32_t q[16];
+    float dl[2], ml[2];
+    __device__ __forceinline__ void load(const uint8_t *row, uint32_t u) {
+        const uint8_t *b = row + 144 * (uint64_t)(u >> 2);
+        const uint32_t g = u & 3;
+        const uint32_t *hw = (const uint32_t *)b;
+        const uint32_t dd = hw[0], s0 = hw[1], s1 = hw[2], s2 = hw[3];
+        const uint4 *qp = (const uint4 *)(b + 16 + 32 * g);
+        const uint4 a = qp[0], c = qp[1];
+        const uint32_t n[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) q[j] = n[j] & 0x0f0f0f0fu, q[8 + j] = (n[j] >> 4) & 0x0f0f0f0fu;
+        const float d = dq_half(dd & 0xffff), dmin = dq_half(dd >> 16);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t sub = 2 * g + h; /* bytes s[0..11] = s0, s1, s2 (see dequant.cuh: q4k_scales) */
+            uint32_t sc, mn;
+            if (sub < 4) {
+                sc = (s0 >> (8 * sub)) & 63;
+                mn = (s1 >> (8 * sub)) & 63;
+            } else {
+                const uint32_t k = 8 * (sub - 4);
+                sc = ((s2 >> k) & 15) | (((s0 >> k) >> 6 & 3) << 4);
+                mn = ((s2 >> k) >> 4 & 15) | (((s1 >> k) >> 6 & 3) << 4);
+            }
+            dl[h] = d * (float)sc, ml[h] = dmin * (float)mn;
+        }
+    }
+    static __device__ __forceinline__ uint32_t chunk(uint32_t u, int h) { return 2 * u + h; }
+    __device__ __forceinline__ float dot(const int8_t *x, const float2 *xd, uint32_t u) const {
+        const uint32_t c = 2 * u;
+        const float2 x0 = xd[c], x1 = xd[c + 1];
+        return dl[0] * x0.x * (float)dq_dot32(q, x + DQ_CHUNK * c) - ml[0] * x0.y +
+               dl[1] * x1.x * (float)dq_dot32(q + 8, x + DQ_CHUNK * (c + 1)) - ml[1] * x1.y;
+    }
+};
+
+/* Q6_K: super-blocks of 256 in 210 bytes (128 bytes of low nibbles, 64 of high bit pairs, 16 signed
+ * scales, d), in two halves of 128 values; chunk k of a half takes low (k < 2) or high nibbles of
+ * ql[32 (k & 1) + l] and bits 2k, 2k + 1 of qh[l]. Unit u (half (u >> 1) & 1, p = u & 1) is the
+ * chunks p and p + 2, which share those bytes. Value = d * sc * (q - 32), a scale per 16. */
+template <> struct dq_unit<EM_TYPE_Q6_K> {
+    uint32_t q[16];
+    int sc[4];
+    float d;
+    __device__ __forceinline__ void load(const uint8_t *row, uint32_t u) {
+        const uint8_t *b = row + 210 * (uint64_t)(u >> 2);
+        const uint32_t half = (u >> 1) & 1, p = u & 1;
+        uint32_t lo[8], hi[8];
+        dq_words_a2<8>(b + 64 * half + 32 * p, lo);
+        dq_words_a2<8>(b + 128 + 32 * half, hi);
+        const uint32_t hs = 2 * p;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            q[j] = __vsub4((lo[j] & 0x0f0f0f0fu) | (((hi[j] >> hs) & 0x03030303u) << 4), 0x20202020u);
+            q[8 + j] = __vsub4(((lo[j] >> 4) & 0x0f0f0f0fu) | (((hi[j] >> (hs + 4)) & 0x03030303u) << 4), 0x20202020u);
+        }
+        const uint8_t *s = b + 192 + 8 * half + 2 * p;
+        const uint32_t s01 = *(const uint16_t *)s, s23 = *(const uint16_t *)(s + 4);
+        sc[0] = (int8_t)(s01 & 0xff), sc[1] = (int8_t)(s01 >> 8), sc[2] = (int8_t)(s23 & 0xff), sc[3] = (int8_t)(s23 >> 8);
+        d = dq_half(*(const uint16_t *)(b + 208));
+    }
+    static __device__ __forceinline__ uint32_t chunk(uint32_t u, int h) {
+        return 8 * (u >> 2) + 4 * ((u >> 1) & 1) + (u & 1) + 2 * h;
+    }
+    __device__ __forceinline__ float dot(const int8_t *x, const float2 *xd, uint32_t u) const {
+        const uint32_t c0 = chunk(u, 0), c1 = chunk(u, 1);
+        int a0, a1, b0, b1;
+        dq_dot16x2(q, x + DQ_CHUNK * c0, &a0, &a1);
+        dq_dot16x2(q + 8, x + DQ_CHUNK * c1, &b0, &b1);
+        return d * (xd[c0].x * (float)(sc[0] * a0 + sc[1] * a1) + xd[c1].x * (float)(sc[2] * b0 + sc[3] * b1));
+    }
+};
+
+/* IQ3_XXS lattice, this file's copy (dq_upload_grid). */
+static __device__ uint32_t dq_iq3xxs_grid[256];
+
+/* Bits 0-3 of s as byte masks 0x00 / 0xff. */
+__device__ __forceinline__ uint32_t dq_sign_mask(uint32_t s) { return ((s & 15) * 0x00204081u & 0x01010101u) * 0xffu; }
+
+/* IQ3_XXS: super-blocks of 256 in 98 bytes (d, 64 lattice indices, 8 words of signs and scales);
+ * a 32-value chunk has 8 indices (each four magnitudes from the lattice), 4 x 7 sign bits (the
+ * eighth of each 8 is their parity) and a 4-bit scale. Unit u is chunks 2 (u & 3) and +1 of block
+ * u / 4. Value = d * (0.5 + scale) / 2 * sign * magnitude. */
+template <> struct dq_unit<EM_TYPE_IQ3_XXS> {
+    uint32_t q[16];
+    float db[2];
+    __device__ __forceinline__ void load(const uint8_t *row, uint32_t u) {
+        const uint8_t *b = row + 98 * (uint64_t)(u >> 2);
+        const uint32_t k = u & 3;
+        uint32_t idx[4], aux[2];
+        dq_words_a2<4>(b + 2 + 16 * k, idx);
+        dq_words_a2<2>(b + 66 + 8 * k, aux);
+        const float d = dq_half(*(const uint16_t *)b);
+#pragma unroll
+        for (int j = 0; j < 16; j++) q[j] = __ldg(dq_iq3xxs_grid + ((idx[j >> 2] >> (8 * (j & 3))) & 0xff));
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+#pragma unroll
+            for (int l = 0; l < 4; l++) {
+                uint32_t s = (aux[h] >> (7 * l)) & 127;
+                s |= (__popc(s) & 1) << 7;
+                const uint32_t m0 = dq_sign_mask(s), m1 = dq_sign_mask(s >> 4);
+                uint32_t *w = q + 8 * h + 2 * l;
+                w[0] = __vsub4(w[0] ^ m0, m0), w[1] = __vsub4(w[1] ^ m1, m1);
+            }
+            db[h] = d * (0.5f + (float)(aux[h] >> 28)) * 0.5f;
+        }
+    }
+    static __device__ __forceinline__ uint32_t chunk(uint32_t u, int h) { return 2 * u + h; }
+    __device__ __forceinline__ float dot(const int8_t *x, const float2 *xd, uint32_t u) const {
+        const uint32_t c = 2 * u;
+        return db[0] * xd[c].x * (float)dq_dot32(q, x + DQ_CHUNK * c) +
+               db[1] * xd[c + 1].x * (float)dq_dot32(q + 8, x + DQ_CHUNK * (c + 1));
+    }
+};
+
+/* ---- the product kernel ---- */
+
+struct dq_args : mv_args {
+    const int8_t *xq;
+    const float2 *xd;
+    uint32_t lanes_log2; /* lanes per row: 1 << lanes_log2 */
+    bool x_by_index;     /* MoE: item i reads quantized row x_index[i] (dense: row i, gathered) */
+};
+
+template <int TYPE, int NT, bool GLU> __global__ void __launch_bounds__(MV_THREADS) dq_kernel(dq_args a) {
+    em_pdl_wait();
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint32_t lanes = 1u << a.lanes_log2, sub = lane & (lanes - 1);
+    const uint32_t units = a.cols / DQ_UNIT, chunks = a.cols / DQ_CHUNK;
+    mv_group grp;
+    if (!mv_group_of(a, blockIdx.y, &grp)) return; /* MoE only: no producer, no block barrier */
+    const uint32_t row = (blockIdx.x * MV_WARPS + warp) * (32u >> a.lanes_log2) + (lane >> a.lanes_log2);
+    const bool live = row < a.rows;
+    const uint8_t *w, *w2;
+    float *y;
+    uint64_t ys;
+    mv_row(a, live ? row : a.rows - 1, grp.mat_offset, &w, &w2, &y, &ys); /* past the end: last row, no write */
+    y += (uint64_t)grp.start * ys;
+    for (uint32_t c = 0; c < grp.count; c += NT) {
+        const int8_t *xr[NT];
+        const float2 *xdr[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const uint32_t i = grp.start + min(c + t, grp.count - 1); /* past the end: the last item again */
+            const uint64_t xrow = a.x_by_index ? a.x_index[i] : i;
+            xr[t] = a.xq + xrow * a.cols;
+            xdr[t] = a.xd + xrow * chunks;
+        }
+        float acc[NT], acc2[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[t] = acc2[t] = 0.0f;
+#pragma unroll 2
+        for (uint32_t u = sub; u < units; u += lanes) {
+            dq_unit<TYPE> wu, wu2;
+            wu.load(w, u);
+            if (GLU) wu2.load(w2, u);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                acc[t] += wu.dot(xr[t], xdr[t], u);
+                if (GLU) acc2[t] += wu2.dot(xr[t], xdr[t], u);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            for (uint32_t off = lanes >> 1; off > 0; off >>= 1) {
+                acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);
+                if (GLU) acc2[t] += __shfl_xor_sync(0xffffffffu, acc2[t], off);
+            }
+        float ssum[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            ssum[t] = 0.0f;
+            if (sub == 0 && live && c + t < grp.count) {
+                float *dst = y + (uint64_t)(c + t) * ys;
+                const float r = GLU ? mv_glu(acc[t], acc2[t], a.act) : acc[t];
+                const float v = a.accumulate ? *dst + r : r;
+                *dst = v;
+                if (a.next_ss) { /* a producer: one part, so the row is `row` */
+                    const float nw = a.next_norm_w[row];
+                    a.next_xw[dst - a.part[0].y] = v * (a.plus_one ? 1.0f + nw : nw);
+                    ssum[t] = v * v;
+                }
+            }
+        }
+        if (a.next_ss) {
+            /* the block's partial sum of squares per item: lanes, then warps in order */
+            __shared__ float block_ss[MV_WARPS][8];
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float s = em_warp_sum(ssum[t]);
+                if (lane == 0) block_ss[warp][t] = s;
+            }
+            __syncthreads();
+            if (threadIdx.x < NT && c + threadIdx.x < grp.count) {
+                float total = 0.0f;
+                for (int k = 0; k < MV_WARPS; k++) total += block_ss[k][threadIdx.x];
+                a.next_ss[(uint64_t)(grp.start + c + threadIdx.x) * a.ss_stride + blockIdx.x] = total;
+            }
+            __syncthreads();
+        }
+    }
+}
+
+template <int TYPE, bool GLU> static void dq_launch_nt(cuda_backend *b, const dq_args &a, dim3 grid, uint32_t n) {
+    if (n >= 8) em_cuda_launch(b, dq_kernel<TYPE, 8, GLU>, grid, MV_THREADS, 0, a);
+    else if (n >= 4) em_cuda_launch(b, dq_kernel<TYPE, 4, GLU>, grid, MV_THREADS, 0, a);
+    else if (n >= 2) em_cuda_launch(b, dq_kernel<TYPE, 2, GLU>, grid, MV_THREADS, 0, a);
+    else em_cuda_launch(b, dq_kernel<TYPE, 1, GLU>, grid, MV_THREADS, 0, a);
+}
+
+/* Calls f(em_type_tag<T>()) for T == type when this kernel reads T; false otherwise. */
+template <typename F> static bool dq_with_type(uint32_t type, F &&f) {
+    switch (type) {
+    case EM_TYPE_Q8_0: f(em_type_tag<EM_TYPE_Q8_0>()); return true;
+    case EM_TYPE_Q4_K: f(em_type_tag<EM_TYPE_Q4_K>()); return true;
+    case EM_TYPE_Q6_K: f(em_type_tag<EM_TYPE_Q6_K>()); return true;
+    case EM_TYPE_IQ3_XXS: f(em_type_tag<EM_TYPE_IQ3_XXS>()); return true;
+    default: return false;
+    }
+}
+
+static bool dq_off(void) {
+    const char *v = getenv("EMBER_CUDA_DP4A");
+    return (v && !strcmp(v, "0")) || em_cuda_tensor_cores_off();
+}
+
+/* The most items (dense) or tokens (MoE) this kernel takes by default, from check_gemm --decode on
+ * the H200 (bench/RESULTS.md, run 37): against the tensor-core kernel it wins every product at 1-2
+ * items; at 4 the dense products and MoE gated units (IQ3_XXS even), but not the MoE down products
+ * (each expert's rows are short: 768 columns) nor the IQ3_XXS and Q4_K output heads; from 8 the
+ * tensor cores win most. EMBER_CUDA_DP4A=N sets one limit for all. */
+static uint32_t dq_max_items(const cuda_matvec *mv) {
+    const char *v = getenv("EMBER_CUDA_DP4A");
+    if (v && *v) return (uint32_t)atoi(v);
+    if (mv->counts) return mv->up ? 4 : 2;
+    if (em_cuda_matvec_rows(mv) >= 32000) return mv->w->type == EM_TYPE_Q8_0 || mv->w->type == EM_TYPE_Q6_K ? 4 : 2;
+    return 4;
+}
+
+bool em_cuda_dq_takes(const cuda_backend *b, const cuda_matvec *mv) {
+    const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
+    return dq_with_type(mv->w->type, [](auto) {}) && mv->w->cols % DQ_UNIT == 0 && mv->x_stride % 4 == 0 &&
+           (uint64_t)(mv->counts ? (mv->x_rows ? mv->x_rows : mv->max_items) : mv->n_items) * mv->w->cols <= b->xq_bytes &&
+           n_parts <= MV_PARTS && !(n_parts > 1 && (mv->counts || mv->up)) && !((mv->norm_ss || mv->next_norm_w) && mv->counts) &&
+           !(mv->counts && mv->x_index == NULL && mv->x_rows == 0);
+}
+
+bool em_cuda_dq_wanted(const cuda_backend *b, const cuda_matvec *mv) {
+    if (dq_off() || !em_cuda_dq_takes(b, mv)) return false;
+    return (mv->counts ? mv->max_items : mv->n_items) <= dq_max_items(mv);
+}
+
+em_err em_cuda_dq(cuda_backend *b, const cuda_matvec *mv, const mv_args &base) {
+    const cuda_weight *w = mv->w;
+    if (!em_cuda_dq_takes(b, mv))
+        return em_errorf(EM_ERR_UNSUPPORTED, "cuda dp4a matvec: %s, %u columns, %u items (room for %llu bytes)",
+                         em_type_name(w->type), w->cols, mv->n_items, (unsigned long long)b->xq_bytes);
+    dq_args a = {};
+    static_cast<mv_args &>(a) = base;
+    /* quantize: dense rows are the items (gathered through x_index); MoE rows are X's rows */
+    const bool moe = mv->counts != NULL;
+    const uint32_t q_rows = moe ? (mv->x_rows ? mv->x_rows : mv->max_items) : mv->n_items;
+    const uint64_t warps = (uint64_t)q_rows * (w->cols / DQ_CHUNK);
+    em_cuda_launch(b, dq_quantize_kernel, (uint32_t)((warps + 7) / 8), 256, 0, mv->x, mv->x_stride,
+                   moe ? (const uint32_t *)NULL : mv->x_index, w->cols, q_rows, mv->norm_ss, mv->norm_n,
+                   b->ss_stride, b->d->norm_eps, b->xq, b->xd);
+    CU_LAUNCHED();
+    a.xq = b->xq, a.xd = b->xd;
+    a.x_by_index = moe && mv->x_index;
+    const uint32_t units = w->cols / DQ_UNIT;
+    uint32_t lanes_log2 = 2;
+    while (lanes_log2 < 5 && (1u << lanes_log2) < units) lanes_log2++;
+    a.lanes_log2 = lanes_log2;
+    const uint32_t rows_per_block = MV_WARPS * (32u >> lanes_log2);
+    const uint32_t blocks = (a.rows + rows_per_block - 1) / rows_per_block;
+    if (a.next_ss) {
+        if (blocks > b->ss_stride)
+            return em_errorf(EM_ERR_INTERNAL, "cuda dp4a matvec: %u blocks of partial sums, room for %u", blocks,
+                             b->ss_stride);
+        b->ss_n = blocks;
+    }
+    const uint32_t grid_y = !moe ? 1 : mv->active ? mv->n_active_max : mv->n_groups;
+    const uint32_t n = moe ? mv->max_items : mv->n_items;
+    const dim3 grid(blocks, grid_y);
+    dq_with_type(w->type, [&](auto t) {
+        constexpr int T = decltype(t)::value;
+        if (mv->up) dq_launch_nt<T, true>(b, a, grid, n);
+        else dq_launch_nt<T, false>(b, a, grid, n);
+    });
+    CU_LAUNCHED();
+    return NULL;
+}
+
+em_err em_cuda_dq_upload_grid(void) {
+    CU_TRY(cudaMemcpyToSymbol(dq_iq3xxs_grid, em_iq3xxs_grid, sizeof dq_iq3xxs_grid));
+    return NULL;
+}
