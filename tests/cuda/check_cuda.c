@@ -27,8 +27,9 @@
  * tiny models amplify flips into logits errors of a few percent, so a comparison with it would
  * measure chaos rather than the kernels; the strict checks above keep f32 activations. The served
  * decode with the default kernels is held to the bound above or to twice the deviation of the CPU
- * backend itself (on the stored weights, 8-bit activations) from the reference on the same steps,
- * whichever is larger; a kernel that computes wrong sums lands far outside both (check_gemm checks
+ * backend itself (on the stored weights, 8-bit activations) from the reference on the prompt or
+ * the same steps, whichever is larger (MoE models deviate most: a rounding can change which
+ * experts a token takes); a kernel that computes wrong sums lands far outside both (check_gemm checks
  * each product to 1e-2 against a double reference). The CPU backend's deviations are printed
  * ("cpu q8-act": its prefill against the device's strict one, its decode against the reference).
  * Prints one line: LABEL TYPE, the errors and greedy steps of each check, PASS|FAIL. */
@@ -376,9 +377,9 @@ int main(int argc, char **argv) {
     }
     /* Quantized weights: the device rounds the activations to 8 bits, as the CPU backend does, and
      * random tiny models amplify that rounding (the header); its decode may deviate from the
-     * reference up to twice as far as the CPU backend's does on the same steps. */
+     * reference up to twice as far as the CPU backend's does on the prefill or the same steps. */
     const bool rounds = strcmp(argv[3], "f32") && strcmp(argv[3], "f16") && strcmp(argv[3], "bf16");
-    const double served_tol = rounds ? fmax(tol, 2.0 * q8_decode_err) : tol;
+    const double served_tol = rounds ? fmax(tol, 2.0 * fmax(q8_err, q8_decode_err)) : tol;
     failed = !(prefill_err <= 1e-4) || !(decode_err <= 1e-4) || same != STEPS || !(batch_err <= 1e-5) ||
              !(f16_err <= tol) || !(served_decode_err <= served_tol) || !(served_f16_err <= tol);
     printf("%-14s %-5s prefill %.1e  decode %.1e  greedy %2d/%d  batched %.1e  served prefill %.1e  decode %.1e "
