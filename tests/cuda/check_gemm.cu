@@ -657,7 +657,7 @@ static void bench_decode(void) {
 static void bench_moe_decode(void) {
     enum { EXPERTS = ROUTE_EXPERTS, USED = ROUTE_USED, EMBD = 2048, FF = 768, MAX_TOKENS = 16 };
     static const uint32_t types[] = {EM_TYPE_IQ3_XXS, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_Q8_0, EM_TYPE_BF16};
-    static const uint32_t token_counts[] = {1, 2, 4, 16};
+    static const uint32_t token_counts[] = {1, 2, 4, 8, 16};
     cuda_backend *b = &backend;
     desc.act = EM_ACT_SWIGLU;
     uint32_t *counts_dev = (uint32_t *)dev_alloc(EXPERTS * 4), *starts_dev = (uint32_t *)dev_alloc(EXPERTS * 4);

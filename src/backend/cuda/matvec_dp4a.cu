@@ -265,11 +265,84 @@ struct dq_args : mv_args {
     bool x_by_index;     /* MoE: item i reads quantized row x_index[i] (dense: row i, gathered) */
 };
 
-template <int TYPE, int NT, bool GLU> __global__ void __launch_bounds__(MV_THREADS) dq_kernel(dq_args a) {
-    em_pdl_wait();
+/* Items c .. c + NT - 1 of the warp's row (all of them exist): each unit of the row is read once
+ * for all NT, then the row's results (and a producer's outputs) are written. Called by every
+ * thread of the block (a producer's partial sums meet in shared memory). */
+template <int TYPE, int NT, bool GLU>
+__device__ __forceinline__ void dq_items(const dq_args &a, const mv_group &grp, uint32_t c, const uint8_t *w,
+                                         const uint8_t *w2, float *y, uint64_t ys, uint32_t row, bool live) {
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t lanes = 1u << a.lanes_log2, sub = lane & (lanes - 1);
     const uint32_t units = a.cols / DQ_UNIT, chunks = a.cols / DQ_CHUNK;
+    const int8_t *xr[NT];
+    const float2 *xdr[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const uint32_t i = grp.start + c + t;
+        const uint64_t xrow = a.x_by_index ? a.x_index[i] : i;
+        xr[t] = a.xq + xrow * a.cols;
+        xdr[t] = a.xd + xrow * chunks;
+    }
+    float acc[NT], acc2[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = acc2[t] = 0.0f;
+#pragma unroll 2
+    for (uint32_t u = sub; u < units; u += lanes) {
+        dq_unit<TYPE> wu, wu2;
+        wu.load(w, u);
+        if (GLU) wu2.load(w2, u);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            acc[t] += wu.dot(xr[t], xdr[t], u);
+            if (GLU) acc2[t] += wu2.dot(xr[t], xdr[t], u);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        for (uint32_t off = lanes >> 1; off > 0; off >>= 1) {
+            acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);
+            if (GLU) acc2[t] += __shfl_xor_sync(0xffffffffu, acc2[t], off);
+        }
+    float ssum[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        ssum[t] = 0.0f;
+        if (sub == 0 && live) {
+            float *dst = y + (uint64_t)(c + t) * ys;
+            const float r = GLU ? mv_glu(acc[t], acc2[t], a.act) : acc[t];
+            const float v = a.accumulate ? *dst + r : r;
+            *dst = v;
+            if (a.next_ss) { /* a producer: one part, so the row is `row` */
+                const float nw = a.next_norm_w[row];
+                a.next_xw[dst - a.part[0].y] = v * (a.plus_one ? 1.0f + nw : nw);
+                ssum[t] = v * v;
+            }
+        }
+    }
+    if (a.next_ss) {
+        /* the block's partial sum of squares per item: lanes, then warps in order */
+        __shared__ float block_ss[MV_WARPS][8];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float s = em_warp_sum(ssum[t]);
+            if (lane == 0) block_ss[warp][t] = s;
+        }
+        __syncthreads();
+        if (threadIdx.x < NT) {
+            float total = 0.0f;
+            for (int k = 0; k < MV_WARPS; k++) total += block_ss[k][threadIdx.x];
+            a.next_ss[(uint64_t)(grp.start + c + threadIdx.x) * a.ss_stride + blockIdx.x] = total;
+        }
+        __syncthreads();
+    }
+}
+
+/* A warp's rows (32 / lanes of them) for all of its group's items, in passes of up to NT: the
+ * largest of 8, 4, 2, 1 (not above NT) that the items left fill, so an expert with fewer items
+ * than the batch's tokens does no work twice. */
+template <int TYPE, int NT, bool GLU> __global__ void __launch_bounds__(MV_THREADS) dq_kernel(dq_args a) {
+    em_pdl_wait();
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     mv_group grp;
     if (!mv_group_of(a, blockIdx.y, &grp)) return; /* MoE only: no producer, no block barrier */
     const uint32_t row = (blockIdx.x * MV_WARPS + warp) * (32u >> a.lanes_log2) + (lane >> a.lanes_log2);
@@ -279,67 +352,20 @@ template <int TYPE, int NT, bool GLU> __global__ void __launch_bounds__(MV_THREA
     uint64_t ys;
     mv_row(a, live ? row : a.rows - 1, grp.mat_offset, &w, &w2, &y, &ys); /* past the end: last row, no write */
     y += (uint64_t)grp.start * ys;
-    for (uint32_t c = 0; c < grp.count; c += NT) {
-        const int8_t *xr[NT];
-        const float2 *xdr[NT];
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const uint32_t i = grp.start + min(c + t, grp.count - 1); /* past the end: the last item again */
-            const uint64_t xrow = a.x_by_index ? a.x_index[i] : i;
-            xr[t] = a.xq + xrow * a.cols;
-            xdr[t] = a.xd + xrow * chunks;
-        }
-        float acc[NT], acc2[NT];
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[t] = acc2[t] = 0.0f;
-#pragma unroll 2
-        for (uint32_t u = sub; u < units; u += lanes) {
-            dq_unit<TYPE> wu, wu2;
-            wu.load(w, u);
-            if (GLU) wu2.load(w2, u);
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                acc[t] += wu.dot(xr[t], xdr[t], u);
-                if (GLU) acc2[t] += wu2.dot(xr[t], xdr[t], u);
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            for (uint32_t off = lanes >> 1; off > 0; off >>= 1) {
-                acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);
-                if (GLU) acc2[t] += __shfl_xor_sync(0xffffffffu, acc2[t], off);
-            }
-        float ssum[NT];
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            ssum[t] = 0.0f;
-            if (sub == 0 && live && c + t < grp.count) {
-                float *dst = y + (uint64_t)(c + t) * ys;
-                const float r = GLU ? mv_glu(acc[t], acc2[t], a.act) : acc[t];
-                const float v = a.accumulate ? *dst + r : r;
-                *dst = v;
-                if (a.next_ss) { /* a producer: one part, so the row is `row` */
-                    const float nw = a.next_norm_w[row];
-                    a.next_xw[dst - a.part[0].y] = v * (a.plus_one ? 1.0f + nw : nw);
-                    ssum[t] = v * v;
-                }
-            }
-        }
-        if (a.next_ss) {
-            /* the block's partial sum of squares per item: lanes, then warps in order */
-            __shared__ float block_ss[MV_WARPS][8];
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const float s = em_warp_sum(ssum[t]);
-                if (lane == 0) block_ss[warp][t] = s;
-            }
-            __syncthreads();
-            if (threadIdx.x < NT && c + threadIdx.x < grp.count) {
-                float total = 0.0f;
-                for (int k = 0; k < MV_WARPS; k++) total += block_ss[k][threadIdx.x];
-                a.next_ss[(uint64_t)(grp.start + c + threadIdx.x) * a.ss_stride + blockIdx.x] = total;
-            }
-            __syncthreads();
+    for (uint32_t c = 0; c < grp.count;) {
+        const uint32_t left = grp.count - c;
+        if (NT >= 8 && left >= 8) {
+            dq_items<TYPE, NT >= 8 ? 8 : 1, GLU>(a, grp, c, w, w2, y, ys, row, live);
+            c += 8;
+        } else if (NT >= 4 && left >= 4) {
+            dq_items<TYPE, NT >= 4 ? 4 : 1, GLU>(a, grp, c, w, w2, y, ys, row, live);
+            c += 4;
+        } else if (NT >= 2 && left >= 2) {
+            dq_items<TYPE, NT >= 2 ? 2 : 1, GLU>(a, grp, c, w, w2, y, ys, row, live);
+            c += 2;
+        } else {
+            dq_items<TYPE, 1, GLU>(a, grp, c, w, w2, y, ys, row, live);
+            c += 1;
         }
     }
 }
@@ -368,14 +394,17 @@ static bool dq_off(void) {
 }
 
 /* The most items (dense) or tokens (MoE) this kernel takes by default, from check_gemm --decode on
- * the H200 (bench/RESULTS.md, run 37): against the tensor-core kernel it wins every product at 1-2
- * items; at 4 the dense products and MoE gated units (IQ3_XXS even), but not the MoE down products
- * (each expert's rows are short: 768 columns) nor the IQ3_XXS and Q4_K output heads; from 8 the
- * tensor cores win most. EMBER_CUDA_DP4A=N sets one limit for all. */
+ * the H200 (bench/RESULTS.md, runs 37 and 43): against the tensor-core kernel it wins every dense
+ * product at 1-2 items and most at 4 (not the IQ3_XXS and Q4_K output heads), the tensor cores most
+ * from 8; the MoE gated units at every batch up to 16 tokens (each expert gets one or two of them:
+ * IQ3_XXS 131 against 153 us at 16), the MoE down products (768 columns: short rows) up to 4.
+ * EMBER_CUDA_DP4A=N sets one limit for all, EMBER_CUDA_DP4A_MOE=N one for the MoE products. */
 static uint32_t dq_max_items(const cuda_matvec *mv) {
     const char *v = getenv("EMBER_CUDA_DP4A");
     if (v && *v) return (uint32_t)atoi(v);
-    if (mv->counts) return mv->up ? 4 : 2;
+    const char *moe = getenv("EMBER_CUDA_DP4A_MOE");
+    if (mv->counts && moe && *moe) return (uint32_t)atoi(moe);
+    if (mv->counts) return mv->up ? 16 : 4;
     if (em_cuda_matvec_rows(mv) >= 32000) return mv->w->type == EM_TYPE_Q8_0 || mv->w->type == EM_TYPE_Q6_K ? 4 : 2;
     return 4;
 }
