@@ -224,6 +224,14 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(mv_args a) {
     }
 }
 
+em_err mv_producer_blocks(cuda_backend *b, const mv_args &a, uint32_t blocks, const char *kernel) {
+    if (!a.next_ss) return NULL;
+    if (blocks > b->ss_stride)
+        return em_errorf(EM_ERR_INTERNAL, "%s: %u blocks of partial sums, room for %u", kernel, blocks, b->ss_stride);
+    b->ss_n = blocks;
+    return NULL;
+}
+
 /* Items per pass: the largest of 8, 4, 2, 1 not above the batch. */
 static int mv_items_per_pass(uint32_t n_items) { return n_items >= 8 ? 8 : n_items >= 4 ? 4 : n_items >= 2 ? 2 : 1; }
 
@@ -233,12 +241,8 @@ static em_err launch_kernel(cuda_backend *b, const mv_args &a, uint32_t grid_y) 
     constexpr int RW = NT >= 4 && !GLU ? 2 : 1;
     const uint32_t per_block = MV_WARPS / a.ks * RW;
     const uint32_t blocks = (a.rows + per_block - 1) / per_block;
-    if (a.next_ss) {
-        if (blocks > b->ss_stride)
-            return em_errorf(EM_ERR_INTERNAL, "cuda matvec: %u blocks of partial sums, room for %u", blocks,
-                             b->ss_stride);
-        b->ss_n = blocks;
-    }
+    em_err err = mv_producer_blocks(b, a, blocks, "cuda matvec");
+    if (err) return err;
     em_cuda_launch(b, matvec_kernel<TYPE, NT, RW, GLU, FOLD>, dim3(blocks, grid_y), MV_THREADS, 0, a);
     return NULL;
 }

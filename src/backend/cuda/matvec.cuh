@@ -70,6 +70,10 @@ __device__ __forceinline__ bool mv_group_of(const mv_args &a, uint32_t grid_row,
     return true;
 }
 
+/* A fused norm's producer (a.next_ss) launched as `blocks` blocks leaves one partial sum per block:
+ * records their number in b->ss_n, or says that the scratch has no room for them (matvec.cu). */
+em_err mv_producer_blocks(cuda_backend *b, const mv_args &a, uint32_t blocks, const char *kernel);
+
 /* The tensor-core kernel (matvec_tc.cu): whether it takes `mv` (the types it decodes, dense
  * products of 3-16 items and experts with 2 or more unless EMBER_CUDA_MVT says otherwise, never with EMBER_CUDA_GEMM=0), and its launch with the
  * arguments em_cuda_matvec built. */

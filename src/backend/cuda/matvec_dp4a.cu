@@ -445,12 +445,8 @@ em_err em_cuda_dq(cuda_backend *b, const cuda_matvec *mv, const mv_args &base) {
     a.lanes_log2 = lanes_log2;
     const uint32_t rows_per_block = MV_WARPS * (32u >> lanes_log2);
     const uint32_t blocks = (a.rows + rows_per_block - 1) / rows_per_block;
-    if (a.next_ss) {
-        if (blocks > b->ss_stride)
-            return em_errorf(EM_ERR_INTERNAL, "cuda dp4a matvec: %u blocks of partial sums, room for %u", blocks,
-                             b->ss_stride);
-        b->ss_n = blocks;
-    }
+    em_err err = mv_producer_blocks(b, a, blocks, "cuda dp4a matvec");
+    if (err) return err;
     const uint32_t grid_y = !moe ? 1 : mv->active ? mv->n_active_max : mv->n_groups;
     const uint32_t n = moe ? mv->max_items : mv->n_items;
     const dim3 grid(blocks, grid_y);
