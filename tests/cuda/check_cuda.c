@@ -29,9 +29,10 @@
  * decode with the default kernels is held to the bound above or to twice the deviation of the CPU
  * backend itself (on the stored weights, 8-bit activations) from the reference on the prompt or
  * the same steps, whichever is larger (MoE models deviate most: a rounding can change which
- * experts a token takes); a kernel that computes wrong sums lands far outside both (check_gemm checks
- * each product to 1e-2 against a double reference). The CPU backend's deviations are printed
- * ("cpu q8-act": its prefill against the device's strict one, its decode against the reference).
+ * experts a token takes); a kernel that computes wrong sums lands far outside both (check_gemm
+ * checks each product to 1e-2 against a double reference). The CPU backend's deviations are
+ * printed ("cpu q8-act": its prefill against the device's strict one, its decode against the
+ * reference).
  * Prints one line: LABEL TYPE, the errors and greedy steps of each check, PASS|FAIL. */
 #include <math.h>
 #include <stdio.h>
@@ -139,9 +140,9 @@ static void free_reference(em_model *r) {
 }
 
 /* The decode as served (the engine's kernels, f16 cache): a fresh device backend prefills the
- * prompt into sequences 0-2, then is fed the CPU's greedy tokens, steps 0..7 as batches of the three
- * (the batched decode products), the rest to the first alone; the worst error against the CPU's
- * logits of those steps, or -1 on a failure. */
+ * prompt into sequences 0-2, then is fed the CPU's greedy tokens, steps 0..7 as batches of the
+ * three (the batched decode products), the rest to the first alone; the worst error against the
+ * CPU's logits of those steps, or -1 on a failure. */
 static double served_decode(const em_model *model, const em_backend_config *config, const em_batch_seq *seqs,
                             const int32_t *prompt, const int32_t *cpu_tokens, const float *cpu_steps, int steps) {
     const uint32_t V = desc->n_vocab;

@@ -241,15 +241,17 @@ em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv);
 /* The rows of all of mv's parts together. */
 uint32_t em_cuda_matvec_rows(const cuda_matvec *mv);
 /* EMBER_CUDA_GEMM=0: every product on the f32 kernels (matvec.cu), none on tensor cores or on
- * 8-bit activations (for comparisons). Read at each call, which costs far less than the launch it decides about. */
+ * 8-bit activations (for comparisons). Read at each call, which costs far less than the launch it
+ * decides about. */
 bool em_cuda_tensor_cores_off(void);
 /* em_cuda_matvec with the kernel forced, for tests and measurements: F32 the CUDA-core kernel
- * (matvec.cu), TC the tensor-core kernel for decode batches (matvec_tc.cu; not for F32 weights). */
+ * (matvec.cu), TC the tensor-core kernel for decode batches (matvec_tc.cu; not for F32 weights),
+ * DP4A the kernel on 8-bit activations (matvec_dp4a.cu; quantized weights it takes only). */
 typedef enum em_cuda_matvec_kernel {
     EM_CUDA_MATVEC_AUTO,
     EM_CUDA_MATVEC_F32,
     EM_CUDA_MATVEC_TC,
-    EM_CUDA_MATVEC_DP4A /* matvec_dp4a.cu: quantized weights on 8-bit activations */
+    EM_CUDA_MATVEC_DP4A
 } em_cuda_matvec_kernel;
 em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matvec_kernel kernel);
 /* Whether the DP4A kernel can take `mv`: Q8_0, Q4_K, Q6_K or IQ3_XXS weights, rows of whole

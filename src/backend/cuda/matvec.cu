@@ -232,9 +232,6 @@ em_err mv_producer_blocks(cuda_backend *b, const mv_args &a, uint32_t blocks, co
     return NULL;
 }
 
-/* Items per pass: the largest of 8, 4, 2, 1 not above the batch. */
-static int mv_items_per_pass(uint32_t n_items) { return n_items >= 8 ? 8 : n_items >= 4 ? 4 : n_items >= 2 ? 2 : 1; }
-
 template <int TYPE, int NT, bool GLU, bool FOLD>
 static em_err launch_kernel(cuda_backend *b, const mv_args &a, uint32_t grid_y) {
     /* two rows per warp once several items share them: each X value loaded then feeds two rows */

@@ -70,22 +70,25 @@ __device__ __forceinline__ bool mv_group_of(const mv_args &a, uint32_t grid_row,
     return true;
 }
 
+/* Items per pass of a decode kernel: the largest of 8, 4, 2, 1 not above the batch. */
+static inline int mv_items_per_pass(uint32_t n_items) { return n_items >= 8 ? 8 : n_items >= 4 ? 4 : n_items >= 2 ? 2 : 1; }
+
 /* A fused norm's producer (a.next_ss) launched as `blocks` blocks leaves one partial sum per block:
  * records their number in b->ss_n, or says that the scratch has no room for them (matvec.cu). */
 em_err mv_producer_blocks(cuda_backend *b, const mv_args &a, uint32_t blocks, const char *kernel);
 
-/* The tensor-core kernel (matvec_tc.cu): whether it takes `mv` (the types it decodes, dense
- * products of 3-16 items and experts with 2 or more unless EMBER_CUDA_MVT says otherwise, never with EMBER_CUDA_GEMM=0), and its launch with the
- * arguments em_cuda_matvec built. */
+/* The tensor-core kernel (matvec_tc.cu): whether it takes `mv` (the types it decodes, up to 16
+ * items from a number per kind of product, see mvt_min_items; never with EMBER_CUDA_GEMM=0), and
+ * its launch with the arguments em_cuda_matvec built. */
 bool em_cuda_mvt_wanted(const cuda_backend *b, const cuda_matvec *mv);
 em_err em_cuda_mvt(cuda_backend *b, const cuda_matvec *mv, mv_args a);
 /* Its copy of the IQ3_XXS lattice (dequant.cuh), uploaded with matvec.cu's. */
 em_err em_cuda_mvt_upload_grid(void);
 
 /* The kernel on 8-bit activations (matvec_dp4a.cu): whether it should take `mv` (one it takes,
- * em_cuda_dq_takes; up to a number of items or MoE tokens per kind of product, see dq_max_items;
- * EMBER_CUDA_DP4A=0 never), and its
- * launch (the quantizing kernel, then the product) with the arguments em_cuda_matvec built. */
+ * em_cuda_dq_takes, up to a number of items or MoE tokens per kind of product, see dq_max_items;
+ * never with EMBER_CUDA_GEMM=0), and its launch (the quantizing kernel, then the product) with the
+ * arguments em_cuda_matvec built. */
 bool em_cuda_dq_wanted(const cuda_backend *b, const cuda_matvec *mv);
 em_err em_cuda_dq(cuda_backend *b, const cuda_matvec *mv, const mv_args &a);
 em_err em_cuda_dq_upload_grid(void);

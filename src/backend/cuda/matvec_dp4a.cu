@@ -109,6 +109,14 @@ template <int N> __device__ __forceinline__ void dq_words_a2(const uint8_t *p, u
 
 __device__ __forceinline__ float dq_half(uint32_t bits16) { return __half2float(__ushort_as_half((unsigned short)bits16)); }
 
+/* Unit u's two contiguous chunks (activation chunks 2u, 2u + 1), each with one weight scale. */
+__device__ __forceinline__ float dq_dot_pair(const uint32_t q[16], const float d[2], const int8_t *x,
+                                             const float2 *xd, uint32_t u) {
+    const uint32_t c = 2 * u;
+    return d[0] * xd[c].x * (float)dq_dot32(q, x + DQ_CHUNK * c) +
+           d[1] * xd[c + 1].x * (float)dq_dot32(q + 8, x + DQ_CHUNK * (c + 1));
+}
+
 template <int TYPE> struct dq_unit;
 
 /* Q8_0: a unit is two 34-byte blocks, 68 bytes at 68u: 4-byte aligned (rows hold an even number of
@@ -129,9 +137,7 @@ template <> struct dq_unit<EM_TYPE_Q8_0> {
     }
     static __device__ __forceinline__ uint32_t chunk(uint32_t u, int h) { return 2 * u + h; }
     __device__ __forceinline__ float dot(const int8_t *x, const float2 *xd, uint32_t u) const {
-        const uint32_t c = 2 * u;
-        return d[0] * xd[c].x * (float)dq_dot32(q, x + DQ_CHUNK * c) +
-               d[1] * xd[c + 1].x * (float)dq_dot32(q + 8, x + DQ_CHUNK * (c + 1));
+        return dq_dot_pair(q, d, x, xd, u);
     }
 };
 
@@ -250,9 +256,7 @@ template <> struct dq_unit<EM_TYPE_IQ3_XXS> {
     }
     static __device__ __forceinline__ uint32_t chunk(uint32_t u, int h) { return 2 * u + h; }
     __device__ __forceinline__ float dot(const int8_t *x, const float2 *xd, uint32_t u) const {
-        const uint32_t c = 2 * u;
-        return db[0] * xd[c].x * (float)dq_dot32(q, x + DQ_CHUNK * c) +
-               db[1] * xd[c + 1].x * (float)dq_dot32(q + 8, x + DQ_CHUNK * (c + 1));
+        return dq_dot_pair(q, db, x, xd, u);
     }
 };
 
@@ -371,26 +375,25 @@ template <int TYPE, int NT, bool GLU> __global__ void __launch_bounds__(MV_THREA
 }
 
 template <int TYPE, bool GLU> static void dq_launch_nt(cuda_backend *b, const dq_args &a, dim3 grid, uint32_t n) {
-    if (n >= 8) em_cuda_launch(b, dq_kernel<TYPE, 8, GLU>, grid, MV_THREADS, 0, a);
-    else if (n >= 4) em_cuda_launch(b, dq_kernel<TYPE, 4, GLU>, grid, MV_THREADS, 0, a);
-    else if (n >= 2) em_cuda_launch(b, dq_kernel<TYPE, 2, GLU>, grid, MV_THREADS, 0, a);
-    else em_cuda_launch(b, dq_kernel<TYPE, 1, GLU>, grid, MV_THREADS, 0, a);
-}
-
-/* Calls f(em_type_tag<T>()) for T == type when this kernel reads T; false otherwise. */
-template <typename F> static bool dq_with_type(uint32_t type, F &&f) {
-    switch (type) {
-    case EM_TYPE_Q8_0: f(em_type_tag<EM_TYPE_Q8_0>()); return true;
-    case EM_TYPE_Q4_K: f(em_type_tag<EM_TYPE_Q4_K>()); return true;
-    case EM_TYPE_Q6_K: f(em_type_tag<EM_TYPE_Q6_K>()); return true;
-    case EM_TYPE_IQ3_XXS: f(em_type_tag<EM_TYPE_IQ3_XXS>()); return true;
-    default: return false;
+    switch (mv_items_per_pass(n)) {
+    case 8: em_cuda_launch(b, dq_kernel<TYPE, 8, GLU>, grid, MV_THREADS, 0, a); break;
+    case 4: em_cuda_launch(b, dq_kernel<TYPE, 4, GLU>, grid, MV_THREADS, 0, a); break;
+    case 2: em_cuda_launch(b, dq_kernel<TYPE, 2, GLU>, grid, MV_THREADS, 0, a); break;
+    default: em_cuda_launch(b, dq_kernel<TYPE, 1, GLU>, grid, MV_THREADS, 0, a);
     }
 }
 
-static bool dq_off(void) {
-    const char *v = getenv("EMBER_CUDA_DP4A");
-    return (v && !strcmp(v, "0")) || em_cuda_tensor_cores_off();
+/* The weight types this kernel reads (those with a dq_unit), of em_cuda_each_type's. */
+template <int TYPE> constexpr bool dq_reads =
+    TYPE == EM_TYPE_Q8_0 || TYPE == EM_TYPE_Q4_K || TYPE == EM_TYPE_Q6_K || TYPE == EM_TYPE_IQ3_XXS;
+
+/* Calls f(em_type_tag<T>()) for T == type when this kernel reads T; false otherwise. */
+template <typename F> static bool dq_with_type(uint32_t type, F &&f) {
+    bool found = false;
+    em_cuda_with_type<false>(type, [&](auto t) {
+        if constexpr (dq_reads<decltype(t)::value>) f(t), found = true;
+    });
+    return found;
 }
 
 /* The most items (dense) or tokens (MoE) this kernel takes by default, from check_gemm --decode on
@@ -398,7 +401,8 @@ static bool dq_off(void) {
  * product at 1-2 items and most at 4 (not the IQ3_XXS and Q4_K output heads), the tensor cores most
  * from 8; the MoE gated units at every batch up to 16 tokens (each expert gets one or two of them:
  * IQ3_XXS 131 against 153 us at 16), the MoE down products (768 columns: short rows) up to 4.
- * EMBER_CUDA_DP4A=N sets one limit for all, EMBER_CUDA_DP4A_MOE=N one for the MoE products. */
+ * EMBER_CUDA_DP4A=N sets one limit for all (0: never), EMBER_CUDA_DP4A_MOE=N one for the MoE
+ * products. */
 static uint32_t dq_max_items(const cuda_matvec *mv) {
     const char *v = getenv("EMBER_CUDA_DP4A");
     if (v && *v) return (uint32_t)atoi(v);
@@ -409,16 +413,25 @@ static uint32_t dq_max_items(const cuda_matvec *mv) {
     return 4;
 }
 
+/* The rows dq_quantize_kernel rounds: a dense product's items (gathered through x_index), a MoE
+ * product's rows of X (x_rows; without it, rows indexed per pair are the batch's tokens); 0 when
+ * unknown (pairs read rows in order and x_rows is not given). */
+static uint32_t dq_rows(const cuda_matvec *mv) {
+    if (!mv->counts) return mv->n_items;
+    return mv->x_rows ? mv->x_rows : mv->x_index ? mv->max_items : 0;
+}
+
 bool em_cuda_dq_takes(const cuda_backend *b, const cuda_matvec *mv) {
     const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
-    return dq_with_type(mv->w->type, [](auto) {}) && mv->w->cols % DQ_UNIT == 0 && mv->x_stride % 4 == 0 &&
-           (uint64_t)(mv->counts ? (mv->x_rows ? mv->x_rows : mv->max_items) : mv->n_items) * mv->w->cols <= b->xq_bytes &&
-           n_parts <= MV_PARTS && !(n_parts > 1 && (mv->counts || mv->up)) && !((mv->norm_ss || mv->next_norm_w) && mv->counts) &&
-           !(mv->counts && mv->x_index == NULL && mv->x_rows == 0);
+    if (!dq_with_type(mv->w->type, [](auto) {}) || mv->w->cols % DQ_UNIT || mv->x_stride % 4) return false;
+    if (dq_rows(mv) == 0 || (uint64_t)dq_rows(mv) * mv->w->cols > b->xq_bytes) return false;
+    /* the fusions em_cuda_matvec allows: parts of dense plain products, norms on dense ones */
+    if (n_parts > MV_PARTS || (n_parts > 1 && (mv->counts || mv->up))) return false;
+    return !((mv->norm_ss || mv->next_norm_w) && mv->counts);
 }
 
 bool em_cuda_dq_wanted(const cuda_backend *b, const cuda_matvec *mv) {
-    if (dq_off() || !em_cuda_dq_takes(b, mv)) return false;
+    if (em_cuda_tensor_cores_off() || !em_cuda_dq_takes(b, mv)) return false;
     return (mv->counts ? mv->max_items : mv->n_items) <= dq_max_items(mv);
 }
 
@@ -431,7 +444,7 @@ em_err em_cuda_dq(cuda_backend *b, const cuda_matvec *mv, const mv_args &base) {
     static_cast<mv_args &>(a) = base;
     /* quantize: dense rows are the items (gathered through x_index); MoE rows are X's rows */
     const bool moe = mv->counts != NULL;
-    const uint32_t q_rows = moe ? (mv->x_rows ? mv->x_rows : mv->max_items) : mv->n_items;
+    const uint32_t q_rows = dq_rows(mv);
     const uint64_t warps = (uint64_t)q_rows * (w->cols / DQ_CHUNK);
     em_cuda_launch(b, dq_quantize_kernel, (uint32_t)((warps + 7) / 8), 256, 0, mv->x, mv->x_stride,
                    moe ? (const uint32_t *)NULL : mv->x_index, w->cols, q_rows, mv->norm_ss, mv->norm_n,
