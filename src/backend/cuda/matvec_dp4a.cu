@@ -35,6 +35,7 @@ extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
 
 #define DQ_CHUNK 32 /* activation values per scale */
 #define DQ_UNIT 64  /* weight values per lane step */
+#define DQ_MOE_PASS 2 /* MoE products: the most items per pass (em_cuda_dq) */
 
 /* Rows of X (item i: row x_index[i] when given, else i) -> xq[i][cols] bytes and xd[i][cols / 32]
  * = {d * f, d * f * sum of the chunk's bytes}, f the item's RMS factor with norm_ss (else 1). One
@@ -461,7 +462,14 @@ em_err em_cuda_dq(cuda_backend *b, const cuda_matvec *mv, const mv_args &base) {
     em_err err = mv_producer_blocks(b, a, blocks, "cuda dp4a matvec");
     if (err) return err;
     const uint32_t grid_y = !moe ? 1 : mv->active ? mv->n_active_max : mv->n_groups;
-    const uint32_t n = moe ? mv->max_items : mv->n_items;
+    /* MoE: at most DQ_MOE_PASS items per pass (EMBER_CUDA_DP4A_NT=N sets it): most experts get one
+     * or two of a step's tokens, and the variants for more hold up to 179 registers per thread
+     * (IQ3_XXS, 8 items: one block per multiprocessor); an expert with more items repeats its
+     * rows, which the repeat reads from L1. */
+    uint32_t n = moe ? mv->max_items : mv->n_items;
+    const char *cap = getenv("EMBER_CUDA_DP4A_NT");
+    const uint32_t moe_pass = cap && atoi(cap) > 0 ? (uint32_t)atoi(cap) : DQ_MOE_PASS;
+    if (moe && n > moe_pass) n = moe_pass;
     const dim3 grid(blocks, grid_y);
     dq_with_type(w->type, [&](auto t) {
         constexpr int T = decltype(t)::value;
