@@ -35,7 +35,6 @@ extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
 
 #define DQ_CHUNK 32 /* activation values per scale */
 #define DQ_UNIT 64  /* weight values per lane step */
-#define DQ_MOE_PASS 2 /* MoE products: the most items per pass (em_cuda_dq) */
 
 /* Rows of X (item i: row x_index[i] when given, else i) -> xq[i][cols] bytes and xd[i][cols / 32]
  * = {d * f, d * f * sum of the chunk's bytes}, f the item's RMS factor with norm_ss (else 1). One
@@ -125,7 +124,7 @@ template <int TYPE> struct dq_unit;
 template <> struct dq_unit<EM_TYPE_Q8_0> {
     uint32_t q[16];
     float d[2];
-    __device__ __forceinline__ void load(const uint8_t *row, uint32_t u) {
+    __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, const uint32_t *lut) {
         const uint32_t *p = (const uint32_t *)(row + 68 * (uint64_t)u);
         uint32_t w[17];
 #pragma unroll
@@ -148,7 +147,7 @@ template <> struct dq_unit<EM_TYPE_Q8_0> {
 template <> struct dq_unit<EM_TYPE_Q4_K> {
     uint32_t q[16];
     float dl[2], ml[2];
-    __device__ __forceinline__ void load(const uint8_t *row, uint32_t u) {
+    __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, const uint32_t *lut) {
         const uint8_t *b = row + 144 * (uint64_t)(u >> 2);
         const uint32_t g = u & 3;
         const uint32_t *hw = (const uint32_t *)b;
@@ -191,7 +190,7 @@ template <> struct dq_unit<EM_TYPE_Q6_K> {
     uint32_t q[16];
     int sc[4];
     float d;
-    __device__ __forceinline__ void load(const uint8_t *row, uint32_t u) {
+    __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, const uint32_t *lut) {
         const uint8_t *b = row + 210 * (uint64_t)(u >> 2);
         const uint32_t half = (u >> 1) & 1, p = u & 1;
         uint32_t lo[8], hi[8];
@@ -233,7 +232,7 @@ __device__ __forceinline__ uint32_t dq_sign_mask(uint32_t s) { return ((s & 15) 
 template <> struct dq_unit<EM_TYPE_IQ3_XXS> {
     uint32_t q[16];
     float db[2];
-    __device__ __forceinline__ void load(const uint8_t *row, uint32_t u) {
+    __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, const uint32_t *lut) {
         const uint8_t *b = row + 98 * (uint64_t)(u >> 2);
         const uint32_t k = u & 3;
         uint32_t idx[4], aux[2];
@@ -241,7 +240,7 @@ template <> struct dq_unit<EM_TYPE_IQ3_XXS> {
         dq_words_a2<2>(b + 66 + 8 * k, aux);
         const float d = dq_half(*(const uint16_t *)b);
 #pragma unroll
-        for (int j = 0; j < 16; j++) q[j] = __ldg(dq_iq3xxs_grid + ((idx[j >> 2] >> (8 * (j & 3))) & 0xff));
+        for (int j = 0; j < 16; j++) q[j] = lut[(idx[j >> 2] >> (8 * (j & 3))) & 0xff];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
 #pragma unroll
@@ -275,7 +274,8 @@ struct dq_args : mv_args {
  * thread of the block (a producer's partial sums meet in shared memory). */
 template <int TYPE, int NT, bool GLU>
 __device__ __forceinline__ void dq_items(const dq_args &a, const mv_group &grp, uint32_t c, const uint8_t *w,
-                                         const uint8_t *w2, float *y, uint64_t ys, uint32_t row, bool live) {
+                                         const uint8_t *w2, float *y, uint64_t ys, uint32_t row, bool live,
+                                         const uint32_t *lut) {
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t lanes = 1u << a.lanes_log2, sub = lane & (lanes - 1);
     const uint32_t units = a.cols / DQ_UNIT, chunks = a.cols / DQ_CHUNK;
@@ -291,11 +291,14 @@ __device__ __forceinline__ void dq_items(const dq_args &a, const mv_group &grp, 
     float acc[NT], acc2[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = acc2[t] = 0.0f;
-#pragma unroll 2
+    /* two units in flight per loop for the plain 1-2 item passes; the gated and wider ones keep
+     * one, at 64-128 registers instead of 75-179 (run 47, check_gemm --decode) */
+    constexpr int UNROLL = GLU || NT >= 4 ? 1 : 2;
+#pragma unroll UNROLL
     for (uint32_t u = sub; u < units; u += lanes) {
         dq_unit<TYPE> wu, wu2;
-        wu.load(w, u);
-        if (GLU) wu2.load(w2, u);
+        wu.load(w, u, lut);
+        if (GLU) wu2.load(w2, u, lut);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             acc[t] += wu.dot(xr[t], xdr[t], u);
@@ -346,6 +349,14 @@ __device__ __forceinline__ void dq_items(const dq_args &a, const mv_group &grp, 
  * largest of 8, 4, 2, 1 (not above NT) that the items left fill, so an expert with fewer items
  * than the batch's tokens does no work twice. */
 template <int TYPE, int NT, bool GLU> __global__ void __launch_bounds__(MV_THREADS) dq_kernel(dq_args a) {
+    /* IQ3_XXS: the lattice in shared memory, where 32 lanes' lookups take ~3 bank wavefronts
+     * instead of the ~8 cache lines of the global copy */
+    __shared__ uint32_t lut[TYPE == EM_TYPE_IQ3_XXS ? 256 : 1];
+    if constexpr (TYPE == EM_TYPE_IQ3_XXS) {
+        static_assert(MV_THREADS == 256, "one lattice word per thread");
+        lut[threadIdx.x] = dq_iq3xxs_grid[threadIdx.x];
+        __syncthreads();
+    }
     em_pdl_wait();
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     mv_group grp;
@@ -360,16 +371,16 @@ template <int TYPE, int NT, bool GLU> __global__ void __launch_bounds__(MV_THREA
     for (uint32_t c = 0; c < grp.count;) {
         const uint32_t left = grp.count - c;
         if (NT >= 8 && left >= 8) {
-            dq_items<TYPE, NT >= 8 ? 8 : 1, GLU>(a, grp, c, w, w2, y, ys, row, live);
+            dq_items<TYPE, NT >= 8 ? 8 : 1, GLU>(a, grp, c, w, w2, y, ys, row, live, lut);
             c += 8;
         } else if (NT >= 4 && left >= 4) {
-            dq_items<TYPE, NT >= 4 ? 4 : 1, GLU>(a, grp, c, w, w2, y, ys, row, live);
+            dq_items<TYPE, NT >= 4 ? 4 : 1, GLU>(a, grp, c, w, w2, y, ys, row, live, lut);
             c += 4;
         } else if (NT >= 2 && left >= 2) {
-            dq_items<TYPE, NT >= 2 ? 2 : 1, GLU>(a, grp, c, w, w2, y, ys, row, live);
+            dq_items<TYPE, NT >= 2 ? 2 : 1, GLU>(a, grp, c, w, w2, y, ys, row, live, lut);
             c += 2;
         } else {
-            dq_items<TYPE, 1, GLU>(a, grp, c, w, w2, y, ys, row, live);
+            dq_items<TYPE, 1, GLU>(a, grp, c, w, w2, y, ys, row, live, lut);
             c += 1;
         }
     }
@@ -398,18 +409,17 @@ template <typename F> static bool dq_with_type(uint32_t type, F &&f) {
 }
 
 /* The most items (dense) or tokens (MoE) this kernel takes by default, from check_gemm --decode on
- * the H200 (bench/RESULTS.md, runs 37 and 43): against the tensor-core kernel it wins every dense
- * product at 1-2 items and most at 4 (not the IQ3_XXS and Q4_K output heads), the tensor cores most
- * from 8; the MoE gated units at every batch up to 16 tokens (each expert gets one or two of them:
- * IQ3_XXS 131 against 153 us at 16), the MoE down products (768 columns: short rows) up to 4.
- * EMBER_CUDA_DP4A=N sets one limit for all (0: never), EMBER_CUDA_DP4A_MOE=N one for the MoE
- * products. */
+ * the H200 (bench/RESULTS.md, runs 37, 43 and 47): against the tensor-core kernel it wins every
+ * dense product at 1-2 items and most at 4 (not the IQ3_XXS and Q4_K output heads), the tensor
+ * cores most from 8; every MoE product up to 16 tokens once its passes follow the items per expert
+ * (IQ3_XXS at 16 tokens: gate+up 112 against 152 us, down 89 against 97). EMBER_CUDA_DP4A=N sets
+ * one limit for all (0: never), EMBER_CUDA_DP4A_MOE=N one for the MoE products. */
 static uint32_t dq_max_items(const cuda_matvec *mv) {
     const char *v = getenv("EMBER_CUDA_DP4A");
     if (v && *v) return (uint32_t)atoi(v);
     const char *moe = getenv("EMBER_CUDA_DP4A_MOE");
     if (mv->counts && moe && *moe) return (uint32_t)atoi(moe);
-    if (mv->counts) return mv->up ? 16 : 4;
+    if (mv->counts) return 16;
     if (em_cuda_matvec_rows(mv) >= 32000) return mv->w->type == EM_TYPE_Q8_0 || mv->w->type == EM_TYPE_Q6_K ? 4 : 2;
     return 4;
 }
@@ -462,14 +472,11 @@ em_err em_cuda_dq(cuda_backend *b, const cuda_matvec *mv, const mv_args &base) {
     em_err err = mv_producer_blocks(b, a, blocks, "cuda dp4a matvec");
     if (err) return err;
     const uint32_t grid_y = !moe ? 1 : mv->active ? mv->n_active_max : mv->n_groups;
-    /* MoE: at most DQ_MOE_PASS items per pass (EMBER_CUDA_DP4A_NT=N sets it): most experts get one
-     * or two of a step's tokens, and the variants for more hold up to 179 registers per thread
-     * (IQ3_XXS, 8 items: one block per multiprocessor); an expert with more items repeats its
-     * rows, which the repeat reads from L1. */
-    uint32_t n = moe ? mv->max_items : mv->n_items;
-    const char *cap = getenv("EMBER_CUDA_DP4A_NT");
-    const uint32_t moe_pass = cap && atoi(cap) > 0 ? (uint32_t)atoi(cap) : DQ_MOE_PASS;
-    if (moe && n > moe_pass) n = moe_pass;
+    /* MoE passes take the mean items per expert (mv->n_items; most experts get one or two of a
+     * step's tokens), not the batch's: the variants for more items hold more registers (an 8-item
+     * one up to 128 per thread), and an expert with more items repeats its rows, which the repeat
+     * reads from L1 (run 47: moe-30b-a3b +6-11% at 2-16 sequences) */
+    const uint32_t n = moe ? (mv->n_items < mv->max_items ? mv->n_items : mv->max_items) : mv->n_items;
     const dim3 grid(blocks, grid_y);
     dq_with_type(w->type, [&](auto t) {
         constexpr int T = decltype(t)::value;
