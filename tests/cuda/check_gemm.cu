@@ -83,10 +83,10 @@ static void make_backend(void) {
     /* the wgmma kernel's f16 activations: up to 8192 items of 8192 columns */
     b->x16_halves = 8192ull * 8192;
     b->x16 = (__half *)dev_alloc(b->x16_halves * sizeof(__half));
-    /* the dp4a products' 8-bit activations, as many */
-    b->xq_bytes = b->x16_halves;
+    /* the dp4a products' 8-bit activations, as many (units of 64 in 80 bytes) */
+    b->xq_bytes = b->x16_halves / 64 * 80;
     b->xq = (int8_t *)dev_alloc(b->xq_bytes);
-    b->xd = (float2 *)dev_alloc(b->xq_bytes / 32 * sizeof(float2));
+    b->xd = (float2 *)dev_alloc(b->x16_halves / 32 * sizeof(float2));
 }
 
 static void set_gemm(bool on) { setenv("EMBER_CUDA_GEMM", on ? "1" : "0", 1); }

@@ -86,7 +86,7 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         {(void **)&b->mvt_part, mvt_rows * 8 * 16 * 2 * 4},
         {(void **)&b->mvt_counter, (uint64_t)mvt_groups * 4},
         {(void **)&b->x16, x16_halves * 2},
-        {(void **)&b->xq, x16_halves}, {(void **)&b->xd, x16_halves / 32 * sizeof(float2)},
+        {(void **)&b->xq, x16_halves / 64 * 80}, {(void **)&b->xd, x16_halves / 32 * sizeof(float2)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         em_err err = alloc(bufs[i].p, bufs[i].bytes);
@@ -108,7 +108,7 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
     b->mvt_part_floats = mvt_rows * 8 * 16 * 2;
     b->mvt_groups = mvt_groups;
     b->x16_halves = x16_halves;
-    b->xq_bytes = x16_halves; /* the dp4a products' activations: as many rows, a byte a value */
+    b->xq_bytes = x16_halves / 64 * 80; /* the dp4a products' activations: a byte a value, 64 in 80 */
     b->att_slots = att_slots;
     b->ss_stride = (uint32_t)e; /* a producer's blocks: fewer than its rows, which are n_embd */
     b->cap_tokens = n;

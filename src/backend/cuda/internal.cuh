@@ -155,7 +155,7 @@ typedef struct cuda_backend {
     uint64_t att_slots;     /* (token, head, split) partials att_part holds */
     __half *x16;            /* the wgmma GEMM's activations rounded to f16, contiguous rows (gemm.cu) */
     uint64_t x16_halves;    /* halves x16 holds */
-    int8_t *xq;             /* the dp4a products' activations rounded to bytes, contiguous rows */
+    int8_t *xq;             /* the dp4a products' activations rounded to bytes (matvec_dp4a.cu's layout) */
     float2 *xd;             /* and their scales per 32 (matvec_dp4a.cu) */
     uint64_t xq_bytes;      /* bytes xq holds (xd: one per 32) */
     /* Sampling on the device (sample.cu), for cap_pick_rows rows: */
@@ -255,7 +255,7 @@ typedef enum em_cuda_matvec_kernel {
 } em_cuda_matvec_kernel;
 em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matvec_kernel kernel);
 /* Whether the DP4A kernel can take `mv`: Q8_0, Q4_K, Q6_K or IQ3_XXS weights, rows of whole
- * 64-value units, activations that fit b->xq. */
+ * 64-value units, rounded activations that fit b->xq (the output heads: a block's shared memory). */
 bool em_cuda_dq_takes(const cuda_backend *b, const cuda_matvec *mv);
 
 /* One of up to three matrices that share the input rows and run in one launch (Q, K and V): of

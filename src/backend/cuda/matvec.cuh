@@ -87,8 +87,8 @@ em_err em_cuda_mvt_upload_grid(void);
 
 /* The kernel on 8-bit activations (matvec_dp4a.cu): whether it should take `mv` (one it takes,
  * em_cuda_dq_takes, up to a number of items or MoE tokens per kind of product, see dq_max_items;
- * never with EMBER_CUDA_GEMM=0), and its launch (the quantizing kernel, then the product) with the
- * arguments em_cuda_matvec built. */
+ * never with EMBER_CUDA_GEMM=0), and its launch (the rounding of the activations to bytes, then the
+ * product) with the arguments em_cuda_matvec built. */
 bool em_cuda_dq_wanted(const cuda_backend *b, const cuda_matvec *mv);
 em_err em_cuda_dq(cuda_backend *b, const cuda_matvec *mv, const mv_args &a);
 em_err em_cuda_dq_upload_grid(void);
