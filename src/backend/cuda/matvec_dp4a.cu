@@ -517,19 +517,20 @@ template <typename F> static bool dq_with_type(uint32_t type, F &&f) {
 }
 
 /* The most items (dense) or tokens (MoE) this kernel takes by default, from check_gemm --decode on
- * the H200 (bench/RESULTS.md, runs 37, 43 and 47): against the tensor-core kernel it wins every
- * dense product at 1-2 items and most at 4 (not the IQ3_XXS and Q4_K output heads), the tensor
- * cores most from 8; every MoE product up to 16 tokens once its passes follow the items per expert
- * (IQ3_XXS at 16 tokens: gate+up 112 against 152 us, down 89 against 97). EMBER_CUDA_DP4A=N sets
- * one limit for all (0: never), EMBER_CUDA_DP4A_MOE=N one for the MoE products. */
+ * the H200 (bench/RESULTS.md, runs 37, 43, 47 and 53): against the tensor-core kernel it wins every
+ * dense product of Q8_0 and Q4_K weights up to 8 items (Q8_0 at 8: gate+up 34 against 46 us, the
+ * output head 195 against 278) and of Q6_K and IQ3_XXS weights up to 4 (their gate+up and heads
+ * lose at 8), the tensor cores all from 16; every MoE product up to 16 tokens once its passes
+ * follow the items per expert (IQ3_XXS at 16 tokens: gate+up 112 against 152 us, down 89 against
+ * 97). EMBER_CUDA_DP4A=N sets one limit for all (0: never), EMBER_CUDA_DP4A_MOE=N one for the MoE
+ * products. */
 static uint32_t dq_max_items(const cuda_matvec *mv) {
     const char *v = getenv("EMBER_CUDA_DP4A");
     if (v && *v) return (uint32_t)atoi(v);
     const char *moe = getenv("EMBER_CUDA_DP4A_MOE");
     if (mv->counts && moe && *moe) return (uint32_t)atoi(moe);
     if (mv->counts) return 16;
-    if (em_cuda_matvec_rows(mv) >= 32000) return mv->w->type == EM_TYPE_Q8_0 || mv->w->type == EM_TYPE_Q6_K ? 4 : 2;
-    return 4;
+    return mv->w->type == EM_TYPE_Q8_0 || mv->w->type == EM_TYPE_Q4_K ? 8 : 4;
 }
 
 /* Shared memory a staged dp4a block may take (set by em_cuda_dq_upload_grid). */
