@@ -38,7 +38,7 @@ extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
 
 #define DQ_CHUNK 32 /* activation values per scale */
 #define DQ_UNIT 64  /* weight values per lane step */
-#define DQ_XUNIT 80 /* bytes a unit's 64 staged activations take in shared memory (16 of padding) */
+#define DQ_XUNIT 80 /* bytes a unit's 64 rounded activations take (16 of padding, see dq_xchunk) */
 
 /* Activation chunk c (32 bytes) of an item's rounded row: the units of 64 values sit DQ_XUNIT bytes
  * apart, so that the eight lanes of a quarter warp, each reading its own unit, hit distinct shared
@@ -339,8 +339,8 @@ __device__ void dq_stage(const dq_args &a, const mv_group &grp, uint32_t c, uint
     }
 }
 
-/* Items c .. c + NT - 1 of the warp's row (all of them exist; their bytes at sx, scales at sxd,
- * from dq_stage): each unit of the row is read once for all NT, then the row's results (and a
+/* Items c .. c + NT - 1 of the warp's row (all of them exist; their rounded rows at sx / sxd in
+ * shared memory when STAGED, else at a.xq / a.xd from dq_quantize_kernel): each unit of the row is read once for all NT, then the row's results (and a
  * producer's outputs, its partial sums at index rb) are written. Called by every thread of the
  * block (a producer's partial sums meet in shared memory). */
 template <int TYPE, int NT, bool GLU, bool STAGED>
