@@ -402,6 +402,9 @@ static int check_all(void) {
         {"moe glu swiglu", 2048, {136}, 1, true, EM_ACT_SWIGLU, 50, true, false},
         {"moe accumulate", 768, {72}, 1, false, EM_ACT_SWIGLU, 30, true, true},
         {"accumulate", 8192, {136}, 1, false, EM_ACT_SWIGLU, 70, false, true},
+        /* more row blocks than 8 per multiprocessor: the dp4a kernel's staged launch (its blocks
+         * loop over row blocks and round the activations themselves, as for the output heads) */
+        {"plain (head-sized: staged dp4a)", 2048, {9000}, 1, false, EM_ACT_SWIGLU, 4, false, false},
     };
     static const uint32_t types[] = {EM_TYPE_BF16, EM_TYPE_F16, EM_TYPE_Q8_0, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS};
     int failed = 0;
