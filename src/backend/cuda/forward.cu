@@ -61,8 +61,8 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
      * 8 slices of 16 items, two sums (a gated unit's) each */
     const uint64_t mvt_rows = max_u32(max_u32(b->max_q + 2 * b->max_k, b->max_ff), (uint32_t)e);
     const uint32_t mvt_groups = (uint32_t)(mvt_rows / 64 + 1);
-    /* f16 activations of the widest product input (gemm.cu's wgmma kernel; the dp4a products' bytes
-     * have as many); MoE down products read a row per (token, expert) pair */
+    /* f16 activations of the widest product input (gemm.cu's wgmma kernel; the dp4a products' rounded
+     * rows take a byte per value, 80 per 64); MoE down products read a row per (token, expert) pair */
     const uint64_t x16_dense = (uint64_t)n * max_u32(max_u32((uint32_t)e, b->max_ff), b->max_attn);
     const uint64_t x16_pairs = b->max_used ? pairs * b->max_ff : 0;
     const uint64_t x16_halves = x16_dense > x16_pairs ? x16_dense : x16_pairs;

@@ -45,7 +45,7 @@ extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
  * memory banks (64 bytes apart, every second lane would hit the same four); rows rounded into
  * global memory take the same layout, which measured faster there too (run 52 against 51: dense-1b
  * q8_0 at 4 sequences 2643 against 2882 tok/s unpadded). */
-__device__ __forceinline__ const int8_t *dq_xchunk(const int8_t *x, uint32_t c) {
+template <typename T> __device__ __forceinline__ T *dq_xchunk(T *x, uint32_t c) {
     return x + DQ_XUNIT * (c >> 1) + DQ_CHUNK * (c & 1);
 }
 
@@ -249,6 +249,24 @@ template <> struct dq_unit<EM_TYPE_IQ3_XXS> {
 
 /* ---- the product kernel ---- */
 
+/* The rounding of a chunk of 32 activations, one definition for dq_quantize_kernel and dq_stage
+ * (the same bits either way): d = max|x| / 127 and q = round(x / d), Q8_0's rounding; the chunk's
+ * scales {d f, d f * sum of its q}, f the item's RMS factor with a fused norm (else 1). */
+__device__ __forceinline__ int dq_round(float v, float d) { return d > 0.0f ? __float2int_rn(v / d) : 0; }
+/* Four values of a chunk, the same rounding, one test of d for the four. */
+__device__ __forceinline__ int4 dq_round4(float4 v, float d) {
+    return d > 0.0f ? make_int4(__float2int_rn(v.x / d), __float2int_rn(v.y / d), __float2int_rn(v.z / d),
+                                __float2int_rn(v.w / d))
+                    : make_int4(0, 0, 0, 0);
+}
+__device__ __forceinline__ float dq_rms_factor(float sum_sq, uint32_t cols, float eps) {
+    return rsqrtf(sum_sq / cols + eps);
+}
+__device__ __forceinline__ float2 dq_chunk_scales(float d, float f, int sum) {
+    const float df = d * f;
+    return make_float2(df, df * (float)sum);
+}
+
 /* The rounding for products whose blocks take one row block each (all but the output heads): rows
  * of X (item i: row x_index[i] when given, else i) -> xq[i] in dq_stage's layout (units of 64
  * values DQ_XUNIT bytes apart) and xd[i][cols / 32], as dq_stage rounds them, once for all
@@ -267,13 +285,13 @@ __global__ void dq_quantize_kernel(const float *x, uint64_t x_stride, const uint
     if (norm_ss) {
         float sq = 0.0f;
         for (uint32_t k = lane; k < norm_n; k += 32) sq += norm_ss[src * ss_stride + k];
-        f = rsqrtf(em_warp_sum(sq) / cols + eps);
+        f = dq_rms_factor(em_warp_sum(sq), cols, eps);
     }
     const float d = em_warp_max(fabsf(v)) / 127.0f;
-    const int q = d > 0.0f ? __float2int_rn(v / d) : 0;
-    xq[row * (chunks / 2 * DQ_XUNIT) + DQ_XUNIT * (c >> 1) + DQ_CHUNK * (c & 1) + lane] = (int8_t)q;
+    const int q = dq_round(v, d);
+    dq_xchunk(xq + row * (chunks / 2 * DQ_XUNIT), (uint32_t)c)[lane] = (int8_t)q;
     const int sum = __reduce_add_sync(0xffffffffu, q);
-    if (lane == 0) xd[row * chunks + c] = make_float2(d * f, d * f * (float)sum);
+    if (lane == 0) xd[row * chunks + c] = dq_chunk_scales(d, f, sum);
 }
 
 struct dq_args : mv_args {
@@ -304,7 +322,7 @@ __device__ void dq_stage(const dq_args &a, const mv_group &grp, uint32_t c, uint
         float sq = 0.0f;
         for (uint32_t k = lane; k < a.norm_n; k += 32) sq += part[k];
         sq = em_warp_sum(sq);
-        if (lane == 0) fold[warp] = rsqrtf(sq / a.cols + a.eps);
+        if (lane == 0) fold[warp] = dq_rms_factor(sq, a.cols, a.eps);
     }
     __syncthreads();
     const uint32_t tasks = n * chunks, sub = lane & 7, row_bytes = chunks / 2 * DQ_XUNIT;
@@ -323,17 +341,14 @@ __device__ void dq_stage(const dq_args &a, const mv_group &grp, uint32_t c, uint
             float m = fmaxf(fmaxf(fabsf(v[r].x), fabsf(v[r].y)), fmaxf(fabsf(v[r].z), fabsf(v[r].w)));
             for (int off = 4; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
             const float d = m / 127.0f;
-            const int q0 = d > 0.0f ? __float2int_rn(v[r].x / d) : 0, q1 = d > 0.0f ? __float2int_rn(v[r].y / d) : 0;
-            const int q2 = d > 0.0f ? __float2int_rn(v[r].z / d) : 0, q3 = d > 0.0f ? __float2int_rn(v[r].w / d) : 0;
+            const int4 q = dq_round4(v[r], d);
+            const int q0 = q.x, q1 = q.y, q2 = q.z, q3 = q.w;
             int sum = q0 + q1 + q2 + q3;
             for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
             if (k < tasks) {
                 *(uint32_t *)(sx + t * row_bytes + DQ_XUNIT * (ch >> 1) + DQ_CHUNK * (ch & 1) + 4 * sub) =
                     (uint32_t)(q0 & 0xff) | (uint32_t)(q1 & 0xff) << 8 | (uint32_t)(q2 & 0xff) << 16 | (uint32_t)q3 << 24;
-                if (sub == 0) {
-                    const float df = d * (a.norm_ss ? fold[t] : 1.0f);
-                    sxd[t * chunks + ch] = make_float2(df, df * (float)sum);
-                }
+                if (sub == 0) sxd[t * chunks + ch] = dq_chunk_scales(d, a.norm_ss ? fold[t] : 1.0f, sum);
             }
         }
     }
@@ -354,7 +369,7 @@ __device__ __forceinline__ void dq_items(const dq_args &a, const mv_group &grp, 
     const float2 *xdr[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        if (STAGED) {
+        if constexpr (STAGED) {
             xr[t] = sx + t * units * DQ_XUNIT, xdr[t] = sxd + t * chunks;
         } else {
             const uint32_t i = grp.start + c + t;
