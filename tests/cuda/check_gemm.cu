@@ -159,6 +159,8 @@ typedef struct case_result {
     double err_kernel[2]; /* err_ref of the staged and the pipelined kernel */
     bool pads_ok; /* the y_stride pads kept their bytes */
     bool same;    /* every kernel and tile size gave the same bits */
+    double err_im; /* the integer tensor-core kernel against ref (-1: not run: Q8_0, up to 16 items) */
+    bool im_alone_same;
 } case_result;
 
 /* run() modes beyond the GEMM's tile sizes: the decode tensor-core kernel, on all items or on the
@@ -169,6 +171,8 @@ typedef struct case_result {
 #define WG_ALONE 1003u
 #define DQ_RUN 1004u /* the kernel on 8-bit activations (matvec_dp4a.cu), all items or the first alone */
 #define DQ_ALONE 1005u
+#define IM_RUN 1006u /* the kernel on integer tensor cores (matvec_imma.cu), all items or the first alone */
+#define IM_ALONE 1007u
 
 /* Runs `c` with weights of `type`; the worst errors over the tile sizes. */
 static bool run_case(uint32_t type, const test_case *c) {
@@ -282,6 +286,10 @@ static bool run_case(uint32_t type, const test_case *c) {
             cuda_matvec one = mv;
             if (tile == DQ_ALONE) one.n_items = 1;
             check_err(em_cuda_matvec_with(b, &one, EM_CUDA_MATVEC_DP4A), "dp4a matvec");
+        } else if (tile == IM_RUN || tile == IM_ALONE) {
+            cuda_matvec one = mv;
+            if (tile == IM_ALONE) one.n_items = 1;
+            check_err(em_cuda_matvec_with(b, &one, EM_CUDA_MATVEC_IMMA), "integer mma matvec");
         } else if (tile == TC_RUN || tile == TC_ALONE) {
             cuda_matvec one = mv;
             if (tile == TC_ALONE) one.n_items = 1;
@@ -306,7 +314,7 @@ static bool run_case(uint32_t type, const test_case *c) {
         }
     };
 
-    case_result res = {0.0, 0.0, -1.0, true, -1.0, -1.0, true, true, {0.0, 0.0}, true, true};
+    case_result res = {0.0, 0.0, -1.0, true, -1.0, -1.0, true, true, {0.0, 0.0}, true, true, -1.0, true};
     /* both kernels and every tile size give bit-identical outputs (same rounding, fixed order) */
     const uint32_t tiles[] = {0, 32, 64, 128};
     const em_cuda_gemm_kernel kernels[] = {EM_CUDA_GEMM_STAGED, EM_CUDA_GEMM_PIPELINED};
@@ -360,16 +368,25 @@ static bool run_case(uint32_t type, const test_case *c) {
         if (!c->moe) res.dq_alone_same = alone_same(false, DQ_ALONE, EM_CUDA_GEMM_AUTO);
     }
 
+    /* the integer tensor-core kernel: the same rounding of the activations */
+    if (em_cuda_imma_takes(b, &mv)) {
+        run(false, IM_RUN, EM_CUDA_GEMM_AUTO);
+        res.err_im = compare(y_host, ref, &res.pads_ok);
+        res.im_alone_same = alone_same(false, IM_ALONE, EM_CUDA_GEMM_AUTO);
+    }
+
     const bool pass = res.err_ref <= 1e-2 && res.err_matvec <= 1e-2 && res.err_tc <= 1e-2 && res.err_wg <= 1e-2 &&
-                      res.err_dq <= 1e-2 && res.pads_ok && res.same && res.tc_alone_same && res.wg_alone_same &&
-                      res.dq_alone_same;
+                      res.err_dq <= 1e-2 && res.err_im <= 1e-2 && res.pads_ok && res.same && res.tc_alone_same &&
+                      res.wg_alone_same && res.dq_alone_same && res.im_alone_same;
     printf("%-5s %-8s %-22s K=%-5u items=%-4u  vs ref %.2e (staged %.2e, pipelined %.2e)  vs matvec %.2e  "
-           "decode tc %.2e  wgmma %.2e  dp4a %.2e  %s%s%s%s%s%s\n",
+           "decode tc %.2e  wgmma %.2e  dp4a %.2e  imma %.2e  %s%s%s%s%s%s%s\n",
            pass ? "PASS" : "FAIL", em_type_name(type), c->name, K, n_items, res.err_ref, res.err_kernel[0],
-           res.err_kernel[1], res.err_matvec, res.err_tc, res.err_wg, res.err_dq, res.pads_ok ? "" : "(pads overwritten) ",
+           res.err_kernel[1], res.err_matvec, res.err_tc, res.err_wg, res.err_dq, res.err_im,
+           res.pads_ok ? "" : "(pads overwritten) ",
            res.same ? "" : "(kernels/tiles differ) ", res.tc_alone_same ? "" : "(tc: alone differs from batched) ",
            res.wg_alone_same ? "" : "(wgmma: alone differs from batched) ",
            res.dq_alone_same ? "" : "(dp4a: alone differs from batched) ",
+           res.im_alone_same ? "" : "(imma: alone differs from batched) ",
            pass ? "" : "<<<");
 
     for (uint32_t p = 0; p < parts; p++) {
@@ -644,6 +661,10 @@ static void bench_decode(void) {
                 if (em_cuda_dq_takes(b, &mv)) {
                     const double tdq = time_calls([&]() { check_err(em_cuda_matvec_with(b, &mv, EM_CUDA_MATVEC_DP4A), "dp4a"); });
                     printf(" dp4a %6.1f (%.2f)", tdq * 1e6, bytes / tdq * 1e-12);
+                }
+                if (em_cuda_imma_takes(b, &mv)) {
+                    const double tim = time_calls([&]() { check_err(em_cuda_matvec_with(b, &mv, EM_CUDA_MATVEC_IMMA), "imma"); });
+                    printf(" imma %6.1f (%.2f)", tim * 1e6, bytes / tim * 1e-12);
                 }
             }
             printf("\n");

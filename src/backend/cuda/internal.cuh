@@ -246,17 +246,22 @@ uint32_t em_cuda_matvec_rows(const cuda_matvec *mv);
 bool em_cuda_tensor_cores_off(void);
 /* em_cuda_matvec with the kernel forced, for tests and measurements: F32 the CUDA-core kernel
  * (matvec.cu), TC the tensor-core kernel for decode batches (matvec_tc.cu; not for F32 weights),
- * DP4A the kernel on 8-bit activations (matvec_dp4a.cu; quantized weights it takes only). */
+ * DP4A the kernel on 8-bit activations (matvec_dp4a.cu; quantized weights it takes only), IMMA
+ * the one on integer tensor cores (matvec_imma.cu; Q8_0 only). */
 typedef enum em_cuda_matvec_kernel {
     EM_CUDA_MATVEC_AUTO,
     EM_CUDA_MATVEC_F32,
     EM_CUDA_MATVEC_TC,
-    EM_CUDA_MATVEC_DP4A
+    EM_CUDA_MATVEC_DP4A,
+    EM_CUDA_MATVEC_IMMA
 } em_cuda_matvec_kernel;
 em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matvec_kernel kernel);
 /* Whether the DP4A kernel can take `mv`: Q8_0, Q4_K, Q6_K or IQ3_XXS weights, rows of whole
  * 64-value units, rounded activations that fit b->xq (the output heads: a block's shared memory). */
 bool em_cuda_dq_takes(const cuda_backend *b, const cuda_matvec *mv);
+/* Whether the integer tensor-core kernel can take `mv`: dense Q8_0 products of up to 16 items, rows
+ * of whole 64-value units. */
+bool em_cuda_imma_takes(const cuda_backend *b, const cuda_matvec *mv);
 
 /* One of up to three matrices that share the input rows and run in one launch (Q, K and V): of
  * the launch's rows, [begin, end) are this part's. w2: the up matrix of a gated unit. */

@@ -347,6 +347,8 @@ em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matve
         a.ks *= 2;
     a.eps = b->d->norm_eps;
     a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
+    if (kernel == EM_CUDA_MATVEC_IMMA || (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_imma_wanted(b, mv)))
+        return em_cuda_imma(b, mv, a);
     if (kernel == EM_CUDA_MATVEC_DP4A || (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_dq_wanted(b, mv)))
         return em_cuda_dq(b, mv, a);
     if (kernel == EM_CUDA_MATVEC_TC || (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_mvt_wanted(b, mv)))

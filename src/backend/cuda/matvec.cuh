@@ -25,6 +25,22 @@ struct mv_args : cuda_product_args {
     bool plus_one;
 };
 
+/* Activations rounded to 8 bits (matvec_dp4a.cu rounds them, its kernel and matvec_imma.cu's read
+ * them): per chunk of DQ_CHUNK values, bytes q = round(x / d) with d = max|x| / 127 and the
+ * chunk's scales {d, d * sum of q}. */
+#define DQ_CHUNK 32 /* activation values per scale */
+#define DQ_UNIT 64  /* weight values per lane step */
+#define DQ_XUNIT 80 /* bytes a unit's 64 rounded activations take (16 of padding, see dq_xchunk) */
+
+/* Activation chunk c (32 bytes) of an item's rounded row: the units of 64 values sit DQ_XUNIT bytes
+ * apart, so that the eight lanes of a quarter warp, each reading its own unit, hit distinct shared
+ * memory banks (64 bytes apart, every second lane would hit the same four); rows rounded into
+ * global memory take the same layout, which measured faster there too (run 52 against 51: dense-1b
+ * q8_0 at 4 sequences 2643 against 2882 tok/s unpadded). */
+template <typename T> __device__ __forceinline__ T *dq_xchunk(T *x, uint32_t c) {
+    return x + DQ_XUNIT * (c >> 1) + DQ_CHUNK * (c & 1);
+}
+
 /* The activation of the gated unit, exactly as ops.cu's glu_kernel computes it. */
 __device__ __forceinline__ float mv_glu(float g, float u, int act) {
     float a;
@@ -92,5 +108,15 @@ em_err em_cuda_mvt_upload_grid(void);
 bool em_cuda_dq_wanted(const cuda_backend *b, const cuda_matvec *mv);
 em_err em_cuda_dq(cuda_backend *b, const cuda_matvec *mv, const mv_args &a);
 em_err em_cuda_dq_upload_grid(void);
+/* The rounding of mv's items' rows of X (dense: its items, through x_index when given; MoE: X's
+ * rows) to bytes at b->xq and their chunk scales at b->xd, in dq_xchunk's layout, one launch.
+ * rotate2: each unit's first chunk stored rotated two bytes down (value j at byte (j + 30) % 32),
+ * the order matvec_imma.cu reads. */
+em_err em_cuda_dq_round_rows(cuda_backend *b, const cuda_matvec *mv, bool rotate2);
+
+/* The kernel on integer tensor cores (matvec_imma.cu): Q8_0 weights times up to 16 items on 8-bit
+ * activations, dense products. Whether it should take `mv` (EMBER_CUDA_IMMA), and its launch. */
+bool em_cuda_imma_wanted(const cuda_backend *b, const cuda_matvec *mv);
+em_err em_cuda_imma(cuda_backend *b, const cuda_matvec *mv, const mv_args &a);
 
 #endif

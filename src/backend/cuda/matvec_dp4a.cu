@@ -36,18 +36,6 @@ extern "C" {
 extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
 }
 
-#define DQ_CHUNK 32 /* activation values per scale */
-#define DQ_UNIT 64  /* weight values per lane step */
-#define DQ_XUNIT 80 /* bytes a unit's 64 rounded activations take (16 of padding, see dq_xchunk) */
-
-/* Activation chunk c (32 bytes) of an item's rounded row: the units of 64 values sit DQ_XUNIT bytes
- * apart, so that the eight lanes of a quarter warp, each reading its own unit, hit distinct shared
- * memory banks (64 bytes apart, every second lane would hit the same four); rows rounded into
- * global memory take the same layout, which measured faster there too (run 52 against 51: dense-1b
- * q8_0 at 4 sequences 2643 against 2882 tok/s unpadded). */
-template <typename T> __device__ __forceinline__ T *dq_xchunk(T *x, uint32_t c) {
-    return x + DQ_XUNIT * (c >> 1) + DQ_CHUNK * (c & 1);
-}
 
 /* ---- weight units: 64 values as 16 words of signed bytes, and their scales ----
  * unit<TYPE>: load(row, u) reads unit u of a row; chunk(u, h) is the activation chunk of its half
@@ -270,10 +258,11 @@ __device__ __forceinline__ float2 dq_chunk_scales(float d, float f, int sum) {
 /* The rounding for products whose blocks take one row block each (all but the output heads): rows
  * of X (item i: row x_index[i] when given, else i) -> xq[i] in dq_stage's layout (units of 64
  * values DQ_XUNIT bytes apart) and xd[i][cols / 32], as dq_stage rounds them, once for all
- * blocks. One warp per chunk. */
+ * blocks. One warp per chunk. rotate2: the even chunks' bytes stored two places down (value j at
+ * byte (j + 30) % 32), the order matvec_imma.cu's Q8_0 fragments take. */
 __global__ void dq_quantize_kernel(const float *x, uint64_t x_stride, const uint32_t *x_index, uint32_t cols,
                                    uint32_t n_rows, const float *norm_ss, uint32_t norm_n, uint32_t ss_stride,
-                                   float eps, int8_t *xq, float2 *xd) {
+                                   float eps, bool rotate2, int8_t *xq, float2 *xd) {
     em_pdl_wait();
     const uint32_t lane = threadIdx.x & 31, chunks = cols / DQ_CHUNK;
     const uint64_t w = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -289,7 +278,8 @@ __global__ void dq_quantize_kernel(const float *x, uint64_t x_stride, const uint
     }
     const float d = em_warp_max(fabsf(v)) / 127.0f;
     const int q = dq_round(v, d);
-    dq_xchunk(xq + row * (chunks / 2 * DQ_XUNIT), (uint32_t)c)[lane] = (int8_t)q;
+    const uint32_t at = rotate2 && !(c & 1) ? (lane + 30) & 31 : lane;
+    dq_xchunk(xq + row * (chunks / 2 * DQ_XUNIT), (uint32_t)c)[at] = (int8_t)q;
     const int sum = __reduce_add_sync(0xffffffffu, q);
     if (lane == 0) xd[row * chunks + c] = dq_chunk_scales(d, f, sum);
 }
@@ -590,6 +580,20 @@ static uint32_t dq_rows(const cuda_matvec *mv) {
     return mv->x_rows ? mv->x_rows : mv->x_index ? mv->max_items : 0;
 }
 
+em_err em_cuda_dq_round_rows(cuda_backend *b, const cuda_matvec *mv, bool rotate2) {
+    const uint32_t q_rows = dq_rows(mv), cols = mv->w->cols;
+    if (cols % DQ_UNIT || q_rows == 0 || (uint64_t)q_rows * (cols / DQ_UNIT) * DQ_XUNIT > b->xq_bytes)
+        return em_errorf(EM_ERR_INTERNAL, "cuda rounding to bytes: %u rows of %u values, room for %llu bytes", q_rows,
+                         cols, (unsigned long long)b->xq_bytes);
+    /* dense rows are the items (gathered through x_index); MoE rows are X's rows */
+    const uint64_t warps = (uint64_t)q_rows * (cols / DQ_CHUNK);
+    em_cuda_launch(b, dq_quantize_kernel, (uint32_t)((warps + 7) / 8), 256, 0, mv->x, mv->x_stride,
+                   mv->counts ? (const uint32_t *)NULL : mv->x_index, cols, q_rows, mv->norm_ss, mv->norm_n,
+                   b->ss_stride, b->d->norm_eps, rotate2, b->xq, b->xd);
+    CU_LAUNCHED();
+    return NULL;
+}
+
 bool em_cuda_dq_takes(const cuda_backend *b, const cuda_matvec *mv) {
     const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
     if (!dq_with_type(mv->w->type, [](auto) {}) || mv->w->cols % DQ_UNIT || mv->x_stride % 4) return false;
@@ -617,13 +621,9 @@ em_err em_cuda_dq(cuda_backend *b, const cuda_matvec *mv, const mv_args &base) {
     static_cast<mv_args &>(a) = base;
     const bool moe = mv->counts != NULL;
     const dq_shape sh = dq_shape_of(b, mv);
-    if (!sh.staged) { /* dense rows are the items (gathered through x_index); MoE rows are X's rows */
-        const uint32_t q_rows = dq_rows(mv);
-        const uint64_t warps = (uint64_t)q_rows * (w->cols / DQ_CHUNK);
-        em_cuda_launch(b, dq_quantize_kernel, (uint32_t)((warps + 7) / 8), 256, 0, mv->x, mv->x_stride,
-                       moe ? (const uint32_t *)NULL : mv->x_index, w->cols, q_rows, mv->norm_ss, mv->norm_n,
-                       b->ss_stride, b->d->norm_eps, b->xq, b->xd);
-        CU_LAUNCHED();
+    if (!sh.staged) {
+        em_err err = em_cuda_dq_round_rows(b, mv, false);
+        if (err) return err;
         a.xq = b->xq, a.xd = b->xd;
         a.x_by_index = moe && mv->x_index;
     }
