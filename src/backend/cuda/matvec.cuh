@@ -41,6 +41,22 @@ template <typename T> __device__ __forceinline__ T *dq_xchunk(T *x, uint32_t c) 
     return x + DQ_XUNIT * (c >> 1) + DQ_CHUNK * (c & 1);
 }
 
+/* Where matvec_imma.cu wants value i of activation chunk c (its byte in a row of cols bytes).
+ * That kernel reads a row's Q8_0 blocks four at a time (136 bytes from an 8-byte boundary) as 8-byte
+ * words, word m by lane t = m % 4 of the row's four; block b's 32 values sit at bytes 34b + 2..,
+ * and each lane holds 8 of them, which it hands the mma as two words in the order of their bytes.
+ * Each activation goes where the weight it meets goes: 128 values a group, lane t's 32 bytes at
+ * 32t, block b's 8 at 8b, in the order of the weight bytes. dq_imma_held(x, t): how many of a
+ * group's bytes 0 .. x - 1 lane t holds. */
+__device__ __forceinline__ uint32_t dq_imma_held(uint32_t x, uint32_t t) {
+    const int in_run = (int)(x & 31) - 8 * (int)t;
+    return 8 * (x >> 5) + (uint32_t)(in_run < 0 ? 0 : in_run > 8 ? 8 : in_run);
+}
+__device__ __forceinline__ uint32_t dq_imma_byte(uint32_t c, uint32_t i) {
+    const uint32_t b = c & 3, first = 34 * b + 2, p = first + i, t = (p >> 3) & 3;
+    return 128 * (c >> 2) + 32 * t + 8 * b + dq_imma_held(p, t) - dq_imma_held(first, t);
+}
+
 /* The activation of the gated unit, exactly as ops.cu's glu_kernel computes it. */
 __device__ __forceinline__ float mv_glu(float g, float u, int act) {
     float a;
@@ -108,11 +124,13 @@ em_err em_cuda_mvt_upload_grid(void);
 bool em_cuda_dq_wanted(const cuda_backend *b, const cuda_matvec *mv);
 em_err em_cuda_dq(cuda_backend *b, const cuda_matvec *mv, const mv_args &a);
 em_err em_cuda_dq_upload_grid(void);
+/* Whether its launch for `mv` is staged: blocks that loop over row blocks and round their items'
+ * activations themselves (the output heads). */
+bool em_cuda_dq_staged(const cuda_backend *b, const cuda_matvec *mv);
 /* The rounding of mv's items' rows of X (dense: its items, through x_index when given; MoE: X's
- * rows) to bytes at b->xq and their chunk scales at b->xd, in dq_xchunk's layout, one launch.
- * rotate2: each unit's first chunk stored rotated two bytes down (value j at byte (j + 30) % 32),
- * the order matvec_imma.cu reads. */
-em_err em_cuda_dq_round_rows(cuda_backend *b, const cuda_matvec *mv, bool rotate2);
+ * rows) to bytes at b->xq and their chunk scales at b->xd, one launch: in dq_xchunk's layout, or
+ * with imma in dq_imma_byte's (rows of cols bytes). */
+em_err em_cuda_dq_round_rows(cuda_backend *b, const cuda_matvec *mv, bool imma);
 
 /* The kernel on integer tensor cores (matvec_imma.cu): Q8_0 weights times up to 16 items on 8-bit
  * activations, dense products. Whether it should take `mv` (EMBER_CUDA_IMMA), and its launch. */

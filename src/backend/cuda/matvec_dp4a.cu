@@ -258,11 +258,11 @@ __device__ __forceinline__ float2 dq_chunk_scales(float d, float f, int sum) {
 /* The rounding for products whose blocks take one row block each (all but the output heads): rows
  * of X (item i: row x_index[i] when given, else i) -> xq[i] in dq_stage's layout (units of 64
  * values DQ_XUNIT bytes apart) and xd[i][cols / 32], as dq_stage rounds them, once for all
- * blocks. One warp per chunk. rotate2: the even chunks' bytes stored two places down (value j at
- * byte (j + 30) % 32), the order matvec_imma.cu's Q8_0 fragments take. */
+ * blocks. One warp per chunk. imma: rows in matvec_imma.cu's order instead (dq_imma_byte, rows of
+ * cols bytes). */
 __global__ void dq_quantize_kernel(const float *x, uint64_t x_stride, const uint32_t *x_index, uint32_t cols,
                                    uint32_t n_rows, const float *norm_ss, uint32_t norm_n, uint32_t ss_stride,
-                                   float eps, bool rotate2, int8_t *xq, float2 *xd) {
+                                   float eps, bool imma, int8_t *xq, float2 *xd) {
     em_pdl_wait();
     const uint32_t lane = threadIdx.x & 31, chunks = cols / DQ_CHUNK;
     const uint64_t w = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -278,8 +278,8 @@ __global__ void dq_quantize_kernel(const float *x, uint64_t x_stride, const uint
     }
     const float d = em_warp_max(fabsf(v)) / 127.0f;
     const int q = dq_round(v, d);
-    const uint32_t at = rotate2 && !(c & 1) ? (lane + 30) & 31 : lane;
-    dq_xchunk(xq + row * (chunks / 2 * DQ_XUNIT), (uint32_t)c)[at] = (int8_t)q;
+    if (imma) xq[row * cols + dq_imma_byte((uint32_t)c, lane)] = (int8_t)q;
+    else dq_xchunk(xq + row * (chunks / 2 * DQ_XUNIT), (uint32_t)c)[lane] = (int8_t)q;
     const int sum = __reduce_add_sync(0xffffffffu, q);
     if (lane == 0) xd[row * chunks + c] = dq_chunk_scales(d, f, sum);
 }
@@ -527,7 +527,8 @@ template <typename F> static bool dq_with_type(uint32_t type, F &&f) {
  * output head 195 against 278) and of Q6_K and IQ3_XXS weights up to 4 (their gate+up and heads
  * lose at 8), the tensor cores all from 16; every MoE product up to 16 tokens once its passes
  * follow the items per expert (IQ3_XXS at 16 tokens: gate+up 112 against 152 us, down 89 against
- * 97). EMBER_CUDA_DP4A=N sets one limit for all (0: never), EMBER_CUDA_DP4A_MOE=N one for the MoE
+ * 97). Dense Q8_0 products of 2 or more items (heads: 4) go to matvec_imma.cu's kernel first.
+ * EMBER_CUDA_DP4A=N sets one limit for all (0: never), EMBER_CUDA_DP4A_MOE=N one for the MoE
  * products. */
 static uint32_t dq_max_items(const cuda_matvec *mv) {
     const char *v = getenv("EMBER_CUDA_DP4A");
@@ -572,6 +573,8 @@ static dq_shape dq_shape_of(const cuda_backend *b, const cuda_matvec *mv) {
     return sh;
 }
 
+bool em_cuda_dq_staged(const cuda_backend *b, const cuda_matvec *mv) { return dq_shape_of(b, mv).staged; }
+
 /* The rows dq_quantize_kernel rounds: a dense product's items (gathered through x_index), a MoE
  * product's rows of X (x_rows; without it, rows indexed per pair are the batch's tokens); 0 when
  * unknown (pairs read rows in order and x_rows is not given). */
@@ -580,16 +583,16 @@ static uint32_t dq_rows(const cuda_matvec *mv) {
     return mv->x_rows ? mv->x_rows : mv->x_index ? mv->max_items : 0;
 }
 
-em_err em_cuda_dq_round_rows(cuda_backend *b, const cuda_matvec *mv, bool rotate2) {
+em_err em_cuda_dq_round_rows(cuda_backend *b, const cuda_matvec *mv, bool imma) {
     const uint32_t q_rows = dq_rows(mv), cols = mv->w->cols;
-    if (cols % DQ_UNIT || q_rows == 0 || (uint64_t)q_rows * (cols / DQ_UNIT) * DQ_XUNIT > b->xq_bytes)
+    if (cols % (imma ? 2 * DQ_UNIT : DQ_UNIT) || q_rows == 0 || (uint64_t)q_rows * (cols / DQ_UNIT) * DQ_XUNIT > b->xq_bytes)
         return em_errorf(EM_ERR_INTERNAL, "cuda rounding to bytes: %u rows of %u values, room for %llu bytes", q_rows,
                          cols, (unsigned long long)b->xq_bytes);
     /* dense rows are the items (gathered through x_index); MoE rows are X's rows */
     const uint64_t warps = (uint64_t)q_rows * (cols / DQ_CHUNK);
     em_cuda_launch(b, dq_quantize_kernel, (uint32_t)((warps + 7) / 8), 256, 0, mv->x, mv->x_stride,
                    mv->counts ? (const uint32_t *)NULL : mv->x_index, cols, q_rows, mv->norm_ss, mv->norm_n,
-                   b->ss_stride, b->d->norm_eps, rotate2, b->xq, b->xd);
+                   b->ss_stride, b->d->norm_eps, imma, b->xq, b->xd);
     CU_LAUNCHED();
     return NULL;
 }

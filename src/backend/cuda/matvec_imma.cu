@@ -8,17 +8,13 @@
  * with up to 16 items, and Q8_0's bytes go into the mma as they are.
  *
  * Layout: a block of MV_WARPS warps owns IM_ROWS = 8 rows (the mma's n); warp w sums every
- * MV_WARPS-th unit of 64 values (a pair of Q8_0 blocks) of the rows, then the block adds the
- * warps' sums in warp order. Lane (g = lane / 4, t = lane % 4) holds weight row g (B) and items g
- * and g + 8 (A). An mma sums over its 32 k slots whatever sits in them, as long as A and B agree:
- * lane t's two slots take aligned words of the block's bytes rather than bytes 4t.. and 16 + 4t..
- * A unit is 68 bytes from a 4-byte boundary; its second block's bytes are words 9-16 (slots: words
- * 9 + t and 13 + t), its first block's bytes start two bytes into word 0, so words 1-7 hold its
- * bytes 2-29 (slots: words 1 + t and 5 + t) and bytes 30, 31, 0, 1 make the last word, assembled
- * from words 8 and 0. The activations are rounded in the matching order (em_cuda_dq_round_rows
- * with rotate2: a unit's first chunk two bytes down), so every lane reads aligned words on both
- * sides. The int32 sum of a block times the weight block's scale and the activation chunk's scale
- * adds into f32.
+ * MV_WARPS-th group of four Q8_0 blocks (128 values, 136 bytes) of the rows, then the block adds
+ * the warps' sums in warp order. Lane (g = lane / 4, t = lane % 4) holds weight row g (B) and
+ * items g and g + 8 (A). An mma sums over its 32 k slots whatever sits in them, as long as A and B
+ * agree: so the four lanes of a row read its group as 8-byte words (word m by lane m % 4), each
+ * then holds 8 bytes of every block, and the activations are rounded into the order the weights
+ * arrive in (dq_imma_byte, matvec.cuh). The int32 sum of a block times the weight block's scale
+ * and the activation chunk's scale adds into f32.
  *
  * Each item's result depends on its own activations only, in a fixed order (an mma's integer sums
  * are exact; the scaling and the warps' sums go in a fixed order): a token gets the same bits in
@@ -29,7 +25,7 @@
 
 #define IM_ROWS 8   /* weight rows per block: the mma's n */
 #define IM_ITEMS 16 /* items per launch at most: the mma's m */
-#define IM_UNROLL 4 /* units a warp loads before it multiplies */
+#define IM_UNROLL 2 /* groups of four blocks a warp loads before it multiplies */
 
 /* c = a (16 items x 32 values) * b (32 values x 8 rows), bytes, summed exactly in int32. */
 __device__ __forceinline__ void im_mma(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -39,32 +35,72 @@ __device__ __forceinline__ void im_mma(int c[4], const uint32_t a[4], uint32_t b
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
 }
 
-/* Lane t's B words of unit u of a Q8_0 row (slots as the header says: b[0], b[1] of the unit's
- * first block, b[2], b[3] of its second), and the two blocks' scales as a half2. */
-struct im_unit {
-    uint32_t b[4];
-    uint32_t d;
-    __device__ __forceinline__ void load(const uint8_t *row, uint32_t u, uint32_t t) {
-        const uint32_t *p = (const uint32_t *)(row + 68 * (uint64_t)u);
-        const uint32_t w0 = p[0], w8 = p[8], mid = p[5 + t];
-        b[0] = p[1 + t];
-        b[1] = t < 3 ? mid : __byte_perm(w8, w0, 0x7610); /* bytes 30, 31 (word 8), 0, 1 (word 0) */
-        b[2] = p[9 + t];
-        b[3] = p[13 + t];
-        d = __byte_perm(w0, w8, 0x7610); /* the first block's scale (word 0, low half), the second's */
+/* Lane t's share of four Q8_0 blocks of a row (a group: 128 values, 136 bytes at 136 v, an 8-byte
+ * boundary): 8-byte words t, t + 4, t + 8, t + 12 and, lane 0, 16. Block b's bytes go to the mma as
+ * b[2b], b[2b + 1] (dq_imma_byte's order); lanes 1-3 hold each block's 8 as one word, lane 0 holds
+ * bytes split around the blocks' scales and joins them. d[0], d[1]: the four blocks' scales as two
+ * half2 (lane 0's only). */
+struct im_group {
+    uint32_t b[8];
+    uint32_t d[2];
+    __device__ __forceinline__ void load(const uint8_t *row, uint32_t v, uint32_t t) {
+        const uint2 *p = (const uint2 *)(row + 136 * (uint64_t)v);
+        const uint2 w0 = p[t], w1 = p[t + 4], w2 = p[t + 8], w3 = p[t + 12];
+        const uint2 w4 = t == 0 ? p[16] : make_uint2(0u, 0u);
+        const bool first = t == 0;
+        /* lane 0: block 0 = bytes 2-7, 32-33; 1 = 36-39, 64-67; 2 = 70-71, 96-101; 3 = 128-135 */
+        b[0] = first ? __byte_perm(w0.x, w0.y, 0x5432) : w0.x;
+        b[1] = first ? __byte_perm(w0.y, w1.x, 0x5432) : w0.y;
+        b[2] = first ? w1.y : w1.x;
+        b[3] = first ? w2.x : w1.y;
+        b[4] = first ? __byte_perm(w2.y, w3.x, 0x5432) : w2.x;
+        b[5] = first ? __byte_perm(w3.x, w3.y, 0x5432) : w2.y;
+        b[6] = first ? w4.x : w3.x;
+        b[7] = first ? w4.y : w3.y;
+        d[0] = __byte_perm(w0.x, w1.x, 0x7610); /* bytes 0-1, 34-35 */
+        d[1] = __byte_perm(w2.y, w3.y, 0x7610); /* bytes 68-69, 102-103 */
     }
 };
 
+/* A half of a half2 word as a float. */
+__device__ __forceinline__ float im_half(uint32_t w, int h) {
+    return __half2float(__ushort_as_half((unsigned short)(w >> (16 * h))));
+}
+
 struct im_args : mv_args {
-    const int8_t *xq; /* the items' rounded rows (rotate2 order) and their chunk scales */
+    const int8_t *xq; /* the items' rounded rows (dq_imma_byte's order) and their chunk scales */
     const float2 *xd;
 };
+
+/* acc[0..3] += the group's four blocks of this lane's mma tile: items g, g + 8 (xa: per block
+ * the A words) times weight rows 2t, 2t + 1 (B words wb, scales: lane 0 of the rows' lanes). */
+__device__ __forceinline__ void im_group_dot(float acc[4], const uint32_t xa[4][4], const float4 xs[2][2],
+                                             const im_group &wg, uint32_t t) {
+    uint32_t s0[2], s1[2]; /* the scales of rows 2t (lane 8t) and 2t + 1 (lane 8t + 4) */
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        s0[k] = __shfl_sync(0xffffffffu, wg.d[k], 8 * t);
+        s1[k] = __shfl_sync(0xffffffffu, wg.d[k], 8 * t + 4);
+    }
+#pragma unroll
+    for (int blk = 0; blk < 4; blk++) {
+        int c[4];
+        im_mma(c, xa[blk], wg.b[2 * blk], wg.b[2 * blk + 1]);
+        const float dw0 = im_half(s0[blk >> 1], blk & 1), dw1 = im_half(s1[blk >> 1], blk & 1);
+        const float4 lo = xs[0][blk >> 1], hi = xs[1][blk >> 1];
+        const float dx_lo = blk & 1 ? lo.z : lo.x, dx_hi = blk & 1 ? hi.z : hi.x;
+        acc[0] += (float)c[0] * (dx_lo * dw0);
+        acc[1] += (float)c[1] * (dx_lo * dw1);
+        acc[2] += (float)c[2] * (dx_hi * dw0);
+        acc[3] += (float)c[3] * (dx_hi * dw1);
+    }
+}
 
 /* Block b: rows 8b .. 8b + 7 (of all parts) for every item. */
 template <bool BOTH, bool GLU> __global__ void __launch_bounds__(MV_THREADS) im_kernel(im_args a) {
     __shared__ float sums[GLU ? 2 : 1][MV_WARPS][IM_ITEMS][IM_ROWS];
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const uint32_t units = a.cols / DQ_UNIT, chunks = a.cols / DQ_CHUNK, x_bytes = units * DQ_XUNIT;
+    const uint32_t groups = a.cols / (2 * DQ_UNIT), chunks = a.cols / DQ_CHUNK;
     const uint32_t row0 = blockIdx.x * IM_ROWS;
     const uint8_t *w, *w2;
     {
@@ -76,59 +112,44 @@ template <bool BOTH, bool GLU> __global__ void __launch_bounds__(MV_THREADS) im_
     em_pdl_wait();
     /* items g and g + 8 (BOTH: more than 8 items); a missing item multiplies zeros */
     const bool has_lo = g < a.n_items, has_hi = BOTH && g + 8 < a.n_items;
-    const int8_t *x_lo = a.xq + (uint64_t)g * x_bytes, *x_hi = a.xq + (uint64_t)(g + 8) * x_bytes;
+    const int8_t *x_lo = a.xq + (uint64_t)g * a.cols + 32 * t, *x_hi = a.xq + (uint64_t)(g + 8) * a.cols + 32 * t;
     const float2 *d_lo = a.xd + (uint64_t)g * chunks, *d_hi = a.xd + (uint64_t)(g + 8) * chunks;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (uint32_t u0 = warp; u0 < units; u0 += MV_WARPS * IM_UNROLL) {
-        im_unit wu[IM_UNROLL], wu2[IM_UNROLL];
-        uint32_t xa[IM_UNROLL][2][4]; /* per unit and chunk: the A words (items g, g + 8) */
-        float4 xs[IM_UNROLL][2];      /* per unit: items g, g + 8's chunk scales (.x, .z) */
+    for (uint32_t v0 = warp; v0 < groups; v0 += MV_WARPS * IM_UNROLL) {
+        im_group wg[IM_UNROLL], wg2[IM_UNROLL];
+        uint32_t xa[IM_UNROLL][4][4]; /* per group and block: the A words (items g, g + 8) */
+        float4 xs[IM_UNROLL][2][2];   /* per group: items g, g + 8's four chunk scales (.x, .z) */
 #pragma unroll
         for (int k = 0; k < IM_UNROLL; k++) { /* every load of the step first */
-            const uint32_t u = u0 + k * MV_WARPS;
-            if (u >= units) break;
-            wu[k].load(w, u, t);
-            if (GLU) wu2[k].load(w2, u, t);
+            const uint32_t v = v0 + k * MV_WARPS;
+            if (v >= groups) break;
+            wg[k].load(w, v, t);
+            if (GLU) wg2[k].load(w2, v, t);
+            const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+            const uint4 l0 = has_lo ? ((const uint4 *)(x_lo + 128 * (uint64_t)v))[0] : z;
+            const uint4 l1 = has_lo ? ((const uint4 *)(x_lo + 128 * (uint64_t)v))[1] : z;
+            const uint4 h0 = has_hi ? ((const uint4 *)(x_hi + 128 * (uint64_t)v))[0] : z;
+            const uint4 h1 = has_hi ? ((const uint4 *)(x_hi + 128 * (uint64_t)v))[1] : z;
+            /* mma A: {item g word 1 of 2, item g + 8's, item g word 2, item g + 8's} per block */
+            const uint32_t lo[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+            const uint32_t hi[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint32_t *lo = (const uint32_t *)dq_xchunk(x_lo, 2 * u + h);
-                const uint32_t *hi = (const uint32_t *)dq_xchunk(x_hi, 2 * u + h);
-                xa[k][h][0] = has_lo ? lo[t] : 0u;
-                xa[k][h][1] = has_hi ? hi[t] : 0u;
-                xa[k][h][2] = has_lo ? lo[4 + t] : 0u;
-                xa[k][h][3] = has_hi ? hi[4 + t] : 0u;
+            for (int blk = 0; blk < 4; blk++) {
+                xa[k][blk][0] = lo[2 * blk], xa[k][blk][1] = hi[2 * blk];
+                xa[k][blk][2] = lo[2 * blk + 1], xa[k][blk][3] = hi[2 * blk + 1];
             }
-            xs[k][0] = has_lo ? *(const float4 *)(d_lo + 2 * u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            xs[k][1] = has_hi ? *(const float4 *)(d_hi + 2 * u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            const float4 zf = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                xs[k][0][j] = has_lo ? *(const float4 *)(d_lo + 4 * v + 2 * j) : zf;
+                xs[k][1][j] = has_hi ? *(const float4 *)(d_hi + 4 * v + 2 * j) : zf;
+            }
         }
 #pragma unroll
         for (int k = 0; k < IM_UNROLL; k++) {
-            if (u0 + k * MV_WARPS >= units) break;
-            /* the weight scales of this lane's output rows 2t, 2t + 1 (lanes 8t.., 8t + 4..) */
-            const uint32_t r0 = __shfl_sync(0xffffffffu, wu[k].d, 8 * t), r1 = __shfl_sync(0xffffffffu, wu[k].d, 8 * t + 4);
-            uint32_t q0 = 0, q1 = 0;
-            if (GLU) q0 = __shfl_sync(0xffffffffu, wu2[k].d, 8 * t), q1 = __shfl_sync(0xffffffffu, wu2[k].d, 8 * t + 4);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float dx_lo = h ? xs[k][0].z : xs[k][0].x, dx_hi = h ? xs[k][1].z : xs[k][1].x;
-                int c[4];
-                im_mma(c, xa[k][h], wu[k].b[2 * h], wu[k].b[2 * h + 1]);
-                const float dw0 = __half2float(__ushort_as_half((unsigned short)(r0 >> (16 * h))));
-                const float dw1 = __half2float(__ushort_as_half((unsigned short)(r1 >> (16 * h))));
-                acc[0] += (float)c[0] * (dx_lo * dw0);
-                acc[1] += (float)c[1] * (dx_lo * dw1);
-                acc[2] += (float)c[2] * (dx_hi * dw0);
-                acc[3] += (float)c[3] * (dx_hi * dw1);
-                if (GLU) {
-                    im_mma(c, xa[k][h], wu2[k].b[2 * h], wu2[k].b[2 * h + 1]);
-                    const float uw0 = __half2float(__ushort_as_half((unsigned short)(q0 >> (16 * h))));
-                    const float uw1 = __half2float(__ushort_as_half((unsigned short)(q1 >> (16 * h))));
-                    acc2[0] += (float)c[0] * (dx_lo * uw0);
-                    acc2[1] += (float)c[1] * (dx_lo * uw1);
-                    acc2[2] += (float)c[2] * (dx_hi * uw0);
-                    acc2[3] += (float)c[3] * (dx_hi * uw1);
-                }
-            }
+            if (v0 + k * MV_WARPS >= groups) break;
+            im_group_dot(acc, xa[k], xs[k], wg[k], t);
+            if (GLU) im_group_dot(acc2, xa[k], xs[k], wg2[k], t);
         }
     }
     /* C: this lane's items g (acc[0], acc[1]) and g + 8 (acc[2], acc[3]), rows 2t and 2t + 1 */
@@ -172,25 +193,30 @@ template <bool BOTH, bool GLU> __global__ void __launch_bounds__(MV_THREADS) im_
 bool em_cuda_imma_takes(const cuda_backend *b, const cuda_matvec *mv) {
     const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
     if (mv->w->type != EM_TYPE_Q8_0 || mv->counts || mv->n_items == 0 || mv->n_items > IM_ITEMS) return false;
-    if (mv->w->cols % DQ_UNIT || mv->x_stride % 4 || n_parts > MV_PARTS || (n_parts > 1 && mv->up)) return false;
+    if (mv->w->cols % (2 * DQ_UNIT) || mv->x_stride % 4 || n_parts > MV_PARTS || (n_parts > 1 && mv->up)) return false;
     if ((uint64_t)mv->n_items * (mv->w->cols / DQ_UNIT) * DQ_XUNIT > b->xq_bytes) return false;
-    /* units are read as words: every matrix 4-byte aligned */
-    if ((uintptr_t)mv->w->data % 4 || (mv->up && (uintptr_t)mv->up->data % 4)) return false;
+    /* groups of four blocks are read as 8-byte words: every matrix 8-byte aligned */
+    if ((uintptr_t)mv->w->data % 8 || (mv->up && (uintptr_t)mv->up->data % 8)) return false;
     for (uint32_t i = 1; i < n_parts; i++)
-        if ((uintptr_t)mv->more[i - 1].w->data % 4) return false;
+        if ((uintptr_t)mv->more[i - 1].w->data % 8) return false;
     return true;
 }
 
-/* The items from which this kernel takes Q8_0 products (EMBER_CUDA_IMMA=N: from N items, 0:
- * never). */
-static uint32_t im_min_items(void) {
+/* The items from which this kernel takes a Q8_0 product, from check_gemm --decode on the H200
+ * (bench/RESULTS.md, run 59): at one item matvec_dp4a.cu's kernel reads faster (gate+up 12.6
+ * against 15.3 us, the output head 78 against 111), from two items this one wins every product
+ * (gate+up at 2 / 8 / 16: 15.8 / 18.3 / 29.6 against 16.9 / 34.7 on dp4a and 43.0 on the f16
+ * tensor cores) but the output heads, whose dp4a blocks round their activations in shared memory
+ * (at 2: 112.6 against 99.0; at 4: 119.1 against 140.0). EMBER_CUDA_IMMA=N: from N items for all
+ * (0: never). */
+static uint32_t im_min_items(const cuda_backend *b, const cuda_matvec *mv) {
     const char *v = getenv("EMBER_CUDA_IMMA");
     if (v && *v) return atoi(v) > 0 ? (uint32_t)atoi(v) : UINT32_MAX;
-    return UINT32_MAX; /* off until measured */
+    return em_cuda_dq_staged(b, mv) ? 4 : 2;
 }
 
 bool em_cuda_imma_wanted(const cuda_backend *b, const cuda_matvec *mv) {
-    return !em_cuda_tensor_cores_off() && mv->n_items >= im_min_items() && em_cuda_imma_takes(b, mv);
+    return !em_cuda_tensor_cores_off() && em_cuda_imma_takes(b, mv) && mv->n_items >= im_min_items(b, mv);
 }
 
 em_err em_cuda_imma(cuda_backend *b, const cuda_matvec *mv, const mv_args &base) {
