@@ -208,8 +208,10 @@ bool em_cuda_imma_takes(const cuda_backend *b, const cuda_matvec *mv) {
  * (gate+up at 2 / 8 / 16: 15.8 / 18.3 / 29.6 against 16.9 / 34.7 on dp4a and 43.0 on the f16
  * tensor cores) but the output heads, whose dp4a blocks round their activations in shared memory
  * (at 2: 112.6 against 99.0; at 4: 119.1 against 140.0). EMBER_CUDA_IMMA=N: from N items for all
- * (0: never). */
+ * (0: never); EMBER_CUDA_DP4A=0, no activations rounded to 8 bits, switches it off too. */
 static uint32_t im_min_items(const cuda_backend *b, const cuda_matvec *mv) {
+    const char *dp4a = getenv("EMBER_CUDA_DP4A");
+    if (dp4a && *dp4a && atoi(dp4a) == 0) return UINT32_MAX;
     const char *v = getenv("EMBER_CUDA_IMMA");
     if (v && *v) return atoi(v) > 0 ? (uint32_t)atoi(v) : UINT32_MAX;
     return em_cuda_dq_staged(b, mv) ? 4 : 2;
