@@ -129,7 +129,7 @@ em_err em_cuda_dq_upload_grid(void);
 bool em_cuda_dq_staged(const cuda_backend *b, const cuda_matvec *mv);
 /* The rounding of mv's items' rows of X (dense: its items, through x_index when given; MoE: X's
  * rows) to bytes at b->xq and their chunk scales at b->xd, one launch: in dq_xchunk's layout, or
- * with imma in dq_imma_byte's (rows of cols bytes). */
+ * with imma in dq_imma_byte's (rows of cols bytes) with one float per chunk (d, no sum) at b->xd. */
 em_err em_cuda_dq_round_rows(cuda_backend *b, const cuda_matvec *mv, bool imma);
 
 /* The kernel on integer tensor cores (matvec_imma.cu): Q8_0 weights times up to 16 items on 8-bit

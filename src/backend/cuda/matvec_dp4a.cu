@@ -259,7 +259,7 @@ __device__ __forceinline__ float2 dq_chunk_scales(float d, float f, int sum) {
  * of X (item i: row x_index[i] when given, else i) -> xq[i] in dq_stage's layout (units of 64
  * values DQ_XUNIT bytes apart) and xd[i][cols / 32], as dq_stage rounds them, once for all
  * blocks. One warp per chunk. imma: rows in matvec_imma.cu's order instead (dq_imma_byte, rows of
- * cols bytes). */
+ * cols bytes), and of the scales only d f, a float per chunk (Q8_0 has no offsets to multiply). */
 __global__ void dq_quantize_kernel(const float *x, uint64_t x_stride, const uint32_t *x_index, uint32_t cols,
                                    uint32_t n_rows, const float *norm_ss, uint32_t norm_n, uint32_t ss_stride,
                                    float eps, bool imma, int8_t *xq, float2 *xd) {
@@ -281,7 +281,8 @@ __global__ void dq_quantize_kernel(const float *x, uint64_t x_stride, const uint
     if (imma) xq[row * cols + dq_imma_byte((uint32_t)c, lane)] = (int8_t)q;
     else dq_xchunk(xq + row * (chunks / 2 * DQ_XUNIT), (uint32_t)c)[lane] = (int8_t)q;
     const int sum = __reduce_add_sync(0xffffffffu, q);
-    if (lane == 0) xd[row * chunks + c] = dq_chunk_scales(d, f, sum);
+    if (lane == 0 && imma) ((float *)xd)[row * chunks + c] = dq_chunk_scales(d, f, sum).x; /* no sums needed */
+    else if (lane == 0) xd[row * chunks + c] = dq_chunk_scales(d, f, sum);
 }
 
 struct dq_args : mv_args {

@@ -26,6 +26,11 @@
 #define IM_ROWS 8   /* weight rows per block: the mma's n */
 #define IM_ITEMS 16 /* items per launch at most: the mma's m */
 #define IM_UNROLL 2 /* groups of four blocks a warp loads before it multiplies */
+/* At least two blocks per multiprocessor: a block's warps take one or two rounds of loads each (the
+ * rows are 2048-8192 values), so a second block's loads must overlap the first's sums and writes;
+ * only the gated 9-16 item variant needs the bound (156 registers by ptxas's own choice, 128 with
+ * it and 8 bytes of spill). */
+#define IM_BLOCKS_PER_SM 2
 
 /* c = a (16 items x 32 values) * b (32 values x 8 rows), bytes, summed exactly in int32. */
 __device__ __forceinline__ void im_mma(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -69,12 +74,13 @@ __device__ __forceinline__ float im_half(uint32_t w, int h) {
 
 struct im_args : mv_args {
     const int8_t *xq; /* the items' rounded rows (dq_imma_byte's order) and their chunk scales */
-    const float2 *xd;
+    const float *xd;
 };
 
 /* acc[0..3] += the group's four blocks of this lane's mma tile: items g, g + 8 (xa: per block
- * the A words) times weight rows 2t, 2t + 1 (B words wb, scales: lane 0 of the rows' lanes). */
-__device__ __forceinline__ void im_group_dot(float acc[4], const uint32_t xa[4][4], const float4 xs[2][2],
+ * the A words; xs: their four chunk scales) times weight rows 2t, 2t + 1 (B words, and the scales
+ * that lane 0 of each row's four holds). */
+__device__ __forceinline__ void im_group_dot(float acc[4], const uint32_t xa[4][4], const float4 xs[2],
                                              const im_group &wg, uint32_t t) {
     uint32_t s0[2], s1[2]; /* the scales of rows 2t (lane 8t) and 2t + 1 (lane 8t + 4) */
 #pragma unroll
@@ -87,8 +93,8 @@ __device__ __forceinline__ void im_group_dot(float acc[4], const uint32_t xa[4][
         int c[4];
         im_mma(c, xa[blk], wg.b[2 * blk], wg.b[2 * blk + 1]);
         const float dw0 = im_half(s0[blk >> 1], blk & 1), dw1 = im_half(s1[blk >> 1], blk & 1);
-        const float4 lo = xs[0][blk >> 1], hi = xs[1][blk >> 1];
-        const float dx_lo = blk & 1 ? lo.z : lo.x, dx_hi = blk & 1 ? hi.z : hi.x;
+        const float dx_lo = blk == 0 ? xs[0].x : blk == 1 ? xs[0].y : blk == 2 ? xs[0].z : xs[0].w;
+        const float dx_hi = blk == 0 ? xs[1].x : blk == 1 ? xs[1].y : blk == 2 ? xs[1].z : xs[1].w;
         acc[0] += (float)c[0] * (dx_lo * dw0);
         acc[1] += (float)c[1] * (dx_lo * dw1);
         acc[2] += (float)c[2] * (dx_hi * dw0);
@@ -97,7 +103,7 @@ __device__ __forceinline__ void im_group_dot(float acc[4], const uint32_t xa[4][
 }
 
 /* Block b: rows 8b .. 8b + 7 (of all parts) for every item. */
-template <bool BOTH, bool GLU> __global__ void __launch_bounds__(MV_THREADS) im_kernel(im_args a) {
+template <bool BOTH, bool GLU> __global__ void __launch_bounds__(MV_THREADS, IM_BLOCKS_PER_SM) im_kernel(im_args a) {
     __shared__ float sums[GLU ? 2 : 1][MV_WARPS][IM_ITEMS][IM_ROWS];
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const uint32_t groups = a.cols / (2 * DQ_UNIT), chunks = a.cols / DQ_CHUNK;
@@ -113,12 +119,12 @@ template <bool BOTH, bool GLU> __global__ void __launch_bounds__(MV_THREADS) im_
     /* items g and g + 8 (BOTH: more than 8 items); a missing item multiplies zeros */
     const bool has_lo = g < a.n_items, has_hi = BOTH && g + 8 < a.n_items;
     const int8_t *x_lo = a.xq + (uint64_t)g * a.cols + 32 * t, *x_hi = a.xq + (uint64_t)(g + 8) * a.cols + 32 * t;
-    const float2 *d_lo = a.xd + (uint64_t)g * chunks, *d_hi = a.xd + (uint64_t)(g + 8) * chunks;
+    const float *d_lo = a.xd + (uint64_t)g * chunks, *d_hi = a.xd + (uint64_t)(g + 8) * chunks;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (uint32_t v0 = warp; v0 < groups; v0 += MV_WARPS * IM_UNROLL) {
         im_group wg[IM_UNROLL], wg2[IM_UNROLL];
         uint32_t xa[IM_UNROLL][4][4]; /* per group and block: the A words (items g, g + 8) */
-        float4 xs[IM_UNROLL][2][2];   /* per group: items g, g + 8's four chunk scales (.x, .z) */
+        float4 xs[IM_UNROLL][2];      /* per group: items g, g + 8's four chunk scales */
 #pragma unroll
         for (int k = 0; k < IM_UNROLL; k++) { /* every load of the step first */
             const uint32_t v = v0 + k * MV_WARPS;
@@ -139,11 +145,8 @@ template <bool BOTH, bool GLU> __global__ void __launch_bounds__(MV_THREADS) im_
                 xa[k][blk][2] = lo[2 * blk + 1], xa[k][blk][3] = hi[2 * blk + 1];
             }
             const float4 zf = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                xs[k][0][j] = has_lo ? *(const float4 *)(d_lo + 4 * v + 2 * j) : zf;
-                xs[k][1][j] = has_hi ? *(const float4 *)(d_hi + 4 * v + 2 * j) : zf;
-            }
+            xs[k][0] = has_lo ? *(const float4 *)(d_lo + 4 * v) : zf;
+            xs[k][1] = has_hi ? *(const float4 *)(d_hi + 4 * v) : zf;
         }
 #pragma unroll
         for (int k = 0; k < IM_UNROLL; k++) {
@@ -229,7 +232,7 @@ em_err em_cuda_imma(cuda_backend *b, const cuda_matvec *mv, const mv_args &base)
     static_cast<mv_args &>(a) = base;
     em_err err = em_cuda_dq_round_rows(b, mv, true);
     if (err) return err;
-    a.xq = b->xq, a.xd = b->xd;
+    a.xq = b->xq, a.xd = (const float *)b->xd;
     const uint32_t blocks = (a.rows + IM_ROWS - 1) / IM_ROWS;
     err = mv_producer_blocks(b, a, blocks, "cuda integer mma matvec");
     if (err) return err;
