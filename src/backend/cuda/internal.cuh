@@ -9,10 +9,12 @@
  *    keys and as many rows of values, addressed through the batch's block tables like the CPU
  *    backend's f32 cache. f16 halves the memory of the CPU layout (kv_bytes_per_token).
  *    EMBER_CUDA_KV=f32 keeps it in f32 instead (for comparisons that must exclude f16 rounding).
- *  - weights are decoded in registers, never rounded to 8-bit activations as the CPU's integer
- *    dot products do: single-token products multiply them with the f32 activations (matvec.cu);
- *    decode batches of 3-16 tokens (matvec_tc.cu), prefill and larger batches (gemm.cu) round
- *    both operands to f16 for the tensor cores and accumulate in f32. */
+ *  - weights are decoded in registers. Decode products of quantized weights (Q8_0, Q4_K, Q6_K,
+ *    IQ3_XXS) round the activations to 8 bits as the CPU's integer dot products do and multiply
+ *    with __dp4a (matvec_dp4a.cu), dense Q8_0 ones of 2-16 tokens on the integer tensor cores
+ *    (matvec_imma.cu); other decode products multiply with the f32 activations (matvec.cu) or,
+ *    at 2-16 tokens, round both operands to f16 for the tensor cores (matvec_tc.cu); prefill and
+ *    larger batches (gemm.cu) do the same on larger tiles; all accumulate in f32. */
 #ifndef EMBER_BACKEND_CUDA_INTERNAL_CUH
 #define EMBER_BACKEND_CUDA_INTERNAL_CUH
 

@@ -1,7 +1,7 @@
 /* What the decode-sized product kernels share: matvec.cu's f32 kernel (matrix times a few vectors
- * on the CUDA cores), matvec_tc.cu's tensor-core kernel for 2-16 items and matvec_dp4a.cu's
- * integer kernel on 8-bit activations. All take the same arguments, built by em_cuda_matvec from
- * a cuda_matvec (internal.cuh). */
+ * on the CUDA cores), matvec_tc.cu's tensor-core kernel for 2-16 items, matvec_dp4a.cu's integer
+ * kernel on 8-bit activations and matvec_imma.cu's, on the integer tensor cores, for Q8_0. All take
+ * the same arguments, built by em_cuda_matvec from a cuda_matvec (internal.cuh). */
 #ifndef EMBER_BACKEND_CUDA_MATVEC_CUH
 #define EMBER_BACKEND_CUDA_MATVEC_CUH
 
