@@ -1,26 +1,34 @@
-/* Decode products of Q8_0 weights on the integer tensor cores: 2-16 items on activations rounded
- * to 8 bits, one mma.sync m16n8k32 (16 items x 32 values x 8 weight rows, bytes in, exact int32
- * sums out) per Q8_0 block of 8 rows.
+/* Decode products on the tensor cores with the weights fed to the mma as they are stored. Q8_0
+ * on the integer tensor cores: 2-16 items on activations rounded to 8 bits, one mma.sync m16n8k32
+ * (16 items x 32 values x 8 weight rows, bytes in, exact int32 sums out) per Q8_0 block of 8 rows.
+ * BF16 and F16: one mma.sync m16n8k16 in f16 per 16 values of 8 rows, the activations read as f32
+ * and rounded to f16 in the lane that multiplies them (BF16 weights rounded to f16 on the way in,
+ * as matvec_tc.cu does): no staging, no separate rounding launch.
  *
  * Why: matvec_dp4a.cu's kernel reads each weight once for all items, but spends one __dp4a per
  * four weights per item, so a product of 8 items costs 2.5 times one of a single item (the Q8_0
  * output head: 77 us at 1, 195 at 8; run 53). Here one instruction multiplies a block of 8 rows
- * with up to 16 items, and Q8_0's bytes go into the mma as they are.
+ * with up to 16 items, and Q8_0's bytes go into the mma as they are. For BF16 / F16 the gain is
+ * the plain layout: matvec_tc.cu stages each block's activations in shared memory and adds K
+ * slices through global memory, which made its products 1.3-2 times slower at 2-8 items (run 64).
  *
  * Layout: a block of MV_WARPS warps owns IM_ROWS = 8 rows (the mma's n); warp w sums every
- * MV_WARPS-th group of four Q8_0 blocks (128 values, 136 bytes) of the rows, then the block adds
- * the warps' sums in warp order. Lane (g = lane / 4, t = lane % 4) holds weight row g (B) and
- * items g and g + 8 (A). An mma sums over its 32 k slots whatever sits in them, as long as A and B
- * agree: so the four lanes of a row read its group as 8-byte words (word m by lane m % 4), each
- * then holds 8 bytes of every block, and the activations are rounded into the order the weights
- * arrive in (dq_imma_byte, matvec.cuh). The int32 sum of a block times the weight block's scale
- * and the activation chunk's scale adds into f32.
+ * MV_WARPS-th group of the rows (Q8_0: four blocks, 128 values in 136 bytes; BF16 / F16: 64
+ * values), then the block adds the warps' sums in warp order. Lane (g = lane / 4, t = lane % 4)
+ * holds weight row g (B) and items g and g + 8 (A). An mma sums over its k slots whatever sits in
+ * them, as long as A and B agree: so the four lanes of a row read its group as 8-byte words (word
+ * m by lane m % 4) and hand the mma what they hold. Q8_0: each lane then holds 8 bytes of every
+ * block, and the activations are rounded into the order the weights arrive in (dq_imma_byte,
+ * matvec.cuh); the int32 sum of a block times the weight block's scale and the activation chunk's
+ * scale adds into f32. BF16 / F16: lane t holds values 4t .. 4t + 3 of each 16, which go to the
+ * k slots 2t, 2t + 1, 2t + 8, 2t + 9 for weights and activations alike.
  *
  * Each item's result depends on its own activations only, in a fixed order (an mma's integer sums
  * are exact; the scaling and the warps' sums go in a fixed order): a token gets the same bits in
  * any batch this kernel runs. Fusions as in matvec_dp4a.cu: parts (Q, K, V), a gated unit's two
  * matrices, the residual add, a fused norm's producer (next_ss: one partial sum per block) and
- * consumer (folded into the activations' scales by the rounding). */
+ * consumer (Q8_0: folded into the activations' scales by the rounding; BF16 / F16: the activations
+ * times the item's RMS factor before they are rounded to f16). */
 #include "matvec.cuh"
 
 #define IM_ROWS 8   /* weight rows per block: the mma's n */
@@ -102,25 +110,17 @@ __device__ __forceinline__ void im_group_dot(float acc[4], const uint32_t xa[4][
     }
 }
 
-/* Block b: rows 8b .. 8b + 7 (of all parts) for every item. */
-template <bool BOTH, bool GLU> __global__ void __launch_bounds__(MV_THREADS, IM_BLOCKS_PER_SM) im_kernel(im_args a) {
-    __shared__ float sums[GLU ? 2 : 1][MV_WARPS][IM_ITEMS][IM_ROWS];
+/* The Q8_0 products of this lane's tile over the warp's groups: acc (and acc2, the up matrix's)
+ * for items g, g + 8 and rows 2t, 2t + 1. */
+template <bool BOTH, bool GLU>
+__device__ __forceinline__ void im_sums_q8(const im_args &a, const uint8_t *w, const uint8_t *w2, float acc[4],
+                                           float acc2[4]) {
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const uint32_t groups = a.cols / (2 * DQ_UNIT), chunks = a.cols / DQ_CHUNK;
-    const uint32_t row0 = blockIdx.x * IM_ROWS;
-    const uint8_t *w, *w2;
-    {
-        float *y;
-        uint64_t ys;
-        const uint32_t row = row0 + g < a.rows ? row0 + g : a.rows - 1; /* past the end: the last row, unused */
-        mv_row(a, row, 0, &w, &w2, &y, &ys);
-    }
-    em_pdl_wait();
     /* items g and g + 8 (BOTH: more than 8 items); a missing item multiplies zeros */
     const bool has_lo = g < a.n_items, has_hi = BOTH && g + 8 < a.n_items;
     const int8_t *x_lo = a.xq + (uint64_t)g * a.cols + 32 * t, *x_hi = a.xq + (uint64_t)(g + 8) * a.cols + 32 * t;
     const float *d_lo = a.xd + (uint64_t)g * chunks, *d_hi = a.xd + (uint64_t)(g + 8) * chunks;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (uint32_t v0 = warp; v0 < groups; v0 += MV_WARPS * IM_UNROLL) {
         im_group wg[IM_UNROLL], wg2[IM_UNROLL];
         uint32_t xa[IM_UNROLL][4][4]; /* per group and block: the A words (items g, g + 8) */
@@ -154,6 +154,119 @@ template <bool BOTH, bool GLU> __global__ void __launch_bounds__(MV_THREADS, IM_
             im_group_dot(acc, xa[k], xs[k], wg[k], t);
             if (GLU) im_group_dot(acc2, xa[k], xs[k], wg2[k], t);
         }
+    }
+}
+
+/* c += a (16 items x 16 values, f16) * b (16 values x 8 rows, f16), in f32. */
+__device__ __forceinline__ void hm_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Two values as an f16 pair (the low half first). */
+__device__ __forceinline__ uint32_t hm_pair(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *(const uint32_t *)&h;
+}
+
+/* Lane t's share of a group of 64 BF16 or F16 weights of a row (128 bytes at 128 v): of each
+ * 16-value chunk j the 8-byte word 4j + t, values 4t .. 4t + 3, as two f16 pairs b[2j], b[2j + 1]
+ * (the mma's k slots 2t, 2t + 1 and 2t + 8, 2t + 9; the activations go to the same slots). */
+template <int TYPE> struct hm_group {
+    uint32_t b[8];
+    __device__ __forceinline__ void load(const uint8_t *row, uint32_t v, uint32_t t) {
+        const uint2 *p = (const uint2 *)(row + 128 * (uint64_t)v);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint2 u = p[4 * j + t];
+            if constexpr (TYPE == EM_TYPE_BF16) {
+                b[2 * j] = hm_pair(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u));
+                b[2 * j + 1] = hm_pair(__uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+            } else {
+                b[2 * j] = u.x, b[2 * j + 1] = u.y;
+            }
+        }
+    }
+};
+
+/* The BF16 / F16 products of this lane's tile over the warp's groups, as im_sums_q8's: the
+ * activations read as f32 straight from X (no rounding launch), times the item's fused-norm factor
+ * (fold), rounded to f16 in the lane. */
+template <int TYPE, bool BOTH, bool GLU>
+__device__ __forceinline__ void im_sums_half(const im_args &a, const uint8_t *w, const uint8_t *w2, const float *fold,
+                                             float acc[4], float acc2[4]) {
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const uint32_t groups = a.cols / DQ_UNIT;
+    const bool has_lo = g < a.n_items, has_hi = BOTH && g + 8 < a.n_items;
+    const uint32_t i_lo = has_lo ? g : 0, i_hi = has_hi ? g + 8 : 0;
+    const float *x_lo = a.x + (uint64_t)(a.x_index ? a.x_index[i_lo] : i_lo) * a.x_stride + 4 * t;
+    const float *x_hi = a.x + (uint64_t)(a.x_index ? a.x_index[i_hi] : i_hi) * a.x_stride + 4 * t;
+    const float f_lo = fold[i_lo], f_hi = fold[i_hi];
+    for (uint32_t v0 = warp; v0 < groups; v0 += MV_WARPS * IM_UNROLL) {
+        hm_group<TYPE> wg[IM_UNROLL], wg2[IM_UNROLL];
+        float4 xl[IM_UNROLL][4], xh[IM_UNROLL][4];
+#pragma unroll
+        for (int k = 0; k < IM_UNROLL; k++) { /* every load of the step first */
+            const uint32_t v = v0 + k * MV_WARPS;
+            if (v >= groups) break;
+            wg[k].load(w, v, t);
+            if (GLU) wg2[k].load(w2, v, t);
+            const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                xl[k][j] = has_lo ? *(const float4 *)(x_lo + DQ_UNIT * (uint64_t)v + 16 * j) : z;
+                xh[k][j] = has_hi ? *(const float4 *)(x_hi + DQ_UNIT * (uint64_t)v + 16 * j) : z;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < IM_UNROLL; k++) {
+            if (v0 + k * MV_WARPS >= groups) break;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float4 l = xl[k][j], h = xh[k][j];
+                const uint32_t a0 = hm_pair(l.x * f_lo, l.y * f_lo), a2 = hm_pair(l.z * f_lo, l.w * f_lo);
+                const uint32_t a1 = hm_pair(h.x * f_hi, h.y * f_hi), a3 = hm_pair(h.z * f_hi, h.w * f_hi);
+                hm_mma(acc, a0, a1, a2, a3, wg[k].b[2 * j], wg[k].b[2 * j + 1]);
+                if (GLU) hm_mma(acc2, a0, a1, a2, a3, wg2[k].b[2 * j], wg2[k].b[2 * j + 1]);
+            }
+        }
+    }
+}
+
+/* Block b: rows 8b .. 8b + 7 (of all parts) for every item. */
+template <int TYPE, bool BOTH, bool GLU>
+__global__ void __launch_bounds__(MV_THREADS, IM_BLOCKS_PER_SM) im_kernel(im_args a) {
+    __shared__ float sums[GLU ? 2 : 1][MV_WARPS][IM_ITEMS][IM_ROWS];
+    __shared__ float fold[IM_ITEMS]; /* BF16 / F16: each item's fused-norm factor (else 1) */
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const uint32_t row0 = blockIdx.x * IM_ROWS;
+    const uint8_t *w, *w2;
+    {
+        float *y;
+        uint64_t ys;
+        const uint32_t row = row0 + g < a.rows ? row0 + g : a.rows - 1; /* past the end: the last row, unused */
+        mv_row(a, row, 0, &w, &w2, &y, &ys);
+    }
+    em_pdl_wait();
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if constexpr (TYPE == EM_TYPE_Q8_0) {
+        im_sums_q8<BOTH, GLU>(a, w, w2, acc, acc2);
+    } else {
+        for (uint32_t i = warp; i < IM_ITEMS; i += MV_WARPS) { /* warp w: items w, w + 8, partials in order */
+            float f = 1.0f;
+            if (a.norm_ss && i < a.n_items) {
+                const float *part = a.norm_ss + (uint64_t)(a.x_index ? a.x_index[i] : i) * a.ss_stride;
+                float sq = 0.0f;
+                for (uint32_t k = lane; k < a.norm_n; k += 32) sq += part[k];
+                f = rsqrtf(em_warp_sum(sq) / a.cols + a.eps);
+            }
+            if (lane == 0) fold[i] = f;
+        }
+        __syncthreads();
+        im_sums_half<TYPE, BOTH, GLU>(a, w, w2, fold, acc, acc2);
     }
     /* C: this lane's items g (acc[0], acc[1]) and g + 8 (acc[2], acc[3]), rows 2t and 2t + 1 */
 #pragma unroll
@@ -194,11 +307,13 @@ template <bool BOTH, bool GLU> __global__ void __launch_bounds__(MV_THREADS, IM_
 }
 
 bool em_cuda_imma_takes(const cuda_backend *b, const cuda_matvec *mv) {
-    const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
-    if (mv->w->type != EM_TYPE_Q8_0 || mv->counts || mv->n_items == 0 || mv->n_items > IM_ITEMS) return false;
+    const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1, type = mv->w->type;
+    const bool q8 = type == EM_TYPE_Q8_0, half = type == EM_TYPE_BF16 || type == EM_TYPE_F16;
+    if (!(q8 || half) || mv->counts || mv->n_items == 0 || mv->n_items > IM_ITEMS) return false;
     if (mv->w->cols % (2 * DQ_UNIT) || mv->x_stride % 4 || n_parts > MV_PARTS || (n_parts > 1 && mv->up)) return false;
-    if ((uint64_t)mv->n_items * (mv->w->cols / DQ_UNIT) * DQ_XUNIT > b->xq_bytes) return false;
-    /* groups of four blocks are read as 8-byte words: every matrix 8-byte aligned */
+    if (q8 && (uint64_t)mv->n_items * (mv->w->cols / DQ_UNIT) * DQ_XUNIT > b->xq_bytes) return false;
+    if (half && (uintptr_t)mv->x % 16) return false; /* X read as float4 */
+    /* weights are read as 8-byte words: every matrix 8-byte aligned */
     if ((uintptr_t)mv->w->data % 8 || (mv->up && (uintptr_t)mv->up->data % 8)) return false;
     for (uint32_t i = 1; i < n_parts; i++)
         if ((uintptr_t)mv->more[i - 1].w->data % 8) return false;
@@ -211,8 +326,19 @@ bool em_cuda_imma_takes(const cuda_backend *b, const cuda_matvec *mv) {
  * (gate+up at 2 / 8 / 16: 15.8 / 18.3 / 29.6 against 16.9 / 34.7 on dp4a and 43.0 on the f16
  * tensor cores) but the output heads, whose dp4a blocks round their activations in shared memory
  * (at 2: 112.6 against 99.0; at 4: 119.1 against 140.0). EMBER_CUDA_IMMA=N: from N items for all
- * (0: never); EMBER_CUDA_DP4A=0, no activations rounded to 8 bits, switches it off too. */
+ * (0: never); EMBER_CUDA_DP4A=0, no activations rounded to 8 bits, switches it off for Q8_0.
+ * BF16 / F16 (run 64): from two items, against matvec_tc.cu's f16 kernel (which stages the
+ * activations and sums K slices through global memory) gate+up 25.4 / 26.7 / 31.5 us at 2 / 8 / 16
+ * items against 34.4 / 35.2 / 37.9, o 4.1 against 8.0 at 2; at one item the f32 kernel reads a
+ * little faster (gate+up 23.4 against 25.2), and the output heads stay on matvec_tc.cu, whose
+ * blocks loop over many row groups (138.5 against 240.8 us at 2 items). EMBER_CUDA_HMMA=N: from N
+ * items for all BF16 / F16 products (0: never). */
 static uint32_t im_min_items(const cuda_backend *b, const cuda_matvec *mv) {
+    if (mv->w->type != EM_TYPE_Q8_0) {
+        const char *v = getenv("EMBER_CUDA_HMMA");
+        if (v && *v) return atoi(v) > 0 ? (uint32_t)atoi(v) : UINT32_MAX;
+        return em_cuda_dq_staged(b, mv) ? UINT32_MAX : 2;
+    }
     const char *dp4a = getenv("EMBER_CUDA_DP4A");
     if (dp4a && *dp4a && atoi(dp4a) == 0) return UINT32_MAX;
     const char *v = getenv("EMBER_CUDA_IMMA");
@@ -224,21 +350,30 @@ bool em_cuda_imma_wanted(const cuda_backend *b, const cuda_matvec *mv) {
     return !em_cuda_tensor_cores_off() && em_cuda_imma_takes(b, mv) && mv->n_items >= im_min_items(b, mv);
 }
 
+template <int TYPE> static void im_launch(cuda_backend *b, const im_args &a, uint32_t blocks, bool both, bool glu) {
+    if (glu) em_cuda_launch(b, both ? im_kernel<TYPE, true, true> : im_kernel<TYPE, false, true>, blocks, MV_THREADS, 0, a);
+    else em_cuda_launch(b, both ? im_kernel<TYPE, true, false> : im_kernel<TYPE, false, false>, blocks, MV_THREADS, 0, a);
+}
+
 em_err em_cuda_imma(cuda_backend *b, const cuda_matvec *mv, const mv_args &base) {
     if (!em_cuda_imma_takes(b, mv))
-        return em_errorf(EM_ERR_UNSUPPORTED, "cuda integer mma matvec: %s, %u columns, %u items",
+        return em_errorf(EM_ERR_UNSUPPORTED, "cuda tensor-core matvec (mma on the weights as stored): %s, %u columns, %u items",
                          em_type_name(mv->w->type), mv->w->cols, mv->n_items);
     im_args a = {};
     static_cast<mv_args &>(a) = base;
-    em_err err = em_cuda_dq_round_rows(b, mv, true);
-    if (err) return err;
-    a.xq = b->xq, a.xd = (const float *)b->xd;
+    const uint32_t type = mv->w->type;
+    if (type == EM_TYPE_Q8_0) {
+        em_err err = em_cuda_dq_round_rows(b, mv, true);
+        if (err) return err;
+        a.xq = b->xq, a.xd = (const float *)b->xd;
+    }
     const uint32_t blocks = (a.rows + IM_ROWS - 1) / IM_ROWS;
-    err = mv_producer_blocks(b, a, blocks, "cuda integer mma matvec");
+    em_err err = mv_producer_blocks(b, a, blocks, "cuda tensor-core matvec (weights as stored)");
     if (err) return err;
-    const bool both = mv->n_items > 8;
-    if (mv->up) em_cuda_launch(b, both ? im_kernel<true, true> : im_kernel<false, true>, blocks, MV_THREADS, 0, a);
-    else em_cuda_launch(b, both ? im_kernel<true, false> : im_kernel<false, false>, blocks, MV_THREADS, 0, a);
+    const bool both = mv->n_items > 8, glu = mv->up != NULL;
+    if (type == EM_TYPE_Q8_0) im_launch<EM_TYPE_Q8_0>(b, a, blocks, both, glu);
+    else if (type == EM_TYPE_BF16) im_launch<EM_TYPE_BF16>(b, a, blocks, both, glu);
+    else im_launch<EM_TYPE_F16>(b, a, blocks, both, glu);
     CU_LAUNCHED();
     return NULL;
 }
