@@ -159,7 +159,7 @@ typedef struct case_result {
     double err_kernel[2]; /* err_ref of the staged and the pipelined kernel */
     bool pads_ok; /* the y_stride pads kept their bytes */
     bool same;    /* every kernel and tile size gave the same bits */
-    double err_im; /* the integer tensor-core kernel against ref (-1: not run: Q8_0, up to 16 items) */
+    double err_im; /* matvec_imma.cu's kernel against ref (-1: not run: Q8_0, BF16, F16 up to 16 items) */
     bool im_alone_same;
 } case_result;
 
@@ -171,7 +171,7 @@ typedef struct case_result {
 #define WG_ALONE 1003u
 #define DQ_RUN 1004u /* the kernel on 8-bit activations (matvec_dp4a.cu), all items or the first alone */
 #define DQ_ALONE 1005u
-#define IM_RUN 1006u /* the kernel on integer tensor cores (matvec_imma.cu), all items or the first alone */
+#define IM_RUN 1006u /* matvec_imma.cu's kernel (weights fed to mma.sync as stored), all items or the first alone */
 #define IM_ALONE 1007u
 
 /* Runs `c` with weights of `type`; the worst errors over the tile sizes. */
@@ -289,7 +289,7 @@ static bool run_case(uint32_t type, const test_case *c) {
         } else if (tile == IM_RUN || tile == IM_ALONE) {
             cuda_matvec one = mv;
             if (tile == IM_ALONE) one.n_items = 1;
-            check_err(em_cuda_matvec_with(b, &one, EM_CUDA_MATVEC_IMMA), "integer mma matvec");
+            check_err(em_cuda_matvec_with(b, &one, EM_CUDA_MATVEC_IMMA), "matvec_imma.cu matvec");
         } else if (tile == TC_RUN || tile == TC_ALONE) {
             cuda_matvec one = mv;
             if (tile == TC_ALONE) one.n_items = 1;
@@ -368,7 +368,7 @@ static bool run_case(uint32_t type, const test_case *c) {
         if (!c->moe) res.dq_alone_same = alone_same(false, DQ_ALONE, EM_CUDA_GEMM_AUTO);
     }
 
-    /* the integer tensor-core kernel: the same rounding of the activations */
+    /* matvec_imma.cu: Q8_0 with the dp4a kernel's rounding of the activations, BF16 / F16 in f16 */
     if (em_cuda_imma_takes(b, &mv)) {
         run(false, IM_RUN, EM_CUDA_GEMM_AUTO);
         res.err_im = compare(y_host, ref, &res.pads_ok);

@@ -13,8 +13,9 @@
  *    IQ3_XXS) round the activations to 8 bits as the CPU's integer dot products do and multiply
  *    with __dp4a (matvec_dp4a.cu), dense Q8_0 ones of 2-16 tokens on the integer tensor cores
  *    (matvec_imma.cu); other decode products multiply with the f32 activations (matvec.cu) or,
- *    at 2-16 tokens, round both operands to f16 for the tensor cores (matvec_tc.cu); prefill and
- *    larger batches (gemm.cu) do the same on larger tiles; all accumulate in f32. */
+ *    at 2-16 tokens, round both operands to f16 for the tensor cores (dense BF16 / F16 ones in
+ *    matvec_imma.cu, the rest and the output heads in matvec_tc.cu); prefill and larger batches
+ *    (gemm.cu) do the same on larger tiles; all accumulate in f32. */
 #ifndef EMBER_BACKEND_CUDA_INTERNAL_CUH
 #define EMBER_BACKEND_CUDA_INTERNAL_CUH
 
@@ -249,7 +250,7 @@ bool em_cuda_tensor_cores_off(void);
 /* em_cuda_matvec with the kernel forced, for tests and measurements: F32 the CUDA-core kernel
  * (matvec.cu), TC the tensor-core kernel for decode batches (matvec_tc.cu; not for F32 weights),
  * DP4A the kernel on 8-bit activations (matvec_dp4a.cu; quantized weights it takes only), IMMA
- * the one on integer tensor cores (matvec_imma.cu; Q8_0 only). */
+ * the one that feeds the weights to mma.sync as stored (matvec_imma.cu; Q8_0, BF16, F16). */
 typedef enum em_cuda_matvec_kernel {
     EM_CUDA_MATVEC_AUTO,
     EM_CUDA_MATVEC_F32,
@@ -261,8 +262,8 @@ em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matve
 /* Whether the DP4A kernel can take `mv`: Q8_0, Q4_K, Q6_K or IQ3_XXS weights, rows of whole
  * 64-value units, rounded activations that fit b->xq (the output heads: a block's shared memory). */
 bool em_cuda_dq_takes(const cuda_backend *b, const cuda_matvec *mv);
-/* Whether the integer tensor-core kernel can take `mv`: dense Q8_0 products of up to 16 items, rows
- * of whole 64-value units. */
+/* Whether matvec_imma.cu's kernel can take `mv`: dense Q8_0, BF16 or F16 products of up to 16
+ * items, rows of whole 128-value groups. */
 bool em_cuda_imma_takes(const cuda_backend *b, const cuda_matvec *mv);
 
 /* One of up to three matrices that share the input rows and run in one launch (Q, K and V): of

@@ -1,7 +1,8 @@
 /* What the decode-sized product kernels share: matvec.cu's f32 kernel (matrix times a few vectors
  * on the CUDA cores), matvec_tc.cu's tensor-core kernel for 2-16 items, matvec_dp4a.cu's integer
- * kernel on 8-bit activations and matvec_imma.cu's, on the integer tensor cores, for Q8_0. All take
- * the same arguments, built by em_cuda_matvec from a cuda_matvec (internal.cuh). */
+ * kernel on 8-bit activations and matvec_imma.cu's, with the weights fed to mma.sync as stored
+ * (Q8_0 on the integer tensor cores, BF16 / F16 in f16). All take the same arguments, built by
+ * em_cuda_matvec from a cuda_matvec (internal.cuh). */
 #ifndef EMBER_BACKEND_CUDA_MATVEC_CUH
 #define EMBER_BACKEND_CUDA_MATVEC_CUH
 
@@ -132,8 +133,9 @@ bool em_cuda_dq_staged(const cuda_backend *b, const cuda_matvec *mv);
  * with imma in dq_imma_byte's (rows of cols bytes) with one float per chunk (d, no sum) at b->xd. */
 em_err em_cuda_dq_round_rows(cuda_backend *b, const cuda_matvec *mv, bool imma);
 
-/* The kernel on integer tensor cores (matvec_imma.cu): Q8_0 weights times up to 16 items on 8-bit
- * activations, dense products. Whether it should take `mv` (EMBER_CUDA_IMMA), and its launch. */
+/* The kernel with the weights fed to mma.sync as stored (matvec_imma.cu): dense Q8_0 products of up
+ * to 16 items on 8-bit activations, BF16 / F16 ones on f16. Whether it should take `mv`
+ * (EMBER_CUDA_IMMA, EMBER_CUDA_HMMA), and its launch. */
 bool em_cuda_imma_wanted(const cuda_backend *b, const cuda_matvec *mv);
 em_err em_cuda_imma(cuda_backend *b, const cuda_matvec *mv, const mv_args &a);
 
