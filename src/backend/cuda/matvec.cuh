@@ -58,6 +58,16 @@ __device__ __forceinline__ uint32_t dq_imma_byte(uint32_t c, uint32_t i) {
     return 128 * (c >> 2) + 32 * t + 8 * b + dq_imma_held(p, t) - dq_imma_held(first, t);
 }
 
+/* c += a (16 items x 16 values) * b (16 values x 8 weight rows), f16 operands, f32 sums: mma.sync
+ * m16n8k16 (matvec_tc.cu, matvec_imma.cu). */
+__device__ __forceinline__ void mv_mma_f16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                           uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 /* The activation of the gated unit, exactly as ops.cu's glu_kernel computes it. */
 __device__ __forceinline__ float mv_glu(float g, float u, int act) {
     float a;

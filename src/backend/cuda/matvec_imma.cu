@@ -157,15 +157,6 @@ __device__ __forceinline__ void im_sums_q8(const im_args &a, const uint8_t *w, c
     }
 }
 
-/* c += a (16 items x 16 values, f16) * b (16 values x 8 rows, f16), in f32. */
-__device__ __forceinline__ void hm_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                       uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* Two values as an f16 pair (the low half first). */
 __device__ __forceinline__ uint32_t hm_pair(float lo, float hi) {
     const __half2 h = __floats2half2_rn(lo, hi);
@@ -229,8 +220,8 @@ __device__ __forceinline__ void im_sums_half(const im_args &a, const uint8_t *w,
                 const float4 l = xl[k][j], h = xh[k][j];
                 const uint32_t a0 = hm_pair(l.x * f_lo, l.y * f_lo), a2 = hm_pair(l.z * f_lo, l.w * f_lo);
                 const uint32_t a1 = hm_pair(h.x * f_hi, h.y * f_hi), a3 = hm_pair(h.z * f_hi, h.w * f_hi);
-                hm_mma(acc, a0, a1, a2, a3, wg[k].b[2 * j], wg[k].b[2 * j + 1]);
-                if (GLU) hm_mma(acc2, a0, a1, a2, a3, wg2[k].b[2 * j], wg2[k].b[2 * j + 1]);
+                mv_mma_f16(acc, a0, a1, a2, a3, wg[k].b[2 * j], wg[k].b[2 * j + 1]);
+                if (GLU) mv_mma_f16(acc2, a0, a1, a2, a3, wg2[k].b[2 * j], wg2[k].b[2 * j + 1]);
             }
         }
     }

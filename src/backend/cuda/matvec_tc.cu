@@ -33,15 +33,6 @@ extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
 #define MT_PAD 32                    /* f16 pad per staged row: rows 64 bytes apart in the banks */
 #define MT_SMEM_MAX (200u << 10)
 
-/* c += a (16 items x 16 k) * b (16 k x 8 rows). */
-__device__ __forceinline__ void mt_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                       uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 struct mt_args : mv_args {
     uint32_t kslice;     /* groups per K slice (a multiple of MT_STEP) */
     uint32_t row_groups; /* groups of 64 rows */
@@ -70,11 +61,11 @@ __device__ __forceinline__ void mt_step(const uint8_t *w, const uint8_t *w2, con
         const uint32_t at = s - s0 + 4 * j + t; /* the group's place in the staged slice */
         const bool in = !TAIL || s + 4 * j + t < end; /* past the end: zeros (the pad is not) */
         const uint4 av = in ? xa[at] : make_uint4(0, 0, 0, 0), bv = NT > 8 && in ? xb[at] : make_uint4(0, 0, 0, 0);
-        mt_mma(acc, av.x, bv.x, av.y, bv.y, wv[j].x, wv[j].y);
-        mt_mma(acc, av.z, bv.z, av.w, bv.w, wv[j].z, wv[j].w);
+        mv_mma_f16(acc, av.x, bv.x, av.y, bv.y, wv[j].x, wv[j].y);
+        mv_mma_f16(acc, av.z, bv.z, av.w, bv.w, wv[j].z, wv[j].w);
         if (GLU) {
-            mt_mma(acc2, av.x, bv.x, av.y, bv.y, wv2[j].x, wv2[j].y);
-            mt_mma(acc2, av.z, bv.z, av.w, bv.w, wv2[j].z, wv2[j].w);
+            mv_mma_f16(acc2, av.x, bv.x, av.y, bv.y, wv2[j].x, wv2[j].y);
+            mv_mma_f16(acc2, av.z, bv.z, av.w, bv.w, wv2[j].z, wv2[j].w);
         }
     }
 }
