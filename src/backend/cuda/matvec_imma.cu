@@ -33,7 +33,7 @@
 
 #define IM_ROWS 8   /* weight rows per block: the mma's n */
 #define IM_ITEMS 16 /* items per launch at most: the mma's m */
-#define IM_UNROLL 2 /* groups of four blocks a warp loads before it multiplies */
+#define IM_UNROLL 2 /* groups a warp loads before it multiplies (Q8_0: four blocks; BF16 / F16: 64 values) */
 /* At least two blocks per multiprocessor: a block's warps take one or two rounds of loads each (the
  * rows are 2048-8192 values), so a second block's loads must overlap the first's sums and writes;
  * only the gated 9-16 item variant needs the bound (156 registers by ptxas's own choice, 128 with
