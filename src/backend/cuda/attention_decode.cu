@@ -16,11 +16,17 @@
  * per warp, and twice the blocks to spread over the GPU at batch 1 (moe-30b-a3b at a 300-token
  * context: 19.0 us per layer with one block serving all 8, 12.7 with two; bench/RESULTS.md).
  *
+ * In a decode step (each token alone in its sequence) the kernel also does em_cuda_qkv_finish's
+ * work, saving that launch: every block finishes (bias, QK-norm, RoPE; qkv.cuh) the query heads it
+ * serves from the products' raw output while its first tile of keys and values is in flight, and
+ * the blocks whose span holds the token's own position finish its key and value, put them in their
+ * tile and write them into the cache (dense-1b at one sequence: 789 -> 807 tok/s, run 71).
+ *
  * Handles f16 caches, head_dim == head_dim_v in {32, 64, 128, 256} and up to 8 query heads per KV
  * head; em_cuda_attention_decode_fits says so, and attention.cu's kernel takes everything else. */
 #include <math.h>
 
-#include "internal.cuh"
+#include "qkv.cuh"
 
 #define DEC_WARPS 4
 #define DEC_HEADS_PER_WARP 2 /* query heads per KV head: at most DEC_WARPS * this */
@@ -41,6 +47,15 @@ typedef struct dec_args {
     float *part;       /* [grid row][query head][split][HD + 2]: weighted values, max, sum */
     uint32_t *counter; /* [grid row][n_head] (this kernel uses the first n_head_kv * parts), zero between launches */
     uint32_t parts_log2; /* 2^parts_log2 blocks per KV head, each serving its share of the query heads */
+    /* The fused finish (em_cuda_attention_finishes): q, k_new and v_new are the products' raw
+     * outputs; every block finishes its own query heads (qkv.cuh), and the blocks whose span holds
+     * the token's position finish its key and value, use them for that position and (the first
+     * block of the KV head) write them into the cache, all as em_cuda_qkv_finish would. */
+    bool finish;
+    const float *k_new, *v_new, *bq, *bk, *bv, *q_norm, *k_norm;
+    float eps;
+    bool plus_one;
+    rope_args rope;
 } dec_args;
 
 
@@ -64,6 +79,7 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32, 1) decode_at
     __shared__ __align__(16) float qs[DEC_WARPS * DEC_HEADS_PER_WARP][HD];
     __shared__ float ps[DEC_WARPS][S::T];
     __shared__ uint32_t rows[S::T];
+    __shared__ __align__(16) float k_own[HD], v_own[HD]; /* the fused finish's key and value at pos */
     __shared__ bool last_block;
     em_pdl_wait();
     const uint32_t kvh = blockIdx.x >> a.parts_log2, grid_row = blockIdx.y, split = blockIdx.z;
@@ -76,8 +92,49 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32, 1) decode_at
     const uint32_t per = (pos + 1 - first + a.n_split - 1) / a.n_split;
     const uint32_t lo = first + split * per, hi = min(lo + per, pos + 1);
     const uint32_t *table = a.blocks + a.table_start[a.seq[t]];
-    for (uint32_t i = threadIdx.x; i < group * HD; i += blockDim.x)
-        qs[i / HD][i % HD] = a.q[((uint64_t)t * a.n_head + head0 + i / HD) * HD + i % HD];
+    const bool own = a.finish && lo <= pos && pos < hi; /* this block's span holds the token's position */
+    constexpr int CHUNKS = HD / 8; /* 16-byte pieces of a row */
+    /* A tile's cache rows, then its keys and values copied into shared memory, all in flight
+     * together (the finished key and value of the token's own position come from k_own, v_own). */
+    auto load_tile = [&](uint32_t t0, uint32_t n) {
+        for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
+            const uint32_t p = t0 + j;
+            rows[j] = table[p / a.block_tokens] * a.block_tokens + p % a.block_tokens;
+        }
+        __syncthreads();
+        for (uint32_t i = threadIdx.x; i < n * CHUNKS; i += blockDim.x) {
+            const uint32_t j = i / CHUNKS, c = i % CHUNKS;
+            if (own && t0 + j == pos) continue;
+            const uint64_t off = ((uint64_t)rows[j] * a.n_head_kv + kvh) * HD + 8 * c;
+            dec_copy16(ks + j * S::ROW + 8 * c, a.keys + off);
+            dec_copy16(vs + j * S::ROW + 8 * c, a.values + off);
+        }
+    };
+    /* the first tile's copies go out first: they are in flight while the queries are read (or
+     * finished: bias, norm, rotation) */
+    if (lo < hi) load_tile(lo, min((uint32_t)S::T, hi - lo));
+    if (!a.finish) {
+        for (uint32_t i = threadIdx.x; i < group * HD; i += blockDim.x)
+            qs[i / HD][i % HD] = a.q[((uint64_t)t * a.n_head + head0 + i / HD) * HD + i % HD];
+    } else {
+        for (uint32_t g = warp; g < group; g += DEC_WARPS) {
+            const uint32_t head = head0 + g;
+            qkv_head(qs[g], a.q + ((uint64_t)t * a.n_head + head) * HD, a.bq ? a.bq + head * HD : NULL, a.q_norm, HD,
+                     a.eps, a.plus_one, true, pos, a.rope);
+        }
+        if (own && warp >= DEC_WARPS - 2) { /* the last two warps: the key, the value */
+            const bool is_k = warp == DEC_WARPS - 2;
+            const float *src = (is_k ? a.k_new : a.v_new) + ((uint64_t)t * a.n_head_kv + kvh) * HD;
+            const float *bias = is_k ? a.bk : a.bv;
+            qkv_head(is_k ? k_own : v_own, src, bias ? bias + kvh * HD : NULL, is_k ? a.k_norm : NULL, HD, a.eps,
+                     a.plus_one, is_k, pos, a.rope);
+            if ((blockIdx.x & ((1u << a.parts_log2) - 1)) == 0) {
+                const uint32_t row = table[pos / a.block_tokens] * a.block_tokens + pos % a.block_tokens;
+                __half *dst = (__half *)(is_k ? a.keys : a.values) + ((uint64_t)row * a.n_head_kv + kvh) * HD;
+                for (uint32_t i = lane; i < HD; i += 32) dst[i] = __float2half(is_k ? k_own[i] : v_own[i]);
+            }
+        }
+    }
 
     float acc[DEC_HEADS_PER_WARP][S::DL], m[DEC_HEADS_PER_WARP], l[DEC_HEADS_PER_WARP];
 #pragma unroll
@@ -86,20 +143,17 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32, 1) decode_at
 #pragma unroll
         for (int i = 0; i < S::DL; i++) acc[hh][i] = 0.0f;
     }
-    constexpr int CHUNKS = HD / 8; /* 16-byte pieces of a row */
     for (uint32_t t0 = lo; t0 < hi; t0 += S::T) {
         const uint32_t n = min((uint32_t)S::T, hi - t0);
-        __syncthreads(); /* the previous tile is consumed (and qs written, on the first) */
-        for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
-            const uint32_t p = t0 + j;
-            rows[j] = table[p / a.block_tokens] * a.block_tokens + p % a.block_tokens;
+        if (t0 != lo) {
+            __syncthreads(); /* the previous tile is consumed */
+            load_tile(t0, n);
         }
-        __syncthreads();
-        for (uint32_t i = threadIdx.x; i < n * CHUNKS; i += blockDim.x) {
-            const uint32_t j = i / CHUNKS, c = i % CHUNKS;
-            const uint64_t off = ((uint64_t)rows[j] * a.n_head_kv + kvh) * HD + 8 * c;
-            dec_copy16(ks + j * S::ROW + 8 * c, a.keys + off);
-            dec_copy16(vs + j * S::ROW + 8 * c, a.values + off);
+        if (own && t0 <= pos && pos < t0 + n && warp >= DEC_WARPS - 2) {
+            /* the warp that finished the key (value) puts it in its row, rounded as the cache holds it */
+            __half *dst = (warp == DEC_WARPS - 2 ? ks : vs) + (pos - t0) * S::ROW;
+            const float *src = warp == DEC_WARPS - 2 ? k_own : v_own;
+            for (uint32_t i = lane; i < HD; i += 32) dst[i] = __float2half(src[i]);
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
@@ -235,6 +289,10 @@ bool em_cuda_attention_decode_fits(const cuda_backend *b, uint32_t il) {
            ld->n_head % ld->n_head_kv == 0 && ld->n_head / ld->n_head_kv <= DEC_WARPS * DEC_HEADS_PER_WARP;
 }
 
+bool em_cuda_attention_finishes(const cuda_backend *b, const cuda_batch *batch, uint32_t il) {
+    return b->fuse_finish && batch->one_per_seq && batch->n_segments == 0 && em_cuda_attention_decode_fits(b, il);
+}
+
 /* Splits per (token, KV head): enough blocks to cover the GPU twice; for batches launched directly
  * (not replayed from a graph, so the longest context is known) also enough that no block walks
  * more than DEC_SPAN positions; never more than the scratch holds (partials are per query head). */
@@ -263,6 +321,12 @@ em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32
                   ld->attn_scale, ld->attn_softcap, ld->attn == EM_ATTN_SLIDING ? ld->window : 0, batch->pos,
                   batch->seq, batch->table_start, batch->blocks, b->base.block_tokens, tokens,
                   dec_splits(b, n_tokens, max_pos, ld, parts), b->att_part, b->att_counter, parts_log2};
+    if (!tokens && em_cuda_attention_finishes(b, batch, il)) {
+        a.finish = true;
+        a.k_new = b->k, a.v_new = b->v, a.bq = lw->bq, a.bk = lw->bk, a.bv = lw->bv;
+        a.q_norm = lw->q_norm, a.k_norm = lw->k_norm, a.eps = b->d->norm_eps;
+        a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE, a.rope = em_cuda_rope_args(b, il);
+    }
     const dim3 grid(ld->n_head_kv * parts, n_tokens, a.n_split);
     switch (ld->head_dim) {
     case 32: em_cuda_launch(b, decode_attention_kernel<32>, grid, DEC_WARPS * 32, 0, a); break;

@@ -153,6 +153,11 @@ extern "C" em_err em_backend_cuda_new(const em_model *model, const em_backend_co
     b->use_graphs = !(graphs && !strcmp(graphs, "0"));
     const char *pdl = getenv("EMBER_CUDA_PDL");
     b->use_pdl = !(pdl && !strcmp(pdl, "0"));
+    const char *finish = getenv("EMBER_CUDA_FUSE_FINISH");
+    b->fuse_finish = !(finish && !strcmp(finish, "0"));
+    const char *moe_norm = getenv("EMBER_CUDA_MOE_NORM");
+    /* 4: at 8 and 16 tokens a norm kernel measured faster than the fold (bench/RESULTS.md, run 74) */
+    b->moe_norm_max = moe_norm ? (uint32_t)strtoul(moe_norm, NULL, 10) : 4;
     em_err err = setup(b, model, &o);
     if (err) {
         cuda_free(&b->base);

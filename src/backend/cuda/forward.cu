@@ -211,6 +211,11 @@ static em_err upload_batch(cuda_backend *b, const em_batch *batch, cuda_batch *c
     cb->n_segments = n_segments;
     cb->n_other = n_other;
     cb->other_max_pos = other_max_pos;
+    /* a decode step: each token alone in its sequence (checked for the batches decode steps make) */
+    cb->one_per_seq = n <= 64 && n_segments == 0;
+    for (uint32_t t = 0; t < n && cb->one_per_seq; t++)
+        for (uint32_t u = t + 1; u < n; u++)
+            if (batch->seq[u] == batch->seq[t]) cb->one_per_seq = false;
     return NULL;
 }
 
@@ -278,16 +283,20 @@ static em_err qkv(cuda_backend *b, const cuda_layer *lw, layer_in in, uint32_t n
     return matvec(b, &lw->wv, in.x, e, b->v, nv, n);
 }
 
-/* Experts on xn (normalized): route, group the (token, expert) pairs by expert, run each chosen
- * expert once on its pairs (grid rows for the experts that have pairs only), combine into out (or
- * x += , then also the producer of the next fused norm with next_norm_w). */
-static em_err moe(cuda_backend *b, uint32_t il, uint32_t n, bool into_x, const float *next_norm_w) {
+/* Experts on `in` (xn: normalized, or with a fused norm x * norm weights, which the router product
+ * folds and the routing then normalizes): route, group the (token, expert) pairs by expert, run
+ * each chosen expert once on its pairs (grid rows for the experts that have pairs only), combine
+ * into out (or x += , then also the producer of the next fused norm with next_norm_w). */
+static em_err moe(cuda_backend *b, uint32_t il, layer_in in, uint32_t n, bool into_x, const float *next_norm_w) {
     const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
     const uint64_t e = b->d->n_embd, ff = lw->gate_exps.rows;
     em_err err;
-    if ((err = matvec(b, &lw->gate_inp, b->xn, e, b->router, ld->n_expert, n))) return err;
-    if ((err = em_cuda_route(b, il, n))) return err;
+    cuda_matvec router = {};
+    router.w = &lw->gate_inp, router.x = in.x, router.x_stride = e, router.y = b->router, router.y_stride = ld->n_expert;
+    router.n_items = n, router.n_groups = 1, router.norm_ss = in.ss, router.norm_n = in.ss_n;
+    if ((err = em_cuda_matvec(b, &router))) return err;
+    if ((err = em_cuda_route(b, il, n, in.ss))) return err;
     const uint32_t pairs = n * ld->n_expert_used;
     cuda_matvec mv = {};
     mv.w = &lw->gate_exps, mv.x = b->xn, mv.x_stride = e, mv.x_index = b->pair_token, mv.y = b->moe_h;
@@ -324,7 +333,8 @@ static bool forward_fuses(const cuda_backend *b, uint32_t n) {
         const cuda_layer *lw = &b->layers[il];
         if (!lw->attn_norm || !lw->ffn_norm || lw->post_attn_norm || lw->post_ffn_norm ||
             !em_cuda_matvec_can_fuse(&lw->wq, &lw->wk) || !em_cuda_matvec_can_fuse(&lw->wq, &lw->wv) ||
-            (!b->d->layers[il].moe && !em_cuda_matvec_can_fuse(&lw->ffn_gate, &lw->ffn_up)))
+            (!b->d->layers[il].moe && !em_cuda_matvec_can_fuse(&lw->ffn_gate, &lw->ffn_up)) ||
+            (b->d->layers[il].moe && (b->d->layers[il].n_expert > 256 || b->d->n_embd % 4))) /* em_cuda_route's */
             return false;
     }
     return true;
@@ -347,25 +357,29 @@ static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t i
     /* x += [post_norm](attention(norm(x))) */
     if (!fused && !*xn_ready && (err = em_cuda_rmsnorm(b, b->xn, b->x, lw->attn_norm, n, e, NULL))) return err;
     if ((err = qkv(b, lw, input_of(b, fused), n, nq, nk, nv))) return err;
-    if ((err = em_cuda_qkv_finish(b, batch, il))) return err;
+    if (!em_cuda_attention_finishes(b, batch, il) && (err = em_cuda_qkv_finish(b, batch, il))) return err;
     if ((err = em_cuda_attention(b, batch, il))) return err;
     cuda_matvec mv = {};
     mv.w = &lw->wo, mv.x = b->attn, mv.x_stride = na, mv.y = fused ? b->x : b->out, mv.y_stride = e;
     mv.n_items = n, mv.n_groups = 1, mv.accumulate = fused;
-    if (fused && !ld->moe) mv.next_norm_w = lw->ffn_norm, mv.next_xw = b->xn;
+    /* a MoE layer's norm: folded into the router product and the routing (em_cuda_route) up to
+     * moe_norm_max tokens, else its own kernel */
+    const bool moe_norm_fused = ld->moe && n <= b->moe_norm_max;
+    if (fused && (!ld->moe || moe_norm_fused)) mv.next_norm_w = lw->ffn_norm, mv.next_xw = b->xn;
     if ((err = em_cuda_matvec(b, &mv))) return err;
     /* x += [post_norm](ffn(norm(x))) */
     *xn_ready = false;
     if (fused) {
+        if (moe_norm_fused) return moe(b, il, input_of(b, true), n, true, next_norm(b, il));
         if (ld->moe) {
             if ((err = em_cuda_rmsnorm(b, b->xn, b->x, lw->ffn_norm, n, e, NULL))) return err;
-            return moe(b, il, n, true, next_norm(b, il));
+            return moe(b, il, input_of(b, false), n, true, next_norm(b, il));
         }
         return mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, input_of(b, true), b->x, true, next_norm(b, il), n);
     }
     if ((err = em_cuda_add_norm(b, b->x, b->out, lw->post_attn_norm, n, e, b->xn, lw->ffn_norm))) return err;
     if (ld->moe)
-        err = moe(b, il, n, false, NULL);
+        err = moe(b, il, input_of(b, false), n, false, NULL);
     else
         err = mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, input_of(b, false), b->out, false, NULL, n);
     if (err) return err;
@@ -412,7 +426,8 @@ void em_cuda_drop_graphs(cuda_backend *b) {
  * arrays and scratch buffers stay where they are until a capacity grows (which drops the graphs). */
 static em_err run_graph(cuda_backend *b, const cuda_batch *cb) {
     for (uint32_t i = 0; i < b->n_graphs; i++)
-        if (b->graphs[i].n_tokens == cb->n_tokens && b->graphs[i].n_rows == cb->n_rows) {
+        if (b->graphs[i].n_tokens == cb->n_tokens && b->graphs[i].n_rows == cb->n_rows &&
+            b->graphs[i].one_per_seq == cb->one_per_seq) {
             CU_TRY(cudaGraphLaunch(b->graphs[i].exec, b->stream));
             return NULL;
         }
@@ -432,7 +447,7 @@ static em_err run_graph(cuda_backend *b, const cuda_batch *cb) {
     status = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     if (status != cudaSuccess) return em_errorf(EM_ERR_INTERNAL, "cudaGraphInstantiate: %s", cudaGetErrorString(status));
-    b->graphs[b->n_graphs++] = cuda_graph{exec, cb->n_tokens, cb->n_rows};
+    b->graphs[b->n_graphs++] = cuda_graph{exec, cb->n_tokens, cb->n_rows, cb->one_per_seq};
     CU_TRY(cudaGraphLaunch(exec, b->stream));
     return NULL;
 }

@@ -65,6 +65,15 @@ __device__ __forceinline__ float em_warp_max(float v) {
     return v;
 }
 
+/* A fused norm's RMS factor for one item, from its producer's n partial sums of squares at `part`,
+ * summed by the calling warp in a fixed order (every lane gets it): the consumers of a fused norm
+ * that fold it into their activations (matvec_dp4a.cu, matvec_imma.cu, the MoE routing in ops.cu). */
+__device__ __forceinline__ float em_warp_rms_factor(const float *part, uint32_t n, uint32_t cols, float eps) {
+    float sq = 0.0f;
+    for (uint32_t k = threadIdx.x & 31; k < n; k += 32) sq += part[k];
+    return rsqrtf(em_warp_sum(sq) / cols + eps);
+}
+
 /* A matrix (or stack of expert matrices) on the device, in its stored block format. */
 typedef struct cuda_weight {
     const uint8_t *data; /* NULL when absent */
@@ -99,6 +108,10 @@ typedef struct cuda_batch {
     uint32_t n_segments;
     const uint32_t *other_tokens;
     uint32_t n_other, other_max_pos;
+    /* Every token is the only one of its sequence in the batch (a decode step): then no token
+     * attends to a key or value another token of the batch writes, and the decode attention
+     * kernel may write the batch's own keys and values itself (em_cuda_attention_decode). */
+    bool one_per_seq;
 } cuda_batch;
 
 #define EM_ATT_SEGMENT_MIN 32
@@ -107,6 +120,7 @@ typedef struct cuda_batch {
 typedef struct cuda_graph {
     cudaGraphExec_t exec;
     uint32_t n_tokens, n_rows;
+    bool one_per_seq; /* cuda_batch.one_per_seq: whether the capture finished Q, K, V in attention */
 } cuda_graph;
 
 #define EM_CUDA_MAX_GRAPHS 32
@@ -144,6 +158,8 @@ typedef struct cuda_backend {
     uint32_t n_graphs;
     bool use_graphs;        /* off with EMBER_CUDA_GRAPHS=0 */
     bool use_pdl;           /* off with EMBER_CUDA_PDL=0 */
+    bool fuse_finish;       /* decode attention finishes Q, K, V itself; off with EMBER_CUDA_FUSE_FINISH=0 */
+    uint32_t moe_norm_max;  /* fused batches up to this many tokens fold MoE layers' norms (EMBER_CUDA_MOE_NORM) */
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert, max_used, max_head, max_dim_v;
     int n_sm;               /* multiprocessors, for sizing grids */
     bool capturing;         /* a graph is being captured: no launch may depend on the batch's contents */
@@ -318,7 +334,11 @@ em_err em_cuda_add_norm(cuda_backend *b, float *x, float *out, const float *w, u
 em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il);
 em_err em_cuda_glu(cuda_backend *b, float *gate, const float *up, uint64_t n);
 em_err em_cuda_softcap(cuda_backend *b, float *x, uint64_t n, float cap);
-em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens);
+/* The top-k experts of each token (b->router holds the router's logits) and the grouping of the
+ * pairs by expert. With norm_ss (batches of up to 32 tokens), also the end of a fused norm: b->xn
+ * holds x * norm weights, norm_ss its producer's partial sums (b->ss_n of them), and each row is
+ * scaled by its RMS factor. */
+em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens, const float *norm_ss);
 /* out = (or, into_x: x +=) the weighted expert outputs [+ the shared expert's, in tmp]. With
  * next_norm_w (into_x only), also a fused norm's producer (cuda_matvec): xw = x * next_norm_w and
  * the partial sums of squares in b->ss. */
@@ -345,6 +365,10 @@ bool em_cuda_attention_decode_fits(const cuda_backend *b, uint32_t il);
  * them max_pos. */
 em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32_t il, const uint32_t *tokens,
                                 uint32_t n_tokens, uint32_t max_pos);
+/* Whether layer il's decode attention of this batch finishes Q, K and V itself, in place of
+ * em_cuda_qkv_finish: a decode step (one token per sequence, no prefill segments) on the grouped
+ * kernel, unless switched off. */
+bool em_cuda_attention_finishes(const cuda_backend *b, const cuda_batch *batch, uint32_t il);
 
 /* ---- sample.cu ---- */
 /* Picks one token per logits row (b->logits, rows of n_vocab) by the rule of pick.h; copies back

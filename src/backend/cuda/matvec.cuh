@@ -68,15 +68,6 @@ __device__ __forceinline__ void mv_mma_f16(float c[4], uint32_t a0, uint32_t a1,
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* A fused norm's RMS factor for one item, from its producer's n partial sums of squares at `part`,
- * summed by the calling warp in a fixed order (every lane gets it): the consumers of a fused norm
- * on rounded or f16 activations (matvec_dp4a.cu, matvec_imma.cu) fold it into the activations. */
-__device__ __forceinline__ float mv_warp_rms_factor(const float *part, uint32_t n, uint32_t cols, float eps) {
-    float sq = 0.0f;
-    for (uint32_t k = threadIdx.x & 31; k < n; k += 32) sq += part[k];
-    return rsqrtf(em_warp_sum(sq) / cols + eps);
-}
-
 /* The activation of the gated unit, exactly as ops.cu's glu_kernel computes it. */
 __device__ __forceinline__ float mv_glu(float g, float u, int act) {
     float a;

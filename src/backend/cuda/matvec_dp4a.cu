@@ -239,7 +239,7 @@ template <> struct dq_unit<EM_TYPE_IQ3_XXS> {
 
 /* The rounding of a chunk of 32 activations, one definition for dq_quantize_kernel and dq_stage
  * (the same bits either way): d = max|x| / 127 and q = round(x / d), Q8_0's rounding; the chunk's
- * scales {d f, d f * sum of its q}, f the item's RMS factor with a fused norm (mv_warp_rms_factor;
+ * scales {d f, d f * sum of its q}, f the item's RMS factor with a fused norm (em_warp_rms_factor;
  * else 1). */
 __device__ __forceinline__ int dq_round(float v, float d) { return d > 0.0f ? __float2int_rn(v / d) : 0; }
 /* Four values of a chunk, the same rounding, one test of d for the four. */
@@ -269,7 +269,7 @@ __global__ void dq_quantize_kernel(const float *x, uint64_t x_stride, const uint
     const uint64_t src = x_index ? x_index[row] : row;
     const float v = x[src * x_stride + c * DQ_CHUNK + lane];
     float f = 1.0f;
-    if (norm_ss) f = mv_warp_rms_factor(norm_ss + src * ss_stride, norm_n, cols, eps);
+    if (norm_ss) f = em_warp_rms_factor(norm_ss + src * ss_stride, norm_n, cols, eps);
     const float d = em_warp_max(fabsf(v)) / 127.0f;
     const int q = dq_round(v, d);
     if (imma) xq[row * cols + dq_imma_byte((uint32_t)c, lane)] = (int8_t)q;
@@ -304,7 +304,7 @@ __device__ void dq_stage(const dq_args &a, const mv_group &grp, uint32_t c, uint
     if (a.norm_ss && warp < n) { /* warp t: item t's factor, its partials summed in a fixed order */
         const uint32_t i = grp.start + c + warp;
         const float *part = a.norm_ss + (uint64_t)(a.x_index ? a.x_index[i] : i) * a.ss_stride;
-        const float f = mv_warp_rms_factor(part, a.norm_n, a.cols, a.eps);
+        const float f = em_warp_rms_factor(part, a.norm_n, a.cols, a.eps);
         if (lane == 0) fold[warp] = f;
     }
     __syncthreads();

@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(MV_THREADS, IM_BLOCKS_PER_SM) im_kernel(im_arg
             float f = 1.0f;
             if (a.norm_ss && i < a.n_items) {
                 const float *part = a.norm_ss + (uint64_t)(a.x_index ? a.x_index[i] : i) * a.ss_stride;
-                f = mv_warp_rms_factor(part, a.norm_n, a.cols, a.eps);
+                f = em_warp_rms_factor(part, a.norm_n, a.cols, a.eps);
             }
             if (lane == 0) fold[i] = f;
         }

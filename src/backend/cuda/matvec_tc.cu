@@ -204,13 +204,12 @@ __global__ void __launch_bounds__(MV_THREADS) mvt_kernel(mt_args a) {
     __shared__ bool last;
     for (uint32_t c = 0; c < count; c += NT) {
         if (FOLD) {
-            /* the items' RMS factors, each summed in a fixed order by one thread */
-            if (threadIdx.x < NT) {
-                const uint32_t i = start + min(c + threadIdx.x, count - 1);
+            /* the items' RMS factors, each summed in a fixed order by one warp */
+            for (uint32_t t = threadIdx.x >> 5; t < NT; t += MV_WARPS) {
+                const uint32_t i = start + min(c + t, count - 1);
                 const float *part = a.norm_ss + (uint64_t)(a.x_index ? a.x_index[i] : i) * a.ss_stride;
-                float sq = 0.0f;
-                for (uint32_t k = 0; k < a.norm_n; k++) sq += part[k];
-                fold_scale[threadIdx.x] = rsqrtf(sq / (8 * a.groups) + a.eps);
+                const float f = em_warp_rms_factor(part, a.norm_n, 8 * a.groups, a.eps);
+                if ((threadIdx.x & 31) == 0) fold_scale[t] = f;
             }
             __syncthreads();
         }

@@ -4,7 +4,7 @@
  * reference (src/backend/cpu/cpu.c, ops.c) computes, in f32 (RoPE angles in double, like there). */
 #include <math.h>
 
-#include "internal.cuh"
+#include "qkv.cuh"
 
 #define NORM_THREADS 1024
 
@@ -92,13 +92,6 @@ em_err em_cuda_add_norm(cuda_backend *b, float *x, float *out, const float *w, u
 
 /* ---- Q, K, V: bias, QK-norm, RoPE, KV-cache write ---- */
 
-typedef struct rope_args {
-    int neox;
-    double theta, freq_scale, low, high, mscale, ext;
-    uint32_t n_rot;
-    const double *inv_freq; /* base^(-2i/n_rot) / freq_factors[i] (cuda_layer.inv_freq) */
-} rope_args;
-
 typedef struct qkv_args {
     float *q;
     const float *k, *v;
@@ -111,26 +104,6 @@ typedef struct qkv_args {
     const uint32_t *pos, *seq, *table_start, *blocks;
     uint32_t block_tokens;
 } qkv_args;
-
-/* RoPE of one head held in shared memory `h`, by one warp (em_cpu_rope). */
-__device__ void rope_head(float *h, uint32_t pos, const rope_args &r) {
-    const uint32_t half = r.n_rot / 2;
-    for (uint32_t i = threadIdx.x & 31; i < half; i += 32) {
-        const double theta = pos * r.inv_freq[i];
-        double angle = theta * r.freq_scale;
-        if (r.ext != 0.0) {
-            double y = (i - r.low) / fmax(0.001, r.high - r.low);
-            double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * r.ext;
-            angle = angle * (1.0 - ramp) + theta * ramp;
-        }
-        const float c = (float)(cos(angle) * r.mscale), s = (float)(sin(angle) * r.mscale);
-        const uint32_t a = r.neox ? i : 2 * i, bb = r.neox ? i + half : 2 * i + 1;
-        const float x0 = h[a], x1 = h[bb];
-        h[a] = x0 * c - x1 * s;
-        h[bb] = x0 * s + x1 * c;
-    }
-    __syncwarp();
-}
 
 /* Grid: (tokens, head groups). Warp w of group g takes head g * warps + w of the list
  * [Q heads | K heads | V heads]. */
@@ -154,19 +127,7 @@ template <typename KV> __global__ void qkv_kernel(qkv_args a) {
                                 : a.v + ((uint64_t)t * a.n_head_kv + head) * dim;
         const float *bias = is_q ? a.bq : is_k ? a.bk : a.bv;
         const float *norm = is_q ? a.q_norm : is_k ? a.k_norm : NULL;
-        float ss = 0.0f;
-        for (uint32_t i = lane; i < dim; i += 32) {
-            float x = src[i] + (bias ? bias[head * dim + i] : 0.0f);
-            h[i] = x;
-            ss += x * x;
-        }
-        __syncwarp();
-        if (norm) {
-            const float scale = rsqrtf(em_warp_sum(ss) / dim + a.eps);
-            for (uint32_t i = lane; i < dim; i += 32) h[i] = h[i] * scale * (a.plus_one ? 1.0f + norm[i] : norm[i]);
-            __syncwarp();
-        }
-        if (!is_v) rope_head(h, pos, a.rope);
+        qkv_head(h, src, bias ? bias + head * dim : NULL, norm, dim, a.eps, a.plus_one, !is_v, pos, a.rope);
         if (is_q) {
             float *dst = a.q + ((uint64_t)t * a.n_head + head) * dim;
             for (uint32_t i = lane; i < dim; i += 32) dst[i] = h[i];
@@ -182,11 +143,9 @@ static double yarn_corr_dim(uint32_t n_dims, uint32_t orig_ctx, double beta, dou
     return n_dims * log(orig_ctx / (beta * 2.0 * M_PI)) / (2.0 * log(base));
 }
 
-em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il) {
-    const em_layer_desc *ld = &b->d->layers[il];
-    const cuda_layer *lw = &b->layers[il];
-    const em_rope *rope = &ld->rope;
-    rope_args r = {rope->style == EM_ROPE_NEOX, rope->theta, 1.0, 0.0, 0.0, 1.0, 0.0, rope->n_rot, lw->inv_freq};
+rope_args em_cuda_rope_args(const cuda_backend *b, uint32_t il) {
+    const em_rope *rope = &b->d->layers[il].rope;
+    rope_args r = {rope->style == EM_ROPE_NEOX, rope->theta, 1.0, 0.0, 0.0, 1.0, 0.0, rope->n_rot, b->layers[il].inv_freq};
     if (rope->scaling == EM_ROPE_SCALING_LINEAR || rope->scaling == EM_ROPE_SCALING_YARN) r.freq_scale = 1.0 / rope->factor;
     if (rope->scaling == EM_ROPE_SCALING_YARN) {
         r.low = floor(yarn_corr_dim(rope->n_rot, rope->orig_ctx, rope->yarn_beta_fast, rope->theta));
@@ -197,6 +156,13 @@ em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il)
         r.mscale = rope->yarn_attn_factor;
         if (r.ext != 0.0) r.mscale *= 1.0 + 0.1 * log(1.0 / r.freq_scale);
     }
+    return r;
+}
+
+em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il) {
+    const em_layer_desc *ld = &b->d->layers[il];
+    const cuda_layer *lw = &b->layers[il];
+    const rope_args r = em_cuda_rope_args(b, il);
     qkv_args a = {b->q, b->k, b->v, lw->bq, lw->bk, lw->bv, lw->q_norm, lw->k_norm, lw->keys, lw->values,
                   ld->n_head, ld->n_head_kv, ld->head_dim, ld->head_dim_v, b->d->norm_eps,
                   b->d->norm == EM_NORM_RMS_PLUS_ONE, r, batch->pos, batch->seq, batch->table_start, batch->blocks,
@@ -293,15 +259,25 @@ __global__ void route_kernel(float *router, int32_t *chosen, float *weight, uint
     }
 }
 
-/* One warp per token, for up to 32 * PER_LANE experts: the same probabilities, choices (first
- * index wins ties) and weights as route_kernel, with the experts spread over the lanes instead of
- * one thread looping over all of them (a decode step has one token: the loop was its latency). */
+/* A fused norm before the experts (cuda_route_norm): xn holds x * norm weights and ss the
+ * producer's partial sums of squares; the routing scales each token's row by its RMS factor, so
+ * that the experts read the normalized input (the router product folds the factor itself). */
+typedef struct route_norm {
+    float *xn;        /* NULL: no fused norm */
+    const float *ss;
+    uint32_t ss_n, ss_stride, cols;
+    float eps;
+} route_norm;
+
+/* Token t's routing by one warp, for up to 32 * PER_LANE experts: the same probabilities, choices
+ * (first index wins ties) and weights as route_kernel, with the experts spread over the lanes
+ * instead of one thread looping over all of them (a decode step has one token: the loop was its
+ * latency). */
 template <int PER_LANE>
-__global__ void route_warp_kernel(const float *router, int32_t *chosen, float *weight, uint32_t n_tokens,
-                                  uint32_t n_expert, uint32_t k, bool sigmoid, bool renormalize, float scale) {
-    em_pdl_wait();
-    const uint32_t lane = threadIdx.x & 31, t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (t >= n_tokens) return;
+__device__ __forceinline__ void route_token(const float *router, int32_t *chosen, float *weight, uint32_t t,
+                                            uint32_t n_expert, uint32_t k, bool sigmoid, bool renormalize,
+                                            float scale) {
+    const uint32_t lane = threadIdx.x & 31;
     const float *logits = router + (uint64_t)t * n_expert;
     float p[PER_LANE];
     float max = -INFINITY;
@@ -361,60 +337,149 @@ __global__ void route_warp_kernel(const float *router, int32_t *chosen, float *w
         }
 }
 
-/* One block: counts per expert, their prefix sums, a slot for every (token, choice) pair so that
- * each expert's pairs are contiguous, and the list of experts with at least one pair (`active`,
- * its length at *n_active) so that expert products launch grid rows for those only. Pair order
- * inside an expert does not matter: every pair's result is computed on its own. */
-__global__ void group_kernel(const int32_t *chosen, uint32_t n_pairs, uint32_t k, uint32_t n_expert, uint32_t *counts,
-                             uint32_t *starts, uint32_t *pair_token, uint32_t *pair_slot, uint32_t *active,
-                             uint32_t *n_active) {
+template <int PER_LANE>
+__global__ void route_warp_kernel(const float *router, int32_t *chosen, float *weight, uint32_t n_tokens,
+                                  uint32_t n_expert, uint32_t k, bool sigmoid, bool renormalize, float scale) {
     em_pdl_wait();
-    extern __shared__ uint32_t fill[];
-    for (uint32_t e = threadIdx.x; e < n_expert; e += blockDim.x) fill[e] = 0;
+    const uint32_t t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (t >= n_tokens) return;
+    route_token<PER_LANE>(router, chosen, weight, t, n_expert, k, sigmoid, renormalize, scale);
+}
+
+/* The grouping of the (token, choice) pairs by expert, by one block: counts per expert, their
+ * prefix sums, a slot for every pair so that each expert's pairs are contiguous, and the list of
+ * experts with at least one pair (`active`, its length at *n_active) so that expert products
+ * launch grid rows for those only. Pair order inside an expert does not matter: every pair's
+ * result is computed on its own. `fill`: n_expert words of shared memory. */
+typedef struct group_args {
+    const int32_t *chosen;
+    uint32_t n_pairs, k, n_expert;
+    uint32_t *counts, *starts, *pair_token, *pair_slot, *active, *n_active;
+} group_args;
+
+__device__ void group_pairs(const group_args &a, uint32_t *fill) {
+    for (uint32_t e = threadIdx.x; e < a.n_expert; e += blockDim.x) fill[e] = 0;
     __syncthreads();
-    for (uint32_t p = threadIdx.x; p < n_pairs; p += blockDim.x) atomicAdd(&fill[chosen[p]], 1u);
+    for (uint32_t p = threadIdx.x; p < a.n_pairs; p += blockDim.x) atomicAdd(&fill[a.chosen[p]], 1u);
     __syncthreads();
-    if (threadIdx.x == 0) {
-        uint32_t s = 0, n = 0;
-        for (uint32_t e = 0; e < n_expert; e++) {
-            starts[e] = s;
-            counts[e] = fill[e];
-            if (fill[e]) active[n++] = e;
-            s += fill[e];
+    if (threadIdx.x < 32) { /* warp 0: prefix sums of the counts and of the active experts */
+        const uint32_t lane = threadIdx.x, per = (a.n_expert + 31) / 32, e0 = lane * per;
+        const uint32_t e1 = e0 + per < a.n_expert ? e0 + per : a.n_expert;
+        uint32_t pairs = 0, used = 0;
+        for (uint32_t e = e0; e < e1; e++) pairs += fill[e], used += fill[e] != 0;
+        uint32_t s = pairs, n = used; /* inclusive scans over the lanes, then exclusive */
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const uint32_t ps = __shfl_up_sync(0xffffffffu, s, off), pn = __shfl_up_sync(0xffffffffu, n, off);
+            if (lane >= (uint32_t)off) s += ps, n += pn;
+        }
+        if (lane == 31) *a.n_active = n;
+        s -= pairs, n -= used;
+        for (uint32_t e = e0; e < e1; e++) {
+            const uint32_t c = fill[e];
+            a.starts[e] = s;
+            a.counts[e] = c;
+            if (c) a.active[n++] = e;
+            s += c;
             fill[e] = 0;
         }
-        *n_active = n;
     }
     __syncthreads();
-    for (uint32_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
-        const uint32_t e = (uint32_t)chosen[p];
-        const uint32_t slot = starts[e] + atomicAdd(&fill[e], 1u);
-        pair_token[slot] = p / k;
-        pair_slot[p] = slot;
+    for (uint32_t p = threadIdx.x; p < a.n_pairs; p += blockDim.x) {
+        const uint32_t e = (uint32_t)a.chosen[p];
+        const uint32_t slot = a.starts[e] + atomicAdd(&fill[e], 1u);
+        a.pair_token[slot] = p / a.k;
+        a.pair_slot[p] = slot;
     }
 }
 
-em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens) {
+__global__ void group_kernel(group_args a) {
+    em_pdl_wait();
+    extern __shared__ uint32_t fill[];
+    group_pairs(a, fill);
+}
+
+/* Routing and grouping in one block, warp t routing token t (batches of up to 32 tokens: a decode
+ * step waits on two launches less), then the fused norm's scaling by all threads (1024 with a norm:
+ * 16 rows of 2048 are one round of 8 loads per thread). The choices a warp writes are visible to the whole block after the barrier
+ * that group_pairs starts with. */
+template <int PER_LANE>
+__global__ void route_group_kernel(const float *router, int32_t *chosen, float *weight, uint32_t n_tokens,
+                                   uint32_t n_expert, bool sigmoid, bool renormalize, float scale, route_norm norm,
+                                   group_args g) {
+    em_pdl_wait();
+    extern __shared__ uint32_t fill[];
+    __shared__ float factor[32];
+    const uint32_t warp = threadIdx.x >> 5;
+    if (warp < n_tokens) {
+        route_token<PER_LANE>(router, chosen, weight, warp, n_expert, g.k, sigmoid, renormalize, scale);
+        if (norm.xn) {
+            const float f = em_warp_rms_factor(norm.ss + (uint64_t)warp * norm.ss_stride, norm.ss_n, norm.cols, norm.eps);
+            if ((threadIdx.x & 31) == 0) factor[warp] = f;
+        }
+    }
+    group_pairs(g, fill); /* its barriers also publish factor[] */
+    if (norm.xn) { /* UNROLL loads in flight per thread: a loop of one would wait on each */
+        enum { UNROLL = 8 };
+        const uint32_t quads = norm.cols / 4, total = n_tokens * quads;
+        float4 *xn = (float4 *)norm.xn;
+        for (uint32_t i0 = threadIdx.x; i0 < total; i0 += UNROLL * blockDim.x) {
+            float4 v[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++)
+                if (i0 + u * blockDim.x < total) v[u] = xn[i0 + u * blockDim.x];
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                const uint32_t i = i0 + u * blockDim.x;
+                if (i >= total) break;
+                const float f = factor[i / quads];
+                v[u].x *= f, v[u].y *= f, v[u].z *= f, v[u].w *= f;
+                xn[i] = v[u];
+            }
+        }
+    }
+}
+
+em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens, const float *norm_ss) {
     const em_layer_desc *ld = &b->d->layers[il];
     const bool sigmoid = ld->gating == EM_GATING_SIGMOID;
+    const uint32_t k = ld->n_expert_used;
+    const group_args g = {b->chosen, n_tokens * k, k, ld->n_expert, b->expert_count, b->expert_start,
+                          b->pair_token, b->pair_slot, b->expert_active, b->expert_active + b->max_expert};
+    const size_t fill_bytes = ld->n_expert * sizeof(uint32_t);
+    if (norm_ss && (n_tokens > 32 || ld->n_expert > 256 || b->d->n_embd % 4))
+        return em_errorf(EM_ERR_INTERNAL, "cuda route: a fused norm for %u tokens of %u experts", n_tokens,
+                         ld->n_expert);
+    if (n_tokens <= 32 && ld->n_expert <= 256) {
+        const route_norm norm = {norm_ss ? b->xn : NULL, norm_ss, b->ss_n, b->ss_stride, b->d->n_embd, b->d->norm_eps};
+        const uint32_t threads = norm_ss ? 1024 : 32 * n_tokens;
+        if (ld->n_expert <= 128)
+            em_cuda_launch(b, route_group_kernel<4>, 1, threads, fill_bytes, (const float *)b->router, b->chosen,
+                           b->chosen_weight, n_tokens, ld->n_expert, sigmoid, ld->renormalize,
+                           ld->expert_weights_scale, norm, g);
+        else
+            em_cuda_launch(b, route_group_kernel<8>, 1, threads, fill_bytes, (const float *)b->router, b->chosen,
+                           b->chosen_weight, n_tokens, ld->n_expert, sigmoid, ld->renormalize,
+                           ld->expert_weights_scale, norm, g);
+        CU_LAUNCHED();
+        return NULL;
+    }
     if (ld->n_expert <= 256) {
         const uint32_t warps = 4, blocks = (n_tokens + warps - 1) / warps;
         if (ld->n_expert <= 128)
             em_cuda_launch(b, route_warp_kernel<4>, blocks, warps * 32, 0, (const float *)b->router, b->chosen,
-                           b->chosen_weight, n_tokens, ld->n_expert, ld->n_expert_used, sigmoid, ld->renormalize,
+                           b->chosen_weight, n_tokens, ld->n_expert, k, sigmoid, ld->renormalize,
                            ld->expert_weights_scale);
         else
             em_cuda_launch(b, route_warp_kernel<8>, blocks, warps * 32, 0, (const float *)b->router, b->chosen,
-                           b->chosen_weight, n_tokens, ld->n_expert, ld->n_expert_used, sigmoid, ld->renormalize,
+                           b->chosen_weight, n_tokens, ld->n_expert, k, sigmoid, ld->renormalize,
                            ld->expert_weights_scale);
     } else {
         em_cuda_launch(b, route_kernel, (n_tokens + 127) / 128, 128, 0, b->router, b->chosen, b->chosen_weight,
-                       n_tokens, ld->n_expert, ld->n_expert_used, sigmoid, ld->renormalize, ld->expert_weights_scale);
+                       n_tokens, ld->n_expert, k, sigmoid, ld->renormalize, ld->expert_weights_scale);
     }
     CU_LAUNCHED();
-    em_cuda_launch(b, group_kernel, 1, 1024, ld->n_expert * sizeof(uint32_t), (const int32_t *)b->chosen,
-                   n_tokens * ld->n_expert_used, ld->n_expert_used, ld->n_expert, b->expert_count, b->expert_start,
-                   b->pair_token, b->pair_slot, b->expert_active, b->expert_active + b->max_expert);
+    em_cuda_launch(b, group_kernel, 1, 1024, fill_bytes, g);
     CU_LAUNCHED();
     return NULL;
 }
@@ -426,21 +491,18 @@ __global__ void combine_kernel(float *out, const float *y, const float *shared, 
                                bool accumulate, const float *next_norm_w, bool plus_one, float *xw, float *ss,
                                uint32_t ss_stride) {
     em_pdl_wait();
-    extern __shared__ uint32_t order[]; /* [k] pair slots in expert order, then [k] their weights */
+    /* [k] pair slots in expert order, [k] their weights, [k] the token's experts */
+    extern __shared__ uint32_t order[];
     float *order_weight = (float *)(order + k);
-    const uint32_t t = blockIdx.y;
-    const int32_t *c = chosen + (uint64_t)t * k;
-    if (threadIdx.x == 0) {
-        int32_t last = -1;
-        for (uint32_t m = 0; m < k; m++) {
-            int32_t next = -1;
-            uint32_t jn = 0;
-            for (uint32_t j = 0; j < k; j++)
-                if (c[j] > last && (next < 0 || c[j] < next)) next = c[j], jn = j;
-            last = next;
-            order[m] = pair_slot[(uint64_t)t * k + jn];
-            order_weight[m] = weight[(uint64_t)t * k + jn];
-        }
+    int32_t *experts = (int32_t *)(order + 2 * k);
+    const uint32_t t = blockIdx.y, j = threadIdx.x;
+    if (j < k) experts[j] = chosen[(uint64_t)t * k + j];
+    __syncthreads();
+    if (j < k) { /* choice j's place in expert order (the experts are distinct; ties would go by choice) */
+        uint32_t rank = 0;
+        for (uint32_t i = 0; i < k; i++) rank += experts[i] < experts[j] || (experts[i] == experts[j] && i < j);
+        order[rank] = pair_slot[(uint64_t)t * k + j];
+        order_weight[rank] = weight[(uint64_t)t * k + j];
     }
     __syncthreads();
     float sq = 0.0f;
@@ -469,7 +531,8 @@ em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool
     if (next_norm_w && (!into_x || grid.x > b->ss_stride))
         return em_errorf(EM_ERR_INTERNAL, "cuda moe combine: a norm producer must add into x");
     if (next_norm_w) b->ss_n = grid.x;
-    em_cuda_launch(b, combine_kernel, grid, 256, 2 * ld->n_expert_used * sizeof(uint32_t), into_x ? b->x : b->out,
+    if (ld->n_expert_used > 256) return em_errorf(EM_ERR_UNSUPPORTED, "cuda moe combine: %u experts per token", ld->n_expert_used);
+    em_cuda_launch(b, combine_kernel, grid, 256, 3 * ld->n_expert_used * sizeof(uint32_t), into_x ? b->x : b->out,
                    (const float *)b->moe_y,
                    (const float *)(add_shared ? b->tmp : NULL), (const int32_t *)b->chosen,
                    (const float *)b->chosen_weight, (const uint32_t *)b->pair_slot, ld->n_expert_used, b->d->n_embd, into_x, next_norm_w,
