@@ -333,8 +333,7 @@ static bool forward_fuses(const cuda_backend *b, uint32_t n) {
         const cuda_layer *lw = &b->layers[il];
         if (!lw->attn_norm || !lw->ffn_norm || lw->post_attn_norm || lw->post_ffn_norm ||
             !em_cuda_matvec_can_fuse(&lw->wq, &lw->wk) || !em_cuda_matvec_can_fuse(&lw->wq, &lw->wv) ||
-            (!b->d->layers[il].moe && !em_cuda_matvec_can_fuse(&lw->ffn_gate, &lw->ffn_up)) ||
-            (b->d->layers[il].moe && (b->d->layers[il].n_expert > 256 || b->d->n_embd % 4))) /* em_cuda_route's */
+            (!b->d->layers[il].moe && !em_cuda_matvec_can_fuse(&lw->ffn_gate, &lw->ffn_up)))
             return false;
     }
     return true;
@@ -362,9 +361,10 @@ static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t i
     cuda_matvec mv = {};
     mv.w = &lw->wo, mv.x = b->attn, mv.x_stride = na, mv.y = fused ? b->x : b->out, mv.y_stride = e;
     mv.n_items = n, mv.n_groups = 1, mv.accumulate = fused;
-    /* a MoE layer's norm: folded into the router product and the routing (em_cuda_route) up to
-     * moe_norm_max tokens, else its own kernel */
-    const bool moe_norm_fused = ld->moe && n <= b->moe_norm_max;
+    /* a MoE layer's norm: folded into the router product and the routing (em_cuda_route: up to 32
+     * tokens, 256 experts, rows of whole float4s) up to moe_norm_max tokens, else its own kernel */
+    const bool moe_norm_fused =
+        ld->moe && n <= b->moe_norm_max && n <= 32 && ld->n_expert <= 256 && b->d->n_embd % 4 == 0;
     if (fused && (!ld->moe || moe_norm_fused)) mv.next_norm_w = lw->ffn_norm, mv.next_xw = b->xn;
     if ((err = em_cuda_matvec(b, &mv))) return err;
     /* x += [post_norm](ffn(norm(x))) */
