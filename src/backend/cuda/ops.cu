@@ -118,25 +118,23 @@ template <typename KV> __global__ void qkv_kernel(qkv_args a) {
     const uint32_t pos = a.pos[t];
     const uint32_t cache_row =
         a.blocks[a.table_start[a.seq[t]] + pos / a.block_tokens] * a.block_tokens + pos % a.block_tokens;
-    {
-        const bool is_q = j < a.n_head, is_k = !is_q && j < a.n_head + a.n_head_kv, is_v = !is_q && !is_k;
-        const uint32_t head = is_q ? j : is_k ? j - a.n_head : j - a.n_head - a.n_head_kv;
-        const uint32_t dim = is_v ? a.head_dim_v : a.head_dim;
-        const float *src = is_q ? a.q + ((uint64_t)t * a.n_head + head) * dim
-                         : is_k ? a.k + ((uint64_t)t * a.n_head_kv + head) * dim
-                                : a.v + ((uint64_t)t * a.n_head_kv + head) * dim;
-        const float *bias = is_q ? a.bq : is_k ? a.bk : a.bv;
-        const float *norm = is_q ? a.q_norm : is_k ? a.k_norm : NULL;
-        qkv_head(h, src, bias ? bias + head * dim : NULL, norm, dim, a.eps, a.plus_one, !is_v, pos, a.rope);
-        if (is_q) {
-            float *dst = a.q + ((uint64_t)t * a.n_head + head) * dim;
-            for (uint32_t i = lane; i < dim; i += 32) dst[i] = h[i];
-        } else {
-            KV *dst = (KV *)(is_k ? a.keys : a.values) + ((uint64_t)cache_row * a.n_head_kv + head) * dim;
-            for (uint32_t i = lane; i < dim; i += 32) dst[i] = (KV)h[i];
-        }
-        __syncwarp();
+    const bool is_q = j < a.n_head, is_k = !is_q && j < a.n_head + a.n_head_kv, is_v = !is_q && !is_k;
+    const uint32_t head = is_q ? j : is_k ? j - a.n_head : j - a.n_head - a.n_head_kv;
+    const uint32_t dim = is_v ? a.head_dim_v : a.head_dim;
+    const float *src = is_q ? a.q + ((uint64_t)t * a.n_head + head) * dim
+                     : is_k ? a.k + ((uint64_t)t * a.n_head_kv + head) * dim
+                            : a.v + ((uint64_t)t * a.n_head_kv + head) * dim;
+    const float *bias = is_q ? a.bq : is_k ? a.bk : a.bv;
+    const float *norm = is_q ? a.q_norm : is_k ? a.k_norm : NULL;
+    qkv_head(h, src, bias ? bias + head * dim : NULL, norm, dim, a.eps, a.plus_one, !is_v, pos, a.rope);
+    if (is_q) {
+        float *dst = a.q + ((uint64_t)t * a.n_head + head) * dim;
+        for (uint32_t i = lane; i < dim; i += 32) dst[i] = h[i];
+    } else {
+        KV *dst = (KV *)(is_k ? a.keys : a.values) + ((uint64_t)cache_row * a.n_head_kv + head) * dim;
+        for (uint32_t i = lane; i < dim; i += 32) dst[i] = (KV)h[i];
     }
+    __syncwarp();
 }
 
 static double yarn_corr_dim(uint32_t n_dims, uint32_t orig_ctx, double beta, double base) {
