@@ -331,6 +331,8 @@ em_err em_cuda_rmsnorm(cuda_backend *b, float *out, const float *x, const float 
 /* x += [norm](out); then xn = norm(x) * w_next when xn is not NULL. */
 em_err em_cuda_add_norm(cuda_backend *b, float *x, float *out, const float *w, uint32_t n_rows, uint32_t n, float *xn,
                         const float *w_next);
+/* Q, K, V of every token finished (bias, QK-norm, RoPE; qkv.cuh) and K, V written into the cache.
+ * Decode steps skip it: their attention kernel does the same (em_cuda_attention_finishes). */
 em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il);
 em_err em_cuda_glu(cuda_backend *b, float *gate, const float *up, uint64_t n);
 em_err em_cuda_softcap(cuda_backend *b, float *x, uint64_t n, float cap);
