@@ -94,13 +94,11 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32, 1) decode_at
     const uint32_t *table = a.blocks + a.table_start[a.seq[t]];
     const bool own = a.finish && lo <= pos && pos < hi; /* this block's span holds the token's position */
     constexpr int CHUNKS = HD / 8; /* 16-byte pieces of a row */
+    auto cache_row = [&](uint32_t p) { return table[p / a.block_tokens] * a.block_tokens + p % a.block_tokens; };
     /* A tile's cache rows, then its keys and values copied into shared memory, all in flight
      * together (the finished key and value of the token's own position come from k_own, v_own). */
     auto load_tile = [&](uint32_t t0, uint32_t n) {
-        for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
-            const uint32_t p = t0 + j;
-            rows[j] = table[p / a.block_tokens] * a.block_tokens + p % a.block_tokens;
-        }
+        for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) rows[j] = cache_row(t0 + j);
         __syncthreads();
         for (uint32_t i = threadIdx.x; i < n * CHUNKS; i += blockDim.x) {
             const uint32_t j = i / CHUNKS, c = i % CHUNKS;
@@ -129,8 +127,8 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32, 1) decode_at
             qkv_head(is_k ? k_own : v_own, src, bias ? bias + kvh * HD : NULL, is_k ? a.k_norm : NULL, HD, a.eps,
                      a.plus_one, is_k, pos, a.rope);
             if ((blockIdx.x & ((1u << a.parts_log2) - 1)) == 0) {
-                const uint32_t row = table[pos / a.block_tokens] * a.block_tokens + pos % a.block_tokens;
-                __half *dst = (__half *)(is_k ? a.keys : a.values) + ((uint64_t)row * a.n_head_kv + kvh) * HD;
+                __half *dst = (__half *)(is_k ? a.keys : a.values) +
+                              ((uint64_t)cache_row(pos) * a.n_head_kv + kvh) * HD;
                 for (uint32_t i = lane; i < HD; i += 32) dst[i] = __float2half(is_k ? k_own[i] : v_own[i]);
             }
         }

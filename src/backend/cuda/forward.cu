@@ -293,7 +293,8 @@ static em_err moe(cuda_backend *b, uint32_t il, layer_in in, uint32_t n, bool in
     const uint64_t e = b->d->n_embd, ff = lw->gate_exps.rows;
     em_err err;
     cuda_matvec router = {};
-    router.w = &lw->gate_inp, router.x = in.x, router.x_stride = e, router.y = b->router, router.y_stride = ld->n_expert;
+    router.w = &lw->gate_inp, router.x = in.x, router.x_stride = e;
+    router.y = b->router, router.y_stride = ld->n_expert;
     router.n_items = n, router.n_groups = 1, router.norm_ss = in.ss, router.norm_n = in.ss_n;
     if ((err = em_cuda_matvec(b, &router))) return err;
     if ((err = em_cuda_route(b, il, n, in.ss))) return err;
@@ -361,10 +362,9 @@ static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t i
     cuda_matvec mv = {};
     mv.w = &lw->wo, mv.x = b->attn, mv.x_stride = na, mv.y = fused ? b->x : b->out, mv.y_stride = e;
     mv.n_items = n, mv.n_groups = 1, mv.accumulate = fused;
-    /* a MoE layer's norm: folded into the router product and the routing (em_cuda_route: up to 32
-     * tokens, 256 experts, rows of whole float4s) up to moe_norm_max tokens, else its own kernel */
-    const bool moe_norm_fused =
-        ld->moe && n <= b->moe_norm_max && n <= 32 && ld->n_expert <= 256 && b->d->n_embd % 4 == 0;
+    /* a MoE layer's norm: folded into the router product and the routing up to moe_norm_max
+     * tokens where em_cuda_route can, else its own kernel */
+    const bool moe_norm_fused = ld->moe && n <= b->moe_norm_max && em_cuda_route_can_fold(b, il, n);
     if (fused && (!ld->moe || moe_norm_fused)) mv.next_norm_w = lw->ffn_norm, mv.next_xw = b->xn;
     if ((err = em_cuda_matvec(b, &mv))) return err;
     /* x += [post_norm](ffn(norm(x))) */

@@ -337,10 +337,13 @@ em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il)
 em_err em_cuda_glu(cuda_backend *b, float *gate, const float *up, uint64_t n);
 em_err em_cuda_softcap(cuda_backend *b, float *x, uint64_t n, float cap);
 /* The top-k experts of each token (b->router holds the router's logits) and the grouping of the
- * pairs by expert. With norm_ss (batches of up to 32 tokens), also the end of a fused norm: b->xn
+ * pairs by expert. With norm_ss (where em_cuda_route_can_fold), also the end of a fused norm: b->xn
  * holds x * norm weights, norm_ss its producer's partial sums (b->ss_n of them), and each row is
  * scaled by its RMS factor. */
 em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens, const float *norm_ss);
+/* Whether em_cuda_route can end layer il's fused norm for n_tokens: up to 32 tokens (a warp
+ * each, one block), 256 experts, rows of whole float4s. */
+bool em_cuda_route_can_fold(const cuda_backend *b, uint32_t il, uint32_t n_tokens);
 /* out = (or, into_x: x +=) the weighted expert outputs [+ the shared expert's, in tmp]. With
  * next_norm_w (into_x only), also a fused norm's producer (cuda_matvec): xw = x * next_norm_w and
  * the partial sums of squares in b->ss. */

@@ -143,8 +143,10 @@ static double yarn_corr_dim(uint32_t n_dims, uint32_t orig_ctx, double beta, dou
 
 rope_args em_cuda_rope_args(const cuda_backend *b, uint32_t il) {
     const em_rope *rope = &b->d->layers[il].rope;
-    rope_args r = {rope->style == EM_ROPE_NEOX, rope->theta, 1.0, 0.0, 0.0, 1.0, 0.0, rope->n_rot, b->layers[il].inv_freq};
-    if (rope->scaling == EM_ROPE_SCALING_LINEAR || rope->scaling == EM_ROPE_SCALING_YARN) r.freq_scale = 1.0 / rope->factor;
+    rope_args r = {rope->style == EM_ROPE_NEOX, rope->theta, 1.0, 0.0, 0.0, 1.0, 0.0, rope->n_rot,
+                   b->layers[il].inv_freq};
+    if (rope->scaling == EM_ROPE_SCALING_LINEAR || rope->scaling == EM_ROPE_SCALING_YARN)
+        r.freq_scale = 1.0 / rope->factor;
     if (rope->scaling == EM_ROPE_SCALING_YARN) {
         r.low = floor(yarn_corr_dim(rope->n_rot, rope->orig_ctx, rope->yarn_beta_fast, rope->theta));
         r.high = ceil(yarn_corr_dim(rope->n_rot, rope->orig_ctx, rope->yarn_beta_slow, rope->theta));
@@ -257,7 +259,7 @@ __global__ void route_kernel(float *router, int32_t *chosen, float *weight, uint
     }
 }
 
-/* A fused norm before the experts (cuda_route_norm): xn holds x * norm weights and ss the
+/* A fused norm before the experts (em_cuda_route with norm_ss): xn holds x * norm weights and ss the
  * producer's partial sums of squares; the routing scales each token's row by its RMS factor, so
  * that the experts read the normalized input (the router product folds the factor itself). */
 typedef struct route_norm {
@@ -398,9 +400,9 @@ __global__ void group_kernel(group_args a) {
 }
 
 /* Routing and grouping in one block, warp t routing token t (batches of up to 32 tokens: a decode
- * step waits on two launches less), then the fused norm's scaling by all threads (1024 with a norm:
- * 16 rows of 2048 are one round of 8 loads per thread). The choices a warp writes are visible to the whole block after the barrier
- * that group_pairs starts with. */
+ * step waits on two launches less), then the fused norm's scaling by all threads (1024 with a
+ * norm: 16 rows of 2048 are one round of 8 loads per thread). The choices a warp writes are
+ * visible to the whole block after the barrier that group_pairs starts with. */
 template <int PER_LANE>
 __global__ void route_group_kernel(const float *router, int32_t *chosen, float *weight, uint32_t n_tokens,
                                    uint32_t n_expert, bool sigmoid, bool renormalize, float scale, route_norm norm,
@@ -412,7 +414,8 @@ __global__ void route_group_kernel(const float *router, int32_t *chosen, float *
     if (warp < n_tokens) {
         route_token<PER_LANE>(router, chosen, weight, warp, n_expert, g.k, sigmoid, renormalize, scale);
         if (norm.xn) {
-            const float f = em_warp_rms_factor(norm.ss + (uint64_t)warp * norm.ss_stride, norm.ss_n, norm.cols, norm.eps);
+            const float *part = norm.ss + (uint64_t)warp * norm.ss_stride;
+            const float f = em_warp_rms_factor(part, norm.ss_n, norm.cols, norm.eps);
             if ((threadIdx.x & 31) == 0) factor[warp] = f;
         }
     }
@@ -438,40 +441,33 @@ __global__ void route_group_kernel(const float *router, int32_t *chosen, float *
     }
 }
 
+bool em_cuda_route_can_fold(const cuda_backend *b, uint32_t il, uint32_t n_tokens) {
+    return n_tokens <= 32 && b->d->layers[il].n_expert <= 256 && b->d->n_embd % 4 == 0;
+}
+
 em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens, const float *norm_ss) {
     const em_layer_desc *ld = &b->d->layers[il];
-    const bool sigmoid = ld->gating == EM_GATING_SIGMOID;
+    const bool sigmoid = ld->gating == EM_GATING_SIGMOID, few = ld->n_expert <= 128;
     const uint32_t k = ld->n_expert_used;
     const group_args g = {b->chosen, n_tokens * k, k, ld->n_expert, b->expert_count, b->expert_start,
                           b->pair_token, b->pair_slot, b->expert_active, b->expert_active + b->max_expert};
     const size_t fill_bytes = ld->n_expert * sizeof(uint32_t);
-    if (norm_ss && (n_tokens > 32 || ld->n_expert > 256 || b->d->n_embd % 4))
+    if (norm_ss && !em_cuda_route_can_fold(b, il, n_tokens))
         return em_errorf(EM_ERR_INTERNAL, "cuda route: a fused norm for %u tokens of %u experts", n_tokens,
                          ld->n_expert);
     if (n_tokens <= 32 && ld->n_expert <= 256) {
         const route_norm norm = {norm_ss ? b->xn : NULL, norm_ss, b->ss_n, b->ss_stride, b->d->n_embd, b->d->norm_eps};
-        const uint32_t threads = norm_ss ? 1024 : 32 * n_tokens;
-        if (ld->n_expert <= 128)
-            em_cuda_launch(b, route_group_kernel<4>, 1, threads, fill_bytes, (const float *)b->router, b->chosen,
-                           b->chosen_weight, n_tokens, ld->n_expert, sigmoid, ld->renormalize,
-                           ld->expert_weights_scale, norm, g);
-        else
-            em_cuda_launch(b, route_group_kernel<8>, 1, threads, fill_bytes, (const float *)b->router, b->chosen,
-                           b->chosen_weight, n_tokens, ld->n_expert, sigmoid, ld->renormalize,
-                           ld->expert_weights_scale, norm, g);
+        em_cuda_launch(b, few ? route_group_kernel<4> : route_group_kernel<8>, 1, norm_ss ? 1024 : 32 * n_tokens,
+                       fill_bytes, (const float *)b->router, b->chosen, b->chosen_weight, n_tokens, ld->n_expert,
+                       sigmoid, ld->renormalize, ld->expert_weights_scale, norm, g);
         CU_LAUNCHED();
         return NULL;
     }
     if (ld->n_expert <= 256) {
         const uint32_t warps = 4, blocks = (n_tokens + warps - 1) / warps;
-        if (ld->n_expert <= 128)
-            em_cuda_launch(b, route_warp_kernel<4>, blocks, warps * 32, 0, (const float *)b->router, b->chosen,
-                           b->chosen_weight, n_tokens, ld->n_expert, k, sigmoid, ld->renormalize,
-                           ld->expert_weights_scale);
-        else
-            em_cuda_launch(b, route_warp_kernel<8>, blocks, warps * 32, 0, (const float *)b->router, b->chosen,
-                           b->chosen_weight, n_tokens, ld->n_expert, k, sigmoid, ld->renormalize,
-                           ld->expert_weights_scale);
+        em_cuda_launch(b, few ? route_warp_kernel<4> : route_warp_kernel<8>, blocks, warps * 32, 0,
+                       (const float *)b->router, b->chosen, b->chosen_weight, n_tokens, ld->n_expert, k, sigmoid,
+                       ld->renormalize, ld->expert_weights_scale);
     } else {
         em_cuda_launch(b, route_kernel, (n_tokens + 127) / 128, 128, 0, b->router, b->chosen, b->chosen_weight,
                        n_tokens, ld->n_expert, k, sigmoid, ld->renormalize, ld->expert_weights_scale);
@@ -528,8 +524,9 @@ em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool
     const dim3 grid((b->d->n_embd + 255) / 256, n_tokens);
     if (next_norm_w && (!into_x || grid.x > b->ss_stride))
         return em_errorf(EM_ERR_INTERNAL, "cuda moe combine: a norm producer must add into x");
+    if (ld->n_expert_used > 256) /* a thread of the block per choice */
+        return em_errorf(EM_ERR_UNSUPPORTED, "cuda moe combine: %u experts per token", ld->n_expert_used);
     if (next_norm_w) b->ss_n = grid.x;
-    if (ld->n_expert_used > 256) return em_errorf(EM_ERR_UNSUPPORTED, "cuda moe combine: %u experts per token", ld->n_expert_used);
     em_cuda_launch(b, combine_kernel, grid, 256, 3 * ld->n_expert_used * sizeof(uint32_t), into_x ? b->x : b->out,
                    (const float *)b->moe_y,
                    (const float *)(add_shared ? b->tmp : NULL), (const int32_t *)b->chosen,
