@@ -197,8 +197,13 @@ template <> struct dq_unit<EM_TYPE_Q6_K> {
 /* IQ3_XXS lattice, this file's copy (dq_upload_grid). */
 static __device__ uint32_t dq_iq3xxs_grid[256];
 
-/* Bits 0-3 of s as byte masks 0x00 / 0xff. */
-__device__ __forceinline__ uint32_t dq_sign_mask(uint32_t s) { return ((s & 15) * 0x00204081u & 0x01010101u) * 0xffu; }
+/* Bits 0-3 of s as bytes 0x00 / 0x01. */
+__device__ __forceinline__ uint32_t dq_sign_ones(uint32_t s) { return (s & 15) * 0x00204081u & 0x01010101u; }
+
+/* The bytes of w (each 1..127: the lattice's magnitudes are 4..62) negated where `ones` has a 1:
+ * (w ^ 0xff) + 1 = 256 - w stays inside its byte, so one 32-bit add does what a per-byte
+ * subtraction (__vsub4, several instructions here) did. */
+__device__ __forceinline__ uint32_t dq_negate_bytes(uint32_t w, uint32_t ones) { return (w ^ (ones * 0xffu)) + ones; }
 
 /* IQ3_XXS: super-blocks of 256 in 98 bytes (d, 64 lattice indices, 8 words of signs and scales);
  * a 32-value chunk has 8 indices (each four magnitudes from the lattice), 4 x 7 sign bits (the
@@ -222,9 +227,8 @@ template <> struct dq_unit<EM_TYPE_IQ3_XXS> {
             for (int l = 0; l < 4; l++) {
                 uint32_t s = (aux[h] >> (7 * l)) & 127;
                 s |= (__popc(s) & 1) << 7;
-                const uint32_t m0 = dq_sign_mask(s), m1 = dq_sign_mask(s >> 4);
                 uint32_t *w = q + 8 * h + 2 * l;
-                w[0] = __vsub4(w[0] ^ m0, m0), w[1] = __vsub4(w[1] ^ m1, m1);
+                w[0] = dq_negate_bytes(w[0], dq_sign_ones(s)), w[1] = dq_negate_bytes(w[1], dq_sign_ones(s >> 4));
             }
             db[h] = d * (0.5f + (float)(aux[h] >> 28)) * 0.5f;
         }
