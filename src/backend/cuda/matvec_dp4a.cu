@@ -549,19 +549,31 @@ static uint32_t dq_pass_items(const cuda_matvec *mv) {
     return (uint32_t)mv_items_per_pass(n);
 }
 
-/* Rows per block and row blocks of mv's launch (lanes: 4-32 per row, the fewest that cover its
- * units), and the blocks it launches along x: one per row block, except for the products with
- * more row blocks than eight per multiprocessor (the output heads, 16,000 of them), whose blocks
- * loop over row blocks and round their activations themselves (staged). */
+/* Rows per block and row blocks of mv's launch, and the blocks it launches along x: one per row
+ * block, except for the products with more row blocks than eight per multiprocessor (the output
+ * heads, 16,000 of them), whose blocks loop over row blocks and round their activations themselves
+ * (staged).
+ *
+ * Lanes per row: the fewest (a power of two, 4-32) that leave each lane at most 2 units of a dense
+ * row, 3 of a MoE expert's. A lane's fixed work per row (its activation pointers and scales, the
+ * sums across lanes, the write, and for a gated unit the activation) is then shared by 2-3 units
+ * instead of one: the IQ3_XXS expert products are bound by instructions, not bytes (run 78: the
+ * same times with their weights streamed through shared memory), and moe-30b-a3b's experts (rows
+ * of 32 and 12 units) went from a unit per lane to 2 and 3: 318 / 707 / 882 / 1103 -> 331 / 761 /
+ * 982 / 1285 tok/s at 1 / 4 / 8 / 16 sequences, dense-1b q8_0 at one sequence 1108 -> 1149 with 2
+ * a lane (run 79; 4 a lane measured slower for the gated experts). EMBER_CUDA_DQ_UNITS=N and
+ * EMBER_CUDA_DQ_MOE_UNITS=N set them (1: the fewest lanes that cover a row's units, as before). */
 struct dq_shape {
     uint32_t lanes_log2, row_blocks, grid_x;
     bool staged;
 };
 static dq_shape dq_shape_of(const cuda_backend *b, const cuda_matvec *mv) {
     dq_shape sh = {};
-    const uint32_t units = mv->w->cols / DQ_UNIT;
+    const char *v = getenv(mv->counts ? "EMBER_CUDA_DQ_MOE_UNITS" : "EMBER_CUDA_DQ_UNITS");
+    const uint32_t per_lane = v && atoi(v) > 0 ? (uint32_t)atoi(v) : mv->counts ? 3 : 2;
+    const uint32_t lanes_wanted = (mv->w->cols / DQ_UNIT + per_lane - 1) / per_lane;
     sh.lanes_log2 = 2;
-    while (sh.lanes_log2 < 5 && (1u << sh.lanes_log2) < units) sh.lanes_log2++;
+    while (sh.lanes_log2 < 5 && (1u << sh.lanes_log2) < lanes_wanted) sh.lanes_log2++;
     const uint32_t rows_per_block = MV_WARPS * (32u >> sh.lanes_log2);
     sh.row_blocks = (em_cuda_matvec_rows(mv) + rows_per_block - 1) / rows_per_block;
     const uint32_t most = 8u * (uint32_t)b->n_sm;
