@@ -28,7 +28,9 @@ __device__ __forceinline__ void rope_head(float *h, uint32_t pos, const rope_arg
             double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * r.ext;
             angle = angle * (1.0 - ramp) + theta * ramp;
         }
-        const float c = (float)(cos(angle) * r.mscale), s = (float)(sin(angle) * r.mscale);
+        double sin_a, cos_a; /* one range reduction for both */
+        sincos(angle, &sin_a, &cos_a);
+        const float c = (float)(cos_a * r.mscale), s = (float)(sin_a * r.mscale);
         const uint32_t a = r.neox ? i : 2 * i, bb = r.neox ? i + half : 2 * i + 1;
         const float x0 = h[a], x1 = h[bb];
         h[a] = x0 * c - x1 * s;
