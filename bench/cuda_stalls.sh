@@ -14,7 +14,10 @@ build=$1 model=$2 seqs=$3 regex=$4 count=${5:-2}
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$ncu" ] || { echo "ncu (Nsight Compute) not found"; exit 1; }
 from=$((5 * seqs + 10))
-EMBER_CUDA_PROFILE="$from:$((from + 2))" "$ncu" --profile-from-start off --clock-control none \
+# the stall reasons are the warp-state section's chart, which newer ncu prints with --print-details all
+details=()
+"$ncu" --help 2>/dev/null | grep -q -- '--print-details' && details=(--print-details all)
+EMBER_CUDA_PROFILE="$from:$((from + 2))" "$ncu" --profile-from-start off --clock-control none "${details[@]}" \
   --kernel-name "regex:$regex" --launch-count "$count" \
   --section LaunchStats --section Occupancy --section SchedulerStats --section WarpStateStats \
   "$build/tests/check_cuda" "$model" x x --bench "$seqs" 2>&1 |
