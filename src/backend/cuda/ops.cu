@@ -441,8 +441,13 @@ __global__ void route_group_kernel(const float *router, int32_t *chosen, float *
     }
 }
 
+/* Whether route_group_kernel takes the step: a warp per token in one block, 8 experts a lane. */
+static bool route_in_one_block(const em_layer_desc *ld, uint32_t n_tokens) {
+    return n_tokens <= 32 && ld->n_expert <= 256;
+}
+
 bool em_cuda_route_can_fold(const cuda_backend *b, uint32_t il, uint32_t n_tokens) {
-    return n_tokens <= 32 && b->d->layers[il].n_expert <= 256 && b->d->n_embd % 4 == 0;
+    return route_in_one_block(&b->d->layers[il], n_tokens) && b->d->n_embd % 4 == 0;
 }
 
 em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens, const float *norm_ss) {
@@ -455,7 +460,7 @@ em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens, const floa
     if (norm_ss && !em_cuda_route_can_fold(b, il, n_tokens))
         return em_errorf(EM_ERR_INTERNAL, "cuda route: a fused norm for %u tokens of %u experts", n_tokens,
                          ld->n_expert);
-    if (n_tokens <= 32 && ld->n_expert <= 256) {
+    if (route_in_one_block(ld, n_tokens)) {
         const route_norm norm = {norm_ss ? b->xn : NULL, norm_ss, b->ss_n, b->ss_stride, b->d->n_embd, b->d->norm_eps};
         em_cuda_launch(b, few ? route_group_kernel<4> : route_group_kernel<8>, 1, norm_ss ? 1024 : 32 * n_tokens,
                        fill_bytes, (const float *)b->router, b->chosen, b->chosen_weight, n_tokens, ld->n_expert,
