@@ -8,6 +8,8 @@
 #
 #   bench/cuda_stalls.sh BUILD_DIR MODEL.gguf SEQS REGEX [COUNT]
 #   e.g. the IQ3_XXS expert products at 16 sequences: ... 16 'dq_kernel_iq3_one' 2
+# REGEX meets the demangled name, template arguments included, as ncu writes them:
+# 'dq_kernel<\(int\)14, \(int\)4,' is the Q6_K products of 4 items (14 = EM_TYPE_Q6_K).
 set -u
 [ $# -ge 4 ] || { echo "usage: bench/cuda_stalls.sh BUILD_DIR MODEL.gguf SEQS REGEX [COUNT]"; exit 2; }
 build=$1 model=$2 seqs=$3 regex=$4 count=${5:-2}
@@ -18,7 +20,7 @@ from=$((5 * seqs + 10))
 details=()
 "$ncu" --help 2>/dev/null | grep -q -- '--print-details' && details=(--print-details all)
 EMBER_CUDA_PROFILE="$from:$((from + 2))" "$ncu" --profile-from-start off --clock-control none "${details[@]}" \
-  --kernel-name "regex:$regex" --launch-count "$count" \
+  --kernel-name-base demangled --kernel-name "regex:$regex" --launch-count "$count" \
   --section LaunchStats --section Occupancy --section SchedulerStats --section WarpStateStats \
   "$build/tests/check_cuda" "$model" x x --bench "$seqs" 2>&1 |
   grep -v '^==PROF==' | grep -v '^\s*$'
