@@ -8,8 +8,12 @@
  * (online softmax) and accumulates the weighted values (each lane a few consecutive dimensions).
  * Fewer dependent memory round trips per block than attention.cu's general kernel, which is what a
  * decode step at small batch waits on. Splits over positions (flash-decoding) keep the GPU busy at
- * batch 1; the last block of a (token, KV head) to finish merges the splits' partial results, as
- * attention.cu does.
+ * batch 1. Up to 4 tokens a (token, KV head)'s splits are one cluster of blocks (at most 8): each
+ * leaves its partial result in its shared memory, and after a cluster barrier every block merges
+ * its share of the outputs from the others' shared memory (dec_merge). That saves the round trips
+ * through global memory of the other way, used for larger batches and as attention.cu does: the
+ * partials written out, a fence, a counter, and the last block to finish reading them back
+ * (moe-30b-a3b +1.5-2.2% at 1-4 sequences, run 88).
  *
  * A group of twice as many query heads as the block has warps (8 per KV head, as in moe-30b-a3b)
  * is split over two blocks of DEC_WARPS heads each, which read the same keys and values: one head
@@ -24,13 +28,17 @@
  *
  * Handles f16 caches, head_dim == head_dim_v in {32, 64, 128, 256} and up to 8 query heads per KV
  * head; em_cuda_attention_decode_fits says so, and attention.cu's kernel takes everything else. */
+#include <cooperative_groups.h>
 #include <math.h>
 
 #include "qkv.cuh"
 
+namespace cg = cooperative_groups;
+
 #define DEC_WARPS 4
 #define DEC_HEADS_PER_WARP 2 /* query heads per KV head: at most DEC_WARPS * this */
 #define DEC_MAX_SPLIT 16
+#define DEC_CLUSTER_MAX 8 /* splits of a clustered launch: the portable cluster size */
 #define DEC_SPAN 1024 /* directly launched batches: at most this many positions per block */
 
 typedef struct dec_args {
@@ -47,6 +55,7 @@ typedef struct dec_args {
     float *part;       /* [grid row][query head][split][HD + 2]: weighted values, max, sum */
     uint32_t *counter; /* [grid row][n_head] (this kernel uses the first n_head_kv * parts), zero between launches */
     uint32_t parts_log2; /* 2^parts_log2 blocks per KV head, each serving its share of the query heads */
+    bool clustered;      /* the splits are one cluster's blocks and merge in shared memory (part, counter unused) */
     /* The fused finish (em_cuda_attention_finishes): q, k_new and v_new are the products' raw
      * outputs; every block finishes its own query heads (qkv.cuh), and the blocks whose span holds
      * the token's position finish its key and value, use them for that position and (the first
@@ -72,6 +81,45 @@ template <int HD> struct dec_shape {
     static constexpr int PER_LANE_POS = T / 32; /* positions each lane scores */
     static constexpr int DL = HD / 32;          /* output dimensions each lane owns */
 };
+
+/* The merge of a KV head's splits into the outputs of its `group` query heads (out: the first's),
+ * in three parallel passes (a loop over splits per output value would wait on one load after
+ * another): the splits' maxima and sums, then each split's weight per head, then the weighted
+ * partial values, every split's load of a value issued together. part(g, sp, k) is value k of
+ * split sp's partial for head g (k = HD: its maximum, HD + 1: its sum). Every thread of the block
+ * calls it; this thread writes outputs first, first + step, ... of the group's group * HD. */
+template <int HD, typename Part>
+__device__ __forceinline__ void dec_merge(uint32_t n_split, uint32_t group, float *out, uint32_t first, uint32_t step,
+                                          Part part) {
+    __shared__ float split_m[DEC_WARPS * DEC_HEADS_PER_WARP][DEC_MAX_SPLIT];
+    __shared__ float split_l[DEC_WARPS * DEC_HEADS_PER_WARP][DEC_MAX_SPLIT];
+    for (uint32_t i = threadIdx.x; i < group * n_split; i += blockDim.x) { /* head i / n_split, split i % n_split */
+        split_m[i / n_split][i % n_split] = part(i / n_split, i % n_split, HD);
+        split_l[i / n_split][i % n_split] = part(i / n_split, i % n_split, HD + 1);
+    }
+    __syncthreads();
+    if (threadIdx.x < group) {
+        const uint32_t g = threadIdx.x;
+        float gm = -INFINITY, gl = 0.0f;
+        for (uint32_t sp = 0; sp < n_split; sp++) gm = fmaxf(gm, split_m[g][sp]);
+        for (uint32_t sp = 0; sp < n_split; sp++)
+            if (split_m[g][sp] != -INFINITY) gl += split_l[g][sp] * expf(split_m[g][sp] - gm);
+        for (uint32_t sp = 0; sp < n_split; sp++)
+            split_m[g][sp] = split_m[g][sp] == -INFINITY ? 0.0f : expf(split_m[g][sp] - gm) / gl;
+    }
+    __syncthreads();
+    for (uint32_t i = first; i < group * HD; i += step) {
+        const uint32_t g = i / HD, d = i % HD;
+        float v[DEC_MAX_SPLIT];
+#pragma unroll
+        for (int sp = 0; sp < DEC_MAX_SPLIT; sp++) v[sp] = sp < (int)n_split ? part(g, sp, d) : 0.0f;
+        float sum = 0.0f;
+#pragma unroll
+        for (int sp = 0; sp < DEC_MAX_SPLIT; sp++)
+            if (sp < (int)n_split) sum += v[sp] * split_m[g][sp];
+        out[(uint64_t)g * HD + d] = sum;
+    }
+}
 
 template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32, 1) decode_attention_kernel(dec_args a) {
     typedef dec_shape<HD> S;
@@ -217,6 +265,9 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32, 1) decode_at
         }
     }
     /* results: the output itself with one split, else this split's partial and the merge */
+    const uint32_t stride = HD + 2;
+    float *cluster_part = (float *)ks; /* clustered: this split's partials, [query head][HD + 2] */
+    if (a.clustered) __syncthreads();  /* every warp is done with the keys */
 #pragma unroll
     for (int hh = 0; hh < DEC_HEADS_PER_WARP; hh++) {
         const uint32_t g = warp + DEC_WARPS * hh;
@@ -227,13 +278,25 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32, 1) decode_at
 #pragma unroll
             for (int i = 0; i < S::DL; i++) o[i] = acc[hh][i] / l[hh];
         } else {
-            float *mine = a.part + (((uint64_t)grid_row * a.n_head + head) * a.n_split + split) * (HD + 2);
+            float *mine = a.clustered ? cluster_part + g * stride
+                                      : a.part + (((uint64_t)grid_row * a.n_head + head) * a.n_split + split) * stride;
 #pragma unroll
             for (int i = 0; i < S::DL; i++) mine[S::DL * lane + i] = acc[hh][i];
             if (lane == 0) mine[HD] = m[hh], mine[HD + 1] = l[hh];
         }
     }
     if (a.n_split == 1) return;
+    float *out = a.out + ((uint64_t)t * a.n_head + head0) * HD;
+    if (a.clustered) {
+        /* the splits are the cluster's blocks (rank = split): each reads the others' partials from
+         * their shared memory and writes its share of the outputs; none leaves before all have read */
+        cg::cluster_group cluster = cg::this_cluster();
+        cluster.sync();
+        dec_merge<HD>(a.n_split, group, out, split * blockDim.x + threadIdx.x, a.n_split * blockDim.x,
+                      [&](uint32_t g, uint32_t sp, uint32_t k) { return cluster.map_shared_rank(cluster_part, sp)[g * stride + k]; });
+        cluster.sync();
+        return;
+    }
     /* make this block's partials visible before counting it; the last block to count merges */
     __threadfence();
     __syncthreads();
@@ -242,41 +305,10 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32, 1) decode_at
     __syncthreads();
     if (!last_block) return;
     __threadfence();
-    /* The merge, in three parallel passes (a loop over splits per output value would wait on one
-     * load after another): the splits' maxima and sums, then each split's weight per head, then
-     * the weighted partial values, every split's load of a value issued together. */
-    __shared__ float split_m[DEC_WARPS * DEC_HEADS_PER_WARP][DEC_MAX_SPLIT];
-    __shared__ float split_l[DEC_WARPS * DEC_HEADS_PER_WARP][DEC_MAX_SPLIT];
-    const uint32_t stride = HD + 2;
     const float *group_parts = a.part + ((uint64_t)grid_row * a.n_head + head0) * a.n_split * stride;
-    for (uint32_t i = threadIdx.x; i < group * a.n_split; i += blockDim.x) {
-        const float *p = group_parts + (uint64_t)i * stride; /* head i / n_split, split i % n_split */
-        split_m[i / a.n_split][i % a.n_split] = __ldcg(p + HD);
-        split_l[i / a.n_split][i % a.n_split] = __ldcg(p + HD + 1);
-    }
-    __syncthreads();
-    if (threadIdx.x < group) {
-        const uint32_t g = threadIdx.x;
-        float gm = -INFINITY, gl = 0.0f;
-        for (uint32_t sp = 0; sp < a.n_split; sp++) gm = fmaxf(gm, split_m[g][sp]);
-        for (uint32_t sp = 0; sp < a.n_split; sp++)
-            if (split_m[g][sp] != -INFINITY) gl += split_l[g][sp] * expf(split_m[g][sp] - gm);
-        for (uint32_t sp = 0; sp < a.n_split; sp++)
-            split_m[g][sp] = split_m[g][sp] == -INFINITY ? 0.0f : expf(split_m[g][sp] - gm) / gl;
-    }
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < group * HD; i += blockDim.x) {
-        const uint32_t g = i / HD, d = i % HD;
-        const float *p = group_parts + (uint64_t)g * a.n_split * stride + d;
-        float v[DEC_MAX_SPLIT];
-#pragma unroll
-        for (int sp = 0; sp < DEC_MAX_SPLIT; sp++) v[sp] = sp < (int)a.n_split ? __ldcg(p + sp * stride) : 0.0f;
-        float sum = 0.0f;
-#pragma unroll
-        for (int sp = 0; sp < DEC_MAX_SPLIT; sp++)
-            if (sp < (int)a.n_split) sum += v[sp] * split_m[g][sp];
-        a.out[((uint64_t)t * a.n_head + head0 + g) * HD + d] = sum;
-    }
+    dec_merge<HD>(a.n_split, group, out, threadIdx.x, blockDim.x, [&](uint32_t g, uint32_t sp, uint32_t k) {
+        return __ldcg(group_parts + ((uint64_t)g * a.n_split + sp) * stride + k);
+    });
     if (threadIdx.x == 0) a.counter[group_pair] = 0;
 }
 
@@ -295,16 +327,27 @@ bool em_cuda_attention_finishes(const cuda_backend *b, const cuda_batch *batch, 
  * (not replayed from a graph, so the longest context is known) also enough that no block walks
  * more than DEC_SPAN positions; never more than the scratch holds (partials are per query head). */
 static uint32_t dec_splits(const cuda_backend *b, uint32_t n_tokens, uint32_t max_pos, const em_layer_desc *ld,
-                           uint32_t parts) {
+                           uint32_t parts, uint32_t most) {
     const uint64_t blocks = (uint64_t)n_tokens * ld->n_head_kv * parts, heads = (uint64_t)n_tokens * ld->n_head;
     uint64_t s = (2 * (uint64_t)b->n_sm + blocks - 1) / blocks;
     if (!b->capturing) {
         const uint64_t by_len = ((uint64_t)max_pos + DEC_SPAN) / DEC_SPAN;
         if (by_len > s) s = by_len;
     }
-    if (s > DEC_MAX_SPLIT) s = DEC_MAX_SPLIT;
+    if (s > most) s = most;
     while (s > 1 && heads * s > b->att_slots) s--;
     return s ? (uint32_t)s : 1;
+}
+
+/* Whether a launch of n_tokens runs each token's splits as one cluster: up to 4 tokens, or
+ * EMBER_CUDA_DEC_CLUSTER=N tokens (0: never). Run 88, tok/s with clusters against without (three
+ * benches): moe-30b-a3b 346.2 / 543.8 / 790.1 against 338.7 / 536.1 / 778.3 at 1 / 2 / 4
+ * sequences, dense-1b q8_0 and bf16 +0.8-2.1% at 1-16; but moe-30b-a3b at 8 / 16 980.1 / 1286.4
+ * against 989.5 / 1290.5. */
+static bool dec_clusters(uint32_t n_tokens) {
+    const char *v = getenv("EMBER_CUDA_DEC_CLUSTER");
+    const uint32_t most = v && *v ? (uint32_t)strtoul(v, NULL, 10) : 4;
+    return n_tokens <= most;
 }
 
 em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32_t il, const uint32_t *tokens,
@@ -315,10 +358,13 @@ em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32
     /* one query head per warp where the group allows (fits: at most DEC_WARPS * DEC_HEADS_PER_WARP) */
     const uint32_t group = ld->n_head / ld->n_head_kv;
     const uint32_t parts_log2 = group == 2 * DEC_WARPS ? 1 : 0, parts = 1u << parts_log2;
+    const bool clusters = dec_clusters(n_tokens);
     dec_args a = {b->q, b->attn, (const __half *)lw->keys, (const __half *)lw->values, ld->n_head, ld->n_head_kv,
                   ld->attn_scale, ld->attn_softcap, ld->attn == EM_ATTN_SLIDING ? ld->window : 0, batch->pos,
                   batch->seq, batch->table_start, batch->blocks, b->base.block_tokens, tokens,
-                  dec_splits(b, n_tokens, max_pos, ld, parts), b->att_part, b->att_counter, parts_log2};
+                  dec_splits(b, n_tokens, max_pos, ld, parts, clusters ? DEC_CLUSTER_MAX : DEC_MAX_SPLIT), b->att_part,
+                  b->att_counter, parts_log2};
+    a.clustered = clusters && a.n_split > 1;
     if (!tokens && em_cuda_attention_finishes(b, batch, il)) {
         a.finish = true;
         a.k_new = b->k, a.v_new = b->v, a.bq = lw->bq, a.bk = lw->bk, a.bv = lw->bv;
@@ -326,11 +372,12 @@ em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32
         a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE, a.rope = em_cuda_rope_args(b, il);
     }
     const dim3 grid(ld->n_head_kv * parts, n_tokens, a.n_split);
+    const uint32_t cluster_z = a.clustered ? a.n_split : 1;
     switch (ld->head_dim) {
-    case 32: em_cuda_launch(b, decode_attention_kernel<32>, grid, DEC_WARPS * 32, 0, a); break;
-    case 64: em_cuda_launch(b, decode_attention_kernel<64>, grid, DEC_WARPS * 32, 0, a); break;
-    case 128: em_cuda_launch(b, decode_attention_kernel<128>, grid, DEC_WARPS * 32, 0, a); break;
-    case 256: em_cuda_launch(b, decode_attention_kernel<256>, grid, DEC_WARPS * 32, 0, a); break;
+    case 32: em_cuda_launch_clusters(b, decode_attention_kernel<32>, grid, DEC_WARPS * 32, 0, cluster_z, a); break;
+    case 64: em_cuda_launch_clusters(b, decode_attention_kernel<64>, grid, DEC_WARPS * 32, 0, cluster_z, a); break;
+    case 128: em_cuda_launch_clusters(b, decode_attention_kernel<128>, grid, DEC_WARPS * 32, 0, cluster_z, a); break;
+    case 256: em_cuda_launch_clusters(b, decode_attention_kernel<256>, grid, DEC_WARPS * 32, 0, cluster_z, a); break;
     default: return em_errorf(EM_ERR_INTERNAL, "cuda decode attention: head_dim %u", ld->head_dim);
     }
     CU_LAUNCHED();

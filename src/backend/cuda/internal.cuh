@@ -193,21 +193,35 @@ typedef struct cuda_backend {
 } cuda_backend;
 
 /* Launches `kernel` on the backend's stream, as a programmatic dependent launch unless that is
- * off; a failure shows in cudaGetLastError (CU_LAUNCHED). */
+ * off, its blocks in clusters of cluster_z consecutive blocks along z when cluster_z > 1 (which
+ * must divide grid.z); a failure shows in cudaGetLastError (CU_LAUNCHED). */
 template <typename... P, typename... A>
-static inline void em_cuda_launch(const cuda_backend *b, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                                  A... args) {
+static inline void em_cuda_launch_clusters(const cuda_backend *b, void (*kernel)(P...), dim3 grid, dim3 block,
+                                           size_t smem, uint32_t cluster_z, A... args) {
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = smem;
     config.stream = b->stream;
-    cudaLaunchAttribute attr = {};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attr;
-    config.numAttrs = b->use_pdl ? 1 : 0;
+    cudaLaunchAttribute attrs[2] = {};
+    unsigned n = 0;
+    if (b->use_pdl) {
+        attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster_z > 1) {
+        attrs[n].id = cudaLaunchAttributeClusterDimension;
+        attrs[n].val.clusterDim.x = 1, attrs[n].val.clusterDim.y = 1, attrs[n++].val.clusterDim.z = cluster_z;
+    }
+    config.attrs = attrs;
+    config.numAttrs = n;
     (void)cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+template <typename... P, typename... A>
+static inline void em_cuda_launch(const cuda_backend *b, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                  A... args) {
+    em_cuda_launch_clusters(b, kernel, grid, block, smem, 1, args...);
 }
 
 /* ---- weights.cu ---- */
