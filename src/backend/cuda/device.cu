@@ -156,9 +156,10 @@ extern "C" em_err em_backend_cuda_new(const em_model *model, const em_backend_co
     const char *finish = getenv("EMBER_CUDA_FUSE_FINISH");
     b->fuse_finish = !(finish && !strcmp(finish, "0"));
     const char *moe_norm = getenv("EMBER_CUDA_MOE_NORM");
-    /* 2: from 4 tokens on a norm kernel measured faster than the fold once the experts took 3 units
-     * a lane (moe-30b-a3b at 4 sequences 773 against 761 tok/s; bench/RESULTS.md, runs 74 and 82) */
-    b->moe_norm_max = moe_norm ? (uint32_t)strtoul(moe_norm, NULL, 10) : 2;
+    /* 1: from 2 tokens on a norm kernel measured faster than the fold once the experts took 3 units
+     * a lane (moe-30b-a3b at 4 sequences 773 against 761 tok/s, at 2 547.3 against 545.2;
+     * bench/RESULTS.md, runs 74, 82 and 89) */
+    b->moe_norm_max = moe_norm ? (uint32_t)strtoul(moe_norm, NULL, 10) : 1;
     em_err err = setup(b, model, &o);
     if (err) {
         cuda_free(&b->base);
