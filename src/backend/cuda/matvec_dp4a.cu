@@ -525,14 +525,20 @@ template <typename F> static bool dq_with_type(uint32_t type, F &&f) {
  * lose at 8), the tensor cores all from 16; every MoE product up to 16 tokens once its passes
  * follow the items per expert (IQ3_XXS at 16 tokens: gate+up 112 against 152 us, down 89 against
  * 97). Dense Q8_0 products of 2 or more items (heads: 4) go to matvec_imma.cu's kernel first.
- * EMBER_CUDA_DP4A=N sets one limit for all (0: never), EMBER_CUDA_DP4A_MOE=N one for the MoE
- * products. */
+ * Q6_K products with rows at least twice as long as they are many (a down projection, moe-30b-a3b's
+ * O 4096 -> 2048) win up to 8 (run 87: 23.0 against 32.3 us and 14.4 against 17.1 at 8 items;
+ * EMBER_CUDA_DQ_WIDE=0 keeps them at 4). EMBER_CUDA_DP4A=N sets one limit for all (0: never),
+ * EMBER_CUDA_DP4A_MOE=N one for the MoE products. */
 static uint32_t dq_max_items(const cuda_matvec *mv) {
     const char *v = getenv("EMBER_CUDA_DP4A");
     if (v && *v) return (uint32_t)atoi(v);
     const char *moe = getenv("EMBER_CUDA_DP4A_MOE");
     if (mv->counts && moe && *moe) return (uint32_t)atoi(moe);
     if (mv->counts) return 16;
+    if (mv->w->type == EM_TYPE_Q6_K && mv->w->cols >= 2 * em_cuda_matvec_rows(mv)) {
+        const char *wide = getenv("EMBER_CUDA_DQ_WIDE");
+        if (!(wide && !strcmp(wide, "0"))) return 8;
+    }
     return mv->w->type == EM_TYPE_Q8_0 || mv->w->type == EM_TYPE_Q4_K ? 8 : 4;
 }
 
