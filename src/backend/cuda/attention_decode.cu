@@ -292,8 +292,10 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32, 1) decode_at
          * their shared memory and writes its share of the outputs; none leaves before all have read */
         cg::cluster_group cluster = cg::this_cluster();
         cluster.sync();
-        dec_merge<HD>(a.n_split, group, out, split * blockDim.x + threadIdx.x, a.n_split * blockDim.x,
-                      [&](uint32_t g, uint32_t sp, uint32_t k) { return cluster.map_shared_rank(cluster_part, sp)[g * stride + k]; });
+        auto peer_part = [&](uint32_t g, uint32_t sp, uint32_t k) {
+            return cluster.map_shared_rank(cluster_part, sp)[g * stride + k];
+        };
+        dec_merge<HD>(a.n_split, group, out, split * blockDim.x + threadIdx.x, a.n_split * blockDim.x, peer_part);
         cluster.sync();
         return;
     }
@@ -325,7 +327,8 @@ bool em_cuda_attention_finishes(const cuda_backend *b, const cuda_batch *batch, 
 
 /* Splits per (token, KV head): enough blocks to cover the GPU twice; for batches launched directly
  * (not replayed from a graph, so the longest context is known) also enough that no block walks
- * more than DEC_SPAN positions; never more than the scratch holds (partials are per query head). */
+ * more than DEC_SPAN positions; never more than `most` (DEC_MAX_SPLIT, or a cluster's
+ * DEC_CLUSTER_MAX) nor than the scratch holds (partials are per query head). */
 static uint32_t dec_splits(const cuda_backend *b, uint32_t n_tokens, uint32_t max_pos, const em_layer_desc *ld,
                            uint32_t parts, uint32_t most) {
     const uint64_t blocks = (uint64_t)n_tokens * ld->n_head_kv * parts, heads = (uint64_t)n_tokens * ld->n_head;
