@@ -342,17 +342,6 @@ static uint32_t dec_splits(const cuda_backend *b, uint32_t n_tokens, uint32_t ma
     return s ? (uint32_t)s : 1;
 }
 
-/* Whether a launch of n_tokens runs each token's splits as one cluster: up to 4 tokens, or
- * EMBER_CUDA_DEC_CLUSTER=N tokens (0: never). Run 88, tok/s with clusters against without (three
- * benches): moe-30b-a3b 346.2 / 543.8 / 790.1 against 338.7 / 536.1 / 778.3 at 1 / 2 / 4
- * sequences, dense-1b q8_0 and bf16 +0.8-2.1% at 1-16; but moe-30b-a3b at 8 / 16 980.1 / 1286.4
- * against 989.5 / 1290.5. */
-static bool dec_clusters(uint32_t n_tokens) {
-    const char *v = getenv("EMBER_CUDA_DEC_CLUSTER");
-    const uint32_t most = v && *v ? (uint32_t)strtoul(v, NULL, 10) : 4;
-    return n_tokens <= most;
-}
-
 em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32_t il, const uint32_t *tokens,
                                 uint32_t n_tokens, uint32_t max_pos) {
     if (n_tokens == 0) return NULL;
@@ -361,7 +350,11 @@ em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32
     /* one query head per warp where the group allows (fits: at most DEC_WARPS * DEC_HEADS_PER_WARP) */
     const uint32_t group = ld->n_head / ld->n_head_kv;
     const uint32_t parts_log2 = group == 2 * DEC_WARPS ? 1 : 0, parts = 1u << parts_log2;
-    const bool clusters = dec_clusters(n_tokens);
+    /* each token's splits as one cluster up to b->dec_cluster_max tokens (4, EMBER_CUDA_DEC_CLUSTER).
+     * Run 88, tok/s with clusters against without (three benches): moe-30b-a3b 346.2 / 543.8 / 790.1
+     * against 338.7 / 536.1 / 778.3 at 1 / 2 / 4 sequences, dense-1b q8_0 and bf16 +0.8-2.1% at
+     * 1-16; but moe-30b-a3b at 8 / 16 980.1 / 1286.4 against 989.5 / 1290.5 */
+    const bool clusters = n_tokens <= b->dec_cluster_max;
     dec_args a = {b->q, b->attn, (const __half *)lw->keys, (const __half *)lw->values, ld->n_head, ld->n_head_kv,
                   ld->attn_scale, ld->attn_softcap, ld->attn == EM_ATTN_SLIDING ? ld->window : 0, batch->pos,
                   batch->seq, batch->table_start, batch->blocks, b->base.block_tokens, tokens,

@@ -133,9 +133,8 @@ static em_err setup(cuda_backend *b, const em_model *model, const em_backend_con
         b->layers[il].values = at;
         at += rows * ld->n_head_kv * ld->head_dim_v * b->kv_elem;
     }
-    const char *overlap = getenv("EMBER_CUDA_OVERLAP");
-    b->base = em_backend{overlap && !strcmp(overlap, "0") ? &cuda_ops_no_overlap : &cuda_ops, model, (uint32_t)n_blocks,
-                         o->block_tokens, per_token};
+    const em_backend_ops *ops = em_cuda_env_off("EMBER_CUDA_OVERLAP") ? &cuda_ops_no_overlap : &cuda_ops;
+    b->base = em_backend{ops, model, (uint32_t)n_blocks, o->block_tokens, per_token};
     /* the host sleeps on these until a step's tokens are copied back */
     for (int i = 0; i < 2; i++) CU_TRY(cudaEventCreateWithFlags(&b->pick_done[i], cudaEventBlockingSync | cudaEventDisableTiming));
     return NULL;
@@ -149,17 +148,16 @@ extern "C" em_err em_backend_cuda_new(const em_model *model, const em_backend_co
     if (!b) return em_errorf(EM_ERR_NOMEM, "out of memory creating the cuda backend");
     b->d = &model->desc;
     b->base.ops = &cuda_ops_no_overlap;
-    const char *graphs = getenv("EMBER_CUDA_GRAPHS");
-    b->use_graphs = !(graphs && !strcmp(graphs, "0"));
-    const char *pdl = getenv("EMBER_CUDA_PDL");
-    b->use_pdl = !(pdl && !strcmp(pdl, "0"));
-    const char *finish = getenv("EMBER_CUDA_FUSE_FINISH");
-    b->fuse_finish = !(finish && !strcmp(finish, "0"));
-    const char *moe_norm = getenv("EMBER_CUDA_MOE_NORM");
+    b->use_graphs = !em_cuda_env_off("EMBER_CUDA_GRAPHS");
+    b->use_pdl = !em_cuda_env_off("EMBER_CUDA_PDL");
+    b->fuse_finish = !em_cuda_env_off("EMBER_CUDA_FUSE_FINISH");
     /* 1: from 2 tokens on a norm kernel measured faster than the fold once the experts took 3 units
      * a lane (moe-30b-a3b at 4 sequences 773 against 761 tok/s, at 2 547.3 against 545.2;
      * bench/RESULTS.md, runs 74, 82 and 89) */
-    b->moe_norm_max = moe_norm ? (uint32_t)strtoul(moe_norm, NULL, 10) : 1;
+    b->moe_norm_max = em_cuda_env_count("EMBER_CUDA_MOE_NORM", 1);
+    /* 4: the cluster merge measured faster up to 4 tokens for every model, slower for moe-30b-a3b at
+     * 8 and 16 (attention_decode.cu; bench/RESULTS.md, run 88) */
+    b->dec_cluster_max = em_cuda_env_count("EMBER_CUDA_DEC_CLUSTER", 4);
     em_err err = setup(b, model, &o);
     if (err) {
         cuda_free(&b->base);

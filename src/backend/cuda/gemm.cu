@@ -757,8 +757,7 @@ static bool wg_fits(const cuda_backend *b, const cuda_matvec *mv) {
  * 88 TFLOP/s; gate+up 2048 -> 8192 at 128 items, 64 tiles, 169 against 128, but at 8-48 items 11-64
  * against 13-65; the output head (501 tiles) at 8 items 21 against 17, at 64 items 164 against 113. */
 static bool wg_wanted(const cuda_backend *b, const cuda_matvec *mv) {
-    const char *v = getenv("EMBER_CUDA_WGMMA");
-    if (v && !strcmp(v, "0")) return false;
+    if (em_cuda_env_off("EMBER_CUDA_WGMMA")) return false;
     const uint32_t out = mv->up ? WG_ROWS / 2 : WG_ROWS;
     const uint64_t tiles = (uint64_t)((em_cuda_matvec_rows(mv) + out - 1) / out) *
                            ((mv->n_items + WG_ITEMS - 1) / WG_ITEMS) * (mv->counts ? mv->n_groups : 1);

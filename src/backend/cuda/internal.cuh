@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern "C" {
@@ -160,6 +161,8 @@ typedef struct cuda_backend {
     bool use_pdl;           /* off with EMBER_CUDA_PDL=0 */
     bool fuse_finish;       /* decode attention finishes Q, K, V itself; off with EMBER_CUDA_FUSE_FINISH=0 */
     uint32_t moe_norm_max;  /* fused batches up to this many tokens fold MoE layers' norms (EMBER_CUDA_MOE_NORM) */
+    uint32_t dec_cluster_max; /* decode attention up to this many tokens: splits merge in a cluster
+                               * (EMBER_CUDA_DEC_CLUSTER) */
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert, max_used, max_head, max_dim_v;
     int n_sm;               /* multiprocessors, for sizing grids */
     bool capturing;         /* a graph is being captured: no launch may depend on the batch's contents */
@@ -191,6 +194,18 @@ typedef struct cuda_backend {
     uint32_t flight_slot[2], flight_rows[2], flight_count;
     uint32_t last_begun_rows; /* rows of the last begun step: what EM_TOKEN_PICKED may name */
 } cuda_backend;
+
+/* The backend's switches and limits from the environment (read where the backend is created, or
+ * where a kernel is picked): whether `name` is set to "0", a switch turned off; `name` as a count,
+ * `fallback` when unset or empty. */
+static inline bool em_cuda_env_off(const char *name) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, "0");
+}
+static inline uint32_t em_cuda_env_count(const char *name, uint32_t fallback) {
+    const char *v = getenv(name);
+    return v && *v ? (uint32_t)strtoul(v, NULL, 10) : fallback;
+}
 
 /* Launches `kernel` on the backend's stream, as a programmatic dependent launch unless that is
  * off, its blocks in clusters of cluster_z consecutive blocks along z when cluster_z > 1 (which

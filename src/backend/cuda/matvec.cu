@@ -299,10 +299,7 @@ uint32_t em_cuda_matvec_rows(const cuda_matvec *mv) {
     return rows;
 }
 
-bool em_cuda_tensor_cores_off(void) {
-    const char *v = getenv("EMBER_CUDA_GEMM");
-    return v && !strcmp(v, "0");
-}
+bool em_cuda_tensor_cores_off(void) { return em_cuda_env_off("EMBER_CUDA_GEMM"); }
 
 bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b) {
     return a->data && b->data && a->type == b->type && a->cols == b->cols;

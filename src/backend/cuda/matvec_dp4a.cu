@@ -535,10 +535,8 @@ static uint32_t dq_max_items(const cuda_matvec *mv) {
     const char *moe = getenv("EMBER_CUDA_DP4A_MOE");
     if (mv->counts && moe && *moe) return (uint32_t)atoi(moe);
     if (mv->counts) return 16;
-    if (mv->w->type == EM_TYPE_Q6_K && mv->w->cols >= 2 * em_cuda_matvec_rows(mv)) {
-        const char *wide = getenv("EMBER_CUDA_DQ_WIDE");
-        if (!(wide && !strcmp(wide, "0"))) return 8;
-    }
+    const bool wide = mv->w->cols >= 2 * em_cuda_matvec_rows(mv);
+    if (mv->w->type == EM_TYPE_Q6_K && wide && !em_cuda_env_off("EMBER_CUDA_DQ_WIDE")) return 8;
     return mv->w->type == EM_TYPE_Q8_0 || mv->w->type == EM_TYPE_Q4_K ? 8 : 4;
 }
 
