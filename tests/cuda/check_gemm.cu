@@ -80,6 +80,8 @@ static void make_backend(void) {
     b->mvt_part = (float *)dev_alloc(b->mvt_part_floats * sizeof(float));
     b->mvt_counter = (uint32_t *)dev_alloc(b->mvt_groups * sizeof(uint32_t));
     CUDA_CHECK(cudaMemset(b->mvt_counter, 0, b->mvt_groups * sizeof(uint32_t)));
+    /* split-K partial sums of the wgmma kernel (gemm.cu: wg_splits) */
+    b->wg_part = (float *)dev_alloc(em_cuda_gemm_split_floats(b) * sizeof(float));
     /* the wgmma kernel's f16 activations: up to 8192 items of 8192 columns */
     b->x16_halves = 8192ull * 8192;
     b->x16 = (__half *)dev_alloc(b->x16_halves * sizeof(__half));
@@ -279,9 +281,11 @@ static bool run_case(uint32_t type, const test_case *c) {
         for (uint32_t p = 0; p < parts; p++)
             CUDA_CHECK(cudaMemcpy(y_dev[p], y0[p], n_items * y_stride[p] * sizeof(float), cudaMemcpyHostToDevice));
         if (tile == WG_RUN || tile == WG_ALONE) {
+            /* alone: with the batch's splits of K (a different split adds in another order) */
             cuda_matvec one = mv;
             if (tile == WG_ALONE) one.n_items = 1;
-            check_err(em_cuda_gemm_with(b, &one, 0, EM_CUDA_GEMM_WGMMA), "wgmma gemm");
+            const uint32_t splits = tile == WG_ALONE ? em_cuda_gemm_wg_splits(b, &mv) : 0;
+            check_err(em_cuda_gemm_with(b, &one, splits, EM_CUDA_GEMM_WGMMA), "wgmma gemm");
         } else if (tile == DQ_RUN || tile == DQ_ALONE) {
             cuda_matvec one = mv;
             if (tile == DQ_ALONE) one.n_items = 1;

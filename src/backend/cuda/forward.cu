@@ -24,12 +24,13 @@ void em_cuda_free_scratch(cuda_backend *b) {
     cudaFree(b->att_part);
     cudaFree(b->att_counter);
     cudaFree(b->mvt_part);
+    cudaFree(b->wg_part);
     cudaFree(b->mvt_counter);
     cudaFree(b->x16);
     cudaFree(b->xq);
     cudaFree(b->xd);
     b->xq = NULL, b->xd = NULL, b->xq_bytes = 0;
-    b->mvt_part = NULL, b->mvt_counter = NULL;
+    b->mvt_part = NULL, b->mvt_counter = NULL, b->wg_part = NULL;
     b->x16 = NULL, b->x16_halves = 0;
     b->att_part = NULL;
     b->att_counter = NULL;
@@ -84,6 +85,7 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         {(void **)&b->att_part, att_slots * (b->max_dim_v + 2) * 4},
         {(void **)&b->att_counter, (uint64_t)n * b->max_head * 4},
         {(void **)&b->mvt_part, mvt_rows * 8 * 16 * 2 * 4},
+        {(void **)&b->wg_part, em_cuda_gemm_split_floats(b) * 4},
         {(void **)&b->mvt_counter, (uint64_t)mvt_groups * 4},
         {(void **)&b->x16, x16_halves * 2},
         {(void **)&b->xq, x16_halves / 64 * 80}, {(void **)&b->xd, x16_halves / 32 * sizeof(float2)},

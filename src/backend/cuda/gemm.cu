@@ -536,11 +536,13 @@ __device__ __forceinline__ void wg_wait_all(void) {
 __device__ __forceinline__ void wg_fence_proxy(void) { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 template <int TYPE, bool GLU>
-__global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_kernel(gm_args a, const __half *x16) {
+__global__ void __launch_bounds__(WG_THREADS, 1)
+    gemm_wgmma_kernel(gm_args a, const __half *x16, float *split_part, uint32_t n_split) {
     extern __shared__ __align__(1024) uint8_t wg_buf[];
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     em_pdl_wait();
-    /* MoE: blockIdx.z is the expert, its items [start, start + count) known on the device only */
+    /* MoE: blockIdx.z is the expert, its items [start, start + count) known on the device only;
+     * dense: blockIdx.z is the split of K (wg_splits), whose partial sums go to split_part */
     const uint32_t e = blockIdx.z;
     const uint32_t count = a.counts ? a.counts[e] : a.n_items, start = a.starts ? a.starts[e] : 0;
     const uint32_t row0 = blockIdx.y * (GLU ? WG_ROWS / 2 : WG_ROWS);
@@ -549,7 +551,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_kernel(gm_args a, co
     const uint8_t *wrow[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) wrow[j] = gm_weight_row<GLU>(a, row0, a.counts ? e * a.mat_bytes : 0, first + 64 * j);
-    const uint32_t n_steps = a.cols / WG_K;
+    const uint32_t all_steps = a.cols / WG_K, per_split = (all_steps + n_split - 1) / n_split;
+    const uint32_t k_first = a.counts ? 0 : blockIdx.z * per_split; /* this block's K steps: k_first + 0 .. */
+    const uint32_t n_steps = k_first < all_steps ? min(per_split, all_steps - k_first) : 0;
     constexpr bool ASYNC_W = TYPE == EM_TYPE_F16 || TYPE == EM_TYPE_BF16; /* copied as stored */
     for (uint32_t t0 = blockIdx.x * WG_ITEMS; t0 < count; t0 += gridDim.x * WG_ITEMS) {
         const __half *xrow[2];
@@ -565,13 +569,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_kernel(gm_args a, co
 #pragma unroll
                     for (int j = 0; j < 4; j++) {
                         const uint8_t *src =
-                            wrow[j] ? wrow[j] + ((uint64_t)step * WG_K + 8 * kc) * 2 : (const uint8_t *)x16;
+                            wrow[j] ? wrow[j] + ((uint64_t)(k_first + step) * WG_K + 8 * kc) * 2 : (const uint8_t *)x16;
                         gm_cp_async16(wt + wg_chunk_at(first + 64 * j, kc), src, wrow[j] ? 16 : 0);
                     }
                 }
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
-                    const __half *src = xrow[j] ? xrow[j] + (uint64_t)step * WG_K + 8 * kc : x16;
+                    const __half *src = xrow[j] ? xrow[j] + (uint64_t)(k_first + step) * WG_K + 8 * kc : x16;
                     gm_cp_async16(xt + wg_chunk_at(first + 64 * j, kc), src, xrow[j] ? 16 : 0);
                 }
             }
@@ -581,7 +585,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_kernel(gm_args a, co
         auto load_w = [&](uint32_t step) {
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                wreg[j] = wrow[j] ? deq_h8<TYPE>(wrow[j], step * (WG_K / 8) + kc) : make_uint4(0, 0, 0, 0);
+                wreg[j] = wrow[j] ? deq_h8<TYPE>(wrow[j], (k_first + step) * (WG_K / 8) + kc) : make_uint4(0, 0, 0, 0);
         };
         auto store_w = [&](uint32_t step) {
             uint8_t *wt = wg_buf + (step % WG_STAGES) * WG_STAGE;
@@ -632,7 +636,35 @@ __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_kernel(gm_args a, co
         wg_fence_operands(acc[0]);
         gm_cp_wait<0>();
         __syncthreads(); /* every warpgroup's MMAs are done with the stages (the next item tile) */
-        gm_store<1, 16, GLU>(a, acc, row0, t0, count, start, (warp >> 2) * 64 + (warp & 3) * 16, 0, lane);
+        const uint32_t warp_row = (warp >> 2) * 64 + (warp & 3) * 16;
+        if (n_split == 1) {
+            gm_store<1, 16, GLU>(a, acc, row0, t0, count, start, warp_row, 0, lane);
+        } else {
+            /* this split's sums, plain, at split_part[split][item][row] (every part's rows in one
+             * array); wg_sum_splits_kernel adds the splits in order and stores as gm_store would */
+            gm_args pa = a;
+            pa.accumulate = false;
+            float *mine = split_part + (uint64_t)blockIdx.z * count * a.rows;
+#pragma unroll
+            for (int i = 0; i < GM_PARTS; i++) pa.part[i].y = mine + pa.part[i].begin, pa.part[i].y_stride = a.rows;
+            gm_store<1, 16, GLU>(pa, acc, row0, t0, count, start, warp_row, 0, lane);
+        }
+    }
+}
+
+/* The split-K products' results (dense, not gated): Y[item][row] = the n_split partial sums in
+ * split order, added into Y with the residual add, written where gm_store writes. */
+__global__ void __launch_bounds__(256) wg_sum_splits_kernel(gm_args a, const float *split_part, uint32_t n_split) {
+    em_pdl_wait();
+    const uint64_t total = (uint64_t)a.n_items * a.rows;
+    for (uint64_t i = blockIdx.x * 256ull + threadIdx.x; i < total; i += (uint64_t)gridDim.x * 256) {
+        const uint32_t item = (uint32_t)(i / a.rows), r = (uint32_t)(i % a.rows);
+        float sum = 0.0f;
+        for (uint32_t k = 0; k < n_split; k++) sum += split_part[k * total + i];
+        const int pi = em_cuda_part_of(a, r);
+        const cuda_part &p = pi == 0 ? a.part[0] : pi == 1 ? a.part[1] : a.part[2];
+        float *out = p.y + (r - p.begin) + (uint64_t)item * p.y_stride;
+        *out = a.accumulate ? *out + sum : sum;
     }
 }
 
@@ -742,6 +774,34 @@ static uint32_t gm_min_items(const cuda_matvec *mv, uint32_t rows) {
     return kind == 0 ? 24 : kind == 1 ? 32 : 48;
 }
 
+/* Splits of K for the wgmma kernel: a dense product (not gated) with too few tiles to fill the
+ * device multiplies each tile's K range in up to WG_SPLIT_MAX parts, on as many blocks, then
+ * wg_sum_splits_kernel adds them. Each part keeps at least WG_SPLIT_STEPS K steps, and the tiles
+ * times the parts stay within one block per multiprocessor (the kernel's occupancy). Dense-1b's
+ * O and down products at a 562-token prefill have 40 tiles of 256 x 128: on mma.sync tiles of
+ * 128 x 64 they took 55% of the prefill (run 91). EMBER_CUDA_WG_SPLIT=0: never. */
+#define WG_SPLIT_MAX 4
+#define WG_SPLIT_STEPS 16
+static uint32_t wg_tiles(const cuda_matvec *mv) {
+    const uint32_t out = mv->up ? WG_ROWS / 2 : WG_ROWS;
+    return (uint32_t)((uint64_t)((em_cuda_matvec_rows(mv) + out - 1) / out) *
+                      ((mv->n_items + WG_ITEMS - 1) / WG_ITEMS) * (mv->counts ? mv->n_groups : 1));
+}
+
+static uint32_t wg_splits(const cuda_backend *b, const cuda_matvec *mv) {
+    if (em_cuda_env_off("EMBER_CUDA_WG_SPLIT") || mv->counts || mv->up) return 1;
+    const uint64_t tiles = wg_tiles(mv), steps = mv->w->cols / WG_K;
+    uint32_t s = 1;
+    while (s < WG_SPLIT_MAX && tiles * (s + 1) <= (uint64_t)b->n_sm && steps / (s + 1) >= WG_SPLIT_STEPS &&
+           tiles * (s + 1) * WG_ROWS * WG_ITEMS <= em_cuda_gemm_split_floats(b))
+        s++;
+    return s;
+}
+
+uint64_t em_cuda_gemm_split_floats(const cuda_backend *b) { return (uint64_t)b->n_sm * WG_ROWS * WG_ITEMS; }
+
+uint32_t em_cuda_gemm_wg_splits(const cuda_backend *b, const cuda_matvec *mv) { return wg_splits(b, mv); }
+
 /* Whether the wgmma kernel can take `mv`: dense products, K a multiple of its step, room
  * in b->x16, the sm_90a code loaded (known once prepared). */
 static uint32_t wg_x_rows(const cuda_matvec *mv) { return mv->counts ? mv->x_rows : mv->n_items; }
@@ -758,22 +818,26 @@ static bool wg_fits(const cuda_backend *b, const cuda_matvec *mv) {
  * against 13-65; the output head (501 tiles) at 8 items 21 against 17, at 64 items 164 against 113. */
 static bool wg_wanted(const cuda_backend *b, const cuda_matvec *mv) {
     if (em_cuda_env_off("EMBER_CUDA_WGMMA")) return false;
-    const uint32_t out = mv->up ? WG_ROWS / 2 : WG_ROWS;
-    const uint64_t tiles = (uint64_t)((em_cuda_matvec_rows(mv) + out - 1) / out) *
-                           ((mv->n_items + WG_ITEMS - 1) / WG_ITEMS) * (mv->counts ? mv->n_groups : 1);
+    const uint64_t tiles = wg_tiles(mv);
     /* MoE: from 32 items per expert on average (512 tokens of moe-30b-a3b, 8 of 128 experts each:
      * gate+up 82 against 49 TFLOP/s for BF16, 48 against 34 for Q4_K, 42 against 33 for Q8_0) */
     const bool enough_items = mv->counts ? mv->n_items >= WG_ITEMS / 4
                                          : mv->n_items >= WG_ITEMS / 2 || tiles >= 2 * (uint64_t)b->n_sm;
-    return tiles >= (uint64_t)b->n_sm * 15 / 32 && enough_items && wg_fits(b, mv);
+    return tiles * wg_splits(b, mv) >= (uint64_t)b->n_sm * 15 / 32 && enough_items && wg_fits(b, mv);
 }
 
-template <int TYPE> static void wg_launch_type(const cuda_backend *b, const gm_args &a, dim3 grid, bool glu) {
-    if (glu) em_cuda_launch(b, gemm_wgmma_kernel<TYPE, true>, grid, WG_THREADS, wg_smem, a, (const __half *)b->x16);
-    else em_cuda_launch(b, gemm_wgmma_kernel<TYPE, false>, grid, WG_THREADS, wg_smem, a, (const __half *)b->x16);
+template <int TYPE>
+static void wg_launch_type(const cuda_backend *b, const gm_args &a, dim3 grid, bool glu, uint32_t n_split) {
+    if (glu)
+        em_cuda_launch(b, gemm_wgmma_kernel<TYPE, true>, grid, WG_THREADS, wg_smem, a, (const __half *)b->x16, b->wg_part,
+                       n_split);
+    else
+        em_cuda_launch(b, gemm_wgmma_kernel<TYPE, false>, grid, WG_THREADS, wg_smem, a, (const __half *)b->x16, b->wg_part,
+                       n_split);
 }
 
-static em_err wg_launch(cuda_backend *b, const cuda_matvec *mv, const gm_args &a) {
+
+static em_err wg_launch(cuda_backend *b, const cuda_matvec *mv, const gm_args &a, uint32_t n_split) {
     const uint32_t x_rows = wg_x_rows(mv);
     const uint64_t total = (uint64_t)x_rows * (a.cols / 8);
     const uint64_t round_blocks = (total + 255) / 256, most = 8ull * b->n_sm;
@@ -784,8 +848,13 @@ static em_err wg_launch(cuda_backend *b, const cuda_matvec *mv, const gm_args &a
     if (row_tiles > 65535) return em_errorf(EM_ERR_UNSUPPORTED, "cuda gemm: %u rows for the wgmma kernel", a.rows);
     /* MoE: item tiles for twice the mean per expert; a block loops over any more */
     const uint32_t item_tiles = (uint32_t)(((uint64_t)mv->n_items * (mv->counts ? 2 : 1) + WG_ITEMS - 1) / WG_ITEMS);
-    const dim3 grid(item_tiles ? item_tiles : 1, row_tiles, mv->counts ? mv->n_groups : 1);
-    em_cuda_with_type<false>(mv->w->type, [&](auto t) { wg_launch_type<decltype(t)::value>(b, a, grid, glu); });
+    const dim3 grid(item_tiles ? item_tiles : 1, row_tiles, mv->counts ? mv->n_groups : n_split);
+    em_cuda_with_type<false>(mv->w->type, [&](auto t) { wg_launch_type<decltype(t)::value>(b, a, grid, glu, n_split); });
+    if (n_split > 1) {
+        const uint64_t sum_blocks = ((uint64_t)mv->n_items * a.rows + 255) / 256;
+        em_cuda_launch(b, wg_sum_splits_kernel, dim3((uint32_t)(sum_blocks < most ? sum_blocks : most)), 256, 0, a,
+                       (const float *)b->wg_part, n_split);
+    }
     CU_LAUNCHED();
     return NULL;
 }
@@ -834,8 +903,13 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
                          (unsigned long long)mv->x_stride);
     if (n_parts > GM_PARTS || (n_parts > 1 && (mv->counts || mv->up)))
         return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u parts", n_parts);
-    if (items != 0 && items != 32 && items != 64 && items != 128)
+    if (kernel == EM_CUDA_GEMM_WGMMA && items) { /* the K splits, forced */
+        if (items > WG_SPLIT_MAX || (items > 1 && (mv->counts || mv->up)) ||
+            (uint64_t)wg_tiles(mv) * items * WG_ROWS * WG_ITEMS > em_cuda_gemm_split_floats(b))
+            return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u splits of K for the wgmma kernel", items);
+    } else if (items != 0 && items != 32 && items != 64 && items != 128) {
         return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u items per tile", items);
+    }
     if (!gm_prepared) {
         if (b->capturing) return em_errorf(EM_ERR_INTERNAL, "cuda gemm: first use during a graph capture");
         em_err err = gm_prepare(b);
@@ -848,7 +922,7 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
         if (!wg_fits(b, mv))
             return em_errorf(EM_ERR_UNSUPPORTED, "cuda gemm: the wgmma kernel does not take %s %u x %u, %u items",
                              em_type_name(w->type), a.rows, w->cols, mv->n_items);
-        return wg_launch(b, mv, a);
+        return wg_launch(b, mv, a, kernel == EM_CUDA_GEMM_WGMMA && items ? items : wg_splits(b, mv));
     }
     const uint32_t rows = a.rows;
     if (!items) items = gm_pick_items(b, mv, rows);

@@ -171,6 +171,7 @@ typedef struct cuda_backend {
     float *att_part;        /* attention's per-split partial results (attention.cu) */
     uint32_t *att_counter;  /* per (token, head), zero between launches */
     float *mvt_part;        /* the decode tensor-core products' split-K partial sums (matvec_tc.cu) */
+    float *wg_part;         /* the wgmma products' split-K partial sums (gemm.cu: em_cuda_gemm_split_floats) */
     uint32_t *mvt_counter;  /* per row group, zero between launches */
     uint64_t mvt_part_floats;
     uint32_t mvt_groups;    /* counters mvt_counter holds */
@@ -437,7 +438,8 @@ em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv);
 /* em_cuda_gemm with the items per tile (32, 64 or 128; 0 picks) and the kernel forced, for tests
  * and measurements: STAGED decodes weights and rounds activations through registers one K step
  * ahead; PIPELINED copies activations (and BF16 weights) with cp.async several steps ahead; WGMMA
- * rounds the activations to f16 once (b->x16) and multiplies with Hopper's warpgroup MMA. */
+ * rounds the activations to f16 once (b->x16) and multiplies with Hopper's warpgroup MMA (for it,
+ * `items` is the number of K splits, 0 picks: em_cuda_gemm_wg_splits). */
 typedef enum em_cuda_gemm_kernel {
     EM_CUDA_GEMM_AUTO,
     EM_CUDA_GEMM_STAGED,
@@ -445,5 +447,10 @@ typedef enum em_cuda_gemm_kernel {
     EM_CUDA_GEMM_WGMMA, /* wgmma on 256 x 128 tiles (gemm.cu: wg_fits says which products; items ignored) */
 } em_cuda_gemm_kernel;
 em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items, em_cuda_gemm_kernel kernel);
+/* Floats of b->wg_part: what the wgmma kernel's split-K partials of any product can take. */
+uint64_t em_cuda_gemm_split_floats(const cuda_backend *b);
+/* The K splits the wgmma kernel gives `mv` (1: none); an item alone gets the bits it gets in a
+ * batch of the same splits. */
+uint32_t em_cuda_gemm_wg_splits(const cuda_backend *b, const cuda_matvec *mv);
 
 #endif
