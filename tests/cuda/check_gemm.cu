@@ -21,7 +21,10 @@
  * 16 items and every MoE one, to the same bound, and must give an item computed alone the same
  * bits as in its batch; so does the dp4a kernel on 8-bit activations (matvec_dp4a.cu) for every
  * descriptor of a quantized type it takes (K a multiple of 64), its rounding of the activations
- * included in the bound.
+ * included in the bound. The wgmma kernel runs every descriptor with K a multiple of 64, to the
+ * same bound; where it splits K (a dense product of few tiles: the line says in how many parts),
+ * it also runs with K whole, to the same bound, and an item alone gets its batch's bits with the
+ * batch's splits.
  *
  * Measurements: TFLOP/s of the GEMM (the automatic pick, and each kernel with each tile size) and
  * of the matvec on the dense-1b shapes (Llama-3.2-1B) and a moe-30b-a3b expert layer, for a table
@@ -163,6 +166,8 @@ typedef struct case_result {
     bool same;    /* every kernel and tile size gave the same bits */
     double err_im; /* matvec_imma.cu's kernel against ref (-1: not run: Q8_0, BF16, F16 up to 16 items) */
     bool im_alone_same;
+    uint32_t wg_splits; /* the splits of K the wgmma kernel took (gemm.cu: wg_splits) */
+    double err_wg_whole; /* with more than one: the wgmma kernel with K whole, against ref (-1: not run) */
 } case_result;
 
 /* run() modes beyond the GEMM's tile sizes: the decode tensor-core kernel, on all items or on the
@@ -175,6 +180,7 @@ typedef struct case_result {
 #define DQ_ALONE 1005u
 #define IM_RUN 1006u /* matvec_imma.cu's kernel (weights fed to mma.sync as stored), all items or the first alone */
 #define IM_ALONE 1007u
+#define WG_WHOLE 1008u /* the wgmma kernel with K in one piece (no split) */
 
 /* Runs `c` with weights of `type`; the worst errors over the tile sizes. */
 static bool run_case(uint32_t type, const test_case *c) {
@@ -280,11 +286,11 @@ static bool run_case(uint32_t type, const test_case *c) {
     auto run = [&](bool gemm, uint32_t tile, em_cuda_gemm_kernel kernel) {
         for (uint32_t p = 0; p < parts; p++)
             CUDA_CHECK(cudaMemcpy(y_dev[p], y0[p], n_items * y_stride[p] * sizeof(float), cudaMemcpyHostToDevice));
-        if (tile == WG_RUN || tile == WG_ALONE) {
+        if (tile == WG_RUN || tile == WG_ALONE || tile == WG_WHOLE) {
             /* alone: with the batch's splits of K (a different split adds in another order) */
             cuda_matvec one = mv;
             if (tile == WG_ALONE) one.n_items = 1;
-            const uint32_t splits = tile == WG_ALONE ? em_cuda_gemm_wg_splits(b, &mv) : 0;
+            const uint32_t splits = tile == WG_ALONE ? em_cuda_gemm_wg_splits(b, &mv) : tile == WG_WHOLE ? 1 : 0;
             check_err(em_cuda_gemm_with(b, &one, splits, EM_CUDA_GEMM_WGMMA), "wgmma gemm");
         } else if (tile == DQ_RUN || tile == DQ_ALONE) {
             cuda_matvec one = mv;
@@ -318,7 +324,7 @@ static bool run_case(uint32_t type, const test_case *c) {
         }
     };
 
-    case_result res = {0.0, 0.0, -1.0, true, -1.0, -1.0, true, true, {0.0, 0.0}, true, true, -1.0, true};
+    case_result res = {0.0, 0.0, -1.0, true, -1.0, -1.0, true, true, {0.0, 0.0}, true, true, -1.0, true, 1, -1.0};
     /* both kernels and every tile size give bit-identical outputs (same rounding, fixed order) */
     const uint32_t tiles[] = {0, 32, 64, 128};
     const em_cuda_gemm_kernel kernels[] = {EM_CUDA_GEMM_STAGED, EM_CUDA_GEMM_PIPELINED};
@@ -360,6 +366,11 @@ static bool run_case(uint32_t type, const test_case *c) {
     /* the wgmma kernel: its own order of sums inside an MMA, so bounded against ref, not bitwise
      * against the others; an item alone gets its bits in the batch */
     if (K % 64 == 0) {
+        res.wg_splits = em_cuda_gemm_wg_splits(b, &mv);
+        if (res.wg_splits > 1) {
+            run(true, WG_WHOLE, EM_CUDA_GEMM_WGMMA);
+            res.err_wg_whole = compare(y_host, ref, &res.pads_ok);
+        }
         run(true, WG_RUN, EM_CUDA_GEMM_WGMMA);
         res.err_wg = compare(y_host, ref, &res.pads_ok);
         if (!c->moe) res.wg_alone_same = alone_same(true, WG_ALONE, EM_CUDA_GEMM_WGMMA);
@@ -380,12 +391,14 @@ static bool run_case(uint32_t type, const test_case *c) {
     }
 
     const bool pass = res.err_ref <= 1e-2 && res.err_matvec <= 1e-2 && res.err_tc <= 1e-2 && res.err_wg <= 1e-2 &&
+                      res.err_wg_whole <= 1e-2 &&
                       res.err_dq <= 1e-2 && res.err_im <= 1e-2 && res.pads_ok && res.same && res.tc_alone_same &&
                       res.wg_alone_same && res.dq_alone_same && res.im_alone_same;
     printf("%-5s %-8s %-22s K=%-5u items=%-4u  vs ref %.2e (staged %.2e, pipelined %.2e)  vs matvec %.2e  "
-           "decode tc %.2e  wgmma %.2e  dp4a %.2e  imma %.2e  %s%s%s%s%s%s%s\n",
+           "decode tc %.2e  wgmma %.2e (K in %u, whole %.2e)  dp4a %.2e  imma %.2e  %s%s%s%s%s%s%s\n",
            pass ? "PASS" : "FAIL", em_type_name(type), c->name, K, n_items, res.err_ref, res.err_kernel[0],
-           res.err_kernel[1], res.err_matvec, res.err_tc, res.err_wg, res.err_dq, res.err_im,
+           res.err_kernel[1], res.err_matvec, res.err_tc, res.err_wg, res.wg_splits, res.err_wg_whole, res.err_dq,
+           res.err_im,
            res.pads_ok ? "" : "(pads overwritten) ",
            res.same ? "" : "(kernels/tiles differ) ", res.tc_alone_same ? "" : "(tc: alone differs from batched) ",
            res.wg_alone_same ? "" : "(wgmma: alone differs from batched) ",
