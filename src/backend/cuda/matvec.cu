@@ -6,9 +6,11 @@
  * contiguous), each lane issuing the loads of 4-8 groups before the first multiply so that a
  * warp keeps a batch of loads in flight. Long rows are split over ks = 2, 4 or 8 warps of a block,
  * their sums added in a fixed order. Blocks of 8 warps walk the rows grid-stride. Each weight row
- * is read once per NT items; larger batches loop over chunks of NT items. The per-item sums do
+ * is read once per NT items; larger batches loop over chunks of NT items (a dense product with
+ * few blocks for its rows spreads the chunks over grid layers, blockIdx.z). The per-item sums do
  * not depend on NT or on the other items, so a batched token gets exactly the logits it gets
- * alone. Before waiting for the previous kernel, each warp asks L2 for its first rows' weights.
+ * alone (below MV_MANY_ITEMS items, from which dense products take a warp per row). Before
+ * waiting for the previous kernel, each warp asks L2 for its first rows' weights.
  *
  * MoE uses the same kernel with grid rows (blockIdx.y) for the experts that have tokens: each
  * expert's matrices are read once for all the tokens routed to it.
@@ -19,6 +21,9 @@
  * sub-block, folded into the products (FOLD: the consumer reads x * norm weights written by its
  * producer and scales each result by the RMS factor from the producer's partial sums of squares). */
 #include "matvec.cuh"
+
+/* From this many items, a dense product takes a warp per row (em_cuda_matvec_with). */
+#define MV_MANY_ITEMS 32u
 
 extern "C" {
 extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c: the IQ3_XXS lattice */
@@ -96,7 +101,9 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_kernel(mv_args a) {
     const uint32_t count = grp.count, start = grp.start;
     const uint64_t mat_offset = grp.mat_offset;
     constexpr int U = RW * (GLU ? 2 : 1) >= 2 ? 4 : 8;
-    for (uint32_t c = 0; c < count; c += NT) {
+    const uint32_t c_begin = a.item_chunk ? blockIdx.z * a.item_chunk : 0;
+    const uint32_t c_end = a.item_chunk ? min(count, c_begin + a.item_chunk) : count;
+    for (uint32_t c = c_begin; c < c_end; c += NT) {
         const float *x[NT];
         float scale[NT], ssum[NT];
 #pragma unroll
@@ -233,14 +240,29 @@ em_err mv_producer_blocks(cuda_backend *b, const mv_args &a, uint32_t blocks, co
 }
 
 template <int TYPE, int NT, bool GLU, bool FOLD>
-static em_err launch_kernel(cuda_backend *b, const mv_args &a, uint32_t grid_y) {
+static em_err launch_kernel(cuda_backend *b, const mv_args &args, uint32_t grid_y) {
     /* two rows per warp once several items share them: each X value loaded then feeds two rows */
     constexpr int RW = NT >= 4 && !GLU ? 2 : 1;
-    const uint32_t per_block = MV_WARPS / a.ks * RW;
-    const uint32_t blocks = (a.rows + per_block - 1) / per_block;
-    em_err err = mv_producer_blocks(b, a, blocks, "cuda matvec");
+    const uint32_t per_block = MV_WARPS / args.ks * RW;
+    const uint32_t blocks = (args.rows + per_block - 1) / per_block;
+    em_err err = mv_producer_blocks(b, args, blocks, "cuda matvec");
     if (err) return err;
-    em_cuda_launch(b, matvec_kernel<TYPE, NT, RW, GLU, FOLD>, dim3(blocks, grid_y), MV_THREADS, 0, a);
+    /* A dense product of few rows and many items (a MoE router in a prefill) would leave most
+     * multiprocessors idle while its few blocks walk the items pass after pass: the items are
+     * spread over grid layers instead, for about a full set of resident blocks (8 per
+     * multiprocessor). Each item is still computed by the same rows' blocks in the same order. */
+    mv_args a = args;
+    uint32_t layers = 1;
+    const uint32_t passes = (a.n_items + NT - 1) / NT;
+    if (!a.counts && passes > 1) {
+        const uint64_t target = 8ull * b->n_sm;
+        const uint32_t per_layer = (uint32_t)(((uint64_t)passes * blocks + target - 1) / target);
+        if (per_layer < passes) {
+            a.item_chunk = per_layer * NT;
+            layers = (passes + per_layer - 1) / per_layer;
+        }
+    }
+    em_cuda_launch(b, matvec_kernel<TYPE, NT, RW, GLU, FOLD>, dim3(blocks, grid_y, layers), MV_THREADS, 0, a);
     return NULL;
 }
 
@@ -342,6 +364,11 @@ em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matve
      * depend on the batch) */
     while (!mv->counts && a.ks < MV_WARPS && rows * a.ks < MV_WARPS * (uint32_t)b->n_sm && a.groups / (2 * a.ks) >= 32)
         a.ks *= 2;
+    /* A dense product of many items (a MoE router in a prefill) spreads its items over grid layers
+     * instead (launch_kernel), and a warp to a row lets each block read the items' activations
+     * once for MV_WARPS rows rather than for one; a batch that large takes gemm.cu's kernels for
+     * its other products anyway, so its sums already differ from a decode step's. */
+    if (!mv->counts && mv->n_items >= MV_MANY_ITEMS) a.ks = 1;
     a.eps = b->d->norm_eps;
     a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
     if (kernel == EM_CUDA_MATVEC_IMMA || (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_imma_wanted(b, mv)))

@@ -17,6 +17,8 @@ struct mv_args : cuda_product_args {
     uint32_t groups;       /* cols / 8 */
     const uint32_t *active, *n_active; /* MoE: grid row -> expert, and how many grid rows have one */
     uint32_t ks;           /* warps that share a row, each summing a slice of it (1, 2, 4 or 8) */
+    uint32_t item_chunk;   /* dense products of many items: items per grid layer (blockIdx.z), a
+                            * multiple of the items per pass; 0: all of them in every block */
     /* fused norms (internal.cuh: cuda_matvec) */
     const float *norm_ss;  /* FOLD: the producer's partial sums of squares */
     uint32_t norm_n, ss_stride;
