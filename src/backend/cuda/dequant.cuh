@@ -223,28 +223,53 @@ template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_BF16>(const uint8_t 
                       h2_rn(__uint_as_float(u.w << 16), __uint_as_float(u.w & 0xffff0000u)));
 }
 
+/* The quantized types' deq_h8 in two halves: h8_fetch loads the bytes group g needs, as stored,
+ * and h8_decode turns them into the 8 halves, so that a kernel can issue a step's loads well
+ * before it needs their values (gemm.cu's wgmma kernel). deq_h8 is the two back to back. */
+template <int TYPE> struct h8_raw;
+
 /* Q8_0: the signed bytes, flipped to 0..255 (+128), become 1024 + q + 128; minus 1152, times d. */
-template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_Q8_0>(const uint8_t *row, uint32_t g) {
+template <> struct h8_raw<EM_TYPE_Q8_0> {
+    uint32_t d; /* the block's scale, f16 bits */
+    uint2 q;
+};
+__device__ __forceinline__ h8_raw<EM_TYPE_Q8_0> h8_fetch_q8_0(const uint8_t *row, uint32_t g) {
     const uint8_t *b = row + 34 * (uint64_t)(g >> 2);
-    const __half2 d = __half2half2(*(const __half *)b), offset = __float2half2_rn(1152.0f);
-    const uint2 q = ld8_a2(b + 2 + 8 * (g & 3));
+    return {ld_u16(b), ld8_a2(b + 2 + 8 * (g & 3))};
+}
+__device__ __forceinline__ uint4 h8_decode_q8_0(const h8_raw<EM_TYPE_Q8_0> &r) {
+    const __half2 d = __half2half2(__ushort_as_half((unsigned short)r.d)), offset = __float2half2_rn(1152.0f);
     uint32_t o[4];
-    h2_levels(q.x ^ 0x80808080u, offset, d, o);
-    h2_levels(q.y ^ 0x80808080u, offset, d, o + 2);
+    h2_levels(r.q.x ^ 0x80808080u, offset, d, o);
+    h2_levels(r.q.y ^ 0x80808080u, offset, d, o + 2);
     return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
 /* Q4_K: nibbles q, then q * dl - ml in one f16 fused multiply-add. */
-template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_Q4_K>(const uint8_t *row, uint32_t g) {
+template <> struct h8_raw<EM_TYPE_Q4_K> {
+    uint32_t dm;     /* d and dmin, f16 bits */
+    uint32_t scales; /* scale bytes sub, sub + 4 and (from sub 4 on) sub - 4 of the 12 */
+    uint2 q;
+};
+__device__ __forceinline__ h8_raw<EM_TYPE_Q4_K> h8_fetch_q4_k(const uint8_t *row, uint32_t g) {
     const uint8_t *b = row + 144 * (uint64_t)(g >> 5);
     const int j = g & 31, sub = j >> 2, part = j & 3;
-    float dlf, mlf;
-    q4k_scales(b, sub, &dlf, &mlf);
+    const uint8_t *s = b + 4;
+    const uint32_t scales = s[sub] | (uint32_t)s[sub + 4] << 8 | (sub < 4 ? 0u : (uint32_t)s[sub - 4] << 16);
+    return {ld_u16(b) | ld_u16(b + 2) << 16, scales, *(const uint2 *)(b + 16 + 32 * (sub >> 1) + 8 * part)};
+}
+__device__ __forceinline__ uint4 h8_decode_q4_k(const h8_raw<EM_TYPE_Q4_K> &r, uint32_t g) {
+    const int sub = (g & 31) >> 2;
+    const uint32_t s_sub = r.scales & 0xff, s_hi = (r.scales >> 8) & 0xff, s_lo = r.scales >> 16;
+    /* q4k_scales on the fetched bytes */
+    const int sc = sub < 4 ? (int)(s_sub & 63) : (int)((s_hi & 15) | ((s_lo >> 6) << 4));
+    const int mn = sub < 4 ? (int)(s_hi & 63) : (int)((s_hi >> 4) | ((s_sub >> 6) << 4));
+    const float dlf = __half2float(__ushort_as_half((unsigned short)(r.dm & 0xffff))) * (float)sc;
+    const float mlf = __half2float(__ushort_as_half((unsigned short)(r.dm >> 16))) * (float)mn;
     const __half2 dl = __float2half2_rn(dlf), ml = __float2half2_rn(-mlf);
     const __half2 offset = __float2half2_rn(1024.0f);
-    const uint2 q = *(const uint2 *)(b + 16 + 32 * (sub >> 1) + 8 * part);
     const int shift = 4 * (sub & 1);
-    const uint32_t w[2] = {(q.x >> shift) & 0x0f0f0f0fu, (q.y >> shift) & 0x0f0f0f0fu};
+    const uint32_t w[2] = {(r.q.x >> shift) & 0x0f0f0f0fu, (r.q.y >> shift) & 0x0f0f0f0fu};
     uint32_t o[4];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
@@ -255,30 +280,45 @@ template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_Q4_K>(const uint8_t 
 }
 
 /* Q6_K: the 6-bit levels q assembled four at a time, then (q - 32) * dl. */
-template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_Q6_K>(const uint8_t *row, uint32_t g) {
+template <> struct h8_raw<EM_TYPE_Q6_K> {
+    uint2 lo, hi;
+    uint32_t d_scale; /* d's f16 bits, the sub-block's int8 scale in bits 16-23 */
+};
+__device__ __forceinline__ h8_raw<EM_TYPE_Q6_K> h8_fetch_q6_k(const uint8_t *row, uint32_t g) {
     const uint8_t *b = row + 210 * (uint64_t)(g >> 5);
     const int e0 = 8 * (g & 31), half = e0 >> 7, r = e0 & 127;
-    const uint2 lo = ld8_a2(b + 64 * half + (r & 63));
-    const uint2 hi = ld8_a2(b + 128 + 32 * half + (r & 31));
+    return {ld8_a2(b + 64 * half + (r & 63)), ld8_a2(b + 128 + 32 * half + (r & 31)),
+            ld_u16(b + 208) | (uint32_t)b[192 + (e0 >> 4)] << 16};
+}
+__device__ __forceinline__ uint4 h8_decode_q6_k(const h8_raw<EM_TYPE_Q6_K> &raw, uint32_t g) {
+    const int r = (8 * (g & 31)) & 127;
     const int ls = 4 * (r >> 6), hs = 2 * (r >> 5);
-    const __half2 dl = __float2half2_rn(ld_half(b + 208) * (float)(int8_t)b[192 + (e0 >> 4)]);
+    const float d = __half2float(__ushort_as_half((unsigned short)(raw.d_scale & 0xffff)));
+    const __half2 dl = __float2half2_rn(d * (float)(int8_t)(raw.d_scale >> 16));
     const __half2 offset = __float2half2_rn(1056.0f);
     uint32_t o[4];
-    h2_levels(((lo.x >> ls) & 0x0f0f0f0fu) | (((hi.x >> hs) & 0x03030303u) << 4), offset, dl, o);
-    h2_levels(((lo.y >> ls) & 0x0f0f0f0fu) | (((hi.y >> hs) & 0x03030303u) << 4), offset, dl, o + 2);
+    h2_levels(((raw.lo.x >> ls) & 0x0f0f0f0fu) | (((raw.hi.x >> hs) & 0x03030303u) << 4), offset, dl, o);
+    h2_levels(((raw.lo.y >> ls) & 0x0f0f0f0fu) | (((raw.hi.y >> hs) & 0x03030303u) << 4), offset, dl, o + 2);
     return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
 /* IQ3_XXS: the lattice bytes as halves, the signs xor-ed into their sign bits, times db. */
-template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_IQ3_XXS>(const uint8_t *row, uint32_t g) {
+template <> struct h8_raw<EM_TYPE_IQ3_XXS> {
+    uint32_t d;   /* f16 bits */
+    uint32_t aux; /* the sub-block's signs and scale */
+    uint32_t idx; /* two lattice indices */
+};
+__device__ __forceinline__ h8_raw<EM_TYPE_IQ3_XXS> h8_fetch_iq3_xxs(const uint8_t *row, uint32_t g) {
     const uint8_t *b = row + 98 * (uint64_t)(g >> 5);
     const int j = g & 31, ib = j >> 2, l = j & 3;
-    const float d = ld_half(b);
-    const uint32_t aux = ld_u16(b + 66 + 4 * ib) | (ld_u16(b + 68 + 4 * ib) << 16);
-    const __half2 db = __float2half2_rn(d * (0.5f + (float)(aux >> 28)) * 0.5f);
-    const uint32_t idx = ld_u16(b + 2 + 8 * ib + 2 * l);
-    const uint32_t p[2] = {__ldg(em_cuda_iq3xxs_grid + (idx & 0xff)), __ldg(em_cuda_iq3xxs_grid + (idx >> 8))};
-    uint32_t s = (aux >> (7 * l)) & 127;
+    return {ld_u16(b), ld_u16(b + 66 + 4 * ib) | (ld_u16(b + 68 + 4 * ib) << 16), ld_u16(b + 2 + 8 * ib + 2 * l)};
+}
+__device__ __forceinline__ uint4 h8_decode_iq3_xxs(const h8_raw<EM_TYPE_IQ3_XXS> &r, uint32_t g) {
+    const int l = g & 3;
+    const float d = __half2float(__ushort_as_half((unsigned short)r.d));
+    const __half2 db = __float2half2_rn(d * (0.5f + (float)(r.aux >> 28)) * 0.5f);
+    const uint32_t p[2] = {__ldg(em_cuda_iq3xxs_grid + (r.idx & 0xff)), __ldg(em_cuda_iq3xxs_grid + (r.idx >> 8))};
+    uint32_t s = (r.aux >> (7 * l)) & 127;
     s |= (__popc(s) & 1) << 7;
     const __half2 offset = __float2half2_rn(1024.0f);
     uint32_t o[4];
@@ -290,6 +330,38 @@ template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_IQ3_XXS>(const uint8
         o[i] = h2_bits(__hmul2(h2_of(h2_bits(m) ^ sign), db));
     }
     return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+/* The other types (F16, BF16: the wgmma kernel copies them as stored) keep their place. */
+template <int TYPE> struct h8_raw {
+    const uint8_t *row;
+    uint32_t g;
+};
+template <int TYPE> __device__ __forceinline__ h8_raw<TYPE> h8_fetch(const uint8_t *row, uint32_t g) {
+    if constexpr (TYPE == EM_TYPE_Q8_0) return h8_fetch_q8_0(row, g);
+    else if constexpr (TYPE == EM_TYPE_Q4_K) return h8_fetch_q4_k(row, g);
+    else if constexpr (TYPE == EM_TYPE_Q6_K) return h8_fetch_q6_k(row, g);
+    else if constexpr (TYPE == EM_TYPE_IQ3_XXS) return h8_fetch_iq3_xxs(row, g);
+    else return {row, g};
+}
+template <int TYPE> __device__ __forceinline__ uint4 h8_decode(const h8_raw<TYPE> &r, uint32_t g) {
+    if constexpr (TYPE == EM_TYPE_Q8_0) return h8_decode_q8_0(r);
+    else if constexpr (TYPE == EM_TYPE_Q4_K) return h8_decode_q4_k(r, g);
+    else if constexpr (TYPE == EM_TYPE_Q6_K) return h8_decode_q6_k(r, g);
+    else if constexpr (TYPE == EM_TYPE_IQ3_XXS) return h8_decode_iq3_xxs(r, g);
+    else return deq_h8<TYPE>(r.row, r.g);
+}
+template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_Q8_0>(const uint8_t *row, uint32_t g) {
+    return h8_decode_q8_0(h8_fetch_q8_0(row, g));
+}
+template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_Q4_K>(const uint8_t *row, uint32_t g) {
+    return h8_decode_q4_k(h8_fetch_q4_k(row, g), g);
+}
+template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_Q6_K>(const uint8_t *row, uint32_t g) {
+    return h8_decode_q6_k(h8_fetch_q6_k(row, g), g);
+}
+template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_IQ3_XXS>(const uint8_t *row, uint32_t g) {
+    return h8_decode_iq3_xxs(h8_fetch_iq3_xxs(row, g), g);
 }
 
 /* A weight type as a compile-time value, for choosing a kernel template. */

@@ -430,8 +430,9 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
  * once; the activations of a prefill chunk stay in L2 throughout. Both operands come from shared
  * memory through matrix descriptors, as f16: the activations were rounded once into b->x16
  * (wg_round_kernel: the same pack_f16x2 as the other kernels), BF16 weights are turned into f16 in
- * place by the thread that copied them, and quantized weights are decoded (deq_h8, packed halves)
- * into registers a step ahead and stored the step before use.
+ * place by the thread that copied them, and quantized weights are loaded as stored (h8_fetch) a
+ * step ahead, before the barrier, then decoded (h8_decode, packed halves) into their stage while
+ * the step's MMAs run, so that the loads' latency passes during the wait at the barrier.
  *
  * Shared layout: wgmma's K-major form with the 128-byte swizzle: a row's 64 values (128 bytes) at
  * byte 128 * row, its 16-byte chunk k stored at chunk position k ^ (row % 8), so the tensor cores
@@ -581,16 +582,20 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             }
             gm_cp_commit();
         };
-        uint4 wreg[4]; /* decoded weights of a step, quantized types */
-        auto load_w = [&](uint32_t step) {
+        /* quantized types: a step's weight bytes, loaded as stored (fetch_w) while the thread waits
+         * at the step before's barrier, then decoded into their stage (store_w) */
+        h8_raw<TYPE> wraw[4] = {};
+        auto fetch_w = [&](uint32_t step) {
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                wreg[j] = wrow[j] ? deq_h8<TYPE>(wrow[j], (k_first + step) * (WG_K / 8) + kc) : make_uint4(0, 0, 0, 0);
+                if (wrow[j]) wraw[j] = h8_fetch<TYPE>(wrow[j], (k_first + step) * (WG_K / 8) + kc);
         };
         auto store_w = [&](uint32_t step) {
             uint8_t *wt = wg_buf + (step % WG_STAGES) * WG_STAGE;
 #pragma unroll
-            for (int j = 0; j < 4; j++) *(uint4 *)(wt + wg_chunk_at(first + 64 * j, kc)) = wreg[j];
+            for (int j = 0; j < 4; j++)
+                *(uint4 *)(wt + wg_chunk_at(first + 64 * j, kc)) =
+                    wrow[j] ? h8_decode<TYPE>(wraw[j], (k_first + step) * (WG_K / 8) + kc) : make_uint4(0, 0, 0, 0);
         };
         float acc[1][16][4];
 #pragma unroll
@@ -601,14 +606,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
         for (int st = 0; st < WG_STAGES - 1; st++) issue(st);
         if (!ASYNC_W) {
-            load_w(0);
+            fetch_w(0);
             store_w(0);
-            if (n_steps > 1) load_w(1);
         }
         for (uint32_t step = 0; step < n_steps; step++) {
             uint8_t *wt = wg_buf + (step % WG_STAGES) * WG_STAGE;
-            /* the next step's weights into their stage (last read by the MMAs of step + 1 - WG_STAGES) */
-            if (!ASYNC_W && step + 1 < n_steps) store_w(step + 1);
+            if (!ASYNC_W && step + 1 < n_steps) fetch_w(step + 1);
             gm_cp_wait<WG_STAGES - 2>(); /* this thread's copies of `step` have landed */
             if (TYPE == EM_TYPE_BF16) {
 #pragma unroll
@@ -630,7 +633,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             for (int kk = 0; kk < WG_K / 16; kk++)
                 wg_mma(acc[0], wg_desc(wa + 32 * kk), wg_desc(wt + WG_WTILE + 32 * kk));
             wg_commit();
-            if (!ASYNC_W && step + 2 < n_steps) load_w(step + 2); /* while the MMAs run */
+            /* while the MMAs run: the next step's weights into their stage (last read by the MMAs
+             * of step + 1 - WG_STAGES, done before the barrier above) */
+            if (!ASYNC_W && step + 1 < n_steps) store_w(step + 1);
         }
         wg_wait_all();
         wg_fence_operands(acc[0]);
