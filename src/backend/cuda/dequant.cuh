@@ -332,7 +332,19 @@ __device__ __forceinline__ uint4 h8_decode_iq3_xxs(const h8_raw<EM_TYPE_IQ3_XXS>
     return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-/* The other types (F16, BF16: the wgmma kernel copies them as stored) keep their place. */
+/* BF16, for the wgmma kernel: its conversion to f16 clamped like the GEMMs' (bf16x2_to_f16x2),
+ * where deq_h8<EM_TYPE_BF16> (the decode tensor-core kernel's) rounds without the clamp. */
+template <> struct h8_raw<EM_TYPE_BF16> {
+    uint4 u;
+};
+__device__ __forceinline__ h8_raw<EM_TYPE_BF16> h8_fetch_bf16(const uint8_t *row, uint32_t g) {
+    return {*(const uint4 *)(row + 16 * (uint64_t)g)};
+}
+__device__ __forceinline__ uint4 h8_decode_bf16(const h8_raw<EM_TYPE_BF16> &r) {
+    return make_uint4(bf16x2_to_f16x2(r.u.x), bf16x2_to_f16x2(r.u.y), bf16x2_to_f16x2(r.u.z), bf16x2_to_f16x2(r.u.w));
+}
+
+/* The other types (F16: the wgmma kernel copies it as stored) keep their place. */
 template <int TYPE> struct h8_raw {
     const uint8_t *row;
     uint32_t g;
@@ -342,6 +354,7 @@ template <int TYPE> __device__ __forceinline__ h8_raw<TYPE> h8_fetch(const uint8
     else if constexpr (TYPE == EM_TYPE_Q4_K) return h8_fetch_q4_k(row, g);
     else if constexpr (TYPE == EM_TYPE_Q6_K) return h8_fetch_q6_k(row, g);
     else if constexpr (TYPE == EM_TYPE_IQ3_XXS) return h8_fetch_iq3_xxs(row, g);
+    else if constexpr (TYPE == EM_TYPE_BF16) return h8_fetch_bf16(row, g);
     else return {row, g};
 }
 template <int TYPE> __device__ __forceinline__ uint4 h8_decode(const h8_raw<TYPE> &r, uint32_t g) {
@@ -349,6 +362,7 @@ template <int TYPE> __device__ __forceinline__ uint4 h8_decode(const h8_raw<TYPE
     else if constexpr (TYPE == EM_TYPE_Q4_K) return h8_decode_q4_k(r, g);
     else if constexpr (TYPE == EM_TYPE_Q6_K) return h8_decode_q6_k(r, g);
     else if constexpr (TYPE == EM_TYPE_IQ3_XXS) return h8_decode_iq3_xxs(r, g);
+    else if constexpr (TYPE == EM_TYPE_BF16) return h8_decode_bf16(r);
     else return deq_h8<TYPE>(r.row, r.g);
 }
 template <> __device__ __forceinline__ uint4 deq_h8<EM_TYPE_Q8_0>(const uint8_t *row, uint32_t g) {

@@ -429,8 +429,8 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
  * tile), so the blocks in flight share their weights in L2 and the weights come from memory about
  * once; the activations of a prefill chunk stay in L2 throughout. Both operands come from shared
  * memory through matrix descriptors, as f16: the activations were rounded once into b->x16
- * (wg_round_kernel: the same pack_f16x2 as the other kernels), BF16 weights are turned into f16 in
- * place by the thread that copied them, and quantized weights are loaded as stored (h8_fetch) a
+ * (wg_round_kernel: the same pack_f16x2 as the other kernels), F16 weights are copied as stored,
+ * and BF16 and quantized weights are loaded as stored (h8_fetch) a
  * step ahead, before the barrier, then decoded (h8_decode, packed halves) into their stage while
  * the step's MMAs run, so that the loads' latency passes during the wait at the barrier.
  *
@@ -555,7 +555,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const uint32_t all_steps = a.cols / WG_K, per_split = (all_steps + n_split - 1) / n_split;
     const uint32_t k_first = a.counts ? 0 : blockIdx.z * per_split; /* this block's K steps: k_first + 0 .. */
     const uint32_t n_steps = k_first < all_steps ? min(per_split, all_steps - k_first) : 0;
-    constexpr bool ASYNC_W = TYPE == EM_TYPE_F16 || TYPE == EM_TYPE_BF16; /* copied as stored */
+    constexpr bool ASYNC_W = TYPE == EM_TYPE_F16; /* copied as stored */
     for (uint32_t t0 = blockIdx.x * WG_ITEMS; t0 < count; t0 += gridDim.x * WG_ITEMS) {
         const __half *xrow[2];
 #pragma unroll
@@ -582,8 +582,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             }
             gm_cp_commit();
         };
-        /* quantized types: a step's weight bytes, loaded as stored (fetch_w) while the thread waits
-         * at the step before's barrier, then decoded into their stage (store_w) */
+        /* BF16 and quantized types: a step's weight bytes, loaded as stored (fetch_w) while the
+         * thread waits at the step before's barrier, then decoded into their stage (store_w) */
         h8_raw<TYPE> wraw[4] = {};
         auto fetch_w = [&](uint32_t step) {
 #pragma unroll
@@ -613,16 +613,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             uint8_t *wt = wg_buf + (step % WG_STAGES) * WG_STAGE;
             if (!ASYNC_W && step + 1 < n_steps) fetch_w(step + 1);
             gm_cp_wait<WG_STAGES - 2>(); /* this thread's copies of `step` have landed */
-            if (TYPE == EM_TYPE_BF16) {
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    uint4 *p = (uint4 *)(wt + wg_chunk_at(first + 64 * j, kc));
-                    uint4 v = *p;
-                    v.x = bf16x2_to_f16x2(v.x), v.y = bf16x2_to_f16x2(v.y);
-                    v.z = bf16x2_to_f16x2(v.z), v.w = bf16x2_to_f16x2(v.w);
-                    *p = v;
-                }
-            }
             wg_fence_proxy();
             wg_wait_all();   /* the MMAs of step - 1 have read their stage */
             __syncthreads(); /* and everyone's copies of `step` are in place */
