@@ -430,9 +430,9 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
  * once; the activations of a prefill chunk stay in L2 throughout. Both operands come from shared
  * memory through matrix descriptors, as f16: the activations were rounded once into b->x16
  * (wg_round_kernel: the same pack_f16x2 as the other kernels), F16 weights are copied as stored,
- * and BF16 and quantized weights are loaded as stored (h8_fetch) a
- * step ahead, before the barrier, then decoded (h8_decode, packed halves) into their stage while
- * the step's MMAs run, so that the loads' latency passes during the wait at the barrier.
+ * and BF16 and quantized weights are loaded as stored (h8_fetch) a step ahead, before the
+ * barrier, then decoded (h8_decode, packed halves) into their stage while the step's MMAs run, so
+ * that the loads' latency passes during the wait at the barrier.
  *
  * Shared layout: wgmma's K-major form with the 128-byte swizzle: a row's 64 values (128 bytes) at
  * byte 128 * row, its 16-byte chunk k stored at chunk position k ^ (row % 8), so the tensor cores
@@ -830,7 +830,6 @@ static void wg_launch_type(const cuda_backend *b, const gm_args &a, dim3 grid, b
         em_cuda_launch(b, gemm_wgmma_kernel<TYPE, false>, grid, WG_THREADS, wg_smem, a, (const __half *)b->x16, b->wg_part,
                        n_split);
 }
-
 
 static em_err wg_launch(cuda_backend *b, const cuda_matvec *mv, const gm_args &a, uint32_t n_split) {
     const uint32_t x_rows = wg_x_rows(mv);

@@ -444,7 +444,7 @@ typedef enum em_cuda_gemm_kernel {
     EM_CUDA_GEMM_AUTO,
     EM_CUDA_GEMM_STAGED,
     EM_CUDA_GEMM_PIPELINED,
-    EM_CUDA_GEMM_WGMMA, /* wgmma on 256 x 128 tiles (gemm.cu: wg_fits says which products; items ignored) */
+    EM_CUDA_GEMM_WGMMA, /* wgmma on 256 x 128 tiles (gemm.cu: wg_fits says which products; items: K splits) */
 } em_cuda_gemm_kernel;
 em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items, em_cuda_gemm_kernel kernel);
 /* Floats of b->wg_part: what the wgmma kernel's split-K partials of any product can take. */

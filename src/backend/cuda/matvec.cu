@@ -364,11 +364,6 @@ em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matve
      * depend on the batch) */
     while (!mv->counts && a.ks < MV_WARPS && rows * a.ks < MV_WARPS * (uint32_t)b->n_sm && a.groups / (2 * a.ks) >= 32)
         a.ks *= 2;
-    /* A dense product of many items (a MoE router in a prefill) spreads its items over grid layers
-     * instead (launch_kernel), and a warp to a row lets each block read the items' activations
-     * once for MV_WARPS rows rather than for one; a batch that large takes gemm.cu's kernels for
-     * its other products anyway, so its sums already differ from a decode step's. */
-    if (!mv->counts && mv->n_items >= MV_MANY_ITEMS) a.ks = 1;
     a.eps = b->d->norm_eps;
     a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
     if (kernel == EM_CUDA_MATVEC_IMMA || (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_imma_wanted(b, mv)))
@@ -377,6 +372,11 @@ em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matve
         return em_cuda_dq(b, mv, a);
     if (kernel == EM_CUDA_MATVEC_TC || (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_mvt_wanted(b, mv)))
         return em_cuda_mvt(b, mv, a);
+    /* A dense product of many items (a MoE router in a prefill) spreads its items over grid layers
+     * instead (launch_kernel), and a warp to a row lets each block read the items' activations
+     * once for eight times as many rows; a batch that large takes gemm.cu's kernels for its other
+     * products anyway, so its sums already differ from a decode step's. */
+    if (!mv->counts && mv->n_items >= MV_MANY_ITEMS) a.ks = 1;
     const int nt = mv_items_per_pass(mv->n_items);
     const uint32_t grid_y = !mv->counts ? 1 : mv->active ? mv->n_active_max : mv->n_groups;
     const bool glu = mv->up != NULL, norm = mv->norm_ss != NULL;
