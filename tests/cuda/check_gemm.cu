@@ -83,7 +83,7 @@ static void make_backend(void) {
     b->mvt_part = (float *)dev_alloc(b->mvt_part_floats * sizeof(float));
     b->mvt_counter = (uint32_t *)dev_alloc(b->mvt_groups * sizeof(uint32_t));
     CUDA_CHECK(cudaMemset(b->mvt_counter, 0, b->mvt_groups * sizeof(uint32_t)));
-    /* split-K partial sums of the wgmma kernel (gemm.cu: wg_splits) */
+    /* split-K partial sums of the wgmma kernel (gemm.cu: em_cuda_gemm_wg_splits) */
     b->wg_part = (float *)dev_alloc(em_cuda_gemm_split_floats(b) * sizeof(float));
     /* the wgmma kernel's f16 activations: up to 8192 items of 8192 columns */
     b->x16_halves = 8192ull * 8192;
@@ -166,7 +166,7 @@ typedef struct case_result {
     bool same;    /* every kernel and tile size gave the same bits */
     double err_im; /* matvec_imma.cu's kernel against ref (-1: not run: Q8_0, BF16, F16 up to 16 items) */
     bool im_alone_same;
-    uint32_t wg_splits; /* the splits of K the wgmma kernel took (gemm.cu: wg_splits) */
+    uint32_t wg_splits; /* the splits of K the wgmma kernel took (gemm.cu: em_cuda_gemm_wg_splits) */
     double err_wg_whole; /* with more than one: the wgmma kernel with K whole, against ref (-1: not run) */
 } case_result;
 

@@ -543,7 +543,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     em_pdl_wait();
     /* MoE: blockIdx.z is the expert, its items [start, start + count) known on the device only;
-     * dense: blockIdx.z is the split of K (wg_splits), whose partial sums go to split_part */
+     * dense: blockIdx.z is the split of K (em_cuda_gemm_wg_splits), its partial sums to split_part */
     const uint32_t e = blockIdx.z;
     const uint32_t count = a.counts ? a.counts[e] : a.n_items, start = a.starts ? a.starts[e] : 0;
     const uint32_t row0 = blockIdx.y * (GLU ? WG_ROWS / 2 : WG_ROWS);
@@ -783,7 +783,7 @@ static uint32_t wg_tiles(const cuda_matvec *mv) {
                       ((mv->n_items + WG_ITEMS - 1) / WG_ITEMS) * (mv->counts ? mv->n_groups : 1));
 }
 
-static uint32_t wg_splits(const cuda_backend *b, const cuda_matvec *mv) {
+uint32_t em_cuda_gemm_wg_splits(const cuda_backend *b, const cuda_matvec *mv) {
     if (em_cuda_env_off("EMBER_CUDA_WG_SPLIT") || mv->counts || mv->up) return 1;
     const uint64_t tiles = wg_tiles(mv), steps = mv->w->cols / WG_K;
     uint32_t s = 1;
@@ -794,8 +794,6 @@ static uint32_t wg_splits(const cuda_backend *b, const cuda_matvec *mv) {
 }
 
 uint64_t em_cuda_gemm_split_floats(const cuda_backend *b) { return (uint64_t)b->n_sm * WG_ROWS * WG_ITEMS; }
-
-uint32_t em_cuda_gemm_wg_splits(const cuda_backend *b, const cuda_matvec *mv) { return wg_splits(b, mv); }
 
 /* Whether the wgmma kernel can take `mv`: dense products, K a multiple of its step, room
  * in b->x16, the sm_90a code loaded (known once prepared). */
@@ -818,7 +816,7 @@ static bool wg_wanted(const cuda_backend *b, const cuda_matvec *mv) {
      * gate+up 82 against 49 TFLOP/s for BF16, 48 against 34 for Q4_K, 42 against 33 for Q8_0) */
     const bool enough_items = mv->counts ? mv->n_items >= WG_ITEMS / 4
                                          : mv->n_items >= WG_ITEMS / 2 || tiles >= 2 * (uint64_t)b->n_sm;
-    return tiles * wg_splits(b, mv) >= (uint64_t)b->n_sm * 15 / 32 && enough_items && wg_fits(b, mv);
+    return tiles * em_cuda_gemm_wg_splits(b, mv) >= (uint64_t)b->n_sm * 15 / 32 && enough_items && wg_fits(b, mv);
 }
 
 template <int TYPE>
@@ -916,7 +914,7 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
         if (!wg_fits(b, mv))
             return em_errorf(EM_ERR_UNSUPPORTED, "cuda gemm: the wgmma kernel does not take %s %u x %u, %u items",
                              em_type_name(w->type), a.rows, w->cols, mv->n_items);
-        return wg_launch(b, mv, a, kernel == EM_CUDA_GEMM_WGMMA && items ? items : wg_splits(b, mv));
+        return wg_launch(b, mv, a, kernel == EM_CUDA_GEMM_WGMMA && items ? items : em_cuda_gemm_wg_splits(b, mv));
     }
     const uint32_t rows = a.rows;
     if (!items) items = gm_pick_items(b, mv, rows);

@@ -530,14 +530,12 @@ template <typename F> static bool dq_with_type(uint32_t type, F &&f) {
  * EMBER_CUDA_DQ_WIDE=0 keeps them at 4). EMBER_CUDA_DP4A=N sets one limit for all (0: never),
  * EMBER_CUDA_DP4A_MOE=N one for the MoE products. */
 static uint32_t dq_max_items(const cuda_matvec *mv) {
-    const char *v = getenv("EMBER_CUDA_DP4A");
-    if (v && *v) return (uint32_t)atoi(v);
-    const char *moe = getenv("EMBER_CUDA_DP4A_MOE");
-    if (mv->counts && moe && *moe) return (uint32_t)atoi(moe);
-    if (mv->counts) return 16;
-    const bool wide = mv->w->cols >= 2 * em_cuda_matvec_rows(mv);
-    if (mv->w->type == EM_TYPE_Q6_K && wide && !em_cuda_env_off("EMBER_CUDA_DQ_WIDE")) return 8;
-    return mv->w->type == EM_TYPE_Q8_0 || mv->w->type == EM_TYPE_Q4_K ? 8 : 4;
+    uint32_t n = mv->w->type == EM_TYPE_Q8_0 || mv->w->type == EM_TYPE_Q4_K ? 8 : 4;
+    if (mv->counts) n = em_cuda_env_count("EMBER_CUDA_DP4A_MOE", 16);
+    else if (mv->w->type == EM_TYPE_Q6_K && mv->w->cols >= 2 * em_cuda_matvec_rows(mv) &&
+             !em_cuda_env_off("EMBER_CUDA_DQ_WIDE"))
+        n = 8;
+    return em_cuda_env_count("EMBER_CUDA_DP4A", n);
 }
 
 /* Shared memory a staged dp4a block may take (set by em_cuda_dq_upload_grid). */
