@@ -12,11 +12,12 @@
  * the next tile loads while this one is computed; positions past the end are zero-filled). Per
  * tile:
  *  - S = Q K^T with mma.sync m16n8k16 (f16 in, f32 accumulate); Q is the f32 q buffer scaled by
- *    the layer's scale and rounded to f16 once, kept in registers as A fragments (head_dim 256:
- *    in shared memory, read with ldmatrix, as the output's registers leave no room for it);
+ *    the layer's scale times log2(e) and rounded to f16 once, kept in registers as A fragments
+ *    or, where registers are short (q_in_shared), in shared memory, read with ldmatrix;
  *  - the soft-cap, then the causal and window masks by each row's own position (only on tiles
  *    that cross the diagonal or the window's edge);
- *  - the online softmax in f32 (base-2 exponentials: scores are multiplied by log2(e));
+ *  - the online softmax in f32, in base 2 (the scores carry log2(e) from Q), its row maxima and
+ *    sums as trees; the outputs are rescaled only in tiles where a row's maximum grew;
  *  - O += P V, P split into two f16 parts (hi + lo, see below) straight from the S
  *    accumulators (their layout is the A fragment's), V fragments from ldmatrix.trans.
  * Shared rows are padded by 8 halves, so the 8 row addresses of an ldmatrix fall in distinct
@@ -28,6 +29,15 @@
 /* Key positions per tile: 64, or 32 for head_dim 256 (registers and shared memory). */
 __host__ __device__ constexpr int keys_per_tile(int head_dim) { return head_dim > 128 ? 32 : 64; }
 #define PF_PAD 8 /* halves of padding after each shared row */
+/* Q in shared memory instead of registers: head_dim 256, whose outputs leave no room for it, and
+ * head_dim 64 at 4 warps, which then fits 4 blocks a multiprocessor (128 registers) instead of 3. */
+__host__ __device__ constexpr bool q_in_shared(int head_dim, int warps) {
+    return head_dim > 128 || (head_dim == 64 && warps == 4);
+}
+/* Blocks a multiprocessor the registers must allow (0: as ptxas likes). */
+__host__ __device__ constexpr int min_blocks(int head_dim, int warps) {
+    return head_dim == 64 && warps == 4 ? 4 : 0;
+}
 /* Warps per block (16 rows each): measured on an H200 (tests/cuda/check_attention.cu, with P
  * still in one f16 part), 4 warps are faster for head_dim 64 (dense-1b shapes: 1.83 against 1.86
  * ms for a prompt of 8022 tokens in chunks of 2048), 8 for head_dim 128 (moe-30b shapes: 3.01
@@ -40,7 +50,7 @@ typedef struct prefill_args {
     float *out;
     const __half *keys, *values;
     uint32_t n_head, n_head_kv, group, tile_tokens;
-    float scale, softcap;
+    float scale, softcap; /* the layer's, times log2(e): scores come out in base-2 units */
     uint32_t window; /* 0 = full */
     const uint32_t *pos, *seq, *table_start, *blocks;
     uint32_t block_tokens;
@@ -83,6 +93,23 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
     return *(uint32_t *)&h;
 }
 
+/* 2^x; results below 2^-126 flush to zero (they weigh nothing beside the row's largest, 1). */
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* The largest (MAX) or the sum of v[0..N), N a power of two, as a tree: log2 N dependent steps
+ * instead of N - 1. */
+template <int N, bool MAX> __device__ __forceinline__ float tree_reduce(float v[N]) {
+#pragma unroll
+    for (int w = N / 2; w >= 1; w /= 2)
+#pragma unroll
+        for (int i = 0; i < w; i++) v[i] = MAX ? fmaxf(v[i], v[i + w]) : v[i] + v[i + w];
+    return v[0];
+}
+
 /* (x, y) as f16 pairs hi and lo with hi + lo = (x, y) to about 22 bits. */
 __device__ __forceinline__ void split_half2(float x, float y, uint32_t &hi, uint32_t &lo) {
     const __half2 h = __floats2half2_rn(x, y);
@@ -110,10 +137,11 @@ __device__ __forceinline__ void load_tile(const prefill_args &a, const uint32_t 
     }
 }
 
-template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefill_kernel(prefill_args a) {
+template <int D, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32, min_blocks(D, WARPS)) prefill_kernel(prefill_args a) {
     extern __shared__ __align__(16) __half smem[];
     constexpr int KEYS = keys_per_tile(D), ROW = D + PF_PAD, TILE = KEYS * ROW;
-    constexpr bool Q_SHARED = D > 128;
+    constexpr bool Q_SHARED = q_in_shared(D, WARPS);
     /* [queries: 16 * WARPS rows, with Q_SHARED] then buffer i: keys at kv + 2 i TILE, values after */
     __half *const qs = smem, *const kv = smem + (Q_SHARED ? 16 * WARPS * ROW : 0);
     em_pdl_wait();
@@ -134,28 +162,24 @@ template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefil
     const uint32_t lo = a.window && pos0 + 1 > a.window ? pos0 + 1 - a.window : 0, hi = pos_last + 1;
     const uint32_t n_key_tiles = (hi - lo + KEYS - 1) / KEYS;
 
-    /* this thread's two rows (g and g + 8 of its warp) */
-    uint32_t row_pos[2], row_token[2], row_head[2];
-    bool row_valid[2];
-    for (int i = 0; i < 2; i++) {
-        const uint32_t r = 16 * warp + g + 8 * i, tr = min(r / a.group, n_tok - 1);
-        row_valid[i] = r < n_tok * a.group;
-        row_token[i] = t0 + tr;
-        row_head[i] = kvh * a.group + r % a.group;
-        row_pos[i] = pos0 + tr;
-    }
+    /* Row r of the tile is (token, query head) row q_row(r) of the q and output buffers; rows
+     * past the tile's tokens repeat its last token (computed, not written). This thread's rows
+     * are g and g + 8 of its warp. */
+    const auto q_row = [&](uint32_t r) -> uint64_t {
+        return (uint64_t)(t0 + min(r / a.group, n_tok - 1)) * a.n_head + kvh * a.group + r % a.group;
+    };
+    uint32_t row_pos[2];
+    for (int i = 0; i < 2; i++) row_pos[i] = pos0 + min((16 * warp + g + 8 * i) / a.group, n_tok - 1);
     uint32_t qf[Q_SHARED ? 1 : D / 16][4];
     if constexpr (Q_SHARED) {
         /* each warp its own 16 rows; read back by the same warp after the loop's first barrier */
         for (uint32_t i = lane; i < 16 * D / 2; i += 32) {
-            const uint32_t r = 16 * warp + i / (D / 2), c = i % (D / 2), tr = min(r / a.group, n_tok - 1);
-            const uint64_t row = (uint64_t)(t0 + tr) * a.n_head + kvh * a.group + r % a.group;
-            const float2 x = *(const float2 *)(a.q + row * D + 2 * c);
+            const uint32_t r = 16 * warp + i / (D / 2), c = i % (D / 2);
+            const float2 x = *(const float2 *)(a.q + q_row(r) * D + 2 * c);
             *(uint32_t *)(qs + r * ROW + 2 * c) = pack_half2(x.x * a.scale, x.y * a.scale);
         }
     } else {
-        const float *q0 = a.q + ((uint64_t)row_token[0] * a.n_head + row_head[0]) * D;
-        const float *q1 = a.q + ((uint64_t)row_token[1] * a.n_head + row_head[1]) * D;
+        const float *q0 = a.q + q_row(16 * warp + g) * D, *q1 = a.q + q_row(16 * warp + g + 8) * D;
 #pragma unroll
         for (int k = 0; k < D / 16; k++) {
             const float2 x0 = *(const float2 *)(q0 + 16 * k + 2 * tq), x1 = *(const float2 *)(q1 + 16 * k + 2 * tq);
@@ -171,7 +195,6 @@ template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefil
 #pragma unroll
     for (int d = 0; d < D / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const float log2e = 1.4426950408889634f;
 
     load_tile<D, WARPS, KEYS>(a, table, kvh, lo, hi, kv, kv + TILE);
     cp_async_commit();
@@ -211,46 +234,57 @@ template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefil
                 mma16816(sc[n], qa[1], b[2], b[3]);
             }
         }
-        /* masks are needed where the tile reaches past the first row's position or, with a
-         * window, starts at or before the last row's window edge */
+        /* Scores are in base-2 units already (Q carries log2(e)). Masks are needed where the
+         * tile reaches past the first row's position or, with a window, starts at or before the
+         * last row's window edge. */
         const bool masked = first + KEYS - 1 > pos0 || (a.window && first + a.window <= pos_last);
-        float mx[2] = {-INFINITY, -INFINITY};
+        if (a.softcap > 0.0f || masked) {
 #pragma unroll
-        for (int n = 0; n < KEYS / 8; n++)
+            for (int n = 0; n < KEYS / 8; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = sc[n][e];
-                if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
-                x *= log2e;
-                if (masked) {
-                    const uint32_t p = first + 8 * n + 2 * tq + (e & 1), rp = row_pos[e >> 1];
-                    if (p > rp || (a.window && p + a.window <= rp)) x = -INFINITY;
+                for (int e = 0; e < 4; e++) {
+                    float x = sc[n][e];
+                    if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
+                    if (masked) {
+                        const uint32_t p = first + 8 * n + 2 * tq + (e & 1), rp = row_pos[e >> 1];
+                        if (p > rp || (a.window && p + a.window <= rp)) x = -INFINITY;
+                    }
+                    sc[n][e] = x;
                 }
-                sc[n][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
-            }
+        }
         float base[2], corr[2];
 #pragma unroll
         for (int i = 0; i < 2; i++) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            const float m_new = fmaxf(m[i], mx[i]);
+            float t[KEYS / 8];
+#pragma unroll
+            for (int n = 0; n < KEYS / 8; n++) t[n] = fmaxf(sc[n][2 * i], sc[n][2 * i + 1]);
+            float mx = tree_reduce<KEYS / 8, true>(t);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[i], mx);
             base[i] = m_new == -INFINITY ? 0.0f : m_new; /* a row that has seen nothing yet */
-            corr[i] = exp2f(m[i] - base[i]);
+            corr[i] = m_new == m[i] ? 1.0f : exp2_ftz(m[i] - base[i]);
             m[i] = m_new;
-            l[i] *= corr[i];
+        }
+        /* the outputs are rescaled only when a row's largest score grew (rarely, past the
+         * first tiles) */
+        if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+            for (int d = 0; d < D / 8; d++) {
+                o[d][0] *= corr[0], o[d][1] *= corr[0];
+                o[d][2] *= corr[1], o[d][3] *= corr[1];
+            }
         }
 #pragma unroll
-        for (int d = 0; d < D / 8; d++) {
-            o[d][0] *= corr[0], o[d][1] *= corr[0];
-            o[d][2] *= corr[1], o[d][3] *= corr[1];
-        }
+        for (int i = 0; i < 2; i++) {
+            float t[KEYS / 8];
 #pragma unroll
-        for (int n = 0; n < KEYS / 8; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) sc[n][e] = exp2f(sc[n][e] - base[e >> 1]);
-            l[0] += sc[n][0] + sc[n][1];
-            l[1] += sc[n][2] + sc[n][3];
+            for (int n = 0; n < KEYS / 8; n++) {
+                sc[n][2 * i] = exp2_ftz(sc[n][2 * i] - base[i]);
+                sc[n][2 * i + 1] = exp2_ftz(sc[n][2 * i + 1] - base[i]);
+                t[n] = sc[n][2 * i] + sc[n][2 * i + 1];
+            }
+            l[i] = l[i] * corr[i] + tree_reduce<KEYS / 8, false>(t);
         }
         /* P goes to the tensor cores as two f16 parts, hi + lo (about 22 bits together): P
          * rounded once to f16 moved outputs enough to flip a near-tied expert choice further on
@@ -284,9 +318,10 @@ template <int D, int WARPS> __global__ void __launch_bounds__(WARPS * 32) prefil
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        if (!row_valid[i]) continue;
+        const uint32_t r = 16 * warp + g + 8 * i;
+        if (r >= n_tok * a.group) continue;
         const float inv = 1.0f / l[i];
-        float *out = a.out + ((uint64_t)row_token[i] * a.n_head + row_head[i]) * D;
+        float *out = a.out + q_row(r) * D;
 #pragma unroll
         for (int d = 0; d < D / 8; d++)
             *(float2 *)(out + 8 * d + 2 * tq) = make_float2(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
@@ -300,7 +335,7 @@ bool em_cuda_prefill_supported(const cuda_backend *b, const em_layer_desc *ld) {
 }
 
 template <int D, int WARPS> static em_err launch(cuda_backend *b, prefill_args a) {
-    const size_t rows = (D > 128 ? 16 * WARPS : 0) + 4 * keys_per_tile(D);
+    const size_t rows = (q_in_shared(D, WARPS) ? 16 * WARPS : 0) + 4 * keys_per_tile(D);
     const size_t smem = rows * (D + PF_PAD) * sizeof(__half);
     CU_TRY(cudaFuncSetAttribute(prefill_kernel<D, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     em_cuda_launch(b, prefill_kernel<D, WARPS>, dim3(a.n_tiles, a.n_head_kv), WARPS * 32, smem, a);
@@ -319,7 +354,9 @@ em_err em_cuda_prefill_attention_warps(cuda_backend *b, const cuda_batch *batch,
     a.q = b->q, a.out = b->attn, a.keys = (const __half *)lw->keys, a.values = (const __half *)lw->values;
     a.n_head = ld->n_head, a.n_head_kv = ld->n_head_kv, a.group = ld->n_head / ld->n_head_kv;
     a.tile_tokens = 16 * warps / a.group;
-    a.scale = ld->attn_scale, a.softcap = ld->attn_softcap, a.window = ld->attn == EM_ATTN_SLIDING ? ld->window : 0;
+    const float log2e = 1.4426950408889634f;
+    a.scale = ld->attn_scale * log2e, a.softcap = ld->attn_softcap * log2e;
+    a.window = ld->attn == EM_ATTN_SLIDING ? ld->window : 0;
     a.pos = batch->pos, a.seq = batch->seq, a.table_start = batch->table_start, a.blocks = batch->blocks;
     a.block_tokens = b->base.block_tokens;
     a.segments = batch->segments, a.n_segments = batch->n_segments;
