@@ -17,7 +17,9 @@
  * attention for the 40-token segment) and must agree to 2e-3 for f32 weights (which keep the f32
  * products), 1e-2 otherwise; and so are 16 decode steps fed the CPU's greedy tokens, the first 8
  * as batches of three copies of the sequence (the batched decode products), to the same bounds,
- * with the decode kernel on 8-bit activations off (EMBER_CUDA_DP4A=0: "f16 act").
+ * with the decode kernel on 8-bit activations off (EMBER_CUDA_DP4A=0: "f16 act"). A served prefill
+ * of LONG tokens ("long", its last LONG_ROWS positions) takes the wgmma products in the presets of
+ * real shapes (with bf16 activations for BF16 weights), to the same bound.
  *
  * The CPU reference runs on the same weights decoded to f32 (em_dequantize: every stored value
  * exactly) with f32 activations, while the CPU backend's quantized dot products first round
@@ -51,6 +53,8 @@
 #define PROMPT 40
 #define STEPS 32
 #define SERVED_STEPS 16
+#define LONG (PER_SEQ * BLOCK) /* a served prefill long enough for the wgmma products */
+#define LONG_ROWS 16           /* its last positions, compared */
 
 static const em_model_desc *desc;
 
@@ -81,6 +85,22 @@ static int run_seq(em_backend *b, const em_batch_seq *seqs, uint32_t s, const in
     em_err err = em_backend_forward(b, &batch, logits);
     if (err) {
         fprintf(stderr, "%s forward: %s\n", b->ops->name, em_err_message(err));
+        em_err_free(err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The prompt `tokens` (LONG of them) at positions 0.. of sequence s in one forward; logits of the
+ * last LONG_ROWS positions. */
+static int run_long(em_backend *b, const em_batch_seq *seqs, uint32_t s, const int32_t *tokens, float *logits) {
+    uint32_t seq[LONG], p[LONG];
+    bool want[LONG];
+    for (uint32_t i = 0; i < LONG; i++) seq[i] = s, p[i] = i, want[i] = i >= LONG - LONG_ROWS;
+    em_batch batch = {LONG, tokens, seq, p, want, SEQS, seqs};
+    em_err err = em_backend_forward(b, &batch, logits);
+    if (err) {
+        fprintf(stderr, "%s long forward: %s\n", b->ops->name, em_err_message(err));
         em_err_free(err);
         return -1;
     }
@@ -276,11 +296,11 @@ int main(int argc, char **argv) {
     em_batch_fixed_tables(seqs, blocks, SEQS, PER_SEQ);
     float *a = malloc((size_t)64 * V * sizeof(float)), *c = malloc((size_t)64 * V * sizeof(float));
     float *solo = malloc((size_t)3 * 64 * V * sizeof(float));
-    int32_t prompt[PROMPT];
+    int32_t prompt[PROMPT], long_prompt[LONG];
     uint64_t rng = 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < PROMPT; i++) {
+    for (int i = 0; i < PROMPT + LONG; i++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        prompt[i] = (int32_t)((rng >> 33) % V);
+        *(i < PROMPT ? &prompt[i] : &long_prompt[i - PROMPT]) = (int32_t)((rng >> 33) % V);
     }
     int failed = 0;
 
@@ -358,6 +378,17 @@ int main(int argc, char **argv) {
         for (uint32_t r = 0; r < PROMPT; r++) f16_err = fmax(f16_err, row_error(h + (size_t)r * V, ref + (size_t)r * V, V));
         free(h);
     }
+    /* 4. a served prefill of LONG tokens (sequence 1 of both): the row tiles of the real-shape
+     * presets then take the wgmma products (BF16 weights with bf16 activations), which 40 tokens
+     * do not; the same bound */
+    double long_err = 0.0;
+    {
+        float *h = malloc((size_t)2 * LONG_ROWS * V * sizeof(float)), *r = h + (size_t)LONG_ROWS * V;
+        if (run_long(gpu16, seqs, 1, long_prompt, h) || run_long(cpu, seqs, 1, long_prompt, r)) return 1;
+        for (uint32_t i = 0; i < LONG_ROWS; i++)
+            long_err = fmax(long_err, row_error(h + (size_t)i * V, r + (size_t)i * V, V));
+        free(h);
+    }
     em_backend_free(gpu16);
     /* the decode as served, with the 8-bit activations of quantized weights (the default) and
      * without them (EMBER_CUDA_DP4A=0: the tensor-core and f32 kernels) */
@@ -382,11 +413,11 @@ int main(int argc, char **argv) {
     const bool rounds = strcmp(argv[3], "f32") && strcmp(argv[3], "f16") && strcmp(argv[3], "bf16");
     const double served_tol = rounds ? fmax(tol, 2.0 * fmax(q8_err, q8_decode_err)) : tol;
     failed = !(prefill_err <= 1e-4) || !(decode_err <= 1e-4) || same != STEPS || !(batch_err <= 1e-5) ||
-             !(f16_err <= tol) || !(served_decode_err <= served_tol) || !(served_f16_err <= tol);
-    printf("%-14s %-5s prefill %.1e  decode %.1e  greedy %2d/%d  batched %.1e  served prefill %.1e  decode %.1e "
-           "(<= %.1e; f16 act %.1e)  %s   (cpu q8-act: prefill %.1e, decode %.1e)\n",
-           argv[2], argv[3], prefill_err, decode_err, same, STEPS, batch_err, f16_err, served_decode_err, served_tol,
-           served_f16_err, failed ? "FAIL" : "PASS", q8_err, q8_decode_err);
+             !(f16_err <= tol) || !(long_err <= tol) || !(served_decode_err <= served_tol) || !(served_f16_err <= tol);
+    printf("%-14s %-5s prefill %.1e  decode %.1e  greedy %2d/%d  batched %.1e  served prefill %.1e  long %.1e  decode "
+           "%.1e (<= %.1e; f16 act %.1e)  %s   (cpu q8-act: prefill %.1e, decode %.1e)\n",
+           argv[2], argv[3], prefill_err, decode_err, same, STEPS, batch_err, f16_err, long_err, served_decode_err,
+           served_tol, served_f16_err, failed ? "FAIL" : "PASS", q8_err, q8_decode_err);
     em_backend_free(gpu);
     em_backend_free(cpu);
     em_backend_free(cpu_q8);

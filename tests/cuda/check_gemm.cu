@@ -15,7 +15,8 @@
  * compared with a reference computed here in double from the dequantized weights (em_dequantize:
  * every stored value exactly) and the f32 activations, and with em_cuda_matvec on the same
  * descriptor (the GEMM switched off: EMBER_CUDA_GEMM=0). The error is max|y - ref| / max|ref|;
- * both must be <= 1e-2 (f16 operands: expect a few 1e-4). Y is filled with NaN bit patterns
+ * both must be <= 1e-2 (f16 operands: expect a few 1e-4; the wgmma kernel's bf16 operands for BF16
+ * weights, a few 1e-3). Y is filled with NaN bit patterns
  * before each run, and columns past the rows (y_stride pads) must keep their bytes: unwritten
  * and overwritten outputs both fail. The decode tensor-core kernel runs every descriptor of up to
  * 16 items and every MoE one, to the same bound, and must give an item computed alone the same

@@ -157,6 +157,13 @@ __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
     return *(const uint32_t *)&h;
 }
 
+/* Two floats as bf16, round to nearest (the wgmma kernel's activations for BF16 weights: bf16's
+ * range, 2^-9 of precision). */
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *(const uint32_t *)&h;
+}
+
 __device__ __forceinline__ uint4 pack_f16x8(const float v[8]) {
     return make_uint4(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]),
                       pack_f16x2(v[6], v[7]));
