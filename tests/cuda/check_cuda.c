@@ -75,12 +75,13 @@ static int32_t argmax(const float *x, uint32_t n) {
     return best;
 }
 
-/* Runs `n` tokens of one sequence starting at `pos`, logits for every token. */
-static int run_seq(em_backend *b, const em_batch_seq *seqs, uint32_t s, const int32_t *tokens, uint32_t pos,
-                   uint32_t n, float *logits) {
-    uint32_t seq[64], p[64];
-    bool want[64];
-    for (uint32_t i = 0; i < n; i++) seq[i] = s, p[i] = pos + i, want[i] = true;
+/* Runs `n` (<= LONG) tokens of one sequence starting at `pos`, logits for the tokens from index
+ * `want_from` on. */
+static int run_rows(em_backend *b, const em_batch_seq *seqs, uint32_t s, const int32_t *tokens, uint32_t pos,
+                    uint32_t n, uint32_t want_from, float *logits) {
+    uint32_t seq[LONG], p[LONG];
+    bool want[LONG];
+    for (uint32_t i = 0; i < n; i++) seq[i] = s, p[i] = pos + i, want[i] = i >= want_from;
     em_batch batch = {n, tokens, seq, p, want, SEQS, seqs};
     em_err err = em_backend_forward(b, &batch, logits);
     if (err) {
@@ -91,20 +92,10 @@ static int run_seq(em_backend *b, const em_batch_seq *seqs, uint32_t s, const in
     return 0;
 }
 
-/* The prompt `tokens` (LONG of them) at positions 0.. of sequence s in one forward; logits of the
- * last LONG_ROWS positions. */
-static int run_long(em_backend *b, const em_batch_seq *seqs, uint32_t s, const int32_t *tokens, float *logits) {
-    uint32_t seq[LONG], p[LONG];
-    bool want[LONG];
-    for (uint32_t i = 0; i < LONG; i++) seq[i] = s, p[i] = i, want[i] = i >= LONG - LONG_ROWS;
-    em_batch batch = {LONG, tokens, seq, p, want, SEQS, seqs};
-    em_err err = em_backend_forward(b, &batch, logits);
-    if (err) {
-        fprintf(stderr, "%s long forward: %s\n", b->ops->name, em_err_message(err));
-        em_err_free(err);
-        return -1;
-    }
-    return 0;
+/* Runs `n` tokens of one sequence starting at `pos`, logits for every token. */
+static int run_seq(em_backend *b, const em_batch_seq *seqs, uint32_t s, const int32_t *tokens, uint32_t pos,
+                   uint32_t n, float *logits) {
+    return run_rows(b, seqs, s, tokens, pos, n, 0, logits);
 }
 
 /* The model with every matrix decoded to f32 (owned copies, freed by free_reference). */
@@ -384,7 +375,9 @@ int main(int argc, char **argv) {
     double long_err = 0.0;
     {
         float *h = malloc((size_t)2 * LONG_ROWS * V * sizeof(float)), *r = h + (size_t)LONG_ROWS * V;
-        if (run_long(gpu16, seqs, 1, long_prompt, h) || run_long(cpu, seqs, 1, long_prompt, r)) return 1;
+        if (run_rows(gpu16, seqs, 1, long_prompt, 0, LONG, LONG - LONG_ROWS, h) ||
+            run_rows(cpu, seqs, 1, long_prompt, 0, LONG, LONG - LONG_ROWS, r))
+            return 1;
         for (uint32_t i = 0; i < LONG_ROWS; i++)
             long_err = fmax(long_err, row_error(h + (size_t)i * V, r + (size_t)i * V, V));
         free(h);

@@ -875,7 +875,8 @@ static em_err wg_launch(cuda_backend *b, const cuda_matvec *mv, const gm_args &a
     /* MoE: item tiles for twice the mean per expert; a block loops over any more */
     const uint32_t item_tiles = (uint32_t)(((uint64_t)mv->n_items * (mv->counts ? 2 : 1) + WG_ITEMS - 1) / WG_ITEMS);
     const dim3 grid(item_tiles ? item_tiles : 1, row_tiles, mv->counts ? mv->n_groups : n_split);
-    em_cuda_with_type<false>(mv->w->type, [&](auto t) { wg_launch_type<decltype(t)::value>(b, a, grid, glu, n_split, bf16_ops);
+    em_cuda_with_type<false>(mv->w->type, [&](auto t) {
+        wg_launch_type<decltype(t)::value>(b, a, grid, glu, n_split, bf16_ops);
     });
     if (n_split > 1) {
         const uint64_t sum_blocks = ((uint64_t)mv->n_items * a.rows + 255) / 256;
