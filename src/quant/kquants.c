@@ -164,7 +164,7 @@ static float quantize_signed_scales(const float *v, int count, int half, int *q)
 static void quantize_affine_block(const float *x, int sub, int nmax, int levels, int *L, int *qs, int *qm, float *d,
                                   float *dmin) {
     int n_sub = 256 / sub;
-    float scales[16], mins[16];
+    float scales[16] = {0}, mins[16] = {0}; /* initialized: gcc -O1 cannot see n_sub <= 16 */
     for (int k = 0; k < n_sub; k++) scales[k] = fit_affine(x + sub * k, sub, nmax, L + sub * k, &mins[k]);
     *d = quantize_unsigned_scales(scales, n_sub, levels, qs);
     *dmin = quantize_unsigned_scales(mins, n_sub, levels, qm);
