@@ -72,17 +72,17 @@ template <> struct deq<EM_TYPE_Q8_0> {
 };
 
 /* Q4_K: 144-byte blocks of 256: d, dmin, 12 scale bytes, 128 nibble bytes (see dequant.c).
- * Sub-block sub's scale d * sc and offset dmin * mn, from the 6-bit packed scales. */
+ * Sub-block sub's 6-bit scale sc and min mn from the scale bytes s[sub], s[sub + 4] and (from sub 4
+ * on) s[sub - 4]. */
+__device__ __forceinline__ void q4k_sc_mn(uint32_t s_sub, uint32_t s_hi, uint32_t s_lo, int sub, int *sc, int *mn) {
+    *sc = sub < 4 ? (int)(s_sub & 63) : (int)((s_hi & 15) | ((s_lo >> 6) << 4));
+    *mn = sub < 4 ? (int)(s_hi & 63) : (int)((s_hi >> 4) | ((s_sub >> 6) << 4));
+}
+/* Sub-block sub's scale d * sc and offset dmin * mn. */
 __device__ __forceinline__ void q4k_scales(const uint8_t *b, int sub, float *dl, float *ml) {
     const uint8_t *s = b + 4;
     int sc, mn;
-    if (sub < 4) {
-        sc = s[sub] & 63;
-        mn = s[sub + 4] & 63;
-    } else {
-        sc = (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4);
-        mn = (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
-    }
+    q4k_sc_mn(s[sub], s[sub + 4], sub < 4 ? 0u : s[sub - 4], sub, &sc, &mn);
     *dl = ld_half(b) * (float)sc;
     *ml = ld_half(b + 2) * (float)mn;
 }
@@ -267,10 +267,8 @@ __device__ __forceinline__ h8_raw<EM_TYPE_Q4_K> h8_fetch_q4_k(const uint8_t *row
 }
 __device__ __forceinline__ uint4 h8_decode_q4_k(const h8_raw<EM_TYPE_Q4_K> &r, uint32_t g) {
     const int sub = (g & 31) >> 2;
-    const uint32_t s_sub = r.scales & 0xff, s_hi = (r.scales >> 8) & 0xff, s_lo = r.scales >> 16;
-    /* q4k_scales on the fetched bytes */
-    const int sc = sub < 4 ? (int)(s_sub & 63) : (int)((s_hi & 15) | ((s_lo >> 6) << 4));
-    const int mn = sub < 4 ? (int)(s_hi & 63) : (int)((s_hi >> 4) | ((s_sub >> 6) << 4));
+    int sc, mn;
+    q4k_sc_mn(r.scales & 0xff, (r.scales >> 8) & 0xff, r.scales >> 16, sub, &sc, &mn);
     const float dlf = __half2float(__ushort_as_half((unsigned short)(r.dm & 0xffff))) * (float)sc;
     const float mlf = __half2float(__ushort_as_half((unsigned short)(r.dm >> 16))) * (float)mn;
     const __half2 dl = __float2half2_rn(dlf), ml = __float2half2_rn(-mlf);
