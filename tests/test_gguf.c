@@ -5,10 +5,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gguf/gguf.h"
@@ -196,6 +198,70 @@ static uint8_t *make_sample(size_t *size) {
     uint8_t *data = read_whole(path, size);
     unlink(path);
     return data;
+}
+
+/* Writes a file with one f32 tensor "v" of n copies of value; with fail, its bytes come from a fill
+ * callback that fails halfway. */
+static em_err fail_halfway(void *user, uint64_t index, void *file, uint64_t size) {
+    (void)user, (void)index;
+    fwrite("abcd", 1, 4, file);
+    return size > 4 ? em_errorf(EM_ERR_IO, "disk full (test)") : NULL;
+}
+
+static em_err write_values(const char *path, uint64_t n, float value, bool fail) {
+    em_gguf_writer *w;
+    assert_null(em_gguf_writer_new(3, &w));
+    float *v = malloc(n * sizeof *v);
+    for (uint64_t i = 0; i < n; i++) v[i] = value;
+    assert_null(em_gguf_writer_add_tensor(w, "v", 1, &n, EM_TYPE_F32, fail ? NULL : v, true));
+    em_err err = em_gguf_writer_write_streaming(w, path, fail_halfway, NULL);
+    em_gguf_writer_free(w);
+    free(v);
+    return err;
+}
+
+static float last_value(const em_gguf *g, uint64_t *n) {
+    const em_gguf_tensor *t = em_gguf_find_tensor(g, "v");
+    assert_non_null(t);
+    *n = t->ne[0];
+    return ((const float *)t->data)[t->ne[0] - 1];
+}
+
+/* Writing over a file replaces it whole: an open reader keeps the old contents, a failed write
+ * leaves the old file and no partial file behind, and a device is written in place. */
+static void test_writer_replaces_whole(void **state) {
+    (void)state;
+    char dir[] = "/tmp/ember-test-gguf-dir-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[96];
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    assert_null(write_values(path, 4096, 1.0f, false));
+    em_gguf *old, *now;
+    assert_null(em_gguf_open(path, &old));
+    assert_null(write_values(path, 16, 2.0f, false)); /* smaller: in place, the reader would lose pages */
+    uint64_t n;
+    assert_true(last_value(old, &n) == 1.0f);
+    assert_int_equal(n, 4096);
+    em_err err = write_values(path, 64, 3.0f, true);
+    assert_non_null(err);
+    assert_non_null(strstr(em_err_message(err), "disk full"));
+    em_err_free(err);
+    assert_null(em_gguf_open(path, &now));
+    assert_true(last_value(now, &n) == 2.0f);
+    assert_int_equal(n, 16);
+    em_gguf_close(now);
+    em_gguf_close(old);
+    DIR *d = opendir(dir);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(d));) entries += e->d_name[0] != '.';
+    closedir(d);
+    assert_int_equal(entries, 1); /* model.gguf alone */
+    assert_null(write_values("/dev/null", 16, 4.0f, false));
+    struct stat st;
+    assert_int_equal(stat("/dev/null", &st), 0);
+    assert_true(S_ISCHR(st.st_mode));
+    unlink(path);
+    rmdir(dir);
 }
 
 static void test_writer_values(void **state) {
@@ -397,7 +463,7 @@ int main(void) {
         cmocka_unit_test(test_vocab_arrays),       cmocka_unit_test(test_getter_errors),
         cmocka_unit_test(test_round_trip_fixtures), cmocka_unit_test(test_writer_values),
         cmocka_unit_test(test_malformed),          cmocka_unit_test(test_missing_file),
-        cmocka_unit_test(test_float_to_int_saturates),
+        cmocka_unit_test(test_float_to_int_saturates), cmocka_unit_test(test_writer_replaces_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -163,7 +163,9 @@ em_err em_gguf_writer_copy_kv(em_gguf_writer *w, const em_gguf_kv *kv);
 em_err em_gguf_writer_add_tensor(em_gguf_writer *w, const char *name, uint32_t n_dims, const uint64_t *ne,
                                  uint32_t type, const void *data, bool copy);
 
-/* Writes the whole file. */
+/* Writes the whole file. A regular file is written under a temporary name beside `path` and renamed
+ * over it when complete: readers of the old file (a model being served) keep it intact, and a
+ * failed write leaves it unchanged. */
 em_err em_gguf_writer_write(const em_gguf_writer *w, const char *path);
 
 /* Writes the header, then asks `fill` for each tensor's bytes in order (tensors added with data

@@ -7,9 +7,13 @@
 #include "gguf.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../quant/quant.h"
 
@@ -257,11 +261,40 @@ static em_err build_header(const em_gguf_writer *w, em_gguf_writer *header) {
     return err;
 }
 
+/* Opens where the file is written. A regular file (or a new one) is written under a temporary name
+ * beside it and renamed over `path` once complete, so a reader that has the old file mapped keeps
+ * it whole and a failed write leaves the old file as it was. Anything else (a device, a pipe) is
+ * written in place. `*tmp_path` is the name to rename from, or NULL. */
+static em_err open_output(const char *path, FILE **out, char **tmp_path) {
+    static atomic_uint counter;
+    *out = NULL;
+    *tmp_path = NULL;
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        if (!(*out = fopen(path, "wb"))) return em_errorf(EM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t len = strlen(path) + 48;
+    char *tmp = malloc(len);
+    if (!tmp) return em_errorf(EM_ERR_NOMEM, "%s: out of memory", path);
+    snprintf(tmp, len, "%s.partial-%ld-%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 || !(*out = fdopen(fd, "wb"))) {
+        em_err err = em_errorf(EM_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        if (fd >= 0) close(fd), remove(tmp);
+        free(tmp);
+        return err;
+    }
+    *tmp_path = tmp;
+    return NULL;
+}
+
 em_err em_gguf_writer_write_streaming(const em_gguf_writer *w, const char *path, em_gguf_fill_fn fill, void *user) {
     em_gguf_writer header = {0};
     em_err err = build_header(w, &header);
     FILE *f = NULL;
-    if (!err && !(f = fopen(path, "wb"))) err = em_errorf(EM_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    char *tmp = NULL;
+    if (!err) err = open_output(path, &f, &tmp);
     if (!err) err = write_all(f, header.meta, header.meta_len, path);
     if (!err && w->tensor_count) err = write_zeros(f, padding(header.meta_len, w->alignment), path);
     for (uint64_t i = 0; i < w->tensor_count && !err; i++) {
@@ -276,7 +309,10 @@ em_err em_gguf_writer_write_streaming(const em_gguf_writer *w, const char *path,
         if (!err) err = write_zeros(f, padding(t->size, w->alignment), path);
     }
     if (f && fclose(f) != 0 && !err) err = em_errorf(EM_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-    if (err && f) remove(path);
+    if (!err && tmp && rename(tmp, path) != 0)
+        err = em_errorf(EM_ERR_IO, "%s: cannot replace it with %s: %s", path, tmp, strerror(errno));
+    if (err && tmp) remove(tmp);
+    free(tmp);
     free(header.meta);
     return err;
 }
