@@ -228,7 +228,8 @@ static float last_value(const em_gguf *g, uint64_t *n) {
 }
 
 /* Writing over a file replaces it whole: an open reader keeps the old contents, a failed write
- * leaves the old file and no partial file behind, and a device is written in place. */
+ * leaves the old file and no partial file behind, the file keeps its permissions, and a device is
+ * written in place. */
 static void test_writer_replaces_whole(void **state) {
     (void)state;
     char dir[] = "/tmp/ember-test-gguf-dir-XXXXXX";
@@ -236,6 +237,7 @@ static void test_writer_replaces_whole(void **state) {
     char path[96];
     snprintf(path, sizeof path, "%s/model.gguf", dir);
     assert_null(write_values(path, 4096, 1.0f, false));
+    assert_int_equal(chmod(path, 0640), 0);
     em_gguf *old, *now;
     assert_null(em_gguf_open(path, &old));
     assert_null(write_values(path, 16, 2.0f, false)); /* smaller: in place, the reader would lose pages */
@@ -251,13 +253,15 @@ static void test_writer_replaces_whole(void **state) {
     assert_int_equal(n, 16);
     em_gguf_close(now);
     em_gguf_close(old);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0640); /* the replaced file's permissions */
     DIR *d = opendir(dir);
     int entries = 0;
     for (struct dirent *e; (e = readdir(d));) entries += e->d_name[0] != '.';
     closedir(d);
     assert_int_equal(entries, 1); /* model.gguf alone */
     assert_null(write_values("/dev/null", 16, 4.0f, false));
-    struct stat st;
     assert_int_equal(stat("/dev/null", &st), 0);
     assert_true(S_ISCHR(st.st_mode));
     unlink(path);

@@ -264,13 +264,16 @@ static em_err build_header(const em_gguf_writer *w, em_gguf_writer *header) {
 /* Opens where the file is written. A regular file (or a new one) is written under a temporary name
  * beside it and renamed over `path` once complete, so a reader that has the old file mapped keeps
  * it whole and a failed write leaves the old file as it was. Anything else (a device, a pipe) is
- * written in place. `*tmp_path` is the name to rename from, or NULL. */
+ * written in place. The new file keeps the old one's permissions. `*tmp_path` is the name to rename
+ * from, or NULL. A process killed while writing leaves its part as PATH.partial-PID-N, never a
+ * truncated PATH. */
 static em_err open_output(const char *path, FILE **out, char **tmp_path) {
     static atomic_uint counter;
     *out = NULL;
     *tmp_path = NULL;
     struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    const bool exists = stat(path, &st) == 0;
+    if (exists && !S_ISREG(st.st_mode)) {
         if (!(*out = fopen(path, "wb"))) return em_errorf(EM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
@@ -285,6 +288,7 @@ static em_err open_output(const char *path, FILE **out, char **tmp_path) {
         free(tmp);
         return err;
     }
+    if (exists) (void)fchmod(fd, st.st_mode & 07777); /* the replaced file's permissions */
     *tmp_path = tmp;
     return NULL;
 }
