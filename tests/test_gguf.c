@@ -200,14 +200,15 @@ static uint8_t *make_sample(size_t *size) {
     return data;
 }
 
-/* Writes a file with one f32 tensor "v" of n copies of value; with fail, its bytes come from a fill
- * callback that fails halfway. */
+/* A fill callback that writes a few bytes and then fails, as a full disk would. */
 static em_err fail_halfway(void *user, uint64_t index, void *file, uint64_t size) {
     (void)user, (void)index;
     fwrite("abcd", 1, 4, file);
     return size > 4 ? em_errorf(EM_ERR_IO, "disk full (test)") : NULL;
 }
 
+/* Writes a file with one f32 tensor "v" of n copies of value; with fail, its bytes come from
+ * fail_halfway. */
 static em_err write_values(const char *path, uint64_t n, float value, bool fail) {
     em_gguf_writer *w;
     assert_null(em_gguf_writer_new(3, &w));

@@ -7,7 +7,6 @@
 #include "gguf.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -281,14 +280,12 @@ static em_err open_output(const char *path, FILE **out, char **tmp_path) {
     char *tmp = malloc(len);
     if (!tmp) return em_errorf(EM_ERR_NOMEM, "%s: out of memory", path);
     snprintf(tmp, len, "%s.partial-%ld-%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 || !(*out = fdopen(fd, "wb"))) {
+    if (!(*out = fopen(tmp, "wbx"))) { /* x: a new file, never one already there */
         em_err err = em_errorf(EM_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        if (fd >= 0) close(fd), remove(tmp);
         free(tmp);
         return err;
     }
-    if (exists) (void)fchmod(fd, st.st_mode & 07777); /* the replaced file's permissions */
+    if (exists) (void)fchmod(fileno(*out), st.st_mode & 07777); /* the replaced file's permissions */
     *tmp_path = tmp;
     return NULL;
 }
