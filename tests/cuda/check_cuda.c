@@ -35,6 +35,12 @@
  * checks each product to 1e-2 against a double reference). The CPU backend's deviations are
  * printed ("cpu q8-act": its prefill against the device's strict one, its decode against the
  * reference).
+ * 5. The persistent decode kernel (mega.cu), where the model takes it: MEGA_STEPS greedy steps of
+ * one sequence on it against the per-operation kernels (EMBER_CUDA_MEGA=0; with EMBER_CUDA_MEGA=4 for the kernel), both with the f16
+ * cache: every step's logits within the served bound, the same tokens (a split at a near-tie, where
+ * the per-operation kernels' two best logits are closer than the bound, ends the comparison and is
+ * reported, not failed); and three sequences decoded alone, then again in steps of changing
+ * composition (1 -> 3 -> 2 sequences): every row equal to its solo run (<= 1e-6).
  * Prints one line: LABEL TYPE, the errors and greedy steps of each check, PASS|FAIL. */
 #include <math.h>
 #include <stdio.h>
@@ -184,6 +190,121 @@ static double served_decode(const em_model *model, const em_backend_config *conf
     free(h);
     em_backend_free(g);
     return worst;
+}
+
+#define MEGA_STEPS 200
+#define MEGA_SOLO 12
+
+static em_backend *cuda_backend_with(const em_model *model, const em_backend_config *config, bool mega) {
+    setenv("EMBER_CUDA_MEGA", mega ? "4" : "0", 1); /* steps of up to 4 sequences on the kernel, or none */
+    em_backend *g = NULL;
+    em_err err = em_backend_cuda_new(model, config, &g);
+    unsetenv("EMBER_CUDA_MEGA");
+    if (err) {
+        fprintf(stderr, "backend: %s\n", em_err_message(err));
+        em_err_free(err);
+        return NULL;
+    }
+    return g;
+}
+
+/* Check 5 (the header). Returns 0 when it passed or the model does not take the kernel (*ran
+ * false), 1 when it failed, -1 on an error. */
+static int mega_check(const em_model *model, const em_backend_config *config, const em_batch_seq *seqs,
+                      const int32_t *prompt, double tol, bool *ran, double *err_out, int *same_out, bool *tie_out,
+                      double *join_out) {
+    const uint32_t V = desc->n_vocab;
+    /* the per-operation kernels with f32 / f16 activations, as the kernel has (not 8-bit ones) */
+    setenv("EMBER_CUDA_DP4A", "0", 1); /* (read where the kernels are picked: set until the end) */
+    em_backend *gm = cuda_backend_with(model, config, true), *gp = cuda_backend_with(model, config, false);
+    if (!gm || !gp) {
+        unsetenv("EMBER_CUDA_DP4A");
+        return -1;
+    }
+    /* rows for a whole prompt (run_seq returns a row per token) */
+    float *a = malloc((size_t)PROMPT * V * sizeof(float)), *c = malloc((size_t)PROMPT * V * sizeof(float));
+    float *solo = malloc((size_t)3 * MEGA_SOLO * V * sizeof(float));
+    int rc = 0;
+    *ran = false, *err_out = 0.0, *same_out = 0, *tie_out = false, *join_out = 0.0;
+    if (run_seq(gm, seqs, 0, prompt, 0, PROMPT, a) || run_seq(gp, seqs, 0, prompt, 0, PROMPT, c)) rc = -1;
+    const uint64_t before = em_cuda_mega_steps(gm);
+    int32_t tok = argmax(c + (size_t)(PROMPT - 1) * V, V);
+    for (int step = 0; step < MEGA_STEPS && rc == 0; step++) {
+        if (run_seq(gm, seqs, 0, &tok, PROMPT + (uint32_t)step, 1, a) ||
+            run_seq(gp, seqs, 0, &tok, PROMPT + (uint32_t)step, 1, c)) {
+            rc = -1;
+            break;
+        }
+        *err_out = fmax(*err_out, row_error(a, c, V));
+        const int32_t ta = argmax(a, V), tc = argmax(c, V);
+        if (ta != tc) {
+            /* a near-tie of the per-operation kernels' logits, inside the bound, is no failure */
+            double scale = 0.0;
+            for (uint32_t i = 0; i < V; i++) scale = fmax(scale, fabs(c[i]));
+            *tie_out = fabs((double)c[tc] - c[ta]) <= tol * scale;
+            if (!*tie_out) rc = 1;
+            break;
+        }
+        (*same_out)++;
+        tok = tc;
+    }
+    *ran = em_cuda_mega_steps(gm) > before;
+    if (!*ran) rc = rc < 0 ? rc : 0; /* the model does not take the kernel: nothing of it to compare */
+    /* joining and leaving: sequences 1-3 alone (on gm), then on a fresh backend in steps of 1 -> 3 -> 2 */
+    const uint32_t len[3] = {23, 9, 17};
+    int32_t solo_tok[3][MEGA_SOLO + 1];
+    for (uint32_t s = 0; s < 3 && rc == 0; s++) {
+        if (run_seq(gm, seqs, 1 + s, prompt + s, 0, len[s], c)) rc = -1;
+        solo_tok[s][0] = argmax(c + (size_t)(len[s] - 1) * V, V);
+        for (int k = 0; k < MEGA_SOLO && rc == 0; k++) {
+            float *row = solo + ((size_t)s * MEGA_SOLO + k) * V;
+            if (run_seq(gm, seqs, 1 + s, &solo_tok[s][k], len[s] + (uint32_t)k, 1, row)) rc = -1;
+            solo_tok[s][k + 1] = argmax(row, V);
+        }
+    }
+    em_backend *gj = rc == 0 && *ran ? cuda_backend_with(model, config, true) : NULL;
+    if (rc == 0 && !*ran) goto out;
+    if (rc == 0 && !gj) rc = -1;
+    for (uint32_t s = 0; s < 3 && rc == 0; s++)
+        if (run_seq(gj, seqs, 1 + s, prompt + s, 0, len[s], c)) rc = -1;
+    int done[3] = {0, 0, 0};
+    for (int step = 0; rc == 0 && (done[0] < MEGA_SOLO || done[1] < MEGA_SOLO || done[2] < MEGA_SOLO); step++) {
+        /* steps 0-3: sequence 1 alone; 4-7: all three; then 1 and 3 (2 has left), then 2 alone */
+        const bool in[3] = {step < 4 || step >= 8 ? step < 16 : true, step >= 4 && (step < 8 || step >= 16),
+                            step >= 4 && step < 16};
+        int32_t tk[3];
+        uint32_t sq[3], ps[3], who[3], n = 0;
+        bool want[3] = {true, true, true};
+        for (uint32_t s = 0; s < 3; s++)
+            if (in[s] && done[s] < MEGA_SOLO) {
+                tk[n] = solo_tok[s][done[s]], sq[n] = 1 + s, ps[n] = len[s] + (uint32_t)done[s], who[n++] = s;
+            }
+        if (n == 0) continue;
+        em_batch batch = {n, tk, sq, ps, want, SEQS, seqs};
+        em_err err = em_backend_forward(gj, &batch, a);
+        if (err) {
+            fprintf(stderr, "mega join/leave: %s\n", em_err_message(err));
+            em_err_free(err);
+            rc = -1;
+            break;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            const uint32_t s = who[i];
+            *join_out = fmax(*join_out, row_error(a + (size_t)i * V, solo + ((size_t)s * MEGA_SOLO + done[s]) * V, V));
+            done[s]++;
+        }
+    }
+    if (rc == 0 && *join_out > 1e-6) rc = 1;
+    if (rc == 0 && *err_out > tol) rc = 1;
+out:
+    unsetenv("EMBER_CUDA_DP4A");
+    if (gj) em_backend_free(gj);
+    em_backend_free(gm);
+    em_backend_free(gp);
+    free(a);
+    free(c);
+    free(solo);
+    return rc;
 }
 
 static double now_s(void) {
@@ -387,9 +508,12 @@ int main(int argc, char **argv) {
      * without them (EMBER_CUDA_DP4A=0: the tensor-core and f32 kernels) */
     const int served = same < SERVED_STEPS ? same : SERVED_STEPS;
     const double served_decode_err = served_decode(model, &config, seqs, prompt, cpu_tokens, cpu_steps, served);
+    /* (the per-operation kernels: with the persistent kernel, the step above took it) */
     setenv("EMBER_CUDA_DP4A", "0", 1);
+    setenv("EMBER_CUDA_MEGA", "0", 1);
     const double served_f16_err = served_decode(model, &config, seqs, prompt, cpu_tokens, cpu_steps, served);
     unsetenv("EMBER_CUDA_DP4A");
+    unsetenv("EMBER_CUDA_MEGA");
     if (served_decode_err < 0 || served_f16_err < 0) return 1;
     /* the CPU backend on the stored weights (8-bit activations for quantized ones): the prefill,
      * against the device's strict one, and the same decode steps, against the reference */
@@ -405,12 +529,24 @@ int main(int argc, char **argv) {
      * reference up to twice as far as the CPU backend's does on the prefill or the same steps. */
     const bool rounds = strcmp(argv[3], "f32") && strcmp(argv[3], "f16") && strcmp(argv[3], "bf16");
     const double served_tol = rounds ? fmax(tol, 2.0 * fmax(q8_err, q8_decode_err)) : tol;
-    failed = !(prefill_err <= 1e-4) || !(decode_err <= 1e-4) || same != STEPS || !(batch_err <= 1e-5) ||
+    bool mega_ran = false, mega_tie = false;
+    double mega_err = 0.0, mega_join = 0.0;
+    int mega_same = 0;
+    const int mega_rc = mega_check(model, &config, seqs, prompt, served_tol, &mega_ran, &mega_err, &mega_same,
+                                   &mega_tie, &mega_join);
+    if (mega_rc < 0) return 1;
+    failed = mega_rc != 0 || !(prefill_err <= 1e-4) || !(decode_err <= 1e-4) || same != STEPS || !(batch_err <= 1e-5) ||
              !(f16_err <= tol) || !(long_err <= tol) || !(served_decode_err <= served_tol) || !(served_f16_err <= tol);
     printf("%-14s %-5s prefill %.1e  decode %.1e  greedy %2d/%d  batched %.1e  served prefill %.1e  long %.1e  decode "
            "%.1e (<= %.1e; f16 act %.1e)  %s   (cpu q8-act: prefill %.1e, decode %.1e)\n",
            argv[2], argv[3], prefill_err, decode_err, same, STEPS, batch_err, f16_err, long_err, served_decode_err,
            served_tol, served_f16_err, failed ? "FAIL" : "PASS", q8_err, q8_decode_err);
+    if (mega_ran)
+        printf("%-14s %-5s mega: decode %.1e against the per-operation kernels, greedy %d/%d%s, join/leave %.1e\n",
+               argv[2], argv[3], mega_err, mega_same, MEGA_STEPS, mega_tie ? " (then a split at a near-tie)" : "",
+               mega_join);
+    else
+        printf("%-14s %-5s mega: not taken\n", argv[2], argv[3]);
     em_backend_free(gpu);
     em_backend_free(cpu);
     em_backend_free(cpu_q8);

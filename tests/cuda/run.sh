@@ -4,7 +4,7 @@
 # family's tiny preset in each weight type, plus a few layers of the real-shape presets (whose rows
 # are long enough for the 256-element formats: q4_k, q6_k, iq3_xxs), and prints a pass/fail table.
 #
-#   tests/cuda/run.sh [BUILD_DIR] [VOCAB.gguf]
+#   [ONLY=REGEX] tests/cuda/run.sh [BUILD_DIR] [VOCAB.gguf]   (ONLY: the rows whose "LABEL TYPE" match)
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build-cuda}
@@ -19,12 +19,13 @@ pass=0 fail=0
 check() { # LABEL TYPE SYNTH-ARGS...
   local label=$1 type=$2
   shift 2
+  [ -n "${ONLY:-}" ] && ! [[ "$label $type" =~ $ONLY ]] && return
   if ! "$build/ember" synth "$@" --type "$type" -o "$models/m.gguf" --vocab "$vocab" >/dev/null 2>"$models/err"; then
     printf '%-14s %-7s synth failed: %s  FAIL\n' "$label" "$type" "$(head -c 200 "$models/err")"
     fail=$((fail + 1))
     return
   fi
-  if "$build/tests/check_cuda" "$models/m.gguf" "$label" "$type" 2>"$models/err"; then
+  if timeout 300 "$build/tests/check_cuda" "$models/m.gguf" "$label" "$type" 2>"$models/err"; then
     pass=$((pass + 1))
   else
     grep -v ': info:' "$models/err" >"$models/err2"

@@ -20,7 +20,8 @@
  * EMBER_CUDA_GRAPHS=0 launches kernels one by one instead of replaying graphs; EMBER_CUDA_PDL=0
  * launches each kernel only once the one before it has finished (no programmatic dependent
  * launch); EMBER_CUDA_GEMM=0 keeps every product on the f32 matrix-vector kernels (no tensor-core
- * products with f16 operands).
+ * products with f16 operands); EMBER_CUDA_MEGA=0 runs decode steps on the per-operation kernels
+ * instead of the persistent decode kernel (mega.cu).
  *
  * Nothing here is called from the engine without going through backend.h, and no CUDA header
  * leaks out of this folder. The backend owns its device memory (weights, KV cache, scratch) and
@@ -50,5 +51,9 @@ em_err em_backend_cuda_new(const em_model *model, const em_backend_config *confi
  * of n_vocab from the host, writes one token per row, and the mean time of `repeats` launches. */
 em_err em_cuda_pick_rows(const float *logits, uint32_t rows, uint32_t n_vocab, const em_pick_params *params,
                          int32_t *picked, uint32_t repeats, float *ms_per_launch);
+
+/* Decode steps the persistent kernel (mega.cu) has run on this backend (0 when it is off or does
+ * not take the model): for tests that must know which path ran. */
+uint64_t em_cuda_mega_steps(const em_backend *backend);
 
 #endif

@@ -59,6 +59,7 @@ static void cuda_free(em_backend *base) {
     cuda_backend *b = (cuda_backend *)base;
     if (b->stream) cudaStreamSynchronize(b->stream);
     em_cuda_drop_graphs(b);
+    em_cuda_mega_free(b);
     em_cuda_free_scratch(b);
     for (uint32_t i = 0; i < b->n_allocs; i++) cudaFree(b->allocs[i]);
     cudaFree(b->kv);
@@ -135,6 +136,7 @@ static em_err setup(cuda_backend *b, const em_model *model, const em_backend_con
     }
     const em_backend_ops *ops = em_cuda_env_off("EMBER_CUDA_OVERLAP") ? &cuda_ops_no_overlap : &cuda_ops;
     b->base = em_backend{ops, model, (uint32_t)n_blocks, o->block_tokens, per_token};
+    if ((err = em_cuda_mega_setup(b))) return err;
     /* the host sleeps on these until a step's tokens are copied back */
     for (int i = 0; i < 2; i++) CU_TRY(cudaEventCreateWithFlags(&b->pick_done[i], cudaEventBlockingSync | cudaEventDisableTiming));
     return NULL;

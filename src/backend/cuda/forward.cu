@@ -480,6 +480,7 @@ static em_err enqueue_forward(cuda_backend *b, const em_batch *batch, const void
     if (b->cap_tokens < batch->n_tokens) em_cuda_drop_graphs(b);
     if ((err = em_cuda_reserve(b, batch->n_tokens))) return err;
     if ((err = upload_batch(b, batch, cb))) return err;
+    if (em_cuda_mega_takes(b, cb)) return em_cuda_mega_run(b, cb);
     if (cb->n_rows && cb->n_tokens <= EM_CUDA_GRAPH_TOKENS && b->use_graphs) return run_graph(b, cb);
     return enqueue(b, cb);
 }

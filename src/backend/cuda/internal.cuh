@@ -127,6 +127,8 @@ typedef struct cuda_graph {
 #define EM_CUDA_MAX_GRAPHS 32
 #define EM_CUDA_GRAPH_TOKENS 16 /* batches up to this many tokens replay graphs */
 
+struct cuda_mega; /* the persistent decode kernel's state (mega.cu) */
+
 typedef struct cuda_backend {
     em_backend base;
     const em_model_desc *d;
@@ -194,6 +196,7 @@ typedef struct cuda_backend {
     cudaEvent_t pick_done[2];
     uint32_t flight_slot[2], flight_rows[2], flight_count;
     uint32_t last_begun_rows; /* rows of the last begun step: what EM_TOKEN_PICKED may name */
+    struct cuda_mega *mega;   /* NULL: decode steps run the per-operation kernels */
 } cuda_backend;
 
 /* The backend's switches and limits from the environment (read where the backend is created, or
@@ -425,6 +428,17 @@ em_err em_cuda_pick_end(em_backend *base, int32_t *picked);
 em_err em_cuda_reserve(cuda_backend *b, uint32_t n_tokens);
 void em_cuda_free_scratch(cuda_backend *b);
 void em_cuda_drop_graphs(cuda_backend *b);
+
+/* ---- mega.cu ---- */
+/* The persistent decode kernel for the model, when the kernel takes it and EMBER_CUDA_MEGA is not
+ * 0 (b->mega stays NULL otherwise, which is not an error). After the weights and the KV cache. */
+em_err em_cuda_mega_setup(cuda_backend *b);
+void em_cuda_mega_free(cuda_backend *b);
+/* Whether the batch is a step the kernel runs: 1 to its maximum of tokens, one per sequence, a
+ * logits row each. */
+bool em_cuda_mega_takes(const cuda_backend *b, const cuda_batch *cb);
+/* Enqueues the step (the embedding, then the one launch); the logits rows are then in b->logits. */
+em_err em_cuda_mega_run(cuda_backend *b, const cuda_batch *cb);
 
 /* ---- gemm.cu ---- */
 
