@@ -160,6 +160,18 @@ got=$("$EMBER" run --hf test/split-GGUF --prompt-ids "1 450 4996" --temp 0 -n 16
 [ "$got" = "$want" ] || fail "run --hf generated '$got', expected '$want'"
 got=$("$EMBER" run --gguf "$HUB/test/split-GGUF/Q8_0/tiny-Q8_0-00001-of-00003.gguf" --prompt-ids "1 450 4996" --temp 0 -n 16 --print-ids 2>/dev/null)
 [ "$got" = "$want" ] || fail "the local split model (--gguf) generated '$got', expected '$want'"
+# The other commands that load a model take --hf and --gguf through the same helper.
+printf 'Hello\n' | "$EMBER" chat --hf test/split-GGUF:Q8_0 --temp 0 -n 4 >"$WORK/chat" 2>"$WORK/err" ||
+    fail "chat --hf: $(cat "$WORK/err")"
+[ -s "$WORK/chat" ] || fail "chat --hf replied nothing"
+"$EMBER" bench --hf test/split-GGUF --device cpu -t 2 --concurrency 1 -n 2 --prompt-tokens 8 --rounds 1 \
+    >"$WORK/bench" 2>"$WORK/err" || fail "bench --hf: $(cat "$WORK/err")"
+"$EMBER" bench --gguf "$MODEL" --device cpu -t 2 --concurrency 1 -n 2 --prompt-tokens 8 --rounds 1 \
+    >"$WORK/bench2" 2>"$WORK/err" || fail "bench --gguf: $(cat "$WORK/err")"
+grep -q "^concurrency=1 prompt_tokens=8 generated=2 " "$WORK/bench" || fail "bench --hf printed $(cat "$WORK/bench")"
+grep -q "^concurrency=1 prompt_tokens=8 generated=2 " "$WORK/bench2" || fail "bench --gguf printed $(cat "$WORK/bench2")"
+expect_error "is not a Hub model" "$EMBER" serve --hf nonsense --port 0
+expect_error "test/missing: not found" "$EMBER" bench --hf test/missing
 expect_error "open the first part" "$EMBER" run -m "$SPLIT_DIR/tiny-Q8_0-00002-of-00003.gguf" -p hi
 rm "$SPLIT_DIR/tiny-Q8_0-00003-of-00003.gguf"
 expect_error "part 3 of 3 of the split model" "$EMBER" run -m "$path" -p hi
