@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
+
 #include "model/model.h"
 #include "quant/quant.h"
 
@@ -409,6 +411,78 @@ static void test_synth_errors(void **state) {
     em_err_free(err);
 }
 
+/* Asserts that two loaded models have the same weights, byte for byte. */
+static void assert_same_weight(const em_weight *a, const em_weight *b) {
+    assert_int_equal(a->type, b->type);
+    assert_int_equal(a->rows, b->rows);
+    assert_int_equal(a->cols, b->cols);
+    assert_memory_equal(a->data, b->data, a->row_bytes * a->rows * a->n_mat);
+}
+
+static void expect_split_error(const char *path, em_err_code code, const char *needle) {
+    em_model *m = NULL;
+    em_err err = em_model_load(path, &m);
+    assert_null(m);
+    assert_non_null(err);
+    if (em_err_code_of(err) != code || !strstr(em_err_message(err), needle))
+        fail_msg("expected %s with '%s', got %s: %s", em_err_code_name(code), needle,
+                 em_err_code_name(em_err_code_of(err)), em_err_message(err));
+    em_err_free(err);
+}
+
+/* A split set (llama.cpp's gguf-split layout) loads as the model it was cut from; a missing part,
+ * a later part and parts that disagree are errors that name the file. */
+static void test_split(void **state) {
+    (void)state;
+    const char *path = model_path("tiny-qwen3", "q8_0");
+    em_gguf *g;
+    assert_null(em_gguf_open(path, &g));
+    assert_null(em_gguf_write_split(g, 3, DIR "/split"));
+    assert_null(em_gguf_write_split(g, 2, DIR "/other"));
+    em_gguf_close(g);
+
+    uint32_t part, count;
+    size_t prefix_len;
+    assert_true(em_gguf_split_name(DIR "/split-00002-of-00003.gguf", &part, &count, &prefix_len));
+    assert_int_equal(part, 2);
+    assert_int_equal(count, 3);
+    assert_int_equal(prefix_len, strlen(DIR "/split"));
+    assert_false(em_gguf_split_name("model-2-of-3.gguf", &part, &count, &prefix_len));
+    assert_false(em_gguf_split_name("model-00004-of-00003.gguf", &part, &count, &prefix_len));
+
+    em_model *whole = load("tiny-qwen3", "q8_0"), *split = NULL;
+    em_err err = em_model_load(DIR "/split-00001-of-00003.gguf", &split);
+    if (err) fail_msg("%s", em_err_message(err));
+    assert_int_equal(split->n_parts, 3);
+    assert_int_equal(split->desc.n_layer, whole->desc.n_layer);
+    assert_int_equal(split->desc.n_vocab, whole->desc.n_vocab);
+    assert_same_weight(&split->w.token_embd, &whole->w.token_embd);
+    assert_same_weight(&split->w.output, &whole->w.output);
+    for (uint32_t il = 0; il < whole->desc.n_layer; il++) {
+        assert_same_weight(&split->w.layers[il].wq, &whole->w.layers[il].wq);
+        assert_same_weight(&split->w.layers[il].ffn_down, &whole->w.layers[il].ffn_down);
+        assert_memory_equal(split->w.layers[il].attn_norm, whole->w.layers[il].attn_norm, whole->desc.n_embd * 4);
+    }
+    /* The weights come from several files: output_norm is not in the first part. */
+    assert_null(em_gguf_find_tensor(split->parts[0], "output_norm.weight"));
+    em_model_free(split);
+    em_model_free(whole);
+
+    expect_split_error(DIR "/split-00002-of-00003.gguf", EM_ERR_INVALID, "open the first part, " DIR "/split-00001-of-00003.gguf");
+    /* A part of another set under this set's name: its split.count disagrees. */
+    rename(DIR "/split-00002-of-00003.gguf", DIR "/split-keep.gguf");
+    link(DIR "/other-00002-of-00002.gguf", DIR "/split-00002-of-00003.gguf");
+    expect_split_error(DIR "/split-00001-of-00003.gguf", EM_ERR_FORMAT, "split.count = 2");
+    unlink(DIR "/split-00002-of-00003.gguf");
+    expect_split_error(DIR "/split-00001-of-00003.gguf", EM_ERR_NOT_FOUND,
+                       "part 2 of 3 of the split model " DIR "/split-00001-of-00003.gguf is missing");
+    rename(DIR "/split-keep.gguf", DIR "/split-00002-of-00003.gguf");
+    /* The first part renamed: the others cannot be found from it. */
+    rename(DIR "/split-00001-of-00003.gguf", DIR "/renamed.gguf");
+    expect_split_error(DIR "/renamed.gguf", EM_ERR_INVALID, "the other parts cannot be found");
+    rename(DIR "/renamed.gguf", DIR "/split-00001-of-00003.gguf");
+}
+
 /* Same options, same bytes; another seed, other weights. */
 static void test_synth_deterministic(void **state) {
     (void)state;
@@ -452,7 +526,7 @@ int main(void) {
         cmocka_unit_test(test_misshaped_tensor), cmocka_unit_test(test_unsupported_type),
         cmocka_unit_test(test_unknown_arch),   cmocka_unit_test(test_missing_key),
         cmocka_unit_test(test_rope_scaling),   cmocka_unit_test(test_synth_errors),
-        cmocka_unit_test(test_synth_deterministic),
+        cmocka_unit_test(test_synth_deterministic), cmocka_unit_test(test_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

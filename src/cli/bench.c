@@ -30,6 +30,7 @@
 #include "ember.h"
 
 typedef struct bench_args {
+    em_cli_model source; /* -m/--gguf or --hf: resolved into `model` */
     const char *model, *device;
     int concurrency[16], n_concurrency;
     int prefill[16], n_prefill;
@@ -288,8 +289,8 @@ int em_cli_bench(int argc, char **argv) {
             break;
         }
         const char *v = argv[++i];
-        if (!strcmp(f, "-m")) a.model = v;
-        else if (!strcmp(f, "--device")) a.device = v;
+        if (em_cli_model_option(&a.source, f, v)) continue;
+        if (!strcmp(f, "--device")) a.device = v;
         else if (!strcmp(f, "--concurrency")) err = parse_list(f, v, 1, 16, a.concurrency, &a.n_concurrency);
         else if (!strcmp(f, "--prefill")) err = parse_list(f, v, 1, 1 << 20, a.prefill, &a.n_prefill);
         else if (!strcmp(f, "-n")) err = parse_int(f, v, 1, 1 << 20, &a.n_generate);
@@ -299,8 +300,11 @@ int em_cli_bench(int argc, char **argv) {
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) err = parse_int(f, v, 1, 1024, &a.threads);
         else err = em_errorf(EM_ERR_INVALID, "unknown option '%s'", f);
     }
-    if (!err && !a.model) err = em_errorf(EM_ERR_INVALID, "usage: ember bench -m MODEL.gguf [--concurrency 1,2,4] [-n N] "
+    if (!err && !a.source.file && !a.source.hf)
+        err = em_errorf(EM_ERR_INVALID, "usage: ember bench (-m MODEL.gguf | --hf ORG/NAME[:QUANT]) [--concurrency 1,2,4] [-n N] "
                                                         "[--prompt-tokens N] [--rounds N] [--warm-prompts] | --prefill N,N,... | --prefix-reuse [--doc-tokens N]");
+    if (!err) err = em_cli_model_path(&a.source, &a.model);
     if (!err) err = a.prefix_reuse ? bench_prefix_reuse(&a) : a.n_prefill ? bench_prefill(&a) : bench_concurrency(&a);
+    em_cli_model_free(&a.source);
     return err ? em_cli_fail("bench", err) : 0;
 }

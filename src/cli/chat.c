@@ -20,6 +20,7 @@
 #include "ember.h"
 
 typedef struct chat_args {
+    em_cli_model source; /* -m/--gguf or --hf: resolved into `model` */
     const char *model, *system, *device;
     int max_tokens, ctx;
     float temperature;
@@ -33,8 +34,8 @@ static em_err parse_args(int argc, char **argv, chat_args *a) {
         if (i + 1 >= argc) return em_errorf(EM_ERR_INVALID, "%s needs a value (or is unknown)", f);
         const char *v = argv[++i];
         char *end;
-        if (!strcmp(f, "-m")) a->model = v;
-        else if (!strcmp(f, "--system")) a->system = v;
+        if (em_cli_model_option(&a->source, f, v)) continue;
+        if (!strcmp(f, "--system")) a->system = v;
         else if (!strcmp(f, "--device")) a->device = v;
         else if (!strcmp(f, "-n")) {
             long n = strtol(v, &end, 10);
@@ -54,10 +55,10 @@ static em_err parse_args(int argc, char **argv, chat_args *a) {
         } else
             return em_errorf(EM_ERR_INVALID, "unknown option '%s'", f);
     }
-    if (!a->model)
-        return em_errorf(EM_ERR_INVALID, "usage: ember chat -m MODEL.gguf [--system TEXT] [-n N] [--temp T] [--seed S] "
-                                         "[--ctx N] [--device cpu|cuda]");
-    return NULL;
+    if (!a->source.file && !a->source.hf)
+        return em_errorf(EM_ERR_INVALID, "usage: ember chat (-m MODEL.gguf | --hf ORG/NAME[:QUANT] [--hf-token T]) "
+                                         "[--system TEXT] [-n N] [--temp T] [--seed S] [--ctx N] [--device cpu|cuda]");
+    return em_cli_model_path(&a->source, &a->model);
 }
 
 static em_err add_message(json_t *messages, const char *role, const char *content, size_t len) {
@@ -121,7 +122,10 @@ static em_err turn(ember_engine *engine, const em_server_text *text, json_t *mes
 int em_cli_chat(int argc, char **argv) {
     chat_args a;
     em_err err = parse_args(argc, argv, &a);
-    if (err) return em_cli_fail("chat", err);
+    if (err) {
+        em_cli_model_free(&a.source);
+        return em_cli_fail("chat", err);
+    }
     em_gguf *g = NULL;
     em_server_text *text = NULL;
     ember_engine *engine = NULL;
@@ -155,5 +159,6 @@ int em_cli_chat(int argc, char **argv) {
     json_decref(messages);
     ember_engine_destroy(engine);
     em_server_text_free(text);
+    em_cli_model_free(&a.source);
     return err ? em_cli_fail("chat", err) : 0;
 }

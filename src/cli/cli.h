@@ -8,7 +8,37 @@
 #ifndef EMBER_CLI_H
 #define EMBER_CLI_H
 
+#include <stdbool.h>
+
 #include "../base/base.h"
+
+/* Where a command's model comes from: a file, or a model on the Hugging Face Hub that is pulled
+ * into the shared cache first (model_source.c, docs/pull.md). */
+typedef struct em_cli_model {
+    const char *file;     /* -m, --model, --gguf */
+    const char *hf;       /* --hf ORG/NAME[:QUANT] or ORG/NAME/FILE.gguf */
+    const char *hf_token; /* --hf-token (else HF_TOKEN) */
+    char *pulled;         /* the path --hf resolved to; owned, freed by em_cli_model_free */
+} em_cli_model;
+
+/* The usage lines of those options, for every command's help. */
+#define EM_CLI_MODEL_USAGE                                                                       \
+    "  -m, --gguf FILE    the model (a split set: its first part, NAME-00001-of-0000N.gguf)\n" \
+    "  --hf ORG/NAME[:QUANT]  a model from the Hugging Face Hub, downloaded once into the shared\n" \
+    "                     cache (or ORG/NAME/FILE.gguf); see `ember pull --help`\n"              \
+    "  --hf-token TOKEN   for gated or private repositories (default: HF_TOKEN)\n"
+
+/* True when `flag` is one of the model options; its value is kept in `model`. */
+bool em_cli_model_option(em_cli_model *model, const char *flag, const char *value);
+
+/* The path to open: the file, or the Hub model pulled now. An error when neither or both are given. */
+em_err em_cli_model_path(em_cli_model *model, const char **path);
+void em_cli_model_free(em_cli_model *model);
+
+/* The Hub settings from the environment, with --hf-token (NULL: none given) and a progress line
+ * when stderr is a terminal. */
+struct em_hub_options;
+em_err em_cli_hub_options(const char *token, struct em_hub_options *options);
 
 /* Prints "ember <command>: <message>" to stderr, frees the error, and returns 1. */
 int em_cli_fail(const char *command, em_err err);
@@ -22,5 +52,8 @@ int em_cli_chat_template(int argc, char **argv);
 int em_cli_bench(int argc, char **argv);
 int em_cli_chat(int argc, char **argv);
 int em_cli_convert(int argc, char **argv);
+int em_cli_pull(int argc, char **argv);
+int em_cli_list(int argc, char **argv);
+int em_cli_rm(int argc, char **argv);
 
 #endif

@@ -10,6 +10,7 @@
 #include "ember.h"
 
 typedef struct run_args {
+    em_cli_model source; /* -m/--gguf or --hf: resolved into `model` */
     const char *model, *prompt, *prompt_ids, *device;
     uint32_t n_predict, n_ctx, n_threads;
     bool print_ids, print_probs;
@@ -18,9 +19,11 @@ typedef struct run_args {
 
 static void usage(FILE *to) {
     fprintf(to,
-            "usage: ember run -m MODEL.gguf (-p TEXT | --prompt-ids \"ID ...\") [-n N] [--temp T] [--top-k K]\n"
+            "usage: ember run (-m MODEL.gguf | --hf ORG/NAME[:QUANT]) (-p TEXT | --prompt-ids \"ID ...\") [-n N]\n"
+            "                 [--temp T] [--top-k K]\n"
             "                 [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--print-ids]\n"
             "                 [-c CONTEXT] [-t THREADS] [--device cpu|cuda]\n"
+            EM_CLI_MODEL_USAGE
             "  -n N               tokens to generate (default 64)\n"
             "  --temp T           0 = greedy (default 0.8); --top-k 40, --top-p 0.95, --min-p 0.05\n"
             "  --prompt-ids       the prompt as token ids; --print-ids prints generated ids, not text\n"
@@ -55,8 +58,8 @@ static em_err parse_args(int argc, char **argv, run_args *a) {
         const char *v = argv[++i];
         double x = 0;
         em_err err = NULL;
-        if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
-        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) a->prompt = v;
+        if (em_cli_model_option(&a->source, f, v)) continue;
+        if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) a->prompt = v;
         else if (!strcmp(f, "--prompt-ids")) a->prompt_ids = v;
         else if (!strcmp(f, "-n")) {
             if (!(err = parse_number(f, v, 0, 1 << 24, &x)) && (x != (uint32_t)x || x < 1))
@@ -87,7 +90,7 @@ static em_err parse_args(int argc, char **argv, run_args *a) {
             err = em_errorf(EM_ERR_INVALID, "unknown option '%s'", f);
         if (err) return err;
     }
-    if (!a->model) return em_errorf(EM_ERR_INVALID, "-m MODEL.gguf is required");
+    if (!a->source.file && !a->source.hf) return em_errorf(EM_ERR_INVALID, "a model is required: -m MODEL.gguf or --hf ORG/NAME[:QUANT]");
     if (!a->prompt && !a->prompt_ids) return em_errorf(EM_ERR_INVALID, "a prompt is required (-p TEXT or --prompt-ids)");
     if (a->prompt && a->prompt_ids) return em_errorf(EM_ERR_INVALID, "give -p or --prompt-ids, not both");
     return NULL;
@@ -192,6 +195,8 @@ int em_cli_run(int argc, char **argv) {
         usage(stderr);
         return em_cli_fail("run", err);
     }
-    err = generate(&a);
+    err = em_cli_model_path(&a.source, &a.model);
+    if (!err) err = generate(&a);
+    em_cli_model_free(&a.source);
     return err ? em_cli_fail("run", err) : 0;
 }

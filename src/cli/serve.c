@@ -12,7 +12,8 @@
 #include "cli.h"
 
 static const char usage_text[] =
-    "usage: ember serve -m MODEL.gguf [options]\n"
+    "usage: ember serve (-m MODEL.gguf | --hf ORG/NAME[:QUANT]) [options]\n"
+    EM_CLI_MODEL_USAGE
     "  --host HOST          address to bind (default 127.0.0.1)\n"
     "  --port N             port (default 11435; 0 picks a free one)\n"
     "  --api-key KEY        require this key (Authorization: Bearer KEY or x-api-key: KEY);\n"
@@ -53,6 +54,7 @@ static bool parse_int(const char *text, int min, int max, int *out) {
 int em_cli_serve(int argc, char **argv) {
     ember_options options;
     ember_options_default(&options);
+    em_cli_model source = {0}; /* -m/--gguf or --hf: resolved into options.model_path */
     em_server_options server = {.host = "127.0.0.1", .port = 11435, .api_key = getenv("EMBER_API_KEY")};
     if (server.api_key && !server.api_key[0]) server.api_key = NULL;
     for (int i = 1; i < argc; i++) {
@@ -68,7 +70,7 @@ int em_cli_serve(int argc, char **argv) {
             fprintf(stderr, "ember serve: %s needs a value\n%s", a, usage_text);
             return 1;
         }
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) options.model_path = v;
+        if (em_cli_model_option(&source, a, v)) ok = true;
         else if (!strcmp(a, "--host")) server.host = v;
         else if (!strcmp(a, "--port")) ok = parse_int(v, 0, 65535, &server.port);
         else if (!strcmp(a, "--api-key")) server.api_key = v[0] ? v : NULL;
@@ -95,10 +97,12 @@ int em_cli_serve(int argc, char **argv) {
         }
         i++;
     }
-    if (!options.model_path) {
-        fprintf(stderr, "ember serve: a model is required (-m MODEL.gguf)\n%s", usage_text);
+    if (!source.file && !source.hf) {
+        fprintf(stderr, "ember serve: a model is required (-m MODEL.gguf or --hf ORG/NAME[:QUANT])\n%s", usage_text);
         return 1;
     }
+    em_err err = em_cli_model_path(&source, &options.model_path);
+    if (err) return em_cli_fail("serve", err);
 
     /* Block the stop signals before any thread starts, so that every thread inherits the mask and
      * only sigwait below receives them; a client that hangs up must not kill the server. */
@@ -110,12 +114,16 @@ int em_cli_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     em_server_model *model = NULL;
-    em_err err = em_server_model_open(&options, &model);
-    if (err) return em_cli_fail("serve", err);
+    err = em_server_model_open(&options, &model);
+    if (err) {
+        em_cli_model_free(&source);
+        return em_cli_fail("serve", err);
+    }
     em_server *s = NULL;
     err = em_server_start(&server, em_server_model_backend(model), &s);
     if (err) {
         em_server_model_close(model);
+        em_cli_model_free(&source);
         return em_cli_fail("serve", err);
     }
     const em_server_backend *b = em_server_model_backend(model);
@@ -127,5 +135,6 @@ int em_cli_serve(int argc, char **argv) {
     fprintf(stderr, "ember serve: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
     em_server_stop(s);
     em_server_model_close(model);
+    em_cli_model_free(&source);
     return 0;
 }

@@ -141,6 +141,7 @@ void em_gguf_writer_free(em_gguf_writer *writer);
 /* Metadata, in the order added. Keys and strings are copied. Adding `general.alignment` (uint32)
  * sets the alignment of tensor data. */
 em_err em_gguf_writer_add_u8(em_gguf_writer *w, const char *key, uint8_t v);
+em_err em_gguf_writer_add_u16(em_gguf_writer *w, const char *key, uint16_t v);
 em_err em_gguf_writer_add_u32(em_gguf_writer *w, const char *key, uint32_t v);
 em_err em_gguf_writer_add_i32(em_gguf_writer *w, const char *key, int32_t v);
 em_err em_gguf_writer_add_u64(em_gguf_writer *w, const char *key, uint64_t v);
@@ -174,5 +175,30 @@ em_err em_gguf_writer_write(const em_gguf_writer *w, const char *path);
 typedef em_err (*em_gguf_fill_fn)(void *user, uint64_t tensor_index, void *file, uint64_t size);
 em_err em_gguf_writer_write_streaming(const em_gguf_writer *w, const char *path, em_gguf_fill_fn fill,
                                       void *user);
+
+/* ---- Split sets (split.c) ----
+ *
+ * llama.cpp's gguf-split stores one model as NAME-00001-of-0000N.gguf ... NAME-0000N-of-0000N.gguf.
+ * Every part is a complete GGUF file holding some of the tensors (each tensor in exactly one part)
+ * and the keys split.no (0-based part number), split.count (N) and, in the first part,
+ * split.tensors.count (the tensors of all parts); the first part also holds all other metadata. */
+
+#define EM_GGUF_SPLIT_MAX_PARTS 65535 /* split.count is a uint16 */
+
+/* Parses a part's file name: "dir/NAME-00002-of-00003.gguf" gives part 2 (1-based), count 3 and
+ * prefix_len = the length of "dir/NAME". False when the name does not have that form. */
+bool em_gguf_split_name(const char *path, uint32_t *part, uint32_t *count, size_t *prefix_len);
+
+/* Opens `path` and, when it is the first part of a split set, every other part from beside it,
+ * checking that they agree (split.no, split.count, split.tensors.count, no tensor in two parts).
+ * An unsplit file gives one part. A missing part is an error naming its path; so is opening a part
+ * other than the first. *parts (malloc'd, closed with em_gguf_close_parts) starts with `path`. */
+em_err em_gguf_open_parts(const char *path, em_gguf ***parts, uint32_t *n_parts);
+void em_gguf_close_parts(em_gguf **parts, uint32_t n_parts);
+
+/* Writes what `gguf` holds as a split set of `n_parts` files PREFIX-0000i-of-0000N.gguf, the tensors
+ * divided in order into parts of equal count (the last takes the rest), the metadata in the first,
+ * as gguf-split lays it out. */
+em_err em_gguf_write_split(const em_gguf *gguf, uint32_t n_parts, const char *prefix);
 
 #endif

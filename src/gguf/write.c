@@ -100,6 +100,10 @@ em_err em_gguf_writer_add_u8(em_gguf_writer *w, const char *key, uint8_t v) {
     return add_scalar(w, key, EM_GGUF_UINT8, v);
 }
 
+em_err em_gguf_writer_add_u16(em_gguf_writer *w, const char *key, uint16_t v) {
+    return add_scalar(w, key, EM_GGUF_UINT16, v);
+}
+
 em_err em_gguf_writer_add_u32(em_gguf_writer *w, const char *key, uint32_t v) {
     if (!strcmp(key, "general.alignment")) {
         if (v == 0 || (v & (v - 1))) return em_errorf(EM_ERR_INVALID, "GGUF writer: alignment %u is not a power of two", v);

@@ -47,7 +47,9 @@ uint32_t em_model_attn_scale_dim(const char *arch, uint32_t n_layer, uint32_t n_
 /* ---- metadata helpers ---- */
 
 typedef struct loader {
-    em_gguf *g;
+    em_gguf *g;             /* the file with the metadata: the only one, or a split set's first part */
+    em_gguf *const *parts;  /* every file of the model, g first; tensors may live in any of them */
+    uint32_t n_parts;
     em_model *m;
     char arch[EM_MODEL_ARCH_MAX];
     char key[160];
@@ -113,11 +115,20 @@ static bool type_usable(uint32_t type) {
            type != EM_TYPE_I64 && type != EM_TYPE_F64 && type != EM_TYPE_Q8_K && type != EM_TYPE_Q8_1;
 }
 
+/* The tensor `name` in whichever part of the model holds it (a split set spreads them), or NULL. */
+static const em_gguf_tensor *tensor_in_parts(const loader *l, const char *name) {
+    for (uint32_t i = 0; i < l->n_parts; i++) {
+        const em_gguf_tensor *t = em_gguf_find_tensor(l->parts[i], name);
+        if (t) return t;
+    }
+    return NULL;
+}
+
 /* Looks up `name` and checks its shape against ne0 x ne1 x ne2 (ne1/ne2 == 0: must be 1). */
 static em_err find_tensor(loader *l, const char *name, bool required, uint64_t ne0, uint64_t ne1, uint64_t ne2,
                           const em_gguf_tensor **out) {
     *out = NULL;
-    const em_gguf_tensor *t = em_gguf_find_tensor(l->g, name);
+    const em_gguf_tensor *t = tensor_in_parts(l, name);
     if (!t) {
         if (!required) return NULL;
         return em_errorf(EM_ERR_NOT_FOUND, "%s: missing tensor %s", em_gguf_path(l->g), name);
@@ -419,7 +430,7 @@ static em_err load_all(loader *l) {
     em_model_desc *d = &l->m->desc;
 
     /* The vocabulary size is the embedding's row count (vocab_size, when present, must agree). */
-    const em_gguf_tensor *embd = em_gguf_find_tensor(l->g, "token_embd.weight");
+    const em_gguf_tensor *embd = tensor_in_parts(l, "token_embd.weight");
     if (!embd) return em_errorf(EM_ERR_NOT_FOUND, "%s: missing tensor token_embd.weight", em_gguf_path(l->g));
     uint32_t n_vocab;
     if ((err = opt_u32(l, "vocab_size", (uint32_t)embd->ne[1], &n_vocab))) return err;
@@ -433,7 +444,7 @@ static em_err load_all(loader *l) {
     if (d->tied_output) w->output = w->token_embd;
 
     const float *freq_factors = NULL;
-    const em_gguf_tensor *rf = em_gguf_find_tensor(l->g, "rope_freqs.weight");
+    const em_gguf_tensor *rf = tensor_in_parts(l, "rope_freqs.weight");
     if (rf) {
         uint32_t head_dim = 0, n_rot = 0;
         if ((err = opt_u32(l, "attention.key_length", d->n_embd / d->layers[0].n_head, &head_dim))) return err;
@@ -451,12 +462,13 @@ static em_err load_all(loader *l) {
     return NULL;
 }
 
-em_err em_model_from_gguf(em_gguf *gguf, em_model **out) {
+/* Loads from `n_parts` open files (parts[0] holds the metadata), which the caller keeps open. */
+static em_err load_from_parts(em_gguf *const *parts, uint32_t n_parts, em_model **out) {
     *out = NULL;
     em_model *m = calloc(1, sizeof *m);
     if (!m) return em_errorf(EM_ERR_NOMEM, "out of memory allocating a model");
-    m->gguf = gguf;
-    loader l = {.g = gguf, .m = m};
+    m->gguf = parts[0];
+    loader l = {.g = parts[0], .parts = parts, .n_parts = n_parts, .m = m};
     em_err err = load_all(&l);
     if (err) {
         em_model_free(m);
@@ -466,17 +478,21 @@ em_err em_model_from_gguf(em_gguf *gguf, em_model **out) {
     return NULL;
 }
 
+em_err em_model_from_gguf(em_gguf *gguf, em_model **out) { return load_from_parts(&gguf, 1, out); }
+
 em_err em_model_load(const char *path, em_model **out) {
     *out = NULL;
-    em_gguf *g;
-    em_err err = em_gguf_open(path, &g);
+    em_gguf **parts;
+    uint32_t n_parts;
+    em_err err = em_gguf_open_parts(path, &parts, &n_parts);
     if (err) return err;
-    err = em_model_from_gguf(g, out);
+    err = load_from_parts(parts, n_parts, out);
     if (err) {
-        em_gguf_close(g);
+        em_gguf_close_parts(parts, n_parts);
         return err;
     }
-    (*out)->owns_gguf = true;
+    (*out)->parts = parts;
+    (*out)->n_parts = n_parts;
     return NULL;
 }
 
@@ -486,7 +502,7 @@ void em_model_free(em_model *m) {
     free(m->owned);
     free(m->desc.layers);
     free(m->w.layers);
-    if (m->owns_gguf) em_gguf_close(m->gguf);
+    em_gguf_close_parts(m->parts, m->n_parts);
     free(m);
 }
 

@@ -22,7 +22,8 @@
  * Ownership: an em_model owns its description, the small f32 vectors it converts at load time
  * (norm weights, biases, RoPE frequency factors) and, when opened by path, the em_gguf. Matrix
  * weights are pointers into the GGUF mapping, in their stored format; they live as long as the
- * em_model. em_model_from_gguf borrows the em_gguf, which must outlive the model.
+ * em_model. em_model_from_gguf borrows the em_gguf, which must outlive the model. A model opened by
+ * path may span the parts of a split set (gguf.h): its weights then point into several mappings.
  *
  * Depends on base, gguf and quant.
  */
@@ -129,13 +130,15 @@ typedef struct em_model_weights {
 typedef struct em_model {
     em_model_desc desc;
     em_model_weights w;
-    em_gguf *gguf;        /* the file the weights point into */
-    bool owns_gguf;
+    em_gguf *gguf;        /* the file with the metadata (a split set's first part) */
+    em_gguf **parts;      /* every file the weights point into, gguf first; owned when opened by path */
+    uint32_t n_parts;     /* 0 when the caller owns the file (em_model_from_gguf) */
     float **owned;        /* f32 vectors converted at load */
     size_t n_owned, cap_owned;
 } em_model;
 
-/* Opens a GGUF file and loads the model it holds. */
+/* Opens a GGUF file and loads the model it holds; the first part of a split set
+ * (NAME-00001-of-0000N.gguf) opens the whole set, which loads as one model. */
 em_err em_model_load(const char *path, em_model **out);
 
 /* The dimension whose inverse square root scales attention scores: head_dim, except for the 27B

@@ -108,7 +108,8 @@ static int run_seq(em_backend *b, const em_batch_seq *seqs, uint32_t s, const in
 static em_model *make_reference(const em_model *m) {
     em_model *r = malloc(sizeof *r);
     *r = *m;
-    r->owns_gguf = false;
+    r->parts = NULL; /* the files stay with `m` */
+    r->n_parts = 0;
     r->owned = NULL;
     r->n_owned = r->cap_owned = 0;
     r->w.layers = malloc(m->desc.n_layer * sizeof *r->w.layers);
