@@ -15,7 +15,9 @@ saved (bf16/f16 checkpoints are rounded first). Each model turns on the features
 implementations; `checks` in expected.json records, for each feature, that switching it off
 changes the logits (so the fixture really exercises it).
 
-Usage: python3 make_hf_fixtures.py OUT_DIR   (needs torch, transformers, tokenizers, safetensors)
+Usage: python3 make_hf_fixtures.py OUT_DIR [NAME...]   (needs torch, transformers, tokenizers, safetensors)
+  NAME... limits the run to those fixtures, e.g. `python3 tools/reference/make_hf_fixtures.py "$OUT"
+  gemma3pattern` writes only "$OUT/gemma3pattern/".
 """
 import copy
 import json
@@ -112,6 +114,7 @@ def specs(V):
     """(name, config class, model class, kwargs, saved dtype, shard size, [(check, kwargs that turn it off)])"""
     T = transformers
     gemma3_types = ["sliding_attention"] * 5 + ["full_attention"]
+    gemma3pattern_types = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"]
     gemma3_text = common(V, head_dim=16, num_hidden_layers=6, tie_word_embeddings=True, sliding_window=8,
                          query_pre_attn_scalar=16, hidden_activation="gelu_pytorch_tanh", layer_types=gemma3_types,
                          rms_norm_eps=1e-6, **rope(1000000.0, {"rope_type": "linear", "factor": 4.0}, 10000.0))
@@ -154,6 +157,16 @@ def specs(V):
          "float32", None,
          [("sliding_window", {"sliding_window": 4096}),
           ("linear_rope_scaling", rope(1000000.0, None, 10000.0))]),
+        # Gemma 3 with a layer pattern other than five sliding layers then one global: the second
+        # layer is global. The default period of 6 would make all four layers sliding, which the
+        # "layer_types" check proves changes the logits.
+        ("gemma3pattern", T.Gemma3TextConfig, T.Gemma3ForCausalLM,
+         common(V, head_dim=16, num_hidden_layers=4, tie_word_embeddings=True, sliding_window=8,
+                query_pre_attn_scalar=16, hidden_activation="gelu_pytorch_tanh", layer_types=gemma3pattern_types,
+                rms_norm_eps=1e-6, **rope(1000000.0, {"rope_type": "linear", "factor": 4.0}, 10000.0)),
+         "float32", None,
+         [("sliding_window", {"sliding_window": 4096}),
+          ("layer_types", {"layer_types": ["sliding_attention"] * 4})]),
     ]
 
 
