@@ -736,7 +736,7 @@ static em_err write_tokenizer(converter *cv, em_gguf_writer *w) {
         return em_errorf(EM_ERR_NOT_FOUND, "%s: no tokenizer.json (convert with --no-tokenizer to write weights only)",
                          cv->dir);
     bool has_config = stat(config, &sb) == 0;
-    em_err err = em_tokenizer_hf_to_gguf(json, has_config ? config : NULL, w);
+    em_err err = em_tokenizer_hf_to_gguf(json, has_config ? config : NULL, cv->cfg.n_vocab, w);
     if (err) return err;
     return write_chat_template(cv->dir, has_config ? config : NULL, w);
 }
