@@ -5,6 +5,10 @@
  *    transformers' logits, and generating a padding id (or reading one in a prompt) neither fails
  *    a request nor `ember run`; an id past the tokenizer's tokens (a GGUF written without padding)
  *    is an empty piece too.
+ *  - Gemma 3 layer patterns other than five sliding layers then one global: config.json's
+ *    layer_types or sliding_window_pattern become {arch}.attention.sliding_window_pattern in
+ *    llama.cpp's two forms (a bool per layer, true = sliding; or a period), and the loader reads
+ *    both. (The logits of such a model against transformers: test_convert's gemma3pattern.)
  * The checkpoints are built here from the transformers fixtures of tests/fixtures/hf. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -34,6 +38,13 @@
 #define N_EMBD 64u
 #define WINNING_PAD 390 /* the padding row made to win the first greedy step */
 #define PROMPT_PAD 395  /* a padding id placed in a prompt */
+
+static void write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
 
 static void link_fixture_file(const char *family, const char *file, const char *dir) {
     char target[512], path[512];
@@ -334,10 +345,131 @@ static void test_run_through_padding(void **state) {
     free(ref.logits);
 }
 
+/* ---- Gemma 3 layer patterns ---- */
+
+/* The gemma3 fixture's weights (6 layers) under another config.json. */
+static em_model *convert_gemma3_with(const char *name, const char *config) {
+    char dir[512], out[512];
+    mkdir(DIR, 0755);
+    snprintf(dir, sizeof dir, DIR "/%s", name);
+    mkdir(dir, 0755);
+    link_fixture_file("gemma3", "model.safetensors", dir);
+    link_fixture_file("gemma3", "tokenizer.json", dir);
+    link_fixture_file("gemma3", "tokenizer_config.json", dir);
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_file(path, config, strlen(config));
+    snprintf(out, sizeof out, DIR "/%s.gguf", name);
+    em_convert_options o = {.type = "f32"};
+    em_err err = em_convert_hf(dir, out, &o, NULL);
+    if (err) fail_msg("convert %s: %s", name, em_err_message(err));
+    em_model *m;
+    if ((err = em_model_load(out, &m))) fail_msg("load %s: %s", out, em_err_message(err));
+    return m;
+}
+
+#define GEMMA3_CONFIG(extra)                                                                                   \
+    "{\"architectures\":[\"Gemma3ForCausalLM\"],\"model_type\":\"gemma3_text\",\"hidden_size\":64,"            \
+    "\"intermediate_size\":128,\"num_hidden_layers\":6,\"num_attention_heads\":4,\"num_key_value_heads\":2,"   \
+    "\"head_dim\":16,\"vocab_size\":384,\"max_position_embeddings\":256,\"rms_norm_eps\":1e-06,"               \
+    "\"hidden_activation\":\"gelu_pytorch_tanh\",\"query_pre_attn_scalar\":16,\"rope_theta\":1000000.0,"       \
+    "\"rope_local_base_freq\":10000.0,\"sliding_window\":8," extra "}"
+
+static void expect_layers(const em_model *m, const char *pattern) {
+    assert_int_equal(m->desc.n_layer, strlen(pattern));
+    for (uint32_t il = 0; il < m->desc.n_layer; il++) {
+        const em_layer_desc *ld = &m->desc.layers[il];
+        if (pattern[il] == 'S') {
+            assert_int_equal(ld->attn, EM_ATTN_SLIDING);
+            assert_int_equal(ld->window, 8);
+            assert_float_equal(ld->rope.theta, 10000.0f, 0); /* local layers: their own RoPE base */
+        } else {
+            assert_int_equal(ld->attn, EM_ATTN_FULL);
+            assert_float_equal(ld->rope.theta, 1000000.0f, 0);
+        }
+    }
+}
+
+static void test_gemma3_layer_types(void **state) {
+    (void)state;
+    /* 5.x: layer_types → one bool per layer, true = sliding */
+    em_model *m = convert_gemma3_with(
+        "gemma3-types", GEMMA3_CONFIG("\"layer_types\":[\"sliding_attention\",\"full_attention\","
+                                      "\"sliding_attention\",\"sliding_attention\",\"full_attention\","
+                                      "\"sliding_attention\"]"));
+    const em_gguf_kv *kv;
+    assert_null(em_gguf_get_array(m->gguf, "gemma3.attention.sliding_window_pattern", EM_GGUF_BOOL, &kv));
+    assert_int_equal(kv->array_len, 6);
+    static const int want[6] = {1, 0, 1, 1, 0, 1};
+    for (int il = 0; il < 6; il++) assert_int_equal(em_gguf_array_int(kv, (uint64_t)il), want[il]);
+    expect_layers(m, "SFSSFS");
+    em_model_free(m);
+
+    /* 4.x: a period of 3 → the integer form; layers 2 and 5 are global */
+    m = convert_gemma3_with("gemma3-period", GEMMA3_CONFIG("\"sliding_window_pattern\":3"));
+    uint32_t period;
+    assert_null(em_gguf_get_u32(m->gguf, "gemma3.attention.sliding_window_pattern", &period));
+    assert_int_equal(period, 3);
+    expect_layers(m, "SSFSSF");
+    em_model_free(m);
+
+    /* The default pattern writes no key (as llama.cpp's converter), and reads as five then one. */
+    m = convert_gemma3_with("gemma3-default", GEMMA3_CONFIG("\"sliding_window_pattern\":6"));
+    assert_null(em_gguf_find(m->gguf, "gemma3.attention.sliding_window_pattern"));
+    expect_layers(m, "SSSSSF");
+    em_model_free(m);
+}
+
+/* The loader on GGUF files that set the key by hand: period 0 (every layer slides, llama.cpp's
+ * reading), period 1 (none does), and an array that does not have one entry per layer. */
+static em_err load_with_pattern(uint32_t period, bool use_array, const uint8_t *array, uint64_t n, em_model **out) {
+    em_gguf *g;
+    assert_null(em_gguf_open(DIR "/gemma3-default.gguf", &g));
+    em_gguf_writer *w;
+    assert_null(em_gguf_writer_new(3, &w));
+    for (uint64_t i = 0; i < em_gguf_kv_count(g); i++) assert_null(em_gguf_writer_copy_kv(w, em_gguf_kv_at(g, i)));
+    if (use_array)
+        assert_null(em_gguf_writer_add_array(w, "gemma3.attention.sliding_window_pattern", EM_GGUF_BOOL, array, n));
+    else
+        assert_null(em_gguf_writer_add_u32(w, "gemma3.attention.sliding_window_pattern", period));
+    for (uint64_t i = 0; i < em_gguf_tensor_count(g); i++) {
+        const em_gguf_tensor *t = em_gguf_tensor_at(g, i);
+        char *name = em_str_dup(t->name);
+        assert_null(em_gguf_writer_add_tensor(w, name, t->n_dims, t->ne, t->type, t->data, false));
+        free(name);
+    }
+    assert_null(em_gguf_writer_write(w, DIR "/gemma3-edited.gguf"));
+    em_gguf_writer_free(w);
+    em_gguf_close(g);
+    return em_model_load(DIR "/gemma3-edited.gguf", out);
+}
+
+static void test_gemma3_pattern_key(void **state) {
+    (void)state;
+    em_model *m = convert_gemma3_with("gemma3-default", GEMMA3_CONFIG("\"sliding_window_pattern\":6"));
+    em_model_free(m);
+    assert_null(load_with_pattern(0, false, NULL, 0, &m));
+    expect_layers(m, "SSSSSS");
+    em_model_free(m);
+    assert_null(load_with_pattern(1, false, NULL, 0, &m));
+    expect_layers(m, "FFFFFF");
+    em_model_free(m);
+    assert_null(load_with_pattern(2, false, NULL, 0, &m));
+    expect_layers(m, "SFSFSF");
+    em_model_free(m);
+    const uint8_t five[5] = {1, 1, 0, 1, 1};
+    em_err err = load_with_pattern(0, true, five, 5, &m);
+    assert_non_null(err);
+    assert_non_null(strstr(em_err_message(err), "one bool per layer"));
+    em_err_free(err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_padded_vocabulary),
         cmocka_unit_test(test_run_through_padding),
+        cmocka_unit_test(test_gemma3_layer_types),
+        cmocka_unit_test(test_gemma3_pattern_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
