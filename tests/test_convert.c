@@ -191,6 +191,20 @@ GOLDEN(gemma2)
 GOLDEN(gemma3)
 GOLDEN(gemma3mm)
 
+/* Gemma 3 with the second of four layers global (not five sliding then one global): its fixture is
+ * made by `tools/reference/make_hf_fixtures.py OUT gemma3pattern` on a machine with transformers.
+ * Until it is copied into tests/fixtures/hf/gemma3pattern the test says so and is skipped. */
+static void test_gemma3pattern(void **state) {
+    (void)state;
+    struct stat sb;
+    if (stat(HF "/gemma3pattern/logits.f32", &sb) != 0) {
+        print_message("gemma3pattern: no fixture in " HF "/gemma3pattern (see tools/reference/make_hf_fixtures.py)\n");
+        skip();
+    }
+    golden_f32("gemma3pattern");
+    golden_q8_0("gemma3pattern");
+}
+
 /* What the converter writes, checked against what llama.cpp's converter writes for these models. */
 static void test_metadata(void **state) {
     (void)state;
@@ -877,7 +891,7 @@ int main(void) {
         cmocka_unit_test(test_mixtral),           cmocka_unit_test(test_qwen2),
         cmocka_unit_test(test_qwen3),             cmocka_unit_test(test_qwen3moe),
         cmocka_unit_test(test_gemma2),            cmocka_unit_test(test_gemma3),
-        cmocka_unit_test(test_gemma3mm),
+        cmocka_unit_test(test_gemma3mm),          cmocka_unit_test(test_gemma3pattern),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
