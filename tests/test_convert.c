@@ -23,6 +23,7 @@
 #include "gguf/gguf.h"
 #include "model/convert/convert.h"
 #include "model/model.h"
+#include "safetensors_writer.h"
 
 #define HF EM_SOURCE_DIR "/tests/fixtures/hf"
 #define DIR EM_BINARY_DIR "/test_convert_files"
@@ -735,18 +736,7 @@ static void test_fused_experts(void **state) {
     }
 #undef PUT
     assert_true(used <= cap);
-    char *h = json_dumps(header, JSON_COMPACT);
-    json_decref(header);
-    size_t hn = strlen(h);
-    FILE *f = fopen(DIR "/fused/model.safetensors", "wb");
-    assert_non_null(f);
-    uint8_t len[8];
-    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)hn >> (8 * i));
-    assert_int_equal(fwrite(len, 1, 8, f), 8);
-    assert_int_equal(fwrite(h, 1, hn, f), hn);
-    assert_int_equal(fwrite(data, 1, used, f), used);
-    fclose(f);
-    free(h);
+    write_safetensors(DIR "/fused/model.safetensors", header, data, used);
     free(data);
     em_safetensors_close(st);
     FILE *in = fopen(HF "/qwen3moe/config.json", "rb");

@@ -28,6 +28,7 @@
 #include "gguf/gguf.h"
 #include "model/convert/convert.h"
 #include "model/model.h"
+#include "safetensors_writer.h"
 
 #define HF EM_SOURCE_DIR "/tests/fixtures/hf"
 #define DIR EM_BINARY_DIR "/test_convert_shapes_files"
@@ -128,18 +129,7 @@ static void write_padded_checkpoint(const reference *ref) {
         }
         used += size;
     }
-    char *h = json_dumps(header, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref(header);
-    size_t hn = strlen(h);
-    FILE *f = fopen(DIR "/padded/model.safetensors", "wb");
-    assert_non_null(f);
-    uint8_t len[8];
-    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)hn >> (8 * i));
-    assert_int_equal(fwrite(len, 1, 8, f), 8);
-    assert_int_equal(fwrite(h, 1, hn, f), hn);
-    assert_int_equal(fwrite(data, 1, used, f), used);
-    fclose(f);
-    free(h);
+    write_safetensors(DIR "/padded/model.safetensors", header, data, used);
     free(data);
     em_safetensors_close(st);
 
@@ -150,6 +140,16 @@ static void write_padded_checkpoint(const reference *ref) {
     json_decref(cfg);
     link_fixture_file("qwen3", "tokenizer.json", DIR "/padded");
     link_fixture_file("qwen3", "tokenizer_config.json", DIR "/padded");
+}
+
+/* Adds every tensor of `g` to `w`, the data read from g's mapping when `w` is written. */
+static void copy_tensors(const em_gguf *g, em_gguf_writer *w) {
+    for (uint64_t i = 0; i < em_gguf_tensor_count(g); i++) {
+        const em_gguf_tensor *t = em_gguf_tensor_at(g, i);
+        char *name = em_str_dup(t->name);
+        assert_null(em_gguf_writer_add_tensor(w, name, t->n_dims, t->ne, t->type, t->data, false));
+        free(name);
+    }
 }
 
 /* A token list entry as a C string (the entries checked here are ASCII). */
@@ -181,12 +181,7 @@ static void write_unpadded_gguf(const char *from, const char *to) {
             assert_null(em_gguf_writer_copy_kv(w, kv));
         }
     }
-    for (uint64_t i = 0; i < em_gguf_tensor_count(g); i++) {
-        const em_gguf_tensor *t = em_gguf_tensor_at(g, i);
-        char *name = em_str_dup(t->name);
-        assert_null(em_gguf_writer_add_tensor(w, name, t->n_dims, t->ne, t->type, t->data, false));
-        free(name);
-    }
+    copy_tensors(g, w);
     assert_null(em_gguf_writer_write(w, to));
     em_gguf_writer_free(w);
     em_gguf_close(g);
@@ -432,12 +427,7 @@ static em_err load_with_pattern(uint32_t period, bool use_array, const uint8_t *
         assert_null(em_gguf_writer_add_array(w, "gemma3.attention.sliding_window_pattern", EM_GGUF_BOOL, array, n));
     else
         assert_null(em_gguf_writer_add_u32(w, "gemma3.attention.sliding_window_pattern", period));
-    for (uint64_t i = 0; i < em_gguf_tensor_count(g); i++) {
-        const em_gguf_tensor *t = em_gguf_tensor_at(g, i);
-        char *name = em_str_dup(t->name);
-        assert_null(em_gguf_writer_add_tensor(w, name, t->n_dims, t->ne, t->type, t->data, false));
-        free(name);
-    }
+    copy_tensors(g, w);
     assert_null(em_gguf_writer_write(w, DIR "/gemma3-edited.gguf"));
     em_gguf_writer_free(w);
     em_gguf_close(g);

@@ -534,9 +534,9 @@ static em_err check_config(converter *cv) {
             return em_errorf(EM_ERR_NOT_FOUND, "%s/%s: field 'sliding_window' is missing", cv->dir, file);
         /* Gemma 2's pattern is fixed by the architecture (llama.cpp reads no key for it). */
         if (!f->pattern_key && !default_layer_pattern(cv))
-            return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: %s breaks the pattern GGUF %s fixes (every %u-th layer global)",
-                             cv->dir, file, c->layer_sliding ? "layer_types" : "sliding_window_pattern", f->arch,
-                             f->swa_pattern);
+            return em_errorf(EM_ERR_UNSUPPORTED,
+                             "%s/%s: %s breaks the pattern GGUF %s fixes (every %u-th layer global)", cv->dir, file,
+                             c->layer_sliding ? "layer_types" : "sliding_window_pattern", f->arch, f->swa_pattern);
     } else if (!strcmp(f->arch, "llama") && c->layer_sliding) {
         for (uint32_t il = 0; il < c->n_layer; il++)
             if (c->layer_sliding[il] != (c->sliding_window > 0))
