@@ -54,4 +54,11 @@ has "$out" '"finish_reason":"stop"' && has "$out" '"completion_tokens":1,' || fa
 out=$(chat ',"ignore_eos":true')
 has "$out" '"finish_reason":"length"' && has "$out" '"completion_tokens":5,' && has "$out" '"content":""' ||
   fail "chat, <|eos|> forced, ignore_eos: $out"
+
+# Stopped cleanly, and (on a sanitizer build) nothing reported along the way.
+kill -TERM "$pid"
+wait "$pid" || fail "ember serve exited $? after SIGTERM"
+trap - EXIT
+grep -q "ERROR: AddressSanitizer\|runtime error:\|LeakSanitizer" "$work/serve.log" &&
+  fail "sanitizer report in the server log: $(grep -A10 "ERROR\|runtime error" "$work/serve.log" | head -20)"
 exit $status
