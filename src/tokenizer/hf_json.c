@@ -10,9 +10,9 @@
  * produced from user text unless the caller parses special tokens), the other added tokens are
  * user-defined (always matched), as Hugging Face tokenizers treat them. Gaps in the ids and rows of
  * the model's embedding past the last token become unused "[PADi]" tokens (i = the id), as
- * llama.cpp's converter writes them, so a sampled padding row has a token (without text). The pre-tokenizer name
- * is recognized from the Split regex (or GPT-2's ByteLevel regex); anything else gets "default"
- * and a warning. A NFC normalizer is recorded as tokenizer.ember.normalizer = "NFC". The chat
+ * llama.cpp's converter writes them, so a sampled padding row has a token (without text). The
+ * pre-tokenizer name is recognized from the Split regex (or GPT-2's ByteLevel regex); anything
+ * else gets "default" and a warning. A NFC normalizer is recorded as tokenizer.ember.normalizer = "NFC". The chat
  * template of tokenizer_config.json goes to tokenizer.chat_template. */
 #include "internal.h"
 
