@@ -191,20 +191,7 @@ GOLDEN(qwen3moe)
 GOLDEN(gemma2)
 GOLDEN(gemma3)
 GOLDEN(gemma3mm)
-
-/* Gemma 3 with the second of four layers global (not five sliding then one global): its fixture is
- * made by `tools/reference/make_hf_fixtures.py OUT gemma3pattern` on a machine with transformers.
- * Until it is copied into tests/fixtures/hf/gemma3pattern the test says so and is skipped. */
-static void test_gemma3pattern(void **state) {
-    (void)state;
-    struct stat sb;
-    if (stat(HF "/gemma3pattern/logits.f32", &sb) != 0) {
-        print_message("gemma3pattern: no fixture in " HF "/gemma3pattern (see tools/reference/make_hf_fixtures.py)\n");
-        skip();
-    }
-    golden_f32("gemma3pattern");
-    golden_q8_0("gemma3pattern");
-}
+GOLDEN(gemma3pattern) /* Gemma 3 whose second of four layers is global (not five sliding, one global) */
 
 /* What the converter writes, checked against what llama.cpp's converter writes for these models. */
 static void test_metadata(void **state) {
