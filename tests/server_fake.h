@@ -40,6 +40,7 @@ typedef struct fake_request {
 static atomic_int fake_submitted, fake_released, fake_cancelled;
 static ember_sampling fake_last_sampling;
 static int fake_last_max_tokens;
+static bool fake_last_ignore_eos;
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static char fake_token_bytes_table[256];
 
@@ -120,6 +121,7 @@ static em_err fake_submit(void *self, const ember_request_params *p, void **out)
     pthread_mutex_lock(&fake_lock);
     fake_last_sampling = p->sampling;
     fake_last_max_tokens = p->max_tokens;
+    fake_last_ignore_eos = p->ignore_eos;
     pthread_mutex_unlock(&fake_lock);
     atomic_fetch_add(&fake_submitted, 1);
     *out = r;

@@ -431,6 +431,44 @@ static void expect_error(int port, const char *method, const char *path, const c
     http_free(&r);
 }
 
+/* One model serves requests naming any model (as llama-server does: agent clients send their own
+ * names) and reports its own id; ignore_eos (llama-server's field) reaches the engine from both
+ * APIs. */
+static void test_any_model_name(void **state) {
+    (void)state;
+    em_server *s = start(NULL, 0);
+    int port = em_server_port(s);
+    http_result r = http(port, "POST", "/v1/chat/completions", NULL,
+                         "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    assert_int_equal(r.status, 200);
+    json_t *v = body_json(&r);
+    assert_string_equal(str_at(v, "model"), "fake-model");
+    assert_string_equal(str_at(v, "choices.0.message.content"), FAKE_REPLY);
+    json_decref(v);
+    http_free(&r);
+    assert_false(fake_last_ignore_eos);
+    r = http(port, "POST", "/v1/messages", "anthropic-version: 2023-06-01\r\n",
+             "{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":5,\"ignore_eos\":true,"
+             "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    assert_int_equal(r.status, 200);
+    v = body_json(&r);
+    assert_string_equal(str_at(v, "model"), "fake-model");
+    assert_string_equal(str_at(v, "content.0.text"), "Hello");
+    json_decref(v);
+    http_free(&r);
+    assert_true(fake_last_ignore_eos);
+    r = http(port, "POST", "/v1/completions", NULL, "{\"model\":\"x\",\"prompt\":\"hi\",\"ignore_eos\":true}");
+    assert_int_equal(r.status, 200);
+    http_free(&r);
+    assert_true(fake_last_ignore_eos);
+    r = http(port, "POST", "/v1/chat/completions", NULL, CHAT_HI ",\"ignore_eos\":false}");
+    http_free(&r);
+    assert_false(fake_last_ignore_eos);
+    expect_error(port, "POST", "/v1/chat/completions", NULL, CHAT_HI ",\"ignore_eos\":1}", 400,
+                 "\"param\":\"ignore_eos\"");
+    em_server_stop(s);
+}
+
 static void test_errors(void **state) {
     (void)state;
     em_server *s = start(NULL, 1024);
@@ -439,12 +477,6 @@ static void test_errors(void **state) {
                  "{\"error\":{\"message\":\"the body is not valid JSON: ");
     expect_error(port, "POST", "/v1/messages", NULL, "{nope}", 400,
                  "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"the body is not valid JSON");
-    expect_error(port, "POST", "/v1/chat/completions", NULL,
-                 "{\"model\":\"gpt-4\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 404,
-                 "\"param\":\"model\",\"code\":\"model_not_found\"");
-    expect_error(port, "POST", "/v1/messages", NULL,
-                 "{\"model\":\"claude\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 404,
-                 "\"type\":\"not_found_error\"");
     expect_error(port, "POST", "/v1/chat/completions", NULL, CHAT_HI ",\"max_tokens\":0}", 400, "at least 1");
     expect_error(port, "POST", "/v1/chat/completions", NULL, CHAT_HI ",\"temperature\":\"x\"}", 400, "\"param\":\"temperature\"");
     expect_error(port, "POST", "/v1/messages", NULL, "{\"model\":\"fake-model\",\"messages\":[]}", 400, "max_tokens: field required");
@@ -642,7 +674,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_health_and_models), cmocka_unit_test(test_chat),
         cmocka_unit_test(test_chat_stream),       cmocka_unit_test(test_completions),
-        cmocka_unit_test(test_anthropic),         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_anthropic),         cmocka_unit_test(test_any_model_name),
+        cmocka_unit_test(test_errors),
         cmocka_unit_test(test_api_key),           cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_concurrent_streams), cmocka_unit_test(test_metrics_counts),
         cmocka_unit_test(test_stop_with_running_streams),

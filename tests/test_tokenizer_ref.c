@@ -96,7 +96,7 @@ static em_tokenizer *convert(const char *model, const char *json_path, const cha
     em_gguf_writer *w;
     em_err err = em_gguf_writer_new(3, &w);
     if (!err) err = em_gguf_writer_add_str(w, "general.architecture", model);
-    if (!err) err = em_tokenizer_hf_to_gguf(json_path, config_path, w);
+    if (!err) err = em_tokenizer_hf_to_gguf(json_path, config_path, 0, w);
     if (!err) err = em_gguf_writer_write(w, gguf_path);
     em_gguf_writer_free(w);
     em_gguf *g = NULL;

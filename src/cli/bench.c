@@ -279,9 +279,11 @@ int em_cli_bench(int argc, char **argv) {
     em_err err = NULL;
     for (int i = 1; i < argc && !err; i++) {
         const char *f = argv[i];
-        if (!strcmp(f, "--prefix-reuse") || !strcmp(f, "--warm-prompts")) { /* the flags without a value */
+        if (!strcmp(f, "--prefix-reuse") || !strcmp(f, "--warm-prompts") || !strcmp(f, "--ignore-eos")) {
+            /* the flags without a value; --ignore-eos is what bench always does (every request
+             * runs to -n), accepted so that command lines shared with `ember run` work */
             if (!strcmp(f, "--prefix-reuse")) a.prefix_reuse = true;
-            else a.warm_prompts = true;
+            else if (!strcmp(f, "--warm-prompts")) a.warm_prompts = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -302,7 +304,7 @@ int em_cli_bench(int argc, char **argv) {
     }
     if (!err && !a.source.file && !a.source.hf)
         err = em_errorf(EM_ERR_INVALID, "usage: ember bench (-m MODEL.gguf | --hf ORG/NAME[:QUANT]) [--concurrency 1,2,4] [-n N] "
-                                                        "[--prompt-tokens N] [--rounds N] [--warm-prompts] | --prefill N,N,... | --prefix-reuse [--doc-tokens N]");
+                                                        "[--prompt-tokens N] [--rounds N] [--warm-prompts] [--ignore-eos] | --prefill N,N,... | --prefix-reuse [--doc-tokens N]");
     if (!err) err = em_cli_model_path(&a.source, &a.model);
     if (!err) err = a.prefix_reuse ? bench_prefix_reuse(&a) : a.n_prefill ? bench_prefill(&a) : bench_concurrency(&a);
     em_cli_model_free(&a.source);

@@ -12,7 +12,8 @@
 static const char *hyper_parameters[] = {
     "context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count",
     "attention.head_count_kv", "attention.key_length", "attention.value_length", "attention.layer_norm_rms_epsilon",
-    "attention.sliding_window", "rope.freq_base", "rope.dimension_count", "rope.scaling.type", "rope.scaling.factor",
+    "attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base", "rope.dimension_count",
+    "rope.scaling.type", "rope.scaling.factor",
     "expert_count", "expert_used_count", "expert_feed_forward_length", "vocab_size",
     "attn_logit_softcapping", "final_logit_softcapping",
 };

@@ -13,7 +13,7 @@ typedef struct run_args {
     em_cli_model source; /* -m/--gguf or --hf: resolved into `model` */
     const char *model, *prompt, *prompt_ids, *device;
     uint32_t n_predict, n_ctx, n_threads;
-    bool print_ids, print_probs;
+    bool print_ids, print_probs, ignore_eos;
     ember_sampling sampling;
 } run_args;
 
@@ -22,12 +22,13 @@ static void usage(FILE *to) {
             "usage: ember run (-m MODEL.gguf | --hf ORG/NAME[:QUANT]) (-p TEXT | --prompt-ids \"ID ...\") [-n N]\n"
             "                 [--temp T] [--top-k K]\n"
             "                 [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--print-ids]\n"
-            "                 [-c CONTEXT] [-t THREADS] [--device cpu|cuda]\n"
+            "                 [-c CONTEXT] [-t THREADS] [--device cpu|cuda] [--ignore-eos]\n"
             EM_CLI_MODEL_USAGE
             "  -n N               tokens to generate (default 64)\n"
             "  --temp T           0 = greedy (default 0.8); --top-k 40, --top-p 0.95, --min-p 0.05\n"
             "  --prompt-ids       the prompt as token ids; --print-ids prints generated ids, not text\n"
-            "  --print-probs      one line per generated token: id and its probability (softmax of the logits)\n");
+            "  --print-probs      one line per generated token: id and its probability (softmax of the logits)\n"
+            "  --ignore-eos       go on past end-of-generation tokens, to -n tokens\n");
 }
 
 static em_err parse_number(const char *flag, const char *text, double lo, double hi, double *out) {
@@ -52,6 +53,10 @@ static em_err parse_args(int argc, char **argv, run_args *a) {
         }
         if (!strcmp(f, "--print-probs")) {
             a->print_probs = true;
+            continue;
+        }
+        if (!strcmp(f, "--ignore-eos")) {
+            a->ignore_eos = true;
             continue;
         }
         if (i + 1 >= argc) return em_errorf(EM_ERR_INVALID, "%s needs a value (or is unknown)", f);
@@ -145,6 +150,7 @@ static em_err generate(const run_args *a) {
     params.sampling = a->sampling;
     if (a->print_probs) params.sampling.logprobs = 1;
     params.max_tokens = (int)a->n_predict;
+    params.ignore_eos = a->ignore_eos;
     if (a->prompt_ids) {
         if ((err = parse_ids(a->prompt_ids, INT32_MAX, &prompt, &n_prompt))) goto done;
         params.prompt_ids = prompt;

@@ -25,7 +25,9 @@ static const char usage_text[] =
     "  --max-sequences N    requests running at once (default 256)\n"
     "  --max-body BYTES     largest request body (suffixes K, M, G; default 4M)\n"
     "  --device cpu|cuda    backend (default: cuda when a GPU is present)\n"
-    "  --threads N          CPU threads for the CPU backend (default: all cores)\n";
+    "  --threads N          CPU threads for the CPU backend (default: all cores)\n"
+    "  --alias NAME         the model id /v1/models lists and responses report (default: the file's\n"
+    "                       name without .gguf); requests naming any model are served by this one\n";
 
 /* "512", "64K", "2G" → bytes. */
 static bool parse_size(const char *text, uint64_t *out) {
@@ -56,6 +58,7 @@ int em_cli_serve(int argc, char **argv) {
     ember_options_default(&options);
     em_cli_model source = {0}; /* -m/--gguf or --hf: resolved into options.model_path */
     em_server_options server = {.host = "127.0.0.1", .port = 11435, .api_key = getenv("EMBER_API_KEY")};
+    const char *alias = NULL;
     if (server.api_key && !server.api_key[0]) server.api_key = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -87,6 +90,7 @@ int em_cli_serve(int argc, char **argv) {
             options.device = v;
         }
         else if (!strcmp(a, "--threads")) ok = parse_int(v, 0, 4096, &options.threads);
+        else if (!strcmp(a, "--alias")) ok = (alias = v)[0] != 0;
         else {
             fprintf(stderr, "ember serve: unknown option '%s'\n%s", a, usage_text);
             return 1;
@@ -114,7 +118,7 @@ int em_cli_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     em_server_model *model = NULL;
-    err = em_server_model_open(&options, &model);
+    err = em_server_model_open(&options, alias, &model);
     if (err) {
         em_cli_model_free(&source);
         return em_cli_fail("serve", err);

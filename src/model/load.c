@@ -16,7 +16,7 @@ typedef struct family {
     bool qkv_bias;        /* attn_{q,k,v}.bias are required (otherwise used when present) */
     bool qk_norm;         /* attn_{q,k}_norm */
     bool gemma;           /* GeGLU, post norms, sqrt(d) embedding scale, tied output */
-    uint32_t swa_pattern; /* layers il with il % pattern < pattern-1 slide; 0 = none */
+    uint32_t swa_pattern; /* default: layers il with il % pattern < pattern-1 slide; 0 = none */
     bool moe;             /* expert tensors in every layer (after the leading dense ones) */
 } family;
 
@@ -104,6 +104,27 @@ static em_err layer_u32(loader *l, const char *suffix, uint32_t layer, bool requ
         return NULL;
     }
     return need_u32(l, suffix, out);
+}
+
+/* Whether layer `il` of a family with a sliding-window pattern slides. The pattern is
+ * {arch}.attention.sliding_window_pattern, in either of llama.cpp's forms: a period p (layers with
+ * il % p < p - 1 slide, p = 0 makes every layer slide), or one bool per layer (true = sliding).
+ * Without the key the family's fixed period applies (Gemma 2: 2, Gemma 3: 6). */
+static em_err layer_slides(loader *l, const family *f, uint32_t il, bool *out) {
+    const em_gguf_kv *kv = em_gguf_find(l->g, key_of(l, "attention.sliding_window_pattern"));
+    uint32_t period = f->swa_pattern;
+    if (kv && kv->type == EM_GGUF_ARRAY) {
+        if (kv->array_type != EM_GGUF_BOOL || kv->array_len != l->m->desc.n_layer)
+            return em_errorf(EM_ERR_FORMAT, "%s: %s is an array of %llu %s, not one bool per layer (%u)",
+                             em_gguf_path(l->g), l->key, (unsigned long long)kv->array_len,
+                             em_gguf_type_name(kv->array_type), l->m->desc.n_layer);
+        *out = em_gguf_array_int(kv, il) != 0;
+        return NULL;
+    }
+    em_err err;
+    if (kv && (err = need_u32(l, "attention.sliding_window_pattern", &period))) return err;
+    *out = period == 0 || il % period < period - 1;
+    return NULL;
 }
 
 /* ---- tensor helpers ---- */
@@ -321,7 +342,9 @@ static em_err load_desc(loader *l, const family *f) {
                                                                      ld->head_dim));
         ld->attn_softcap = attn_softcap;
         ld->attn = EM_ATTN_FULL;
-        if (window > 0 && (llama_swa || (f->swa_pattern && il % f->swa_pattern < f->swa_pattern - 1))) {
+        bool slides = llama_swa;
+        if (f->swa_pattern && (err = layer_slides(l, f, il, &slides))) return err;
+        if (window > 0 && slides) {
             ld->attn = EM_ATTN_SLIDING;
             ld->window = window;
         }

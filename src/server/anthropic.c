@@ -96,7 +96,8 @@ bool em_anthropic_parse_messages(const char *body, size_t len, em_server_request
          em_server_read_number(root, "top_p", 0, 1, &top_p, err) &&
          em_server_read_int(root, "top_k", 0, INT_MAX, &top_k, err) &&
          em_server_read_stops(root, "stop_sequences", false, req, err) &&
-         em_server_read_bool(root, "stream", &req->stream, err);
+         em_server_read_bool(root, "stream", &req->stream, err) &&
+         em_server_read_bool(root, "ignore_eos", &req->ignore_eos, err); /* llama-server's extension */
     json_t *metadata = json_object_get(root, "metadata"); /* user_id: accepted, not used */
     if (ok && metadata && !json_is_null(metadata) && !json_is_object(metadata)) {
         em_server_error_set(err, 400, NULL, NULL, "metadata", "metadata: must be an object");

@@ -65,7 +65,7 @@ static char *model_id_of(const char *path) {
     return strndup(base, len);
 }
 
-em_err em_server_model_open(const ember_options *options, em_server_model **out) {
+em_err em_server_model_open(const ember_options *options, const char *alias, em_server_model **out) {
     *out = NULL;
     if (!options->model_path) return em_errorf(EM_ERR_INVALID, "no model path");
     em_server_model *m = calloc(1, sizeof *m);
@@ -74,7 +74,8 @@ em_err em_server_model_open(const ember_options *options, em_server_model **out)
     em_err e = em_gguf_open(options->model_path, &g);
     if (!e) e = em_server_text_from_gguf(g, &m->text);
     em_gguf_close(g);
-    if (!e && !(m->model_id = model_id_of(options->model_path))) e = em_errorf(EM_ERR_NOMEM, "out of memory");
+    if (!e && !(m->model_id = alias ? strdup(alias) : model_id_of(options->model_path)))
+        e = em_errorf(EM_ERR_NOMEM, "out of memory");
     if (!e) e = ember_engine_create(options, &m->engine);
     if (e) {
         em_server_model_close(m);
@@ -83,7 +84,7 @@ em_err em_server_model_open(const ember_options *options, em_server_model **out)
     ember_engine_info info;
     ember_engine_get_info(m->engine, &info);
     m->backend = (em_server_backend){.self = m, .model_id = m->model_id, .ctx_tokens = (int)info.ctx_tokens,
-                                     .n_vocab = em_server_text_n_vocab(m->text), .chat_prompt = model_chat_prompt,
+                                     .n_vocab = (int32_t)info.n_vocab, .chat_prompt = model_chat_prompt,
                                      .tokenize = model_tokenize, .token_bytes = model_token_bytes,
                                      .submit = model_submit, .next = model_next, .cancel = model_cancel,
                                      .timings = model_timings, .release = model_release, .stats = model_stats};

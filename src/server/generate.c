@@ -167,6 +167,7 @@ static bool submit_all(job *j, em_server_error *err) {
         size_t max = j->req.max_tokens > 0 ? (size_t)j->req.max_tokens : room;
         params.max_tokens = (int)(max < room ? max : room);
         params.stop = (const char *const *)j->req.stop;
+        params.ignore_eos = j->req.ignore_eos;
         params.n_stop = j->req.n_stop;
         em_err e = b->submit(b->self, &params, &j->handles[i]);
         if (e) {

@@ -146,23 +146,13 @@ static bool reject_early(struct MHD_Connection *c, em_server *s, connection *ctx
 
 /* ---- Endpoints ---- */
 
-static bool check_model(const em_server *s, const em_server_request *req, em_server_error *err) {
-    if (!strcmp(req->model, s->backend.model_id)) return true;
-    if (req->api == EM_API_ANTHROPIC_MESSAGES || req->api == EM_API_ANTHROPIC_COUNT)
-        em_server_error_set(err, 404, NULL, NULL, "model", "model: %s (this server serves '%s')", req->model,
-                            s->backend.model_id);
-    else
-        em_server_error_set(err, 404, NULL, "model_not_found", "model",
-                            "The model '%s' does not exist; this server serves '%s'", req->model, s->backend.model_id);
-    return false;
-}
-
 static enum MHD_Result serve_models(struct MHD_Connection *c, em_server *s, connection *ctx, const char *url) {
     const char *id = s->backend.model_id;
     json_t *list = ctx->api == EM_API_ANTHROPIC_MESSAGES ? em_anthropic_models_json(id, s->started)
                                                           : em_openai_models_json(id, s->started);
     if (strncmp(url, "/v1/models/", 11)) return queue(c, s, ctx, 200, em_server_json_response(list));
-    /* one model: the list's only entry */
+    /* One model: the list's only entry. Generation requests may name any model (they get this
+     * one), but a lookup by id answers only for the id that is served, as the list says. */
     json_t *model = json_incref(json_array_get(json_object_get(list, "data"), 0));
     json_decref(list);
     if (strcmp(url + 11, id)) {
@@ -227,7 +217,6 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, em_server *s, connecti
     default: ok = em_anthropic_parse_count_tokens(body, ctx->body.len, &req, &err); break;
     }
     em_buf_free(&ctx->body); /* the request holds copies of what it needs */
-    ok = ok && check_model(s, &req, &err);
     if (!ok) {
         em_server_request_clear(&req);
         return queue_error(c, s, ctx, &err);

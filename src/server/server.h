@@ -43,9 +43,10 @@
 
 typedef struct em_server_backend {
     void *self;
-    const char *model_id; /* the name /v1/models lists and requests must ask for */
+    const char *model_id; /* the name /v1/models lists and responses report (requests may name any) */
     int ctx_tokens;       /* longest prompt + output the engine accepts */
-    int32_t n_vocab;      /* token ids (logit_bias, prompts of ids) must be below this */
+    int32_t n_vocab;      /* token ids (logit_bias, prompts of ids) must be below this: the model's
+                           * output rows, which may be more than the tokenizer's tokens */
 
     /* Renders `messages` (an OpenAI-style array of {role, content: string}; roles system, user,
      * assistant) with the model's chat template, generation prompt added, and tokenizes the
@@ -131,6 +132,7 @@ typedef struct em_server_request {
     bool logprobs;      /* chat: logprobs; completions: logprobs given */
     int top_logprobs;   /* alternatives per token */
     bool seed_given;
+    bool ignore_eos;    /* ignore_eos (llama-server's field): go on past end-of-generation tokens */
 } em_server_request;
 
 void em_server_request_init(em_server_request *req, em_server_api api);
@@ -347,10 +349,11 @@ int32_t em_server_text_n_vocab(const em_server_text *text);
 typedef struct em_server_model em_server_model;
 
 /* Reads the tokenizer and chat template from options->model_path, then starts an engine with
- * `options`. The model id that requests must name is the file's name without ".gguf"; the
- * context is options->ctx_tokens, else the model's context_length capped at 32768 (ember.h's
- * rule). A model without tokenizer.chat_template serves completions only. */
-em_err em_server_model_open(const ember_options *options, em_server_model **out);
+ * `options`. The model id it advertises is `alias` when given (`ember serve --alias`), else the
+ * file's name without ".gguf"; the context is options->ctx_tokens, else the model's
+ * context_length capped at 32768 (ember.h's rule). A model without tokenizer.chat_template
+ * serves completions only. */
+em_err em_server_model_open(const ember_options *options, const char *alias, em_server_model **out);
 const em_server_backend *em_server_model_backend(const em_server_model *model);
 /* Stops the engine and frees everything (stop the server first). */
 void em_server_model_close(em_server_model *model);

@@ -127,8 +127,9 @@ em_err em_detok_feed(em_detok *d, int32_t id, const char **bytes, size_t *len) {
     *bytes = "";
     *len = 0;
     const em_tokenizer *t = d->t;
-    if (id < 0 || id >= t->n_vocab)
-        return em_errorf(EM_ERR_RANGE, "detokenize: token id %d outside the vocabulary (0..%d)", (int)id, (int)t->n_vocab - 1);
+    /* A model may have more output rows than the tokenizer has tokens (embedding tables padded to
+     * a round size): such an id, like an unused [PADn] token, has no text. */
+    if (id < 0 || id >= t->n_vocab) return NULL;
     const char *piece;
     size_t n_piece = em_token_to_piece(t, id, (d->flags & EM_DETOK_SPECIAL) != 0, &piece);
     const uint16_t attr = t->tokens[id].attr;

@@ -8,9 +8,11 @@
  *
  * Token types follow tokenizer.json itself: added tokens marked special are control tokens (never
  * produced from user text unless the caller parses special tokens), the other added tokens are
- * user-defined (always matched), as Hugging Face tokenizers treat them. The pre-tokenizer name
- * is recognized from the Split regex (or GPT-2's ByteLevel regex); anything else gets "default"
- * and a warning. A NFC normalizer is recorded as tokenizer.ember.normalizer = "NFC". The chat
+ * user-defined (always matched), as Hugging Face tokenizers treat them. Gaps in the ids and rows of
+ * the model's embedding past the last token become unused "[PADi]" tokens (i = the id), as
+ * llama.cpp's converter writes them, so a sampled padding row has a token (without text). The
+ * pre-tokenizer name is recognized from the Split regex (or GPT-2's ByteLevel regex); anything
+ * else gets "default" and a warning. A NFC normalizer is recorded as tokenizer.ember.normalizer = "NFC". The chat
  * template of tokenizer_config.json goes to tokenizer.chat_template. */
 #include "internal.h"
 
@@ -114,7 +116,7 @@ static em_err load_json(const char *path, size_t flags, json_t **out) {
     return NULL;
 }
 
-static em_err collect_tokens(conv *c, json_t *model) {
+static em_err collect_tokens(conv *c, json_t *model, uint32_t n_rows) {
     json_t *vocab = json_object_get(model, "vocab"), *added = json_object_get(c->root, "added_tokens");
     if (!json_is_object(vocab)) return em_errorf(EM_ERR_FORMAT, "%s: model.vocab is not an object", c->path);
     int64_t max_id = -1;
@@ -135,6 +137,10 @@ static em_err collect_tokens(conv *c, json_t *model) {
     }
     c->n = max_id + 1;
     if (c->n == 0) return em_errorf(EM_ERR_FORMAT, "%s: empty vocabulary", c->path);
+    if (n_rows && c->n > n_rows)
+        return em_errorf(EM_ERR_FORMAT, "%s: token id %lld, but the model's embedding has %u rows", c->path,
+                         (long long)max_id, n_rows);
+    if (n_rows) c->n = n_rows; /* rows without a token become [PADi] below */
     c->texts = calloc((size_t)c->n, sizeof *c->texts);
     c->lengths = calloc((size_t)c->n, sizeof *c->lengths);
     c->types = calloc((size_t)c->n, sizeof *c->types);
@@ -156,7 +162,7 @@ static em_err collect_tokens(conv *c, json_t *model) {
     }
     const char *unk = json_string_value(json_object_get(model, "unk_token"));
     for (int64_t id = 0; id < c->n; id++) {
-        if (!c->texts[id]) { /* a gap in the ids */
+        if (!c->texts[id]) { /* a gap in the ids, or a row past the last token */
             char name[32];
             snprintf(name, sizeof name, "[PAD%lld]", (long long)id);
             if (!(c->texts[id] = own(c, strdup(name)))) return em_errorf(EM_ERR_NOMEM, "%s: out of memory", c->path);
@@ -238,7 +244,7 @@ static void special_flags(conv *c, int *add_bos, int *add_eos) {
     if (*add_eos < 0) *add_eos = n > 1 && json_object_get(json_array_get(single, n - 1), "SpecialToken") != NULL;
 }
 
-static em_err convert(conv *c, em_gguf_writer *w) {
+static em_err convert(conv *c, uint32_t n_rows, em_gguf_writer *w) {
     json_t *model = json_object_get(c->root, "model");
     const char *type = json_string_value(json_object_get(model, "type"));
     if (!type || strcmp(type, "BPE"))
@@ -248,7 +254,7 @@ static em_err convert(conv *c, em_gguf_writer *w) {
                     find_typed(json_object_get(c->root, "decoder"), "decoders", "ByteLevel");
     if (!c->byte_level && !json_is_true(json_object_get(model, "byte_fallback")))
         return em_errorf(EM_ERR_UNSUPPORTED, "%s: a BPE model that is neither byte-level nor has byte fallback", c->path);
-    em_err err = collect_tokens(c, model);
+    em_err err = collect_tokens(c, model, n_rows);
     if (err) return err;
     err = em_gguf_writer_add_str(w, "tokenizer.ggml.model", c->byte_level ? "gpt2" : "llama");
     if (!err) err = em_gguf_writer_add_str(w, "tokenizer.ggml.pre", c->byte_level ? pre_name(c) : "default");
@@ -299,13 +305,13 @@ static em_err convert(conv *c, em_gguf_writer *w) {
     return err;
 }
 
-em_err em_tokenizer_hf_to_gguf(const char *json_path, const char *config_path, em_gguf_writer *w) {
+em_err em_tokenizer_hf_to_gguf(const char *json_path, const char *config_path, uint32_t n_vocab, em_gguf_writer *w) {
     conv c = {.path = json_path};
     em_err err = load_json(json_path, 0, &c.root);
     /* Configs hold numbers such as model_max_length = 1e30 written as integers; only strings and
      * booleans are read from them. */
     if (!err && config_path) err = load_json(config_path, JSON_DECODE_INT_AS_REAL, &c.config);
-    if (!err) err = convert(&c, w);
+    if (!err) err = convert(&c, n_vocab, w);
     for (size_t i = 0; i < c.n_owned; i++) free(c.owned[i]);
     free(c.owned);
     free(c.texts);

@@ -118,15 +118,20 @@ enum {
 em_err em_detok_new(const em_tokenizer *tokenizer, unsigned flags, em_detok **out);
 void em_detok_free(em_detok *detok);
 /* Feeds one id. *bytes and *len: the newly complete text (may be empty), valid until the next call
- * on this detok. EM_ERR_RANGE for an id outside the vocabulary. */
+ * on this detok. An id without text (an unused or padding token, or one outside the vocabulary:
+ * output rows the tokenizer has no token for) adds nothing. */
 em_err em_detok_feed(em_detok *detok, int32_t id, const char **bytes, size_t *len);
 /* Ends the stream: whatever is held back comes out (an incomplete character as U+FFFD). */
 size_t em_detok_flush(em_detok *detok, const char **bytes);
 
 /* Hugging Face tokenizer.json (+ tokenizer_config.json, which may be NULL) → the tokenizer.ggml.*
  * metadata of a GGUF file, added to `writer` (the tokenizer half of `ember convert`). BPE models
- * only: byte-level ones become "gpt2", byte-fallback ones "llama" (with merges). Reads the files
- * itself and keeps nothing. */
-em_err em_tokenizer_hf_to_gguf(const char *tokenizer_json, const char *tokenizer_config, em_gguf_writer *writer);
+ * only: byte-level ones become "gpt2", byte-fallback ones "llama" (with merges). `n_vocab` is the
+ * model's embedding rows (config.json's vocab_size): the token list is padded to it with unused
+ * "[PADi]" tokens, as llama.cpp's converter does, so every row has a token; a tokenizer with
+ * more tokens than that is an error. 0 writes the tokenizer's own tokens. Reads the files itself
+ * and keeps nothing. */
+em_err em_tokenizer_hf_to_gguf(const char *tokenizer_json, const char *tokenizer_config, uint32_t n_vocab,
+                               em_gguf_writer *writer);
 
 #endif

@@ -28,9 +28,12 @@ for n in 1 3; do
   awk -v r="$(field sum_decode_tok_s "$line")" 'BEGIN { exit !(r > 0) }' || fail "concurrency $n rate: $line"
 done
 
-line=$("$ember" bench -m "$model" --device cpu -t 2 --concurrency 2 -n 4 --prompt-tokens 40 --rounds 1 2>/dev/null)
+# --ignore-eos (what bench always does: every request runs to -n) is accepted
+line=$("$ember" bench -m "$model" --device cpu -t 2 --concurrency 2 -n 4 --prompt-tokens 40 --rounds 1 --ignore-eos \
+       2>/dev/null) || fail "bench --ignore-eos exited $?"
 [ "$(field cached_tokens "$line")" = 0 ] || fail "cold prompts cached: $line"
 [ "$(field warm_prompts "$line")" = 0 ] || fail "cold warm flag: $line"
+[ "$(field generated "$line")" = 4 ] || fail "cold generated: $line"
 
 err=$("$ember" bench -m "$model" --concurrency 0 2>&1 >/dev/null) && fail "--concurrency 0 accepted"
 grep -q -- "--concurrency" <<<"$err" || fail "--concurrency 0 message: $err"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `ember convert` from the command line: each transformers checkpoint of tests/fixtures/hf converts,
-# and `ember run --prompt-ids ... --temp 0 --print-ids` reproduces transformers' greedy tokens
-# (families whose greedy path meets the end-of-text token stop early; they are checked by
-# tests/test_convert.c through the API). Bad input fails with exit status 1 and a message.
+# and `ember run --prompt-ids ... --temp 0 --print-ids --ignore-eos` reproduces transformers' 16
+# greedy tokens (which run through <|eos|> in some families); without --ignore-eos the run stops
+# before the first <|eos|>. Bad input fails with exit status 1 and a message.
 set -u
 ember=$1 build=$3
 hf=$(cd "$(dirname "$0")/../fixtures/hf" && pwd)
@@ -14,14 +14,19 @@ trap 'rm -rf "$tmp"' EXIT
 # A JSON list of integers from expected.json, as space-separated numbers.
 ids() { tr -d ' \n' <"$hf/$1/expected.json" | sed -e "s/.*\"$2\":\[\([0-9,]*\)\].*/\1/" | tr ',' ' '; }
 
-for family in llama mistral mixtral qwen2 qwen3 qwen3moe gemma2 gemma3 gemma3mm; do
+for family in llama mistral mixtral qwen2 qwen3 qwen3moe gemma2 gemma3 gemma3mm gemma3pattern; do
   out=$("$ember" convert "$hf/$family" -o "$tmp/$family.gguf" --type f32) || { fail "convert $family exited $?"; continue; }
   grep -q "^$tmp/$family.gguf: " <<<"$out" || fail "convert $family: output line '$out'"
   want=$(ids "$family" greedy_ids)
-  grep -qw 1 <<<"$want" && continue # the greedy path contains <|eos|> (id 1)
-  got=$("$ember" run -m "$tmp/$family.gguf" --prompt-ids "$(ids "$family" prompt_ids)" -n 16 --temp 0 --print-ids \
-        2>/dev/null | tr '\n' ' ' | sed 's/ *$//')
-  [ "$got" = "$want" ] || fail "$family greedy: got '$got', transformers '$want'"
+  greedy() { "$ember" run -m "$tmp/$family.gguf" --prompt-ids "$(ids "$family" prompt_ids)" -n 16 --temp 0 --print-ids \
+             "$@" 2>/dev/null | tr '\n' ' ' | sed 's/ *$//'; }
+  # transformers generated its 16 tokens through <|eos|> (id 1): --ignore-eos does too, and without
+  # it the run stops before the first <|eos|>.
+  got=$(greedy --ignore-eos)
+  [ "$got" = "$want" ] || fail "$family greedy --ignore-eos: got '$got', transformers '$want'"
+  before_eos=$(sed -e 's/^1$//; s/^1 .*//; s/ 1$//; s/ 1 .*//' <<<"$want")
+  got=$(greedy)
+  [ "$got" = "$before_eos" ] || fail "$family greedy: got '$got', transformers '$want' up to <|eos|>: '$before_eos'"
 done
 
 # The tokenizer half: the fixtures' prompt is the first 24 ids of this sentence as transformers

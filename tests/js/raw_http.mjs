@@ -89,10 +89,15 @@ await test('malformed JSON, wrong types, missing fields → 400 in each format',
   await anthropicError(await post('/v1/messages/count_tokens', { model }, aHeaders), 400, 'invalid_request_error');
 });
 
-await test('unknown model → 404', async () => {
-  const e = await openaiError(await post('/v1/chat/completions', { ...chat, model: 'gpt-4o' }), 404, 'model');
-  assert.equal(e.code, 'model_not_found');
-  await anthropicError(await post('/v1/messages', { ...chat, model: 'claude-x' }, { 'x-api-key': apiKey }), 404, 'not_found_error');
+await test('another model name is served by this model, which reports its own id', async () => {
+  const res = await post('/v1/chat/completions', { ...chat, model: 'gpt-4o' });
+  assert.equal(res.status, 200);
+  assert.equal((await res.json()).model, model);
+  const a = await post('/v1/messages', { ...chat, model: 'claude-sonnet-4-5' }, { 'x-api-key': apiKey, 'content-type': 'application/json' });
+  assert.equal(a.status, 200);
+  assert.equal((await a.json()).model, model);
+  const other = await fetch(`${baseURL}/v1/models/gpt-4o`, { headers: auth });
+  await openaiError(other, 404, 'model');
 });
 
 await test('a prompt longer than the context → 400 context_length_exceeded', async () => {

@@ -15,7 +15,9 @@ saved (bf16/f16 checkpoints are rounded first). Each model turns on the features
 implementations; `checks` in expected.json records, for each feature, that switching it off
 changes the logits (so the fixture really exercises it).
 
-Usage: python3 make_hf_fixtures.py OUT_DIR   (needs torch, transformers, tokenizers, safetensors)
+Usage: python3 make_hf_fixtures.py OUT_DIR [NAME...]   (needs torch, transformers, tokenizers, safetensors)
+  NAME... limits the run to those fixtures, e.g. `python3 tools/reference/make_hf_fixtures.py "$OUT"
+  gemma3pattern` writes only "$OUT/gemma3pattern/".
 """
 import copy
 import json
@@ -108,13 +110,19 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
           "original_max_position_embeddings": 32}
 
 
+def gemma3(V, layer_types):
+    """A Gemma 3 text config with one layer per entry of layer_types."""
+    return common(V, head_dim=16, num_hidden_layers=len(layer_types), tie_word_embeddings=True, sliding_window=8,
+                  query_pre_attn_scalar=16, hidden_activation="gelu_pytorch_tanh", layer_types=layer_types,
+                  rms_norm_eps=1e-6, **rope(1000000.0, {"rope_type": "linear", "factor": 4.0}, 10000.0))
+
+
 def specs(V):
     """(name, config class, model class, kwargs, saved dtype, shard size, [(check, kwargs that turn it off)])"""
     T = transformers
     gemma3_types = ["sliding_attention"] * 5 + ["full_attention"]
-    gemma3_text = common(V, head_dim=16, num_hidden_layers=6, tie_word_embeddings=True, sliding_window=8,
-                         query_pre_attn_scalar=16, hidden_activation="gelu_pytorch_tanh", layer_types=gemma3_types,
-                         rms_norm_eps=1e-6, **rope(1000000.0, {"rope_type": "linear", "factor": 4.0}, 10000.0))
+    gemma3pattern_types = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"]
+    gemma3_text = gemma3(V, gemma3_types)
     del gemma3_text["attn_implementation"]
     return [
         ("llama", T.LlamaConfig, T.LlamaForCausalLM,
@@ -147,13 +155,15 @@ def specs(V):
          dict(text_config=gemma3_text, vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                                           num_attention_heads=2, image_size=28, patch_size=14),
               mm_tokens_per_image=4, attn_implementation="eager", initializer_range=0.1), "float32", None, []),
-        ("gemma3", T.Gemma3TextConfig, T.Gemma3ForCausalLM,
-         common(V, head_dim=16, num_hidden_layers=6, tie_word_embeddings=True, sliding_window=8,
-                query_pre_attn_scalar=16, hidden_activation="gelu_pytorch_tanh", layer_types=gemma3_types,
-                rms_norm_eps=1e-6, **rope(1000000.0, {"rope_type": "linear", "factor": 4.0}, 10000.0)),
-         "float32", None,
+        ("gemma3", T.Gemma3TextConfig, T.Gemma3ForCausalLM, gemma3(V, gemma3_types), "float32", None,
          [("sliding_window", {"sliding_window": 4096}),
           ("linear_rope_scaling", rope(1000000.0, None, 10000.0))]),
+        # Gemma 3 with a layer pattern other than five sliding layers then one global: the second
+        # layer is global. The default period of 6 would make all four layers sliding, which the
+        # "layer_types" check proves changes the logits.
+        ("gemma3pattern", T.Gemma3TextConfig, T.Gemma3ForCausalLM, gemma3(V, gemma3pattern_types), "float32", None,
+         [("sliding_window", {"sliding_window": 4096}),
+          ("layer_types", {"layer_types": ["sliding_attention"] * 4})]),
     ]
 
 

@@ -30,20 +30,21 @@ typedef struct family {
     bool qk_norm;
     bool qkv_bias;     /* biases always present */
     moe_names moe;
-    uint32_t swa_pattern; /* layers il with il % pattern < pattern - 1 slide (llama.cpp's fixed pattern) */
+    uint32_t swa_pattern; /* layers il with il % pattern < pattern - 1 slide (llama.cpp's default pattern) */
+    bool pattern_key;     /* GGUF {arch}.attention.sliding_window_pattern can say otherwise (Gemma 3) */
 } family;
 
 static const family families[] = {
-    {"LlamaForCausalLM", "llama", true, false, false, false, MOE_NONE, 0},
-    {"MistralForCausalLM", "llama", true, false, false, false, MOE_NONE, 0},
-    {"MixtralForCausalLM", "llama", true, false, false, false, MOE_MIXTRAL, 0},
-    {"Qwen2ForCausalLM", "qwen2", false, false, false, true, MOE_NONE, 0},
-    {"Qwen3ForCausalLM", "qwen3", false, false, true, false, MOE_NONE, 0},
-    {"Qwen3MoeForCausalLM", "qwen3moe", false, false, true, false, MOE_QWEN, 0},
-    {"Gemma2ForCausalLM", "gemma2", false, true, false, false, MOE_NONE, 2},
-    {"Gemma3ForCausalLM", "gemma3", false, true, true, false, MOE_NONE, 6},
+    {"LlamaForCausalLM", "llama", true, false, false, false, MOE_NONE, 0, false},
+    {"MistralForCausalLM", "llama", true, false, false, false, MOE_NONE, 0, false},
+    {"MixtralForCausalLM", "llama", true, false, false, false, MOE_MIXTRAL, 0, false},
+    {"Qwen2ForCausalLM", "qwen2", false, false, false, true, MOE_NONE, 0, false},
+    {"Qwen3ForCausalLM", "qwen3", false, false, true, false, MOE_NONE, 0, false},
+    {"Qwen3MoeForCausalLM", "qwen3moe", false, false, true, false, MOE_QWEN, 0, false},
+    {"Gemma2ForCausalLM", "gemma2", false, true, false, false, MOE_NONE, 2, false},
+    {"Gemma3ForCausalLM", "gemma3", false, true, true, false, MOE_NONE, 6, true},
     /* the text half of the multimodal Gemma 3 (4B and up); the vision tower is left out */
-    {"Gemma3ForConditionalGeneration", "gemma3", false, true, true, false, MOE_NONE, 6},
+    {"Gemma3ForConditionalGeneration", "gemma3", false, true, true, false, MOE_NONE, 6, true},
 };
 
 static const family *family_of(const char *hf_arch) {
@@ -488,6 +489,24 @@ static em_err plan_all(converter *cv) {
 
 /* ---- checks that the family loaders can represent what config.json says ---- */
 
+/* Whether config.json makes layer `il` slide: layer_types when given (5.x, and 4.x saves it too),
+ * else the period sliding_window_pattern (4.x: layer il slides unless (il + 1) % period == 0),
+ * else the family's own period. */
+static bool hf_layer_slides(const converter *cv, uint32_t il) {
+    const em_hf_config *c = &cv->cfg;
+    if (c->layer_sliding) return c->layer_sliding[il];
+    const uint32_t period = c->sliding_window_pattern ? c->sliding_window_pattern : cv->f->swa_pattern;
+    return il % period < period - 1;
+}
+
+/* Whether every layer slides as the family's default period says (no pattern key needed). */
+static bool default_layer_pattern(const converter *cv) {
+    const uint32_t period = cv->f->swa_pattern;
+    for (uint32_t il = 0; il < cv->cfg.n_layer; il++)
+        if (hf_layer_slides(cv, il) != (il % period < period - 1)) return false;
+    return true;
+}
+
 static em_err check_config(converter *cv) {
     const em_hf_config *c = &cv->cfg;
     const family *f = cv->f;
@@ -513,14 +532,11 @@ static em_err check_config(converter *cv) {
     if (f->swa_pattern) {
         if (c->sliding_window == 0)
             return em_errorf(EM_ERR_NOT_FOUND, "%s/%s: field 'sliding_window' is missing", cv->dir, file);
-        if (c->sliding_window_pattern && c->sliding_window_pattern != f->swa_pattern)
-            return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: sliding_window_pattern %u; GGUF %s fixes it at %u", cv->dir,
-                             file, c->sliding_window_pattern, f->arch, f->swa_pattern);
-        for (uint32_t il = 0; c->layer_sliding && il < c->n_layer; il++)
-            if (c->layer_sliding[il] != (il % f->swa_pattern < f->swa_pattern - 1))
-                return em_errorf(EM_ERR_UNSUPPORTED,
-                                 "%s/%s: layer_types[%u] breaks the pattern GGUF %s fixes (every %u-th layer global)",
-                                 cv->dir, file, il, f->arch, f->swa_pattern);
+        /* Gemma 2's pattern is fixed by the architecture (llama.cpp reads no key for it). */
+        if (!f->pattern_key && !default_layer_pattern(cv))
+            return em_errorf(EM_ERR_UNSUPPORTED,
+                             "%s/%s: %s breaks the pattern GGUF %s fixes (every %u-th layer global)", cv->dir, file,
+                             c->layer_sliding ? "layer_types" : "sliding_window_pattern", f->arch, f->swa_pattern);
     } else if (!strcmp(f->arch, "llama") && c->layer_sliding) {
         for (uint32_t il = 0; il < c->n_layer; il++)
             if (c->layer_sliding[il] != (c->sliding_window > 0))
@@ -552,6 +568,19 @@ static uint32_t file_type_of(uint32_t type) {
     case EM_TYPE_BF16: return 32;
     default: return 0;
     }
+}
+
+/* A Gemma 3 layer pattern other than the default, in the form config.json gave it: a period when
+ * it gave only sliding_window_pattern, one bool per layer (true = sliding) from layer_types. */
+static em_err write_layer_pattern(const converter *cv, em_gguf_writer *w, const char *key) {
+    const em_hf_config *c = &cv->cfg;
+    if (!c->layer_sliding) return em_gguf_writer_add_u32(w, key, c->sliding_window_pattern);
+    uint8_t *slides = malloc(c->n_layer);
+    if (!slides) return em_errorf(EM_ERR_NOMEM, "out of memory writing %s", key);
+    for (uint32_t il = 0; il < c->n_layer; il++) slides[il] = c->layer_sliding[il];
+    em_err err = em_gguf_writer_add_array(w, key, EM_GGUF_BOOL, slides, c->n_layer);
+    free(slides);
+    return err;
 }
 
 static em_err write_metadata(converter *cv, em_gguf_writer *w, const char *name) {
@@ -593,10 +622,12 @@ static em_err write_metadata(converter *cv, em_gguf_writer *w, const char *name)
          * always renormalises and ignores the key; Ember's loader follows it. */
         TRY(em_gguf_writer_add_bool(w, K("expert_weights_norm"), c->norm_topk_given && c->norm_topk_prob));
     }
-    /* Sliding windows: Gemma's pattern is fixed by the architecture; a Mistral-style window on every
-     * layer of `llama` is a key llama.cpp's converter does not write but the loader honours. */
+    /* Sliding windows: Gemma's pattern has a default per architecture; a Mistral-style window on
+     * every layer of `llama` is a key llama.cpp's converter does not write but the loader honours. */
     if (cv->f->swa_pattern || (!strcmp(a, "llama") && c->sliding_window > 0 && c->sliding_window < c->n_ctx))
         TRY(em_gguf_writer_add_u32(w, K("attention.sliding_window"), c->sliding_window));
+    if (cv->f->pattern_key && !default_layer_pattern(cv))
+        TRY(write_layer_pattern(cv, w, K("attention.sliding_window_pattern")));
     if (c->attn_softcap > 0) TRY(em_gguf_writer_add_f32(w, K("attn_logit_softcapping"), (float)c->attn_softcap));
     if (c->final_softcap > 0) TRY(em_gguf_writer_add_f32(w, K("final_logit_softcapping"), (float)c->final_softcap));
     if (c->rope.type == EM_HF_ROPE_LINEAR) {
@@ -736,7 +767,7 @@ static em_err write_tokenizer(converter *cv, em_gguf_writer *w) {
         return em_errorf(EM_ERR_NOT_FOUND, "%s: no tokenizer.json (convert with --no-tokenizer to write weights only)",
                          cv->dir);
     bool has_config = stat(config, &sb) == 0;
-    em_err err = em_tokenizer_hf_to_gguf(json, has_config ? config : NULL, w);
+    em_err err = em_tokenizer_hf_to_gguf(json, has_config ? config : NULL, cv->cfg.n_vocab, w);
     if (err) return err;
     return write_chat_template(cv->dir, has_config ? config : NULL, w);
 }

@@ -16,9 +16,11 @@
  *    Qwen2/Qwen3/Qwen3Moe; Gemma2/Gemma3 text, with 1 added to every RMSNorm weight because GGUF
  *    Gemma stores (1 + w)), stacks experts into ffn_*_exps, writes rope_freqs.weight for llama3 rope
  *    scaling, and streams tensors one at a time through em_gguf_writer_write_streaming.
+ *    A Gemma 3 layer pattern other than five sliding layers then one global is written as
+ *    {arch}.attention.sliding_window_pattern (llama.cpp's key: a period, or a bool per layer).
  *    Tokenizer metadata comes from the tokenizer module's tokenizer.json converter (BPE models:
- *    byte-level, or with byte fallback); the chat template from tokenizer_config.json (or
- *    chat_template.jinja).
+ *    byte-level, or with byte fallback), its token list padded to the embedding's rows with unused
+ *    [PADi] tokens; the chat template from tokenizer_config.json (or chat_template.jinja).
  *
  * What it does not own: the meaning of the GGUF keys (model.h's loaders), tokenization itself
  * (tokenizer), block formats (quant).
