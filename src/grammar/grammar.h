@@ -1,0 +1,112 @@
+/*
+ * grammar — constrained decoding: a grammar compiled to a byte-level pushdown automaton, and per
+ * step the set of tokens of the model's vocabulary that keep the output inside the grammar.
+ *
+ * Input is llama.cpp's GBNF text (`name ::= alternatives`, literals, character classes with
+ * ranges and negation, `.`, groups, `* + ? {m} {m,} {m,n}`, `#` comments; `root` is the start),
+ * or a JSON Schema, which schema.c turns into GBNF first, so there is one compiler. Compilation
+ * (parse.c) lowers everything to bytes: a character class becomes the UTF-8 byte sequences of its
+ * code points (so tokens that end inside a character, byte-fallback tokens, need no special
+ * case), repetitions become helper rules (x* is R ::= x R | empty; {m,n} is m copies then nested
+ * optionals, so a string has one derivation), and each alternative is a run of elements (a byte
+ * set, or a rule reference) ended by an END element in one flat array.
+ *
+ * The automaton (state.c) is the classic nondeterministic one: a stack is the position of the next
+ * terminal plus the return positions below it; the parse state is the set of stacks that can still
+ * continue. Stacks are hash-consed nodes (position, parent), so a state is a sorted array of node
+ * ids; states are interned too, and the transition (state, byte) → state is memoized: walking the
+ * automaton lazily builds a DFA, and what was computed once (inside a JSON string, say) costs one
+ * hash probe afterwards. A return to the end of an alternative is not pushed (a tail call), so
+ * right recursion (every repetition) does not deepen the stack. Left recursion would not
+ * terminate, and is a compile error naming the rule.
+ *
+ * Token masks (vocab.c): the vocabulary's token byte strings form a trie; the mask of a state is a
+ * walk of that trie against the automaton that prunes every subtree the state cannot enter, and
+ * it is cached per state, so a state seen before costs a copy. End-of-generation tokens are allowed
+ * only when the grammar is complete (the empty stack is in the state); tokens without bytes
+ * (control tokens) never are.
+ *
+ * Ownership and threads: an em_grammar is immutable once compiled (any thread may read it, many
+ * states may share it; it must outlive them). An em_grammar_vocab is immutable too and belongs to
+ * whoever built it (the engine: one per model). An em_grammar_state belongs to one request and is
+ * used by one thread at a time; it owns its caches, which grow with what it has seen and are
+ * dropped as a whole past a fixed size. Errors are em_err values that say what and where (rule
+ * name, line and column of the grammar text, or the JSON pointer of a schema keyword).
+ *
+ * Not here: tokenization (src/tokenizer), applying masks to logits (src/engine), the HTTP fields
+ * that carry grammars (src/server).
+ */
+#ifndef EMBER_GRAMMAR_H
+#define EMBER_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "../tokenizer/tokenizer.h"
+
+typedef struct em_grammar em_grammar;
+
+/* Compiles GBNF text (need not be NUL-terminated). The start rule is `root`. Errors
+ * (EM_ERR_INVALID) name the line, the column and the rule: a syntax error, a reference to an
+ * undefined rule, a rule defined twice, left recursion, a missing root. */
+em_err em_grammar_compile(const char *gbnf, size_t len, em_grammar **out);
+void em_grammar_free(em_grammar *grammar);
+
+/* A JSON Schema (text) → GBNF text (malloc'd, NUL-terminated). Supported keywords and the regex
+ * subset of `pattern` are listed in schema.c; any other keyword is an EM_ERR_UNSUPPORTED naming
+ * it and where it is (a JSON pointer), never ignored. `schema` NULL means "any JSON object"
+ * (OpenAI's json_object mode). */
+em_err em_grammar_from_json_schema(const char *schema, size_t len, char **gbnf);
+
+/* ---- Vocabulary ---- */
+
+typedef struct em_grammar_vocab em_grammar_vocab;
+
+/* The byte strings of tokens 0..n_tokens-1 as the tokenizer decodes them (em_token_to_piece,
+ * without special text), in a trie. n_tokens may exceed the tokenizer's vocabulary (padded output
+ * rows): those rows have no bytes and are never allowed. */
+em_err em_grammar_vocab_new(const em_tokenizer *tokenizer, uint32_t n_tokens, em_grammar_vocab **out);
+/* The same from explicit pieces (tests): pieces[i] of lens[i] bytes; is_end[i] marks
+ * end-of-generation tokens (may be NULL). */
+em_err em_grammar_vocab_from_pieces(const char *const *pieces, const size_t *lens, const bool *is_end,
+                                    uint32_t n_tokens, em_grammar_vocab **out);
+void em_grammar_vocab_free(em_grammar_vocab *vocab);
+uint32_t em_grammar_vocab_size(const em_grammar_vocab *vocab);
+
+/* ---- Parse state (one per constrained sequence) ---- */
+
+typedef struct em_grammar_state em_grammar_state;
+
+/* A fresh state at the start of `root`. The grammar must outlive the state. */
+em_err em_grammar_state_new(const em_grammar *grammar, em_grammar_state **out);
+void em_grammar_state_free(em_grammar_state *state);
+
+/* Feeds bytes; false (state unchanged) when the grammar does not allow them here. */
+bool em_grammar_accept_bytes(em_grammar_state *state, const void *bytes, size_t len);
+/* Feeds a token of `vocab`: its bytes, or for an end-of-generation token the end of the text
+ * (allowed only when complete; afterwards nothing is). False (state unchanged) when not allowed. */
+bool em_grammar_accept_token(em_grammar_state *state, const em_grammar_vocab *vocab, int32_t token);
+/* The text so far is a whole sentence of the grammar (end of generation would be allowed). */
+bool em_grammar_complete(const em_grammar_state *state);
+/* Some byte may still follow (false: only the end is left, or nothing at all). */
+bool em_grammar_can_continue(const em_grammar_state *state);
+
+/* Writes the allowed tokens of `vocab` as a bitset: bit t of mask[t / 32] (size ceil(n/32) words,
+ * n = em_grammar_vocab_size). Returns the number of allowed tokens (0: the grammar cannot go on in
+ * this vocabulary). EM_ERR_NOMEM only. */
+em_err em_grammar_mask(em_grammar_state *state, const em_grammar_vocab *vocab, uint32_t *mask, uint32_t *n_allowed);
+
+/* Which bytes may come next: allowed[b] for each byte value (tests, random generation). */
+void em_grammar_next_bytes(em_grammar_state *state, bool allowed[256]);
+/* The fewest bytes that complete the text from here (UINT32_MAX when it cannot be completed). */
+uint32_t em_grammar_bytes_to_complete(const em_grammar_state *state);
+
+/* A random sentence of the grammar (tests: the strings a schema allows). Bytes are drawn
+ * uniformly among the allowed ones, stopping at random once complete; past `soft_limit` bytes
+ * only bytes that bring the end closer are drawn, so it always terminates. *text is malloc'd and
+ * NUL-terminated (the grammar may allow NUL bytes inside: *len is the length). */
+em_err em_grammar_generate(const em_grammar *grammar, uint64_t seed, size_t soft_limit, char **text, size_t *len);
+
+#endif

@@ -1,0 +1,73 @@
+/* grammar internals shared by parse.c (the compiler), state.c (the automaton) and vocab.c (the token
+ * trie and masks). See grammar.h for the design. */
+#ifndef EMBER_GRAMMAR_INTERNAL_H
+#define EMBER_GRAMMAR_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "grammar.h"
+
+/* An element is one uint32: its kind in the top two bits, its value (a byte-set index or a rule
+ * id) below. An alternative is a run of elements ended by EM_ELEMENT_END. */
+enum { EM_ELEMENT_END = 0, EM_ELEMENT_BYTES = 1, EM_ELEMENT_RULE = 2 };
+#define EM_ELEMENT(kind, value) (((uint32_t)(kind) << 30) | (uint32_t)(value))
+#define EM_ELEMENT_KIND(e) ((e) >> 30)
+#define EM_ELEMENT_VALUE(e) ((e) & 0x3FFFFFFFu)
+
+#define EM_GRAMMAR_INFINITE UINT32_MAX
+
+/* 256 bits: which byte values a terminal accepts. */
+typedef struct em_byte_set {
+    uint32_t bits[8];
+} em_byte_set;
+
+static inline bool em_byte_set_has(const em_byte_set *set, uint8_t byte) {
+    return (set->bits[byte >> 5] >> (byte & 31)) & 1u;
+}
+
+struct em_grammar {
+    uint32_t *elements; /* every alternative of every rule, each ended by END */
+    uint32_t n_elements;
+    em_byte_set *byte_sets;
+    uint32_t n_byte_sets;
+    uint32_t *alternatives; /* start position of each alternative, grouped by rule */
+    uint32_t *rule_first;   /* per rule: index of its first alternative in `alternatives` */
+    uint32_t *rule_count;   /* per rule: how many alternatives */
+    char **rule_names;
+    uint32_t n_rules;
+    uint32_t root;
+    /* Per element position: the fewest bytes from that position to the end of its alternative
+     * (EM_GRAMMAR_INFINITE when the rest cannot be finished). */
+    uint32_t *min_rest;
+    uint32_t *rule_min; /* per rule: its fewest bytes (0: it can be empty) */
+};
+
+/* ---- The automaton (state.c), used by the mask walk ---- */
+
+/* The empty set of stacks: a dead state. */
+#define EM_GRAMMAR_DEAD 0u
+
+/* The state reached from interned set `set` by `byte` (EM_GRAMMAR_DEAD when none); memoized.
+ * EM_GRAMMAR_DEAD too when memory runs out, with *failed set. */
+uint32_t em_grammar_step(em_grammar_state *state, uint32_t set, uint8_t byte, bool *failed);
+/* The interned set the state is in now. */
+uint32_t em_grammar_current(const em_grammar_state *state);
+/* True when the set contains the empty stack. */
+bool em_grammar_set_complete(const em_grammar_state *state, uint32_t set);
+/* The cached mask of a set, or NULL; and storing one (the state takes `mask`, malloc'd). */
+const uint32_t *em_grammar_cached_mask(const em_grammar_state *state, uint32_t set, uint32_t *n_allowed);
+void em_grammar_cache_mask(em_grammar_state *state, uint32_t set, uint32_t *mask, uint32_t n_allowed, size_t bytes);
+/* Marks the end of the text as accepted (an end-of-generation token): nothing follows. */
+void em_grammar_accept_end(em_grammar_state *state);
+
+/* ---- Small helpers ---- */
+
+/* Makes room for `need` items of `size` bytes in *array (capacity *cap, doubled as needed). */
+bool em_grammar_reserve(void *array_ptr, size_t *cap, size_t need, size_t size);
+
+/* Appends the UTF-8 encoding of code point `cp` (< 0x110000) to `out` (4 bytes room); returns its length. */
+size_t em_grammar_utf8_encode(uint32_t cp, uint8_t *out);
+
+#endif

@@ -1,0 +1,202 @@
+/* Token masks (grammar.h): the vocabulary's byte strings in a trie, walked against the automaton. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* A trie node: the byte that leads to it, its children (contiguous), and the tokens whose bytes
+ * end exactly here (a range of `token_ids`). */
+typedef struct trie_node {
+    uint32_t first_child;
+    uint32_t first_token;
+    uint32_t n_tokens;
+    uint16_t n_children;
+    uint8_t byte;
+} trie_node;
+
+struct em_grammar_vocab {
+    uint32_t n_tokens;
+    uint8_t *bytes;         /* every token's bytes, back to back */
+    uint32_t *piece_start;  /* token t is bytes[piece_start[t] .. piece_start[t + 1]) */
+    bool *is_end;           /* end-of-generation tokens */
+    uint32_t *end_tokens;
+    uint32_t n_end_tokens;
+    uint32_t *token_ids;    /* tokens with bytes, sorted by their bytes (the trie's order) */
+    trie_node *nodes;       /* node 0 is the root */
+    size_t n_nodes, cap_nodes;
+};
+
+static int by_bytes(const void *a, const void *b, void *context) {
+    const em_grammar_vocab *v = context;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    uint32_t lx = v->piece_start[x + 1] - v->piece_start[x], ly = v->piece_start[y + 1] - v->piece_start[y];
+    int c = memcmp(v->bytes + v->piece_start[x], v->bytes + v->piece_start[y], lx < ly ? lx : ly);
+    if (c) return c;
+    return lx < ly ? -1 : lx > ly ? 1 : (x < y ? -1 : x > y);
+}
+
+static uint32_t piece_len(const em_grammar_vocab *v, uint32_t t) { return v->piece_start[t + 1] - v->piece_start[t]; }
+
+/* Fills node `at` from token_ids[lo..hi), which all share their first `depth` bytes. */
+static bool build_node(em_grammar_vocab *v, size_t at, uint32_t lo, uint32_t hi, uint32_t depth) {
+    uint32_t i = lo;
+    while (i < hi && piece_len(v, v->token_ids[i]) == depth) i++; /* the shorter ones sort first */
+    v->nodes[at].first_token = lo;
+    v->nodes[at].n_tokens = i - lo;
+    uint32_t groups = 0;
+    for (uint32_t j = i; j < hi; j++)
+        if (j == i || v->bytes[v->piece_start[v->token_ids[j]] + depth] != v->bytes[v->piece_start[v->token_ids[j - 1]] + depth])
+            groups++;
+    if (!em_grammar_reserve(&v->nodes, &v->cap_nodes, v->n_nodes + groups, sizeof *v->nodes)) return false;
+    size_t first = v->n_nodes;
+    v->n_nodes += groups;
+    v->nodes[at].first_child = (uint32_t)first;
+    v->nodes[at].n_children = (uint16_t)groups;
+    size_t child = first;
+    for (uint32_t j = i; j < hi;) {
+        uint8_t byte = v->bytes[v->piece_start[v->token_ids[j]] + depth];
+        uint32_t end = j;
+        while (end < hi && v->bytes[v->piece_start[v->token_ids[end]] + depth] == byte) end++;
+        memset(&v->nodes[child], 0, sizeof v->nodes[child]);
+        v->nodes[child].byte = byte;
+        if (!build_node(v, child, j, end, depth + 1)) return false;
+        child++;
+        j = end;
+    }
+    return true;
+}
+
+em_err em_grammar_vocab_from_pieces(const char *const *pieces, const size_t *lens, const bool *is_end,
+                                    uint32_t n_tokens, em_grammar_vocab **out) {
+    *out = NULL;
+    em_grammar_vocab *v = calloc(1, sizeof *v);
+    if (!v) return em_errorf(EM_ERR_NOMEM, "grammar: out of memory for a vocabulary");
+    v->n_tokens = n_tokens;
+    size_t total = 0;
+    for (uint32_t t = 0; t < n_tokens; t++) total += is_end && is_end[t] ? 0 : lens[t];
+    v->bytes = malloc(total ? total : 1);
+    v->piece_start = malloc(((size_t)n_tokens + 1) * sizeof *v->piece_start);
+    v->is_end = calloc(n_tokens ? n_tokens : 1, sizeof *v->is_end);
+    v->end_tokens = malloc((n_tokens ? n_tokens : 1) * sizeof *v->end_tokens);
+    v->token_ids = malloc((n_tokens ? n_tokens : 1) * sizeof *v->token_ids);
+    bool ok = v->bytes && v->piece_start && v->is_end && v->end_tokens && v->token_ids && total < UINT32_MAX &&
+              em_grammar_reserve(&v->nodes, &v->cap_nodes, 1, sizeof *v->nodes);
+    if (ok) {
+        uint32_t at = 0, n_with_bytes = 0;
+        for (uint32_t t = 0; t < n_tokens; t++) {
+            v->piece_start[t] = at;
+            if (is_end && is_end[t]) { /* its bytes, if any, never count: it ends the text */
+                v->is_end[t] = true;
+                v->end_tokens[v->n_end_tokens++] = t;
+                continue;
+            }
+            memcpy(v->bytes + at, pieces[t], lens[t]);
+            at += (uint32_t)lens[t];
+            if (lens[t]) v->token_ids[n_with_bytes++] = t;
+        }
+        v->piece_start[n_tokens] = at;
+        qsort_r(v->token_ids, n_with_bytes, sizeof *v->token_ids, by_bytes, v);
+        memset(&v->nodes[0], 0, sizeof v->nodes[0]);
+        v->n_nodes = 1;
+        ok = build_node(v, 0, 0, n_with_bytes, 0);
+    }
+    if (!ok) {
+        em_grammar_vocab_free(v);
+        return em_errorf(EM_ERR_NOMEM, "grammar: out of memory for a vocabulary of %u tokens", n_tokens);
+    }
+    *out = v;
+    return NULL;
+}
+
+em_err em_grammar_vocab_new(const em_tokenizer *tokenizer, uint32_t n_tokens, em_grammar_vocab **out) {
+    const char **pieces = malloc((n_tokens ? n_tokens : 1) * sizeof *pieces);
+    size_t *lens = malloc((n_tokens ? n_tokens : 1) * sizeof *lens);
+    bool *is_end = malloc((n_tokens ? n_tokens : 1) * sizeof *is_end);
+    em_err err = NULL;
+    if (!pieces || !lens || !is_end) err = em_errorf(EM_ERR_NOMEM, "grammar: out of memory for a vocabulary");
+    for (uint32_t t = 0; !err && t < n_tokens; t++) {
+        const bool in_vocab = t < (uint32_t)em_tokenizer_n_vocab(tokenizer);
+        is_end[t] = in_vocab && em_tokenizer_is_eog(tokenizer, (int32_t)t);
+        lens[t] = in_vocab ? em_token_to_piece(tokenizer, (int32_t)t, false, &pieces[t]) : 0;
+        if (!lens[t]) pieces[t] = "";
+    }
+    if (!err) err = em_grammar_vocab_from_pieces(pieces, lens, is_end, n_tokens, out);
+    free(pieces);
+    free(lens);
+    free(is_end);
+    return err;
+}
+
+void em_grammar_vocab_free(em_grammar_vocab *v) {
+    if (!v) return;
+    free(v->bytes);
+    free(v->piece_start);
+    free(v->is_end);
+    free(v->end_tokens);
+    free(v->token_ids);
+    free(v->nodes);
+    free(v);
+}
+
+uint32_t em_grammar_vocab_size(const em_grammar_vocab *v) { return v->n_tokens; }
+
+bool em_grammar_accept_token(em_grammar_state *s, const em_grammar_vocab *v, int32_t token) {
+    if (token < 0 || (uint32_t)token >= v->n_tokens) return false;
+    if (v->is_end[token]) {
+        if (!em_grammar_complete(s)) return false;
+        em_grammar_accept_end(s);
+        return true;
+    }
+    uint32_t len = piece_len(v, (uint32_t)token);
+    return len && em_grammar_accept_bytes(s, v->bytes + v->piece_start[token], len);
+}
+
+typedef struct mask_walk {
+    em_grammar_state *state;
+    const em_grammar_vocab *vocab;
+    uint32_t *mask;
+    uint32_t n_allowed;
+    bool failed;
+} mask_walk;
+
+/* Allows every token below `node` that the automaton, in `set` after the node's bytes, accepts;
+ * a child whose byte kills the state is skipped with its whole subtree. */
+static void walk(mask_walk *w, const trie_node *node, uint32_t set) {
+    const em_grammar_vocab *v = w->vocab;
+    for (uint32_t c = 0; c < node->n_children; c++) {
+        const trie_node *child = &v->nodes[node->first_child + c];
+        uint32_t next = em_grammar_step(w->state, set, child->byte, &w->failed);
+        if (next == EM_GRAMMAR_DEAD) continue;
+        for (uint32_t i = 0; i < child->n_tokens; i++) {
+            uint32_t t = v->token_ids[child->first_token + i];
+            w->mask[t >> 5] |= 1u << (t & 31);
+        }
+        w->n_allowed += child->n_tokens;
+        if (child->n_children) walk(w, child, next);
+    }
+}
+
+em_err em_grammar_mask(em_grammar_state *s, const em_grammar_vocab *v, uint32_t *mask, uint32_t *n_allowed) {
+    const size_t words = ((size_t)v->n_tokens + 31) / 32;
+    const uint32_t set = em_grammar_current(s);
+    const uint32_t *cached = em_grammar_cached_mask(s, set, n_allowed);
+    if (cached) {
+        memcpy(mask, cached, words * sizeof *mask);
+        return NULL;
+    }
+    memset(mask, 0, words * sizeof *mask);
+    mask_walk w = {.state = s, .vocab = v, .mask = mask};
+    if (set != EM_GRAMMAR_DEAD) walk(&w, &v->nodes[0], set);
+    if (w.failed) return em_errorf(EM_ERR_NOMEM, "grammar: out of memory computing a token mask");
+    if (em_grammar_set_complete(s, set)) {
+        for (uint32_t i = 0; i < v->n_end_tokens; i++) mask[v->end_tokens[i] >> 5] |= 1u << (v->end_tokens[i] & 31);
+        w.n_allowed += v->n_end_tokens;
+    }
+    *n_allowed = w.n_allowed;
+    uint32_t *copy = malloc(words * sizeof *copy);
+    if (copy) {
+        memcpy(copy, mask, words * sizeof *copy);
+        em_grammar_cache_mask(s, set, copy, w.n_allowed, words * sizeof *copy);
+    }
+    return NULL;
+}
