@@ -306,12 +306,117 @@ static void test_end_tokens(void **state) {
     em_grammar_vocab_free(v);
 }
 
+/* ---- JSON Schema ---- */
+
+static em_grammar *compile_schema(const char *schema) {
+    char *gbnf;
+    em_err err = em_grammar_from_json_schema(schema, strlen(schema), &gbnf);
+    if (err) fail_msg("schema %s: %s", schema, em_err_message(err));
+    em_grammar *g = compile(gbnf);
+    free(gbnf);
+    return g;
+}
+
+static void expect_schema_error(const char *schema, const char *needle) {
+    char *gbnf = NULL;
+    em_err err = em_grammar_from_json_schema(schema, strlen(schema), &gbnf);
+    assert_null(gbnf);
+    if (!err) fail_msg("expected an error for %s", schema);
+    if (!strstr(em_err_message(err), needle)) fail_msg("error '%s' lacks '%s'", em_err_message(err), needle);
+    em_err_free(err);
+}
+
+/* Integer bounds are exact: every integer from -1500 to 1500 is accepted iff it is inside. */
+static void test_schema_integer_ranges(void **state) {
+    (void)state;
+    const struct {
+        const char *schema;
+        long lo, hi;
+    } cases[] = {
+        {"{\"type\":\"integer\",\"minimum\":17,\"maximum\":1234}", 17, 1234},
+        {"{\"type\":\"integer\",\"minimum\":-5,\"maximum\":5}", -5, 5},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":99,\"exclusiveMaximum\":1000}", 100, 999},
+        {"{\"type\":\"integer\",\"maximum\":-20}", -100000, -20},
+        {"{\"type\":\"integer\",\"minimum\":-1001}", -1001, 100000},
+        {"{\"type\":\"integer\",\"minimum\":0.5,\"maximum\":10.5}", 1, 10},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        em_grammar *g = compile_schema(cases[c].schema);
+        for (long v = -1500; v <= 1500; v++) {
+            char text[32];
+            snprintf(text, sizeof text, "%ld", v);
+            bool inside = v >= cases[c].lo && v <= cases[c].hi;
+            if (matches(g, text) != inside) fail_msg("%s: %ld %s", cases[c].schema, v, inside ? "rejected" : "accepted");
+        }
+        assert_false(matches(g, "007"));
+        em_grammar_free(g);
+    }
+}
+
+static void test_schema_shapes(void **state) {
+    (void)state;
+    em_grammar *g = compile_schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},"
+                                   "\"b\":{\"type\":\"integer\"}},\"required\":[\"b\"],\"additionalProperties\":false}");
+    assert_true(matches(g, "{\"b\":1}"));
+    assert_true(matches(g, "{\"a\":\"x\", \"b\":1}"));
+    assert_false(matches(g, "{}"));
+    assert_false(matches(g, "{\"b\":1,\"c\":2}"));
+    assert_false(matches(g, "{\"b\":1.5}"));
+    em_grammar_free(g);
+    g = compile_schema("{\"type\":\"array\",\"items\":{\"enum\":[\"x\",2]},\"minItems\":2,\"maxItems\":3}");
+    assert_true(matches(g, "[\"x\",2]"));
+    assert_true(matches(g, "[2, 2, \"x\"]"));
+    assert_false(matches(g, "[2]"));
+    assert_false(matches(g, "[2,2,2,2]"));
+    assert_false(matches(g, "[3,2]"));
+    em_grammar_free(g);
+    g = compile_schema("{\"type\":\"string\",\"pattern\":\"^a(b|cd)*[0-9]?$\"}");
+    assert_true(matches(g, "\"abcdb\""));
+    assert_true(matches(g, "\"a7\""));
+    assert_false(matches(g, "\"ac\""));
+    em_grammar_free(g);
+    g = compile_schema("{\"type\":\"string\",\"format\":\"date\"}");
+    assert_true(matches(g, "\"2026-12-01\""));
+    assert_false(matches(g, "\"2026-02-30\""));
+    assert_false(matches(g, "\"2026-13-01\""));
+    em_grammar_free(g);
+    g = compile_schema("{\"type\":\"object\"}");
+    assert_true(matches(g, "{\"any\": [1, {\"deep\": null}]}"));
+    em_grammar_free(g);
+    char *gbnf; /* json_object mode: no schema */
+    assert_null(em_grammar_from_json_schema(NULL, 0, &gbnf));
+    g = compile(gbnf);
+    free(gbnf);
+    assert_true(matches(g, "{\"k\": \"v\"}"));
+    assert_false(matches(g, "[1]"));
+    em_grammar_free(g);
+}
+
+static void test_schema_errors(void **state) {
+    (void)state;
+    expect_schema_error("{\"type\":\"array\",\"uniqueItems\":true}", "at '/': keyword \"uniqueItems\" (true)");
+    expect_schema_error("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\",\"multipleOf\":3}}}",
+                        "at '/properties/n': keyword \"multipleOf\" is not supported");
+    expect_schema_error("{\"if\":{}}", "keyword \"if\" is not supported");
+    expect_schema_error("{\"type\":\"string\",\"format\":\"hostname\"}", "at '/format': format \"hostname\" is not supported");
+    expect_schema_error("{\"type\":\"string\",\"pattern\":\"(?=a)b\"}", "at '/pattern': pattern \"(?=a)b\": lookaround");
+    expect_schema_error("{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "escape is not supported");
+    expect_schema_error("{\"$ref\":\"https://example.com/s.json\"}", "does not point into this document");
+    expect_schema_error("{\"allOf\":[{},{}]}", "allOf of more than one");
+    expect_schema_error("{\"anyOf\":[{}],\"type\":\"object\"}", "\"type\" beside \"anyOf\"");
+    expect_schema_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer lies within");
+    expect_schema_error("{\"type\":\"strin\"}", "unknown type \"strin\"");
+    expect_schema_error("{\"type\":", "json schema:");
+    expect_schema_error("false", "allows nothing");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_grammar),   cmocka_unit_test(test_arithmetic_list_chess),
         cmocka_unit_test(test_classes_and_repetition), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_generate),       cmocka_unit_test(test_end_tokens),
-        cmocka_unit_test(test_masks_brute_force),
+        cmocka_unit_test(test_masks_brute_force), cmocka_unit_test(test_schema_integer_ranges),
+        cmocka_unit_test(test_schema_shapes),  cmocka_unit_test(test_schema_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
