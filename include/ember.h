@@ -132,6 +132,13 @@ typedef struct ember_request_params {
     const int32_t *stop_tokens;     /* extra stop token ids (end-of-generation tokens always stop) */
     size_t n_stop_tokens;
     bool ignore_eos;                /* keep going past end-of-generation tokens */
+    /* Optional: a grammar in llama.cpp's GBNF (start rule `root`) that the generated text must
+     * follow (constrained decoding; copied). Each token is drawn among those that keep the text a
+     * prefix of a sentence of the grammar; end-of-generation tokens are allowed only once the text
+     * is a whole sentence, and generation stops when nothing can follow. A grammar that does not
+     * compile fails the submission with the reason (rule, line, column). */
+    const char *grammar;
+    size_t grammar_len; /* 0: strlen(grammar) */
     /* Optional: output delivered by callback instead of ember_request_next. It runs on the engine
      * thread, once per generated token (and for held-back text) and once more with `finish` set;
      * it must return quickly and must not call into the engine except ember_request_cancel.

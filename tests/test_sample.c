@@ -29,7 +29,7 @@ static int32_t sample_once(const ember_sampling *params, const float *logits_in,
     memcpy(logits, logits_in, n * sizeof *logits);
     em_err err = em_sampler_init(&s, params, n);
     if (err) fail_msg("%s", em_err_message(err));
-    int32_t token = em_sampler_sample(&s, logits, history, n_history, NULL, NULL, NULL);
+    int32_t token = em_sampler_sample(&s, logits, NULL, history, n_history, NULL, NULL, NULL);
     em_sampler_free(&s);
     return token;
 }
@@ -82,8 +82,8 @@ static void test_seed_determinism_and_distribution(void **state) {
         float la[3], lb[3];
         memcpy(la, logits, sizeof la);
         memcpy(lb, logits, sizeof lb);
-        int32_t x = em_sampler_sample(&a, la, NULL, 0, NULL, NULL, NULL);
-        int32_t y = em_sampler_sample(&b, lb, NULL, 0, NULL, NULL, NULL);
+        int32_t x = em_sampler_sample(&a, la, NULL, NULL, 0, NULL, NULL, NULL);
+        int32_t y = em_sampler_sample(&b, lb, NULL, NULL, 0, NULL, NULL, NULL);
         assert_int_equal(x, y);
         counts[x]++;
     }
@@ -102,7 +102,7 @@ static void test_seed_determinism_and_distribution(void **state) {
         float la[3], lb[3];
         memcpy(la, logits, sizeof la);
         memcpy(lb, logits, sizeof lb);
-        differ += em_sampler_sample(&a, la, NULL, 0, NULL, NULL, NULL) != em_sampler_sample(&b, lb, NULL, 0, NULL, NULL, NULL);
+        differ += em_sampler_sample(&a, la, NULL, NULL, 0, NULL, NULL, NULL) != em_sampler_sample(&b, lb, NULL, NULL, 0, NULL, NULL, NULL);
     }
     assert_true(differ > 10);
     em_sampler_free(&a);
@@ -158,7 +158,7 @@ static void test_logprobs(void **state) {
     float lp = 0;
     ember_top_logprob top[2];
     int n_top = -1;
-    int32_t token = em_sampler_sample(&sampler, logits, NULL, 0, &lp, top, &n_top);
+    int32_t token = em_sampler_sample(&sampler, logits, NULL, NULL, 0, &lp, top, &n_top);
     assert_int_equal(token, 1);
     assert_true(fabsf(lp - logf(0.6f)) < 1e-5f);
     assert_int_equal(n_top, 2);
@@ -372,7 +372,7 @@ static void test_sampler_uses_rule(void **state) {
         float work[6];
         memcpy(work, logits, sizeof work);
         int32_t expect = em_pick(logits, 6, &p, keys);
-        assert_int_equal(em_sampler_sample(&a, work, NULL, 0, NULL, NULL, NULL), expect);
+        assert_int_equal(em_sampler_sample(&a, work, NULL, NULL, 0, NULL, NULL, NULL), expect);
     }
     em_sampler_free(&a);
     s.logprobs = 1;
@@ -407,7 +407,7 @@ static void test_top_selection_large(void **state) {
     int n_top;
     static float work[N];
     memcpy(work, logits, sizeof work);
-    em_sampler_sample(&s, work, NULL, 0, &lp, top, &n_top);
+    em_sampler_sample(&s, work, NULL, NULL, 0, &lp, top, &n_top);
     assert_int_equal(n_top, K);
     for (int i = 0; i < K; i++) {
         assert_true(logits[top[i].token] == sorted[i]);

@@ -44,6 +44,10 @@ typedef struct em_batch {
     const bool *logits;     /* [n_tokens] true where a logits row is wanted; NULL: the last token only */
     uint32_t n_seqs;
     const em_batch_seq *seqs; /* [n_seqs] block tables */
+    /* Per logits row, NULL or a grammar's bitset of the tokens the pick may choose (bit t of
+     * mask[t / 32]); NULL for none at all. Only for a backend whose ops say picks_masked, and only
+     * on forward_pick / pick_begin. */
+    const uint32_t *const *pick_masks;
 } em_batch;
 
 typedef struct em_backend em_backend;
@@ -69,6 +73,9 @@ typedef struct em_backend_ops {
      * be called only when none is. */
     em_err (*pick_begin)(em_backend *backend, const em_batch *batch, const em_pick_params *pick);
     em_err (*pick_end)(em_backend *backend, int32_t *picked);
+    /* forward_pick and pick_begin honour em_batch.pick_masks (the CPU backend does; the CUDA
+     * backend does not yet, so the engine samples steps with constrained rows on the host there). */
+    bool picks_masked;
 } em_backend_ops;
 
 /* A batch token that is the previous begun step's pick for logits row r (pick_begin). */
@@ -92,6 +99,7 @@ static inline em_err em_backend_forward_pick(em_backend *b, const em_batch *batc
     return b->ops->forward_pick(b, batch, pick, picked);
 }
 static inline bool em_backend_can_overlap(const em_backend *b) { return b->ops->pick_begin != NULL; }
+static inline bool em_backend_picks_masked(const em_backend *b) { return b->ops->picks_masked; }
 static inline em_err em_backend_pick_begin(em_backend *b, const em_batch *batch, const em_pick_params *pick) {
     return b->ops->pick_begin(b, batch, pick);
 }

@@ -57,6 +57,18 @@ typedef struct em_pick_params {
 em_pick_params em_pick_params_make(float temperature, int top_k, float top_p, float min_p, uint64_t seed,
                                    uint64_t counter);
 
+/* Sets the logits of the tokens outside `allowed` to -inf: a grammar's bitset of the tokens that
+ * may come next (bit t of allowed[t / 32]), applied before the rule by the host sampler and by a
+ * backend that picks masked rows. */
+static inline void em_pick_mask(float *logits, uint32_t n, const uint32_t *allowed) {
+    for (uint32_t word = 0; word < (n + 31) / 32; word++) {
+        const uint32_t bits = allowed[word];
+        if (bits == UINT32_MAX) continue;
+        for (uint32_t t = word * 32; t < word * 32 + 32 && t < n; t++)
+            if (!((bits >> (t & 31)) & 1u)) logits[t] = -INFINITY;
+    }
+}
+
 /* The token the rule picks from logits[0..n). `scratch` holds 2 n entries. */
 int32_t em_pick(const float *logits, uint32_t n, const em_pick_params *params, uint64_t *scratch);
 

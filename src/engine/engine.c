@@ -35,6 +35,9 @@ static void request_unref(ember_request *r) {
     pthread_mutex_unlock(&r->lock);
     if (!last) return;
     em_sampler_free(&r->sampler);
+    em_grammar_state_free(r->grammar_state);
+    em_grammar_free(r->grammar);
+    free(r->grammar_mask);
     em_stop_free(&r->stops);
     if (r->detok) em_detok_free(r->detok);
     for (size_t i = 0; i < 2; i++) {
@@ -260,6 +263,15 @@ static em_err tokenize_prompt(ember_engine *e, ember_request *r, const ember_req
     return NULL;
 }
 
+/* The request's grammar and parse state, compiled on the caller's thread. */
+static em_err compile_grammar(const ember_engine *e, ember_request *r, const ember_request_params *p) {
+    em_err err = em_grammar_compile(p->grammar, p->grammar_len ? p->grammar_len : strlen(p->grammar), &r->grammar);
+    if (err) return em_err_prefix(err, "request");
+    if ((err = em_grammar_state_new(r->grammar, &r->grammar_state))) return err;
+    r->grammar_mask = malloc(((size_t)e->n_vocab + 31) / 32 * sizeof *r->grammar_mask);
+    return r->grammar_mask ? NULL : em_errorf(EM_ERR_NOMEM, "request: out of memory for a grammar mask");
+}
+
 ember_error *ember_submit(ember_engine *e, const ember_request_params *p, ember_request **out) {
     *out = NULL;
     ember_request *r = calloc(1, sizeof *r);
@@ -281,6 +293,7 @@ ember_error *ember_submit(ember_engine *e, const ember_request_params *p, ember_
     if (!err) err = em_sampler_init(&r->sampler, &p->sampling, e->n_vocab);
     if (!err) err = em_stop_init(&r->stops, (const char *const *)r->stop_strings, r->n_stop_strings);
     if (!err) err = em_detok_new(e->tokenizer, r->n_prompt ? 0 : EM_DETOK_SEQUENCE_START, &r->detok);
+    if (!err && p->grammar) err = compile_grammar(e, r, p);
     if (!err) {
         uint32_t max_total = r->n_prompt + (uint32_t)p->max_tokens;
         if (max_total > e->ctx_tokens || max_total < r->n_prompt) max_total = e->ctx_tokens;
@@ -355,8 +368,9 @@ static em_err allocate_scratch(ember_engine *e) {
     e->flight_owner = calloc(e->max_sequences, sizeof *e->flight_owner);
     e->pick = malloc(e->max_sequences * sizeof *e->pick);
     e->picked = malloc(e->max_sequences * sizeof *e->picked);
+    e->pick_masks = calloc(e->max_sequences, sizeof *e->pick_masks);
     if (!e->running || !e->batch_tokens_buf || !e->batch_seq || !e->batch_pos || !e->batch_logits || !e->batch_seqs ||
-        !e->row_owner || !e->flight_owner || !e->pick || !e->picked)
+        !e->row_owner || !e->flight_owner || !e->pick || !e->picked || !e->pick_masks)
         return em_errorf(EM_ERR_NOMEM, "engine: no memory for batch buffers (%u tokens, %u sequences)",
                          e->batch_tokens, e->max_sequences);
     return NULL;
@@ -379,6 +393,8 @@ static void free_engine(ember_engine *e) {
     free(e->pick);
     free(e->picked);
     free(e->logits);
+    free(e->pick_masks);
+    em_grammar_vocab_free(e->grammar_vocab);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->wake);
     free(e);

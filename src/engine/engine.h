@@ -27,6 +27,7 @@
 #include "../backend/backend.h"
 #include "../backend/pick.h"
 #include "../base/base.h"
+#include "../grammar/grammar.h"
 #include "../model/model.h"
 #include "../tokenizer/tokenizer.h"
 #include "ember.h"
@@ -141,10 +142,13 @@ em_err em_sampler_init(em_sampler *sampler, const ember_sampling *params, uint32
 void em_sampler_free(em_sampler *sampler);
 
 /* Picks the next token. `logits` (n_vocab) is modified in place. `history` is the sequence so far.
+ * `allowed` (NULL: every token) is a grammar's bitset of the tokens that may come next (bit t of
+ * allowed[t / 32]): the others are set to -inf after bias and penalties, before the rule and the
+ * logprobs, so logprobs are those of the constrained distribution.
  * With params.logprobs > 0, writes the chosen token's logprob to *logprob and the most likely
  * alternatives to `top` (room for params.logprobs entries), their count to *n_top. */
-int32_t em_sampler_sample(em_sampler *sampler, float *logits, const int32_t *history, size_t n_history,
-                          float *logprob, ember_top_logprob *top, int *n_top);
+int32_t em_sampler_sample(em_sampler *sampler, float *logits, const uint32_t *allowed, const int32_t *history,
+                          size_t n_history, float *logprob, ember_top_logprob *top, int *n_top);
 
 /* True when the sampler applies the pick rule to the raw logits (no bias, penalties or logprobs). */
 bool em_sampler_plain(const em_sampler *sampler);
@@ -224,6 +228,13 @@ struct ember_request {
     int32_t *stop_tokens;
     size_t n_stop_tokens;
     em_sampler sampler;
+    /* Constrained decoding (NULL without a grammar): the compiled grammar, the parse state after
+     * the generated tokens, and the allowed-token bitset of the next pick (computed when the
+     * request gets a logits row; grammar_allowed is its count). */
+    em_grammar *grammar;
+    em_grammar_state *grammar_state;
+    uint32_t *grammar_mask;
+    uint32_t grammar_allowed;
     em_stop_matcher stops;
     em_detok *detok;
     em_request_phase phase;
@@ -273,6 +284,8 @@ struct ember_engine {
     ember_request **flight_owner;
     double flight_mark;
     em_pick_params *pick;      /* per row, when the backend picks the tokens (max_sequences entries) */
+    const uint32_t **pick_masks; /* per row: the row's grammar mask or NULL (max_sequences entries) */
+    em_grammar_vocab *grammar_vocab; /* the vocabulary's token trie, built for the first grammar */
     int32_t *picked;
     float *logits;
     size_t logits_rows_cap;

@@ -176,11 +176,12 @@ static void compute_logprobs(em_sampler *s, const float *logits, int32_t chosen,
     *n_top = (int)k;
 }
 
-int32_t em_sampler_sample(em_sampler *s, float *logits, const int32_t *history, size_t n_history, float *logprob,
-                          ember_top_logprob *top, int *n_top) {
+int32_t em_sampler_sample(em_sampler *s, float *logits, const uint32_t *allowed, const int32_t *history, size_t n_history,
+                          float *logprob, ember_top_logprob *top, int *n_top) {
     const ember_sampling *p = &s->params;
     for (size_t i = 0; i < p->n_logit_bias; i++) logits[p->logit_bias[i].token] += p->logit_bias[i].bias;
     apply_penalties(s, logits, history, n_history);
+    if (allowed) em_pick_mask(logits, s->n_vocab, allowed);
     em_pick_params pick = em_sampler_pick_params(s);
     int32_t chosen = em_pick(logits, s->n_vocab, &pick, s->keys);
     s->n_sampled++;

@@ -266,6 +266,16 @@ static void accept_token(ember_engine *e, ember_request *r, int32_t token, float
     pthread_mutex_unlock(&r->lock);
     stats_update(e, count_generated, NULL);
 
+    /* The grammar follows every token; when nothing can follow the text, generation is over. */
+    bool grammar_done = false;
+    if (r->grammar_state) {
+        if (!em_grammar_accept_token(r->grammar_state, e->grammar_vocab, token)) {
+            em_engine_emit(r, token, logprob, top, n_top, "", 0);
+            finish_request(e, r, EMBER_FINISH_ERROR, -1, "internal: a token outside the grammar's mask was picked");
+            return;
+        }
+        grammar_done = !em_grammar_can_continue(r->grammar_state);
+    }
     bool stop_token = is_stop_token(e, r, token);
     const char *released = "";
     size_t released_len = 0;
@@ -284,7 +294,7 @@ static void accept_token(ember_engine *e, ember_request *r, int32_t token, float
     }
     /* An end-of-generation or stop token ends the output; it is not part of it. */
     if (!stop_token) em_engine_emit(r, token, logprob, top, n_top, released, released_len);
-    if (stop_token || stop_index >= 0) finish_request(e, r, EMBER_FINISH_STOP, stop_index, NULL);
+    if (stop_token || stop_index >= 0 || grammar_done) finish_request(e, r, EMBER_FINISH_STOP, stop_index, NULL);
     else if (r->n_generated >= (uint32_t)r->params.max_tokens || r->n_tokens >= e->ctx_tokens)
         finish_request(e, r, EMBER_FINISH_LENGTH, -1, NULL);
 }
@@ -294,7 +304,8 @@ static void accept_logits(ember_engine *e, ember_request *r, float *logits) {
     ember_top_logprob top[EM_MAX_LOGPROBS];
     int n_top = 0;
     float logprob = 0;
-    int32_t token = em_sampler_sample(&r->sampler, logits, r->tokens, r->n_tokens, &logprob, top, &n_top);
+    const uint32_t *allowed = r->grammar_state ? r->grammar_mask : NULL;
+    int32_t token = em_sampler_sample(&r->sampler, logits, allowed, r->tokens, r->n_tokens, &logprob, top, &n_top);
     accept_token(e, r, token, logprob, top, n_top);
 }
 
@@ -431,6 +442,7 @@ static bool can_chain(ember_engine *e) {
         if (r->n_computed != r->n_tokens || r->flight_row >= e->flight_rows || e->flight_owner[r->flight_row] != r)
             return false;
         if (r->n_generated + 1 >= (uint32_t)r->params.max_tokens || r->n_tokens + 1 >= e->ctx_tokens) return false;
+        if (r->grammar_state) return false; /* its next mask depends on the token in flight */
         new_blocks += r->n_blocks < blocks_for(e, r->n_computed + 1);
     }
     return take_blocks(e, new_blocks);
@@ -455,8 +467,15 @@ static em_err begin_chained(ember_engine *e) {
         e->row_owner[i] = r;
         e->pick[i] = em_sampler_pick_params_ahead(&r->sampler);
     }
-    em_batch batch = {e->n_running, e->batch_tokens_buf, e->batch_seq, e->batch_pos, e->batch_logits, e->n_running,
-                      e->batch_seqs};
+    em_batch batch = {
+        .n_tokens = e->n_running,
+        .tokens = e->batch_tokens_buf,
+        .seq = e->batch_seq,
+        .pos = e->batch_pos,
+        .logits = e->batch_logits,
+        .n_seqs = e->n_running,
+        .seqs = e->batch_seqs,
+    };
     return em_backend_pick_begin(e->backend, &batch, e->pick);
 }
 
@@ -498,6 +517,36 @@ static void advance_flight(ember_engine *e) {
     set_flight(e, rows); /* the begun step is now the one in flight */
 }
 
+/* The grammar masks of this step's constrained rows (e->pick_masks, NULL for the others), the
+ * vocabulary's trie built on first use. *constrained: some row has one. False when the engine had
+ * to fail the running requests (out of memory). */
+static bool compute_grammar_masks(ember_engine *e, uint32_t rows, bool *constrained) {
+    em_err err = NULL;
+    for (uint32_t k = 0; k < rows && !err; k++) {
+        ember_request *r = e->row_owner[k];
+        e->pick_masks[k] = NULL;
+        if (!r->grammar_state) continue;
+        *constrained = true;
+        if (!e->grammar_vocab) err = em_grammar_vocab_new(e->tokenizer, e->n_vocab, &e->grammar_vocab);
+        if (!err) err = em_grammar_mask(r->grammar_state, e->grammar_vocab, r->grammar_mask, &r->grammar_allowed);
+        e->pick_masks[k] = r->grammar_mask;
+    }
+    if (!err) return true;
+    fail_running(e, "grammar", err);
+    return false;
+}
+
+/* A constrained request whose grammar allows no token of the vocabulary here cannot go on: it
+ * stops (its row's pick is dropped). */
+static void finish_stuck(ember_engine *e, uint32_t rows) {
+    for (uint32_t k = 0; k < rows; k++) {
+        ember_request *r = e->row_owner[k];
+        if (!r->grammar_state || r->grammar_allowed) continue;
+        e->row_owner[k] = NULL;
+        finish_request(e, r, EMBER_FINISH_STOP, -1, NULL);
+    }
+}
+
 /* Runs one batch. Returns false when there was nothing to run. */
 static bool step(ember_engine *e) {
     drop_cancelled(e);
@@ -525,9 +574,12 @@ static bool step(ember_engine *e) {
         }
     }
     if (n == 0) return false;
+    bool constrained = false;
+    if (!compute_grammar_masks(e, rows, &constrained)) return true;
     /* When every row's request is plain (engine.h), the backend picks the tokens and no logits row
-     * comes back; otherwise all rows come to the host (a mixed step takes the host path for all). */
-    bool backend_picks = rows > 0 && em_backend_can_pick(e->backend);
+     * comes back; otherwise all rows come to the host (a mixed step takes the host path for all).
+     * Constrained rows are plain too where the backend applies their masks itself. */
+    bool backend_picks = rows > 0 && em_backend_can_pick(e->backend) && (!constrained || em_backend_picks_masked(e->backend));
     for (uint32_t k = 0; k < rows && backend_picks; k++) backend_picks = em_sampler_plain(&e->row_owner[k]->sampler);
     /* Logits rows: one per request that samples this step; grown on demand (vocabularies are big). */
     if (!backend_picks && rows > e->logits_rows_cap) {
@@ -540,8 +592,9 @@ static bool step(ember_engine *e) {
         e->logits_rows_cap = rows;
     }
     for (uint32_t k = 0; k < rows && backend_picks; k++) e->pick[k] = em_sampler_pick_params(&e->row_owner[k]->sampler);
-    const bool begin = backend_picks && em_backend_can_overlap(e->backend);
+    const bool begin = backend_picks && em_backend_can_overlap(e->backend) && !constrained;
     em_batch batch = {
+        .pick_masks = backend_picks && constrained ? e->pick_masks : NULL,
         .n_tokens = n,
         .tokens = e->batch_tokens_buf,
         .seq = e->batch_seq,
@@ -565,10 +618,12 @@ static bool step(ember_engine *e) {
         set_flight(e, rows);
         return true;
     }
+    finish_stuck(e, rows);
     if (backend_picks) {
         accept_picked(e, e->row_owner, rows);
     } else {
-        for (uint32_t k = 0; k < rows; k++) accept_logits(e, e->row_owner[k], e->logits + (size_t)k * e->n_vocab);
+        for (uint32_t k = 0; k < rows; k++)
+            if (e->row_owner[k]) accept_logits(e, e->row_owner[k], e->logits + (size_t)k * e->n_vocab);
     }
     double ms = em_engine_now_ms() - start;
     stats_update(e, record_step, &ms);

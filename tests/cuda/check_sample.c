@@ -150,7 +150,7 @@ static int check_backend(const char *vocab) {
             pos[s] = step;
             pick[s] = em_pick_params_make(s == 0 ? 0.0f : 0.8f, s == 2 ? 40 : 0, s == 3 ? 0.9f : 1.0f, 0.0f, 50 + s, step);
         }
-        em_batch batch = {SEQ, tokens, seq, pos, want, SEQ, seqs};
+        em_batch batch = {SEQ, tokens, seq, pos, want, SEQ, seqs, NULL};
         err = em_backend_forward(b, &batch, logits);
         if (!err) err = em_backend_forward_pick(b, &batch, pick, picked); /* the same positions again */
         for (uint32_t s = 0; s < SEQ && !err; s++) {

@@ -359,8 +359,11 @@ static em_err forward(cpu_backend *b, const em_batch *batch, float *logits, cons
         for (uint64_t i = 0; i < (uint64_t)rows * d->n_vocab; i++)
             logits[i] = d->final_softcap * tanhf(logits[i] / d->final_softcap);
     if (pick)
-        for (uint32_t r = 0; r < rows; r++)
-            picked[r] = em_pick(logits + (uint64_t)r * d->n_vocab, d->n_vocab, &pick[r], b->pick_keys);
+        for (uint32_t r = 0; r < rows; r++) {
+            float *row = logits + (uint64_t)r * d->n_vocab;
+            if (batch->pick_masks && batch->pick_masks[r]) em_pick_mask(row, d->n_vocab, batch->pick_masks[r]);
+            picked[r] = em_pick(row, d->n_vocab, &pick[r], b->pick_keys);
+        }
     return NULL;
 }
 
@@ -451,9 +454,9 @@ static em_err cpu_pick_end(em_backend *base, int32_t *picked) {
     return NULL;
 }
 
-static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows, cpu_free, NULL, NULL};
+static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows, cpu_free, NULL, NULL, true};
 static const em_backend_ops cpu_overlap_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows,
-                                               cpu_free, cpu_pick_begin, cpu_pick_end};
+                                               cpu_free, cpu_pick_begin, cpu_pick_end, true};
 
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
