@@ -21,6 +21,13 @@ bool em_server_read_stops(const json_t *obj, const char *key, bool allow_string,
 bool em_server_read_content(const json_t *content, const char *param, em_buf *text, em_server_error *err);
 bool em_server_add_message(em_server_request *req, const char *role, const em_buf *text, em_server_error *err);
 
+/* Structured output (structured.c): `grammar` (GBNF, llama-server's field) or `response_format`
+ * (json_object, json_schema) of an OpenAI body into req->grammar, checked to compile (400 with
+ * the reason otherwise). */
+bool em_server_read_constraints(const json_t *root, em_server_request *req, em_server_error *err);
+/* The grammar of a JSON schema (NULL: any JSON object) into req->grammar; errors name `param`. */
+bool em_server_grammar_from_schema(em_server_request *req, const json_t *schema, const char *param, em_server_error *err);
+
 /* A value JSON can hold: NaN and infinities (a banned token's logprob) become -9999, as OpenAI
  * reports them. */
 double em_server_finite(double x);

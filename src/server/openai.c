@@ -110,7 +110,7 @@ static bool read_common(const json_t *root, int32_t n_vocab, em_server_request *
         }
         if (!em_server_read_bool(options, "include_usage", &req->include_usage, err)) return false;
     }
-    return read_logit_bias(root, n_vocab, req, err);
+    return read_logit_bias(root, n_vocab, req, err) && em_server_read_constraints(root, req, err);
 }
 
 static bool read_messages(const json_t *root, em_server_request *req, em_server_error *err) {

@@ -353,6 +353,7 @@ void em_server_request_clear(em_server_request *req) {
     for (size_t i = 0; i < req->n_stop; i++) free(req->stop[i]);
     free(req->stop);
     free(req->logit_bias);
+    free(req->grammar);
     memset(req, 0, sizeof *req);
 }
 

@@ -133,6 +133,7 @@ typedef struct em_server_request {
     int top_logprobs;   /* alternatives per token */
     bool seed_given;
     bool ignore_eos;    /* ignore_eos (llama-server's field): go on past end-of-generation tokens */
+    char *grammar;      /* GBNF the answer must follow (response_format, grammar, tool_choice), or NULL */
 } em_server_request;
 
 void em_server_request_init(em_server_request *req, em_server_api api);
