@@ -9,7 +9,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static em_err render_plain(void *self, const json_t *messages, char **text, size_t *len) {
+static em_err render_plain(void *self, const json_t *messages, const json_t *tools, char **text, size_t *len) {
+    (void)tools;
     (void)self;
     char *dumped = json_dumps(messages, JSON_COMPACT);
     if (!dumped) return em_errorf(EM_ERR_NOMEM, "out of memory");
@@ -53,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                     .control_lens = lens, .n_controls = 2, .add_bos = true, .bos = 1, .salt = 7};
         int32_t *ids = NULL;
         size_t n = 0;
-        em_err e = em_server_chat_tokens(&ops, req.messages, &ids, &n);
+        em_err e = em_server_chat_tokens(&ops, req.messages, req.tools, &ids, &n);
         em_err_free(e);
         free(ids);
     }

@@ -44,8 +44,9 @@ static bool fake_last_ignore_eos;
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static char fake_token_bytes_table[256];
 
-static em_err fake_chat_prompt(void *self, const json_t *messages, int32_t **ids, size_t *n) {
+static em_err fake_chat_prompt(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n) {
     (void)self;
+    (void)tools;
     em_buf text = {0};
     size_t i;
     json_t *m;

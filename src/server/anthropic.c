@@ -14,6 +14,74 @@ static bool oom(em_server_error *err) {
     return false;
 }
 
+/* A message whose content blocks include tool_use (assistant) or tool_result (user) blocks: text
+ * blocks join into the message's content, tool_use blocks become its tool_calls, and each
+ * tool_result becomes a `tool` message (before the user's own text, which answers after them). */
+static bool read_tool_blocks(const json_t *content, const char *role, const char *param, em_server_request *req,
+                             em_server_error *err) {
+    em_buf text = {0};
+    json_t *calls = json_array();
+    size_t i;
+    json_t *block;
+    bool ok = calls != NULL;
+    json_array_foreach(content, i, block) {
+        const char *type = json_string_value(json_object_get(block, "type"));
+        if (!ok) break;
+        if (type && !strcmp(type, "text") && json_is_string(json_object_get(block, "text"))) {
+            ok = (!text.len || em_buf_append(&text, "\n", 1)) &&
+                 em_buf_append(&text, json_string_value(json_object_get(block, "text")), json_string_length(json_object_get(block, "text")));
+            if (!ok) oom(err);
+        } else if (type && !strcmp(type, "tool_use") && !strcmp(role, "assistant")) {
+            json_t *id = json_object_get(block, "id"), *name = json_object_get(block, "name"), *input = json_object_get(block, "input");
+            if (!json_is_string(id) || !json_is_string(name) || !json_is_object(input)) {
+                em_server_error_set(err, 400, NULL, NULL, param, "%s.%zu: tool_use needs id, name and an input object", param, i);
+                ok = false;
+            } else {
+                json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function",
+                                                       "name", name, "arguments", input));
+            }
+        } else if (type && !strcmp(type, "tool_result") && !strcmp(role, "user")) {
+            json_t *id = json_object_get(block, "tool_use_id"), *result = json_object_get(block, "content");
+            em_buf answer = {0};
+            char inner[96];
+            snprintf(inner, sizeof inner, "%s.%zu.content", param, i);
+            if (!json_is_string(id)) {
+                em_server_error_set(err, 400, NULL, NULL, param, "%s.%zu: tool_result needs a tool_use_id", param, i);
+                ok = false;
+            } else if (!result || em_server_read_content(result, inner, &answer, err)) {
+                json_t *m = json_pack("{s:s, s:s%, s:O}", "role", "tool", "content", answer.data ? answer.data : "", answer.len,
+                                      "tool_call_id", id);
+                ok = m && json_array_append_new(req->messages, m) == 0;
+                if (!ok) oom(err);
+            } else {
+                ok = false;
+            }
+            em_buf_free(&answer);
+        } else {
+            em_server_error_set(err, 400, NULL, NULL, param, "%s.%zu: content blocks of type '%s' are not supported here",
+                                param, i, type ? type : "(none)");
+            ok = false;
+        }
+    }
+    bool keep = ok && (text.len || json_array_size(calls) || !strcmp(role, "assistant"));
+    if (keep) ok = em_server_add_message(req, role, &text, err);
+    if (keep && ok && json_array_size(calls))
+        json_object_set(json_array_get(req->messages, json_array_size(req->messages) - 1), "tool_calls", calls);
+    json_decref(calls);
+    em_buf_free(&text);
+    return ok;
+}
+
+static bool has_tool_blocks(const json_t *content) {
+    size_t i;
+    json_t *block;
+    json_array_foreach(content, i, block) {
+        const char *type = json_string_value(json_object_get(block, "type"));
+        if (type && (!strcmp(type, "tool_use") || !strcmp(type, "tool_result"))) return true;
+    }
+    return false;
+}
+
 /* system (string or text blocks) and messages → req->messages, system first. */
 static bool read_conversation(const json_t *root, em_server_request *req, em_server_error *err) {
     if (!(req->messages = json_array())) return oom(err);
@@ -54,6 +122,10 @@ static bool read_conversation(const json_t *root, em_server_request *req, em_ser
         if (!content) {
             em_server_error_set(err, 400, NULL, NULL, param, "%s: field required", param);
             return false;
+        }
+        if (json_is_array(content) && has_tool_blocks(content)) {
+            if (!read_tool_blocks(content, role, param, req, err)) return false;
+            continue;
         }
         em_buf text = {0};
         bool ok = em_server_read_content(content, param, &text, err) && em_server_add_message(req, role, &text, err);
@@ -97,7 +169,8 @@ bool em_anthropic_parse_messages(const char *body, size_t len, em_server_request
          em_server_read_int(root, "top_k", 0, INT_MAX, &top_k, err) &&
          em_server_read_stops(root, "stop_sequences", false, req, err) &&
          em_server_read_bool(root, "stream", &req->stream, err) &&
-         em_server_read_bool(root, "ignore_eos", &req->ignore_eos, err); /* llama-server's extension */
+         em_server_read_bool(root, "ignore_eos", &req->ignore_eos, err) && /* llama-server's extension */
+         em_server_read_anthropic_tools(root, req, err);
     json_t *metadata = json_object_get(root, "metadata"); /* user_id: accepted, not used */
     if (ok && metadata && !json_is_null(metadata) && !json_is_object(metadata)) {
         em_server_error_set(err, 400, NULL, NULL, "metadata", "metadata: must be an object");
@@ -115,7 +188,7 @@ bool em_anthropic_parse_count_tokens(const char *body, size_t len, em_server_req
     em_server_request_init(req, EM_API_ANTHROPIC_COUNT);
     json_t *root = em_server_parse_body(body, len, err);
     if (!root) return false;
-    bool ok = read_model(root, req, err) && read_conversation(root, req, err);
+    bool ok = read_model(root, req, err) && read_conversation(root, req, err) && em_server_read_anthropic_tools(root, req, err);
     json_decref(root);
     return ok;
 }
@@ -137,11 +210,24 @@ static json_t *message_json(const em_server_format *f, json_t *content, const ch
                      stop_sequence ? json_string(stop_sequence) : json_null(), "usage", usage_json(usage));
 }
 
+/* A tool_use block for call k of a choice (input: the arguments, or {} while streaming). */
+static json_t *tool_use_json(const em_server_format *f, const json_t *call, size_t k, bool with_input) {
+    char id[96];
+    snprintf(id, sizeof id, "toolu_%s_%zu", f->id, k);
+    return json_pack("{s:s, s:s, s:O, s:o}", "type", "tool_use", "id", id, "name", json_object_get(call, "name"), "input",
+                     with_input ? json_deep_copy(json_object_get(call, "arguments")) : json_object());
+}
+
 json_t *em_anthropic_message_response(const em_server_format *f, const em_server_choice *choice,
                                       const em_server_usage *usage) {
-    json_t *content = json_pack("[{s:s, s:o}]", "type", "text", "text",
-                                em_server_json_text(choice->text.data, choice->text.len));
-    const char *reason = em_anthropic_stop_reason(choice->finish, choice->stop_string);
+    const size_t text_len = choice->tool_calls ? choice->content_len : choice->text.len;
+    json_t *content = json_array();
+    if (content && (!choice->tool_calls || text_len))
+        json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text", em_server_json_text(choice->text.data, text_len)));
+    size_t k;
+    json_t *call;
+    json_array_foreach(choice->tool_calls, k, call) json_array_append_new(content, tool_use_json(f, call, k, true));
+    const char *reason = choice->tool_calls ? "tool_use" : em_anthropic_stop_reason(choice->finish, choice->stop_string);
     json_t *root = message_json(f, content, reason ? reason : "end_turn", choice->stop_string, usage);
     if (root) json_object_set_new(root, "timings", em_server_timings_json(&choice->timings));
     return root;
@@ -178,6 +264,29 @@ bool em_anthropic_stream_delta(em_buf *out, const char *text, size_t len) {
     return event(out, "content_block_delta",
                  json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index", 0, "delta", "type",
                            "text_delta", "text", em_server_json_text(text, len)));
+}
+
+bool em_anthropic_stream_tool_calls(em_buf *out, const em_server_format *f, const em_server_choice *choice,
+                                    const em_server_usage *usage) {
+    if (choice->content_len && !em_anthropic_stream_delta(out, choice->text.data, choice->content_len)) return false;
+    if (!event(out, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0))) return false;
+    size_t k;
+    json_t *call;
+    json_array_foreach(choice->tool_calls, k, call) {
+        char *arguments = json_dumps(json_object_get(call, "arguments"), JSON_COMPACT);
+        const int index = (int)k + 1;
+        bool ok = arguments &&
+                  event(out, "content_block_start", json_pack("{s:s, s:i, s:o}", "type", "content_block_start", "index", index,
+                                                              "content_block", tool_use_json(f, call, k, false))) &&
+                  event(out, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index",
+                                                              index, "delta", "type", "input_json_delta", "partial_json", arguments)) &&
+                  event(out, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", index));
+        free(arguments);
+        if (!ok) return false;
+    }
+    json_t *delta = json_pack("{s:s, s:{s:s, s:n}, s:o, s:o}", "type", "message_delta", "delta", "stop_reason", "tool_use",
+                              "stop_sequence", "usage", usage_json(usage), "timings", em_server_timings_json(&choice->timings));
+    return event(out, "message_delta", delta) && event(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
 
 bool em_anthropic_stream_end(em_buf *out, const em_server_choice *choice, const em_server_usage *usage) {

@@ -111,7 +111,7 @@ static bool tokenize_prompts(job *j, em_server_error *err) {
     for (size_t p = 0; p < j->n_prompts; p++) {
         em_err e = NULL;
         if (j->req.messages) {
-            e = b->chat_prompt(b->self, j->req.messages, &j->prompt_ids[p], &j->prompt_len[p]);
+            e = b->chat_prompt(b->self, j->req.messages, j->req.tools, &j->prompt_ids[p], &j->prompt_len[p]);
         } else if (j->req.prompts[p].is_ids) {
             /* the ids are handed to the engine as they are: move them out of the request */
             j->prompt_ids[p] = j->req.prompts[p].ids;
@@ -179,6 +179,18 @@ static bool submit_all(job *j, em_server_error *err) {
     return true;
 }
 
+/* Whether answers may hold tool calls to read back (tools given, choice not none). Their text is
+ * then held until the end of a streamed answer, where it turns into calls or plain content. */
+static bool tools_active(const job *j) {
+    return j->req.tools && j->req.tool_choice != EM_TOOL_NONE && j->req.api != EM_API_OPENAI_COMPLETIONS;
+}
+
+static void read_tool_calls(job *j, em_server_choice *c) {
+    if (!tools_active(j) || c->finish == EMBER_FINISH_ERROR || c->finish == EMBER_FINISH_CANCELLED) return;
+    c->tool_calls = em_server_parse_tool_calls(c->text.data ? c->text.data : "", c->text.len,
+                                               j->server->backend.tool_format, j->req.tools, &c->content_len);
+}
+
 static bool keep_tokens(const job *j) {
     return j->req.logprobs;
 }
@@ -235,6 +247,7 @@ static struct MHD_Response *run_blocking(job *j, int *status) {
         }
         b->timings(j->handles[i], &c->timings);
         clamp_top(j, c->tokens, c->n_tokens);
+        read_tool_calls(j, c);
     }
     em_server_usage usage;
     usage_of(j, &usage);
@@ -284,6 +297,41 @@ static bool stream_start(job *j) {
     return true;
 }
 
+/* The closing events of choice i when it finished: its end (usage, [DONE]) once every choice did. */
+static bool stream_choice_done(job *j) {
+    if (++j->n_finished < j->n_choices) return true;
+    if (j->req.api != EM_API_ANTHROPIC_MESSAGES) {
+        em_server_usage usage;
+        usage_of(j, &usage);
+        if (!em_openai_stream_end(&j->pending, &j->fmt, &j->req, &usage, &j->choices[0].timings)) return false;
+    }
+    j->done = true;
+    return true;
+}
+
+/* A finished answer of a request with tools, streamed at once: its calls, or its text. */
+static bool stream_tool_answer(job *j, size_t i) {
+    em_server_choice *c = &j->choices[i];
+    read_tool_calls(j, c);
+    const size_t text_len = c->tool_calls ? c->content_len : c->text.len;
+    em_server_usage usage;
+    usage_of(j, &usage);
+    bool ok;
+    if (j->req.api == EM_API_ANTHROPIC_MESSAGES) {
+        ok = c->tool_calls ? em_anthropic_stream_tool_calls(&j->pending, &j->fmt, c, &usage)
+                           : (!text_len || em_anthropic_stream_delta(&j->pending, c->text.data, text_len)) &&
+                                 em_anthropic_stream_end(&j->pending, c, &usage);
+    } else if (c->tool_calls) {
+        ok = (!text_len || em_openai_chunk_delta(&j->pending, &j->fmt, &j->req, (int)i, c->text.data, text_len, NULL, 0,
+                                                 EMBER_FINISH_NONE, NULL)) &&
+             em_openai_chunk_tool_calls(&j->pending, &j->fmt, &j->req, (int)i, c);
+    } else {
+        ok = em_openai_chunk_delta(&j->pending, &j->fmt, &j->req, (int)i, c->text.data, text_len, NULL, 0, c->finish,
+                                   &c->timings);
+    }
+    return ok && stream_choice_done(j);
+}
+
 /* Turns one engine output of choice i into events. */
 static bool stream_output(job *j, size_t i, const ember_output *out) {
     em_server_choice *c = &j->choices[i];
@@ -295,6 +343,10 @@ static bool stream_output(job *j, size_t i, const ember_output *out) {
     if (finish_error(c, out->error, &err)) {
         j->done = true;
         return em_server_stream_error(&j->pending, j->req.api, &err);
+    }
+    if (tools_active(j)) { /* held until the end (see tools_active) */
+        if (c->finish == EMBER_FINISH_NONE) return true;
+        return stream_tool_answer(j, i);
     }
     if (j->req.api == EM_API_ANTHROPIC_MESSAGES) {
         if (out->text_len && !em_anthropic_stream_delta(&j->pending, out->text, out->text_len)) return false;
@@ -309,15 +361,7 @@ static bool stream_output(job *j, size_t i, const ember_output *out) {
                                    tokens ? out->n_tokens : 0, c->finish, &c->timings))
             return false;
     }
-    if (c->finish != EMBER_FINISH_NONE && ++j->n_finished == j->n_choices) {
-        if (j->req.api != EM_API_ANTHROPIC_MESSAGES) {
-            em_server_usage usage;
-            usage_of(j, &usage);
-            if (!em_openai_stream_end(&j->pending, &j->fmt, &j->req, &usage, &j->choices[0].timings)) return false;
-        }
-        j->done = true;
-    }
-    return true;
+    return c->finish == EMBER_FINISH_NONE || stream_choice_done(j);
 }
 
 /* Produces more events; false when the stream must end abruptly (client gone, out of memory). */
@@ -389,7 +433,8 @@ struct MHD_Response *em_server_generate(em_server *server, em_server_request *re
     j->fmt = (em_server_format){.id = j->id, .created = (int64_t)time(NULL), .model = server->backend.model_id,
                                 .backend = &server->backend};
 
-    if (!tokenize_prompts(j, &err) || !submit_all(j, &err)) {
+    if (!em_server_tool_grammar(&j->req, server->backend.tool_format, &err) || !tokenize_prompts(j, &err) ||
+        !submit_all(j, &err)) {
         em_server_api api = j->req.api;
         job_free(j);
         *status = err.status;

@@ -25,6 +25,22 @@ bool em_server_add_message(em_server_request *req, const char *role, const em_bu
  * (json_object, json_schema) of an OpenAI body into req->grammar, checked to compile (400 with
  * the reason otherwise). */
 bool em_server_read_constraints(const json_t *root, em_server_request *req, em_server_error *err);
+/* Takes `gbnf` (malloc'd) as req->grammar once it compiles; a 400 naming `param` otherwise. */
+bool em_server_set_grammar(em_server_request *req, char *gbnf, const char *param, em_server_error *err);
+
+/* Tools (tools.c): definitions and tool_choice into req->tools / tool_choice / tool_name (OpenAI's
+ * shape; Anthropic's converted), the grammar that forces a call (required, any, named; nothing for
+ * auto and none), and the calls found in an answer: [{name, arguments: object}] or NULL, with
+ * *content_len the length of the text before them. */
+bool em_server_read_openai_tools(const json_t *root, em_server_request *req, em_server_error *err);
+bool em_server_read_anthropic_tools(const json_t *root, em_server_request *req, em_server_error *err);
+bool em_server_tool_grammar(em_server_request *req, em_tool_format format, em_server_error *err);
+json_t *em_server_parse_tool_calls(const char *text, size_t len, em_tool_format format, const json_t *tools,
+                                   size_t *content_len);
+/* A call's arguments as given in a request (a JSON string) → an object for the template, or the
+ * string itself when it is not a JSON object. */
+json_t *em_server_arguments_object(const char *text);
+
 /* The grammar of a JSON schema (NULL: any JSON object) into req->grammar; errors name `param`. */
 bool em_server_grammar_from_schema(em_server_request *req, const json_t *schema, const char *param, em_server_error *err);
 

@@ -113,6 +113,34 @@ static bool read_common(const json_t *root, int32_t n_vocab, em_server_request *
     return read_logit_bias(root, n_vocab, req, err) && em_server_read_constraints(root, req, err);
 }
 
+/* An assistant message's tool_calls ([{id, type: "function", function: {name, arguments: JSON
+ * text}}]) for the template: arguments as objects, as chat templates expect them. */
+static bool read_tool_calls(const json_t *calls, const char *param, json_t *message, em_server_error *err) {
+    if (!json_is_array(calls)) {
+        em_server_error_set(err, 400, NULL, "invalid_type", param, "'%s' must be an array", param);
+        return false;
+    }
+    json_t *list = json_array();
+    size_t i;
+    json_t *call;
+    json_array_foreach(calls, i, call) {
+        json_t *function = json_object_get(call, "function");
+        const char *name = json_string_value(json_object_get(function, "name"));
+        const char *arguments = json_string_value(json_object_get(function, "arguments"));
+        if (!name || !arguments) {
+            json_decref(list);
+            em_server_error_set(err, 400, NULL, "invalid_value", param,
+                                "'%s[%zu]' must have function.name and function.arguments (a JSON string)", param, i);
+            return false;
+        }
+        json_t *id = json_object_get(call, "id");
+        json_array_append_new(list, json_pack("{s:O, s:s, s:{s:s, s:o}}", "id", id ? id : json_null(), "type", "function",
+                                               "function", "name", name, "arguments", em_server_arguments_object(arguments)));
+    }
+    json_object_set_new(message, "tool_calls", list);
+    return true;
+}
+
 static bool read_messages(const json_t *root, em_server_request *req, em_server_error *err) {
     json_t *messages = json_object_get(root, "messages");
     if (!messages) {
@@ -135,15 +163,16 @@ static bool read_messages(const json_t *root, em_server_request *req, em_server_
             return false;
         }
         if (!strcmp(role, "developer")) role = "system"; /* OpenAI's newer name for system */
-        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "tool")) {
             em_server_error_set(err, 400, NULL, "invalid_value", param,
-                                "'%s.role' '%s' is not supported (system, developer, user, assistant)", param, role);
+                                "'%s.role' '%s' is not supported (system, developer, user, assistant, tool)", param, role);
             return false;
         }
         json_t *content = json_object_get(m, "content");
         json_t *tool_calls = json_object_get(m, "tool_calls");
-        if (tool_calls && !json_is_null(tool_calls)) {
-            em_server_error_set(err, 400, NULL, "unsupported_content", param, "'%s.tool_calls' is not supported", param);
+        if (json_is_null(tool_calls)) tool_calls = NULL;
+        if (tool_calls && strcmp(role, "assistant")) {
+            em_server_error_set(err, 400, NULL, "invalid_value", param, "'%s.tool_calls' belongs to assistant messages", param);
             return false;
         }
         em_buf text = {0};
@@ -160,6 +189,17 @@ static bool read_messages(const json_t *root, em_server_request *req, em_server_
         ok = ok && em_server_add_message(req, role, &text, err);
         em_buf_free(&text);
         if (!ok) return false;
+        /* what the template needs beside the content: the calls an assistant made, the call a
+         * tool message answers */
+        json_t *added = json_array_get(req->messages, json_array_size(req->messages) - 1);
+        snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+        if (tool_calls && !read_tool_calls(tool_calls, param, added, err)) return false;
+        json_t *call_id = json_object_get(m, "tool_call_id");
+        if (!strcmp(role, "tool") && !json_is_string(call_id)) {
+            em_server_error_set(err, 400, NULL, "missing_required_parameter", param, "'messages[%zu].tool_call_id' is required", i);
+            return false;
+        }
+        if (call_id) json_object_set(added, "tool_call_id", call_id);
     }
     return true;
 }
@@ -169,7 +209,8 @@ bool em_openai_parse_chat(const char *body, size_t len, int32_t n_vocab, em_serv
     em_server_request_init(req, EM_API_OPENAI_CHAT);
     json_t *root = em_server_parse_body(body, len, err);
     if (!root) return false;
-    bool ok = read_common(root, n_vocab, req, err) && read_messages(root, req, err);
+    bool ok = read_common(root, n_vocab, req, err) && read_messages(root, req, err) &&
+              em_server_read_openai_tools(root, req, err);
     int64_t top = 0;
     ok = ok && em_server_read_bool(root, "logprobs", &req->logprobs, err) &&
          em_server_read_int(root, "top_logprobs", 0, EM_SERVER_MAX_TOP, &top, err);
@@ -343,18 +384,37 @@ static void add_usage_and_timings(json_t *root, const em_server_usage *usage, co
     if (first) json_object_set_new(root, "timings", em_server_timings_json(&first->timings));
 }
 
+/* OpenAI's tool_calls array for a choice's calls; `with_index` adds each call's index (stream deltas). */
+static json_t *tool_calls_json(const em_server_format *f, int choice_index, const json_t *calls, bool with_index) {
+    json_t *list = json_array();
+    size_t k;
+    json_t *call;
+    json_array_foreach(calls, k, call) {
+        char id[96], *arguments = json_dumps(json_object_get(call, "arguments"), JSON_COMPACT);
+        snprintf(id, sizeof id, "call_%s_%d_%zu", f->id, choice_index, k);
+        json_t *entry = json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function", "name",
+                                  json_object_get(call, "name"), "arguments", arguments ? arguments : "{}");
+        free(arguments);
+        if (entry && with_index) json_object_set_new(entry, "index", json_integer((json_int_t)k));
+        json_array_append_new(list, entry);
+    }
+    return list;
+}
+
 json_t *em_openai_chat_response(const em_server_format *f, const em_server_request *req,
                                 const em_server_choice *choices, size_t n_choices, const em_server_usage *usage) {
     json_t *root = response_head(f, "chat.completion");
     json_t *list = json_array();
     for (size_t i = 0; root && list && i < n_choices; i++) {
         const em_server_choice *c = &choices[i];
+        const size_t content_len = c->tool_calls ? c->content_len : c->text.len;
         json_t *message = json_pack("{s:s, s:o}", "role", "assistant", "content",
-                                    em_server_json_text(c->text.data, c->text.len));
+                                    c->tool_calls && !content_len ? json_null() : em_server_json_text(c->text.data, content_len));
+        if (message && c->tool_calls) json_object_set_new(message, "tool_calls", tool_calls_json(f, (int)i, c->tool_calls, false));
         json_t *lp = req->logprobs ? chat_logprobs(f, c->tokens, c->n_tokens) : json_null();
+        const char *reason = c->tool_calls ? "tool_calls" : em_openai_finish_reason(c->finish) ? em_openai_finish_reason(c->finish) : "stop";
         json_array_append_new(list, json_pack("{s:I, s:o, s:o, s:s}", "index", (json_int_t)i, "message", message,
-                                              "logprobs", lp, "finish_reason",
-                                              em_openai_finish_reason(c->finish) ? em_openai_finish_reason(c->finish) : "stop"));
+                                              "logprobs", lp, "finish_reason", reason));
     }
     json_object_set_new(root, "choices", list);
     add_usage_and_timings(root, usage, n_choices ? &choices[0] : NULL);
@@ -434,6 +494,19 @@ bool em_openai_chunk_delta(em_buf *out, const em_server_format *f, const em_serv
                            "logprobs", lp, "finish_reason", reason_json);
     }
     return emit_chunk(out, req, chunk_head(f, req), choice, reason ? timings : NULL);
+}
+
+bool em_openai_chunk_tool_calls(em_buf *out, const em_server_format *f, const em_server_request *req, int index,
+                                const em_server_choice *choice) {
+    json_t *calls = json_pack("{s:i, s:{s:o}, s:n, s:n}", "index", index, "delta", "tool_calls",
+                              tool_calls_json(f, index, choice->tool_calls, true), "logprobs", "finish_reason");
+    json_t *end = json_pack("{s:i, s:{}, s:n, s:s}", "index", index, "delta", "logprobs", "finish_reason", "tool_calls");
+    bool ok = emit_chunk(out, req, chunk_head(f, req), calls, NULL);
+    if (!ok) {
+        json_decref(end);
+        return false;
+    }
+    return emit_chunk(out, req, chunk_head(f, req), end, &choice->timings);
 }
 
 bool em_openai_stream_end(em_buf *out, const em_server_format *f, const em_server_request *req,

@@ -94,8 +94,8 @@ static em_err append_ids(int32_t **ids, size_t *n, size_t *cap, const int32_t *m
 }
 
 /* Renders `messages` (with some contents replaced by markers) and tokenizes piece by piece. */
-static em_err tokenize_split(const em_server_prompt_ops *ops, const json_t *messages, int32_t **ids, size_t *n,
-                             size_t *cap) {
+static em_err tokenize_split(const em_server_prompt_ops *ops, const json_t *messages, const json_t *tools, int32_t **ids,
+                             size_t *n, size_t *cap) {
     size_t count = json_array_size(messages);
     char **markers = calloc(count ? count : 1, sizeof *markers);
     json_t *marked = json_deep_copy(messages);
@@ -122,7 +122,7 @@ static em_err tokenize_split(const em_server_prompt_ops *ops, const json_t *mess
             goto done;
         }
     }
-    if ((e = ops->render(ops->self, marked, &text, &len))) goto done;
+    if ((e = ops->render(ops->self, marked, tools, &text, &len))) goto done;
     if ((e = em_server_prompt_pieces(text, len, messages, (const char *const *)markers, &pieces, &n_pieces))) goto done;
     for (size_t k = 0; k < n_pieces && !e; k++) {
         int32_t *part = NULL;
@@ -141,10 +141,30 @@ done:
     return e;
 }
 
-em_err em_server_chat_tokens(const em_server_prompt_ops *ops, const json_t *messages, int32_t **ids_out,
+/* Tool definitions and tool calls are rendered as the template writes them, not split into pieces:
+ * control-token text inside them is refused instead. */
+static em_err check_tool_text(const em_server_prompt_ops *ops, const json_t *messages, const json_t *tools) {
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        json_t *calls = json_object_get(m, "tool_calls");
+        char *text = calls ? json_dumps(calls, JSON_COMPACT) : NULL;
+        bool bad = text && em_server_has_control_text(text, strlen(text), ops);
+        free(text);
+        if (bad) return em_errorf(EM_ERR_INVALID, "messages[%zu].tool_calls contains control-token text", i);
+    }
+    char *text = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
+    bool bad = text && em_server_has_control_text(text, strlen(text), ops);
+    free(text);
+    return bad ? em_errorf(EM_ERR_INVALID, "tools contain control-token text") : NULL;
+}
+
+em_err em_server_chat_tokens(const em_server_prompt_ops *ops, const json_t *messages, const json_t *tools, int32_t **ids_out,
                              size_t *n_out) {
     *ids_out = NULL;
     *n_out = 0;
+    em_err tool_error = check_tool_text(ops, messages, tools);
+    if (tool_error) return tool_error;
     int32_t *ids = NULL;
     size_t n = 0, cap = 0;
     em_err e = NULL;
@@ -159,13 +179,13 @@ em_err em_server_chat_tokens(const em_server_prompt_ops *ops, const json_t *mess
             split = true;
     }
     if (split) {
-        e = tokenize_split(ops, messages, &ids, &n, &cap);
+        e = tokenize_split(ops, messages, tools, &ids, &n, &cap);
     } else {
         char *text = NULL;
         size_t len = 0;
         int32_t *all = NULL;
         size_t n_all = 0;
-        if (!(e = ops->render(ops->self, messages, &text, &len)) &&
+        if (!(e = ops->render(ops->self, messages, tools, &text, &len)) &&
             !(e = ops->tokenize(ops->self, text, len, true, &all, &n_all)))
             e = append_ids(&ids, &n, &cap, all, n_all);
         free(text);

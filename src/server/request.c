@@ -354,6 +354,8 @@ void em_server_request_clear(em_server_request *req) {
     free(req->stop);
     free(req->logit_bias);
     free(req->grammar);
+    json_decref(req->tools);
+    free(req->tool_name);
     memset(req, 0, sizeof *req);
 }
 
@@ -363,6 +365,7 @@ void em_server_choice_clear(em_server_choice *choice) {
     em_buf_free(&choice->text);
     free(choice->tokens);
     free(choice->stop_string);
+    json_decref(choice->tool_calls);
     memset(choice, 0, sizeof *choice);
 }
 

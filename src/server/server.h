@@ -41,18 +41,25 @@
 
 /* ---- Backend: what the server needs from the engine, tokenizer and chat template ---- */
 
+/* How the model writes a tool call (tools.c): Hermes / Qwen `<tool_call>{...}</tool_call>`, or a
+ * bare JSON object {"name", "arguments"} (the fallback for templates that teach neither). */
+typedef enum em_tool_format { EM_TOOL_FORMAT_JSON = 0, EM_TOOL_FORMAT_HERMES } em_tool_format;
+
 typedef struct em_server_backend {
     void *self;
     const char *model_id; /* the name /v1/models lists and responses report (requests may name any) */
     int ctx_tokens;       /* longest prompt + output the engine accepts */
     int32_t n_vocab;      /* token ids (logit_bias, prompts of ids) must be below this: the model's
                            * output rows, which may be more than the tokenizer's tokens */
+    em_tool_format tool_format; /* from the chat template */
 
     /* Renders `messages` (an OpenAI-style array of {role, content: string}; roles system, user,
-     * assistant) with the model's chat template, generation prompt added, and tokenizes the
+     * assistant, tool; assistant messages may carry tool_calls with arguments as objects) and
+     * `tools` (OpenAI-style tool definitions, or NULL) with the model's chat template, through the
+     * template's own tool support, generation prompt added, and tokenizes the
      * result so that only the template's own markup can produce control tokens: message text is
      * tokenized without parsing special-token text. *ids is malloc'd (caller frees). */
-    em_err (*chat_prompt)(void *self, const json_t *messages, int32_t **ids, size_t *n);
+    em_err (*chat_prompt)(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n);
     /* Tokenizes plain text as a prompt: BOS as the model asks, special-token text not parsed. */
     em_err (*tokenize)(void *self, const char *text, size_t len, int32_t **ids, size_t *n);
     /* The bytes a token stands for (for logprobs); may be partial UTF-8. Pointer lives as long as
@@ -115,6 +122,10 @@ typedef struct em_server_prompt {
 #define EM_SERVER_MAX_PROMPTS 64
 #define EM_SERVER_MAX_CHOICES 128 /* prompts × n in one request */
 
+/* tool_choice: none (tools only shown), auto (the model decides; calls are parsed from the text),
+ * required / Anthropic's any (the answer is one call of some tool), named (one call of that tool). */
+typedef enum em_tool_choice { EM_TOOL_NONE = 0, EM_TOOL_AUTO, EM_TOOL_REQUIRED, EM_TOOL_NAMED } em_tool_choice;
+
 typedef struct em_server_request {
     em_server_api api;
     char *model;        /* as asked */
@@ -134,6 +145,9 @@ typedef struct em_server_request {
     bool seed_given;
     bool ignore_eos;    /* ignore_eos (llama-server's field): go on past end-of-generation tokens */
     char *grammar;      /* GBNF the answer must follow (response_format, grammar, tool_choice), or NULL */
+    json_t *tools;      /* OpenAI-style tool definitions (Anthropic's are converted), or NULL */
+    em_tool_choice tool_choice;
+    char *tool_name;    /* the tool a named choice forces */
 } em_server_request;
 
 void em_server_request_init(em_server_request *req, em_server_api api);
@@ -182,6 +196,8 @@ typedef struct em_server_choice {
     ember_finish_reason finish;
     char *stop_string;
     ember_timings timings;
+    json_t *tool_calls; /* the calls found in the answer ([{name, arguments}]), or NULL */
+    size_t content_len; /* with tool_calls: the text before them, which stays the answer's content */
 } em_server_choice;
 
 void em_server_choice_clear(em_server_choice *choice);
@@ -226,12 +242,21 @@ bool em_openai_chat_chunk_start(em_buf *out, const em_server_format *f, const em
 bool em_openai_chunk_delta(em_buf *out, const em_server_format *f, const em_server_request *req,
                            int index, const char *text, size_t len, const em_server_token *tokens,
                            size_t n_tokens, ember_finish_reason finish, const ember_timings *timings);
+/* A finished choice's tool calls: a delta with every call (id, name, whole arguments) and the
+ * finishing chunk (finish_reason tool_calls, timings). Ids are "call_<response id>_<k>". */
+bool em_openai_chunk_tool_calls(em_buf *out, const em_server_format *f, const em_server_request *req, int index,
+                                const em_server_choice *choice);
 /* The closing events: the usage chunk (when include_usage; with timings) and `data: [DONE]`. */
 bool em_openai_stream_end(em_buf *out, const em_server_format *f, const em_server_request *req,
                           const em_server_usage *usage, const ember_timings *timings);
 /* Anthropic: message_start, content_block_start and a ping. */
 bool em_anthropic_stream_start(em_buf *out, const em_server_format *f, const em_server_usage *usage);
 bool em_anthropic_stream_delta(em_buf *out, const char *text, size_t len);
+/* After the text block: one tool_use block per call (content_block_start with empty input, one
+ * input_json_delta with the arguments, content_block_stop), then message_delta with stop_reason
+ * tool_use and message_stop. */
+bool em_anthropic_stream_tool_calls(em_buf *out, const em_server_format *f, const em_server_choice *choice,
+                                    const em_server_usage *usage);
 /* content_block_stop, message_delta (stop_reason, usage, timings) and message_stop. */
 bool em_anthropic_stream_end(em_buf *out, const em_server_choice *choice, const em_server_usage *usage);
 /* An error inside a stream that already started. */
@@ -252,7 +277,7 @@ char *em_server_dump(const json_t *value);
 typedef struct em_server_prompt_ops {
     void *self;
     /* Renders OpenAI-style messages with the chat template, generation prompt added (malloc'd). */
-    em_err (*render)(void *self, const json_t *messages, char **text, size_t *len);
+    em_err (*render)(void *self, const json_t *messages, const json_t *tools, char **text, size_t *len);
     /* Tokenizes without adding BOS/EOS; control-token text recognized only when parse_special. */
     em_err (*tokenize)(void *self, const char *text, size_t len, bool parse_special, int32_t **ids, size_t *n);
     const char *const *controls; /* the text of every control token of the vocabulary */
@@ -267,7 +292,8 @@ typedef struct em_server_prompt_ops {
  * tokens (see prompt.c for how). One BOS at the start when add_bos, even if the template writes
  * one too. *ids is malloc'd. EM_ERR_INVALID when a message holds control-token text that the
  * template does not reproduce verbatim. */
-em_err em_server_chat_tokens(const em_server_prompt_ops *ops, const json_t *messages, int32_t **ids, size_t *n);
+em_err em_server_chat_tokens(const em_server_prompt_ops *ops, const json_t *messages, const json_t *tools, int32_t **ids,
+                             size_t *n);
 
 /* A stretch of prompt text and whether to parse special-token text in it. */
 typedef struct em_prompt_piece {
@@ -339,11 +365,14 @@ typedef struct em_server_text em_server_text;
 em_err em_server_text_from_gguf(const em_gguf *gguf, em_server_text **out);
 void em_server_text_free(em_server_text *text);
 /* The backend's chat_prompt: em_server_chat_tokens with this model's template and tokenizer. */
-em_err em_server_text_chat_tokens(const em_server_text *text, const json_t *messages, int32_t **ids, size_t *n);
+em_err em_server_text_chat_tokens(const em_server_text *text, const json_t *messages, const json_t *tools, int32_t **ids,
+                                  size_t *n);
 /* The backend's tokenize: BOS as the vocabulary asks, special-token text not parsed. */
 em_err em_server_text_tokenize(const em_server_text *text, const char *s, size_t len, int32_t **ids, size_t *n);
 size_t em_server_text_token_bytes(const em_server_text *text, int32_t id, const char **bytes);
 int32_t em_server_text_n_vocab(const em_server_text *text);
+/* Hermes when the chat template teaches `<tool_call>`, the JSON fallback otherwise. */
+em_tool_format em_server_text_tool_format(const em_server_text *text);
 
 /* ---- The real backend (backend.c): the engine, tokenizer and chat template of one GGUF ---- */
 

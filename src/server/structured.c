@@ -9,7 +9,7 @@
 #include "internal.h"
 
 /* Takes `gbnf` (malloc'd) as the request's grammar after checking that it compiles. */
-static bool set_grammar(em_server_request *req, char *gbnf, const char *param, em_server_error *err) {
+bool em_server_set_grammar(em_server_request *req, char *gbnf, const char *param, em_server_error *err) {
     em_grammar *g = NULL;
     em_err e = em_grammar_compile(gbnf, strlen(gbnf), &g);
     em_grammar_free(g);
@@ -38,7 +38,7 @@ bool em_server_grammar_from_schema(em_server_request *req, const json_t *schema,
         em_err_free(e);
         return false;
     }
-    return set_grammar(req, gbnf, param, err);
+    return em_server_set_grammar(req, gbnf, param, err);
 }
 
 /* response_format: {"type": "text"} (nothing), {"type": "json_object"} (any JSON object), or
@@ -95,7 +95,7 @@ bool em_server_read_constraints(const json_t *root, em_server_request *req, em_s
             em_server_error_set(err, 500, NULL, NULL, NULL, "out of memory");
             return false;
         }
-        return set_grammar(req, copy, "grammar", err);
+        return em_server_set_grammar(req, copy, "grammar", err);
     }
     return read_response_format(root, req, err);
 }

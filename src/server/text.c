@@ -20,13 +20,14 @@ struct em_server_text {
     size_t *control_lens;
     size_t n_controls;
     em_server_prompt_ops ops;
+    bool hermes_tools; /* the template writes tool calls as <tool_call>...</tool_call> */
 };
 
-static em_err render(void *self, const json_t *messages, char **text, size_t *len) {
+static em_err render(void *self, const json_t *messages, const json_t *tools, char **text, size_t *len) {
     em_server_text *t = self;
     if (!t->chat)
         return em_errorf(EM_ERR_INVALID, "this model has no chat template (tokenizer.chat_template); use /v1/completions");
-    em_chat_input input = {.messages = messages, .bos_token = t->bos_text, .eos_token = t->eos_text,
+    em_chat_input input = {.messages = messages, .tools = tools, .bos_token = t->bos_text, .eos_token = t->eos_text,
                            .add_generation_prompt = true};
     return em_chat_render_input(t->chat, &input, NULL, text, len);
 }
@@ -36,8 +37,9 @@ static em_err tokenize_part(void *self, const char *text, size_t len, bool parse
     return em_tokenize(t->tokenizer, text, len, false, parse_special, ids, n);
 }
 
-em_err em_server_text_chat_tokens(const em_server_text *t, const json_t *messages, int32_t **ids, size_t *n) {
-    return em_server_chat_tokens(&t->ops, messages, ids, n);
+em_err em_server_text_chat_tokens(const em_server_text *t, const json_t *messages, const json_t *tools, int32_t **ids,
+                                  size_t *n) {
+    return em_server_chat_tokens(&t->ops, messages, tools, ids, n);
 }
 
 em_err em_server_text_tokenize(const em_server_text *t, const char *text, size_t len, int32_t **ids, size_t *n) {
@@ -46,6 +48,10 @@ em_err em_server_text_tokenize(const em_server_text *t, const char *text, size_t
 
 size_t em_server_text_token_bytes(const em_server_text *t, int32_t id, const char **bytes) {
     return em_token_to_piece(t->tokenizer, id, true, bytes);
+}
+
+em_tool_format em_server_text_tool_format(const em_server_text *t) {
+    return t->hermes_tools ? EM_TOOL_FORMAT_HERMES : EM_TOOL_FORMAT_JSON;
 }
 
 int32_t em_server_text_n_vocab(const em_server_text *t) {
@@ -101,6 +107,8 @@ em_err em_server_text_from_gguf(const em_gguf *g, em_server_text **out) {
         em_log(EM_LOG_WARN, "%s: no tokenizer.chat_template: chat endpoints will answer 400", em_gguf_path(g));
     } else if (!e && (e = em_chat_template_parse(tpl.ptr, tpl.len, &t->chat))) {
         e = em_err_prefix(e, "%s: tokenizer.chat_template", em_gguf_path(g));
+    } else if (!e) {
+        t->hermes_tools = memmem(tpl.ptr, tpl.len, "<tool_call>", strlen("<tool_call>")) != NULL;
     }
     if (!e) e = collect_controls(t);
     if (e) {

@@ -25,7 +25,7 @@ log=$work/serve.log
 start_server "$log" "$ember" serve -m "$model" --port 0 --api-key sk-ember --ctx 1024 --device cpu || fail "ember serve did not start"
 cp "$js"/*.mjs "$work"/
 status=0
-for script in structured_client; do
+for script in structured_client tools_client; do
   echo "== $script"
   node "$work/$script.mjs" "$url" tiny-llama sk-ember || status=1
 done
