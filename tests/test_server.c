@@ -123,7 +123,9 @@ static void test_parse_chat_errors(void **state) {
         {"{\"model\":\"m\",\"messages\":[]}", 400, "messages", "non-empty array"},
         {"{\"model\":\"m\",\"messages\":\"hi\"}", 400, "messages", "non-empty array"},
         {"{\"model\":\"m\",\"messages\":[{\"content\":\"hi\"}]}", 400, "messages[0]", "string 'role'"},
-        {"{\"model\":\"m\",\"messages\":[{\"role\":\"tool\",\"content\":\"hi\"}]}", 400, "messages[0]", "'tool' is not supported"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"tool\",\"content\":\"hi\"}]}", 400, "messages[0].tool_call_id",
+         "'messages[0].tool_call_id' is required"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"critic\",\"content\":\"hi\"}]}", 400, "messages[0]", "'critic' is not supported"},
         {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content", "is required"},
         {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":7}]}", 400, "messages[0].content", "string or an array"},
         {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
@@ -148,7 +150,18 @@ static void test_parse_chat_errors(void **state) {
         {"{\"model\":\"m\"," HI ",\"stream_options\":[]}", 400, "stream_options", "must be an object"},
         {"{\"model\":\"m\"," HI ",\"user\":1}", 400, "user", "must be a string"},
         {"{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{}]}]}", 400,
-         "messages[0]", "tool_calls' is not supported"},
+         "messages[0].tool_calls", "must have function.name and function.arguments"},
+        {"{\"model\":\"m\"," HI ",\"tools\":{}}", 400, "tools", "must be an array"},
+        {"{\"model\":\"m\"," HI ",\"tools\":[{\"type\":\"web\"}]}", 400, "tools[0]", "\"type\": \"function\""},
+        {"{\"model\":\"m\"," HI ",\"tool_choice\":\"required\"}", 400, "tool_choice", "needs 'tools'"},
+        {"{\"model\":\"m\"," HI ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":"
+         "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", 400, "tool_choice", "not in 'tools'"},
+        {"{\"model\":\"m\"," HI ",\"response_format\":{\"type\":\"xml\"}}", 400, "response_format.type", "'xml' is not one of"},
+        {"{\"model\":\"m\"," HI ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":"
+         "{\"type\":\"string\",\"format\":\"ipv4\"}}}}", 400, "response_format.json_schema.schema", "format \"ipv4\" is not supported"},
+        {"{\"model\":\"m\"," HI ",\"grammar\":\"root ::= [\"}", 400, "grammar", "unterminated character class"},
+        {"{\"model\":\"m\"," HI ",\"grammar\":\"root ::= \\\"a\\\"\",\"response_format\":{\"type\":\"json_object\"}}", 400,
+         "grammar", "exclude each other"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_bad(&cases[i], parse_chat_1000);
 }

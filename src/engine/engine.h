@@ -7,7 +7,8 @@
  *             belongs to the backend, which indexes its KV storage by block number);
  *   prefix.c  the prefix cache: a radix tree over token ids whose nodes each own one KV block;
  *   sample.c  per-request sampling (penalties, bias, temperature, top-k/p, min-p, seed) and
- *             logprobs;
+ *             logprobs, and a grammar's token mask (constrained requests: src/grammar; the mask
+ *             is computed per step in sched.c and applied by the host or by a backend that can);
  *   stop.c    stop strings matched across token boundaries, holding back undecided text;
  *   sched.c   the scheduler: admission, chunked prefill, preemption under memory pressure;
  *   engine.c  the engine thread, the submission queue and per-request output rings.

@@ -196,7 +196,8 @@ static bool read_messages(const json_t *root, em_server_request *req, em_server_
         if (tool_calls && !read_tool_calls(tool_calls, param, added, err)) return false;
         json_t *call_id = json_object_get(m, "tool_call_id");
         if (!strcmp(role, "tool") && !json_is_string(call_id)) {
-            em_server_error_set(err, 400, NULL, "missing_required_parameter", param, "'messages[%zu].tool_call_id' is required", i);
+            snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+            em_server_error_set(err, 400, NULL, "missing_required_parameter", param, "'%s' is required", param);
             return false;
         }
         if (call_id) json_object_set(added, "tool_call_id", call_id);
