@@ -355,33 +355,43 @@ static void test_schema_integer_ranges(void **state) {
 
 static void test_schema_shapes(void **state) {
     (void)state;
-    em_grammar *g = compile_schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},"
-                                   "\"b\":{\"type\":\"integer\"}},\"required\":[\"b\"],\"additionalProperties\":false}");
-    assert_true(matches(g, "{\"b\":1}"));
-    assert_true(matches(g, "{\"a\":\"x\", \"b\":1}"));
-    assert_false(matches(g, "{}"));
-    assert_false(matches(g, "{\"b\":1,\"c\":2}"));
-    assert_false(matches(g, "{\"b\":1.5}"));
-    em_grammar_free(g);
-    g = compile_schema("{\"type\":\"array\",\"items\":{\"enum\":[\"x\",2]},\"minItems\":2,\"maxItems\":3}");
-    assert_true(matches(g, "[\"x\",2]"));
-    assert_true(matches(g, "[2, 2, \"x\"]"));
-    assert_false(matches(g, "[2]"));
-    assert_false(matches(g, "[2,2,2,2]"));
-    assert_false(matches(g, "[3,2]"));
-    em_grammar_free(g);
-    g = compile_schema("{\"type\":\"string\",\"pattern\":\"^a(b|cd)*[0-9]?$\"}");
-    assert_true(matches(g, "\"abcdb\""));
-    assert_true(matches(g, "\"a7\""));
-    assert_false(matches(g, "\"ac\""));
-    em_grammar_free(g);
-    g = compile_schema("{\"type\":\"string\",\"format\":\"date\"}");
-    assert_true(matches(g, "\"2026-12-01\""));
-    assert_false(matches(g, "\"2026-02-30\""));
-    assert_false(matches(g, "\"2026-13-01\""));
-    em_grammar_free(g);
-    g = compile_schema("{\"type\":\"object\"}");
-    assert_true(matches(g, "{\"any\": [1, {\"deep\": null}]}"));
+    static const struct {
+        const char *schema, *text;
+        bool valid;
+    } cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"integer\"}},\"required\":[\"b\"],"
+         "\"additionalProperties\":false}", NULL, false},
+        {NULL, "{\"b\":1}", true},
+        {NULL, "{\"a\":\"x\", \"b\":1}", true},
+        {NULL, "{}", false},
+        {NULL, "{\"b\":1,\"c\":2}", false},
+        {NULL, "{\"b\":1.5}", false},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"x\",2]},\"minItems\":2,\"maxItems\":3}", NULL, false},
+        {NULL, "[\"x\",2]", true},
+        {NULL, "[2, 2, \"x\"]", true},
+        {NULL, "[2]", false},
+        {NULL, "[2,2,2,2]", false},
+        {NULL, "[3,2]", false},
+        {"{\"type\":\"string\",\"pattern\":\"^a(b|cd)*[0-9]?$\"}", NULL, false},
+        {NULL, "\"abcdb\"", true},
+        {NULL, "\"a7\"", true},
+        {NULL, "\"ac\"", false},
+        {"{\"type\":\"string\",\"format\":\"date\"}", NULL, false},
+        {NULL, "\"2026-12-01\"", true},
+        {NULL, "\"2026-02-30\"", false},
+        {NULL, "\"2026-13-01\"", false},
+        {"{\"type\":\"object\"}", NULL, false},
+        {NULL, "{\"any\": [1, {\"deep\": null}]}", true},
+    };
+    em_grammar *g = NULL;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (cases[i].schema) { /* a new schema; the texts below it are checked against it */
+            em_grammar_free(g);
+            g = compile_schema(cases[i].schema);
+        } else if (matches(g, cases[i].text) != cases[i].valid) {
+            fail_msg("%s %s", cases[i].text, cases[i].valid ? "rejected" : "accepted");
+        }
+    }
     em_grammar_free(g);
     char *gbnf; /* json_object mode: no schema */
     assert_null(em_grammar_from_json_schema(NULL, 0, &gbnf));

@@ -448,6 +448,20 @@ static bool can_chain(ember_engine *e) {
     return take_blocks(e, new_blocks);
 }
 
+/* The batch of n tokens the engine's scratch describes (every running request's block table). */
+static em_batch step_batch(const ember_engine *e, uint32_t n, const uint32_t *const *pick_masks) {
+    return (em_batch){
+        .n_tokens = n,
+        .tokens = e->batch_tokens_buf,
+        .seq = e->batch_seq,
+        .pos = e->batch_pos,
+        .logits = e->batch_logits,
+        .n_seqs = e->n_running,
+        .seqs = e->batch_seqs,
+        .pick_masks = pick_masks,
+    };
+}
+
 /* Begins the step after the in-flight one: one token per running request, its in-flight pick. */
 static em_err begin_chained(ember_engine *e) {
     for (uint32_t i = 0; i < e->n_running; i++) {
@@ -467,15 +481,7 @@ static em_err begin_chained(ember_engine *e) {
         e->row_owner[i] = r;
         e->pick[i] = em_sampler_pick_params_ahead(&r->sampler);
     }
-    em_batch batch = {
-        .n_tokens = e->n_running,
-        .tokens = e->batch_tokens_buf,
-        .seq = e->batch_seq,
-        .pos = e->batch_pos,
-        .logits = e->batch_logits,
-        .n_seqs = e->n_running,
-        .seqs = e->batch_seqs,
-    };
+    em_batch batch = step_batch(e, e->n_running, NULL);
     return em_backend_pick_begin(e->backend, &batch, e->pick);
 }
 
@@ -593,16 +599,7 @@ static bool step(ember_engine *e) {
     }
     for (uint32_t k = 0; k < rows && backend_picks; k++) e->pick[k] = em_sampler_pick_params(&e->row_owner[k]->sampler);
     const bool begin = backend_picks && em_backend_can_overlap(e->backend) && !constrained;
-    em_batch batch = {
-        .pick_masks = backend_picks && constrained ? e->pick_masks : NULL,
-        .n_tokens = n,
-        .tokens = e->batch_tokens_buf,
-        .seq = e->batch_seq,
-        .pos = e->batch_pos,
-        .logits = e->batch_logits,
-        .n_seqs = e->n_running,
-        .seqs = e->batch_seqs,
-    };
+    em_batch batch = step_batch(e, n, backend_picks && constrained ? e->pick_masks : NULL);
     em_err err = begin          ? em_backend_pick_begin(e->backend, &batch, e->pick)
                  : backend_picks ? em_backend_forward_pick(e->backend, &batch, e->pick, e->picked)
                                  : em_backend_forward(e->backend, &batch, e->logits);

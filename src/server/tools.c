@@ -48,19 +48,29 @@ static bool add_tool(em_server_request *req, const char *name, json_t *descripti
            oom(err);
 }
 
-bool em_server_read_openai_tools(const json_t *root, em_server_request *req, em_server_error *err) {
-    json_t *tools = json_object_get(root, "tools"), *choice = json_object_get(root, "tool_choice");
-    bool parallel = true;
-    if (!em_server_read_bool(root, "parallel_tool_calls", &parallel, err)) return false;
-    if (json_is_null(tools)) tools = NULL;
-    if (json_is_null(choice)) choice = NULL;
-    if (!tools) {
-        if (choice && !(json_is_string(choice) && !strcmp(json_string_value(choice), "none")))
+/* `tools` and `tool_choice` of a body (NULL when absent or null). False (an error set) when a
+ * choice comes without tools (OpenAI's "none" aside), tools are not an array, or memory runs out;
+ * true with *tools NULL when there are none, else req->tools is ready for them. */
+static bool begin_tools(const json_t *root, em_server_request *req, json_t **tools, json_t **choice, em_server_error *err) {
+    *tools = json_object_get(root, "tools");
+    *choice = json_object_get(root, "tool_choice");
+    if (json_is_null(*tools)) *tools = NULL;
+    if (json_is_null(*choice)) *choice = NULL;
+    if (!*tools) {
+        if (*choice && !(json_is_string(*choice) && !strcmp(json_string_value(*choice), "none")))
             return bad(err, "tool_choice", "needs 'tools'");
         return true;
     }
-    if (!json_is_array(tools)) return bad(err, "tools", "must be an array");
-    if (!(req->tools = json_array())) return oom(err);
+    if (!json_is_array(*tools)) return bad(err, "tools", "must be an array");
+    return (req->tools = json_array()) != NULL || oom(err);
+}
+
+bool em_server_read_openai_tools(const json_t *root, em_server_request *req, em_server_error *err) {
+    json_t *tools, *choice;
+    bool parallel = true;
+    if (!em_server_read_bool(root, "parallel_tool_calls", &parallel, err)) return false;
+    if (!begin_tools(root, req, &tools, &choice, err)) return false;
+    if (!tools) return true;
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
@@ -92,15 +102,9 @@ bool em_server_read_openai_tools(const json_t *root, em_server_request *req, em_
 }
 
 bool em_server_read_anthropic_tools(const json_t *root, em_server_request *req, em_server_error *err) {
-    json_t *tools = json_object_get(root, "tools"), *choice = json_object_get(root, "tool_choice");
-    if (json_is_null(tools)) tools = NULL;
-    if (json_is_null(choice)) choice = NULL;
-    if (!tools) {
-        if (choice) return bad(err, "tool_choice", "needs 'tools'");
-        return true;
-    }
-    if (!json_is_array(tools)) return bad(err, "tools", "must be an array");
-    if (!(req->tools = json_array())) return oom(err);
+    json_t *tools, *choice;
+    if (!begin_tools(root, req, &tools, &choice, err)) return false;
+    if (!tools) return true;
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
