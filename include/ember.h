@@ -139,6 +139,12 @@ typedef struct ember_request_params {
      * compile fails the submission with the reason (rule, line, column). */
     const char *grammar;
     size_t grammar_len; /* 0: strlen(grammar) */
+    /* Optional, with a grammar: a lazy grammar. The output is free until it contains this text;
+     * from the trigger's first byte on, the rest of the output must follow the grammar (which so
+     * describes the trigger too). When the token that completes the trigger carries bytes after
+     * it that the grammar refuses, generation stops there. Copied; NULL: the grammar applies from
+     * the start. */
+    const char *grammar_trigger;
     /* Optional: output delivered by callback instead of ember_request_next. It runs on the engine
      * thread, once per generated token (and for held-back text) and once more with `finish` set;
      * it must return quickly and must not call into the engine except ember_request_cancel.

@@ -13,7 +13,9 @@
 #include <sys/stat.h>
 
 #include "ember.h"
+#include "gguf/gguf.h"
 #include "grammar/grammar.h"
+#include "tokenizer/tokenizer.h"
 #include "model/model.h"
 
 #define VOCAB EM_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf"
@@ -231,6 +233,42 @@ static void test_stop_and_cache(void **state) {
     ember_engine_destroy(e);
 }
 
+/* A lazy grammar: free text until the trigger, the grammar from the trigger on. A logit bias makes
+ * the first token the trigger "e"; then three digits and "." must follow, and the answer ends. */
+static void test_lazy_grammar(void **state) {
+    (void)state;
+    em_gguf *gguf;
+    em_tokenizer *tok;
+    assert_null(em_gguf_open(VOCAB, &gguf));
+    assert_null(em_tokenizer_from_gguf(gguf, &tok));
+    em_gguf_close(gguf);
+    const int32_t e_token = em_tokenizer_find(tok, "e", 1);
+    em_tokenizer_free(tok);
+    assert_true(e_token >= 0);
+    ember_engine *e = new_engine();
+    const char *grammar = "root ::= \"e\" [0-9]{3} \".\"";
+    ember_logit_bias bias = {.token = e_token, .bias = 100.0f};
+    ember_request_params p = text_params("Go:", grammar, 21);
+    p.grammar_trigger = "e";
+    p.sampling.logit_bias = &bias;
+    p.sampling.n_logit_bias = 1;
+    result res;
+    collect(submit(e, &p), &res);
+    assert_int_equal(res.finish, EMBER_FINISH_STOP);
+    assert_sentence(grammar, &res);
+    assert_int_equal(res.text_len, 5);
+
+    /* A trigger that never comes leaves the text free: the request runs to max_tokens. */
+    ember_request_params q = text_params("Go:", grammar, 22);
+    q.grammar_trigger = "\x01never\x02";
+    q.max_tokens = 12;
+    q.ignore_eos = true;
+    collect(submit(e, &q), &res);
+    assert_int_equal(res.finish, EMBER_FINISH_LENGTH);
+    assert_int_equal(res.n, 12);
+    ember_engine_destroy(e);
+}
+
 static void test_bad_grammar(void **state) {
     (void)state;
     ember_engine *e = new_engine();
@@ -248,7 +286,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_closed_grammars), cmocka_unit_test(test_json_schemas),
         cmocka_unit_test(test_batch_neighbours), cmocka_unit_test(test_stop_and_cache),
-        cmocka_unit_test(test_bad_grammar),
+        cmocka_unit_test(test_lazy_grammar), cmocka_unit_test(test_bad_grammar),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -38,6 +38,8 @@ static void request_unref(ember_request *r) {
     em_grammar_state_free(r->grammar_state);
     em_grammar_free(r->grammar);
     free(r->grammar_mask);
+    free(r->grammar_trigger);
+    free(r->trigger_window);
     em_stop_free(&r->stops);
     if (r->detok) em_detok_free(r->detok);
     for (size_t i = 0; i < 2; i++) {
@@ -224,6 +226,8 @@ static em_err copy_params(ember_request *r, const ember_request_params *p) {
     r->params = *p;
     r->params.stop = NULL;
     r->params.stop_tokens = NULL;
+    r->params.grammar = NULL; /* compiled into r->grammar; the trigger is copied there too */
+    r->params.grammar_trigger = NULL;
     if (p->n_stop) {
         r->stop_strings = calloc(p->n_stop, sizeof *r->stop_strings);
         if (!r->stop_strings) return em_errorf(EM_ERR_NOMEM, "request: no memory for stop strings");
@@ -269,7 +273,15 @@ static em_err compile_grammar(const ember_engine *e, ember_request *r, const emb
     if (err) return em_err_prefix(err, "request");
     if ((err = em_grammar_state_new(r->grammar, &r->grammar_state))) return err;
     r->grammar_mask = malloc(((size_t)e->n_vocab + 31) / 32 * sizeof *r->grammar_mask);
-    return r->grammar_mask ? NULL : em_errorf(EM_ERR_NOMEM, "request: out of memory for a grammar mask");
+    r->grammar_active = !p->grammar_trigger || !*p->grammar_trigger;
+    if (!r->grammar_active) {
+        r->trigger_len = strlen(p->grammar_trigger);
+        r->grammar_trigger = strdup(p->grammar_trigger);
+        r->trigger_window = malloc(r->trigger_len);
+    }
+    if (!r->grammar_mask || (!r->grammar_active && (!r->grammar_trigger || !r->trigger_window)))
+        return em_errorf(EM_ERR_NOMEM, "request: out of memory for a grammar");
+    return NULL;
 }
 
 ember_error *ember_submit(ember_engine *e, const ember_request_params *p, ember_request **out) {

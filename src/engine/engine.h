@@ -236,6 +236,13 @@ struct ember_request {
     em_grammar_state *grammar_state;
     uint32_t *grammar_mask;
     uint32_t grammar_allowed;
+    /* A lazy grammar (ember_request_params.grammar_trigger): inactive until the output contains
+     * the trigger; trigger_window keeps the output's last trigger_len - 1 bytes until then. */
+    char *grammar_trigger;
+    size_t trigger_len;
+    bool grammar_active;
+    char *trigger_window;
+    size_t trigger_window_len;
     em_stop_matcher stops;
     em_detok *detok;
     em_request_phase phase;

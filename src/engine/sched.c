@@ -253,6 +253,31 @@ static void count_backend_picked(ember_stats *s, const void *arg) {
     s->backend_picked_tokens += *(const uint32_t *)arg;
 }
 
+/* A lazy grammar waits for its trigger in the output: once the trigger appears (across token
+ * boundaries too), the grammar takes the output from the trigger's first byte on; *done when what
+ * followed the trigger in the same token is outside it, or nothing can follow. False: no memory. */
+static bool watch_trigger(ember_engine *e, ember_request *r, int32_t token, bool *done) {
+    const char *piece;
+    const size_t piece_len = em_token_to_piece(e->tokenizer, token, false, &piece);
+    const size_t len = r->trigger_window_len + piece_len;
+    char *text = malloc(len ? len : 1);
+    if (!text) return false;
+    memcpy(text, r->trigger_window, r->trigger_window_len);
+    memcpy(text + r->trigger_window_len, piece, piece_len);
+    const char *at = memmem(text, len, r->grammar_trigger, r->trigger_len);
+    if (at) {
+        r->grammar_active = true;
+        *done = !em_grammar_accept_bytes(r->grammar_state, at, len - (size_t)(at - text)) ||
+                !em_grammar_can_continue(r->grammar_state);
+    } else { /* keep what could still begin the trigger */
+        const size_t keep = len < r->trigger_len - 1 ? len : r->trigger_len - 1;
+        memcpy(r->trigger_window, text + len - keep, keep);
+        r->trigger_window_len = keep;
+    }
+    free(text);
+    return true;
+}
+
 /* Publishes the request's next token (sampled on the host or picked by the backend) and decides
  * whether the request is done. */
 static void accept_token(ember_engine *e, ember_request *r, int32_t token, float logprob, const ember_top_logprob *top,
@@ -268,7 +293,13 @@ static void accept_token(ember_engine *e, ember_request *r, int32_t token, float
 
     /* The grammar follows every token; when nothing can follow the text, generation is over. */
     bool grammar_done = false;
-    if (r->grammar_state) {
+    if (r->grammar_state && !r->grammar_active) {
+        if (!watch_trigger(e, r, token, &grammar_done)) {
+            em_engine_emit(r, token, logprob, top, n_top, "", 0);
+            finish_request(e, r, EMBER_FINISH_ERROR, -1, "out of memory watching for a grammar's trigger");
+            return;
+        }
+    } else if (r->grammar_state) {
         if (!em_grammar_accept_token(r->grammar_state, e->grammar_vocab, token)) {
             em_engine_emit(r, token, logprob, top, n_top, "", 0);
             finish_request(e, r, EMBER_FINISH_ERROR, -1, "internal: a token outside the grammar's mask was picked");
@@ -304,7 +335,7 @@ static void accept_logits(ember_engine *e, ember_request *r, float *logits) {
     ember_top_logprob top[EM_MAX_LOGPROBS];
     int n_top = 0;
     float logprob = 0;
-    const uint32_t *allowed = r->grammar_state ? r->grammar_mask : NULL;
+    const uint32_t *allowed = r->grammar_state && r->grammar_active ? r->grammar_mask : NULL;
     int32_t token = em_sampler_sample(&r->sampler, logits, allowed, r->tokens, r->n_tokens, &logprob, top, &n_top);
     accept_token(e, r, token, logprob, top, n_top);
 }
@@ -531,7 +562,7 @@ static bool compute_grammar_masks(ember_engine *e, uint32_t rows, bool *constrai
     for (uint32_t k = 0; k < rows && !err; k++) {
         ember_request *r = e->row_owner[k];
         e->pick_masks[k] = NULL;
-        if (!r->grammar_state) continue;
+        if (!r->grammar_state || !r->grammar_active) continue;
         *constrained = true;
         if (!e->grammar_vocab) err = em_grammar_vocab_new(e->tokenizer, e->n_vocab, &e->grammar_vocab);
         if (!err) err = em_grammar_mask(r->grammar_state, e->grammar_vocab, r->grammar_mask, &r->grammar_allowed);
@@ -547,7 +578,7 @@ static bool compute_grammar_masks(ember_engine *e, uint32_t rows, bool *constrai
 static void finish_stuck(ember_engine *e, uint32_t rows) {
     for (uint32_t k = 0; k < rows; k++) {
         ember_request *r = e->row_owner[k];
-        if (!r->grammar_state || r->grammar_allowed) continue;
+        if (!r->grammar_state || !r->grammar_active || r->grammar_allowed) continue;
         e->row_owner[k] = NULL;
         finish_request(e, r, EMBER_FINISH_STOP, -1, NULL);
     }

@@ -170,6 +170,7 @@ static bool submit_all(job *j, em_server_error *err) {
         params.ignore_eos = j->req.ignore_eos;
         params.n_stop = j->req.n_stop;
         params.grammar = j->req.grammar;
+        params.grammar_trigger = j->req.grammar_trigger;
         em_err e = b->submit(b->self, &params, &j->handles[i]);
         if (e) {
             backend_error(e, "submit", err);

@@ -148,6 +148,7 @@ typedef struct em_server_request {
     json_t *tools;      /* OpenAI-style tool definitions (Anthropic's are converted), or NULL */
     em_tool_choice tool_choice;
     char *tool_name;    /* the tool a named choice forces */
+    const char *grammar_trigger; /* static text that switches `grammar` on (a lazy grammar), or NULL */
 } em_server_request;
 
 void em_server_request_init(em_server_request *req, em_server_api api);

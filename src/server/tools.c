@@ -7,7 +7,8 @@
  * Qwen 3) gets `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>`; any other gets the
  * bare JSON object {"name": ..., "arguments": ...} (the generic fallback). A forced answer is one
  * call (parallel_tool_calls is accepted; one call is a valid answer under it). With `auto` the
- * text is free and calls are found in it afterwards. */
+ * text is free and calls are found in it afterwards; in the Hermes format a lazy grammar, switched
+ * on by `<tool_call>`, constrains a call once the model opens one. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,8 +155,12 @@ static json_t *call_schema(const json_t *tool) {
 }
 
 bool em_server_tool_grammar(em_server_request *req, em_tool_format format, em_server_error *err) {
-    if (req->tool_choice != EM_TOOL_REQUIRED && req->tool_choice != EM_TOOL_NAMED) return true;
+    /* auto: with a call format that opens with a marker, a lazy grammar that constrains the call
+     * once the model starts one (free text before it stays free); otherwise nothing */
+    const bool lazy = req->tool_choice == EM_TOOL_AUTO && format == EM_TOOL_FORMAT_HERMES && !req->grammar;
+    if (req->tool_choice != EM_TOOL_REQUIRED && req->tool_choice != EM_TOOL_NAMED && !lazy) return true;
     if (req->grammar) return bad(err, "tool_choice", "cannot force a tool call together with response_format or grammar");
+    if (lazy) req->grammar_trigger = "<tool_call>";
     json_t *schema;
     if (req->tool_choice == EM_TOOL_NAMED) {
         schema = call_schema(find_tool(req->tools, req->tool_name));
