@@ -151,6 +151,17 @@ static void test_classes_and_repetition(void **state) {
     assert_false(matches(g, "aabcbc"));
     em_grammar_free(g);
 
+    /* Many empty alternatives in a row: each (position, stack) is expanded once per step, not once
+     * per path (3^40 paths here). */
+    char many[512] = "root ::=";
+    for (int i = 0; i < 40; i++) strcat(many, " x");
+    strcat(many, " \"z\"\nx ::= \"\" | \"\" | \"a\"\n");
+    g = compile(many);
+    assert_true(matches(g, "aaaz"));
+    assert_true(matches(g, "z"));
+    assert_false(matches(g, "b"));
+    em_grammar_free(g);
+
     /* Deep right recursion (a long repetition) neither fails nor grows the stack. */
     g = compile("root ::= (\"ab\" | \"c\")* \"!\"");
     char long_text[20002];

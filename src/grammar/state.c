@@ -7,8 +7,8 @@
 
 /* Past these sizes the memo (sets, transitions, masks) is dropped and rebuilt from the current
  * state: a long generation through ever new states must not grow without bound. */
-#define MEMO_MAX_SET_ITEMS (1u << 22)
-#define MEMO_MAX_MASK_BYTES ((size_t)64 << 20)
+#define MEMO_MAX_SET_ITEMS (1u << 20)
+#define MEMO_MAX_MASK_BYTES ((size_t)16 << 20)
 
 /* A stack: `position` is the next terminal's element for the top node, a return position for the
  * nodes below it; `parent` is the node below (0: none). Node 0 itself is the empty stack. */
@@ -47,6 +47,13 @@ struct em_grammar_state {
     bool ended; /* an end-of-generation token was accepted: nothing more is */
     uint32_t *scratch;
     size_t n_scratch, cap_scratch;
+    /* (position, parent) pairs already expanded in the current step: the stacks they lead to are
+     * the same every time, and grammars of many empty alternatives would otherwise expand
+     * exponentially often. Entries of older steps carry older stamps and count as empty. */
+    uint64_t *visited_keys;
+    uint32_t *visited_stamps;
+    size_t visited_cap, visited_used;
+    uint32_t stamp;
     bool failed; /* out of memory inside a step */
 };
 
@@ -107,12 +114,58 @@ static void push_scratch(em_grammar_state *s, uint32_t node) {
     s->scratch[s->n_scratch++] = node;
 }
 
+/* Starts a step: nothing is expanded yet. */
+static void begin_expansion(em_grammar_state *s) {
+    s->stamp++;
+    s->visited_used = 0;
+    if (s->stamp == 0) { /* wrapped: forget every entry for real */
+        if (s->visited_stamps) memset(s->visited_stamps, 0, s->visited_cap * sizeof *s->visited_stamps);
+        s->stamp = 1;
+    }
+}
+
+/* True the first time (position, parent) is expanded in this step. */
+static bool first_visit(em_grammar_state *s, uint32_t position, uint32_t parent) {
+    if ((s->visited_used + 1) * 2 > s->visited_cap) { /* grow, keeping this step's entries */
+        size_t cap = s->visited_cap ? s->visited_cap * 2 : 256;
+        uint64_t *keys = malloc(cap * sizeof *keys);
+        uint32_t *stamps = calloc(cap, sizeof *stamps);
+        if (!keys || !stamps) {
+            free(keys);
+            free(stamps);
+            s->failed = true;
+            return false;
+        }
+        for (size_t i = 0; i < s->visited_cap; i++) {
+            if (s->visited_stamps[i] != s->stamp) continue;
+            size_t h = mix64(s->visited_keys[i]) & (cap - 1);
+            while (stamps[h] == s->stamp) h = (h + 1) & (cap - 1);
+            keys[h] = s->visited_keys[i];
+            stamps[h] = s->stamp;
+        }
+        free(s->visited_keys);
+        free(s->visited_stamps);
+        s->visited_keys = keys;
+        s->visited_stamps = stamps;
+        s->visited_cap = cap;
+    }
+    const uint64_t key = ((uint64_t)position << 32) | parent;
+    size_t mask = s->visited_cap - 1, h = mix64(key) & mask;
+    for (; s->visited_stamps[h] == s->stamp; h = (h + 1) & mask)
+        if (s->visited_keys[h] == key) return false;
+    s->visited_keys[h] = key;
+    s->visited_stamps[h] = s->stamp;
+    s->visited_used++;
+    return true;
+}
+
 /* Adds to the scratch list every stack that continues from `position` with `parent` below: down
  * through rule references to the terminals that can come first, and up through ended
  * alternatives to what follows them. */
 static void expand(em_grammar_state *s, uint32_t position, uint32_t parent) {
     const em_grammar *g = s->grammar;
     for (;;) {
+        if (!first_visit(s, position, parent)) return;
         uint32_t e = g->elements[position];
         if (EM_ELEMENT_KIND(e) == EM_ELEMENT_BYTES) {
             uint32_t node = intern_node(s, position, parent);
@@ -240,6 +293,7 @@ uint32_t em_grammar_step(em_grammar_state *s, uint32_t set, uint8_t byte, bool *
         if (s->transition_keys[h] == key) return s->transition_next[h];
     const em_grammar *g = s->grammar;
     s->n_scratch = 0;
+    begin_expansion(s);
     for (uint32_t i = s->set_start[set]; i < s->set_start[set + 1]; i++) {
         uint32_t node = s->set_items[i];
         if (!node) continue; /* the empty stack takes no byte */
@@ -304,6 +358,7 @@ em_err em_grammar_state_new(const em_grammar *grammar, em_grammar_state **out) {
         s->set_start[0] = s->set_start[1] = 0;
         s->n_sets = 1;
         const uint32_t root = grammar->root;
+        begin_expansion(s);
         for (uint32_t a = 0; a < grammar->rule_count[root]; a++) expand(s, grammar->alternatives[grammar->rule_first[root] + a], 0);
         s->current = intern_scratch(s);
         ok = !s->failed;
@@ -329,6 +384,8 @@ void em_grammar_state_free(em_grammar_state *s) {
     free(s->transition_keys);
     free(s->transition_next);
     free(s->scratch);
+    free(s->visited_keys);
+    free(s->visited_stamps);
     free(s);
 }
 
