@@ -21,7 +21,7 @@ static const char *USAGE =
     "usage: ember chat-template (--template FILE.jinja | -m MODEL.gguf) --messages MESSAGES.json\n"
     "         [--add-generation-prompt] [--bos-token S] [--eos-token S] [--tools TOOLS.json] [--var NAME=JSON]...";
 
-static em_err read_file(const char *path, char **out, size_t *len) {
+em_err em_cli_read_file(const char *path, char **out, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return em_errorf(EM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char *data = NULL;
@@ -134,7 +134,7 @@ int em_cli_chat_template(int argc, char **argv) {
     size_t src_len = 0, out_len = 0;
     json_t *messages = NULL, *tools = NULL;
     em_chat_template *tpl = NULL;
-    if (!err) err = template_path ? read_file(template_path, &src, &src_len)
+    if (!err) err = template_path ? em_cli_read_file(template_path, &src, &src_len)
                                   : load_model(model_path, &src, &src_len, &model_bos, &model_eos);
     if (!err) err = load_json(messages_path, "messages", &messages);
     if (!err && !json_is_array(messages)) err = em_errorf(EM_ERR_INVALID, "messages %s: expected a JSON array", messages_path);

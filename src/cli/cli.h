@@ -43,6 +43,9 @@ em_err em_cli_hub_options(const char *token, struct em_hub_options *options);
 /* Prints "ember <command>: <message>" to stderr, frees the error, and returns 1. */
 int em_cli_fail(const char *command, em_err err);
 
+/* A whole file into memory: *out malloc'd and NUL-terminated, *len without the NUL. */
+em_err em_cli_read_file(const char *path, char **out, size_t *len);
+
 int em_cli_info(int argc, char **argv);
 int em_cli_serve(int argc, char **argv);
 int em_cli_synth(int argc, char **argv);

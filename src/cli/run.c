@@ -8,12 +8,14 @@
 
 #include "cli.h"
 #include "ember.h"
+#include "grammar/grammar.h"
 
 typedef struct run_args {
     em_cli_model source; /* -m/--gguf or --hf: resolved into `model` */
     const char *model, *prompt, *prompt_ids, *device;
     uint32_t n_predict, n_ctx, n_threads;
     bool print_ids, print_probs, ignore_eos;
+    const char *grammar_file, *schema_file; /* --grammar GBNF, --json-schema SCHEMA.json */
     ember_sampling sampling;
 } run_args;
 
@@ -23,12 +25,15 @@ static void usage(FILE *to) {
             "                 [--temp T] [--top-k K]\n"
             "                 [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--print-ids]\n"
             "                 [-c CONTEXT] [-t THREADS] [--device cpu|cuda] [--ignore-eos]\n"
+            "                 [--grammar FILE.gbnf | --json-schema SCHEMA.json]\n"
             EM_CLI_MODEL_USAGE
             "  -n N               tokens to generate (default 64)\n"
             "  --temp T           0 = greedy (default 0.8); --top-k 40, --top-p 0.95, --min-p 0.05\n"
             "  --prompt-ids       the prompt as token ids; --print-ids prints generated ids, not text\n"
             "  --print-probs      one line per generated token: id and its probability (softmax of the logits)\n"
-            "  --ignore-eos       go on past end-of-generation tokens, to -n tokens\n");
+            "  --ignore-eos       go on past end-of-generation tokens, to -n tokens\n"
+            "  --grammar FILE     the output follows this GBNF grammar (llama.cpp's format; start rule root)\n"
+            "  --json-schema FILE the output is a JSON value of this schema (docs/serve.md lists the keywords)\n");
 }
 
 static em_err parse_number(const char *flag, const char *text, double lo, double hi, double *out) {
@@ -66,6 +71,8 @@ static em_err parse_args(int argc, char **argv, run_args *a) {
         if (em_cli_model_option(&a->source, f, v)) continue;
         if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) a->prompt = v;
         else if (!strcmp(f, "--prompt-ids")) a->prompt_ids = v;
+        else if (!strcmp(f, "--grammar")) a->grammar_file = v;
+        else if (!strcmp(f, "--json-schema")) a->schema_file = v;
         else if (!strcmp(f, "-n")) {
             if (!(err = parse_number(f, v, 0, 1 << 24, &x)) && (x != (uint32_t)x || x < 1))
                 err = em_errorf(EM_ERR_INVALID, "-n expects a positive number of tokens, got '%s'", v);
@@ -98,6 +105,7 @@ static em_err parse_args(int argc, char **argv, run_args *a) {
     if (!a->source.file && !a->source.hf) return em_errorf(EM_ERR_INVALID, "a model is required: -m MODEL.gguf or --hf ORG/NAME[:QUANT]");
     if (!a->prompt && !a->prompt_ids) return em_errorf(EM_ERR_INVALID, "a prompt is required (-p TEXT or --prompt-ids)");
     if (a->prompt && a->prompt_ids) return em_errorf(EM_ERR_INVALID, "give -p or --prompt-ids, not both");
+    if (a->grammar_file && a->schema_file) return em_errorf(EM_ERR_INVALID, "give --grammar or --json-schema, not both");
     return NULL;
 }
 
@@ -130,6 +138,24 @@ static em_err parse_ids(const char *text, uint32_t n_vocab, int32_t **ids, size_
     return NULL;
 }
 
+/* The GBNF of --grammar or --json-schema (NULL without either), malloc'd. */
+static em_err read_grammar(const run_args *a, char **gbnf) {
+    *gbnf = NULL;
+    const char *path = a->grammar_file ? a->grammar_file : a->schema_file;
+    if (!path) return NULL;
+    char *text;
+    size_t len;
+    em_err err = em_cli_read_file(path, &text, &len);
+    if (err) return err;
+    if (a->grammar_file) {
+        *gbnf = text;
+        return NULL;
+    }
+    err = em_grammar_from_json_schema(text, len, gbnf);
+    free(text);
+    return err ? em_err_prefix(err, "%s", path) : NULL;
+}
+
 /* Submits one request to an engine and prints its output as it streams. */
 static em_err generate(const run_args *a) {
     ember_options options;
@@ -143,14 +169,20 @@ static em_err generate(const run_args *a) {
     size_t n_prompt = 0;
     ember_engine *engine = NULL;
     ember_request *request = NULL;
-    em_err err = ember_engine_create(&options, &engine);
+    char *grammar = NULL;
+    em_err err = read_grammar(a, &grammar);
     if (err) return err;
+    if ((err = ember_engine_create(&options, &engine))) {
+        free(grammar);
+        return err;
+    }
     ember_request_params params;
     ember_request_default(&params);
     params.sampling = a->sampling;
     if (a->print_probs) params.sampling.logprobs = 1;
     params.max_tokens = (int)a->n_predict;
     params.ignore_eos = a->ignore_eos;
+    params.grammar = grammar;
     if (a->prompt_ids) {
         if ((err = parse_ids(a->prompt_ids, INT32_MAX, &prompt, &n_prompt))) goto done;
         params.prompt_ids = prompt;
@@ -187,6 +219,7 @@ done:
     ember_request_release(request);
     ember_engine_destroy(engine);
     free(prompt);
+    free(grammar);
     return err;
 }
 

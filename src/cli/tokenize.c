@@ -18,35 +18,6 @@
 static const char usage[] = "usage: ember tokenize -m MODEL.gguf [--raw] [--ids] [-f FILE | TEXT]\n"
                             "       ember tokenize -m MODEL.gguf [--raw] --decode ID...\n";
 
-static em_err read_file(const char *path, char **data, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return em_errorf(EM_ERR_IO, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *grown = realloc(buf, cap * 2);
-        if (!grown) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = grown;
-        cap *= 2;
-    }
-    bool failed = ferror(f);
-    fclose(f);
-    if (!buf) return em_errorf(EM_ERR_NOMEM, "%s: out of memory", path);
-    if (failed) {
-        free(buf);
-        return em_errorf(EM_ERR_IO, "%s: read error", path);
-    }
-    *data = buf;
-    *len = n;
-    return NULL;
-}
-
 /* Prints bytes readably on one line: complete UTF-8 as is, the rest escaped. */
 static void print_escaped(const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
@@ -141,7 +112,7 @@ int em_cli_tokenize(int argc, char **argv) {
     }
     char *data = NULL;
     size_t len = text ? strlen(text) : 0;
-    if (file && (err = read_file(file, &data, &len))) {
+    if (file && (err = em_cli_read_file(file, &data, &len))) {
         em_tokenizer_free(t);
         return em_cli_fail("tokenize", err);
     }
