@@ -269,6 +269,30 @@ static void test_lazy_grammar(void **state) {
     ember_engine_destroy(e);
 }
 
+/* A grammar too ambiguous to follow fails its own request, with the reason; a neighbour in the
+ * same steps finishes as it would alone. */
+static void test_ambiguous_grammar_fails_alone(void **state) {
+    (void)state;
+    ember_engine *e = new_engine();
+    ember_request_params plain = text_params("Once upon a time", NULL, 5);
+    plain.max_tokens = 30;
+    plain.ignore_eos = true;
+    result alone, beside;
+    collect(submit(e, &plain), &alone);
+    ember_request_params bad = text_params("Say a", "root ::= (\"a\" | \"a\" root+){2,5}", 2);
+    ember_request *rb = submit(e, &bad), *rp = submit(e, &plain);
+    ember_output out;
+    do assert_true(ember_request_next(rb, &out, 300000));
+    while (out.finish == EMBER_FINISH_NONE);
+    assert_int_equal(out.finish, EMBER_FINISH_ERROR);
+    assert_non_null(strstr(out.error, "too ambiguous"));
+    ember_request_release(rb);
+    collect(rp, &beside);
+    assert_int_equal(alone.n, beside.n);
+    assert_memory_equal(alone.tokens, beside.tokens, alone.n * sizeof *alone.tokens);
+    ember_engine_destroy(e);
+}
+
 static void test_bad_grammar(void **state) {
     (void)state;
     ember_engine *e = new_engine();
@@ -286,7 +310,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_closed_grammars), cmocka_unit_test(test_json_schemas),
         cmocka_unit_test(test_batch_neighbours), cmocka_unit_test(test_stop_and_cache),
-        cmocka_unit_test(test_lazy_grammar), cmocka_unit_test(test_bad_grammar),
+        cmocka_unit_test(test_lazy_grammar), cmocka_unit_test(test_ambiguous_grammar_fails_alone),
+        cmocka_unit_test(test_bad_grammar),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

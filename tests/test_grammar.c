@@ -162,6 +162,13 @@ static void test_classes_and_repetition(void **state) {
     assert_false(matches(g, "b"));
     em_grammar_free(g);
 
+    /* A branch that can never end (x recurses forever) is never entered: every accepted prefix
+     * can still be finished. */
+    g = compile("root ::= \"a\" | x\nx ::= \"b\" x");
+    assert_true(matches(g, "a"));
+    assert_false(prefix_ok(g, "b"));
+    em_grammar_free(g);
+
     /* Deep right recursion (a long repetition) neither fails nor grows the stack. */
     g = compile("root ::= (\"ab\" | \"c\")* \"!\"");
     char long_text[20002];
@@ -282,6 +289,34 @@ static void test_masks_brute_force(void **state) {
     check_masks("ggml-vocab-gpt-2.gguf", CHESS_GBNF, chess_prefixes, 3);
     const char *list_prefixes[] = {"- ", "- caf\xc3"}; /* inside a character: byte tokens continue it */
     check_masks("ggml-vocab-llama-spm.gguf", LIST_GBNF, list_prefixes, 2);
+}
+
+/* A grammar whose parse stacks multiply with every byte fails cleanly (and says why) once a state
+ * would hold more than 4096 of them, instead of slowing down without bound. */
+static void test_too_ambiguous(void **state) {
+    (void)state;
+    em_grammar *g = compile("root ::= (\"a\" | \"a\" root+){2,5}");
+    em_grammar_state *s;
+    assert_null(em_grammar_state_new(g, &s));
+    const char *pieces[] = {"a", "b"};
+    const size_t lens[] = {1, 1};
+    em_grammar_vocab *v;
+    assert_null(em_grammar_vocab_from_pieces(pieces, lens, NULL, 2, &v));
+    uint32_t mask[1], n_allowed;
+    em_err err = NULL;
+    int fed = 0;
+    while (fed < 200 && !(err = em_grammar_mask(s, v, mask, &n_allowed))) {
+        assert_int_equal(mask[0], 1); /* only "a" */
+        if (!em_grammar_accept_token(s, v, 0)) break;
+        fed++;
+    }
+    if (!err) fail_msg("still going after %d bytes", fed);
+    assert_int_equal(em_err_code_of(err), EM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(em_err_message(err), "too ambiguous"));
+    em_err_free(err);
+    em_grammar_state_free(s);
+    em_grammar_vocab_free(v);
+    em_grammar_free(g);
 }
 
 /* End-of-generation tokens only when complete; after one, nothing. */
@@ -438,6 +473,7 @@ int main(void) {
         cmocka_unit_test(test_generate),       cmocka_unit_test(test_end_tokens),
         cmocka_unit_test(test_masks_brute_force), cmocka_unit_test(test_schema_integer_ranges),
         cmocka_unit_test(test_schema_shapes),  cmocka_unit_test(test_schema_errors),
+        cmocka_unit_test(test_too_ambiguous),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

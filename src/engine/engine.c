@@ -39,6 +39,7 @@ static void request_unref(ember_request *r) {
     em_grammar_free(r->grammar);
     free(r->grammar_mask);
     free(r->grammar_trigger);
+    free(r->grammar_error);
     free(r->trigger_window);
     em_stop_free(&r->stops);
     if (r->detok) em_detok_free(r->detok);

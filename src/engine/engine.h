@@ -236,6 +236,7 @@ struct ember_request {
     em_grammar_state *grammar_state;
     uint32_t *grammar_mask;
     uint32_t grammar_allowed;
+    char *grammar_error; /* why its grammar failed (the request then ends with an error) */
     /* A lazy grammar (ember_request_params.grammar_trigger): inactive until the output contains
      * the trigger; trigger_window keeps the output's last trigger_len - 1 bytes until then. */
     char *grammar_trigger;

@@ -558,29 +558,37 @@ static void advance_flight(ember_engine *e) {
  * vocabulary's trie built on first use. *constrained: some row has one. False when the engine had
  * to fail the running requests (out of memory). */
 static bool compute_grammar_masks(ember_engine *e, uint32_t rows, bool *constrained) {
-    em_err err = NULL;
-    for (uint32_t k = 0; k < rows && !err; k++) {
+    for (uint32_t k = 0; k < rows; k++) {
         ember_request *r = e->row_owner[k];
         e->pick_masks[k] = NULL;
         if (!r->grammar_state || !r->grammar_active) continue;
         *constrained = true;
-        if (!e->grammar_vocab) err = em_grammar_vocab_new(e->tokenizer, e->n_vocab, &e->grammar_vocab);
-        if (!err) err = em_grammar_mask(r->grammar_state, e->grammar_vocab, r->grammar_mask, &r->grammar_allowed);
+        em_err err = NULL;
+        if (!e->grammar_vocab && (err = em_grammar_vocab_new(e->tokenizer, e->n_vocab, &e->grammar_vocab))) {
+            fail_running(e, "grammar", err); /* no request can be constrained without it */
+            return false;
+        }
+        err = em_grammar_mask(r->grammar_state, e->grammar_vocab, r->grammar_mask, &r->grammar_allowed);
+        if (err) { /* this request's grammar failed (too ambiguous, out of memory): it alone ends */
+            r->grammar_allowed = 0;
+            free(r->grammar_error);
+            r->grammar_error = strdup(em_err_message(err));
+            em_err_free(err);
+        }
         e->pick_masks[k] = r->grammar_mask;
     }
-    if (!err) return true;
-    fail_running(e, "grammar", err);
-    return false;
+    return true;
 }
 
 /* A constrained request whose grammar allows no token of the vocabulary here cannot go on: it
- * stops (its row's pick is dropped). */
+ * stops (its row's pick is dropped), or fails when its grammar did. */
 static void finish_stuck(ember_engine *e, uint32_t rows) {
     for (uint32_t k = 0; k < rows; k++) {
         ember_request *r = e->row_owner[k];
-        if (!r->grammar_state || !r->grammar_active || r->grammar_allowed) continue;
+        if (!r || !r->grammar_state || !r->grammar_active || r->grammar_allowed) continue;
         e->row_owner[k] = NULL;
-        finish_request(e, r, EMBER_FINISH_STOP, -1, NULL);
+        if (r->grammar_error) finish_request(e, r, EMBER_FINISH_ERROR, -1, r->grammar_error);
+        else finish_request(e, r, EMBER_FINISH_STOP, -1, NULL);
     }
 }
 

@@ -52,6 +52,8 @@ struct em_grammar {
 /* The state reached from interned set `set` by `byte` (EM_GRAMMAR_DEAD when none); memoized.
  * EM_GRAMMAR_DEAD too when memory runs out, with *failed set. */
 uint32_t em_grammar_step(em_grammar_state *state, uint32_t set, uint8_t byte, bool *failed);
+/* Why the state stopped working (out of memory, too ambiguous), or NULL while it works. */
+const char *em_grammar_failure(const em_grammar_state *state);
 /* The interned set the state is in now. */
 uint32_t em_grammar_current(const em_grammar_state *state);
 /* True when the set contains the empty stack. */

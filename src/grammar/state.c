@@ -9,6 +9,10 @@
  * state: a long generation through ever new states must not grow without bound. */
 #define MEMO_MAX_SET_ITEMS (1u << 20)
 #define MEMO_MAX_MASK_BYTES ((size_t)16 << 20)
+/* The most parse stacks one state may hold. A very ambiguous grammar (say `x ::= ("a" x+){2,5}`)
+ * multiplies them with every byte, and each mask walks all of them: past this the request fails
+ * rather than stall the engine. Real grammars (JSON, schemas, tool calls) stay far below. */
+#define MAX_STACKS 4096
 
 /* A stack: `position` is the next terminal's element for the top node, a return position for the
  * nodes below it; `parent` is the node below (0: none). Node 0 itself is the empty stack. */
@@ -54,7 +58,8 @@ struct em_grammar_state {
     uint32_t *visited_stamps;
     size_t visited_cap, visited_used;
     uint32_t stamp;
-    bool failed; /* out of memory inside a step */
+    bool failed;        /* out of memory, or too ambiguous, inside a step: the state is unusable */
+    bool too_ambiguous; /* the reason was MAX_STACKS */
 };
 
 static uint64_t mix64(uint64_t z) {
@@ -165,6 +170,11 @@ static bool first_visit(em_grammar_state *s, uint32_t position, uint32_t parent)
 static void expand(em_grammar_state *s, uint32_t position, uint32_t parent) {
     const em_grammar *g = s->grammar;
     for (;;) {
+        /* A position from which the alternative can never end (it recurses forever) leads to no
+         * sentence: leaving it out makes the automaton accept exactly the prefixes of sentences,
+         * so a constrained generation never walks into a dead end. The return frames pushed
+         * below are finite for the same reason (min_rest[position] counts them). */
+        if (s->grammar->min_rest[position] == EM_GRAMMAR_INFINITE) return;
         if (!first_visit(s, position, parent)) return;
         uint32_t e = g->elements[position];
         if (EM_ELEMENT_KIND(e) == EM_ELEMENT_BYTES) {
@@ -218,6 +228,10 @@ static uint32_t intern_scratch(em_grammar_state *s) {
     for (size_t i = 0; i < s->n_scratch; i++)
         if (!n || s->scratch[i] != s->scratch[n - 1]) s->scratch[n++] = s->scratch[i];
     if (!n) return EM_GRAMMAR_DEAD;
+    if (n > MAX_STACKS) {
+        s->too_ambiguous = s->failed = true;
+        return EM_GRAMMAR_DEAD;
+    }
     if ((s->set_table.used + 1) * 2 > s->set_table.cap && !table_grow(&s->set_table, set_hash, s)) goto nomem;
     size_t mask = s->set_table.cap - 1, h = items_hash(s->scratch, n) & mask;
     for (uint32_t id; (id = s->set_table.slots[h]); h = (h + 1) & mask) {
@@ -312,6 +326,11 @@ uint32_t em_grammar_step(em_grammar_state *s, uint32_t set, uint8_t byte, bool *
     return next;
 }
 
+const char *em_grammar_failure(const em_grammar_state *s) {
+    if (!s->failed) return NULL;
+    return s->too_ambiguous ? "the grammar is too ambiguous to follow (more than 4096 parse stacks at once)" : "out of memory";
+}
+
 uint32_t em_grammar_current(const em_grammar_state *s) { return s->ended ? EM_GRAMMAR_DEAD : s->current; }
 
 bool em_grammar_set_complete(const em_grammar_state *s, uint32_t set) {
@@ -364,8 +383,10 @@ em_err em_grammar_state_new(const em_grammar *grammar, em_grammar_state **out) {
         ok = !s->failed;
     }
     if (!ok) {
+        em_err err = s->too_ambiguous ? em_errorf(EM_ERR_UNSUPPORTED, "grammar: %s", em_grammar_failure(s))
+                                      : em_errorf(EM_ERR_NOMEM, "grammar: out of memory for a parse state");
         em_grammar_state_free(s);
-        return em_errorf(EM_ERR_NOMEM, "grammar: out of memory for a parse state");
+        return err;
     }
     *out = s;
     return NULL;
@@ -466,7 +487,7 @@ em_err em_grammar_generate(const em_grammar *grammar, uint64_t seed, size_t soft
         const bool complete = em_grammar_set_complete(s, s->current);
         if (complete && (finishing || !n_choices || random % 8 == 0)) break;
         if (!n_choices || s->failed) {
-            err = s->failed ? em_errorf(EM_ERR_NOMEM, "grammar: out of memory")
+            err = s->failed ? em_errorf(s->too_ambiguous ? EM_ERR_UNSUPPORTED : EM_ERR_NOMEM, "grammar: %s", em_grammar_failure(s))
                             : em_errorf(EM_ERR_INTERNAL, "grammar: generation reached a state it cannot finish");
             break;
         }

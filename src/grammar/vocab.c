@@ -187,7 +187,11 @@ em_err em_grammar_mask(em_grammar_state *s, const em_grammar_vocab *v, uint32_t 
     memset(mask, 0, words * sizeof *mask);
     mask_walk w = {.state = s, .vocab = v, .mask = mask};
     if (set != EM_GRAMMAR_DEAD) walk(&w, &v->nodes[0], set);
-    if (w.failed) return em_errorf(EM_ERR_NOMEM, "grammar: out of memory computing a token mask");
+    if (w.failed) {
+        const char *why = em_grammar_failure(s);
+        return em_errorf(why && strcmp(why, "out of memory") ? EM_ERR_UNSUPPORTED : EM_ERR_NOMEM, "grammar: %s",
+                         why ? why : "out of memory");
+    }
     if (em_grammar_set_complete(s, set)) {
         for (uint32_t i = 0; i < v->n_end_tokens; i++) mask[v->end_tokens[i] >> 5] |= 1u << (v->end_tokens[i] & 31);
         w.n_allowed += v->n_end_tokens;
