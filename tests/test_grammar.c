@@ -292,7 +292,7 @@ static void test_masks_brute_force(void **state) {
 }
 
 /* A grammar whose parse stacks multiply with every byte fails cleanly (and says why) once a state
- * would hold more than 4096 of them, instead of slowing down without bound. */
+ * would hold more than 256 of them, instead of slowing down without bound. */
 static void test_too_ambiguous(void **state) {
     (void)state;
     em_grammar *g = compile("root ::= (\"a\" | \"a\" root+){2,5}");

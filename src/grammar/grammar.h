@@ -96,7 +96,7 @@ bool em_grammar_can_continue(const em_grammar_state *state);
 /* Writes the allowed tokens of `vocab` as a bitset: bit t of mask[t / 32] (size ceil(n/32) words,
  * n = em_grammar_vocab_size). Returns the number of allowed tokens (0: the grammar cannot go on in
  * this vocabulary). Errors: EM_ERR_NOMEM, or EM_ERR_UNSUPPORTED when the grammar is so ambiguous
- * that the parse state would hold more than 4096 stacks (the state is unusable afterwards). */
+ * that the parse state would hold more than 256 stacks (the state is unusable afterwards). */
 em_err em_grammar_mask(em_grammar_state *state, const em_grammar_vocab *vocab, uint32_t *mask, uint32_t *n_allowed);
 
 /* Which bytes may come next: allowed[b] for each byte value (tests, random generation). */

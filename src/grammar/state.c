@@ -12,12 +12,13 @@
 /* The most parse stacks one state may hold. A very ambiguous grammar (say `x ::= ("a" x+){2,5}`)
  * multiplies them with every byte, and each mask walks all of them: past this the request fails
  * rather than stall the engine. Real grammars (JSON, schemas, tool calls) stay far below. */
-#define MAX_STACKS 4096
+#define MAX_STACKS 256
 
 /* A stack: `position` is the next terminal's element for the top node, a return position for the
  * nodes below it; `parent` is the node below (0: none). Node 0 itself is the empty stack. */
 typedef struct stack_node {
     uint32_t position, parent;
+    uint32_t to_complete; /* the fewest bytes that empty this stack (its frames' min_rest summed) */
 } stack_node;
 
 /* Open-addressing hash table of uint32 ids (0 = empty slot) whose keys live elsewhere. */
@@ -85,6 +86,10 @@ static bool table_grow(id_table *t, uint64_t (*hash)(const em_grammar_state *, u
     return true;
 }
 
+static uint32_t add_saturated(uint32_t a, uint32_t b) {
+    return a == EM_GRAMMAR_INFINITE || b == EM_GRAMMAR_INFINITE || a + b < a ? EM_GRAMMAR_INFINITE : a + b;
+}
+
 /* ---- Stacks ---- */
 
 static uint64_t node_hash_of(uint32_t position, uint32_t parent) {
@@ -102,7 +107,8 @@ static uint32_t intern_node(em_grammar_state *s, uint32_t position, uint32_t par
         if (s->nodes[id].position == position && s->nodes[id].parent == parent) return id;
     if (!em_grammar_reserve(&s->nodes, &s->cap_nodes, s->n_nodes + 1, sizeof *s->nodes)) goto nomem;
     uint32_t id = (uint32_t)s->n_nodes++;
-    s->nodes[id] = (stack_node){position, parent};
+    s->nodes[id] = (stack_node){position, parent,
+                                add_saturated(s->grammar->min_rest[position], parent ? s->nodes[parent].to_complete : 0)};
     s->node_table.slots[h] = id;
     s->node_table.used++;
     return id;
@@ -112,6 +118,10 @@ nomem:
 }
 
 static void push_scratch(em_grammar_state *s, uint32_t node) {
+    if (s->n_scratch > MAX_STACKS) { /* each pushed stack is distinct: the set is too big already */
+        s->too_ambiguous = s->failed = true;
+        return;
+    }
     if (!em_grammar_reserve(&s->scratch, &s->cap_scratch, s->n_scratch + 1, sizeof *s->scratch)) {
         s->failed = true;
         return;
@@ -174,7 +184,7 @@ static void expand(em_grammar_state *s, uint32_t position, uint32_t parent) {
          * sentence: leaving it out makes the automaton accept exactly the prefixes of sentences,
          * so a constrained generation never walks into a dead end. The return frames pushed
          * below are finite for the same reason (min_rest[position] counts them). */
-        if (s->grammar->min_rest[position] == EM_GRAMMAR_INFINITE) return;
+        if (s->grammar->min_rest[position] == EM_GRAMMAR_INFINITE || s->failed) return;
         if (!first_visit(s, position, parent)) return;
         uint32_t e = g->elements[position];
         if (EM_ELEMENT_KIND(e) == EM_ELEMENT_BYTES) {
@@ -328,7 +338,7 @@ uint32_t em_grammar_step(em_grammar_state *s, uint32_t set, uint8_t byte, bool *
 
 const char *em_grammar_failure(const em_grammar_state *s) {
     if (!s->failed) return NULL;
-    return s->too_ambiguous ? "the grammar is too ambiguous to follow (more than 4096 parse stacks at once)" : "out of memory";
+    return s->too_ambiguous ? "the grammar is too ambiguous to follow (more than 256 parse stacks at once)" : "out of memory";
 }
 
 uint32_t em_grammar_current(const em_grammar_state *s) { return s->ended ? EM_GRAMMAR_DEAD : s->current; }
@@ -372,7 +382,7 @@ em_err em_grammar_state_new(const em_grammar *grammar, em_grammar_state **out) {
     bool ok = em_grammar_reserve(&s->nodes, &s->cap_nodes, 1, sizeof *s->nodes) &&
               em_grammar_reserve(&s->set_start, &s->cap_sets, 2, sizeof *s->set_start);
     if (ok) {
-        s->nodes[0] = (stack_node){0, 0};
+        s->nodes[0] = (stack_node){0, 0, 0};
         s->n_nodes = 1;
         s->set_start[0] = s->set_start[1] = 0;
         s->n_sets = 1;
@@ -442,19 +452,11 @@ void em_grammar_next_bytes(em_grammar_state *s, bool allowed[256]) {
     for (unsigned b = 0; b < 256; b++) allowed[b] = em_grammar_step(s, em_grammar_current(s), (uint8_t)b, &failed) != EM_GRAMMAR_DEAD;
 }
 
-static uint32_t add_saturated(uint32_t a, uint32_t b) {
-    return a == EM_GRAMMAR_INFINITE || b == EM_GRAMMAR_INFINITE || a + b < a ? EM_GRAMMAR_INFINITE : a + b;
-}
-
 /* The fewest bytes that finish set `set`: over its stacks, the rest of each frame's alternative. */
 static uint32_t set_bytes_to_complete(const em_grammar_state *s, uint32_t set) {
     uint32_t best = EM_GRAMMAR_INFINITE;
-    for (uint32_t i = s->set_start[set]; i < s->set_start[set + 1]; i++) {
-        uint32_t total = 0;
-        for (uint32_t node = s->set_items[i]; node; node = s->nodes[node].parent)
-            total = add_saturated(total, s->grammar->min_rest[s->nodes[node].position]);
-        if (total < best) best = total;
-    }
+    for (uint32_t i = s->set_start[set]; i < s->set_start[set + 1]; i++)
+        if (s->nodes[s->set_items[i]].to_complete < best) best = s->nodes[s->set_items[i]].to_complete;
     return best;
 }
 
@@ -474,8 +476,8 @@ em_err em_grammar_generate(const em_grammar *grammar, uint64_t seed, size_t soft
     for (;;) {
         uint8_t choices[256];
         size_t n_choices = 0;
-        const uint32_t here = set_bytes_to_complete(s, s->current);
         const bool finishing = n >= soft_limit;
+        const uint32_t here = finishing ? set_bytes_to_complete(s, s->current) : 0;
         for (unsigned b = 0; b < 256; b++) {
             bool failed = false;
             uint32_t next = em_grammar_step(s, s->current, (uint8_t)b, &failed);
