@@ -672,9 +672,9 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
     return NULL;
 }
 
-/* Steps of up to this many sequences take the kernel unless EMBER_CUDA_MEGA says otherwise (0: none;
- * N: up to N, at most MEGA_MAX_TOKENS and what shared memory fits): where it measured faster than
- * the per-operation kernels (bench/RESULTS.md). */
+/* Steps of up to this many sequences take the kernel unless EMBER_CUDA_MEGA says otherwise (N: up to
+ * N, at most MEGA_MAX_TOKENS and what shared memory fits): none until it measures faster than the
+ * per-operation kernels at some step size (bench/RESULTS.md, fourteenth CUDA session). */
 #define MEGA_DEFAULT_TOKENS 0
 
 em_err em_cuda_mega_setup(cuda_backend *b) {
