@@ -185,6 +185,14 @@ __device__ __forceinline__ void mbar_wait(const mega_args &a, unsigned long long
     }
 }
 
+/* One bulk copy of `bytes` (a multiple of 16) from global to shared memory, completing on `bar`. */
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, unsigned long long *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+
 /* The loader (lane 0 of the last warp): the block's slice of each instruction in turn, chunk after
  * chunk into the next stage, each stage's descriptor saying where its chunk starts in the slice;
  * a stage marked MEGA_CHUNK_END tells the consumers the instruction is done. */
@@ -214,16 +222,8 @@ __device__ void load_weights(const mega_args &a, const ring &rg) {
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(rg.full + stage)),
                          "r"(total_bytes)
                          : "memory");
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                             smem_addr(dst)),
-                         "l"(m.data + lo), "r"((uint32_t)(hi - lo)), "r"(smem_addr(rg.full + stage))
-                         : "memory");
-            if (p.up)
-                asm volatile(
-                    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                        smem_addr(dst + (hi - lo))),
-                    "l"(p.up->data + lo), "r"((uint32_t)(hi - lo)), "r"(smem_addr(rg.full + stage))
-                    : "memory");
+            bulk_copy(dst, m.data + lo, (uint32_t)(hi - lo), rg.full + stage);
+            if (p.up) bulk_copy(dst + (hi - lo), p.up->data + lo, (uint32_t)(hi - lo), rg.full + stage);
         }
     }
 }
@@ -633,7 +633,8 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
     if (status == cudaSuccess)
         status = cudaMemcpy(m->layers, layers, d->n_layer * sizeof *layers, cudaMemcpyHostToDevice);
     free(layers);
-    if (status != cudaSuccess) return em_errorf(EM_ERR_INTERNAL, "uploading the layers: %s", cudaGetErrorString(status));
+    if (status != cudaSuccess)
+        return em_errorf(EM_ERR_INTERNAL, "uploading the layers: %s", cudaGetErrorString(status));
     CU_TRY(cudaMalloc((void **)&m->ops, m->schedule.n_ops * sizeof(em_op)));
     CU_TRY(cudaMemcpy(m->ops, m->schedule.ops, m->schedule.n_ops * sizeof(em_op), cudaMemcpyHostToDevice));
     CU_TRY(cudaMalloc((void **)&m->parts, (uint64_t)MEGA_MAX_TOKENS * m->max_head * MEGA_MAX_SPANS *
@@ -657,10 +658,12 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
     m->attention_warps = MEGA_ATTENTION_WARPS;
     m->stage_bytes = (uint32_t)max((uint64_t)32768 + 256, (widest_row + 64 + 127) / 128 * 128);
     for (uint32_t nt = 1; nt <= MEGA_MAX_TOKENS; nt++) {
-        const size_t input = ((size_t)max((size_t)nt * widest * sizeof(float), m->attention_warps * per_warp) + 127) / 128 * 128;
+        const size_t rows = (size_t)nt * widest * sizeof(float), tiles = m->attention_warps * per_warp;
+        const size_t input = (max(rows, tiles) + 127) / 128 * 128;
         if (input + 2 * m->stage_bytes + static_smem > (size_t)smem_max) break;
         m->ring_offset[nt] = (uint32_t)input;
-        m->n_stages[nt] = (uint32_t)min((size_t)MEGA_MAX_STAGES, ((size_t)smem_max - static_smem - input) / m->stage_bytes);
+        const size_t stages = ((size_t)smem_max - static_smem - input) / m->stage_bytes;
+        m->n_stages[nt] = (uint32_t)min((size_t)MEGA_MAX_STAGES, stages);
         m->smem[nt] = input + (size_t)m->n_stages[nt] * m->stage_bytes;
         m->max_tokens = nt;
     }
@@ -694,7 +697,8 @@ em_err em_cuda_mega_setup(cuda_backend *b) {
     em_cuda_mega_free(b);
     /* a model the kernel does not take runs the per-operation kernels; a failing CUDA call is an error */
     if (em_err_code_of(err) == EM_ERR_UNSUPPORTED) {
-        em_log(EM_LOG_INFO, "cuda: decode steps run per-operation kernels (persistent kernel: %s)", em_err_message(err));
+        em_log(EM_LOG_INFO, "cuda: decode steps run per-operation kernels (persistent kernel: %s)",
+               em_err_message(err));
         em_err_free(err);
         return NULL;
     }
@@ -728,7 +732,8 @@ em_err em_cuda_mega_run(cuda_backend *b, const cuda_batch *cb) {
     a.act = d->act;
     a.barrier = m->barrier, a.barrier_base = m->barriers_passed, a.failed_barrier = m->failed_barrier;
     a.op_ns = m->op_ns;
-    a.ring_offset = m->ring_offset[cb->n_tokens], a.n_stages = m->n_stages[cb->n_tokens], a.stage_bytes = m->stage_bytes;
+    a.ring_offset = m->ring_offset[cb->n_tokens], a.n_stages = m->n_stages[cb->n_tokens];
+    a.stage_bytes = m->stage_bytes;
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(b->n_sm);
     config.blockDim = dim3(MEGA_THREADS);

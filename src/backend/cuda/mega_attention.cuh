@@ -13,7 +13,9 @@ __device__ __forceinline__ void copy16_async(void *dst, const void *src) {
 
 /* A warp's shared memory for attention items of head size hd (bytes): the tile's keys (rows padded
  * by 16 bytes against bank conflicts) and values, then the query and the own key and value. */
-__host__ __device__ constexpr uint32_t attention_warp_bytes(uint32_t hd) { return 32 * (hd * 2 + 16) + 32 * hd * 2 + 12 * hd; }
+__host__ __device__ constexpr uint32_t attention_warp_bytes(uint32_t hd) {
+    return 32 * (hd * 2 + 16) + 32 * hd * 2 + 12 * hd;
+}
 
 /* The last of a head's spans to finish merges the partials: out = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M). */
 template <int HD>
