@@ -58,20 +58,21 @@ static void read_timings(bench_sample *s, const json_t *t) {
     if (cached >= 0 && s->cached_tokens < 0) s->cached_tokens = cached;
 }
 
-static void got_text(stream_state *st, const char *text) {
-    if (!text) return;
+/* Answer text of one event (`text` may hold NULs: a byte token can be "\u0000"). */
+static void got_text(stream_state *st, const json_t *text) {
+    size_t n = json_string_length(text);
+    if (!n) return;
     if (st->sample->first_token_ms < 0) st->sample->first_token_ms = now_ms() - st->start;
     st->sample->content_chunks++;
-    em_buf_append(&st->text, text, strlen(text));
+    em_buf_append(&st->text, json_string_value(text), n);
 }
 
 static void read_openai_event(stream_state *st, const json_t *ev) {
     bench_sample *s = st->sample;
     json_t *choice = json_array_get(json_object_get(ev, "choices"), 0);
     json_t *delta = json_object_get(choice, "delta");
-    const char *content = json_string_value(json_object_get(delta, "content"));
-    if (!content) content = json_string_value(json_object_get(choice, "text")); /* /v1/completions */
-    if (content && *content) got_text(st, content);
+    json_t *content = json_object_get(delta, "content");
+    got_text(st, content ? content : json_object_get(choice, "text")); /* text: /v1/completions */
     json_t *usage = json_object_get(ev, "usage");
     if (json_is_object(usage)) {
         s->prompt_tokens = json_int(usage, "prompt_tokens");
@@ -94,8 +95,7 @@ static void read_anthropic_event(stream_state *st, const json_t *ev) {
         if (fresh >= 0) s->prompt_tokens = fresh + (cached > 0 ? cached : 0);
         if (cached >= 0) s->cached_tokens = cached;
     } else if (!strcmp(type, "content_block_delta")) {
-        const char *text = json_string_value(json_object_get(json_object_get(ev, "delta"), "text"));
-        if (text && *text) got_text(st, text);
+        got_text(st, json_object_get(json_object_get(ev, "delta"), "text"));
     } else if (!strcmp(type, "message_delta")) {
         int out = json_int(json_object_get(ev, "usage"), "output_tokens");
         if (out >= 0) s->completion_tokens = out;
@@ -121,7 +121,7 @@ static void read_line(stream_state *st, char *line) {
         return;
     }
     json_error_t jerr;
-    json_t *ev = json_loads(data, 0, &jerr);
+    json_t *ev = json_loads(data, JSON_ALLOW_NUL, &jerr);
     if (!json_is_object(ev)) {
         set_error(st->sample, "malformed stream from %s: an event that is not a JSON object: '%.200s'", st->target->url,
                   data);
