@@ -97,10 +97,11 @@ static void frame(em_buf *b, const char *title, const char *x_title, const char 
     em_buf_printf(b, "</text>\n");
 }
 
-/* A line per server over x positions `xs` (labelled by `labels`) with the values in `lines`. */
-static void line_chart(em_buf *b, const char *title, const char *x_title, const char *y_title, const double *xs,
-                       const int *labels, int n, const series *lines, int n_servers) {
-    double top = 0, x_max = 0;
+/* A line per server over x positions `xs` (labelled by `labels`; the axis runs from `x_min` to the
+ * largest) with the values in `lines`. */
+static void line_chart(em_buf *b, const char *title, const char *x_title, const char *y_title, double x_min,
+                       const double *xs, const int *labels, int n, const series *lines, int n_servers) {
+    double top = 0, x_max = x_min;
     for (int i = 0; i < n; i++) {
         if (xs[i] > x_max) x_max = xs[i];
         for (int s = 0; s < n_servers; s++)
@@ -108,9 +109,9 @@ static void line_chart(em_buf *b, const char *title, const char *x_title, const 
     }
     top = axis_top(top * 1.05);
     frame(b, title, x_title, y_title, top);
-    double width = CHART_W - LEFT - RIGHT - 20;
+    double width = CHART_W - LEFT - RIGHT - 20, span = x_max > x_min ? x_max - x_min : 1;
     for (int i = 0; i < n; i++) {
-        double x = LEFT + 10 + (x_max > 0 ? width * xs[i] / x_max : 0);
+        double x = LEFT + 10 + width * (xs[i] - x_min) / span;
         em_buf_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\">%d</text>\n", x,
                       CHART_H - BOTTOM + 16, labels[i]);
     }
@@ -118,12 +119,12 @@ static void line_chart(em_buf *b, const char *title, const char *x_title, const 
         em_buf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", colours[s]);
         for (int i = 0; i < n; i++)
             if (!isnan(lines[s].y[i]))
-                em_buf_printf(b, "%.1f,%.1f ", LEFT + 10 + (x_max > 0 ? width * xs[i] / x_max : 0), ys(lines[s].y[i], top));
+                em_buf_printf(b, "%.1f,%.1f ", LEFT + 10 + width * (xs[i] - x_min) / span, ys(lines[s].y[i], top));
         em_buf_printf(b, "\"/>\n");
         for (int i = 0; i < n; i++)
             if (!isnan(lines[s].y[i]))
                 em_buf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>%.1f</title></circle>\n",
-                              LEFT + 10 + (x_max > 0 ? width * xs[i] / x_max : 0), ys(lines[s].y[i], top), colours[s],
+                              LEFT + 10 + width * (xs[i] - x_min) / span, ys(lines[s].y[i], top), colours[s],
                               lines[s].y[i]);
     }
     em_buf_printf(b, "</svg>\n");
@@ -198,7 +199,7 @@ static void concurrency_section(em_buf *b, const json_t *results, int n_servers)
     const char *rows[MAX_POINTS];
     series rate[2], slowest[2], table_values[6];
     for (int i = 0; i < n; i++) {
-        xs[i] = log2(clients[i]) + 1; /* doubling clients, even steps */
+        xs[i] = i; /* evenly spaced: the usual levels double */
         snprintf(names[i], sizeof names[i], "%d", clients[i]);
         rows[i] = names[i];
         json_t *c = json_integer(clients[i]);
@@ -213,12 +214,12 @@ static void concurrency_section(em_buf *b, const json_t *results, int n_servers)
     }
     em_buf_printf(b, "<section id=\"throughput\"><h2>Aggregate throughput against clients</h2>\n");
     line_chart(b, "aggregate tokens per second against concurrent clients", "concurrent clients",
-               "aggregate tokens/s (client side)", xs, clients, n, rate, n_servers);
+               "aggregate tokens/s (client side)", 0, xs, clients, n, rate, n_servers);
     const char *fields[] = {"tok/s", "slowest ms", "first token ms"};
     table(b, "clients", rows, n, fields, table_values, 3, n_servers);
     em_buf_printf(b, "</section>\n<section id=\"slowest\"><h2>Slowest request against clients</h2>\n");
     line_chart(b, "the slowest request's time against concurrent clients", "concurrent clients",
-               "slowest request (ms)", xs, clients, n, slowest, n_servers);
+               "slowest request (ms)", 0, xs, clients, n, slowest, n_servers);
     em_buf_printf(b, "</section>\n");
 }
 
@@ -242,7 +243,7 @@ static void prefill_section(em_buf *b, const json_t *results, int n_servers) {
     }
     em_buf_printf(b, "<section id=\"prefill\"><h2>Cold prefill: time to first token against prompt length</h2>\n");
     line_chart(b, "time to first token of a cold prompt against its length", "prompt tokens",
-               "time to first token (ms)", xs, lengths, n, first, n_servers);
+               "time to first token (ms)", 0, xs, lengths, n, first, n_servers);
     const char *fields[] = {"first token ms", "server prefill ms"};
     table(b, "prompt tokens", rows, n, fields, table_values, 2, n_servers);
     em_buf_printf(b, "</section>\n");
