@@ -458,9 +458,10 @@ static em_err probe_server(url_args *a, server_state *s) {
     if (err) return err;
     if (!s->target.model[0]) {
         const char *id = json_string_value(json_object_get(json_array_get(json_object_get(reply, "data"), 0), "id"));
+        const char *why = json_string_value(json_object_get(json_object_get(reply, "error"), "message"));
         if (status != 200 || !id)
-            err = em_errorf(EM_ERR_FORMAT, "%s/v1/models answered HTTP %ld without a model id; name one with --model",
-                            s->target.url, status);
+            err = em_errorf(EM_ERR_FORMAT, "%s/v1/models answered HTTP %ld without a model id (%s); name one with --model",
+                            s->target.url, status, why ? why : "no error message");
         else snprintf(s->target.model, sizeof s->target.model, "%s", id);
     }
     json_decref(reply);
@@ -567,6 +568,7 @@ int em_cli_bench_url(int argc, char **argv) {
                                             "token_count_method", count_method_names[s->method]));
             printf("server=%d url=%s model=%s token_count_method=%s\n", si, s->target.url, s->target.model,
                    count_method_names[s->method]);
+            fflush(stdout);
         }
     }
     if (!err && a.sections & SECTION_CONCURRENCY) err = run_concurrency(&a);
