@@ -74,6 +74,7 @@ expect_error() { # WHAT PATTERN ARGS...
   shift 2
   bench "$@" >/dev/null && { fail "$what: accepted"; return; }
   grep -q -- "$pattern" "$work/stderr" || fail "$what: $(cat "$work/stderr")"
+  grep -q "Sanitizer\|runtime error:" "$work/stderr" && fail "$what: a sanitizer report: $(head -30 "$work/stderr")"
 }
 expect_error "unreachable" "cannot reach http://127.0.0.1:1/v1/models" --url http://127.0.0.1:1
 expect_error "bad URL" "starts with http://" --url 127.0.0.1:8080
