@@ -36,11 +36,6 @@ static void escape(em_buf *b, const char *text) {
     }
 }
 
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The median of `field` (in the entry, or in its "request") over the entries of `section` whose
  * server is `server` and whose `key` equals `value` (an integer or a string); NAN when none. */
 static double median_of(const json_t *results, const char *section, int server, const char *key, const json_t *value,
@@ -56,9 +51,7 @@ static double median_of(const json_t *results, const char *section, int server, 
         if (!x) x = json_object_get(json_object_get(entry, "request"), field);
         if (json_is_number(x) && n < 256) v[n++] = json_number_value(x);
     }
-    if (!n) return NAN;
-    qsort(v, (size_t)n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    return n ? bench_median(v, n) : NAN;
 }
 
 /* A "nice" upper bound for an axis: 1, 2 or 5 times a power of ten, at least `top`. */

@@ -42,6 +42,7 @@ static const char *const count_method_names[] = {"count_tokens", "tokenize+templ
 /* A server under test with what the suite learned about it. */
 typedef struct server_state {
     bench_target target;
+    char url[1024]; /* target.url: the URL given, without a trailing slash */
     count_method method;
     int template_tokens; /* COUNT_TOKENIZE: chat prompt tokens beyond the text's own */
 } server_state;
@@ -533,13 +534,20 @@ static em_err parse_args(int argc, char **argv, url_args *a) {
         else err = em_errorf(EM_ERR_INVALID, "unknown option '%s' (with --url)", f);
     }
     for (int si = 0; si < a->n_servers && !err; si++) {
-        bench_target *t = &a->servers[si].target;
-        size_t n = strlen(t->url);
+        server_state *s = &a->servers[si];
+        bench_target *t = &s->target;
+        if (!t->url) return em_errorf(EM_ERR_INVALID, "--url needs a server URL (http://host:port)");
         if (strncmp(t->url, "http://", 7) && strncmp(t->url, "https://", 8))
             err = em_errorf(EM_ERR_INVALID, "%s: a server URL starts with http:// or https://, got '%s'",
                             si ? "--compare" : "--url", t->url);
-        while (n && t->url[n - 1] == '/') n--; /* the paths are appended to it */
-        ((char *)t->url)[n] = 0;
+        else if (strlen(t->url) >= sizeof s->url)
+            err = em_errorf(EM_ERR_INVALID, "%s: a URL of %zu characters is too long", si ? "--compare" : "--url",
+                            strlen(t->url));
+        if (err) break;
+        size_t n = strlen(t->url);
+        while (n && t->url[n - 1] == '/') n--; /* the API paths are appended to it */
+        snprintf(s->url, sizeof s->url, "%.*s", (int)n, t->url);
+        t->url = s->url;
         t->api = api;
         t->api_key = key ? key : getenv("EMBER_API_KEY");
         if (model) snprintf(t->model, sizeof t->model, "%s", model);
