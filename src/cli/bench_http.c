@@ -193,6 +193,9 @@ static CURL *easy_for(const bench_target *t, const char *path, const char *body,
     curl_easy_setopt(c, CURLOPT_USERAGENT, "ember-bench");
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    /* a server that sends nothing for 10 minutes (not even a long prefill takes that) is stuck */
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 600L);
     if (body) curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     return c;
 }
@@ -240,7 +243,8 @@ em_err bench_stream(const bench_target *target, const char *path, char *const *b
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&s);
             s->sample->total_ms = now_ms() - s->start;
             if (msg->data.result != CURLE_OK) {
-                set_error(s->sample, "cannot reach %s: %s", s->target->url, curl_easy_strerror(msg->data.result));
+                set_error(s->sample, s->status ? "lost %s mid-answer: %s" : "cannot reach %s: %s", s->target->url,
+                          curl_easy_strerror(msg->data.result));
                 continue;
             }
             curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &s->status);

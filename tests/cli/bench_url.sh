@@ -85,6 +85,7 @@ EMBER_API_KEY=wrong expect_error "wrong key, model named" "$url1 answered HTTP 4
 # A prompt longer than the server's context: the server's own 400 message.
 expect_error "too long" "answered HTTP 400: .*context" --url "$url1" --sections prefill --prefill 600
 # A server whose stream is not SSE JSON.
+rm -f "$work/fake.txt"
 node -e '
   const http = require("http");
   const s = http.createServer((q, a) => {
@@ -97,7 +98,7 @@ node -e '
   });
   s.listen(0, "127.0.0.1", () => console.log("http://127.0.0.1:" + s.address().port));' >"$work/fake.txt" &
 fake_pid=$!
-for _ in $(seq 100); do [ -s "$work/fake.txt" ] && break; sleep 0.1; done
+for _ in $(seq 100); do grep -qs "^http" "$work/fake.txt" && break; sleep 0.1; done
 expect_error "malformed stream" "malformed stream from $(cat "$work/fake.txt"): an event that is not a JSON object: '{not json}'" \
   --url "$(cat "$work/fake.txt")" --sections prefill --prefill 9 --rounds 1
 
