@@ -38,6 +38,8 @@ for f in chat.js chat.css markdown.js; do
 done
 code=$(curl -s -o /dev/null -w '%{http_code}' "$url/nothing.js")
 [ "$code" = 404 ] || { echo "FAIL: GET /nothing.js answered $code"; status=1; }
+head=$(curl -s -D - -o /dev/null -X POST "$url/")
+grep -q "^HTTP/1.1 405" <<<"$head" && grep -q "^Allow: GET" <<<"$head" || { echo "FAIL: POST /: $head"; status=1; }
 
 profile=$(mktemp -d "$work/profile.XXXXXX")
 (cd "$work" && timeout 120 node chat_page.mjs "$url" sk-page "$profile") || status=1
