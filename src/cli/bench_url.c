@@ -470,9 +470,22 @@ static em_err probe_server(url_args *a, server_state *s) {
     return err;
 }
 
+/* Creates `dir` and any missing folders above it, as mkdir -p. */
+static em_err make_folders(const char *dir) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return em_errorf(EM_ERR_INVALID, "--out: path too long");
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p) continue;
+        char was = *p;
+        *p = 0;
+        if (mkdir(path, 0777) && errno != EEXIST) return em_errorf(EM_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+        if (!(*p = was)) return NULL;
+    }
+}
+
 static em_err write_results(const url_args *a) {
-    if (mkdir(a->out_dir, 0777) && errno != EEXIST)
-        return em_errorf(EM_ERR_IO, "cannot create %s: %s", a->out_dir, strerror(errno));
+    em_err err = make_folders(a->out_dir);
+    if (err) return err;
     char path[4096];
     snprintf(path, sizeof path, "%s/results.json", a->out_dir);
     if (json_dump_file(a->results, path, JSON_INDENT(1) | JSON_SORT_KEYS))

@@ -32,7 +32,7 @@ check() { node "$here/bench_url_check.mjs" "$1/results.json" "$2" || fail "resul
 small=(--concurrency 1,3 -n 8 --prompt-tokens 50 --prefill 80,160 --doc-tokens 120)
 
 # One server, every section.
-out=$work/out-one
+out=$work/out-one/nested  # folders made as needed
 bench --url "$url1" "${small[@]}" --rounds 1 --out "$out" >"$work/one.txt" || fail "bench --url: $(cat "$work/stderr")"
 check "$out" one
 grep -q "^server=0 clients=3 round=0 generated=24 " "$work/one.txt" || fail "progress lines: $(head -5 "$work/one.txt")"
