@@ -278,7 +278,8 @@ int em_cli_bench(int argc, char **argv) {
     bench_args a = {.n_generate = 64, .prompt_tokens = 300, .rounds = 3, .doc_tokens = 8022};
     a.concurrency[0] = 1, a.concurrency[1] = 2, a.concurrency[2] = 4, a.n_concurrency = 3;
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--url")) return em_cli_bench_url(argc, argv); /* a server from the outside */
+        if (!strcmp(argv[i], "--url") || !strcmp(argv[i], "--report"))
+            return em_cli_bench_url(argc, argv); /* a server from the outside, or its report again */
     em_err err = NULL;
     for (int i = 1; i < argc && !err; i++) {
         const char *f = argv[i];

@@ -170,7 +170,7 @@ static void table(em_buf *b, const char *x_title, const char *const *row_names, 
             for (int f = 0; f < n_fields; f++) {
                 double v = values[s * n_fields + f].y[i];
                 if (isnan(v)) em_buf_printf(b, "<td>–</td>");
-                else em_buf_printf(b, "<td>%.1f</td>", v);
+                else em_buf_printf(b, v == floor(v) ? "<td>%.0f</td>" : "<td>%.1f</td>", v); /* counts as counts */
             }
         em_buf_printf(b, "</tr>\n");
     }

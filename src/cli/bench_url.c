@@ -5,6 +5,7 @@
  *               [--concurrency 1,2,4,8,16] [-n 256] [--prompt-tokens 300] [--warm-prompts]
  *               [--prefill 562,1971,8022,9289] [--doc-tokens 8022] [--rounds 3]
  *               [--sections concurrency,prefill,switch] [--out DIR]
+ *   ember bench --report DIR/results.json --out DIR2   (the report of earlier results, again)
  *
  * Prompts of a given token length. The prompt is "Session NNNNNNNN." (eight random digits: a
  * distinct start, so no server finds it in a prefix cache, and the same token count whatever the
@@ -55,6 +56,7 @@ typedef struct url_args {
     int n_generate, prompt_tokens, rounds, doc_tokens, sections;
     bool warm_prompts;
     const char *out_dir;
+    const char *report_from; /* --report: a results.json to draw again */
     uint64_t random; /* the session-number generator */
     json_t *results;
 } url_args;
@@ -483,6 +485,23 @@ static em_err make_folders(const char *dir) {
     }
 }
 
+/* --report: the HTML page of an earlier results.json, into --out. */
+static em_err report_again(const url_args *a) {
+    json_error_t jerr;
+    json_t *results = json_load_file(a->report_from, 0, &jerr);
+    if (!json_is_object(results)) {
+        json_decref(results);
+        return em_errorf(EM_ERR_FORMAT, "%s:%d: not a results.json of ember bench: %s", a->report_from, jerr.line,
+                         jerr.text);
+    }
+    em_err err = make_folders(a->out_dir);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/report.html", a->out_dir);
+    if (!err) err = bench_report_write(results, path);
+    json_decref(results);
+    return err;
+}
+
 static em_err write_results(const url_args *a) {
     em_err err = make_folders(a->out_dir);
     if (err) return err;
@@ -519,6 +538,7 @@ static em_err parse_sections(const char *v, int *sections) {
 static em_err parse_args(int argc, char **argv, url_args *a) {
     bench_api api = BENCH_API_OPENAI;
     const char *model = NULL, *key = NULL;
+    a->n_servers = 0; /* --url and --compare add them */
     em_err err = NULL;
     for (int i = 1; i < argc && !err; i++) {
         const char *f = argv[i];
@@ -528,7 +548,8 @@ static em_err parse_args(int argc, char **argv, url_args *a) {
         }
         if (i + 1 >= argc) return em_errorf(EM_ERR_INVALID, "%s needs a value (or is unknown)", f);
         const char *v = argv[++i];
-        if (!strcmp(f, "--url")) a->servers[0].target.url = v;
+        if (!strcmp(f, "--report")) a->report_from = v;
+        else if (!strcmp(f, "--url")) a->servers[0].target.url = v, a->n_servers = a->n_servers > 1 ? 2 : 1;
         else if (!strcmp(f, "--compare")) a->servers[1].target.url = v, a->n_servers = 2;
         else if (!strcmp(f, "--model")) model = v;
         else if (!strcmp(f, "--api-key")) key = v;
@@ -546,10 +567,11 @@ static em_err parse_args(int argc, char **argv, url_args *a) {
         else if (!strcmp(f, "--sections")) err = parse_sections(v, &a->sections);
         else err = em_errorf(EM_ERR_INVALID, "unknown option '%s' (with --url)", f);
     }
+    if (!err && a->report_from) return a->out_dir ? NULL : em_errorf(EM_ERR_INVALID, "--report needs --out DIR");
+    if (!err && !a->servers[0].target.url) return em_errorf(EM_ERR_INVALID, "--url needs a server URL (http://host:port)");
     for (int si = 0; si < a->n_servers && !err; si++) {
         server_state *s = &a->servers[si];
         bench_target *t = &s->target;
-        if (!t->url) return em_errorf(EM_ERR_INVALID, "--url needs a server URL (http://host:port)");
         if (strncmp(t->url, "http://", 7) && strncmp(t->url, "https://", 8))
             err = em_errorf(EM_ERR_INVALID, "%s: a server URL starts with http:// or https://, got '%s'",
                             si ? "--compare" : "--url", t->url);
@@ -569,12 +591,17 @@ static em_err parse_args(int argc, char **argv, url_args *a) {
 }
 
 int em_cli_bench_url(int argc, char **argv) {
-    url_args a = {.n_servers = 1, .n_generate = 256, .prompt_tokens = 300, .rounds = 3, .doc_tokens = 8022,
+    url_args a = {.n_generate = 256, .prompt_tokens = 300, .rounds = 3, .doc_tokens = 8022,
                   .concurrency = {1, 2, 4, 8, 16}, .n_concurrency = 5, .prefill = {562, 1971, 8022, 9289},
                   .n_prefill = 4, .sections = SECTION_CONCURRENCY | SECTION_PREFILL | SECTION_SWITCH};
     a.random = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     em_err err = parse_args(argc, argv, &a);
+    if (!err && a.report_from) {
+        err = report_again(&a);
+        curl_global_cleanup();
+        return err ? em_cli_fail("bench", err) : 0;
+    }
     if (!err) {
         a.results = json_pack("{s:i, s:s, s:o, s:[], s:[], s:[], s:[]}", "version", 1, "tool", "ember bench --url",
                               "settings", settings_json(&a), "servers", "concurrency", "prefill", "switch");

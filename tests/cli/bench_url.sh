@@ -48,6 +48,10 @@ done
 [ "$(count "//*[@id='switch']//*[local-name()='rect']")" = 5 ] || fail "switch: expected 5 bars"
 grep -q "http\|src=" <<<"$(grep -o '<script[^>]*>\|<link[^>]*>\|src="[^"]*"' "$html")" && fail "report.html loads something"
 
+# --report draws the same page again from results.json alone.
+"$ember" bench --report "$out/results.json" --out "$work/out-again" || fail "--report"
+cmp -s "$html" "$work/out-again/report.html" || fail "--report drew another page than the run"
+
 # --warm-prompts: every prompt is in the cache before the measured requests.
 bench --url "$url1" --concurrency 2 -n 4 --prompt-tokens 40 --rounds 1 --warm-prompts --sections concurrency \
   --out "$work/out-warm" >/dev/null || fail "--warm-prompts: $(cat "$work/stderr")"
