@@ -54,8 +54,10 @@ static void read_timings(bench_sample *s, const json_t *t) {
     double rate = json_num(t, "decode_tokens_per_second");
     if (rate < 0) rate = json_num(t, "predicted_per_second");
     if (rate >= 0) s->server_decode_tok_s = rate;
-    int cached = json_int(t, "cache_n");
+    int cached = json_int(t, "cache_n"), computed = json_int(t, "prompt_n");
     if (cached >= 0 && s->cached_tokens < 0) s->cached_tokens = cached;
+    /* llama.cpp without a usage chunk: its prompt is the cached tokens and those it computed */
+    if (cached >= 0 && computed >= 0 && s->prompt_tokens < 0) s->prompt_tokens = cached + computed;
 }
 
 /* Answer text of one event (`text` may hold NULs: a byte token can be "\u0000"). */

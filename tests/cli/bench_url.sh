@@ -88,23 +88,24 @@ EMBER_API_KEY=wrong expect_error "wrong key, model named" "$url1 answered HTTP 4
   --model tiny-llama --sections prefill --prefill 40
 # A prompt longer than the server's context: the server's own 400 message.
 expect_error "too long" "answered HTTP 400: .*context" --url "$url1" --sections prefill --prefill 600
-# A server whose stream is not SSE JSON.
-rm -f "$work/fake.txt"
-node -e '
-  const http = require("http");
-  const s = http.createServer((q, a) => {
-    if (q.url === "/v1/models") return a.end(JSON.stringify({data: [{id: "fake"}]}));
-    if (q.url === "/v1/chat/completions") {
-      a.writeHead(200, {"content-type": "text/event-stream"});
-      return a.end("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":{\"prompt_tokens\":9}}\n\ndata: {not json}\n\n");
-    }
-    a.writeHead(404); a.end("{}");
-  });
-  s.listen(0, "127.0.0.1", () => console.log("http://127.0.0.1:" + s.address().port));' >"$work/fake.txt" &
-fake_pid=$!
-for _ in $(seq 100); do grep -qs "^http" "$work/fake.txt" && break; sleep 0.1; done
-expect_error "malformed stream" "malformed stream from $(cat "$work/fake.txt"): an event that is not a JSON object: '{not json}'" \
-  --url "$(cat "$work/fake.txt")" --sections prefill --prefill 9 --rounds 1
+# A llama.cpp-like server (fake_llama_server.mjs): prompts counted by /tokenize plus its template,
+# prompt tokens read from its timings when it sends no usage; then one whose stream is not SSE JSON.
+start_fake() { # MODE
+  rm -f "$work/fake.txt"
+  MODE=$1 node "$here/fake_llama_server.mjs" >"$work/fake.txt" &
+  fake_pid=$!
+  for _ in $(seq 100); do grep -qs "^http" "$work/fake.txt" && break; sleep 0.1; done
+  fake=$(cat "$work/fake.txt")
+}
+start_fake llama
+bench --url "$fake" --concurrency 2 -n 5 --prompt-tokens 40 --prefill 60 --doc-tokens 50 --rounds 1 \
+  --out "$work/out-llama" >/dev/null || fail "against the llama.cpp-like server: $(cat "$work/stderr")"
+check "$work/out-llama" llama
+kill $fake_pid
+start_fake malformed
+expect_error "malformed stream" "malformed stream from $fake: an event that is not a JSON object: '{not json}'" \
+  --url "$fake" --sections prefill --prefill 9 --rounds 1
+kill $fake_pid
 
 for log in "$work/serve1.log" "$work/serve2.log"; do
   if grep -q "ERROR: AddressSanitizer\|runtime error:\|LeakSanitizer" "$log"; then

@@ -95,6 +95,26 @@ switch (which) {
     checkPrefill([0], s.prefill);
     assert.equal(r.servers[0].api, 'anthropic');
     break;
+  case 'llama': { // the llama.cpp-like fake: counted by /tokenize and its template, no usage chunk
+    assert.equal(r.servers[0].token_count_method, 'tokenize+template');
+    assert.equal(r.servers[0].model, 'fake-llama');
+    for (const e of r.concurrency) {
+      assert.equal(e.generated_tokens, e.clients * s.max_tokens, 'tokens counted from the stream');
+      for (const q of e.requests) {
+        assert.equal(q.prompt_tokens, s.prompt_tokens, 'prompt_n + cache_n');
+        assert.equal(q.completion_tokens, null);
+        assert.equal(q.content_chunks, s.max_tokens);
+        assert.equal(q.server_decode_tok_s, 100);
+      }
+    }
+    for (const e of r.prefill) {
+      assert.equal(e.request.prompt_tokens, e.prompt_tokens_asked);
+      assert.equal(e.request.server_prefill_ms, 1.5);
+      assert.equal(e.request.cached_tokens, 0);
+    }
+    assert.equal(r.switch.length, 5);
+    break;
+  }
   default:
     throw new Error(`unknown case ${which}`);
 }
