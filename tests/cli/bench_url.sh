@@ -102,6 +102,11 @@ bench --url "$fake" --concurrency 2 -n 5 --prompt-tokens 40 --prefill 60 --doc-t
   --out "$work/out-llama" >/dev/null || fail "against the llama.cpp-like server: $(cat "$work/stderr")"
 check "$work/out-llama" llama
 kill $fake_pid
+start_fake usage
+bench --url "$fake" --sections prefill --prefill 45,70 --rounds 1 --out "$work/out-usage" >/dev/null ||
+  fail "against a server without a tokenizer endpoint: $(cat "$work/stderr")"
+check "$work/out-usage" usage
+kill $fake_pid
 start_fake malformed
 expect_error "malformed stream" "malformed stream from $fake: an event that is not a JSON object: '{not json}'" \
   --url "$fake" --sections prefill --prefill 9 --rounds 1

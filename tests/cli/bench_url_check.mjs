@@ -115,6 +115,11 @@ switch (which) {
     assert.equal(r.switch.length, 5);
     break;
   }
+  case 'usage': // no tokenizer endpoint: counted by one-token requests' usage
+    assert.equal(r.servers[0].token_count_method, 'usage');
+    assert.deepEqual(r.prefill.map((e) => e.request.prompt_tokens), s.prefill);
+    assert.ok(r.prefill.every((e) => e.request.completion_tokens === 1));
+    break;
   default:
     throw new Error(`unknown case ${which}`);
 }
