@@ -23,6 +23,8 @@
  */
 #include <curl/curl.h>
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,16 +201,18 @@ static em_err find_shape(server_state *s, url_args *a, uint64_t seed, int goal, 
     if (base >= goal)
         return em_errorf(EM_ERR_RANGE, "%s: a prompt of %d tokens is shorter than the chat template's %d", s->target.url,
                          goal, base);
-    /* the words: a secant search from about 1.3 tokens a word, keeping the longest that fits */
-    int words = (int)((goal - base) / 1.3) + 1, best = 0, best_tokens = base;
-    for (int step = 0; step < 16; step++) {
+    /* the words: a secant search from about 1.3 tokens a word, between the most words known to fit
+     * (`best`) and the fewest known to overshoot (`over`), so it ends when they are neighbours */
+    int words = (int)((goal - base) / 1.3) + 1, best = 0, best_tokens = base, over = INT_MAX;
+    for (int step = 0; step < 16 && best + 1 < over; step++) {
         if ((err = count_shape(s, a, seed, words, 0, &n))) return err;
-        if (n <= goal && words >= best) best = words, best_tokens = n;
+        if (n <= goal) best = words, best_tokens = n;
+        else over = words;
         if (n == goal) break;
         double per_word = words ? (double)(n - base) / words : 1.3;
-        int next = words + (int)((goal - n) / (per_word > 0.5 ? per_word : 0.5));
-        if (next == words) next += goal > n ? 1 : -1;
-        if (next < 0 || (next == best + 1 && n > goal)) break; /* one more word overshoots: fill the rest */
+        int next = words + (int)lround((goal - n) / (per_word > 0.5 ? per_word : 0.5));
+        if (next <= best) next = best + 1;
+        if (next >= over) next = over - 1;
         words = next;
     }
     /* the fillers: one token each in the usual case; corrected from the count otherwise */
