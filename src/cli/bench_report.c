@@ -187,10 +187,10 @@ static int int_list(const json_t *array, int *out) {
 
 static void concurrency_section(em_buf *b, const json_t *results, int n_servers) {
     int clients[MAX_POINTS], n = int_list(json_object_get(json_object_get(results, "settings"), "concurrency"), clients);
-    double xs[MAX_POINTS];
+    double xs[MAX_POINTS] = {0};
     char names[MAX_POINTS][16];
     const char *rows[MAX_POINTS];
-    series rate[2], slowest[2], table_values[6];
+    series rate[2] = {0}, slowest[2] = {0}, table_values[6] = {0};
     for (int i = 0; i < n; i++) {
         xs[i] = i; /* evenly spaced: the usual levels double */
         snprintf(names[i], sizeof names[i], "%d", clients[i]);
@@ -218,10 +218,10 @@ static void concurrency_section(em_buf *b, const json_t *results, int n_servers)
 
 static void prefill_section(em_buf *b, const json_t *results, int n_servers) {
     int lengths[MAX_POINTS], n = int_list(json_object_get(json_object_get(results, "settings"), "prefill"), lengths);
-    double xs[MAX_POINTS];
+    double xs[MAX_POINTS] = {0};
     char names[MAX_POINTS][16];
     const char *rows[MAX_POINTS];
-    series first[2], table_values[4];
+    series first[2] = {0}, table_values[4] = {0};
     for (int i = 0; i < n; i++) {
         xs[i] = lengths[i];
         snprintf(names[i], sizeof names[i], "%d", lengths[i]);
