@@ -13,17 +13,7 @@ models=${*:-dense-1b:bf16 dense-1b:q8_0 dense-1b:q4_k}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 prompt=$(seq 1000 1299 | tr '\n' ' ')
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
-python3 - <<'PY' 2>/dev/null || echo "copy bandwidth: not measured (no PyTorch)"
-import torch
-a = torch.empty(2 << 30, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a)
-for _ in range(3): b.copy_(a)
-s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-s.record()
-for _ in range(10): b.copy_(a)
-e.record(); torch.cuda.synchronize()
-print("copy bandwidth: %.2f TB/s (read + write)" % (2 * 10 * a.numel() / (s.elapsed_time(e) / 1e3) / 1e12))
-PY
+"$(dirname "$0")/device_scale.sh"
 for m in $models; do
   preset=${m%%:*} type=${m##*:}
   "$build/ember" synth --preset "$preset" --type "$type" -o "$dir/m.gguf" --vocab "$vocab" >/dev/null || continue

@@ -48,9 +48,9 @@ static void write_file(const char *path, const void *data, size_t n) {
 }
 
 static void link_fixture_file(const char *family, const char *file, const char *dir) {
-    char target[512], path[512];
-    snprintf(target, sizeof target, HF "/%s/%s", family, file);
-    snprintf(path, sizeof path, "%s/%s", dir, file);
+    char target[1024], path[1024];
+    assert_true(snprintf(target, sizeof target, HF "/%s/%s", family, file) < (int)sizeof target);
+    assert_true(snprintf(path, sizeof path, "%s/%s", dir, file) < (int)sizeof path);
     unlink(path);
     assert_int_equal(symlink(target, path), 0);
 }

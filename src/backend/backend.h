@@ -1,7 +1,7 @@
 /*
  * backend — runs the forward pass of a described model (model.h) over a batch of tokens.
  *
- * One batch format for everything (DESIGN.md decision 2): N tokens spread over S sequences, each
+ * One batch format for everything (docs/DESIGN.md, decision 2): N tokens spread over S sequences, each
  * token with its sequence and its position in that sequence, plus the tokens whose logits the
  * caller wants. Prefill chunks and single decode tokens of different sequences mix freely. A
  * token at position p attends to positions 0..p of its own sequence (fewer in sliding-window
@@ -10,7 +10,7 @@
  * chunk. A token may rewrite a position at or below the sequence's length: everything after it
  * is then forgotten (this is how a caller rolls a sequence back).
  *
- * KV memory is paged (DESIGN.md decision 3): the backend owns a pool of `n_blocks` blocks, each
+ * KV memory is paged (docs/DESIGN.md, decision 3): the backend owns a pool of `n_blocks` blocks, each
  * holding the keys and values of `block_tokens` consecutive positions for every layer. A batch
  * carries, for each of its sequences, the block table that maps position p to block
  * blocks[p / block_tokens], row p % block_tokens. Which blocks are free, shared or cached is the

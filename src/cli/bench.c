@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "bench_url.h"
 #include "ember.h"
 
 typedef struct bench_args {
@@ -87,7 +88,7 @@ static int compare_doubles(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n) {
+double bench_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, compare_doubles);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
@@ -157,8 +158,8 @@ static em_err bench_concurrency(const bench_args *a) {
         if (!err)
             printf("concurrency=%d prompt_tokens=%d generated=%d client_tok_s=%.1f sum_decode_tok_s=%.1f "
                    "slowest_request_ms=%.0f host_cpu_cores=%.3f cached_tokens=%.0f warm_prompts=%d rounds=%d\n",
-                   clients, a->prompt_tokens, a->n_generate, median(client_rates, a->rounds), median(rates, a->rounds),
-                   median(slowest, a->rounds), median(cores, a->rounds), median(cached, a->rounds), a->warm_prompts,
+                   clients, a->prompt_tokens, a->n_generate, bench_median(client_rates, a->rounds), bench_median(rates, a->rounds),
+                   bench_median(slowest, a->rounds), bench_median(cores, a->rounds), bench_median(cached, a->rounds), a->warm_prompts,
                    a->rounds);
         fflush(stdout);
     }
@@ -239,7 +240,7 @@ static em_err bench_prefill(const bench_args *a) {
             ms[round] = t.prefill_ms;
         }
         if (!err) {
-            double m = median(ms, a->rounds);
+            double m = bench_median(ms, a->rounds);
             printf("prefill_tokens=%d prefill_ms=%.1f tok_s=%.0f rounds=%d\n", a->prefill[i], m,
                    m > 0 ? a->prefill[i] / (m / 1e3) : 0.0, a->rounds);
         }
@@ -250,7 +251,7 @@ static em_err bench_prefill(const bench_args *a) {
     return err;
 }
 
-static em_err parse_list(const char *flag, const char *text, int lo, int hi, int *values, int *n) {
+em_err bench_parse_list(const char *flag, const char *text, int lo, int hi, int *values, int *n) {
     *n = 0;
     for (const char *p = text; *p;) {
         char *end;
@@ -265,7 +266,7 @@ static em_err parse_list(const char *flag, const char *text, int lo, int hi, int
     return NULL;
 }
 
-static em_err parse_int(const char *flag, const char *v, int lo, int hi, int *out) {
+em_err bench_parse_int(const char *flag, const char *v, int lo, int hi, int *out) {
     char *end;
     long x = strtol(v, &end, 10);
     if (!*v || *end || x < lo || x > hi) return em_errorf(EM_ERR_INVALID, "%s expects %d..%d, got '%s'", flag, lo, hi, v);
@@ -276,6 +277,9 @@ static em_err parse_int(const char *flag, const char *v, int lo, int hi, int *ou
 int em_cli_bench(int argc, char **argv) {
     bench_args a = {.n_generate = 64, .prompt_tokens = 300, .rounds = 3, .doc_tokens = 8022};
     a.concurrency[0] = 1, a.concurrency[1] = 2, a.concurrency[2] = 4, a.n_concurrency = 3;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--url") || !strcmp(argv[i], "--report"))
+            return em_cli_bench_url(argc, argv); /* a server from the outside, or its report again */
     em_err err = NULL;
     for (int i = 1; i < argc && !err; i++) {
         const char *f = argv[i];
@@ -293,13 +297,13 @@ int em_cli_bench(int argc, char **argv) {
         const char *v = argv[++i];
         if (em_cli_model_option(&a.source, f, v)) continue;
         if (!strcmp(f, "--device")) a.device = v;
-        else if (!strcmp(f, "--concurrency")) err = parse_list(f, v, 1, 16, a.concurrency, &a.n_concurrency);
-        else if (!strcmp(f, "--prefill")) err = parse_list(f, v, 1, 1 << 20, a.prefill, &a.n_prefill);
-        else if (!strcmp(f, "-n")) err = parse_int(f, v, 1, 1 << 20, &a.n_generate);
-        else if (!strcmp(f, "--prompt-tokens")) err = parse_int(f, v, 1, 1 << 20, &a.prompt_tokens);
-        else if (!strcmp(f, "--rounds")) err = parse_int(f, v, 1, 64, &a.rounds);
-        else if (!strcmp(f, "--doc-tokens")) err = parse_int(f, v, 16, 1 << 20, &a.doc_tokens);
-        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) err = parse_int(f, v, 1, 1024, &a.threads);
+        else if (!strcmp(f, "--concurrency")) err = bench_parse_list(f, v, 1, 16, a.concurrency, &a.n_concurrency);
+        else if (!strcmp(f, "--prefill")) err = bench_parse_list(f, v, 1, 1 << 20, a.prefill, &a.n_prefill);
+        else if (!strcmp(f, "-n")) err = bench_parse_int(f, v, 1, 1 << 20, &a.n_generate);
+        else if (!strcmp(f, "--prompt-tokens")) err = bench_parse_int(f, v, 1, 1 << 20, &a.prompt_tokens);
+        else if (!strcmp(f, "--rounds")) err = bench_parse_int(f, v, 1, 64, &a.rounds);
+        else if (!strcmp(f, "--doc-tokens")) err = bench_parse_int(f, v, 16, 1 << 20, &a.doc_tokens);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) err = bench_parse_int(f, v, 1, 1024, &a.threads);
         else err = em_errorf(EM_ERR_INVALID, "unknown option '%s'", f);
     }
     if (!err && !a.source.file && !a.source.hf)

@@ -4,7 +4,7 @@
  * backend, samples one token for every request whose pending tokens were all computed, and
  * retires finished or cancelled requests.
  *
- * Memory policy, in order (DESIGN.md decision 4): a request is admitted only when the blocks for
+ * Memory policy, in order (docs/DESIGN.md, decision 4): a request is admitted only when the blocks for
  * its whole prompt are free, after evicting unused prefix-cache blocks if needed; otherwise it
  * waits (and so does everyone behind it, first come first served). When a running decode needs a
  * new block and none can be evicted, the youngest running request is preempted: its computed

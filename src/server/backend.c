@@ -56,12 +56,17 @@ static void model_stats(void *self, ember_stats *out) {
     ember_engine_stats(m->engine, out);
 }
 
-/* "models/tiny-llama.gguf" → "tiny-llama". */
+/* "models/tiny-llama.gguf" → "tiny-llama"; a split set's first part "models/big-00001-of-00003.gguf"
+ * → "big", the model's name rather than its first file's. */
 static char *model_id_of(const char *path) {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     size_t len = strlen(base);
     if (len > 5 && !strcmp(base + len - 5, ".gguf")) len -= 5;
+    uint32_t part, count;
+    size_t prefix_len;
+    if (em_gguf_split_name(path, &part, &count, &prefix_len) && prefix_len > (size_t)(base - path))
+        len = prefix_len - (size_t)(base - path);
     return strndup(base, len);
 }
 

@@ -1,6 +1,7 @@
 /* The HTTP side: a libmicrohttpd daemon with one thread per connection (so a thread may wait on
  * its own engine request without holding up anyone else), routing, the API-key check, the body
- * size limit, and the small endpoints (/health, /metrics, /v1/models, count_tokens).
+ * size limit, and the small endpoints (/health, /metrics, /v1/models, count_tokens, the chat page's
+ * files at / from web.c: outside /v1/, so they need no key; the page asks for it).
  *
  * A request is judged as early as possible: path, method, key and Content-Length are checked
  * when the headers arrive, so a rejected upload is never read. Every rejection is an error body
@@ -16,6 +17,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "web_assets.h"
 
 typedef struct connection {
     em_server_endpoint endpoint;
@@ -69,7 +71,8 @@ static enum MHD_Result queue_error(struct MHD_Connection *c, em_server *s, conne
     struct MHD_Response *r = em_server_error_response(ctx->api, err);
     if (r && err->status == 405)
         MHD_add_response_header(r, "Allow", ctx->endpoint == EM_EP_MODELS || ctx->endpoint == EM_EP_HEALTH ||
-                                                    ctx->endpoint == EM_EP_METRICS ? "GET" : "POST");
+                                                    ctx->endpoint == EM_EP_METRICS || ctx->endpoint == EM_EP_PAGE
+                                                ? "GET" : "POST");
     return queue(c, s, ctx, err->status, r);
 }
 
@@ -90,12 +93,15 @@ static const route routes[] = {
     {"/v1/models", "GET", EM_EP_MODELS, EM_API_OPENAI_CHAT},
     {"/health", "GET", EM_EP_HEALTH, EM_API_OPENAI_CHAT},
     {"/metrics", "GET", EM_EP_METRICS, EM_API_OPENAI_CHAT},
+    {"/", "GET", EM_EP_PAGE, EM_API_OPENAI_CHAT}, /* and every other file of the chat page */
 };
 
-/* Finds the route of `url`; NULL for an unknown path. /v1/models/{id} routes to /v1/models. */
+/* Finds the route of `url`; NULL for an unknown path. /v1/models/{id} routes to /v1/models, the
+ * chat page's files to "/". */
 static const route *find_route(const char *url) {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-        if (!strcmp(url, routes[i].path)) return &routes[i];
+        if (!strcmp(url, routes[i].path) || (routes[i].endpoint == EM_EP_PAGE && em_web_asset_find(url)))
+            return &routes[i];
     if (strncmp(url, "/v1/models/", 11) || !url[11]) return NULL;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (routes[i].endpoint == EM_EP_MODELS) return &routes[i];
@@ -204,6 +210,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, em_server *s, connecti
                      em_server_json_response(json_pack("{s:s, s:s}", "status", "ok", "model", s->backend.model_id)));
     case EM_EP_METRICS: return serve_metrics(c, s, ctx);
     case EM_EP_MODELS: return serve_models(c, s, ctx, url);
+    case EM_EP_PAGE: return queue(c, s, ctx, 200, em_server_asset_response(url));
     default: break;
     }
     em_server_request req;

@@ -74,6 +74,8 @@ struct em_server {
 /* A JSON response (takes the body's reference) or an error response in `api`'s format. */
 struct MHD_Response *em_server_json_response(json_t *body);
 struct MHD_Response *em_server_error_response(em_server_api api, const em_server_error *err);
+/* The chat page's file at `url` (web.c), NULL when there is none or memory ran out. */
+struct MHD_Response *em_server_asset_response(const char *url);
 
 /* Runs a parsed generation request (chat, completions, messages) on the backend. Returns the
  * response to queue with *status set, or NULL when the client went away before it was ready

@@ -14,6 +14,7 @@ static const char *const endpoint_paths[EM_EP_COUNT] = {
     [EM_EP_MODELS] = "/v1/models",
     [EM_EP_HEALTH] = "/health",
     [EM_EP_METRICS] = "/metrics",
+    [EM_EP_PAGE] = "/",
     [EM_EP_OTHER] = "other",
 };
 

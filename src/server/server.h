@@ -320,6 +320,7 @@ typedef enum em_server_endpoint {
     EM_EP_MODELS,
     EM_EP_HEALTH,
     EM_EP_METRICS,
+    EM_EP_PAGE, /* the chat page's files (web.c) */
     EM_EP_OTHER,
     EM_EP_COUNT,
 } em_server_endpoint;

@@ -160,6 +160,20 @@ got=$("$EMBER" run --hf test/split-GGUF --prompt-ids "1 450 4996" --temp 0 -n 16
 [ "$got" = "$want" ] || fail "run --hf generated '$got', expected '$want'"
 got=$("$EMBER" run --gguf "$HUB/test/split-GGUF/Q8_0/tiny-Q8_0-00001-of-00003.gguf" --prompt-ids "1 450 4996" --temp 0 -n 16 --print-ids 2>/dev/null)
 [ "$got" = "$want" ] || fail "the local split model (--gguf) generated '$got', expected '$want'"
+# A split model served is named after the model, not its first file.
+"$EMBER" serve --gguf "$path" --port 0 >"$WORK/serve.log" 2>&1 &
+serve_pid=$!
+url=
+for _ in $(seq 300); do
+    url=$(sed -n 's|^ember serve: listening on \(http://[^ ]*\) .*|\1|p' "$WORK/serve.log")
+    [ -n "$url" ] && break
+    kill -0 "$serve_pid" 2>/dev/null || break
+    sleep 0.1
+done
+models=$([ -n "$url" ] && curl -s "$url/v1/models")
+kill "$serve_pid" 2>/dev/null
+wait "$serve_pid" 2>/dev/null
+case $models in *'"id":"tiny-Q8_0"'*) ;; *) fail "the served split model's id: $models $(tail -3 "$WORK/serve.log")";; esac
 # The other commands that load a model take --hf and --gguf through the same helper.
 printf 'Hello\n' | "$EMBER" chat --hf test/split-GGUF:Q8_0 --temp 0 -n 4 >"$WORK/chat" 2>"$WORK/err" ||
     fail "chat --hf: $(cat "$WORK/err")"

@@ -35,12 +35,13 @@
  * checks each product to 1e-2 against a double reference). The CPU backend's deviations are
  * printed ("cpu q8-act": its prefill against the device's strict one, its decode against the
  * reference).
- * 5. The persistent decode kernel (mega.cu), where the model takes it: MEGA_STEPS greedy steps of
- * one sequence on it against the per-operation kernels (EMBER_CUDA_MEGA=0; with EMBER_CUDA_MEGA=4 for the kernel), both with the f16
- * cache: every step's logits within the served bound, the same tokens (a split at a near-tie, where
- * the per-operation kernels' two best logits are closer than the bound, ends the comparison and is
- * reported, not failed); and three sequences decoded alone, then again in steps of changing
- * composition (1 -> 3 -> 2 sequences): every row equal to its solo run (<= 1e-6).
+ * 5. The persistent decode kernel (mega.cu; EMBER_CUDA_MEGA=4), where the model takes it:
+ * MEGA_STEPS greedy steps of one sequence on it against the per-operation kernels with f32 / f16
+ * activations (EMBER_CUDA_MEGA=0 EMBER_CUDA_DP4A=0), both with the f16 cache: every step's logits
+ * within the served bound, the same tokens (a split at a near-tie, where the per-operation kernels'
+ * two best logits are closer than the bound, ends the comparison and is reported, not failed); and
+ * three sequences decoded alone, then again in steps of changing composition (1 -> 3 -> 2
+ * sequences): every row equal to its solo run (<= 1e-6).
  * Prints one line: LABEL TYPE, the errors and greedy steps of each check, PASS|FAIL. */
 #include <math.h>
 #include <stdio.h>

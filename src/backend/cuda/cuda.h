@@ -20,8 +20,9 @@
  * EMBER_CUDA_GRAPHS=0 launches kernels one by one instead of replaying graphs; EMBER_CUDA_PDL=0
  * launches each kernel only once the one before it has finished (no programmatic dependent
  * launch); EMBER_CUDA_GEMM=0 keeps every product on the f32 matrix-vector kernels (no tensor-core
- * products with f16 operands); EMBER_CUDA_MEGA=0 runs decode steps on the per-operation kernels
- * instead of the persistent decode kernel (mega.cu).
+ * products with f16 operands); EMBER_CUDA_MEGA=N runs decode steps of up to N sequences on the
+ * persistent decode kernel (mega.cu; 0, the default, none), EMBER_CUDA_MEGA_PROFILE=1 logs its
+ * time per instruction kind.
  *
  * Nothing here is called from the engine without going through backend.h, and no CUDA header
  * leaks out of this folder. The backend owns its device memory (weights, KV cache, scratch) and

@@ -8,79 +8,30 @@
  *   for each layer:  x += O · attention(QKV · norm(x));  x += down · act(gate · norm(x)) * (up · norm(x))
  *   logits = output · norm(x)
  *
- * Every instruction is spread over all blocks (each block a contiguous slice of the rows, its warps
- * a row each in turn), and ends at a grid barrier: a counter in global memory that every block
- * bumps and then waits on. So that the memory does not idle at the barriers, each block asks L2 for
- * the first bytes of its slice of the next instruction's weights (bulk prefetch, which needs no
- * registers or shared memory) before it waits: weights never depend on the activations.
+ * Every instruction is spread over all blocks (each block a contiguous slice of the rows) and ends
+ * at a grid barrier: a counter in global memory that every block bumps and then waits on. A block
+ * is 15 consumer warps and one loader warp. The loader streams the block's slices of the weights,
+ * instruction after instruction, into a ring of shared-memory stages with bulk asynchronous
+ * copies (the "weight stream" below); it waits for nothing but a free stage, so it runs ahead of
+ * the grid barriers into the next instructions' weights and the memory keeps streaming while the
+ * consumers wait for the other blocks. The consumers take the rows of each stage a warp a row.
  *
  * Norms are recomputed by every block from x (it reads x into shared memory as the products'
  * input anyway), so no instruction waits for a norm. Attention is split over spans of positions,
  * a warp per (token, query head, span); the span holding the token's own position finishes its
- * key and value (bias, QK-norm, RoPE; qkv.cuh) and the first query head of each group writes them
- * into the cache. The partial results are merged by every block as it loads the output
- * projection's input, which saves a barrier.
+ * key and value (bias, QK-norm, RoPE, as qkv.cuh) and the first query head of each group writes
+ * them into the cache; the last span of a head to finish merges the spans' partial results.
  *
  * Everything a block reads that other blocks wrote in this launch (x, q, k, v, the partials, the
  * gated unit's output) is read past L1 (ld.global.cg): L1 is not coherent between multiprocessors.
  * The sums of each token are computed in the same order whatever the number of tokens in the step,
- * so a sequence gets the same bits alone and batched. The watchdog in the barrier turns a wait of
+ * so a sequence gets the same bits alone and batched. The watchdogs in the waits turn a wait of
  * seconds (a bug) into a kernel error instead of a hung GPU.
  *
  * Weight types: F32, F16, BF16, Q8_0, Q4_K, Q6_K (deq<> of dequant.cuh, f32 activations). Models
  * and steps it does not take run the kernels of forward.cu (em_cuda_mega_takes). */
-#include "matvec.cuh" /* internal.cuh, dequant.cuh, mv_glu */
-#include "qkv.cuh"
-
-extern "C" {
-#include "../schedule.h"
-}
-
-#define MEGA_WARPS 16
-#define MEGA_THREADS (MEGA_WARPS * 32)
-#define MEGA_MAX_TOKENS 4
-#define MEGA_MAX_SPANS 64           /* attention partials per (token, query head) */
-#define MEGA_MIN_SPAN 32            /* positions per attention item, at least */
-#define MEGA_WATCHDOG (1ll << 33)   /* cycles a barrier may wait (seconds) before the kernel traps */
-
-typedef struct mega_matrix {
-    const uint8_t *data;
-    uint64_t row_bytes;
-    uint32_t rows, cols, type;
-} mega_matrix;
-
-typedef struct mega_layer {
-    mega_matrix wq, wk, wv, wo, gate, up, down;
-    const float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm;
-    __half *keys, *values;
-    rope_args rope;
-    uint32_t n_head, n_head_kv, head_dim, window;
-    float scale, softcap;
-} mega_layer;
-
-typedef struct mega_args {
-    const em_op *ops;
-    uint32_t n_ops;
-    const mega_layer *layers;
-    mega_matrix output;
-    const float *output_norm;
-    float *x, *q, *k, *v, *attn, *h, *logits, *parts;
-    uint32_t *att_done;              /* per (token, query head): spans finished (attention_item) */
-    uint32_t attention_warps;        /* warps of a block that take attention items (shared memory) */
-    const uint32_t *pos, *seq, *table_start, *blocks;
-    uint32_t block_tokens, n_embd, n_vocab;
-    float eps, final_softcap;
-    bool plus_one;
-    int act;
-    unsigned long long *barrier;
-    unsigned long long barrier_base; /* the counter's value when this launch started */
-    uint32_t *failed_barrier;        /* the watchdog's report: which barrier timed out */
-    unsigned long long *op_ns;       /* EMBER_CUDA_MEGA_PROFILE: per instruction, 3 sums of the nanoseconds
-                                      * block 0 took: its input, its rows (or attention), the barrier
-                                      * after (NULL: off) */
-    bool row_prefetch;               /* EMBER_CUDA_MEGA_ROW_PREFETCH=0: no prefetch_first_row */
-    uint32_t poll_ns;                /* EMBER_CUDA_MEGA_POLL_NS: a barrier's waiting thread sleeps this long between polls */
-} mega_args;
+#include "mega.cuh"
+#include "mega_attention.cuh"
 
 /* The backend's persistent-kernel state (cuda_backend.mega). */
 struct cuda_mega {
@@ -94,8 +45,7 @@ struct cuda_mega {
     uint32_t *failed_barrier;
     unsigned long long barriers_passed; /* the counter's value after the last launch */
     unsigned long long *op_ns;  /* EMBER_CUDA_MEGA_PROFILE: [instruction][3], summed over the steps (device) */
-    uint32_t poll_ns;
-    bool row_prefetch;
+    uint32_t ring_offset[MEGA_MAX_TOKENS + 1], n_stages[MEGA_MAX_TOKENS + 1], stage_bytes;
     uint32_t max_tokens;       /* the largest step whose shared memory fits */
     size_t smem[MEGA_MAX_TOKENS + 1];
     uint32_t max_head_dim, max_head;
@@ -116,16 +66,20 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
     return v;
 }
 
-/* Every block waits until all blocks have arrived at barrier k of this launch. */
+/* A barrier of the block's consumer warps (the loader warp never waits on them). */
+__device__ __forceinline__ void consumer_sync(void) {
+    asm volatile("bar.sync 1, %0;" ::"n"(MEGA_CONSUMER_THREADS) : "memory");
+}
+
+/* Every block's consumers wait until all blocks have arrived at barrier k of this launch. */
 __device__ __noinline__ void grid_barrier(const mega_args &a, uint32_t k) {
-    __syncthreads();
+    consumer_sync();
     if (threadIdx.x == 0) {
         const unsigned long long target = a.barrier_base + (unsigned long long)k * gridDim.x;
         __threadfence();
         atomicAdd(a.barrier, 1ull);
         const long long start = clock64();
         while (load_acquire(a.barrier) < target) {
-            if (a.poll_ns) __nanosleep(a.poll_ns);
             if (clock64() - start > MEGA_WATCHDOG) {
                 atomicExch(a.failed_barrier, k);
                 __threadfence();
@@ -133,7 +87,7 @@ __device__ __noinline__ void grid_barrier(const mega_args &a, uint32_t k) {
             }
         }
     }
-    __syncthreads();
+    consumer_sync();
 }
 
 /* The block's slice [begin, end) of `rows` rows. */
@@ -165,133 +119,269 @@ __device__ __forceinline__ op_parts parts_of(const mega_args &a, const em_op &op
     return p;
 }
 
-/* Asks L2 for this warp's first row (and up row) of instruction op, before the barrier that ends
- * the one before: the weights do not depend on it, so the first row's fetch overlaps the wait. */
-__device__ void prefetch_first_row(const mega_args &a, const em_op &op) {
-    const op_parts p = parts_of(a, op);
-    if (!p.n) return;
-    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+/* ---- the weight stream ----
+ * The loader warp (lane 0) copies each instruction's slice of weights, chunk after chunk, into a
+ * ring of stages in shared memory with bulk asynchronous copies, each completing on the stage's
+ * "full" barrier; the consumers compute from the stages and release each one on its "empty"
+ * barrier. The loader never waits for anything but a free stage, so it runs ahead of the grid
+ * barriers into the next instructions' weights: the memory keeps streaming while the consumers
+ * wait for the other blocks. A chunk is whole rows of one part (and the matching up rows), as
+ * many as fit a stage; consumers and loader walk the same chunks in the same order. */
+struct ring {
+    uint8_t *stages;
+    unsigned long long *full, *empty; /* mbarriers, one of each per stage */
+    uint32_t *chunk;                  /* per stage: where its chunk starts in the slice, or MEGA_CHUNK_END */
+    uint32_t n_stages, stage_bytes;
+};
+
+struct chunk {
+    uint32_t part, row, n_rows; /* rows [row, row + n_rows) of part `part` */
+};
+
+#define MEGA_CHUNK_END 0xffffffffu /* a stage's descriptor: the instruction has no chunk left */
+
+/* Rows a chunk of part `part` holds: as many as fit a stage, with their up rows and the slack of
+ * the copy's alignment. */
+__device__ __forceinline__ uint32_t chunk_rows(const op_parts &p, uint32_t part, uint32_t stage_bytes) {
+    const uint64_t bytes = p.m[part]->row_bytes * (p.up ? 2 : 1) + 32;
+    return bytes > stage_bytes ? 1 : (uint32_t)(stage_bytes / bytes);
+}
+
+/* The chunk that starts `slice_row` rows into the block's slice of the instruction's rows (whole
+ * rows of one part, as many as fit a stage), false past the slice's end. */
+__device__ __forceinline__ bool chunk_at(const op_parts &p, uint32_t stage_bytes, uint32_t slice_row, chunk *c) {
     uint32_t begin, end;
     block_slice(p.rows, &begin, &end);
-    if (begin + warp >= end) return;
-    uint32_t part = 0, row = begin + warp;
-    while (part + 1 < p.n && row >= p.m[part]->rows) row -= p.m[part++]->rows;
-    const mega_matrix &m = *p.m[part];
-    const uint64_t bytes = min(m.row_bytes, (uint64_t)16384);
-    for (uint64_t off = 128 * lane; off < bytes; off += 32 * 128) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(m.data + row * m.row_bytes + off));
-        if (p.up) asm volatile("prefetch.global.L2 [%0];" ::"l"(p.up->data + row * p.up->row_bytes + off));
-    }
+    const uint32_t r = begin + slice_row;
+    if (r >= end) return false;
+    uint32_t part = 0, at = 0;
+    while (part + 1 < p.n && r >= at + p.m[part]->rows) at += p.m[part++]->rows;
+    c->part = part, c->row = r - at;
+    c->n_rows = min(chunk_rows(p, part, stage_bytes), min(end, at + p.m[part]->rows) - r);
+    return true;
 }
 
-__device__ __forceinline__ float dot8(const float v[8], const float *x) {
-    const float4 x0 = *(const float4 *)x, x1 = *(const float4 *)(x + 4);
-    return v[0] * x0.x + v[1] * x0.y + v[2] * x0.z + v[3] * x0.w + v[4] * x1.x + v[5] * x1.y + v[6] * x1.z +
-           v[7] * x1.w;
+/* Where a chunk's bytes of matrix m start in its stage (the copy starts at a 16-byte boundary). */
+__device__ __forceinline__ uint32_t chunk_skew(const mega_matrix &m, uint32_t row) {
+    return (uint32_t)(((uint64_t)row * m.row_bytes) & 15);
 }
 
-/* One row (and with GLU its up row) times the NT activation rows in shared memory, by one warp:
- * the lanes walk the row's 8-value groups, issuing U groups' loads before the first multiply. */
-template <int TYPE, int NT, bool GLU>
-__device__ __forceinline__ void dot_row(const uint8_t *w, const uint8_t *w2, const float *xs, uint32_t cols,
-                                        float acc[NT], float acc2[NT]) {
-    constexpr int U = GLU ? 4 : 8;
-    const uint32_t groups = cols / 8, lane = threadIdx.x & 31;
-    uint32_t g = lane;
-    for (; g + 32 * (U - 1) < groups; g += 32 * U) {
-        float v[U][8], v2[GLU ? U : 1][8];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            deq<TYPE>::get(w, g + 32 * u, v[u]);
-            if (GLU) deq<TYPE>::get(w2, g + 32 * u, v2[GLU ? u : 0]);
+
+/* Waits until the mbarrier's phase of this parity has completed (the watchdog traps after seconds). */
+__device__ __forceinline__ void mbar_wait(const mega_args &a, unsigned long long *bar, uint32_t parity) {
+    const long long start = clock64();
+    uint32_t done = 0;
+    while (true) {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(smem_addr(bar)), "r"(parity)
+                     : "memory");
+        if (done) return;
+        if (clock64() - start > MEGA_WATCHDOG) {
+            atomicExch(a.failed_barrier, 0xffffffffu);
+            __trap();
         }
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const float *x = xs + (uint64_t)t * cols + 8 * (g + 32 * u);
-                acc[t] += dot8(v[u], x);
-                if (GLU) acc2[t] += dot8(v2[GLU ? u : 0], x);
-            }
     }
-    for (; g < groups; g += 32) {
-        float v[8], v2[8];
-        deq<TYPE>::get(w, g, v);
-        if (GLU) deq<TYPE>::get(w2, g, v2);
+}
+
+/* One bulk copy of `bytes` (a multiple of 16) from global to shared memory, completing on `bar`. */
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, unsigned long long *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+
+/* The loader (lane 0 of the last warp): the block's slice of each instruction in turn, chunk after
+ * chunk into the next stage, each stage's descriptor saying where its chunk starts in the slice;
+ * a stage marked MEGA_CHUNK_END tells the consumers the instruction is done. */
+__device__ void load_weights(const mega_args &a, const ring &rg) {
+    uint32_t n = 0; /* stages filled */
+    for (uint32_t i = 0; i < a.n_ops; i++) {
+        const op_parts p = parts_of(a, a.ops[i]);
+        if (!p.n) continue;
+        uint32_t slice_row = 0;
+        for (bool more = true; more; n++) {
+            const uint32_t stage = n % rg.n_stages, fill = n / rg.n_stages;
+            if (fill) mbar_wait(a, rg.empty + stage, (fill - 1) & 1);
+            chunk c;
+            more = chunk_at(p, rg.stage_bytes, slice_row, &c);
+            rg.chunk[stage] = more ? slice_row : MEGA_CHUNK_END;
+            if (!more) { /* the end mark takes its stage like a chunk (n counts it) */
+                asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(rg.full + stage)) : "memory");
+                continue;
+            }
+            slice_row += c.n_rows;
+            const mega_matrix &m = *p.m[c.part];
+            const uint64_t from = (uint64_t)c.row * m.row_bytes, bytes = (uint64_t)c.n_rows * m.row_bytes;
+            const uint64_t lo = from & ~(uint64_t)15, hi = (from + bytes + 15) & ~(uint64_t)15;
+            uint32_t total_bytes = (uint32_t)(hi - lo);
+            if (p.up) total_bytes *= 2;
+            uint8_t *dst = rg.stages + (uint64_t)stage * rg.stage_bytes;
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(rg.full + stage)),
+                         "r"(total_bytes)
+                         : "memory");
+            bulk_copy(dst, m.data + lo, (uint32_t)(hi - lo), rg.full + stage);
+            if (p.up) bulk_copy(dst + (hi - lo), p.up->data + lo, (uint32_t)(hi - lo), rg.full + stage);
+        }
+    }
+}
+
+/* RW consecutive rows of a stage (with GLU their up rows, up_offset bytes further) times the NT
+ * activation rows in shared memory, by one warp: the lanes walk the rows' 8-value groups, and
+ * each activation value read serves all RW rows (shared memory, not the weights, bounds this
+ * loop: every weight byte is written there by the copy and read once, every activation byte read
+ * once per RW rows). Rows past n_rows are computed on row 0 and dropped. */
+template <int TYPE, int NT, int RW, bool GLU>
+__device__ __forceinline__ void dot_rows(const uint8_t *w, uint64_t row_bytes, uint64_t up_offset, uint32_t n_rows,
+                                         const float *xs, uint32_t cols, float acc[RW][NT], float acc2[RW][NT]) {
+    const uint32_t groups = cols / 8, lane = threadIdx.x & 31;
+    const uint8_t *rows[RW];
+#pragma unroll
+    for (int j = 0; j < RW; j++) rows[j] = w + (j < (int)n_rows ? j : 0) * row_bytes;
+    for (uint32_t g = lane; g < groups; g += 32) {
+        float v[RW][8], v2[GLU ? RW : 1][8];
+#pragma unroll
+        for (int j = 0; j < RW; j++) {
+            deq<TYPE>::get(rows[j], g, v[j]);
+            if (GLU) deq<TYPE>::get(rows[j] + up_offset, g, v2[GLU ? j : 0]);
+        }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            const float *x = xs + (uint64_t)t * cols + 8 * g;
-            acc[t] += dot8(v, x);
-            if (GLU) acc2[t] += dot8(v2, x);
+            const float *xp = xs + (uint64_t)t * cols + 8 * g;
+            const float4 x0 = *(const float4 *)xp, x1 = *(const float4 *)(xp + 4);
+            const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+            for (int j = 0; j < RW; j++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    acc[j][t] += v[j][e] * x[e];
+                    if (GLU) acc2[j][t] += v2[GLU ? j : 0][e] * x[e];
+                }
         }
     }
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        acc[t] = em_warp_sum(acc[t]);
-        if (GLU) acc2[t] = em_warp_sum(acc2[t]);
-    }
+    for (int j = 0; j < RW; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            acc[j][t] = em_warp_sum(acc[j][t]);
+            if (GLU) acc2[j][t] = em_warp_sum(acc2[j][t]);
+        }
 }
 
-template <int NT, bool GLU>
-__device__ __forceinline__ void dot_row_typed(uint32_t type, const uint8_t *w, const uint8_t *w2, const float *xs,
-                                              uint32_t cols, float acc[NT], float acc2[NT]) {
+template <int NT, int RW, bool GLU>
+__device__ __forceinline__ void dot_rows_typed(uint32_t type, const uint8_t *w, uint64_t row_bytes, uint64_t up_offset,
+                                               uint32_t n_rows, const float *xs, uint32_t cols, float acc[RW][NT],
+                                               float acc2[RW][NT]) {
+#define EM_DOT_ROWS(T) dot_rows<T, NT, RW, GLU>(w, row_bytes, up_offset, n_rows, xs, cols, acc, acc2)
     switch (type) {
-    case EM_TYPE_F32: dot_row<EM_TYPE_F32, NT, GLU>(w, w2, xs, cols, acc, acc2); break;
-    case EM_TYPE_F16: dot_row<EM_TYPE_F16, NT, GLU>(w, w2, xs, cols, acc, acc2); break;
-    case EM_TYPE_BF16: dot_row<EM_TYPE_BF16, NT, GLU>(w, w2, xs, cols, acc, acc2); break;
-    case EM_TYPE_Q8_0: dot_row<EM_TYPE_Q8_0, NT, GLU>(w, w2, xs, cols, acc, acc2); break;
-    case EM_TYPE_Q4_K: dot_row<EM_TYPE_Q4_K, NT, GLU>(w, w2, xs, cols, acc, acc2); break;
-    case EM_TYPE_Q6_K: dot_row<EM_TYPE_Q6_K, NT, GLU>(w, w2, xs, cols, acc, acc2); break;
+    case EM_TYPE_F32: EM_DOT_ROWS(EM_TYPE_F32); break;
+    case EM_TYPE_F16: EM_DOT_ROWS(EM_TYPE_F16); break;
+    case EM_TYPE_BF16: EM_DOT_ROWS(EM_TYPE_BF16); break;
+    case EM_TYPE_Q8_0: EM_DOT_ROWS(EM_TYPE_Q8_0); break;
+    case EM_TYPE_Q4_K: EM_DOT_ROWS(EM_TYPE_Q4_K); break;
+    case EM_TYPE_Q6_K: EM_DOT_ROWS(EM_TYPE_Q6_K); break;
+    }
+#undef EM_DOT_ROWS
+}
+
+/* Row `row` of the instruction's part `part`, token t's sum y (and the up row's y2, scaled): QKV's
+ * outputs, x += y, the gated unit, or the logits. */
+__device__ __forceinline__ void write_row(const mega_args &a, const em_op &op, const mega_matrix &m, uint32_t part,
+                                          uint32_t row, uint32_t t, float y, float y2) {
+    switch (op.kind) {
+    case EM_OP_QKV: {
+        float *out = part == 0 ? a.q : part == 1 ? a.k : a.v;
+        out[(uint64_t)t * m.rows + row] = y;
+        break;
+    }
+    case EM_OP_OUT_PROJ:
+    case EM_OP_FFN_DOWN: {
+        float *x = a.x + (uint64_t)t * a.n_embd + row;
+        *x = __ldcg(x) + y;
+        break;
+    }
+    case EM_OP_FFN_UP: a.h[(uint64_t)t * m.rows + row] = mv_glu(y, y2, a.act); break;
+    case EM_OP_HEAD:
+        if (a.final_softcap > 0.0f) y = a.final_softcap * tanhf(y / a.final_softcap);
+        a.logits[(uint64_t)t * a.n_vocab + row] = y;
+        break;
     }
 }
 
-/* The instruction's rows, the block's slice, a warp per row: y = scale[t] * (W · xs[t]), then per
- * kind QKV's outputs, x += y, the gated unit, or the logits. */
+/* A warp's RW rows of a chunk in its stage, then their results written. */
+template <int NT, int RW, bool GLU>
+__device__ __forceinline__ void chunk_rows_of_warp(const mega_args &a, const em_op &op, const mega_matrix &m,
+                                                   uint32_t part, const uint8_t *w, uint64_t up_offset, uint32_t row,
+                                                   uint32_t n_rows, const float *xs, uint32_t cols,
+                                                   const float *scale) {
+    const uint32_t lane = threadIdx.x & 31;
+    float acc[RW][NT], acc2[RW][NT];
+#pragma unroll
+    for (int j = 0; j < RW; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[j][t] = acc2[j][t] = 0.0f;
+    dot_rows_typed<NT, RW, GLU>(m.type, w, m.row_bytes, up_offset, n_rows, xs, cols, acc, acc2);
+    /* lane j * NT + t writes row j's token t (a run-time index into acc would go to local memory) */
+    float y = 0.0f, y2 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < RW; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (lane == (uint32_t)(j * NT + t)) y = acc[j][t], y2 = acc2[j][t];
+    const uint32_t j = lane / NT, t = lane % NT;
+    if (lane < RW * NT && j < n_rows) write_row(a, op, m, part, row + j, t, y * scale[t], y2 * scale[t]);
+}
+
+#define MEGA_RW 4     /* rows a warp takes at once from a stage */
+#define MEGA_RW_GLU 2 /* with their up rows */
+
+/* The chunks of the block's slice of the instruction, stage after stage from the ring (*stages: the
+ * stages the consumers have taken so far in this launch) until the end mark, RW rows per consumer
+ * warp, the warps taking turns from chunk to chunk: y = scale[t] * (W · xs[t]), written by write_row. */
 template <int NT>
-__device__ void run_rows(const mega_args &a, const em_op &op, const float *xs, uint32_t cols, const float *scale) {
+__device__ void run_rows(const mega_args &a, const ring &rg, uint32_t *stages, const em_op &op, const float *xs,
+                         uint32_t cols, const float *scale) {
     const op_parts p = parts_of(a, op);
-    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    uint32_t begin, end;
-    block_slice(p.rows, &begin, &end);
-    for (uint32_t r = begin + warp; r < end; r += MEGA_WARPS) {
-        uint32_t part = 0, row = r;
-        while (part + 1 < p.n && row >= p.m[part]->rows) row -= p.m[part++]->rows;
-        const mega_matrix &m = *p.m[part];
-        float acc[NT], acc2[NT];
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[t] = acc2[t] = 0.0f;
-        const uint8_t *w = m.data + (uint64_t)row * m.row_bytes;
-        if (p.up) {
-            dot_row_typed<NT, true>(m.type, w, p.up->data + (uint64_t)row * p.up->row_bytes, xs, cols, acc, acc2);
-        } else {
-            dot_row_typed<NT, false>(m.type, w, NULL, xs, cols, acc, acc2);
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rw = p.up ? MEGA_RW_GLU : MEGA_RW;
+    uint32_t turn = 0; /* the warp that takes the next chunk's first rows */
+    for (bool more = true; more; (*stages)++) {
+        const uint32_t stage = *stages % rg.n_stages, fill = *stages / rg.n_stages;
+        /* every consumer waits for every stage, its rows there or not: its release below must count
+         * towards this fill of the stage, not an earlier one that slower warps still read */
+        mbar_wait(a, rg.full + stage, fill & 1);
+        const uint32_t slice_row = rg.chunk[stage];
+        chunk c;
+        more = slice_row != MEGA_CHUNK_END && chunk_at(p, rg.stage_bytes, slice_row, &c);
+        if (more) {
+            const mega_matrix &m = *p.m[c.part];
+            const uint32_t sets = (c.n_rows + rw - 1) / rw; /* row sets of this chunk */
+            const uint8_t *base = rg.stages + (uint64_t)stage * rg.stage_bytes + chunk_skew(m, c.row);
+            const uint64_t from = (uint64_t)c.row * m.row_bytes;
+            const uint64_t up_offset =
+                ((from + (uint64_t)c.n_rows * m.row_bytes + 15) & ~(uint64_t)15) - (from & ~(uint64_t)15);
+            for (uint32_t set = (warp + MEGA_CONSUMERS - turn) % MEGA_CONSUMERS; set < sets; set += MEGA_CONSUMERS) {
+                const uint32_t k = set * rw, n = min(rw, c.n_rows - k);
+                const uint8_t *w = base + (uint64_t)k * m.row_bytes;
+                /* as many rows as the set has (a row computed twice would cost its shared-memory reads) */
+                if (p.up && n == 1)
+                    chunk_rows_of_warp<NT, 1, true>(a, op, m, c.part, w, up_offset, c.row + k, n, xs, cols, scale);
+                else if (p.up)
+                    chunk_rows_of_warp<NT, MEGA_RW_GLU, true>(a, op, m, c.part, w, up_offset, c.row + k, n, xs, cols,
+                                                              scale);
+                else if (n == 1)
+                    chunk_rows_of_warp<NT, 1, false>(a, op, m, c.part, w, 0, c.row + k, n, xs, cols, scale);
+                else if (n == 2)
+                    chunk_rows_of_warp<NT, 2, false>(a, op, m, c.part, w, 0, c.row + k, n, xs, cols, scale);
+                else
+                    chunk_rows_of_warp<NT, MEGA_RW, false>(a, op, m, c.part, w, 0, c.row + k, n, xs, cols, scale);
+            }
+            turn = (turn + sets) % MEGA_CONSUMERS;
         }
-        if (lane >= NT) continue;
-        /* lane t writes token t's result (a run-time index into acc would go to local memory) */
-        float y = acc[0], y2 = acc2[0];
-#pragma unroll
-        for (int t = 1; t < NT; t++)
-            if (lane == t) y = acc[t], y2 = acc2[t];
-        const uint32_t t = lane;
-        y *= scale[t], y2 *= scale[t];
-        switch (op.kind) {
-        case EM_OP_QKV: {
-            float *out = part == 0 ? a.q : part == 1 ? a.k : a.v;
-            out[(uint64_t)t * m.rows + row] = y;
-            break;
-        }
-        case EM_OP_OUT_PROJ:
-        case EM_OP_FFN_DOWN: {
-            float *x = a.x + (uint64_t)t * a.n_embd + row;
-            *x = __ldcg(x) + y;
-            break;
-        }
-        case EM_OP_FFN_UP: a.h[(uint64_t)t * m.rows + row] = mv_glu(y, y2, a.act); break;
-        case EM_OP_HEAD:
-            if (a.final_softcap > 0.0f) y = a.final_softcap * tanhf(y / a.final_softcap);
-            a.logits[(uint64_t)t * a.n_vocab + row] = y;
-            break;
-        }
+        __syncwarp();
+        if (lane == 0)
+            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(rg.empty + stage)) : "memory");
     }
 }
 
@@ -301,13 +391,13 @@ __device__ void run_rows(const mega_args &a, const em_op &op, const float *xs, u
 template <int NT>
 __device__ void load_input(const mega_args &a, const float *x, uint32_t n, const float *norm_w, float *xs,
                            float *scale) {
-    __shared__ float part[MEGA_WARPS][MEGA_MAX_TOKENS];
+    __shared__ float part[MEGA_CONSUMERS][MEGA_MAX_TOKENS];
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float ss[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         ss[t] = 0.0f;
-        for (uint32_t i = 4 * threadIdx.x; i < n; i += 4 * MEGA_THREADS) {
+        for (uint32_t i = 4 * threadIdx.x; i < n; i += 4 * MEGA_CONSUMER_THREADS) {
             float4 v = __ldcg((const float4 *)(x + (uint64_t)t * n + i));
             ss[t] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
             if (norm_w) {
@@ -325,235 +415,13 @@ __device__ void load_input(const mega_args &a, const float *x, uint32_t n, const
             if (lane == 0) part[warp][t] = s;
         }
     }
-    __syncthreads();
+    consumer_sync();
     if (threadIdx.x < NT) {
         float total = 0.0f;
-        for (int w = 0; w < MEGA_WARPS; w++) total += norm_w ? part[w][threadIdx.x] : 0.0f;
+        for (int w = 0; w < MEGA_CONSUMERS; w++) total += norm_w ? part[w][threadIdx.x] : 0.0f;
         scale[threadIdx.x] = norm_w ? rsqrtf(total / n + a.eps) : 1.0f;
     }
-    __syncthreads();
-}
-
-__device__ __forceinline__ uint32_t first_position(uint32_t pos, uint32_t window) {
-    return window && pos + 1 > window ? pos + 1 - window : 0;
-}
-
-/* Positions per attention item for a token at pos: a function of the token alone (not of the
- * batch), so a sequence's sums are the same alone and batched. */
-__device__ __forceinline__ uint32_t span_of(uint32_t pos, uint32_t window) {
-    const uint32_t context = pos + 1 - first_position(pos, window);
-    const uint32_t span = (context + MEGA_MAX_SPANS - 1) / MEGA_MAX_SPANS;
-    return max((uint32_t)MEGA_MIN_SPAN, (span + 31) / 32 * 32);
-}
-
-__device__ __forceinline__ uint32_t spans_of(uint32_t pos, uint32_t window) {
-    const uint32_t span = span_of(pos, window);
-    return (pos + 1 - first_position(pos, window) + span - 1) / span;
-}
-
-/* 16 bytes from global to shared memory without the registers (and past L1). */
-__device__ __forceinline__ void copy16_async(void *dst, const void *src) {
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-
-/* A warp's shared memory for attention items of head size hd (bytes): the tile's keys (rows padded
- * by 16 bytes against bank conflicts) and values, then the query and the own key and value. */
-__host__ __device__ constexpr uint32_t attention_warp_bytes(uint32_t hd) { return 32 * (hd * 2 + 16) + 32 * hd * 2 + 12 * hd; }
-
-/* The last of a head's spans to finish merges the partials: out = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M). */
-template <int HD>
-__device__ void merge_head(const float *part, uint32_t n, float *out) {
-    const uint32_t lane = threadIdx.x & 31;
-    float m = -INFINITY;
-    for (uint32_t s = lane; s < n; s += 32) m = fmaxf(m, __ldcg(part + s * (HD + 2) + HD));
-    m = em_warp_max(m);
-    float l = 0.0f;
-    for (uint32_t s = lane; s < n; s += 32) {
-        const float *ps = part + s * (HD + 2);
-        l += __ldcg(ps + HD + 1) * expf(__ldcg(ps + HD) - m);
-    }
-    const float inv = 1.0f / em_warp_sum(l);
-    float o[HD / 32];
-#pragma unroll
-    for (int i = 0; i < HD / 32; i++) o[i] = 0.0f;
-    for (uint32_t s0 = 0; s0 < n; s0 += 32) {
-        const float f = s0 + lane < n ? expf(__ldcg(part + (s0 + lane) * (HD + 2) + HD) - m) : 0.0f;
-        const uint32_t k = min(32u, n - s0);
-#pragma unroll 4
-        for (uint32_t j = 0; j < k; j++) {
-            const float fj = __shfl_sync(0xffffffffu, f, j);
-            const float *ps = part + (s0 + j) * (HD + 2);
-#pragma unroll
-            for (int i = 0; i < HD / 32; i++) o[i] += __ldcg(ps + lane + 32 * i) * fj;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < HD / 32; i++) out[lane + 32 * i] = o[i] * inv;
-}
-
-/* A head's raw values (src + bias), lane l holding elements l, l + 32, ... (src read past L1). */
-template <int HD> __device__ __forceinline__ void load_head(float r[HD / 32], const float *src, const float *bias) {
-    const uint32_t lane = threadIdx.x & 31;
-#pragma unroll
-    for (int i = 0; i < HD / 32; i++) r[i] = __ldcg(src + lane + 32 * i) + (bias ? bias[lane + 32 * i] : 0.0f);
-}
-
-/* qkv_head's work on a head already loaded by load_head (the same arithmetic in the same order, so
- * the same bits): into shared memory h, RMSNorm with `norm` when given, RoPE at pos when `rotate`. */
-template <int HD>
-__device__ __forceinline__ void finish_head(float *h, float r[HD / 32], const float *norm, float eps, bool plus_one,
-                                            bool rotate, uint32_t pos, const rope_args &rope) {
-    const uint32_t lane = threadIdx.x & 31;
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < HD / 32; i++) ss += r[i] * r[i];
-    if (norm) {
-        const float scale = rsqrtf(em_warp_sum(ss) / HD + eps);
-#pragma unroll
-        for (int i = 0; i < HD / 32; i++) {
-            const float w = norm[lane + 32 * i];
-            r[i] = r[i] * scale * (plus_one ? 1.0f + w : w);
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < HD / 32; i++) h[lane + 32 * i] = r[i];
-    __syncwarp();
-    if (rotate) rope_head(h, pos, rope);
-}
-
-/* One warp's attention item: token t, query head hq, span s of positions, 32 positions a tile:
- * each lane copies its position's key and value row to shared memory (all in flight while the
- * query is finished), scores its key, then the warp adds the weighted values. The partial result
- * (unnormalized values, maximum, sum) goes to a.parts; the head's last span to finish merges them
- * into a.attn. The span holding the token's own position finishes its key and value (qkv.cuh),
- * puts them in its tile as the cache holds them (f16), and the group's first query head writes them
- * into the cache. */
-template <int HD>
-__device__ void attention_item(const mega_args &a, const mega_layer &L, uint32_t t, uint32_t hq, uint32_t s,
-                               uint8_t *scratch) {
-    constexpr int DL = HD / 32, KROW = HD + 8; /* halves a key row takes in shared memory */
-    const uint32_t lane = threadIdx.x & 31, group = L.n_head / L.n_head_kv, g = hq / group;
-    const uint32_t pos = a.pos[t], first = first_position(pos, L.window);
-    const uint32_t span = span_of(pos, L.window), lo = first + s * span, hi = min(lo + span, pos + 1);
-    const uint32_t *table = a.blocks + a.table_start[a.seq[t]];
-    __half *ks = (__half *)scratch, *vs = ks + 32 * KROW;
-    float *qh = (float *)(vs + 32 * HD), *kh = qh + HD, *vh = kh + HD;
-    const bool own = lo <= pos && pos < hi;
-    float m = -INFINITY, l = 0.0f, acc[DL];
-#pragma unroll
-    for (int i = 0; i < DL; i++) acc[i] = 0.0f;
-    for (uint32_t p0 = lo; p0 < hi; p0 += 32) {
-        const uint32_t p = p0 + lane;
-        if (p < hi) {
-            const uint32_t row = table[p / a.block_tokens] * a.block_tokens + p % a.block_tokens;
-            const uint64_t off = ((uint64_t)row * L.n_head_kv + g) * HD;
-#pragma unroll
-            for (int c = 0; c < HD / 8; c++) {
-                copy16_async(ks + lane * KROW + 8 * c, L.keys + off + 8 * c);
-                copy16_async(vs + lane * HD + 8 * c, L.values + off + 8 * c);
-            }
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-        if (p0 == lo) {
-            /* the raw query (and key, value) first, all loads in flight together, then each finished */
-            float qr[DL], kr[DL], vr[DL];
-            load_head<HD>(qr, a.q + ((uint64_t)t * L.n_head + hq) * HD, L.bq ? L.bq + hq * HD : NULL);
-            if (own) {
-                load_head<HD>(kr, a.k + ((uint64_t)t * L.n_head_kv + g) * HD, L.bk ? L.bk + g * HD : NULL);
-                load_head<HD>(vr, a.v + ((uint64_t)t * L.n_head_kv + g) * HD, L.bv ? L.bv + g * HD : NULL);
-            }
-            finish_head<HD>(qh, qr, L.q_norm, a.eps, a.plus_one, true, pos, L.rope);
-            if (own) {
-                finish_head<HD>(kh, kr, L.k_norm, a.eps, a.plus_one, true, pos, L.rope);
-                finish_head<HD>(vh, vr, NULL, a.eps, a.plus_one, false, pos, L.rope);
-                if (hq % group == 0) {
-                    const uint32_t row = table[pos / a.block_tokens] * a.block_tokens + pos % a.block_tokens;
-                    const uint64_t off = ((uint64_t)row * L.n_head_kv + g) * HD;
-                    for (uint32_t i = lane; i < HD; i += 32)
-                        L.keys[off + i] = __float2half(kh[i]), L.values[off + i] = __float2half(vh[i]);
-                }
-            }
-        }
-        asm volatile("cp.async.wait_all;" ::: "memory");
-        __syncwarp();
-        if (own && p0 <= pos && pos < p0 + 32) { /* the own position, finished here, as the cache holds it */
-            for (uint32_t i = lane; i < HD; i += 32)
-                ks[(pos - p0) * KROW + i] = __float2half(kh[i]), vs[(pos - p0) * HD + i] = __float2half(vh[i]);
-            __syncwarp();
-        }
-        float score = -INFINITY;
-        if (p < hi) {
-            float d = 0.0f;
-#pragma unroll
-            for (int c = 0; c < HD / 8; c++) {
-                const uint4 u = *(const uint4 *)(ks + lane * KROW + 8 * c);
-                const __half2 *h2 = (const __half2 *)&u;
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const float2 f = __half22float2(h2[j]);
-                    d += qh[8 * c + 2 * j] * f.x + qh[8 * c + 2 * j + 1] * f.y;
-                }
-            }
-            score = d * L.scale;
-            if (L.softcap > 0.0f) score = L.softcap * tanhf(score / L.softcap);
-        }
-        const float m_new = fmaxf(m, em_warp_max(score));
-        const float corr = expf(m - m_new), w = p < hi ? expf(score - m_new) : 0.0f;
-        l = l * corr + em_warp_sum(w);
-        m = m_new;
-#pragma unroll
-        for (int i = 0; i < DL; i++) acc[i] *= corr;
-        const uint32_t n = min(32u, hi - p0);
-#pragma unroll 8
-        for (uint32_t j = 0; j < n; j++) {
-            const float wj = __shfl_sync(0xffffffffu, w, j);
-#pragma unroll
-            for (int i = 0; i < DL; i++) acc[i] += wj * __half2float(vs[j * HD + lane + 32 * i]);
-        }
-        __syncwarp(); /* the tile is consumed before the next one's copies land */
-    }
-    const uint32_t head = t * L.n_head + hq, n_spans = spans_of(pos, L.window);
-    float *part = a.parts + (uint64_t)head * MEGA_MAX_SPANS * (HD + 2);
-    float *out = part + s * (HD + 2);
-#pragma unroll
-    for (int i = 0; i < DL; i++) out[lane + 32 * i] = acc[i];
-    if (lane == 0) out[HD] = m, out[HD + 1] = l;
-    if (n_spans == 1) {
-        __syncwarp();
-        merge_head<HD>(part, 1, a.attn + (uint64_t)head * HD);
-        return;
-    }
-    /* the last span to finish merges (its partial and the others' are visible after the fences) */
-    __threadfence();
-    uint32_t done = 0;
-    if (lane == 0) done = atomicAdd(a.att_done + head, 1u);
-    done = __shfl_sync(0xffffffffu, done, 0);
-    if (done + 1 == n_spans) {
-        __threadfence();
-        merge_head<HD>(part, n_spans, a.attn + (uint64_t)head * HD);
-        if (lane == 0) a.att_done[head] = 0; /* for the next layer, after its barriers */
-    }
-}
-
-template <int NT>
-__device__ void run_attention(const mega_args &a, const em_op &op, uint8_t *smem) {
-    const mega_layer &L = a.layers[op.layer];
-    const uint32_t warp = threadIdx.x >> 5;
-    if (warp >= a.attention_warps) return;
-    uint8_t *scratch = smem + warp * attention_warp_bytes(L.head_dim);
-    const uint32_t items = NT * L.n_head * MEGA_MAX_SPANS;
-    for (uint32_t i = blockIdx.x * a.attention_warps + warp; i < items; i += gridDim.x * a.attention_warps) {
-        /* spans innermost: the spans of a head on neighbouring warps */
-        const uint32_t s = i % MEGA_MAX_SPANS, hq = (i / MEGA_MAX_SPANS) % L.n_head, t = i / MEGA_MAX_SPANS / L.n_head;
-        if (s >= spans_of(a.pos[t], L.window)) continue;
-        switch (L.head_dim) {
-        case 32: attention_item<32>(a, L, t, hq, s, scratch); break;
-        case 64: attention_item<64>(a, L, t, hq, s, scratch); break;
-        case 128: attention_item<128>(a, L, t, hq, s, scratch); break;
-        case 256: attention_item<256>(a, L, t, hq, s, scratch); break;
-        }
-    }
+    consumer_sync();
 }
 
 /* EMBER_CUDA_MEGA_PROFILE: block 0 adds the time since the last stamp to part `what` of
@@ -567,9 +435,26 @@ __device__ __forceinline__ void profile_stamp(const mega_args &a, unsigned long 
 
 template <int NT>
 __global__ void __launch_bounds__(MEGA_THREADS, 1) mega_kernel(const __grid_constant__ mega_args a) {
-    extern __shared__ __align__(16) float smem[];
+    /* shared memory: the instructions' input (or the attention warps' tiles), then the ring */
+    extern __shared__ __align__(128) float smem[];
     __shared__ float scale[MEGA_MAX_TOKENS];
-    uint32_t barriers = 0;
+    __shared__ __align__(8) unsigned long long full[MEGA_MAX_STAGES], empty[MEGA_MAX_STAGES];
+    __shared__ uint32_t stage_chunk[MEGA_MAX_STAGES];
+    const ring rg = {(uint8_t *)smem + a.ring_offset, full, empty, stage_chunk, a.n_stages, a.stage_bytes};
+    if (threadIdx.x == 0) {
+        for (uint32_t i = 0; i < a.n_stages; i++) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(full + i)) : "memory");
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(empty + i)), "n"(MEGA_CONSUMERS)
+                         : "memory");
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads(); /* the last barrier of the whole block: from here the loader runs on its own */
+    if (threadIdx.x >> 5 == MEGA_CONSUMERS) {
+        if ((threadIdx.x & 31) == 0) load_weights(a, rg);
+        return;
+    }
+    uint32_t barriers = 0, stages = 0;
     unsigned long long stamp = a.op_ns && blockIdx.x == 0 && threadIdx.x == 0 ? global_ns() : 0;
     for (uint32_t i = 0; i < a.n_ops; i++) {
         const em_op op = a.ops[i];
@@ -586,17 +471,11 @@ __global__ void __launch_bounds__(MEGA_THREADS, 1) mega_kernel(const __grid_cons
         }
         profile_stamp(a, &stamp, i, 0);
         if (op.kind == EM_OP_ATTENTION) run_attention<NT>(a, op, (uint8_t *)smem);
-        else run_rows<NT>(a, op, smem, cols, scale);
-        if (a.op_ns) __syncthreads(); /* the profile's stamp after the whole block's rows */
+        else run_rows<NT>(a, rg, &stages, op, smem, cols, scale);
+        if (a.op_ns) consumer_sync(); /* the profile's stamp after the whole block's rows */
         profile_stamp(a, &stamp, i, 1);
-        if (a.row_prefetch)
-            for (uint32_t j = i + 1; j < a.n_ops; j++)
-                if (a.ops[j].kind != EM_OP_ATTENTION) {
-                    prefetch_first_row(a, a.ops[j]);
-                    break;
-                }
         if (op.barrier_after) grid_barrier(a, ++barriers);
-        else __syncthreads(); /* the block's shared memory is the next instruction's */
+        else consumer_sync(); /* the block's shared memory is the next instruction's */
         profile_stamp(a, &stamp, i, 2);
     }
 }
@@ -735,7 +614,12 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
         return err;
     }
     uint32_t widest = d->n_embd;
+    uint64_t widest_row = output.row_bytes; /* bytes of the longest row a stage must hold */
     for (uint32_t il = 0; il < d->n_layer; il++) {
+        const mega_layer &L = layers[il];
+        const uint64_t rows[] = {L.wq.row_bytes, L.wk.row_bytes, L.wv.row_bytes, L.wo.row_bytes,
+                                 2 * L.gate.row_bytes, L.down.row_bytes};
+        for (uint64_t r : rows) widest_row = max(widest_row, r);
         widest = max(widest, max(layers[il].down.cols, layers[il].wo.cols));
         m->max_head_dim = max(m->max_head_dim, layers[il].head_dim);
         m->max_head = max(m->max_head, layers[il].n_head);
@@ -749,13 +633,12 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
     if (status == cudaSuccess)
         status = cudaMemcpy(m->layers, layers, d->n_layer * sizeof *layers, cudaMemcpyHostToDevice);
     free(layers);
-    if (status != cudaSuccess) return em_errorf(EM_ERR_INTERNAL, "uploading the layers: %s", cudaGetErrorString(status));
+    if (status != cudaSuccess)
+        return em_errorf(EM_ERR_INTERNAL, "uploading the layers: %s", cudaGetErrorString(status));
     CU_TRY(cudaMalloc((void **)&m->ops, m->schedule.n_ops * sizeof(em_op)));
     CU_TRY(cudaMemcpy(m->ops, m->schedule.ops, m->schedule.n_ops * sizeof(em_op), cudaMemcpyHostToDevice));
     CU_TRY(cudaMalloc((void **)&m->parts, (uint64_t)MEGA_MAX_TOKENS * m->max_head * MEGA_MAX_SPANS *
                                               (m->max_head_dim + 2) * sizeof(float)));
-    m->poll_ns = em_cuda_env_count("EMBER_CUDA_MEGA_POLL_NS", 0);
-    m->row_prefetch = !em_cuda_env_off("EMBER_CUDA_MEGA_ROW_PREFETCH");
     CU_TRY(cudaMalloc((void **)&m->att_done, (uint64_t)MEGA_MAX_TOKENS * m->max_head * sizeof(uint32_t)));
     CU_TRY(cudaMemset(m->att_done, 0, (uint64_t)MEGA_MAX_TOKENS * m->max_head * sizeof(uint32_t)));
     CU_TRY(cudaMalloc((void **)&m->barrier, sizeof *m->barrier));
@@ -768,13 +651,20 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
     CU_TRY(cudaMemset(m->failed_barrier, 0, sizeof *m->failed_barrier));
     int smem_max = 0;
     CU_TRY(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, b->device));
-    const size_t static_smem = 1024; /* load_input's reduction, the RMS factors */
+    /* Shared memory: the input rows (or the attention tiles), then the ring of weight stages. A stage
+     * holds at least one row (with the gated unit's up row) and its alignment slack. */
+    const size_t static_smem = 2048; /* load_input's reduction, the RMS factors, the ring's barriers */
     const size_t per_warp = attention_warp_bytes(m->max_head_dim);
-    m->attention_warps = (uint32_t)min((size_t)MEGA_WARPS, ((size_t)smem_max - static_smem) / per_warp);
+    m->attention_warps = MEGA_ATTENTION_WARPS;
+    m->stage_bytes = (uint32_t)max((uint64_t)32768 + 256, (widest_row + 64 + 127) / 128 * 128);
     for (uint32_t nt = 1; nt <= MEGA_MAX_TOKENS; nt++) {
-        const size_t bytes = max((size_t)nt * widest * sizeof(float), m->attention_warps * per_warp);
-        if (bytes + static_smem > (size_t)smem_max) break;
-        m->smem[nt] = bytes;
+        const size_t rows = (size_t)nt * widest * sizeof(float), tiles = m->attention_warps * per_warp;
+        const size_t input = (max(rows, tiles) + 127) / 128 * 128;
+        if (input + 2 * m->stage_bytes + static_smem > (size_t)smem_max) break;
+        m->ring_offset[nt] = (uint32_t)input;
+        const size_t stages = ((size_t)smem_max - static_smem - input) / m->stage_bytes;
+        m->n_stages[nt] = (uint32_t)min((size_t)MEGA_MAX_STAGES, stages);
+        m->smem[nt] = input + (size_t)m->n_stages[nt] * m->stage_bytes;
         m->max_tokens = nt;
     }
     if (!m->max_tokens) return em_errorf(EM_ERR_UNSUPPORTED, "rows of %u values do not fit shared memory", widest);
@@ -785,9 +675,9 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
     return NULL;
 }
 
-/* Steps of up to this many sequences take the kernel unless EMBER_CUDA_MEGA says otherwise (0: none;
- * N: up to N, at most MEGA_MAX_TOKENS and what shared memory fits): where it measured faster than
- * the per-operation kernels (bench/RESULTS.md). */
+/* Steps of up to this many sequences take the kernel unless EMBER_CUDA_MEGA says otherwise (N: up to
+ * N, at most MEGA_MAX_TOKENS and what shared memory fits): none until it measures faster than the
+ * per-operation kernels at some step size (bench/RESULTS.md, fourteenth CUDA session). */
 #define MEGA_DEFAULT_TOKENS 0
 
 em_err em_cuda_mega_setup(cuda_backend *b) {
@@ -807,7 +697,8 @@ em_err em_cuda_mega_setup(cuda_backend *b) {
     em_cuda_mega_free(b);
     /* a model the kernel does not take runs the per-operation kernels; a failing CUDA call is an error */
     if (em_err_code_of(err) == EM_ERR_UNSUPPORTED) {
-        em_log(EM_LOG_INFO, "cuda: decode steps run per-operation kernels (persistent kernel: %s)", em_err_message(err));
+        em_log(EM_LOG_INFO, "cuda: decode steps run per-operation kernels (persistent kernel: %s)",
+               em_err_message(err));
         em_err_free(err);
         return NULL;
     }
@@ -840,7 +731,9 @@ em_err em_cuda_mega_run(cuda_backend *b, const cuda_batch *cb) {
     a.eps = d->norm_eps, a.final_softcap = d->final_softcap, a.plus_one = d->norm == EM_NORM_RMS_PLUS_ONE;
     a.act = d->act;
     a.barrier = m->barrier, a.barrier_base = m->barriers_passed, a.failed_barrier = m->failed_barrier;
-    a.op_ns = m->op_ns, a.poll_ns = m->poll_ns, a.row_prefetch = m->row_prefetch;
+    a.op_ns = m->op_ns;
+    a.ring_offset = m->ring_offset[cb->n_tokens], a.n_stages = m->n_stages[cb->n_tokens];
+    a.stage_bytes = m->stage_bytes;
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(b->n_sm);
     config.blockDim = dim3(MEGA_THREADS);
