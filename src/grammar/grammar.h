@@ -18,7 +18,11 @@
  * automaton lazily builds a DFA, and what was computed once (inside a JSON string, say) costs one
  * hash probe afterwards. A return to the end of an alternative is not pushed (a tail call), so
  * right recursion (every repetition) does not deepen the stack. Left recursion would not
- * terminate, and is a compile error naming the rule.
+ * terminate, and is a compile error naming the rule. Positions from which an alternative can never
+ * end are never entered, so every accepted text can still be completed (a constrained generation
+ * cannot walk into a dead end), and each stack knows the fewest bytes that complete it. Within one
+ * step each (position, stack) is expanded once, and a state of more than 256 stacks (a grammar so
+ * ambiguous that its parses multiply with every byte) is an error rather than a stall.
  *
  * Token masks (vocab.c): the vocabulary's token byte strings form a trie; the mask of a state is a
  * walk of that trie against the automaton that prunes every subtree the state cannot enter, and
