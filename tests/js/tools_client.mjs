@@ -92,6 +92,32 @@ await test('openai: auto leaves the text free (no call in a random answer is no 
   else assert.equal(typeof c.message.content, 'string');
 });
 
+await test('openai: auto, streamed, two choices: each ends as text or as a valid call', async () => {
+  const stream = await openai.chat.completions.create({ model, messages: question, tools, max_tokens: 12, seed: 10, n: 2, stream: true });
+  const text = ['', ''], reasons = [null, null], calls = [[], []];
+  for await (const chunk of stream) {
+    for (const ch of chunk.choices) {
+      if (ch.delta?.content) text[ch.index] += ch.delta.content;
+      for (const d of ch.delta?.tool_calls ?? []) calls[ch.index].push(d);
+      if (ch.finish_reason) reasons[ch.index] = ch.finish_reason;
+    }
+  }
+  for (const i of [0, 1]) {
+    assert.ok(['stop', 'length', 'tool_calls'].includes(reasons[i]), String(reasons[i]));
+    if (reasons[i] === 'tool_calls') for (const d of calls[i]) checkCall(d.function.name, JSON.parse(d.function.arguments));
+    else assert.equal(calls[i].length, 0);
+  }
+});
+
+await test('openai: required with n = 2: both choices are valid calls', async () => {
+  const r = await openai.chat.completions.create({ model, messages: question, tools, tool_choice: 'required', max_tokens: 200, seed: 11, n: 2 });
+  assert.equal(r.choices.length, 2);
+  for (const c of r.choices) {
+    assert.equal(c.finish_reason, 'tool_calls');
+    checkCall(c.message.tool_calls[0].function.name, JSON.parse(c.message.tool_calls[0].function.arguments));
+  }
+});
+
 await test('openai: a tool_choice naming an unknown tool is a 400', async () => {
   await assert.rejects(openai.chat.completions.create({ model, messages: question, tools, max_tokens: 5,
     tool_choice: { type: 'function', function: { name: 'nope' } } }), (e) => e.status === 400 && /tool_choice/.test(e.message));
@@ -132,6 +158,19 @@ await test('anthropic: a named tool, streamed: input_json_delta events build the
   checkCall('get_weather', use.input);
   assert.deepEqual(JSON.parse(partial), use.input);
   await anthropicAnswerAfter(use);
+});
+
+await test('anthropic: auto, streamed: the text arrives whole, stop_reason end_turn or max_tokens', async () => {
+  const stream = anthropic.messages.stream({ model, max_tokens: 12, messages: question, tools: anthropicTools });
+  let text = '';
+  stream.on('text', (t) => { text += t; });
+  const message = await stream.finalMessage();
+  if (message.stop_reason === 'tool_use') {
+    for (const b of message.content.filter((b) => b.type === 'tool_use')) checkCall(b.name, b.input);
+  } else {
+    assert.ok(['end_turn', 'max_tokens'].includes(message.stop_reason), message.stop_reason);
+    assert.equal(message.content[0].text, text);
+  }
 });
 
 finish();
