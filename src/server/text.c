@@ -20,16 +20,57 @@ struct em_server_text {
     size_t *control_lens;
     size_t n_controls;
     em_server_prompt_ops ops;
-    bool hermes_tools; /* the template writes tool calls as <tool_call>...</tool_call> */
+    bool hermes_tools;        /* the template writes tool calls as <tool_call>...</tool_call> */
+    bool template_uses_tools; /* the template reads `tools` (else the server describes them itself) */
 };
+
+/* For a template that does not render tools: the tools and the call format (the JSON fallback of
+ * tools.c) described in the system message, created first when there is none. The tools' JSON
+ * cannot hold control-token text (prompt.c refuses it), so this text may be rendered as markup. */
+static json_t *messages_with_tools(const json_t *messages, const json_t *tools) {
+    json_t *copy = json_deep_copy(messages);
+    char *listed = json_dumps(tools, JSON_COMPACT);
+    char *note = NULL;
+    if (!copy || !listed ||
+        asprintf(&note, "You can call these tools (each one's arguments follow its JSON Schema \"parameters\"):\n%s\n"
+                        "To call one, answer with only a JSON object {\"name\": <tool name>, \"arguments\": <object>} "
+                        "and nothing else.", listed) < 0)
+        note = NULL;
+    free(listed);
+    json_t *first = json_array_get(copy, 0);
+    const char *role = json_string_value(json_object_get(first, "role"));
+    bool ok = note != NULL;
+    if (ok && role && !strcmp(role, "system")) {
+        char *joined = NULL;
+        const char *content = json_string_value(json_object_get(first, "content"));
+        ok = asprintf(&joined, "%s\n\n%s", content ? content : "", note) >= 0 &&
+             json_object_set_new(first, "content", json_string(joined)) == 0;
+        if (ok) free(joined);
+    } else if (ok) {
+        ok = json_array_insert_new(copy, 0, json_pack("{s:s, s:s}", "role", "system", "content", note)) == 0;
+    }
+    free(note);
+    if (!ok) {
+        json_decref(copy);
+        return NULL;
+    }
+    return copy;
+}
 
 static em_err render(void *self, const json_t *messages, const json_t *tools, char **text, size_t *len) {
     em_server_text *t = self;
     if (!t->chat)
         return em_errorf(EM_ERR_INVALID, "this model has no chat template (tokenizer.chat_template); use /v1/completions");
+    json_t *described = NULL;
+    if (tools && json_array_size(tools) && !t->template_uses_tools) {
+        if (!(described = messages_with_tools(messages, tools))) return em_errorf(EM_ERR_NOMEM, "out of memory describing tools");
+        messages = described;
+    }
     em_chat_input input = {.messages = messages, .tools = tools, .bos_token = t->bos_text, .eos_token = t->eos_text,
                            .add_generation_prompt = true};
-    return em_chat_render_input(t->chat, &input, NULL, text, len);
+    em_err err = em_chat_render_input(t->chat, &input, NULL, text, len);
+    json_decref(described);
+    return err;
 }
 
 static em_err tokenize_part(void *self, const char *text, size_t len, bool parse_special, int32_t **ids, size_t *n) {
@@ -109,6 +150,7 @@ em_err em_server_text_from_gguf(const em_gguf *g, em_server_text **out) {
         e = em_err_prefix(e, "%s: tokenizer.chat_template", em_gguf_path(g));
     } else if (!e) {
         t->hermes_tools = memmem(tpl.ptr, tpl.len, "<tool_call>", strlen("<tool_call>")) != NULL;
+        t->template_uses_tools = memmem(tpl.ptr, tpl.len, "tools", strlen("tools")) != NULL;
     }
     if (!e) e = collect_controls(t);
     if (e) {
