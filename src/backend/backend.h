@@ -73,8 +73,8 @@ typedef struct em_backend_ops {
      * be called only when none is. */
     em_err (*pick_begin)(em_backend *backend, const em_batch *batch, const em_pick_params *pick);
     em_err (*pick_end)(em_backend *backend, int32_t *picked);
-    /* forward_pick and pick_begin honour em_batch.pick_masks (the CPU backend does; the CUDA
-     * backend does not yet, so the engine samples steps with constrained rows on the host there). */
+    /* forward_pick and pick_begin honour em_batch.pick_masks (both backends do; a backend that did
+     * not would get steps with constrained rows sampled on the host by the engine). */
     bool picks_masked;
 } em_backend_ops;
 

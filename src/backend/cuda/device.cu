@@ -77,10 +77,10 @@ static void cuda_free(em_backend *base) {
 }
 
 static const em_backend_ops cuda_ops = {"cuda",    em_cuda_forward,    em_cuda_forward_pick, cuda_copy_rows,
-                                        cuda_free, em_cuda_pick_begin, em_cuda_pick_end, false};
+                                        cuda_free, em_cuda_pick_begin, em_cuda_pick_end, true};
 /* EMBER_CUDA_OVERLAP=0: no step overlap (every step's tokens are read before the next begins). */
 static const em_backend_ops cuda_ops_no_overlap = {"cuda", em_cuda_forward, em_cuda_forward_pick, cuda_copy_rows,
-                                                   cuda_free, NULL, NULL, false};
+                                                   cuda_free, NULL, NULL, true};
 
 static em_err setup(cuda_backend *b, const em_model *model, const em_backend_config *o) {
     const em_model_desc *d = &model->desc;

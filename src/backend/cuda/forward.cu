@@ -498,7 +498,7 @@ static em_err forward(em_backend *base, const em_batch *batch, float *logits, co
         CU_TRY(cudaStreamSynchronize(b->stream));
         return NULL;
     }
-    if (pick) return em_cuda_pick(b, pick, cb.n_rows, picked);
+    if (pick) return em_cuda_pick(b, pick, batch->pick_masks, cb.n_rows, picked);
     const uint64_t n_logits = (uint64_t)cb.n_rows * b->d->n_vocab;
     if ((err = grow_pinned((void **)&b->logits_host, &b->cap_logits, n_logits * 4))) return err;
     CU_TRY(cudaMemcpyAsync(b->logits_host, b->logits, n_logits * 4, cudaMemcpyDeviceToHost, b->stream));
@@ -519,7 +519,7 @@ em_err em_cuda_pick_begin(em_backend *base, const em_batch *batch, const em_pick
     if (err) return err;
     /* the slot the oldest step in flight does not use */
     const uint32_t slot = b->flight_count ? b->flight_slot[0] ^ 1 : 0;
-    if (cb.n_rows && (err = em_cuda_pick_enqueue(b, pick, cb.n_rows, slot, slot))) return err;
+    if (cb.n_rows && (err = em_cuda_pick_enqueue(b, pick, batch->pick_masks, cb.n_rows, slot, slot))) return err;
     if (!cb.n_rows) CU_TRY(cudaEventRecord(b->pick_done[slot], b->stream));
     b->flight_slot[b->flight_count] = slot;
     b->flight_rows[b->flight_count] = cb.n_rows;

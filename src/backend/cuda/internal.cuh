@@ -191,6 +191,9 @@ typedef struct cuda_backend {
     uint32_t *pick_counter;      /* greedy rows: splits done, zero between launches */
     uint8_t *pick_host;          /* pinned, two slots: parameters, then the picked tokens */
     uint32_t cap_pick_rows;
+    uint32_t *mask_host;         /* pinned, two slots: grammar masks of a step's rows (sample.cu) */
+    uint32_t *mask_dev;          /* their device copy */
+    uint32_t cap_mask_rows;
     /* Step overlap (forward.cu: pick_begin / pick_end): the begun steps not yet ended, oldest
      * first, each with its pick slot, rows and the event after its tokens' copy. */
     cudaEvent_t pick_done[2];
@@ -409,13 +412,15 @@ em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32
 bool em_cuda_attention_finishes(const cuda_backend *b, const cuda_batch *batch, uint32_t il);
 
 /* ---- sample.cu ---- */
-/* Picks one token per logits row (b->logits, rows of n_vocab) by the rule of pick.h; copies back
+/* Picks one token per logits row (b->logits, rows of n_vocab) by the rule of pick.h, a row with a
+ * grammar mask (masks NULL, or masks[row] NULL: none) among the tokens its mask allows; copies back
  * only the tokens. */
-em_err em_cuda_pick(cuda_backend *b, const em_pick_params *params, uint32_t rows, int32_t *picked);
+em_err em_cuda_pick(cuda_backend *b, const em_pick_params *params, const uint32_t *const *masks, uint32_t rows,
+                    int32_t *picked);
 /* The same without waiting: enqueues the pick of `rows` rows into pick slot `slot` (its pinned
- * parameters and tokens) and records pick_done[event] after the tokens' copy to the host. */
-em_err em_cuda_pick_enqueue(cuda_backend *b, const em_pick_params *params, uint32_t rows, uint32_t slot,
-                            uint32_t event);
+ * parameters, masks and tokens) and records pick_done[event] after the tokens' copy to the host. */
+em_err em_cuda_pick_enqueue(cuda_backend *b, const em_pick_params *params, const uint32_t *const *masks, uint32_t rows,
+                            uint32_t slot, uint32_t event);
 /* The tokens an enqueued pick of slot `slot` left in pinned memory. */
 const int32_t *em_cuda_picked_host(const cuda_backend *b, uint32_t slot);
 void em_cuda_free_pick(cuda_backend *b);

@@ -355,6 +355,62 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(const float *log
     }
 }
 
+/* A grammar's masks (backend.h: em_batch.pick_masks) applied before the pick: the logits of the
+ * tokens a masked row may not choose become -inf. Grid: (chunks of the row, masked rows); row
+ * ids[y]'s bits are mask words y * words ... */
+#define MASK_THREADS 256
+#define MASK_CHUNK 8192 /* logits a block covers */
+
+__global__ void __launch_bounds__(MASK_THREADS) mask_kernel(float *logits, uint32_t n, const uint32_t *ids,
+                                                            const uint32_t *masks, uint32_t words) {
+    em_pdl_wait();
+    const uint32_t *mask = masks + (uint64_t)blockIdx.y * words;
+    float *row = logits + (uint64_t)ids[blockIdx.y] * n;
+    const uint32_t end = min(n, (blockIdx.x + 1) * MASK_CHUNK);
+    for (uint32_t t = blockIdx.x * MASK_CHUNK + threadIdx.x; t < end; t += MASK_THREADS)
+        if (!((mask[t >> 5] >> (t & 31)) & 1u)) row[t] = -INFINITY;
+}
+
+/* Pinned staging (one per pick slot, a slot's copy may not have run when the other is written) and
+ * the device copy of up to cap rows of masks: the masked rows' ids, then their mask words. */
+static uint64_t mask_slot_words(const cuda_backend *b, uint32_t cap) {
+    return (uint64_t)cap * (1 + (b->d->n_vocab + 31) / 32);
+}
+
+static em_err reserve_masks(cuda_backend *b, uint32_t rows) {
+    if (rows <= b->cap_mask_rows) return NULL;
+    CU_TRY(cudaStreamSynchronize(b->stream)); /* a begun step's copy may still read the old staging */
+    cudaFreeHost(b->mask_host);
+    cudaFree(b->mask_dev);
+    b->mask_host = NULL, b->mask_dev = NULL, b->cap_mask_rows = 0;
+    const uint64_t words = mask_slot_words(b, rows);
+    if (cudaMallocHost((void **)&b->mask_host, 2 * words * sizeof(uint32_t)) != cudaSuccess ||
+        cudaMalloc((void **)&b->mask_dev, words * sizeof(uint32_t)) != cudaSuccess)
+        return em_errorf(EM_ERR_NOMEM, "cuda pick: no memory for the grammar masks of %u rows", rows);
+    b->cap_mask_rows = rows;
+    return NULL;
+}
+
+/* Enqueues the masks of the rows that have one (none: nothing). */
+static em_err enqueue_masks(cuda_backend *b, const uint32_t *const *masks, uint32_t rows, uint32_t slot) {
+    uint32_t n_masked = 0;
+    for (uint32_t r = 0; masks && r < rows; r++) n_masked += masks[r] != NULL;
+    if (!n_masked) return NULL;
+    em_err err = reserve_masks(b, rows);
+    if (err) return err;
+    const uint32_t words = (b->d->n_vocab + 31) / 32;
+    uint32_t *h = b->mask_host + slot * mask_slot_words(b, b->cap_mask_rows), *ids = h, *bits = h + n_masked;
+    for (uint32_t r = 0, k = 0; r < rows; r++)
+        if (masks[r]) ids[k] = r, memcpy(bits + (uint64_t)k++ * words, masks[r], words * sizeof(uint32_t));
+    CU_TRY(cudaMemcpyAsync(b->mask_dev, h, ((uint64_t)n_masked * (1 + words)) * sizeof(uint32_t),
+                           cudaMemcpyHostToDevice, b->stream));
+    const dim3 grid((b->d->n_vocab + MASK_CHUNK - 1) / MASK_CHUNK, n_masked);
+    em_cuda_launch(b, mask_kernel, grid, dim3(MASK_THREADS), 0, b->logits, b->d->n_vocab,
+                   (const uint32_t *)b->mask_dev, (const uint32_t *)(b->mask_dev + n_masked), words);
+    CU_LAUNCHED();
+    return NULL;
+}
+
 static bool all_greedy(const em_pick_params *params, uint32_t rows) {
     for (uint32_t r = 0; r < rows; r++)
         if (params[r].temperature != 0.0f) return false;
@@ -362,6 +418,9 @@ static bool all_greedy(const em_pick_params *params, uint32_t rows) {
 }
 
 void em_cuda_free_pick(cuda_backend *b) {
+    cudaFreeHost(b->mask_host);
+    cudaFree(b->mask_dev);
+    b->mask_host = NULL, b->mask_dev = NULL, b->cap_mask_rows = 0;
     cudaFree(b->pick_partial);
     cudaFree(b->pick_counter);
     b->pick_partial = NULL, b->pick_counter = NULL;
@@ -431,9 +490,10 @@ static em_err reserve_pick(cuda_backend *b, uint32_t rows) {
     return err;
 }
 
-em_err em_cuda_pick_enqueue(cuda_backend *b, const em_pick_params *params, uint32_t rows, uint32_t slot,
-                            uint32_t event) {
+em_err em_cuda_pick_enqueue(cuda_backend *b, const em_pick_params *params, const uint32_t *const *masks, uint32_t rows,
+                            uint32_t slot, uint32_t event) {
     em_err err = reserve_pick(b, rows);
+    if (!err) err = enqueue_masks(b, masks, rows, slot);
     if (err) return err;
     em_pick_params *ph = params_host(b, slot);
     memcpy(ph, params, rows * sizeof *params);
@@ -451,8 +511,9 @@ em_err em_cuda_pick_enqueue(cuda_backend *b, const em_pick_params *params, uint3
     return NULL;
 }
 
-em_err em_cuda_pick(cuda_backend *b, const em_pick_params *params, uint32_t rows, int32_t *picked) {
-    em_err err = em_cuda_pick_enqueue(b, params, rows, 0, 0);
+em_err em_cuda_pick(cuda_backend *b, const em_pick_params *params, const uint32_t *const *masks, uint32_t rows,
+                    int32_t *picked) {
+    em_err err = em_cuda_pick_enqueue(b, params, masks, rows, 0, 0);
     if (err) return err;
     CU_TRY(cudaEventSynchronize(b->pick_done[0]));
     memcpy(picked, em_cuda_picked_host(b, 0), rows * sizeof(int32_t));
