@@ -293,6 +293,31 @@ static void test_ambiguous_grammar_fails_alone(void **state) {
     ember_engine_destroy(e);
 }
 
+/* With ignore_eos a grammar that could end anywhere runs to max_tokens (no end-of-generation token
+ * is allowed, as llama-server's ignore_eos masks it), and the text stays inside the grammar. */
+static void test_ignore_eos(void **state) {
+    (void)state;
+    const char *gbnf = "root ::= (\"<\" [a-z]{1,6} \">\")*\n";
+    ember_engine *e = new_engine();
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        ember_request_params p = text_params("Tags:", gbnf, seed);
+        p.ignore_eos = true;
+        p.max_tokens = 96;
+        result res;
+        collect(submit(e, &p), &res);
+        assert_int_equal(res.finish, EMBER_FINISH_LENGTH);
+        assert_int_equal(res.n, 96);
+        em_grammar *g = compile(gbnf);
+        em_grammar_state *s;
+        assert_null(em_grammar_state_new(g, &s));
+        if (!em_grammar_accept_bytes(s, res.text, res.text_len))
+            fail_msg("outside the grammar: '%.*s'", (int)res.text_len, res.text);
+        em_grammar_state_free(s);
+        em_grammar_free(g);
+    }
+    ember_engine_destroy(e);
+}
+
 static void test_bad_grammar(void **state) {
     (void)state;
     ember_engine *e = new_engine();
@@ -311,7 +336,7 @@ int main(void) {
         cmocka_unit_test(test_closed_grammars), cmocka_unit_test(test_json_schemas),
         cmocka_unit_test(test_batch_neighbours), cmocka_unit_test(test_stop_and_cache),
         cmocka_unit_test(test_lazy_grammar), cmocka_unit_test(test_ambiguous_grammar_fails_alone),
-        cmocka_unit_test(test_bad_grammar),
+        cmocka_unit_test(test_bad_grammar), cmocka_unit_test(test_ignore_eos),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -569,6 +569,8 @@ static bool compute_grammar_masks(ember_engine *e, uint32_t rows, bool *constrai
             return false;
         }
         err = em_grammar_mask(r->grammar_state, e->grammar_vocab, r->grammar_mask, &r->grammar_allowed);
+        if (!err && r->params.ignore_eos) /* the end token stays masked out, as without a grammar */
+            em_grammar_mask_drop_ends(e->grammar_vocab, r->grammar_mask, &r->grammar_allowed);
         if (err) { /* this request's grammar failed (too ambiguous, out of memory): it alone ends */
             r->grammar_allowed = 0;
             free(r->grammar_error);

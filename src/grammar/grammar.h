@@ -103,6 +103,11 @@ bool em_grammar_can_continue(const em_grammar_state *state);
  * that the parse state would hold more than 256 stacks (the state is unusable afterwards). */
 em_err em_grammar_mask(em_grammar_state *state, const em_grammar_vocab *vocab, uint32_t *mask, uint32_t *n_allowed);
 
+/* Clears the end-of-generation tokens from a mask em_grammar_mask wrote, *n_allowed with them (a
+ * request that ignores end-of-generation: it goes on while the grammar can, and stops where only
+ * the end is left). */
+void em_grammar_mask_drop_ends(const em_grammar_vocab *vocab, uint32_t *mask, uint32_t *n_allowed);
+
 /* Which bytes may come next: allowed[b] for each byte value (tests, random generation). */
 void em_grammar_next_bytes(em_grammar_state *state, bool allowed[256]);
 /* The fewest bytes that complete the text from here (UINT32_MAX when it cannot be completed). */

@@ -127,6 +127,13 @@ em_err em_grammar_vocab_new(const em_tokenizer *tokenizer, uint32_t n_tokens, em
     return err;
 }
 
+void em_grammar_mask_drop_ends(const em_grammar_vocab *v, uint32_t *mask, uint32_t *n_allowed) {
+    for (uint32_t i = 0; i < v->n_end_tokens; i++) {
+        const uint32_t t = v->end_tokens[i], bit = 1u << (t & 31);
+        if (mask[t >> 5] & bit) mask[t >> 5] &= ~bit, (*n_allowed)--;
+    }
+}
+
 void em_grammar_vocab_free(em_grammar_vocab *v) {
     if (!v) return;
     free(v->bytes);
