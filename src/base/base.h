@@ -75,6 +75,10 @@ void em_log(em_log_level level, const char *fmt, ...)
 #endif
     ;
 
+/* Line and column (both from 1) of byte `offset` of a text of `len` bytes (offsets past the end
+ * count as the end): for errors that point into a source text (templates, grammars). */
+void em_text_position(const char *text, size_t len, size_t offset, size_t *line, size_t *column);
+
 /* Overflow-checked size arithmetic: return 0 on success, 1 on overflow (result untouched). */
 static inline int em_add_overflows(uint64_t a, uint64_t b, uint64_t *out) {
     if (a > UINT64_MAX - b) return 1;

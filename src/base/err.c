@@ -115,3 +115,18 @@ void em_log(em_log_level level, const char *fmt, ...) {
     static const char *names[] = {"debug", "info", "warning", "error"};
     fprintf(stderr, "ember: %s: %s\n", names[level], message);
 }
+
+void em_text_position(const char *text, size_t len, size_t offset, size_t *line, size_t *column) {
+    size_t l = 1, c = 1;
+    if (offset > len) offset = len;
+    for (size_t i = 0; i < offset; i++) {
+        if (text[i] == '\n') {
+            l++;
+            c = 1;
+        } else {
+            c++;
+        }
+    }
+    *line = l;
+    *column = c;
+}

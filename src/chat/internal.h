@@ -50,7 +50,6 @@ typedef struct em_chat_source {
 } em_chat_source;
 
 /* "line L, column C" of a byte offset into the original text (1-based; columns in bytes). */
-void em_chat_position(const em_chat_source *src, size_t offset, size_t *line, size_t *column);
 em_err em_chat_error_at(const em_chat_source *src, size_t offset, em_err_code code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))

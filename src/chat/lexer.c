@@ -33,21 +33,6 @@ size_t em_chat_space_len(const char *s, size_t n) {
     return 0;
 }
 
-void em_chat_position(const em_chat_source *src, size_t offset, size_t *line, size_t *column) {
-    size_t l = 1, c = 1;
-    if (offset > src->len) offset = src->len;
-    for (size_t i = 0; i < offset; i++) {
-        if (src->text[i] == '\n') {
-            l++;
-            c = 1;
-        } else {
-            c++;
-        }
-    }
-    *line = l;
-    *column = c;
-}
-
 em_err em_chat_error_at(const em_chat_source *src, size_t offset, em_err_code code, const char *fmt, ...) {
     char msg[512];
     va_list ap;
@@ -55,7 +40,7 @@ em_err em_chat_error_at(const em_chat_source *src, size_t offset, em_err_code co
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     size_t line, column;
-    em_chat_position(src, offset, &line, &column);
+    em_text_position(src->text, src->len, offset, &line, &column);
     return em_errorf(code, "line %zu, column %zu: %s", line, column, msg);
 }
 

@@ -66,17 +66,6 @@ size_t em_grammar_utf8_encode(uint32_t cp, uint8_t *out) {
 
 /* ---- Errors with positions ---- */
 
-static void position_of(const parser *p, size_t offset, size_t *line, size_t *column) {
-    *line = 1;
-    size_t line_start = 0;
-    for (size_t i = 0; i < offset && i < p->len; i++)
-        if (p->text[i] == '\n') {
-            (*line)++;
-            line_start = i + 1;
-        }
-    *column = offset - line_start + 1;
-}
-
 /* Records the first error (at byte offset `at`) and returns false, so parsers can `return fail(...)`. */
 static bool fail_at(parser *p, size_t at, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -91,7 +80,7 @@ static bool fail_at(parser *p, size_t at, const char *fmt, ...) {
     vsnprintf(what, sizeof what, fmt, args);
     va_end(args);
     size_t line, column;
-    position_of(p, at, &line, &column);
+    em_text_position(p->text, p->len, at, &line, &column);
     p->err = em_errorf(EM_ERR_INVALID, "grammar: line %zu, column %zu: %s", line, column, what);
     return false;
 }
