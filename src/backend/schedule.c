@@ -95,7 +95,7 @@ em_err em_schedule_check(const em_schedule *s) {
             barriers++;
         }
     }
-    if (!(ready | pending) || !((ready | pending) & EM_BUF_LOGITS))
+    if (!((ready | pending) & EM_BUF_LOGITS))
         return em_errorf(EM_ERR_INTERNAL, "schedule: no op writes the logits");
     if (s->ops[s->n_ops - 1].kind != EM_OP_HEAD)
         return em_errorf(EM_ERR_INTERNAL, "schedule: the last op is %s, not head",

@@ -42,7 +42,6 @@ struct cuda_mega {
     uint32_t *att_done;
     uint32_t attention_warps;
     unsigned long long *barrier;
-    uint32_t *failed_barrier;
     unsigned long long barriers_passed; /* the counter's value after the last launch */
     unsigned long long *op_ns;  /* EMBER_CUDA_MEGA_PROFILE: [instruction][3], summed over the steps (device) */
     uint32_t ring_offset[MEGA_MAX_TOKENS + 1], n_stages[MEGA_MAX_TOKENS + 1], stage_bytes;
@@ -80,11 +79,7 @@ __device__ __noinline__ void grid_barrier(const mega_args &a, uint32_t k) {
         atomicAdd(a.barrier, 1ull);
         const long long start = clock64();
         while (load_acquire(a.barrier) < target) {
-            if (clock64() - start > MEGA_WATCHDOG) {
-                atomicExch(a.failed_barrier, k);
-                __threadfence();
-                __trap();
-            }
+            if (clock64() - start > MEGA_WATCHDOG) __trap();
         }
     }
     consumer_sync();
@@ -168,7 +163,7 @@ __device__ __forceinline__ uint32_t chunk_skew(const mega_matrix &m, uint32_t ro
 
 
 /* Waits until the mbarrier's phase of this parity has completed (the watchdog traps after seconds). */
-__device__ __forceinline__ void mbar_wait(const mega_args &a, unsigned long long *bar, uint32_t parity) {
+__device__ __forceinline__ void mbar_wait(unsigned long long *bar, uint32_t parity) {
     const long long start = clock64();
     uint32_t done = 0;
     while (true) {
@@ -178,10 +173,7 @@ __device__ __forceinline__ void mbar_wait(const mega_args &a, unsigned long long
                      : "r"(smem_addr(bar)), "r"(parity)
                      : "memory");
         if (done) return;
-        if (clock64() - start > MEGA_WATCHDOG) {
-            atomicExch(a.failed_barrier, 0xffffffffu);
-            __trap();
-        }
+        if (clock64() - start > MEGA_WATCHDOG) __trap();
     }
 }
 
@@ -204,7 +196,7 @@ __device__ void load_weights(const mega_args &a, const ring &rg) {
         uint32_t slice_row = 0;
         for (bool more = true; more; n++) {
             const uint32_t stage = n % rg.n_stages, fill = n / rg.n_stages;
-            if (fill) mbar_wait(a, rg.empty + stage, (fill - 1) & 1);
+            if (fill) mbar_wait(rg.empty + stage, (fill - 1) & 1);
             chunk c;
             more = chunk_at(p, rg.stage_bytes, slice_row, &c);
             rg.chunk[stage] = more ? slice_row : MEGA_CHUNK_END;
@@ -350,7 +342,7 @@ __device__ void run_rows(const mega_args &a, const ring &rg, uint32_t *stages, c
         const uint32_t stage = *stages % rg.n_stages, fill = *stages / rg.n_stages;
         /* every consumer waits for every stage, its rows there or not: its release below must count
          * towards this fill of the stage, not an earlier one that slower warps still read */
-        mbar_wait(a, rg.full + stage, fill & 1);
+        mbar_wait(rg.full + stage, fill & 1);
         const uint32_t slice_row = rg.chunk[stage];
         chunk c;
         more = slice_row != MEGA_CHUNK_END && chunk_at(p, rg.stage_bytes, slice_row, &c);
@@ -590,7 +582,6 @@ void em_cuda_mega_free(cuda_backend *b) {
     cudaFree(m->parts);
     cudaFree(m->att_done);
     cudaFree(m->barrier);
-    cudaFree(m->failed_barrier);
     em_schedule_free(&m->schedule);
     free(m);
     b->mega = NULL;
@@ -647,8 +638,6 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
         CU_TRY(cudaMalloc((void **)&m->op_ns, 3 * m->schedule.n_ops * sizeof *m->op_ns));
         CU_TRY(cudaMemset(m->op_ns, 0, 3 * m->schedule.n_ops * sizeof *m->op_ns));
     }
-    CU_TRY(cudaMalloc((void **)&m->failed_barrier, sizeof *m->failed_barrier));
-    CU_TRY(cudaMemset(m->failed_barrier, 0, sizeof *m->failed_barrier));
     int smem_max = 0;
     CU_TRY(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, b->device));
     /* Shared memory: the input rows (or the attention tiles), then the ring of weight stages. A stage
@@ -730,7 +719,7 @@ em_err em_cuda_mega_run(cuda_backend *b, const cuda_batch *cb) {
     a.block_tokens = b->base.block_tokens, a.n_embd = d->n_embd, a.n_vocab = d->n_vocab;
     a.eps = d->norm_eps, a.final_softcap = d->final_softcap, a.plus_one = d->norm == EM_NORM_RMS_PLUS_ONE;
     a.act = d->act;
-    a.barrier = m->barrier, a.barrier_base = m->barriers_passed, a.failed_barrier = m->failed_barrier;
+    a.barrier = m->barrier, a.barrier_base = m->barriers_passed;
     a.op_ns = m->op_ns;
     a.ring_offset = m->ring_offset[cb->n_tokens], a.n_stages = m->n_stages[cb->n_tokens];
     a.stage_bytes = m->stage_bytes;

@@ -51,7 +51,6 @@ typedef struct mega_args {
     int act;
     unsigned long long *barrier;
     unsigned long long barrier_base; /* the counter's value when this launch started */
-    uint32_t *failed_barrier;        /* the watchdog's report: which barrier timed out */
     unsigned long long *op_ns;       /* EMBER_CUDA_MEGA_PROFILE: per instruction, 3 sums of the nanoseconds
                                       * block 0 took: its input, its rows (or attention), the barrier
                                       * after (NULL: off) */

@@ -40,18 +40,14 @@ __device__ __forceinline__ void rope_head(float *h, uint32_t pos, const rope_arg
 }
 
 /* One head of `dim` values from src (+ bias) into shared memory h, then its RMSNorm with weights
- * `norm` when given, then RoPE at pos when `rotate` (Q and K; V is not rotated). By one warp.
- * COHERENT reads src past the SM's L1 cache: for a src that other blocks of the same launch wrote
- * (the persistent decode kernel, mega.cu), whose L1 may hold the buffer's contents of an earlier
- * instruction. */
-template <bool COHERENT = false>
+ * `norm` when given, then RoPE at pos when `rotate` (Q and K; V is not rotated). By one warp. */
 __device__ __forceinline__ void qkv_head(float *h, const float *src, const float *bias, const float *norm,
                                          uint32_t dim, float eps, bool plus_one, bool rotate, uint32_t pos,
                                          const rope_args &r) {
     const uint32_t lane = threadIdx.x & 31;
     float ss = 0.0f;
     for (uint32_t i = lane; i < dim; i += 32) {
-        const float x = (COHERENT ? __ldcg(src + i) : src[i]) + (bias ? bias[i] : 0.0f);
+        const float x = src[i] + (bias ? bias[i] : 0.0f);
         h[i] = x;
         ss += x * x;
     }
