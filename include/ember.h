@@ -46,7 +46,22 @@ typedef struct ember_options {
     int batch_tokens;       /* tokens per engine step (decodes + prefill chunks); 0 = 2048 */
     int block_tokens;       /* KV block size in tokens; 0 = 16 */
     int max_sequences;      /* most requests running at once; 0 = 256 */
+    /* Speculative decoding (docs/speculative.md): requests that ask for the default get `speculative`;
+     * EMBER_SPEC_DEFAULT here means off, or draft when draft_model_path is set. */
+    int speculative;              /* an ember_spec */
+    const char *draft_model_path; /* a smaller model with the same vocabulary, for EMBER_SPEC_DRAFT */
+    int draft_max;                /* most tokens drafted per step; 0 = 16 */
+    int draft_min;                /* the adaptive draft length never drops below this; default 0 */
 } ember_options;
+
+/* Speculative decoding: drafts of the next tokens, verified by the model in one step; the output is
+ * the same as without (the same tokens for the same seed), only sooner when drafts are accepted. */
+typedef enum ember_spec {
+    EMBER_SPEC_DEFAULT = 0, /* a request: the engine's option */
+    EMBER_SPEC_OFF,
+    EMBER_SPEC_LOOKUP, /* drafts copied from the prompt and output where their last tokens occurred before */
+    EMBER_SPEC_DRAFT,  /* drafts from the draft model (ember_options.draft_model_path) */
+} ember_spec;
 
 /* Fills `options` with the defaults above (model_path NULL). */
 void ember_options_default(ember_options *options);
@@ -89,6 +104,9 @@ typedef struct ember_stats {
     /* Steps begun before the previous step's tokens were read (step overlap: a backend that offers
      * it, every running request decoding from the previous step, nobody waiting). */
     uint64_t overlapped_steps;
+    /* Speculative decoding: tokens drafted and verified, and those of them the model agreed with
+     * (each accepted draft is a generated token that took no step of its own). */
+    uint64_t draft_tokens, draft_accepted;
 } ember_stats;
 
 void ember_engine_stats(ember_engine *engine, ember_stats *out);
@@ -151,6 +169,9 @@ typedef struct ember_request_params {
      * ember_request_next then only reports the finish. */
     void (*on_output)(const ember_output *output, void *user);
     void *user;
+    /* Speculative decoding for this request (an ember_spec; EMBER_SPEC_DEFAULT: the engine's).
+     * Requests with a grammar never speculate. */
+    int speculative;
 } ember_request_params;
 
 /* Fills `params` with defaults: no prompt, temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
@@ -212,6 +233,7 @@ typedef struct ember_timings {
     double decode_ms;        /* first token → last token */
     double decode_tokens_per_second;
     uint32_t prompt_tokens, cached_tokens, generated_tokens;
+    uint32_t draft_tokens, draft_accepted; /* speculative decoding: drafted, and accepted of those */
 } ember_timings;
 
 void ember_request_timings(ember_request *request, ember_timings *out);

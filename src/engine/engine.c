@@ -53,6 +53,8 @@ static void request_unref(ember_request *r) {
     free(r->stop_tokens);
     free(r->tokens);
     free(r->blocks);
+    free(r->draft);
+    free(r->draft_blocks);
     free(r->error);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->changed);
@@ -210,6 +212,8 @@ void ember_request_timings(ember_request *r, ember_timings *t) {
     t->prompt_tokens = r->n_prompt;
     t->cached_tokens = r->n_cached;
     t->generated_tokens = r->n_generated;
+    t->draft_tokens = r->n_drafted;
+    t->draft_accepted = r->n_accepted;
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -285,6 +289,24 @@ static em_err compile_grammar(const ember_engine *e, ember_request *r, const emb
     return NULL;
 }
 
+/* The request's speculative mode (none with a grammar) and its draft buffers. */
+static em_err prepare_speculation(const ember_engine *e, ember_request *r, const ember_request_params *p,
+                                  uint32_t max_total) {
+    if (p->speculative < EMBER_SPEC_DEFAULT || p->speculative > EMBER_SPEC_DRAFT)
+        return em_errorf(EM_ERR_INVALID, "request: speculative mode %d is not an ember_spec", p->speculative);
+    r->spec = p->speculative == EMBER_SPEC_DEFAULT ? e->spec_default : (ember_spec)p->speculative;
+    if (r->spec == EMBER_SPEC_DRAFT && !e->drafter)
+        return em_errorf(EM_ERR_INVALID, "request: speculative decoding with a draft model, but the engine has none");
+    if (p->grammar) r->spec = EMBER_SPEC_OFF; /* a draft's mask would need the grammar run ahead */
+    if (r->spec == EMBER_SPEC_OFF) return NULL;
+    r->draft_length = e->draft_max;
+    r->draft = malloc(e->draft_max * sizeof *r->draft);
+    if (!r->draft) return em_errorf(EM_ERR_NOMEM, "request: out of memory for drafts");
+    if (r->spec == EMBER_SPEC_DRAFT && !(r->draft_blocks = malloc((max_total / e->block_tokens + 2) * sizeof *r->draft_blocks)))
+        return em_errorf(EM_ERR_NOMEM, "request: out of memory for the draft model's block table");
+    return NULL;
+}
+
 ember_error *ember_submit(ember_engine *e, const ember_request_params *p, ember_request **out) {
     *out = NULL;
     ember_request *r = calloc(1, sizeof *r);
@@ -315,6 +337,7 @@ ember_error *ember_submit(ember_engine *e, const ember_request_params *p, ember_
         r->blocks = malloc((max_total / e->block_tokens + 2) * sizeof *r->blocks);
         if (grown) r->tokens = grown;
         if (!grown || !r->blocks) err = em_errorf(EM_ERR_NOMEM, "request: out of memory for %u tokens", max_total);
+        if (!err) err = prepare_speculation(e, r, p, max_total);
     }
     if (err) {
         pthread_mutex_lock(&e->lock);
@@ -377,11 +400,12 @@ static em_err allocate_scratch(ember_engine *e) {
     e->batch_pos = malloc(e->batch_tokens * sizeof *e->batch_pos);
     e->batch_logits = malloc(e->batch_tokens * sizeof *e->batch_logits);
     e->batch_seqs = calloc(e->max_sequences, sizeof *e->batch_seqs);
-    e->row_owner = calloc(e->max_sequences, sizeof *e->row_owner);
-    e->flight_owner = calloc(e->max_sequences, sizeof *e->flight_owner);
-    e->pick = malloc(e->max_sequences * sizeof *e->pick);
-    e->picked = malloc(e->max_sequences * sizeof *e->picked);
-    e->pick_masks = calloc(e->max_sequences, sizeof *e->pick_masks);
+    /* Logits rows: one per sequence, or more for a sequence that verifies drafts (at most one per token). */
+    e->row_owner = calloc(e->batch_tokens, sizeof *e->row_owner);
+    e->flight_owner = calloc(e->batch_tokens, sizeof *e->flight_owner);
+    e->pick = malloc(e->batch_tokens * sizeof *e->pick);
+    e->picked = malloc(e->batch_tokens * sizeof *e->picked);
+    e->pick_masks = calloc(e->batch_tokens, sizeof *e->pick_masks);
     if (!e->running || !e->batch_tokens_buf || !e->batch_seq || !e->batch_pos || !e->batch_logits || !e->batch_seqs ||
         !e->row_owner || !e->flight_owner || !e->pick || !e->picked || !e->pick_masks)
         return em_errorf(EM_ERR_NOMEM, "engine: no memory for batch buffers (%u tokens, %u sequences)",
@@ -390,6 +414,7 @@ static em_err allocate_scratch(ember_engine *e) {
 }
 
 static void free_engine(ember_engine *e) {
+    em_spec_free(e);
     em_prefix_free(&e->cache);
     em_kv_pool_free(&e->pool);
     em_backend_free(e->backend);
@@ -469,6 +494,7 @@ ember_error *ember_engine_create(const ember_options *o, ember_engine **out) {
     if (!err) err = create_backend(e, o);
     if (!err) em_prefix_init(&e->cache, &e->pool);
     if (!err) err = allocate_scratch(e);
+    if (!err) err = em_spec_init(e, o);
     if (!err && pthread_create(&e->thread, NULL, em_engine_thread, e) != 0)
         err = em_errorf(EM_ERR_INTERNAL, "engine: cannot start the engine thread");
     if (err) {

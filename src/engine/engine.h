@@ -10,6 +10,7 @@
  *             logprobs, and a grammar's token mask (constrained requests: src/grammar; the mask
  *             is computed per step in sched.c and applied by the host or by a backend that can);
  *   stop.c    stop strings matched across token boundaries, holding back undecided text;
+ *   spec.c    speculative decoding: drafts (prompt lookup or a draft model) and their length;
  *   sched.c   the scheduler: admission, chunked prefill, preemption under memory pressure;
  *   engine.c  the engine thread, the submission queue and per-request output rings.
  *
@@ -159,6 +160,9 @@ bool em_sampler_plain(const em_sampler *sampler);
 em_pick_params em_sampler_pick_params(const em_sampler *sampler);
 /* The same for the token after the next (a step begun before the next token is counted). */
 em_pick_params em_sampler_pick_params_ahead(const em_sampler *sampler);
+/* The same for the token `ahead` tokens after the next (speculative decoding: the pick after draft
+ * `ahead` uses the counter that token would have without speculation). */
+em_pick_params em_sampler_pick_params_at(const em_sampler *sampler, uint32_t ahead);
 static inline void em_sampler_count_picked(em_sampler *sampler) { sampler->n_sampled++; }
 
 /* ---- Stop strings (stop.c) ----
@@ -187,6 +191,49 @@ int em_stop_feed(em_stop_matcher *matcher, const char *text, size_t len, const c
 /* At the end of generation: releases whatever is held back. */
 void em_stop_flush(em_stop_matcher *matcher, const char **release, size_t *release_len);
 
+
+/* ---- Speculative decoding (spec.c) ----
+ * A decoding request may bring drafts d1..dk of its next tokens into a step: the step computes its
+ * last token and the drafts (k + 1 positions) and picks a token at each, with the counter each
+ * would have without speculation. The drafts are accepted while the picks agree with them, and the
+ * pick after the last accepted draft is accepted too; the KV of the rejected positions is dropped.
+ * Every output token is the model's own pick, so the output is the one decoding without
+ * speculation gives (docs/speculative.md has the argument). */
+
+/* The n-gram sizes prompt lookup tries, longest first. */
+#define EM_SPEC_NGRAM_MAX 3
+#define EM_SPEC_NGRAM_MIN 1
+/* Steps a request waits before drafting again once its adaptive draft length fell to zero. */
+#define EM_SPEC_PAUSE_STEPS 8
+
+/* Prompt lookup: finds the latest earlier occurrence of the last n tokens of tokens[0..n_tokens)
+ * (n from EM_SPEC_NGRAM_MAX down to EM_SPEC_NGRAM_MIN) and drafts what followed it, up to
+ * max_draft tokens (a continuation that reaches the end goes on with the tokens it drafted, as a
+ * repetition would). Returns the number of tokens written to `draft`. */
+uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_draft, int32_t *draft);
+
+/* The adaptive draft length after a step that verified `drafted` drafts and accepted `accepted`:
+ * doubled (up to max) when all were accepted, one past the accepted run when some were, halved
+ * when none were; at zero the request pauses for EM_SPEC_PAUSE_STEPS steps, then tries one. */
+void em_spec_adapt(uint32_t *length, uint32_t *pause, uint32_t drafted, uint32_t accepted, uint32_t min,
+                   uint32_t max);
+
+/* A draft model: its own backend and KV pool; each drafting request keeps a block table there
+ * whose first draft_computed positions hold the draft model's KV of the request's tokens. */
+typedef struct em_drafter {
+    em_model *model;
+    em_backend *backend;
+    em_kv_pool pool;
+    uint32_t cap_rows; /* batch scratch below: cap_rows tokens and sequences */
+    int32_t *tokens;
+    uint32_t *seq, *pos;
+    bool *logits;
+    em_batch_seq *seqs;
+    em_pick_params *pick;
+    int32_t *picked;
+    struct ember_request **owner; /* per sequence of the draft batch */
+    uint32_t *row_seq;            /* per logits row: its sequence */
+} em_drafter;
 
 /* ---- Engine internals shared by engine.c and sched.c ---- */
 
@@ -255,6 +302,15 @@ struct ember_request {
     uint64_t admitted_order; /* larger = younger (preempted first) */
     uint32_t scheduled;      /* pending tokens computed in the current step */
     uint32_t flight_row;     /* its logits row in the step in flight (sched.c), when it has one */
+    /* Speculative decoding (spec.c). `draft` holds this step's drafts (n_draft, at most the
+     * engine's draft_max), verified in the step; draft_length and draft_pause adapt the count. */
+    ember_spec spec; /* resolved: OFF, LOOKUP or DRAFT */
+    int32_t *draft;
+    uint32_t n_draft, draft_length, draft_pause;
+    uint32_t n_drafted, n_accepted; /* totals, for the timings (under `lock`) */
+    /* With a draft model: the block table in its pool and how many tokens its KV holds. */
+    uint32_t *draft_blocks;
+    uint32_t n_draft_blocks, draft_computed;
 };
 
 struct ember_engine {
@@ -298,7 +354,24 @@ struct ember_engine {
     int32_t *picked;
     float *logits;
     size_t logits_rows_cap;
+    /* Speculative decoding: the default mode, the draft length bounds, the draft model (or NULL). */
+    ember_spec spec_default;
+    uint32_t draft_max, draft_min;
+    em_drafter *drafter;
 };
+
+/* Speculative decoding (spec.c), on the engine thread. */
+em_err em_spec_init(ember_engine *engine, const ember_options *options);
+void em_spec_free(ember_engine *engine);
+/* Chooses this step's drafts (r->n_draft) for each running request that decodes and speculates;
+ * with a draft model, runs it. A request without drafts has n_draft 0. */
+void em_spec_propose(ember_engine *engine);
+/* After a verification: counts, adapts the length, keeps the draft model's KV to what was accepted. */
+void em_spec_verified(ember_engine *engine, ember_request *r, uint32_t drafted, uint32_t accepted);
+/* Drops the request's draft-model state (finished or preempted). */
+void em_spec_release(ember_engine *engine, ember_request *r);
+/* Whether the request drafts at all (it may still have none in a step). */
+static inline bool em_spec_active(const ember_request *r) { return r->spec != EMBER_SPEC_OFF; }
 
 double em_engine_now_ms(void);
 void em_engine_wake(ember_engine *engine);

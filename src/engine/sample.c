@@ -158,6 +158,11 @@ em_pick_params em_sampler_pick_params_ahead(const em_sampler *s) {
     return em_pick_params_make(p->temperature, p->top_k, p->top_p, p->min_p, p->seed, s->n_sampled + 1);
 }
 
+em_pick_params em_sampler_pick_params_at(const em_sampler *s, uint32_t ahead) {
+    const ember_sampling *p = &s->params;
+    return em_pick_params_make(p->temperature, p->top_k, p->top_p, p->min_p, p->seed, s->n_sampled + ahead);
+}
+
 static void compute_logprobs(em_sampler *s, const float *logits, int32_t chosen, float *logprob,
                              ember_top_logprob *top, int *n_top) {
     uint32_t n = s->n_vocab;

@@ -88,7 +88,7 @@ static void count_finish(ember_stats *s, const void *arg) {
  * and only the positions whose tokens are known count as computed (a step begun before the last
  * token was read counts one position ahead of the tokens). */
 static void forget_flight(ember_engine *e, ember_request *r) {
-    for (uint32_t i = 0; i < e->max_sequences; i++) {
+    for (uint32_t i = 0; i < e->batch_tokens; i++) {
         if (e->flight_owner[i] == r) e->flight_owner[i] = NULL;
         if (e->row_owner[i] == r) e->row_owner[i] = NULL;
     }
@@ -118,6 +118,7 @@ static void finish_request(ember_engine *e, ember_request *r, ember_finish_reaso
     if (r->phase == EM_PHASE_RUNNING) remove_running(e, r);
     forget_flight(e, r);
     retire_blocks(e, r);
+    em_spec_release(e, r);
     r->phase = EM_PHASE_DONE;
     /* Statistics first: a reader woken by the finish may look at them at once. */
     stats_update(e, count_finish, &reason);
@@ -207,6 +208,7 @@ static void admit_waiting(ember_engine *e) {
 static void preempt(ember_engine *e, ember_request *victim) {
     remove_running(e, victim);
     retire_blocks(e, victim);
+    em_spec_release(e, victim);
     victim->phase = EM_PHASE_WAITING;
     victim->next = e->waiting_head;
     e->waiting_head = victim;
@@ -331,28 +333,68 @@ static void accept_token(ember_engine *e, ember_request *r, int32_t token, float
 }
 
 /* Samples from one logits row on the host (bias, penalties, logprobs, then the pick rule). */
-static void accept_logits(ember_engine *e, ember_request *r, float *logits) {
+static int32_t accept_logits(ember_engine *e, ember_request *r, float *logits) {
     ember_top_logprob top[EM_MAX_LOGPROBS];
     int n_top = 0;
     float logprob = 0;
     const uint32_t *allowed = r->grammar_state && r->grammar_active ? r->grammar_mask : NULL;
     int32_t token = em_sampler_sample(&r->sampler, logits, allowed, r->tokens, r->n_tokens, &logprob, top, &n_top);
     accept_token(e, r, token, logprob, top, n_top);
+    return token;
 }
 
-/* Accepts the tokens the backend picked (e->picked) for rows 0..rows-1, owned as in `owners`
- * (NULL: a request that has finished since; each entry is cleared as its token goes out). */
-static void accept_picked(ember_engine *e, ember_request **owners, uint32_t rows) {
-    uint32_t counted = 0;
-    for (uint32_t k = 0; k < rows; k++) counted += owners[k] != NULL;
-    stats_update(e, count_backend_picked, &counted); /* first: a finished request's reader may look */
+static void request_retain(ember_request *r) {
+    pthread_mutex_lock(&r->lock);
+    r->refs++;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Accepts a request's tokens from its `n_rows` rows of the step: row 0 follows its last token, row
+ * j its draft j (speculative decoding). Each row's token is the model's pick (by the backend:
+ * `picked`, or on the host from `logits`); the tokens are published in order while they agree
+ * with the drafts, and the first that disagrees (or the one after the last draft) ends the run.
+ * The KV of the accepted drafts is kept; that of the rejected ones is dropped (blocks that hold no
+ * accepted position go back to the pool), so the prefix cache only ever sees accepted tokens. */
+static void accept_rows(ember_engine *e, ember_request *r, uint32_t n_rows, const int32_t *picked, float *logits) {
     const ember_top_logprob no_top[1] = {{0}};
-    for (uint32_t k = 0; k < rows; k++) {
+    const uint32_t drafted = n_rows - 1;
+    uint32_t accepted = 0;
+    request_retain(r); /* a finish inside accept_token must not free it under us */
+    for (uint32_t j = 0; j < n_rows; j++) {
+        int32_t token;
+        if (picked) {
+            const uint32_t one = 1;
+            stats_update(e, count_backend_picked, &one); /* first: a finished request's reader may look */
+            em_sampler_count_picked(&r->sampler);
+            token = picked[j];
+            accept_token(e, r, token, 0, no_top, 0);
+        } else {
+            token = accept_logits(e, r, logits + (size_t)j * e->n_vocab);
+        }
+        if (r->phase == EM_PHASE_DONE || j == drafted || token != r->draft[j]) break;
+        accepted++;
+        r->n_computed++; /* the draft's KV, computed in this step, belongs to the accepted token */
+    }
+    if (drafted) {
+        if (r->phase != EM_PHASE_DONE) {
+            const uint32_t keep = blocks_for(e, r->n_computed);
+            while (r->n_blocks > keep) em_kv_release(&e->pool, r->blocks[--r->n_blocks]);
+        }
+        em_spec_verified(e, r, drafted, accepted);
+    }
+    em_engine_request_unref(r);
+}
+
+/* Accepts the tokens of rows 0..rows-1, owned as in `owners` (NULL: a request that has finished
+ * since; each entry is cleared as its tokens go out); a request's rows are consecutive. */
+static void accept_step(ember_engine *e, ember_request **owners, uint32_t rows, const int32_t *picked, float *logits) {
+    for (uint32_t k = 0; k < rows;) {
         ember_request *r = owners[k];
-        if (!r) continue;
-        owners[k] = NULL;
-        em_sampler_count_picked(&r->sampler);
-        accept_token(e, r, e->picked[k], 0, no_top, 0);
+        uint32_t n = 1;
+        while (k + n < rows && r && owners[k + n] == r) n++;
+        for (uint32_t i = k; i < k + n; i++) owners[i] = NULL;
+        if (r) accept_rows(e, r, n, picked ? picked + k : NULL, logits ? logits + (size_t)k * e->n_vocab : NULL);
+        k += n;
     }
 }
 
@@ -396,9 +438,24 @@ static void record_step(ember_stats *s, const void *arg) {
     s->step_seconds_total += ms / 1e3;
 }
 
-/* Decides how many pending tokens of each running request this step computes (decodes first,
- * then prefill chunks in admission order, within the token budget) and makes sure their blocks
- * exist. A preemption changes the running list, so planning starts over after one. */
+/* Blocks for a decoding request's drafts, taken only where free or evictable (drafts never preempt
+ * anyone). Returns how many of its n_draft drafts have room. */
+static uint32_t room_for_drafts(ember_engine *e, ember_request *r, uint32_t n_draft) {
+    const uint32_t positions = r->n_computed + 1; /* its pending token, then the drafts */
+    while (r->n_blocks < blocks_for(e, positions + n_draft)) {
+        uint32_t block;
+        if (!em_kv_alloc(&e->pool, &block) && !(take_blocks(e, 1) && em_kv_alloc(&e->pool, &block))) {
+            const uint32_t room = r->n_blocks * e->block_tokens - positions;
+            return room < n_draft ? room : n_draft;
+        }
+        r->blocks[r->n_blocks++] = block;
+    }
+    return n_draft;
+}
+
+/* Decides how many pending tokens of each running request this step computes (decodes first, with
+ * their drafts, then prefill chunks in admission order, within the token budget) and makes sure
+ * their blocks exist. A preemption changes the running list, so planning starts over after one. */
 static void plan(ember_engine *e) {
     for (;;) {
         uint32_t used = 0;
@@ -418,9 +475,18 @@ static void plan(ember_engine *e) {
                 }
                 r->scheduled = chunk;
                 used += chunk;
+                if (r->n_draft) {
+                    const uint32_t budget = e->batch_tokens - used;
+                    r->n_draft = room_for_drafts(e, r, r->n_draft < budget ? r->n_draft : budget);
+                    r->scheduled += r->n_draft;
+                    used += r->n_draft;
+                }
             }
         }
-        if (!restart) return;
+        if (restart) continue;
+        for (uint32_t i = 0; i < e->n_running; i++)
+            if (!e->running[i]->scheduled) e->running[i]->n_draft = 0;
+        return;
     }
 }
 
@@ -451,7 +517,7 @@ static void end_flight(ember_engine *e) {
         fail_running(e, "step", err);
         return;
     }
-    accept_picked(e, e->flight_owner, e->flight_rows);
+    accept_step(e, e->flight_owner, e->flight_rows, e->picked, NULL);
     double now = em_engine_now_ms(), ms = now - e->flight_mark;
     e->flight_mark = now;
     stats_update(e, record_step, &ms);
@@ -474,6 +540,7 @@ static bool can_chain(ember_engine *e) {
             return false;
         if (r->n_generated + 1 >= (uint32_t)r->params.max_tokens || r->n_tokens + 1 >= e->ctx_tokens) return false;
         if (r->grammar_state) return false; /* its next mask depends on the token in flight */
+        if (em_spec_active(r)) return false; /* its drafts depend on the token in flight */
         new_blocks += r->n_blocks < blocks_for(e, r->n_computed + 1);
     }
     return take_blocks(e, new_blocks);
@@ -604,21 +671,26 @@ static bool step(ember_engine *e) {
     admit_waiting(e);
     if (e->n_running == 0) return false;
     double start = em_engine_now_ms();
+    em_spec_propose(e);
     plan(e);
+    bool speculating = false;
     uint32_t n = 0, rows = 0;
     for (uint32_t i = 0; i < e->n_running; i++) {
         ember_request *r = e->running[i];
         e->batch_seqs[i].blocks = r->blocks;
         e->batch_seqs[i].n_blocks = r->n_blocks;
+        /* A decoding request's drafts follow its last token, each with a row (its pick is checked
+         * against the next draft). */
         for (uint32_t k = 0; k < r->scheduled; k++) {
             uint32_t pos = r->n_computed + k;
-            e->batch_tokens_buf[n] = r->tokens[pos];
+            e->batch_tokens_buf[n] = pos < r->n_tokens ? r->tokens[pos] : r->draft[pos - r->n_tokens];
             e->batch_seq[n] = i;
             e->batch_pos[n] = pos;
-            e->batch_logits[n] = pos + 1 == r->n_tokens;
+            e->batch_logits[n] = pos + 1 >= r->n_tokens;
             if (e->batch_logits[n]) e->row_owner[rows++] = r;
             n++;
         }
+        speculating |= r->scheduled && em_spec_active(r);
     }
     if (n == 0) return false;
     bool constrained = false;
@@ -638,8 +710,12 @@ static bool step(ember_engine *e) {
         e->logits = grown;
         e->logits_rows_cap = rows;
     }
-    for (uint32_t k = 0; k < rows && backend_picks; k++) e->pick[k] = em_sampler_pick_params(&e->row_owner[k]->sampler);
-    const bool begin = backend_picks && em_backend_can_overlap(e->backend) && !constrained;
+    /* A request's row j (after its draft j) picks with the counter its token would have without drafts. */
+    for (uint32_t k = 0, ahead = 0; k < rows && backend_picks; k++) {
+        ahead = k > 0 && e->row_owner[k - 1] == e->row_owner[k] ? ahead + 1 : 0;
+        e->pick[k] = em_sampler_pick_params_at(&e->row_owner[k]->sampler, ahead);
+    }
+    const bool begin = backend_picks && em_backend_can_overlap(e->backend) && !constrained && !speculating;
     em_batch batch = step_batch(e, n, backend_picks && constrained ? e->pick_masks : NULL);
     em_err err = begin          ? em_backend_pick_begin(e->backend, &batch, e->pick)
                  : backend_picks ? em_backend_forward_pick(e->backend, &batch, e->pick, e->picked)
@@ -650,19 +726,15 @@ static bool step(ember_engine *e) {
         fail_running(e, "forward", err);
         return true;
     }
-    for (uint32_t i = 0; i < e->n_running; i++) e->running[i]->n_computed += e->running[i]->scheduled;
+    /* Drafts count as computed only once accepted (accept_rows). */
+    for (uint32_t i = 0; i < e->n_running; i++) e->running[i]->n_computed += e->running[i]->scheduled - e->running[i]->n_draft;
     if (begin) { /* the tokens are read by the next step (advance_flight) */
         e->flight_mark = start;
         set_flight(e, rows);
         return true;
     }
     finish_stuck(e, rows);
-    if (backend_picks) {
-        accept_picked(e, e->row_owner, rows);
-    } else {
-        for (uint32_t k = 0; k < rows; k++)
-            if (e->row_owner[k]) accept_logits(e, e->row_owner[k], e->logits + (size_t)k * e->n_vocab);
-    }
+    accept_step(e, e->row_owner, rows, backend_picks ? e->picked : NULL, backend_picks ? NULL : e->logits);
     double ms = em_engine_now_ms() - start;
     stats_update(e, record_step, &ms);
     publish_gauges(e);

@@ -1,0 +1,289 @@
+/*
+ * Speculative decoding (engine.h, docs/speculative.md): where a step's drafts come from and how
+ * many a request drafts. The verification itself is part of the step (sched.c): the drafts ride
+ * in the batch after the request's last token, the model picks a token at each position, and the
+ * picks that agree with the drafts are accepted.
+ *
+ * Two drafters. Prompt lookup copies what followed the latest earlier occurrence of the last few
+ * tokens (free to compute; it pays off on text that repeats its context: edits, code, quotes). A
+ * draft model is a second, smaller model with the same vocabulary, run by the engine on its own
+ * backend and KV pool: each drafting request keeps a block table there, caught up with the
+ * request's tokens before each draft and cut back to the accepted tokens after each verification.
+ * The draft model picks with the request's own rule and random numbers (pick.h, the same seed and
+ * counter as the target's pick at that position), so where the two models agree on the
+ * distribution they tend to agree on the token.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_draft, int32_t *draft) {
+    if (max_draft == 0) return 0;
+    for (uint32_t size = EM_SPEC_NGRAM_MAX; size >= EM_SPEC_NGRAM_MIN; size--) {
+        if (n_tokens < size + 1) continue;
+        const int32_t *tail = tokens + n_tokens - size;
+        for (uint32_t at = n_tokens - size; at-- > 0;) { /* the latest occurrence first */
+            if (memcmp(tokens + at, tail, size * sizeof *tokens)) continue;
+            uint32_t count = 0;
+            /* What followed, read on into the drafts themselves once it reaches the end: text that
+             * repeats with a period shorter than the draft goes on repeating. */
+            for (uint32_t i = at + size; count < max_draft; i++)
+                draft[count++] = i < n_tokens ? tokens[i] : draft[i - n_tokens];
+            return count;
+        }
+    }
+    return 0;
+}
+
+void em_spec_adapt(uint32_t *length, uint32_t *pause, uint32_t drafted, uint32_t accepted, uint32_t min,
+                   uint32_t max) {
+    if (drafted == 0) return;
+    uint32_t next;
+    if (accepted == drafted) next = 2 * *length > drafted ? 2 * *length : 2 * drafted;
+    else if (accepted > 0) next = accepted + 1;
+    else next = *length / 2;
+    if (next > max) next = max;
+    if (next < min) next = min;
+    *length = next;
+    if (next == 0) *pause = EM_SPEC_PAUSE_STEPS;
+}
+
+/* ---- The draft model ---- */
+
+static uint32_t blocks_for(uint32_t tokens, uint32_t block_tokens) { return (tokens + block_tokens - 1) / block_tokens; }
+
+/* Same vocabulary: the same number of tokens and the same text for a spread of them. */
+static em_err check_vocabulary(const ember_engine *e, const em_model *draft, const char *path) {
+    if (draft->desc.n_vocab != e->n_vocab)
+        return em_errorf(EM_ERR_INVALID, "%s: the draft model has %u tokens, the model %u; they need the same vocabulary",
+                         path, draft->desc.n_vocab, e->n_vocab);
+    em_tokenizer *tokenizer;
+    em_err err = em_tokenizer_from_gguf(draft->gguf, &tokenizer);
+    if (err) return em_err_prefix(err, "%s", path);
+    const int32_t n = em_tokenizer_n_vocab(e->tokenizer);
+    if (em_tokenizer_n_vocab(tokenizer) != n)
+        err = em_errorf(EM_ERR_INVALID, "%s: the draft model's tokenizer has %d tokens, the model's %d: not the same vocabulary", path,
+                        em_tokenizer_n_vocab(tokenizer), n);
+    for (int32_t step = 0; !err && step < 16; step++) {
+        const int32_t id = (int32_t)((int64_t)n * step / 16);
+        const char *a, *b;
+        const size_t a_len = em_token_to_piece(e->tokenizer, id, true, &a);
+        const size_t b_len = em_token_to_piece(tokenizer, id, true, &b);
+        if (a_len != b_len || memcmp(a, b, a_len))
+            err = em_errorf(EM_ERR_INVALID, "%s: token %d is '%.*s' for the draft model and '%.*s' for the model: not the same vocabulary", path,
+                            id, (int)b_len, b, (int)a_len, a);
+    }
+    em_tokenizer_free(tokenizer);
+    return err;
+}
+
+static em_err drafter_scratch(em_drafter *d, uint32_t rows) {
+    d->cap_rows = rows;
+    d->tokens = malloc(rows * sizeof *d->tokens);
+    d->seq = malloc(rows * sizeof *d->seq);
+    d->pos = malloc(rows * sizeof *d->pos);
+    d->logits = malloc(rows * sizeof *d->logits);
+    d->seqs = malloc(rows * sizeof *d->seqs);
+    d->pick = malloc(rows * sizeof *d->pick);
+    d->picked = malloc(rows * sizeof *d->picked);
+    d->owner = malloc(rows * sizeof *d->owner);
+    d->row_seq = malloc(rows * sizeof *d->row_seq);
+    if (!d->tokens || !d->seq || !d->pos || !d->logits || !d->seqs || !d->pick || !d->picked || !d->owner ||
+        !d->row_seq)
+        return em_errorf(EM_ERR_NOMEM, "draft model: no memory for a batch of %u tokens", rows);
+    return NULL;
+}
+
+static em_err drafter_open(ember_engine *e, const ember_options *o, em_drafter *d) {
+    const char *path = o->draft_model_path;
+    em_err err = em_model_load(path, &d->model);
+    if (err) return em_err_prefix(err, "draft model");
+    if ((err = check_vocabulary(e, d->model, path))) return err;
+    em_backend_config config = {
+        .device = o->device,
+        .n_threads = (uint32_t)o->threads,
+        .block_tokens = e->block_tokens,
+        .kv_tokens = (uint64_t)e->pool.n_blocks * e->block_tokens,
+    };
+    if ((err = em_backend_create(d->model, &config, &d->backend))) return em_err_prefix(err, "draft model");
+    if (!em_backend_can_pick(d->backend))
+        return em_errorf(EM_ERR_INVALID, "draft model: the %s backend cannot pick tokens", d->backend->ops->name);
+    if ((err = em_kv_pool_init(&d->pool, d->backend->n_blocks, e->block_tokens))) return err;
+    return drafter_scratch(d, e->batch_tokens);
+}
+
+static void drafter_close(em_drafter *d) {
+    em_kv_pool_free(&d->pool);
+    em_backend_free(d->backend);
+    if (d->model) em_model_free(d->model);
+    free(d->tokens);
+    free(d->seq);
+    free(d->pos);
+    free(d->logits);
+    free(d->seqs);
+    free(d->pick);
+    free(d->picked);
+    free(d->owner);
+    free(d->row_seq);
+    free(d);
+}
+
+em_err em_spec_init(ember_engine *e, const ember_options *o) {
+    if (o->speculative < EMBER_SPEC_DEFAULT || o->speculative > EMBER_SPEC_DRAFT)
+        return em_errorf(EM_ERR_INVALID, "engine: speculative mode %d is not an ember_spec", o->speculative);
+    if (o->draft_max < 0 || o->draft_min < 0)
+        return em_errorf(EM_ERR_INVALID, "engine: negative draft length (max %d, min %d)", o->draft_max, o->draft_min);
+    e->draft_max = o->draft_max ? (uint32_t)o->draft_max : 16;
+    e->draft_min = (uint32_t)o->draft_min;
+    if (e->draft_min > e->draft_max)
+        return em_errorf(EM_ERR_INVALID, "engine: the least draft length %u is above the most, %u", e->draft_min,
+                         e->draft_max);
+    e->spec_default = o->speculative == EMBER_SPEC_DEFAULT ? (o->draft_model_path ? EMBER_SPEC_DRAFT : EMBER_SPEC_OFF)
+                                                            : (ember_spec)o->speculative;
+    if (e->spec_default == EMBER_SPEC_DRAFT && !o->draft_model_path)
+        return em_errorf(EM_ERR_INVALID, "engine: speculative mode draft needs a draft model");
+    if (!o->draft_model_path) return NULL;
+    em_drafter *d = calloc(1, sizeof *d);
+    if (!d) return em_errorf(EM_ERR_NOMEM, "draft model: out of memory");
+    em_err err = drafter_open(e, o, d);
+    if (err) {
+        drafter_close(d);
+        return err;
+    }
+    e->drafter = d;
+    return NULL;
+}
+
+void em_spec_free(ember_engine *e) {
+    if (e->drafter) drafter_close(e->drafter);
+    e->drafter = NULL;
+}
+
+void em_spec_release(ember_engine *e, ember_request *r) {
+    for (uint32_t i = 0; e->drafter && i < r->n_draft_blocks; i++) em_kv_release(&e->drafter->pool, r->draft_blocks[i]);
+    r->n_draft_blocks = 0;
+    r->draft_computed = 0;
+    r->n_draft = 0;
+}
+
+static void count_drafts(ember_stats *s, const void *arg) {
+    const uint32_t *counts = arg;
+    s->draft_tokens += counts[0];
+    s->draft_accepted += counts[1];
+}
+
+void em_spec_verified(ember_engine *e, ember_request *r, uint32_t drafted, uint32_t accepted) {
+    const uint32_t counts[2] = {drafted, accepted};
+    pthread_mutex_lock(&e->lock);
+    count_drafts(&e->stats, counts);
+    pthread_mutex_unlock(&e->lock);
+    pthread_mutex_lock(&r->lock);
+    r->n_drafted += drafted;
+    r->n_accepted += accepted;
+    pthread_mutex_unlock(&r->lock);
+    em_spec_adapt(&r->draft_length, &r->draft_pause, drafted, accepted, e->draft_min, e->draft_max);
+    r->n_draft = 0;
+    if (e->drafter && r->phase != EM_PHASE_DONE) { /* the draft model's KV keeps only accepted tokens */
+        if (r->draft_computed > r->n_computed) r->draft_computed = r->n_computed;
+        const uint32_t keep = blocks_for(r->draft_computed, e->block_tokens);
+        while (r->n_draft_blocks > keep) em_kv_release(&e->drafter->pool, r->draft_blocks[--r->n_draft_blocks]);
+    }
+}
+
+/* Blocks in the draft pool for the request's first `tokens` positions; false when the pool is out. */
+static bool draft_blocks_for(em_drafter *d, ember_request *r, uint32_t tokens) {
+    const uint32_t need = blocks_for(tokens, d->pool.block_tokens);
+    while (r->n_draft_blocks < need) {
+        uint32_t block;
+        if (!em_kv_alloc(&d->pool, &block)) return false;
+        r->draft_blocks[r->n_draft_blocks++] = block;
+    }
+    return true;
+}
+
+/* The drafts of the requests in owner[0..n): one draft model step catches each up with its tokens
+ * and drafts its first token, then one step per further draft token, each request going as far as
+ * its `n_draft` (the wanted count on entry, the drafted count on return). A request whose catch-up
+ * does not fit the batch catches up part of the way and drafts nothing this time. */
+static void run_draft_model(ember_engine *e, uint32_t n) {
+    em_drafter *d = e->drafter;
+    for (uint32_t j = 0; j < e->draft_max; j++) {
+        uint32_t tokens = 0, rows = 0;
+        for (uint32_t s = 0; s < n; s++) {
+            ember_request *r = d->owner[s];
+            if (r->n_draft <= j || (j > 0 && r->draft_computed != r->n_tokens + j - 1)) continue;
+            /* Step j feeds what the draft model has not seen: the request's tokens on the first step
+             * (its prompt too, the first time), the previous draft afterwards. */
+            const uint32_t first = r->draft_computed, room = d->cap_rows - tokens;
+            uint32_t end = r->n_tokens + j;
+            if (room == 0) continue;
+            if (end - first > room) end = first + room;
+            for (uint32_t p = first; p < end; p++) {
+                d->tokens[tokens] = p < r->n_tokens ? r->tokens[p] : r->draft[p - r->n_tokens];
+                d->seq[tokens] = s;
+                d->pos[tokens] = p;
+                d->logits[tokens] = p + 1 == r->n_tokens + j;
+                tokens++;
+            }
+            r->draft_computed = end; /* undone below if the step fails */
+            if (!d->logits[tokens - 1]) continue;
+            d->row_seq[rows] = s;
+            d->pick[rows++] = em_sampler_pick_params_at(&r->sampler, j);
+        }
+        if (tokens == 0) break;
+        for (uint32_t s = 0; s < n; s++) d->seqs[s] = (em_batch_seq){d->owner[s]->draft_blocks, d->owner[s]->n_draft_blocks};
+        const em_batch batch = {.n_tokens = tokens, .tokens = d->tokens, .seq = d->seq, .pos = d->pos,
+                                .logits = d->logits, .n_seqs = n, .seqs = d->seqs};
+        em_err err = em_backend_forward_pick(d->backend, &batch, d->pick, d->picked);
+        if (err) { /* the draft model's KV of these requests is suspect: they start over */
+            em_log(EM_LOG_WARN, "draft model: %s", em_err_message(err));
+            em_err_free(err);
+            for (uint32_t s = 0; s < n; s++) d->owner[s]->draft_computed = 0;
+            break;
+        }
+        for (uint32_t row = 0; row < rows; row++) {
+            ember_request *r = d->owner[d->row_seq[row]];
+            r->draft[j] = d->picked[row];
+        }
+    }
+    /* Each request keeps the drafts it got: one per draft model step it took part in. */
+    for (uint32_t s = 0; s < n; s++) {
+        ember_request *r = d->owner[s];
+        const uint32_t got = r->draft_computed >= r->n_tokens ? r->draft_computed - r->n_tokens + 1 : 0;
+        if (r->n_draft > got) r->n_draft = got;
+    }
+}
+
+/* How many drafts the request may bring to this step: its adaptive length, bounded so that every
+ * accepted token still fits its limits (max_tokens, the context). */
+static uint32_t draft_room(const ember_engine *e, ember_request *r) {
+    if (r->n_tokens - r->n_computed != 1 || r->grammar_state) return 0;
+    if (r->draft_length == 0) {
+        if (r->draft_pause && --r->draft_pause) return 0;
+        r->draft_length = 1;
+    }
+    uint32_t room = r->draft_length;
+    const uint32_t left = (uint32_t)r->params.max_tokens - r->n_generated; /* tokens it may still generate */
+    if (room + 1 > left) room = left ? left - 1 : 0;
+    if (r->n_tokens + room >= e->ctx_tokens) room = r->n_tokens + 1 < e->ctx_tokens ? e->ctx_tokens - r->n_tokens - 1 : 0;
+    return room;
+}
+
+void em_spec_propose(ember_engine *e) {
+    uint32_t n_model = 0;
+    for (uint32_t i = 0; i < e->n_running; i++) {
+        ember_request *r = e->running[i];
+        r->n_draft = 0;
+        if (!em_spec_active(r)) continue;
+        const uint32_t room = draft_room(e, r);
+        if (room == 0) continue;
+        if (r->spec == EMBER_SPEC_LOOKUP) {
+            r->n_draft = em_spec_lookup(r->tokens, r->n_tokens, room, r->draft);
+        } else if (draft_blocks_for(e->drafter, r, r->n_tokens + room - 1) && n_model < e->drafter->cap_rows) {
+            r->n_draft = room;
+            e->drafter->owner[n_model++] = r;
+        }
+    }
+    if (n_model) run_draft_model(e, n_model);
+}

@@ -1,0 +1,472 @@
+/* Speculative decoding in the engine (CPU): the output with drafts (prompt lookup, a draft model)
+ * is token for token the output without, greedy and sampled, alone and batched with requests that
+ * do not speculate; rejected drafts leave nothing behind (no block leaks, a prefix cache that
+ * continues exactly); the sampled distribution with drafts matches the one without (a two-sample
+ * test that accepting drafts unconditionally fails); bad options fail cleanly. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "ember.h"
+#include "model/model.h"
+
+#define VOCAB EM_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf"
+#define OTHER_VOCAB EM_FIXTURES_DIR "/vocab/ggml-vocab-bert-bge.gguf"
+#define DIR EM_BINARY_DIR "/test_engine_spec_files"
+#define MODEL DIR "/tiny-qwen3.gguf"
+#define DRAFT DIR "/tiny-llama.gguf"
+#define DRAFT_OTHER_VOCAB DIR "/tiny-llama-bert.gguf"
+#define MAX_OUT 96
+
+static uint32_t n_vocab;
+
+static void synth(const char *preset, uint64_t seed, const char *vocab, const char *path) {
+    em_synth_options o = {.preset = preset, .type = "f32", .seed = seed, .vocab_path = vocab};
+    em_err err = em_synth_write(&o, path);
+    if (err) fail_msg("synth: %s", em_err_message(err));
+}
+
+static int setup(void **state) {
+    (void)state;
+    mkdir(DIR, 0755);
+    synth("tiny-qwen3", 5, VOCAB, MODEL);
+    synth("tiny-llama", 9, VOCAB, DRAFT);
+    synth("tiny-llama", 9, OTHER_VOCAB, DRAFT_OTHER_VOCAB);
+    em_model *m;
+    em_err err = em_model_load(MODEL, &m);
+    if (err) fail_msg("load: %s", em_err_message(err));
+    n_vocab = m->desc.n_vocab;
+    em_model_free(m);
+    return 0;
+}
+
+/* A prompt that repeats a random stretch of `period` tokens: prompt lookup finds drafts in it. */
+static void repetitive_prompt(int32_t *tokens, uint32_t n, uint32_t period, uint64_t seed) {
+    for (uint32_t i = 0; i < n; i++) {
+        if (i >= period) {
+            tokens[i] = tokens[i - period];
+            continue;
+        }
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        tokens[i] = 3 + (int32_t)((seed >> 33) % (n_vocab - 3)); /* no control tokens */
+    }
+}
+
+typedef struct engine_setup {
+    int speculative;
+    const char *draft_model;
+    int draft_max, block_tokens, max_sequences;
+} engine_setup;
+
+static ember_engine *new_engine(engine_setup s) {
+    ember_options o;
+    ember_options_default(&o);
+    o.model_path = MODEL;
+    o.device = "cpu";
+    o.threads = 2;
+    o.ctx_tokens = 512;
+    o.speculative = s.speculative;
+    o.draft_model_path = s.draft_model;
+    o.draft_max = s.draft_max;
+    if (s.block_tokens) o.block_tokens = s.block_tokens;
+    if (s.max_sequences) o.max_sequences = s.max_sequences;
+    ember_engine *e;
+    ember_error *err = ember_engine_create(&o, &e);
+    if (err) fail_msg("engine: %s", ember_error_message(err));
+    return e;
+}
+
+typedef struct result {
+    int32_t tokens[MAX_OUT];
+    uint32_t n;
+    ember_timings timings;
+} result;
+
+typedef struct job {
+    const int32_t *prompt;
+    uint32_t n_prompt;
+    int max_tokens;
+    float temperature;
+    int top_k;
+    uint64_t seed;
+    float repeat_penalty; /* 0: none (the backend picks); else the host samples */
+    int speculative;      /* an ember_spec for the request */
+} job;
+
+static ember_request *submit(ember_engine *e, const job *j) {
+    ember_request_params p;
+    ember_request_default(&p);
+    p.prompt_ids = j->prompt;
+    p.n_prompt_ids = j->n_prompt;
+    p.max_tokens = j->max_tokens;
+    p.sampling.temperature = j->temperature;
+    p.sampling.top_k = j->top_k;
+    p.sampling.top_p = 1.0f;
+    p.sampling.min_p = 0.0f;
+    p.sampling.seed = j->seed;
+    if (j->repeat_penalty) p.sampling.repeat_penalty = j->repeat_penalty;
+    p.ignore_eos = true;
+    p.speculative = j->speculative;
+    ember_request *r;
+    ember_error *err = ember_submit(e, &p, &r);
+    if (err) fail_msg("submit: %s", ember_error_message(err));
+    return r;
+}
+
+static void collect(ember_request *r, result *res) {
+    memset(res, 0, sizeof *res);
+    ember_output out;
+    do {
+        assert_true(ember_request_next(r, &out, 300000));
+        for (size_t i = 0; i < out.n_tokens; i++) {
+            assert_true(res->n < MAX_OUT);
+            res->tokens[res->n++] = out.tokens[i].token;
+        }
+    } while (out.finish == EMBER_FINISH_NONE);
+    if (out.finish == EMBER_FINISH_ERROR) fail_msg("request failed: %s", out.error);
+    ember_request_timings(r, &res->timings);
+    ember_request_release(r);
+}
+
+/* Runs the jobs at once on `e`, results in order. */
+static void run_jobs(ember_engine *e, const job *jobs, result *results, uint32_t n) {
+    ember_request **r = malloc(n * sizeof *r);
+    for (uint32_t i = 0; i < n; i++) r[i] = submit(e, &jobs[i]);
+    for (uint32_t i = 0; i < n; i++) collect(r[i], &results[i]);
+    free(r);
+}
+
+static void assert_same_tokens(const result *a, const result *b) {
+    assert_int_equal(a->n, b->n);
+    assert_memory_equal(a->tokens, b->tokens, a->n * sizeof *a->tokens);
+}
+
+/* ---- The drafters' rules ---- */
+
+static void test_lookup_rule(void **state) {
+    (void)state;
+    int32_t draft[8];
+    /* "1 2 3" occurred at the start: what followed it, then on into the drafts (period 5). */
+    const int32_t periodic[] = {1, 2, 3, 4, 5, 1, 2, 3};
+    assert_int_equal(em_spec_lookup(periodic, 8, 8, draft), 8);
+    const int32_t want_periodic[] = {4, 5, 1, 2, 3, 4, 5, 1};
+    assert_memory_equal(draft, want_periodic, sizeof want_periodic);
+    /* The latest occurrence wins, and a longer n-gram is tried before a shorter one: "7 9" occurs
+     * once (followed by 4) while "9" alone last occurred followed by 6. */
+    const int32_t latest[] = {7, 9, 4, 8, 9, 6, 7, 9};
+    assert_int_equal(em_spec_lookup(latest, 8, 2, draft), 2);
+    assert_int_equal(draft[0], 4);
+    assert_int_equal(draft[1], 8);
+    /* Only a single token repeats: n = 1. */
+    const int32_t single[] = {5, 6, 7, 8, 6};
+    assert_int_equal(em_spec_lookup(single, 5, 3, draft), 3);
+    const int32_t want_single[] = {7, 8, 6};
+    assert_memory_equal(draft, want_single, sizeof want_single);
+    /* Nothing repeats: no draft; no room: no draft. */
+    const int32_t none[] = {1, 2, 3, 4};
+    assert_int_equal(em_spec_lookup(none, 4, 8, draft), 0);
+    assert_int_equal(em_spec_lookup(periodic, 8, 0, draft), 0);
+}
+
+static void test_adapt_rule(void **state) {
+    (void)state;
+    uint32_t length = 4, pause = 0;
+    em_spec_adapt(&length, &pause, 4, 4, 0, 16); /* all accepted: doubled */
+    assert_int_equal(length, 8);
+    em_spec_adapt(&length, &pause, 8, 8, 0, 10); /* capped */
+    assert_int_equal(length, 10);
+    em_spec_adapt(&length, &pause, 10, 3, 0, 16); /* one past the accepted run */
+    assert_int_equal(length, 4);
+    em_spec_adapt(&length, &pause, 4, 0, 0, 16); /* none: halved */
+    assert_int_equal(length, 2);
+    em_spec_adapt(&length, &pause, 2, 0, 0, 16);
+    em_spec_adapt(&length, &pause, 1, 0, 0, 16);
+    assert_int_equal(length, 0); /* then a pause */
+    assert_int_equal(pause, EM_SPEC_PAUSE_STEPS);
+    length = 2, pause = 0;
+    em_spec_adapt(&length, &pause, 2, 0, 3, 16); /* never below the minimum */
+    assert_int_equal(length, 3);
+    assert_int_equal(pause, 0);
+    em_spec_adapt(&length, &pause, 3, 1, 0, 16); /* fewer drafted than the length: the run counts */
+    assert_int_equal(length, 2);
+}
+
+/* ---- Exactness ---- */
+
+/* Greedy: the same tokens with and without prompt lookup, and drafts were made and accepted. */
+static void test_greedy_lookup_identical(void **state) {
+    (void)state;
+    int32_t prompt[120];
+    repetitive_prompt(prompt, 120, 23, 11);
+    const job plain = {prompt, 120, 64, 0.0f, 0, 0, 0, EMBER_SPEC_OFF};
+    job spec = plain;
+    spec.speculative = EMBER_SPEC_LOOKUP;
+    result want, got;
+    ember_engine *e = new_engine((engine_setup){0});
+    run_jobs(e, &plain, &want, 1);
+    ember_engine_destroy(e);
+    e = new_engine((engine_setup){.speculative = EMBER_SPEC_OFF}); /* fresh cache */
+    run_jobs(e, &spec, &got, 1);
+    ember_stats stats;
+    ember_engine_stats(e, &stats);
+    ember_engine_destroy(e);
+    assert_same_tokens(&want, &got);
+    assert_int_equal(want.timings.draft_tokens, 0);
+    assert_true(got.timings.draft_tokens > 0);
+    assert_int_equal(stats.draft_tokens, got.timings.draft_tokens);
+    assert_int_equal(stats.draft_accepted, got.timings.draft_accepted);
+    assert_true(got.timings.draft_accepted <= got.timings.draft_tokens);
+    assert_int_equal(stats.generated_tokens, 64);
+}
+
+/* Many requests in one step, some drafting and some not, greedy and sampled, on the backend's
+ * pick and on the host's (a repeat penalty): each gets the tokens it gets alone without drafts.
+ * Small blocks, so drafts cross block boundaries and rejected ones free whole blocks. Afterwards
+ * no block is held but by the prefix cache, and a prompt that continues one of the outputs reuses
+ * the cache and continues as a fresh engine does. */
+static void test_mixed_batch_and_cache(void **state) {
+    (void)state;
+    enum { N = 8 };
+    int32_t prompts[N][100];
+    job jobs[N], solo_jobs[N];
+    for (uint32_t i = 0; i < N; i++) {
+        const uint32_t n = 40 + 7 * i;
+        repetitive_prompt(prompts[i], n, 5 + 3 * i, 200 + i);
+        jobs[i] = (job){prompts[i], n, 30 + (int)i, i % 3 == 1 ? 0.9f : 0.0f, i % 3 == 1 ? 5 : 0, 40 + i,
+                        i % 4 == 3 ? 1.3f : 0.0f, i % 2 ? EMBER_SPEC_OFF : EMBER_SPEC_LOOKUP};
+        if (i == 5) jobs[i].speculative = EMBER_SPEC_LOOKUP;
+        solo_jobs[i] = jobs[i];
+        solo_jobs[i].speculative = EMBER_SPEC_OFF;
+    }
+    result solo[N], together[N];
+    ember_engine *e = new_engine((engine_setup){.block_tokens = 4});
+    for (uint32_t i = 0; i < N; i++) run_jobs(e, &solo_jobs[i], &solo[i], 1);
+    ember_engine_destroy(e);
+    e = new_engine((engine_setup){.block_tokens = 4});
+    run_jobs(e, jobs, together, N);
+    uint64_t drafted = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        assert_same_tokens(&solo[i], &together[i]);
+        if (jobs[i].speculative == EMBER_SPEC_OFF) assert_int_equal(together[i].timings.draft_tokens, 0);
+        drafted += together[i].timings.draft_tokens;
+    }
+    assert_true(drafted > 0);
+    ember_stats stats;
+    ember_engine_stats(e, &stats);
+    assert_int_equal(stats.kv_blocks_used, stats.kv_blocks_cached); /* nothing leaked */
+
+    /* Request 0's prompt and output as a prompt: every token but the last comes from the cache
+     * (the last output token's KV was never computed), and it continues like a fresh engine. */
+    int32_t longer[200];
+    memcpy(longer, prompts[0], jobs[0].n_prompt * sizeof *longer);
+    memcpy(longer + jobs[0].n_prompt, together[0].tokens, together[0].n * sizeof *longer);
+    job next = {longer, jobs[0].n_prompt + together[0].n, 20, 0.0f, 0, 0, 0, EMBER_SPEC_LOOKUP};
+    result cached, fresh;
+    run_jobs(e, &next, &cached, 1);
+    ember_engine_destroy(e);
+    assert_int_equal(cached.timings.cached_tokens, next.n_prompt - 1);
+    e = new_engine((engine_setup){.block_tokens = 4});
+    next.speculative = EMBER_SPEC_OFF;
+    run_jobs(e, &next, &fresh, 1);
+    ember_engine_destroy(e);
+    assert_same_tokens(&fresh, &cached);
+}
+
+/* Sampled output with drafts is the sampled output without, seed for seed. */
+static void test_sampled_lookup_identical(void **state) {
+    (void)state;
+    enum { N = 12 };
+    int32_t prompt[60];
+    repetitive_prompt(prompt, 60, 7, 3);
+    job plain[N], spec[N];
+    for (uint32_t i = 0; i < N; i++) {
+        plain[i] = (job){prompt, 60, 24, 0.7f + 0.1f * (float)(i % 4), (int)(i % 3) * 4, 1000 + i, 0, EMBER_SPEC_OFF};
+        spec[i] = plain[i];
+        spec[i].speculative = EMBER_SPEC_LOOKUP;
+    }
+    result want[N], got[N];
+    ember_engine *e = new_engine((engine_setup){0});
+    run_jobs(e, plain, want, N);
+    run_jobs(e, spec, got, N);
+    ember_engine_destroy(e);
+    for (uint32_t i = 0; i < N; i++) assert_same_tokens(&want[i], &got[i]);
+}
+
+/* The distribution: tokens at the first positions where drafts are verified, over many seeds, with
+ * drafts and without (disjoint seeds, so two independent samples). The drafts come from a prompt
+ * that repeats, at a temperature and top-k that make the model's own choice spread over a few
+ * tokens. A chi-square statistic over the (position, token) cells must stay below the 0.999
+ * quantile of its distribution; drafts accepted without the rule put all their mass on the draft. */
+static void test_sampled_distribution(void **state) {
+    (void)state;
+    enum { N = 400, POSITIONS = 3 };
+    int32_t prompt[48];
+    repetitive_prompt(prompt, 48, 6, 77);
+    job *jobs = malloc(2 * N * sizeof *jobs);
+    result *results = malloc(2 * N * sizeof *results);
+    for (uint32_t i = 0; i < 2 * N; i++)
+        jobs[i] = (job){prompt, 48, 1 + POSITIONS, 1.5f, 3, 5000 + i, 0, i < N ? EMBER_SPEC_OFF : EMBER_SPEC_LOOKUP};
+    ember_engine *e = new_engine((engine_setup){.max_sequences = 64});
+    for (uint32_t at = 0; at < 2 * N; at += 100) run_jobs(e, jobs + at, results + at, 100);
+    ember_stats stats;
+    ember_engine_stats(e, &stats);
+    ember_engine_destroy(e);
+    assert_true(stats.draft_tokens > N); /* the positions compared were drafted */
+    double chi2 = 0;
+    uint32_t cells = 0;
+    for (uint32_t p = 1; p <= POSITIONS; p++) {
+        /* Count each token seen at position p in both samples; rare tokens pool into one cell. */
+        int32_t seen[2 * N];
+        uint32_t n_seen = 0;
+        for (uint32_t i = 0; i < 2 * N; i++) {
+            uint32_t k = 0;
+            while (k < n_seen && seen[k] != results[i].tokens[p]) k++;
+            if (k == n_seen) seen[n_seen++] = results[i].tokens[p];
+        }
+        double pooled[2] = {0, 0};
+        for (uint32_t k = 0; k <= n_seen; k++) {
+            double count[2] = {0, 0};
+            if (k < n_seen) {
+                for (uint32_t i = 0; i < 2 * N; i++) count[i >= N] += results[i].tokens[p] == seen[k];
+                if (count[0] + count[1] < 10) {
+                    pooled[0] += count[0], pooled[1] += count[1];
+                    continue;
+                }
+            } else {
+                count[0] = pooled[0], count[1] = pooled[1];
+                if (count[0] + count[1] == 0) continue;
+            }
+            /* Two samples of equal size: (a - b)^2 / (a + b) per cell. */
+            chi2 += (count[0] - count[1]) * (count[0] - count[1]) / (count[0] + count[1]);
+            cells++;
+        }
+    }
+    const uint32_t df = cells - POSITIONS;
+    /* The 0.999 quantile of chi-square by the Wilson-Hilferty approximation. */
+    const double z = 3.0902, a = 2.0 / (9.0 * df), q = df * pow(1 - a + z * sqrt(a), 3);
+    print_message("chi-square %.1f over %u cells (limit %.1f)\n", chi2, cells, q);
+    assert_true(df >= 2);
+    assert_true(chi2 < q);
+    free(jobs);
+    free(results);
+}
+
+/* ---- The draft model ---- */
+
+/* A different model as the drafter (same vocabulary): greedy and sampled outputs unchanged, in a
+ * batch with requests that do not draft. */
+static void test_draft_model_identical(void **state) {
+    (void)state;
+    enum { N = 4 };
+    int32_t prompts[N][80];
+    job plain[N], spec[N];
+    for (uint32_t i = 0; i < N; i++) {
+        repetitive_prompt(prompts[i], 30 + 10 * i, 9 + i, 300 + i);
+        plain[i] = (job){prompts[i], 30 + 10 * i, 28, i == 2 ? 0.8f : 0.0f, 0, 9 + i, 0, EMBER_SPEC_OFF};
+        spec[i] = plain[i];
+        spec[i].speculative = i == 3 ? EMBER_SPEC_OFF : EMBER_SPEC_DRAFT;
+    }
+    result want[N], got[N];
+    ember_engine *e = new_engine((engine_setup){.block_tokens = 4});
+    run_jobs(e, plain, want, N);
+    ember_engine_destroy(e);
+    e = new_engine((engine_setup){.draft_model = DRAFT, .draft_max = 6, .block_tokens = 4});
+    run_jobs(e, spec, got, N);
+    ember_stats stats;
+    ember_engine_stats(e, &stats);
+    ember_engine_destroy(e);
+    for (uint32_t i = 0; i < N; i++) assert_same_tokens(&want[i], &got[i]);
+    assert_true(stats.draft_tokens > 0);
+    assert_int_equal(got[3].timings.draft_tokens, 0);
+    assert_int_equal(stats.kv_blocks_used, stats.kv_blocks_cached);
+}
+
+/* The model as its own drafter: the drafts are its own picks, so nearly all are accepted. */
+static void test_self_draft_accepts(void **state) {
+    (void)state;
+    int32_t prompt[50];
+    repetitive_prompt(prompt, 50, 50, 8);
+    job plain = {prompt, 50, 60, 0.8f, 0, 4, 0, EMBER_SPEC_OFF};
+    job spec = plain;
+    spec.speculative = EMBER_SPEC_DRAFT;
+    result want, got;
+    ember_engine *e = new_engine((engine_setup){0});
+    run_jobs(e, &plain, &want, 1);
+    ember_engine_destroy(e);
+    e = new_engine((engine_setup){.draft_model = MODEL, .draft_max = 8});
+    run_jobs(e, &spec, &got, 1);
+    ember_engine_destroy(e);
+    assert_same_tokens(&want, &got);
+    assert_true(got.timings.draft_tokens >= 40);
+    assert_true(got.timings.draft_accepted * 10 >= got.timings.draft_tokens * 9);
+}
+
+/* ---- Errors ---- */
+
+static void test_bad_options(void **state) {
+    (void)state;
+    ember_options o;
+    ember_options_default(&o);
+    o.model_path = MODEL;
+    o.device = "cpu";
+    o.ctx_tokens = 256;
+    ember_engine *e = NULL;
+    o.draft_model_path = DRAFT_OTHER_VOCAB;
+    ember_error *err = ember_engine_create(&o, &e);
+    assert_non_null(err);
+    assert_non_null(strstr(ember_error_message(err), "same vocabulary"));
+    ember_error_free(err);
+    o.draft_model_path = DIR "/missing.gguf";
+    assert_non_null(err = ember_engine_create(&o, &e));
+    assert_non_null(strstr(ember_error_message(err), "draft model"));
+    ember_error_free(err);
+    o.draft_model_path = NULL;
+    o.speculative = EMBER_SPEC_DRAFT;
+    assert_non_null(err = ember_engine_create(&o, &e));
+    assert_non_null(strstr(ember_error_message(err), "needs a draft model"));
+    ember_error_free(err);
+    o.speculative = EMBER_SPEC_LOOKUP;
+    o.draft_max = 2, o.draft_min = 3;
+    assert_non_null(err = ember_engine_create(&o, &e));
+    ember_error_free(err);
+    /* A request that asks for a draft model the engine does not have. */
+    o.draft_min = 0;
+    assert_null(ember_engine_create(&o, &e));
+    int32_t prompt[4] = {5, 6, 7, 8};
+    job j = {prompt, 4, 4, 0, 0, 0, 0, EMBER_SPEC_DRAFT};
+    ember_request_params p;
+    ember_request_default(&p);
+    p.prompt_ids = j.prompt, p.n_prompt_ids = 4, p.speculative = EMBER_SPEC_DRAFT;
+    ember_request *r = NULL;
+    assert_non_null(err = ember_submit(e, &p, &r));
+    assert_non_null(strstr(ember_error_message(err), "draft model"));
+    ember_error_free(err);
+    p.speculative = 9;
+    assert_non_null(err = ember_submit(e, &p, &r));
+    ember_error_free(err);
+    ember_engine_destroy(e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lookup_rule),
+        cmocka_unit_test(test_adapt_rule),
+        cmocka_unit_test(test_greedy_lookup_identical),
+        cmocka_unit_test(test_mixed_batch_and_cache),
+        cmocka_unit_test(test_sampled_lookup_identical),
+        cmocka_unit_test(test_sampled_distribution),
+        cmocka_unit_test(test_draft_model_identical),
+        cmocka_unit_test(test_self_draft_accepts),
+        cmocka_unit_test(test_bad_options),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
