@@ -17,6 +17,10 @@
  *       the A → A' → B → A'' sequence: engine-reported prefill time and cached tokens of each
  *       request, against a cold prefill of A'' on a fresh engine.
  *
+ * Speculative decoding (--spec lookup|draft, --draft-model, --draft-max, --draft-min) applies to
+ * every request; with --prompt-period N each prompt repeats a random stretch of N tokens (text that
+ * prompt lookup can draft from), and the concurrency lines add the drafted and accepted counts.
+ *
  * Prompts are random token ids (no tokenizer work is measured). Output: one line per measurement,
  * "key=value" pairs, easy to paste into bench/RESULTS.md.
  */
@@ -36,7 +40,9 @@ typedef struct bench_args {
     int concurrency[16], n_concurrency;
     int prefill[16], n_prefill;
     int n_generate, prompt_tokens, rounds, doc_tokens, threads, ctx;
+    int prompt_period; /* 0: random prompts; else a random stretch of this many tokens, repeated */
     bool prefix_reuse, warm_prompts;
+    em_cli_spec spec;
 } bench_args;
 
 static double now_ms(void) {
@@ -45,8 +51,13 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static void random_prompt(int32_t *tokens, int n, uint64_t seed, int n_vocab_guess) {
+/* Random token ids; with period > 0, a random stretch of `period` tokens repeated. */
+static void random_prompt(int32_t *tokens, int n, uint64_t seed, int n_vocab_guess, int period) {
     for (int i = 0; i < n; i++) {
+        if (period && i >= period) {
+            tokens[i] = tokens[i - period];
+            continue;
+        }
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         tokens[i] = 3 + (int32_t)((seed >> 33) % (uint64_t)(n_vocab_guess - 3));
     }
@@ -102,7 +113,8 @@ static em_err create(const bench_args *a, int ctx, int sequences, ember_engine *
     o.threads = a->threads;
     o.ctx_tokens = ctx;
     o.kv_sequences = sequences;
-    return ember_engine_create(&o, e);
+    em_err err = em_cli_spec_apply(&a->spec, &o);
+    return err ? err : ember_engine_create(&o, e);
 }
 
 static em_err bench_concurrency(const bench_args *a) {
@@ -120,22 +132,23 @@ static em_err bench_concurrency(const bench_args *a) {
     ember_request *r;
     int n;
     if (!err) {
-        random_prompt(prompts, a->prompt_tokens, 1, 32000);
+        random_prompt(prompts, a->prompt_tokens, 1, 32000, a->prompt_period);
         if (!(err = submit(e, prompts, a->prompt_tokens, 4, &r))) err = drain(r, scratch, a->n_generate, &n), ember_request_release(r);
     }
     for (int c = 0; c < a->n_concurrency && !err; c++) {
         int clients = a->concurrency[c];
-        double rates[64], slowest[64], client_rates[64], cores[64], cached[64];
+        double rates[64], slowest[64], client_rates[64], cores[64], cached[64], drafted[64], accepted[64];
         for (int round = 0; round < a->rounds && !err; round++) {
             ember_request *reqs[16] = {0};
             for (int i = 0; i < clients; i++)
-                random_prompt(prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, 1000 * (uint64_t)round + (uint64_t)i + 7, 32000);
+                random_prompt(prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, 1000 * (uint64_t)round + (uint64_t)i + 7, 32000,
+                              a->prompt_period);
             for (int i = 0; i < clients && a->warm_prompts && !err; i++) {
                 if (!(err = submit(e, prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, 1, &r)))
                     err = drain(r, scratch, a->n_generate, &n), ember_request_release(r);
             }
             double start = now_ms(), cpu_start = cpu_seconds();
-            cached[round] = 0;
+            cached[round] = drafted[round] = accepted[round] = 0;
             for (int i = 0; i < clients && !err; i++)
                 err = submit(e, prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, a->n_generate, &reqs[i]);
             double decode_rate = 0, worst = 0;
@@ -146,6 +159,8 @@ static em_err bench_concurrency(const bench_args *a) {
                 ember_request_timings(reqs[i], &t);
                 decode_rate += t.decode_tokens_per_second;
                 cached[round] += t.cached_tokens;
+                drafted[round] += t.draft_tokens;
+                accepted[round] += t.draft_accepted;
                 double wall = now_ms() - start;
                 if (wall > worst) worst = wall;
                 ember_request_release(reqs[i]);
@@ -157,10 +172,11 @@ static em_err bench_concurrency(const bench_args *a) {
         }
         if (!err)
             printf("concurrency=%d prompt_tokens=%d generated=%d client_tok_s=%.1f sum_decode_tok_s=%.1f "
-                   "slowest_request_ms=%.0f host_cpu_cores=%.3f cached_tokens=%.0f warm_prompts=%d rounds=%d\n",
+                   "slowest_request_ms=%.0f host_cpu_cores=%.3f cached_tokens=%.0f warm_prompts=%d rounds=%d "
+                   "drafted=%.0f accepted=%.0f\n",
                    clients, a->prompt_tokens, a->n_generate, bench_median(client_rates, a->rounds), bench_median(rates, a->rounds),
                    bench_median(slowest, a->rounds), bench_median(cores, a->rounds), bench_median(cached, a->rounds), a->warm_prompts,
-                   a->rounds);
+                   a->rounds, bench_median(drafted, a->rounds), bench_median(accepted, a->rounds));
         fflush(stdout);
     }
     free(prompts);
@@ -191,8 +207,8 @@ static em_err bench_prefix_reuse(const bench_args *a) {
     const int total = doc + 2 * (answer + more);
     int32_t *conv = malloc(sizeof(int32_t) * (size_t)total), *other = malloc(sizeof(int32_t) * (size_t)doc);
     if (!conv || !other) return em_errorf(EM_ERR_NOMEM, "bench: out of memory");
-    random_prompt(conv, total, 11, 32000);
-    random_prompt(other, doc, 12, 32000);
+    random_prompt(conv, total, 11, 32000, 0);
+    random_prompt(other, doc, 12, 32000, 0);
     ember_engine *e;
     em_err err = create(a, total + 64, 0, &e);
     if (!err) err = reuse_step(e, "A", conv, doc, conv + doc, answer);
@@ -224,13 +240,13 @@ static em_err bench_prefill(const bench_args *a) {
     int n;
     /* Warm-up at the longest length: first-touch of KV memory, kernel loading. */
     if (!err) {
-        random_prompt(prompt, longest, 3, 32000);
+        random_prompt(prompt, longest, 3, 32000, 0);
         if (!(err = submit(e, prompt, longest, 1, &r))) err = drain(r, scratch, 1, &n), ember_request_release(r);
     }
     for (int i = 0; i < a->n_prefill && !err; i++) {
         double ms[64];
         for (int round = 0; round < a->rounds && !err; round++) {
-            random_prompt(prompt, a->prefill[i], 5000 + 100 * (uint64_t)i + (uint64_t)round, 32000);
+            random_prompt(prompt, a->prefill[i], 5000 + 100 * (uint64_t)i + (uint64_t)round, 32000, 0);
             if ((err = submit(e, prompt, a->prefill[i], 1, &r))) break;
             err = drain(r, scratch, 1, &n);
             ember_timings t;
@@ -295,8 +311,9 @@ int em_cli_bench(int argc, char **argv) {
             break;
         }
         const char *v = argv[++i];
-        if (em_cli_model_option(&a.source, f, v)) continue;
+        if (em_cli_model_option(&a.source, f, v) || em_cli_spec_option(&a.spec, f, v, &err)) continue;
         if (!strcmp(f, "--device")) a.device = v;
+        else if (!strcmp(f, "--prompt-period")) err = bench_parse_int(f, v, 1, 1 << 20, &a.prompt_period);
         else if (!strcmp(f, "--concurrency")) err = bench_parse_list(f, v, 1, 16, a.concurrency, &a.n_concurrency);
         else if (!strcmp(f, "--prefill")) err = bench_parse_list(f, v, 1, 1 << 20, a.prefill, &a.n_prefill);
         else if (!strcmp(f, "-n")) err = bench_parse_int(f, v, 1, 1 << 20, &a.n_generate);
@@ -308,7 +325,8 @@ int em_cli_bench(int argc, char **argv) {
     }
     if (!err && !a.source.file && !a.source.hf)
         err = em_errorf(EM_ERR_INVALID, "usage: ember bench (-m MODEL.gguf | --hf ORG/NAME[:QUANT]) [--concurrency 1,2,4] [-n N] "
-                                                        "[--prompt-tokens N] [--rounds N] [--warm-prompts] [--ignore-eos] | --prefill N,N,... | --prefix-reuse [--doc-tokens N]");
+                                                        "[--prompt-tokens N] [--prompt-period N] [--rounds N] [--warm-prompts] [--ignore-eos] "
+                                                        "[--spec off|lookup|draft] [--draft-model F] [--draft-max N] [--draft-min N] | --prefill N,N,... | --prefix-reuse [--doc-tokens N]");
     if (!err) err = em_cli_model_path(&a.source, &a.model);
     if (!err) err = a.prefix_reuse ? bench_prefix_reuse(&a) : a.n_prefill ? bench_prefill(&a) : bench_concurrency(&a);
     em_cli_model_free(&a.source);

@@ -25,6 +25,7 @@ typedef struct chat_args {
     int max_tokens, ctx;
     float temperature;
     uint64_t seed;
+    em_cli_spec spec;
 } chat_args;
 
 static em_err parse_args(int argc, char **argv, chat_args *a) {
@@ -35,6 +36,11 @@ static em_err parse_args(int argc, char **argv, chat_args *a) {
         const char *v = argv[++i];
         char *end;
         if (em_cli_model_option(&a->source, f, v)) continue;
+        em_err err;
+        if (em_cli_spec_option(&a->spec, f, v, &err)) {
+            if (err) return err;
+            continue;
+        }
         if (!strcmp(f, "--system")) a->system = v;
         else if (!strcmp(f, "--device")) a->device = v;
         else if (!strcmp(f, "-n")) {
@@ -57,7 +63,8 @@ static em_err parse_args(int argc, char **argv, chat_args *a) {
     }
     if (!a->source.file && !a->source.hf)
         return em_errorf(EM_ERR_INVALID, "usage: ember chat (-m MODEL.gguf | --hf ORG/NAME[:QUANT] [--hf-token T]) "
-                                         "[--system TEXT] [-n N] [--temp T] [--seed S] [--ctx N] [--device cpu|cuda]");
+                                         "[--system TEXT] [-n N] [--temp T] [--seed S] [--ctx N] [--device cpu|cuda] "
+                                         "[--spec off|lookup|draft] [--draft-model FILE] [--draft-max N] [--draft-min N]");
     return em_cli_model_path(&a->source, &a->model);
 }
 
@@ -107,8 +114,10 @@ static em_err turn(ember_engine *engine, const em_server_text *text, json_t *mes
     ember_timings t;
     ember_request_timings(r, &t);
     ember_request_release(r);
-    fprintf(stderr, "[prompt %u tokens, %u cached, prefill %.1f ms; %u tokens at %.1f tok/s]\n", t.prompt_tokens,
+    fprintf(stderr, "[prompt %u tokens, %u cached, prefill %.1f ms; %u tokens at %.1f tok/s", t.prompt_tokens,
             t.cached_tokens, t.prefill_ms, t.generated_tokens, t.decode_tokens_per_second);
+    if (t.draft_tokens) fprintf(stderr, "; %u drafted, %u accepted", t.draft_tokens, t.draft_accepted);
+    fprintf(stderr, "]\n");
     if (err) {
         free(out);
         return err;
@@ -138,6 +147,7 @@ int em_cli_chat(int argc, char **argv) {
     o.model_path = a.model;
     o.device = a.device;
     o.ctx_tokens = a.ctx;
+    if (!err) err = em_cli_spec_apply(&a.spec, &o);
     if (!err) err = ember_engine_create(&o, &engine);
     if (!err && a.system) err = add_message(messages, "system", a.system, strlen(a.system));
     char *line = NULL;

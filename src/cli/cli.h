@@ -40,6 +40,27 @@ void em_cli_model_free(em_cli_model *model);
 struct em_hub_options;
 em_err em_cli_hub_options(const char *token, struct em_hub_options *options);
 
+/* Speculative decoding options (spec_options.c, docs/speculative.md), for run, chat, serve, bench. */
+typedef struct em_cli_spec {
+    int mode;                /* an ember_spec: --spec off|lookup|draft (default: draft with a draft model, else off) */
+    const char *draft_model; /* --draft-model FILE */
+    int draft_max, draft_min; /* --draft-max N (0: the engine's 16), --draft-min N */
+} em_cli_spec;
+
+#define EM_CLI_SPEC_USAGE                                                                              \
+    "  --spec off|lookup|draft  speculative decoding: drafts from the prompt and output (lookup) or a\n" \
+    "                     draft model, verified in one step; the output is unchanged (default: off,\n" \
+    "                     or draft with --draft-model)\n"                                              \
+    "  --draft-model FILE a smaller model with the same vocabulary that drafts (implies --spec draft)\n" \
+    "  --draft-max N      most tokens drafted per step (default 16); --draft-min N: the adaptive\n"    \
+    "                     draft length never drops below N (default 0)\n"
+
+/* True when `flag` is one of the speculative decoding options (*err set if its value is bad). */
+bool em_cli_spec_option(em_cli_spec *spec, const char *flag, const char *value, em_err *err);
+/* Checks the options together and copies them into the engine options. */
+struct ember_options;
+em_err em_cli_spec_apply(const em_cli_spec *spec, struct ember_options *options);
+
 /* Prints "ember <command>: <message>" to stderr, frees the error, and returns 1. */
 int em_cli_fail(const char *command, em_err err);
 

@@ -13,8 +13,8 @@ typedef struct subcommand {
 } subcommand;
 
 static const subcommand subcommands[] = {
-    {"bench", em_cli_bench, "bench (-m M.gguf | --hf ORG/NAME[:Q]) [--concurrency 1,2,4] [-n N] | --prefix-reuse   engine measurements", false},
-    {"chat", em_cli_chat, "chat (-m M.gguf | --hf ORG/NAME[:Q]) [--system TEXT] [-n N] [--temp T]   interactive chat on stdin/stdout", false},
+    {"bench", em_cli_bench, "bench (-m M.gguf | --hf ORG/NAME[:Q]) [--concurrency 1,2,4] [-n N] [--spec MODE] | --prefix-reuse   engine measurements", false},
+    {"chat", em_cli_chat, "chat (-m M.gguf | --hf ORG/NAME[:Q]) [--system TEXT] [-n N] [--temp T] [--spec MODE]   interactive chat on stdin/stdout", false},
     {"chat-template", em_cli_chat_template, "chat-template (--template F.jinja | -m M.gguf) --messages M.json [...]  render a chat prompt", false},
     {"pull", em_cli_pull, "pull ORG/NAME[:QUANT]             download a model from the Hugging Face Hub, print its path", true},
     {"list", em_cli_list, "list                              the models in the Hugging Face cache, with sizes", true},

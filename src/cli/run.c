@@ -17,6 +17,7 @@ typedef struct run_args {
     bool print_ids, print_probs, ignore_eos;
     const char *grammar_file, *schema_file; /* --grammar GBNF, --json-schema SCHEMA.json */
     ember_sampling sampling;
+    em_cli_spec spec;
 } run_args;
 
 static void usage(FILE *to) {
@@ -26,6 +27,7 @@ static void usage(FILE *to) {
             "                 [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--print-ids]\n"
             "                 [-c CONTEXT] [-t THREADS] [--device cpu|cuda] [--ignore-eos]\n"
             "                 [--grammar FILE.gbnf | --json-schema SCHEMA.json]\n"
+            "                 [--spec off|lookup|draft] [--draft-model FILE] [--draft-max N] [--draft-min N]\n"
             EM_CLI_MODEL_USAGE
             "  -n N               tokens to generate (default 64)\n"
             "  --temp T           0 = greedy (default 0.8); --top-k 40, --top-p 0.95, --min-p 0.05\n"
@@ -33,7 +35,8 @@ static void usage(FILE *to) {
             "  --print-probs      one line per generated token: id and its probability (softmax of the logits)\n"
             "  --ignore-eos       go on past end-of-generation tokens, to -n tokens\n"
             "  --grammar FILE     the output follows this GBNF grammar (llama.cpp's format; start rule root)\n"
-            "  --json-schema FILE the output is a JSON value of this schema (docs/serve.md lists the keywords)\n");
+            "  --json-schema FILE the output is a JSON value of this schema (docs/serve.md lists the keywords)\n"
+            EM_CLI_SPEC_USAGE);
 }
 
 static em_err parse_number(const char *flag, const char *text, double lo, double hi, double *out) {
@@ -69,6 +72,10 @@ static em_err parse_args(int argc, char **argv, run_args *a) {
         double x = 0;
         em_err err = NULL;
         if (em_cli_model_option(&a->source, f, v)) continue;
+        if (em_cli_spec_option(&a->spec, f, v, &err)) {
+            if (err) return err;
+            continue;
+        }
         if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) a->prompt = v;
         else if (!strcmp(f, "--prompt-ids")) a->prompt_ids = v;
         else if (!strcmp(f, "--grammar")) a->grammar_file = v;
@@ -170,7 +177,8 @@ static em_err generate(const run_args *a) {
     ember_engine *engine = NULL;
     ember_request *request = NULL;
     char *grammar = NULL;
-    em_err err = read_grammar(a, &grammar);
+    em_err err = em_cli_spec_apply(&a->spec, &options);
+    if (!err) err = read_grammar(a, &grammar);
     if (err) return err;
     if ((err = ember_engine_create(&options, &engine))) {
         free(grammar);
@@ -215,6 +223,11 @@ static em_err generate(const run_args *a) {
             t.prompt_tokens, t.cached_tokens, t.prefill_ms,
             t.prefill_ms > 0 ? (t.prompt_tokens - t.cached_tokens) / (t.prefill_ms / 1e3) : 0.0, t.generated_tokens,
             t.decode_tokens_per_second);
+    if (t.draft_tokens)
+        fprintf(stderr, "speculative: %u drafted, %u accepted (%.1f%%)\n", t.draft_tokens, t.draft_accepted,
+                100.0 * t.draft_accepted / t.draft_tokens);
+    else if (a->spec.mode != EMBER_SPEC_DEFAULT && a->spec.mode != EMBER_SPEC_OFF)
+        fprintf(stderr, "speculative: nothing drafted\n");
 done:
     ember_request_release(request);
     ember_engine_destroy(engine);

@@ -27,7 +27,9 @@ static const char usage_text[] =
     "  --device cpu|cuda    backend (default: cuda when a GPU is present)\n"
     "  --threads N          CPU threads for the CPU backend (default: all cores)\n"
     "  --alias NAME         the model id /v1/models lists and responses report (default: the file's\n"
-    "                       name without .gguf); requests naming any model are served by this one\n";
+    "                       name without .gguf); requests naming any model are served by this one\n"
+    EM_CLI_SPEC_USAGE
+    "                     (the default of requests; a request may turn it off: docs/speculative.md)\n";
 
 /* "512", "64K", "2G" → bytes. */
 static bool parse_size(const char *text, uint64_t *out) {
@@ -59,6 +61,7 @@ int em_cli_serve(int argc, char **argv) {
     em_cli_model source = {0}; /* -m/--gguf or --hf: resolved into options.model_path */
     em_server_options server = {.host = "127.0.0.1", .port = 11435, .api_key = getenv("EMBER_API_KEY")};
     const char *alias = NULL;
+    em_cli_spec spec = {0};
     if (server.api_key && !server.api_key[0]) server.api_key = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -73,7 +76,11 @@ int em_cli_serve(int argc, char **argv) {
             fprintf(stderr, "ember serve: %s needs a value\n%s", a, usage_text);
             return 1;
         }
+        em_err spec_err = NULL;
         if (em_cli_model_option(&source, a, v)) ok = true;
+        else if (em_cli_spec_option(&spec, a, v, &spec_err)) {
+            if (spec_err) return em_cli_fail("serve", spec_err);
+        }
         else if (!strcmp(a, "--host")) server.host = v;
         else if (!strcmp(a, "--port")) ok = parse_int(v, 0, 65535, &server.port);
         else if (!strcmp(a, "--api-key")) server.api_key = v[0] ? v : NULL;
@@ -105,7 +112,8 @@ int em_cli_serve(int argc, char **argv) {
         fprintf(stderr, "ember serve: a model is required (-m MODEL.gguf or --hf ORG/NAME[:QUANT])\n%s", usage_text);
         return 1;
     }
-    em_err err = em_cli_model_path(&source, &options.model_path);
+    em_err err = em_cli_spec_apply(&spec, &options);
+    if (!err) err = em_cli_model_path(&source, &options.model_path);
     if (err) return em_cli_fail("serve", err);
 
     /* Block the stop signals before any thread starts, so that every thread inherits the mask and
