@@ -41,6 +41,7 @@ static atomic_int fake_submitted, fake_released, fake_cancelled;
 static ember_sampling fake_last_sampling;
 static int fake_last_max_tokens;
 static bool fake_last_ignore_eos;
+static int fake_last_speculative; /* the ember_spec of the last request */
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static char fake_token_bytes_table[256];
 
@@ -123,6 +124,7 @@ static em_err fake_submit(void *self, const ember_request_params *p, void **out)
     fake_last_sampling = p->sampling;
     fake_last_max_tokens = p->max_tokens;
     fake_last_ignore_eos = p->ignore_eos;
+    fake_last_speculative = p->speculative;
     pthread_mutex_unlock(&fake_lock);
     atomic_fetch_add(&fake_submitted, 1);
     *out = r;
@@ -200,6 +202,8 @@ static void fake_stats(void *self, ember_stats *s) {
     s->kv_blocks_total = 64;
     s->kv_blocks_used = 10;
     s->kv_blocks_cached = 4;
+    s->draft_tokens = 40;
+    s->draft_accepted = 25;
     s->step_histogram[0] = 5;
     s->step_histogram[3] = 2;
     s->step_histogram[11] = 1;

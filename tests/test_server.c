@@ -272,12 +272,13 @@ static void test_parse_anthropic(void **state) {
 
 #define TIMINGS_JSON                                                                                          \
     "\"timings\":{\"queued_ms\":0.5,\"prefill_ms\":1.25,\"first_token_ms\":2.0,\"decode_ms\":10.0,"           \
-    "\"decode_tokens_per_second\":100.0,\"prompt_tokens\":10,\"cached_tokens\":4,\"generated_tokens\":2}"
+    "\"decode_tokens_per_second\":100.0,\"prompt_tokens\":10,\"cached_tokens\":4,\"generated_tokens\":2,"    \
+    "\"draft_n\":3,\"draft_n_accepted\":1}"
 
 static ember_timings test_timings(void) {
     return (ember_timings){.queued_ms = 0.5, .prefill_ms = 1.25, .first_token_ms = 2, .decode_ms = 10,
                            .decode_tokens_per_second = 100, .prompt_tokens = 10, .cached_tokens = 4,
-                           .generated_tokens = 2};
+                           .generated_tokens = 2, .draft_tokens = 3, .draft_accepted = 1};
 }
 
 static void assert_json(json_t *value, const char *expected) {
@@ -494,6 +495,8 @@ static void test_metrics_text(void **state) {
                         "# HELP ember_requests_finished_total Engine requests finished.\n# TYPE ember_requests_finished_total counter\nember_requests_finished_total 0\n"
                         "# HELP ember_requests_cancelled_total Engine requests cancelled.\n# TYPE ember_requests_cancelled_total counter\nember_requests_cancelled_total 0\n"
                         "# HELP ember_preemptions_total Sequences preempted for memory.\n# TYPE ember_preemptions_total counter\nember_preemptions_total 0\n"
+                        "# HELP ember_draft_tokens_total Speculative decoding: tokens drafted and verified.\n# TYPE ember_draft_tokens_total counter\nember_draft_tokens_total 40\n"
+                        "# HELP ember_draft_accepted_tokens_total Speculative decoding: drafted tokens accepted.\n# TYPE ember_draft_accepted_tokens_total counter\nember_draft_accepted_tokens_total 25\n"
                         "# HELP ember_queue_length Requests waiting for admission.\n# TYPE ember_queue_length gauge\nember_queue_length 1\n"
                         "# HELP ember_running_sequences Sequences in the running batch.\n# TYPE ember_running_sequences gauge\nember_running_sequences 2\n"
                         "# HELP ember_kv_blocks_used KV cache blocks in use (running or cached).\n# TYPE ember_kv_blocks_used gauge\nember_kv_blocks_used 10\n"

@@ -466,6 +466,33 @@ static void test_any_model_name(void **state) {
     assert_false(fake_last_ignore_eos);
     expect_error(port, "POST", "/v1/chat/completions", NULL, CHAT_HI ",\"ignore_eos\":1}", 400,
                  "\"param\":\"ignore_eos\"");
+    /* Speculative decoding: the server's default unless the request turns it off or picks a mode. */
+    assert_int_equal(fake_last_speculative, EMBER_SPEC_DEFAULT);
+    const struct {
+        const char *fields;
+        int want;
+    } spec_cases[] = {
+        {",\"speculative\":false}", EMBER_SPEC_OFF},   {",\"speculative\":true}", EMBER_SPEC_DEFAULT},
+        {",\"speculative\":\"lookup\"}", EMBER_SPEC_LOOKUP}, {",\"speculative\":\"draft\"}", EMBER_SPEC_DRAFT},
+        {",\"speculative.n_max\":0}", EMBER_SPEC_OFF}, {",\"speculative.n_max\":8}", EMBER_SPEC_DEFAULT},
+    };
+    char body[256];
+    for (size_t i = 0; i < sizeof spec_cases / sizeof spec_cases[0]; i++) {
+        snprintf(body, sizeof body, CHAT_HI "%s", spec_cases[i].fields);
+        r = http(port, "POST", "/v1/chat/completions", NULL, body);
+        assert_int_equal(r.status, 200);
+        http_free(&r);
+        assert_int_equal(fake_last_speculative, spec_cases[i].want);
+    }
+    r = http(port, "POST", "/v1/messages", "anthropic-version: 2023-06-01\r\n",
+             "{\"model\":\"c\",\"max_tokens\":5,\"speculative\":false,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    assert_int_equal(r.status, 200);
+    http_free(&r);
+    assert_int_equal(fake_last_speculative, EMBER_SPEC_OFF);
+    expect_error(port, "POST", "/v1/chat/completions", NULL, CHAT_HI ",\"speculative\":\"maybe\"}", 400,
+                 "\"param\":\"speculative\"");
+    expect_error(port, "POST", "/v1/chat/completions", NULL, CHAT_HI ",\"speculative\":3}", 400,
+                 "\"param\":\"speculative\"");
     em_server_stop(s);
 }
 

@@ -170,6 +170,7 @@ bool em_anthropic_parse_messages(const char *body, size_t len, em_server_request
          em_server_read_stops(root, "stop_sequences", false, req, err) &&
          em_server_read_bool(root, "stream", &req->stream, err) &&
          em_server_read_bool(root, "ignore_eos", &req->ignore_eos, err) && /* llama-server's extension */
+         em_server_read_speculative(root, req, err) &&
          em_server_read_anthropic_tools(root, req, err);
     json_t *metadata = json_object_get(root, "metadata"); /* user_id: accepted, not used */
     if (ok && metadata && !json_is_null(metadata) && !json_is_object(metadata)) {

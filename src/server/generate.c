@@ -168,6 +168,7 @@ static bool submit_all(job *j, em_server_error *err) {
         params.max_tokens = (int)(max < room ? max : room);
         params.stop = (const char *const *)j->req.stop;
         params.ignore_eos = j->req.ignore_eos;
+        params.speculative = j->req.speculative;
         params.n_stop = j->req.n_stop;
         params.grammar = j->req.grammar;
         params.grammar_trigger = j->req.grammar_trigger;

@@ -14,6 +14,10 @@ bool em_server_read_number(const json_t *obj, const char *key, double min, doubl
 bool em_server_read_int(const json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out,
                         em_server_error *err);
 bool em_server_read_bool(const json_t *obj, const char *key, bool *out, em_server_error *err);
+/* Speculative decoding for the request (docs/speculative.md): "speculative" false turns it off, true
+ * or absent keeps the server's default, "off", "lookup" or "draft" choose; llama-server's
+ * "speculative.n_max" of 0 turns it off too. */
+bool em_server_read_speculative(const json_t *obj, em_server_request *req, em_server_error *err);
 bool em_server_read_string(const json_t *obj, const char *key, const char **out, em_server_error *err);
 bool em_server_read_stops(const json_t *obj, const char *key, bool allow_string, em_server_request *req,
                           em_server_error *err);

@@ -66,6 +66,10 @@ char *em_server_metrics_text(em_server_metrics *m, const ember_stats *s) {
          metric(&out, "ember_requests_finished_total", "counter", "Engine requests finished.", s->requests_finished) &&
          metric(&out, "ember_requests_cancelled_total", "counter", "Engine requests cancelled.", s->requests_cancelled) &&
          metric(&out, "ember_preemptions_total", "counter", "Sequences preempted for memory.", s->preemptions) &&
+         metric(&out, "ember_draft_tokens_total", "counter", "Speculative decoding: tokens drafted and verified.",
+                s->draft_tokens) &&
+         metric(&out, "ember_draft_accepted_tokens_total", "counter", "Speculative decoding: drafted tokens accepted.",
+                s->draft_accepted) &&
          metric(&out, "ember_queue_length", "gauge", "Requests waiting for admission.", s->queued) &&
          metric(&out, "ember_running_sequences", "gauge", "Sequences in the running batch.", s->running) &&
          metric(&out, "ember_kv_blocks_used", "gauge", "KV cache blocks in use (running or cached).", s->kv_blocks_used) &&

@@ -102,6 +102,7 @@ static bool read_common(const json_t *root, int32_t n_vocab, em_server_request *
     if (!em_server_read_stops(root, "stop", true, req, err)) return false;
     if (!em_server_read_bool(root, "stream", &req->stream, err)) return false;
     if (!em_server_read_bool(root, "ignore_eos", &req->ignore_eos, err)) return false;
+    if (!em_server_read_speculative(root, req, err)) return false;
     json_t *options = json_object_get(root, "stream_options");
     if (options && !json_is_null(options)) {
         if (!json_is_object(options)) {

@@ -1,4 +1,5 @@
 /* Shared pieces of the request parsers and formatters: errors, buffers, field readers, choices. */
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -149,12 +150,14 @@ static double finite_or_zero(double x) {
 }
 
 json_t *em_server_timings_json(const ember_timings *t) {
-    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I}", "queued_ms", finite_or_zero(t->queued_ms),
+    /* draft_n and draft_n_accepted: llama-server's names for the speculative decoding counts. */
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I}", "queued_ms", finite_or_zero(t->queued_ms),
                      "prefill_ms", finite_or_zero(t->prefill_ms), "first_token_ms", finite_or_zero(t->first_token_ms),
                      "decode_ms", finite_or_zero(t->decode_ms), "decode_tokens_per_second",
                      finite_or_zero(t->decode_tokens_per_second),
                      "prompt_tokens", (json_int_t)t->prompt_tokens, "cached_tokens",
-                     (json_int_t)t->cached_tokens, "generated_tokens", (json_int_t)t->generated_tokens);
+                     (json_int_t)t->cached_tokens, "generated_tokens", (json_int_t)t->generated_tokens, "draft_n",
+                     (json_int_t)t->draft_tokens, "draft_n_accepted", (json_int_t)t->draft_accepted);
 }
 
 /* ---- Field readers: absent fields keep their default; wrong types and ranges are 400s. ---- */
@@ -209,6 +212,29 @@ bool em_server_read_bool(const json_t *obj, const char *key, bool *out, em_serve
     if (!v) return true;
     if (!json_is_boolean(v)) return type_error(err, key, "a boolean");
     *out = json_is_true(v);
+    return true;
+}
+
+bool em_server_read_speculative(const json_t *obj, em_server_request *req, em_server_error *err) {
+    json_t *v = member(obj, "speculative");
+    if (json_is_boolean(v)) {
+        req->speculative = json_is_true(v) ? EMBER_SPEC_DEFAULT : EMBER_SPEC_OFF;
+    } else if (json_is_string(v)) {
+        const char *mode = json_string_value(v);
+        if (!strcmp(mode, "off")) req->speculative = EMBER_SPEC_OFF;
+        else if (!strcmp(mode, "lookup")) req->speculative = EMBER_SPEC_LOOKUP;
+        else if (!strcmp(mode, "draft")) req->speculative = EMBER_SPEC_DRAFT;
+        else {
+            em_server_error_set(err, 400, NULL, "invalid_value", "speculative",
+                                "'speculative' must be false, true, \"off\", \"lookup\" or \"draft\", not \"%s\"", mode);
+            return false;
+        }
+    } else if (v) {
+        return type_error(err, "speculative", "a boolean or one of \"off\", \"lookup\", \"draft\"");
+    }
+    int64_t n_max = -1;
+    if (!em_server_read_int(obj, "speculative.n_max", 0, INT_MAX, &n_max, err)) return false;
+    if (n_max == 0) req->speculative = EMBER_SPEC_OFF;
     return true;
 }
 
