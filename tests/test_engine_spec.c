@@ -67,11 +67,12 @@ typedef struct engine_setup {
     int draft_max, block_tokens, max_sequences;
 } engine_setup;
 
+/* EMBER_TEST_DEVICE=cuda runs the same checks on the CUDA backend (tests/cuda/run.sh). */
 static ember_engine *new_engine(engine_setup s) {
     ember_options o;
     ember_options_default(&o);
     o.model_path = MODEL;
-    o.device = "cpu";
+    o.device = getenv("EMBER_TEST_DEVICE") ? getenv("EMBER_TEST_DEVICE") : "cpu";
     o.threads = 2;
     o.ctx_tokens = 512;
     o.speculative = s.speculative;

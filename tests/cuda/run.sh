@@ -39,5 +39,15 @@ done
 for type in bf16 q8_0 q4_k mix; do check "dense-1b/L2" "$type" --preset dense-1b --layers 2; done
 check "flint/L3" mix --preset flint --layers 3
 check "moe-30b/L2" mix --preset moe-30b-a3b --layers 2
+# Speculative decoding through the engine on the GPU: outputs with drafts equal those without.
+if [ -z "${ONLY:-}" ] || [[ "speculative" =~ $ONLY ]]; then
+  if cmake --build "$build" -j "$(nproc)" --target test_engine_spec >/dev/null &&
+    (cd "$build" && EMBER_TEST_DEVICE=cuda timeout 600 tests/test_engine_spec >"$models/spec" 2>&1); then
+    pass=$((pass + 1))
+  else
+    printf '%-14s %-7s %s  FAIL\n' speculative engine "$(grep -E 'FAILED|error' "$models/spec" | head -c 300 | tr '\n' ' ')"
+    fail=$((fail + 1))
+  fi
+fi
 echo "passed $pass, failed $fail"
 [ "$fail" -eq 0 ]
