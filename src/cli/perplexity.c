@@ -133,6 +133,9 @@ static em_err choose_tokens(ppl_run *r) {
     em_err err = em_ppl_windows_init(&r->w, tokens, n, r->a.ctx, r->a.max_chunks, bos);
     if (err) return em_err_prefix(err, "%s", r->a.text_file ? r->a.text_file : r->a.base_file);
     if (!r->a.base_file) return NULL;
+    if (r->base.h.bos != bos)
+        return em_errorf(EM_ERR_INVALID, "%s: its windows began with token %d, this model's with %d (-1: no BOS)",
+                         r->a.base_file, r->base.h.bos, bos);
     if (r->w.n_chunks > r->base.h.n_chunks) r->w.n_chunks = r->base.h.n_chunks;
     for (uint64_t i = 0; i < (uint64_t)r->w.n_chunks * r->w.ctx; i++)
         if (tokens[i] != r->base.tokens[i])
