@@ -169,8 +169,11 @@ static em_err setup(ppl_run *r) {
                          em_tokenizer_n_vocab(r->tokenizer), r->n_vocab);
     if (r->a.base_file && (err = check_base(r))) return err;
     if ((err = choose_ctx(r)) || (err = choose_tokens(r))) return err;
+    /* KV memory for one window, in whole blocks. */
+    const uint32_t block_tokens = 16;
     em_backend_config config = {
-        .device = r->a.device, .n_threads = r->a.n_threads, .block_tokens = 16, .kv_tokens = r->w.ctx,
+        .device = r->a.device, .n_threads = r->a.n_threads, .block_tokens = block_tokens,
+        .kv_tokens = (r->w.ctx + block_tokens - 1) / block_tokens * block_tokens,
     };
     if ((err = em_backend_create(r->model, &config, &r->backend))) return err;
     const uint64_t rows = r->w.n_scored < EM_PPL_BATCH_TOKENS ? r->w.n_scored : EM_PPL_BATCH_TOKENS;

@@ -51,6 +51,11 @@ third=$(sed -e 's/.*\[3\]\([0-9.]*\),.*/\1/' <<<"$progress")
 got=$(sed -n 's/^PPL = \([0-9.]*\) .*/\1/p' "$tmp/out3")
 [ "$got" = "$third" ] || fail "--chunks 3: PPL $got, the full run's third window $third"
 
+# The smallest window, shorter than a KV block: 3 scored positions a window.
+"$ember" perplexity -m "$tmp/f32.gguf" -f "$text" --ctx 8 --chunks 2 >"$tmp/out8" 2>"$tmp/err8" \
+  || fail "--ctx 8 exited $?: $(cat "$tmp/err8")"
+grep -q "^tokens: 16 evaluated in 2 windows of 8 (6 scored)" "$tmp/out8" || fail "--ctx 8: $(cat "$tmp/out8")"
+
 # Against transformers, when the reference is there.
 json() { tr -d ' \n' <"$reference" | sed -e "s/.*\"$1\":\([^],}]*\).*/\1/"; }
 json_list() { tr -d ' \n' <"$reference" | sed -e "s/.*\"$1\":\[\([^]]*\)\].*/\1/" | tr ',' ' '; }
