@@ -13,7 +13,7 @@ float32 logits. PPL = exp(mean NLL).
 
 Usage: python3 tools/reference/make_ppl_fixture.py HF_DIR TEXT_FILE CTX OUT.json [--chunks N]
 Writes {"ctx", "n_chunks", "n_tokens", "add_bos", "ppl", "ppl_uncertainty", "chunk_ppl" (running PPL
-after each window), "tokens_first_64", versions}.
+after each window), "tokens_first_64", "tokens_last_64", versions}.
 """
 import argparse
 import json
@@ -95,6 +95,7 @@ def main():
         "ppl_uncertainty": ppl * math.sqrt(var / (count - 1)) if var > 0 and count > 1 else 0.0,
         "chunk_ppl": chunk_ppl,
         "tokens_first_64": tokens[:64],
+        "tokens_last_64": tokens[-64:],
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,
     }
