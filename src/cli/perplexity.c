@@ -196,14 +196,15 @@ static em_err score_rows(void *user, uint32_t pos, uint32_t n_rows, const float 
     for (uint32_t i = 0; i < n_rows; i++) {
         const float *row = logits + (uint64_t)i * r->n_vocab;
         const int32_t target = window[pos + i + 1];
-        em_ppl_add(&r->sum, row, r->n_vocab, target);
+        int32_t top;
+        const double lse = em_ppl_log_sum_exp(row, r->n_vocab, &top);
+        em_ppl_add(&r->sum, lse - row[target]);
         em_err err = NULL;
-        if (r->a.save_file)
-            err = em_logprobs_write_row(&r->save, row, em_ppl_log_sum_exp(row, r->n_vocab, NULL), target);
+        if (r->a.save_file) err = em_logprobs_write_row(&r->save, row, lse, target);
         if (r->a.base_file) {
             em_logprobs_row base;
             if (!(err = em_logprobs_read_row(&r->base, &base)))
-                err = em_ppl_kl_add(&r->kl, row, r->n_vocab, target, &base);
+                err = em_ppl_kl_add(&r->kl, row, r->n_vocab, lse, top, target, &base);
         }
         if (err) return err;
     }

@@ -8,7 +8,8 @@
 const double em_ppl_percentiles[EM_PPL_N_PERCENTILES] = {1.0,  0.999, 0.99, 0.95, 0.90, 0.75, 0.5,
                                                          0.25, 0.10,  0.05, 0.01, 0.001, 0.0};
 
-em_err em_ppl_kl_add(em_ppl_kl *kl, const float *logits, uint32_t n_vocab, int32_t target, const em_logprobs_row *base) {
+em_err em_ppl_kl_add(em_ppl_kl *kl, const float *logits, uint32_t n_vocab, double lse, int32_t top, int32_t target,
+                     const em_logprobs_row *base) {
     if (kl->count == kl->cap) {
         const uint64_t cap = kl->cap ? 2 * kl->cap : 1024;
         float *k = realloc(kl->kld_values, cap * sizeof *k);
@@ -18,8 +19,6 @@ em_err em_ppl_kl_add(em_ppl_kl *kl, const float *logits, uint32_t n_vocab, int32
         kl->p_diff_values = p;
         kl->cap = cap;
     }
-    int32_t top;
-    const double lse = em_ppl_log_sum_exp(logits, n_vocab, &top);
     const double nll = lse - logits[target], nll_base = -(double)base->target_logprob;
     /* KL(base || model) = sum_i p_base(i) (log p_base(i) - log p_model(i)), over the tokens above
      * the base row's floor (those below carry a negligible share of the mass). The stored

@@ -70,7 +70,9 @@ em_err em_ppl_eval_window(em_backend *backend, const em_ppl_windows *w, uint32_t
 
 /* ---- One logits row ---- */
 
-/* log(sum(exp(logits))), in double, shifted by the maximum; *argmax: the first largest logit. */
+/* log(sum(exp(logits))) as llama.cpp computes it: exp in f32 of each logit less the largest, summed
+ * in double. *argmax (may be NULL): the first largest logit. The NLL of token t is this less
+ * logits[t]; every statistic of a row starts from it, so it is computed once per row. */
 double em_ppl_log_sum_exp(const float *logits, uint32_t n_vocab, int32_t *argmax);
 
 /* ---- Perplexity ---- */
@@ -80,8 +82,8 @@ typedef struct em_ppl_sum {
     uint64_t count;
 } em_ppl_sum;
 
-/* Adds the position whose logits are `logits` and whose next token is `target`. */
-void em_ppl_add(em_ppl_sum *s, const float *logits, uint32_t n_vocab, int32_t target);
+/* Adds one scored position by its negative log-likelihood. */
+void em_ppl_add(em_ppl_sum *s, double nll);
 double em_ppl_value(const em_ppl_sum *s);
 /* llama.cpp's estimate: ppl · sqrt((mean(nll²) - mean(nll)²) / (count - 1)); 0 when undefined. */
 double em_ppl_uncertainty(const em_ppl_sum *s);
@@ -144,8 +146,10 @@ typedef struct em_ppl_kl {
     uint64_t cap;
 } em_ppl_kl;
 
-/* Adds one position: the model's logits against the saved base row. */
-em_err em_ppl_kl_add(em_ppl_kl *kl, const float *logits, uint32_t n_vocab, int32_t target, const em_logprobs_row *base);
+/* Adds one position: the model's logits (with their em_ppl_log_sum_exp and argmax) against the
+ * saved base row. */
+em_err em_ppl_kl_add(em_ppl_kl *kl, const float *logits, uint32_t n_vocab, double lse, int32_t top, int32_t target,
+                     const em_logprobs_row *base);
 void em_ppl_kl_free(em_ppl_kl *kl);
 
 /* A mean and its uncertainty, llama.cpp's way: sqrt(var / (count - 1)), 0 for 10 values or fewer. */

@@ -86,15 +86,14 @@ double em_ppl_log_sum_exp(const float *logits, uint32_t n_vocab, int32_t *argmax
     uint32_t top = 0;
     for (uint32_t i = 1; i < n_vocab; i++)
         if (logits[i] > logits[top]) top = i;
-    const double max = logits[top];
+    const float max = logits[top];
     double sum = 0;
-    for (uint32_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - max);
+    for (uint32_t i = 0; i < n_vocab; i++) sum += expf(logits[i] - max);
     if (argmax) *argmax = (int32_t)top;
     return max + log(sum);
 }
 
-void em_ppl_add(em_ppl_sum *s, const float *logits, uint32_t n_vocab, int32_t target) {
-    const double nll = em_ppl_log_sum_exp(logits, n_vocab, NULL) - logits[target];
+void em_ppl_add(em_ppl_sum *s, double nll) {
     s->nll += nll;
     s->nll2 += nll * nll;
     s->count++;
