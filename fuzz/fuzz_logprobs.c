@@ -1,6 +1,7 @@
 /* libFuzzer target: the reader of saved log-probabilities (`ember perplexity --kl-base`) must turn
  * any byte string into a file or an error, and every row of an accepted file must read and compare
  * (KL divergence against a flat distribution) without leaving its buffers. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const uint64_t rows = (uint64_t)h->n_chunks * h->n_scored;
         for (uint64_t r = 0; logits && r < rows && !err; r++) {
             em_logprobs_row row;
-            if (!(err = em_logprobs_read_row(&file, &row))) err = em_ppl_kl_add(&kl, logits, h->n_vocab, 0, &row);
+            if (!(err = em_logprobs_read_row(&file, &row)))
+                err = em_ppl_kl_add(&kl, logits, h->n_vocab, log((double)h->n_vocab), 0, 0, &row);
         }
         em_ppl_kl_report report;
         em_ppl_kl_finish(&kl, &report);
