@@ -83,7 +83,8 @@ static em_err parse_args(int argc, char **argv, ppl_args *a) {
         else if (!strcmp(f, "--chunks")) err = parse_count(f, v, 1, UINT32_MAX, &a->max_chunks);
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) err = parse_count(f, v, 1, 1024, &a->n_threads);
         else if (!strcmp(f, "--device")) {
-            if (strcmp(v, "cpu") && strcmp(v, "cuda")) err = em_errorf(EM_ERR_INVALID, "--device expects cpu or cuda, got '%s'", v);
+            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+                err = em_errorf(EM_ERR_INVALID, "--device expects cpu or cuda, got '%s'", v);
             a->device = v;
         } else
             err = em_errorf(EM_ERR_INVALID, "unknown option '%s'", f);

@@ -22,7 +22,8 @@ em_err em_ppl_windows_init(em_ppl_windows *w, const int32_t *tokens, size_t n_to
         return em_errorf(EM_ERR_INVALID, "the text has %zu tokens, less than one window of %u", n_tokens, ctx);
     uint64_t n_chunks = n_tokens / ctx;
     if (max_chunks && n_chunks > max_chunks) n_chunks = max_chunks;
-    if (n_chunks > UINT32_MAX) return em_errorf(EM_ERR_RANGE, "%llu windows are too many", (unsigned long long)n_chunks);
+    if (n_chunks > UINT32_MAX)
+        return em_errorf(EM_ERR_RANGE, "%llu windows are too many", (unsigned long long)n_chunks);
     *w = (em_ppl_windows){
         .tokens = tokens,
         .ctx = ctx,

@@ -35,7 +35,8 @@ n_tokens=$("$ember" tokenize -m "$tmp/f32.gguf" --ids -f "$text" | wc -w)
 "$ember" perplexity -m "$tmp/f32.gguf" -f "$text" --ctx $ctx --save-logits "$tmp/f32.logits" >"$tmp/out" 2>"$tmp/err" \
   || fail "perplexity exited $?: $(cat "$tmp/err")"
 windows=$((n_tokens / ctx))
-grep -q "^tokens: $((windows * ctx)) evaluated in $windows windows of $ctx ($((windows * (ctx - 1 - ctx / 2))) scored), of $n_tokens in" \
+scored=$((windows * (ctx - 1 - ctx / 2)))
+grep -q "^tokens: $((windows * ctx)) evaluated in $windows windows of $ctx ($scored scored), of $n_tokens in" \
   "$tmp/out" || fail "window count ($n_tokens tokens): $(cat "$tmp/out")"
 ppl=$(sed -n 's/^PPL = \([0-9.]*\) +\/- \([0-9.]*\)$/\1/p' "$tmp/out")
 holds "$ppl" "x > 1" || fail "no PPL line: $(cat "$tmp/out")"
@@ -101,7 +102,8 @@ holds "$kld" "x > 1e-7 && x < 0.05" || fail "KL of q8_0 against f32: '$kld'"
 ppl_q8=$(number "$tmp/q8" "Mean PPL(Q) *:")
 delta=$(number "$tmp/q8" "Mean PPL(Q)-PPL(base) *:")
 holds "$delta" "x != 0" && close "$ppl_q8" "$ppl" 0.02 || fail "q8_0 PPL $ppl_q8 (Δ $delta) against f32 $ppl"
-close "$(awk -v a="$ppl_q8" -v b="$ppl" 'BEGIN { print a - b }')" "$delta" 1e-3 || fail "Δ PPL $delta is not $ppl_q8 - $ppl"
+difference=$(awk -v a="$ppl_q8" -v b="$ppl" 'BEGIN { print a - b }')
+close "$difference" "$delta" 1e-3 || fail "Δ PPL $delta is not $ppl_q8 - $ppl"
 same=$(number "$tmp/q8" "Same top p:")
 holds "$same" "x > 50 && x <= 100" || fail "top-1 agreement of q8_0: '$same'"
 [ $status = 0 ] && echo "ok: q8_0 against f32: KL $kld, Δ PPL $delta, same top $same%"
