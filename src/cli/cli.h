@@ -79,5 +79,6 @@ int em_cli_convert(int argc, char **argv);
 int em_cli_pull(int argc, char **argv);
 int em_cli_list(int argc, char **argv);
 int em_cli_rm(int argc, char **argv);
+int em_cli_perplexity(int argc, char **argv);
 
 #endif
