@@ -6,7 +6,9 @@
  *  - `mix` gives the types `ember synth --type mix` writes, tensor for tensor;
  *  - the bytes of the deterministic formats equal those of llama.cpp's reference quantizer in
  *    tests/fixtures/reference/quant-reference.gguf;
- *  - the metadata: general.file_type is llama.cpp's LLAMA_FTYPE number, the rest is unchanged.
+ *  - the metadata: general.file_type is llama.cpp's LLAMA_FTYPE number, the rest is unchanged;
+ *  - importance matrices in both of llama-imatrix's formats read as llama.cpp reads them, checked
+ *    against the model, and reported as not applied.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "model/quantize/quantize.h"
 #include "quant/quant.h"
 
 #define DIR EM_BINARY_DIR "/test_quantize_files"
@@ -363,9 +366,138 @@ static void test_reference_bytes(void **state) {
     em_gguf_close(fixture);
 }
 
+/* ---- importance matrices ---- */
+
+/* A GGUF imatrix as llama-imatrix writes it: NAME.in_sum2 [columns x matrices], NAME.counts
+ * [1 x matrices], imatrix.* keys. */
+static void write_gguf_imatrix(const char *path, uint64_t attn_q_values) {
+    em_gguf_writer *w;
+    assert_ok(em_gguf_writer_new(3, &w));
+    assert_ok(em_gguf_writer_add_str(w, "general.type", "imatrix"));
+    const char *datasets[] = {"calibration.txt"};
+    assert_ok(em_gguf_writer_add_str_array(w, "imatrix.datasets", datasets, NULL, 1));
+    assert_ok(em_gguf_writer_add_u32(w, "imatrix.chunk_count", 10));
+    assert_ok(em_gguf_writer_add_u32(w, "imatrix.chunk_size", 512));
+    static float q_sums[256], q_count[1] = {4.0f}, exp_sums[128 * 8], exp_counts[8];
+    for (uint64_t j = 0; j < 256; j++) q_sums[j] = (float)(j + 1);
+    for (int m = 0; m < 8; m++) {
+        exp_counts[m] = m == 5 ? 0.0f : (float)(m + 1); /* expert 5 never chosen */
+        for (int j = 0; j < 128; j++) exp_sums[m * 128 + j] = (float)(m * 1000 + j);
+    }
+    const uint64_t q_ne[2] = {attn_q_values, 1}, one[2] = {1, 1}, exp_ne[2] = {128, 8}, exp_count_ne[2] = {1, 8};
+    assert_ok(em_gguf_writer_add_tensor(w, "blk.0.attn_q.weight.in_sum2", 2, q_ne, EM_TYPE_F32, q_sums, true));
+    assert_ok(em_gguf_writer_add_tensor(w, "blk.0.attn_q.weight.counts", 2, one, EM_TYPE_F32, q_count, true));
+    assert_ok(em_gguf_writer_add_tensor(w, "blk.0.ffn_up_exps.weight.in_sum2", 2, exp_ne, EM_TYPE_F32, exp_sums, true));
+    assert_ok(em_gguf_writer_add_tensor(w, "blk.0.ffn_up_exps.weight.counts", 2, exp_count_ne, EM_TYPE_F32, exp_counts,
+                                        true));
+    assert_ok(em_gguf_writer_write(w, path));
+    em_gguf_writer_free(w);
+}
+
+/* The legacy .dat: int32 entries; per entry int32 name length, name, int32 calls, int32 values,
+ * float sums; then int32 chunks and the dataset's name. */
+static void write_legacy_imatrix(const char *path) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    const char *name = "blk.1.attn_k.weight";
+    int32_t n = 1, len = (int32_t)strlen(name), calls = 8, count = 128, chunks = 3, dataset_len = 4;
+    float sums[128];
+    for (int j = 0; j < 128; j++) sums[j] = (float)(2 * j);
+    assert_true(fwrite(&n, 4, 1, f) == 1 && fwrite(&len, 4, 1, f) == 1 && fwrite(name, 1, (size_t)len, f) == (size_t)len &&
+                fwrite(&calls, 4, 1, f) == 1 && fwrite(&count, 4, 1, f) == 1 && fwrite(sums, 4, 128, f) == 128 &&
+                fwrite(&chunks, 4, 1, f) == 1 && fwrite(&dataset_len, 4, 1, f) == 1 && fwrite("wiki", 1, 4, f) == 4);
+    fclose(f);
+}
+
+/* llama.cpp's reading: importance = in_sum2 / count per matrix, 1 for a matrix never counted;
+ * legacy: sum / calls. */
+static void test_imatrix_values(void **state) {
+    (void)state;
+    mkdir(DIR, 0755);
+    write_gguf_imatrix(DIR "/imatrix.gguf", 256);
+    em_imatrix *im;
+    assert_ok(em_imatrix_load(DIR "/imatrix.gguf", &im));
+    assert_int_equal(em_imatrix_count(im), 2);
+    assert_int_equal(em_imatrix_chunks(im), 10);
+    uint64_t n = 0;
+    const float *v = em_imatrix_find(im, "blk.0.attn_q.weight", &n);
+    assert_non_null(v);
+    assert_int_equal(n, 256);
+    assert_true(v[0] == 0.25f && v[255] == 64.0f);
+    v = em_imatrix_find(im, "blk.0.ffn_up_exps.weight", &n);
+    assert_int_equal(n, 1024);
+    assert_true(v[128 * 2 + 3] == 2003.0f / 3.0f && v[128 * 5 + 7] == 1.0f);
+    assert_null(em_imatrix_find(im, "blk.0.attn_k.weight", &n));
+    em_imatrix_free(im);
+
+    write_legacy_imatrix(DIR "/imatrix.dat");
+    assert_ok(em_imatrix_load(DIR "/imatrix.dat", &im));
+    assert_int_equal(em_imatrix_chunks(im), 3);
+    v = em_imatrix_find(im, "blk.1.attn_k.weight", &n);
+    assert_int_equal(n, 128);
+    assert_true(v[0] == 0.0f && v[127] == 254.0f / 8.0f);
+    em_imatrix_free(im);
+
+    FILE *f = fopen(DIR "/not-imatrix.dat", "wb");
+    assert_non_null(f);
+    fputs("hello", f);
+    fclose(f);
+    em_err err = em_imatrix_load(DIR "/not-imatrix.dat", &im);
+    assert_non_null(err);
+    em_err_free(err);
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    return text;
+}
+
+/* With --imatrix the command checks the file against the model and says on stderr that the
+ * weights are not applied; the output is the same as without. A size that does not fit a tensor
+ * is an error, as in llama.cpp. */
+static void test_imatrix_command(void **state) {
+    (void)state;
+    mkdir(DIR, 0755);
+    synth("tiny-qwen3moe", "f32", DIR "/im-model.gguf");
+    write_gguf_imatrix(DIR "/im.gguf", 128);
+    write_legacy_imatrix(DIR "/im.dat");
+    quantize(DIR "/im-model.gguf", DIR "/im-plain.gguf", "Q4_0");
+    quantize(DIR "/im-model.gguf", DIR "/im-gguf.gguf", "Q4_0 --imatrix " DIR "/im.gguf");
+    const char *log = read_text(DIR "/im-gguf.gguf.log");
+    if (!strstr(log, "note: --imatrix " DIR "/im.gguf: 2 entries, 2 of the 16 quantized tensors have importance values")
+        || !strstr(log, "do not apply importance weights"))
+        fail_msg("no note on the importance matrix: %s", log);
+    quantize(DIR "/im-model.gguf", DIR "/im-dat.gguf", "Q4_0 --imatrix " DIR "/im.dat");
+    log = read_text(DIR "/im-dat.gguf.log");
+    if (!strstr(log, "1 entries, 1 of the 16 quantized tensors")) fail_msg("legacy imatrix: %s", log);
+    em_gguf *a, *b;
+    assert_ok(em_gguf_open(DIR "/im-plain.gguf", &a));
+    assert_ok(em_gguf_open(DIR "/im-gguf.gguf", &b));
+    const em_gguf_tensor *ta = em_gguf_find_tensor(a, "blk.0.attn_q.weight"), *tb = em_gguf_find_tensor(b, "blk.0.attn_q.weight");
+    assert_int_equal(ta->size, tb->size);
+    assert_memory_equal(ta->data, tb->data, ta->size);
+    em_gguf_close(a);
+    em_gguf_close(b);
+
+    write_gguf_imatrix(DIR "/im-wrong.gguf", 256); /* attn_q rows are 128 wide */
+    char command[4096];
+    snprintf(command, sizeof command, "'%s' quantize " DIR "/im-model.gguf " DIR "/im-x.gguf q4_0 --imatrix " DIR
+             "/im-wrong.gguf >/dev/null 2>" DIR "/im-x.log", EM_EMBER_EXE);
+    assert_int_not_equal(system(command), 0);
+    log = read_text(DIR "/im-x.log");
+    if (!strstr(log, "256 importance values for blk.0.attn_q.weight, which needs 128")) fail_msg("mismatch: %s", log);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_bytes),
+        cmocka_unit_test(test_imatrix_values),
+        cmocka_unit_test(test_imatrix_command),
         cmocka_unit_test(test_fallbacks),
         cmocka_unit_test(test_mix_matches_synth),
         cmocka_unit_test(test_moe_recipes),
