@@ -22,20 +22,30 @@ static void usage(FILE *to) {
             em_recipe_names());
 }
 
-/* "q4_k", or "q4_k (llama.cpp: iq3_s)" when Ember stands in for a type it cannot quantize. */
+/* A type name as the progress line shows it: "q4_k". */
+static void lower_name(uint32_t type, char *out, size_t size) {
+    snprintf(out, size, "%s", em_type_name(type));
+    for (char *c = out; *c; c++)
+        if (*c >= 'A' && *c <= 'Z') *c = (char)(*c - 'A' + 'a');
+}
+
+/* "[  12/  75] blk.1.ffn_down.weight  f32 → q4_k  0.50 → 0.07 MiB", with a note when the row
+ * length forced a smaller block or Ember stands in for a type it cannot write. */
 static void print_progress(void *user, const em_quantize_progress *p) {
     (void)user;
-    char to[48];
-    snprintf(to, sizeof to, "%s", em_type_name(p->to));
-    for (char *c = to; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
-    char from[16];
-    snprintf(from, sizeof from, "%s", em_type_name(p->from));
-    for (char *c = from; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
-    const char *note = p->llama_type != p->to ? " (stands in for llama.cpp's " : p->fallback ? " (row fallback)" : "";
-    fprintf(stderr, "[%4llu/%4llu] %-36s %-6s → %-6s %9.2f → %9.2f MiB%s%s%s\n", (unsigned long long)p->index,
+    char from[16], to[16], note[96] = "";
+    lower_name(p->from, from, sizeof from);
+    lower_name(p->to, to, sizeof to);
+    if (p->llama_type != p->to) {
+        char llama[16];
+        lower_name(p->llama_type, llama, sizeof llama);
+        snprintf(note, sizeof note, " (llama.cpp: %s, which Ember cannot write)", llama);
+    } else if (p->fallback) {
+        snprintf(note, sizeof note, " (row fallback)");
+    }
+    fprintf(stderr, "[%4llu/%4llu] %-36s %-6s → %-6s %9.2f → %9.2f MiB%s\n", (unsigned long long)p->index,
             (unsigned long long)p->count, p->name, from, to, (double)p->bytes_in / 1048576.0,
-            (double)p->bytes_out / 1048576.0, note, p->llama_type != p->to ? em_type_name(p->llama_type) : "",
-            p->llama_type != p->to ? ")" : "");
+            (double)p->bytes_out / 1048576.0, note);
 }
 
 int em_cli_quantize(int argc, char **argv) {

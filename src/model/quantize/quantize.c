@@ -19,7 +19,7 @@
 #include "../../quant/quant.h"
 #include "quantize.h"
 
-#define CHUNK_BYTES (32u << 20)      /* output bytes quantized between writes */
+#define CHUNK_BYTES (32u << 20)      /* input or output bytes (the larger) quantized between writes */
 #define GROUP_ELEMS (1u << 16)       /* elements a worker converts per em_quantize call */
 #define QUANTIZATION_VERSION 2       /* GGML_QNT_VERSION: the block layouts of today's GGUF files */
 
@@ -202,13 +202,14 @@ static em_err quantize_chunk(const quantizer *q, const em_recipe_tensor *r, cons
     return err;
 }
 
-/* The input's pages of a finished tensor are dropped (read again from the file if touched), so
- * quantizing a model keeps about one tensor resident rather than every page read so far. */
-static void release_pages(const em_gguf_tensor *t) {
+/* Input pages already quantized are dropped (read again from the file if touched), so quantizing
+ * keeps about one chunk of the input resident rather than every page read so far. Whole pages
+ * inside the range only: a page shared with the next rows stays. */
+static void release_pages(const void *data, uint64_t size) {
     const long page = sysconf(_SC_PAGESIZE);
     if (page <= 0) return;
-    uintptr_t begin = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
-    uintptr_t end = ((uintptr_t)t->data + t->size) & ~((uintptr_t)page - 1);
+    uintptr_t begin = ((uintptr_t)data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t end = ((uintptr_t)data + size) & ~((uintptr_t)page - 1);
     if (end > begin) madvise((void *)begin, end - begin, MADV_DONTNEED);
 }
 
@@ -228,16 +229,19 @@ static em_err fill(void *user, uint64_t index, void *file_, uint64_t size) {
     if (r->type == r->source_type) {
         if (fwrite(t->data, 1, size, file) != size) return em_errorf(EM_ERR_IO, "writing tensor %s failed", r->name);
     } else {
-        const uint64_t chunk = dst_row >= CHUNK_BYTES ? 1 : CHUNK_BYTES / dst_row;
+        /* rows per chunk: CHUNK_BYTES of input or of output, whichever is larger */
+        const uint64_t widest = src_row > dst_row ? src_row : dst_row;
+        const uint64_t chunk = widest >= CHUNK_BYTES ? 1 : CHUNK_BYTES / widest;
         for (uint64_t row = 0; row < rows; row += chunk) {
             const uint64_t n = rows - row < chunk ? rows - row : chunk;
             if ((err = quantize_chunk(q, r, (const uint8_t *)t->data + row * src_row, n, cols, src_row, dst_row)))
                 return em_err_prefix(err, "tensor %s", r->name);
             if (fwrite(q->out, 1, n * dst_row, file) != n * dst_row)
                 return em_errorf(EM_ERR_IO, "writing tensor %s failed", r->name);
+            release_pages((const uint8_t *)t->data + row * src_row, n * src_row);
         }
     }
-    release_pages(t);
+    release_pages(t->data, t->size);
     q->stats.bytes_in += t->size;
     q->stats.bytes_out += size;
     if (q->options->progress) {
