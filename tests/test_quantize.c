@@ -57,7 +57,8 @@ static void expect_type(const em_gguf *g, const char *recipe, const char *name, 
     em_type type;
     assert_ok(em_type_from_name(want, &type));
     uint32_t got = tensor_type(g, name);
-    if (got != (uint32_t)type) fail_msg("%s: %s is %s, llama.cpp's rule gives %s", recipe, name, em_type_name(got), want);
+    if (got != (uint32_t)type)
+        fail_msg("%s: %s is %s, llama.cpp's rule gives %s", recipe, name, em_type_name(got), want);
 }
 
 /* The i-th word of a space-separated list. */
@@ -131,7 +132,8 @@ static void check_metadata(const em_gguf *in, const em_gguf *out, const char *re
         em_err_free(err);
     } else {
         assert_ok(err);
-        if (value != (uint32_t)file_type) fail_msg("%s: general.file_type %u, llama.cpp's is %d", recipe, value, file_type);
+        if (value != (uint32_t)file_type)
+            fail_msg("%s: general.file_type %u, llama.cpp's is %d", recipe, value, file_type);
     }
     assert_ok(em_gguf_get_u32(out, "general.quantization_version", &value));
     assert_int_equal(value, 2);
@@ -403,7 +405,8 @@ static void write_legacy_imatrix(const char *path) {
     int32_t n = 1, len = (int32_t)strlen(name), calls = 8, count = 128, chunks = 3, dataset_len = 4;
     float sums[128];
     for (int j = 0; j < 128; j++) sums[j] = (float)(2 * j);
-    assert_true(fwrite(&n, 4, 1, f) == 1 && fwrite(&len, 4, 1, f) == 1 && fwrite(name, 1, (size_t)len, f) == (size_t)len &&
+    assert_true(fwrite(&n, 4, 1, f) == 1 && fwrite(&len, 4, 1, f) == 1 &&
+                fwrite(name, 1, (size_t)len, f) == (size_t)len &&
                 fwrite(&calls, 4, 1, f) == 1 && fwrite(&count, 4, 1, f) == 1 && fwrite(sums, 4, 128, f) == 128 &&
                 fwrite(&chunks, 4, 1, f) == 1 && fwrite(&dataset_len, 4, 1, f) == 1 && fwrite("wiki", 1, 4, f) == 4);
     fclose(f);
@@ -478,7 +481,8 @@ static void test_imatrix_command(void **state) {
     em_gguf *a, *b;
     assert_ok(em_gguf_open(DIR "/im-plain.gguf", &a));
     assert_ok(em_gguf_open(DIR "/im-gguf.gguf", &b));
-    const em_gguf_tensor *ta = em_gguf_find_tensor(a, "blk.0.attn_q.weight"), *tb = em_gguf_find_tensor(b, "blk.0.attn_q.weight");
+    const em_gguf_tensor *ta = em_gguf_find_tensor(a, "blk.0.attn_q.weight");
+    const em_gguf_tensor *tb = em_gguf_find_tensor(b, "blk.0.attn_q.weight");
     assert_int_equal(ta->size, tb->size);
     assert_memory_equal(ta->data, tb->data, ta->size);
     em_gguf_close(a);

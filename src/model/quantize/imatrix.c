@@ -111,7 +111,8 @@ static em_err load_gguf(const char *path, em_imatrix *im) {
         }
         const uint64_t n_sums = em_gguf_tensor_elems(sums), n_counts = em_gguf_tensor_elems(counts);
         if (sums->type != EM_TYPE_F32 || counts->type != EM_TYPE_F32 || n_counts == 0 || n_sums % n_counts) {
-            err = em_errorf(EM_ERR_FORMAT, "%s: %.*s: sums and counts must be F32, %llu sums in whole rows of %llu counts",
+            err = em_errorf(EM_ERR_FORMAT,
+                            "%s: %.*s: sums and counts must be F32, %llu sums in whole rows of %llu counts",
                             path, (int)stem, sums->name.ptr, (unsigned long long)n_sums, (unsigned long long)n_counts);
             break;
         }
@@ -150,7 +151,8 @@ static em_err load_legacy(const char *path, em_imatrix *im) {
     for (int32_t i = 0; i < n_entries && !err; i++) {
         int32_t len = 0, calls = 0, count = 0;
         long at = ftell(f);
-        if (!read_i32(f, &len) || len < 1 || len >= (int32_t)sizeof name || fread(name, 1, (size_t)len, f) != (size_t)len ||
+        if (!read_i32(f, &len) || len < 1 || len >= (int32_t)sizeof name ||
+            fread(name, 1, (size_t)len, f) != (size_t)len ||
             !read_i32(f, &calls) || !read_i32(f, &count) || count < 1 || count > (1 << 28)) {
             err = em_errorf(EM_ERR_FORMAT, "%s: entry %d at byte %ld is truncated or malformed", path, i + 1, at);
             break;

@@ -56,7 +56,9 @@ static const em_recipe recipes[] = {
 };
 
 /* llama-quantize's aliases: the name of a K-format alone means its _M recipe. */
-static const struct { const char *alias, *name; } aliases[] = {{"Q3_K", "Q3_K_M"}, {"Q4_K", "Q4_K_M"}, {"Q5_K", "Q5_K_M"}};
+static const struct {
+    const char *alias, *name;
+} aliases[] = {{"Q3_K", "Q3_K_M"}, {"Q4_K", "Q4_K_M"}, {"Q5_K", "Q5_K_M"}};
 
 static bool same_name(const char *a, const char *b) {
     for (; *a && *b; a++, b++)
@@ -298,7 +300,8 @@ em_err em_recipe_apply(const em_recipe *recipe, const em_recipe_model *model, em
                        size_t n_tensors) {
     state s = {.recipe = recipe, .model = model, .tied = true};
     s.falcon = model->arch && !strcmp(model->arch, "falcon");
-    s.is_70b = model->arch && !strcmp(model->arch, "llama") && model->n_layer == 80 && model->n_head != model->n_head_kv;
+    s.is_70b = model->arch && !strcmp(model->arch, "llama") && model->n_layer == 80 &&
+               model->n_head != model->n_head_kv;
     s.gqa = model->n_head_kv ? model->n_head / model->n_head_kv : 0;
     for (size_t i = 0; i < n_tensors; i++) {
         category cat = category_of(tensors[i].name);
