@@ -632,15 +632,16 @@ static void test_convert_errors(void **state) {
                           "\"num_attention_heads\":4,\"vocab_size\":2}";
     write_file(DIR "/broken/config.json", unknown, strlen(unknown));
     expect_convert_error(dir, "'GPTNeoXForCausalLM' is not supported");
-    em_convert_options o = {.type = "q5_k"};
+    em_convert_options o = {.type = "q5_k_xl"};
     em_err err = em_convert_hf(HF "/qwen2", DIR "/broken.gguf", &o, NULL);
-    assert_non_null(strstr(em_err_message(err), "q5_k"));
+    assert_non_null(strstr(em_err_message(err), "unknown quantization type 'q5_k_xl'"));
     em_err_free(err);
 }
 
 
-/* f16 and bf16 outputs keep the greedy path; q4_k falls back to q8_0 where a row (64 wide here)
- * is not a multiple of its 256-element block, and to f16 below q8_0's 32. */
+/* f16 and bf16 outputs keep the greedy path; q4_k (llama.cpp's name for its Q4_K_M recipe) keeps
+ * attn_q at Q4_K, whose 256-element block does not divide a 64-wide row: llama.cpp's quantizer
+ * falls back to Q5_0 there. */
 static void test_output_types(void **state) {
     (void)state;
     static const char *const types[] = {"f16", "bf16", "q4_k"};
@@ -651,7 +652,7 @@ static void test_output_types(void **state) {
     for (size_t k = 0; k < 3; k++) {
         em_model *m = convert_and_load("qwen3", types[k]);
         const em_gguf_tensor *t = em_gguf_find_tensor(m->gguf, "blk.0.attn_q.weight");
-        uint32_t want = k == 0 ? 1 /* F16 */ : k == 1 ? 30 /* BF16 */ : 8 /* Q8_0 */;
+        uint32_t want = k == 0 ? 1 /* F16 */ : k == 1 ? 30 /* BF16 */ : 6 /* Q5_0 */;
         assert_int_equal(t->type, want);
         assert_int_equal(em_gguf_find_tensor(m->gguf, "blk.0.attn_q_norm.weight")->type, 0);
         em_backend *b = backend_for(m);
@@ -660,7 +661,9 @@ static void test_output_types(void **state) {
         for (uint32_t step = 0; step < e.n_greedy; step++)
             same += argmax(got + (size_t)(e.n_prompt - 1 + step) * e.n_vocab, e.n_vocab) == e.greedy[step];
         print_message("qwen3     %s: top-1 equal at %u of %u steps\n", types[k], same, e.n_greedy);
-        assert_true(same >= e.n_greedy - 1);
+        /* 5-bit weights (Q5_0) move the logits of this small random checkpoint more than 16-bit
+         * ones do: one more near tie may flip */
+        assert_true(same >= e.n_greedy - (k == 2 ? 2 : 1));
         free(got);
         em_backend_free(b);
         em_model_free(m);

@@ -76,6 +76,7 @@ int em_cli_chat_template(int argc, char **argv);
 int em_cli_bench(int argc, char **argv);
 int em_cli_chat(int argc, char **argv);
 int em_cli_convert(int argc, char **argv);
+int em_cli_quantize(int argc, char **argv);
 int em_cli_pull(int argc, char **argv);
 int em_cli_list(int argc, char **argv);
 int em_cli_rm(int argc, char **argv);

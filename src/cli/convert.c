@@ -1,15 +1,18 @@
-/* `ember convert HF_DIR -o OUT.gguf [--type T] [--name NAME] [--no-tokenizer]` */
+/* `ember convert HF_DIR -o OUT.gguf [--type TYPE] [--name NAME] [--no-tokenizer]` */
 #include <stdio.h>
 #include <string.h>
 
 #include "../model/convert/convert.h"
+#include "../model/quantize/quantize.h"
 #include "cli.h"
 
 static void usage(FILE *to) {
-    fprintf(to, "usage: ember convert HF_DIR -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_k] [--name NAME] [--no-tokenizer]\n"
+    fprintf(to, "usage: ember convert HF_DIR -o OUT.gguf [--type TYPE] [--name NAME] [--no-tokenizer]\n"
                 "  HF_DIR holds config.json, *.safetensors (or sharded with model.safetensors.index.json),\n"
-                "  tokenizer.json and tokenizer_config.json. --type: weight matrices (default f16); norms,\n"
-                "  biases and MoE routers stay f32; rows a block type does not divide fall back to q8_0 or f16.\n");
+                "  tokenizer.json and tokenizer_config.json. --type (default F16): a recipe of `ember quantize`,\n"
+                "  with llama.cpp's per-tensor rules (docs/quantize.md); norms, biases and MoE routers stay f32,\n"
+                "  rows a block type does not divide fall back to a smaller block.\n"
+                "  TYPE: %s\n", em_recipe_names());
 }
 
 int em_cli_convert(int argc, char **argv) {

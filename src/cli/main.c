@@ -23,8 +23,9 @@ static const subcommand subcommands[] = {
     {"run", em_cli_run, "run (-m M.gguf | --hf ORG/NAME[:Q]) -p TEXT [-n N] [--temp T] ...   generate text", true},
     {"serve", em_cli_serve, "serve (-m M.gguf | --hf ORG/NAME[:Q]) [--port N] [--api-key K] ...   OpenAI/Anthropic-compatible HTTP server", true},
     {"synth", em_cli_synth, "synth --preset P --type T -o OUT.gguf   write a model with random weights", true},
-    {"convert", em_cli_convert, "convert HF_DIR -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_k]   Hugging Face checkpoint -> GGUF", true},
+    {"convert", em_cli_convert, "convert HF_DIR -o OUT.gguf [--type TYPE]   Hugging Face checkpoint -> GGUF", true},
     {"perplexity", em_cli_perplexity, "perplexity (-m M.gguf | --hf ORG/NAME[:Q]) -f TEXT [--ctx N] [--kl-base B.logits]   perplexity, KL divergence", true},
+    {"quantize", em_cli_quantize, "quantize IN.gguf OUT.gguf TYPE [--imatrix F] ...   requantize a GGUF (Q4_K_M, Q6_K, IQ4_XS, ...)", true},
     {"tokenize", em_cli_tokenize, "tokenize -m M.gguf [--raw] [--ids] [-f FILE | TEXT] | --decode ID...   text <-> token ids", true},
 };
 

@@ -39,11 +39,14 @@ static const preset presets[] = {
     {"tiny-gemma3", "gemma3", 6, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, true, false, true, 1e6f, 1e-6f, 8, 0, 0, NULL},
     {"tiny-mixtral", "llama", 2, 128, 4, 2, 32, 128, 32000, 512, 4, 2, 128, 0, false, false, false, 1e6f, 1e-5f, 0, 0, 0, NULL},
     {"tiny-flint", "flint", 4, 128, 4, 2, 32, 256, 32000, 512, 8, 3, 64, 2, true, false, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    /* rows of 256: every K-format block divides them, so quantization recipes apply unchanged */
+    {"small-llama", "llama", 8, 256, 4, 1, 64, 512, 32000, 512, 0, 0, 0, 0, false, false, false, 10000.0f, 1e-5f, 0, 0, 0, NULL},
+    {"small-qwen3moe", "qwen3moe", 4, 256, 4, 2, 64, 512, 32000, 512, 8, 2, 256, 0, true, false, true, 1e6f, 1e-6f, 0, 0, 0, NULL},
 };
 
 static const char *const preset_names[] = {"dense-1b", "moe-30b-a3b", "flint", "tiny-llama", "tiny-qwen2",
                                            "tiny-qwen3", "tiny-qwen3moe", "tiny-gemma2", "tiny-gemma3",
-                                           "tiny-mixtral", "tiny-flint", NULL};
+                                           "tiny-mixtral", "tiny-flint", "small-llama", "small-qwen3moe", NULL};
 
 const char *const *em_synth_preset_names(void) { return preset_names; }
 

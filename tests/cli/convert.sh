@@ -40,8 +40,8 @@ grep -q "architecture:    llama" <<<"$out" || fail "info: $out"
 
 err=$("$ember" convert "$hf/llama" 2>&1 >/dev/null); rc=$?
 [ $rc -eq 1 ] && grep -q "required" <<<"$err" || fail "no -o: exit $rc, $err"
-err=$("$ember" convert "$hf/llama" -o "$tmp/x.gguf" --type q3_k 2>&1 >/dev/null); rc=$?
-[ $rc -eq 1 ] && grep -q "'q3_k' is not one of" <<<"$err" || fail "bad type: exit $rc, $err"
+err=$("$ember" convert "$hf/llama" -o "$tmp/x.gguf" --type q3_k_xl 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] && grep -q "unknown quantization type 'q3_k_xl' (valid: F32, F16" <<<"$err" || fail "bad type: exit $rc, $err"
 mkdir "$tmp/empty"
 err=$("$ember" convert "$tmp/empty" -o "$tmp/x.gguf" 2>&1 >/dev/null); rc=$?
 [ $rc -eq 1 ] && grep -q "empty/config.json: cannot open" <<<"$err" || fail "empty dir: exit $rc, $err"

@@ -16,6 +16,7 @@
 #include "../../quant/quant.h"
 #include "../../tokenizer/tokenizer.h"
 #include "../model.h"
+#include "../quantize/quantize.h"
 #include "convert.h"
 
 /* ---- families ---- */
@@ -229,7 +230,7 @@ typedef struct converter {
     em_hf_config cfg;
     checkpoint ck;
     plan plan;
-    uint32_t type;     /* requested weight type */
+    const em_recipe *recipe; /* --type */
     float *buf;        /* conversion chunk */
     uint8_t *out;
     size_t buf_elems;
@@ -249,15 +250,24 @@ static em_err add_plan(converter *cv, plan_tensor **out) {
     return NULL;
 }
 
-/* The type a tensor is stored in: vectors and the MoE router in f32 (as llama.cpp keeps them); a
- * block type whose block does not divide the row falls back to a smaller block or f16. */
-static uint32_t type_for(const converter *cv, const plan_tensor *t, bool keep_f32) {
-    if (t->n_dims == 1 || keep_f32) return EM_TYPE_F32;
-    uint32_t type = cv->type;
-    const uint64_t row = t->ne[0];
-    if (type == EM_TYPE_Q4_K && row % 256) type = EM_TYPE_Q8_0;
-    if (type == EM_TYPE_Q8_0 && row % 32) type = EM_TYPE_F16;
-    return type;
+/* Every tensor's type, from the recipe `ember quantize` uses (model/quantize): vectors and the MoE
+ * router stay f32, block types that do not divide a row fall back as llama.cpp's do. */
+static em_err assign_types(converter *cv) {
+    const em_hf_config *c = &cv->cfg;
+    em_recipe_tensor *tensors = calloc(cv->plan.n ? cv->plan.n : 1, sizeof *tensors);
+    if (!tensors) return em_errorf(EM_ERR_NOMEM, "out of memory planning tensor types");
+    for (size_t i = 0; i < cv->plan.n; i++) {
+        const plan_tensor *t = &cv->plan.t[i];
+        tensors[i].name = t->name;
+        memcpy(tensors[i].ne, t->ne, sizeof t->ne);
+        tensors[i].source_type = EM_TYPE_F32; /* every source is read as f32 */
+    }
+    em_recipe_model model = {.arch = cv->f->arch, .n_layer = c->n_layer, .n_head = c->n_head,
+                             .n_head_kv = c->n_head_kv, .n_expert = c->n_expert};
+    em_err err = em_recipe_apply(cv->recipe, &model, tensors, cv->plan.n);
+    for (size_t i = 0; i < cv->plan.n && !err; i++) cv->plan.t[i].type = tensors[i].type;
+    free(tensors);
+    return err;
 }
 
 /* Checks a source tensor's shape (PyTorch order, outermost first). */
@@ -285,7 +295,7 @@ static em_err need(converter *cv, const char *hf_name, const em_st_tensor **out)
 
 /* Plans one tensor from one source. rows == 0: a vector of `cols`. */
 static em_err plan_one(converter *cv, const char *hf_name, const char *gguf_name, uint64_t cols, uint64_t rows,
-                       bool required, bool keep_f32, plan_tensor **out) {
+                       bool required, plan_tensor **out) {
     if (out) *out = NULL;
     if (!required && !checkpoint_find(&cv->ck, hf_name)) return NULL;
     const em_st_tensor *s;
@@ -304,7 +314,6 @@ static em_err plan_one(converter *cv, const char *hf_name, const char *gguf_name
     if (!(t->src = malloc(sizeof *t->src))) return em_errorf(EM_ERR_NOMEM, "out of memory");
     t->src[0] = s;
     t->add_one = cv->f->gemma && ends_with(hf_name, "norm.weight");
-    t->type = type_for(cv, t, keep_f32);
     if (out) *out = t;
     return NULL;
 }
@@ -324,7 +333,6 @@ static em_err plan_experts(converter *cv, uint32_t il, const char *which, const 
     t->ne[1] = rows;
     t->ne[2] = ne;
     t->ne[3] = 1;
-    t->type = type_for(cv, t, false);
     if (!(t->src = calloc(ne, sizeof *t->src))) return em_errorf(EM_ERR_NOMEM, "out of memory");
     static const char *const mixtral[][2] = {{"gate", "w1"}, {"up", "w3"}, {"down", "w2"}};
     const char *hf_which = which;
@@ -395,53 +403,50 @@ static em_err plan_layer(converter *cv, uint32_t il) {
 #define HF(fmt) (snprintf(hf, sizeof hf, "%slayers.%u." fmt, cv->prefix, il), hf)
 #define GG(fmt) (snprintf(gg, sizeof gg, "blk.%u." fmt, il), gg)
     plan_tensor *t;
-    if ((err = plan_one(cv, HF("input_layernorm.weight"), GG("attn_norm.weight"), e, 0, true, false, NULL))) return err;
-    if ((err = plan_one(cv, HF("self_attn.q_proj.weight"), GG("attn_q.weight"), e, q, true, false, &t))) return err;
+    if ((err = plan_one(cv, HF("input_layernorm.weight"), GG("attn_norm.weight"), e, 0, true, NULL))) return err;
+    if ((err = plan_one(cv, HF("self_attn.q_proj.weight"), GG("attn_q.weight"), e, q, true, &t))) return err;
     if (f->permute_qk) t->permute_heads = c->n_head;
-    if ((err = plan_one(cv, HF("self_attn.k_proj.weight"), GG("attn_k.weight"), e, kv, true, false, &t))) return err;
+    if ((err = plan_one(cv, HF("self_attn.k_proj.weight"), GG("attn_k.weight"), e, kv, true, &t))) return err;
     if (f->permute_qk) t->permute_heads = c->n_head_kv;
-    if ((err = plan_one(cv, HF("self_attn.v_proj.weight"), GG("attn_v.weight"), e, kv, true, false, NULL))) return err;
-    if ((err = plan_one(cv, HF("self_attn.o_proj.weight"), GG("attn_output.weight"), q, e, true, false, NULL)))
+    if ((err = plan_one(cv, HF("self_attn.v_proj.weight"), GG("attn_v.weight"), e, kv, true, NULL))) return err;
+    if ((err = plan_one(cv, HF("self_attn.o_proj.weight"), GG("attn_output.weight"), q, e, true, NULL)))
         return err;
     bool bias = f->qkv_bias || c->attention_bias;
-    if ((err = plan_one(cv, HF("self_attn.q_proj.bias"), GG("attn_q.bias"), q, 0, bias, false, &t))) return err;
+    if ((err = plan_one(cv, HF("self_attn.q_proj.bias"), GG("attn_q.bias"), q, 0, bias, &t))) return err;
     if (t && f->permute_qk) t->permute_heads = c->n_head;
-    if ((err = plan_one(cv, HF("self_attn.k_proj.bias"), GG("attn_k.bias"), kv, 0, bias, false, &t))) return err;
+    if ((err = plan_one(cv, HF("self_attn.k_proj.bias"), GG("attn_k.bias"), kv, 0, bias, &t))) return err;
     if (t && f->permute_qk) t->permute_heads = c->n_head_kv;
-    if ((err = plan_one(cv, HF("self_attn.v_proj.bias"), GG("attn_v.bias"), kv, 0, bias, false, NULL))) return err;
+    if ((err = plan_one(cv, HF("self_attn.v_proj.bias"), GG("attn_v.bias"), kv, 0, bias, NULL))) return err;
     if (checkpoint_find(&cv->ck, HF("self_attn.o_proj.bias")))
         return em_errorf(EM_ERR_UNSUPPORTED, "%s: tensor '%s': output projection biases are not supported", cv->dir, hf);
     if (f->qk_norm) {
-        if ((err = plan_one(cv, HF("self_attn.q_norm.weight"), GG("attn_q_norm.weight"), hd, 0, true, false, NULL)))
+        if ((err = plan_one(cv, HF("self_attn.q_norm.weight"), GG("attn_q_norm.weight"), hd, 0, true, NULL)))
             return err;
-        if ((err = plan_one(cv, HF("self_attn.k_norm.weight"), GG("attn_k_norm.weight"), hd, 0, true, false, NULL)))
+        if ((err = plan_one(cv, HF("self_attn.k_norm.weight"), GG("attn_k_norm.weight"), hd, 0, true, NULL)))
             return err;
     }
     if (f->gemma) {
-        if ((err = plan_one(cv, HF("post_attention_layernorm.weight"), GG("post_attention_norm.weight"), e, 0, true,
-                            false, NULL)))
+        if ((err = plan_one(cv, HF("post_attention_layernorm.weight"), GG("post_attention_norm.weight"), e, 0, true, NULL)))
             return err;
-        if ((err = plan_one(cv, HF("pre_feedforward_layernorm.weight"), GG("ffn_norm.weight"), e, 0, true, false, NULL)))
+        if ((err = plan_one(cv, HF("pre_feedforward_layernorm.weight"), GG("ffn_norm.weight"), e, 0, true, NULL)))
             return err;
-        if ((err = plan_one(cv, HF("post_feedforward_layernorm.weight"), GG("post_ffw_norm.weight"), e, 0, true, false,
-                            NULL)))
+        if ((err = plan_one(cv, HF("post_feedforward_layernorm.weight"), GG("post_ffw_norm.weight"), e, 0, true, NULL)))
             return err;
-    } else if ((err = plan_one(cv, HF("post_attention_layernorm.weight"), GG("ffn_norm.weight"), e, 0, true, false,
-                               NULL))) {
+    } else if ((err = plan_one(cv, HF("post_attention_layernorm.weight"), GG("ffn_norm.weight"), e, 0, true, NULL))) {
         return err;
     }
     if (f->moe == MOE_NONE) {
         const uint64_t ff = c->n_ff;
-        if ((err = plan_one(cv, HF("mlp.gate_proj.weight"), GG("ffn_gate.weight"), e, ff, true, false, NULL))) return err;
-        if ((err = plan_one(cv, HF("mlp.up_proj.weight"), GG("ffn_up.weight"), e, ff, true, false, NULL))) return err;
-        if ((err = plan_one(cv, HF("mlp.down_proj.weight"), GG("ffn_down.weight"), ff, e, true, false, NULL)))
+        if ((err = plan_one(cv, HF("mlp.gate_proj.weight"), GG("ffn_gate.weight"), e, ff, true, NULL))) return err;
+        if ((err = plan_one(cv, HF("mlp.up_proj.weight"), GG("ffn_up.weight"), e, ff, true, NULL))) return err;
+        if ((err = plan_one(cv, HF("mlp.down_proj.weight"), GG("ffn_down.weight"), ff, e, true, NULL)))
             return err;
         return NULL;
     }
     const uint64_t ff = f->moe == MOE_MIXTRAL ? c->n_ff : c->n_ff_expert, ne = c->n_expert;
     const char *router = f->moe == MOE_MIXTRAL ? HF("block_sparse_moe.gate.weight") : HF("mlp.gate.weight");
     if (f->moe == MOE_MIXTRAL && !checkpoint_find(&cv->ck, router)) router = HF("mlp.gate.weight");
-    if ((err = plan_one(cv, router, GG("ffn_gate_inp.weight"), e, ne, true, true, NULL))) return err;
+    if ((err = plan_one(cv, router, GG("ffn_gate_inp.weight"), e, ne, true, NULL))) return err;
     if ((err = plan_experts(cv, il, "gate", "ffn_gate_exps.weight", e, ff))) return err;
     if ((err = plan_experts(cv, il, "up", "ffn_up_exps.weight", e, ff))) return err;
     if ((err = plan_experts(cv, il, "down", "ffn_down_exps.weight", ff, e))) return err;
@@ -466,17 +471,18 @@ static em_err plan_all(converter *cv) {
         }
     }
     snprintf(name, sizeof name, "%sembed_tokens.weight", cv->prefix);
-    if ((err = plan_one(cv, name, "token_embd.weight", c->n_embd, c->n_vocab, true, false, NULL))) return err;
+    if ((err = plan_one(cv, name, "token_embd.weight", c->n_embd, c->n_vocab, true, NULL))) return err;
     for (uint32_t il = 0; il < c->n_layer; il++)
         if ((err = plan_layer(cv, il))) return err;
     snprintf(name, sizeof name, "%snorm.weight", cv->prefix);
-    if ((err = plan_one(cv, name, "output_norm.weight", c->n_embd, 0, true, false, NULL))) return err;
+    if ((err = plan_one(cv, name, "output_norm.weight", c->n_embd, 0, true, NULL))) return err;
     /* An output matrix is written when the checkpoint has one and does not declare it tied
      * (Gemma is always tied; llama.cpp drops its lm_head). */
     bool tied = cv->f->gemma || (c->tie_given && c->tie_embeddings);
-    if (!tied && (err = plan_one(cv, "lm_head.weight", "output.weight", c->n_embd, c->n_vocab, false, false, NULL)))
+    if (!tied && (err = plan_one(cv, "lm_head.weight", "output.weight", c->n_embd, c->n_vocab, false, NULL)))
         return err;
     if (tied) checkpoint_find(&cv->ck, "lm_head.weight"); /* the tied copy some checkpoints keep */
+    if ((err = assign_types(cv))) return err;
     for (size_t i = 0; i < cv->plan.n; i++) {
         plan_tensor *t = &cv->plan.t[i];
         uint64_t bytes;
@@ -558,18 +564,6 @@ static em_err check_config(converter *cv) {
 
 /* ---- metadata ---- */
 
-static uint32_t file_type_of(uint32_t type) {
-    /* llama.cpp's llama_ftype values for the types this converter writes */
-    switch (type) {
-    case EM_TYPE_F32: return 0;
-    case EM_TYPE_F16: return 1;
-    case EM_TYPE_Q8_0: return 7;
-    case EM_TYPE_Q4_K: return 14; /* MOSTLY_Q4_K_S: every matrix Q4_K */
-    case EM_TYPE_BF16: return 32;
-    default: return 0;
-    }
-}
-
 /* A Gemma 3 layer pattern other than the default, in the form config.json gave it: a period when
  * it gave only sliding_window_pattern, one bool per layer (true = sliding) from layer_types. */
 static em_err write_layer_pattern(const converter *cv, em_gguf_writer *w, const char *key) {
@@ -641,8 +635,10 @@ static em_err write_metadata(converter *cv, em_gguf_writer *w, const char *name)
         if (c->rope.beta_fast > 0) TRY(em_gguf_writer_add_f32(w, K("rope.scaling.yarn_beta_fast"), (float)c->rope.beta_fast));
         if (c->rope.beta_slow > 0) TRY(em_gguf_writer_add_f32(w, K("rope.scaling.yarn_beta_slow"), (float)c->rope.beta_slow));
     }
-    TRY(em_gguf_writer_add_u32(w, "general.file_type", file_type_of(cv->type)));
-    if (cv->type != EM_TYPE_F32 && cv->type != EM_TYPE_F16 && cv->type != EM_TYPE_BF16)
+    if (em_recipe_file_type(cv->recipe) >= 0)
+        TRY(em_gguf_writer_add_u32(w, "general.file_type", (uint32_t)em_recipe_file_type(cv->recipe)));
+    const char *recipe = em_recipe_name(cv->recipe);
+    if (strcmp(recipe, "F32") && strcmp(recipe, "F16") && strcmp(recipe, "BF16"))
         TRY(em_gguf_writer_add_u32(w, "general.quantization_version", 2));
     return NULL;
 #undef K
@@ -774,21 +770,9 @@ static em_err write_tokenizer(converter *cv, em_gguf_writer *w) {
 
 /* ---- the whole conversion ---- */
 
-static em_err parse_type(const char *name, uint32_t *out) {
-    static const char *const allowed[] = {"f32", "f16", "bf16", "q8_0", "q4_k"};
-    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++)
-        if (!strcmp(name, allowed[i])) {
-            em_type type;
-            em_err err = em_type_from_name(name, &type);
-            *out = type;
-            return err;
-        }
-    return em_errorf(EM_ERR_INVALID, "output type '%s' is not one of f32, f16, bf16, q8_0, q4_k", name);
-}
-
 static em_err run(converter *cv, const char *out_path, const em_convert_options *opt, em_convert_stats *stats) {
     char path[4096];
-    em_err err = parse_type(opt && opt->type ? opt->type : "f16", &cv->type);
+    em_err err = em_recipe_find(opt && opt->type ? opt->type : "F16", &cv->recipe);
     if (err) return err;
     snprintf(path, sizeof path, "%s/config.json", cv->dir);
     if ((err = em_hf_config_load(path, &cv->cfg))) return err;

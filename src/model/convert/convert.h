@@ -29,8 +29,10 @@
  * mapping. An em_hf_config owns its layer_types array (em_hf_config_free). Errors name the file and
  * the field or tensor.
  *
- * Depends on base, gguf, quant, tokenizer (em_tokenizer_hf_to_gguf) and jansson. It writes files the
- * family loaders (model.h) read; it does not call them.
+ * Tensor types come from the recipes of model/quantize (the same names and rules as `ember quantize`).
+ *
+ * Depends on base, gguf, quant, model/quantize (recipes), tokenizer (em_tokenizer_hf_to_gguf) and
+ * jansson. It writes files the family loaders (model.h) read; it does not call them.
  */
 #ifndef EMBER_CONVERT_H
 #define EMBER_CONVERT_H
@@ -145,7 +147,7 @@ void em_hf_config_free(em_hf_config *config);
 /* ---- conversion ---- */
 
 typedef struct em_convert_options {
-    const char *type;       /* "f32", "f16", "bf16", "q8_0", "q4_k"; NULL = f16 */
+    const char *type;       /* a recipe of `ember quantize` (model/quantize: "F16", "Q8_0", "Q4_K_M", ...); NULL = F16 */
     const char *name;       /* general.name; NULL = the directory's last component */
     bool no_tokenizer;      /* write no tokenizer.* metadata (checkpoints without tokenizer.json) */
 } em_convert_options;
