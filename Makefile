@@ -2,7 +2,6 @@
 BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
-FIXTURES ?= $(abspath tests/fixtures/reference)
 
 .PHONY: all deps configure build run test fuzz clean
 
@@ -20,15 +19,14 @@ configure: deps $(BUILD)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# A tiny model with random weights (synthesized once), then a short generation with it. Builds only
-# the ember program (not the tests), quietly: the build's output goes to a log shown on failure.
-RUN_MODEL ?= $(BUILD)/tiny-llama-q8_0.gguf
+# The project's own small model (models/, trained on WordNet: models/README.md), served and asked one
+# question. Builds only the ember program (not the tests), quietly: the build's output goes to a log
+# shown on failure.
+RUN_MODEL ?= models/ember-wordnet-21m.Q4_K_M.gguf
 run: configure
 	@echo "ember: building $(BUILD)/ember (log: $(BUILD)/build-ember.log)"
 	@cmake --build $(BUILD) -j $(JOBS) --target ember > $(BUILD)/build-ember.log 2>&1 || \
 		{ tail -n 40 $(BUILD)/build-ember.log; echo "ember: the build failed (log: $(BUILD)/build-ember.log)"; exit 1; }
-	@test -f $(RUN_MODEL) || $(BUILD)/ember synth --preset tiny-llama --type q8_0 -o $(RUN_MODEL) \
-		--vocab $(FIXTURES)/vocab/ggml-vocab-llama-spm.gguf
 	@tools/run_demo.sh $(BUILD)/ember $(RUN_MODEL)
 
 test: build

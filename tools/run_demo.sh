@@ -9,12 +9,12 @@ log=$(mktemp)
 start_server "$log" "$ember" serve -m "$model" --port 0 || exit 1
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -f "$log"' EXIT
 name=$(basename "$model" .gguf)
-request='{"model":"'"$name"'","messages":[{"role":"user","content":"Tell me a story."}],"max_tokens":32,"temperature":0}'
+request='{"model":"'"$name"'","messages":[{"role":"user","content":"What is a dog?"}],"max_tokens":64,"temperature":0}'
 echo "POST $url/v1/chat/completions"
 echo "$request"
 echo
 reply=$(curl -sS "$url/v1/chat/completions" -H 'content-type: application/json' -d "$request") || exit 1
 echo "$reply"
 echo
-echo "assistant (a random tiny model, so random text):"
+echo "assistant ($name, a 21M-parameter model trained by the project on WordNet: models/README.md):"
 printf '%s\n' "$reply" | sed -n 's/.*"content":"\(\([^"\\]\|\\.\)*\)".*/\1/p'
