@@ -51,6 +51,14 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* The ids random prompts draw from: the first 32,000 (the same prompts on every large vocabulary, so
+ * runs on different models compare), fewer on a smaller vocabulary. */
+static int prompt_ids(ember_engine *e) {
+    ember_engine_info info;
+    ember_engine_get_info(e, &info);
+    return info.n_vocab < 32000 ? (int)info.n_vocab : 32000;
+}
+
 /* Random token ids; with period > 0, a random stretch of `period` tokens repeated. */
 static void random_prompt(int32_t *tokens, int n, uint64_t seed, int n_vocab_guess, int period) {
     for (int i = 0; i < n; i++) {
@@ -132,7 +140,7 @@ static em_err bench_concurrency(const bench_args *a) {
     ember_request *r;
     int n;
     if (!err) {
-        random_prompt(prompts, a->prompt_tokens, 1, 32000, a->prompt_period);
+        random_prompt(prompts, a->prompt_tokens, 1, prompt_ids(e), a->prompt_period);
         if (!(err = submit(e, prompts, a->prompt_tokens, 4, &r))) err = drain(r, scratch, a->n_generate, &n), ember_request_release(r);
     }
     for (int c = 0; c < a->n_concurrency && !err; c++) {
@@ -141,7 +149,7 @@ static em_err bench_concurrency(const bench_args *a) {
         for (int round = 0; round < a->rounds && !err; round++) {
             ember_request *reqs[16] = {0};
             for (int i = 0; i < clients; i++)
-                random_prompt(prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, 1000 * (uint64_t)round + (uint64_t)i + 7, 32000,
+                random_prompt(prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, 1000 * (uint64_t)round + (uint64_t)i + 7, prompt_ids(e),
                               a->prompt_period);
             for (int i = 0; i < clients && a->warm_prompts && !err; i++) {
                 if (!(err = submit(e, prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, 1, &r)))
@@ -207,10 +215,12 @@ static em_err bench_prefix_reuse(const bench_args *a) {
     const int total = doc + 2 * (answer + more);
     int32_t *conv = malloc(sizeof(int32_t) * (size_t)total), *other = malloc(sizeof(int32_t) * (size_t)doc);
     if (!conv || !other) return em_errorf(EM_ERR_NOMEM, "bench: out of memory");
-    random_prompt(conv, total, 11, 32000, 0);
-    random_prompt(other, doc, 12, 32000, 0);
     ember_engine *e;
     em_err err = create(a, total + 64, 0, &e);
+    if (!err) {
+        random_prompt(conv, total, 11, prompt_ids(e), 0);
+        random_prompt(other, doc, 12, prompt_ids(e), 0);
+    }
     if (!err) err = reuse_step(e, "A", conv, doc, conv + doc, answer);
     if (!err) err = reuse_step(e, "A'", conv, doc + answer + more, conv + doc + answer + more, answer);
     int32_t scratch[16];
@@ -240,13 +250,13 @@ static em_err bench_prefill(const bench_args *a) {
     int n;
     /* Warm-up at the longest length: first-touch of KV memory, kernel loading. */
     if (!err) {
-        random_prompt(prompt, longest, 3, 32000, 0);
+        random_prompt(prompt, longest, 3, prompt_ids(e), 0);
         if (!(err = submit(e, prompt, longest, 1, &r))) err = drain(r, scratch, 1, &n), ember_request_release(r);
     }
     for (int i = 0; i < a->n_prefill && !err; i++) {
         double ms[64];
         for (int round = 0; round < a->rounds && !err; round++) {
-            random_prompt(prompt, a->prefill[i], 5000 + 100 * (uint64_t)i + (uint64_t)round, 32000, 0);
+            random_prompt(prompt, a->prefill[i], 5000 + 100 * (uint64_t)i + (uint64_t)round, prompt_ids(e), 0);
             if ((err = submit(e, prompt, a->prefill[i], 1, &r))) break;
             err = drain(r, scratch, 1, &n);
             ember_timings t;
