@@ -180,24 +180,31 @@ static void test_lookup_rule(void **state) {
 
 static void test_adapt_rule(void **state) {
     (void)state;
-    uint32_t length = 4, pause = 0;
-    em_spec_adapt(&length, &pause, 4, 4, 0, 16); /* all accepted: doubled */
+    uint32_t length = 4, pause = 0, misses = 0;
+    em_spec_adapt(&length, &pause, &misses, 4, 4, 0, 16); /* all accepted: doubled */
     assert_int_equal(length, 8);
-    em_spec_adapt(&length, &pause, 8, 8, 0, 10); /* capped */
+    em_spec_adapt(&length, &pause, &misses, 8, 8, 0, 10); /* capped */
     assert_int_equal(length, 10);
-    em_spec_adapt(&length, &pause, 10, 3, 0, 16); /* one past the accepted run */
+    em_spec_adapt(&length, &pause, &misses, 10, 3, 0, 16); /* one past the accepted run */
     assert_int_equal(length, 4);
-    em_spec_adapt(&length, &pause, 4, 0, 0, 16); /* none: halved */
-    assert_int_equal(length, 2);
-    em_spec_adapt(&length, &pause, 2, 0, 0, 16);
-    em_spec_adapt(&length, &pause, 1, 0, 0, 16);
-    assert_int_equal(length, 0); /* then a pause */
+    em_spec_adapt(&length, &pause, &misses, 4, 0, 0, 16); /* none: zero and a pause */
+    assert_int_equal(length, 0);
     assert_int_equal(pause, EM_SPEC_PAUSE_STEPS);
+    length = 1;
+    em_spec_adapt(&length, &pause, &misses, 1, 0, 0, 16); /* a second miss in a row: twice the pause */
+    assert_int_equal(pause, 2 * EM_SPEC_PAUSE_STEPS);
+    for (int i = 0; i < 10; i++) em_spec_adapt(&length, &pause, &misses, 1, 0, 0, 16);
+    assert_int_equal(pause, EM_SPEC_PAUSE_STEPS << EM_SPEC_PAUSE_DOUBLINGS); /* bounded */
+    length = 1;
+    em_spec_adapt(&length, &pause, &misses, 1, 1, 0, 16); /* a hit ends the run of misses */
+    assert_int_equal(length, 2);
+    assert_int_equal(misses, 0);
+    assert_int_equal(pause, 0);
     length = 2, pause = 0;
-    em_spec_adapt(&length, &pause, 2, 0, 3, 16); /* never below the minimum */
+    em_spec_adapt(&length, &pause, &misses, 2, 0, 3, 16); /* never below the minimum */
     assert_int_equal(length, 3);
     assert_int_equal(pause, 0);
-    em_spec_adapt(&length, &pause, 3, 1, 0, 16); /* fewer drafted than the length: the run counts */
+    em_spec_adapt(&length, &pause, &misses, 3, 1, 0, 16); /* fewer drafted than the length: the run counts */
     assert_int_equal(length, 2);
 }
 

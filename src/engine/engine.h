@@ -203,8 +203,12 @@ void em_stop_flush(em_stop_matcher *matcher, const char **release, size_t *relea
 /* The n-gram sizes prompt lookup tries, longest first. */
 #define EM_SPEC_NGRAM_MAX 3
 #define EM_SPEC_NGRAM_MIN 1
-/* Steps a request waits before drafting again once its adaptive draft length fell to zero. */
+/* Steps a request waits before drafting again after a draft with nothing accepted, doubled after
+ * each further miss in a row, at most EM_SPEC_PAUSE_DOUBLINGS times. */
 #define EM_SPEC_PAUSE_STEPS 8
+#define EM_SPEC_PAUSE_DOUBLINGS 5
+/* The draft length a request starts with (within --draft-min and --draft-max). */
+#define EM_SPEC_FIRST_DRAFT 2
 
 /* Prompt lookup: finds the latest earlier occurrence of the last n tokens of tokens[0..n_tokens)
  * (n from EM_SPEC_NGRAM_MAX down to EM_SPEC_NGRAM_MIN) and drafts what followed it, up to
@@ -213,10 +217,11 @@ void em_stop_flush(em_stop_matcher *matcher, const char **release, size_t *relea
 uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_draft, int32_t *draft);
 
 /* The adaptive draft length after a step that verified `drafted` drafts and accepted `accepted`:
- * doubled (up to max) when all were accepted, one past the accepted run when some were, halved
- * when none were; at zero the request pauses for EM_SPEC_PAUSE_STEPS steps, then tries one. */
-void em_spec_adapt(uint32_t *length, uint32_t *pause, uint32_t drafted, uint32_t accepted, uint32_t min,
-                   uint32_t max);
+ * doubled (up to max) when all were accepted, one past the accepted run when some were; when none
+ * were, zero and a pause of EM_SPEC_PAUSE_STEPS steps, doubled for each earlier miss in a row
+ * (`misses` counts them), after which the request tries one draft. Never below min. */
+void em_spec_adapt(uint32_t *length, uint32_t *pause, uint32_t *misses, uint32_t drafted, uint32_t accepted,
+                   uint32_t min, uint32_t max);
 
 /* A draft model: its own backend and KV pool; each drafting request keeps a block table there
  * whose first draft_computed positions hold the draft model's KV of the request's tokens. */
@@ -306,7 +311,7 @@ struct ember_request {
      * engine's draft_max), verified in the step; draft_length and draft_pause adapt the count. */
     ember_spec spec; /* resolved: OFF, LOOKUP or DRAFT */
     int32_t *draft;
-    uint32_t n_draft, draft_length, draft_pause;
+    uint32_t n_draft, draft_length, draft_pause, draft_misses;
     uint32_t n_drafted, n_accepted; /* totals, for the timings (under `lock`) */
     /* With a draft model: the block table in its pool and how many tokens its KV holds. */
     uint32_t *draft_blocks;
@@ -372,6 +377,11 @@ void em_spec_verified(ember_engine *engine, ember_request *r, uint32_t drafted, 
 void em_spec_release(ember_engine *engine, ember_request *r);
 /* Whether the request drafts at all (it may still have none in a step). */
 static inline bool em_spec_active(const ember_request *r) { return r->spec != EMBER_SPEC_OFF; }
+/* Whether the request drafts in its next step (not pausing, or its pause ends there): such a step
+ * depends on the token before it, so it cannot be chained behind the step in flight. */
+static inline bool em_spec_drafts_next(const ember_request *r) {
+    return em_spec_active(r) && (r->draft_length > 0 || r->draft_pause <= 1);
+}
 
 double em_engine_now_ms(void);
 void em_engine_wake(ember_engine *engine);

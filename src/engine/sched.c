@@ -540,10 +540,15 @@ static bool can_chain(ember_engine *e) {
             return false;
         if (r->n_generated + 1 >= (uint32_t)r->params.max_tokens || r->n_tokens + 1 >= e->ctx_tokens) return false;
         if (r->grammar_state) return false; /* its next mask depends on the token in flight */
-        if (em_spec_active(r)) return false; /* its drafts depend on the token in flight */
+        if (em_spec_drafts_next(r)) return false; /* its drafts depend on the token in flight */
         new_blocks += r->n_blocks < blocks_for(e, r->n_computed + 1);
     }
-    return take_blocks(e, new_blocks);
+    if (!take_blocks(e, new_blocks)) return false;
+    /* A request pausing its drafts counts the chained step as one of its pause (it stays >= 1: the
+     * step that ends the pause is a planned one, where the request drafts). */
+    for (uint32_t i = 0; i < e->n_running; i++)
+        if (em_spec_active(e->running[i]) && e->running[i]->draft_length == 0) e->running[i]->draft_pause--;
+    return true;
 }
 
 /* The batch of n tokens the engine's scratch describes (every running request's block table). */
@@ -690,7 +695,7 @@ static bool step(ember_engine *e) {
             if (e->batch_logits[n]) e->row_owner[rows++] = r;
             n++;
         }
-        speculating |= r->scheduled && em_spec_active(r);
+        speculating |= r->scheduled && r->n_draft > 0; /* drafts in this step */
     }
     if (n == 0) return false;
     bool constrained = false;

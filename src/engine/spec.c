@@ -36,17 +36,25 @@ uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_d
     return 0;
 }
 
-void em_spec_adapt(uint32_t *length, uint32_t *pause, uint32_t drafted, uint32_t accepted, uint32_t min,
-                   uint32_t max) {
+void em_spec_adapt(uint32_t *length, uint32_t *pause, uint32_t *misses, uint32_t drafted, uint32_t accepted,
+                   uint32_t min, uint32_t max) {
     if (drafted == 0) return;
     uint32_t next;
     if (accepted == drafted) next = 2 * *length > drafted ? 2 * *length : 2 * drafted;
-    else if (accepted > 0) next = accepted + 1;
-    else next = *length / 2;
+    else next = accepted + 1;
+    if (accepted == 0) {
+        /* A rejected draft costs a step that yields one token anyway; after repeated misses the
+         * request drafts ever more rarely, so text that cannot be drafted runs at plain speed. */
+        next = 0;
+        *pause = EM_SPEC_PAUSE_STEPS << (*misses < EM_SPEC_PAUSE_DOUBLINGS ? *misses : EM_SPEC_PAUSE_DOUBLINGS);
+        (*misses)++;
+    } else {
+        *misses = 0;
+    }
     if (next > max) next = max;
     if (next < min) next = min;
     *length = next;
-    if (next == 0) *pause = EM_SPEC_PAUSE_STEPS;
+    if (next > 0) *pause = 0;
 }
 
 /* ---- The draft model ---- */
@@ -182,7 +190,7 @@ void em_spec_verified(ember_engine *e, ember_request *r, uint32_t drafted, uint3
     r->n_drafted += drafted;
     r->n_accepted += accepted;
     pthread_mutex_unlock(&r->lock);
-    em_spec_adapt(&r->draft_length, &r->draft_pause, drafted, accepted, e->draft_min, e->draft_max);
+    em_spec_adapt(&r->draft_length, &r->draft_pause, &r->draft_misses, drafted, accepted, e->draft_min, e->draft_max);
     r->n_draft = 0;
     if (e->drafter && r->phase != EM_PHASE_DONE) { /* the draft model's KV keeps only accepted tokens */
         if (r->draft_computed > r->n_computed) r->draft_computed = r->n_computed;
