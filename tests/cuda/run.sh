@@ -16,27 +16,52 @@ fi
 models=$(mktemp -d)
 trap 'rm -rf "$models"' EXIT
 pass=0 fail=0
+# The device decoders against the CPU reference, on the host (no GPU needed).
+if [ -x "$build/tests/check_decoders" ]; then
+  if "$build/tests/check_decoders"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+fi
+# check_cuda on FILE, counted.
+verify() { # LABEL TYPE FILE
+  if timeout 300 "$build/tests/check_cuda" "$3" "$1" "$2" 2>"$models/err"; then
+    pass=$((pass + 1))
+  else
+    grep -v ': info:' "$models/err" >"$models/err2"
+    [ -s "$models/err2" ] && printf '%-14s %-7s %s  FAIL\n' "$1" "$2" "$(head -c 300 "$models/err2" | tr '\n' ' ')"
+    fail=$((fail + 1))
+  fi
+}
+failed_to_make() { # LABEL TYPE WHAT
+  printf '%-14s %-7s %s failed: %s  FAIL\n' "$1" "$2" "$3" "$(head -c 200 "$models/err")"
+  fail=$((fail + 1))
+}
 check() { # LABEL TYPE SYNTH-ARGS...
   local label=$1 type=$2
   shift 2
   [ -n "${ONLY:-}" ] && ! [[ "$label $type" =~ $ONLY ]] && return
   if ! "$build/ember" synth "$@" --type "$type" -o "$models/m.gguf" --vocab "$vocab" >/dev/null 2>"$models/err"; then
-    printf '%-14s %-7s synth failed: %s  FAIL\n' "$label" "$type" "$(head -c 200 "$models/err")"
-    fail=$((fail + 1))
+    failed_to_make "$label" "$type" synth
     return
   fi
-  if timeout 300 "$build/tests/check_cuda" "$models/m.gguf" "$label" "$type" 2>"$models/err"; then
-    pass=$((pass + 1))
-  else
-    grep -v ': info:' "$models/err" >"$models/err2"
-    [ -s "$models/err2" ] && printf '%-14s %-7s %s  FAIL\n' "$label" "$type" "$(head -c 300 "$models/err2" | tr '\n' ' ')"
-    fail=$((fail + 1))
-  fi
+  verify "$label" "$type" "$models/m.gguf"
 }
 for family in llama qwen2 qwen3 qwen3moe gemma2 gemma3 mixtral flint; do
   for type in f32 bf16 q8_0 q4_k mix; do check "tiny-$family" "$type" --preset "tiny-$family"; done
 done
 for type in bf16 q8_0 q4_k mix; do check "dense-1b/L2" "$type" --preset dense-1b --layers 2; done
+# llama.cpp's file types through `ember quantize` (Q5_K, Q3_K and IQ4_XS tensors beside Q4_K and Q6_K),
+# on a preset whose rows the K blocks divide.
+checkq() { # LABEL TYPE PRESET
+  local label=$1 type=$2 preset=$3
+  [ -n "${ONLY:-}" ] && ! [[ "$label $type" =~ $ONLY ]] && return
+  if ! "$build/ember" synth --preset "$preset" --type f32 -o "$models/f.gguf" --vocab "$vocab" >/dev/null 2>"$models/err" ||
+    ! "$build/ember" quantize "$models/f.gguf" "$models/q.gguf" "$type" >/dev/null 2>"$models/err"; then
+    failed_to_make "$label" "$type" quantize
+    return
+  fi
+  verify "$label" "$type" "$models/q.gguf"
+}
+for type in Q5_K_M Q5_K_S Q4_K_S Q3_K_M IQ4_XS Q4_K_M; do checkq small-llama "$type" small-llama; done
+checkq small-moe Q4_K_S small-qwen3moe
 check "flint/L3" mix --preset flint --layers 3
 check "moe-30b/L2" mix --preset moe-30b-a3b --layers 2
 # Speculative decoding through the engine on the GPU: outputs with drafts equal those without.

@@ -17,14 +17,18 @@
  * gemm.cu uploads its own. */
 static __device__ uint32_t em_cuda_iq3xxs_grid[256];
 
-__device__ __forceinline__ float ld_half(const uint8_t *p) { return __half2float(*(const __half *)p); }
-__device__ __forceinline__ uint32_t ld_u16(const uint8_t *p) { return *(const uint16_t *)p; }
+/* Decoders that also compile for the host, so that tests/cuda/check_decoders.cu can compare them
+ * with the CPU reference on a machine without a GPU. */
+#define EM_HD __host__ __device__ __forceinline__
+
+EM_HD float ld_half(const uint8_t *p) { return __half2float(*(const __half *)p); }
+EM_HD uint32_t ld_u16(const uint8_t *p) { return *(const uint16_t *)p; }
 /* 8 bytes from a 2-byte aligned address. */
-__device__ __forceinline__ uint2 ld8_a2(const uint8_t *p) {
+EM_HD uint2 ld8_a2(const uint8_t *p) {
     const uint16_t *h = (const uint16_t *)p;
     return make_uint2(h[0] | ((uint32_t)h[1] << 16), h[2] | ((uint32_t)h[3] << 16));
 }
-__device__ __forceinline__ uint32_t byte_of(uint2 v, int i) { return ((i < 4 ? v.x : v.y) >> (8 * (i & 3))) & 0xff; }
+EM_HD uint32_t byte_of(uint2 v, int i) { return ((i < 4 ? v.x : v.y) >> (8 * (i & 3))) & 0xff; }
 
 template <int TYPE> struct deq;
 
@@ -62,7 +66,7 @@ template <> struct deq<EM_TYPE_BF16> {
 
 /* Q8_0: 34-byte blocks of 32: d, 32 signed bytes. */
 template <> struct deq<EM_TYPE_Q8_0> {
-    __device__ static void get(const uint8_t *row, uint32_t g, float v[8]) {
+    EM_HD static void get(const uint8_t *row, uint32_t g, float v[8]) {
         const uint8_t *b = row + 34 * (uint64_t)(g >> 2);
         float d = ld_half(b);
         uint2 q = ld8_a2(b + 2 + 8 * (g & 3));
@@ -74,12 +78,12 @@ template <> struct deq<EM_TYPE_Q8_0> {
 /* Q4_K: 144-byte blocks of 256: d, dmin, 12 scale bytes, 128 nibble bytes (see dequant.c).
  * Sub-block sub's 6-bit scale sc and min mn from the scale bytes s[sub], s[sub + 4] and (from sub 4
  * on) s[sub - 4]. */
-__device__ __forceinline__ void q4k_sc_mn(uint32_t s_sub, uint32_t s_hi, uint32_t s_lo, int sub, int *sc, int *mn) {
+EM_HD void q4k_sc_mn(uint32_t s_sub, uint32_t s_hi, uint32_t s_lo, int sub, int *sc, int *mn) {
     *sc = sub < 4 ? (int)(s_sub & 63) : (int)((s_hi & 15) | ((s_lo >> 6) << 4));
     *mn = sub < 4 ? (int)(s_hi & 63) : (int)((s_hi >> 4) | ((s_sub >> 6) << 4));
 }
 /* Sub-block sub's scale d * sc and offset dmin * mn. */
-__device__ __forceinline__ void q4k_scales(const uint8_t *b, int sub, float *dl, float *ml) {
+EM_HD void q4k_scales(const uint8_t *b, int sub, float *dl, float *ml) {
     const uint8_t *s = b + 4;
     int sc, mn;
     q4k_sc_mn(s[sub], s[sub + 4], sub < 4 ? 0u : s[sub - 4], sub, &sc, &mn);
@@ -88,7 +92,7 @@ __device__ __forceinline__ void q4k_scales(const uint8_t *b, int sub, float *dl,
 }
 
 template <> struct deq<EM_TYPE_Q4_K> {
-    __device__ static void get(const uint8_t *row, uint32_t g, float v[8]) {
+    EM_HD static void get(const uint8_t *row, uint32_t g, float v[8]) {
         const uint8_t *b = row + 144 * (uint64_t)(g >> 5);
         const int j = g & 31, sub = j >> 2, part = j & 3;
         float dl, ml;
@@ -100,9 +104,64 @@ template <> struct deq<EM_TYPE_Q4_K> {
     }
 };
 
+/* Q5_K: 176-byte blocks of 256: as Q4_K (d, dmin, 12 scale bytes) then 32 bytes of fifth bits (bit
+ * sub of byte j: element 32 * sub + j) and the 128 nibble bytes. */
+template <> struct deq<EM_TYPE_Q5_K> {
+    EM_HD static void get(const uint8_t *row, uint32_t g, float v[8]) {
+        const uint8_t *b = row + 176 * (uint64_t)(g >> 5);
+        const int j = g & 31, sub = j >> 2, part = j & 3;
+        float dl, ml;
+        q4k_scales(b, sub, &dl, &ml);
+        const uint2 q = ld8_a2(b + 48 + 32 * (sub >> 1) + 8 * part), h = ld8_a2(b + 16 + 8 * part);
+        const int shift = 4 * (sub & 1);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            v[i] = dl * (float)(((byte_of(q, i) >> shift) & 15) | (((byte_of(h, i) >> sub) & 1) << 4)) - ml;
+    }
+};
+
+/* Q3_K: 110-byte blocks of 256: 32 bytes of high bits (bit b of byte j: element 32 * b + j), 64
+ * bytes of 2-bit pairs (byte j of half h: elements 128h + 32k + j in pair k), 12 bytes of 6-bit
+ * scales (one per 16, offset 32), d. A clear high bit subtracts 4: levels -4..3. */
+template <> struct deq<EM_TYPE_Q3_K> {
+    EM_HD static void get(const uint8_t *row, uint32_t g, float v[8]) {
+        const uint8_t *b = row + 110 * (uint64_t)(g >> 5);
+        const int e0 = 8 * (g & 31), half = e0 >> 7, pair = (e0 & 127) >> 5, j = e0 & 31, k = e0 >> 4;
+        const uint2 low = ld8_a2(b + 32 + 32 * half + j), high = ld8_a2(b + j);
+        const int lo = (b[96 + (k & 7)] >> (4 * (k >> 3))) & 15, hi = (b[104 + (k & 3)] >> (2 * (k >> 2))) & 3;
+        const float dl = ld_half(b + 108) * (float)((lo | hi << 4) - 32);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const int q = (int)((byte_of(low, i) >> (2 * pair)) & 3) - ((byte_of(high, i) >> (e0 >> 5)) & 1 ? 0 : 4);
+            v[i] = dl * (float)q;
+        }
+    }
+};
+
+/* IQ4_NL's 16 non-linear levels, as bytes of two words (no memory lookup). */
+EM_HD float iq4nl_level(uint32_t q) {
+    const uint64_t low = 0xF6EADDCFBFAD9881ull, high = 0x7159453526190D01ull; /* -127..-10, 1..113 */
+    return (float)(int8_t)((q < 8 ? low : high) >> (8 * (q & 7)));
+}
+
+/* IQ4_XS: 136-byte blocks of 256: d, a u16 of scale high bit pairs, 4 bytes of scale low nibbles,
+ * 128 bytes: sub-block s (32 elements) in bytes 16s..16s+15, low nibbles first; scales offset 32. */
+template <> struct deq<EM_TYPE_IQ4_XS> {
+    EM_HD static void get(const uint8_t *row, uint32_t g, float v[8]) {
+        const uint8_t *b = row + 136 * (uint64_t)(g >> 5);
+        const int j = g & 31, s = j >> 2, part = j & 3;
+        const int scale = (((b[4 + (s >> 1)] >> (4 * (s & 1))) & 15) | (((ld_u16(b + 2) >> (2 * s)) & 3) << 4)) - 32;
+        const float dl = ld_half(b) * (float)scale;
+        const uint2 q = ld8_a2(b + 8 + 16 * s + 8 * (part & 1));
+        const int shift = 4 * (part >> 1);
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = dl * iq4nl_level((byte_of(q, i) >> shift) & 15);
+    }
+};
+
 /* Q6_K: 210-byte blocks of 256: 128 low-nibble bytes, 64 high-pair bytes, 16 scales, d. */
 template <> struct deq<EM_TYPE_Q6_K> {
-    __device__ static void get(const uint8_t *row, uint32_t g, float v[8]) {
+    EM_HD static void get(const uint8_t *row, uint32_t g, float v[8]) {
         const uint8_t *b = row + 210 * (uint64_t)(g >> 5);
         const int e0 = 8 * (g & 31), half = e0 >> 7, r = e0 & 127;
         uint2 lo = ld8_a2(b + 64 * half + (r & 63));
@@ -389,8 +448,9 @@ template <int TYPE> struct em_type_tag {
 };
 
 /* Calls f(em_type_tag<T>()) for each weight type T the device decoders read: F16, BF16, Q8_0,
- * Q4_K, Q6_K and IQ3_XXS (what every product kernel takes), and F32 first when WITH_F32 (the f32
- * kernels). The one list of the types the kernels are built for, so that every launch and every
+ * Q4_K, Q6_K, IQ3_XXS, Q5_K, Q3_K and IQ4_XS (what every product kernel takes; the last three
+ * through the generic decoders, for the mixed recipes of llama.cpp's file types), and F32 first
+ * when WITH_F32 (the f32 kernels). The one list of the types the kernels are built for, so that every launch and every
  * "supported" check agree. */
 template <bool WITH_F32, typename F> static inline void em_cuda_each_type(F &&f) {
     if constexpr (WITH_F32) f(em_type_tag<EM_TYPE_F32>());
@@ -400,6 +460,9 @@ template <bool WITH_F32, typename F> static inline void em_cuda_each_type(F &&f)
     f(em_type_tag<EM_TYPE_Q4_K>());
     f(em_type_tag<EM_TYPE_Q6_K>());
     f(em_type_tag<EM_TYPE_IQ3_XXS>());
+    f(em_type_tag<EM_TYPE_Q5_K>());
+    f(em_type_tag<EM_TYPE_Q3_K>());
+    f(em_type_tag<EM_TYPE_IQ4_XS>());
 }
 
 /* Calls f(em_type_tag<T>()) for T == type if it is one of em_cuda_each_type's; false otherwise
