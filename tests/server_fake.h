@@ -45,9 +45,11 @@ static int fake_last_speculative; /* the ember_spec of the last request */
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static char fake_token_bytes_table[256];
 
-static em_err fake_chat_prompt(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n) {
+static em_err fake_chat_prompt(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n,
+                               bool *in_thinking) {
     (void)self;
     (void)tools;
+    if (in_thinking) *in_thinking = false;
     em_buf text = {0};
     size_t i;
     json_t *m;

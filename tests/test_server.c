@@ -293,6 +293,7 @@ static em_server_choice test_choice(const char *text, ember_finish_reason finish
     em_server_choice c;
     memset(&c, 0, sizeof c);
     em_buf_append(&c.text, text, strlen(text));
+    em_buf_append(&c.content, text, strlen(text)); /* a chat answer without reasoning or calls */
     c.finish = finish;
     c.stop_string = stop ? strdup(stop) : NULL;
     c.timings = test_timings();
@@ -397,11 +398,12 @@ static void test_format_anthropic(void **state) {
     em_buf out = {0};
     em_server_usage start = {.prompt_tokens = 10, .cached_tokens = 4};
     assert_true(em_anthropic_stream_start(&out, &f, &start));
-    assert_true(em_anthropic_stream_delta(&out, "Hi", 2));
+    em_anthropic_stream st = {0};
+    assert_true(em_anthropic_stream_answer(&out, &f, &st, &(em_answer_event){.kind = EM_ANSWER_CONTENT, .text = "Hi", .len = 2}));
     c.finish = EMBER_FINISH_LENGTH;
     free(c.stop_string);
     c.stop_string = NULL;
-    assert_true(em_anthropic_stream_end(&out, &c, &usage));
+    assert_true(em_anthropic_stream_end(&out, &st, &c, &usage));
     assert_string_equal(out.data,
                         "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\","
                         "\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,"

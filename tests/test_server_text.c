@@ -63,7 +63,7 @@ static void test_plain_messages_tokenize_whole(void **state) {
                                   "{\"role\":\"user\",\"content\":\"Hello world, how are you?\"}]", 0, NULL);
     int32_t *ids;
     size_t n;
-    assert_null(em_server_text_chat_tokens(t, messages, NULL, &ids, &n));
+    assert_null(em_server_text_chat_tokens(t, messages, NULL, &ids, &n, NULL));
 
     /* the same prompt rendered and tokenized in one piece, BOS added as the vocabulary asks */
     em_gguf *g;
@@ -103,7 +103,7 @@ static void test_injected_markup_stays_text(void **state) {
                                   0, NULL);
     int32_t *ids;
     size_t n;
-    assert_null(em_server_text_chat_tokens(t, messages, NULL, &ids, &n));
+    assert_null(em_server_text_chat_tokens(t, messages, NULL, &ids, &n, NULL));
     /* only the template's markup: two <|end|>, one <|system|>, <|user|>, <|assistant|> */
     assert_int_equal(count_id(ids, n, 32007), 2);
     assert_int_equal(count_id(ids, n, 32006), 1);
@@ -141,7 +141,7 @@ static void test_without_template_and_plain_prompts(void **state) {
     json_t *messages = json_loads("[{\"role\":\"user\",\"content\":\"Hi\"}]", 0, NULL);
     int32_t *ids;
     size_t n;
-    em_err e = em_server_text_chat_tokens(t, messages, NULL, &ids, &n);
+    em_err e = em_server_text_chat_tokens(t, messages, NULL, &ids, &n, NULL);
     assert_int_equal(em_err_code_of(e), EM_ERR_INVALID);
     assert_non_null(strstr(em_err_message(e), "no chat template"));
     em_err_free(e);
@@ -167,7 +167,7 @@ static void test_without_template_and_plain_prompts(void **state) {
 static char *prompt_text(const em_server_text *t, const json_t *messages, const json_t *tools, em_err *err) {
     int32_t *ids;
     size_t n;
-    if ((*err = em_server_text_chat_tokens(t, messages, tools, &ids, &n))) return NULL;
+    if ((*err = em_server_text_chat_tokens(t, messages, tools, &ids, &n, NULL))) return NULL;
     size_t len = 0;
     char *text = malloc(1);
     for (size_t i = 0; i < n; i++) {

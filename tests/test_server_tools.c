@@ -80,34 +80,219 @@ static void test_forcing_grammars(void **state) {
     em_server_request_clear(&req);
 }
 
+/* Llama 3.x and Mistral calls, forced and lazy. */
+static void test_format_grammars(void **state) {
+    (void)state;
+    em_server_request req;
+    em_server_error err = {0};
+    const char *required = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" WEATHER
+                           "," CLOCK "],\"tool_choice\":\"required\"}";
+    parse_chat(required, &req);
+    assert_true(em_server_tool_grammar(&req, EM_TOOL_FORMAT_LLAMA3, &err));
+    assert_true(grammar_takes(&req, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"days\": 3}}"));
+    assert_false(grammar_takes(&req, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 3}}"));
+    em_server_request_clear(&req);
+    parse_chat(required, &req);
+    assert_true(em_server_tool_grammar(&req, EM_TOOL_FORMAT_MISTRAL, &err));
+    assert_true(grammar_takes(&req, "[TOOL_CALLS][{\"name\":\"get_time\",\"arguments\":{}}]"));
+    assert_false(grammar_takes(&req, "[{\"name\":\"get_time\",\"arguments\":{}}]"));
+    em_server_request_clear(&req);
+    parse_chat(required, &req);
+    assert_true(em_server_tool_grammar(&req, EM_TOOL_FORMAT_MISTRAL_ARGS, &err));
+    assert_true(grammar_takes(&req, "[TOOL_CALLS]get_weather[ARGS]{\"city\":\"Oslo\",\"days\":2}"));
+    assert_true(grammar_takes(&req, "[TOOL_CALLS]get_time[ARGS]{}"));
+    assert_false(grammar_takes(&req, "[TOOL_CALLS]get_weather[ARGS]{}"));
+    em_server_request_clear(&req);
+
+    /* auto: lazy, behind each format's marker (Llama's is the call's own beginning) */
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" CLOCK "]}", &req);
+    assert_true(em_server_tool_grammar(&req, EM_TOOL_FORMAT_LLAMA3, &err));
+    assert_string_equal(req.grammar_trigger, "{\"name\"");
+    assert_true(grammar_takes(&req, "{\"name\":\"get_time\",\"parameters\":{}}"));
+    em_server_request_clear(&req);
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" CLOCK "]}", &req);
+    assert_true(em_server_tool_grammar(&req, EM_TOOL_FORMAT_MISTRAL, &err));
+    assert_string_equal(req.grammar_trigger, "[TOOL_CALLS]");
+    em_server_request_clear(&req);
+}
+
+/* A template that reasons: every grammar lets a <think> section come first (or starts inside one),
+ * and `auto` is a whole-answer grammar in which a marker inside the thinking switches nothing on. */
+static void test_reasoning_grammars(void **state) {
+    (void)state;
+    em_server_request req;
+    em_server_error err = {0};
+    const char *call = "<tool_call>\n{\"name\":\"get_time\",\"arguments\":{}}\n</tool_call>";
+    char text[512];
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" CLOCK
+               "],\"tool_choice\":\"required\"}", &req);
+    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HERMES, true, false, &err));
+    assert_true(grammar_takes(&req, call));
+    snprintf(text, sizeof text, "<think>\nA </thin <</thinkk, <tool_call> even.\n</think>\n\n%s", call);
+    assert_true(grammar_takes(&req, text));
+    snprintf(text, sizeof text, "<think>a</think>b</think>%s", call); /* one section only */
+    assert_false(grammar_takes(&req, text));
+    em_server_request_clear(&req);
+
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" CLOCK
+               "],\"tool_choice\":\"required\"}", &req);
+    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HERMES, true, true, &err)); /* the prompt opened <think> */
+    snprintf(text, sizeof text, "so </think>%s", call);
+    assert_true(grammar_takes(&req, text));
+    assert_false(grammar_takes(&req, call));
+    em_server_request_clear(&req);
+
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" CLOCK "]}", &req);
+    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HERMES, true, false, &err));
+    assert_null(req.grammar_trigger);
+    assert_true(grammar_takes(&req, "<think>maybe <tool_call> x</think>Just text."));
+    assert_true(grammar_takes(&req, "Just text <tool_ca"));
+    snprintf(text, sizeof text, "<think>t</think>Let me check.%s", call);
+    assert_true(grammar_takes(&req, text));
+    assert_false(grammar_takes(&req, "Let me check.<tool_call>\n{\"name\":\"rm\",\"arguments\":{}}\n</tool_call>"));
+    em_server_request_clear(&req);
+
+    /* response_format after thinking; a raw grammar stays as the client wrote it */
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":"
+               "{\"type\":\"json_object\"}}", &req);
+    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_JSON, true, false, &err));
+    assert_true(grammar_takes(&req, "<think>{no}</think>\n{\"a\": 1}"));
+    assert_true(grammar_takes(&req, "{\"a\": 1}"));
+    em_server_request_clear(&req);
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"grammar\":\"root ::= \\\"yes\\\"\"}", &req);
+    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_JSON, true, false, &err));
+    assert_true(grammar_takes(&req, "yes"));
+    assert_false(grammar_takes(&req, "<think>x</think>yes"));
+    em_server_request_clear(&req);
+}
+
+/* An answer read by em_answer_reader fed `step` bytes at a time. */
+static em_server_choice read_answer(const char *text, const em_answer_options *options, size_t step) {
+    em_server_choice c = {0};
+    em_answer_reader r;
+    em_answer_init(&r, options);
+    for (size_t at = 0, n = strlen(text); at < n; at += step)
+        assert_true(em_answer_feed(&r, text + at, n - at < step ? n - at : step, em_server_choice_collect, &c));
+    assert_true(em_answer_finish(&r, em_server_choice_collect, &c));
+    em_answer_clear(&r);
+    return c;
+}
+
+static const char *call_field(const em_server_choice *c, size_t k, const char *field) {
+    return json_string_value(json_object_get(json_array_get(c->tool_calls, k), field));
+}
+
+/* Reads `text` whole and in pieces of every size up to 9 bytes: the pieces must give the same
+ * answer (what a stream sends is what a whole response holds); checks content, reasoning and the
+ * calls ("name args" pairs, NULL-terminated). */
+static void expect_answer(const char *text, const em_answer_options *options, const char *content, const char *reasoning,
+                          const char *const *calls) {
+    em_server_choice whole = read_answer(text, options, strlen(text) ? strlen(text) : 1);
+    assert_string_equal(whole.content.data ? whole.content.data : "", content);
+    assert_string_equal(whole.reasoning.data ? whole.reasoning.data : "", reasoning);
+    size_t n = 0;
+    for (; calls[n]; n += 2) {
+        assert_string_equal(call_field(&whole, n / 2, "name"), calls[n]);
+        assert_string_equal(call_field(&whole, n / 2, "arguments"), calls[n + 1]);
+    }
+    assert_int_equal(json_array_size(whole.tool_calls), n / 2);
+    for (size_t step = 1; step < 10; step++) {
+        em_server_choice pieces = read_answer(text, options, step);
+        assert_string_equal(pieces.content.data ? pieces.content.data : "", content);
+        assert_string_equal(pieces.reasoning.data ? pieces.reasoning.data : "", reasoning);
+        if (!json_equal(pieces.tool_calls, whole.tool_calls) && (pieces.tool_calls || whole.tool_calls)) {
+            char *a = json_dumps(pieces.tool_calls, 0), *b = json_dumps(whole.tool_calls, 0);
+            fail_msg("%s in pieces of %zu: %s, whole: %s", text, step, a ? a : "null", b ? b : "null");
+        }
+        em_server_choice_clear(&pieces);
+    }
+    em_server_choice_clear(&whole);
+}
+
 static void test_reading_calls(void **state) {
     (void)state;
     json_t *tools = json_loads("[" WEATHER "," CLOCK "]", 0, NULL);
-    size_t content_len;
-    const char *hermes = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}\n"
-                         "</tool_call>\n<tool_call>{\"name\":\"get_time\",\"arguments\":\"{\\\"zone\\\":\\\"UTC\\\"}\"}</tool_call>";
-    json_t *calls = em_server_parse_tool_calls(hermes, strlen(hermes), EM_TOOL_FORMAT_HERMES, tools, &content_len);
-    assert_non_null(calls);
-    assert_int_equal(json_array_size(calls), 2);
-    assert_int_equal(content_len, strlen("Let me look.\n"));
-    assert_string_equal(json_string_value(json_object_get(json_array_get(calls, 0), "name")), "get_weather");
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(json_array_get(calls, 0), "arguments"), "days")), 2);
-    assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(calls, 1), "arguments"), "zone")), "UTC");
-    json_decref(calls);
+    em_answer_options o = {.read_calls = true, .format = EM_TOOL_FORMAT_HERMES, .tools = tools};
+    expect_answer("Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}\n"
+                  "</tool_call>\n<tool_call>{\"name\":\"get_time\",\"arguments\":\"{\\\"zone\\\":\\\"UTC\\\"}\"}</tool_call>",
+                  &o, "Let me look.\n", "",
+                  (const char *[]){"get_weather", "{\"city\": \"Oslo\", \"days\": 2}", "get_time", "{\"zone\":\"UTC\"}", NULL});
+    expect_answer("no call here", &o, "no call here", "", (const char *[]){NULL});
+    expect_answer("a <tool_call>{\"name\":\"rm\",\"arguments\":{}}</tool_call>", &o,
+                  "a <tool_call>{\"name\":\"rm\",\"arguments\":{}}</tool_call>", "", (const char *[]){NULL});
+    /* cut short inside the arguments: the call stands with what came */
+    expect_answer("<tool_call>{\"name\":\"get_time\",\"arguments\":{\"zone\":\"U", &o, "", "",
+                  (const char *[]){"get_time", "{\"zone\":\"U", NULL});
 
-    const char *plain = " {\"name\":\"get_time\",\"arguments\":{}} ";
-    calls = em_server_parse_tool_calls(plain, strlen(plain), EM_TOOL_FORMAT_JSON, tools, &content_len);
-    assert_int_equal(json_array_size(calls), 1);
-    assert_int_equal(content_len, 0);
-    json_decref(calls);
+    o.format = EM_TOOL_FORMAT_JSON;
+    expect_answer(" {\"name\":\"get_time\",\"arguments\":{}} ", &o, "", "", (const char *[]){"get_time", "{}", NULL});
+    expect_answer("{\"name\":\"get_time\"}", &o, "", "", (const char *[]){"get_time", "{}", NULL});
+    const char *texts[] = {"no call here", "{\"name\":\"rm\",\"arguments\":{}}", "{\"x\": 1} and more"};
+    for (size_t i = 0; i < 3; i++) expect_answer(texts[i], &o, texts[i], "", (const char *[]){NULL});
 
-    const char *texts[] = {"no call here", "{\"name\":\"rm\",\"arguments\":{}}", "{\"name\":\"get_time\"}", "{\"name\":\"get_time\",\"arguments\":[1]}"};
-    for (size_t i = 0; i < 4; i++) {
-        assert_null(em_server_parse_tool_calls(texts[i], strlen(texts[i]), EM_TOOL_FORMAT_JSON, tools, &content_len));
-        assert_int_equal(content_len, strlen(texts[i]));
-    }
-    assert_null(em_server_parse_tool_calls(texts[0], strlen(texts[0]), EM_TOOL_FORMAT_HERMES, tools, &content_len));
+    /* Llama 3.x: a JSON object with "parameters", alone or after text */
+    o.format = EM_TOOL_FORMAT_LLAMA3;
+    expect_answer("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"days\": 1}}", &o, "", "",
+                  (const char *[]){"get_weather", "{\"city\": \"Oslo\", \"days\": 1}", NULL});
+    expect_answer("Checking: {\"name\": \"get_time\", \"parameters\": {}}; {\"name\": \"get_time\", \"parameters\": {\"zone\": \"CET\"}}",
+                  &o, "Checking: ", "", (const char *[]){"get_time", "{}", "get_time", "{\"zone\": \"CET\"}", NULL});
+
+    /* Mistral: a list after [TOOL_CALLS] (or alone: the marker is a control token), or name[ARGS]{...} */
+    o.format = EM_TOOL_FORMAT_MISTRAL;
+    const char *list = "[{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}, "
+                       "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\",\"days\":3}}]";
+    const char *const list_calls[] = {"get_time", "{\"zone\": \"UTC\"}", "get_weather", "{\"city\":\"Oslo\",\"days\":3}", NULL};
+    char marked[512];
+    snprintf(marked, sizeof marked, "[TOOL_CALLS]%s", list);
+    expect_answer(marked, &o, "", "", list_calls);
+    expect_answer(list, &o, "", "", list_calls);
+    o.format = EM_TOOL_FORMAT_MISTRAL_ARGS;
+    expect_answer("[TOOL_CALLS]get_time[ARGS]{\"zone\": \"UTC\"}", &o, "", "", (const char *[]){"get_time", "{\"zone\": \"UTC\"}", NULL});
+    expect_answer("[1, 2]", &o, "[1, 2]", "", (const char *[]){NULL});
     json_decref(tools);
+}
+
+/* Reasoning: a <think> section at the start is split off (whitespace around it dropped), or kept
+ * inline; either way a call inside it is no call. */
+static void test_reading_reasoning(void **state) {
+    (void)state;
+    json_t *tools = json_loads("[" CLOCK "]", 0, NULL);
+    const char *text = "<think>\nI could call <tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call> here.\n</think>\n\n"
+                       "It is late.";
+    em_answer_options o = {.split_reasoning = EM_REASONING_SPLIT, .read_calls = true, .format = EM_TOOL_FORMAT_HERMES, .tools = tools};
+    expect_answer(text, &o, "It is late.", "I could call <tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call> here.",
+                  (const char *[]){NULL});
+    o.split_reasoning = EM_REASONING_INLINE;
+    expect_answer(text, &o, text, "", (const char *[]){NULL});
+    o.split_reasoning = EM_REASONING_OFF; /* a model that does not reason: the tags are text */
+    expect_answer(text, &o, "<think>\nI could call here.\n</think>\n\nIt is late.", "", (const char *[]){"get_time", "{}", NULL});
+
+    /* the prompt opened <think>: the answer starts inside it, and a call follows */
+    o = (em_answer_options){.split_reasoning = EM_REASONING_SPLIT, .starts_in_reasoning = true, .read_calls = true,
+                            .format = EM_TOOL_FORMAT_HERMES, .tools = tools};
+    expect_answer("Time matters.</think>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>", &o, "",
+                  "Time matters.", (const char *[]){"get_time", "{}", NULL});
+    /* never closed (cut by max_tokens): all of it is reasoning */
+    expect_answer("Still thinking ", &o, "", "Still thinking", (const char *[]){NULL});
+    /* <think> later in the text is not a section */
+    o.starts_in_reasoning = false;
+    expect_answer("Hi <think>x</think>", &o, "Hi <think>x</think>", "", (const char *[]){NULL});
+    json_decref(tools);
+}
+
+/* The call format and reasoning a template teaches, told from its text. */
+static void test_formats_of_templates(void **state) {
+    (void)state;
+    static const struct { const char *text; em_tool_format format; } cases[] = {
+        {"{{ '<|im_start|>' }}{% if tools %}<tool_call>{% endif %}", EM_TOOL_FORMAT_HERMES},
+        {"{{- '<|start_header_id|>' + role }}{{- '{\"name\": \"' + tool_call.name + '\", \"parameters\": ' }}", EM_TOOL_FORMAT_LLAMA3},
+        {"{%- if builtin_tools %}{{- '<|python_tag|>' }}{% endif %}", EM_TOOL_FORMAT_LLAMA3},
+        {"{{- '[TOOL_CALLS][' }}{% for c in m.tool_calls %}{{ c | tojson }}{% endfor %}", EM_TOOL_FORMAT_MISTRAL},
+        {"{{- '[TOOL_CALLS]' + c.name + '[ARGS]' + c.arguments | tojson }}", EM_TOOL_FORMAT_MISTRAL_ARGS},
+        {"{% for m in messages %}{{ m.content }}{% endfor %}", EM_TOOL_FORMAT_JSON},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(em_server_tool_format_of(cases[i].text, strlen(cases[i].text)), cases[i].format);
 }
 
 /* Conversations with calls and results, on both APIs, become the shapes templates render. */
@@ -153,11 +338,11 @@ static void test_conversations(void **state) {
 
 static void test_response_shapes(void **state) {
     (void)state;
-    em_server_choice choice = {0};
-    em_buf_append(&choice.text, "Sure. {\"x\":1}", 13);
+    json_t *tools = json_loads("[" CLOCK "]", 0, NULL);
+    em_answer_options o = {.split_reasoning = EM_REASONING_SPLIT, .read_calls = true, .format = EM_TOOL_FORMAT_HERMES, .tools = tools};
+    em_server_choice choice = read_answer("<think>hmm</think>Sure.<tool_call>{\"name\":\"get_time\",\"arguments\":{\"zone\":\"UTC\"}}</tool_call>",
+                                          &o, 1000);
     choice.finish = EMBER_FINISH_STOP;
-    choice.content_len = 5;
-    choice.tool_calls = json_loads("[{\"name\":\"get_time\",\"arguments\":{\"zone\":\"UTC\"}}]", 0, NULL);
     em_server_format f = {.id = "chatcmpl-1", .created = 1, .model = "m"};
     em_server_request req;
     em_server_request_init(&req, EM_API_OPENAI_CHAT);
@@ -167,6 +352,7 @@ static void test_response_shapes(void **state) {
     assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "tool_calls");
     json_t *message = json_object_get(c, "message");
     assert_string_equal(json_string_value(json_object_get(message, "content")), "Sure.");
+    assert_string_equal(json_string_value(json_object_get(message, "reasoning_content")), "hmm");
     json_t *call = json_array_get(json_object_get(message, "tool_calls"), 0);
     assert_string_equal(json_string_value(json_object_get(call, "id")), "call_chatcmpl-1_0_0");
     assert_string_equal(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")), "{\"zone\":\"UTC\"}");
@@ -176,25 +362,72 @@ static void test_response_shapes(void **state) {
     r = em_anthropic_message_response(&f, &choice, &usage);
     assert_string_equal(json_string_value(json_object_get(r, "stop_reason")), "tool_use");
     json_t *content = json_object_get(r, "content");
-    assert_int_equal(json_array_size(content), 2);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(content, 0), "text")), "Sure.");
-    json_t *use = json_array_get(content, 1);
+    assert_int_equal(json_array_size(content), 3);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(content, 0), "type")), "thinking");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(content, 0), "thinking")), "hmm");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(content, 0), "signature")), "");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(content, 1), "text")), "Sure.");
+    json_t *use = json_array_get(content, 2);
     assert_string_equal(json_string_value(json_object_get(use, "type")), "tool_use");
     assert_string_equal(json_string_value(json_object_get(use, "id")), "toolu_msg_1_0");
     assert_string_equal(json_string_value(json_object_get(json_object_get(use, "input"), "zone")), "UTC");
     json_decref(r);
-
-    em_buf out = {0};
-    assert_true(em_anthropic_stream_tool_calls(&out, &f, &choice, &usage));
-    assert_non_null(strstr(out.data, "\"partial_json\":\"{\\\"zone\\\":\\\"UTC\\\"}\""));
-    assert_non_null(strstr(out.data, "\"stop_reason\":\"tool_use\""));
-    em_buf_free(&out);
     em_server_choice_clear(&choice);
+
+    /* streamed: blocks open as the events come, one kind after another */
+    em_buf out = {0};
+    em_anthropic_stream st = {0};
+    const em_answer_event events[] = {
+        {.kind = EM_ANSWER_REASONING, .text = "hm", .len = 2},
+        {.kind = EM_ANSWER_CONTENT, .text = "Sure.", .len = 5},
+        {.kind = EM_ANSWER_CALL_BEGIN, .text = "get_time", .len = 8},
+        {.kind = EM_ANSWER_CALL_ARGUMENTS, .text = "{\"zone\"", .len = 7},
+        {.kind = EM_ANSWER_CALL_ARGUMENTS, .text = ":\"UTC\"}", .len = 7},
+    };
+    em_server_choice streamed = {0};
+    for (size_t i = 0; i < 5; i++) {
+        assert_true(em_server_choice_collect(&streamed, &events[i]));
+        assert_true(em_anthropic_stream_answer(&out, &f, &st, &events[i]));
+    }
+    assert_true(em_anthropic_stream_end(&out, &st, &streamed, &usage));
+    const char *expected[] = {
+        "\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}",
+        "\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"hm\"}",
+        "{\"type\":\"content_block_stop\",\"index\":0}",
+        "\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"Sure.\"}",
+        "\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_msg_1_0\",\"name\":\"get_time\",\"input\":{}}",
+        "\"index\":2,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"zone\\\"\"}",
+        "{\"type\":\"content_block_stop\",\"index\":2}",
+        "\"stop_reason\":\"tool_use\"",
+    };
+    const char *at = out.data;
+    for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++) { /* in this order */
+        const char *found = strstr(at, expected[i]);
+        if (!found) fail_msg("missing after offset %td: %s\n%s", at - out.data, expected[i], out.data);
+        at = found + strlen(expected[i]);
+    }
+    em_buf_free(&out);
+
+    /* OpenAI deltas: the call's first delta has id, type and name, then argument fragments */
+    em_server_request_init(&req, EM_API_OPENAI_CHAT);
+    f.id = "chatcmpl-2";
+    assert_true(em_openai_chunk_answer(&out, &f, &req, 0, &events[0]));
+    assert_true(em_openai_chunk_answer(&out, &f, &req, 0, &events[2]));
+    assert_true(em_openai_chunk_answer(&out, &f, &req, 0, &events[3]));
+    assert_non_null(strstr(out.data, "\"delta\":{\"reasoning_content\":\"hm\"}"));
+    assert_non_null(strstr(out.data, "\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_chatcmpl-2_0_0\",\"type\":\"function\","
+                                     "\"function\":{\"name\":\"get_time\",\"arguments\":\"\"}}]}"));
+    assert_non_null(strstr(out.data, "\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"zone\\\"\"}}]}"));
+    em_buf_free(&out);
+    em_server_choice_clear(&streamed);
+    json_decref(tools);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forcing_grammars), cmocka_unit_test(test_reading_calls),
+        cmocka_unit_test(test_reading_reasoning), cmocka_unit_test(test_formats_of_templates),
+        cmocka_unit_test(test_reasoning_grammars), cmocka_unit_test(test_format_grammars),
         cmocka_unit_test(test_conversations), cmocka_unit_test(test_response_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

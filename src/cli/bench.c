@@ -42,6 +42,8 @@ typedef struct bench_args {
     int n_generate, prompt_tokens, rounds, doc_tokens, threads, ctx;
     int prompt_period; /* 0: random prompts; else a random stretch of this many tokens, repeated */
     bool prefix_reuse, warm_prompts;
+    const char *grammar_path; /* --grammar: every measured request follows this GBNF */
+    char *grammar;
     em_cli_spec spec;
 } bench_args;
 
@@ -71,15 +73,21 @@ static void random_prompt(int32_t *tokens, int n, uint64_t seed, int n_vocab_gue
     }
 }
 
-static em_err submit(ember_engine *e, const int32_t *prompt, int n, int max_tokens, ember_request **out) {
+static em_err submit_with(ember_engine *e, const int32_t *prompt, int n, int max_tokens, const char *grammar,
+                          ember_request **out) {
     ember_request_params p;
     ember_request_default(&p);
+    p.grammar = grammar;
     p.prompt_ids = prompt;
     p.n_prompt_ids = (size_t)n;
     p.max_tokens = max_tokens;
     p.sampling.temperature = 0;
     p.ignore_eos = true;
     return ember_submit(e, &p, out);
+}
+
+static em_err submit(ember_engine *e, const int32_t *prompt, int n, int max_tokens, ember_request **out) {
+    return submit_with(e, prompt, n, max_tokens, NULL, out);
 }
 
 /* Reads a request to its end; returns its tokens through `tokens` (room for max) and their count. */
@@ -158,7 +166,8 @@ static em_err bench_concurrency(const bench_args *a) {
             double start = now_ms(), cpu_start = cpu_seconds();
             cached[round] = drafted[round] = accepted[round] = 0;
             for (int i = 0; i < clients && !err; i++)
-                err = submit(e, prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, a->n_generate, &reqs[i]);
+                err = submit_with(e, prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, a->n_generate, a->grammar,
+                                  &reqs[i]);
             double decode_rate = 0, worst = 0;
             for (int i = 0; i < clients; i++) {
                 if (!reqs[i]) continue;
@@ -323,6 +332,7 @@ int em_cli_bench(int argc, char **argv) {
         const char *v = argv[++i];
         if (em_cli_model_option(&a.source, f, v) || em_cli_spec_option(&a.spec, f, v, &err)) continue;
         if (!strcmp(f, "--device")) a.device = v;
+        else if (!strcmp(f, "--grammar")) a.grammar_path = v;
         else if (!strcmp(f, "--prompt-period")) err = bench_parse_int(f, v, 1, 1 << 20, &a.prompt_period);
         else if (!strcmp(f, "--concurrency")) err = bench_parse_list(f, v, 1, 16, a.concurrency, &a.n_concurrency);
         else if (!strcmp(f, "--prefill")) err = bench_parse_list(f, v, 1, 1 << 20, a.prefill, &a.n_prefill);
@@ -335,10 +345,15 @@ int em_cli_bench(int argc, char **argv) {
     }
     if (!err && !a.source.file && !a.source.hf)
         err = em_errorf(EM_ERR_INVALID, "usage: ember bench (-m MODEL.gguf | --hf ORG/NAME[:QUANT]) [--concurrency 1,2,4] [-n N] "
-                                                        "[--prompt-tokens N] [--prompt-period N] [--rounds N] [--warm-prompts] [--ignore-eos] "
+                                                        "[--prompt-tokens N] [--prompt-period N] [--grammar G.gbnf] [--rounds N] [--warm-prompts] [--ignore-eos] "
                                                         "[--spec off|lookup|draft] [--draft-model F] [--draft-max N] [--draft-min N] | --prefill N,N,... | --prefix-reuse [--doc-tokens N]");
     if (!err) err = em_cli_model_path(&a.source, &a.model);
+    if (!err && a.grammar_path) {
+        size_t len = 0;
+        if ((err = em_cli_read_file(a.grammar_path, &a.grammar, &len))) err = em_err_prefix(err, "--grammar");
+    }
     if (!err) err = a.prefix_reuse ? bench_prefix_reuse(&a) : a.n_prefill ? bench_prefill(&a) : bench_concurrency(&a);
     em_cli_model_free(&a.source);
+    free(a.grammar);
     return err ? em_cli_fail("bench", err) : 0;
 }

@@ -80,7 +80,7 @@ static em_err turn(ember_engine *engine, const em_server_text *text, json_t *mes
                    char **reply, size_t *reply_len) {
     int32_t *ids = NULL;
     size_t n = 0;
-    em_err err = em_server_text_chat_tokens(text, messages, NULL, &ids, &n);
+    em_err err = em_server_text_chat_tokens(text, messages, NULL, &ids, &n, NULL);
     if (err) return err;
     ember_request_params p;
     ember_request_default(&p);

@@ -40,6 +40,8 @@ static bool read_tool_blocks(const json_t *content, const char *role, const char
                 json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function",
                                                        "name", name, "arguments", input));
             }
+        } else if (type && (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking")) && !strcmp(role, "assistant")) {
+            continue; /* earlier reasoning: templates leave it out of the conversation */
         } else if (type && !strcmp(type, "tool_result") && !strcmp(role, "user")) {
             json_t *id = json_object_get(block, "tool_use_id"), *result = json_object_get(block, "content");
             em_buf answer = {0};
@@ -77,7 +79,9 @@ static bool has_tool_blocks(const json_t *content) {
     json_t *block;
     json_array_foreach(content, i, block) {
         const char *type = json_string_value(json_object_get(block, "type"));
-        if (type && (!strcmp(type, "tool_use") || !strcmp(type, "tool_result"))) return true;
+        if (type && (!strcmp(type, "tool_use") || !strcmp(type, "tool_result") || !strcmp(type, "thinking") ||
+                     !strcmp(type, "redacted_thinking")))
+            return true;
     }
     return false;
 }
@@ -171,7 +175,7 @@ bool em_anthropic_parse_messages(const char *body, size_t len, em_server_request
          em_server_read_bool(root, "stream", &req->stream, err) &&
          em_server_read_bool(root, "ignore_eos", &req->ignore_eos, err) && /* llama-server's extension */
          em_server_read_speculative(root, req, err) &&
-         em_server_read_anthropic_tools(root, req, err);
+         em_server_read_anthropic_tools(root, req, err) && em_server_read_reasoning_format(root, req, err);
     json_t *metadata = json_object_get(root, "metadata"); /* user_id: accepted, not used */
     if (ok && metadata && !json_is_null(metadata) && !json_is_object(metadata)) {
         em_server_error_set(err, 400, NULL, NULL, "metadata", "metadata: must be an object");
@@ -211,23 +215,39 @@ static json_t *message_json(const em_server_format *f, json_t *content, const ch
                      stop_sequence ? json_string(stop_sequence) : json_null(), "usage", usage_json(usage));
 }
 
-/* A tool_use block for call k of a choice (input: the arguments, or {} while streaming). */
-static json_t *tool_use_json(const em_server_format *f, const json_t *call, size_t k, bool with_input) {
+/* A tool_use block for call k of a choice, input {} (the caller sets the input, or streams it). */
+static json_t *tool_use_json(const em_server_format *f, const json_t *call, size_t k) {
     char id[96];
     snprintf(id, sizeof id, "toolu_%s_%zu", f->id, k);
-    return json_pack("{s:s, s:s, s:O, s:o}", "type", "tool_use", "id", id, "name", json_object_get(call, "name"), "input",
-                     with_input ? json_deep_copy(json_object_get(call, "arguments")) : json_object());
+    return json_pack("{s:s, s:s, s:O, s:{}}", "type", "tool_use", "id", id, "name", json_object_get(call, "name"), "input");
+}
+
+/* The input of a tool_use block: the call's arguments as an object ({} when they are not one, as
+ * when the answer was cut short inside them). */
+static json_t *call_input(const json_t *call) {
+    json_t *input = json_loads(json_string_value(json_object_get(call, "arguments")), 0, NULL);
+    if (json_is_object(input)) return input;
+    json_decref(input);
+    return json_object();
 }
 
 json_t *em_anthropic_message_response(const em_server_format *f, const em_server_choice *choice,
                                       const em_server_usage *usage) {
-    const size_t text_len = choice->tool_calls ? choice->content_len : choice->text.len;
     json_t *content = json_array();
-    if (content && (!choice->tool_calls || text_len))
-        json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text", em_server_json_text(choice->text.data, text_len)));
+    if (content && choice->reasoning.len)
+        json_array_append_new(content, json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
+                                                 em_server_json_text(choice->reasoning.data, choice->reasoning.len),
+                                                 "signature", ""));
+    if (content && (!choice->tool_calls || choice->content.len))
+        json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text",
+                                                 em_server_json_text(choice->content.data, choice->content.len)));
     size_t k;
     json_t *call;
-    json_array_foreach(choice->tool_calls, k, call) json_array_append_new(content, tool_use_json(f, call, k, true));
+    json_array_foreach(choice->tool_calls, k, call) {
+        json_t *use = tool_use_json(f, call, k);
+        if (use) json_object_set_new(use, "input", call_input(call));
+        json_array_append_new(content, use);
+    }
     const char *reason = choice->tool_calls ? "tool_use" : em_anthropic_stop_reason(choice->finish, choice->stop_string);
     json_t *root = message_json(f, content, reason ? reason : "end_turn", choice->stop_string, usage);
     if (root) json_object_set_new(root, "timings", em_server_timings_json(&choice->timings));
@@ -254,48 +274,73 @@ static bool event(em_buf *out, const char *name, json_t *data) {
 bool em_anthropic_stream_start(em_buf *out, const em_server_format *f, const em_server_usage *usage) {
     return event(out, "message_start",
                  json_pack("{s:s, s:o}", "type", "message_start", "message",
-                           message_json(f, json_array(), NULL, NULL, usage))) &&
-           event(out, "content_block_start",
-                 json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", 0, "content_block",
-                           "type", "text", "text", "")) &&
-           event(out, "ping", json_pack("{s:s}", "type", "ping"));
+                           message_json(f, json_array(), NULL, NULL, usage)));
 }
 
-bool em_anthropic_stream_delta(em_buf *out, const char *text, size_t len) {
-    return event(out, "content_block_delta",
-                 json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index", 0, "delta", "type",
-                           "text_delta", "text", em_server_json_text(text, len)));
+static bool block_stop(em_buf *out, em_anthropic_stream *st) {
+    if (!st->open) return true;
+    st->open = false;
+    return event(out, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", st->index));
 }
 
-bool em_anthropic_stream_tool_calls(em_buf *out, const em_server_format *f, const em_server_choice *choice,
-                                    const em_server_usage *usage) {
-    if (choice->content_len && !em_anthropic_stream_delta(out, choice->text.data, choice->content_len)) return false;
-    if (!event(out, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0))) return false;
-    size_t k;
-    json_t *call;
-    json_array_foreach(choice->tool_calls, k, call) {
-        char *arguments = json_dumps(json_object_get(call, "arguments"), JSON_COMPACT);
-        const int index = (int)k + 1;
-        bool ok = arguments &&
-                  event(out, "content_block_start", json_pack("{s:s, s:i, s:o}", "type", "content_block_start", "index", index,
-                                                              "content_block", tool_use_json(f, call, k, false))) &&
-                  event(out, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index",
-                                                              index, "delta", "type", "input_json_delta", "partial_json", arguments)) &&
-                  event(out, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", index));
-        free(arguments);
-        if (!ok) return false;
+/* Closes the open block unless it is of `kind`, then opens `block` (taken) as the next one. */
+static bool block_start(em_buf *out, em_anthropic_stream *st, em_answer_kind kind, json_t *block) {
+    if (st->open && st->kind == kind && kind != EM_ANSWER_CALL_BEGIN) {
+        json_decref(block);
+        return true;
     }
-    json_t *delta = json_pack("{s:s, s:{s:s, s:n}, s:o, s:o}", "type", "message_delta", "delta", "stop_reason", "tool_use",
-                              "stop_sequence", "usage", usage_json(usage), "timings", em_server_timings_json(&choice->timings));
-    return event(out, "message_delta", delta) && event(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+    if (!block_stop(out, st)) {
+        json_decref(block);
+        return false;
+    }
+    const bool first = !st->started;
+    st->index = first ? 0 : st->index + 1;
+    st->started = st->open = true;
+    st->kind = kind;
+    /* a ping after the first block's start, where Anthropic's streams have it */
+    return event(out, "content_block_start",
+                 json_pack("{s:s, s:i, s:o}", "type", "content_block_start", "index", st->index, "content_block", block)) &&
+           (!first || event(out, "ping", json_pack("{s:s}", "type", "ping")));
 }
 
-bool em_anthropic_stream_end(em_buf *out, const em_server_choice *choice, const em_server_usage *usage) {
-    const char *reason = em_anthropic_stop_reason(choice->finish, choice->stop_string);
+static bool block_delta(em_buf *out, const em_anthropic_stream *st, const char *type, const char *field, const char *text,
+                        size_t len) {
+    return event(out, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index",
+                                                       st->index, "delta", "type", type, field, em_server_json_text(text, len)));
+}
+
+bool em_anthropic_stream_answer(em_buf *out, const em_server_format *f, em_anthropic_stream *st, const em_answer_event *ev) {
+    switch (ev->kind) {
+    case EM_ANSWER_REASONING:
+        return block_start(out, st, ev->kind, json_pack("{s:s, s:s, s:s}", "type", "thinking", "thinking", "", "signature", "")) &&
+               block_delta(out, st, "thinking_delta", "thinking", ev->text, ev->len);
+    case EM_ANSWER_CONTENT:
+        return block_start(out, st, ev->kind, json_pack("{s:s, s:s}", "type", "text", "text", "")) &&
+               block_delta(out, st, "text_delta", "text", ev->text, ev->len);
+    case EM_ANSWER_CALL_BEGIN: {
+        json_t *call = json_pack("{s:o}", "name", em_server_json_text(ev->text, ev->len));
+        json_t *use = call ? tool_use_json(f, call, ev->call_index) : NULL;
+        json_decref(call);
+        return use && block_start(out, st, ev->kind, use);
+    }
+    case EM_ANSWER_CALL_ARGUMENTS:
+        return block_delta(out, st, "input_json_delta", "partial_json", ev->text, ev->len);
+    }
+    return false;
+}
+
+bool em_anthropic_stream_end(em_buf *out, em_anthropic_stream *st, const em_server_choice *choice,
+                             const em_server_usage *usage) {
+    if (!st->started && !block_start(out, st, EM_ANSWER_CONTENT, json_pack("{s:s, s:s}", "type", "text", "text", "")))
+        return false;
+    const char *reason = choice->tool_calls ? "tool_use" : em_anthropic_stop_reason(choice->finish, choice->stop_string);
     json_t *delta = json_pack("{s:s, s:{s:s, s:o}, s:o, s:o}", "type", "message_delta", "delta", "stop_reason",
                               reason ? reason : "end_turn", "stop_sequence",
-                              choice->stop_string ? json_string(choice->stop_string) : json_null(), "usage",
-                              usage_json(usage), "timings", em_server_timings_json(&choice->timings));
-    return event(out, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0)) &&
-           event(out, "message_delta", delta) && event(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+                              choice->stop_string && !choice->tool_calls ? json_string(choice->stop_string) : json_null(),
+                              "usage", usage_json(usage), "timings", em_server_timings_json(&choice->timings));
+    if (!block_stop(out, st)) {
+        json_decref(delta);
+        return false;
+    }
+    return event(out, "message_delta", delta) && event(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }

@@ -12,9 +12,10 @@ struct em_server_model {
     char *model_id;
 };
 
-static em_err model_chat_prompt(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n) {
+static em_err model_chat_prompt(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n,
+                                bool *in_thinking) {
     em_server_model *m = self;
-    return em_server_text_chat_tokens(m->text, messages, tools, ids, n);
+    return em_server_text_chat_tokens(m->text, messages, tools, ids, n, in_thinking);
 }
 
 static em_err model_tokenize(void *self, const char *text, size_t len, int32_t **ids, size_t *n) {
@@ -91,6 +92,7 @@ em_err em_server_model_open(const ember_options *options, const char *alias, em_
     m->backend = (em_server_backend){.self = m, .model_id = m->model_id, .ctx_tokens = (int)info.ctx_tokens,
                                      .n_vocab = (int32_t)info.n_vocab, .chat_prompt = model_chat_prompt,
                                      .tool_format = em_server_text_tool_format(m->text),
+                                     .reasons = em_server_text_reasons(m->text),
                                      .tokenize = model_tokenize, .token_bytes = model_token_bytes,
                                      .submit = model_submit, .next = model_next, .cancel = model_cancel,
                                      .timings = model_timings, .release = model_release, .stats = model_stats};

@@ -31,6 +31,9 @@ typedef struct job {
     size_t n_choices;     /* n_prompts * req.n; choice i belongs to prompt i / req.n */
     void **handles;
     em_server_choice *choices;
+    bool in_thinking;         /* the chat prompt opened <think>: answers start inside reasoning */
+    em_answer_reader *readers; /* chat answers: one per choice */
+    em_anthropic_stream anthropic;
     /* streaming */
     bool started;
     size_t n_finished;
@@ -69,7 +72,9 @@ static void job_free(job *j) {
             j->server->backend.release(j->handles[i]);
         }
         if (j->choices) em_server_choice_clear(&j->choices[i]);
+        if (j->readers) em_answer_clear(&j->readers[i]);
     }
+    free(j->readers);
     for (size_t p = 0; p < j->n_prompts; p++) free(j->prompt_ids ? j->prompt_ids[p] : NULL);
     free(j->prompt_ids);
     free(j->prompt_len);
@@ -111,7 +116,7 @@ static bool tokenize_prompts(job *j, em_server_error *err) {
     for (size_t p = 0; p < j->n_prompts; p++) {
         em_err e = NULL;
         if (j->req.messages) {
-            e = b->chat_prompt(b->self, j->req.messages, j->req.tools, &j->prompt_ids[p], &j->prompt_len[p]);
+            e = b->chat_prompt(b->self, j->req.messages, j->req.tools, &j->prompt_ids[p], &j->prompt_len[p], &j->in_thinking);
         } else if (j->req.prompts[p].is_ids) {
             /* the ids are handed to the engine as they are: move them out of the request */
             j->prompt_ids[p] = j->req.prompts[p].ids;
@@ -181,16 +186,40 @@ static bool submit_all(job *j, em_server_error *err) {
     return true;
 }
 
-/* Whether answers may hold tool calls to read back (tools given, choice not none). Their text is
- * then held until the end of a streamed answer, where it turns into calls or plain content. */
+/* Whether answers may hold tool calls to read back (tools given, choice not none). */
 static bool tools_active(const job *j) {
     return j->req.tools && j->req.tool_choice != EM_TOOL_NONE && j->req.api != EM_API_OPENAI_COMPLETIONS;
 }
 
-static void read_tool_calls(job *j, em_server_choice *c) {
-    if (!tools_active(j) || c->finish == EMBER_FINISH_ERROR || c->finish == EMBER_FINISH_CANCELLED) return;
-    c->tool_calls = em_server_parse_tool_calls(c->text.data ? c->text.data : "", c->text.len,
-                                               j->server->backend.tool_format, j->req.tools, &c->content_len);
+/* How a chat answer is read (answer.c): where its reasoning goes, and whether it holds calls. */
+static em_answer_options answer_options(const job *j) {
+    const bool reasons = j->server->backend.reasons || j->in_thinking;
+    em_answer_reasoning split = EM_REASONING_OFF;
+    switch (j->req.reasoning_format) {
+    case EM_REASONING_FORMAT_AUTO: split = reasons ? EM_REASONING_SPLIT : EM_REASONING_OFF; break;
+    case EM_REASONING_FORMAT_DEEPSEEK: split = EM_REASONING_SPLIT; break;
+    case EM_REASONING_FORMAT_NONE: split = reasons ? EM_REASONING_INLINE : EM_REASONING_OFF; break;
+    }
+    return (em_answer_options){.split_reasoning = split, .starts_in_reasoning = j->in_thinking && split != EM_REASONING_OFF,
+                               .read_calls = tools_active(j), .format = j->server->backend.tool_format,
+                               .tools = j->req.tools};
+}
+
+/* Whether streamed chat answers go through the reader (else their text is sent as it comes). */
+static bool reader_streams(const job *j) {
+    const em_answer_options o = answer_options(j);
+    return j->req.api == EM_API_ANTHROPIC_MESSAGES || o.read_calls || o.split_reasoning != EM_REASONING_OFF;
+}
+
+static bool start_readers(job *j, em_server_error *err) {
+    if (j->req.api == EM_API_OPENAI_COMPLETIONS) return true;
+    if (!(j->readers = calloc(j->n_choices, sizeof *j->readers))) {
+        em_server_error_set(err, 500, NULL, NULL, NULL, "out of memory");
+        return false;
+    }
+    const em_answer_options options = answer_options(j);
+    for (size_t i = 0; i < j->n_choices; i++) em_answer_init(&j->readers[i], &options);
+    return true;
 }
 
 static bool keep_tokens(const job *j) {
@@ -241,7 +270,11 @@ static struct MHD_Response *run_blocking(job *j, int *status) {
             bool got = b->next(j->handles[i], &out, WAIT_MS);
             if (give_up(j, !got)) return NULL;
             if (!got) continue;
-            if (!em_server_choice_add(c, &out, keep_tokens(j))) {
+            bool ok = em_server_choice_add(c, &out, keep_tokens(j));
+            if (ok && j->readers) ok = em_answer_feed(&j->readers[i], out.text, out.text_len, em_server_choice_collect, c);
+            if (ok && j->readers && c->finish != EMBER_FINISH_NONE)
+                ok = em_answer_finish(&j->readers[i], em_server_choice_collect, c);
+            if (!ok) {
                 em_server_error_set(&err, 500, NULL, NULL, NULL, "out of memory");
                 goto fail;
             }
@@ -249,7 +282,6 @@ static struct MHD_Response *run_blocking(job *j, int *status) {
         }
         b->timings(j->handles[i], &c->timings);
         clamp_top(j, c->tokens, c->n_tokens);
-        read_tool_calls(j, c);
     }
     em_server_usage usage;
     usage_of(j, &usage);
@@ -311,26 +343,37 @@ static bool stream_choice_done(job *j) {
     return true;
 }
 
-/* A finished answer of a request with tools, streamed at once: its calls, or its text. */
-static bool stream_tool_answer(job *j, size_t i) {
+/* A reader's sink while streaming: the event joins the choice and goes out at once. */
+typedef struct stream_sink {
+    job *j;
+    size_t index;
+} stream_sink;
+
+static bool stream_event(void *self, const em_answer_event *event) {
+    stream_sink *s = self;
+    job *j = s->j;
+    if (!em_server_choice_collect(&j->choices[s->index], event)) return false;
+    if (j->req.api == EM_API_ANTHROPIC_MESSAGES) return em_anthropic_stream_answer(&j->pending, &j->fmt, &j->anthropic, event);
+    return em_openai_chunk_answer(&j->pending, &j->fmt, &j->req, (int)s->index, event);
+}
+
+/* One engine output of a chat answer that goes through its reader: the events it completes, and
+ * at the end the finishing events. */
+static bool stream_read_output(job *j, size_t i, const ember_output *out) {
     em_server_choice *c = &j->choices[i];
-    read_tool_calls(j, c);
-    const size_t text_len = c->tool_calls ? c->content_len : c->text.len;
+    stream_sink sink = {.j = j, .index = i};
+    if (!em_answer_feed(&j->readers[i], out->text, out->text_len, stream_event, &sink)) return false;
+    em_server_token *tokens = convert_tokens(j, out);
+    if (c->finish == EMBER_FINISH_NONE) {
+        return !tokens || j->req.api == EM_API_ANTHROPIC_MESSAGES ||
+               em_openai_chunk_logprobs(&j->pending, &j->fmt, &j->req, (int)i, tokens, out->n_tokens);
+    }
+    if (!em_answer_finish(&j->readers[i], stream_event, &sink)) return false;
     em_server_usage usage;
     usage_of(j, &usage);
-    bool ok;
-    if (j->req.api == EM_API_ANTHROPIC_MESSAGES) {
-        ok = c->tool_calls ? em_anthropic_stream_tool_calls(&j->pending, &j->fmt, c, &usage)
-                           : (!text_len || em_anthropic_stream_delta(&j->pending, c->text.data, text_len)) &&
-                                 em_anthropic_stream_end(&j->pending, c, &usage);
-    } else if (c->tool_calls) {
-        ok = (!text_len || em_openai_chunk_delta(&j->pending, &j->fmt, &j->req, (int)i, c->text.data, text_len, NULL, 0,
-                                                 EMBER_FINISH_NONE, NULL)) &&
-             em_openai_chunk_tool_calls(&j->pending, &j->fmt, &j->req, (int)i, c);
-    } else {
-        ok = em_openai_chunk_delta(&j->pending, &j->fmt, &j->req, (int)i, c->text.data, text_len, NULL, 0, c->finish,
-                                   &c->timings);
-    }
+    bool ok = j->req.api == EM_API_ANTHROPIC_MESSAGES
+                  ? em_anthropic_stream_end(&j->pending, &j->anthropic, c, &usage)
+                  : em_openai_chunk_finish(&j->pending, &j->fmt, &j->req, (int)i, c, tokens, tokens ? out->n_tokens : 0);
     return ok && stream_choice_done(j);
 }
 
@@ -346,18 +389,8 @@ static bool stream_output(job *j, size_t i, const ember_output *out) {
         j->done = true;
         return em_server_stream_error(&j->pending, j->req.api, &err);
     }
-    if (tools_active(j)) { /* held until the end (see tools_active) */
-        if (c->finish == EMBER_FINISH_NONE) return true;
-        return stream_tool_answer(j, i);
-    }
-    if (j->req.api == EM_API_ANTHROPIC_MESSAGES) {
-        if (out->text_len && !em_anthropic_stream_delta(&j->pending, out->text, out->text_len)) return false;
-        if (c->finish != EMBER_FINISH_NONE) {
-            em_server_usage usage;
-            usage_of(j, &usage);
-            if (!em_anthropic_stream_end(&j->pending, c, &usage)) return false;
-        }
-    } else if (out->text_len || out->n_tokens || c->finish != EMBER_FINISH_NONE) {
+    if (reader_streams(j)) return stream_read_output(j, i, out);
+    if (out->text_len || out->n_tokens || c->finish != EMBER_FINISH_NONE) {
         em_server_token *tokens = convert_tokens(j, out);
         if (!em_openai_chunk_delta(&j->pending, &j->fmt, &j->req, (int)i, out->text, out->text_len, tokens,
                                    tokens ? out->n_tokens : 0, c->finish, &c->timings))
@@ -435,8 +468,9 @@ struct MHD_Response *em_server_generate(em_server *server, em_server_request *re
     j->fmt = (em_server_format){.id = j->id, .created = (int64_t)time(NULL), .model = server->backend.model_id,
                                 .backend = &server->backend};
 
-    if (!em_server_tool_grammar(&j->req, server->backend.tool_format, &err) || !tokenize_prompts(j, &err) ||
-        !submit_all(j, &err)) {
+    if (!tokenize_prompts(j, &err) ||
+        !em_server_answer_grammar(&j->req, server->backend.tool_format, server->backend.reasons, j->in_thinking, &err) ||
+        !submit_all(j, &err) || !start_readers(j, &err)) {
         em_server_api api = j->req.api;
         job_free(j);
         *status = err.status;

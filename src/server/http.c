@@ -186,7 +186,7 @@ static enum MHD_Result serve_count_tokens(struct MHD_Connection *c, em_server *s
                                           em_server_request *req) {
     int32_t *ids = NULL;
     size_t n = 0;
-    em_err e = s->backend.chat_prompt(s->backend.self, req->messages, req->tools, &ids, &n);
+    em_err e = s->backend.chat_prompt(s->backend.self, req->messages, req->tools, &ids, &n, NULL);
     free(ids);
     if (e) {
         em_server_error err = {0};

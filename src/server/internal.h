@@ -29,18 +29,25 @@ bool em_server_add_message(em_server_request *req, const char *role, const em_bu
  * (json_object, json_schema) of an OpenAI body into req->grammar, checked to compile (400 with
  * the reason otherwise). */
 bool em_server_read_constraints(const json_t *root, em_server_request *req, em_server_error *err);
+/* reasoning_format (auto, deepseek, none; absent = auto) into req->reasoning_format. */
+bool em_server_read_reasoning_format(const json_t *root, em_server_request *req, em_server_error *err);
 /* Takes `gbnf` (malloc'd) as req->grammar once it compiles; a 400 naming `param` otherwise. */
 bool em_server_set_grammar(em_server_request *req, char *gbnf, const char *param, em_server_error *err);
 
 /* Tools (tools.c): definitions and tool_choice into req->tools / tool_choice / tool_name (OpenAI's
- * shape; Anthropic's converted), the grammar that forces a call (required, any, named; nothing for
- * auto and none), and the calls found in an answer: [{name, arguments: object}] or NULL, with
- * *content_len the length of the text before them. */
+ * shape; Anthropic's converted). */
 bool em_server_read_openai_tools(const json_t *root, em_server_request *req, em_server_error *err);
 bool em_server_read_anthropic_tools(const json_t *root, em_server_request *req, em_server_error *err);
+/* The definition of tool `name` in `tools` (OpenAI-style), or NULL. */
+const json_t *em_server_find_tool(const json_t *tools, const char *name);
+/* The grammar of a chat answer (tool_grammar.c): a forced call (required, any, named) or the lazy
+ * grammar of `auto` in `format`, and when the template `reasons` (or the prompt is `in_thinking`)
+ * a <think> section first, ahead of a response_format too. Nothing for none, or auto in the JSON
+ * format. A forced call with response_format or grammar is a 400. */
+bool em_server_answer_grammar(em_server_request *req, em_tool_format format, bool reasons, bool in_thinking,
+                              em_server_error *err);
+/* The same for a model that does not reason. */
 bool em_server_tool_grammar(em_server_request *req, em_tool_format format, em_server_error *err);
-json_t *em_server_parse_tool_calls(const char *text, size_t len, em_tool_format format, const json_t *tools,
-                                   size_t *content_len);
 /* A call's arguments as given in a request (a JSON string) → an object for the template, or the
  * string itself when it is not a JSON object. */
 json_t *em_server_arguments_object(const char *text);

@@ -212,7 +212,7 @@ bool em_openai_parse_chat(const char *body, size_t len, int32_t n_vocab, em_serv
     json_t *root = em_server_parse_body(body, len, err);
     if (!root) return false;
     bool ok = read_common(root, n_vocab, req, err) && read_messages(root, req, err) &&
-              em_server_read_openai_tools(root, req, err);
+              em_server_read_openai_tools(root, req, err) && em_server_read_reasoning_format(root, req, err);
     int64_t top = 0;
     ok = ok && em_server_read_bool(root, "logprobs", &req->logprobs, err) &&
          em_server_read_int(root, "top_logprobs", 0, EM_SERVER_MAX_TOP, &top, err);
@@ -386,19 +386,21 @@ static void add_usage_and_timings(json_t *root, const em_server_usage *usage, co
     if (first) json_object_set_new(root, "timings", em_server_timings_json(&first->timings));
 }
 
-/* OpenAI's tool_calls array for a choice's calls; `with_index` adds each call's index (stream deltas). */
-static json_t *tool_calls_json(const em_server_format *f, int choice_index, const json_t *calls, bool with_index) {
+/* The id of call k of choice `choice_index`, the same in whole answers and streams. */
+static void call_id(char *id, size_t size, const em_server_format *f, int choice_index, size_t k) {
+    snprintf(id, size, "call_%s_%d_%zu", f->id, choice_index, k);
+}
+
+/* OpenAI's tool_calls array for a choice's calls (arguments: the JSON text the model wrote). */
+static json_t *tool_calls_json(const em_server_format *f, int choice_index, const json_t *calls) {
     json_t *list = json_array();
     size_t k;
     json_t *call;
     json_array_foreach(calls, k, call) {
-        char id[96], *arguments = json_dumps(json_object_get(call, "arguments"), JSON_COMPACT);
-        snprintf(id, sizeof id, "call_%s_%d_%zu", f->id, choice_index, k);
-        json_t *entry = json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function", "name",
-                                  json_object_get(call, "name"), "arguments", arguments ? arguments : "{}");
-        free(arguments);
-        if (entry && with_index) json_object_set_new(entry, "index", json_integer((json_int_t)k));
-        json_array_append_new(list, entry);
+        char id[96];
+        call_id(id, sizeof id, f, choice_index, k);
+        json_array_append_new(list, json_pack("{s:s, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function", "name",
+                                              json_object_get(call, "name"), "arguments", json_object_get(call, "arguments")));
     }
     return list;
 }
@@ -409,10 +411,11 @@ json_t *em_openai_chat_response(const em_server_format *f, const em_server_reque
     json_t *list = json_array();
     for (size_t i = 0; root && list && i < n_choices; i++) {
         const em_server_choice *c = &choices[i];
-        const size_t content_len = c->tool_calls ? c->content_len : c->text.len;
         json_t *message = json_pack("{s:s, s:o}", "role", "assistant", "content",
-                                    c->tool_calls && !content_len ? json_null() : em_server_json_text(c->text.data, content_len));
-        if (message && c->tool_calls) json_object_set_new(message, "tool_calls", tool_calls_json(f, (int)i, c->tool_calls, false));
+                                    c->tool_calls && !c->content.len ? json_null() : em_server_json_text(c->content.data, c->content.len));
+        if (message && c->reasoning.len)
+            json_object_set_new(message, "reasoning_content", em_server_json_text(c->reasoning.data, c->reasoning.len));
+        if (message && c->tool_calls) json_object_set_new(message, "tool_calls", tool_calls_json(f, (int)i, c->tool_calls));
         json_t *lp = req->logprobs ? chat_logprobs(f, c->tokens, c->n_tokens) : json_null();
         const char *reason = c->tool_calls ? "tool_calls" : em_openai_finish_reason(c->finish) ? em_openai_finish_reason(c->finish) : "stop";
         json_array_append_new(list, json_pack("{s:I, s:o, s:o, s:s}", "index", (json_int_t)i, "message", message,
@@ -498,17 +501,39 @@ bool em_openai_chunk_delta(em_buf *out, const em_server_format *f, const em_serv
     return emit_chunk(out, req, chunk_head(f, req), choice, reason ? timings : NULL);
 }
 
-bool em_openai_chunk_tool_calls(em_buf *out, const em_server_format *f, const em_server_request *req, int index,
-                                const em_server_choice *choice) {
-    json_t *calls = json_pack("{s:i, s:{s:o}, s:n, s:n}", "index", index, "delta", "tool_calls",
-                              tool_calls_json(f, index, choice->tool_calls, true), "logprobs", "finish_reason");
-    json_t *end = json_pack("{s:i, s:{}, s:n, s:s}", "index", index, "delta", "logprobs", "finish_reason", "tool_calls");
-    bool ok = emit_chunk(out, req, chunk_head(f, req), calls, NULL);
-    if (!ok) {
-        json_decref(end);
-        return false;
+bool em_openai_chunk_answer(em_buf *out, const em_server_format *f, const em_server_request *req, int index,
+                            const em_answer_event *event) {
+    json_t *delta;
+    if (event->kind == EM_ANSWER_CONTENT || event->kind == EM_ANSWER_REASONING) {
+        delta = json_pack("{s:o}", event->kind == EM_ANSWER_CONTENT ? "content" : "reasoning_content",
+                          em_server_json_text(event->text, event->len));
+    } else if (event->kind == EM_ANSWER_CALL_BEGIN) {
+        char id[96];
+        call_id(id, sizeof id, f, index, event->call_index);
+        delta = json_pack("{s:[{s:I, s:s, s:s, s:{s:o, s:s}}]}", "tool_calls", "index", (json_int_t)event->call_index, "id", id,
+                          "type", "function", "function", "name", em_server_json_text(event->text, event->len), "arguments", "");
+    } else {
+        delta = json_pack("{s:[{s:I, s:{s:o}}]}", "tool_calls", "index", (json_int_t)event->call_index, "function",
+                          "arguments", em_server_json_text(event->text, event->len));
     }
-    return emit_chunk(out, req, chunk_head(f, req), end, &choice->timings);
+    json_t *choice = json_pack("{s:i, s:o, s:n, s:n}", "index", index, "delta", delta, "logprobs", "finish_reason");
+    return emit_chunk(out, req, chunk_head(f, req), choice, NULL);
+}
+
+bool em_openai_chunk_finish(em_buf *out, const em_server_format *f, const em_server_request *req, int index,
+                            const em_server_choice *choice, const em_server_token *tokens, size_t n_tokens) {
+    const char *reason = choice->tool_calls ? "tool_calls" : em_openai_finish_reason(choice->finish);
+    json_t *lp = req->logprobs && n_tokens ? chat_logprobs(f, tokens, n_tokens) : json_null();
+    json_t *c = json_pack("{s:i, s:{}, s:o, s:s}", "index", index, "delta", "logprobs", lp, "finish_reason",
+                          reason ? reason : "stop");
+    return emit_chunk(out, req, chunk_head(f, req), c, &choice->timings);
+}
+
+bool em_openai_chunk_logprobs(em_buf *out, const em_server_format *f, const em_server_request *req, int index,
+                              const em_server_token *tokens, size_t n_tokens) {
+    json_t *c = json_pack("{s:i, s:{}, s:o, s:n}", "index", index, "delta", "logprobs", chat_logprobs(f, tokens, n_tokens),
+                          "finish_reason");
+    return emit_chunk(out, req, chunk_head(f, req), c, NULL);
 }
 
 bool em_openai_stream_end(em_buf *out, const em_server_format *f, const em_server_request *req,

@@ -389,6 +389,8 @@ void em_server_request_clear(em_server_request *req) {
 
 void em_server_choice_clear(em_server_choice *choice) {
     em_buf_free(&choice->text);
+    em_buf_free(&choice->content);
+    em_buf_free(&choice->reasoning);
     free(choice->tokens);
     free(choice->stop_string);
     json_decref(choice->tool_calls);

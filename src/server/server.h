@@ -41,9 +41,18 @@
 
 /* ---- Backend: what the server needs from the engine, tokenizer and chat template ---- */
 
-/* How the model writes a tool call (tools.c): Hermes / Qwen `<tool_call>{...}</tool_call>`, or a
- * bare JSON object {"name", "arguments"} (the fallback for templates that teach neither). */
-typedef enum em_tool_format { EM_TOOL_FORMAT_JSON = 0, EM_TOOL_FORMAT_HERMES } em_tool_format;
+/* How the model writes a tool call (tools.c, answer.c), told by its chat template: Hermes / Qwen
+ * `<tool_call>{"name", "arguments"}</tool_call>`; Llama 3.x `{"name", "parameters"}` (after
+ * `<|python_tag|>` or alone); Mistral `[TOOL_CALLS][{"name", "arguments"}, ...]` or, in its newer
+ * templates, `[TOOL_CALLS]name[ARGS]{...}`; or a bare JSON object {"name", "arguments"} (the
+ * fallback for templates that teach none of them). */
+typedef enum em_tool_format {
+    EM_TOOL_FORMAT_JSON = 0,
+    EM_TOOL_FORMAT_HERMES,
+    EM_TOOL_FORMAT_LLAMA3,
+    EM_TOOL_FORMAT_MISTRAL,     /* [TOOL_CALLS][{...}] */
+    EM_TOOL_FORMAT_MISTRAL_ARGS /* [TOOL_CALLS]name[ARGS]{...}: read as EM_TOOL_FORMAT_MISTRAL, forced in this form */
+} em_tool_format;
 
 typedef struct em_server_backend {
     void *self;
@@ -52,14 +61,18 @@ typedef struct em_server_backend {
     int32_t n_vocab;      /* token ids (logit_bias, prompts of ids) must be below this: the model's
                            * output rows, which may be more than the tokenizer's tokens */
     em_tool_format tool_format; /* from the chat template */
+    bool reasons;               /* the chat template writes <think> sections (Qwen 3, DeepSeek-R1) */
 
     /* Renders `messages` (an OpenAI-style array of {role, content: string}; roles system, user,
      * assistant, tool; assistant messages may carry tool_calls with arguments as objects) and
      * `tools` (OpenAI-style tool definitions, or NULL) with the model's chat template, through the
      * template's own tool support, generation prompt added, and tokenizes the
      * result so that only the template's own markup can produce control tokens: message text is
-     * tokenized without parsing special-token text. *ids is malloc'd (caller frees). */
-    em_err (*chat_prompt)(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n);
+     * tokenized without parsing special-token text. *ids is malloc'd (caller frees). *in_thinking
+     * (may be NULL) tells whether the rendered prompt ends inside an open `<think>` (the template
+     * opened the model's reasoning itself). */
+    em_err (*chat_prompt)(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n,
+                          bool *in_thinking);
     /* Tokenizes plain text as a prompt: BOS as the model asks, special-token text not parsed. */
     em_err (*tokenize)(void *self, const char *text, size_t len, int32_t **ids, size_t *n);
     /* The bytes a token stands for (for logprobs); may be partial UTF-8. Pointer lives as long as
@@ -126,6 +139,10 @@ typedef struct em_server_prompt {
  * required / Anthropic's any (the answer is one call of some tool), named (one call of that tool). */
 typedef enum em_tool_choice { EM_TOOL_NONE = 0, EM_TOOL_AUTO, EM_TOOL_REQUIRED, EM_TOOL_NAMED } em_tool_choice;
 
+/* reasoning_format (llama-server's field): auto splits a <think> section off when the template
+ * reasons, deepseek always, none keeps it inline in the content. */
+typedef enum em_reasoning_format { EM_REASONING_FORMAT_AUTO = 0, EM_REASONING_FORMAT_DEEPSEEK, EM_REASONING_FORMAT_NONE } em_reasoning_format;
+
 typedef struct em_server_request {
     em_server_api api;
     char *model;        /* as asked */
@@ -150,6 +167,8 @@ typedef struct em_server_request {
     em_tool_choice tool_choice;
     char *tool_name;    /* the tool a named choice forces */
     const char *grammar_trigger; /* static text that switches `grammar` on (a lazy grammar), or NULL */
+    bool grammar_is_raw; /* `grammar` came as GBNF from the client: the server leaves it as it is */
+    em_reasoning_format reasoning_format;
 } em_server_request;
 
 void em_server_request_init(em_server_request *req, em_server_api api);
@@ -190,17 +209,81 @@ bool em_buf_printf(em_buf *buf, const char *fmt, ...)
     ;
 void em_buf_free(em_buf *buf);
 
+/* ---- Reading answers (answer.c): reasoning, text and tool calls as the text arrives ---- */
+
+typedef enum em_answer_kind {
+    EM_ANSWER_CONTENT = 0,   /* text of the answer */
+    EM_ANSWER_REASONING,     /* text of its <think> section */
+    EM_ANSWER_CALL_BEGIN,    /* a call of tool `text` begins (call_index counts from 0) */
+    EM_ANSWER_CALL_ARGUMENTS /* more of the current call's arguments (JSON text) */
+} em_answer_kind;
+
+typedef struct em_answer_event {
+    em_answer_kind kind;
+    const char *text; /* not NUL-terminated; valid during the call */
+    size_t len;
+    size_t call_index;
+} em_answer_event;
+
+/* Receives the events in order; false stops the reader (out of memory). */
+typedef bool (*em_answer_sink)(void *self, const em_answer_event *event);
+
+typedef enum em_answer_reasoning {
+    EM_REASONING_OFF = 0, /* <think> is plain text */
+    EM_REASONING_SPLIT,   /* a <think> section at the start is reasoning */
+    EM_REASONING_INLINE   /* it stays in the content, tags and all, and holds no calls */
+} em_answer_reasoning;
+
+typedef struct em_answer_options {
+    em_answer_reasoning split_reasoning;
+    bool starts_in_reasoning; /* the prompt opened <think> */
+    bool read_calls;          /* tools were given and may be called */
+    em_tool_format format;
+    const json_t *tools;      /* borrowed: OpenAI-style definitions (calls must name one) */
+} em_answer_options;
+
+typedef enum em_answer_state { EM_ANSWER_TEXT = 0, EM_ANSWER_THINK, EM_ANSWER_CALL, EM_ANSWER_AFTER_CALL } em_answer_state;
+
+typedef struct em_answer_reader {
+    em_answer_options options;
+    em_answer_state state;
+    em_buf held;      /* text not handed on yet */
+    bool at_start;    /* no content yet (whitespace aside) */
+    bool think_start; /* no reasoning yet */
+    bool thought;     /* a <think> section was read */
+    size_t call_at;   /* in CALL: where the current call object (or what follows the opener) starts in held */
+    bool in_list;     /* in CALL: inside a JSON list of calls */
+    size_t list_items;
+    bool call_begun;
+    bool named_call;  /* Mistral's name[ARGS]{...}: call_at is where the arguments start */
+    char *call_name;
+    size_t args_sent; /* bytes of the current call's arguments handed on */
+    size_t n_calls;
+} em_answer_reader;
+
+void em_answer_init(em_answer_reader *reader, const em_answer_options *options);
+/* Feeds generated text; events for what became certain go to `sink`. */
+bool em_answer_feed(em_answer_reader *reader, const char *text, size_t len, em_answer_sink sink, void *self);
+/* The answer ended: whatever is held is handed on (an unfinished call ends as it is). */
+bool em_answer_finish(em_answer_reader *reader, em_answer_sink sink, void *self);
+void em_answer_clear(em_answer_reader *reader);
+
 /* One choice's result so far. */
 typedef struct em_server_choice {
-    em_buf text;
+    em_buf text; /* everything generated */
     em_server_token *tokens; /* only kept when logprobs were asked */
     size_t n_tokens, cap_tokens;
     ember_finish_reason finish;
     char *stop_string;
     ember_timings timings;
-    json_t *tool_calls; /* the calls found in the answer ([{name, arguments}]), or NULL */
-    size_t content_len; /* with tool_calls: the text before them, which stays the answer's content */
+    /* Chat answers, as em_answer_reader reads them: */
+    em_buf content;
+    em_buf reasoning;
+    json_t *tool_calls; /* [{name, arguments: JSON text}] or NULL when none */
 } em_server_choice;
+
+/* Collects reader events into a choice (content, reasoning, tool_calls): an em_answer_sink. */
+bool em_server_choice_collect(void *choice, const em_answer_event *event);
 
 void em_server_choice_clear(em_server_choice *choice);
 /* Appends one ember_output (text, tokens when keep_tokens) and records its finish. */
@@ -244,23 +327,38 @@ bool em_openai_chat_chunk_start(em_buf *out, const em_server_format *f, const em
 bool em_openai_chunk_delta(em_buf *out, const em_server_format *f, const em_server_request *req,
                            int index, const char *text, size_t len, const em_server_token *tokens,
                            size_t n_tokens, ember_finish_reason finish, const ember_timings *timings);
-/* A finished choice's tool calls: a delta with every call (id, name, whole arguments) and the
- * finishing chunk (finish_reason tool_calls, timings). Ids are "call_<response id>_<k>". */
-bool em_openai_chunk_tool_calls(em_buf *out, const em_server_format *f, const em_server_request *req, int index,
-                                const em_server_choice *choice);
+/* An event of a chat answer read by em_answer_reader, as a delta: content, reasoning_content, the
+ * start of a call (index, id "call_<response id>_<choice>_<k>", type, function name, arguments "")
+ * or a fragment of its arguments. */
+bool em_openai_chunk_answer(em_buf *out, const em_server_format *f, const em_server_request *req, int index,
+                            const em_answer_event *event);
+/* The finishing chunk of a read chat answer: finish_reason (tool_calls when it made calls), timings,
+ * and the logprobs of its last tokens when asked. */
+bool em_openai_chunk_finish(em_buf *out, const em_server_format *f, const em_server_request *req, int index,
+                            const em_server_choice *choice, const em_server_token *tokens, size_t n_tokens);
+/* A delta that carries only logprobs (of tokens whose text the reader still holds or has split off). */
+bool em_openai_chunk_logprobs(em_buf *out, const em_server_format *f, const em_server_request *req, int index,
+                              const em_server_token *tokens, size_t n_tokens);
 /* The closing events: the usage chunk (when include_usage; with timings) and `data: [DONE]`. */
 bool em_openai_stream_end(em_buf *out, const em_server_format *f, const em_server_request *req,
                           const em_server_usage *usage, const ember_timings *timings);
-/* Anthropic: message_start, content_block_start and a ping. */
+/* Anthropic: message_start (content blocks open as the answer comes; a ping follows the first). */
 bool em_anthropic_stream_start(em_buf *out, const em_server_format *f, const em_server_usage *usage);
-bool em_anthropic_stream_delta(em_buf *out, const char *text, size_t len);
-/* After the text block: one tool_use block per call (content_block_start with empty input, one
- * input_json_delta with the arguments, content_block_stop), then message_delta with stop_reason
- * tool_use and message_stop. */
-bool em_anthropic_stream_tool_calls(em_buf *out, const em_server_format *f, const em_server_choice *choice,
-                                    const em_server_usage *usage);
-/* content_block_stop, message_delta (stop_reason, usage, timings) and message_stop. */
-bool em_anthropic_stream_end(em_buf *out, const em_server_choice *choice, const em_server_usage *usage);
+/* Where an Anthropic stream is: the block open now (index, kind). */
+typedef struct em_anthropic_stream {
+    bool started, open;
+    int index;
+    em_answer_kind kind;
+} em_anthropic_stream;
+/* An event of the answer: a thinking block (thinking_delta), a text block (text_delta) or a
+ * tool_use block per call (input_json_delta), each block opened when its first event comes and
+ * closed when another kind of block begins. */
+bool em_anthropic_stream_answer(em_buf *out, const em_server_format *f, em_anthropic_stream *st,
+                                const em_answer_event *event);
+/* The last content_block_stop (an empty text block when none was sent), message_delta (stop_reason
+ * tool_use when calls were made, usage, timings) and message_stop. */
+bool em_anthropic_stream_end(em_buf *out, em_anthropic_stream *st, const em_server_choice *choice,
+                             const em_server_usage *usage);
 /* An error inside a stream that already started. */
 bool em_server_stream_error(em_buf *out, em_server_api api, const em_server_error *err);
 
@@ -367,15 +465,22 @@ typedef struct em_server_text em_server_text;
  * EM_ERR_INVALID, completions still work). Copies what it needs: the file may close afterwards. */
 em_err em_server_text_from_gguf(const em_gguf *gguf, em_server_text **out);
 void em_server_text_free(em_server_text *text);
-/* The backend's chat_prompt: em_server_chat_tokens with this model's template and tokenizer. */
+/* The backend's chat_prompt: em_server_chat_tokens with this model's template and tokenizer;
+ * *in_thinking (may be NULL): the template reasons and the prompt ends with an open <think>. */
 em_err em_server_text_chat_tokens(const em_server_text *text, const json_t *messages, const json_t *tools, int32_t **ids,
-                                  size_t *n);
+                                  size_t *n, bool *in_thinking);
 /* The backend's tokenize: BOS as the vocabulary asks, special-token text not parsed. */
 em_err em_server_text_tokenize(const em_server_text *text, const char *s, size_t len, int32_t **ids, size_t *n);
 size_t em_server_text_token_bytes(const em_server_text *text, int32_t id, const char **bytes);
 int32_t em_server_text_n_vocab(const em_server_text *text);
-/* Hermes when the chat template teaches `<tool_call>`, the JSON fallback otherwise. */
+/* The call format the chat template teaches (em_server_tool_format_of). */
 em_tool_format em_server_text_tool_format(const em_server_text *text);
+/* Whether the chat template writes <think> sections (the model reasons before it answers). */
+bool em_server_text_reasons(const em_server_text *text);
+/* The call format a chat template's text teaches: Mistral when it writes `[TOOL_CALLS]` (the newer
+ * form when `[ARGS]` too), Hermes for `<tool_call>`, Llama 3 for `<|python_tag|>` or its header
+ * tokens with calls written as "parameters", the JSON fallback otherwise. */
+em_tool_format em_server_tool_format_of(const char *template_text, size_t len);
 
 /* ---- The real backend (backend.c): the engine, tokenizer and chat template of one GGUF ---- */
 

@@ -95,7 +95,22 @@ bool em_server_read_constraints(const json_t *root, em_server_request *req, em_s
             em_server_error_set(err, 500, NULL, NULL, NULL, "out of memory");
             return false;
         }
+        req->grammar_is_raw = true;
         return em_server_set_grammar(req, copy, "grammar", err);
     }
     return read_response_format(root, req, err);
+}
+
+bool em_server_read_reasoning_format(const json_t *root, em_server_request *req, em_server_error *err) {
+    const char *format = NULL;
+    if (!em_server_read_string(root, "reasoning_format", &format, err)) return false;
+    if (!format || !strcmp(format, "auto")) req->reasoning_format = EM_REASONING_FORMAT_AUTO;
+    else if (!strcmp(format, "deepseek")) req->reasoning_format = EM_REASONING_FORMAT_DEEPSEEK;
+    else if (!strcmp(format, "none")) req->reasoning_format = EM_REASONING_FORMAT_NONE;
+    else {
+        em_server_error_set(err, 400, NULL, "invalid_value", "reasoning_format",
+                            "'reasoning_format' '%s' is not one of auto, deepseek, none", format);
+        return false;
+    }
+    return true;
 }

@@ -20,7 +20,8 @@ struct em_server_text {
     size_t *control_lens;
     size_t n_controls;
     em_server_prompt_ops ops;
-    bool hermes_tools;        /* the template writes tool calls as <tool_call>...</tool_call> */
+    em_tool_format tool_format; /* how the template writes tool calls */
+    bool reasons;               /* the template writes <think> sections */
     bool template_uses_tools; /* the template reads `tools` (else the server describes them itself) */
 };
 
@@ -78,9 +79,28 @@ static em_err tokenize_part(void *self, const char *text, size_t len, bool parse
     return em_tokenize(t->tokenizer, text, len, false, parse_special, ids, n);
 }
 
+/* Whether the prompt's last tokens are an open `<think>` (whitespace after it aside): the template
+ * opened the model's reasoning in the generation prompt. */
+static bool ends_in_thinking(const em_server_text *t, const int32_t *ids, size_t n) {
+    const size_t tail = n < 8 ? n : 8;
+    char *text = NULL;
+    size_t len = 0;
+    em_err e = em_detokenize(t->tokenizer, ids + n - tail, tail, true, &text, &len);
+    if (e) {
+        em_err_free(e);
+        return false;
+    }
+    while (len && strchr(" \t\r\n", text[len - 1])) len--;
+    bool open = len >= strlen("<think>") && !memcmp(text + len - strlen("<think>"), "<think>", strlen("<think>"));
+    free(text);
+    return open;
+}
+
 em_err em_server_text_chat_tokens(const em_server_text *t, const json_t *messages, const json_t *tools, int32_t **ids,
-                                  size_t *n) {
-    return em_server_chat_tokens(&t->ops, messages, tools, ids, n);
+                                  size_t *n, bool *in_thinking) {
+    em_err e = em_server_chat_tokens(&t->ops, messages, tools, ids, n);
+    if (!e && in_thinking) *in_thinking = t->reasons && ends_in_thinking(t, *ids, *n);
+    return e;
 }
 
 em_err em_server_text_tokenize(const em_server_text *t, const char *text, size_t len, int32_t **ids, size_t *n) {
@@ -92,7 +112,21 @@ size_t em_server_text_token_bytes(const em_server_text *t, int32_t id, const cha
 }
 
 em_tool_format em_server_text_tool_format(const em_server_text *t) {
-    return t->hermes_tools ? EM_TOOL_FORMAT_HERMES : EM_TOOL_FORMAT_JSON;
+    return t->tool_format;
+}
+
+bool em_server_text_reasons(const em_server_text *t) {
+    return t->reasons;
+}
+
+em_tool_format em_server_tool_format_of(const char *template_text, size_t len) {
+#define HAS(s) (memmem(template_text, len, s, strlen(s)) != NULL)
+    if (HAS("[TOOL_CALLS]")) return HAS("[ARGS]") ? EM_TOOL_FORMAT_MISTRAL_ARGS : EM_TOOL_FORMAT_MISTRAL;
+    if (HAS("<tool_call>")) return EM_TOOL_FORMAT_HERMES;
+    /* Llama 3.x: calls written back as {"name": ..., "parameters": ...} between its header tokens */
+    if (HAS("<|python_tag|>") || (HAS("<|start_header_id|>") && HAS("\"parameters\""))) return EM_TOOL_FORMAT_LLAMA3;
+    return EM_TOOL_FORMAT_JSON;
+#undef HAS
 }
 
 int32_t em_server_text_n_vocab(const em_server_text *t) {
@@ -149,7 +183,9 @@ em_err em_server_text_from_gguf(const em_gguf *g, em_server_text **out) {
     } else if (!e && (e = em_chat_template_parse(tpl.ptr, tpl.len, &t->chat))) {
         e = em_err_prefix(e, "%s: tokenizer.chat_template", em_gguf_path(g));
     } else if (!e) {
-        t->hermes_tools = memmem(tpl.ptr, tpl.len, "<tool_call>", strlen("<tool_call>")) != NULL;
+        t->tool_format = em_server_tool_format_of(tpl.ptr, tpl.len);
+        t->reasons = memmem(tpl.ptr, tpl.len, "<think>", strlen("<think>")) != NULL ||
+                     memmem(tpl.ptr, tpl.len, "</think>", strlen("</think>")) != NULL;
         t->template_uses_tools = memmem(tpl.ptr, tpl.len, "tools", strlen("tools")) != NULL;
     }
     if (!e) e = collect_controls(t);

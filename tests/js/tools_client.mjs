@@ -98,13 +98,17 @@ await test('openai: auto, streamed, two choices: each ends as text or as a valid
   for await (const chunk of stream) {
     for (const ch of chunk.choices) {
       if (ch.delta?.content) text[ch.index] += ch.delta.content;
-      for (const d of ch.delta?.tool_calls ?? []) calls[ch.index].push(d);
+      for (const d of ch.delta?.tool_calls ?? []) { // the first delta of a call names it, the rest add arguments
+        calls[ch.index][d.index] ??= { name: '', arguments: '' };
+        calls[ch.index][d.index].name += d.function?.name ?? '';
+        calls[ch.index][d.index].arguments += d.function?.arguments ?? '';
+      }
       if (ch.finish_reason) reasons[ch.index] = ch.finish_reason;
     }
   }
   for (const i of [0, 1]) {
     assert.ok(['stop', 'length', 'tool_calls'].includes(reasons[i]), String(reasons[i]));
-    if (reasons[i] === 'tool_calls') for (const d of calls[i]) checkCall(d.function.name, JSON.parse(d.function.arguments));
+    if (reasons[i] === 'tool_calls') for (const c of calls[i]) checkCall(c.name, JSON.parse(c.arguments));
     else assert.equal(calls[i].length, 0);
   }
 });
@@ -160,7 +164,7 @@ await test('anthropic: a named tool, streamed: input_json_delta events build the
   await anthropicAnswerAfter(use);
 });
 
-await test('anthropic: auto, streamed: the text arrives whole, stop_reason end_turn or max_tokens', async () => {
+await test('anthropic: auto, streamed: the text streams, stop_reason end_turn or max_tokens', async () => {
   const stream = anthropic.messages.stream({ model, max_tokens: 12, messages: question, tools: anthropicTools });
   let text = '';
   stream.on('text', (t) => { text += t; });
@@ -172,5 +176,39 @@ await test('anthropic: auto, streamed: the text arrives whole, stop_reason end_t
     assert.equal(message.content[0].text, text);
   }
 });
+
+// A streamed answer must assemble into the same calls as the whole one (same seed, same request):
+// the OpenAI SDK's stream helper joins the tool_calls deltas, Anthropic's joins input_json_delta.
+for (const seed of [4, 5]) {
+  await test(`openai: required, streamed: the SDK assembles the same call as the whole answer (seed ${seed})`, async () => {
+    const request = { model, messages: question, tools, tool_choice: 'required', max_tokens: 200, seed };
+    const whole = await openai.chat.completions.create(request);
+    const runner = openai.chat.completions.stream(request);
+    let deltas = 0;
+    runner.on('chunk', (chunk) => { if (chunk.choices[0]?.delta?.tool_calls) deltas++; });
+    const streamed = await runner.finalChatCompletion();
+    const a = whole.choices[0], b = streamed.choices[0];
+    assert.equal(b.finish_reason, 'tool_calls');
+    assert.deepEqual(b.message.tool_calls.map((c) => [c.id, c.function.name, c.function.arguments]),
+      a.message.tool_calls.map((c) => [c.id.replace(whole.id, streamed.id), c.function.name, c.function.arguments]));
+    assert.ok(deltas > 1, `the call came in ${deltas} delta(s), not as it was generated`);
+    checkCall(b.message.tool_calls[0].function.name, JSON.parse(b.message.tool_calls[0].function.arguments));
+  });
+
+  await test(`anthropic: any, streamed: the SDK assembles the same tool_use as the whole answer (seed ${seed})`, async () => {
+    // Anthropic's API has no seed: greedy answers, told apart by their system prompt
+    const request = { model, max_tokens: 200, messages: question, tools: anthropicTools, tool_choice: { type: 'any' },
+      temperature: 0, system: `Request ${seed}.` };
+    const whole = await anthropic.messages.create(request);
+    const stream = anthropic.messages.stream(request);
+    let fragments = 0;
+    stream.on('inputJson', () => { fragments++; });
+    const streamed = await stream.finalMessage();
+    const uses = (m) => m.content.filter((b) => b.type === 'tool_use').map((b) => [b.name, b.input]);
+    assert.equal(streamed.stop_reason, 'tool_use');
+    assert.deepEqual(uses(streamed), uses(whole));
+    assert.ok(fragments > 1, `the input came in ${fragments} fragment(s)`);
+  });
+}
 
 finish();
