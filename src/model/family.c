@@ -10,39 +10,29 @@
 
 #include "model.h"
 
+/* What every row written as GGUF `llama` shares: a GGUF file cannot tell them apart. */
+#define GGUF_LLAMA                                                                                          \
+    .gguf_arch = "llama", .act = EM_ACT_SWIGLU, .rope = EM_ROPE_NORMAL, .permute_qk = true,                 \
+    .window = EM_WINDOW_EVERY_LAYER, .keys = {.vocab_and_rope_dims = true}
+
 static const em_family families[] = {
     {
         .name = "llama",
-        .gguf_arch = "llama",
         .hf_classes = {"LlamaForCausalLM"},
-        .act = EM_ACT_SWIGLU,
-        .rope = EM_ROPE_NORMAL,
-        .permute_qk = true,
-        .window = EM_WINDOW_EVERY_LAYER,
-        .keys = {.vocab_and_rope_dims = true},
+        GGUF_LLAMA,
         .hf = {.rope_theta = 1e4},
     },
     {
         .name = "mistral",
-        .gguf_arch = "llama",
         .hf_classes = {"MistralForCausalLM"},
-        .act = EM_ACT_SWIGLU,
-        .rope = EM_ROPE_NORMAL,
-        .permute_qk = true,
-        .window = EM_WINDOW_EVERY_LAYER,
-        .keys = {.vocab_and_rope_dims = true},
+        GGUF_LLAMA,
         .hf = {.rope_theta = 1e4, .sliding_window = 4096},
     },
     {
         .name = "mixtral",
-        .gguf_arch = "llama",
         .hf_classes = {"MixtralForCausalLM"},
-        .act = EM_ACT_SWIGLU,
-        .rope = EM_ROPE_NORMAL,
-        .permute_qk = true,
-        .window = EM_WINDOW_EVERY_LAYER,
+        GGUF_LLAMA,
         .moe = EM_MOE_MIXTRAL,
-        .keys = {.vocab_and_rope_dims = true},
         .hf = {.rope_theta = 1e6, .n_expert = 8, .n_expert_used = 2},
     },
     {
