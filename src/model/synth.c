@@ -299,7 +299,8 @@ static em_err plan_all(synth *s) {
 #undef B
     }
     if ((err = plan(s, "output_norm.weight", 1, e, 1, 1, 0, INIT_NORM, 0.1f))) return err;
-    if (!p->tied && !f->tied_output && (err = plan(s, "output.weight", 2, e, p->n_vocab, 1, s->weight_type, INIT_UNIFORM, 4.0f * in_rms)))
+    if (!p->tied && !f->tied_output &&
+        (err = plan(s, "output.weight", 2, e, p->n_vocab, 1, s->weight_type, INIT_UNIFORM, 4.0f * in_rms)))
         return err;
     return NULL;
 }

@@ -483,7 +483,8 @@ static em_err check_config(converter *cv) {
     const em_family *f = cv->f;
     const char *file = "config.json";
     /* GeGLU checkpoints name their GELU either way (the tanh approximation is what both compute). */
-    const bool act_ok = !strcmp(c->act, em_family_hf_activation(f)) || (f->act == EM_ACT_GEGLU && !strcmp(c->act, "gelu"));
+    const bool act_ok =
+        !strcmp(c->act, em_family_hf_activation(f)) || (f->act == EM_ACT_GEGLU && !strcmp(c->act, "gelu"));
     if (!act_ok)
         return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: hidden activation '%s' is not what GGUF %s implies", cv->dir, file,
                          c->act, f->gguf_arch);
@@ -509,7 +510,8 @@ static em_err check_config(converter *cv) {
         if (!f->window_pattern_key && !default_layer_pattern(cv))
             return em_errorf(EM_ERR_UNSUPPORTED,
                              "%s/%s: %s breaks the pattern GGUF %s fixes (every %u-th layer global)", cv->dir, file,
-                             c->layer_sliding ? "layer_types" : "sliding_window_pattern", f->gguf_arch, f->window_period);
+                             c->layer_sliding ? "layer_types" : "sliding_window_pattern", f->gguf_arch,
+                             f->window_period);
     } else if (f->window == EM_WINDOW_EVERY_LAYER && c->layer_sliding) {
         for (uint32_t il = 0; il < c->n_layer; il++)
             if (c->layer_sliding[il] != (c->sliding_window > 0))
@@ -769,7 +771,8 @@ static em_err run(converter *cv, const char *out_path, const em_convert_options 
                 em_log(EM_LOG_WARN, "%s: tensor '%s' is not used by GGUF %s", em_safetensors_name(cv->ck.files[i]), tn,
                        cv->f->gguf_arch);
         }
-    if (unused > 4) em_log(EM_LOG_WARN, "%s: %zu more tensors are not used by GGUF %s", cv->dir, unused - 4, cv->f->gguf_arch);
+    if (unused > 4)
+        em_log(EM_LOG_WARN, "%s: %zu more tensors are not used by GGUF %s", cv->dir, unused - 4, cv->f->gguf_arch);
     if (vision) em_log(EM_LOG_INFO, "%s: the text model only: %zu vision tensors left out", cv->dir, vision);
 
     em_gguf_writer *w;
