@@ -137,36 +137,40 @@ bool em_heap_reserve(em_heap *heap, size_t bytes);
 void em_heap_free(em_heap *heap);
 
 /* Copies `item` in; false when out of memory (the heap is unchanged). The hole left by the new
- * last item moves up while the item comes out before the hole's parent. */
+ * last item moves up while the item comes out before the hole's parent. (The array and count are
+ * read into locals once: a write through a byte pointer could alias them, so the compiler would
+ * otherwise load them again after every move.) */
 static inline bool em_heap_push(em_heap *h, const void *item, size_t size, em_heap_before before) {
     if ((h->n + 1) * size > h->cap_bytes && !em_heap_reserve(h, (h->n + 1) * size)) return false;
+    unsigned char *items = h->items;
     size_t i = h->n++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;
-        if (!before(item, h->items + parent * size)) break;
-        memcpy(h->items + i * size, h->items + parent * size, size);
+        if (!before(item, items + parent * size)) break;
+        memcpy(items + i * size, items + parent * size, size);
         i = parent;
     }
-    memcpy(h->items + i * size, item, size);
+    memcpy(items + i * size, item, size);
     return true;
 }
 
 /* Copies the top item to `out` and removes it; the heap must not be empty. The last item sinks
- * from the top: it stays at index n while the hole moves down past it, and is copied in once. */
+ * from the top: it stays past the end while the hole moves down, and is copied in once. */
 static inline void em_heap_pop(em_heap *h, void *out, size_t size, em_heap_before before) {
-    memcpy(out, h->items, size);
+    unsigned char *items = h->items;
     const size_t n = --h->n;
-    const unsigned char *last = h->items + n * size;
+    const unsigned char *last = items + n * size;
+    memcpy(out, items, size);
     size_t i = 0;
     for (;;) {
         size_t child = 2 * i + 1;
         if (child >= n) break;
-        if (child + 1 < n && before(h->items + (child + 1) * size, h->items + child * size)) child++;
-        if (!before(h->items + child * size, last)) break;
-        memcpy(h->items + i * size, h->items + child * size, size);
+        if (child + 1 < n && before(items + (child + 1) * size, items + child * size)) child++;
+        if (!before(items + child * size, last)) break;
+        memcpy(items + i * size, items + child * size, size);
         i = child;
     }
-    if (n) memcpy(h->items + i * size, last, size);
+    if (n) memcpy(items + i * size, last, size);
 }
 
 #endif
