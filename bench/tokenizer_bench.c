@@ -41,7 +41,7 @@ static int make_gguf(char **argv) {
         if (kv->key.len >= 10 && !memcmp(kv->key.ptr, "tokenizer.", 10)) continue;
         err = em_gguf_writer_copy_kv(w, kv);
     }
-    if (!err) err = em_tokenizer_hf_to_gguf(argv[2], argv[3], w);
+    if (!err) err = em_tokenizer_hf_to_gguf(argv[2], argv[3], 0, w); /* 0: the tokenizer's own tokens */
     if (!err) err = em_gguf_writer_write(w, argv[5]);
     em_gguf_writer_free(w);
     em_gguf_close(base);

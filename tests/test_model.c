@@ -343,6 +343,43 @@ static void test_unsupported_type(void **state) {
     expect_load_error(RETYPE_TENSOR, "blk.0.attn_q.weight", EM_ERR_UNSUPPORTED, "blk.0.attn_q.weight has type I32");
 }
 
+/* The family registry: rows that share a GGUF architecture must agree on everything a GGUF file
+ * can show (the loader reads the first of them), and the classes map as llama.cpp's converter maps
+ * them (convert_hf_to_gguf.py: LlamaForCausalLM, MistralForCausalLM and MixtralForCausalLM are
+ * written as `llama`; Gemma3ForConditionalGeneration's text model as `gemma3`). */
+static void test_family_registry(void **state) {
+    (void)state;
+    size_t n = 0;
+    for (const em_family *f; (f = em_family_at(n)); n++) {
+        const em_family *first = em_family_by_gguf_arch(f->gguf_arch);
+        assert_non_null(first);
+        assert_ptr_equal(em_family_by_name(f->name), f);
+        for (size_t k = 0; k < EM_FAMILY_HF_CLASSES && f->hf_classes[k]; k++)
+            assert_ptr_equal(em_family_by_hf_class(f->hf_classes[k]), f);
+        assert_int_equal(f->act, first->act);
+        assert_int_equal(f->rope, first->rope);
+        assert_int_equal(f->qk_norm, first->qk_norm);
+        assert_int_equal(f->qkv_bias, first->qkv_bias);
+        assert_int_equal(f->post_norms, first->post_norms);
+        assert_int_equal(f->embd_scale_sqrt, first->embd_scale_sqrt);
+        assert_int_equal(f->window, first->window);
+        assert_int_equal(f->window_period, first->window_period);
+        assert_float_equal(f->local_rope_theta, first->local_rope_theta, 0);
+        assert_int_equal(f->attn_scale_embd_layers, first->attn_scale_embd_layers);
+    }
+    assert_int_equal(n, 9);
+    assert_string_equal(em_family_by_hf_class("MistralForCausalLM")->gguf_arch, "llama");
+    assert_string_equal(em_family_by_hf_class("MixtralForCausalLM")->gguf_arch, "llama");
+    assert_string_equal(em_family_by_hf_class("Gemma3ForConditionalGeneration")->gguf_arch, "gemma3");
+    assert_string_equal(em_family_by_gguf_arch("llama")->name, "llama");
+    assert_null(em_family_by_hf_class("MambaForCausalLM"));
+    char list[512];
+    em_family_list_gguf_archs(list, sizeof list);
+    assert_string_equal(list, "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, flint");
+    em_family_list_hf_classes(list, sizeof list);
+    assert_non_null(strstr(list, "MistralForCausalLM, MixtralForCausalLM"));
+}
+
 static void test_unknown_arch(void **state) {
     (void)state;
     expect_load_error(RENAME_ARCH, "mamba", EM_ERR_UNSUPPORTED, "unknown architecture 'mamba'");
@@ -521,7 +558,7 @@ int main(void) {
         cmocka_unit_test(test_qwen3),          cmocka_unit_test(test_qwen3moe),
         cmocka_unit_test(test_mixtral),        cmocka_unit_test(test_gemma2),
         cmocka_unit_test(test_gemma3),         cmocka_unit_test(test_flint),
-        cmocka_unit_test(test_attn_scale_dim),
+        cmocka_unit_test(test_attn_scale_dim), cmocka_unit_test(test_family_registry),
         cmocka_unit_test(test_types),          cmocka_unit_test(test_missing_tensor),
         cmocka_unit_test(test_misshaped_tensor), cmocka_unit_test(test_unsupported_type),
         cmocka_unit_test(test_unknown_arch),   cmocka_unit_test(test_missing_key),

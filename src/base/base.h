@@ -1,5 +1,6 @@
 /*
- * base — the few things every Ember module shares: the error value and the logger.
+ * base — the few things every Ember module shares: the error value, the logger, and two small
+ * data structures that several modules need (a growable byte buffer and a binary heap).
  *
  * Errors. A function that can fail returns `em_err`: NULL means success, anything else points
  * to an error that carries a code (what kind of failure) and a message (what went wrong and
@@ -13,14 +14,21 @@
  * (stderr by default). Library code logs warnings (for example an unknown pre-tokenizer name);
  * it never prints results or exits the process.
  *
+ * Data structures. em_buf is a NUL-terminated byte buffer that grows as text is appended (request
+ * bodies, rendered templates, reports); em_heap is a binary heap of fixed-size items under a
+ * caller's order (the tokenizers' merge queues, the prefix cache's eviction order). Each owns its
+ * memory, which its _free function gives back.
+ *
  * This module owns nothing else and depends on nothing but libc.
  */
 #ifndef EMBER_BASE_H
 #define EMBER_BASE_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef enum em_err_code {
     EM_ERR_INVALID = 1, /* bad argument or bad input from a caller (request, flag, text) */
@@ -89,6 +97,80 @@ static inline int em_mul_overflows(uint64_t a, uint64_t b, uint64_t *out) {
     if (a != 0 && b > UINT64_MAX / a) return 1;
     *out = a * b;
     return 0;
+}
+
+/* A growable byte buffer. Zero-initialized is empty; `data` is malloc'd and NUL-terminated once
+ * anything was appended. A failed append (out of memory, or past EM_BUF_MAX: a runaway template
+ * or client) sets `failed` and makes every later append a no-op, so a caller may append many
+ * pieces and check once. */
+#define EM_BUF_MAX ((size_t)1 << 30)
+typedef struct em_buf {
+    char *data;
+    size_t len, cap;
+    bool failed; /* an append failed; the contents are incomplete */
+} em_buf;
+
+/* Each returns false when the buffer has failed (now or before). */
+bool em_buf_append(em_buf *buf, const void *data, size_t len);
+bool em_buf_puts(em_buf *buf, const char *text);
+bool em_buf_putc(em_buf *buf, char c);
+bool em_buf_printf(em_buf *buf, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void em_buf_free(em_buf *buf); /* back to empty (and not failed) */
+
+/* A binary heap of fixed-size items under a caller's order: the top is an item that no other
+ * must come out before. Zero-initialized is empty. Every call names the item size and the order
+ * (the same ones for the life of the heap), and push and pop are inline: each caller's compiler
+ * sees both as constants, so the heap costs what one written for that item type would. */
+typedef bool (*em_heap_before)(const void *a, const void *b); /* true: a comes out before b */
+typedef struct em_heap {
+    unsigned char *items;
+    size_t n;          /* items in the heap */
+    size_t cap_bytes;
+} em_heap;
+
+/* Grows the memory to hold `bytes`; false when out of memory (the heap is unchanged). */
+bool em_heap_reserve(em_heap *heap, size_t bytes);
+void em_heap_free(em_heap *heap);
+
+/* Copies `item` in; false when out of memory (the heap is unchanged). The hole left by the new
+ * last item moves up while the item comes out before the hole's parent. (The array and count are
+ * read into locals once: a write through a byte pointer could alias them, so the compiler would
+ * otherwise load them again after every move.) */
+static inline bool em_heap_push(em_heap *h, const void *item, size_t size, em_heap_before before) {
+    if ((h->n + 1) * size > h->cap_bytes && !em_heap_reserve(h, (h->n + 1) * size)) return false;
+    unsigned char *items = h->items;
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!before(item, items + parent * size)) break;
+        memcpy(items + i * size, items + parent * size, size);
+        i = parent;
+    }
+    memcpy(items + i * size, item, size);
+    return true;
+}
+
+/* Copies the top item to `out` and removes it; the heap must not be empty. The last item sinks
+ * from the top: it stays past the end while the hole moves down, and is copied in once. */
+static inline void em_heap_pop(em_heap *h, void *out, size_t size, em_heap_before before) {
+    unsigned char *items = h->items;
+    const size_t n = --h->n;
+    const unsigned char *last = items + n * size;
+    memcpy(out, items, size);
+    size_t i = 0;
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && before(items + (child + 1) * size, items + child * size)) child++;
+        if (!before(items + child * size, last)) break;
+        memcpy(items + i * size, items + child * size, size);
+        i = child;
+    }
+    if (n) memcpy(items + i * size, last, size);
 }
 
 #endif

@@ -285,7 +285,7 @@ static bool final_sigma(const char *s, size_t n, size_t at, size_t len) {
     return true;
 }
 
-void em_chat_case_map(em_chat_buf *b, const char *s, size_t n, bool upper, bool first_only) {
+void em_chat_case_map(em_buf *b, const char *s, size_t n, bool upper, bool first_only) {
     size_t i = 0;
     bool done = false;
     while (i < n) {
@@ -293,7 +293,7 @@ void em_chat_case_map(em_chat_buf *b, const char *s, size_t n, bool upper, bool 
         utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
         if (k <= 0 || done) {
             size_t rest = k <= 0 ? 1 : (size_t)k;
-            em_chat_buf_put(b, s + i, rest);
+            em_buf_append(b, s + i, rest);
             i += rest;
             continue;
         }
@@ -311,7 +311,7 @@ void em_chat_case_map(em_chat_buf *b, const char *s, size_t n, bool upper, bool 
         for (size_t j = 0; j < n_out; j++) {
             utf8proc_uint8_t enc[4];
             utf8proc_ssize_t len = utf8proc_encode_char((utf8proc_int32_t)out[j], enc);
-            em_chat_buf_put(b, (const char *)enc, (size_t)len);
+            em_buf_append(b, (const char *)enc, (size_t)len);
         }
         i += (size_t)k;
         if (first_only) done = true;

@@ -44,7 +44,7 @@ void em_chat_template_free(em_chat_template *tpl) {
 static em_err fn_raise_exception(em_chat_interp *in, const em_chat_value *fn, em_chat_args *args, size_t offset,
                                  em_chat_scope *caller, em_chat_value **out) {
     (void)fn, (void)caller, (void)out;
-    em_chat_buf b = {0};
+    em_buf b = {0};
     if (args->n_pos) em_chat_js_string(&b, args->pos[0]);
     em_err err = em_chat_error_at(&in->tpl->src, offset, EM_ERR_INVALID, "raise_exception: %s", b.data ? b.data : "");
     free(b.data);
@@ -84,21 +84,21 @@ static em_err fn_strftime_now(em_chat_interp *in, const em_chat_value *fn, em_ch
     if (!localtime_r(&t, &tm)) return em_chat_err(in, offset, "strftime_now(): cannot convert the time");
     const char *f = args->pos[0]->as.s.ptr;
     size_t n = args->pos[0]->as.s.len;
-    em_chat_buf b = {0};
+    em_buf b = {0};
     for (size_t i = 0; i < n; i++) {
         if (f[i] != '%' || i + 1 >= n || !strchr("YmdbBHM%", f[i + 1]) || !f[i + 1]) {
-            em_chat_buf_putc(&b, f[i]);
+            em_buf_putc(&b, f[i]);
             continue;
         }
         switch (f[++i]) {
-        case 'Y': em_chat_buf_printf(&b, "%d", tm.tm_year + 1900); break;
-        case 'm': em_chat_buf_printf(&b, "%02d", tm.tm_mon + 1); break;
-        case 'd': em_chat_buf_printf(&b, "%02d", tm.tm_mday); break;
-        case 'b': em_chat_buf_printf(&b, "%.3s", months[tm.tm_mon]); break;
-        case 'B': em_chat_buf_puts(&b, months[tm.tm_mon]); break;
-        case 'H': em_chat_buf_printf(&b, "%02d", tm.tm_hour); break;
-        case 'M': em_chat_buf_printf(&b, "%02d", tm.tm_min); break;
-        default: em_chat_buf_putc(&b, '%'); break;
+        case 'Y': em_buf_printf(&b, "%d", tm.tm_year + 1900); break;
+        case 'm': em_buf_printf(&b, "%02d", tm.tm_mon + 1); break;
+        case 'd': em_buf_printf(&b, "%02d", tm.tm_mday); break;
+        case 'b': em_buf_printf(&b, "%.3s", months[tm.tm_mon]); break;
+        case 'B': em_buf_puts(&b, months[tm.tm_mon]); break;
+        case 'H': em_buf_printf(&b, "%02d", tm.tm_hour); break;
+        case 'M': em_buf_printf(&b, "%02d", tm.tm_min); break;
+        default: em_buf_putc(&b, '%'); break;
         }
     }
     em_chat_value *v = b.failed ? NULL : em_chat_string(&in->arena, b.data, b.len);
@@ -170,7 +170,7 @@ em_err em_chat_render(const em_chat_template *tpl, const json_t *context, const 
     in.max_steps = options && options->max_steps ? options->max_steps : 50000000;
     in.arena.limit = max_bytes / 2; /* half for values, half for the output */
     in.max_output = max_bytes / 2;
-    em_chat_buf b = {0};
+    em_buf b = {0};
     em_err err = NULL;
     in.global = em_chat_scope_new(&in, NULL);
     if (!in.global) err = em_chat_oom();

@@ -168,7 +168,7 @@ static em_err bind_params(em_chat_interp *in, const em_chat_function *fn, const 
 
 static em_err render_body(em_chat_interp *in, const em_chat_nodes *body, em_chat_scope *scope, size_t offset,
                           em_chat_value **out) {
-    em_chat_buf b = {0};
+    em_buf b = {0};
     em_err err = em_chat_eval_block(in, body, scope, &b);
     if (!err && in->control) err = em_chat_err(in, offset, "'break' or 'continue' outside a loop");
     if (!err && b.failed) err = em_chat_oom();
@@ -221,7 +221,7 @@ static em_err make_number(em_chat_interp *in, double r, bool is_float, size_t of
 }
 
 static em_err concat(em_chat_interp *in, const em_chat_value *l, const em_chat_value *r, size_t offset, em_chat_value **out) {
-    em_chat_buf b = {0};
+    em_buf b = {0};
     em_err err = em_chat_js_string(&b, l);
     if (!err) err = em_chat_js_string(&b, r);
     if (err) err = wrap(in, offset, err);
@@ -377,9 +377,9 @@ static em_err eval_slice(em_chat_interp *in, em_chat_value *obj, const em_chat_n
         if (!v) err = em_chat_oom();
         *out = v;
     } else {
-        em_chat_buf b = {0};
+        em_buf b = {0};
         for (size_t i = 0; i < n; i++)
-            em_chat_buf_put(&b, obj->as.s.ptr + starts[idx[i]], starts[idx[i] + 1] - starts[idx[i]]);
+            em_buf_append(&b, obj->as.s.ptr + starts[idx[i]], starts[idx[i] + 1] - starts[idx[i]]);
         if (b.failed || !(*out = em_chat_string(&in->arena, b.data, b.len))) err = em_chat_oom();
         free(b.data);
     }
@@ -619,7 +619,7 @@ static em_err bind_loop_var(em_chat_interp *in, const em_chat_node *target, em_c
     return NULL;
 }
 
-static em_err exec_for(em_chat_interp *in, const em_chat_node *n, em_chat_scope *env, em_chat_buf *out) {
+static em_err exec_for(em_chat_interp *in, const em_chat_node *n, em_chat_scope *env, em_buf *out) {
     em_chat_scope *scope = em_chat_scope_new(in, env);
     if (!scope) return em_chat_oom();
     const em_chat_node *iter_node = n->b, *test = NULL;
@@ -710,7 +710,7 @@ static em_err exec_call_block(em_chat_interp *in, const em_chat_node *n, em_chat
     return fn->as.fn->call(in, fn, &args, n->offset, scope, out);
 }
 
-em_err em_chat_eval_block(em_chat_interp *in, const em_chat_nodes *body, em_chat_scope *scope, em_chat_buf *out) {
+em_err em_chat_eval_block(em_chat_interp *in, const em_chat_nodes *body, em_chat_scope *scope, em_buf *out) {
     for (size_t i = 0; i < body->n && !in->control; i++) {
         const em_chat_node *n = body->at[i];
         em_err err = NULL;
@@ -719,7 +719,7 @@ em_err em_chat_eval_block(em_chat_interp *in, const em_chat_nodes *body, em_chat
                                     (unsigned long long)in->max_steps);
         em_chat_value *v = NULL;
         switch (n->kind) {
-        case NODE_TEXT: em_chat_buf_put(out, n->str, n->len); continue;
+        case NODE_TEXT: em_buf_append(out, n->str, n->len); continue;
         case NODE_COMMENT: continue;
         case NODE_IF: {
             em_chat_value *c;

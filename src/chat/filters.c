@@ -19,7 +19,7 @@
 #include "internal.h"
 
 /* ---- string helpers ---- */
-static em_chat_value *str_value(em_chat_interp *in, em_chat_buf *b) {
+static em_chat_value *str_value(em_chat_interp *in, em_buf *b) {
     em_chat_value *v = b->failed ? NULL : em_chat_string(&in->arena, b->data, b->len);
     free(b->data);
     return v;
@@ -27,7 +27,7 @@ static em_chat_value *str_value(em_chat_interp *in, em_chat_buf *b) {
 
 /* Upper- or lower-cases (casing.c); `first_only` maps only the first code point (capitalize). */
 static em_chat_value *case_map(em_chat_interp *in, const char *s, size_t n, bool upper, bool first_only) {
-    em_chat_buf b = {0};
+    em_buf b = {0};
     em_chat_case_map(&b, s, n, upper, first_only);
     return str_value(in, &b);
 }
@@ -85,20 +85,20 @@ static const char *find(const char *hay, size_t hn, const char *needle, size_t n
 static em_chat_value *replace_all(em_chat_interp *in, const em_chat_value *s, const em_chat_value *old,
                                   const em_chat_value *new_, int64_t count) {
     if (count == 0) return (em_chat_value *)s;
-    em_chat_buf b = {0};
+    em_buf b = {0};
     const char *p = s->as.s.ptr, *end = p + s->as.s.len;
     size_t on = old->as.s.len;
     if (on == 0) {
         /* The empty pattern matches before every code point and at the end. */
         for (const char *q = p;; ) {
             if (count != 0) {
-                em_chat_buf_put(&b, new_->as.s.ptr, new_->as.s.len);
+                em_buf_append(&b, new_->as.s.ptr, new_->as.s.len);
                 if (count > 0) count--;
             }
             if (q >= end) break;
             const char *nx = q + 1;
             while (nx < end && ((unsigned char)*nx & 0xc0) == 0x80) nx++;
-            em_chat_buf_put(&b, q, (size_t)(nx - q));
+            em_buf_append(&b, q, (size_t)(nx - q));
             q = nx;
         }
         return str_value(in, &b);
@@ -106,12 +106,12 @@ static em_chat_value *replace_all(em_chat_interp *in, const em_chat_value *s, co
     while (p < end) {
         const char *hit = count != 0 ? find(p, (size_t)(end - p), old->as.s.ptr, on) : NULL;
         if (!hit) break;
-        em_chat_buf_put(&b, p, (size_t)(hit - p));
-        em_chat_buf_put(&b, new_->as.s.ptr, new_->as.s.len);
+        em_buf_append(&b, p, (size_t)(hit - p));
+        em_buf_append(&b, new_->as.s.ptr, new_->as.s.len);
         p = hit + on;
         if (count > 0) count--;
     }
-    em_chat_buf_put(&b, p, (size_t)(end - p));
+    em_buf_append(&b, p, (size_t)(end - p));
     return str_value(in, &b);
 }
 
@@ -461,7 +461,7 @@ static em_err filter_tojson(em_chat_interp *in, em_chat_value *v, em_chat_args *
         o.key_sep = em_chat_strdup(&in->arena, seps->as.list->at[1]->as.s.ptr, seps->as.list->at[1]->as.s.len);
         if (!o.item_sep || !o.key_sep) return em_chat_oom();
     }
-    em_chat_buf b = {0};
+    em_buf b = {0};
     em_err err = em_chat_to_json(&b, v, &o, 0);
     if (err) {
         free(b.data);
@@ -475,16 +475,16 @@ static em_err filter_tojson(em_chat_interp *in, em_chat_value *v, em_chat_args *
 /* join: the raw JavaScript values joined by sep. */
 static em_err filter_join(em_chat_interp *in, em_chat_value *v, const char *sep, size_t sep_len, size_t offset,
                           em_chat_value **out) {
-    em_chat_buf b = {0};
+    em_buf b = {0};
     em_err err = NULL;
     if (v->kind == VAL_STRING) {
         for (size_t i = 0; i < v->as.s.len; i++) {
-            if (i && ((unsigned char)v->as.s.ptr[i] & 0xc0) != 0x80) em_chat_buf_put(&b, sep, sep_len);
-            em_chat_buf_putc(&b, v->as.s.ptr[i]);
+            if (i && ((unsigned char)v->as.s.ptr[i] & 0xc0) != 0x80) em_buf_append(&b, sep, sep_len);
+            em_buf_putc(&b, v->as.s.ptr[i]);
         }
     } else {
         for (size_t i = 0; i < v->as.list->n && !err; i++) {
-            if (i) em_chat_buf_put(&b, sep, sep_len);
+            if (i) em_buf_append(&b, sep, sep_len);
             err = em_chat_js_string(&b, v->as.list->at[i]);
         }
     }
@@ -528,16 +528,16 @@ static em_err filter_indent(em_chat_interp *in, em_chat_value *v, em_chat_args *
     int64_t width = w ? w->as.i : 4;
     if (width < 0 || width > 1024) return em_chat_err(in, offset, "indent: width out of range");
     bool f = first && em_chat_truthy(first), bl = blank && em_chat_truthy(blank);
-    em_chat_buf b = {0};
+    em_buf b = {0};
     const char *p = v->as.s.ptr, *end = p + v->as.s.len;
     for (size_t line = 0;; line++) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *le = nl ? nl : end;
         if (!((line == 0 && !f) || (le == p && !bl)))
-            for (int64_t i = 0; i < width; i++) em_chat_buf_putc(&b, ' ');
-        em_chat_buf_put(&b, p, (size_t)(le - p));
+            for (int64_t i = 0; i < width; i++) em_buf_putc(&b, ' ');
+        em_buf_append(&b, p, (size_t)(le - p));
         if (!nl) break;
-        em_chat_buf_putc(&b, '\n');
+        em_buf_putc(&b, '\n');
         p = nl + 1;
     }
     return (*out = str_value(in, &b)) ? NULL : em_chat_oom();
@@ -626,7 +626,7 @@ static em_err plain_filter(em_chat_interp *in, em_chat_value *v, const char *nam
             return sorted_list(in, l, &c, offset, out);
         } else if (!strcmp(name, "join")) return filter_join(in, v, "", 0, offset, out);
         else if (!strcmp(name, "string")) {
-            em_chat_buf b = {0};
+            em_buf b = {0};
             em_chat_json_options o = {0};
             em_err err = em_chat_to_json(&b, v, &o, 0);
             if (err) {
@@ -664,7 +664,7 @@ static em_err plain_filter(em_chat_interp *in, em_chat_value *v, const char *nam
         else if (!strcmp(name, "int")) r = em_chat_int(a, (int64_t)floor(d));
         else if (!strcmp(name, "float")) r = em_chat_float(a, d);
         else if (!strcmp(name, "string")) {
-            em_chat_buf b = {0};
+            em_buf b = {0};
             em_chat_render_value(&b, v);
             r = str_value(in, &b);
         } else return unknown_filter(in, name, v, offset);

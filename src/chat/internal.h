@@ -27,22 +27,6 @@ void *em_chat_alloc(em_chat_arena *arena, size_t size); /* zeroed; NULL when out
 char *em_chat_strdup(em_chat_arena *arena, const char *s, size_t len);
 void em_chat_arena_free(em_chat_arena *arena);
 
-/* A growable byte buffer (malloc'd). */
-typedef struct em_chat_buf {
-    char *data;
-    size_t len, cap;
-    bool failed; /* an allocation failed; the contents are incomplete */
-} em_chat_buf;
-
-void em_chat_buf_put(em_chat_buf *b, const char *s, size_t n);
-void em_chat_buf_puts(em_chat_buf *b, const char *s);
-void em_chat_buf_putc(em_chat_buf *b, char c);
-void em_chat_buf_printf(em_chat_buf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
 /* ---- source positions ---- */
 typedef struct em_chat_source {
     const char *text; /* the original template text, as given */
@@ -209,11 +193,11 @@ double em_chat_number(const em_chat_value *v);  /* int, float or bool as a doubl
 const char *em_chat_kind_name(const em_chat_value *v); /* for messages: "string", "list", ... */
 
 /* JavaScript's Number.prototype.toString for a double. */
-void em_chat_format_js_number(em_chat_buf *b, double v);
+void em_chat_format_js_number(em_buf *b, double v);
 /* How a value prints in output ({{ x }}): the reference's RuntimeValue.toString. */
-em_err em_chat_render_value(em_chat_buf *b, const em_chat_value *v);
+em_err em_chat_render_value(em_buf *b, const em_chat_value *v);
 /* How the reference's JavaScript sees the raw value as a string (`~`, `+`, join). */
-em_err em_chat_js_string(em_chat_buf *b, const em_chat_value *v);
+em_err em_chat_js_string(em_buf *b, const em_chat_value *v);
 
 typedef struct em_chat_json_options {
     int indent; /* 0 = none */
@@ -221,7 +205,7 @@ typedef struct em_chat_json_options {
     const char *item_sep, *key_sep; /* NULL = the defaults for the indent */
     bool undefined_as_null;
 } em_chat_json_options;
-em_err em_chat_to_json(em_chat_buf *b, const em_chat_value *v, const em_chat_json_options *o, int depth);
+em_err em_chat_to_json(em_buf *b, const em_chat_value *v, const em_chat_json_options *o, int depth);
 
 /* JavaScript equality on the raw values: loose (==) and strict (===, also SameValueZero). */
 bool em_chat_loose_equal(const em_chat_value *a, const em_chat_value *b);
@@ -250,7 +234,7 @@ struct em_chat_interp {
 enum { CONTROL_NONE, CONTROL_BREAK, CONTROL_CONTINUE };
 
 em_err em_chat_eval(em_chat_interp *in, const em_chat_node *node, em_chat_scope *scope, em_chat_value **out);
-em_err em_chat_eval_block(em_chat_interp *in, const em_chat_nodes *body, em_chat_scope *scope, em_chat_buf *out);
+em_err em_chat_eval_block(em_chat_interp *in, const em_chat_nodes *body, em_chat_scope *scope, em_buf *out);
 em_err em_chat_eval_args(em_chat_interp *in, const em_chat_nodes *args, em_chat_scope *scope, em_chat_args *out);
 em_chat_scope *em_chat_scope_new(em_chat_interp *in, em_chat_scope *parent);
 bool em_chat_scope_set(em_chat_interp *in, em_chat_scope *s, const char *name, size_t len, em_chat_value *v);
@@ -264,7 +248,7 @@ em_err em_chat_err(em_chat_interp *in, size_t offset, const char *fmt, ...)
 em_err em_chat_oom(void);
 
 /* casing.c: JavaScript's toUpperCase/toLowerCase (first_only: just the first code point). */
-void em_chat_case_map(em_chat_buf *b, const char *s, size_t n, bool upper, bool first_only);
+void em_chat_case_map(em_buf *b, const char *s, size_t n, bool upper, bool first_only);
 
 /* filters.c */
 em_err em_chat_apply_filter(em_chat_interp *in, em_chat_value *operand, const em_chat_node *filter,

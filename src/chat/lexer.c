@@ -212,26 +212,26 @@ static em_err lex_error(lexer *lx, size_t at, const char *what) {
     return em_chat_error_at(lx->src, lx->t.at[at], EM_ERR_FORMAT, "%s", what);
 }
 
-static void put_utf8(em_chat_buf *b, uint32_t cp) {
+static void put_utf8(em_buf *b, uint32_t cp) {
     char u[4];
     if (cp < 0x80) {
         u[0] = (char)cp;
-        em_chat_buf_put(b, u, 1);
+        em_buf_append(b, u, 1);
     } else if (cp < 0x800) {
         u[0] = (char)(0xc0 | (cp >> 6));
         u[1] = (char)(0x80 | (cp & 0x3f));
-        em_chat_buf_put(b, u, 2);
+        em_buf_append(b, u, 2);
     } else if (cp < 0x10000) {
         u[0] = (char)(0xe0 | (cp >> 12));
         u[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
         u[2] = (char)(0x80 | (cp & 0x3f));
-        em_chat_buf_put(b, u, 3);
+        em_buf_append(b, u, 3);
     } else {
         u[0] = (char)(0xf0 | (cp >> 18));
         u[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
         u[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
         u[3] = (char)(0x80 | (cp & 0x3f));
-        em_chat_buf_put(b, u, 4);
+        em_buf_append(b, u, 4);
     }
 }
 
@@ -249,7 +249,7 @@ static int hex_value(const char *s, size_t n, uint32_t *out) {
 
 /* A quoted string literal starting after the opening quote; escapes as the reference has them. */
 static em_err lex_string(lexer *lx, char quote, size_t start) {
-    em_chat_buf b = {0};
+    em_buf b = {0};
     text *t = &lx->t;
     em_err err = NULL;
     while (!err) {
@@ -260,7 +260,7 @@ static em_err lex_string(lexer *lx, char quote, size_t start) {
         char c = t->c[lx->pos];
         if (c == quote) break;
         if (c != '\\') {
-            em_chat_buf_putc(&b, c);
+            em_buf_putc(&b, c);
             lx->pos++;
             continue;
         }
@@ -291,7 +291,7 @@ static em_err lex_string(lexer *lx, char quote, size_t start) {
         const char *from = "ntrbfv'\"\\", *to = "\n\t\r\b\f\v'\"\\";
         const char *k = e ? strchr(from, e) : NULL;
         if (k) {
-            em_chat_buf_putc(&b, to[k - from]);
+            em_buf_putc(&b, to[k - from]);
             continue;
         }
         /* The reference rejects the escapes below; Jinja (Python's unicode-escape) defines them,
@@ -299,7 +299,7 @@ static em_err lex_string(lexer *lx, char quote, size_t start) {
         if (e == '\r' && lx->pos < t->n && t->c[lx->pos] == '\n') lx->pos++;
         if (e == '\n' || e == '\r') continue; /* backslash-newline: a line continuation */
         if (e == 'a') {
-            em_chat_buf_putc(&b, '\a');
+            em_buf_putc(&b, '\a');
         } else if (e >= '0' && e <= '7') {
             unsigned v = (unsigned)(e - '0');
             for (int d = 0; d < 2 && lx->pos < t->n && t->c[lx->pos] >= '0' && t->c[lx->pos] <= '7'; d++)
@@ -317,7 +317,7 @@ static em_err lex_string(lexer *lx, char quote, size_t start) {
             err = lex_error(lx, esc_at, "unsupported \\N{name} escape in string literal");
             break;
         } else {
-            em_chat_buf_putc(&b, '\\'); /* an unknown escape stays as written */
+            em_buf_putc(&b, '\\'); /* an unknown escape stays as written */
             lx->pos--;
         }
     }

@@ -532,9 +532,9 @@ static em_err parse_primary(parser *p, em_chat_node **out) {
     }
     case TOK_STRING: {
         /* Adjacent string literals concatenate. */
-        em_chat_buf b = {0};
+        em_buf b = {0};
         while (is(p, TOK_STRING)) {
-            em_chat_buf_put(&b, p->tk[p->pos].value, p->tk[p->pos].len);
+            em_buf_append(&b, p->tk[p->pos].value, p->tk[p->pos].len);
             p->pos++;
         }
         em_chat_node *n = node(p, NODE_STRING, at);

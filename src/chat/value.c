@@ -69,60 +69,6 @@ void em_chat_arena_free(em_chat_arena *arena) {
     arena->failed = false;
 }
 
-/* ---- buffer ---- */
-void em_chat_buf_put(em_chat_buf *b, const char *s, size_t n) {
-    if (b->failed) return;
-    if (b->cap - b->len < n + 1) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap - b->len < n + 1) {
-            if (cap > ((size_t)1 << 30)) { /* no single text past 1 GiB: a runaway template */
-                b->failed = true;
-                return;
-            }
-            cap *= 2;
-        }
-        char *d = realloc(b->data, cap);
-        if (!d) {
-            b->failed = true;
-            return;
-        }
-        b->data = d;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
-}
-
-void em_chat_buf_puts(em_chat_buf *b, const char *s) { em_chat_buf_put(b, s, strlen(s)); }
-void em_chat_buf_putc(em_chat_buf *b, char c) { em_chat_buf_put(b, &c, 1); }
-
-void em_chat_buf_printf(em_chat_buf *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        b->failed = true;
-        return;
-    }
-    if ((size_t)n < sizeof tmp) {
-        em_chat_buf_put(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) {
-        b->failed = true;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    em_chat_buf_put(b, big, (size_t)n);
-    free(big);
-}
-
 /* ---- constructors ---- */
 em_chat_value em_chat_undefined = {.kind = VAL_UNDEFINED};
 em_chat_value em_chat_none = {.kind = VAL_NONE};
@@ -272,13 +218,13 @@ const char *em_chat_kind_name(const em_chat_value *v) {
 }
 
 /* ---- printing ---- */
-void em_chat_format_js_number(em_chat_buf *b, double v) {
+void em_chat_format_js_number(em_buf *b, double v) {
     if (isnan(v) || isinf(v) || v == 0) {
-        em_chat_buf_puts(b, isnan(v) ? "NaN" : v == 0 ? "0" : v > 0 ? "Infinity" : "-Infinity");
+        em_buf_puts(b, isnan(v) ? "NaN" : v == 0 ? "0" : v > 0 ? "Infinity" : "-Infinity");
         return;
     }
     if (v < 0) {
-        em_chat_buf_putc(b, '-');
+        em_buf_putc(b, '-');
         v = -v;
     }
     /* Shortest digits that read back as v (ECMAScript Number::toString, step 5). */
@@ -298,50 +244,50 @@ void em_chat_format_js_number(em_chat_buf *b, double v) {
     int e = atoi(s + 1);
     int n = e + 1; /* value = 0.digits × 10^n */
     if ((int)k <= n && n <= 21) {
-        em_chat_buf_put(b, digits, k);
-        for (int i = (int)k; i < n; i++) em_chat_buf_putc(b, '0');
+        em_buf_append(b, digits, k);
+        for (int i = (int)k; i < n; i++) em_buf_putc(b, '0');
     } else if (0 < n && n <= 21) {
-        em_chat_buf_put(b, digits, (size_t)n);
-        em_chat_buf_putc(b, '.');
-        em_chat_buf_put(b, digits + n, k - (size_t)n);
+        em_buf_append(b, digits, (size_t)n);
+        em_buf_putc(b, '.');
+        em_buf_append(b, digits + n, k - (size_t)n);
     } else if (-6 < n && n <= 0) {
-        em_chat_buf_puts(b, "0.");
-        for (int i = 0; i < -n; i++) em_chat_buf_putc(b, '0');
-        em_chat_buf_put(b, digits, k);
+        em_buf_puts(b, "0.");
+        for (int i = 0; i < -n; i++) em_buf_putc(b, '0');
+        em_buf_append(b, digits, k);
     } else {
-        em_chat_buf_putc(b, digits[0]);
+        em_buf_putc(b, digits[0]);
         if (k > 1) {
-            em_chat_buf_putc(b, '.');
-            em_chat_buf_put(b, digits + 1, k - 1);
+            em_buf_putc(b, '.');
+            em_buf_append(b, digits + 1, k - 1);
         }
-        em_chat_buf_printf(b, "e%c%d", n - 1 >= 0 ? '+' : '-', abs(n - 1));
+        em_buf_printf(b, "e%c%d", n - 1 >= 0 ? '+' : '-', abs(n - 1));
     }
 }
 
-static void format_float(em_chat_buf *b, double f) {
+static void format_float(em_buf *b, double f) {
     if (f == 0 && signbit(f)) {
-        em_chat_buf_puts(b, "-0.0");
+        em_buf_puts(b, "-0.0");
         return;
     }
     em_chat_format_js_number(b, f);
-    if (isfinite(f) && f == floor(f) && fabs(f) < 1e21) em_chat_buf_puts(b, ".0");
+    if (isfinite(f) && f == floor(f) && fabs(f) < 1e21) em_buf_puts(b, ".0");
 }
 
-em_err em_chat_render_value(em_chat_buf *b, const em_chat_value *v) {
+em_err em_chat_render_value(em_buf *b, const em_chat_value *v) {
     switch (v->kind) {
-    case VAL_UNDEFINED: em_chat_buf_puts(b, "undefined"); break;
-    case VAL_NONE: em_chat_buf_puts(b, "null"); break;
-    case VAL_BOOL: em_chat_buf_puts(b, v->as.b ? "true" : "false"); break;
+    case VAL_UNDEFINED: em_buf_puts(b, "undefined"); break;
+    case VAL_NONE: em_buf_puts(b, "null"); break;
+    case VAL_BOOL: em_buf_puts(b, v->as.b ? "true" : "false"); break;
     case VAL_INT:
         /* Past 2^53 a JavaScript number prints its shortest round-trip digits. */
         if (v->as.i > 9007199254740992LL || v->as.i < -9007199254740992LL) em_chat_format_js_number(b, (double)v->as.i);
-        else em_chat_buf_printf(b, "%lld", (long long)v->as.i);
+        else em_buf_printf(b, "%lld", (long long)v->as.i);
         break;
     case VAL_FLOAT:
         if (v->is_big_int) em_chat_format_js_number(b, v->as.f);
         else format_float(b, v->as.f);
         break;
-    case VAL_STRING: em_chat_buf_put(b, v->as.s.ptr, v->as.s.len); break;
+    case VAL_STRING: em_buf_append(b, v->as.s.ptr, v->as.s.len); break;
     case VAL_LIST:
     case VAL_DICT:
     case VAL_NAMESPACE: {
@@ -354,7 +300,7 @@ em_err em_chat_render_value(em_chat_buf *b, const em_chat_value *v) {
     return NULL;
 }
 
-em_err em_chat_js_string(em_chat_buf *b, const em_chat_value *v) {
+em_err em_chat_js_string(em_buf *b, const em_chat_value *v) {
     switch (v->kind) {
     case VAL_UNDEFINED:
     case VAL_NONE: return NULL; /* Array.prototype.join prints them as "" */
@@ -363,7 +309,7 @@ em_err em_chat_js_string(em_chat_buf *b, const em_chat_value *v) {
     case VAL_LIST:
         /* A JavaScript array of runtime values: join(",") of each value's toString. */
         for (size_t i = 0; i < v->as.list->n; i++) {
-            if (i) em_chat_buf_putc(b, ',');
+            if (i) em_buf_putc(b, ',');
             /* The reference's none holds JavaScript undefined, so it prints "undefined" here. */
             const em_chat_value *e = v->as.list->at[i];
             em_err err = em_chat_render_value(b, e->kind == VAL_NONE ? &em_chat_undefined : e);
@@ -371,28 +317,28 @@ em_err em_chat_js_string(em_chat_buf *b, const em_chat_value *v) {
         }
         return NULL;
     case VAL_DICT:
-    case VAL_NAMESPACE: em_chat_buf_puts(b, "[object Map]"); return NULL;
+    case VAL_NAMESPACE: em_buf_puts(b, "[object Map]"); return NULL;
     default: return em_chat_render_value(b, v);
     }
 }
 
 /* JSON.stringify of a string (UTF-8 in, escapes as JavaScript writes them). */
-static void json_quote(em_chat_buf *b, const char *s, size_t n, bool ascii) {
-    em_chat_buf_putc(b, '"');
+static void json_quote(em_buf *b, const char *s, size_t n, bool ascii) {
+    em_buf_putc(b, '"');
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         switch (c) {
-        case '"': em_chat_buf_puts(b, "\\\""); continue;
-        case '\\': em_chat_buf_puts(b, "\\\\"); continue;
-        case '\b': em_chat_buf_puts(b, "\\b"); continue;
-        case '\f': em_chat_buf_puts(b, "\\f"); continue;
-        case '\n': em_chat_buf_puts(b, "\\n"); continue;
-        case '\r': em_chat_buf_puts(b, "\\r"); continue;
-        case '\t': em_chat_buf_puts(b, "\\t"); continue;
+        case '"': em_buf_puts(b, "\\\""); continue;
+        case '\\': em_buf_puts(b, "\\\\"); continue;
+        case '\b': em_buf_puts(b, "\\b"); continue;
+        case '\f': em_buf_puts(b, "\\f"); continue;
+        case '\n': em_buf_puts(b, "\\n"); continue;
+        case '\r': em_buf_puts(b, "\\r"); continue;
+        case '\t': em_buf_puts(b, "\\t"); continue;
         default: break;
         }
         if (c < 0x20) {
-            em_chat_buf_printf(b, "\\u%04x", c);
+            em_buf_printf(b, "\\u%04x", c);
         } else if (ascii && c >= 0x7f) {
             /* ensure_ascii escapes each UTF-16 code unit of the character. */
             uint32_t cp = c;
@@ -401,15 +347,15 @@ static void json_quote(em_chat_buf *b, const char *s, size_t n, bool ascii) {
             for (size_t k = 0; k < extra && i + 1 < n; k++) cp = (cp << 6) | ((unsigned char)s[++i] & 0x3f);
             if (cp > 0xffff) {
                 cp -= 0x10000;
-                em_chat_buf_printf(b, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+                em_buf_printf(b, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
             } else {
-                em_chat_buf_printf(b, "\\u%04x", cp);
+                em_buf_printf(b, "\\u%04x", cp);
             }
         } else {
-            em_chat_buf_putc(b, (char)c);
+            em_buf_putc(b, (char)c);
         }
     }
-    em_chat_buf_putc(b, '"');
+    em_buf_putc(b, '"');
 }
 
 static int key_order(const void *pa, const void *pb) {
@@ -427,23 +373,23 @@ static int key_order(const void *pa, const void *pb) {
     return 0;
 }
 
-static void newline_indent(em_chat_buf *b, int indent, int depth) {
-    em_chat_buf_putc(b, '\n');
-    for (int i = 0; i < indent * depth; i++) em_chat_buf_putc(b, ' ');
+static void newline_indent(em_buf *b, int indent, int depth) {
+    em_buf_putc(b, '\n');
+    for (int i = 0; i < indent * depth; i++) em_buf_putc(b, ' ');
 }
 
-em_err em_chat_to_json(em_chat_buf *b, const em_chat_value *v, const em_chat_json_options *o, int depth) {
+em_err em_chat_to_json(em_buf *b, const em_chat_value *v, const em_chat_json_options *o, int depth) {
     const char *item_sep = o->item_sep ? o->item_sep : o->indent ? "," : ", ";
     const char *key_sep = o->key_sep ? o->key_sep : ": ";
     if (depth > 512) return em_errorf(EM_ERR_RANGE, "tojson: value nested too deeply");
     switch (v->kind) {
-    case VAL_UNDEFINED: em_chat_buf_puts(b, o->undefined_as_null ? "null" : "undefined"); return NULL;
-    case VAL_NONE: em_chat_buf_puts(b, "null"); return NULL;
-    case VAL_BOOL: em_chat_buf_puts(b, v->as.b ? "true" : "false"); return NULL;
+    case VAL_UNDEFINED: em_buf_puts(b, o->undefined_as_null ? "null" : "undefined"); return NULL;
+    case VAL_NONE: em_buf_puts(b, "null"); return NULL;
+    case VAL_BOOL: em_buf_puts(b, v->as.b ? "true" : "false"); return NULL;
     case VAL_INT:
     case VAL_FLOAT: {
         double f = em_chat_number(v);
-        if (!isfinite(f)) em_chat_buf_puts(b, "null");
+        if (!isfinite(f)) em_buf_puts(b, "null");
         else em_chat_format_js_number(b, f);
         return NULL;
     }
@@ -451,15 +397,15 @@ em_err em_chat_to_json(em_chat_buf *b, const em_chat_value *v, const em_chat_jso
     case VAL_LIST: {
         const em_chat_list *l = v->as.list;
         if (v->is_tuple) return em_errorf(EM_ERR_UNSUPPORTED, "cannot convert a tuple to JSON (the reference renderer cannot either)");
-        em_chat_buf_putc(b, '[');
+        em_buf_putc(b, '[');
         for (size_t i = 0; i < l->n; i++) {
-            if (i) em_chat_buf_puts(b, item_sep);
+            if (i) em_buf_puts(b, item_sep);
             if (o->indent) newline_indent(b, o->indent, depth + 1);
             em_err err = em_chat_to_json(b, l->at[i], o, depth + 1);
             if (err) return err;
         }
         if (o->indent && l->n) newline_indent(b, o->indent, depth);
-        em_chat_buf_putc(b, ']');
+        em_buf_putc(b, ']');
         return NULL;
     }
     case VAL_DICT:
@@ -474,19 +420,19 @@ em_err em_chat_to_json(em_chat_buf *b, const em_chat_value *v, const em_chat_jso
             qsort(sorted, d->n, sizeof *sorted, key_order);
             at = sorted;
         }
-        em_chat_buf_putc(b, '{');
+        em_buf_putc(b, '{');
         em_err err = NULL;
         for (size_t i = 0; i < d->n && !err; i++) {
-            if (i) em_chat_buf_puts(b, item_sep);
+            if (i) em_buf_puts(b, item_sep);
             if (o->indent) newline_indent(b, o->indent, depth + 1);
             json_quote(b, at[i].key, at[i].key_len, o->ensure_ascii);
-            em_chat_buf_puts(b, key_sep);
+            em_buf_puts(b, key_sep);
             err = em_chat_to_json(b, at[i].value, o, depth + 1);
         }
         free(sorted);
         if (err) return err;
         if (o->indent && d->n) newline_indent(b, o->indent, depth);
-        em_chat_buf_putc(b, '}');
+        em_buf_putc(b, '}');
         return NULL;
     }
     case VAL_FUNCTION: return em_errorf(EM_ERR_TYPE, "tojson: cannot convert a function to JSON");
@@ -552,7 +498,7 @@ bool em_chat_loose_equal(const em_chat_value *a, const em_chat_value *b) {
     if (is_object(a) || is_object(b)) {
         /* The object becomes its string (ToPrimitive), then compares again. */
         const em_chat_value *obj = is_object(a) ? a : b, *prim = is_object(a) ? b : a;
-        em_chat_buf buf = {0};
+        em_buf buf = {0};
         if (em_chat_js_string(&buf, obj) || buf.failed) {
             free(buf.data);
             return false;

@@ -1,14 +1,16 @@
-/* `ember info FILE.gguf [--json]`: what a GGUF file holds and what decoding one token reads. */
+/* `ember info FILE.gguf [--json]`: what a GGUF file holds, the family it belongs to (model.h's
+ * registry) and what decoding one token reads. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "../gguf/gguf.h"
+#include "../model/model.h"
 #include "../quant/quant.h"
 #include "cli.h"
 
-/* Hyper-parameters shown when present, as "<arch>.<suffix>". */
+/* Hyper-parameters shown when present, as "<arch>.<suffix>"; then the family's own keys. */
 static const char *hyper_parameters[] = {
     "context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count",
     "attention.head_count_kv", "attention.key_length", "attention.value_length", "attention.layer_norm_rms_epsilon",
@@ -18,8 +20,13 @@ static const char *hyper_parameters[] = {
     "attn_logit_softcapping", "final_logit_softcapping",
 };
 
+enum { MAX_KEYS = 40 };
+
 typedef struct info_summary {
     char architecture[128];
+    const em_family *family; /* NULL: no Ember family reads this architecture */
+    const char *keys[MAX_KEYS]; /* hyper_parameters, then the family's own keys not among them */
+    size_t n_keys;
     char tokenizer[64];
     uint64_t vocab_size;
     uint64_t bytes_by_type[EM_TYPE_COUNT];
@@ -55,6 +62,16 @@ static void summarize(const em_gguf *g, info_summary *s) {
     em_err err = em_gguf_get_str(g, "general.architecture", &value);
     snprintf(s->architecture, sizeof s->architecture, "%.*s", err ? 7 : (int)value.len, err ? "unknown" : value.ptr);
     em_err_free(err);
+    s->family = em_family_by_gguf_arch(s->architecture);
+    for (size_t i = 0; i < sizeof hyper_parameters / sizeof hyper_parameters[0]; i++)
+        s->keys[s->n_keys++] = hyper_parameters[i];
+    const char *own[16];
+    const size_t n_own = s->family ? em_family_own_keys(s->family, own, 16) : 0;
+    for (size_t i = 0; i < n_own && s->n_keys < MAX_KEYS; i++) {
+        bool listed = false;
+        for (size_t k = 0; k < s->n_keys && !listed; k++) listed = !strcmp(s->keys[k], own[i]);
+        if (!listed) s->keys[s->n_keys++] = own[i];
+    }
     err = em_gguf_get_str(g, "tokenizer.ggml.model", &value);
     snprintf(s->tokenizer, sizeof s->tokenizer, "%.*s", err ? 4 : (int)value.len, err ? "none" : value.ptr);
     em_err_free(err);
@@ -108,12 +125,17 @@ static int print_text(const em_gguf *g, const info_summary *s) {
     printf("file:            %s\n", em_gguf_path(g));
     printf("gguf version:    %u (alignment %u)\n", em_gguf_version(g), em_gguf_alignment(g));
     printf("architecture:    %s\n", s->architecture);
-    for (size_t i = 0; i < sizeof hyper_parameters / sizeof hyper_parameters[0]; i++) {
+    if (s->family) {
+        char traits[512];
+        em_family_describe(s->family, traits, sizeof traits);
+        printf("family:          %s: %s\n", s->family->name, traits);
+    }
+    for (size_t i = 0; i < s->n_keys; i++) {
         char key[256];
-        snprintf(key, sizeof key, "%s.%s", s->architecture, hyper_parameters[i]);
+        snprintf(key, sizeof key, "%s.%s", s->architecture, s->keys[i]);
         const em_gguf_kv *kv = em_gguf_find(g, key);
         if (!kv) continue;
-        printf("  %-34s ", hyper_parameters[i]);
+        printf("  %-34s ", s->keys[i]);
         print_value(stdout, kv);
         printf("\n");
     }
@@ -134,11 +156,16 @@ static int print_json(const em_gguf *g, const info_summary *s) {
     json_object_set_new(root, "file", json_string(em_gguf_path(g)));
     json_object_set_new(root, "version", json_integer(em_gguf_version(g)));
     json_object_set_new(root, "architecture", json_string(s->architecture));
-    for (size_t i = 0; i < sizeof hyper_parameters / sizeof hyper_parameters[0]; i++) {
+    if (s->family) {
+        char traits[512];
+        em_family_describe(s->family, traits, sizeof traits);
+        json_object_set_new(root, "family", json_pack("{s:s, s:s}", "name", s->family->name, "traits", traits));
+    }
+    for (size_t i = 0; i < s->n_keys; i++) {
         char key[256];
-        snprintf(key, sizeof key, "%s.%s", s->architecture, hyper_parameters[i]);
+        snprintf(key, sizeof key, "%s.%s", s->architecture, s->keys[i]);
         const em_gguf_kv *kv = em_gguf_find(g, key);
-        if (kv) json_object_set_new(hp, hyper_parameters[i], kv_to_json(kv));
+        if (kv) json_object_set_new(hp, s->keys[i], kv_to_json(kv));
     }
     for (uint64_t i = 0; i < em_gguf_kv_count(g); i++) {
         const em_gguf_kv *kv = em_gguf_kv_at(g, i);

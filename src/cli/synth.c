@@ -12,7 +12,7 @@ static void usage(FILE *to) {
                 "  --type: f32 (default), f16, bf16, q8_0, q4_k, mix (q6_k with iq3_xxs experts)\n"
                 "  --vocab: GGUF whose tokenizer is copied, e.g. the fixtures' vocab/ggml-vocab-llama-spm.gguf\n"
                 "           (default: $EMBER_VOCAB, else the source tree's reference vocabulary)\n  presets:");
-    for (const char *const *p = em_synth_preset_names(); *p; p++) fprintf(to, " %s", *p);
+    for (size_t i = 0; em_synth_preset_name(i); i++) fprintf(to, " %s", em_synth_preset_name(i));
     fprintf(to, "\n");
 }
 

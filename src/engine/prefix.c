@@ -157,54 +157,22 @@ em_err em_prefix_insert(em_prefix_cache *cache, const int32_t *tokens, uint32_t 
 
 /* ---- Eviction: a min-heap of evictable leaves by last_used ---- */
 
-typedef struct leaf_heap {
-    em_prefix_node **items;
-    size_t n, cap;
-} leaf_heap;
-
 static bool evictable(const em_prefix_cache *cache, const em_prefix_node *node) {
     return node != &cache->root && !node->first_child && em_kv_refcount(cache->pool, node->block) == 1;
 }
 
-static bool heap_push(leaf_heap *h, em_prefix_node *node) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 64;
-        em_prefix_node **grown = realloc(h->items, cap * sizeof *grown);
-        if (!grown) return false;
-        h->items = grown;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i && h->items[(i - 1) / 2]->last_used > node->last_used) {
-        h->items[i] = h->items[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->items[i] = node;
-    return true;
-}
-
-static em_prefix_node *heap_pop(leaf_heap *h) {
-    em_prefix_node *top = h->items[0], *last = h->items[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= h->n) break;
-        if (child + 1 < h->n && h->items[child + 1]->last_used < h->items[child]->last_used) child++;
-        if (h->items[child]->last_used >= last->last_used) break;
-        h->items[i] = h->items[child];
-        i = child;
-    }
-    if (h->n) h->items[i] = last;
-    return top;
+/* Items are node pointers; least recently used first. */
+static bool used_before(const void *a, const void *b) {
+    return (*(em_prefix_node *const *)a)->last_used < (*(em_prefix_node *const *)b)->last_used;
 }
 
 uint32_t em_prefix_evict(em_prefix_cache *cache, uint32_t want) {
     if (want == 0 || cache->n_nodes == 0) return 0;
-    leaf_heap heap = {0};
+    em_heap heap = {0};
     /* Iterative depth-first walk over the tree (it can be thousands of levels deep). */
     em_prefix_node *node = cache->root.first_child;
     while (node) {
-        if (evictable(cache, node) && !heap_push(&heap, node)) break;
+        if (evictable(cache, node) && !em_heap_push(&heap, &node, sizeof node, used_before)) break;
         if (node->first_child) {
             node = node->first_child;
             continue;
@@ -214,12 +182,14 @@ uint32_t em_prefix_evict(em_prefix_cache *cache, uint32_t want) {
     }
     uint32_t freed = 0;
     while (freed < want && heap.n) {
-        em_prefix_node *leaf = heap_pop(&heap), *parent = leaf->parent;
+        em_prefix_node *leaf;
+        em_heap_pop(&heap, &leaf, sizeof leaf, used_before);
+        em_prefix_node *parent = leaf->parent;
         remove_leaf(cache, leaf);
         freed++;
-        if (evictable(cache, parent) && !heap_push(&heap, parent)) break;
+        if (evictable(cache, parent) && !em_heap_push(&heap, &parent, sizeof parent, used_before)) break;
     }
-    free(heap.items);
+    em_heap_free(&heap);
     return freed;
 }
 

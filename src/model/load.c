@@ -1,6 +1,6 @@
-/* Family loaders: GGUF metadata and tensor names (as llama.cpp's converter writes them) → the
- * model description and weights (see model.h). One table row per family says what differs;
- * everything else is shared. */
+/* The loader: GGUF metadata and tensor names (as llama.cpp's converter writes them) → the model
+ * description and weights (see model.h). The family's row of the registry (family.c) says what
+ * differs; everything else is shared. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,41 +8,6 @@
 
 #include "../quant/quant.h"
 #include "model.h"
-
-/* What a family's GGUF files look like. */
-typedef struct family {
-    const char *arch;
-    em_rope_style rope;
-    bool qkv_bias;        /* attn_{q,k,v}.bias are required (otherwise used when present) */
-    bool qk_norm;         /* attn_{q,k}_norm */
-    bool gemma;           /* GeGLU, post norms, sqrt(d) embedding scale, tied output */
-    uint32_t swa_pattern; /* default: layers il with il % pattern < pattern-1 slide; 0 = none */
-    bool moe;             /* expert tensors in every layer (after the leading dense ones) */
-} family;
-
-static const family families[] = {
-    {"llama", EM_ROPE_NORMAL, false, false, false, 0, false}, /* MoE (Mixtral) when expert_count > 0 */
-    {"qwen2", EM_ROPE_NEOX, true, false, false, 0, false},
-    {"qwen3", EM_ROPE_NEOX, false, true, false, 0, false},
-    {"qwen3moe", EM_ROPE_NEOX, false, true, false, 0, true},
-    {"gemma2", EM_ROPE_NEOX, false, false, true, 2, false},
-    {"gemma3", EM_ROPE_NEOX, false, true, true, 6, false},
-    {"flint", EM_ROPE_NEOX, false, true, false, 0, true},
-};
-
-static const family *family_of(const char *arch) {
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-        if (!strcmp(families[i].arch, arch)) return &families[i];
-    return NULL;
-}
-
-bool em_model_arch_supported(const char *arch) { return family_of(arch) != NULL; }
-
-uint32_t em_model_attn_scale_dim(const char *arch, uint32_t n_layer, uint32_t n_embd, uint32_t n_head,
-                                 uint32_t head_dim) {
-    const bool gemma_27b = (!strcmp(arch, "gemma2") && n_layer == 46) || (!strcmp(arch, "gemma3") && n_layer == 62);
-    return gemma_27b && n_head ? n_embd / n_head : head_dim;
-}
 
 /* ---- metadata helpers ---- */
 
@@ -110,9 +75,9 @@ static em_err layer_u32(loader *l, const char *suffix, uint32_t layer, bool requ
  * {arch}.attention.sliding_window_pattern, in either of llama.cpp's forms: a period p (layers with
  * il % p < p - 1 slide, p = 0 makes every layer slide), or one bool per layer (true = sliding).
  * Without the key the family's fixed period applies (Gemma 2: 2, Gemma 3: 6). */
-static em_err layer_slides(loader *l, const family *f, uint32_t il, bool *out) {
+static em_err layer_slides(loader *l, const em_family *f, uint32_t il, bool *out) {
     const em_gguf_kv *kv = em_gguf_find(l->g, key_of(l, "attention.sliding_window_pattern"));
-    uint32_t period = f->swa_pattern;
+    uint32_t period = f->window_period;
     if (kv && kv->type == EM_GGUF_ARRAY) {
         if (kv->array_type != EM_GGUF_BOOL || kv->array_len != l->m->desc.n_layer)
             return em_errorf(EM_ERR_FORMAT, "%s: %s is an array of %llu %s, not one bool per layer (%u)",
@@ -229,7 +194,7 @@ static const char *blk(char *buf, size_t size, uint32_t layer, const char *what)
 
 /* ---- the description ---- */
 
-static em_err load_rope(loader *l, const family *f, em_layer_desc *ld, const float *freq_factors) {
+static em_err load_rope(loader *l, const em_family *f, em_layer_desc *ld, const float *freq_factors) {
     em_err err;
     ld->rope.style = f->rope;
     if ((err = opt_f32(l, "rope.freq_base", 10000.0f, &ld->rope.theta))) return err;
@@ -283,7 +248,7 @@ static em_err load_rope(loader *l, const family *f, em_layer_desc *ld, const flo
     return NULL;
 }
 
-static em_err load_desc(loader *l, const family *f) {
+static em_err load_desc(loader *l, const em_family *f) {
     em_model_desc *d = &l->m->desc;
     em_err err;
     snprintf(d->arch, sizeof d->arch, "%s", l->arch);
@@ -295,8 +260,8 @@ static em_err load_desc(loader *l, const family *f) {
                          d->n_layer, d->n_embd);
     if ((err = opt_f32(l, "attention.layer_norm_rms_epsilon", 1e-5f, &d->norm_eps))) return err;
     d->norm = EM_NORM_RMS; /* Gemma's +1 is already in the stored weights (see model.h) */
-    d->act = f->gemma ? EM_ACT_GEGLU : EM_ACT_SWIGLU;
-    d->embd_scale = f->gemma ? sqrtf((float)d->n_embd) : 1.0f;
+    d->act = f->act;
+    d->embd_scale = f->embd_scale_sqrt ? sqrtf((float)d->n_embd) : 1.0f;
     if ((err = opt_f32(l, "final_logit_softcapping", 0.0f, &d->final_softcap))) return err;
 
     uint32_t n_expert = 0, n_expert_used = 0, n_dense_lead = 0, window = 0, gating_func = 1;
@@ -311,10 +276,9 @@ static em_err load_desc(loader *l, const family *f) {
         (err = em_gguf_get_bool(l->g, l->key, &weights_norm)))
         return em_err_prefix(err, "%s", em_gguf_path(l->g));
     if ((err = opt_f32(l, "attn_logit_softcapping", 0.0f, &attn_softcap))) return err;
-    /* llama: a window on every layer (Mistral); llama.cpp's converter omits the key, Ember's writes it. */
-    const bool llama_swa = !strcmp(f->arch, "llama");
-    if ((f->swa_pattern || llama_swa) && (err = opt_u32(l, "attention.sliding_window", 0, &window))) return err;
-    if (f->moe && n_expert == 0)
+    /* A window on every layer (Mistral): llama.cpp's converter omits the key, Ember's writes it. */
+    if (f->window != EM_WINDOW_NONE && (err = opt_u32(l, "attention.sliding_window", 0, &window))) return err;
+    if (f->moe != EM_MOE_NONE && n_expert == 0)
         return em_errorf(EM_ERR_NOT_FOUND, "%s: missing metadata key %s.expert_count", em_gguf_path(l->g), l->arch);
     if (n_expert > 0 && (n_expert_used == 0 || n_expert_used > n_expert || n_expert > 4096))
         return em_errorf(EM_ERR_RANGE, "%s: %u of %u experts per token is not valid", em_gguf_path(l->g),
@@ -337,13 +301,13 @@ static em_err load_desc(loader *l, const family *f) {
         if (ld->head_dim == 0 || ld->head_dim_v == 0)
             return em_errorf(EM_ERR_FORMAT, "%s: layer %u has head dim 0", em_gguf_path(l->g), il);
         ld->qk_norm = f->qk_norm;
-        ld->post_attn_norm = ld->post_ffn_norm = f->gemma;
-        ld->attn_scale = 1.0f / sqrtf((float)em_model_attn_scale_dim(f->arch, d->n_layer, d->n_embd, ld->n_head,
-                                                                     ld->head_dim));
+        ld->post_attn_norm = ld->post_ffn_norm = f->post_norms;
+        ld->attn_scale = 1.0f / sqrtf((float)em_model_attn_scale_dim(f->gguf_arch, d->n_layer, d->n_embd,
+                                                                     ld->n_head, ld->head_dim));
         ld->attn_softcap = attn_softcap;
         ld->attn = EM_ATTN_FULL;
-        bool slides = llama_swa;
-        if (f->swa_pattern && (err = layer_slides(l, f, il, &slides))) return err;
+        bool slides = f->window == EM_WINDOW_EVERY_LAYER;
+        if (f->window == EM_WINDOW_PATTERN && (err = layer_slides(l, f, il, &slides))) return err;
         if (window > 0 && slides) {
             ld->attn = EM_ATTN_SLIDING;
             ld->window = window;
@@ -370,15 +334,16 @@ static em_err load_desc(loader *l, const family *f) {
     return NULL;
 }
 
-/* Gemma 3's local layers use their own RoPE base (10000) without scaling; llama.cpp fixes the same. */
-static void gemma3_local_rope(em_layer_desc *ld) {
-    ld->rope.theta = 10000.0f;
+/* Sliding layers with their own RoPE base (Gemma 3: 10000) rotate without scaling; llama.cpp fixes
+ * the same. */
+static void local_rope(em_layer_desc *ld, float theta) {
+    ld->rope.theta = theta;
     ld->rope.scaling = EM_ROPE_SCALING_NONE;
     ld->rope.factor = 1.0f;
     ld->rope.freq_factors = NULL;
 }
 
-static em_err load_layer(loader *l, const family *f, uint32_t il) {
+static em_err load_layer(loader *l, const em_family *f, uint32_t il) {
     const em_model_desc *d = &l->m->desc;
     const em_layer_desc *ld = &d->layers[il];
     em_layer_weights *w = &l->m->w.layers[il];
@@ -444,11 +409,13 @@ static em_err load_all(loader *l) {
     if (arch.len >= EM_MODEL_ARCH_MAX) arch.len = EM_MODEL_ARCH_MAX - 1;
     memcpy(l->arch, arch.ptr, arch.len);
     l->arch[arch.len] = 0;
-    const family *f = family_of(l->arch);
-    if (!f)
-        return em_errorf(EM_ERR_UNSUPPORTED,
-                         "%s: unknown architecture '%s' (supported: llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, flint)",
-                         em_gguf_path(l->g), l->arch);
+    const em_family *f = em_family_by_gguf_arch(l->arch);
+    if (!f) {
+        char supported[256];
+        em_family_list_gguf_archs(supported, sizeof supported);
+        return em_errorf(EM_ERR_UNSUPPORTED, "%s: unknown architecture '%s' (supported: %s)", em_gguf_path(l->g),
+                         l->arch, supported);
+    }
     if ((err = load_desc(l, f))) return err;
     em_model_desc *d = &l->m->desc;
 
@@ -479,7 +446,7 @@ static em_err load_all(loader *l) {
     for (uint32_t il = 0; il < d->n_layer; il++) {
         em_layer_desc *ld = &d->layers[il];
         if ((err = load_rope(l, f, ld, freq_factors))) return err;
-        if (!strcmp(f->arch, "gemma3") && ld->attn == EM_ATTN_SLIDING) gemma3_local_rope(ld);
+        if (f->local_rope_theta > 0 && ld->attn == EM_ATTN_SLIDING) local_rope(ld, f->local_rope_theta);
         if ((err = load_layer(l, f, il))) return err;
     }
     return NULL;

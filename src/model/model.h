@@ -3,10 +3,13 @@
  * weights that go with it (em_model_weights), the family loaders that fill both from a GGUF file,
  * and synthetic models at real shapes. Sampling belongs to the engine (src/engine).
  *
- * A family (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, flint) is nothing but a loader: it maps
- * the GGUF metadata keys and tensor names that llama.cpp's converter writes (and `flint.*` keys in
- * the same style) onto em_model_desc. Backends implement one forward pass for any description;
- * no backend knows family names.
+ * A family (llama, mistral, mixtral, qwen2, qwen3, qwen3moe, gemma2, gemma3, flint) is a row of
+ * the family registry (em_family, family.c): what its checkpoints and GGUF files look like, as
+ * separate traits (gated unit, post-norms, embedding scale, QK-norm, sliding-window layout, experts,
+ * GGUF keys, ...). One loader reads every family's GGUF metadata keys and tensor names (those
+ * llama.cpp's converter writes, and `flint.*` keys in the same style) onto em_model_desc, asking
+ * the row where families differ; the converter, the synthetic models and `ember info` read the same
+ * rows. Backends implement one forward pass for any description; no backend knows family names.
  *
  * Conventions of GGUF that the description keeps:
  *  - matrices are stored row-major with ne[0] = input features, ne[1] = output features, so one
@@ -137,24 +140,111 @@ typedef struct em_model {
     size_t n_owned, cap_owned;
 } em_model;
 
-/* Opens a GGUF file and loads the model it holds; the first part of a split set
- * (NAME-00001-of-0000N.gguf) opens the whole set, which loads as one model. */
-em_err em_model_load(const char *path, em_model **out);
+/* ---- The family registry (family.c) ---- */
+
+/* Where a family's sliding-window layers are. */
+typedef enum em_family_window {
+    EM_WINDOW_NONE,        /* every layer sees the whole context */
+    EM_WINDOW_EVERY_LAYER, /* every layer slides when the file names a window (Mistral) */
+    EM_WINDOW_PATTERN,     /* layers il with il % period < period - 1 slide, the others are global (Gemma) */
+} em_family_window;
+
+/* Where a family's experts are, and how a Hugging Face checkpoint names them. */
+typedef enum em_family_moe {
+    EM_MOE_NONE,          /* dense (a GGUF file with expert_count still loads as MoE) */
+    EM_MOE_MIXTRAL,       /* every layer; block_sparse_moe.experts.E.w1/w3/w2 and block_sparse_moe.gate */
+    EM_MOE_QWEN,          /* every layer; mlp.experts.E.{gate,up,down}_proj and mlp.gate */
+    EM_MOE_LEADING_DENSE, /* after leading_dense_block_count dense layers (flint; no checkpoint class) */
+} em_family_moe;
+
+/* GGUF keys ({arch}.*) that some families' files carry and others do not. */
+typedef struct em_family_keys {
+    bool vocab_and_rope_dims;   /* vocab_size and rope.dimension_count (llama.cpp writes them for llama) */
+    bool expert_width;          /* expert_feed_forward_length; without it the expert width is
+                                 * feed_forward_length (Mixtral) */
+    bool expert_weights_norm;   /* whether the top-k routing weights are renormalized */
+    bool dense_lead_and_gating; /* leading_dense_block_count and expert_gating_func */
+} em_family_keys;
+
+/* What transformers' configuration class assumes for config.json fields a checkpoint leaves out
+ * (4.x saves nested configs as differences from them; hand-written configs omit more). Only fields
+ * whose default changes the model; 0 = none. */
+typedef struct em_family_hf_defaults {
+    double rope_theta, attn_softcap, final_softcap, query_pre_attn_scalar;
+    uint32_t sliding_window, n_head, n_head_kv, head_dim, sliding_window_pattern;
+    uint32_t n_expert, n_expert_used, n_ff_expert, n_vocab;
+} em_family_hf_defaults;
+
+#define EM_FAMILY_HF_CLASSES 3
+
+/* One family: a row of the registry. A new family is a new row (plus a synthetic preset). */
+typedef struct em_family {
+    const char *name;          /* "llama", "mistral", "mixtral", "qwen2", ... */
+    const char *gguf_arch;     /* general.architecture of its GGUF files */
+    const char *hf_classes[EM_FAMILY_HF_CLASSES]; /* config.json architectures[0] names; NULL-ended */
+
+    em_activation act;         /* gated unit: SwiGLU (silu) or GeGLU (tanh GELU) */
+    bool post_norms;           /* a norm on the attention and FF outputs before each residual add */
+    bool embd_scale_sqrt;      /* token embeddings are multiplied by sqrt(n_embd) */
+    bool tied_output;          /* the output matrix is always token_embd (checkpoints keep no lm_head) */
+    bool norm_plus_one;        /* checkpoints store RMSNorm weights w of (1 + w); GGUF stores 1 + w */
+    bool softcaps;             /* attention and final logits are soft-capped (c·tanh(x/c)) */
+    bool qk_norm;              /* RMSNorm over each head of Q and K */
+    bool qkv_bias;             /* Q, K and V always have biases (other families: when the file has them) */
+    em_rope_style rope;        /* how GGUF Q and K rotate */
+    bool permute_qk;           /* the converter permutes Q/K rows: checkpoints rotate halves, GGUF pairs */
+    float local_rope_theta;    /* sliding layers' own RoPE base, unscaled (Gemma 3); 0 = the global one */
+    em_family_window window;
+    uint32_t window_period;    /* EM_WINDOW_PATTERN: the period when the file does not say */
+    bool window_pattern_key;   /* attention.sliding_window_pattern may give another layout (Gemma 3):
+                                * the converter writes it; without it, other layouts are refused */
+    uint32_t attn_scale_embd_layers; /* models of this many layers scale attention by
+                                      * 1/sqrt(n_embd / n_head), not 1/sqrt(head_dim) (27B Gemmas) */
+    em_family_moe moe;
+    em_family_keys keys;
+    em_family_hf_defaults hf;
+} em_family;
+
+/* The rows in order, NULL past the end. */
+const em_family *em_family_at(size_t index);
+/* Lookups; NULL when no row matches. By GGUF architecture: the first row of it (the one the loader
+ * reads; rows sharing an architecture agree on everything a GGUF file shows). */
+const em_family *em_family_by_name(const char *name);
+const em_family *em_family_by_gguf_arch(const char *arch);
+const em_family *em_family_by_hf_class(const char *hf_class);
+
+/* True when `arch` (general.architecture) has a row. */
+bool em_model_arch_supported(const char *arch);
+
+/* The supported GGUF architectures ("llama, qwen2, ...") or Hugging Face classes, for messages. */
+void em_family_list_gguf_archs(char *buf, size_t size);
+void em_family_list_hf_classes(char *buf, size_t size);
+
+/* config.json's hidden_act for the family's gated unit ("silu", "gelu_pytorch_tanh"). */
+const char *em_family_hf_activation(const em_family *family);
+
+/* The family's own GGUF key suffixes (those of em_family_keys, soft-caps, sliding windows): up to
+ * `max` into `keys`; returns how many. */
+size_t em_family_own_keys(const em_family *family, const char **keys, size_t max);
+
+/* The family's traits in one line ("GeGLU, neox rope, post-norms, ..."). */
+void em_family_describe(const em_family *family, char *buf, size_t size);
 
 /* The dimension whose inverse square root scales attention scores: head_dim, except for the 27B
  * Gemma 2 and Gemma 3 models, which scale by 1/sqrt(n_embd / n_head) (their config's
  * query_pre_attn_scalar). GGUF files carry no key for it; like llama.cpp, the loader recognizes
- * those models by their layer count (46 for gemma2, 62 for gemma3). */
+ * those models by their layer count (the row's attn_scale_embd_layers: 46 for gemma2, 62 for gemma3). */
 uint32_t em_model_attn_scale_dim(const char *arch, uint32_t n_layer, uint32_t n_embd, uint32_t n_head,
                                  uint32_t head_dim);
+
+/* Opens a GGUF file and loads the model it holds; the first part of a split set
+ * (NAME-00001-of-0000N.gguf) opens the whole set, which loads as one model. */
+em_err em_model_load(const char *path, em_model **out);
 
 /* Loads from an open file that the caller keeps open until em_model_free. */
 em_err em_model_from_gguf(em_gguf *gguf, em_model **out);
 
 void em_model_free(em_model *model);
-
-/* True when `arch` (general.architecture) has a loader. */
-bool em_model_arch_supported(const char *arch);
 
 /* Describes a layer in one line ("full attn 4/2 heads x 32, neox rope 1e+06, moe 8/2 x 64"). */
 void em_model_describe_layer(const em_model_desc *desc, uint32_t layer, char *buf, size_t size);
@@ -162,7 +252,7 @@ void em_model_describe_layer(const em_model_desc *desc, uint32_t layer, char *bu
 /* ---- Synthetic models (synth.c) ---- */
 
 typedef struct em_synth_options {
-    const char *preset;   /* see em_synth_preset_names */
+    const char *preset;   /* see em_synth_preset_name */
     const char *type;     /* f32, f16, bf16, q8_0, q4_k, mix */
     uint32_t layers;      /* 0 = the preset's */
     uint32_t experts;     /* 0 = the preset's */
@@ -173,8 +263,8 @@ typedef struct em_synth_options {
     const char *rope_scaling;
 } em_synth_options;
 
-/* NULL-terminated list of preset names. */
-const char *const *em_synth_preset_names(void);
+/* The presets' names in order, NULL past the end. */
+const char *em_synth_preset_name(size_t index);
 
 /* Writes a GGUF file with deterministic random weights. */
 em_err em_synth_write(const em_synth_options *options, const char *out_path);

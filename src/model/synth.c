@@ -15,11 +15,13 @@
 #include "../quant/quant.h"
 #include "model.h"
 
+/* A preset: a real model's shape in one family. What the family decides (QK-norm, biases, post-norms,
+ * which GGUF keys exist) comes from its row of the registry (model.h). */
 typedef struct preset {
-    const char *name, *arch;
+    const char *name, *family;
     uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     uint32_t n_expert, n_expert_used, n_ff_expert, n_dense_lead; /* n_expert 0: dense */
-    bool qk_norm, qkv_bias, tied;
+    bool tied;                         /* also when the family always ties */
     float theta, eps;
     uint32_t window;                   /* sliding window (gemma2/3), 0 = none */
     float attn_softcap, final_softcap; /* gemma2 */
@@ -27,28 +29,26 @@ typedef struct preset {
 } preset;
 
 static const preset presets[] = {
-    /* name           arch        L   d     H   KV  hd   ff     vocab   ctx     E    k  ffE   lead qkn  bias  tied  theta   eps  win  caps */
-    {"dense-1b", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 0, 0, 0, 0, false, false, true, 500000.0f, 1e-5f, 0, 0, 0, "llama3:32:8192"},
-    {"moe-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, 128, 8, 768, 0, true, false, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
-    {"flint", "flint", 49, 2048, 16, 4, 128, 8192, 102400, 32768, 64, 6, 1024, 2, true, false, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
-    {"tiny-llama", "llama", 2, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, false, false, false, 10000.0f, 1e-5f, 0, 0, 0, NULL},
-    {"tiny-qwen2", "qwen2", 2, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, false, true, true, 1e6f, 1e-6f, 0, 0, 0, NULL},
-    {"tiny-qwen3", "qwen3", 2, 128, 4, 2, 64, 256, 32000, 512, 0, 0, 0, 0, true, false, true, 1e6f, 1e-6f, 0, 0, 0, NULL},
-    {"tiny-qwen3moe", "qwen3moe", 2, 128, 4, 2, 32, 256, 32000, 512, 8, 2, 64, 0, true, false, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
-    {"tiny-gemma2", "gemma2", 4, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, false, false, true, 10000.0f, 1e-6f, 8, 50.0f, 30.0f, NULL},
-    {"tiny-gemma3", "gemma3", 6, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, true, false, true, 1e6f, 1e-6f, 8, 0, 0, NULL},
-    {"tiny-mixtral", "llama", 2, 128, 4, 2, 32, 128, 32000, 512, 4, 2, 128, 0, false, false, false, 1e6f, 1e-5f, 0, 0, 0, NULL},
-    {"tiny-flint", "flint", 4, 128, 4, 2, 32, 256, 32000, 512, 8, 3, 64, 2, true, false, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    /* name          family      L   d     H   KV  hd   ff     vocab   ctx     E    k  ffE   lead tied  theta   eps  win  caps */
+    {"dense-1b", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 0, 0, 0, 0, true, 500000.0f, 1e-5f, 0, 0, 0, "llama3:32:8192"},
+    {"moe-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, 128, 8, 768, 0, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    {"flint", "flint", 49, 2048, 16, 4, 128, 8192, 102400, 32768, 64, 6, 1024, 2, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    {"tiny-llama", "llama", 2, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, false, 10000.0f, 1e-5f, 0, 0, 0, NULL},
+    {"tiny-qwen2", "qwen2", 2, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, true, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    {"tiny-qwen3", "qwen3", 2, 128, 4, 2, 64, 256, 32000, 512, 0, 0, 0, 0, true, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    {"tiny-qwen3moe", "qwen3moe", 2, 128, 4, 2, 32, 256, 32000, 512, 8, 2, 64, 0, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    {"tiny-gemma2", "gemma2", 4, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, true, 10000.0f, 1e-6f, 8, 50.0f, 30.0f, NULL},
+    {"tiny-gemma3", "gemma3", 6, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, true, 1e6f, 1e-6f, 8, 0, 0, NULL},
+    {"tiny-mixtral", "mixtral", 2, 128, 4, 2, 32, 128, 32000, 512, 4, 2, 128, 0, false, 1e6f, 1e-5f, 0, 0, 0, NULL},
+    {"tiny-flint", "flint", 4, 128, 4, 2, 32, 256, 32000, 512, 8, 3, 64, 2, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
     /* rows of 256: every K-format block divides them, so quantization recipes apply unchanged */
-    {"small-llama", "llama", 8, 256, 4, 1, 64, 512, 32000, 512, 0, 0, 0, 0, false, false, false, 10000.0f, 1e-5f, 0, 0, 0, NULL},
-    {"small-qwen3moe", "qwen3moe", 4, 256, 4, 2, 64, 512, 32000, 512, 8, 2, 256, 0, true, false, true, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    {"small-llama", "llama", 8, 256, 4, 1, 64, 512, 32000, 512, 0, 0, 0, 0, false, 10000.0f, 1e-5f, 0, 0, 0, NULL},
+    {"small-qwen3moe", "qwen3moe", 4, 256, 4, 2, 64, 512, 32000, 512, 8, 2, 256, 0, true, 1e6f, 1e-6f, 0, 0, 0, NULL},
 };
 
-static const char *const preset_names[] = {"dense-1b", "moe-30b-a3b", "flint", "tiny-llama", "tiny-qwen2",
-                                           "tiny-qwen3", "tiny-qwen3moe", "tiny-gemma2", "tiny-gemma3",
-                                           "tiny-mixtral", "tiny-flint", "small-llama", "small-qwen3moe", NULL};
+enum { N_PRESETS = sizeof presets / sizeof presets[0] };
 
-const char *const *em_synth_preset_names(void) { return preset_names; }
+const char *em_synth_preset_name(size_t index) { return index < N_PRESETS ? presets[index].name : NULL; }
 
 /* The chat template: ChatML, as a Jinja string (the format chat templates are stored in). */
 static const char chatml_template[] =
@@ -188,6 +188,7 @@ typedef struct tensor_plan {
 
 typedef struct synth {
     preset p;
+    const em_family *family;
     uint32_t weight_type, expert_type;
     uint64_t seed;
     tensor_plan *tensors;
@@ -233,14 +234,14 @@ static em_err plan(synth *s, const char *name, uint32_t n_dims, uint64_t ne0, ui
 
 static em_err plan_all(synth *s) {
     const preset *p = &s->p;
+    const em_family *f = s->family;
     const uint64_t e = p->n_embd, q = (uint64_t)p->n_head * p->head_dim, kv = (uint64_t)p->n_head_kv * p->head_dim;
     const float in_rms = 1.0f / sqrtf((float)e);
     /* With a tied output matrix, the current token's own embedding in the residual stream adds
      * about (embedding scale x logit RMS) / RMS(residual) standard deviations to its own logit;
      * random layers must therefore write into the residual stream with a large gain, or the model
-     * repeats its input forever. Gemma's post-norms set that gain through their weights. */
-    const bool gemma = !strncmp(p->arch, "gemma", 5);
-    const float gain = 16.0f, gemma_gain = 64.0f;
+     * repeats its input forever. Post-norms (Gemma's) set that gain through their weights. */
+    const float gain = 16.0f, post_norm_gain = 64.0f;
     char n[64];
     em_err err;
     /* Logits get an RMS of about 4: wide enough that greedy decoding has no near-ties. */
@@ -255,20 +256,21 @@ static em_err plan_all(synth *s) {
         if ((err = plan(s, B("attn_q.weight"), 2, e, q, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
         if ((err = plan(s, B("attn_k.weight"), 2, e, kv, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
         if ((err = plan(s, B("attn_v.weight"), 2, e, kv, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
-        if (p->qkv_bias) {
+        if (f->qkv_bias) {
             if ((err = plan(s, B("attn_q.bias"), 1, q, 1, 1, 0, INIT_UNIFORM, 0.1f))) return err;
             if ((err = plan(s, B("attn_k.bias"), 1, kv, 1, 1, 0, INIT_UNIFORM, 0.1f))) return err;
             if ((err = plan(s, B("attn_v.bias"), 1, kv, 1, 1, 0, INIT_UNIFORM, 0.1f))) return err;
         }
-        if (p->qk_norm) {
+        if (f->qk_norm) {
             if ((err = plan(s, B("attn_q_norm.weight"), 1, p->head_dim, 1, 1, 0, INIT_NORM, 0.1f))) return err;
             if ((err = plan(s, B("attn_k_norm.weight"), 1, p->head_dim, 1, 1, 0, INIT_NORM, 0.1f))) return err;
         }
         if ((err = plan(s, B("attn_output.weight"), 2, q, e, 1, s->weight_type, INIT_UNIFORM, gain / sqrtf((float)q))))
             return err;
-        if (gemma) {
-            if ((err = plan(s, B("post_attention_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f * gemma_gain))) return err;
-            s->tensors[s->n_tensors - 1].center = gemma_gain;
+        if (f->post_norms) {
+            if ((err = plan(s, B("post_attention_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f * post_norm_gain)))
+                return err;
+            s->tensors[s->n_tensors - 1].center = post_norm_gain;
         }
         if ((err = plan(s, B("ffn_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f))) return err;
         if (!moe) {
@@ -290,14 +292,15 @@ static em_err plan_all(synth *s) {
                             gain / sqrtf((float)ff))))
                 return err;
         }
-        if (gemma) {
-            if ((err = plan(s, B("post_ffw_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f * gemma_gain))) return err;
-            s->tensors[s->n_tensors - 1].center = gemma_gain;
+        if (f->post_norms) {
+            if ((err = plan(s, B("post_ffw_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f * post_norm_gain))) return err;
+            s->tensors[s->n_tensors - 1].center = post_norm_gain;
         }
 #undef B
     }
     if ((err = plan(s, "output_norm.weight", 1, e, 1, 1, 0, INIT_NORM, 0.1f))) return err;
-    if (!p->tied && (err = plan(s, "output.weight", 2, e, p->n_vocab, 1, s->weight_type, INIT_UNIFORM, 4.0f * in_rms)))
+    if (!p->tied && !f->tied_output &&
+        (err = plan(s, "output.weight", 2, e, p->n_vocab, 1, s->weight_type, INIT_UNIFORM, 4.0f * in_rms)))
         return err;
     return NULL;
 }
@@ -364,16 +367,19 @@ static em_err fill_tensor(void *user, uint64_t index, void *file_, uint64_t size
 
 static em_err add_hparams(em_gguf_writer *w, const synth *s) {
     const preset *p = &s->p;
+    const em_family *f = s->family;
+    const char *arch = f->gguf_arch;
     char k[128];
     em_err err;
-#define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", p->arch, suffix), k)
-    if ((err = em_gguf_writer_add_str(w, "general.architecture", p->arch))) return err;
+#define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", arch, suffix), k)
+    if ((err = em_gguf_writer_add_str(w, "general.architecture", arch))) return err;
     if ((err = em_gguf_writer_add_str(w, "general.name", p->name))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("context_length"), p->n_ctx))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("embedding_length"), p->n_embd))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("block_count"), p->n_layer))) return err;
-    if ((err = em_gguf_writer_add_u32(w, KEY("feed_forward_length"),
-                                       p->n_expert && !strcmp(p->arch, "llama") ? p->n_ff_expert : p->n_ff))) return err;
+    /* Without an expert width key (Mixtral), feed_forward_length is the experts' width. */
+    const uint32_t n_ff = p->n_expert && !f->keys.expert_width ? p->n_ff_expert : p->n_ff;
+    if ((err = em_gguf_writer_add_u32(w, KEY("feed_forward_length"), n_ff))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("attention.head_count"), p->n_head))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), p->n_head_kv))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("attention.key_length"), p->head_dim))) return err;
@@ -396,11 +402,11 @@ static em_err add_hparams(em_gguf_writer *w, const synth *s) {
     if (p->n_expert) {
         if ((err = em_gguf_writer_add_u32(w, KEY("expert_count"), p->n_expert))) return err;
         if ((err = em_gguf_writer_add_u32(w, KEY("expert_used_count"), p->n_expert_used))) return err;
-        if (strcmp(p->arch, "llama") &&
+        if (f->keys.expert_width &&
             (err = em_gguf_writer_add_u32(w, KEY("expert_feed_forward_length"), p->n_ff_expert)))
             return err;
     }
-    if (!strcmp(p->arch, "flint")) {
+    if (f->keys.dense_lead_and_gating) {
         /* flint's own keys, in the style of deepseek2's: dense layers first, softmax gating (1),
          * top-k weights renormalized. */
         if ((err = em_gguf_writer_add_u32(w, KEY("leading_dense_block_count"), p->n_dense_lead))) return err;
@@ -517,10 +523,11 @@ static em_err parse_scaling(const char *text, synth *s) {
 
 em_err em_synth_write(const em_synth_options *o, const char *out_path) {
     const preset *found = NULL;
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+    for (size_t i = 0; i < N_PRESETS; i++)
         if (o->preset && !strcmp(presets[i].name, o->preset)) found = &presets[i];
     if (!found) return em_errorf(EM_ERR_INVALID, "unknown preset '%s'", o->preset ? o->preset : "(none)");
-    synth s = {.p = *found, .seed = o->seed};
+    synth s = {.p = *found, .family = em_family_by_name(found->family), .seed = o->seed};
+    if (!s.family) return em_errorf(EM_ERR_INTERNAL, "preset %s: no family '%s'", found->name, found->family);
     em_err err = parse_type(o->type ? o->type : "f32", &s.weight_type, &s.expert_type);
     if (err) return err;
     if ((err = parse_scaling(o->rope_scaling ? o->rope_scaling : s.p.rope_scaling, &s))) return err;

@@ -61,46 +61,6 @@ char *em_server_error_body(em_server_api api, const em_server_error *err) {
     return text;
 }
 
-/* ---- Buffers ---- */
-
-static bool buf_reserve(em_buf *buf, size_t extra) {
-    if (buf->len + extra + 1 <= buf->cap) return true;
-    size_t cap = buf->cap ? buf->cap : 256;
-    while (cap < buf->len + extra + 1) cap *= 2;
-    char *grown = realloc(buf->data, cap);
-    if (!grown) return false;
-    buf->data = grown;
-    buf->cap = cap;
-    return true;
-}
-
-bool em_buf_append(em_buf *buf, const void *data, size_t len) {
-    if (!buf_reserve(buf, len)) return false;
-    if (len) memcpy(buf->data + buf->len, data, len);
-    buf->len += len;
-    buf->data[buf->len] = 0;
-    return true;
-}
-
-bool em_buf_printf(em_buf *buf, const char *fmt, ...) {
-    va_list args;
-    va_start(args, fmt);
-    int n = vsnprintf(NULL, 0, fmt, args);
-    va_end(args);
-    if (n < 0 || !buf_reserve(buf, (size_t)n)) return false;
-    va_start(args, fmt);
-    vsnprintf(buf->data + buf->len, (size_t)n + 1, fmt, args);
-    va_end(args);
-    buf->len += (size_t)n;
-    return true;
-}
-
-void em_buf_free(em_buf *buf) {
-    free(buf->data);
-    buf->data = NULL;
-    buf->len = buf->cap = 0;
-}
-
 /* ---- JSON helpers ---- */
 
 /* Copies `text` replacing every invalid UTF-8 sequence with U+FFFD, so jansson accepts it. */

@@ -196,19 +196,6 @@ typedef struct em_server_token {
     ember_top_logprob top[EM_SERVER_MAX_TOP];
 } em_server_token;
 
-/* A growable byte buffer (malloc'd `data`, always NUL-terminated when non-NULL). */
-typedef struct em_buf {
-    char *data;
-    size_t len, cap;
-} em_buf;
-bool em_buf_append(em_buf *buf, const void *data, size_t len);
-bool em_buf_printf(em_buf *buf, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-void em_buf_free(em_buf *buf);
-
 /* ---- Reading answers (answer.c): reasoning, text and tool calls as the text arrives ---- */
 
 typedef enum em_answer_kind {

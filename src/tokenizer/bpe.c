@@ -150,48 +150,15 @@ done:
 
 /* ---- merging ---- */
 
-typedef struct em_heap_entry {
+/* A candidate merge of two adjacent symbols, with the ids they had when it was queued. */
+typedef struct pair_entry {
     int32_t rank, left, right, left_id, right_id;
-} heap_entry;
+} pair_entry;
 
-static bool heap_before(const heap_entry *a, const heap_entry *b) {
+/* Lowest rank first; ties: leftmost. */
+static bool pair_before(const void *a_, const void *b_) {
+    const pair_entry *a = a_, *b = b_;
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static em_err heap_push(em_scratch *s, heap_entry e) {
-    if (s->heap_n == s->heap_cap) {
-        size_t cap = s->heap_cap ? s->heap_cap * 2 : 256;
-        heap_entry *grown = realloc(s->heap, cap * sizeof *grown);
-        if (!grown) return em_errorf(EM_ERR_NOMEM, "tokenize: out of memory");
-        s->heap = grown;
-        s->heap_cap = cap;
-    }
-    heap_entry *h = s->heap;
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!heap_before(&e, &h[parent])) break;
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = e;
-    return NULL;
-}
-
-static heap_entry heap_pop(em_scratch *s) {
-    heap_entry *h = s->heap;
-    heap_entry top = h[0], last = h[--s->heap_n];
-    size_t n = s->heap_n, i = 0;
-    for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= n) break;
-        if (child + 1 < n && heap_before(&h[child + 1], &h[child])) child++;
-        if (!heap_before(&h[child], &last)) break;
-        h[i] = h[child];
-        i = child;
-    }
-    if (n) h[i] = last;
-    return top;
 }
 
 static em_err try_pair(const em_tokenizer *t, em_scratch *s, int32_t left, int32_t right) {
@@ -200,16 +167,20 @@ static em_err try_pair(const em_tokenizer *t, em_scratch *s, int32_t left, int32
     if (a->id < 0 || b->id < 0) return NULL;
     const em_pair_slot *m = em_pairmap_find(&t->merges, a->id, b->id);
     if (!m) return NULL;
-    return heap_push(s, (heap_entry){m->rank, left, right, a->id, b->id});
+    const pair_entry e = {m->rank, left, right, a->id, b->id};
+    if (!em_heap_push(&s->pairs, &e, sizeof e, pair_before))
+        return em_errorf(EM_ERR_NOMEM, "tokenize: out of memory");
+    return NULL;
 }
 
 em_err em_bpe_merge(const em_tokenizer *t, em_scratch *s) {
-    s->heap_n = 0;
+    s->pairs.n = 0;
     em_err err;
     for (int32_t i = 0; i + 1 < (int32_t)s->n_syms; i++)
         if ((err = try_pair(t, s, i, i + 1))) return err;
-    while (s->heap_n) {
-        heap_entry e = heap_pop(s);
+    while (s->pairs.n) {
+        pair_entry e;
+        em_heap_pop(&s->pairs, &e, sizeof e, pair_before);
         em_sym *a = &s->syms[e.left], *b = &s->syms[e.right];
         if (a->len == 0 || b->len == 0 || a->next != e.right || a->id != e.left_id || b->id != e.right_id) continue;
         const em_pair_slot *m = em_pairmap_find(&t->merges, a->id, b->id);
@@ -235,8 +206,8 @@ em_err em_scratch_reserve(em_scratch *s, size_t n_syms) {
 
 void em_scratch_free(em_scratch *s) {
     free(s->syms);
-    free(s->heap);
-    free(s->spm_heap);
+    em_heap_free(&s->pairs);
+    em_heap_free(&s->bigrams);
     free(s->mapped);
 }
 

@@ -124,10 +124,8 @@ typedef struct em_sym {
 typedef struct em_scratch {
     em_sym *syms;
     size_t n_syms, syms_cap;
-    struct em_heap_entry *heap;
-    size_t heap_n, heap_cap;
-    struct em_spm_entry *spm_heap;
-    size_t spm_n, spm_cap;
+    em_heap pairs;   /* byte-level BPE and merges-based SPM: candidate merges by rank (bpe.c) */
+    em_heap bigrams; /* score-based SPM: candidate merges by score (spm.c) */
     char *mapped;
     size_t mapped_cap;
 } em_scratch;

@@ -18,50 +18,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct em_spm_entry {
+/* A candidate merge of two adjacent symbols into a token of `size` bytes. */
+typedef struct bigram_entry {
     float score;
     int32_t left, right;
     uint32_t size;
-} spm_entry;
+} bigram_entry;
 
-static bool before(const spm_entry *a, const spm_entry *b) {
+/* Highest score first; ties: leftmost. */
+static bool bigram_before(const void *a_, const void *b_) {
+    const bigram_entry *a = a_, *b = b_;
     return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static em_err push(em_scratch *s, spm_entry e) {
-    if (s->spm_n == s->spm_cap) {
-        size_t cap = s->spm_cap ? s->spm_cap * 2 : 256;
-        spm_entry *grown = realloc(s->spm_heap, cap * sizeof *grown);
-        if (!grown) return em_errorf(EM_ERR_NOMEM, "tokenize: out of memory");
-        s->spm_heap = grown;
-        s->spm_cap = cap;
-    }
-    spm_entry *h = s->spm_heap;
-    size_t i = s->spm_n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!before(&e, &h[parent])) break;
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = e;
-    return NULL;
-}
-
-static spm_entry pop(em_scratch *s) {
-    spm_entry *h = s->spm_heap;
-    spm_entry top = h[0], last = h[--s->spm_n];
-    size_t n = s->spm_n, i = 0;
-    for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= n) break;
-        if (child + 1 < n && before(&h[child + 1], &h[child])) child++;
-        if (!before(&h[child], &last)) break;
-        h[i] = h[child];
-        i = child;
-    }
-    if (n) h[i] = last;
-    return top;
 }
 
 static em_err try_bigram(const em_tokenizer *t, em_scratch *s, const char *text, int32_t left, int32_t right) {
@@ -71,16 +38,20 @@ static em_err try_bigram(const em_tokenizer *t, em_scratch *s, const char *text,
     if (size > t->max_token_len) return NULL;
     int32_t id = em_strmap_find(&t->map, text + a->start, size);
     if (id < 0 || (t->tokens[id].attr & EM_ATTR_CONTROL)) return NULL;
-    return push(s, (spm_entry){t->tokens[id].score, left, right, size});
+    const bigram_entry e = {t->tokens[id].score, left, right, size};
+    if (!em_heap_push(&s->bigrams, &e, sizeof e, bigram_before))
+        return em_errorf(EM_ERR_NOMEM, "tokenize: out of memory");
+    return NULL;
 }
 
 static em_err merge_by_score(const em_tokenizer *t, em_scratch *s, const char *text) {
-    s->spm_n = 0;
+    s->bigrams.n = 0;
     em_err err;
     for (int32_t i = 0; i + 1 < (int32_t)s->n_syms; i++)
         if ((err = try_bigram(t, s, text, i, i + 1))) return err;
-    while (s->spm_n) {
-        spm_entry e = pop(s);
+    while (s->bigrams.n) {
+        bigram_entry e;
+        em_heap_pop(&s->bigrams, &e, sizeof e, bigram_before);
         em_sym *a = &s->syms[e.left], *b = &s->syms[e.right];
         if (a->len == 0 || b->len == 0 || a->len + b->len != e.size) continue; /* stale */
         a->len += b->len;

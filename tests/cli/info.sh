@@ -15,6 +15,7 @@ done
 out=$("$ember" info "$fixtures/vocab/ggml-vocab-llama-spm.gguf")
 grep -q "tokenizer:       llama, 32000 tokens" <<<"$out" || fail "llama-spm tokenizer line: $out"
 grep -q "architecture:    llama" <<<"$out" || fail "llama-spm architecture"
+grep -q "^family:          llama: SwiGLU" <<<"$out" || fail "llama-spm family line: $out"
 out=$("$ember" info "$fixtures/quant-reference.gguf")
 grep -q "tensors:         68" <<<"$out" || fail "quant-reference tensor count"
 grep -q "total size:      652864 bytes" <<<"$out" || fail "quant-reference total size"

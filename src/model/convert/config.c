@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../model.h"
 #include "convert.h"
 
 typedef struct reader {
@@ -69,53 +70,32 @@ static em_err get_nullable(const reader *r, const json_t *obj, const char *key, 
     return get_num(r, obj, key, "", out);
 }
 
-/* Values transformers' configuration classes give fields that a config.json leaves out (4.x saves
- * nested configs as differences from them; hand-written configs omit more). Only fields whose
- * default changes the model are listed. */
-typedef struct class_defaults {
-    const char *arch;
-    double rope_theta, local_theta, attn_softcap, final_softcap, query_pre_attn_scalar, sliding_window;
-    uint32_t n_head, n_head_kv, head_dim, pattern, n_expert, n_expert_used, n_ff_expert, n_vocab;
-    const char *act;
-} class_defaults;
-
-static const class_defaults class_defaults_table[] = {
-    {"LlamaForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
-    {"MistralForCausalLM", 1e4, 0, 0, 0, 0, 4096, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
-    {"MixtralForCausalLM", 1e6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 2, 0, 0, "silu"},
-    {"Qwen2ForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
-    {"Qwen3ForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, "silu"},
-    {"Qwen3MoeForCausalLM", 1e4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 8, 768, 0, "silu"},
-    {"Gemma2ForCausalLM", 1e4, 0, 50, 30, 256, 4096, 8, 4, 256, 0, 0, 0, 0, 256000, "gelu_pytorch_tanh"},
-    {"Gemma3ForCausalLM", 1e6, 1e4, 0, 0, 256, 4096, 8, 4, 256, 6, 0, 0, 0, 262208, "gelu_pytorch_tanh"},
-    {"Gemma3ForConditionalGeneration", 1e6, 1e4, 0, 0, 256, 4096, 8, 4, 256, 6, 0, 0, 0, 262208, "gelu_pytorch_tanh"},
-};
-
+/* Values transformers' configuration classes give fields that a config.json leaves out: the
+ * family registry's hf defaults (model.h). An unknown class gets Llama's. */
 static void apply_class_defaults(em_hf_config *cfg) {
     cfg->rope.theta = 1e4;
     snprintf(cfg->act, sizeof cfg->act, "silu");
-    for (size_t i = 0; i < sizeof class_defaults_table / sizeof class_defaults_table[0]; i++) {
-        const class_defaults *d = &class_defaults_table[i];
-        if (strcmp(d->arch, cfg->arch)) continue;
-        cfg->rope.theta = d->rope_theta;
-        if (d->local_theta > 0) {
-            cfg->rope_local = (em_hf_rope){.theta = d->local_theta, .type = EM_HF_ROPE_DEFAULT, .factor = 1.0};
-            cfg->rope_local_given = true;
-        }
-        cfg->attn_softcap = d->attn_softcap;
-        cfg->final_softcap = d->final_softcap;
-        cfg->query_pre_attn_scalar = d->query_pre_attn_scalar;
-        cfg->sliding_window = (uint32_t)d->sliding_window;
-        cfg->n_head = d->n_head;
-        cfg->n_head_kv = d->n_head_kv;
-        cfg->head_dim = d->head_dim;
-        cfg->sliding_window_pattern = d->pattern;
-        cfg->n_expert = d->n_expert;
-        cfg->n_expert_used = d->n_expert_used;
-        cfg->n_ff_expert = d->n_ff_expert;
-        cfg->n_vocab = d->n_vocab;
-        snprintf(cfg->act, sizeof cfg->act, "%s", d->act);
+    const em_family *f = em_family_by_hf_class(cfg->arch);
+    if (!f) return;
+    const em_family_hf_defaults *d = &f->hf;
+    cfg->rope.theta = d->rope_theta;
+    if (f->local_rope_theta > 0) { /* the class's rope_local_base_freq */
+        cfg->rope_local = (em_hf_rope){.theta = f->local_rope_theta, .type = EM_HF_ROPE_DEFAULT, .factor = 1.0};
+        cfg->rope_local_given = true;
     }
+    cfg->attn_softcap = d->attn_softcap;
+    cfg->final_softcap = d->final_softcap;
+    cfg->query_pre_attn_scalar = d->query_pre_attn_scalar;
+    cfg->sliding_window = d->sliding_window;
+    cfg->n_head = d->n_head;
+    cfg->n_head_kv = d->n_head_kv;
+    cfg->head_dim = d->head_dim;
+    cfg->sliding_window_pattern = d->sliding_window_pattern;
+    cfg->n_expert = d->n_expert;
+    cfg->n_expert_used = d->n_expert_used;
+    cfg->n_ff_expert = d->n_ff_expert;
+    cfg->n_vocab = d->n_vocab;
+    snprintf(cfg->act, sizeof cfg->act, "%s", em_family_hf_activation(f));
 }
 
 /* Token ids may be an integer or a list of them (several EOS ids): the first one counts. */

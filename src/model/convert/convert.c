@@ -19,41 +19,6 @@
 #include "../quantize/quantize.h"
 #include "convert.h"
 
-/* ---- families ---- */
-
-typedef enum moe_names { MOE_NONE, MOE_MIXTRAL, MOE_QWEN } moe_names;
-
-typedef struct family {
-    const char *hf_arch;
-    const char *arch;  /* GGUF general.architecture */
-    bool permute_qk;   /* llama.cpp permutes Q/K rows so GGUF llama rotates adjacent pairs */
-    bool gemma;        /* 1 + w norms, post norms, GeGLU, tied output */
-    bool qk_norm;
-    bool qkv_bias;     /* biases always present */
-    moe_names moe;
-    uint32_t swa_pattern; /* layers il with il % pattern < pattern - 1 slide (llama.cpp's default pattern) */
-    bool pattern_key;     /* GGUF {arch}.attention.sliding_window_pattern can say otherwise (Gemma 3) */
-} family;
-
-static const family families[] = {
-    {"LlamaForCausalLM", "llama", true, false, false, false, MOE_NONE, 0, false},
-    {"MistralForCausalLM", "llama", true, false, false, false, MOE_NONE, 0, false},
-    {"MixtralForCausalLM", "llama", true, false, false, false, MOE_MIXTRAL, 0, false},
-    {"Qwen2ForCausalLM", "qwen2", false, false, false, true, MOE_NONE, 0, false},
-    {"Qwen3ForCausalLM", "qwen3", false, false, true, false, MOE_NONE, 0, false},
-    {"Qwen3MoeForCausalLM", "qwen3moe", false, false, true, false, MOE_QWEN, 0, false},
-    {"Gemma2ForCausalLM", "gemma2", false, true, false, false, MOE_NONE, 2, false},
-    {"Gemma3ForCausalLM", "gemma3", false, true, true, false, MOE_NONE, 6, true},
-    /* the text half of the multimodal Gemma 3 (4B and up); the vision tower is left out */
-    {"Gemma3ForConditionalGeneration", "gemma3", false, true, true, false, MOE_NONE, 6, true},
-};
-
-static const family *family_of(const char *hf_arch) {
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-        if (!strcmp(families[i].hf_arch, hf_arch)) return &families[i];
-    return NULL;
-}
-
 /* ---- the checkpoint: every safetensors file of the directory ---- */
 
 typedef struct checkpoint {
@@ -226,7 +191,7 @@ static void plan_free(plan *p) {
 typedef struct converter {
     const char *dir;
     const char *prefix; /* of the text model's tensor names */
-    const family *f;
+    const em_family *f;
     em_hf_config cfg;
     checkpoint ck;
     plan plan;
@@ -262,7 +227,7 @@ static em_err assign_types(converter *cv) {
         memcpy(tensors[i].ne, t->ne, sizeof t->ne);
         tensors[i].source_type = EM_TYPE_F32; /* every source is read as f32 */
     }
-    em_recipe_model model = {.arch = cv->f->arch, .n_layer = c->n_layer, .n_head = c->n_head,
+    em_recipe_model model = {.arch = cv->f->gguf_arch, .n_layer = c->n_layer, .n_head = c->n_head,
                              .n_head_kv = c->n_head_kv, .n_expert = c->n_expert};
     em_err err = em_recipe_apply(cv->recipe, &model, tensors, cv->plan.n);
     for (size_t i = 0; i < cv->plan.n && !err; i++) cv->plan.t[i].type = tensors[i].type;
@@ -285,7 +250,7 @@ static em_err check_shape(const em_st_tensor *s, uint32_t n_dims, const uint64_t
 
 static em_err need(converter *cv, const char *hf_name, const em_st_tensor **out) {
     *out = checkpoint_find(&cv->ck, hf_name);
-    if (!*out) return em_errorf(EM_ERR_NOT_FOUND, "%s: missing tensor '%s' (%s)", cv->dir, hf_name, cv->f->hf_arch);
+    if (!*out) return em_errorf(EM_ERR_NOT_FOUND, "%s: missing tensor '%s' (%s)", cv->dir, hf_name, cv->cfg.arch);
     if (em_st_dtype_size((*out)->dtype) == 0 || ((*out)->dtype != EM_ST_F32 && (*out)->dtype != EM_ST_F16 &&
                                                  (*out)->dtype != EM_ST_BF16 && (*out)->dtype != EM_ST_F64))
         return em_errorf(EM_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (F32, F16, BF16 or F64 only)", cv->dir,
@@ -313,7 +278,7 @@ static em_err plan_one(converter *cv, const char *hf_name, const char *gguf_name
     t->kind = SRC_ONE;
     if (!(t->src = malloc(sizeof *t->src))) return em_errorf(EM_ERR_NOMEM, "out of memory");
     t->src[0] = s;
-    t->add_one = cv->f->gemma && ends_with(hf_name, "norm.weight");
+    t->add_one = cv->f->norm_plus_one && ends_with(hf_name, "norm.weight");
     if (out) *out = t;
     return NULL;
 }
@@ -336,17 +301,17 @@ static em_err plan_experts(converter *cv, uint32_t il, const char *which, const 
     if (!(t->src = calloc(ne, sizeof *t->src))) return em_errorf(EM_ERR_NOMEM, "out of memory");
     static const char *const mixtral[][2] = {{"gate", "w1"}, {"up", "w3"}, {"down", "w2"}};
     const char *hf_which = which;
-    if (cv->f->moe == MOE_MIXTRAL)
+    if (cv->f->moe == EM_MOE_MIXTRAL)
         for (int i = 0; i < 3; i++)
             if (!strcmp(which, mixtral[i][0])) hf_which = mixtral[i][1];
-    const char *prefix = cv->f->moe == MOE_MIXTRAL ? "block_sparse_moe" : "mlp";
+    const char *prefix = cv->f->moe == EM_MOE_MIXTRAL ? "block_sparse_moe" : "mlp";
     snprintf(name, sizeof name, "%slayers.%u.%s.experts.0.%s%s.weight", cv->prefix, il, prefix, hf_which,
-             cv->f->moe == MOE_MIXTRAL ? "" : "_proj");
+             cv->f->moe == EM_MOE_MIXTRAL ? "" : "_proj");
     if (checkpoint_find(&cv->ck, name)) {
         t->kind = SRC_EXPERTS;
         for (uint32_t e = 0; e < ne; e++) {
             snprintf(name, sizeof name, "%slayers.%u.%s.experts.%u.%s%s.weight", cv->prefix, il, prefix, e, hf_which,
-                     cv->f->moe == MOE_MIXTRAL ? "" : "_proj");
+                     cv->f->moe == EM_MOE_MIXTRAL ? "" : "_proj");
             if ((err = need(cv, name, &t->src[e]))) return err;
             if ((err = check_shape(t->src[e], 2, (uint64_t[]){rows, cols}))) return em_err_prefix(err, "%s", cv->dir);
         }
@@ -396,7 +361,7 @@ static em_err plan_rope_freqs(converter *cv) {
 
 static em_err plan_layer(converter *cv, uint32_t il) {
     const em_hf_config *c = &cv->cfg;
-    const family *f = cv->f;
+    const em_family *f = cv->f;
     char hf[256], gg[96];
     em_err err;
     const uint64_t e = c->n_embd, hd = c->head_dim, q = (uint64_t)c->n_head * hd, kv = (uint64_t)c->n_head_kv * hd;
@@ -425,7 +390,7 @@ static em_err plan_layer(converter *cv, uint32_t il) {
         if ((err = plan_one(cv, HF("self_attn.k_norm.weight"), GG("attn_k_norm.weight"), hd, 0, true, NULL)))
             return err;
     }
-    if (f->gemma) {
+    if (f->post_norms) {
         if ((err = plan_one(cv, HF("post_attention_layernorm.weight"), GG("post_attention_norm.weight"), e, 0, true, NULL)))
             return err;
         if ((err = plan_one(cv, HF("pre_feedforward_layernorm.weight"), GG("ffn_norm.weight"), e, 0, true, NULL)))
@@ -435,7 +400,7 @@ static em_err plan_layer(converter *cv, uint32_t il) {
     } else if ((err = plan_one(cv, HF("post_attention_layernorm.weight"), GG("ffn_norm.weight"), e, 0, true, NULL))) {
         return err;
     }
-    if (f->moe == MOE_NONE) {
+    if (f->moe == EM_MOE_NONE) {
         const uint64_t ff = c->n_ff;
         if ((err = plan_one(cv, HF("mlp.gate_proj.weight"), GG("ffn_gate.weight"), e, ff, true, NULL))) return err;
         if ((err = plan_one(cv, HF("mlp.up_proj.weight"), GG("ffn_up.weight"), e, ff, true, NULL))) return err;
@@ -443,9 +408,9 @@ static em_err plan_layer(converter *cv, uint32_t il) {
             return err;
         return NULL;
     }
-    const uint64_t ff = f->moe == MOE_MIXTRAL ? c->n_ff : c->n_ff_expert, ne = c->n_expert;
-    const char *router = f->moe == MOE_MIXTRAL ? HF("block_sparse_moe.gate.weight") : HF("mlp.gate.weight");
-    if (f->moe == MOE_MIXTRAL && !checkpoint_find(&cv->ck, router)) router = HF("mlp.gate.weight");
+    const uint64_t ff = f->moe == EM_MOE_MIXTRAL ? c->n_ff : c->n_ff_expert, ne = c->n_expert;
+    const char *router = f->moe == EM_MOE_MIXTRAL ? HF("block_sparse_moe.gate.weight") : HF("mlp.gate.weight");
+    if (f->moe == EM_MOE_MIXTRAL && !checkpoint_find(&cv->ck, router)) router = HF("mlp.gate.weight");
     if ((err = plan_one(cv, router, GG("ffn_gate_inp.weight"), e, ne, true, NULL))) return err;
     if ((err = plan_experts(cv, il, "gate", "ffn_gate_exps.weight", e, ff))) return err;
     if ((err = plan_experts(cv, il, "up", "ffn_up_exps.weight", e, ff))) return err;
@@ -478,7 +443,7 @@ static em_err plan_all(converter *cv) {
     if ((err = plan_one(cv, name, "output_norm.weight", c->n_embd, 0, true, NULL))) return err;
     /* An output matrix is written when the checkpoint has one and does not declare it tied
      * (Gemma is always tied; llama.cpp drops its lm_head). */
-    bool tied = cv->f->gemma || (c->tie_given && c->tie_embeddings);
+    bool tied = cv->f->tied_output || (c->tie_given && c->tie_embeddings);
     if (!tied && (err = plan_one(cv, "lm_head.weight", "output.weight", c->n_embd, c->n_vocab, false, NULL)))
         return err;
     if (tied) checkpoint_find(&cv->ck, "lm_head.weight"); /* the tied copy some checkpoints keep */
@@ -501,13 +466,13 @@ static em_err plan_all(converter *cv) {
 static bool hf_layer_slides(const converter *cv, uint32_t il) {
     const em_hf_config *c = &cv->cfg;
     if (c->layer_sliding) return c->layer_sliding[il];
-    const uint32_t period = c->sliding_window_pattern ? c->sliding_window_pattern : cv->f->swa_pattern;
+    const uint32_t period = c->sliding_window_pattern ? c->sliding_window_pattern : cv->f->window_period;
     return il % period < period - 1;
 }
 
 /* Whether every layer slides as the family's default period says (no pattern key needed). */
 static bool default_layer_pattern(const converter *cv) {
-    const uint32_t period = cv->f->swa_pattern;
+    const uint32_t period = cv->f->window_period;
     for (uint32_t il = 0; il < cv->cfg.n_layer; il++)
         if (hf_layer_slides(cv, il) != (il % period < period - 1)) return false;
     return true;
@@ -515,47 +480,52 @@ static bool default_layer_pattern(const converter *cv) {
 
 static em_err check_config(converter *cv) {
     const em_hf_config *c = &cv->cfg;
-    const family *f = cv->f;
+    const em_family *f = cv->f;
     const char *file = "config.json";
-    if (f->gemma ? strcmp(c->act, "gelu_pytorch_tanh") && strcmp(c->act, "gelu") : strcmp(c->act, "silu"))
+    /* GeGLU checkpoints name their GELU either way (the tanh approximation is what both compute). */
+    const bool act_ok =
+        !strcmp(c->act, em_family_hf_activation(f)) || (f->act == EM_ACT_GEGLU && !strcmp(c->act, "gelu"));
+    if (!act_ok)
         return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: hidden activation '%s' is not what GGUF %s implies", cv->dir, file,
-                         c->act, f->arch);
+                         c->act, f->gguf_arch);
     if (c->mlp_bias) return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: mlp_bias = true is not supported", cv->dir, file);
-    if (f->moe != MOE_NONE && c->n_expert == 0)
+    if (f->moe != EM_MOE_NONE && c->n_expert == 0)
         return em_errorf(EM_ERR_NOT_FOUND, "%s/%s: field 'num_local_experts' (or 'num_experts') is missing", cv->dir, file);
-    if (f->moe == MOE_QWEN && (c->decoder_sparse_step != 1 || c->has_mlp_only_layers || c->n_ff_expert == 0))
+    if (f->moe == EM_MOE_QWEN && (c->decoder_sparse_step != 1 || c->has_mlp_only_layers || c->n_ff_expert == 0))
         return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: only MoE in every layer is supported (decoder_sparse_step 1, no "
                          "mlp_only_layers, moe_intermediate_size given)", cv->dir, file);
-    if (f->moe == MOE_NONE && c->n_ff == 0)
+    if (f->moe == EM_MOE_NONE && c->n_ff == 0)
         return em_errorf(EM_ERR_NOT_FOUND, "%s/%s: field 'intermediate_size' is missing", cv->dir, file);
     if (c->rope.type == EM_HF_ROPE_LLAMA3 && c->head_dim % 2)
         return em_errorf(EM_ERR_FORMAT, "%s/%s: head_dim %u is odd", cv->dir, file, c->head_dim);
-    if (!strcmp(f->arch, "qwen2") || !strcmp(f->arch, "qwen3") || !strcmp(f->arch, "qwen3moe")) {
+    if (f->window == EM_WINDOW_NONE) {
         if (c->use_sliding_window)
             return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: use_sliding_window = true is not supported for %s", cv->dir,
                              file, c->arch);
     }
-    if (f->swa_pattern) {
+    if (f->window == EM_WINDOW_PATTERN) {
         if (c->sliding_window == 0)
             return em_errorf(EM_ERR_NOT_FOUND, "%s/%s: field 'sliding_window' is missing", cv->dir, file);
         /* Gemma 2's pattern is fixed by the architecture (llama.cpp reads no key for it). */
-        if (!f->pattern_key && !default_layer_pattern(cv))
+        if (!f->window_pattern_key && !default_layer_pattern(cv))
             return em_errorf(EM_ERR_UNSUPPORTED,
                              "%s/%s: %s breaks the pattern GGUF %s fixes (every %u-th layer global)", cv->dir, file,
-                             c->layer_sliding ? "layer_types" : "sliding_window_pattern", f->arch, f->swa_pattern);
-    } else if (!strcmp(f->arch, "llama") && c->layer_sliding) {
+                             c->layer_sliding ? "layer_types" : "sliding_window_pattern", f->gguf_arch,
+                             f->window_period);
+    } else if (f->window == EM_WINDOW_EVERY_LAYER && c->layer_sliding) {
         for (uint32_t il = 0; il < c->n_layer; il++)
             if (c->layer_sliding[il] != (c->sliding_window > 0))
                 return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: layer_types mixes sliding and full layers", cv->dir, file);
     }
-    const uint32_t scale_dim = em_model_attn_scale_dim(f->arch, c->n_layer, c->n_embd, c->n_head, c->head_dim);
-    if (f->gemma && c->query_pre_attn_scalar > 0 && fabs(c->query_pre_attn_scalar - scale_dim) > 1e-9)
+    const uint32_t scale_dim = em_model_attn_scale_dim(f->gguf_arch, c->n_layer, c->n_embd, c->n_head, c->head_dim);
+    if (f->attn_scale_embd_layers && c->query_pre_attn_scalar > 0 && fabs(c->query_pre_attn_scalar - scale_dim) > 1e-9)
         em_log(EM_LOG_WARN, "%s/%s: query_pre_attn_scalar %g; a GGUF %s of %u layers is read with 1/sqrt(%u)",
-               cv->dir, file, c->query_pre_attn_scalar, f->arch, c->n_layer, scale_dim);
-    if (!strcmp(f->arch, "gemma3") && c->rope_local_given &&
-        (fabs(c->rope_local.theta - 10000.0) > 1e-6 || c->rope_local.type != EM_HF_ROPE_DEFAULT))
-        em_log(EM_LOG_WARN, "%s/%s: local rope base %g (scaled: %s); GGUF gemma3 assumes 10000 unscaled", cv->dir, file,
-               c->rope_local.theta, c->rope_local.type == EM_HF_ROPE_DEFAULT ? "no" : "yes");
+               cv->dir, file, c->query_pre_attn_scalar, f->gguf_arch, c->n_layer, scale_dim);
+    if (f->local_rope_theta > 0 && c->rope_local_given &&
+        (fabs(c->rope_local.theta - f->local_rope_theta) > 1e-6 || c->rope_local.type != EM_HF_ROPE_DEFAULT))
+        em_log(EM_LOG_WARN, "%s/%s: local rope base %g (scaled: %s); GGUF %s assumes %g unscaled", cv->dir, file,
+               c->rope_local.theta, c->rope_local.type == EM_HF_ROPE_DEFAULT ? "no" : "yes", f->gguf_arch,
+               f->local_rope_theta);
     if (c->rope.type == EM_HF_ROPE_YARN && c->rope.attention_factor > 0)
         em_log(EM_LOG_WARN, "%s/%s: yarn attention_factor %g is not carried into GGUF", cv->dir, file,
                c->rope.attention_factor);
@@ -579,7 +549,7 @@ static em_err write_layer_pattern(const converter *cv, em_gguf_writer *w, const 
 
 static em_err write_metadata(converter *cv, em_gguf_writer *w, const char *name) {
     const em_hf_config *c = &cv->cfg;
-    const char *a = cv->f->arch;
+    const char *a = cv->f->gguf_arch;
     char key[128];
     em_err err = NULL;
 #define K(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
@@ -602,25 +572,27 @@ static em_err write_metadata(converter *cv, em_gguf_writer *w, const char *name)
         TRY(em_gguf_writer_add_u32(w, K("attention.key_length"), c->head_dim));
         TRY(em_gguf_writer_add_u32(w, K("attention.value_length"), c->head_dim));
     }
-    if (!strcmp(a, "llama")) {
+    if (cv->f->keys.vocab_and_rope_dims) {
         TRY(em_gguf_writer_add_u32(w, K("vocab_size"), c->n_vocab));
         TRY(em_gguf_writer_add_u32(w, K("rope.dimension_count"), c->head_dim));
     }
-    if (c->n_expert && cv->f->moe != MOE_NONE) {
+    if (c->n_expert && cv->f->moe != EM_MOE_NONE) {
         TRY(em_gguf_writer_add_u32(w, K("expert_count"), c->n_expert));
         TRY(em_gguf_writer_add_u32(w, K("expert_used_count"), c->n_expert_used));
     }
-    if (cv->f->moe == MOE_QWEN) {
+    if (c->n_expert && cv->f->keys.expert_width)
         TRY(em_gguf_writer_add_u32(w, K("expert_feed_forward_length"), c->n_ff_expert));
-        /* norm_topk_prob (False when absent, as Qwen3MoeConfig has it). llama.cpp's qwen3moe graph
-         * always renormalises and ignores the key; Ember's loader follows it. */
+    /* norm_topk_prob (False when absent, as Qwen3MoeConfig has it). llama.cpp's qwen3moe graph
+     * always renormalises and ignores the key; Ember's loader follows it. */
+    if (c->n_expert && cv->f->keys.expert_weights_norm)
         TRY(em_gguf_writer_add_bool(w, K("expert_weights_norm"), c->norm_topk_given && c->norm_topk_prob));
-    }
     /* Sliding windows: Gemma's pattern has a default per architecture; a Mistral-style window on
      * every layer of `llama` is a key llama.cpp's converter does not write but the loader honours. */
-    if (cv->f->swa_pattern || (!strcmp(a, "llama") && c->sliding_window > 0 && c->sliding_window < c->n_ctx))
+    const bool window_everywhere = cv->f->window == EM_WINDOW_EVERY_LAYER && c->sliding_window > 0 &&
+                                   c->sliding_window < c->n_ctx;
+    if (cv->f->window == EM_WINDOW_PATTERN || window_everywhere)
         TRY(em_gguf_writer_add_u32(w, K("attention.sliding_window"), c->sliding_window));
-    if (cv->f->pattern_key && !default_layer_pattern(cv))
+    if (cv->f->window_pattern_key && !default_layer_pattern(cv))
         TRY(write_layer_pattern(cv, w, K("attention.sliding_window_pattern")));
     if (c->attn_softcap > 0) TRY(em_gguf_writer_add_f32(w, K("attn_logit_softcapping"), (float)c->attn_softcap));
     if (c->final_softcap > 0) TRY(em_gguf_writer_add_f32(w, K("final_logit_softcapping"), (float)c->final_softcap));
@@ -776,10 +748,9 @@ static em_err run(converter *cv, const char *out_path, const em_convert_options 
     if (err) return err;
     snprintf(path, sizeof path, "%s/config.json", cv->dir);
     if ((err = em_hf_config_load(path, &cv->cfg))) return err;
-    if (!(cv->f = family_of(cv->cfg.arch))) {
-        char list[512] = "";
-        for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", families[i].hf_arch);
+    if (!(cv->f = em_family_by_hf_class(cv->cfg.arch))) {
+        char list[512];
+        em_family_list_hf_classes(list, sizeof list);
         return em_errorf(EM_ERR_UNSUPPORTED, "%s: field 'architectures' = '%s' is not supported (supported: %s)", path,
                          cv->cfg.arch, list);
     }
@@ -798,9 +769,10 @@ static em_err run(converter *cv, const char *out_path, const em_convert_options 
             }
             if (unused++ < 4)
                 em_log(EM_LOG_WARN, "%s: tensor '%s' is not used by GGUF %s", em_safetensors_name(cv->ck.files[i]), tn,
-                       cv->f->arch);
+                       cv->f->gguf_arch);
         }
-    if (unused > 4) em_log(EM_LOG_WARN, "%s: %zu more tensors are not used by GGUF %s", cv->dir, unused - 4, cv->f->arch);
+    if (unused > 4)
+        em_log(EM_LOG_WARN, "%s: %zu more tensors are not used by GGUF %s", cv->dir, unused - 4, cv->f->gguf_arch);
     if (vision) em_log(EM_LOG_INFO, "%s: the text model only: %zu vision tensors left out", cv->dir, vision);
 
     em_gguf_writer *w;
@@ -827,7 +799,7 @@ static em_err run(converter *cv, const char *out_path, const em_convert_options 
         return err;
     }
     if (stats) {
-        snprintf(stats->arch, sizeof stats->arch, "%s", cv->f->arch);
+        snprintf(stats->arch, sizeof stats->arch, "%s", cv->f->gguf_arch);
         stats->n_tensors = cv->plan.n;
         stats->n_bytes = cv->plan.bytes;
     }

@@ -31,8 +31,12 @@
  *
  * Tensor types come from the recipes of model/quantize (the same names and rules as `ember quantize`).
  *
- * Depends on base, gguf, quant, model/quantize (recipes), tokenizer (em_tokenizer_hf_to_gguf) and
- * jansson. It writes files the family loaders (model.h) read; it does not call them.
+ * Which classes convert, and to what, is the family registry's (model.h): each class's row gives
+ * its GGUF architecture, traits and transformers' defaults for omitted fields.
+ *
+ * Depends on base, gguf, quant, model (the family registry), model/quantize (recipes), tokenizer
+ * (em_tokenizer_hf_to_gguf) and jansson. It writes files the loader (model.h) reads; it does not
+ * call it.
  */
 #ifndef EMBER_CONVERT_H
 #define EMBER_CONVERT_H
