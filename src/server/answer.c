@@ -239,6 +239,7 @@ static bool region_is_text(em_answer_reader *r, em_answer_sink sink, void *self)
 
 /* Drops held[0..n). */
 static void consume(em_answer_reader *r, size_t n) {
+    if (n == 0) return; /* held may be empty and unallocated */
     memmove(r->held.data, r->held.data + n, r->held.len - n);
     r->held.len -= n;
     if (r->held.data) r->held.data[r->held.len] = '\0';
