@@ -1,6 +1,7 @@
-/* A model's text side (src/text) with real vocabularies from the reference fixtures: chat prompts tokenize exactly as the whole rendered prompt does when messages are
- * plain, and message text that spells control tokens (Phi-3's <|end|>, <|system|>, ...) comes out
- * as ordinary text tokens, so it cannot forge a turn. */
+/* A model's text side (src/text). With real vocabularies from the reference fixtures: chat prompts
+ * tokenize exactly as the whole rendered prompt does when messages are plain, and message text that
+ * spells control tokens (Phi-3's <|end|>, <|system|>, ...) comes out as ordinary text tokens, so it
+ * cannot forge a turn. With a ChatML-like toy vocabulary: how prompts are split into pieces. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
