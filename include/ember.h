@@ -4,12 +4,13 @@
  * An engine owns one model with its tokenizer and chat template, one backend (CPU or CUDA), a
  * paged KV cache with a prefix cache shared by all requests, and one engine thread that runs
  * continuous batching: every step takes all running decodes plus prefill chunks up to a token
- * budget. Requests are submitted from any thread; their output is read by polling (blocking with a timeout) or by a callback that runs on
- * the engine thread. Nothing here aborts the process: every failure is an ember_error.
+ * budget. Requests are submitted from any thread; their output is read by polling (blocking with a
+ * timeout) or by a callback that runs on the engine thread. Nothing here aborts the process: every failure is an ember_error.
  *
  * Thread safety: ember_submit, ember_request_*, ember_engine_stats and the text functions
  * (ember_tokenize, ember_chat_tokens, ...) may be called from any thread, concurrently.
- * ember_engine_create/destroy must not race with other calls on the same engine. A request handle is used by one reader at a time.
+ * ember_engine_create/destroy must not race with other calls on the same engine. A request
+ * handle is used by one reader at a time.
  *
  * Ownership: the caller owns what create/submit return and gives it back with the matching
  * destroy/release; errors are freed with ember_error_free. Pointers inside an ember_output stay
