@@ -5,7 +5,8 @@
  * paged KV cache with a prefix cache shared by all requests, and one engine thread that runs
  * continuous batching: every step takes all running decodes plus prefill chunks up to a token
  * budget. Requests are submitted from any thread; their output is read by polling (blocking with a
- * timeout) or by a callback that runs on the engine thread. Nothing here aborts the process: every failure is an ember_error.
+ * timeout) or by a callback that runs on the engine thread. Nothing here aborts the process: every
+ * failure is an ember_error.
  *
  * Thread safety: ember_submit, ember_request_*, ember_engine_stats and the text functions
  * (ember_tokenize, ember_chat_tokens, ...) may be called from any thread, concurrently.
