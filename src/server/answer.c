@@ -239,9 +239,10 @@ static bool region_is_text(em_answer_reader *r, em_answer_sink sink, void *self)
 
 /* Drops held[0..n). */
 static void consume(em_answer_reader *r, size_t n) {
+    if (!r->held.data) return; /* nothing was ever held (memmove may not be given NULL) */
     memmove(r->held.data, r->held.data + n, r->held.len - n);
     r->held.len -= n;
-    if (r->held.data) r->held.data[r->held.len] = '\0';
+    r->held.data[r->held.len] = '\0';
 }
 
 /* Mistral's newer form: name[ARGS]{arguments}, from held[at..). */
