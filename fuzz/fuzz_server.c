@@ -6,13 +6,13 @@
 #include <string.h>
 
 #include "server/server.h"
+#include "text/text.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static em_err render_plain(void *self, const json_t *messages, const json_t *tools, char **text, size_t *len) {
-    (void)tools;
+static em_err render_plain(void *self, const em_text_chat *chat, char **text, size_t *len) {
     (void)self;
-    char *dumped = json_dumps(messages, JSON_COMPACT);
+    char *dumped = json_dumps(chat->messages, JSON_COMPACT);
     if (!dumped) return em_errorf(EM_ERR_NOMEM, "out of memory");
     *text = dumped;
     *len = strlen(dumped);
@@ -50,11 +50,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (req.messages) {
         static const char *const controls[] = {"<|im_start|>", "<|im_end|>"};
         static const size_t lens[] = {12, 10};
-        em_server_prompt_ops ops = {.render = render_plain, .tokenize = tokenize_bytes, .controls = controls,
-                                    .control_lens = lens, .n_controls = 2, .add_bos = true, .bos = 1, .salt = 7};
+        em_prompt_ops ops = {.render = render_plain, .tokenize = tokenize_bytes, .controls = controls,
+                             .control_lens = lens, .n_controls = 2, .add_bos = true, .bos = 1, .salt = 7};
         int32_t *ids = NULL;
         size_t n = 0;
-        em_err e = em_server_chat_tokens(&ops, req.messages, req.tools, &ids, &n);
+        em_text_chat chat = {.messages = req.messages, .tools = req.tools, .add_generation_prompt = true};
+        em_err e = em_prompt_tokens(&ops, &chat, &ids, &n);
         em_err_free(e);
         free(ids);
     }

@@ -1,15 +1,17 @@
 /*
  * ember.h — Ember's public C API: load a model, run an engine, submit requests, read tokens.
  *
- * An engine owns one model, one backend (CPU or CUDA), a paged KV cache with a prefix cache
- * shared by all requests, and one engine thread that runs continuous batching: every step takes
- * all running decodes plus prefill chunks up to a token budget. Requests are submitted from any
- * thread; their output is read by polling (blocking with a timeout) or by a callback that runs on
- * the engine thread. Nothing here aborts the process: every failure is an ember_error.
+ * An engine owns one model with its tokenizer and chat template, one backend (CPU or CUDA), a
+ * paged KV cache with a prefix cache shared by all requests, and one engine thread that runs
+ * continuous batching: every step takes all running decodes plus prefill chunks up to a token
+ * budget. Requests are submitted from any thread; their output is read by polling (blocking with a
+ * timeout) or by a callback that runs on the engine thread. Nothing here aborts the process: every
+ * failure is an ember_error.
  *
- * Thread safety: ember_submit, ember_request_* and ember_engine_stats may be called from any
- * thread, concurrently. ember_engine_create/destroy must not race with other calls on the same
- * engine. A request handle is used by one reader at a time.
+ * Thread safety: ember_submit, ember_request_*, ember_engine_stats and the text functions
+ * (ember_tokenize, ember_chat_tokens, ...) may be called from any thread, concurrently.
+ * ember_engine_create/destroy must not race with other calls on the same engine. A request
+ * handle is used by one reader at a time.
  *
  * Ownership: the caller owns what create/submit return and gives it back with the matching
  * destroy/release; errors are freed with ember_error_free. Pointers inside an ember_output stay
@@ -110,6 +112,40 @@ typedef struct ember_stats {
 } ember_stats;
 
 void ember_engine_stats(ember_engine *engine, ember_stats *out);
+
+/* ---- Text: the model's tokenizer and chat template ----
+ * The engine's own, read once with the model: what these return is what the engine would do with
+ * the same text. They may be called from any thread, and never wait for the engine thread. Ids
+ * and text returned are malloc'd; the caller frees them with free(). */
+
+/* Tokenizes `text`: BOS/EOS as the model asks when add_special; control-token text recognized
+ * only when parse_special (chat template output, never user text). */
+ember_error *ember_tokenize(const ember_engine *engine, const char *text, size_t len, bool add_special,
+                            bool parse_special, int32_t **ids, size_t *n);
+/* The text of `ids`, control tokens spelled as their text. */
+ember_error *ember_detokenize(const ember_engine *engine, const int32_t *ids, size_t n, char **text, size_t *len);
+/* The bytes token `id` stands for (control tokens as their text); may be partial UTF-8. The pointer
+ * lives as long as the engine; 0 bytes for an unknown id. */
+size_t ember_token_piece(const ember_engine *engine, int32_t id, const char **bytes);
+/* The chat template's source (tokenizer.chat_template) in *template_text, NULL with *len 0 when the
+ * model has none. Returns why the template does not parse, when it does not (ember_chat_tokens
+ * then fails with the same error; text prompts are unaffected). */
+ember_error *ember_chat_template(const ember_engine *engine, const char **template_text, size_t *len);
+
+/* A conversation, as JSON text in the shapes of OpenAI's chat API. */
+typedef struct ember_chat {
+    const char *messages; /* [{role, content: string}, ...]; roles system, user, assistant, tool; assistant
+                           * messages may carry tool_calls with arguments as objects */
+    const char *tools;    /* tool definitions [{type: "function", function: {...}}], or NULL */
+    const char *kwargs;   /* an object of extra template variables (e.g. {"enable_thinking": false}), or NULL */
+    bool add_generation_prompt; /* end with the opening of the assistant's turn */
+} ember_chat;
+
+/* Renders the conversation with the model's chat template and tokenizes it so that only the
+ * template's own markup becomes control tokens: message text that spells a control token stays
+ * text. One BOS at the start when the model asks for one. Fails for a model without a template,
+ * malformed JSON, or control-token text the template cannot keep apart from its markup. */
+ember_error *ember_chat_tokens(const ember_engine *engine, const ember_chat *chat, int32_t **ids, size_t *n);
 
 /* ---- Requests ---- */
 

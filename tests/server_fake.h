@@ -1,4 +1,4 @@
-/* A fake em_server_backend for the server's tests: byte tokens (id = byte value), a scripted
+/* A fake em_server_engine for the server's tests: byte tokens (id = byte value), a scripted
  * reply ("Hello, world!", or 400 letters at 20 ms a token when the prompt contains "slow"), stop
  * strings and max_tokens applied as the engine would, and counters of submitted, cancelled and
  * released requests so tests can check that nothing leaks and disconnects cancel. */
@@ -13,7 +13,7 @@
 
 #include "server/server.h"
 
-/* ---- A fake backend: byte tokens (id = byte value), a scripted reply ---- */
+/* ---- A fake engine: byte tokens (id = byte value), a scripted reply ---- */
 
 #define FAKE_REPLY "Hello, world!"
 #define FAKE_SLOW_REPLY_LEN 400
@@ -212,9 +212,9 @@ static void fake_stats(void *self, ember_stats *s) {
     s->step_seconds_total = 2.5;
 }
 
-static em_server_backend fake_backend(void) {
+static em_server_engine fake_engine(void) {
     for (int i = 0; i < 256; i++) fake_token_bytes_table[i] = (char)i;
-    return (em_server_backend){.self = NULL, .model_id = "fake-model", .ctx_tokens = 128, .n_vocab = 256,
+    return (em_server_engine){.self = NULL, .model_id = "fake-model", .ctx_tokens = 128, .n_vocab = 256,
                                .chat_prompt = fake_chat_prompt, .tokenize = fake_tokenize,
                                .token_bytes = fake_token_bytes, .submit = fake_submit, .next = fake_next,
                                .cancel = fake_cancel, .timings = fake_timings, .release = fake_release,

@@ -691,6 +691,57 @@ static void test_backend_pick_equals_host(void **state) {
     assert_true(differ > 0); /* the outputs are not all one greedy answer */
 }
 
+/* The model's text side through ember.h: a conversation becomes the tokens of its ChatML rendering
+ * (the format Qwen's and OpenAI's documentation spell out, which the synthetic model's template
+ * writes), tokenized with control-token parsing as the engine itself tokenizes text; malformed
+ * JSON and a model-side error come back as errors, not crashes. */
+static void test_text_api(void **state) {
+    (void)state;
+    ember_engine *e = new_engine(0, 0);
+    const char *source;
+    size_t source_len;
+    assert_null(ember_chat_template(e, &source, &source_len));
+    assert_non_null(memmem(source, source_len, "<|im_start|>", 12));
+
+    ember_chat chat = {.messages = "[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                                   "{\"role\":\"user\",\"content\":\"Hi there\"}]",
+                       .add_generation_prompt = true};
+    int32_t *ids, *want;
+    size_t n, n_want;
+    assert_null(ember_chat_tokens(e, &chat, &ids, &n));
+    const char rendered[] = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                            "<|im_start|>assistant\n";
+    assert_null(ember_tokenize(e, rendered, strlen(rendered), true, true, &want, &n_want));
+    assert_int_equal(n, n_want);
+    assert_memory_equal(ids, want, n * sizeof *ids);
+    const char *bos;
+    assert_int_equal(ember_token_piece(e, ids[0], &bos), 3); /* llama-spm's BOS */
+    assert_memory_equal(bos, "<s>", 3);
+    char *text;
+    size_t len;
+    assert_null(ember_detokenize(e, ids + 1, n - 1, &text, &len));
+    assert_non_null(memmem(text, len, "<|im_start|>assistant", 21));
+    free(text);
+    free(want);
+    free(ids);
+
+    chat.add_generation_prompt = false;
+    assert_null(ember_chat_tokens(e, &chat, &ids, &n));
+    assert_true(n < n_want);
+    free(ids);
+
+    const char *bad[][2] = {{"[{\"role\":", NULL}, {"{}", NULL}, {"[]", "{}"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ember_chat wrong = {.messages = bad[i][0], .tools = bad[i][1]};
+        ember_error *err = ember_chat_tokens(e, &wrong, &ids, &n);
+        assert_non_null(err);
+        assert_non_null(strstr(ember_error_message(err), "chat "));
+        assert_null(ids);
+        ember_error_free(err);
+    }
+    ember_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_pick_equals_rule),
@@ -707,6 +758,7 @@ int main(void) {
         cmocka_unit_test(test_handles_outlive_engine),
         cmocka_unit_test(test_output_by_callback),
         cmocka_unit_test(test_kv_sequences),
+        cmocka_unit_test(test_text_api),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

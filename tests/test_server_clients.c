@@ -1,5 +1,5 @@
 /* The official OpenAI and Anthropic npm clients (tests/js, pinned versions installed by npm into
- * the build folder) against the HTTP server running on the fake backend of server_fake.h: wire
+ * the build folder) against the HTTP server running on the fake engine of server_fake.h: wire
  * compatibility with clients no one here wrote, independent of the engine. The same scripts run
  * against a real `ember serve` in tests/cli/server_clients.sh. */
 #include <setjmp.h>
@@ -17,10 +17,10 @@
 
 static void test_official_clients(void **state) {
     (void)state;
-    em_server_backend backend = fake_backend();
+    em_server_engine engine = fake_engine();
     em_server_options options = {.host = "127.0.0.1", .port = 0, .api_key = "sk-fake", .max_body = 65536};
     em_server *s = NULL;
-    em_err e = em_server_start(&options, &backend, &s);
+    em_err e = em_server_start(&options, &engine, &s);
     if (e) fail_msg("%s", em_err_message(e));
     char command[2048];
     snprintf(command, sizeof command, "bash '%s/tests/js/run.sh' http://127.0.0.1:%d fake-model sk-fake '%s/js'",

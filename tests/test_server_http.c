@@ -1,4 +1,4 @@
-/* The server over real sockets, with the fake backend of server_fake.h: routing, every error
+/* The server over real sockets, with the fake engine of server_fake.h: routing, every error
  * path the issue lists, API keys, body limits, whole and streamed responses of all three
  * generation endpoints, a client that hangs up (its request is cancelled and released),
  * concurrent clients, and /metrics counting what happened. */
@@ -132,13 +132,13 @@ static long long int_at(json_t *v, const char *path) {
 
 /* ---- Server per test ---- */
 
-static em_server_backend backend;
+static em_server_engine engine;
 
 static em_server *start(const char *api_key, size_t max_body) {
-    backend = fake_backend();
+    engine = fake_engine();
     em_server_options options = {.host = "127.0.0.1", .port = 0, .api_key = api_key, .max_body = max_body};
     em_server *s = NULL;
-    em_err e = em_server_start(&options, &backend, &s);
+    em_err e = em_server_start(&options, &engine, &s);
     if (e) fail_msg("%s", em_err_message(e));
     assert_true(em_server_port(s) > 0);
     return s;
@@ -216,7 +216,7 @@ static void test_chat(void **state) {
     /* what reached the engine: sampling as asked, the output limit up to the context */
     assert_true(fake_last_sampling.temperature == 0.25f);
     assert_true(fake_last_sampling.seed == 42);
-    assert_int_equal(fake_last_max_tokens, backend.ctx_tokens - PROMPT_HI_TOKENS);
+    assert_int_equal(fake_last_max_tokens, engine.ctx_tokens - PROMPT_HI_TOKENS);
 
     r = http(port, "POST", "/v1/chat/completions", NULL, CHAT_HI ",\"stop\":\",\"}");
     v = body_json(&r);

@@ -3,8 +3,8 @@
  * an interactive conversation on standard input and output.
  *
  * Each line read is a user turn. The whole conversation is rendered with the model's chat template
- * and tokenized the way the server does it (message text never becomes control tokens), then
- * submitted to one engine; the reply streams to stdout and joins the conversation. Since every
+ * and tokenized by the engine (ember_chat_tokens, as the server does: message text never becomes
+ * control tokens), then submitted to it; the reply streams to stdout and joins the conversation. Since every
  * turn's prompt begins with the previous turn's prompt and reply, the prefix cache serves all of
  * it: the per-turn line on stderr shows how many prompt tokens came from the cache. End with EOF
  * (Ctrl-D) or an empty line.
@@ -14,8 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../gguf/gguf.h"
-#include "../server/server.h"
 #include "cli.h"
 #include "ember.h"
 
@@ -76,11 +74,14 @@ static em_err add_message(json_t *messages, const char *role, const char *conten
 }
 
 /* One turn: the conversation so far to tokens, a request, the reply streamed and returned. */
-static em_err turn(ember_engine *engine, const em_server_text *text, json_t *messages, const chat_args *a,
-                   char **reply, size_t *reply_len) {
+static em_err turn(ember_engine *engine, const json_t *messages, const chat_args *a, char **reply, size_t *reply_len) {
     int32_t *ids = NULL;
     size_t n = 0;
-    em_err err = em_server_text_chat_tokens(text, messages, NULL, &ids, &n, NULL);
+    char *conversation = json_dumps(messages, JSON_COMPACT);
+    if (!conversation) return em_errorf(EM_ERR_NOMEM, "out of memory for the conversation");
+    ember_chat chat = {.messages = conversation, .add_generation_prompt = true};
+    em_err err = ember_chat_tokens(engine, &chat, &ids, &n);
+    free(conversation);
     if (err) return err;
     ember_request_params p;
     ember_request_default(&p);
@@ -135,19 +136,14 @@ int em_cli_chat(int argc, char **argv) {
         em_cli_model_free(&a.source);
         return em_cli_fail("chat", err);
     }
-    em_gguf *g = NULL;
-    em_server_text *text = NULL;
     ember_engine *engine = NULL;
     json_t *messages = json_array();
-    err = em_gguf_open(a.model, &g);
-    if (!err) err = em_server_text_from_gguf(g, &text);
-    em_gguf_close(g);
     ember_options o;
     ember_options_default(&o);
     o.model_path = a.model;
     o.device = a.device;
     o.ctx_tokens = a.ctx;
-    if (!err) err = em_cli_spec_apply(&a.spec, &o);
+    err = em_cli_spec_apply(&a.spec, &o);
     if (!err) err = ember_engine_create(&o, &engine);
     if (!err && a.system) err = add_message(messages, "system", a.system, strlen(a.system));
     char *line = NULL;
@@ -161,14 +157,13 @@ int em_cli_chat(int argc, char **argv) {
         if ((err = add_message(messages, "user", line, (size_t)got))) break;
         char *reply = NULL;
         size_t reply_len = 0;
-        if ((err = turn(engine, text, messages, &a, &reply, &reply_len))) break;
+        if ((err = turn(engine, messages, &a, &reply, &reply_len))) break;
         err = add_message(messages, "assistant", reply, reply_len);
         free(reply);
     }
     free(line);
     json_decref(messages);
     ember_engine_destroy(engine);
-    em_server_text_free(text);
     em_cli_model_free(&a.source);
     return err ? em_cli_fail("chat", err) : 0;
 }

@@ -132,13 +132,13 @@ int em_cli_serve(int argc, char **argv) {
         return em_cli_fail("serve", err);
     }
     em_server *s = NULL;
-    err = em_server_start(&server, em_server_model_backend(model), &s);
+    err = em_server_start(&server, em_server_model_engine(model), &s);
     if (err) {
         em_server_model_close(model);
         em_cli_model_free(&source);
         return em_cli_fail("serve", err);
     }
-    const em_server_backend *b = em_server_model_backend(model);
+    const em_server_engine *b = em_server_model_engine(model);
     printf("ember serve: listening on http://%s:%d (model %s, context %d tokens%s)\n", server.host, em_server_port(s),
            b->model_id, b->ctx_tokens, server.api_key ? ", API key required" : "");
     fflush(stdout);

@@ -420,7 +420,7 @@ static void free_engine(ember_engine *e) {
     em_prefix_free(&e->cache);
     em_kv_pool_free(&e->pool);
     em_backend_free(e->backend);
-    if (e->tokenizer) em_tokenizer_free(e->tokenizer);
+    em_text_free(e->text);
     if (e->model) em_model_free(e->model);
     free(e->running);
     free(e->batch_tokens_buf);
@@ -488,7 +488,8 @@ ember_error *ember_engine_create(const ember_options *o, ember_engine **out) {
     e->options = *o;
     e->options.model_path = NULL; /* not kept: the caller's string */
     em_err err = em_model_load(o->model_path, &e->model);
-    if (!err) err = em_tokenizer_from_gguf(e->model->gguf, &e->tokenizer);
+    if (!err) err = em_text_from_gguf(e->model->gguf, &e->text);
+    if (!err) e->tokenizer = em_text_tokenizer(e->text);
     if (!err && (uint32_t)em_tokenizer_n_vocab(e->tokenizer) > e->model->desc.n_vocab)
         err = em_errorf(EM_ERR_FORMAT, "%s: the tokenizer has %d tokens but the model only %u logits", o->model_path,
                         em_tokenizer_n_vocab(e->tokenizer), e->model->desc.n_vocab);

@@ -12,11 +12,14 @@
  *   stop.c    stop strings matched across token boundaries, holding back undecided text;
  *   spec.c    speculative decoding: drafts (prompt lookup or a draft model) and their length;
  *   sched.c   the scheduler: admission, chunked prefill, preemption under memory pressure;
- *   engine.c  the engine thread, the submission queue and per-request output rings.
+ *   engine.c  the engine thread, the submission queue and per-request output rings;
+ *   text.c    the model's text side for callers (ember_tokenize, ember_chat_tokens, ...): the
+ *             engine's one em_text (src/text), so the model file is read once per process.
  *
  * Threads: the engine thread owns the pool, the cache, the scheduler and all model state. Other
  * threads reach it only through the submission queue and the request rings (engine.c).
- * The engine depends on model, backend, tokenizer and quant; it never includes CUDA headers.
+ * The engine depends on model, backend, text, tokenizer, grammar and quant; it never includes CUDA
+ * headers.
  */
 #ifndef EMBER_ENGINE_H
 #define EMBER_ENGINE_H
@@ -31,6 +34,7 @@
 #include "../base/base.h"
 #include "../grammar/grammar.h"
 #include "../model/model.h"
+#include "../text/text.h"
 #include "../tokenizer/tokenizer.h"
 #include "ember.h"
 
@@ -321,7 +325,8 @@ struct ember_request {
 struct ember_engine {
     ember_options options;
     em_model *model;
-    em_tokenizer *tokenizer;
+    em_text *text;                 /* the model's tokenizer and chat template, shared through ember.h */
+    const em_tokenizer *tokenizer; /* text's, borrowed */
     em_backend *backend;
     uint32_t n_vocab, ctx_tokens, block_tokens, batch_tokens, max_sequences;
     em_kv_pool pool;

@@ -1,4 +1,4 @@
-/* Generation requests on the backend: prompts → token ids, one engine request per choice, then
+/* Generation requests on the engine: prompts → token ids, one engine request per choice, then
  * either a whole response (the connection thread waits) or an SSE stream (MHD's content reader
  * pulls events as the engine produces them).
  *
@@ -44,7 +44,8 @@ typedef struct job {
     size_t scratch_cap;
 } job;
 
-bool em_server_peer_gone(int fd) {
+/* True when the peer closed its end of `fd` (checked without blocking). */
+static bool peer_gone(int fd) {
     if (fd < 0) return false;
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};
     if (poll(&p, 1, 0) <= 0) return false;
@@ -61,15 +62,15 @@ static bool give_up(job *j, bool now) {
     double since = (double)(t.tv_sec - j->last_check.tv_sec) + 1e-9 * (double)(t.tv_nsec - j->last_check.tv_nsec);
     if (!now && since < 0.1) return false;
     j->last_check = t;
-    return em_server_peer_gone(j->fd);
+    return peer_gone(j->fd);
 }
 
 static void job_free(job *j) {
     if (!j) return;
     for (size_t i = 0; i < j->n_choices; i++) {
         if (j->handles && j->handles[i]) {
-            if (j->choices[i].finish == EMBER_FINISH_NONE) j->server->backend.cancel(j->handles[i]);
-            j->server->backend.release(j->handles[i]);
+            if (j->choices[i].finish == EMBER_FINISH_NONE) j->server->engine.cancel(j->handles[i]);
+            j->server->engine.release(j->handles[i]);
         }
         if (j->choices) em_server_choice_clear(&j->choices[i]);
         if (j->readers) em_answer_clear(&j->readers[i]);
@@ -94,8 +95,8 @@ static uint64_t mix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-/* Maps an engine or backend error to an HTTP error: the caller's mistakes are 400s. */
-static void backend_error(em_err e, const char *what, em_server_error *err) {
+/* Maps an engine error to an HTTP error: the caller's mistakes are 400s. */
+static void engine_error(em_err e, const char *what, em_server_error *err) {
     em_err_code code = em_err_code_of(e);
     int status = code == EM_ERR_INVALID || code == EM_ERR_RANGE || code == EM_ERR_FORMAT ? 400
                  : code == EM_ERR_NOMEM                                                   ? 503
@@ -105,7 +106,7 @@ static void backend_error(em_err e, const char *what, em_server_error *err) {
 }
 
 static bool tokenize_prompts(job *j, em_server_error *err) {
-    const em_server_backend *b = &j->server->backend;
+    const em_server_engine *b = &j->server->engine;
     j->n_prompts = j->req.messages ? 1 : j->req.n_prompts;
     j->prompt_ids = calloc(j->n_prompts, sizeof *j->prompt_ids);
     j->prompt_len = calloc(j->n_prompts, sizeof *j->prompt_len);
@@ -128,7 +129,7 @@ static bool tokenize_prompts(job *j, em_server_error *err) {
                             &j->prompt_len[p]);
         }
         if (e) {
-            backend_error(e, j->req.messages ? "messages" : "prompt", err);
+            engine_error(e, j->req.messages ? "messages" : "prompt", err);
             return false;
         }
         if (j->prompt_len[p] == 0) {
@@ -147,7 +148,7 @@ static bool tokenize_prompts(job *j, em_server_error *err) {
 }
 
 static bool submit_all(job *j, em_server_error *err) {
-    const em_server_backend *b = &j->server->backend;
+    const em_server_engine *b = &j->server->engine;
     j->n_choices = j->n_prompts * (size_t)j->req.n;
     j->handles = calloc(j->n_choices, sizeof *j->handles);
     j->choices = calloc(j->n_choices, sizeof *j->choices);
@@ -179,7 +180,7 @@ static bool submit_all(job *j, em_server_error *err) {
         params.grammar_trigger = j->req.grammar_trigger;
         em_err e = b->submit(b->self, &params, &j->handles[i]);
         if (e) {
-            backend_error(e, "submit", err);
+            engine_error(e, "submit", err);
             return false;
         }
     }
@@ -193,7 +194,7 @@ static bool tools_active(const job *j) {
 
 /* How a chat answer is read (answer.c): where its reasoning goes, and whether it holds calls. */
 static em_answer_options answer_options(const job *j) {
-    const bool reasons = j->server->backend.reasons || j->in_thinking;
+    const bool reasons = j->server->engine.reasons || j->in_thinking;
     em_answer_reasoning split = EM_REASONING_OFF;
     switch (j->req.reasoning_format) {
     case EM_REASONING_FORMAT_AUTO: split = reasons ? EM_REASONING_SPLIT : EM_REASONING_OFF; break;
@@ -201,7 +202,7 @@ static em_answer_options answer_options(const job *j) {
     case EM_REASONING_FORMAT_NONE: split = reasons ? EM_REASONING_INLINE : EM_REASONING_OFF; break;
     }
     return (em_answer_options){.split_reasoning = split, .starts_in_reasoning = j->in_thinking && split != EM_REASONING_OFF,
-                               .read_calls = tools_active(j), .format = j->server->backend.tool_format,
+                               .read_calls = tools_active(j), .format = j->server->engine.tool_format,
                                .tools = j->req.tools};
 }
 
@@ -261,7 +262,7 @@ static bool finish_error(const em_server_choice *c, const char *message, em_serv
 /* ---- Whole responses ---- */
 
 static struct MHD_Response *run_blocking(job *j, int *status) {
-    const em_server_backend *b = &j->server->backend;
+    const em_server_engine *b = &j->server->engine;
     em_server_error err = {0};
     for (size_t i = 0; i < j->n_choices; i++) {
         em_server_choice *c = &j->choices[i];
@@ -323,7 +324,7 @@ static bool stream_start(job *j) {
             if (!em_openai_chat_chunk_start(&j->pending, &j->fmt, &j->req, (int)i)) return false;
     if (j->req.api == EM_API_ANTHROPIC_MESSAGES) {
         ember_timings t;
-        j->server->backend.timings(j->handles[0], &t);
+        j->server->engine.timings(j->handles[0], &t);
         em_server_usage usage = {.prompt_tokens = j->prompt_len[0], .cached_tokens = t.cached_tokens};
         if (!em_anthropic_stream_start(&j->pending, &j->fmt, &usage)) return false;
     }
@@ -380,7 +381,7 @@ static bool stream_read_output(job *j, size_t i, const ember_output *out) {
 /* Turns one engine output of choice i into events. */
 static bool stream_output(job *j, size_t i, const ember_output *out) {
     em_server_choice *c = &j->choices[i];
-    const em_server_backend *b = &j->server->backend;
+    const em_server_engine *b = &j->server->engine;
     if (!j->started && !stream_start(j)) return false;
     if (!em_server_choice_add(c, out, false)) return false;
     if (c->finish != EMBER_FINISH_NONE) b->timings(j->handles[i], &c->timings);
@@ -401,7 +402,7 @@ static bool stream_output(job *j, size_t i, const ember_output *out) {
 
 /* Produces more events; false when the stream must end abruptly (client gone, out of memory). */
 static bool stream_advance(job *j) {
-    const em_server_backend *b = &j->server->backend;
+    const em_server_engine *b = &j->server->engine;
     if (!j->started && j->req.api != EM_API_ANTHROPIC_MESSAGES) return stream_start(j);
     bool got = false;
     for (size_t i = 0; i < j->n_choices && !j->done; i++) {
@@ -465,11 +466,11 @@ struct MHD_Response *em_server_generate(em_server *server, em_server_request *re
     uint64_t serial = atomic_fetch_add(&server->next_id, 1);
     const char *prefix = j->req.api == EM_API_OPENAI_CHAT ? "chatcmpl-" : j->req.api == EM_API_OPENAI_COMPLETIONS ? "cmpl-" : "msg_";
     snprintf(j->id, sizeof j->id, "%s%08x%016llx", prefix, server->salt, (unsigned long long)serial);
-    j->fmt = (em_server_format){.id = j->id, .created = (int64_t)time(NULL), .model = server->backend.model_id,
-                                .backend = &server->backend};
+    j->fmt = (em_server_format){.id = j->id, .created = (int64_t)time(NULL), .model = server->engine.model_id,
+                                .engine = &server->engine};
 
     if (!tokenize_prompts(j, &err) ||
-        !em_server_answer_grammar(&j->req, server->backend.tool_format, server->backend.reasons, j->in_thinking, &err) ||
+        !em_server_answer_grammar(&j->req, server->engine.tool_format, server->engine.reasons, j->in_thinking, &err) ||
         !submit_all(j, &err) || !start_readers(j, &err)) {
         em_server_api api = j->req.api;
         job_free(j);

@@ -27,31 +27,6 @@ typedef struct connection {
     em_buf body;
 } connection;
 
-struct MHD_Response *em_server_json_response(json_t *body) {
-    char *text = body ? em_server_dump(body) : NULL;
-    json_decref(body);
-    if (!text) return NULL;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(text);
-        return NULL;
-    }
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    return r;
-}
-
-struct MHD_Response *em_server_error_response(em_server_api api, const em_server_error *err) {
-    char *text = em_server_error_body(api, err);
-    if (!text) return NULL;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(text);
-        return NULL;
-    }
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    return r;
-}
-
 static enum MHD_Result queue(struct MHD_Connection *c, em_server *s, connection *ctx, int status,
                              struct MHD_Response *r) {
     ctx->responded = true;
@@ -153,7 +128,7 @@ static bool reject_early(struct MHD_Connection *c, em_server *s, connection *ctx
 /* ---- Endpoints ---- */
 
 static enum MHD_Result serve_models(struct MHD_Connection *c, em_server *s, connection *ctx, const char *url) {
-    const char *id = s->backend.model_id;
+    const char *id = s->engine.model_id;
     json_t *list = ctx->api == EM_API_ANTHROPIC_MESSAGES ? em_anthropic_models_json(id, s->started)
                                                           : em_openai_models_json(id, s->started);
     if (strncmp(url, "/v1/models/", 11)) return queue(c, s, ctx, 200, em_server_json_response(list));
@@ -173,7 +148,7 @@ static enum MHD_Result serve_models(struct MHD_Connection *c, em_server *s, conn
 static enum MHD_Result serve_metrics(struct MHD_Connection *c, em_server *s, connection *ctx) {
     ember_stats stats;
     memset(&stats, 0, sizeof stats);
-    s->backend.stats(s->backend.self, &stats);
+    s->engine.stats(s->engine.self, &stats);
     char *text = em_server_metrics_text(&s->metrics, &stats);
     if (!text) return queue(c, s, ctx, 500, NULL);
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
@@ -186,7 +161,7 @@ static enum MHD_Result serve_count_tokens(struct MHD_Connection *c, em_server *s
                                           em_server_request *req) {
     int32_t *ids = NULL;
     size_t n = 0;
-    em_err e = s->backend.chat_prompt(s->backend.self, req->messages, req->tools, &ids, &n, NULL);
+    em_err e = s->engine.chat_prompt(s->engine.self, req->messages, req->tools, &ids, &n, NULL);
     free(ids);
     if (e) {
         em_server_error err = {0};
@@ -207,7 +182,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, em_server *s, connecti
     switch (ctx->endpoint) {
     case EM_EP_HEALTH:
         return queue(c, s, ctx, 200,
-                     em_server_json_response(json_pack("{s:s, s:s}", "status", "ok", "model", s->backend.model_id)));
+                     em_server_json_response(json_pack("{s:s, s:s}", "status", "ok", "model", s->engine.model_id)));
     case EM_EP_METRICS: return serve_metrics(c, s, ctx);
     case EM_EP_MODELS: return serve_models(c, s, ctx, url);
     case EM_EP_PAGE: return queue(c, s, ctx, 200, em_server_asset_response(url));
@@ -218,8 +193,8 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, em_server *s, connecti
     const char *body = ctx->body.data ? ctx->body.data : "";
     bool ok;
     switch (ctx->endpoint) {
-    case EM_EP_CHAT: ok = em_openai_parse_chat(body, ctx->body.len, s->backend.n_vocab, &req, &err); break;
-    case EM_EP_COMPLETIONS: ok = em_openai_parse_completions(body, ctx->body.len, s->backend.n_vocab, &req, &err); break;
+    case EM_EP_CHAT: ok = em_openai_parse_chat(body, ctx->body.len, s->engine.n_vocab, &req, &err); break;
+    case EM_EP_COMPLETIONS: ok = em_openai_parse_completions(body, ctx->body.len, s->engine.n_vocab, &req, &err); break;
     case EM_EP_MESSAGES: ok = em_anthropic_parse_messages(body, ctx->body.len, &req, &err); break;
     default: ok = em_anthropic_parse_count_tokens(body, ctx->body.len, &req, &err); break;
     }
@@ -299,7 +274,7 @@ static void mhd_log(void *cls, const char *fmt, va_list args) {
 
 /* ---- Start and stop ---- */
 
-em_err em_server_start(const em_server_options *options, const em_server_backend *backend, em_server **out) {
+em_err em_server_start(const em_server_options *options, const em_server_engine *engine, em_server **out) {
     *out = NULL;
     const char *host = options->host ? options->host : "127.0.0.1";
     if (options->port < 0 || options->port > 65535)
@@ -315,7 +290,7 @@ em_err em_server_start(const em_server_options *options, const em_server_backend
         freeaddrinfo(addr);
         return em_errorf(EM_ERR_NOMEM, "out of memory starting the server");
     }
-    s->backend = *backend;
+    s->engine = *engine;
     s->max_body = options->max_body ? options->max_body : (size_t)4 << 20;
     s->started = (int64_t)time(NULL);
     if (getrandom(&s->salt, sizeof s->salt, 0) != (ssize_t)sizeof s->salt) s->salt = (uint32_t)time(NULL);

@@ -64,14 +64,15 @@ void em_server_token_from(em_server_token *dst, const ember_token_out *src);
 /* Writes one SSE event: optional `event:` line, then `data: <json>` and a blank line. */
 bool em_server_sse(em_buf *out, const char *event, const json_t *data);
 
-/* ---- Shared by http.c and generate.c ---- */
+/* ---- The HTTP side (http.c), generation (generate.c) and the responses both send (response.c) ----
+ * The arrows run one way: http.c → generate.c → response.c, and http.c → response.c. */
 
 #include <microhttpd.h>
 #include <stdatomic.h>
 
 struct em_server {
     struct MHD_Daemon *daemon;
-    em_server_backend backend;
+    em_server_engine engine;
     char *api_key;
     size_t max_body;
     int port;
@@ -82,19 +83,16 @@ struct em_server {
     em_server_metrics metrics;
 };
 
-/* A JSON response (takes the body's reference) or an error response in `api`'s format. */
+/* A JSON response (takes the body's reference) or an error response in `api`'s format (response.c). */
 struct MHD_Response *em_server_json_response(json_t *body);
 struct MHD_Response *em_server_error_response(em_server_api api, const em_server_error *err);
 /* The chat page's file at `url` (web.c), NULL when there is none or memory ran out. */
 struct MHD_Response *em_server_asset_response(const char *url);
 
-/* Runs a parsed generation request (chat, completions, messages) on the backend. Returns the
- * response to queue with *status set, or NULL when the client went away before it was ready
+/* Runs a parsed generation request (chat, completions, messages) on the engine (generate.c).
+ * Returns the response to queue with *status set, or NULL when the client went away before it was ready
  * (the connection is then closed). `fd` is the client's socket, polled for a hang-up. Takes
  * ownership of `req`'s contents. */
 struct MHD_Response *em_server_generate(em_server *server, em_server_request *req, int fd, int *status);
-
-/* True when the peer closed its end of `fd` (checked without blocking). */
-bool em_server_peer_gone(int fd);
 
 #endif

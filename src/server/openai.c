@@ -332,7 +332,7 @@ static json_t *byte_array(const char *bytes, size_t n) {
 /* {token, logprob, bytes} for one token (chat format). */
 static json_t *chat_token_json(const em_server_format *f, int32_t token, float logprob) {
     const char *bytes = NULL;
-    size_t n = f->backend ? f->backend->token_bytes(f->backend->self, token, &bytes) : 0;
+    size_t n = f->engine ? f->engine->token_bytes(f->engine->self, token, &bytes) : 0;
     return json_pack("{s:o, s:f, s:o}", "token", em_server_json_text(bytes, n), "logprob", em_server_finite(logprob),
                      "bytes", byte_array(bytes, n));
 }
@@ -356,7 +356,7 @@ static json_t *completion_logprobs(const em_server_format *f, const em_server_to
     json_t *texts = json_array(), *lps = json_array(), *tops = json_array(), *offsets = json_array();
     for (size_t i = 0; i < n; i++) {
         const char *bytes = NULL;
-        size_t len = f->backend ? f->backend->token_bytes(f->backend->self, tokens[i].token, &bytes) : 0;
+        size_t len = f->engine ? f->engine->token_bytes(f->engine->self, tokens[i].token, &bytes) : 0;
         json_array_append_new(texts, em_server_json_text(bytes, len));
         json_array_append_new(lps, json_real(em_server_finite(tokens[i].logprob)));
         json_array_append_new(offsets, json_integer((json_int_t)*offset));
@@ -364,7 +364,7 @@ static json_t *completion_logprobs(const em_server_format *f, const em_server_to
         json_t *top = json_object();
         for (int k = 0; k < tokens[i].n_top; k++) {
             const char *tb = NULL;
-            size_t tl = f->backend ? f->backend->token_bytes(f->backend->self, tokens[i].top[k].token, &tb) : 0;
+            size_t tl = f->engine ? f->engine->token_bytes(f->engine->self, tokens[i].top[k].token, &tb) : 0;
             json_t *key = em_server_json_text(tb, tl);
             if (key && !json_object_get(top, json_string_value(key)))
                 json_object_set_new(top, json_string_value(key), json_real(em_server_finite(tokens[i].top[k].logprob)));

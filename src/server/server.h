@@ -11,20 +11,21 @@
  *      They are pure functions of their inputs (ids and times are arguments), so tests compare
  *      bytes.
  *   3. HTTP (http.c): libmicrohttpd with one thread per connection. A connection thread parses,
- *      submits to the backend and then waits on its own request (blocking with a timeout, polling
+ *      submits to the engine and then waits on its own request (blocking with a timeout, polling
  *      its socket for a hang-up in between): a client that goes away cancels its request. HTTP
- *      threads never touch model state; the engine runs on its own thread behind the backend.
+ *      threads never touch model state; the engine runs on its own thread.
  *
- * The backend (em_server_backend) is the seam between the server and the rest of Ember: the
- * chat template, the tokenizer and the engine (include/ember.h). backend.c adapts the real ones;
- * tests plug in a fake. What the server assumes of a backend is written at each member below.
+ * em_server_engine is the server's view of the engine: the seam between the server and the rest
+ * of Ember (include/ember.h: the engine, which also holds the model's one tokenizer and chat
+ * template). model.c adapts the real engine; tests plug in a fake. What the server assumes of an
+ * engine is written at each member below.
  *
  * Ownership: em_server_request owns every string and array it holds (em_server_request_clear
  * frees them). Formatters return malloc'd text or new jansson references the caller frees. An
- * em_server owns its MHD daemon, its metrics and its connections' state; it borrows the backend,
+ * em_server owns its MHD daemon, its metrics and its connections' state; it borrows the engine,
  * which must outlive it.
  *
- * Depends on base, include/ember.h (types only), jansson and libmicrohttpd.
+ * Depends on base, include/ember.h, grammar, jansson and libmicrohttpd.
  */
 #ifndef EMBER_SERVER_H
 #define EMBER_SERVER_H
@@ -36,10 +37,9 @@
 #include <stdint.h>
 
 #include "../base/base.h"
-#include "../gguf/gguf.h"
 #include "ember.h"
 
-/* ---- Backend: what the server needs from the engine, tokenizer and chat template ---- */
+/* ---- The server's view of the engine: generation, tokenizer and chat template ---- */
 
 /* How the model writes a tool call (tools.c, answer.c), told by its chat template: Hermes / Qwen
  * `<tool_call>{"name", "arguments"}</tool_call>`; Llama 3.x `{"name", "parameters"}` (after
@@ -54,7 +54,7 @@ typedef enum em_tool_format {
     EM_TOOL_FORMAT_MISTRAL_ARGS /* [TOOL_CALLS]name[ARGS]{...}: read as EM_TOOL_FORMAT_MISTRAL, forced in this form */
 } em_tool_format;
 
-typedef struct em_server_backend {
+typedef struct em_server_engine {
     void *self;
     const char *model_id; /* the name /v1/models lists and responses report (requests may name any) */
     int ctx_tokens;       /* longest prompt + output the engine accepts */
@@ -76,7 +76,7 @@ typedef struct em_server_backend {
     /* Tokenizes plain text as a prompt: BOS as the model asks, special-token text not parsed. */
     em_err (*tokenize)(void *self, const char *text, size_t len, int32_t **ids, size_t *n);
     /* The bytes a token stands for (for logprobs); may be partial UTF-8. Pointer lives as long as
-     * the backend. 0 bytes for an unknown id. */
+     * the engine. 0 bytes for an unknown id. */
     size_t (*token_bytes)(void *self, int32_t id, const char **bytes);
 
     /* The engine, as in ember.h: ember_submit, ember_request_next, _cancel, _timings, _release,
@@ -87,7 +87,7 @@ typedef struct em_server_backend {
     void (*timings)(void *request, ember_timings *out);
     void (*release)(void *request);
     void (*stats)(void *self, ember_stats *out);
-} em_server_backend;
+} em_server_engine;
 
 /* ---- Requests ---- */
 
@@ -176,7 +176,7 @@ void em_server_request_clear(em_server_request *req);
 
 /* Parse a body. On failure returns false with `err` filled (status 400 for bad JSON, wrong
  * types, missing fields, out-of-range values). Model names and prompt lengths are checked later,
- * against the backend. `n_vocab` bounds logit_bias keys and prompt ids. */
+ * against the engine. `n_vocab` bounds logit_bias keys and prompt ids. */
 bool em_openai_parse_chat(const char *body, size_t len, int32_t n_vocab, em_server_request *req,
                           em_server_error *err);
 bool em_openai_parse_completions(const char *body, size_t len, int32_t n_vocab,
@@ -282,7 +282,7 @@ typedef struct em_server_format {
     const char *id;
     int64_t created;
     const char *model;
-    const em_server_backend *backend; /* token_bytes for logprobs */
+    const em_server_engine *engine; /* token_bytes for logprobs */
 } em_server_format;
 
 /* Usage over all choices: prompt tokens count once per prompt, generated tokens for every choice. */
@@ -358,44 +358,6 @@ json_t *em_server_json_text(const char *text, size_t len);
 /* Serializes compactly with the number precision Ember uses (malloc'd). */
 char *em_server_dump(const json_t *value);
 
-/* ---- Chat prompts → token ids, safe from injected control tokens (prompt.c) ---- */
-
-/* What em_server_chat_tokens needs from a tokenizer and a chat template. */
-typedef struct em_server_prompt_ops {
-    void *self;
-    /* Renders OpenAI-style messages with the chat template, generation prompt added (malloc'd). */
-    em_err (*render)(void *self, const json_t *messages, const json_t *tools, char **text, size_t *len);
-    /* Tokenizes without adding BOS/EOS; control-token text recognized only when parse_special. */
-    em_err (*tokenize)(void *self, const char *text, size_t len, bool parse_special, int32_t **ids, size_t *n);
-    const char *const *controls; /* the text of every control token of the vocabulary */
-    const size_t *control_lens;
-    size_t n_controls;
-    bool add_bos; /* the vocabulary asks for a BOS at the start of a sequence */
-    int32_t bos;
-    uint32_t salt; /* makes content markers unguessable */
-} em_server_prompt_ops;
-
-/* Renders and tokenizes a conversation so that only the template's markup produces control
- * tokens (see prompt.c for how). One BOS at the start when add_bos, even if the template writes
- * one too. *ids is malloc'd. EM_ERR_INVALID when a message holds control-token text that the
- * template does not reproduce verbatim. */
-em_err em_server_chat_tokens(const em_server_prompt_ops *ops, const json_t *messages, const json_t *tools, int32_t **ids,
-                             size_t *n);
-
-/* A stretch of prompt text and whether to parse special-token text in it. */
-typedef struct em_prompt_piece {
-    const char *text;
-    size_t len;
-    bool special;
-} em_prompt_piece;
-
-bool em_server_has_control_text(const char *text, size_t len, const em_server_prompt_ops *ops);
-/* Splits text rendered with markers[i] (or NULL) in place of message i's content into pieces:
- * template text (special) and the messages' real contents (not special). Each marker must occur
- * exactly once. *pieces is malloc'd and points into `rendered` and `messages`. */
-em_err em_server_prompt_pieces(const char *rendered, size_t len, const json_t *messages, const char *const *markers,
-                               em_prompt_piece **pieces, size_t *n);
-
 /* ---- Metrics ---- */
 
 typedef enum em_server_endpoint {
@@ -438,48 +400,30 @@ typedef struct em_server_options {
 typedef struct em_server em_server;
 
 /* Binds and starts serving on MHD's threads; returns at once. */
-em_err em_server_start(const em_server_options *options, const em_server_backend *backend,
+em_err em_server_start(const em_server_options *options, const em_server_engine *engine,
                        em_server **out);
 int em_server_port(const em_server *server);
 /* Stops accepting, cancels running requests, waits for connection threads, frees everything. */
 void em_server_stop(em_server *server);
 
-/* ---- The text side of a served model (text.c): tokenizer, chat template, control tokens ---- */
+/* ---- Tool calls (tools.c) ---- */
 
-typedef struct em_server_text em_server_text;
-
-/* Builds the tokenizer and parses `tokenizer.chat_template` (absent: chat requests fail with
- * EM_ERR_INVALID, completions still work). Copies what it needs: the file may close afterwards. */
-em_err em_server_text_from_gguf(const em_gguf *gguf, em_server_text **out);
-void em_server_text_free(em_server_text *text);
-/* The backend's chat_prompt: em_server_chat_tokens with this model's template and tokenizer;
- * *in_thinking (may be NULL): the template reasons and the prompt ends with an open <think>. */
-em_err em_server_text_chat_tokens(const em_server_text *text, const json_t *messages, const json_t *tools, int32_t **ids,
-                                  size_t *n, bool *in_thinking);
-/* The backend's tokenize: BOS as the vocabulary asks, special-token text not parsed. */
-em_err em_server_text_tokenize(const em_server_text *text, const char *s, size_t len, int32_t **ids, size_t *n);
-size_t em_server_text_token_bytes(const em_server_text *text, int32_t id, const char **bytes);
-int32_t em_server_text_n_vocab(const em_server_text *text);
-/* The call format the chat template teaches (em_server_tool_format_of). */
-em_tool_format em_server_text_tool_format(const em_server_text *text);
-/* Whether the chat template writes <think> sections (the model reasons before it answers). */
-bool em_server_text_reasons(const em_server_text *text);
 /* The call format a chat template's text teaches: Mistral when it writes `[TOOL_CALLS]` (the newer
  * form when `[ARGS]` too), Hermes for `<tool_call>`, Llama 3 for `<|python_tag|>` or its header
  * tokens with calls written as "parameters", the JSON fallback otherwise. */
 em_tool_format em_server_tool_format_of(const char *template_text, size_t len);
 
-/* ---- The real backend (backend.c): the engine, tokenizer and chat template of one GGUF ---- */
+/* ---- The real engine (model.c): include/ember.h's engine of one GGUF ---- */
 
 typedef struct em_server_model em_server_model;
 
-/* Reads the tokenizer and chat template from options->model_path, then starts an engine with
- * `options`. The model id it advertises is `alias` when given (`ember serve --alias`), else the
- * file's name without ".gguf"; the context is options->ctx_tokens, else the model's
+/* Starts an engine with `options` (it reads the model, its tokenizer and its chat template; a
+ * template that does not parse is an error here). The model id it advertises is `alias` when
+ * given (`ember serve --alias`), else the file's name without ".gguf"; the context is options->ctx_tokens, else the model's
  * context_length capped at 32768 (ember.h's rule). A model without tokenizer.chat_template
  * serves completions only. */
 em_err em_server_model_open(const ember_options *options, const char *alias, em_server_model **out);
-const em_server_backend *em_server_model_backend(const em_server_model *model);
+const em_server_engine *em_server_model_engine(const em_server_model *model);
 /* Stops the engine and frees everything (stop the server first). */
 void em_server_model_close(em_server_model *model);
 

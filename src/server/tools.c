@@ -1,7 +1,8 @@
 /* Tool calls on both APIs: reading tool definitions, tool choices and the tool parts of a
  * conversation into the OpenAI-style shapes chat templates know (`tools`, assistant `tool_calls`
  * with arguments as objects, `tool` messages). The grammars that constrain calls are in
- * tool_grammar.c; reading calls out of the model's text is answer.c's. */
+ * tool_grammar.c; reading calls out of the model's text is answer.c's. The call format a model writes is
+ * told by its chat template (em_server_tool_format_of). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,4 +134,15 @@ json_t *em_server_arguments_object(const char *text) {
     if (json_is_object(value)) return value;
     json_decref(value);
     return json_string(text); /* not an object: handed to the template as it came */
+}
+
+em_tool_format em_server_tool_format_of(const char *template_text, size_t len) {
+#define HAS(s) (memmem(template_text, len, s, strlen(s)) != NULL)
+    if (!template_text) return EM_TOOL_FORMAT_JSON;
+    if (HAS("[TOOL_CALLS]")) return HAS("[ARGS]") ? EM_TOOL_FORMAT_MISTRAL_ARGS : EM_TOOL_FORMAT_MISTRAL;
+    if (HAS("<tool_call>")) return EM_TOOL_FORMAT_HERMES;
+    /* Llama 3.x: calls written back as {"name": ..., "parameters": ...} between its header tokens */
+    if (HAS("<|python_tag|>") || (HAS("<|start_header_id|>") && HAS("\"parameters\""))) return EM_TOOL_FORMAT_LLAMA3;
+    return EM_TOOL_FORMAT_JSON;
+#undef HAS
 }

@@ -1,7 +1,5 @@
-/* The text side of a served model: its tokenizer, its chat template and the list of control-token
- * texts, read from the model's GGUF. The engine tokenizes its own prompts, but the server needs
- * token counts (count_tokens, context checks), chat rendering with injection-safe tokenization
- * (prompt.c) and token spellings (logprobs) on its own threads, before and after the engine. */
+/* A model's text side: its tokenizer, its chat template and the list of control-token texts, read
+ * from the model's GGUF, and the rendering of conversations that prompt.c tokenizes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,24 +8,26 @@
 
 #include "../chat/chat.h"
 #include "../tokenizer/tokenizer.h"
-#include "internal.h"
+#include "text.h"
 
-struct em_server_text {
+struct em_text {
     em_tokenizer *tokenizer;
-    em_chat_template *chat; /* NULL when the model has none: chat endpoints then answer 400 */
+    em_chat_template *chat; /* NULL when the model has none: chat prompts then fail */
+    char *template_text;    /* its source, NUL-terminated */
+    size_t template_len;
+    char *template_error; /* why the template did not parse, or NULL */
+    em_err_code template_error_code;
     char *bos_text, *eos_text;
     char **controls;
     size_t *control_lens;
     size_t n_controls;
-    em_server_prompt_ops ops;
-    em_tool_format tool_format; /* how the template writes tool calls */
-    bool reasons;               /* the template writes <think> sections */
-    bool template_uses_tools; /* the template reads `tools` (else the server describes them itself) */
+    em_prompt_ops ops;
+    bool template_uses_tools; /* the template reads `tools` (else they are described in the system message) */
 };
 
-/* For a template that does not render tools: the tools and the call format (the JSON fallback of
- * tools.c) described in the system message, created first when there is none. The tools' JSON
- * cannot hold control-token text (prompt.c refuses it), so this text may be rendered as markup. */
+/* For a template that does not render tools: the tools and the call format (a bare JSON object,
+ * the fallback the server reads calls in) described in the system message, created first when
+ * there is none. The tools' JSON cannot hold control-token text (prompt.c refuses it), so this text may be rendered as markup. */
 static json_t *messages_with_tools(const json_t *messages, const json_t *tools) {
     json_t *copy = json_deep_copy(messages);
     char *listed = json_dumps(tools, JSON_COMPACT);
@@ -58,8 +58,10 @@ static json_t *messages_with_tools(const json_t *messages, const json_t *tools) 
     return copy;
 }
 
-static em_err render(void *self, const json_t *messages, const json_t *tools, char **text, size_t *len) {
-    em_server_text *t = self;
+static em_err render(void *self, const em_text_chat *chat, char **text, size_t *len) {
+    em_text *t = self;
+    const json_t *messages = chat->messages, *tools = chat->tools;
+    if (t->template_error) return em_errorf(t->template_error_code, "%s", t->template_error);
     if (!t->chat)
         return em_errorf(EM_ERR_INVALID, "this model has no chat template (tokenizer.chat_template); use /v1/completions");
     json_t *described = NULL;
@@ -68,69 +70,29 @@ static em_err render(void *self, const json_t *messages, const json_t *tools, ch
         messages = described;
     }
     em_chat_input input = {.messages = messages, .tools = tools, .bos_token = t->bos_text, .eos_token = t->eos_text,
-                           .add_generation_prompt = true};
+                           .add_generation_prompt = chat->add_generation_prompt, .extra = chat->kwargs};
     em_err err = em_chat_render_input(t->chat, &input, NULL, text, len);
     json_decref(described);
     return err;
 }
 
 static em_err tokenize_part(void *self, const char *text, size_t len, bool parse_special, int32_t **ids, size_t *n) {
-    em_server_text *t = self;
+    em_text *t = self;
     return em_tokenize(t->tokenizer, text, len, false, parse_special, ids, n);
 }
 
-/* Whether the prompt's last tokens are an open `<think>` (whitespace after it aside): the template
- * opened the model's reasoning in the generation prompt. */
-static bool ends_in_thinking(const em_server_text *t, const int32_t *ids, size_t n) {
-    const size_t tail = n < 8 ? n : 8;
-    char *text = NULL;
-    size_t len = 0;
-    em_err e = em_detokenize(t->tokenizer, ids + n - tail, tail, true, &text, &len);
-    if (e) {
-        em_err_free(e);
-        return false;
-    }
-    while (len && strchr(" \t\r\n", text[len - 1])) len--;
-    bool open = len >= strlen("<think>") && !memcmp(text + len - strlen("<think>"), "<think>", strlen("<think>"));
-    free(text);
-    return open;
+em_err em_text_chat_tokens(const em_text *t, const em_text_chat *chat, int32_t **ids, size_t *n) {
+    return em_prompt_tokens(&t->ops, chat, ids, n);
 }
 
-em_err em_server_text_chat_tokens(const em_server_text *t, const json_t *messages, const json_t *tools, int32_t **ids,
-                                  size_t *n, bool *in_thinking) {
-    em_err e = em_server_chat_tokens(&t->ops, messages, tools, ids, n);
-    if (!e && in_thinking) *in_thinking = t->reasons && ends_in_thinking(t, *ids, *n);
-    return e;
+const em_tokenizer *em_text_tokenizer(const em_text *t) {
+    return t->tokenizer;
 }
 
-em_err em_server_text_tokenize(const em_server_text *t, const char *text, size_t len, int32_t **ids, size_t *n) {
-    return em_tokenize(t->tokenizer, text, len, true, false, ids, n);
-}
-
-size_t em_server_text_token_bytes(const em_server_text *t, int32_t id, const char **bytes) {
-    return em_token_to_piece(t->tokenizer, id, true, bytes);
-}
-
-em_tool_format em_server_text_tool_format(const em_server_text *t) {
-    return t->tool_format;
-}
-
-bool em_server_text_reasons(const em_server_text *t) {
-    return t->reasons;
-}
-
-em_tool_format em_server_tool_format_of(const char *template_text, size_t len) {
-#define HAS(s) (memmem(template_text, len, s, strlen(s)) != NULL)
-    if (HAS("[TOOL_CALLS]")) return HAS("[ARGS]") ? EM_TOOL_FORMAT_MISTRAL_ARGS : EM_TOOL_FORMAT_MISTRAL;
-    if (HAS("<tool_call>")) return EM_TOOL_FORMAT_HERMES;
-    /* Llama 3.x: calls written back as {"name": ..., "parameters": ...} between its header tokens */
-    if (HAS("<|python_tag|>") || (HAS("<|start_header_id|>") && HAS("\"parameters\""))) return EM_TOOL_FORMAT_LLAMA3;
-    return EM_TOOL_FORMAT_JSON;
-#undef HAS
-}
-
-int32_t em_server_text_n_vocab(const em_server_text *t) {
-    return em_tokenizer_n_vocab(t->tokenizer);
+em_err em_text_chat_template(const em_text *t, const char **text, size_t *len) {
+    *text = t->template_text;
+    *len = t->template_len;
+    return t->template_error ? em_errorf(t->template_error_code, "%s", t->template_error) : NULL;
 }
 
 static char *token_text_dup(const em_tokenizer *tokenizer, int32_t id) {
@@ -140,7 +102,7 @@ static char *token_text_dup(const em_tokenizer *tokenizer, int32_t id) {
 }
 
 /* The texts that parse_special turns into control (or unknown) tokens. */
-static em_err collect_controls(em_server_text *t) {
+static em_err collect_controls(em_text *t) {
     int32_t n_vocab = em_tokenizer_n_vocab(t->tokenizer);
     size_t count = 0;
     for (int32_t id = 0; id < n_vocab; id++) {
@@ -170,44 +132,52 @@ static uint32_t random_salt(void) {
     return salt;
 }
 
-em_err em_server_text_from_gguf(const em_gguf *g, em_server_text **out) {
+em_err em_text_from_gguf(const em_gguf *g, em_text **out) {
     *out = NULL;
-    em_server_text *t = calloc(1, sizeof *t);
+    em_text *t = calloc(1, sizeof *t);
     if (!t) return em_errorf(EM_ERR_NOMEM, "out of memory");
     em_err e = em_tokenizer_from_gguf(g, &t->tokenizer);
     em_str tpl;
     em_err missing = e ? NULL : em_gguf_get_str(g, "tokenizer.chat_template", &tpl);
     if (missing) {
         em_err_free(missing);
-        em_log(EM_LOG_WARN, "%s: no tokenizer.chat_template: chat endpoints will answer 400", em_gguf_path(g));
-    } else if (!e && (e = em_chat_template_parse(tpl.ptr, tpl.len, &t->chat))) {
-        e = em_err_prefix(e, "%s: tokenizer.chat_template", em_gguf_path(g));
+    } else if (!e && !(t->template_text = strndup(tpl.ptr, tpl.len))) {
+        e = em_errorf(EM_ERR_NOMEM, "out of memory copying the chat template");
     } else if (!e) {
-        t->tool_format = em_server_tool_format_of(tpl.ptr, tpl.len);
-        t->reasons = memmem(tpl.ptr, tpl.len, "<think>", strlen("<think>")) != NULL ||
-                     memmem(tpl.ptr, tpl.len, "</think>", strlen("</think>")) != NULL;
+        t->template_len = tpl.len;
         t->template_uses_tools = memmem(tpl.ptr, tpl.len, "tools", strlen("tools")) != NULL;
+        /* kept, not returned: plain text still tokenizes with a template that does not parse */
+        em_err bad = em_chat_template_parse(tpl.ptr, tpl.len, &t->chat);
+        if (bad) {
+            bad = em_err_prefix(bad, "%s: tokenizer.chat_template", em_gguf_path(g));
+            t->template_error = strdup(em_err_message(bad));
+            t->template_error_code = em_err_code_of(bad);
+            em_err_free(bad);
+            if (!t->template_error) e = em_errorf(EM_ERR_NOMEM, "out of memory");
+        }
     }
     if (!e) e = collect_controls(t);
     if (e) {
-        em_server_text_free(t);
+        em_text_free(t);
         return e;
     }
     int32_t bos = em_tokenizer_bos(t->tokenizer);
     t->bos_text = token_text_dup(t->tokenizer, bos);
     t->eos_text = token_text_dup(t->tokenizer, em_tokenizer_eos(t->tokenizer));
-    t->ops = (em_server_prompt_ops){.self = t, .render = render, .tokenize = tokenize_part,
-                                    .controls = (const char *const *)t->controls, .control_lens = t->control_lens,
-                                    .n_controls = t->n_controls,
-                                    .add_bos = bos != EM_TOKEN_NONE && em_tokenizer_adds_bos(t->tokenizer),
-                                    .bos = bos, .salt = random_salt()};
+    t->ops = (em_prompt_ops){.self = t, .render = render, .tokenize = tokenize_part,
+                             .controls = (const char *const *)t->controls, .control_lens = t->control_lens,
+                             .n_controls = t->n_controls,
+                             .add_bos = bos != EM_TOKEN_NONE && em_tokenizer_adds_bos(t->tokenizer),
+                             .bos = bos, .salt = random_salt()};
     *out = t;
     return NULL;
 }
 
-void em_server_text_free(em_server_text *t) {
+void em_text_free(em_text *t) {
     if (!t) return;
     em_chat_template_free(t->chat);
+    free(t->template_text);
+    free(t->template_error);
     em_tokenizer_free(t->tokenizer);
     for (size_t i = 0; i < t->n_controls; i++) free(t->controls[i]);
     free(t->controls);

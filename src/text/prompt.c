@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "text.h"
 
-bool em_server_has_control_text(const char *text, size_t len, const em_server_prompt_ops *ops) {
+bool em_prompt_has_control_text(const char *text, size_t len, const em_prompt_ops *ops) {
     for (size_t c = 0; c < ops->n_controls; c++) {
         size_t n = ops->control_lens[c];
         if (n == 0 || n > len) continue;
@@ -34,7 +34,7 @@ static int by_pos(const void *a, const void *b) {
     return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
-em_err em_server_prompt_pieces(const char *rendered, size_t len, const json_t *messages, const char *const *markers,
+em_err em_prompt_pieces(const char *rendered, size_t len, const json_t *messages, const char *const *markers,
                                em_prompt_piece **out, size_t *n_out) {
     *out = NULL;
     *n_out = 0;
@@ -94,8 +94,9 @@ static em_err append_ids(int32_t **ids, size_t *n, size_t *cap, const int32_t *m
 }
 
 /* Renders `messages` (with some contents replaced by markers) and tokenizes piece by piece. */
-static em_err tokenize_split(const em_server_prompt_ops *ops, const json_t *messages, const json_t *tools, int32_t **ids,
-                             size_t *n, size_t *cap) {
+static em_err tokenize_split(const em_prompt_ops *ops, const em_text_chat *chat, int32_t **ids, size_t *n,
+                             size_t *cap) {
+    const json_t *messages = chat->messages;
     size_t count = json_array_size(messages);
     char **markers = calloc(count ? count : 1, sizeof *markers);
     json_t *marked = json_deep_copy(messages);
@@ -111,7 +112,7 @@ static em_err tokenize_split(const em_server_prompt_ops *ops, const json_t *mess
     for (size_t i = 0; i < count; i++) {
         json_t *content = json_object_get(json_array_get(messages, i), "content");
         if (!json_is_string(content) ||
-            !em_server_has_control_text(json_string_value(content), json_string_length(content), ops))
+            !em_prompt_has_control_text(json_string_value(content), json_string_length(content), ops))
             continue;
         /* letters and digits only, so no template filter (trim, escape) changes the marker */
         char marker[64];
@@ -122,8 +123,10 @@ static em_err tokenize_split(const em_server_prompt_ops *ops, const json_t *mess
             goto done;
         }
     }
-    if ((e = ops->render(ops->self, marked, tools, &text, &len))) goto done;
-    if ((e = em_server_prompt_pieces(text, len, messages, (const char *const *)markers, &pieces, &n_pieces))) goto done;
+    em_text_chat marked_chat = *chat;
+    marked_chat.messages = marked;
+    if ((e = ops->render(ops->self, &marked_chat, &text, &len))) goto done;
+    if ((e = em_prompt_pieces(text, len, messages, (const char *const *)markers, &pieces, &n_pieces))) goto done;
     for (size_t k = 0; k < n_pieces && !e; k++) {
         int32_t *part = NULL;
         size_t n_part = 0;
@@ -143,27 +146,27 @@ done:
 
 /* Tool definitions and tool calls are rendered as the template writes them, not split into pieces:
  * control-token text inside them is refused instead. */
-static em_err check_tool_text(const em_server_prompt_ops *ops, const json_t *messages, const json_t *tools) {
+static em_err check_tool_text(const em_prompt_ops *ops, const json_t *messages, const json_t *tools) {
     size_t i;
     json_t *m;
     json_array_foreach(messages, i, m) {
         json_t *calls = json_object_get(m, "tool_calls");
         char *text = calls ? json_dumps(calls, JSON_COMPACT) : NULL;
-        bool bad = text && em_server_has_control_text(text, strlen(text), ops);
+        bool bad = text && em_prompt_has_control_text(text, strlen(text), ops);
         free(text);
         if (bad) return em_errorf(EM_ERR_INVALID, "messages[%zu].tool_calls contains control-token text", i);
     }
     char *text = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
-    bool bad = text && em_server_has_control_text(text, strlen(text), ops);
+    bool bad = text && em_prompt_has_control_text(text, strlen(text), ops);
     free(text);
     return bad ? em_errorf(EM_ERR_INVALID, "tools contain control-token text") : NULL;
 }
 
-em_err em_server_chat_tokens(const em_server_prompt_ops *ops, const json_t *messages, const json_t *tools, int32_t **ids_out,
-                             size_t *n_out) {
+em_err em_prompt_tokens(const em_prompt_ops *ops, const em_text_chat *chat, int32_t **ids_out, size_t *n_out) {
     *ids_out = NULL;
     *n_out = 0;
-    em_err tool_error = check_tool_text(ops, messages, tools);
+    const json_t *messages = chat->messages;
+    em_err tool_error = check_tool_text(ops, messages, chat->tools);
     if (tool_error) return tool_error;
     int32_t *ids = NULL;
     size_t n = 0, cap = 0;
@@ -175,17 +178,17 @@ em_err em_server_chat_tokens(const em_server_prompt_ops *ops, const json_t *mess
     json_array_foreach(messages, i, m) {
         json_t *content = json_object_get(m, "content");
         if (json_is_string(content) &&
-            em_server_has_control_text(json_string_value(content), json_string_length(content), ops))
+            em_prompt_has_control_text(json_string_value(content), json_string_length(content), ops))
             split = true;
     }
     if (split) {
-        e = tokenize_split(ops, messages, tools, &ids, &n, &cap);
+        e = tokenize_split(ops, chat, &ids, &n, &cap);
     } else {
         char *text = NULL;
         size_t len = 0;
         int32_t *all = NULL;
         size_t n_all = 0;
-        if (!(e = ops->render(ops->self, messages, tools, &text, &len)) &&
+        if (!(e = ops->render(ops->self, chat, &text, &len)) &&
             !(e = ops->tokenize(ops->self, text, len, true, &all, &n_all)))
             e = append_ids(&ids, &n, &cap, all, n_all);
         free(text);
