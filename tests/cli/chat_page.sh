@@ -26,7 +26,7 @@ model=$work/tiny-llama.gguf
 # The page itself: every file from the binary, with the same-origin policy; no key needed for it.
 . "$here/../../tools/serve_lib.sh"
 log=$work/serve.log
-start_server "$log" "$ember" serve -m "$model" --port 0 --api-key sk-page --ctx 2048 --kv-sequences 2 --device cpu ||
+start_server "$log" "$ember" serve -m "$model" --port 0 --api-key sk-page --ctx 8192 --kv-sequences 2 --device cpu ||
   fail "ember serve did not start"
 status=0
 head=$(curl -s -D - -o "$work/index.html" "$url/")

@@ -75,7 +75,7 @@ try {
   assert.equal(await page.locator('.message.user .content').first().textContent(), 'Hello there');
 
   // 2. a long answer: text arrives while it is still running (streaming); Stop ends it
-  await setting('#max-tokens', '1500');
+  await setting('#max-tokens', '6000'); // long enough to still run when Stop is clicked on a loaded machine
   await send('Tell me a long story');
   await page.waitForFunction(() => {
     const all = document.querySelectorAll('.message.assistant .content');
@@ -99,7 +99,7 @@ try {
   await page.reload();
   await page.locator('.message').nth(3).waitFor();
   assert.equal(await page.locator('.message').count(), 4);
-  assert.equal(await page.inputValue('#max-tokens'), '1500');
+  assert.equal(await page.inputValue('#max-tokens'), '6000');
   assert.equal(await page.locator('.conversation').count(), 1);
   assert.equal(await page.locator('.conversation .open').first().textContent(), 'Hello there');
 
