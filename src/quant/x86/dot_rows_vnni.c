@@ -48,6 +48,17 @@ EM_VNNI static EM_INLINE __m256i fold_halves(__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
 
+/* Lanes 0..7 hold `first`, lanes 8..15 `first + 1`: a permutation index that spreads lane `first` of
+ * a vector over the lower half and lane `first + 1` over the upper. */
+EM_VNNI static EM_INLINE __m512i pair_index(int first) {
+    return _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(first), _mm512_set1_epi32(first + 1));
+}
+
+/* The upper eight f32 lanes (AVX512F alone has no 32x8 extract; the 64x4 one moves the same bits). */
+EM_VNNI static EM_INLINE __m256 upper_ps(__m512 v) {
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
 /* Q4_K's 8 scales (bytes 0..7) and 8 mins (bytes 8..15) from a block's 12 scale bytes, as in
  * dot_rows_avx2.c's k_scales_mins. */
 EM_VNNI static EM_INLINE __m128i k_scales_mins(const uint8_t *s) {
@@ -99,7 +110,7 @@ EM_VNNI static EM_INLINE void q4_k_rows(const uint8_t *w, const uint8_t *a, uint
             const __m512i q = _mm512_broadcast_i64x4(load32(w + 16 + 32 * c));
             /* lower half: low nibbles; upper half: high nibbles */
             const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xffff0000u, q, 4), low4);
-            const __m512i pick = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(2 * c), _mm512_set1_epi32(2 * c + 1));
+            const __m512i pick = pair_index(2 * c);
             const __m512i sc = _mm512_permutexvar_epi32(pick, scales32);
             UNROLL_ROWS for (int r = 0; r < nr; r++) {
                 const __m512i act = _mm512_loadu_si512((const void *)(a + r * stride + 4 + 64 * c));
@@ -128,27 +139,35 @@ EM_VNNI static EM_INLINE void q8_0_rows(const uint8_t *w, const uint8_t *a, uint
     const uint8_t *row[VNNI_ROWS_MAX];
     UNROLL_ROWS for (int r = 0; r < VNNI_ROWS_MAX; r++) row[r] = a + (r < nr ? r : nr - 1) * stride;
     __m512 acc[PAIRS];
-    for (int p = 0; p < np; p++) acc[p] = _mm512_setzero_ps();
+    UNROLL_ROWS for (int p = 0; p < np; p++) acc[p] = _mm512_setzero_ps();
     for (uint64_t b = 0; b < n / 32; b++, w += 34) {
         const __m256i q = load32(w + 2);
         const __m512i mag = _mm512_broadcast_i64x4(_mm256_abs_epi8(q));
         const __mmask64 neg = _mm512_movepi8_mask(_mm512_broadcast_i64x4(q));
-        const float dw = fp16(w);
         const uint64_t at = 34 * b;
-        for (int p = 0; p < np; p++) {
+        /* the eight rows' scale products dw * d8, lane r for row r, as the AVX2 kernel's f32 products */
+        __m128i d8 = _mm_cvtsi32_si128(em_load_u16(row[0] + at));
+        d8 = _mm_insert_epi16(d8, em_load_u16(row[1] + at), 1);
+        d8 = _mm_insert_epi16(d8, em_load_u16(row[2] + at), 2);
+        d8 = _mm_insert_epi16(d8, em_load_u16(row[3] + at), 3);
+        d8 = _mm_insert_epi16(d8, em_load_u16(row[4] + at), 4);
+        d8 = _mm_insert_epi16(d8, em_load_u16(row[5] + at), 5);
+        d8 = _mm_insert_epi16(d8, em_load_u16(row[6] + at), 6);
+        d8 = _mm_insert_epi16(d8, em_load_u16(row[7] + at), 7);
+        const __m512 scales = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(fp16(w)), _mm256_cvtph_ps(d8)));
+        UNROLL_ROWS for (int p = 0; p < np; p++) {
             const uint8_t *r0 = row[2 * p] + at, *r1 = row[2 * p + 1] + at;
             __m512i act = _mm512_inserti64x4(_mm512_castsi256_si512(load32(r0 + 2)), load32(r1 + 2), 1);
             act = _mm512_mask_sub_epi8(act, neg, _mm512_setzero_si512(), act);
             const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag, act);
-            const __m512 scale = _mm512_castpd_ps(
-                _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(dw * fp16(r0)))),
-                                   _mm256_castps_pd(_mm256_set1_ps(dw * fp16(r1))), 1));
+            const __m512i pick = pair_index(2 * p);
+            const __m512 scale = _mm512_permutexvar_ps(pick, scales);
             acc[p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acc[p]);
         }
     }
     for (int p = 0; p < np; p++) {
         out[2 * p] = hsum(_mm512_castps512_ps256(acc[p]));
-        if (2 * p + 1 < nr) out[2 * p + 1] = hsum(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p]), 1)));
+        if (2 * p + 1 < nr) out[2 * p + 1] = hsum(upper_ps(acc[p]));
     }
 }
 
