@@ -16,7 +16,6 @@
 
 #include "gguf/gguf.h"
 #include "quant/quant.h"
-#include "quant/internal.h" /* em_round_int, tested against roundf below */
 
 #define FIXTURE EM_FIXTURES_DIR "/quant-reference.gguf"
 #define FIXTURE_ELEMS (512 * 8)
@@ -389,30 +388,6 @@ static void test_dot_rows_equal_single_rows(void **state) {
 
 /* ---- conversions and errors ---- */
 
-/* The quantizers' rounding (em_round_int) against C's roundf: halves of either sign, their
- * neighbours one step away, the edges of the exact-integer range, NaN and huge values. */
-static void test_round_matches_roundf(void **state) {
-    (void)state;
-    static const float edges[] = {0.0f, -0.0f, 0.5f, 1.5f, 2.5f, 126.5f, 127.5f, 0x1p22f + 0.5f, 0x1p23f, 0x1p24f,
-                                  0x1p30f - 64.0f, 0x1p30f, 0x1p31f, INFINITY, NAN};
-    for (size_t i = 0; i < sizeof edges / sizeof *edges; i++) {
-        for (int sign = -1; sign <= 1; sign += 2) {
-            const float centre = (float)sign * edges[i];
-            const float probes[3] = {nextafterf(centre, -INFINITY), centre, nextafterf(centre, INFINITY)};
-            for (int k = 0; k < 3; k++) {
-                const float x = probes[k];
-                const int expected = em_float_to_int(roundf(x));
-                if (em_round_int(x) != expected)
-                    fail_msg("em_round_int(%a) = %d, roundf gives %d", (double)x, em_round_int(x), expected);
-            }
-        }
-    }
-    for (int i = -1000000; i <= 1000000; i++) {
-        const float x = (float)i / 4096.0f;
-        if (em_round_int(x) != (int)roundf(x)) fail_msg("em_round_int(%a) = %d", (double)x, em_round_int(x));
-    }
-}
-
 static void test_fp16_conversions(void **state) {
     (void)state;
     assert_int_equal(em_f32_to_fp16(1.0f), 0x3c00);
@@ -472,7 +447,6 @@ int main(void) {
         cmocka_unit_test(test_dot_long_rows),
         cmocka_unit_test(test_dot_extreme_values),
         cmocka_unit_test(test_dot_rows_equal_single_rows),
-        cmocka_unit_test(test_round_matches_roundf),
         cmocka_unit_test(test_fp16_conversions),
         cmocka_unit_test(test_errors),
     };

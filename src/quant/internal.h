@@ -97,15 +97,8 @@ static inline int em_float_to_int(float r) {
     return (int)r;
 }
 
-/* Round half away from zero, like C's roundf, returned as int. Inline arithmetic rather than a
- * library call, since activations are quantized for every matrix product: below 2^30 in size,
- * x minus its truncation is exact, so comparing it with one half decides as roundf does. */
-static inline int em_round_int(float x) {
-    if (!(fabsf(x) < 0x1p30f)) return em_float_to_int(roundf(x)); /* NaN and huge values: as before */
-    const int t = (int)x;
-    const float rest = x - (float)t;
-    return t + (rest >= 0.5f) - (rest <= -0.5f); /* comparisons, not branches: halves fall at random */
-}
+/* Round half away from zero, like C's roundf, returned as int. */
+static inline int em_round_int(float x) { return em_float_to_int(roundf(x)); }
 
 /* Per-type block dequantizer: `n_blocks` blocks into n_blocks * block_elems floats. */
 typedef void (*em_dequant_fn)(const uint8_t *blocks, float *out, uint64_t n_blocks);
