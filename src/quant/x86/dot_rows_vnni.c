@@ -28,6 +28,10 @@
  * integer sums fit the 32 ZMM registers beside the unpacked block). */
 #define VNNI_ROWS_MAX 8
 
+/* The fewest rows a call hands the VNNI kernels (see VNNI_ENTRY). */
+#define Q4_K_FEWEST 1
+#define Q8_0_FEWEST 4
+
 #if defined(__clang__)
 #define UNROLL_ROWS _Pragma("unroll")
 #elif defined(__GNUC__)
@@ -171,12 +175,20 @@ EM_VNNI static EM_INLINE void q8_0_rows(const uint8_t *w, const uint8_t *a, uint
     }
 }
 
-#define VNNI_ENTRY(name, kernel)                                                                                 \
+/* One entry point per type; each switch case inlines the kernel with a constant row count. Groups
+ * of fewer than `fewest` rows (a decode step's single token) go to the AVX2 kernel of the type
+ * instead: bitwise the same results, and cheaper there, where the fixed cost of a block (Q8_0's
+ * eight-row scale vector, paired registers with one row unused) has few rows to spread over. */
+#define VNNI_ENTRY(name, kernel, type, fewest)                                                                   \
     EM_VNNI static void name(const void *wv, const void *av, uint64_t stride, uint32_t n_rows, uint64_t n,       \
                              float *out) {                                                                        \
         const uint8_t *w = wv, *a = av;                                                                           \
         for (uint32_t done = 0; done < n_rows; done += VNNI_ROWS_MAX) {                                          \
             const uint8_t *at = a + done * stride;                                                                \
+            if (n_rows - done < (fewest)) {                                                                       \
+                em_quant_dot_rows_x86(type)(w, at, stride, n_rows - done, n, out + done);                         \
+                return;                                                                                           \
+            }                                                                                                     \
             switch (n_rows - done) {                                                                              \
             case 1: kernel(w, at, stride, 1, n, out + done); break;                                              \
             case 2: kernel(w, at, stride, 2, n, out + done); break;                                              \
@@ -190,8 +202,8 @@ EM_VNNI static EM_INLINE void q8_0_rows(const uint8_t *w, const uint8_t *a, uint
         }                                                                                                         \
     }
 
-VNNI_ENTRY(dot_rows_q4_k_vnni, q4_k_rows)
-VNNI_ENTRY(dot_rows_q8_0_vnni, q8_0_rows)
+VNNI_ENTRY(dot_rows_q4_k_vnni, q4_k_rows, EM_TYPE_Q4_K, Q4_K_FEWEST)
+VNNI_ENTRY(dot_rows_q8_0_vnni, q8_0_rows, EM_TYPE_Q8_0, Q8_0_FEWEST)
 
 bool em_quant_x86_has_vnni(void) {
     static _Atomic int known; /* 0: not probed yet, 1: absent or declined, 2: present */
