@@ -343,14 +343,16 @@ static void test_dot_extreme_values(void **state) {
 }
 
 /* em_dot_rows must equal em_dot row by row, bitwise (the batched forward pass relies on it to
- * give the same numbers as one token at a time): every dot type, 1 to 5 activation rows (past the
- * kernels' group of four), rows spaced wider than their size, each row drawn at its own scale. */
+ * give the same numbers as one token at a time): every dot type, 1 to 37 activation rows (past the
+ * kernels' groups of four and eight, and odd counts), rows spaced wider than their size, each row
+ * drawn at its own scale. ctest runs this file twice, the second time with EMBER_CPU_ISA=avx2, so
+ * on a CPU with AVX-512 VNNI both kernel families are held to em_dot. */
 static void test_dot_rows_equal_single_rows(void **state) {
     (void)state;
     static const char *const types[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",   "Q5_0",    "Q5_1",  "IQ4_NL",
                                         "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ3_XXS", "TQ1_0",
                                         "TQ2_0"};
-    enum { N = 1024 + 256, ROWS = 5, STRIDE = N * 4 + 64 };
+    enum { N = 1024 + 256, ROWS = 37, STRIDE = N * 4 + 64 };
     float *w = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float));
     uint8_t *wq = malloc(N * 4), *aq = malloc((size_t)ROWS * STRIDE);
     assert_true(w && x && wq && aq);

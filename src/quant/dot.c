@@ -216,7 +216,10 @@ float em_dot(uint32_t weight_type, const void *weight_row, const void *activatio
     return em_dot_reference(weight_type, weight_row, activation_row, n);
 }
 
-em_dot_rows_fn em_dot_rows_kernel(uint32_t weight_type) { return em_quant_dot_rows_x86(weight_type); }
+em_dot_rows_fn em_dot_rows_kernel(uint32_t weight_type) {
+    em_dot_rows_fn vnni = em_quant_dot_rows_vnni(weight_type);
+    return vnni ? vnni : em_quant_dot_rows_x86(weight_type);
+}
 
 void em_dot_rows(uint32_t weight_type, const void *weight_row, const void *activation_rows,
                  uint64_t activation_stride, uint32_t n_rows, uint64_t n, float *out) {

@@ -12,7 +12,8 @@
  * formats, bit-exact with the GGUF tooling's reference), kquants.c (the searching quantizers:
  * K-formats, IQ4_NL, IQ4_XS, IQ3_XXS), iq_grids.c (i-quant lattice tables), dot.c (dispatch,
  * reference and common scalar dots, em_dot_rows), dot_scalar.c (other scalar dots), x86/ (AVX2
- * kernels: dot_avx2.c one row, dot_rows_avx2.c several activation rows, avx2.h their helpers).
+ * kernels: dot_avx2.c one row, dot_rows_avx2.c several activation rows, avx2.h their helpers;
+ * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0).
  * internal.h is shared by these files only.
  *
  * Coverage: em_dequantize and em_dot handle F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1
@@ -140,8 +141,10 @@ em_dot_fn em_dot_kernel(uint32_t weight_type);
  * row t at activation_rows + t * activation_stride bytes): out[t] = em_dot(weight_type, weight_row,
  * row t, n), bitwise equal. Batched work (several tokens per matrix product) calls this so the
  * weight block is unpacked once for up to four activation rows: AVX2 kernels for F32, F16, BF16,
- * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS and IQ3_XXS;
- * TQ1_0, TQ2_0 and other CPUs loop over em_dot. Same contract as em_dot otherwise. */
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS and IQ3_XXS,
+ * and for Q4_K and Q8_0 AVX-512 VNNI kernels taking up to eight rows where the CPU has them (the
+ * environment variable EMBER_CPU_ISA=avx2 keeps AVX2); TQ1_0, TQ2_0 and other CPUs loop over
+ * em_dot. Same contract as em_dot otherwise. */
 void em_dot_rows(uint32_t weight_type, const void *weight_row, const void *activation_rows,
                  uint64_t activation_stride, uint32_t n_rows, uint64_t n, float *out);
 

@@ -120,8 +120,9 @@ static void quantize_share(void *ctx, uint32_t ith, uint32_t nth) {
 /* Rows of one tile: 16 weight rows (about 18 KB of dense-1b Q4_K) and the activation rows of one
  * token group stay in L1/L2 while the tile is swept; see dot_share. */
 #define DOT_ROW_TILE 16
-/* Tokens per em_dot_rows call: the multi-row kernels take up to four activation rows at once. */
-#define DOT_TOKEN_GROUP 4
+/* Tokens per em_dot_rows call: the multi-row kernels take up to eight activation rows at once (the
+ * AVX-512 VNNI ones; the AVX2 ones work through them four at a time). */
+#define DOT_TOKEN_GROUP 8
 
 static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
     matmul_job *job = ctx;

@@ -15,4 +15,12 @@ bool em_quant_x86_has_avx2(void);
  * type without one: em_dot_rows then loops over em_dot). See dot_rows_avx2.c. */
 em_dot_rows_fn em_quant_dot_rows_x86(uint32_t weight_type);
 
+/* True when the CPU has AVX512F, AVX512BW, AVX512VL and AVX512_VNNI and the environment does not
+ * set EMBER_CPU_ISA=avx2 (probed once). */
+bool em_quant_x86_has_vnni(void);
+
+/* The AVX-512 VNNI multi-row kernel for the weight type (Q4_K, Q8_0) when the CPU has one, or NULL
+ * (em_quant_dot_rows_x86's kernels then serve). See dot_rows_vnni.c. */
+em_dot_rows_fn em_quant_dot_rows_vnni(uint32_t weight_type);
+
 #endif
