@@ -13,10 +13,9 @@ shift 2
 rounds=${ROUNDS:-5} threads=${THREADS:-2} prefill=${PREFILL:-512} decode=${DECODE:-64} decode_prompt=${DECODE_PROMPT:-300}
 here=$(cd "$(dirname "$0")" && pwd)
 js=$build/js
-if ! grep -qs '"version": "3.21.1"' "$js/node_modules/node-llama-cpp/package.json"; then
-  npm install --prefix "$js" --no-audit --no-fund --loglevel=error -E --omit=optional \
-    node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 >/dev/null || { echo "npm install node-llama-cpp failed"; exit 1; }
-fi
+. "$here/../tools/llamacpp_lib.sh"
+mkdir -p "$js"
+need_llamacpp "$js" "$js/npm.log" || exit 1
 ids() { seq 1000 $((999 + $1)) | tr '\n' ' '; } # ordinary token ids of every vocabulary here
 
 # RATE LINE: the tok/s figure of `prefill:` or `decode:` in a run's output.

@@ -14,13 +14,8 @@ HF=$HERE/../fixtures/hf
 JS=$BUILD/js
 WORK=$BUILD/convert_peer
 mkdir -p "$WORK"
-command -v node >/dev/null && command -v npm >/dev/null ||
-    { echo "FAIL: node and npm are needed for the llama.cpp comparison (tools/deps.sh --with-node)"; exit 1; }
-if ! grep -qs '"version": "3.21.1"' "$JS/node_modules/node-llama-cpp/package.json"; then
-    npm install --prefix "$JS" --no-audit --no-fund --loglevel=error -E --omit=optional \
-        node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 >"$WORK/npm.log" 2>&1 ||
-        { cat "$WORK/npm.log"; echo "FAIL: npm install node-llama-cpp"; exit 1; }
-fi
+. "$(dirname "$0")/../../tools/llamacpp_lib.sh"
+need_llamacpp "$JS" "$WORK/npm.log" || exit 1
 ids() { tr -d ' \n' <"$HF/$1/expected.json" | sed -e "s/.*\"$2\":\[\([0-9,]*\)\].*/\1/" | tr ',' ' '; }
 
 status=0

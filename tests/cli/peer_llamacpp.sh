@@ -20,13 +20,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 JS=$BUILD/js
 WORK=$BUILD/peer_llamacpp
 mkdir -p "$WORK"
-command -v node >/dev/null && command -v npm >/dev/null ||
-    { echo "FAIL: node and npm are needed for the llama.cpp comparison (tools/deps.sh --with-node)"; exit 1; }
-if ! grep -qs '"version": "3.21.1"' "$JS/node_modules/node-llama-cpp/package.json"; then
-    npm install --prefix "$JS" --no-audit --no-fund --loglevel=error -E --omit=optional \
-        node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 >"$WORK/npm.log" 2>&1 ||
-        { cat "$WORK/npm.log"; echo "FAIL: npm install node-llama-cpp"; exit 1; }
-fi
+. "$(dirname "$0")/../../tools/llamacpp_lib.sh"
+need_llamacpp "$JS" "$WORK/npm.log" || exit 1
 
 PROMPT="1 450 4996 17354 1701 29916 12500 975 278 17366 11203 29889"
 N=32
