@@ -61,15 +61,16 @@ static int prompt_ids(ember_engine *e) {
     return info.n_vocab < 32000 ? (int)info.n_vocab : 32000;
 }
 
-/* Random token ids; with period > 0, a random stretch of `period` tokens repeated. */
-static void random_prompt(int32_t *tokens, int n, uint64_t seed, int n_vocab_guess, int period) {
+/* Random token ids in 3..n_ids-1 (past the usual control tokens); with period > 0, a random
+ * stretch of `period` tokens repeated. */
+static void random_prompt(int32_t *tokens, int n, uint64_t seed, int n_ids, int period) {
     for (int i = 0; i < n; i++) {
         if (period && i >= period) {
             tokens[i] = tokens[i - period];
             continue;
         }
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        tokens[i] = 3 + (int32_t)((seed >> 33) % (uint64_t)(n_vocab_guess - 3));
+        tokens[i] = 3 + (int32_t)((seed >> 33) % (uint64_t)(n_ids - 3));
     }
 }
 
