@@ -51,12 +51,41 @@ static void test_dense_layers(void **state) {
     em_schedule_free(&s);
 }
 
+/* A mixture-of-experts layer routes after the attention, and its experts' two products each end at
+ * a barrier: the routing must be complete before any block picks its experts. Dense layers between
+ * (Flint's first layers) keep their gated unit. */
+static void test_expert_layers(void **state) {
+    (void)state;
+    em_model_desc d = dense();
+    for (int i = 1; i < LAYERS; i++)
+        layers[i].moe = true, layers[i].n_expert = 64, layers[i].n_expert_used = 6, layers[i].n_ff = 128;
+    em_schedule s;
+    assert_null(em_schedule_build(&d, &s));
+    assert_int_equal(s.n_ops, 5 + 2 * 6 + 1);
+    const em_op_kind expected[] = {EM_OP_QKV,      EM_OP_ATTENTION, EM_OP_OUT_PROJ, EM_OP_FFN_UP,    EM_OP_FFN_DOWN,
+                                   EM_OP_QKV,      EM_OP_ATTENTION, EM_OP_OUT_PROJ, EM_OP_ROUTE,     EM_OP_EXPERT_UP,
+                                   EM_OP_EXPERT_DOWN, EM_OP_QKV,    EM_OP_ATTENTION, EM_OP_OUT_PROJ, EM_OP_ROUTE,
+                                   EM_OP_EXPERT_UP, EM_OP_EXPERT_DOWN, EM_OP_HEAD};
+    for (uint32_t i = 0; i < s.n_ops; i++) assert_int_equal(s.ops[i].kind, expected[i]);
+    assert_int_equal(s.ops[9].layer, 1);
+    assert_string_equal(em_op_name(EM_OP_EXPERT_DOWN), "expert_down");
+    assert_null(em_schedule_check(&s));
+    /* experts chosen while other blocks still write the router's logits */
+    s.ops[8].barrier_after = false;
+    s.n_barriers--;
+    assert_error_has(em_schedule_check(&s), "op 9 (expert_up, layer 1): reads buffers 0x40 before a barrier");
+    em_schedule_free(&s);
+}
+
 static void test_unsupported_layers(void **state) {
     (void)state;
     em_schedule s;
     em_model_desc d = dense();
-    layers[1].moe = true;
-    assert_error_has(em_schedule_build(&d, &s), "layer 1: mixture-of-experts");
+    layers[1].moe = true, layers[1].n_expert = 8, layers[1].n_expert_used = 2, layers[1].n_ff_shared = 64;
+    assert_error_has(em_schedule_build(&d, &s), "layer 1: shared experts");
+    d = dense();
+    layers[2].moe = true, layers[2].n_expert = 512, layers[2].n_expert_used = 8;
+    assert_error_has(em_schedule_build(&d, &s), "layer 2: 8 of 512 experts a token");
     d = dense();
     layers[2].post_ffn_norm = true;
     assert_error_has(em_schedule_build(&d, &s), "layer 2: post-norms");
@@ -114,6 +143,7 @@ static void test_check_rejects(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dense_layers),
+        cmocka_unit_test(test_expert_layers),
         cmocka_unit_test(test_unsupported_layers),
         cmocka_unit_test(test_check_rejects),
     };

@@ -4,14 +4,20 @@
 
 #include <stdlib.h>
 
-static const char *const op_names[EM_OP_KINDS] = {"qkv", "attention", "out_proj", "ffn_up", "ffn_down", "head"};
+static const char *const op_names[EM_OP_KINDS] = {"qkv",  "attention", "out_proj",  "ffn_up",
+                                                     "ffn_down", "head", "route", "expert_up", "expert_down"};
 
 const char *em_op_name(em_op_kind kind) { return kind < EM_OP_KINDS ? op_names[kind] : "?"; }
 
 /* Why layer il cannot run in the schedule, or NULL. */
 static em_err layer_unsupported(const em_model_desc *d, uint32_t il) {
     const em_layer_desc *ld = &d->layers[il];
-    if (ld->moe) return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: mixture-of-experts layers are not scheduled yet", il);
+    if (ld->moe && ld->n_ff_shared)
+        return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: shared experts are not scheduled yet", il);
+    if (ld->moe && (ld->n_expert > EM_SCHEDULE_MAX_EXPERTS || !ld->n_expert_used ||
+                    ld->n_expert_used > EM_SCHEDULE_MAX_USED || ld->n_expert_used > ld->n_expert))
+        return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: %u of %u experts a token (at most %u of %u)", il,
+                         ld->n_expert_used, ld->n_expert, EM_SCHEDULE_MAX_USED, EM_SCHEDULE_MAX_EXPERTS);
     if (ld->post_attn_norm || ld->post_ffn_norm)
         return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: post-norms are not scheduled yet", il);
     if (ld->head_dim != ld->head_dim_v || ld->head_dim < 32 || ld->head_dim > 256 || ld->head_dim % 32)
@@ -40,14 +46,20 @@ em_err em_schedule_build(const em_model_desc *d, em_schedule *out) {
         if (err) return em_err_prefix(err, "schedule");
     }
     em_schedule s = {0};
-    s.ops = calloc((size_t)d->n_layer * 5 + 1, sizeof *s.ops);
+    s.ops = calloc((size_t)d->n_layer * 6 + 1, sizeof *s.ops);
     if (!s.ops) return em_errorf(EM_ERR_NOMEM, "schedule: out of memory for %u layers", d->n_layer);
     for (uint32_t il = 0; il < d->n_layer; il++) {
         add(&s, EM_OP_QKV, il, EM_BUF_X, EM_BUF_QKV);
         add(&s, EM_OP_ATTENTION, il, EM_BUF_QKV | EM_BUF_KV, EM_BUF_KV | EM_BUF_PARTS);
         add(&s, EM_OP_OUT_PROJ, il, EM_BUF_PARTS | EM_BUF_X, EM_BUF_X);
-        add(&s, EM_OP_FFN_UP, il, EM_BUF_X, EM_BUF_H);
-        add(&s, EM_OP_FFN_DOWN, il, EM_BUF_H | EM_BUF_X, EM_BUF_X);
+        if (d->layers[il].moe) {
+            add(&s, EM_OP_ROUTE, il, EM_BUF_X, EM_BUF_ROUTER);
+            add(&s, EM_OP_EXPERT_UP, il, EM_BUF_X | EM_BUF_ROUTER, EM_BUF_H);
+            add(&s, EM_OP_EXPERT_DOWN, il, EM_BUF_H | EM_BUF_ROUTER | EM_BUF_X, EM_BUF_X);
+        } else {
+            add(&s, EM_OP_FFN_UP, il, EM_BUF_X, EM_BUF_H);
+            add(&s, EM_OP_FFN_DOWN, il, EM_BUF_H | EM_BUF_X, EM_BUF_X);
+        }
     }
     add(&s, EM_OP_HEAD, 0, EM_BUF_X, EM_BUF_LOGITS);
     s.ops[s.n_ops - 1].barrier_after = false; /* the end of the kernel is the last wait */
@@ -58,7 +70,7 @@ em_err em_schedule_build(const em_model_desc *d, em_schedule *out) {
 
 /* The rules of schedule.h. A buffer that an instruction reads and writes (x += ...) is only safe
  * when each element is read and written by the same thread, which every scheduled read-modify-write
- * does (EM_OP_OUT_PROJ, EM_OP_FFN_DOWN own their rows); what must not happen is a second
+ * does (EM_OP_OUT_PROJ, EM_OP_FFN_DOWN, EM_OP_EXPERT_DOWN own their rows); what must not happen is a second
  * instruction between the same two barriers touching what the first writes. */
 em_err em_schedule_check(const em_schedule *s) {
     uint32_t ready = EM_BUF_X | EM_BUF_KV; /* written before a barrier that has passed, or the step's input */

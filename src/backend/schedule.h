@@ -10,6 +10,10 @@
  *
  *   x += O · attention(QKV · norm(x))          EM_OP_QKV, EM_OP_ATTENTION, EM_OP_OUT_PROJ
  *   x += down · act(gate · norm(x)) * (up · norm(x))   EM_OP_FFN_UP, EM_OP_FFN_DOWN
+ *   or, in a mixture-of-experts layer, the same unit run by each token's chosen experts:
+ *   r = router · norm(x)                       EM_OP_ROUTE
+ *   h[e] = act(gate_e · norm(x)) * (up_e · norm(x)) for the top k of r     EM_OP_EXPERT_UP
+ *   x += sum over the chosen e of weight_e · down_e · h[e]                 EM_OP_EXPERT_DOWN
  *   logits = output · norm(x)                  EM_OP_HEAD
  *
  * Each instruction reads and writes named buffers and may end at a grid barrier: every block of
@@ -40,6 +44,9 @@ typedef enum em_op_kind {
     EM_OP_FFN_UP,    /* h = act(W_gate · norm(x)) * (W_up · norm(x)) */
     EM_OP_FFN_DOWN,  /* x += W_down · h */
     EM_OP_HEAD,      /* logits = W_output · norm(x), soft-capped */
+    EM_OP_ROUTE,     /* router logits = W_router · norm(x) */
+    EM_OP_EXPERT_UP, /* each block routes (top k, weights); h[choice] = the chosen experts' gated units */
+    EM_OP_EXPERT_DOWN, /* x += the chosen experts' down products, weighted, summed in expert order */
     EM_OP_KINDS
 } em_op_kind;
 
@@ -51,7 +58,11 @@ enum {
     EM_BUF_PARTS = 1u << 3,  /* attention partials */
     EM_BUF_H = 1u << 4,      /* the gated unit's output */
     EM_BUF_LOGITS = 1u << 5,
+    EM_BUF_ROUTER = 1u << 6, /* the router's logits */
 };
+
+#define EM_SCHEDULE_MAX_EXPERTS 256 /* a warp routes a token: 8 experts a lane */
+#define EM_SCHEDULE_MAX_USED 32     /* the choices of a step's tokens are one warp's lanes */
 
 typedef struct em_op {
     uint8_t kind;            /* em_op_kind */
@@ -67,8 +78,9 @@ typedef struct em_schedule {
 } em_schedule;
 
 /* The decode schedule of `d`, or an error that says why the model has none (what is not
- * supported, and where): dense layers with RMSNorm, no post-norms, gated units, head sizes of
- * 32-256 with equal key and value sizes. */
+ * supported, and where): RMSNorm, no post-norms, gated units (dense, or experts without a shared
+ * expert, at most EM_SCHEDULE_MAX_EXPERTS of which at most EM_SCHEDULE_MAX_USED per token), head
+ * sizes of 32-256 with equal key and value sizes. */
 em_err em_schedule_build(const em_model_desc *d, em_schedule *out);
 /* NULL when `s` is safe to run (see above), else the first instruction that is not, and why. */
 em_err em_schedule_check(const em_schedule *s);

@@ -41,7 +41,9 @@
  * within the served bound, the same tokens (a split at a near-tie, where the per-operation kernels'
  * two best logits are closer than the bound, ends the comparison and is reported, not failed); and
  * three sequences decoded alone, then again in steps of changing composition (1 -> 3 -> 2
- * sequences): every row equal to its solo run (<= 1e-6).
+ * sequences): every row equal to its solo run (<= 1e-6). Quantized weights again with the
+ * activations rounded to 8 bits, the kernel's default for them, against the per-operation kernels'
+ * default (which round them the same way): the same checks ("mega 8-bit").
  * Prints one line: LABEL TYPE, the errors and greedy steps of each check, PASS|FAIL. */
 #include <math.h>
 #include <stdio.h>
@@ -213,11 +215,11 @@ static em_backend *cuda_backend_with(const em_model *model, const em_backend_con
 /* Check 5 (the header). Returns 0 when it passed or the model does not take the kernel (*ran
  * false), 1 when it failed, -1 on an error. */
 static int mega_check(const em_model *model, const em_backend_config *config, const em_batch_seq *seqs,
-                      const int32_t *prompt, double tol, bool *ran, double *err_out, int *same_out, bool *tie_out,
-                      double *join_out) {
+                      const int32_t *prompt, double tol, bool int8, bool *ran, double *err_out, int *same_out,
+                      bool *tie_out, double *join_out) {
     const uint32_t V = desc->n_vocab;
-    /* the per-operation kernels with f32 / f16 activations, as the kernel has (not 8-bit ones) */
-    setenv("EMBER_CUDA_DP4A", "0", 1); /* (read where the kernels are picked: set until the end) */
+    /* both with f32 / f16 activations (not 8-bit ones), or both with their defaults */
+    if (!int8) setenv("EMBER_CUDA_DP4A", "0", 1); /* (read where the kernels are picked: set until the end) */
     em_backend *gm = cuda_backend_with(model, config, true), *gp = cuda_backend_with(model, config, false);
     if (!gm || !gp) {
         unsetenv("EMBER_CUDA_DP4A");
@@ -531,13 +533,18 @@ int main(int argc, char **argv) {
      * reference up to twice as far as the CPU backend's does on the prefill or the same steps. */
     const bool rounds = strcmp(argv[3], "f32") && strcmp(argv[3], "f16") && strcmp(argv[3], "bf16");
     const double served_tol = rounds ? fmax(tol, 2.0 * fmax(q8_err, q8_decode_err)) : tol;
-    bool mega_ran = false, mega_tie = false;
-    double mega_err = 0.0, mega_join = 0.0;
-    int mega_same = 0;
-    const int mega_rc = mega_check(model, &config, seqs, prompt, served_tol, &mega_ran, &mega_err, &mega_same,
+    bool mega_ran = false, mega_tie = false, mega8_ran = false, mega8_tie = false;
+    double mega_err = 0.0, mega_join = 0.0, mega8_err = 0.0, mega8_join = 0.0;
+    int mega_same = 0, mega8_same = 0, mega8_rc = 0;
+    const int mega_rc = mega_check(model, &config, seqs, prompt, served_tol, false, &mega_ran, &mega_err, &mega_same,
                                    &mega_tie, &mega_join);
     if (mega_rc < 0) return 1;
-    failed = mega_rc != 0 || !(prefill_err <= 1e-4) || !(decode_err <= 1e-4) || same != STEPS || !(batch_err <= 1e-5) ||
+    if (rounds && mega_ran) {
+        mega8_rc = mega_check(model, &config, seqs, prompt, served_tol, true, &mega8_ran, &mega8_err, &mega8_same,
+                              &mega8_tie, &mega8_join);
+        if (mega8_rc < 0) return 1;
+    }
+    failed = mega_rc != 0 || mega8_rc != 0 || !(prefill_err <= 1e-4) || !(decode_err <= 1e-4) || same != STEPS || !(batch_err <= 1e-5) ||
              !(f16_err <= tol) || !(long_err <= tol) || !(served_decode_err <= served_tol) || !(served_f16_err <= tol);
     printf("%-14s %-5s prefill %.1e  decode %.1e  greedy %2d/%d  batched %.1e  served prefill %.1e  long %.1e  decode "
            "%.1e (<= %.1e; f16 act %.1e)  %s   (cpu q8-act: prefill %.1e, decode %.1e)\n",
@@ -549,6 +556,10 @@ int main(int argc, char **argv) {
                mega_join);
     else
         printf("%-14s %-5s mega: not taken\n", argv[2], argv[3]);
+    if (mega8_ran)
+        printf("%-14s %-5s mega 8-bit: decode %.1e against the per-operation kernels, greedy %d/%d%s, join/leave %.1e\n",
+               argv[2], argv[3], mega8_err, mega8_same, MEGA_STEPS, mega8_tie ? " (then a split at a near-tie)" : "",
+               mega8_join);
     em_backend_free(gpu);
     em_backend_free(cpu);
     em_backend_free(cpu_q8);

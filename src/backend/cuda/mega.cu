@@ -6,6 +6,7 @@
  * schedule (src/backend/schedule.h), built from the model description when the backend is made:
  *
  *   for each layer:  x += O · attention(QKV · norm(x));  x += down · act(gate · norm(x)) * (up · norm(x))
+ *   (a mixture-of-experts layer: router, then the chosen experts' gated units and down products)
  *   logits = output · norm(x)
  *
  * Every instruction is spread over all blocks (each block a contiguous slice of the rows) and ends
@@ -16,6 +17,13 @@
  * the grid barriers into the next instructions' weights and the memory keeps streaming while the
  * consumers wait for the other blocks. The consumers take the rows of each stage a warp a row.
  *
+ * Experts: after the router's product (EM_OP_ROUTE) and its barrier, every block works out the
+ * step's routing itself (top k and weights as route.cuh, the same bits in every block), and so does
+ * the loader warp, which waits for that one barrier before it streams the chosen experts' rows. The
+ * gated units spread the chosen experts' rows over all blocks; the down products give every block
+ * the same rows of x in every chosen expert, so that a block sums a row's experts in expert order
+ * itself (run_expert_sums) without another barrier or an atomic add.
+ *
  * Norms are recomputed by every block from x (it reads x into shared memory as the products'
  * input anyway), so no instruction waits for a norm. Attention is split over spans of positions,
  * a warp per (token, query head, span); the span holding the token's own position finishes its
@@ -23,20 +31,26 @@
  * them into the cache; the last span of a head to finish merges the spans' partial results.
  *
  * Everything a block reads that other blocks wrote in this launch (x, q, k, v, the partials, the
- * gated unit's output) is read past L1 (ld.global.cg): L1 is not coherent between multiprocessors.
- * The sums of each token are computed in the same order whatever the number of tokens in the step,
- * so a sequence gets the same bits alone and batched. The watchdogs in the waits turn a wait of
- * seconds (a bug) into a kernel error instead of a hung GPU.
+ * gated unit's output, the router's logits) is read past L1 (ld.global.cg): L1 is not coherent
+ * between multiprocessors. The sums of each token are computed in the same order whatever the
+ * number of tokens in the step, so a sequence gets the same bits alone and batched. The watchdogs
+ * in the waits turn a wait of seconds (a bug) into a kernel error instead of a hung GPU.
  *
- * Weight types: F32, F16, BF16, Q8_0, Q4_K, Q6_K (deq<> of dequant.cuh, f32 activations). Models
- * and steps it does not take run the kernels of forward.cu (em_cuda_mega_takes). */
+ * Weight types: F32, F16, BF16, Q8_0, Q4_K, Q6_K, IQ3_XXS. The products (mega_products.cuh) decode
+ * them to f32 for f32 activations, or, for instructions whose matrices are all Q8_0, Q4_K, Q6_K or
+ * IQ3_XXS, multiply their bytes with activations rounded to 8 bits (__dp4a), as the per-operation
+ * kernels do (EMBER_CUDA_DP4A=0: f32 everywhere). Models and steps it does not take run the kernels
+ * of forward.cu (em_cuda_mega_takes). */
 #include "mega.cuh"
 #include "mega_attention.cuh"
+#include "mega_products.cuh"
+#include "route.cuh"
 
 /* The backend's persistent-kernel state (cuda_backend.mega). */
 struct cuda_mega {
     em_schedule schedule;
     em_op *ops;                /* the schedule on the device */
+    uint8_t *op_int8;          /* on the device: per instruction, whether it takes 8-bit activations */
     mega_layer *layers;        /* on the device */
     float *parts;
     uint32_t *att_done;
@@ -45,6 +59,7 @@ struct cuda_mega {
     unsigned long long barriers_passed; /* the counter's value after the last launch */
     unsigned long long *op_ns;  /* EMBER_CUDA_MEGA_PROFILE: [instruction][3], summed over the steps (device) */
     uint32_t ring_offset[MEGA_MAX_TOKENS + 1], n_stages[MEGA_MAX_TOKENS + 1], stage_bytes;
+    uint32_t results_offset[MEGA_MAX_TOKENS + 1];
     uint32_t max_tokens;       /* the largest step whose shared memory fits */
     size_t smem[MEGA_MAX_TOKENS + 1];
     uint32_t max_head_dim, max_head;
@@ -63,11 +78,6 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
     unsigned long long v;
     asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
-}
-
-/* A barrier of the block's consumer warps (the loader warp never waits on them). */
-__device__ __forceinline__ void consumer_sync(void) {
-    asm volatile("bar.sync 1, %0;" ::"n"(MEGA_CONSUMER_THREADS) : "memory");
 }
 
 /* Every block's consumers wait until all blocks have arrived at barrier k of this launch. */
@@ -92,14 +102,20 @@ __device__ __forceinline__ void block_slice(uint32_t rows, uint32_t *begin, uint
 }
 
 /* The matrices an instruction multiplies, as consecutive row ranges of one launch-wide row space
- * (Q, K, V: three parts), and the up matrix paired with the first (the gated unit). */
+ * (Q, K, V: three parts), and the up matrix paired with the first (the gated unit). In the expert
+ * instructions part u is the matrix of expert route->experts[u] (m[0] is expert 0's, the others
+ * `stride` bytes apart); the down products slice every part by the same rows (`same_rows`), so
+ * that a block holds all the chosen experts' results for its rows of x and sums them itself. */
 struct op_parts {
     const mega_matrix *m[3];
     const mega_matrix *up;
     uint32_t n, rows;
+    const mega_route *route;
+    uint64_t stride;
+    bool same_rows;
 };
 
-__device__ __forceinline__ op_parts parts_of(const mega_args &a, const em_op &op) {
+__device__ __forceinline__ op_parts parts_of(const mega_args &a, const em_op &op, const mega_route *route) {
     const mega_layer &L = a.layers[op.layer];
     op_parts p = {};
     switch (op.kind) {
@@ -108,10 +124,67 @@ __device__ __forceinline__ op_parts parts_of(const mega_args &a, const em_op &op
     case EM_OP_FFN_UP: p.m[0] = &L.gate, p.up = &L.up, p.n = 1; break;
     case EM_OP_FFN_DOWN: p.m[0] = &L.down, p.n = 1; break;
     case EM_OP_HEAD: p.m[0] = &a.output, p.n = 1; break;
+    case EM_OP_ROUTE: p.m[0] = &L.router, p.n = 1; break;
+    case EM_OP_EXPERT_UP:
+        p.m[0] = &L.gate, p.up = &L.up, p.route = route, p.stride = L.expert_bytes, p.n = route->n;
+        p.rows = p.n * L.gate.rows;
+        return p;
+    case EM_OP_EXPERT_DOWN:
+        p.m[0] = &L.down, p.route = route, p.stride = L.down_expert_bytes, p.n = route->n, p.same_rows = true;
+        p.rows = p.n * L.down.rows;
+        return p;
     default: p.n = 0;
     }
     for (uint32_t i = 0; i < p.n; i++) p.rows += p.m[i]->rows;
     return p;
+}
+
+/* Part u's matrix (an expert's: expert 0's shape at its own address), and where its up rows start. */
+__device__ __forceinline__ mega_matrix part_matrix(const op_parts &p, uint32_t u) {
+    if (!p.route) return *p.m[u];
+    mega_matrix m = *p.m[0];
+    m.data += p.route->experts[u] * p.stride;
+    return m;
+}
+
+__device__ __forceinline__ const uint8_t *part_up(const op_parts &p, uint32_t u) {
+    return p.up->data + (p.route ? p.route->experts[u] * p.stride : 0);
+}
+
+/* One warp works out the step's routing in an expert layer (mega_route): each token's choices and
+ * weights from the router's logits, as the per-operation kernels do (route.cuh), then the distinct
+ * chosen experts in ascending order and each token's choice index of each. */
+template <int NT, int PER_LANE>
+__device__ void route_step_lanes(const mega_args &a, const mega_layer &L, mega_route *r) {
+    const uint32_t lane = threadIdx.x & 31, k = L.n_used, pairs = NT * k;
+    for (uint32_t t = 0; t < NT; t++)
+        route_token<PER_LANE>(a.router, r->chosen, r->weight, t, L.n_expert, k, L.sigmoid, L.renormalize,
+                              L.expert_scale);
+    __syncwarp();
+    const uint32_t e = lane < pairs ? (uint32_t)r->chosen[lane] : UINT32_MAX;
+    const uint32_t same = __match_any_sync(0xffffffffu, e);
+    const uint32_t firsts = __ballot_sync(0xffffffffu, lane < pairs && __ffs(same) - 1 == (int)lane);
+    uint32_t rank = 0; /* distinct chosen experts below e */
+    for (uint32_t m = 0; m < 32; m++) {
+        const uint32_t other = __shfl_sync(0xffffffffu, e, m);
+        rank += (firsts >> m & 1) && other < e;
+    }
+    for (uint32_t i = lane; i < EM_SCHEDULE_MAX_USED * MEGA_MAX_TOKENS; i += 32) (&r->choice[0][0])[i] = MEGA_NO_CHOICE;
+    __syncwarp();
+    if (lane < pairs) {
+        if (firsts >> lane & 1) r->experts[rank] = e;
+        r->choice[rank][lane / k] = (uint8_t)(lane % k);
+    }
+    if (lane == 0) r->n = __popc(firsts);
+    __syncwarp();
+}
+
+template <int NT>
+__device__ void route_step(const mega_args &a, const mega_layer &L, mega_route *r) {
+    if (L.n_expert <= 32) route_step_lanes<NT, 1>(a, L, r);
+    else if (L.n_expert <= 64) route_step_lanes<NT, 2>(a, L, r);
+    else if (L.n_expert <= 128) route_step_lanes<NT, 4>(a, L, r);
+    else route_step_lanes<NT, 8>(a, L, r);
 }
 
 /* ---- the weight stream ----
@@ -138,7 +211,7 @@ struct chunk {
 /* Rows a chunk of part `part` holds: as many as fit a stage, with their up rows and the slack of
  * the copy's alignment. */
 __device__ __forceinline__ uint32_t chunk_rows(const op_parts &p, uint32_t part, uint32_t stage_bytes) {
-    const uint64_t bytes = p.m[part]->row_bytes * (p.up ? 2 : 1) + 32;
+    const uint64_t bytes = p.m[p.route ? 0 : part]->row_bytes * (p.up ? 2 : 1) + 32;
     return bytes > stage_bytes ? 1 : (uint32_t)(stage_bytes / bytes);
 }
 
@@ -146,13 +219,24 @@ __device__ __forceinline__ uint32_t chunk_rows(const op_parts &p, uint32_t part,
  * rows of one part, as many as fit a stage), false past the slice's end. */
 __device__ __forceinline__ bool chunk_at(const op_parts &p, uint32_t stage_bytes, uint32_t slice_row, chunk *c) {
     uint32_t begin, end;
+    if (p.same_rows) { /* the block's rows [begin, end) of every part in turn */
+        block_slice(p.m[0]->rows, &begin, &end);
+        const uint32_t per_part = end - begin;
+        if (slice_row >= p.n * per_part) return false;
+        c->part = slice_row / per_part, c->row = begin + slice_row % per_part;
+        c->n_rows = min(chunk_rows(p, c->part, stage_bytes), end - c->row);
+        return true;
+    }
     block_slice(p.rows, &begin, &end);
     const uint32_t r = begin + slice_row;
     if (r >= end) return false;
     uint32_t part = 0, at = 0;
-    while (part + 1 < p.n && r >= at + p.m[part]->rows) at += p.m[part++]->rows;
+    if (p.route) part = r / p.m[0]->rows, at = part * p.m[0]->rows;
+    else
+        while (part + 1 < p.n && r >= at + p.m[part]->rows) at += p.m[part++]->rows;
+    const uint32_t part_rows = p.m[p.route ? 0 : part]->rows;
     c->part = part, c->row = r - at;
-    c->n_rows = min(chunk_rows(p, part, stage_bytes), min(end, at + p.m[part]->rows) - r);
+    c->n_rows = min(chunk_rows(p, part, stage_bytes), min(end, at + part_rows) - r);
     return true;
 }
 
@@ -185,27 +269,50 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t b
                  : "memory");
 }
 
-/* The loader (lane 0 of the last warp): the block's slice of each instruction in turn, chunk after
- * chunk into the next stage, each stage's descriptor saying where its chunk starts in the slice;
- * a stage marked MEGA_CHUNK_END tells the consumers the instruction is done. */
-__device__ void load_weights(const mega_args &a, const ring &rg) {
-    uint32_t n = 0; /* stages filled */
-    for (uint32_t i = 0; i < a.n_ops; i++) {
-        const op_parts p = parts_of(a, a.ops[i]);
-        if (!p.n) continue;
+/* The loader warp waits until every block has passed barrier k of this launch (the routing of an
+ * expert layer is complete) before it picks the experts whose weights it streams. */
+__device__ void loader_wait_barrier(const mega_args &a, uint32_t k) {
+    const unsigned long long target = a.barrier_base + (unsigned long long)k * gridDim.x;
+    const long long start = clock64();
+    while (load_acquire(a.barrier) < target)
+        if (clock64() - start > MEGA_WATCHDOG) __trap();
+    __syncwarp();
+}
+
+/* The loader (the last warp; lane 0 issues the copies): the block's slice of each instruction in
+ * turn, chunk after chunk into the next stage, each stage's descriptor saying where its chunk
+ * starts in the slice; a stage marked MEGA_CHUNK_END tells the consumers the instruction is done.
+ * Before an expert layer's gated units it waits for the routing and works it out itself (the
+ * whole warp), so it runs ahead of every barrier but that one. */
+template <int NT>
+__device__ void load_weights(const mega_args &a, const ring &rg, mega_route *route) {
+    const bool issuer = (threadIdx.x & 31) == 0;
+    uint32_t n = 0, barriers = 0; /* stages filled, barriers the schedule has had so far */
+    for (uint32_t i = 0; i < a.n_ops; barriers += a.ops[i].barrier_after, i++) {
+        const em_op op = a.ops[i];
+        if (op.kind == EM_OP_EXPERT_UP) {
+            loader_wait_barrier(a, barriers);
+            route_step<NT>(a, a.layers[op.layer], route);
+        }
+        const op_parts p = parts_of(a, op, route);
+        if (op.kind == EM_OP_ATTENTION) continue;
         uint32_t slice_row = 0;
         for (bool more = true; more; n++) {
             const uint32_t stage = n % rg.n_stages, fill = n / rg.n_stages;
             if (fill) mbar_wait(rg.empty + stage, (fill - 1) & 1);
             chunk c;
             more = chunk_at(p, rg.stage_bytes, slice_row, &c);
+            if (!issuer) {
+                if (more) slice_row += c.n_rows;
+                continue;
+            }
             rg.chunk[stage] = more ? slice_row : MEGA_CHUNK_END;
             if (!more) { /* the end mark takes its stage like a chunk (n counts it) */
                 asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(rg.full + stage)) : "memory");
                 continue;
             }
             slice_row += c.n_rows;
-            const mega_matrix &m = *p.m[c.part];
+            const mega_matrix m = part_matrix(p, c.part);
             const uint64_t from = (uint64_t)c.row * m.row_bytes, bytes = (uint64_t)c.n_rows * m.row_bytes;
             const uint64_t lo = from & ~(uint64_t)15, hi = (from + bytes + 15) & ~(uint64_t)15;
             uint32_t total_bytes = (uint32_t)(hi - lo);
@@ -215,74 +322,34 @@ __device__ void load_weights(const mega_args &a, const ring &rg) {
                          "r"(total_bytes)
                          : "memory");
             bulk_copy(dst, m.data + lo, (uint32_t)(hi - lo), rg.full + stage);
-            if (p.up) bulk_copy(dst + (hi - lo), p.up->data + lo, (uint32_t)(hi - lo), rg.full + stage);
+            if (p.up) bulk_copy(dst + (hi - lo), part_up(p, c.part) + lo, (uint32_t)(hi - lo), rg.full + stage);
         }
     }
-}
-
-/* RW consecutive rows of a stage (with GLU their up rows, up_offset bytes further) times the NT
- * activation rows in shared memory, by one warp: the lanes walk the rows' 8-value groups, and
- * each activation value read serves all RW rows (shared memory, not the weights, bounds this
- * loop: every weight byte is written there by the copy and read once, every activation byte read
- * once per RW rows). Rows past n_rows are computed on row 0 and dropped. */
-template <int TYPE, int NT, int RW, bool GLU>
-__device__ __forceinline__ void dot_rows(const uint8_t *w, uint64_t row_bytes, uint64_t up_offset, uint32_t n_rows,
-                                         const float *xs, uint32_t cols, float acc[RW][NT], float acc2[RW][NT]) {
-    const uint32_t groups = cols / 8, lane = threadIdx.x & 31;
-    const uint8_t *rows[RW];
-#pragma unroll
-    for (int j = 0; j < RW; j++) rows[j] = w + (j < (int)n_rows ? j : 0) * row_bytes;
-    for (uint32_t g = lane; g < groups; g += 32) {
-        float v[RW][8], v2[GLU ? RW : 1][8];
-#pragma unroll
-        for (int j = 0; j < RW; j++) {
-            deq<TYPE>::get(rows[j], g, v[j]);
-            if (GLU) deq<TYPE>::get(rows[j] + up_offset, g, v2[GLU ? j : 0]);
-        }
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const float *xp = xs + (uint64_t)t * cols + 8 * g;
-            const float4 x0 = *(const float4 *)xp, x1 = *(const float4 *)(xp + 4);
-            const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-            for (int j = 0; j < RW; j++)
-#pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    acc[j][t] += v[j][e] * x[e];
-                    if (GLU) acc2[j][t] += v2[GLU ? j : 0][e] * x[e];
-                }
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < RW; j++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            acc[j][t] = em_warp_sum(acc[j][t]);
-            if (GLU) acc2[j][t] = em_warp_sum(acc2[j][t]);
-        }
-}
-
-template <int NT, int RW, bool GLU>
-__device__ __forceinline__ void dot_rows_typed(uint32_t type, const uint8_t *w, uint64_t row_bytes, uint64_t up_offset,
-                                               uint32_t n_rows, const float *xs, uint32_t cols, float acc[RW][NT],
-                                               float acc2[RW][NT]) {
-#define EM_DOT_ROWS(T) dot_rows<T, NT, RW, GLU>(w, row_bytes, up_offset, n_rows, xs, cols, acc, acc2)
-    switch (type) {
-    case EM_TYPE_F32: EM_DOT_ROWS(EM_TYPE_F32); break;
-    case EM_TYPE_F16: EM_DOT_ROWS(EM_TYPE_F16); break;
-    case EM_TYPE_BF16: EM_DOT_ROWS(EM_TYPE_BF16); break;
-    case EM_TYPE_Q8_0: EM_DOT_ROWS(EM_TYPE_Q8_0); break;
-    case EM_TYPE_Q4_K: EM_DOT_ROWS(EM_TYPE_Q4_K); break;
-    case EM_TYPE_Q6_K: EM_DOT_ROWS(EM_TYPE_Q6_K); break;
-    }
-#undef EM_DOT_ROWS
 }
 
 /* Row `row` of the instruction's part `part`, token t's sum y (and the up row's y2, scaled): QKV's
- * outputs, x += y, the gated unit, or the logits. */
-__device__ __forceinline__ void write_row(const mega_args &a, const em_op &op, const mega_matrix &m, uint32_t part,
-                                          uint32_t row, uint32_t t, float y, float y2) {
+ * outputs, x += y, the gated unit, the logits, the router's logits, an expert's gated unit for the
+ * tokens that chose it, or an expert's down row kept in the block's `results` until all the
+ * block's experts are done (EXPERT_DOWN sums them in expert order, run_expert_sums). */
+template <int NT>
+__device__ __forceinline__ void write_row(const mega_args &a, const em_op &op, const op_parts &p,
+                                          const mega_matrix &m, uint32_t part, uint32_t row, uint32_t t, float y,
+                                          float y2, float *results) {
     switch (op.kind) {
+    case EM_OP_ROUTE: a.router[(uint64_t)t * m.rows + row] = y; break;
+    case EM_OP_EXPERT_UP: {
+        const uint32_t choice = p.route->choice[part][t];
+        if (choice != MEGA_NO_CHOICE)
+            a.moe_h[((uint64_t)t * a.layers[op.layer].n_used + choice) * m.rows + row] = mv_glu(y, y2, a.act);
+        break;
+    }
+    case EM_OP_EXPERT_DOWN: {
+        uint32_t begin, end;
+        block_slice(m.rows, &begin, &end);
+        const uint32_t per_block = (m.rows + gridDim.x - 1) / gridDim.x;
+        results[((uint64_t)part * per_block + row - begin) * NT + t] = y;
+        break;
+    }
     case EM_OP_QKV: {
         float *out = part == 0 ? a.q : part == 1 ? a.k : a.v;
         out[(uint64_t)t * m.rows + row] = y;
@@ -304,17 +371,31 @@ __device__ __forceinline__ void write_row(const mega_args &a, const em_op &op, c
 
 /* A warp's RW rows of a chunk in its stage, then their results written. */
 template <int NT, int RW, bool GLU>
-__device__ __forceinline__ void chunk_rows_of_warp(const mega_args &a, const em_op &op, const mega_matrix &m,
-                                                   uint32_t part, const uint8_t *w, uint64_t up_offset, uint32_t row,
-                                                   uint32_t n_rows, const float *xs, uint32_t cols,
-                                                   const float *scale) {
+__device__ __forceinline__ void chunk_rows_of_warp(const mega_args &a, const em_op &op, const op_parts &p,
+                                                   const mega_matrix &m, uint32_t part, const uint8_t *w,
+                                                   uint64_t up_offset, uint32_t row, uint32_t n_rows,
+                                                   const mega_input &in, const uint32_t *lut, const float *scale,
+                                                   float *results) {
     const uint32_t lane = threadIdx.x & 31;
     float acc[RW][NT], acc2[RW][NT];
 #pragma unroll
     for (int j = 0; j < RW; j++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[j][t] = acc2[j][t] = 0.0f;
-    dot_rows_typed<NT, RW, GLU>(m.type, w, m.row_bytes, up_offset, n_rows, xs, cols, acc, acc2);
+    /* token t's input row: its own, or in the experts' down products its gated unit for this expert
+     * (a token that did not choose the expert reads another row, and its sum is dropped) */
+    uint32_t x_row[NT], x_off[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        x_row[t] = t;
+        if (op.kind == EM_OP_EXPERT_DOWN) {
+            const uint32_t choice = p.route->choice[part][t];
+            x_row[t] = choice == MEGA_NO_CHOICE ? 0 : (uint32_t)t * a.layers[op.layer].n_used + choice;
+        }
+        x_off[t] = x_row[t] * in.cols;
+    }
+    if (in.int8) dot_rows_q_typed<NT, RW, GLU>(m.type, w, m.row_bytes, up_offset, n_rows, in, x_row, lut, acc, acc2);
+    else dot_rows_typed<NT, RW, GLU>(m.type, w, m.row_bytes, up_offset, n_rows, in.xs, x_off, in.cols, acc, acc2);
     /* lane j * NT + t writes row j's token t (a run-time index into acc would go to local memory) */
     float y = 0.0f, y2 = 0.0f;
 #pragma unroll
@@ -323,7 +404,8 @@ __device__ __forceinline__ void chunk_rows_of_warp(const mega_args &a, const em_
         for (int t = 0; t < NT; t++)
             if (lane == (uint32_t)(j * NT + t)) y = acc[j][t], y2 = acc2[j][t];
     const uint32_t j = lane / NT, t = lane % NT;
-    if (lane < RW * NT && j < n_rows) write_row(a, op, m, part, row + j, t, y * scale[t], y2 * scale[t]);
+    if (lane < RW * NT && j < n_rows)
+        write_row<NT>(a, op, p, m, part, row + j, t, y * scale[t], y2 * scale[t], results);
 }
 
 #define MEGA_RW 4     /* rows a warp takes at once from a stage */
@@ -333,9 +415,9 @@ __device__ __forceinline__ void chunk_rows_of_warp(const mega_args &a, const em_
  * stages the consumers have taken so far in this launch) until the end mark, RW rows per consumer
  * warp, the warps taking turns from chunk to chunk: y = scale[t] * (W · xs[t]), written by write_row. */
 template <int NT>
-__device__ void run_rows(const mega_args &a, const ring &rg, uint32_t *stages, const em_op &op, const float *xs,
-                         uint32_t cols, const float *scale) {
-    const op_parts p = parts_of(a, op);
+__device__ void run_rows(const mega_args &a, const ring &rg, uint32_t *stages, const em_op &op, const mega_input &in,
+                         const uint32_t *lut, const float *scale, const mega_route *route, float *results) {
+    const op_parts p = parts_of(a, op, route);
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rw = p.up ? MEGA_RW_GLU : MEGA_RW;
     uint32_t turn = 0; /* the warp that takes the next chunk's first rows */
     for (bool more = true; more; (*stages)++) {
@@ -347,7 +429,7 @@ __device__ void run_rows(const mega_args &a, const ring &rg, uint32_t *stages, c
         chunk c;
         more = slice_row != MEGA_CHUNK_END && chunk_at(p, rg.stage_bytes, slice_row, &c);
         if (more) {
-            const mega_matrix &m = *p.m[c.part];
+            const mega_matrix m = part_matrix(p, c.part);
             const uint32_t sets = (c.n_rows + rw - 1) / rw; /* row sets of this chunk */
             const uint8_t *base = rg.stages + (uint64_t)stage * rg.stage_bytes + chunk_skew(m, c.row);
             const uint64_t from = (uint64_t)c.row * m.row_bytes;
@@ -357,17 +439,14 @@ __device__ void run_rows(const mega_args &a, const ring &rg, uint32_t *stages, c
                 const uint32_t k = set * rw, n = min(rw, c.n_rows - k);
                 const uint8_t *w = base + (uint64_t)k * m.row_bytes;
                 /* as many rows as the set has (a row computed twice would cost its shared-memory reads) */
-                if (p.up && n == 1)
-                    chunk_rows_of_warp<NT, 1, true>(a, op, m, c.part, w, up_offset, c.row + k, n, xs, cols, scale);
-                else if (p.up)
-                    chunk_rows_of_warp<NT, MEGA_RW_GLU, true>(a, op, m, c.part, w, up_offset, c.row + k, n, xs, cols,
-                                                              scale);
-                else if (n == 1)
-                    chunk_rows_of_warp<NT, 1, false>(a, op, m, c.part, w, 0, c.row + k, n, xs, cols, scale);
-                else if (n == 2)
-                    chunk_rows_of_warp<NT, 2, false>(a, op, m, c.part, w, 0, c.row + k, n, xs, cols, scale);
-                else
-                    chunk_rows_of_warp<NT, MEGA_RW, false>(a, op, m, c.part, w, 0, c.row + k, n, xs, cols, scale);
+#define EM_CHUNK_ROWS(RW, GLU, UP_OFFSET)                                                                 \
+    chunk_rows_of_warp<NT, RW, GLU>(a, op, p, m, c.part, w, UP_OFFSET, c.row + k, n, in, lut, scale, results)
+                if (p.up && n == 1) EM_CHUNK_ROWS(1, true, up_offset);
+                else if (p.up) EM_CHUNK_ROWS(MEGA_RW_GLU, true, up_offset);
+                else if (n == 1) EM_CHUNK_ROWS(1, false, 0);
+                else if (n == 2) EM_CHUNK_ROWS(2, false, 0);
+                else EM_CHUNK_ROWS(MEGA_RW, false, 0);
+#undef EM_CHUNK_ROWS
             }
             turn = (turn + sets) % MEGA_CONSUMERS;
         }
@@ -375,45 +454,6 @@ __device__ void run_rows(const mega_args &a, const ring &rg, uint32_t *stages, c
         if (lane == 0)
             asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(rg.empty + stage)) : "memory");
     }
-}
-
-/* xs[t] = x[t] (n values each, read past L1), times the norm weights when norm_w is given; then
- * scale[t] is the RMS factor of x[t] (1 without a norm), which run_rows applies to the sums. The
- * sums of squares are added in a fixed order, so every block gets the same bits. */
-template <int NT>
-__device__ void load_input(const mega_args &a, const float *x, uint32_t n, const float *norm_w, float *xs,
-                           float *scale) {
-    __shared__ float part[MEGA_CONSUMERS][MEGA_MAX_TOKENS];
-    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float ss[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        ss[t] = 0.0f;
-        for (uint32_t i = 4 * threadIdx.x; i < n; i += 4 * MEGA_CONSUMER_THREADS) {
-            float4 v = __ldcg((const float4 *)(x + (uint64_t)t * n + i));
-            ss[t] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-            if (norm_w) {
-                const float4 w = *(const float4 *)(norm_w + i);
-                const float o = a.plus_one ? 1.0f : 0.0f;
-                v.x *= w.x + o, v.y *= w.y + o, v.z *= w.z + o, v.w *= w.w + o;
-            }
-            *(float4 *)(xs + (uint64_t)t * n + i) = v;
-        }
-    }
-    if (norm_w) {
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const float s = em_warp_sum(ss[t]);
-            if (lane == 0) part[warp][t] = s;
-        }
-    }
-    consumer_sync();
-    if (threadIdx.x < NT) {
-        float total = 0.0f;
-        for (int w = 0; w < MEGA_CONSUMERS; w++) total += norm_w ? part[w][threadIdx.x] : 0.0f;
-        scale[threadIdx.x] = norm_w ? rsqrtf(total / n + a.eps) : 1.0f;
-    }
-    consumer_sync();
 }
 
 /* EMBER_CUDA_MEGA_PROFILE: block 0 adds the time since the last stamp to part `what` of
@@ -425,6 +465,28 @@ __device__ __forceinline__ void profile_stamp(const mega_args &a, unsigned long 
     *stamp = now;
 }
 
+/* The end of an expert layer's down products in a block: x[t][r] += the weighted sum of token t's
+ * experts' rows r, in ascending expert order as the CPU and the per-operation kernels add them,
+ * for the block's rows r (the same rows of every expert's matrix: op_parts.same_rows). */
+template <int NT>
+__device__ void run_expert_sums(const mega_args &a, const mega_layer &L, const mega_route *route,
+                                const float *results) {
+    uint32_t begin, end;
+    block_slice(a.n_embd, &begin, &end);
+    const uint32_t per_block = (a.n_embd + gridDim.x - 1) / gridDim.x;
+    for (uint32_t i = threadIdx.x; i < (end - begin) * NT; i += MEGA_CONSUMER_THREADS) {
+        const uint32_t t = i % NT, r = i / NT;
+        float sum = 0.0f;
+        for (uint32_t u = 0; u < route->n; u++) {
+            const uint32_t choice = route->choice[u][t];
+            if (choice != MEGA_NO_CHOICE)
+                sum += route->weight[t * L.n_used + choice] * results[((uint64_t)u * per_block + r) * NT + t];
+        }
+        float *x = a.x + (uint64_t)t * a.n_embd + begin + r;
+        *x = __ldcg(x) + sum;
+    }
+}
+
 template <int NT>
 __global__ void __launch_bounds__(MEGA_THREADS, 1) mega_kernel(const __grid_constant__ mega_args a) {
     /* shared memory: the instructions' input (or the attention warps' tiles), then the ring */
@@ -432,6 +494,10 @@ __global__ void __launch_bounds__(MEGA_THREADS, 1) mega_kernel(const __grid_cons
     __shared__ float scale[MEGA_MAX_TOKENS];
     __shared__ __align__(8) unsigned long long full[MEGA_MAX_STAGES], empty[MEGA_MAX_STAGES];
     __shared__ uint32_t stage_chunk[MEGA_MAX_STAGES];
+    __shared__ mega_route route, loader_route; /* the consumers' and the loader's */
+    __shared__ uint32_t lut[256];              /* IQ3_XXS's lattice */
+    for (uint32_t i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = em_cuda_iq3xxs_grid[i];
+    float *results = (float *)((uint8_t *)smem + a.results_offset);
     const ring rg = {(uint8_t *)smem + a.ring_offset, full, empty, stage_chunk, a.n_stages, a.stage_bytes};
     if (threadIdx.x == 0) {
         for (uint32_t i = 0; i < a.n_stages; i++) {
@@ -443,7 +509,7 @@ __global__ void __launch_bounds__(MEGA_THREADS, 1) mega_kernel(const __grid_cons
     }
     __syncthreads(); /* the last barrier of the whole block: from here the loader runs on its own */
     if (threadIdx.x >> 5 == MEGA_CONSUMERS) {
-        if ((threadIdx.x & 31) == 0) load_weights(a, rg);
+        load_weights<NT>(a, rg, &loader_route);
         return;
     }
     uint32_t barriers = 0, stages = 0;
@@ -451,19 +517,34 @@ __global__ void __launch_bounds__(MEGA_THREADS, 1) mega_kernel(const __grid_cons
     for (uint32_t i = 0; i < a.n_ops; i++) {
         const em_op op = a.ops[i];
         const mega_layer &L = a.layers[op.layer];
-        /* the instruction's input in shared memory (all but attention) */
-        uint32_t cols = 0;
+        /* the instruction's input in shared memory (all but attention): `rows` rows of `cols` values
+         * from x_in, times the norm weights when given (the tokens' rows; an expert layer's down
+         * products read each token's choices' gated units) */
+        const float *x_in = a.x, *norm_w = NULL;
+        uint32_t cols = a.n_embd, rows = NT;
         switch (op.kind) {
-        case EM_OP_QKV: load_input<NT>(a, a.x, cols = a.n_embd, L.attn_norm, smem, scale); break;
-        case EM_OP_ATTENTION: break;
-        case EM_OP_OUT_PROJ: load_input<NT>(a, a.attn, cols = L.n_head * L.head_dim, NULL, smem, scale); break;
-        case EM_OP_FFN_UP: load_input<NT>(a, a.x, cols = a.n_embd, L.ffn_norm, smem, scale); break;
-        case EM_OP_FFN_DOWN: load_input<NT>(a, a.h, cols = L.down.cols, NULL, smem, scale); break;
-        case EM_OP_HEAD: load_input<NT>(a, a.x, cols = a.n_embd, a.output_norm, smem, scale); break;
+        case EM_OP_QKV: norm_w = L.attn_norm; break;
+        case EM_OP_OUT_PROJ: x_in = a.attn, cols = L.n_head * L.head_dim; break;
+        case EM_OP_FFN_UP:
+        case EM_OP_ROUTE:
+        case EM_OP_EXPERT_UP: norm_w = L.ffn_norm; break;
+        case EM_OP_FFN_DOWN: x_in = a.h, cols = L.down.cols; break;
+        case EM_OP_HEAD: norm_w = a.output_norm; break;
+        case EM_OP_EXPERT_DOWN: x_in = a.moe_h, cols = L.down.cols, rows = NT * L.n_used; break;
         }
+        if (op.kind == EM_OP_EXPERT_UP && threadIdx.x < 32)
+            route_step<NT>(a, L, &route); /* visible after the input's barriers */
+        const mega_input in = input_at(smem, rows, cols, a.op_int8[i]);
+        if (op.kind == EM_OP_ATTENTION);
+        else if (in.int8) load_input_q<NT>(a, x_in, rows, cols, norm_w, in, scale);
+        else load_input<NT>(a, x_in, rows / NT * cols, norm_w, smem, scale);
         profile_stamp(a, &stamp, i, 0);
         if (op.kind == EM_OP_ATTENTION) run_attention<NT>(a, op, (uint8_t *)smem);
-        else run_rows<NT>(a, rg, &stages, op, smem, cols, scale);
+        else run_rows<NT>(a, rg, &stages, op, in, lut, scale, &route, results);
+        if (op.kind == EM_OP_EXPERT_DOWN) {
+            consumer_sync(); /* every warp's results */
+            run_expert_sums<NT>(a, L, &route, results);
+        }
         if (a.op_ns) consumer_sync(); /* the profile's stamp after the whole block's rows */
         profile_stamp(a, &stamp, i, 1);
         if (op.barrier_after) grid_barrier(a, ++barriers);
@@ -474,17 +555,25 @@ __global__ void __launch_bounds__(MEGA_THREADS, 1) mega_kernel(const __grid_cons
 
 /* ---- host side ---- */
 
-static bool type_taken(uint32_t type) {
-    return type == EM_TYPE_F32 || type == EM_TYPE_F16 || type == EM_TYPE_BF16 || type == EM_TYPE_Q8_0 ||
-           type == EM_TYPE_Q4_K || type == EM_TYPE_Q6_K;
+extern "C" {
+extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c: the IQ3_XXS lattice */
 }
 
-/* Why w cannot be a matrix of the kernel, or NULL. */
-static em_err matrix_of(const cuda_weight *w, const char *what, uint32_t il, mega_matrix *m) {
+static bool type_taken(uint32_t type) {
+    return type == EM_TYPE_F32 || type == EM_TYPE_F16 || type == EM_TYPE_BF16 || type == EM_TYPE_Q8_0 ||
+           type == EM_TYPE_Q4_K || type == EM_TYPE_Q6_K || type == EM_TYPE_IQ3_XXS;
+}
+
+/* Why w cannot be a matrix of the kernel (of n_mat stacked matrices: an expert tensor), or NULL;
+ * *m is the first matrix. */
+static em_err matrix_of(const cuda_weight *w, const char *what, uint32_t il, mega_matrix *m, uint32_t n_mat = 1) {
     if (!w->data) return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: no %s matrix", il, what);
-    if (!type_taken(w->type) || w->n_mat != 1)
+    if (!type_taken(w->type))
         return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: %s matrix of type %s", il, what, em_type_name(w->type));
-    const uint32_t unit = w->type == EM_TYPE_Q4_K || w->type == EM_TYPE_Q6_K ? 256 : w->type == EM_TYPE_Q8_0 ? 32 : 8;
+    if (w->n_mat != n_mat)
+        return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: %u %s matrices, %u expected", il, w->n_mat, what, n_mat);
+    const bool k_block = w->type == EM_TYPE_Q4_K || w->type == EM_TYPE_Q6_K || w->type == EM_TYPE_IQ3_XXS;
+    const uint32_t unit = k_block ? 256 : w->type == EM_TYPE_Q8_0 ? 32 : 8;
     if (w->cols % unit || w->cols % 4)
         return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: %s matrix of %u columns", il, what, w->cols);
     *m = mega_matrix{w->data, w->row_bytes, w->rows, w->cols, w->type};
@@ -499,9 +588,25 @@ static em_err build_layers(const cuda_backend *b, mega_layer *out) {
         mega_layer L = {};
         em_err err;
         if ((err = matrix_of(&lw->wq, "q", il, &L.wq)) || (err = matrix_of(&lw->wk, "k", il, &L.wk)) ||
-            (err = matrix_of(&lw->wv, "v", il, &L.wv)) || (err = matrix_of(&lw->wo, "output", il, &L.wo)) ||
-            (err = matrix_of(&lw->ffn_gate, "gate", il, &L.gate)) || (err = matrix_of(&lw->ffn_up, "up", il, &L.up)) ||
-            (err = matrix_of(&lw->ffn_down, "down", il, &L.down)))
+            (err = matrix_of(&lw->wv, "v", il, &L.wv)) || (err = matrix_of(&lw->wo, "output", il, &L.wo)))
+            return err;
+        if (ld->moe) {
+            const uint32_t n = ld->n_expert;
+            if ((err = matrix_of(&lw->gate_inp, "router", il, &L.router)) ||
+                (err = matrix_of(&lw->gate_exps, "expert gate", il, &L.gate, n)) ||
+                (err = matrix_of(&lw->up_exps, "expert up", il, &L.up, n)) ||
+                (err = matrix_of(&lw->down_exps, "expert down", il, &L.down, n)))
+                return err;
+            if (L.router.rows != n || L.router.cols != d->n_embd)
+                return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: a router of %u x %u", il, L.router.rows, L.router.cols);
+            L.expert_bytes = (uint64_t)L.gate.rows * L.gate.row_bytes;
+            L.down_expert_bytes = (uint64_t)L.down.rows * L.down.row_bytes;
+            L.n_expert = n, L.n_used = ld->n_expert_used;
+            L.sigmoid = ld->gating == EM_GATING_SIGMOID, L.renormalize = ld->renormalize;
+            L.expert_scale = ld->expert_weights_scale;
+        } else if ((err = matrix_of(&lw->ffn_gate, "gate", il, &L.gate)) ||
+                   (err = matrix_of(&lw->ffn_up, "up", il, &L.up)) ||
+                   (err = matrix_of(&lw->ffn_down, "down", il, &L.down)))
             return err;
         if (L.gate.type != L.up.type || L.gate.rows != L.up.rows)
             return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: gate and up matrices differ in type or shape", il);
@@ -521,6 +626,29 @@ static em_err build_layers(const cuda_backend *b, mega_layer *out) {
         out[il] = L;
     }
     return NULL;
+}
+
+/* Whether the instruction's products take activations rounded to 8 bits: all its matrices of the
+ * types dq_unit decodes, rows of whole 64-value units, and EMBER_CUDA_DP4A not 0 (then, as in the
+ * per-operation kernels, every product keeps f32 activations). */
+static bool int8_matrix(const mega_matrix &m) {
+    return (m.type == EM_TYPE_Q8_0 || m.type == EM_TYPE_Q4_K || m.type == EM_TYPE_Q6_K || m.type == EM_TYPE_IQ3_XXS) &&
+           m.cols % DQ_UNIT == 0;
+}
+
+static bool op_takes_int8(const em_op &op, const mega_layer &L, const mega_matrix &output) {
+    if (em_cuda_env_count("EMBER_CUDA_DP4A", 1) == 0) return false;
+    switch (op.kind) {
+    case EM_OP_QKV: return int8_matrix(L.wq) && int8_matrix(L.wk) && int8_matrix(L.wv);
+    case EM_OP_OUT_PROJ: return int8_matrix(L.wo);
+    case EM_OP_FFN_UP:
+    case EM_OP_EXPERT_UP: return int8_matrix(L.gate) && int8_matrix(L.up);
+    case EM_OP_FFN_DOWN:
+    case EM_OP_EXPERT_DOWN: return int8_matrix(L.down);
+    case EM_OP_HEAD: return int8_matrix(output);
+    case EM_OP_ROUTE: return int8_matrix(L.router);
+    default: return false;
+    }
 }
 
 template <int NT> static em_err allow_smem(size_t bytes) {
@@ -554,6 +682,13 @@ static void log_profile(const cuda_backend *b, const cuda_mega *m) {
             break;
         case EM_OP_FFN_DOWN: bytes = (double)lw->ffn_down.rows * lw->ffn_down.row_bytes; break;
         case EM_OP_HEAD: bytes = (double)b->output.rows * b->output.row_bytes; break;
+        case EM_OP_ROUTE: bytes = (double)lw->gate_inp.rows * lw->gate_inp.row_bytes; break;
+        case EM_OP_EXPERT_UP: /* at one sequence: its chosen experts */
+            bytes = (double)b->d->layers[op->layer].n_expert_used * 2 * lw->gate_exps.rows * lw->gate_exps.row_bytes;
+            break;
+        case EM_OP_EXPERT_DOWN:
+            bytes = (double)b->d->layers[op->layer].n_expert_used * lw->down_exps.rows * lw->down_exps.row_bytes;
+            break;
         }
         for (int k = 0; k < 3; k++) {
             const double t = (double)ns[3 * i + k] / m->steps;
@@ -564,7 +699,7 @@ static void log_profile(const cuda_backend *b, const cuda_mega *m) {
     em_log(EM_LOG_INFO, "cuda mega profile over %llu steps: %.1f us a step", (unsigned long long)m->steps, total / 1e3);
     for (int k = 0; k < EM_OP_KINDS; k++)
         em_log(EM_LOG_INFO,
-               "cuda mega profile: %-9s %7.1f us a step (%4.1f%%; input %.1f, work %.1f, barrier %.1f), weights "
+               "cuda mega profile: %-11s %7.1f us a step (%4.1f%%; input %.1f, work %.1f, barrier %.1f), weights "
                "%7.2f MB -> %6.0f GB/s",
                em_op_name((em_op_kind)k), kind_ns[k] / 1e3, 100.0 * kind_ns[k] / (total > 0 ? total : 1),
                kind_part[k][0] / 1e3, kind_part[k][1] / 1e3, kind_part[k][2] / 1e3, kind_bytes[k] / 1e6,
@@ -578,6 +713,7 @@ void em_cuda_mega_free(cuda_backend *b) {
     if (m->op_ns) log_profile(b, m);
     cudaFree(m->op_ns);
     cudaFree(m->ops);
+    cudaFree(m->op_int8);
     cudaFree(m->layers);
     cudaFree(m->parts);
     cudaFree(m->att_done);
@@ -604,14 +740,16 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
         free(layers);
         return err;
     }
-    uint32_t widest = d->n_embd;
-    uint64_t widest_row = output.row_bytes; /* bytes of the longest row a stage must hold */
+    uint32_t widest = d->n_embd, most_used = 0; /* values of the widest input row; choices a token */
+    uint64_t widest_row = output.row_bytes;      /* bytes of the longest row a stage must hold */
     for (uint32_t il = 0; il < d->n_layer; il++) {
         const mega_layer &L = layers[il];
-        const uint64_t rows[] = {L.wq.row_bytes, L.wk.row_bytes, L.wv.row_bytes, L.wo.row_bytes,
-                                 2 * L.gate.row_bytes, L.down.row_bytes};
+        const uint64_t rows[] = {L.wq.row_bytes, L.wk.row_bytes,      L.wv.row_bytes,  L.wo.row_bytes,
+                                 2 * L.gate.row_bytes, L.down.row_bytes, L.router.row_bytes};
         for (uint64_t r : rows) widest_row = max(widest_row, r);
-        widest = max(widest, max(layers[il].down.cols, layers[il].wo.cols));
+        /* an expert layer's down products read all of a token's choices' gated units */
+        widest = max(widest, max(max(L.n_used, 1u) * L.down.cols, L.wo.cols));
+        most_used = max(most_used, L.n_used);
         m->max_head_dim = max(m->max_head_dim, layers[il].head_dim);
         m->max_head = max(m->max_head, layers[il].n_head);
         const uint32_t hd = layers[il].head_dim;
@@ -620,9 +758,19 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
             return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: head size %u (32, 64, 128, 256)", il, hd);
         }
     }
+    uint8_t *op_int8 = (uint8_t *)calloc(m->schedule.n_ops, 1);
+    if (!op_int8) {
+        free(layers);
+        return em_errorf(EM_ERR_NOMEM, "out of memory for %u instructions", m->schedule.n_ops);
+    }
+    for (uint32_t i = 0; i < m->schedule.n_ops; i++)
+        op_int8[i] = op_takes_int8(m->schedule.ops[i], layers[m->schedule.ops[i].layer], output);
     cudaError_t status = cudaMalloc((void **)&m->layers, d->n_layer * sizeof *layers);
     if (status == cudaSuccess)
         status = cudaMemcpy(m->layers, layers, d->n_layer * sizeof *layers, cudaMemcpyHostToDevice);
+    if (status == cudaSuccess) status = cudaMalloc((void **)&m->op_int8, m->schedule.n_ops);
+    if (status == cudaSuccess) status = cudaMemcpy(m->op_int8, op_int8, m->schedule.n_ops, cudaMemcpyHostToDevice);
+    free(op_int8);
     free(layers);
     if (status != cudaSuccess)
         return em_errorf(EM_ERR_INTERNAL, "uploading the layers: %s", cudaGetErrorString(status));
@@ -642,13 +790,18 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
     CU_TRY(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, b->device));
     /* Shared memory: the input rows (or the attention tiles), then the ring of weight stages. A stage
      * holds at least one row (with the gated unit's up row) and its alignment slack. */
-    const size_t static_smem = 2048; /* load_input's reduction, the RMS factors, the ring's barriers */
+    const size_t static_smem = 4096; /* load_input's reduction, the RMS factors, the ring's barriers, the routes */
     const size_t per_warp = attention_warp_bytes(m->max_head_dim);
     m->attention_warps = MEGA_ATTENTION_WARPS;
     m->stage_bytes = (uint32_t)max((uint64_t)32768 + 256, (widest_row + 64 + 127) / 128 * 128);
+    /* the expert down products' results: a block's rows of x for each of the step's chosen experts */
+    const size_t rows_per_block = (d->n_embd + b->n_sm - 1) / b->n_sm;
     for (uint32_t nt = 1; nt <= MEGA_MAX_TOKENS; nt++) {
+        if (nt * most_used > EM_SCHEDULE_MAX_USED) break; /* a step's choices are one warp's lanes */
         const size_t rows = (size_t)nt * widest * sizeof(float), tiles = m->attention_warps * per_warp;
-        const size_t input = (max(rows, tiles) + 127) / 128 * 128;
+        const size_t results = most_used ? (size_t)nt * most_used * rows_per_block * nt * sizeof(float) : 0;
+        m->results_offset[nt] = (uint32_t)((max(rows, tiles) + 127) / 128 * 128);
+        const size_t input = (m->results_offset[nt] + results + 127) / 128 * 128;
         if (input + 2 * m->stage_bytes + static_smem > (size_t)smem_max) break;
         m->ring_offset[nt] = (uint32_t)input;
         const size_t stages = ((size_t)smem_max - static_smem - input) / m->stage_bytes;
@@ -657,6 +810,7 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
         m->max_tokens = nt;
     }
     if (!m->max_tokens) return em_errorf(EM_ERR_UNSUPPORTED, "rows of %u values do not fit shared memory", widest);
+    CU_TRY(cudaMemcpyToSymbol(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid));
     if ((err = allow_smem<1>(m->smem[1]))) return err;
     if (m->max_tokens >= 2 && (err = allow_smem<2>(m->smem[2]))) return err;
     if (m->max_tokens >= 3 && (err = allow_smem<3>(m->smem[3]))) return err;
@@ -710,10 +864,11 @@ em_err em_cuda_mega_run(cuda_backend *b, const cuda_batch *cb) {
     em_err err = em_cuda_embed(b, cb, b->x, NULL, NULL);
     if (err) return err;
     mega_args a = {};
-    a.ops = m->ops, a.n_ops = m->schedule.n_ops, a.layers = m->layers;
+    a.ops = m->ops, a.op_int8 = m->op_int8, a.n_ops = m->schedule.n_ops, a.layers = m->layers;
     a.output = mega_matrix{b->output.data, b->output.row_bytes, b->output.rows, b->output.cols, b->output.type};
     a.output_norm = b->output_norm;
     a.x = b->x, a.q = b->q, a.k = b->k, a.v = b->v, a.attn = b->attn, a.h = b->gate, a.logits = b->logits;
+    a.router = b->router, a.moe_h = b->moe_h;
     a.parts = m->parts, a.att_done = m->att_done, a.attention_warps = m->attention_warps;
     a.pos = cb->pos, a.seq = cb->seq, a.table_start = cb->table_start, a.blocks = cb->blocks;
     a.block_tokens = b->base.block_tokens, a.n_embd = d->n_embd, a.n_vocab = d->n_vocab;
@@ -722,7 +877,7 @@ em_err em_cuda_mega_run(cuda_backend *b, const cuda_batch *cb) {
     a.barrier = m->barrier, a.barrier_base = m->barriers_passed;
     a.op_ns = m->op_ns;
     a.ring_offset = m->ring_offset[cb->n_tokens], a.n_stages = m->n_stages[cb->n_tokens];
-    a.stage_bytes = m->stage_bytes;
+    a.stage_bytes = m->stage_bytes, a.results_offset = m->results_offset[cb->n_tokens];
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(b->n_sm);
     config.blockDim = dim3(MEGA_THREADS);

@@ -2,7 +2,7 @@
  * and of a launch that mega.cu and mega_attention.cuh read (mega.cu says how the kernel works). */
 #pragma once
 
-#include "matvec.cuh" /* internal.cuh, dequant.cuh, mv_glu */
+#include "dq_unit.cuh" /* matvec.cuh: internal.cuh, dequant.cuh, mv_glu */
 #include "qkv.cuh"
 
 extern "C" {
@@ -27,7 +27,12 @@ typedef struct mega_matrix {
 } mega_matrix;
 
 typedef struct mega_layer {
-    mega_matrix wq, wk, wv, wo, gate, up, down;
+    mega_matrix wq, wk, wv, wo, gate, up, down; /* in an expert layer: gate, up, down of expert 0 */
+    mega_matrix router;                         /* expert layers only */
+    uint64_t expert_bytes, down_expert_bytes;   /* from one expert's gate (up) or down matrix to the next */
+    uint32_t n_expert, n_used;                  /* 0 experts: a dense layer */
+    bool sigmoid, renormalize;                  /* the routing (route.cuh) */
+    float expert_scale;
     const float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm;
     __half *keys, *values;
     rope_args rope;
@@ -37,11 +42,13 @@ typedef struct mega_layer {
 
 typedef struct mega_args {
     const em_op *ops;
+    const uint8_t *op_int8;          /* per instruction: its products take 8-bit activations (dq_unit.cuh) */
     uint32_t n_ops;
     const mega_layer *layers;
     mega_matrix output;
     const float *output_norm;
     float *x, *q, *k, *v, *attn, *h, *logits, *parts;
+    float *router, *moe_h;           /* the router's logits [token][expert]; the experts' gated units [token][choice][ff] */
     uint32_t *att_done;              /* per (token, query head): spans finished (attention_item) */
     uint32_t attention_warps;        /* warps of a block that take attention items (shared memory) */
     const uint32_t *pos, *seq, *table_start, *blocks;
@@ -55,7 +62,21 @@ typedef struct mega_args {
                                       * block 0 took: its input, its rows (or attention), the barrier
                                       * after (NULL: off) */
     uint32_t ring_offset, n_stages, stage_bytes; /* the weight ring in the dynamic shared memory */
+    uint32_t results_offset;         /* bytes into it: the expert down products' per-expert rows (EXPERT_DOWN) */
 } mega_args;
+
+/* A step's routing in an expert layer, as a block holds it in shared memory: each token's choices
+ * and weights, the distinct experts chosen by the step's tokens in ascending order (the parts of the
+ * expert instructions), and for each of those the choice index of each token (MEGA_NO_CHOICE: the
+ * token did not choose it). The loader warp and the consumers each work out their own copy. */
+#define MEGA_NO_CHOICE 0xff
+typedef struct mega_route {
+    int32_t chosen[EM_SCHEDULE_MAX_USED]; /* [token * k + choice], a step's tokens * k <= 32 */
+    float weight[EM_SCHEDULE_MAX_USED];
+    uint32_t experts[EM_SCHEDULE_MAX_USED];
+    uint8_t choice[EM_SCHEDULE_MAX_USED][MEGA_MAX_TOKENS];
+    uint32_t n;
+} mega_route;
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -74,4 +95,9 @@ __device__ __forceinline__ uint32_t span_of(uint32_t pos, uint32_t window) {
 __device__ __forceinline__ uint32_t spans_of(uint32_t pos, uint32_t window) {
     const uint32_t span = span_of(pos, window);
     return (pos + 1 - first_position(pos, window) + span - 1) / span;
+}
+
+/* A barrier of the block's consumer warps (the loader warp never waits on them). */
+__device__ __forceinline__ void consumer_sync(void) {
+    asm volatile("bar.sync 1, %0;" ::"n"(MEGA_CONSUMER_THREADS) : "memory");
 }
