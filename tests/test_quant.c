@@ -274,9 +274,10 @@ static void test_weighted_error_is_lower(void **state) {
     fill_skewed_importance(importance, W_COLS, 5);
     for (size_t t = 0; t < sizeof weighted_types / sizeof *weighted_types; t++) {
         em_type type = type_named(weighted_types[t]);
-        double with = weighted_error(type, x, importance, importance), without = weighted_error(type, x, importance, NULL);
-        printf("importance-weighted error %-7s %.6g with the importance, %.6g without (%.3f)\n", weighted_types[t], with,
-               without, with / without);
+        double with = weighted_error(type, x, importance, importance);
+        double without = weighted_error(type, x, importance, NULL);
+        printf("importance-weighted error %-7s %.6g with the importance, %.6g without (%.3f)\n", weighted_types[t],
+               with, without, with / without);
         if (type == EM_TYPE_Q8_0 || type == EM_TYPE_F16) {
             if (with != without) fail_msg("%s: weights changed a type that ignores them", weighted_types[t]);
         } else if (!(with < without)) {
@@ -318,7 +319,8 @@ static void test_weighted_contract(void **state) {
         assert_ok(em_quantize_rows(type, x, a, W_ROWS, W_COLS, unit));
         assert_ok(em_quantize(type, x, b, W_ROWS * W_COLS));
         bool same = memcmp(a, b, bytes) == 0, ignores = type == EM_TYPE_Q8_0 || type == EM_TYPE_F16;
-        if (same != ignores) fail_msg("%s: unit importance %s the unweighted bytes", name, same ? "gave" : "did not give");
+        if (same != ignores)
+            fail_msg("%s: unit importance %s the unweighted bytes", name, same ? "gave" : "did not give");
     }
     em_err err = em_quantize_rows(EM_TYPE_Q4_K, x, a, 2, 100, importance);
     assert_non_null(err);

@@ -502,7 +502,8 @@ static void test_imatrix_command(void **state) {
     float q_importance[128], exp_importance[128 * 8]; /* as write_gguf_imatrix wrote them */
     for (int j = 0; j < 128; j++) q_importance[j] = (float)(j + 1) / 4.0f;
     for (int m = 0; m < 8; m++)
-        for (int j = 0; j < 128; j++) exp_importance[m * 128 + j] = m == 5 ? 1.0f : (float)(m * 1000 + j) / (float)(m + 1);
+        for (int j = 0; j < 128; j++)
+            exp_importance[m * 128 + j] = m == 5 ? 1.0f : (float)(m * 1000 + j) / (float)(m + 1);
     em_gguf *model, *plain, *weighted;
     assert_ok(em_gguf_open(DIR "/im-model.gguf", &model));
     assert_ok(em_gguf_open(DIR "/im-plain.gguf", &plain));

@@ -1,13 +1,15 @@
 /*
- * Quantizers of the formats that search for their scales: Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS.
+ * Quantizers of the formats that search for their scales: Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS, IQ3_XXS.
  *
  * Two levels, as the formats have: each sub-block (16 or 32 elements) first gets its own float
  * scale (and min for the affine formats) by a small search that minimizes the squared error
  * (fit_symmetric, fit_affine, fit_nonlinear); then the sub-block scales are themselves quantized
  * against one f16 super-block scale, and every element is re-rounded against the scale it will
  * actually be decoded with. The objective is plain (unweighted) squared error: without an
- * importance matrix every weight counts the same. These quantizers need not match another
- * implementation bit for bit (no test or file depends on that); the tests bound their error.
+ * importance matrix every weight counts the same (with one, weighted.c runs llama.cpp's weighted
+ * algorithms instead; only IQ3_XXS takes weights here, in its own search). These quantizers need
+ * not match another implementation bit for bit (no test or file depends on that); the tests bound
+ * their error.
  */
 #include <float.h>
 #include <stdlib.h>

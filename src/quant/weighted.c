@@ -356,7 +356,8 @@ static void q4_k_q5_k_row(const float *x, const float *imp, uint8_t *out, uint64
         em_store_u16(out + 2, m16);
         if (nmax == 15) {
             for (int c = 0; c < 4; c++)
-                for (int j = 0; j < 32; j++) out[16 + 32 * c + j] = (uint8_t)(L[64 * c + j] | (L[64 * c + 32 + j] << 4));
+                for (int j = 0; j < 32; j++)
+                    out[16 + 32 * c + j] = (uint8_t)(L[64 * c + j] | (L[64 * c + 32 + j] << 4));
         } else {
             memset(out + 16, 0, 32);
             for (int e = 0; e < 256; e++) out[16 + e % 32] |= (uint8_t)((L[e] >> 4) << (e / 32));
@@ -454,7 +455,8 @@ static float fit_nl_weighted(const float *x, const float *w) {
 }
 
 static void put_nl_levels(const float *x, float id, uint8_t *q) {
-    for (int j = 0; j < 16; j++) q[j] = (uint8_t)(nearest_nl_level(id * x[j]) | (nearest_nl_level(id * x[j + 16]) << 4));
+    for (int j = 0; j < 16; j++)
+        q[j] = (uint8_t)(nearest_nl_level(id * x[j]) | (nearest_nl_level(id * x[j + 16]) << 4));
 }
 
 static void iq4_nl_row(const float *x, const float *imp, uint8_t *out, uint64_t n) {
