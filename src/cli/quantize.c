@@ -116,7 +116,7 @@ int em_cli_quantize(int argc, char **argv) {
     char weighted[96] = "";
     if (o.imatrix)
         snprintf(weighted, sizeof weighted, ", %llu with importance weights (%llu imatrix entries)",
-                 (unsigned long long)s.imatrix_matched, (unsigned long long)s.imatrix_entries);
+                 (unsigned long long)s.imatrix_weighted, (unsigned long long)s.imatrix_entries);
     printf("%s: %s, %llu tensors (%llu quantized%s), %.2f MiB -> %.2f MiB of tensor data (%.2f bits per weight)\n",
            positional[1], em_recipe_name(recipe), (unsigned long long)s.n_tensors, (unsigned long long)s.n_quantized,
            weighted, (double)s.bytes_in / 1048576.0, (double)s.bytes_out / 1048576.0,

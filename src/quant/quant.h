@@ -120,6 +120,9 @@ em_err em_quantize(uint32_t type, const float *in, void *blocks, uint64_t n);
 em_err em_quantize_rows(uint32_t type, const float *in, void *blocks, uint64_t n_rows, uint64_t row_elems,
                         const float *importance);
 
+/* True when em_quantize_rows' output for `type` depends on the importance values. */
+bool em_type_uses_importance(uint32_t type);
+
 /* ---- Dot products: a weight row (stored format) with an activation row ---- */
 
 /* The format activations take for dot products with weights of `weight_type`:

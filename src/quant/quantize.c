@@ -243,6 +243,15 @@ em_err em_quantize(uint32_t type, const float *in, void *blocks, uint64_t n) {
     return NULL;
 }
 
+bool em_type_uses_importance(uint32_t type) {
+    switch (type) {
+    case EM_TYPE_Q4_0: case EM_TYPE_Q4_1: case EM_TYPE_Q5_0: case EM_TYPE_Q5_1: case EM_TYPE_Q2_K:
+    case EM_TYPE_Q3_K: case EM_TYPE_Q4_K: case EM_TYPE_Q5_K: case EM_TYPE_Q6_K: case EM_TYPE_IQ4_NL:
+    case EM_TYPE_IQ4_XS: case EM_TYPE_IQ3_XXS: return true;
+    default: return false;
+    }
+}
+
 em_err em_quantize_rows(uint32_t type, const float *in, void *blocks, uint64_t n_rows, uint64_t row_elems,
                         const float *importance) {
     uint64_t row_bytes;

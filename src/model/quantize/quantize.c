@@ -293,6 +293,7 @@ static em_err load_imatrix(quantizer *q, const char *path) {
         if (count == r->ne[0] * r->ne[2]) {
             q->importance[i] = values;
             q->stats.imatrix_matched++;
+            if (em_type_uses_importance(r->type)) q->stats.imatrix_weighted++;
         } else if (strcmp(r->name, "token_embd.weight")) {
             err = em_errorf(EM_ERR_FORMAT, "%s: %llu importance values for %s, which needs %llu (columns x matrices)",
                             path, (unsigned long long)count, r->name, (unsigned long long)(r->ne[0] * r->ne[2]));

@@ -129,7 +129,8 @@ typedef struct em_quantize_stats {
     uint64_t bytes_in, bytes_out;       /* of tensor data */
     uint64_t n_elements;                /* of all tensors */
     uint64_t imatrix_entries;           /* entries in the --imatrix file (0 without one) */
-    uint64_t imatrix_matched;           /* quantized tensors weighted by it (entry of the right size) */
+    uint64_t imatrix_matched;           /* quantized tensors it has values for (entry of the right size) */
+    uint64_t imatrix_weighted;          /* those of them whose type uses the values (not Q8_0, F16, ...) */
 } em_quantize_stats;
 
 /* Rewrites the model at `in_path` (a split set: its first part) into `out_path` with the recipe
