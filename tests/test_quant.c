@@ -207,14 +207,15 @@ static void test_quantize_degenerate_blocks(void **state) {
     }
 }
 
-/* Non-finite input is garbage, but quantizing it must return normally: no trap and no undefined
- * float-to-int conversion (a sanitizer build with float-cast-overflow checks catches those). */
+/* Non-finite input is garbage, but quantizing it (with or without importance) must return normally:
+ * no trap and no undefined float-to-int conversion (a sanitizer build with float-cast-overflow checks catches those). */
 static void test_quantize_non_finite_input(void **state) {
     (void)state;
     static const char *const types[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                                         "Q8_K", "IQ4_NL", "IQ4_XS", "IQ3_XXS", "MXFP4", "TQ1_0", "TQ2_0"};
-    float x[512], out[512];
+    float x[512], out[512], ones[256];
     uint8_t q[1024];
+    for (int i = 0; i < 256; i++) ones[i] = 1;
     fill_gaussian(x, 512, 77);
     x[3] = NAN;
     x[260] = INFINITY;
@@ -222,7 +223,111 @@ static void test_quantize_non_finite_input(void **state) {
         em_type type = type_named(types[t]);
         assert_ok(em_quantize(type, x, q, 512));
         assert_ok(em_dequantize(type, q, out, 512));
+        assert_ok(em_quantize_rows(type, x, q, 2, 256, ones));
+        assert_ok(em_dequantize(type, q, out, 512));
     }
+}
+
+/* ---- importance-weighted quantization (em_quantize_rows) ----
+ * The bytes are checked against llama.cpp's own library in tests/cli/imatrix_peer.sh; these are the
+ * properties that hold whatever the reference. */
+
+static const char *const weighted_types[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",   "Q2_K",   "Q3_K",
+                                             "Q4_K", "Q5_K", "Q6_K", "F16",  "IQ4_NL", "IQ4_XS", "IQ3_XXS"};
+
+#define W_ROWS 16
+#define W_COLS 512
+
+/* Importance spanning orders of magnitude across columns, as real ones do (a few hot columns). */
+static void fill_skewed_importance(float *importance, size_t n, uint64_t seed) {
+    fill_gaussian(importance, n, seed);
+    for (size_t c = 0; c < n; c++) importance[c] = expf(2.5f * importance[c]);
+}
+
+/* sum over rows and columns of importance[c] * (x - dequantize(quantize(x)))^2, quantized with
+ * `used` (NULL: unweighted). */
+static double weighted_error(em_type type, const float *x, const float *importance, const float *used) {
+    uint64_t row_bytes;
+    assert_ok(em_type_row_bytes(type, W_COLS, &row_bytes));
+    uint8_t *q = malloc(W_ROWS * row_bytes);
+    float *y = malloc(W_ROWS * W_COLS * sizeof(float));
+    assert_non_null(q);
+    assert_non_null(y);
+    assert_ok(em_quantize_rows(type, x, q, W_ROWS, W_COLS, used));
+    assert_ok(em_dequantize(type, q, y, W_ROWS * W_COLS));
+    double err = 0;
+    for (size_t i = 0; i < W_ROWS * W_COLS; i++) err += importance[i % W_COLS] * (double)(x[i] - y[i]) * (x[i] - y[i]);
+    free(q);
+    free(y);
+    return err;
+}
+
+/* With a skewed importance vector, quantizing with it gives a smaller importance-weighted error than
+ * quantizing without, for every type that takes weights; for the types llama.cpp quantizes without
+ * weights (Q8_0, F16) the two are the same. */
+static void test_weighted_error_is_lower(void **state) {
+    (void)state;
+    float *x = malloc(W_ROWS * W_COLS * sizeof(float)), importance[W_COLS];
+    assert_non_null(x);
+    fill_gaussian(x, W_ROWS * W_COLS, 99);
+    for (size_t i = 0; i < W_ROWS * W_COLS; i += 97) x[i] *= 6; /* some outliers */
+    fill_skewed_importance(importance, W_COLS, 5);
+    for (size_t t = 0; t < sizeof weighted_types / sizeof *weighted_types; t++) {
+        em_type type = type_named(weighted_types[t]);
+        double with = weighted_error(type, x, importance, importance);
+        double without = weighted_error(type, x, importance, NULL);
+        printf("importance-weighted error %-7s %.6g with the importance, %.6g without (%.3f)\n", weighted_types[t],
+               with, without, with / without);
+        if (type == EM_TYPE_Q8_0 || type == EM_TYPE_F16) {
+            if (with != without) fail_msg("%s: weights changed a type that ignores them", weighted_types[t]);
+        } else if (!(with < without)) {
+            fail_msg("%s: weighted error %g not below the unweighted %g", weighted_types[t], with, without);
+        }
+    }
+    free(x);
+}
+
+/* The contract of em_quantize_rows: NULL importance is em_quantize byte for byte; the weighted
+ * algorithms depend on importance ratios only, so scaling it by a power of two (exact in floats)
+ * changes no byte; unit importance is not the unweighted path (llama.cpp's weighted algorithms are
+ * other algorithms than its unweighted ones, and Ember follows them) except where weights are
+ * ignored (Q8_0, F16); a row length the block does not divide is an error. */
+static void test_weighted_contract(void **state) {
+    (void)state;
+    float *x = malloc(W_ROWS * W_COLS * sizeof(float)), importance[W_COLS], scaled[W_COLS], unit[W_COLS];
+    uint8_t *a = malloc(W_ROWS * W_COLS * 2), *b = malloc(W_ROWS * W_COLS * 2);
+    assert_non_null(x);
+    assert_non_null(a);
+    assert_non_null(b);
+    fill_gaussian(x, W_ROWS * W_COLS, 31);
+    fill_skewed_importance(importance, W_COLS, 17);
+    for (size_t c = 0; c < W_COLS; c++) {
+        scaled[c] = importance[c] * 4;
+        unit[c] = 1;
+    }
+    for (size_t t = 0; t < sizeof weighted_types / sizeof *weighted_types; t++) {
+        const char *name = weighted_types[t];
+        em_type type = type_named(name);
+        uint64_t bytes;
+        assert_ok(em_type_row_bytes(type, W_ROWS * W_COLS, &bytes));
+        assert_ok(em_quantize_rows(type, x, a, W_ROWS, W_COLS, NULL));
+        assert_ok(em_quantize(type, x, b, W_ROWS * W_COLS));
+        if (memcmp(a, b, bytes)) fail_msg("%s: NULL importance is not em_quantize", name);
+        assert_ok(em_quantize_rows(type, x, a, W_ROWS, W_COLS, importance));
+        assert_ok(em_quantize_rows(type, x, b, W_ROWS, W_COLS, scaled));
+        if (memcmp(a, b, bytes)) fail_msg("%s: importance x 4 changed the bytes", name);
+        assert_ok(em_quantize_rows(type, x, a, W_ROWS, W_COLS, unit));
+        assert_ok(em_quantize(type, x, b, W_ROWS * W_COLS));
+        bool same = memcmp(a, b, bytes) == 0, ignores = type == EM_TYPE_Q8_0 || type == EM_TYPE_F16;
+        if (same != ignores)
+            fail_msg("%s: unit importance %s the unweighted bytes", name, same ? "gave" : "did not give");
+    }
+    em_err err = em_quantize_rows(EM_TYPE_Q4_K, x, a, 2, 100, importance);
+    assert_non_null(err);
+    em_err_free(err);
+    free(x);
+    free(a);
+    free(b);
 }
 
 /* ---- dot products ---- */
@@ -443,6 +548,8 @@ int main(void) {
         cmocka_unit_test(test_quantize_error_bounds),
         cmocka_unit_test(test_quantize_degenerate_blocks),
         cmocka_unit_test(test_quantize_non_finite_input),
+        cmocka_unit_test(test_weighted_error_is_lower),
+        cmocka_unit_test(test_weighted_contract),
         cmocka_unit_test_setup_teardown(test_dot_matches_dequantized_rows, open_fixture, close_fixture),
         cmocka_unit_test(test_dot_long_rows),
         cmocka_unit_test(test_dot_extreme_values),

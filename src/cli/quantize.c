@@ -15,8 +15,9 @@ static void usage(FILE *to) {
             "  attn_v and ffn_down in some layers, norms and MoE routers kept, ...). See docs/quantize.md.\n"
             "  TYPE (case-insensitive): %s.\n"
             "  mix: Q6_K weights with IQ3_XXS expert stacks (the recipe of `ember synth --type mix`).\n"
-            "  --imatrix FILE       llama.cpp importance matrix (GGUF or legacy .dat): read and checked against\n"
-            "                       the tensors; Ember's quantizers do not apply importance weights yet\n"
+            "  --imatrix FILE       llama.cpp importance matrix (GGUF or legacy .dat): tensors it has values for\n"
+            "                       are quantized with those weights, and the recipe follows llama.cpp's rules\n"
+            "                       for a run with an importance matrix\n"
             "  --allow-requantize   quantize tensors that are already in a block format\n"
             "  --threads N          worker threads (default: every CPU)\n",
             em_recipe_names());
@@ -30,10 +31,11 @@ static void lower_name(uint32_t type, char *out, size_t size) {
 }
 
 /* "[  12/  75] blk.1.ffn_down.weight  f32 → q4_k  0.50 → 0.07 MiB", with a note when the row
- * length forced a smaller block or Ember stands in for a type it cannot write. */
+ * length forced a smaller block, Ember stands in for a type it cannot write, or the importance
+ * matrix has no values for the tensor. */
 static void print_progress(void *user, const em_quantize_progress *p) {
     (void)user;
-    char from[16], to[16], note[96] = "";
+    char from[16], to[16], note[160] = "";
     lower_name(p->from, from, sizeof from);
     lower_name(p->to, to, sizeof to);
     if (p->llama_type != p->to) {
@@ -42,6 +44,10 @@ static void print_progress(void *user, const em_quantize_progress *p) {
         snprintf(note, sizeof note, " (llama.cpp: %s, which Ember cannot write)", llama);
     } else if (p->fallback) {
         snprintf(note, sizeof note, " (row fallback)");
+    }
+    if (p->importance == EM_IMPORTANCE_MISSING) {
+        size_t used = strlen(note);
+        snprintf(note + used, sizeof note - used, " (no importance values: unweighted)");
     }
     fprintf(stderr, "[%4llu/%4llu] %-36s %-6s → %-6s %9.2f → %9.2f MiB%s\n", (unsigned long long)p->index,
             (unsigned long long)p->count, p->name, from, to, (double)p->bytes_in / 1048576.0,
@@ -98,22 +104,22 @@ int em_cli_quantize(int argc, char **argv) {
     if (err) return em_cli_fail("quantize", err);
     em_quantize_stats s;
     if ((err = em_quantize_gguf(positional[0], positional[1], &o, &s))) return em_cli_fail("quantize", err);
-    if (o.imatrix)
-        fprintf(stderr,
-                "note: --imatrix %s: %llu entries, %llu of the %llu quantized tensors have importance values; Ember's\n"
-                "      quantizers do not apply importance weights yet, so they did not change the output, and the\n"
-                "      recipe followed llama.cpp's rules for a run without an importance matrix\n",
-                o.imatrix, (unsigned long long)s.imatrix_entries, (unsigned long long)s.imatrix_matched,
-                (unsigned long long)s.n_quantized);
+    if (o.imatrix && s.imatrix_matched < s.n_quantized)
+        fprintf(stderr, "note: --imatrix %s has no values for %llu of the quantized tensors, quantized unweighted\n",
+                o.imatrix, (unsigned long long)(s.n_quantized - s.imatrix_matched));
     if (s.n_fallback)
         fprintf(stderr, "note: %llu tensors have rows their block does not divide and took a smaller block\n",
                 (unsigned long long)s.n_fallback);
     if (s.n_stand_in)
         fprintf(stderr, "note: %llu tensors use a K-format of the same or next larger size where llama.cpp chooses an "
                         "IQ format Ember cannot quantize\n", (unsigned long long)s.n_stand_in);
-    printf("%s: %s, %llu tensors (%llu quantized), %.2f MiB -> %.2f MiB of tensor data (%.2f bits per weight)\n",
+    char weighted[96] = "";
+    if (o.imatrix)
+        snprintf(weighted, sizeof weighted, ", %llu with importance weights (%llu imatrix entries)",
+                 (unsigned long long)s.imatrix_weighted, (unsigned long long)s.imatrix_entries);
+    printf("%s: %s, %llu tensors (%llu quantized%s), %.2f MiB -> %.2f MiB of tensor data (%.2f bits per weight)\n",
            positional[1], em_recipe_name(recipe), (unsigned long long)s.n_tensors, (unsigned long long)s.n_quantized,
-           (double)s.bytes_in / 1048576.0, (double)s.bytes_out / 1048576.0,
+           weighted, (double)s.bytes_in / 1048576.0, (double)s.bytes_out / 1048576.0,
            s.n_elements ? 8.0 * (double)s.bytes_out / (double)s.n_elements : 0.0);
     return 0;
 }

@@ -129,7 +129,12 @@ void em_quantize_q6_k(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_q8_k(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_iq4_nl(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_iq4_xs(const float *x, uint8_t *out, uint64_t n_blocks);
-/* IQ3_XXS needs search tables on the heap, so it can fail (EM_ERR_NOMEM). */
-em_err em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks);
+/* IQ3_XXS needs search tables on the heap, so it can fail (EM_ERR_NOMEM). `importance` (n_blocks * 256
+ * values, one per element of the row) or NULL weights its search. */
+em_err em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks, const float *importance);
+
+/* llama.cpp's importance-weighted quantizer of one row of `n` elements (weighted.c) for Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL and IQ4_XS; false (nothing written) for other types. */
+bool em_quant_weighted_row(uint32_t type, const float *x, const float *importance, uint8_t *out, uint64_t n);
 
 #endif

@@ -1,13 +1,15 @@
 /*
- * Quantizers of the formats that search for their scales: Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS.
+ * Quantizers of the formats that search for their scales: Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS, IQ3_XXS.
  *
  * Two levels, as the formats have: each sub-block (16 or 32 elements) first gets its own float
  * scale (and min for the affine formats) by a small search that minimizes the squared error
  * (fit_symmetric, fit_affine, fit_nonlinear); then the sub-block scales are themselves quantized
  * against one f16 super-block scale, and every element is re-rounded against the scale it will
  * actually be decoded with. The objective is plain (unweighted) squared error: without an
- * importance matrix every weight counts the same. These quantizers need not match another
- * implementation bit for bit (no test or file depends on that); the tests bound their error.
+ * importance matrix every weight counts the same (with one, weighted.c runs llama.cpp's weighted
+ * algorithms instead; only IQ3_XXS takes weights here, in its own search). These quantizers need
+ * not match another implementation bit for bit (no test or file depends on that); the tests bound
+ * their error.
  */
 #include <float.h>
 #include <stdlib.h>
@@ -443,19 +445,21 @@ static void iq3_find_candidates(int key, uint8_t *out) {
     }
 }
 
-static float iq3_point_error(int g, const float *t, float scale) {
+/* Squared error of scale * point against t, each coordinate weighted by w[k] (NULL: 1). */
+static float iq3_point_error(int g, const float *t, const float *w, float scale) {
     uint32_t point = em_iq3xxs_grid[g];
     float err = 0;
     for (int k = 0; k < 4; k++) {
         float diff = scale * (float)((point >> (8 * k)) & 255) - t[k];
-        err += diff * diff;
+        err += (w ? w[k] : 1.0f) * diff * diff;
     }
     return err;
 }
 
-/* Grid point for scale * point ~ t (4 targets): the per-coordinate nearest levels, which is the
- * optimum when the grid has that point, else the best of the candidates of those levels. */
-static int nearest_iq3_point(const float *t, float scale, iq3_search *search) {
+/* Grid point for scale * point ~ t (4 targets, weights w or NULL): the per-coordinate nearest
+ * levels, which is the optimum whatever the weights when the grid has that point, else the best of
+ * the candidates of those levels. */
+static int nearest_iq3_point(const float *t, const float *w, float scale, iq3_search *search) {
     int key = 0;
     for (int k = 0; k < 4; k++) key += nearest_iq3_level(t[k] / scale) << (3 * k);
     if (search->grid_index[key] >= 0) return search->grid_index[key];
@@ -465,9 +469,9 @@ static int nearest_iq3_point(const float *t, float scale, iq3_search *search) {
     }
     const uint8_t *c = search->candidates[key];
     int best = c[0];
-    float best_err = iq3_point_error(best, t, scale);
+    float best_err = iq3_point_error(best, t, w, scale);
     for (int i = 1; i < IQ3_CANDIDATES; i++) {
-        float err = iq3_point_error(c[i], t, scale);
+        float err = iq3_point_error(c[i], t, w, scale);
         if (err < best_err) {
             best_err = err;
             best = c[i];
@@ -476,18 +480,18 @@ static int nearest_iq3_point(const float *t, float scale, iq3_search *search) {
     return best;
 }
 
-/* Points for 32 targets at a scale; returns the squared error at the least-squares rescaling,
- * and that scale. */
-static float iq3_fit(const float *t, float scale, iq3_search *search, uint8_t *points, float *refit) {
+/* Points for 32 targets (weights w or NULL) at a scale; returns the weighted squared error at the
+ * least-squares rescaling, and that scale. */
+static float iq3_fit(const float *t, const float *w, float scale, iq3_search *search, uint8_t *points, float *refit) {
     float sum_tg = 0, sum_gg = 0, sum_tt = 0;
     for (int q = 0; q < 8; q++) {
-        points[q] = (uint8_t)nearest_iq3_point(t + 4 * q, scale, search);
+        points[q] = (uint8_t)nearest_iq3_point(t + 4 * q, w ? w + 4 * q : NULL, scale, search);
         uint32_t point = em_iq3xxs_grid[points[q]];
         for (int k = 0; k < 4; k++) {
-            float g = (float)((point >> (8 * k)) & 255);
-            sum_tg += t[4 * q + k] * g;
-            sum_gg += g * g;
-            sum_tt += t[4 * q + k] * t[4 * q + k];
+            float g = (float)((point >> (8 * k)) & 255), wk = w ? w[4 * q + k] : 1.0f;
+            sum_tg += wk * t[4 * q + k] * g;
+            sum_gg += wk * g * g;
+            sum_tt += wk * t[4 * q + k] * t[4 * q + k];
         }
     }
     *refit = sum_tg / sum_gg;
@@ -499,12 +503,18 @@ static float iq3_fit(const float *t, float scale, iq3_search *search, uint8_t *p
  * group of 8 stores 7 signs and has even parity, so when an odd number of elements is negative the
  * smallest one is given the wrong sign and its target magnitude becomes -|x| (the fit then pushes
  * it toward the smallest level). */
-em_err em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks) {
+em_err em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks, const float *importance) {
     iq3_search *search = malloc(sizeof *search); /* 44 KB: too much for small thread stacks */
     if (!search) return em_errorf(EM_ERR_NOMEM, "quantize IQ3_XXS: no memory for the %zu-byte search tables", sizeof *search);
     iq3_search_init(search);
     for (uint64_t i = 0; i < n_blocks; i++, x += 256, out += 98) {
-        float targets[256], scales[8];
+        float targets[256], scales[8], weights[256], *w = NULL;
+        if (importance) { /* llama.cpp's element weights: importance * sqrt(sigma2 + x^2) */
+            float sum_x2 = 0;
+            for (int j = 0; j < 256; j++) sum_x2 += x[j] * x[j];
+            for (int j = 0; j < 256; j++) weights[j] = importance[256 * i + j] * sqrtf(2 * sum_x2 / 256 + x[j] * x[j]);
+            w = weights;
+        }
         uint32_t sign_bits[8] = {0};
         for (int ib = 0; ib < 8; ib++) {
             for (int l = 0; l < 4; l++) {
@@ -533,7 +543,8 @@ em_err em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks) {
             float best_err = FLT_MAX;
             uint8_t points[8];
             for (int m = 62; m >= 22; m -= 4) {
-                float refit, err = iq3_fit(targets + 32 * ib, amax / (float)m, search, points, &refit);
+                float refit, err = iq3_fit(targets + 32 * ib, w ? w + 32 * ib : NULL, amax / (float)m, search, points,
+                                           &refit);
                 if (err < best_err && refit > 0) {
                     best_err = err;
                     scales[ib] = refit;
@@ -551,7 +562,8 @@ em_err em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks) {
             int s = clampi(em_round_int((4.0f * scales[ib] / d - 1.0f) / 2.0f), 0, 15);
             float db = d * (0.5f + (float)s) * 0.5f;
             for (int q = 0; q < 8; q++)
-                out[2 + 8 * ib + q] = (uint8_t)nearest_iq3_point(targets + 32 * ib + 4 * q, db, search);
+                out[2 + 8 * ib + q] =
+                    (uint8_t)nearest_iq3_point(targets + 32 * ib + 4 * q, w ? w + 32 * ib + 4 * q : NULL, db, search);
             uint32_t aux = sign_bits[ib] | ((uint32_t)s << 28);
             for (int k = 0; k < 4; k++) out[66 + 4 * ib + k] = (uint8_t)(aux >> (8 * k));
         }

@@ -10,7 +10,8 @@
  *
  * Files: types.c (the table), fp.c (f16/bf16), dequant.c (every decoder), quantize.c (the simple
  * formats, bit-exact with the GGUF tooling's reference), kquants.c (the searching quantizers:
- * K-formats, IQ4_NL, IQ4_XS, IQ3_XXS), iq_grids.c (i-quant lattice tables), dot.c (dispatch,
+ * K-formats, IQ4_NL, IQ4_XS, IQ3_XXS), weighted.c (llama.cpp's importance-weighted quantizers,
+ * em_quantize_rows), iq_grids.c (i-quant lattice tables), dot.c (dispatch,
  * reference and common scalar dots, em_dot_rows), dot_scalar.c (other scalar dots), x86/ (AVX2
  * kernels: dot_avx2.c one row, dot_rows_avx2.c several activation rows, avx2.h their helpers;
  * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0).
@@ -107,6 +108,20 @@ bool em_type_can_quantize(uint32_t type);
 /* Quantizes `n` floats (a multiple of the block) into blocks of `type`. Unweighted (no importance
  * matrix). EM_ERR_UNSUPPORTED for a type without a quantizer, EM_ERR_INVALID for a bad `n`. */
 em_err em_quantize(uint32_t type, const float *in, void *blocks, uint64_t n);
+
+/* Quantizes `n_rows` rows of `row_elems` floats (a multiple of the block) into consecutive rows of
+ * `type`, every row weighted by the same `importance` (row_elems values >= 0, one per column: an
+ * importance matrix's entry for this weight matrix). NULL importance is em_quantize, byte for byte.
+ * With importance, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL and IQ4_XS run llama.cpp's weighted
+ * algorithms (weighted.c; the bytes llama.cpp writes for the same input), IQ3_XXS weights Ember's
+ * own search, and the other types ignore the weights as llama.cpp does (Q8_0, F16, BF16, F32,
+ * MXFP4, TQ1_0, TQ2_0). Unit importance is not the unweighted path: llama.cpp's weighted
+ * algorithms differ from its unweighted ones too, and Ember matches llama.cpp. */
+em_err em_quantize_rows(uint32_t type, const float *in, void *blocks, uint64_t n_rows, uint64_t row_elems,
+                        const float *importance);
+
+/* True when em_quantize_rows' output for `type` depends on the importance values. */
+bool em_type_uses_importance(uint32_t type);
 
 /* ---- Dot products: a weight row (stored format) with an activation row ---- */
 

@@ -238,7 +238,37 @@ em_err em_quantize(uint32_t type, const float *in, void *blocks, uint64_t n) {
     if (n % info->block_elems != 0)
         return em_errorf(EM_ERR_INVALID, "quantize %s: %llu elements is not a multiple of the block (%u)", info->name,
                          (unsigned long long)n, info->block_elems);
-    if (type == EM_TYPE_IQ3_XXS) return em_quantize_iq3_xxs(in, blocks, n / info->block_elems);
+    if (type == EM_TYPE_IQ3_XXS) return em_quantize_iq3_xxs(in, blocks, n / info->block_elems, NULL);
     fn(in, blocks, n / info->block_elems);
+    return NULL;
+}
+
+bool em_type_uses_importance(uint32_t type) {
+    switch (type) {
+    case EM_TYPE_Q4_0: case EM_TYPE_Q4_1: case EM_TYPE_Q5_0: case EM_TYPE_Q5_1: case EM_TYPE_Q2_K:
+    case EM_TYPE_Q3_K: case EM_TYPE_Q4_K: case EM_TYPE_Q5_K: case EM_TYPE_Q6_K: case EM_TYPE_IQ4_NL:
+    case EM_TYPE_IQ4_XS: case EM_TYPE_IQ3_XXS: return true;
+    default: return false;
+    }
+}
+
+em_err em_quantize_rows(uint32_t type, const float *in, void *blocks, uint64_t n_rows, uint64_t row_elems,
+                        const float *importance) {
+    uint64_t row_bytes;
+    em_err err = em_type_row_bytes(type, row_elems, &row_bytes);
+    if (err) return err;
+    if (!em_type_can_quantize(type))
+        return em_errorf(EM_ERR_UNSUPPORTED, "no quantizer for tensor type %s", em_type_name(type));
+    if (n_rows && row_elems > UINT64_MAX / n_rows)
+        return em_errorf(EM_ERR_INVALID, "quantize %s: %llu rows of %llu elements overflow", em_type_name(type),
+                         (unsigned long long)n_rows, (unsigned long long)row_elems);
+    if (!importance) return em_quantize(type, in, blocks, n_rows * row_elems);
+    uint8_t *out = blocks;
+    for (uint64_t r = 0; r < n_rows; r++, in += row_elems, out += row_bytes) {
+        if (type == EM_TYPE_IQ3_XXS) err = em_quantize_iq3_xxs(in, out, row_elems / 256, importance);
+        else if (!em_quant_weighted_row(type, in, importance, out, row_elems))
+            err = em_quantize(type, in, out, row_elems); /* a format that takes no weights */
+        if (err) return err;
+    }
     return NULL;
 }

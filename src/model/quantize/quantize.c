@@ -5,8 +5,12 @@
  * so a bad request fails before a byte is written. Then the writer streams: for each tensor the
  * fill callback reads rows from the input's mapping, a chunk at a time; worker threads each take a
  * contiguous range of the chunk's rows, convert them to f32 (em_dequantize) and quantize them
- * (em_quantize) into the chunk's output buffer, which is then written. A tensor whose type does not
- * change is copied as it is, like llama.cpp does, so an unchanged F32 norm keeps its bytes.
+ * (em_quantize_rows) into the chunk's output buffer, which is then written. A tensor whose type does
+ * not change is copied as it is, like llama.cpp does, so an unchanged F32 norm keeps its bytes.
+ *
+ * With an importance matrix, each tensor that has an entry of the right size is quantized with its
+ * importance values: one vector of ne[0] values per matrix, so the rows of expert e of a 3-D stack
+ * take slice e. A tensor without one is quantized unweighted, as llama.cpp does.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -20,7 +24,7 @@
 #include "quantize.h"
 
 #define CHUNK_BYTES (32u << 20)      /* input or output bytes (the larger) quantized between writes */
-#define GROUP_ELEMS (1u << 16)       /* elements a worker converts per em_quantize call */
+#define GROUP_ELEMS (1u << 16)       /* elements a worker converts per em_quantize_rows call */
 #define QUANTIZATION_VERSION 2       /* GGML_QNT_VERSION: the block layouts of today's GGUF files */
 
 typedef struct quantizer {
@@ -31,6 +35,8 @@ typedef struct quantizer {
     const em_gguf_tensor **src; /* [n] across the parts */
     char **names;               /* [n] NUL-terminated */
     em_recipe_tensor *plan;     /* [n] */
+    const float **importance;   /* [n] importance values (ne[0] * ne[2]) or NULL; NULL without --imatrix */
+    em_imatrix *imatrix;        /* owns what importance points to */
     uint64_t n;
     uint32_t threads;
     uint8_t *out;               /* one chunk of output */
@@ -72,7 +78,7 @@ static em_err plan(quantizer *q, const char *in_path) {
         .n_head = metadata_u32(g, arch, "attention.head_count"),
         .n_head_kv = metadata_u32(g, arch, "attention.head_count_kv"),
         .n_expert = metadata_u32(g, arch, "expert_count"),
-        .imatrix = false, /* no quantizer here applies importance weights (see quantize.h) */
+        .imatrix = q->options->imatrix != NULL, /* llama.cpp's has_imatrix: an imatrix was given */
     };
     if (!model.n_head_kv) model.n_head_kv = model.n_head;
 
@@ -155,29 +161,39 @@ typedef struct work {
     uint8_t *dst;
     uint64_t cols, first, count; /* rows [first, first + count) of the chunk */
     uint64_t src_row, dst_row;   /* bytes */
+    const float *importance;     /* the tensor's importance values, or NULL */
+    uint64_t chunk_row;          /* index in the tensor of the chunk's first row */
     em_err err;
 } work;
 
 static void *quantize_rows(void *arg) {
     work *w = arg;
     const uint64_t group = w->cols >= GROUP_ELEMS ? 1 : GROUP_ELEMS / w->cols;
+    const uint64_t matrix_rows = w->r->ne[1]; /* rows of one matrix of an expert stack */
     float *f32 = malloc(group * w->cols * sizeof *f32);
     if (!f32) {
         w->err = em_errorf(EM_ERR_NOMEM, "out of memory quantizing %s", w->r->name);
         return NULL;
     }
-    for (uint64_t row = w->first; row < w->first + w->count && !w->err; row += group) {
-        const uint64_t n = w->first + w->count - row < group ? w->first + w->count - row : group;
+    for (uint64_t row = w->first, n; row < w->first + w->count && !w->err; row += n) {
+        n = w->first + w->count - row < group ? w->first + w->count - row : group;
+        const float *importance = NULL;
+        if (w->importance) { /* the slice of this row's matrix; a group stays within one matrix */
+            const uint64_t in_tensor = w->chunk_row + row, matrix = in_tensor / matrix_rows;
+            const uint64_t left = matrix_rows - in_tensor % matrix_rows;
+            if (n > left) n = left;
+            importance = w->importance + matrix * w->cols;
+        }
         w->err = em_dequantize(w->r->source_type, w->src + row * w->src_row, f32, n * w->cols);
-        if (!w->err) w->err = em_quantize(w->r->type, f32, w->dst + row * w->dst_row, n * w->cols);
+        if (!w->err) w->err = em_quantize_rows(w->r->type, f32, w->dst + row * w->dst_row, n, w->cols, importance);
     }
     free(f32);
     return NULL;
 }
 
 /* Quantizes `rows` rows into q->out over the worker threads (the calling thread is one of them). */
-static em_err quantize_chunk(const quantizer *q, const em_recipe_tensor *r, const uint8_t *src, uint64_t rows,
-                             uint64_t cols, uint64_t src_row, uint64_t dst_row) {
+static em_err quantize_chunk(const quantizer *q, const em_recipe_tensor *r, const float *importance, uint64_t chunk_row,
+                             const uint8_t *src, uint64_t rows, uint64_t cols, uint64_t src_row, uint64_t dst_row) {
     uint32_t n_workers = q->threads;
     if (n_workers > rows) n_workers = (uint32_t)rows;
     if (n_workers > 256) n_workers = 256;
@@ -187,7 +203,8 @@ static em_err quantize_chunk(const quantizer *q, const em_recipe_tensor *r, cons
     for (uint32_t k = 0; k < n_workers; k++) {
         const uint64_t first = rows * k / n_workers, end = rows * (k + 1) / n_workers;
         works[k] = (work){.q = q, .r = r, .src = src, .dst = q->out, .cols = cols, .first = first,
-                          .count = end - first, .src_row = src_row, .dst_row = dst_row};
+                          .count = end - first, .src_row = src_row, .dst_row = dst_row, .importance = importance,
+                          .chunk_row = chunk_row};
     }
     for (uint32_t k = 1; k < n_workers; k++) started[k] = pthread_create(&ids[k], NULL, quantize_rows, &works[k]) == 0;
     for (uint32_t k = 1; k < n_workers; k++)
@@ -234,7 +251,8 @@ static em_err fill(void *user, uint64_t index, void *file_, uint64_t size) {
         const uint64_t chunk = widest >= CHUNK_BYTES ? 1 : CHUNK_BYTES / widest;
         for (uint64_t row = 0; row < rows; row += chunk) {
             const uint64_t n = rows - row < chunk ? rows - row : chunk;
-            if ((err = quantize_chunk(q, r, (const uint8_t *)t->data + row * src_row, n, cols, src_row, dst_row)))
+            if ((err = quantize_chunk(q, r, q->importance ? q->importance[index] : NULL, row,
+                                      (const uint8_t *)t->data + row * src_row, n, cols, src_row, dst_row)))
                 return em_err_prefix(err, "tensor %s", r->name);
             if (fwrite(q->out, 1, n * dst_row, file) != n * dst_row)
                 return em_errorf(EM_ERR_IO, "writing tensor %s failed", r->name);
@@ -247,7 +265,10 @@ static em_err fill(void *user, uint64_t index, void *file_, uint64_t size) {
     if (q->options->progress) {
         em_quantize_progress p = {.index = index + 1, .count = q->n, .name = r->name, .from = r->source_type,
                                   .to = r->type, .llama_type = r->llama_type, .fallback = r->fallback,
-                                  .bytes_in = t->size, .bytes_out = size};
+                                  .bytes_in = t->size, .bytes_out = size,
+                                  .importance = !q->imatrix || r->type == r->source_type ? EM_IMPORTANCE_NONE
+                                                : q->importance[index] ? EM_IMPORTANCE_USED
+                                                                       : EM_IMPORTANCE_MISSING};
         q->options->progress(q->options->user, &p);
     }
     return NULL;
@@ -255,24 +276,29 @@ static em_err fill(void *user, uint64_t index, void *file_, uint64_t size) {
 
 /* ---- the importance matrix ---- */
 
-/* Checked against the tensors like llama.cpp checks it (a size that does not match a quantized
- * tensor is an error, except for token_embd, which imatrix files often describe wrongly), and
- * counted; not applied (quantize.h). */
-static em_err check_imatrix(quantizer *q, const char *path) {
-    em_imatrix *im;
-    em_err err = em_imatrix_load(path, &im);
+/* Read, checked against the tensors like llama.cpp checks it (a size that does not match a
+ * quantized tensor is an error, except for token_embd, which imatrix files often describe wrongly
+ * and which is then quantized unweighted), and each quantized tensor given its importance values. */
+static em_err load_imatrix(quantizer *q, const char *path) {
+    em_err err = em_imatrix_load(path, &q->imatrix);
     if (err) return err;
-    q->stats.imatrix_entries = em_imatrix_count(im);
+    if (!(q->importance = calloc(q->n ? q->n : 1, sizeof *q->importance)))
+        return em_errorf(EM_ERR_NOMEM, "out of memory");
+    q->stats.imatrix_entries = em_imatrix_count(q->imatrix);
     for (uint64_t i = 0; i < q->n && !err; i++) {
         const em_recipe_tensor *r = &q->plan[i];
         uint64_t count;
-        if (r->type == r->source_type || !em_imatrix_find(im, r->name, &count)) continue;
-        if (count == r->ne[0] * r->ne[2]) q->stats.imatrix_matched++;
-        else if (strcmp(r->name, "token_embd.weight"))
+        const float *values;
+        if (r->type == r->source_type || !(values = em_imatrix_find(q->imatrix, r->name, &count))) continue;
+        if (count == r->ne[0] * r->ne[2]) {
+            q->importance[i] = values;
+            q->stats.imatrix_matched++;
+            if (em_type_uses_importance(r->type)) q->stats.imatrix_weighted++;
+        } else if (strcmp(r->name, "token_embd.weight")) {
             err = em_errorf(EM_ERR_FORMAT, "%s: %llu importance values for %s, which needs %llu (columns x matrices)",
                             path, (unsigned long long)count, r->name, (unsigned long long)(r->ne[0] * r->ne[2]));
+        }
     }
-    em_imatrix_free(im);
     return err;
 }
 
@@ -288,7 +314,7 @@ em_err em_quantize_gguf(const char *in_path, const char *out_path, const em_quan
     if ((err = em_gguf_open_parts(in_path, &q.parts, &q.n_parts))) return err;
     em_gguf_writer *w = NULL;
     if ((err = plan(&q, in_path))) goto done;
-    if (options->imatrix && (err = check_imatrix(&q, options->imatrix))) goto done;
+    if (options->imatrix && (err = load_imatrix(&q, options->imatrix))) goto done;
     if ((err = em_gguf_writer_new(3, &w))) goto done;
     if ((err = write_metadata(&q, w))) goto done;
     for (uint64_t i = 0; i < q.n && !err; i++) {
@@ -318,6 +344,8 @@ done:
     free(q.names);
     free(q.src);
     free(q.plan);
+    free(q.importance);
+    em_imatrix_free(q.imatrix);
     free(q.out);
     em_gguf_close_parts(q.parts, q.n_parts);
     return err;

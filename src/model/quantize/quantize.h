@@ -12,7 +12,8 @@
  *    falling back to a smaller block). The quant module knows block formats but no tensor names;
  *    tensor names are the model's knowledge, so the recipe lives here.
  *  - imatrix.c: llama.cpp's importance-matrix files (the GGUF format llama-imatrix writes, and the
- *    legacy .dat format), read and validated.
+ *    legacy .dat format), read and validated; quantize.c passes each tensor's values to the
+ *    weighted quantizers of quant (em_quantize_rows).
  *  - quantize.c: the file rewrite. Tensors stream from the input's mapping a chunk of rows at a
  *    time (converted to f32 when needed, quantized by worker threads over rows, written), so
  *    memory stays at one chunk whatever the model's size. The output is written under a
@@ -96,6 +97,13 @@ const float *em_imatrix_find(const em_imatrix *imatrix, const char *name, uint64
 
 /* ---- the file rewrite (quantize.c) ---- */
 
+/* Whether a tensor was quantized with importance values. */
+typedef enum em_importance_use {
+    EM_IMPORTANCE_NONE,    /* no --imatrix, or the tensor was copied, not quantized */
+    EM_IMPORTANCE_USED,    /* weighted by its entry in the importance matrix */
+    EM_IMPORTANCE_MISSING, /* the importance matrix has no entry (of the right size) for it: unweighted */
+} em_importance_use;
+
 /* One tensor written, for a progress line. */
 typedef struct em_quantize_progress {
     uint64_t index, count;  /* 1-based index of the tensor, of count */
@@ -104,6 +112,7 @@ typedef struct em_quantize_progress {
     uint32_t llama_type;    /* llama.cpp's choice, when `to` stands in for it (else equal to `to`) */
     bool fallback;          /* the row length forced a smaller block */
     uint64_t bytes_in, bytes_out;
+    em_importance_use importance;
 } em_quantize_progress;
 
 typedef struct em_quantize_options {
@@ -120,15 +129,18 @@ typedef struct em_quantize_stats {
     uint64_t bytes_in, bytes_out;       /* of tensor data */
     uint64_t n_elements;                /* of all tensors */
     uint64_t imatrix_entries;           /* entries in the --imatrix file (0 without one) */
-    uint64_t imatrix_matched;           /* quantized tensors it has importance values for */
+    uint64_t imatrix_matched;           /* quantized tensors it has values for (entry of the right size) */
+    uint64_t imatrix_weighted;          /* those of them whose type uses the values (not Q8_0, F16, ...) */
 } em_quantize_stats;
 
 /* Rewrites the model at `in_path` (a split set: its first part) into `out_path` with the recipe
  * `options->type`. Metadata is copied unchanged except general.file_type (the recipe's
- * llama_ftype; left out for `mix`) and general.quantization_version (2), and split.* keys. An
- * importance matrix is read and checked against the tensors, but Ember's quantizers do not take
- * importance weights yet, so it does not change the output (the stats say how much matched; the
- * recipe then follows llama.cpp's rules for a run without one). `stats` may be NULL. */
+ * llama_ftype; left out for `mix`) and general.quantization_version (2), and split.* keys. With
+ * an importance matrix the recipe follows llama.cpp's rules for a run with one (has_imatrix), and
+ * every quantized tensor that has an entry is quantized with its importance values
+ * (em_quantize_rows: llama.cpp's weighted algorithms, the same bytes llama-quantize writes for
+ * Q4_0..Q5_1, Q2_K..Q6_K, IQ4_NL and IQ4_XS); a tensor without one is quantized unweighted, as in
+ * llama.cpp. `stats` may be NULL. */
 em_err em_quantize_gguf(const char *in_path, const char *out_path, const em_quantize_options *options,
                         em_quantize_stats *stats);
 
