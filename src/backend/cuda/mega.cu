@@ -793,7 +793,10 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
     const size_t static_smem = 4096; /* load_input's reduction, the RMS factors, the ring's barriers, the routes */
     const size_t per_warp = attention_warp_bytes(m->max_head_dim);
     m->attention_warps = MEGA_ATTENTION_WARPS;
-    m->stage_bytes = (uint32_t)max((uint64_t)32768 + 256, (widest_row + 64 + 127) / 128 * 128);
+    /* EMBER_CUDA_MEGA_STAGE_KB: the stages' size, a measurement knob (bench/mega_probe.sh); at least
+     * the longest row */
+    const uint64_t stage_kb = em_cuda_env_count("EMBER_CUDA_MEGA_STAGE_KB", 32);
+    m->stage_bytes = (uint32_t)max(stage_kb * 1024 + 256, (widest_row + 64 + 127) / 128 * 128);
     /* the expert down products' results: a block's rows of x for each of the step's chosen experts */
     const size_t rows_per_block = (d->n_embd + b->n_sm - 1) / b->n_sm;
     for (uint32_t nt = 1; nt <= MEGA_MAX_TOKENS; nt++) {

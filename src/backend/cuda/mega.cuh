@@ -13,7 +13,7 @@ extern "C" {
 #define MEGA_THREADS (MEGA_WARPS * 32)
 #define MEGA_CONSUMERS (MEGA_WARPS - 1)  /* warps that compute; the last warp streams weights */
 #define MEGA_CONSUMER_THREADS (MEGA_CONSUMERS * 32)
-#define MEGA_MAX_STAGES 16
+#define MEGA_MAX_STAGES 32
 #define MEGA_ATTENTION_WARPS 4           /* consumers that take attention items (their shared memory) */
 #define MEGA_MAX_TOKENS 4
 #define MEGA_MAX_SPANS 64           /* attention partials per (token, query head) */

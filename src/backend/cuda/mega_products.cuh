@@ -190,12 +190,14 @@ __device__ void load_input_q(const mega_args &a, const float *x, uint32_t rows, 
     for (int t = 0; t < NT; t++) ss[t] = 0.0f;
     enum { ROUNDS = 4 };
     for (uint32_t k0 = 0; k0 < tasks; k0 += ROUNDS) {
-        float4 v[ROUNDS];
+        float4 v[ROUNDS], g[ROUNDS];
 #pragma unroll
-        for (int r = 0; r < ROUNDS; r++) { /* the loads first, all rounds in flight */
+        for (int r = 0; r < ROUNDS; r++) { /* the loads first (norm weights too), all rounds in flight */
             const uint32_t k = k0 + r, c = slot + slots * (k / rows), row = k % rows;
-            v[r] = k < tasks && c < chunks ? __ldcg((const float4 *)(x + (uint64_t)row * cols + c * DQ_CHUNK + 4 * sub))
-                                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            const bool live = k < tasks && c < chunks;
+            const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            v[r] = live ? __ldcg((const float4 *)(x + (uint64_t)row * cols + c * DQ_CHUNK + 4 * sub)) : zero;
+            g[r] = live && norm_w ? *(const float4 *)(norm_w + c * DQ_CHUNK + 4 * sub) : zero;
         }
 #pragma unroll
         for (int r = 0; r < ROUNDS; r++) {
@@ -206,8 +208,7 @@ __device__ void load_input_q(const mega_args &a, const float *x, uint32_t rows, 
 #pragma unroll
                 for (int t = 0; t < NT; t++)
                     if ((uint32_t)t == row && k < tasks) ss[t] += sq;
-                const float4 g = *(const float4 *)(norm_w + c * DQ_CHUNK + 4 * sub);
-                w.x *= g.x + o, w.y *= g.y + o, w.z *= g.z + o, w.w *= g.w + o;
+                w.x *= g[r].x + o, w.y *= g[r].y + o, w.z *= g[r].z + o, w.w *= g[r].w + o;
             }
             float m = fmaxf(fmaxf(fabsf(w.x), fabsf(w.y)), fmaxf(fabsf(w.z), fabsf(w.w)));
             for (int off = 4; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
