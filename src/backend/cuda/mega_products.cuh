@@ -133,14 +133,36 @@ __device__ __forceinline__ void dot_rows_q_typed(uint32_t type, const uint8_t *w
 #undef EM_DOT_ROWS_Q
 }
 
+/* The end of an input's loading: scale[t] = the RMS factor of token t's n values from the
+ * consumers' sums of squares ss[t] (summed over the warps in a fixed order, so every block gets
+ * the same bits), or 1 without a norm; then the block's input is complete. */
+template <int NT>
+__device__ __forceinline__ void rms_scales(const mega_args &a, const float (&ss)[NT], bool norm, uint32_t n,
+                                           float *scale) {
+    __shared__ float part[MEGA_CONSUMERS][MEGA_MAX_TOKENS];
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (norm) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float s = em_warp_sum(ss[t]);
+            if (lane == 0) part[warp][t] = s;
+        }
+    }
+    consumer_sync();
+    if (threadIdx.x < NT) {
+        float total = 0.0f;
+        for (int w = 0; w < MEGA_CONSUMERS; w++) total += norm ? part[w][threadIdx.x] : 0.0f;
+        scale[threadIdx.x] = norm ? rsqrtf(total / n + a.eps) : 1.0f;
+    }
+    consumer_sync();
+}
+
 /* xs[t] = x[t] (n values each, read past L1), times the norm weights when norm_w is given; then
  * scale[t] is the RMS factor of x[t] (1 without a norm), which run_rows applies to the sums. The
  * sums of squares are added in a fixed order, so every block gets the same bits. */
 template <int NT>
 __device__ void load_input(const mega_args &a, const float *x, uint32_t n, const float *norm_w, float *xs,
                            float *scale) {
-    __shared__ float part[MEGA_CONSUMERS][MEGA_MAX_TOKENS];
-    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float ss[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -156,20 +178,7 @@ __device__ void load_input(const mega_args &a, const float *x, uint32_t n, const
             *(float4 *)(xs + (uint64_t)t * n + i) = v;
         }
     }
-    if (norm_w) {
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const float s = em_warp_sum(ss[t]);
-            if (lane == 0) part[warp][t] = s;
-        }
-    }
-    consumer_sync();
-    if (threadIdx.x < NT) {
-        float total = 0.0f;
-        for (int w = 0; w < MEGA_CONSUMERS; w++) total += norm_w ? part[w][threadIdx.x] : 0.0f;
-        scale[threadIdx.x] = norm_w ? rsqrtf(total / n + a.eps) : 1.0f;
-    }
-    consumer_sync();
+    rms_scales<NT>(a, ss, norm_w != NULL, n, scale);
 }
 
 /* The input rows rounded to 8 bits into `in` (dq_round's rule per chunk of 32, as the per-operation
@@ -180,7 +189,6 @@ __device__ void load_input(const mega_args &a, const float *x, uint32_t n, const
 template <int NT>
 __device__ void load_input_q(const mega_args &a, const float *x, uint32_t rows, uint32_t cols, const float *norm_w,
                              const mega_input &in, float *scale) {
-    __shared__ float part[MEGA_CONSUMERS][MEGA_MAX_TOKENS];
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane & 7;
     const uint32_t chunks = cols / DQ_CHUNK, slot = 4 * warp + (lane >> 3), slots = 4 * MEGA_CONSUMERS;
     const uint32_t per_slot = (chunks + slots - 1) / slots, tasks = per_slot * rows; /* (chunk, row) pairs */
@@ -224,18 +232,5 @@ __device__ void load_input_q(const mega_args &a, const float *x, uint32_t rows, 
             }
         }
     }
-    if (norm_w) {
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const float s = em_warp_sum(ss[t]);
-            if (lane == 0) part[warp][t] = s;
-        }
-    }
-    consumer_sync();
-    if (threadIdx.x < NT) {
-        float total = 0.0f;
-        for (int w = 0; w < MEGA_CONSUMERS; w++) total += norm_w ? part[w][threadIdx.x] : 0.0f;
-        scale[threadIdx.x] = norm_w ? rsqrtf(total / cols + a.eps) : 1.0f;
-    }
-    consumer_sync();
+    rms_scales<NT>(a, ss, norm_w != NULL, cols, scale);
 }
