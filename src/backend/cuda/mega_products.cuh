@@ -6,6 +6,18 @@
 
 #include "mega.cuh"
 
+/* Each lane's partial sums of the rows (and their up rows) -> the warp's sums, in every lane. */
+template <int NT, int RW, bool GLU>
+__device__ __forceinline__ void warp_sums(float acc[RW][NT], float acc2[RW][NT]) {
+#pragma unroll
+    for (int j = 0; j < RW; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            acc[j][t] = em_warp_sum(acc[j][t]);
+            if (GLU) acc2[j][t] = em_warp_sum(acc2[j][t]);
+        }
+}
+
 /* RW consecutive rows of a stage (with GLU their up rows, up_offset bytes further) times the NT
  * activation rows in shared memory, by one warp: the lanes walk the rows' 8-value groups, and
  * each activation value read serves all RW rows (shared memory, not the weights, bounds this
@@ -40,13 +52,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t *w, uint64_t row_bytes, u
                 }
         }
     }
-#pragma unroll
-    for (int j = 0; j < RW; j++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            acc[j][t] = em_warp_sum(acc[j][t]);
-            if (GLU) acc2[j][t] = em_warp_sum(acc2[j][t]);
-        }
+    warp_sums<NT, RW, GLU>(acc, acc2);
 }
 
 template <int NT, int RW, bool GLU>
@@ -109,13 +115,7 @@ __device__ __forceinline__ void dot_rows_q(const uint8_t *w, uint64_t row_bytes,
 #pragma unroll
                 for (int t = 0; t < NT; t++) acc[r][t] += s[t], acc2[r][t] += s2[t];
     }
-#pragma unroll
-    for (int j = 0; j < RW; j++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            acc[j][t] = em_warp_sum(acc[j][t]);
-            if (GLU) acc2[j][t] = em_warp_sum(acc2[j][t]);
-        }
+    warp_sums<NT, RW, GLU>(acc, acc2);
 }
 
 template <int NT, int RW, bool GLU>
