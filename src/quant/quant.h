@@ -154,6 +154,12 @@ typedef void (*em_dot_rows_fn)(const void *weight_row, const void *activation_ro
                                uint32_t n_rows, uint64_t n, float *out);
 em_dot_rows_fn em_dot_rows_kernel(uint32_t weight_type);
 
+/* The SIMD family em_dot and em_dot_rows use on this CPU: "avx512-vnni" (AVX2 kernels, and AVX-512
+ * VNNI multi-row kernels for Q4_K and Q8_0), "avx2", "neon-dotprod" (AArch64 with the dot-product
+ * instructions), "neon" (AArch64 without them, or EMBER_CPU_ISA=neon), or "scalar". The NEON
+ * kernels are bitwise equal to em_dot_scalar; the x86 ones equal it up to f32 summation order. */
+const char *em_dot_isa(void);
+
 /* The definition em_dot is checked against: decodes both rows to f32 and sums the products in
  * double. Slow; for tests and debugging. */
 float em_dot_reference(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
