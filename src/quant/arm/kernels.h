@@ -108,27 +108,74 @@ static EM_INLINE void float_rows(const uint8_t *w, const uint8_t *a, uint64_t st
     }
 }
 
-/* ---- Q8_0 and Q4_0 with Q8_0 activations: one f16 scale and 32 signed levels a block ---- */
+/* ---- the 32-element formats with Q8_0 activations: one scale and 32 levels a block ---- */
 
-static EM_INLINE void q8_0_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, const int nr, uint64_t n,
-                                float *out, const bool q4) {
-    const uint64_t block_bytes = q4 ? 18 : 34;
+/* 0xff in byte j where bit j of the 16 bits first | second << 8 is set. */
+static EM_INLINE uint8x16_t bit_masks16(uint8_t first, uint8_t second) {
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    return vtstq_u8(vcombine_u8(vdup_n_u8(first), vdup_n_u8(second)), vld1q_u8(bit));
+}
+
+/* Q5_0 / Q5_1 levels: 16 nibbles, plus 16 where bit j of the 16 bits at qh is set. */
+static EM_INLINE int8x16_t with_fifth_bits(int8x16_t nibbles, const uint8_t *qh) {
+    uint8x16_t fifth = vandq_u8(bit_masks16(qh[0], qh[1]), vdupq_n_u8(16));
+    return vorrq_s8(nibbles, vreinterpretq_s8_u8(fifth));
+}
+
+enum { B32_Q8_0, B32_Q4_0, B32_Q4_1, B32_Q5_0, B32_Q5_1, B32_IQ4_NL, B32_MXFP4 };
+
+/* Symmetric formats: sum += scale * d8 * sum(q * a); affine ones (Q4_1, Q5_1, levels unsigned):
+ * sum += d * d8 * sum(q * a) + m * d8 * sum(a), as dot.c and dot_scalar.c write them. */
+static EM_INLINE void block32_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, const int nr, uint64_t n,
+                                   float *out, const int kind) {
+    static const uint64_t block_bytes[] = {34, 18, 20, 22, 24, 18, 17};
+    const bool affine = kind == B32_Q4_1 || kind == B32_Q5_1;
+    const int8x16_t table = vld1q_s8(kind == B32_MXFP4 ? em_mxfp4_values : em_iq4nl_values);
     float sum[ROWS_MAX] = {0};
-    for (uint64_t b = 0; b < n / 32; b++, w += block_bytes, a += 34) {
+    for (uint64_t b = 0; b < n / 32; b++, w += block_bytes[kind], a += 34) {
         int8x16_t q[2];
-        if (q4) {
-            uint8x16_t bytes = vld1q_u8(w + 2);
-            q[0] = vsubq_s8(low_nibbles(bytes), vdupq_n_s8(8));
-            q[1] = vsubq_s8(high_nibbles(bytes), vdupq_n_s8(8));
-        } else {
+        if (kind == B32_Q8_0) {
             q[0] = vld1q_s8((const int8_t *)w + 2);
             q[1] = vld1q_s8((const int8_t *)w + 18);
+        } else {
+            /* where the nibbles start: after the scale(s) and the fifth bits */
+            static const int nibbles_at[] = {0, 2, 4, 6, 8, 2, 1};
+            uint8x16_t bytes = vld1q_u8(w + nibbles_at[kind]);
+            q[0] = low_nibbles(bytes);
+            q[1] = high_nibbles(bytes);
+            switch (kind) {
+            case B32_Q4_0:
+                q[0] = vsubq_s8(q[0], vdupq_n_s8(8));
+                q[1] = vsubq_s8(q[1], vdupq_n_s8(8));
+                break;
+            case B32_Q5_0:
+                q[0] = vsubq_s8(with_fifth_bits(q[0], w + 2), vdupq_n_s8(16));
+                q[1] = vsubq_s8(with_fifth_bits(q[1], w + 4), vdupq_n_s8(16));
+                break;
+            case B32_Q5_1:
+                q[0] = with_fifth_bits(q[0], w + 4);
+                q[1] = with_fifth_bits(q[1], w + 6);
+                break;
+            case B32_IQ4_NL:
+            case B32_MXFP4:
+                q[0] = vqtbl1q_s8(table, vreinterpretq_u8_s8(q[0]));
+                q[1] = vqtbl1q_s8(table, vreinterpretq_u8_s8(q[1]));
+                break;
+            default: break;
+            }
         }
-        float dw = em_load_fp16(w);
+        float dw = kind == B32_MXFP4 ? em_e8m0_half(w[0]) : em_load_fp16(w);
         UNROLL_ROWS for (int r = 0; r < nr; r++) {
             const uint8_t *ar = a + r * stride;
-            int isum = vaddvq_s32(dot32(q, ar + 2));
-            sum[r] += dw * em_load_fp16(ar) * (float)isum;
+            int qa = vaddvq_s32(dot32(q, ar + 2));
+            if (affine) {
+                int8x16_t a0 = vld1q_s8((const int8_t *)ar + 2), a1 = vld1q_s8((const int8_t *)ar + 18);
+                int sa = vaddlvq_s8(a0) + vaddlvq_s8(a1);
+                float d8 = em_load_fp16(ar);
+                sum[r] += dw * d8 * (float)qa + em_load_fp16(w + 2) * d8 * (float)sa;
+            } else {
+                sum[r] += dw * em_load_fp16(ar) * (float)qa;
+            }
         }
     }
     for (int r = 0; r < nr; r++) out[r] = sum[r];
@@ -222,13 +269,83 @@ static EM_INLINE void q6_k_rows(const uint8_t *w, const uint8_t *a, uint64_t str
     for (int r = 0; r < nr; r++) out[r] = sum[r];
 }
 
-/* ---- IQ3_XXS: per 32 elements eight grid points of four magnitudes, 4 x 7 sign bits, a scale ---- */
+/* ---- Q2_K, Q3_K: sixteen 16-element groups of 2-bit levels (Q3_K: a third bit, stored apart) ---- */
 
-/* 0xff in byte j where bit j of the 16 bits is set. */
-static EM_INLINE uint8x16_t sign_masks16(uint8_t first, uint8_t second) {
-    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-    return vtstq_u8(vcombine_u8(vdup_n_u8(first), vdup_n_u8(second)), vld1q_u8(bit));
+/* Q2_K: per block d * sum(scale_g * q.a) - dmin * sum(min_g * sum_g a), levels 0..3. Q3_K: levels
+ * (low | high << 2) - 4, six-bit scales less 32, one d. As dot_scalar.c writes them. */
+static EM_INLINE void q23_k_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, const int nr, uint64_t n,
+                                 float *out, const bool q3) {
+    const uint64_t block_bytes = q3 ? 110 : 84;
+    float sum[ROWS_MAX] = {0};
+    for (uint64_t b = 0; b < n / 256; b++, w += block_bytes, a += 292) {
+        /* group g: half g / 8, bit pair (g % 8) / 2 of the 16 bytes at 16 * (g % 2) of the half;
+         * Q3_K's third bit: bit g / 2 of the 16 bytes of hmask at 16 * (g % 2) */
+        int8x16_t q[16];
+        int scale[16], min[16];
+        const uint8_t *qs = w + (q3 ? 32 : 16);
+        for (int g = 0; g < 16; g++) {
+            uint8x16_t bytes = vld1q_u8(qs + 32 * (g / 8) + 16 * (g % 2));
+            uint8x16_t low = vandq_u8(vshlq_u8(bytes, vdupq_n_s8((int8_t)-(2 * ((g % 8) / 2)))), vdupq_n_u8(3));
+            if (q3) {
+                uint8x16_t high = vtstq_u8(vld1q_u8(w + 16 * (g % 2)), vdupq_n_u8((uint8_t)(1u << (g / 2))));
+                q[g] = vsubq_s8(vreinterpretq_s8_u8(low), vreinterpretq_s8_u8(vbicq_u8(vdupq_n_u8(4), high)));
+                int lo = (w[96 + g % 8] >> (4 * (g / 8))) & 15, hi = (w[104 + g % 4] >> (2 * (g / 4))) & 3;
+                scale[g] = (lo | (hi << 4)) - 32;
+            } else {
+                q[g] = vreinterpretq_s8_u8(low);
+                scale[g] = w[g] & 15;
+                min[g] = w[g] >> 4;
+            }
+        }
+        float dw = em_load_fp16(w + (q3 ? 108 : 80));
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            const uint8_t *ar = a + r * stride;
+            int32x4_t scaled = vdupq_n_s32(0);
+            for (int g = 0; g < 16; g++) {
+                int32x4_t s = dot16(vdupq_n_s32(0), q[g], vld1q_s8((const int8_t *)ar + 4 + 16 * g));
+                scaled = vmlaq_n_s32(scaled, s, scale[g]);
+            }
+            float d8 = em_load_f32(ar);
+            if (q3) {
+                sum[r] += dw * d8 * (float)vaddvq_s32(scaled);
+            } else {
+                int mins = 0;
+                for (int g = 0; g < 16; g++) mins += min[g] * q8_k_group_sum(ar, g);
+                sum[r] += dw * d8 * (float)vaddvq_s32(scaled) - em_load_fp16(w + 82) * d8 * (float)mins;
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++) out[r] = sum[r];
 }
+
+/* ---- IQ4_XS: eight 32-element sub-blocks of IQ4_NL levels, six-bit scales less 32 ---- */
+
+static EM_INLINE void iq4_xs_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, const int nr, uint64_t n,
+                                  float *out) {
+    const int8x16_t table = vld1q_s8(em_iq4nl_values);
+    float sum[ROWS_MAX] = {0};
+    for (uint64_t b = 0; b < n / 256; b++, w += 136, a += 292) {
+        int8x16_t q[16];
+        int scale[8];
+        uint16_t scales_h = em_load_u16(w + 2);
+        for (int s = 0; s < 8; s++) {
+            uint8x16_t bytes = vld1q_u8(w + 8 + 16 * s);
+            q[2 * s] = vqtbl1q_s8(table, vandq_u8(bytes, vdupq_n_u8(15)));
+            q[2 * s + 1] = vqtbl1q_s8(table, vshrq_n_u8(bytes, 4));
+            scale[s] = (((w[4 + s / 2] >> (4 * (s % 2))) & 15) | (((scales_h >> (2 * s)) & 3) << 4)) - 32;
+        }
+        float dw = em_load_fp16(w);
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            const uint8_t *ar = a + r * stride;
+            int32x4_t total = vdupq_n_s32(0);
+            for (int s = 0; s < 8; s++) total = vmlaq_n_s32(total, dot32(q + 2 * s, ar + 4 + 32 * s), scale[s]);
+            sum[r] += dw * em_load_f32(ar) * (float)vaddvq_s32(total);
+        }
+    }
+    for (int r = 0; r < nr; r++) out[r] = sum[r];
+}
+
+/* ---- IQ3_XXS: per 32 elements eight grid points of four magnitudes, 4 x 7 sign bits, a scale ---- */
 
 static EM_INLINE void iq3_xxs_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, const int nr, uint64_t n,
                                    float *out) {
@@ -243,7 +360,7 @@ static EM_INLINE void iq3_xxs_rows(const uint8_t *w, const uint8_t *a, uint64_t 
             for (int p = 0; p < 8; p++) points[p] = em_iq3xxs_grid[w[2 + 8 * ib + p]];
             for (int half = 0; half < 2; half++) {
                 uint8x16_t mag = vreinterpretq_u8_u32(vld1q_u32(points + 4 * half));
-                uint8x16_t neg = sign_masks16(em_iq_signs8(aux >> (14 * half)), em_iq_signs8(aux >> (14 * half + 7)));
+                uint8x16_t neg = bit_masks16(em_iq_signs8(aux >> (14 * half)), em_iq_signs8(aux >> (14 * half + 7)));
                 /* (m ^ mask) - mask negates where the mask is all ones */
                 q[2 * ib + half] = vreinterpretq_s8_u8(vsubq_u8(veorq_u8(mag, neg), neg));
             }
@@ -299,10 +416,18 @@ static EM_INLINE void iq3_xxs_rows(const uint8_t *w, const uint8_t *a, uint64_t 
 NEON_ENTRY(f32, float_rows(w, a, stride, nr, n, out, FLOAT_F32))
 NEON_ENTRY(f16, float_rows(w, a, stride, nr, n, out, FLOAT_F16))
 NEON_ENTRY(bf16, float_rows(w, a, stride, nr, n, out, FLOAT_BF16))
-NEON_ENTRY(q8_0, q8_0_rows(w, a, stride, nr, n, out, false))
-NEON_ENTRY(q4_0, q8_0_rows(w, a, stride, nr, n, out, true))
+NEON_ENTRY(q8_0, block32_rows(w, a, stride, nr, n, out, B32_Q8_0))
+NEON_ENTRY(q4_0, block32_rows(w, a, stride, nr, n, out, B32_Q4_0))
+NEON_ENTRY(q4_1, block32_rows(w, a, stride, nr, n, out, B32_Q4_1))
+NEON_ENTRY(q5_0, block32_rows(w, a, stride, nr, n, out, B32_Q5_0))
+NEON_ENTRY(q5_1, block32_rows(w, a, stride, nr, n, out, B32_Q5_1))
+NEON_ENTRY(iq4_nl, block32_rows(w, a, stride, nr, n, out, B32_IQ4_NL))
+NEON_ENTRY(mxfp4, block32_rows(w, a, stride, nr, n, out, B32_MXFP4))
 NEON_ENTRY(q4_k, q45_k_rows(w, a, stride, nr, n, out, false))
 NEON_ENTRY(q5_k, q45_k_rows(w, a, stride, nr, n, out, true))
+NEON_ENTRY(q2_k, q23_k_rows(w, a, stride, nr, n, out, false))
+NEON_ENTRY(q3_k, q23_k_rows(w, a, stride, nr, n, out, true))
+NEON_ENTRY(iq4_xs, iq4_xs_rows(w, a, stride, nr, n, out))
 NEON_ENTRY(q6_k, q6_k_rows(w, a, stride, nr, n, out))
 NEON_ENTRY(iq3_xxs, iq3_xxs_rows(w, a, stride, nr, n, out))
 
@@ -312,9 +437,17 @@ NEON_ENTRY(iq3_xxs, iq3_xxs_rows(w, a, stride, nr, n, out))
     X(EM_TYPE_BF16, bf16)                                                                                          \
     X(EM_TYPE_Q8_0, q8_0)                                                                                          \
     X(EM_TYPE_Q4_0, q4_0)                                                                                          \
+    X(EM_TYPE_Q4_1, q4_1)                                                                                          \
+    X(EM_TYPE_Q5_0, q5_0)                                                                                          \
+    X(EM_TYPE_Q5_1, q5_1)                                                                                          \
+    X(EM_TYPE_IQ4_NL, iq4_nl)                                                                                      \
+    X(EM_TYPE_MXFP4, mxfp4)                                                                                        \
+    X(EM_TYPE_Q2_K, q2_k)                                                                                          \
+    X(EM_TYPE_Q3_K, q3_k)                                                                                          \
     X(EM_TYPE_Q4_K, q4_k)                                                                                          \
     X(EM_TYPE_Q5_K, q5_k)                                                                                          \
     X(EM_TYPE_Q6_K, q6_k)                                                                                          \
+    X(EM_TYPE_IQ4_XS, iq4_xs)                                                                                      \
     X(EM_TYPE_IQ3_XXS, iq3_xxs)
 
 em_dot_fn KERNEL(em_quant_dot)(uint32_t weight_type) {
