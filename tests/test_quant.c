@@ -416,7 +416,9 @@ static void test_dot_neon_equals_scalar(void **state) {
             for (int i = 0; i < N; i++) x[i] *= scale;
         } else {
             for (int i = 0; i < N; i++) {
-                float sign = pattern == 0 ? 1.0f : pattern == 1 ? ((i / 32) % 2 ? -1.0f : 1.0f) : (i % 2 ? -1.0f : 1.0f);
+                float sign = pattern == 0   ? 1.0f
+                             : pattern == 1 ? ((i / 32) % 2 ? -1.0f : 1.0f)
+                                            : (i % 2 ? -1.0f : 1.0f);
                 w[i] = sign;
                 x[i] = pattern == 2 ? -sign : sign;
             }

@@ -30,9 +30,10 @@ if ! have_tools; then
   fi
   echo "installing ${packages[*]}"
   mkdir -p "$arm"
+  export DEBIAN_FRONTEND=noninteractive
   { dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64; } &&
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >"$arm/apt.log" 2>&1 &&
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}" >>"$arm/apt.log" 2>&1 ||
+    apt-get update -qq >"$arm/apt.log" 2>&1 &&
+    apt-get install -y -qq --no-install-recommends "${packages[@]}" >>"$arm/apt.log" 2>&1 ||
     { tail -n 20 "$arm/apt.log"; echo "SKIP: installing the AArch64 cross tools failed; run: $command"; exit 77; }
   have_tools || { echo "SKIP: the AArch64 cross tools are still missing after apt-get"; exit 77; }
 fi
