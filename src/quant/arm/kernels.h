@@ -5,18 +5,20 @@
  * lane in one instruction, ARMv8.2-A and later where the CPU reports it). KERNEL(name) gives each
  * copy its own names.
  *
- * Types: F32, F16, BF16 (f32 activations); Q8_0, Q4_0 (Q8_0 activations); Q4_K, Q5_K, Q6_K and
- * IQ3_XXS (Q8_K activations). Every kernel takes one weight row against one to four activation
- * rows: a weight block is unpacked once (levels, scales, signs) and applied to each row. The
- * single-row kernel is the same code with one row.
+ * Types: F32, F16, BF16 (f32 activations); Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (Q8_0
+ * activations); Q2_K..Q6_K, IQ4_XS, IQ3_XXS (Q8_K activations): those the x86 kernels cover. Every
+ * kernel takes one weight row against one to four activation rows: a weight block is unpacked
+ * once (levels, scales, signs) and applied to each row. The single-row kernel is the same code
+ * with one row. The 8-bit matrix multiply (i8mm's SMMLA) is not used: it multiplies two rows of
+ * each operand, and these kernels have one weight row.
  *
  * Each row's arithmetic is the scalar path's (dot.c, dot_scalar.c) step for step: the same integer
  * sum per block or sub-block (integer addition is exact, so SDOT's and the pairwise adds' order of
  * summing is free), then the same f32 expressions in the same order, block by block, into one f32
  * sum. The float formats keep the scalar path's eight partial sums as the eight lanes of two
- * vectors, each product rounded before it is added (the project builds as ISO C, so the compiler
- * fuses no multiply-add in either path). The results are bitwise equal to em_dot_scalar's, which
- * tests/test_quant.c asserts on ARM.
+ * vectors, each product rounded before it is added (the project builds as ISO C, where GCC fuses
+ * no multiply-add, in either path). The results are bitwise equal to em_dot_scalar's, which
+ * tests/test_quant.c asserts on ARM (and so would catch a compiler that fused).
  */
 #ifndef KERNEL
 #error "kernels.h is included by dot_neon.c and dot_dotprod.c only"
