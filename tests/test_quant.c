@@ -491,6 +491,66 @@ static void test_dot_rows_equal_single_rows(void **state) {
     free(aq);
 }
 
+/* On ARM the NEON kernels (plain, and with the dot-product instructions: ctest's quant_neon runs
+ * this file again with EMBER_CPU_ISA=neon) keep the scalar path's integer sums and f32 operation
+ * order, so em_dot must equal em_dot_scalar bitwise: every dot type, Gaussian rows at scales from
+ * 1e-3 to 1e3, float rows ending off the kernels' 8-element step, and the constant and
+ * alternating-sign blocks of test_dot_extreme_values. The x86 kernels sum in another order (held
+ * to 1e-5 above), so elsewhere this test is skipped. */
+static void test_dot_neon_equals_scalar(void **state) {
+    (void)state;
+    const char *isa = em_dot_isa();
+    if (strncmp(isa, "neon", 4) != 0) {
+        print_message("em_dot runs %s kernels here: the NEON-only bitwise check is skipped\n", isa);
+        skip();
+    }
+    static const char *const types[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",   "Q5_0",    "Q5_1",  "IQ4_NL",
+                                        "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ3_XXS", "TQ1_0",
+                                        "TQ2_0"};
+    enum { N = 2048 + 256, CASES = 7 };
+    float *w = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float));
+    uint8_t *wq = malloc(N * 4), *aq = malloc(N * 4);
+    assert_true(w && x && wq && aq);
+    for (int c = 0; c < CASES; c++) {
+        /* cases 0..3: Gaussian activations at 1e-3, 1e-1, 1e1, 1e3; 4..6: the extreme patterns */
+        int pattern = c - 4;
+        if (pattern < 0) {
+            float scale = powf(10.0f, (float)c * 2.0f - 3.0f);
+            fill_gaussian(w, N, 40 + (unsigned)c);
+            fill_gaussian(x, N, 50 + (unsigned)c);
+            for (int i = 0; i < N; i++) x[i] *= scale;
+        } else {
+            for (int i = 0; i < N; i++) {
+                float sign = pattern == 0   ? 1.0f
+                             : pattern == 1 ? ((i / 32) % 2 ? -1.0f : 1.0f)
+                                            : (i % 2 ? -1.0f : 1.0f);
+                w[i] = sign;
+                x[i] = pattern == 2 ? -sign : sign;
+            }
+        }
+        for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+            em_type type = type_named(types[t]);
+            /* the NEON family covers every type but the ternary ones (which have no SIMD kernels
+             * anywhere); without a kernel this check would hold the scalar path to itself */
+            bool ternary = type == EM_TYPE_TQ1_0 || type == EM_TYPE_TQ2_0;
+            if (!ternary && !em_dot_rows_kernel(type)) fail_msg("%s: no NEON kernel", types[t]);
+            assert_ok(em_quantize(type, w, wq, N));
+            assert_ok(em_quantize_activation(type, x, aq, N));
+            const uint64_t lengths[3] = {N, 256, em_type_info_of(type)->block_elems == 1 ? N - 13 : N - 256};
+            for (int l = 0; l < 3; l++) {
+                float fast = em_dot(type, wq, aq, lengths[l]), scalar = em_dot_scalar(type, wq, aq, lengths[l]);
+                if (memcmp(&fast, &scalar, sizeof fast) != 0)
+                    fail_msg("%s (%s), case %d, n %u: em_dot %.9g, em_dot_scalar %.9g", types[t], isa, c,
+                             (unsigned)lengths[l], (double)fast, (double)scalar);
+            }
+        }
+    }
+    free(w);
+    free(x);
+    free(wq);
+    free(aq);
+}
+
 /* ---- conversions and errors ---- */
 
 static void test_fp16_conversions(void **state) {
@@ -554,6 +614,7 @@ int main(void) {
         cmocka_unit_test(test_dot_long_rows),
         cmocka_unit_test(test_dot_extreme_values),
         cmocka_unit_test(test_dot_rows_equal_single_rows),
+        cmocka_unit_test(test_dot_neon_equals_scalar),
         cmocka_unit_test(test_fp16_conversions),
         cmocka_unit_test(test_errors),
     };

@@ -8,9 +8,10 @@
  *
  * The reference (em_dot_reference) decodes both rows block by block to f32 and sums in
  * double: slow, exact up to f32 rounding of each product, and the definition that the integer
- * scalar paths below and the SIMD paths in x86/ are tested against. em_dot picks the fastest path
- * available for the type on this CPU.
+ * scalar paths below and the SIMD paths in x86/ and arm/ are tested against. em_dot picks the
+ * fastest path available for the type on this CPU.
  */
+#include "arm/dot_arm.h"
 #include "internal.h"
 #include "x86/dot_x86.h"
 
@@ -207,6 +208,7 @@ float em_dot_scalar(uint32_t weight_type, const void *weight_row, const void *ac
 
 em_dot_fn em_dot_kernel(uint32_t weight_type) {
     em_dot_fn fn = em_quant_dot_x86(weight_type);
+    if (!fn) fn = em_quant_dot_arm(weight_type);
     return fn ? fn : scalar_path(weight_type);
 }
 
@@ -217,8 +219,16 @@ float em_dot(uint32_t weight_type, const void *weight_row, const void *activatio
 }
 
 em_dot_rows_fn em_dot_rows_kernel(uint32_t weight_type) {
-    em_dot_rows_fn vnni = em_quant_dot_rows_vnni(weight_type);
-    return vnni ? vnni : em_quant_dot_rows_x86(weight_type);
+    em_dot_rows_fn fn = em_quant_dot_rows_vnni(weight_type);
+    if (!fn) fn = em_quant_dot_rows_x86(weight_type);
+    return fn ? fn : em_quant_dot_rows_arm(weight_type);
+}
+
+const char *em_dot_isa(void) {
+    if (em_quant_dot_rows_vnni(EM_TYPE_Q8_0)) return "avx512-vnni";
+    if (em_quant_dot_x86(EM_TYPE_Q8_0)) return "avx2";
+    const char *arm = em_quant_arm_isa();
+    return arm ? arm : "scalar";
 }
 
 void em_dot_rows(uint32_t weight_type, const void *weight_row, const void *activation_rows,

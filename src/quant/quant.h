@@ -6,7 +6,8 @@
  * quantizers, and row dot products of each weight type with the activation format chosen for it.
  * Reference code here is scalar and readable; faster SIMD variants live beside it (x86/, arm/)
  * and are checked against it. It owns no memory beyond what callers pass in, and depends only on
- * base. Its one piece of static state is a write-once cache of the CPU's SIMD features (x86/).
+ * base. Its one piece of static state is a write-once cache of the CPU's SIMD features (x86/,
+ * arm/).
  *
  * Files: types.c (the table), fp.c (f16/bf16), dequant.c (every decoder), quantize.c (the simple
  * formats, bit-exact with the GGUF tooling's reference), kquants.c (the searching quantizers:
@@ -14,7 +15,9 @@
  * em_quantize_rows), iq_grids.c (i-quant lattice tables), dot.c (dispatch,
  * reference and common scalar dots, em_dot_rows), dot_scalar.c (other scalar dots), x86/ (AVX2
  * kernels: dot_avx2.c one row, dot_rows_avx2.c several activation rows, avx2.h their helpers;
- * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0).
+ * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0), arm/ (AArch64 NEON kernels,
+ * one to four activation rows a call: kernels.h compiled plain in dot_neon.c, which also picks the
+ * family at run time, and with the dot-product instructions in dot_dotprod.c).
  * internal.h is shared by these files only.
  *
  * Coverage: em_dequantize and em_dot handle F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1
@@ -140,8 +143,9 @@ em_err em_quantize_activation(uint32_t weight_type, const float *x, void *out, u
 
 /* Dot product of one weight row and one activation row (already in the activation format), `n`
  * elements. The caller has validated the type and `n` (a multiple of the block). Uses AVX2 kernels
- * when the CPU has AVX2+FMA+F16C (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
- * Q2_K..Q6_K, IQ4_XS, IQ3_XXS) and integer scalar code otherwise. Activation rows must come from
+ * when the CPU has AVX2+FMA+F16C, NEON kernels on AArch64 (with SDOT where the CPU reports it;
+ * EMBER_CPU_ISA=neon keeps plain NEON), for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+ * MXFP4, Q2_K..Q6_K, IQ4_XS and IQ3_XXS, and integer scalar code otherwise. Activation rows must come from
  * em_quantize_activation (its 8-bit levels never take -128, which the SIMD sign tricks rely on).
  * Returns 0 for a type it does not know. Thread-safe; reads only its arguments. */
 float em_dot(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
@@ -158,8 +162,8 @@ em_dot_fn em_dot_kernel(uint32_t weight_type);
  * weight block is unpacked once for up to four activation rows: AVX2 kernels for F32, F16, BF16,
  * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS and IQ3_XXS,
  * and for Q4_K and Q8_0 AVX-512 VNNI kernels taking up to eight rows where the CPU has them (the
- * environment variable EMBER_CPU_ISA=avx2 keeps AVX2); TQ1_0, TQ2_0 and other CPUs loop over
- * em_dot. Same contract as em_dot otherwise. */
+ * environment variable EMBER_CPU_ISA=avx2 keeps AVX2); NEON kernels for the same types as the
+ * AVX2 ones on AArch64; TQ1_0, TQ2_0 and other CPUs loop over em_dot. Same contract as em_dot otherwise. */
 void em_dot_rows(uint32_t weight_type, const void *weight_row, const void *activation_rows,
                  uint64_t activation_stride, uint32_t n_rows, uint64_t n, float *out);
 
@@ -169,12 +173,18 @@ typedef void (*em_dot_rows_fn)(const void *weight_row, const void *activation_ro
                                uint32_t n_rows, uint64_t n, float *out);
 em_dot_rows_fn em_dot_rows_kernel(uint32_t weight_type);
 
+/* The SIMD family em_dot and em_dot_rows use on this CPU: "avx512-vnni" (AVX2 kernels, and AVX-512
+ * VNNI multi-row kernels for Q4_K and Q8_0), "avx2", "neon-dotprod" (AArch64 with the dot-product
+ * instructions), "neon" (AArch64 without them, or EMBER_CPU_ISA=neon), or "scalar". The NEON
+ * kernels are bitwise equal to em_dot_scalar; the x86 ones equal it up to f32 summation order. */
+const char *em_dot_isa(void);
+
 /* The definition em_dot is checked against: decodes both rows to f32 and sums the products in
  * double. Slow; for tests and debugging. */
 float em_dot_reference(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
 
 /* em_dot without SIMD: the portable scalar path (integer arithmetic per sub-block), what ARM and
- * older x86 run and what SIMD paths are tested against. */
+ * older x86 run and what SIMD paths are tested against (the NEON kernels bitwise). */
 float em_dot_scalar(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
 
 #endif
