@@ -59,6 +59,7 @@ struct em_grammar_state {
     uint32_t *visited_stamps;
     size_t visited_cap, visited_used;
     uint32_t stamp;
+    uint64_t shared_grammar; /* the grammar's id in the shared mask cache (cache.c), 0: not known yet */
     bool failed;        /* out of memory, or too ambiguous, inside a step: the state is unusable */
     bool too_ambiguous; /* the reason was MAX_STACKS */
 };
@@ -346,6 +347,59 @@ uint32_t em_grammar_current(const em_grammar_state *s) { return s->ended ? EM_GR
 bool em_grammar_set_complete(const em_grammar_state *s, uint32_t set) {
     return set != EM_GRAMMAR_DEAD && s->set_start[set + 1] > s->set_start[set] && s->set_items[s->set_start[set]] == 0;
 }
+
+/* Orders two stacks of a key (key_context) by their positions, lexicographically. */
+typedef struct key_context {
+    const uint32_t *words;
+} key_context;
+
+static int by_stack(const void *a, const void *b, void *context) {
+    const uint32_t *words = ((const key_context *)context)->words;
+    const uint32_t *x = words + *(const uint32_t *)a, *y = words + *(const uint32_t *)b;
+    for (;; x++, y++) {
+        if (*x != *y) return *x < *y ? -1 : 1;
+        if (*x == EM_GRAMMAR_KEY_STACK_END) return 0;
+    }
+}
+
+bool em_grammar_set_key(const em_grammar_state *s, uint32_t set, uint32_t **key, size_t *cap, size_t *len) {
+    const uint32_t first = s->set_start[set], n_stacks = s->set_start[set + 1] - first;
+    size_t words = 0; /* the stacks' positions, each stack ended by EM_GRAMMAR_KEY_STACK_END */
+    for (uint32_t i = 0; i < n_stacks; i++)
+        for (uint32_t node = s->set_items[first + i];; node = s->nodes[node].parent) {
+            words++;
+            if (!node) break;
+        }
+    /* Room for the stacks as walked, their start offsets, and the sorted copy after *len. */
+    uint32_t *scratch = malloc((words + n_stacks) * sizeof *scratch);
+    if (!scratch || !em_grammar_reserve(key, cap, *len + 1 + words, sizeof **key)) {
+        free(scratch);
+        return false;
+    }
+    uint32_t *walked = scratch, *starts = scratch + words;
+    size_t at = 0;
+    for (uint32_t i = 0; i < n_stacks; i++) {
+        starts[i] = (uint32_t)at;
+        for (uint32_t node = s->set_items[first + i]; node; node = s->nodes[node].parent) walked[at++] = s->nodes[node].position;
+        walked[at++] = EM_GRAMMAR_KEY_STACK_END;
+    }
+    key_context context = {walked};
+    qsort_r(starts, n_stacks, sizeof *starts, by_stack, &context);
+    uint32_t *out = *key + *len;
+    *out++ = n_stacks;
+    for (uint32_t i = 0; i < n_stacks; i++)
+        for (const uint32_t *p = walked + starts[i];; p++) {
+            *out++ = *p;
+            if (*p == EM_GRAMMAR_KEY_STACK_END) break;
+        }
+    *len += 1 + words;
+    free(scratch);
+    return true;
+}
+
+const em_grammar *em_grammar_state_grammar(const em_grammar_state *s) { return s->grammar; }
+uint64_t em_grammar_shared_id(const em_grammar_state *s) { return s->shared_grammar; }
+void em_grammar_set_shared_id(em_grammar_state *s, uint64_t id) { s->shared_grammar = id; }
 
 const uint32_t *em_grammar_cached_mask(const em_grammar_state *s, uint32_t set, uint32_t *n_allowed) {
     if (set >= s->cap_masks || !s->masks[set]) return NULL;
