@@ -84,7 +84,8 @@ int main(int argc, char **argv) {
                 if (err) return fail("mask", err);
                 uint32_t n_choices = 0;
                 for (uint32_t id = 0; id < n; id++)
-                    if (((mask[id >> 5] >> (id & 31)) & 1u) && !em_tokenizer_is_eog(tok, (int32_t)id)) choices[n_choices++] = id;
+                    if (((mask[id >> 5] >> (id & 31)) & 1u) && !em_tokenizer_is_eog(tok, (int32_t)id))
+                        choices[n_choices++] = id;
                 if (!n_choices) { /* finished: a new sequence takes its place */
                     em_grammar_state_free(states[s]);
                     if ((err = em_grammar_state_new(g, &states[s]))) return fail("state", err);

@@ -173,7 +173,8 @@ static void evict(em_grammar_masks *c) {
     entry_age *ages = malloc((c->n_entries ? c->n_entries : 1) * sizeof *ages);
     uint64_t cutoff = UINT64_MAX; /* without memory to sort: drop every mask */
     if (ages) {
-        for (size_t i = 0; i < c->n_entries; i++) ages[i] = (entry_age){c->entries[i].last_used, entry_bytes(c, c->entries[i].n_key)};
+        for (size_t i = 0; i < c->n_entries; i++)
+            ages[i] = (entry_age){c->entries[i].last_used, entry_bytes(c, c->entries[i].n_key)};
         qsort(ages, c->n_entries, sizeof *ages, by_age);
         size_t bytes = c->bytes, i = 0;
         while (i < c->n_entries && bytes > target) bytes -= ages[i++].bytes;

@@ -79,7 +79,8 @@ void em_grammar_accept_end(em_grammar_state *state);
 
 /* The mask of the state's set `set` in the cache, or NULL; the key it looked for is kept for the
  * next em_grammar_masks_store, which files a mask computed for that same set under it. */
-const uint32_t *em_grammar_masks_find(em_grammar_masks *cache, em_grammar_state *state, uint32_t set, uint32_t *n_allowed);
+const uint32_t *em_grammar_masks_find(em_grammar_masks *cache, em_grammar_state *state, uint32_t set,
+                                      uint32_t *n_allowed);
 void em_grammar_masks_store(em_grammar_masks *cache, const uint32_t *mask, uint32_t n_allowed);
 const em_grammar_vocab *em_grammar_masks_vocab(const em_grammar_masks *cache);
 

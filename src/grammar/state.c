@@ -423,7 +423,8 @@ bool em_grammar_set_key(const em_grammar_state *s, uint32_t set, uint32_t **key,
     size_t at = 0;
     for (uint32_t i = 0; i < n_stacks; i++) {
         starts[i] = (uint32_t)at;
-        for (uint32_t node = s->set_items[first + i]; node; node = s->nodes[node].parent) walked[at++] = s->nodes[node].position;
+        for (uint32_t node = s->set_items[first + i]; node; node = s->nodes[node].parent)
+            walked[at++] = s->nodes[node].position;
         walked[at++] = EM_GRAMMAR_KEY_STACK_END;
     }
     key_context context = {walked};
