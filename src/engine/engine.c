@@ -434,6 +434,7 @@ static void free_engine(ember_engine *e) {
     free(e->picked);
     free(e->logits);
     free(e->pick_masks);
+    em_grammar_masks_free(e->grammar_masks);
     em_grammar_vocab_free(e->grammar_vocab);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->wake);

@@ -361,6 +361,7 @@ struct ember_engine {
     em_pick_params *pick;      /* per row, when the backend picks the tokens (max_sequences entries) */
     const uint32_t **pick_masks; /* per row: the row's grammar mask or NULL (max_sequences entries) */
     em_grammar_vocab *grammar_vocab; /* the vocabulary's token trie, built for the first grammar */
+    em_grammar_masks *grammar_masks; /* masks shared by the requests (same grammar, same parse state) */
     int32_t *picked;
     float *logits;
     size_t logits_rows_cap;

@@ -626,6 +626,9 @@ static void advance_flight(ember_engine *e) {
     set_flight(e, rows); /* the begun step is now the one in flight */
 }
 
+/* The memory the requests' shared grammar masks may take (a mask is a bit per token). */
+#define GRAMMAR_SHARED_MASK_BYTES ((size_t)64 << 20)
+
 /* The grammar masks of this step's constrained rows (e->pick_masks, NULL for the others), the
  * vocabulary's trie built on first use. *constrained: some row has one. False when the engine had
  * to fail the running requests (out of memory). */
@@ -636,11 +639,14 @@ static bool compute_grammar_masks(ember_engine *e, uint32_t rows, bool *constrai
         if (!r->grammar_state || !r->grammar_active) continue;
         *constrained = true;
         em_err err = NULL;
-        if (!e->grammar_vocab && (err = em_grammar_vocab_new(e->tokenizer, e->n_vocab, &e->grammar_vocab))) {
-            fail_running(e, "grammar", err); /* no request can be constrained without it */
+        if (!e->grammar_vocab && !(err = em_grammar_vocab_new(e->tokenizer, e->n_vocab, &e->grammar_vocab)))
+            err = em_grammar_masks_new(e->grammar_vocab, GRAMMAR_SHARED_MASK_BYTES, &e->grammar_masks);
+        if (err) {
+            fail_running(e, "grammar", err); /* no request can be constrained without them */
             return false;
         }
-        err = em_grammar_mask(r->grammar_state, e->grammar_vocab, r->grammar_mask, &r->grammar_allowed);
+        err = em_grammar_mask_shared(r->grammar_state, e->grammar_vocab, e->grammar_masks, r->grammar_mask,
+                                     &r->grammar_allowed);
         if (!err && r->params.ignore_eos) /* the end token stays masked out, as without a grammar */
             em_grammar_mask_drop_ends(e->grammar_vocab, r->grammar_mask, &r->grammar_allowed);
         if (err) { /* this request's grammar failed (too ambiguous, out of memory): it alone ends */

@@ -26,7 +26,9 @@
  *
  * Token masks (vocab.c): the vocabulary's token byte strings form a trie; the mask of a state is a
  * walk of that trie against the automaton that prunes every subtree the state cannot enter, and
- * it is cached per state, so a state seen before costs a copy. End-of-generation tokens are allowed
+ * it is cached per state, so a state seen before costs a copy; the engine also keeps a cache of
+ * masks shared by all requests (cache.c), keyed by grammar and the content of the state, so
+ * requests with the same grammar walk each state once between them. End-of-generation tokens are allowed
  * only when the grammar is complete (the empty stack is in the state); tokens without bytes
  * (control tokens) never are.
  *
@@ -102,6 +104,23 @@ bool em_grammar_can_continue(const em_grammar_state *state);
  * this vocabulary). Errors: EM_ERR_NOMEM, or EM_ERR_UNSUPPORTED when the grammar is so ambiguous
  * that the parse state would hold more than 256 stacks (the state is unusable afterwards). */
 em_err em_grammar_mask(em_grammar_state *state, const em_grammar_vocab *vocab, uint32_t *mask, uint32_t *n_allowed);
+
+/* ---- Masks shared between parse states ---- */
+
+/* A cache of masks for every parse state of one vocabulary: keyed by the grammar (its compiled
+ * form, compared exactly) and the parse state's stacks, so that requests following the same
+ * grammar (the same schema, the same tools) compute each mask once between them. At most
+ * max_bytes (masks, keys, grammars); past it the least recently used masks go. Used by one thread
+ * at a time (the engine's); the vocabulary must outlive it. */
+typedef struct em_grammar_masks em_grammar_masks;
+em_err em_grammar_masks_new(const em_grammar_vocab *vocab, size_t max_bytes, em_grammar_masks **out);
+void em_grammar_masks_free(em_grammar_masks *masks);
+
+/* em_grammar_mask through a shared cache (`shared` may be NULL: none; a cache of another
+ * vocabulary is not used): a mask the state has not seen is looked up there before the vocabulary
+ * is walked, and a walked one is filed there. */
+em_err em_grammar_mask_shared(em_grammar_state *state, const em_grammar_vocab *vocab, em_grammar_masks *shared,
+                              uint32_t *mask, uint32_t *n_allowed);
 
 /* Clears the end-of-generation tokens from a mask em_grammar_mask wrote, *n_allowed with them (a
  * request that ignores end-of-generation: it goes on while the grammar can, and stops where only

@@ -61,8 +61,28 @@ bool em_grammar_set_complete(const em_grammar_state *state, uint32_t set);
 /* The cached mask of a set, or NULL; and storing one (the state takes `mask`, malloc'd). */
 const uint32_t *em_grammar_cached_mask(const em_grammar_state *state, uint32_t set, uint32_t *n_allowed);
 void em_grammar_cache_mask(em_grammar_state *state, uint32_t set, uint32_t *mask, uint32_t n_allowed, size_t bytes);
+/* The set's stacks written after (*key)[*len], the same for equal sets of any state of an equal
+ * grammar (node ids differ between states; positions do not): the number of stacks, then each
+ * stack's positions from the top down, ended by EM_GRAMMAR_KEY_STACK_END, the stacks in sorted
+ * order. *key grows as needed (capacity *cap); *len moves past what was written. False when out of
+ * memory. */
+#define EM_GRAMMAR_KEY_STACK_END UINT32_MAX
+bool em_grammar_set_key(const em_grammar_state *state, uint32_t set, uint32_t **key, size_t *cap, size_t *len);
+const em_grammar *em_grammar_state_grammar(const em_grammar_state *state);
+/* The state's grammar id in a shared mask cache (0: not looked up yet), kept by the cache. */
+uint64_t em_grammar_shared_id(const em_grammar_state *state);
+void em_grammar_set_shared_id(em_grammar_state *state, uint64_t id);
 /* Marks the end of the text as accepted (an end-of-generation token): nothing follows. */
 void em_grammar_accept_end(em_grammar_state *state);
+
+/* ---- The shared mask cache (cache.c) ---- */
+
+/* The mask of the state's set `set` in the cache, or NULL; the key it looked for is kept for the
+ * next em_grammar_masks_store, which files a mask computed for that same set under it. */
+const uint32_t *em_grammar_masks_find(em_grammar_masks *cache, em_grammar_state *state, uint32_t set,
+                                      uint32_t *n_allowed);
+void em_grammar_masks_store(em_grammar_masks *cache, const uint32_t *mask, uint32_t n_allowed);
+const em_grammar_vocab *em_grammar_masks_vocab(const em_grammar_masks *cache);
 
 /* ---- Small helpers ---- */
 

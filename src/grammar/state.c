@@ -9,6 +9,8 @@
  * state: a long generation through ever new states must not grow without bound. */
 #define MEMO_MAX_SET_ITEMS (1u << 20)
 #define MEMO_MAX_MASK_BYTES ((size_t)16 << 20)
+#define MEMO_MAX_ROW_BYTES ((size_t)16 << 20)
+#define NO_TRANSITION UINT32_MAX
 /* The most parse stacks one state may hold. A very ambiguous grammar (say `x ::= ("a" x+){2,5}`)
  * multiplies them with every byte, and each mask walks all of them: past this the request fails
  * rather than stall the engine. Real grammars (JSON, schemas, tool calls) stay far below. */
@@ -44,6 +46,11 @@ struct em_grammar_state {
     uint64_t *transition_keys;
     uint32_t *transition_next;
     size_t transition_cap, transition_used;
+    /* The same as a table of 256 per set (NO_TRANSITION: not computed yet), which a mask walk reads
+     * many times in a row from the same set: made on a set's first step while they fit in
+     * MEMO_MAX_ROW_BYTES, the hash table taking the sets past that. */
+    uint32_t **rows;
+    size_t cap_rows, row_bytes;
     /* Cached masks per set (NULL: none), and their sizes. */
     uint32_t **masks;
     uint32_t *mask_allowed;
@@ -59,6 +66,7 @@ struct em_grammar_state {
     uint32_t *visited_stamps;
     size_t visited_cap, visited_used;
     uint32_t stamp;
+    uint64_t shared_grammar; /* the grammar's id in the shared mask cache (cache.c), 0: not known yet */
     bool failed;        /* out of memory, or too ambiguous, inside a step: the state is unusable */
     bool too_ambiguous; /* the reason was MAX_STACKS */
 };
@@ -283,11 +291,57 @@ static void reset_memo(em_grammar_state *s) {
     s->set_table.used = 0;
     memset(s->transition_keys, 0, s->transition_cap * sizeof *s->transition_keys);
     s->transition_used = 0;
+    for (size_t i = 0; i < s->cap_rows; i++) free(s->rows[i]);
+    if (s->rows) memset(s->rows, 0, s->cap_rows * sizeof *s->rows);
+    s->row_bytes = 0;
     s->current = intern_scratch(s);
+}
+
+/* The stacks that `set` leads to by `byte`, interned (EM_GRAMMAR_DEAD with s->failed on failure). */
+static uint32_t compute_step(em_grammar_state *s, uint32_t set, uint8_t byte) {
+    const em_grammar *g = s->grammar;
+    s->n_scratch = 0;
+    begin_expansion(s);
+    for (uint32_t i = s->set_start[set]; i < s->set_start[set + 1]; i++) {
+        uint32_t node = s->set_items[i];
+        if (!node) continue; /* the empty stack takes no byte */
+        uint32_t position = s->nodes[node].position;
+        if (em_byte_set_has(&g->byte_sets[EM_ELEMENT_VALUE(g->elements[position])], byte))
+            expand(s, position + 1, s->nodes[node].parent);
+    }
+    return intern_scratch(s);
+}
+
+/* The table of `set`'s transitions, made now if it has none and there is room; NULL otherwise. A
+ * set gets its table at its first step or never until the memo is reset (the room only shrinks
+ * meanwhile), so a set's transitions are all in its table or all in the hash table. */
+static uint32_t *transition_row(em_grammar_state *s, uint32_t set) {
+    if (set < s->cap_rows && s->rows[set]) return s->rows[set];
+    const size_t bytes = 256 * sizeof **s->rows;
+    if (s->row_bytes + bytes > MEMO_MAX_ROW_BYTES) return NULL;
+    size_t cap = s->cap_rows;
+    if (!em_grammar_reserve(&s->rows, &cap, (size_t)set + 1, sizeof *s->rows)) return NULL;
+    memset(s->rows + s->cap_rows, 0, (cap - s->cap_rows) * sizeof *s->rows);
+    s->cap_rows = cap;
+    uint32_t *row = malloc(bytes);
+    if (!row) return NULL;
+    memset(row, 0xFF, bytes); /* NO_TRANSITION everywhere */
+    s->row_bytes += bytes;
+    return s->rows[set] = row;
 }
 
 uint32_t em_grammar_step(em_grammar_state *s, uint32_t set, uint8_t byte, bool *failed) {
     if (set == EM_GRAMMAR_DEAD) return EM_GRAMMAR_DEAD;
+    uint32_t *row = transition_row(s, set);
+    if (row) {
+        if (row[byte] != NO_TRANSITION) return row[byte];
+        const uint32_t next = compute_step(s, set, byte);
+        if (s->failed) {
+            *failed = true;
+            return EM_GRAMMAR_DEAD;
+        }
+        return s->rows[set][byte] = next;
+    }
     uint64_t key = (((uint64_t)set << 8) | byte) + 1;
     if ((s->transition_used + 1) * 2 > s->transition_cap) { /* grow the transition table */
         size_t cap = s->transition_cap ? s->transition_cap * 2 : 4096;
@@ -315,17 +369,7 @@ uint32_t em_grammar_step(em_grammar_state *s, uint32_t set, uint8_t byte, bool *
     size_t mask = s->transition_cap - 1, h = mix64(key) & mask;
     for (; s->transition_keys[h]; h = (h + 1) & mask)
         if (s->transition_keys[h] == key) return s->transition_next[h];
-    const em_grammar *g = s->grammar;
-    s->n_scratch = 0;
-    begin_expansion(s);
-    for (uint32_t i = s->set_start[set]; i < s->set_start[set + 1]; i++) {
-        uint32_t node = s->set_items[i];
-        if (!node) continue; /* the empty stack takes no byte */
-        uint32_t position = s->nodes[node].position;
-        if (em_byte_set_has(&g->byte_sets[EM_ELEMENT_VALUE(g->elements[position])], byte))
-            expand(s, position + 1, s->nodes[node].parent);
-    }
-    uint32_t next = intern_scratch(s);
+    const uint32_t next = compute_step(s, set, byte);
     if (s->failed) {
         *failed = true;
         return EM_GRAMMAR_DEAD;
@@ -346,6 +390,60 @@ uint32_t em_grammar_current(const em_grammar_state *s) { return s->ended ? EM_GR
 bool em_grammar_set_complete(const em_grammar_state *s, uint32_t set) {
     return set != EM_GRAMMAR_DEAD && s->set_start[set + 1] > s->set_start[set] && s->set_items[s->set_start[set]] == 0;
 }
+
+/* Orders two stacks of a key (key_context) by their positions, lexicographically. */
+typedef struct key_context {
+    const uint32_t *words;
+} key_context;
+
+static int by_stack(const void *a, const void *b, void *context) {
+    const uint32_t *words = ((const key_context *)context)->words;
+    const uint32_t *x = words + *(const uint32_t *)a, *y = words + *(const uint32_t *)b;
+    for (;; x++, y++) {
+        if (*x != *y) return *x < *y ? -1 : 1;
+        if (*x == EM_GRAMMAR_KEY_STACK_END) return 0;
+    }
+}
+
+bool em_grammar_set_key(const em_grammar_state *s, uint32_t set, uint32_t **key, size_t *cap, size_t *len) {
+    const uint32_t first = s->set_start[set], n_stacks = s->set_start[set + 1] - first;
+    size_t words = 0; /* the stacks' positions, each stack ended by EM_GRAMMAR_KEY_STACK_END */
+    for (uint32_t i = 0; i < n_stacks; i++)
+        for (uint32_t node = s->set_items[first + i];; node = s->nodes[node].parent) {
+            words++;
+            if (!node) break;
+        }
+    /* Room for the stacks as walked, their start offsets, and the sorted copy after *len. */
+    uint32_t *scratch = malloc((words + n_stacks) * sizeof *scratch);
+    if (!scratch || !em_grammar_reserve(key, cap, *len + 1 + words, sizeof **key)) {
+        free(scratch);
+        return false;
+    }
+    uint32_t *walked = scratch, *starts = scratch + words;
+    size_t at = 0;
+    for (uint32_t i = 0; i < n_stacks; i++) {
+        starts[i] = (uint32_t)at;
+        for (uint32_t node = s->set_items[first + i]; node; node = s->nodes[node].parent)
+            walked[at++] = s->nodes[node].position;
+        walked[at++] = EM_GRAMMAR_KEY_STACK_END;
+    }
+    key_context context = {walked};
+    qsort_r(starts, n_stacks, sizeof *starts, by_stack, &context);
+    uint32_t *out = *key + *len;
+    *out++ = n_stacks;
+    for (uint32_t i = 0; i < n_stacks; i++)
+        for (const uint32_t *p = walked + starts[i];; p++) {
+            *out++ = *p;
+            if (*p == EM_GRAMMAR_KEY_STACK_END) break;
+        }
+    *len += 1 + words;
+    free(scratch);
+    return true;
+}
+
+const em_grammar *em_grammar_state_grammar(const em_grammar_state *s) { return s->grammar; }
+uint64_t em_grammar_shared_id(const em_grammar_state *s) { return s->shared_grammar; }
+void em_grammar_set_shared_id(em_grammar_state *s, uint64_t id) { s->shared_grammar = id; }
 
 const uint32_t *em_grammar_cached_mask(const em_grammar_state *s, uint32_t set, uint32_t *n_allowed) {
     if (set >= s->cap_masks || !s->masks[set]) return NULL;
@@ -414,6 +512,8 @@ void em_grammar_state_free(em_grammar_state *s) {
     free(s->set_table.slots);
     free(s->transition_keys);
     free(s->transition_next);
+    for (size_t i = 0; i < s->cap_rows; i++) free(s->rows[i]);
+    free(s->rows);
     free(s->scratch);
     free(s->visited_keys);
     free(s->visited_stamps);

@@ -183,12 +183,27 @@ static void walk(mask_walk *w, const trie_node *node, uint32_t set) {
     }
 }
 
-em_err em_grammar_mask(em_grammar_state *s, const em_grammar_vocab *v, uint32_t *mask, uint32_t *n_allowed) {
+/* Keeps a copy of the mask in the state's own memo (a copy of the state's set costs a memcpy). */
+static void keep_in_state(em_grammar_state *s, uint32_t set, const uint32_t *mask, uint32_t n_allowed, size_t words) {
+    uint32_t *copy = malloc(words * sizeof *copy);
+    if (!copy) return;
+    memcpy(copy, mask, words * sizeof *copy);
+    em_grammar_cache_mask(s, set, copy, n_allowed, words * sizeof *copy);
+}
+
+em_err em_grammar_mask_shared(em_grammar_state *s, const em_grammar_vocab *v, em_grammar_masks *shared, uint32_t *mask,
+                              uint32_t *n_allowed) {
     const size_t words = ((size_t)v->n_tokens + 31) / 32;
     const uint32_t set = em_grammar_current(s);
     const uint32_t *cached = em_grammar_cached_mask(s, set, n_allowed);
     if (cached) {
         memcpy(mask, cached, words * sizeof *mask);
+        return NULL;
+    }
+    if (shared && (set == EM_GRAMMAR_DEAD || em_grammar_masks_vocab(shared) != v)) shared = NULL;
+    if (shared && (cached = em_grammar_masks_find(shared, s, set, n_allowed))) {
+        memcpy(mask, cached, words * sizeof *mask);
+        keep_in_state(s, set, mask, *n_allowed, words);
         return NULL;
     }
     memset(mask, 0, words * sizeof *mask);
@@ -204,10 +219,11 @@ em_err em_grammar_mask(em_grammar_state *s, const em_grammar_vocab *v, uint32_t 
         w.n_allowed += v->n_end_tokens;
     }
     *n_allowed = w.n_allowed;
-    uint32_t *copy = malloc(words * sizeof *copy);
-    if (copy) {
-        memcpy(copy, mask, words * sizeof *copy);
-        em_grammar_cache_mask(s, set, copy, w.n_allowed, words * sizeof *copy);
-    }
+    keep_in_state(s, set, mask, w.n_allowed, words);
+    if (shared) em_grammar_masks_store(shared, mask, w.n_allowed);
     return NULL;
+}
+
+em_err em_grammar_mask(em_grammar_state *s, const em_grammar_vocab *v, uint32_t *mask, uint32_t *n_allowed) {
+    return em_grammar_mask_shared(s, v, NULL, mask, n_allowed);
 }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The mask time per token per constrained sequence (bench/grammar_mask.c), for the grammar of
+# bench/RESULTS.md's constrained decoding sections, at 1 and 16 sequences, with and without the
+# shared mask cache:
+#   bash bench/grammar_mask.sh BUILD_DIR [VOCAB.gguf] [TOKENS] [ROUNDS]
+# BUILD_DIR holds libember_core.a (a Release build). The vocabulary defaults to the reference
+# fixtures' llama-spm (32,000 tokens, the one of the tiny-llama test model).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:?usage: grammar_mask.sh BUILD_DIR [VOCAB.gguf] [TOKENS] [ROUNDS]}
+vocab=${2:-$root/tests/fixtures/reference/vocab/ggml-vocab-llama-spm.gguf}
+tokens=${3:-128}
+rounds=${4:-5}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cc -O2 -std=c11 -D_GNU_SOURCE -I"$root/src" "$root/bench/grammar_mask.c" "$build/libember_core.a" \
+  $(pkg-config --libs jansson libpcre2-8 libutf8proc) -lm -lpthread -o "$work/grammar_mask"
+cat >"$work/json.gbnf" <<'GBNF'
+root ::= "[" ws item ("," ws item)* "]"
+item ::= "{" ws "\"id\": " [0-9]{1,6} ", \"name\": \"" [a-z ]{1,24} "\"" ws "}"
+ws ::= [ \n]?
+GBNF
+for seqs in 1 16; do
+  for share in off on; do
+    echo "seqs=$seqs share=$share $("$work/grammar_mask" "$vocab" "$work/json.gbnf" "$seqs" "$tokens" "$rounds" "$share")"
+  done
+done
