@@ -386,6 +386,71 @@ static void test_dot_rows_equal_single_rows(void **state) {
     free(aq);
 }
 
+/* Q8_K activations by the format's definition, checked against the C library: the element of
+ * largest magnitude (the first of equals) sets iscale = -127 / that element, every level is
+ * roundf(iscale * x) (half away from zero) capped at 127, d = 1 / iscale, and each group of 16
+ * stores the sum of its levels. Blocks with values landing exactly on halves (iscale 1 and 2),
+ * ties for the largest magnitude, Gaussian blocks at several scales, and blocks holding NaN or an
+ * infinity (the non-finite path) go through em_quantize one block at a time and in one call. */
+static void test_q8_k_levels_by_definition(void **state) {
+    (void)state;
+    enum { BLOCKS = 12, N = BLOCKS * 256 };
+    float *x = malloc(N * sizeof(float));
+    uint8_t *q = malloc(BLOCKS * 292), *one = malloc(292);
+    assert_true(x && q && one);
+    fill_gaussian(x, N, 77);
+    for (int j = 0; j < 256; j++) x[j] = (float)(j % 64) * 0.5f - 16.0f; /* a ramp */
+    for (int j = 0; j < 256; j++) x[256 + j] = (float)((j % 32) - 16) + 0.5f; /* halves... */
+    x[256 + 7] = -127.0f;                                                        /* ...at iscale 1 */
+    for (int j = 0; j < 256; j++) x[512 + j] = (float)((j % 50) - 25) * 0.25f;   /* quarters... */
+    x[512 + 3] = 63.5f;                                                          /* ...at iscale -2 */
+    x[512 + 9] = -63.5f;                                                         /* a tie, later */
+    for (int j = 0; j < 256; j++) x[768 + j] *= 1e-30f;
+    for (int j = 0; j < 256; j++) x[1024 + j] *= 3e4f;
+    x[1280 + 5] = NAN;
+    x[1536 + 200] = INFINITY;
+    for (int j = 0; j < 256; j++) x[1792 + j] = 0.0f;
+    assert_ok(em_quantize(EM_TYPE_Q8_K, x, q, N));
+    for (int b = 0; b < BLOCKS; b++) {
+        const float *xb = x + 256 * b;
+        const uint8_t *qb = q + 292 * b;
+        assert_ok(em_quantize(EM_TYPE_Q8_K, xb, one, 256));
+        assert_memory_equal(one, qb, 292);
+        float amax = 0, max = 0;
+        for (int j = 0; j < 256; j++)
+            if (fabsf(xb[j]) > amax) {
+                amax = fabsf(xb[j]);
+                max = xb[j];
+            }
+        float d;
+        memcpy(&d, qb, 4);
+        if (amax == 0) {
+            for (int j = 0; j < 292; j++) assert_int_equal(qb[j], 0);
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        assert_true(memcmp(&d, &(float){1.0f / iscale}, 4) == 0);
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) {
+                const float r = roundf(iscale * xb[16 * g + j]);
+                assert_true(r != r || fabsf(r) <= 128.0f);
+                const int want = r != r ? 0 : r > 127.0f ? 127 : (int)r; /* NaN products: level 0 */
+                const int8_t got = (int8_t)qb[4 + 16 * g + j];
+                if (got != want)
+                    fail_msg("block %d element %d: level %d, roundf(%.9g) = %d", b, 16 * g + j, got,
+                             (double)(iscale * xb[16 * g + j]), want);
+                sum += got;
+            }
+            const int16_t stored = (int16_t)(qb[260 + 2 * g] | (qb[261 + 2 * g] << 8));
+            assert_int_equal(stored, sum);
+        }
+    }
+    free(x);
+    free(q);
+    free(one);
+}
+
 /* ---- conversions and errors ---- */
 
 static void test_fp16_conversions(void **state) {
@@ -447,6 +512,7 @@ int main(void) {
         cmocka_unit_test(test_dot_long_rows),
         cmocka_unit_test(test_dot_extreme_values),
         cmocka_unit_test(test_dot_rows_equal_single_rows),
+        cmocka_unit_test(test_q8_k_levels_by_definition),
         cmocka_unit_test(test_fp16_conversions),
         cmocka_unit_test(test_errors),
     };

@@ -96,12 +96,15 @@ typedef struct attn_job {
     em_dot_fn dot_f32;
 } attn_job;
 
-/* One share of (token, head) pairs: scores over the visible positions, softmax, weighted values. */
+/* One share of (token, head) pairs: scores over the visible positions, softmax, weighted values.
+ * Positions are walked block by block of the sequence's table: within a block the cache rows are
+ * consecutive, so each block's row is looked up once rather than once per position. */
 static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
     attn_job *job = ctx;
     cpu_backend *b = job->b;
     const em_layer_desc *ld = &b->d->layers[job->layer];
-    const uint32_t group = ld->n_head / ld->n_head_kv;
+    const uint32_t group = ld->n_head / ld->n_head_kv, block_tokens = b->base.block_tokens;
+    const uint64_t key_row = (uint64_t)ld->n_head_kv * ld->head_dim, value_row = (uint64_t)ld->n_head_kv * ld->head_dim_v;
     float *scores = b->scores + (uint64_t)ith * b->cap_positions;
     uint64_t begin, end;
     em_cpu_share((uint64_t)job->batch->n_tokens * ld->n_head, ith, nth, &begin, &end);
@@ -112,19 +115,27 @@ static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
         const float *q = b->q + ((uint64_t)t * ld->n_head + h) * ld->head_dim;
         uint32_t first = 0;
         if (ld->attn == EM_ATTN_SLIDING && pos + 1 > ld->window) first = pos + 1 - ld->window;
-        for (uint32_t p = first; p <= pos; p++) {
+        for (uint32_t p = first; p <= pos;) {
+            const uint32_t run = block_tokens - p % block_tokens < pos + 1 - p ? block_tokens - p % block_tokens
+                                                                               : pos + 1 - p;
             const float *k = kv_key(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim;
-            float s = job->dot_f32(k, q, ld->head_dim) * ld->attn_scale; /* q·k, SIMD where available */
-            if (ld->attn_softcap > 0.0f) s = ld->attn_softcap * tanhf(s / ld->attn_softcap);
-            scores[p - first] = s;
+            for (uint32_t r = 0; r < run; r++, p++, k += key_row) {
+                float s = job->dot_f32(k, q, ld->head_dim) * ld->attn_scale; /* q·k, SIMD where available */
+                if (ld->attn_softcap > 0.0f) s = ld->attn_softcap * tanhf(s / ld->attn_softcap);
+                scores[p - first] = s;
+            }
         }
         em_cpu_softmax(scores, pos + 1 - first);
         float *o = b->attn + ((uint64_t)t * ld->n_head + h) * ld->head_dim_v;
         memset(o, 0, ld->head_dim_v * sizeof *o);
-        for (uint32_t p = first; p <= pos; p++) {
+        for (uint32_t p = first; p <= pos;) {
+            const uint32_t run = block_tokens - p % block_tokens < pos + 1 - p ? block_tokens - p % block_tokens
+                                                                               : pos + 1 - p;
             const float *v = kv_value(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim_v;
-            const float a = scores[p - first];
-            for (uint32_t j = 0; j < ld->head_dim_v; j++) o[j] += a * v[j];
+            for (uint32_t r = 0; r < run; r++, p++, v += value_row) {
+                const float a = scores[p - first];
+                for (uint32_t j = 0; j < ld->head_dim_v; j++) o[j] += a * v[j];
+            }
         }
     }
 }
