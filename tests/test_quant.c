@@ -386,6 +386,65 @@ static void test_dot_rows_equal_single_rows(void **state) {
     free(aq);
 }
 
+/* Packed token groups must give em_dot's results bitwise, like em_dot_rows: every group size (1
+ * to EM_DOT_GROUP_TOKENS, ragged groups padded inside the pack), rows of one block and of several,
+ * rows spaced wider than their size, each activation row at its own scale, several weight rows
+ * against one packed group. On a CPU without the kernels (or under EMBER_CPU_ISA=avx2) there is
+ * no group kernel and no group size. */
+static void test_dot_groups_equal_single_rows(void **state) {
+    (void)state;
+    static const char *const types[] = {"Q4_K", "Q8_0", "Q6_K", "F32"};
+    enum { N_MAX = 1024 + 256, WROWS = 3, STRIDE = N_MAX * 4 + 64 };
+    float *w = malloc(N_MAX * sizeof(float)), *x = malloc(N_MAX * sizeof(float));
+    uint8_t *wq = malloc((size_t)WROWS * N_MAX * 4), *aq = malloc((size_t)EM_DOT_GROUP_TOKENS * STRIDE);
+    uint8_t *group = malloc((size_t)EM_DOT_GROUP_TOKENS * STRIDE);
+    assert_true(w && x && wq && aq && group);
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        em_type type = type_named(types[t]);
+        em_dot_group_fn kernel = em_dot_group_kernel(type);
+        if (!kernel) {
+            assert_int_equal(em_dot_group_bytes(type, N_MAX), 0);
+            continue;
+        }
+        const uint64_t lengths[3] = {256, 512, N_MAX};
+        for (int l = 0; l < 3; l++) {
+            const uint64_t n = lengths[l];
+            uint64_t wrow = 0;
+            assert_ok(em_type_row_bytes(type, n, &wrow));
+            for (int r = 0; r < WROWS; r++) {
+                fill_gaussian(w, n, 30 + (unsigned)r);
+                assert_ok(em_quantize(type, w, wq + (size_t)r * wrow, n));
+            }
+            for (int r = 0; r < EM_DOT_GROUP_TOKENS; r++) {
+                fill_gaussian(x, n, 40 + (unsigned)r);
+                for (uint64_t i = 0; i < n; i++) x[i] *= (float)(r + 1) * (r % 2 ? 0.01f : 1.0f);
+                assert_ok(em_quantize_activation(type, x, aq + (size_t)r * STRIDE, n));
+            }
+            const uint64_t bytes = em_dot_group_bytes(type, n);
+            assert_true(bytes > 0 && bytes <= (uint64_t)EM_DOT_GROUP_TOKENS * STRIDE);
+            for (uint32_t n_rows = 1; n_rows <= EM_DOT_GROUP_TOKENS; n_rows++) {
+                memset(group, 0xa5, bytes); /* stale bytes must not leak into a ragged group */
+                em_dot_group_pack(type, aq, STRIDE, n_rows, n, group);
+                for (int r = 0; r < WROWS; r++) {
+                    float out[EM_DOT_GROUP_TOKENS];
+                    kernel(wq + (size_t)r * wrow, group, n_rows, n, out);
+                    for (uint32_t k = 0; k < n_rows; k++) {
+                        float single = em_dot(type, wq + (size_t)r * wrow, aq + (size_t)k * STRIDE, n);
+                        if (memcmp(&single, &out[k], sizeof single) != 0)
+                            fail_msg("%s, n %u, %u tokens, weight row %d, token %u: group %.9g, em_dot %.9g",
+                                     types[t], (unsigned)n, n_rows, r, k, (double)out[k], (double)single);
+                    }
+                }
+            }
+        }
+    }
+    free(w);
+    free(x);
+    free(wq);
+    free(aq);
+    free(group);
+}
+
 /* Q8_K activations by the format's definition, checked against the C library: the element of
  * largest magnitude (the first of equals) sets iscale = -127 / that element, every level is
  * roundf(iscale * x) (half away from zero) capped at 127, d = 1 / iscale, and each group of 16
@@ -512,6 +571,7 @@ int main(void) {
         cmocka_unit_test(test_dot_long_rows),
         cmocka_unit_test(test_dot_extreme_values),
         cmocka_unit_test(test_dot_rows_equal_single_rows),
+        cmocka_unit_test(test_dot_groups_equal_single_rows),
         cmocka_unit_test(test_q8_k_levels_by_definition),
         cmocka_unit_test(test_fp16_conversions),
         cmocka_unit_test(test_errors),

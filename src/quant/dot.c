@@ -231,3 +231,14 @@ void em_dot_rows(uint32_t weight_type, const void *weight_row, const void *activ
     const uint8_t *a = activation_rows;
     for (uint32_t t = 0; t < n_rows; t++) out[t] = em_dot(weight_type, weight_row, a + t * activation_stride, n);
 }
+
+em_dot_group_fn em_dot_group_kernel(uint32_t weight_type) { return em_quant_dot_group_vnni(weight_type); }
+
+uint64_t em_dot_group_bytes(uint32_t weight_type, uint64_t n) {
+    return em_dot_group_kernel(weight_type) ? em_quant_group_bytes(weight_type, n) : 0;
+}
+
+void em_dot_group_pack(uint32_t weight_type, const void *activation_rows, uint64_t stride, uint32_t n_rows,
+                       uint64_t n, void *group) {
+    em_quant_group_pack(weight_type, activation_rows, stride, n_rows, n, group);
+}

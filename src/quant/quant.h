@@ -154,6 +154,31 @@ typedef void (*em_dot_rows_fn)(const void *weight_row, const void *activation_ro
                                uint32_t n_rows, uint64_t n, float *out);
 em_dot_rows_fn em_dot_rows_kernel(uint32_t weight_type);
 
+/* ---- Token groups: one weight row against several tokens whose activations were packed once ----
+ * A batched matrix product packs each group of up to EM_DOT_GROUP_TOKENS activation rows into one
+ * buffer (the tokens interleaved block by block, with the per-token sums the kernels need worked
+ * out once) and then runs every weight row against the group: the weight block is decoded once
+ * per group and the per-token work is not repeated per weight row. AVX-512 VNNI kernels for Q4_K
+ * and Q8_0; elsewhere em_dot_group_kernel is NULL and callers use em_dot_rows. */
+#define EM_DOT_GROUP_TOKENS 8
+
+/* out[t] = em_dot(weight_type, weight_row, activation row t, n), bitwise, for t < n_rows, where
+ * `group` holds those n_rows rows as em_dot_group_pack packed them (same n and n_rows). */
+typedef void (*em_dot_group_fn)(const void *weight_row, const void *group, uint32_t n_rows, uint64_t n, float *out);
+
+/* The group kernel for `weight_type` on this CPU, or NULL (no kernel: do not pack). */
+em_dot_group_fn em_dot_group_kernel(uint32_t weight_type);
+
+/* Bytes of one packed group of rows of `n` elements (a multiple of the activation block): never
+ * more than EM_DOT_GROUP_TOKENS activation rows take. 0 when the type has no group kernel here. */
+uint64_t em_dot_group_bytes(uint32_t weight_type, uint64_t n);
+
+/* Packs n_rows (1..EM_DOT_GROUP_TOKENS) activation rows, row t at activation_rows + t * stride, of
+ * `n` elements in em_dot_activation_type(weight_type), into `group` (em_dot_group_bytes bytes).
+ * Only for a type whose em_dot_group_kernel is not NULL. */
+void em_dot_group_pack(uint32_t weight_type, const void *activation_rows, uint64_t stride, uint32_t n_rows,
+                       uint64_t n, void *group);
+
 /* The definition em_dot is checked against: decodes both rows to f32 and sums the products in
  * double. Slow; for tests and debugging. */
 float em_dot_reference(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);

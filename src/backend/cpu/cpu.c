@@ -34,6 +34,7 @@ typedef struct cpu_backend {
     uint32_t cap_positions;
     float *rope_angles;   /* cos, sin of one position's angles: n_rot floats */
     uint8_t *act;         /* activations in the dot-product format */
+    uint8_t *act_groups;  /* the same packed in token groups (em_cpu_matmul's groups) */
     uint64_t act_per_token;
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert;
     float *pick_logits;   /* batches with pick parameters: their logits rows (cap_pick_rows) */
@@ -66,7 +67,7 @@ static float *kv_value(cpu_backend *b, uint32_t layer, const em_batch_seq *seq, 
 
 static em_err matmul(cpu_backend *b, const em_weight *w, uint64_t mat, const float *x, uint64_t x_stride, float *y,
                      uint64_t y_stride, uint32_t n_tokens) {
-    em_cpu_matmul mm = {w, mat, x, x_stride, y, y_stride, n_tokens, b->act};
+    em_cpu_matmul mm = {w, mat, x, x_stride, y, y_stride, n_tokens, b->act, b->act_groups};
     return em_cpu_matmul_run(&b->pool, &mm);
 }
 
@@ -297,10 +298,12 @@ static em_err reserve(cpu_backend *b, uint32_t n) {
     free(b->chosen);
     free(b->members);
     free(b->act);
+    free(b->act_groups);
     b->chosen = malloc(((uint64_t)b->max_expert + 1) * n * sizeof *b->chosen);
     b->members = malloc(((uint64_t)b->max_expert + 1) * n * sizeof *b->members);
     b->act = malloc(b->act_per_token * n);
-    if (!b->chosen || !b->members || !b->act) return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
+    b->act_groups = malloc(b->act_per_token * em_cpu_group_scratch_tokens(n));
+    if (!b->chosen || !b->members || !b->act || !b->act_groups) return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
     b->cap_tokens = n;
     return NULL;
 }
@@ -413,6 +416,7 @@ static void cpu_free(em_backend *base) {
     free(b->chosen);
     free(b->members);
     free(b->act);
+    free(b->act_groups);
     free(b->pick_logits);
     free(b->pick_keys);
     free(b->overlap_tokens);
