@@ -445,6 +445,38 @@ static void test_dot_groups_equal_single_rows(void **state) {
     free(group);
 }
 
+/* em_f32_add_weighted_rows against IEEE single precision step by step: each product rounded to f32
+ * (through a volatile, so no compiler fuses it with the add), then added, rows in order. Lengths
+ * on and off the SIMD widths, one row and several, rows spaced wider than their length. */
+static void test_weighted_rows_unfused(void **state) {
+    (void)state;
+    enum { N_MAX = 200, ROWS = 17, STRIDE = N_MAX + 5 };
+    static const uint64_t lengths[] = {1, 7, 16, 31, 32, 63, 64, 80, 128, 129, 200};
+    float *rows = malloc(ROWS * STRIDE * sizeof(float)), weights[ROWS];
+    float out[N_MAX], want[N_MAX], start[N_MAX];
+    assert_true(rows);
+    fill_gaussian(rows, ROWS * STRIDE, 91);
+    fill_gaussian(weights, ROWS, 92);
+    fill_gaussian(start, N_MAX, 93);
+    for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++)
+        for (uint32_t n_rows = 1; n_rows <= ROWS; n_rows += 8) {
+            const uint64_t n = lengths[l];
+            memcpy(out, start, sizeof out);
+            memcpy(want, start, sizeof want);
+            em_f32_add_weighted_rows(out, rows, STRIDE, weights, n_rows, n);
+            for (uint32_t p = 0; p < n_rows; p++)
+                for (uint64_t j = 0; j < n; j++) {
+                    volatile float product = weights[p] * rows[p * STRIDE + j];
+                    want[j] = want[j] + product;
+                }
+            for (uint64_t j = 0; j < N_MAX; j++)
+                if (memcmp(&out[j], &want[j], sizeof(float)) != 0)
+                    fail_msg("n %u, %u rows, element %u: %.9g, step by step %.9g", (unsigned)n, n_rows, (unsigned)j,
+                             (double)out[j], (double)want[j]);
+        }
+    free(rows);
+}
+
 /* Q8_K activations by the format's definition, checked against the C library: the element of
  * largest magnitude (the first of equals) sets iscale = -127 / that element, every level is
  * roundf(iscale * x) (half away from zero) capped at 127, d = 1 / iscale, and each group of 16
@@ -573,6 +605,7 @@ int main(void) {
         cmocka_unit_test(test_dot_rows_equal_single_rows),
         cmocka_unit_test(test_dot_groups_equal_single_rows),
         cmocka_unit_test(test_q8_k_levels_by_definition),
+        cmocka_unit_test(test_weighted_rows_unfused),
         cmocka_unit_test(test_fp16_conversions),
         cmocka_unit_test(test_errors),
     };

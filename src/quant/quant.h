@@ -179,6 +179,14 @@ uint64_t em_dot_group_bytes(uint32_t weight_type, uint64_t n);
 void em_dot_group_pack(uint32_t weight_type, const void *activation_rows, uint64_t stride, uint32_t n_rows,
                        uint64_t n, void *group);
 
+/* out[j] += weights[p] * row p [j] for p = 0..n_rows-1 in that order, j < n (row p at rows + p *
+ * row_stride floats): each product rounded to f32 and then added, never fused, so that on x86 the
+ * SIMD paths (AVX-512F, AVX2) equal the plain loop bitwise. Attention's weighted sum of values. */
+void em_f32_add_weighted_rows(float *out, const float *rows, uint64_t row_stride, const float *weights,
+                              uint32_t n_rows, uint64_t n);
+typedef void (*em_weighted_rows_fn)(float *out, const float *rows, uint64_t row_stride, const float *weights,
+                                    uint32_t n_rows, uint64_t n);
+
 /* The definition em_dot is checked against: decodes both rows to f32 and sums the products in
  * double. Slow; for tests and debugging. */
 float em_dot_reference(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);

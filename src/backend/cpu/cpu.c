@@ -133,10 +133,8 @@ static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
             const uint32_t run = block_tokens - p % block_tokens < pos + 1 - p ? block_tokens - p % block_tokens
                                                                                : pos + 1 - p;
             const float *v = kv_value(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim_v;
-            for (uint32_t r = 0; r < run; r++, p++, v += value_row) {
-                const float a = scores[p - first];
-                for (uint32_t j = 0; j < ld->head_dim_v; j++) o[j] += a * v[j];
-            }
+            em_f32_add_weighted_rows(o, v, value_row, scores + (p - first), run, ld->head_dim_v);
+            p += run;
         }
     }
 }

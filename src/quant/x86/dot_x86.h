@@ -31,4 +31,8 @@ uint64_t em_quant_group_bytes(uint32_t weight_type, uint64_t n);
 void em_quant_group_pack(uint32_t weight_type, const void *activation_rows, uint64_t stride, uint32_t n_rows,
                          uint64_t n, void *group);
 
+/* The SIMD em_f32_add_weighted_rows for this CPU (AVX-512F where the VNNI kernels run, else AVX2),
+ * or NULL. See rows_f32.c. */
+em_weighted_rows_fn em_quant_weighted_rows_x86(void);
+
 #endif
