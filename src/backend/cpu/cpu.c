@@ -82,10 +82,27 @@ static void norm_rows(const cpu_backend *b, float *out, const float *x, const fl
         em_cpu_rmsnorm(out + (uint64_t)t * n, x + (uint64_t)t * n, w, n, b->d->norm_eps, b->d->norm == EM_NORM_RMS_PLUS_ONE);
 }
 
-/* h = act(gate) * up, the gated linear unit of SwiGLU / GeGLU. */
-static void glu(const cpu_backend *b, float *gate, const float *up, uint64_t n) {
-    for (uint64_t i = 0; i < n; i++)
-        gate[i] = (b->d->act == EM_ACT_GEGLU ? em_cpu_gelu(gate[i]) : em_cpu_silu(gate[i])) * up[i];
+typedef struct glu_job {
+    const cpu_backend *b;
+    float *gate;
+    const float *up;
+    uint64_t n;
+} glu_job;
+
+static void glu_share(void *ctx, uint32_t ith, uint32_t nth) {
+    const glu_job *job = ctx;
+    const bool gelu = job->b->d->act == EM_ACT_GEGLU;
+    uint64_t begin, end;
+    em_cpu_share(job->n, ith, nth, &begin, &end);
+    for (uint64_t i = begin; i < end; i++)
+        job->gate[i] = (gelu ? em_cpu_gelu(job->gate[i]) : em_cpu_silu(job->gate[i])) * job->up[i];
+}
+
+/* h = act(gate) * up, the gated linear unit of SwiGLU / GeGLU, split over the pool (a prefill's
+ * units are many, and one transcendental function each). */
+static void glu(cpu_backend *b, float *gate, const float *up, uint64_t n) {
+    glu_job job = {b, gate, up, n};
+    em_cpu_pool_run(&b->pool, glu_share, &job);
 }
 
 /* ---- attention ---- */
