@@ -13,7 +13,9 @@
  * K-formats, IQ4_NL, IQ4_XS, IQ3_XXS), iq_grids.c (i-quant lattice tables), dot.c (dispatch,
  * reference and common scalar dots, em_dot_rows), dot_scalar.c (other scalar dots), x86/ (AVX2
  * kernels: dot_avx2.c one row, dot_rows_avx2.c several activation rows, avx2.h their helpers;
- * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0).
+ * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0; dot_group_vnni.c: packed
+ * token groups and their AVX-512 VNNI kernels for Q4_K and Q8_0; rows_f32.c: weighted sums of f32
+ * rows, attention's sum of values).
  * internal.h is shared by these files only.
  *
  * Coverage: em_dequantize and em_dot handle F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1
