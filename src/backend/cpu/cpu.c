@@ -34,7 +34,8 @@ typedef struct cpu_backend {
     uint32_t cap_positions;
     float *rope_angles;   /* cos, sin of one position's angles: n_rot floats */
     uint8_t *act;         /* activations in the dot-product format */
-    uint8_t *act_groups;  /* the same packed in token groups (em_cpu_matmul's groups) */
+    uint8_t *act_groups;  /* the same packed in token groups (em_cpu_matmul's groups), or NULL */
+    bool packs_groups;    /* some weight type has a group kernel on this CPU: act_groups is allocated */
     uint64_t act_per_token;
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert;
     float *pick_logits;   /* batches with pick parameters: their logits rows (cap_pick_rows) */
@@ -122,7 +123,8 @@ static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
     cpu_backend *b = job->b;
     const em_layer_desc *ld = &b->d->layers[job->layer];
     const uint32_t group = ld->n_head / ld->n_head_kv, block_tokens = b->base.block_tokens;
-    const uint64_t key_row = (uint64_t)ld->n_head_kv * ld->head_dim, value_row = (uint64_t)ld->n_head_kv * ld->head_dim_v;
+    const uint64_t key_row = (uint64_t)ld->n_head_kv * ld->head_dim;
+    const uint64_t value_row = (uint64_t)ld->n_head_kv * ld->head_dim_v;
     float *scores = b->scores + (uint64_t)ith * b->cap_positions;
     uint64_t begin, end;
     em_cpu_share((uint64_t)job->batch->n_tokens * ld->n_head, ith, nth, &begin, &end);
@@ -317,8 +319,9 @@ static em_err reserve(cpu_backend *b, uint32_t n) {
     b->chosen = malloc(((uint64_t)b->max_expert + 1) * n * sizeof *b->chosen);
     b->members = malloc(((uint64_t)b->max_expert + 1) * n * sizeof *b->members);
     b->act = malloc(b->act_per_token * n);
-    b->act_groups = malloc(b->act_per_token * em_cpu_group_scratch_tokens(n));
-    if (!b->chosen || !b->members || !b->act || !b->act_groups) return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
+    b->act_groups = b->packs_groups ? malloc(b->act_per_token * em_cpu_group_scratch_tokens(n)) : NULL;
+    if (!b->chosen || !b->members || !b->act || (b->packs_groups && !b->act_groups))
+        return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
     b->cap_tokens = n;
     return NULL;
 }
@@ -491,7 +494,9 @@ static const em_backend_ops cpu_overlap_ops = {"cpu", cpu_forward, cpu_forward_p
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 static void act_max(cpu_backend *b, const em_weight *w) {
-    if (w->data) b->act_per_token = max_u64(b->act_per_token, em_cpu_act_bytes(w));
+    if (!w->data) return;
+    b->act_per_token = max_u64(b->act_per_token, em_cpu_act_bytes(w));
+    if (em_dot_group_kernel(w->type)) b->packs_groups = true;
 }
 
 uint64_t em_backend_kv_bytes_per_token(const em_model_desc *d) {

@@ -23,7 +23,7 @@
 #define GROUP_TOKENS 8
 
 enum {
-    Q4_K_GROUP_MINS = GROUP_TOKENS * 4,                   /* offset of the sub-block sums */
+    Q4_K_GROUP_MINS = GROUP_TOKENS * 4,                         /* offset of the sub-block sums */
     Q4_K_GROUP_LEVELS = Q4_K_GROUP_MINS + 4 * GROUP_TOKENS * 4, /* offset of the levels */
     Q4_K_GROUP_BLOCK = Q4_K_GROUP_LEVELS + GROUP_TOKENS * 256,
     Q8_0_GROUP_LEVELS = GROUP_TOKENS * 2,
@@ -42,7 +42,8 @@ static void pack_q4_k(const uint8_t *a, uint64_t stride, uint32_t n_rows, uint64
                                       (int16_t)em_load_u16(row + 262 + 4 * sub));
                 em_store_u16(g + Q4_K_GROUP_MINS + 4 * (GROUP_TOKENS * (sub / 2) + t) + 2 * (sub % 2), (uint16_t)s);
             }
-            for (int c = 0; c < 4; c++) memcpy(g + Q4_K_GROUP_LEVELS + 64 * (GROUP_TOKENS * c + t), row + 4 + 64 * c, 64);
+            for (int c = 0; c < 4; c++)
+                memcpy(g + Q4_K_GROUP_LEVELS + 64 * (GROUP_TOKENS * c + t), row + 4 + 64 * c, 64);
         }
 }
 
