@@ -551,6 +551,162 @@ static void test_dot_neon_equals_scalar(void **state) {
     free(aq);
 }
 
+/* Packed token groups must give em_dot's results bitwise, like em_dot_rows: every group size (1
+ * to EM_DOT_GROUP_TOKENS, ragged groups padded inside the pack), rows of one block and of several,
+ * rows spaced wider than their size, each activation row at its own scale, several weight rows
+ * against one packed group. On a CPU without the kernels (or under EMBER_CPU_ISA=avx2) there is
+ * no group kernel and no group size. */
+static void test_dot_groups_equal_single_rows(void **state) {
+    (void)state;
+    static const char *const types[] = {"Q4_K", "Q8_0", "Q6_K", "F32"};
+    enum { N_MAX = 1024 + 256, WROWS = 3, STRIDE = N_MAX * 4 + 64 };
+    float *w = malloc(N_MAX * sizeof(float)), *x = malloc(N_MAX * sizeof(float));
+    uint8_t *wq = malloc((size_t)WROWS * N_MAX * 4), *aq = malloc((size_t)EM_DOT_GROUP_TOKENS * STRIDE);
+    uint8_t *group = malloc((size_t)EM_DOT_GROUP_TOKENS * STRIDE);
+    assert_true(w && x && wq && aq && group);
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        em_type type = type_named(types[t]);
+        em_dot_group_fn kernel = em_dot_group_kernel(type);
+        if (!kernel) {
+            assert_int_equal(em_dot_group_bytes(type, N_MAX), 0);
+            continue;
+        }
+        const uint64_t lengths[3] = {256, 512, N_MAX};
+        for (int l = 0; l < 3; l++) {
+            const uint64_t n = lengths[l];
+            uint64_t wrow = 0;
+            assert_ok(em_type_row_bytes(type, n, &wrow));
+            for (int r = 0; r < WROWS; r++) {
+                fill_gaussian(w, n, 30 + (unsigned)r);
+                assert_ok(em_quantize(type, w, wq + (size_t)r * wrow, n));
+            }
+            for (int r = 0; r < EM_DOT_GROUP_TOKENS; r++) {
+                fill_gaussian(x, n, 40 + (unsigned)r);
+                for (uint64_t i = 0; i < n; i++) x[i] *= (float)(r + 1) * (r % 2 ? 0.01f : 1.0f);
+                assert_ok(em_quantize_activation(type, x, aq + (size_t)r * STRIDE, n));
+            }
+            const uint64_t bytes = em_dot_group_bytes(type, n);
+            assert_true(bytes > 0 && bytes <= (uint64_t)EM_DOT_GROUP_TOKENS * STRIDE);
+            for (uint32_t n_rows = 1; n_rows <= EM_DOT_GROUP_TOKENS; n_rows++) {
+                memset(group, 0xa5, bytes); /* stale bytes must not leak into a ragged group */
+                em_dot_group_pack(type, aq, STRIDE, n_rows, n, group);
+                for (int r = 0; r < WROWS; r++) {
+                    float out[EM_DOT_GROUP_TOKENS];
+                    kernel(wq + (size_t)r * wrow, group, n_rows, n, out);
+                    for (uint32_t k = 0; k < n_rows; k++) {
+                        float single = em_dot(type, wq + (size_t)r * wrow, aq + (size_t)k * STRIDE, n);
+                        if (memcmp(&single, &out[k], sizeof single) != 0)
+                            fail_msg("%s, n %u, %u tokens, weight row %d, token %u: group %.9g, em_dot %.9g",
+                                     types[t], (unsigned)n, n_rows, r, k, (double)out[k], (double)single);
+                    }
+                }
+            }
+        }
+    }
+    free(w);
+    free(x);
+    free(wq);
+    free(aq);
+    free(group);
+}
+
+/* em_f32_add_weighted_rows against IEEE single precision step by step: each product rounded to f32
+ * (through a volatile, so no compiler fuses it with the add), then added, rows in order. Lengths
+ * on and off the SIMD widths, one row and several, rows spaced wider than their length. */
+static void test_weighted_rows_unfused(void **state) {
+    (void)state;
+    enum { N_MAX = 200, ROWS = 17, STRIDE = N_MAX + 5 };
+    static const uint64_t lengths[] = {1, 7, 16, 31, 32, 63, 64, 80, 128, 129, 200};
+    float *rows = malloc(ROWS * STRIDE * sizeof(float)), weights[ROWS];
+    float out[N_MAX], want[N_MAX], start[N_MAX];
+    assert_true(rows);
+    fill_gaussian(rows, ROWS * STRIDE, 91);
+    fill_gaussian(weights, ROWS, 92);
+    fill_gaussian(start, N_MAX, 93);
+    for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++)
+        for (uint32_t n_rows = 1; n_rows <= ROWS; n_rows += 8) {
+            const uint64_t n = lengths[l];
+            memcpy(out, start, sizeof out);
+            memcpy(want, start, sizeof want);
+            em_f32_add_weighted_rows(out, rows, STRIDE, weights, n_rows, n);
+            for (uint32_t p = 0; p < n_rows; p++)
+                for (uint64_t j = 0; j < n; j++) {
+                    volatile float product = weights[p] * rows[p * STRIDE + j];
+                    want[j] = want[j] + product;
+                }
+            for (uint64_t j = 0; j < N_MAX; j++)
+                if (memcmp(&out[j], &want[j], sizeof(float)) != 0)
+                    fail_msg("n %u, %u rows, element %u: %.9g, step by step %.9g", (unsigned)n, n_rows, (unsigned)j,
+                             (double)out[j], (double)want[j]);
+        }
+    free(rows);
+}
+
+/* Q8_K activations by the format's definition, checked against the C library: the element of
+ * largest magnitude (the first of equals) sets iscale = -127 / that element, every level is
+ * roundf(iscale * x) (half away from zero) capped at 127, d = 1 / iscale, and each group of 16
+ * stores the sum of its levels. Blocks with values landing exactly on halves (iscale 1 and 2),
+ * ties for the largest magnitude, Gaussian blocks at several scales, and blocks holding NaN or an
+ * infinity (the non-finite path) go through em_quantize one block at a time and in one call. */
+static void test_q8_k_levels_by_definition(void **state) {
+    (void)state;
+    enum { BLOCKS = 12, N = BLOCKS * 256 };
+    float *x = malloc(N * sizeof(float));
+    uint8_t *q = malloc(BLOCKS * 292), *one = malloc(292);
+    assert_true(x && q && one);
+    fill_gaussian(x, N, 77);
+    for (int j = 0; j < 256; j++) x[j] = (float)(j % 64) * 0.5f - 16.0f; /* a ramp */
+    for (int j = 0; j < 256; j++) x[256 + j] = (float)((j % 32) - 16) + 0.5f; /* halves... */
+    x[256 + 7] = -127.0f;                                                        /* ...at iscale 1 */
+    for (int j = 0; j < 256; j++) x[512 + j] = (float)((j % 50) - 25) * 0.25f;   /* quarters... */
+    x[512 + 3] = 63.5f;                                                          /* ...at iscale -2 */
+    x[512 + 9] = -63.5f;                                                         /* a tie, later */
+    for (int j = 0; j < 256; j++) x[768 + j] *= 1e-30f;
+    for (int j = 0; j < 256; j++) x[1024 + j] *= 3e4f;
+    x[1280 + 5] = NAN;
+    x[1536 + 200] = INFINITY;
+    for (int j = 0; j < 256; j++) x[1792 + j] = 0.0f;
+    assert_ok(em_quantize(EM_TYPE_Q8_K, x, q, N));
+    for (int b = 0; b < BLOCKS; b++) {
+        const float *xb = x + 256 * b;
+        const uint8_t *qb = q + 292 * b;
+        assert_ok(em_quantize(EM_TYPE_Q8_K, xb, one, 256));
+        assert_memory_equal(one, qb, 292);
+        float amax = 0, max = 0;
+        for (int j = 0; j < 256; j++)
+            if (fabsf(xb[j]) > amax) {
+                amax = fabsf(xb[j]);
+                max = xb[j];
+            }
+        float d;
+        memcpy(&d, qb, 4);
+        if (amax == 0) {
+            for (int j = 0; j < 292; j++) assert_int_equal(qb[j], 0);
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        assert_true(memcmp(&d, &(float){1.0f / iscale}, 4) == 0);
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) {
+                const float r = roundf(iscale * xb[16 * g + j]);
+                assert_true(r != r || fabsf(r) <= 128.0f);
+                const int want = r != r ? 0 : r > 127.0f ? 127 : (int)r; /* NaN products: level 0 */
+                const int8_t got = (int8_t)qb[4 + 16 * g + j];
+                if (got != want)
+                    fail_msg("block %d element %d: level %d, roundf(%.9g) = %d", b, 16 * g + j, got,
+                             (double)(iscale * xb[16 * g + j]), want);
+                sum += got;
+            }
+            const int16_t stored = (int16_t)(qb[260 + 2 * g] | (qb[261 + 2 * g] << 8));
+            assert_int_equal(stored, sum);
+        }
+    }
+    free(x);
+    free(q);
+    free(one);
+}
+
 /* ---- conversions and errors ---- */
 
 static void test_fp16_conversions(void **state) {
@@ -615,6 +771,9 @@ int main(void) {
         cmocka_unit_test(test_dot_extreme_values),
         cmocka_unit_test(test_dot_rows_equal_single_rows),
         cmocka_unit_test(test_dot_neon_equals_scalar),
+        cmocka_unit_test(test_dot_groups_equal_single_rows),
+        cmocka_unit_test(test_q8_k_levels_by_definition),
+        cmocka_unit_test(test_weighted_rows_unfused),
         cmocka_unit_test(test_fp16_conversions),
         cmocka_unit_test(test_errors),
     };

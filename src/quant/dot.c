@@ -241,3 +241,25 @@ void em_dot_rows(uint32_t weight_type, const void *weight_row, const void *activ
     const uint8_t *a = activation_rows;
     for (uint32_t t = 0; t < n_rows; t++) out[t] = em_dot(weight_type, weight_row, a + t * activation_stride, n);
 }
+
+em_dot_group_fn em_dot_group_kernel(uint32_t weight_type) { return em_quant_dot_group_vnni(weight_type); }
+
+uint64_t em_dot_group_bytes(uint32_t weight_type, uint64_t n) {
+    return em_dot_group_kernel(weight_type) ? em_quant_group_bytes(weight_type, n) : 0;
+}
+
+void em_dot_group_pack(uint32_t weight_type, const void *activation_rows, uint64_t stride, uint32_t n_rows,
+                       uint64_t n, void *group) {
+    em_quant_group_pack(weight_type, activation_rows, stride, n_rows, n, group);
+}
+
+void em_f32_add_weighted_rows(float *out, const float *rows, uint64_t row_stride, const float *weights,
+                              uint32_t n_rows, uint64_t n) {
+    em_weighted_rows_fn simd = em_quant_weighted_rows_x86();
+    if (simd) {
+        simd(out, rows, row_stride, weights, n_rows, n);
+        return;
+    }
+    for (uint32_t p = 0; p < n_rows; p++)
+        for (uint64_t j = 0; j < n; j++) out[j] += weights[p] * rows[p * row_stride + j];
+}

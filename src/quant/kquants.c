@@ -280,27 +280,64 @@ void em_quantize_q6_k(const float *x, uint8_t *out, uint64_t n_blocks) {
 
 /* Q8_K (activations): the largest magnitude maps to -127 (so 127 is reachable by the other sign
  * after clamping), d stored as f32, plus sums of each 16 quants for the min terms of dot products. */
+/* One Q8_K block by the definition: levels round(iscale * x) half away from zero (roundf), the
+ * element of largest magnitude mapped to -127. Handles every input (NaN levels become 0, an
+ * infinite or overflowing scale saturates); the fast loop below defers to it for such blocks. */
+static void q8_k_block_exact(const float *x, uint8_t *out, float iscale) {
+    for (int g = 0; g < 16; g++) {
+        int sum = 0;
+        for (int j = 0; j < 16; j++) {
+            int v = em_round_int(iscale * x[16 * g + j]);
+            v = v > 127 ? 127 : v;
+            out[4 + 16 * g + j] = (uint8_t)(int8_t)v;
+            sum += v;
+        }
+        em_store_u16(out + 260 + 2 * g, (uint16_t)(int16_t)sum);
+    }
+}
+
+/* Activations of every batched matrix product pass through here, so the common case (finite
+ * inputs, a finite scale: every |iscale * x| <= 127 rounded) avoids the libm call per element and
+ * is written so compilers vectorize it. It rounds half away from zero by hand: truncation, then one
+ * step outward when the exact remainder reaches a half, which is roundf's result for any value
+ * below 2^23 in magnitude. */
 void em_quantize_q8_k(const float *x, uint8_t *out, uint64_t n_blocks) {
     for (uint64_t i = 0; i < n_blocks; i++, x += 256, out += 292) {
-        float amax = 0, max = 0;
-        for (int j = 0; j < 256; j++)
-            if (fabsf(x[j]) > amax) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
+        /* amax: the largest magnitude; max: the first element that has it */
+        float amax = 0;
+        int not_number = 0;
+        for (int j = 0; j < 256; j++) {
+            const float a = fabsf(x[j]);
+            amax = a > amax ? a : amax;
+            not_number |= x[j] != x[j];
+        }
         memset(out, 0, 292);
         if (amax == 0) continue;
+        float max = 0;
+        for (int j = 0; j < 256; j++)
+            if (fabsf(x[j]) == amax) {
+                max = x[j];
+                break;
+            }
         float iscale = -127.0f / max;
         float d = 1.0f / iscale;
         memcpy(out, &d, 4); /* little-endian hosts only, like the rest of Ember's file handling */
+        if (not_number || !isfinite(amax) || !isfinite(iscale)) {
+            q8_k_block_exact(x, out, iscale);
+            continue;
+        }
+        int8_t levels[256];
+        for (int j = 0; j < 256; j++) {
+            const float v = iscale * x[j];
+            int level = (int)v;
+            const float rest = v - (float)level;
+            level += (rest >= 0.5f) - (rest <= -0.5f);
+            levels[j] = (int8_t)(level > 127 ? 127 : level);
+        }
+        memcpy(out + 4, levels, 256);
         for (int g = 0; g < 16; g++) {
             int sum = 0;
-            for (int j = 0; j < 16; j++) {
-                int v = em_round_int(iscale * x[16 * g + j]);
-                v = v > 127 ? 127 : v;
-                out[4 + 16 * g + j] = (uint8_t)(int8_t)v;
-                sum += v;
-            }
+            for (int j = 0; j < 16; j++) sum += levels[16 * g + j];
             em_store_u16(out + 260 + 2 * g, (uint16_t)(int16_t)sum);
         }
     }

@@ -15,9 +15,11 @@
  * em_quantize_rows), iq_grids.c (i-quant lattice tables), dot.c (dispatch,
  * reference and common scalar dots, em_dot_rows), dot_scalar.c (other scalar dots), x86/ (AVX2
  * kernels: dot_avx2.c one row, dot_rows_avx2.c several activation rows, avx2.h their helpers;
- * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0), arm/ (AArch64 NEON kernels,
- * one to four activation rows a call: kernels.h compiled plain in dot_neon.c, which also picks the
- * family at run time, and with the dot-product instructions in dot_dotprod.c).
+ * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0; dot_group_vnni.c: packed
+ * token groups and their AVX-512 VNNI kernels for Q4_K and Q8_0; rows_f32.c: weighted sums of f32
+ * rows, attention's sum of values), arm/ (AArch64 NEON kernels, one to four activation rows a call:
+ * kernels.h compiled plain in dot_neon.c, which also picks the family at run time, and with the
+ * dot-product instructions in dot_dotprod.c).
  * internal.h is shared by these files only.
  *
  * Coverage: em_dequantize and em_dot handle F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1
@@ -178,6 +180,39 @@ em_dot_rows_fn em_dot_rows_kernel(uint32_t weight_type);
  * instructions), "neon" (AArch64 without them, or EMBER_CPU_ISA=neon), or "scalar". The NEON
  * kernels are bitwise equal to em_dot_scalar; the x86 ones equal it up to f32 summation order. */
 const char *em_dot_isa(void);
+
+/* ---- Token groups: one weight row against several tokens whose activations were packed once ----
+ * A batched matrix product packs each group of up to EM_DOT_GROUP_TOKENS activation rows into one
+ * buffer (the tokens interleaved block by block, with the per-token sums the kernels need worked
+ * out once) and then runs every weight row against the group: the weight block is decoded once
+ * per group and the per-token work is not repeated per weight row. AVX-512 VNNI kernels for Q4_K
+ * and Q8_0; elsewhere em_dot_group_kernel is NULL and callers use em_dot_rows. */
+#define EM_DOT_GROUP_TOKENS 8
+
+/* out[t] = em_dot(weight_type, weight_row, activation row t, n), bitwise, for t < n_rows, where
+ * `group` holds those n_rows rows as em_dot_group_pack packed them (same n and n_rows). */
+typedef void (*em_dot_group_fn)(const void *weight_row, const void *group, uint32_t n_rows, uint64_t n, float *out);
+
+/* The group kernel for `weight_type` on this CPU, or NULL (no kernel: do not pack). */
+em_dot_group_fn em_dot_group_kernel(uint32_t weight_type);
+
+/* Bytes of one packed group of rows of `n` elements (a multiple of the activation block): never
+ * more than EM_DOT_GROUP_TOKENS activation rows take. 0 when the type has no group kernel here. */
+uint64_t em_dot_group_bytes(uint32_t weight_type, uint64_t n);
+
+/* Packs n_rows (1..EM_DOT_GROUP_TOKENS) activation rows, row t at activation_rows + t * stride, of
+ * `n` elements in em_dot_activation_type(weight_type), into `group` (em_dot_group_bytes bytes).
+ * Only for a type whose em_dot_group_kernel is not NULL. */
+void em_dot_group_pack(uint32_t weight_type, const void *activation_rows, uint64_t stride, uint32_t n_rows,
+                       uint64_t n, void *group);
+
+/* out[j] += weights[p] * row p [j] for p = 0..n_rows-1 in that order, j < n (row p at rows + p *
+ * row_stride floats): each product rounded to f32 and then added, never fused, so that on x86 the
+ * SIMD paths (AVX-512F, AVX2) equal the plain loop bitwise. Attention's weighted sum of values. */
+void em_f32_add_weighted_rows(float *out, const float *rows, uint64_t row_stride, const float *weights,
+                              uint32_t n_rows, uint64_t n);
+typedef void (*em_weighted_rows_fn)(float *out, const float *rows, uint64_t row_stride, const float *weights,
+                                    uint32_t n_rows, uint64_t n);
 
 /* The definition em_dot is checked against: decodes both rows to f32 and sums the products in
  * double. Slow; for tests and debugging. */

@@ -34,6 +34,8 @@ typedef struct cpu_backend {
     uint32_t cap_positions;
     float *rope_angles;   /* cos, sin of one position's angles: n_rot floats */
     uint8_t *act;         /* activations in the dot-product format */
+    uint8_t *act_groups;  /* the same packed in token groups (em_cpu_matmul's groups), or NULL */
+    bool packs_groups;    /* some weight type has a group kernel on this CPU: act_groups is allocated */
     uint64_t act_per_token;
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert;
     float *pick_logits;   /* batches with pick parameters: their logits rows (cap_pick_rows) */
@@ -66,7 +68,7 @@ static float *kv_value(cpu_backend *b, uint32_t layer, const em_batch_seq *seq, 
 
 static em_err matmul(cpu_backend *b, const em_weight *w, uint64_t mat, const float *x, uint64_t x_stride, float *y,
                      uint64_t y_stride, uint32_t n_tokens) {
-    em_cpu_matmul mm = {w, mat, x, x_stride, y, y_stride, n_tokens, b->act};
+    em_cpu_matmul mm = {w, mat, x, x_stride, y, y_stride, n_tokens, b->act, b->act_groups};
     return em_cpu_matmul_run(&b->pool, &mm);
 }
 
@@ -81,10 +83,27 @@ static void norm_rows(const cpu_backend *b, float *out, const float *x, const fl
         em_cpu_rmsnorm(out + (uint64_t)t * n, x + (uint64_t)t * n, w, n, b->d->norm_eps, b->d->norm == EM_NORM_RMS_PLUS_ONE);
 }
 
-/* h = act(gate) * up, the gated linear unit of SwiGLU / GeGLU. */
-static void glu(const cpu_backend *b, float *gate, const float *up, uint64_t n) {
-    for (uint64_t i = 0; i < n; i++)
-        gate[i] = (b->d->act == EM_ACT_GEGLU ? em_cpu_gelu(gate[i]) : em_cpu_silu(gate[i])) * up[i];
+typedef struct glu_job {
+    const cpu_backend *b;
+    float *gate;
+    const float *up;
+    uint64_t n;
+} glu_job;
+
+static void glu_share(void *ctx, uint32_t ith, uint32_t nth) {
+    const glu_job *job = ctx;
+    const bool gelu = job->b->d->act == EM_ACT_GEGLU;
+    uint64_t begin, end;
+    em_cpu_share(job->n, ith, nth, &begin, &end);
+    for (uint64_t i = begin; i < end; i++)
+        job->gate[i] = (gelu ? em_cpu_gelu(job->gate[i]) : em_cpu_silu(job->gate[i])) * job->up[i];
+}
+
+/* h = act(gate) * up, the gated linear unit of SwiGLU / GeGLU, split over the pool (a prefill's
+ * units are many, and one transcendental function each). */
+static void glu(cpu_backend *b, float *gate, const float *up, uint64_t n) {
+    glu_job job = {b, gate, up, n};
+    em_cpu_pool_run(&b->pool, glu_share, &job);
 }
 
 /* ---- attention ---- */
@@ -96,12 +115,16 @@ typedef struct attn_job {
     em_dot_fn dot_f32;
 } attn_job;
 
-/* One share of (token, head) pairs: scores over the visible positions, softmax, weighted values. */
+/* One share of (token, head) pairs: scores over the visible positions, softmax, weighted values.
+ * Positions are walked block by block of the sequence's table: within a block the cache rows are
+ * consecutive, so each block's row is looked up once rather than once per position. */
 static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
     attn_job *job = ctx;
     cpu_backend *b = job->b;
     const em_layer_desc *ld = &b->d->layers[job->layer];
-    const uint32_t group = ld->n_head / ld->n_head_kv;
+    const uint32_t group = ld->n_head / ld->n_head_kv, block_tokens = b->base.block_tokens;
+    const uint64_t key_row = (uint64_t)ld->n_head_kv * ld->head_dim;
+    const uint64_t value_row = (uint64_t)ld->n_head_kv * ld->head_dim_v;
     float *scores = b->scores + (uint64_t)ith * b->cap_positions;
     uint64_t begin, end;
     em_cpu_share((uint64_t)job->batch->n_tokens * ld->n_head, ith, nth, &begin, &end);
@@ -112,19 +135,25 @@ static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
         const float *q = b->q + ((uint64_t)t * ld->n_head + h) * ld->head_dim;
         uint32_t first = 0;
         if (ld->attn == EM_ATTN_SLIDING && pos + 1 > ld->window) first = pos + 1 - ld->window;
-        for (uint32_t p = first; p <= pos; p++) {
+        for (uint32_t p = first; p <= pos;) {
+            const uint32_t run = block_tokens - p % block_tokens < pos + 1 - p ? block_tokens - p % block_tokens
+                                                                               : pos + 1 - p;
             const float *k = kv_key(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim;
-            float s = job->dot_f32(k, q, ld->head_dim) * ld->attn_scale; /* q·k, SIMD where available */
-            if (ld->attn_softcap > 0.0f) s = ld->attn_softcap * tanhf(s / ld->attn_softcap);
-            scores[p - first] = s;
+            for (uint32_t r = 0; r < run; r++, p++, k += key_row) {
+                float s = job->dot_f32(k, q, ld->head_dim) * ld->attn_scale; /* q·k, SIMD where available */
+                if (ld->attn_softcap > 0.0f) s = ld->attn_softcap * tanhf(s / ld->attn_softcap);
+                scores[p - first] = s;
+            }
         }
         em_cpu_softmax(scores, pos + 1 - first);
         float *o = b->attn + ((uint64_t)t * ld->n_head + h) * ld->head_dim_v;
         memset(o, 0, ld->head_dim_v * sizeof *o);
-        for (uint32_t p = first; p <= pos; p++) {
+        for (uint32_t p = first; p <= pos;) {
+            const uint32_t run = block_tokens - p % block_tokens < pos + 1 - p ? block_tokens - p % block_tokens
+                                                                               : pos + 1 - p;
             const float *v = kv_value(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim_v;
-            const float a = scores[p - first];
-            for (uint32_t j = 0; j < ld->head_dim_v; j++) o[j] += a * v[j];
+            em_f32_add_weighted_rows(o, v, value_row, scores + (p - first), run, ld->head_dim_v);
+            p += run;
         }
     }
 }
@@ -286,10 +315,13 @@ static em_err reserve(cpu_backend *b, uint32_t n) {
     free(b->chosen);
     free(b->members);
     free(b->act);
+    free(b->act_groups);
     b->chosen = malloc(((uint64_t)b->max_expert + 1) * n * sizeof *b->chosen);
     b->members = malloc(((uint64_t)b->max_expert + 1) * n * sizeof *b->members);
     b->act = malloc(b->act_per_token * n);
-    if (!b->chosen || !b->members || !b->act) return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
+    b->act_groups = b->packs_groups ? malloc(b->act_per_token * em_cpu_group_scratch_tokens(n)) : NULL;
+    if (!b->chosen || !b->members || !b->act || (b->packs_groups && !b->act_groups))
+        return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
     b->cap_tokens = n;
     return NULL;
 }
@@ -402,6 +434,7 @@ static void cpu_free(em_backend *base) {
     free(b->chosen);
     free(b->members);
     free(b->act);
+    free(b->act_groups);
     free(b->pick_logits);
     free(b->pick_keys);
     free(b->overlap_tokens);
@@ -461,7 +494,9 @@ static const em_backend_ops cpu_overlap_ops = {"cpu", cpu_forward, cpu_forward_p
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 static void act_max(cpu_backend *b, const em_weight *w) {
-    if (w->data) b->act_per_token = max_u64(b->act_per_token, em_cpu_act_bytes(w));
+    if (!w->data) return;
+    b->act_per_token = max_u64(b->act_per_token, em_cpu_act_bytes(w));
+    if (em_dot_group_kernel(w->type)) b->packs_groups = true;
 }
 
 uint64_t em_backend_kv_bytes_per_token(const em_model_desc *d) {

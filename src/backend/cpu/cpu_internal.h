@@ -41,6 +41,9 @@ static inline void em_cpu_share(uint64_t n, uint32_t ith, uint32_t nth, uint64_t
 
 /* ---- kernels (ops.c) ---- */
 
+/* Tokens per group of a batched matrix product (quant.h's EM_DOT_GROUP_TOKENS). */
+#define EM_CPU_GROUP 8
+
 /* out = x / rms(x) * w (w may be NULL: no weight); out may alias x. */
 void em_cpu_rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps, bool plus_one);
 
@@ -55,7 +58,9 @@ float em_cpu_gelu(float x);
 
 /* Y[t][r] = W[mat] row r · X[t], for t < n_tokens and all rows of one matrix of the stack.
  * X rows are `x_stride` floats apart, Y rows `y_stride`. `scratch` holds the activations in the
- * dot-product format: n_tokens * em_cpu_act_bytes(w) bytes. */
+ * dot-product format: n_tokens * em_cpu_act_bytes(w) bytes; `groups` the same activations packed
+ * in token groups where the weight type has group kernels (see quant.h): room for
+ * em_cpu_group_scratch_tokens(n_tokens) * em_cpu_act_bytes(w) bytes. */
 typedef struct em_cpu_matmul {
     const em_weight *w;
     uint64_t mat;
@@ -65,7 +70,13 @@ typedef struct em_cpu_matmul {
     uint64_t y_stride;
     uint32_t n_tokens;
     uint8_t *scratch;
+    uint8_t *groups;
 } em_cpu_matmul;
+
+/* n_tokens rounded up to whole token groups: the group scratch is sized in activation rows. */
+static inline uint64_t em_cpu_group_scratch_tokens(uint64_t n_tokens) {
+    return (n_tokens + EM_CPU_GROUP - 1) / EM_CPU_GROUP * EM_CPU_GROUP;
+}
 
 uint64_t em_cpu_act_bytes(const em_weight *w);
 em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm);

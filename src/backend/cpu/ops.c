@@ -95,34 +95,47 @@ uint64_t em_cpu_act_bytes(const em_weight *w) {
 typedef struct matmul_job {
     const em_cpu_matmul *mm;
     uint64_t act_bytes;
+    em_dot_group_fn group_kernel; /* NULL: em_dot_rows on the activation rows */
+    uint64_t group_bytes;
     em_err err; /* first quantization error (written by share 0's tokens only when it fails) */
     pthread_mutex_t mutex;
 } matmul_job;
 
+/* Tokens per em_dot_rows call: the multi-row kernels take up to eight activation rows at once (the
+ * AVX-512 VNNI ones; the AVX2 ones work through them four at a time). */
+#define DOT_TOKEN_GROUP 8
+
+/* Each share quantizes whole token groups and, with a group kernel, packs them: the packing needs
+ * no second pass over the pool, since a group's rows are all quantized by the share that packs it. */
 static void quantize_share(void *ctx, uint32_t ith, uint32_t nth) {
     matmul_job *job = ctx;
     const em_cpu_matmul *mm = job->mm;
+    const uint32_t n_groups = (mm->n_tokens + EM_CPU_GROUP - 1) / EM_CPU_GROUP;
     uint64_t begin, end;
-    em_cpu_share(mm->n_tokens, ith, nth, &begin, &end);
-    for (uint64_t t = begin; t < end; t++) {
-        em_err err = em_quantize_activation(mm->w->type, mm->x + t * mm->x_stride, mm->scratch + t * job->act_bytes,
-                                            mm->w->cols);
-        if (err) {
-            pthread_mutex_lock(&job->mutex);
-            if (!job->err) job->err = err;
-            else em_err_free(err);
-            pthread_mutex_unlock(&job->mutex);
-            return;
+    em_cpu_share(n_groups, ith, nth, &begin, &end);
+    for (uint64_t g = begin; g < end; g++) {
+        const uint32_t first = (uint32_t)g * EM_CPU_GROUP;
+        const uint32_t rows = mm->n_tokens - first < EM_CPU_GROUP ? mm->n_tokens - first : EM_CPU_GROUP;
+        for (uint32_t t = first; t < first + rows; t++) {
+            em_err err = em_quantize_activation(mm->w->type, mm->x + t * mm->x_stride,
+                                                mm->scratch + t * job->act_bytes, mm->w->cols);
+            if (err) {
+                pthread_mutex_lock(&job->mutex);
+                if (!job->err) job->err = err;
+                else em_err_free(err);
+                pthread_mutex_unlock(&job->mutex);
+                return;
+            }
         }
+        if (job->group_kernel)
+            em_dot_group_pack(mm->w->type, mm->scratch + first * job->act_bytes, job->act_bytes, rows, mm->w->cols,
+                              mm->groups + g * job->group_bytes);
     }
 }
 
 /* Rows of one tile: 16 weight rows (about 18 KB of dense-1b Q4_K) and the activation rows of one
  * token group stay in L1/L2 while the tile is swept; see dot_share. */
 #define DOT_ROW_TILE 16
-/* Tokens per em_dot_rows call: the multi-row kernels take up to eight activation rows at once (the
- * AVX-512 VNNI ones; the AVX2 ones work through them four at a time). */
-#define DOT_TOKEN_GROUP 8
 
 static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
     matmul_job *job = ctx;
@@ -132,25 +145,40 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
     uint64_t begin, end;
     em_cpu_share(w->rows, ith, nth, &begin, &end);
     /* Each weight row is read from memory once per batch (its tile stays cached while every token
-     * group passes over it), and em_dot_rows unpacks each weight block once per group of tokens
-     * instead of once per token. Results equal em_dot's bitwise, so batching changes no number. */
+     * group passes over it), and each weight block is unpacked once per group of tokens instead of
+     * once per token. Results equal em_dot's bitwise, so batching changes no number. */
     float out[DOT_TOKEN_GROUP];
     for (uint64_t tile = begin; tile < end; tile += DOT_ROW_TILE) {
         const uint64_t tile_end = end - tile < DOT_ROW_TILE ? end : tile + DOT_ROW_TILE;
         for (uint32_t t = 0; t < mm->n_tokens; t += DOT_TOKEN_GROUP) {
             const uint32_t group = mm->n_tokens - t < DOT_TOKEN_GROUP ? mm->n_tokens - t : DOT_TOKEN_GROUP;
             const uint8_t *act = mm->scratch + t * job->act_bytes;
+            const uint8_t *packed = job->group_kernel ? mm->groups + t / EM_CPU_GROUP * job->group_bytes : NULL;
             for (uint64_t r = tile; r < tile_end; r++) {
-                em_dot_rows(w->type, base + r * w->row_bytes, act, job->act_bytes, group, w->cols, out);
+                if (packed)
+                    job->group_kernel(base + r * w->row_bytes, packed, group, w->cols, out);
+                else
+                    em_dot_rows(w->type, base + r * w->row_bytes, act, job->act_bytes, group, w->cols, out);
                 for (uint32_t g = 0; g < group; g++) mm->y[(t + g) * mm->y_stride + r] = out[g];
             }
         }
     }
 }
 
+/* Batches from this many tokens on use the group kernels; a decode step's single token (or a
+ * few) goes through em_dot_rows, which has no packing to pay for and no padded lanes. */
+#define GROUP_FEWEST_TOKENS 4
+
 em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm) {
     if (mm->n_tokens == 0) return NULL;
+    _Static_assert(DOT_TOKEN_GROUP == EM_CPU_GROUP && EM_CPU_GROUP == EM_DOT_GROUP_TOKENS,
+                   "token groups of the backend and of quant");
     matmul_job job = {.mm = mm, .act_bytes = em_cpu_act_bytes(mm->w)};
+    if (mm->groups && mm->n_tokens >= GROUP_FEWEST_TOKENS) {
+        job.group_kernel = em_dot_group_kernel(mm->w->type);
+        job.group_bytes = em_dot_group_bytes(mm->w->type, mm->w->cols);
+        if (job.group_bytes > EM_CPU_GROUP * job.act_bytes) job.group_kernel = NULL; /* not in the scratch */
+    }
     pthread_mutex_init(&job.mutex, NULL);
     em_cpu_pool_run(pool, quantize_share, &job);
     if (!job.err) em_cpu_pool_run(pool, dot_share, &job);

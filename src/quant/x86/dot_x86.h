@@ -23,4 +23,16 @@ bool em_quant_x86_has_vnni(void);
  * (em_quant_dot_rows_x86's kernels then serve). See dot_rows_vnni.c. */
 em_dot_rows_fn em_quant_dot_rows_vnni(uint32_t weight_type);
 
+/* Token groups (dot_group_vnni.c): the AVX-512 VNNI kernel for the weight type (Q4_K, Q8_0) when
+ * the CPU has one, or NULL; a group's size in bytes for n elements (0 for other types); and the
+ * packing of up to EM_DOT_GROUP_TOKENS activation rows into one. */
+em_dot_group_fn em_quant_dot_group_vnni(uint32_t weight_type);
+uint64_t em_quant_group_bytes(uint32_t weight_type, uint64_t n);
+void em_quant_group_pack(uint32_t weight_type, const void *activation_rows, uint64_t stride, uint32_t n_rows,
+                         uint64_t n, void *group);
+
+/* The SIMD em_f32_add_weighted_rows for this CPU (AVX-512F where the VNNI kernels run, else AVX2),
+ * or NULL. See rows_f32.c. */
+em_weighted_rows_fn em_quant_weighted_rows_x86(void);
+
 #endif
