@@ -14,6 +14,7 @@
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
+#include "vocab_fixture.h"
 
 /* The example grammars, written from the GBNF syntax. */
 static const char *JSON_GBNF =
@@ -230,17 +231,6 @@ static void test_generate(void **state) {
 
 /* ---- Masks over real vocabularies ---- */
 
-static em_tokenizer *load_tokenizer(const char *name) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/vocab/%s", EM_FIXTURES_DIR, name);
-    em_gguf *gguf;
-    em_err err = em_gguf_open(path, &gguf);
-    if (err) fail_msg("%s: %s", path, em_err_message(err));
-    em_tokenizer *t;
-    assert_null(em_tokenizer_from_gguf(gguf, &t));
-    em_gguf_close(gguf);
-    return t;
-}
 
 /* For each prefix, the mask equals "this token's bytes (or the end) are accepted after the prefix",
  * tried token by token on a fresh state. */

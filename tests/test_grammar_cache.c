@@ -18,6 +18,7 @@
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
+#include "vocab_fixture.h"
 
 /* The example grammars of llama.cpp (grammars/json.gbnf, arithmetic.gbnf, list.gbnf, chess.gbnf),
  * written from the GBNF syntax as in test_grammar.c. */
@@ -55,17 +56,6 @@ static const char *SCHEMA = "{\"type\":\"object\",\"properties\":{\"name\":{\"ty
                             "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\"]}},"
                             "\"n\":{\"type\":\"integer\",\"minimum\":-5,\"maximum\":300}},\"required\":[\"name\",\"n\"]}";
 
-static em_tokenizer *load_tokenizer(const char *name) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/vocab/%s", EM_FIXTURES_DIR, name);
-    em_gguf *gguf;
-    em_err err = em_gguf_open(path, &gguf);
-    if (err) fail_msg("%s: %s", path, em_err_message(err));
-    em_tokenizer *t;
-    assert_null(em_tokenizer_from_gguf(gguf, &t));
-    em_gguf_close(gguf);
-    return t;
-}
 
 static uint64_t next_random(uint64_t *x) { /* splitmix64 */
     uint64_t z = (*x += UINT64_C(0x9E3779B97F4A7C15));

@@ -137,4 +137,17 @@ em_err em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks, cons
  * Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL and IQ4_XS; false (nothing written) for other types. */
 bool em_quant_weighted_row(uint32_t type, const float *x, const float *importance, uint8_t *out, uint64_t n);
 
+/* For the SIMD kernels (x86/, arm/): helpers that must inline, and loops over a compile-time
+ * number of rows or tokens that must unroll fully, so that per-row sums stay in registers rather
+ * than on the stack. */
+#define EM_INLINE inline __attribute__((always_inline))
+#define EM_PRAGMA(x) _Pragma(#x)
+#if defined(__clang__)
+#define EM_UNROLL(n) _Pragma("unroll")
+#elif defined(__GNUC__)
+#define EM_UNROLL(n) EM_PRAGMA(GCC unroll n)
+#else
+#define EM_UNROLL(n)
+#endif
+
 #endif

@@ -26,17 +26,9 @@
 
 #include <arm_neon.h>
 
-#define EM_INLINE inline __attribute__((always_inline))
-
 /* The per-row loops must unroll fully (the row count is a constant in every inlined copy) so the
  * per-row sums live in registers. */
-#if defined(__clang__)
-#define UNROLL_ROWS _Pragma("unroll")
-#elif defined(__GNUC__)
-#define UNROLL_ROWS _Pragma("GCC unroll 4")
-#else
-#define UNROLL_ROWS
-#endif
+#define UNROLL_ROWS EM_UNROLL(4)
 
 /* The most activation rows one kernel call takes. */
 #define ROWS_MAX 4

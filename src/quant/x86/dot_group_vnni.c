@@ -59,39 +59,9 @@ static void pack_q8_0(const uint8_t *a, uint64_t stride, uint32_t n_rows, uint64
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#include "avx2.h"
+#include "vnni.h"
 
-#define EM_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define EM_INLINE inline __attribute__((always_inline))
-
-#if defined(__clang__)
-#define UNROLL_TOKENS _Pragma("unroll")
-#elif defined(__GNUC__)
-#define UNROLL_TOKENS _Pragma("GCC unroll 8")
-#else
-#define UNROLL_TOKENS
-#endif
-
-/* As in dot_rows_vnni.c: Q4_K's 8 scales (bytes 0..7) and 8 mins (bytes 8..15). */
-EM_VNNI static EM_INLINE __m128i k_scales_mins(const uint8_t *s) {
-    uint32_t u0 = em_load_u32(s), u1 = em_load_u32(s + 4), u2 = em_load_u32(s + 8);
-    uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
-    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
-    uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
-    return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi);
-}
-
-EM_VNNI static EM_INLINE __m256i fold_halves(__m512i v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-EM_VNNI static EM_INLINE __m512i pair_index(int first) {
-    return _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(first), _mm512_set1_epi32(first + 1));
-}
-
-EM_VNNI static EM_INLINE __m256 upper_ps(__m512 v) {
-    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-}
+#define UNROLL_TOKENS EM_UNROLL(8)
 
 /* Q4_K against a group: per token, the sub-block products as dot_rows_vnni.c's q4_k_rows builds
  * them; the min terms of all eight tokens in one vector (lane t: token t), the f32 steps of the

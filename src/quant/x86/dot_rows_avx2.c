@@ -23,17 +23,10 @@
  * unpacked block fit the 16 YMM registers. */
 #define ROWS_MAX 4
 
-#define EM_INLINE inline __attribute__((always_inline))
 
 /* The per-row loops must unroll fully (the row count is a constant in every inlined copy) so the
  * accumulator arrays live in registers rather than on the stack. */
-#if defined(__clang__)
-#define UNROLL_ROWS _Pragma("unroll")
-#elif defined(__GNUC__)
-#define UNROLL_ROWS _Pragma("GCC unroll 4")
-#else
-#define UNROLL_ROWS
-#endif
+#define UNROLL_ROWS EM_UNROLL(4)
 
 /* The lane sums of four int32 vectors, as the four lanes of one (integer, so exact in any order). */
 EM_AVX2 static EM_INLINE __m128i hsum4_i32(const __m256i v[ROWS_MAX]) {

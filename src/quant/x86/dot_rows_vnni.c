@@ -19,10 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "avx2.h"
-
-#define EM_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define EM_INLINE inline __attribute__((always_inline))
+#include "vnni.h"
 
 /* The most activation rows one kernel call takes (eight 8-lane f32 accumulators and eight 16-lane
  * integer sums fit the 32 ZMM registers beside the unpacked block). */
@@ -32,45 +29,12 @@
 #define Q4_K_FEWEST 1
 #define Q8_0_FEWEST 4
 
-#if defined(__clang__)
-#define UNROLL_ROWS _Pragma("unroll")
-#elif defined(__GNUC__)
-#define UNROLL_ROWS _Pragma("GCC unroll 8")
-#else
-#define UNROLL_ROWS
-#endif
+#define UNROLL_ROWS EM_UNROLL(8)
 
 /* The lane sums of four int32 vectors, as the four lanes of one (exact in any order). */
 EM_VNNI static EM_INLINE __m128i hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
     __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
     return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-}
-
-/* The lower and upper 256-bit halves of 16 int32 lanes added: lane i of the result is lane i plus
- * lane i + 8. */
-EM_VNNI static EM_INLINE __m256i fold_halves(__m512i v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-/* Lanes 0..7 hold `first`, lanes 8..15 `first + 1`: a permutation index that spreads lane `first` of
- * a vector over the lower half and lane `first + 1` over the upper. */
-EM_VNNI static EM_INLINE __m512i pair_index(int first) {
-    return _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(first), _mm512_set1_epi32(first + 1));
-}
-
-/* The upper eight f32 lanes (AVX512F alone has no 32x8 extract; the 64x4 one moves the same bits). */
-EM_VNNI static EM_INLINE __m256 upper_ps(__m512 v) {
-    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-}
-
-/* Q4_K's 8 scales (bytes 0..7) and 8 mins (bytes 8..15) from a block's 12 scale bytes, as in
- * dot_rows_avx2.c's k_scales_mins. */
-EM_VNNI static EM_INLINE __m128i k_scales_mins(const uint8_t *s) {
-    uint32_t u0 = em_load_u32(s), u1 = em_load_u32(s + 4), u2 = em_load_u32(s + 8);
-    uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
-    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
-    uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
-    return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi);
 }
 
 /* Q4_K: per 64-element chunk c, one register holds the 32 low nibbles (sub-block 2c) in its lower
