@@ -113,6 +113,7 @@ struct op_parts {
     const mega_route *route;
     uint64_t stride;
     bool same_rows;
+    uint32_t begin, end; /* same_rows: the block's rows of every part (worked out once) */
 };
 
 __device__ __forceinline__ op_parts parts_of(const mega_args &a, const em_op &op, const mega_route *route) {
@@ -132,6 +133,7 @@ __device__ __forceinline__ op_parts parts_of(const mega_args &a, const em_op &op
     case EM_OP_EXPERT_DOWN:
         p.m[0] = &L.down, p.route = route, p.stride = L.down_expert_bytes, p.n = route->n, p.same_rows = true;
         p.rows = p.n * L.down.rows;
+        block_slice(L.down.rows, &p.begin, &p.end);
         return p;
     default: p.n = 0;
     }
@@ -220,11 +222,10 @@ __device__ __forceinline__ uint32_t chunk_rows(const op_parts &p, uint32_t part,
 __device__ __forceinline__ bool chunk_at(const op_parts &p, uint32_t stage_bytes, uint32_t slice_row, chunk *c) {
     uint32_t begin, end;
     if (p.same_rows) { /* the block's rows [begin, end) of every part in turn */
-        block_slice(p.m[0]->rows, &begin, &end);
-        const uint32_t per_part = end - begin;
+        const uint32_t per_part = p.end - p.begin;
         if (slice_row >= p.n * per_part) return false;
-        c->part = slice_row / per_part, c->row = begin + slice_row % per_part;
-        c->n_rows = min(chunk_rows(p, c->part, stage_bytes), end - c->row);
+        c->part = slice_row / per_part, c->row = p.begin + slice_row % per_part;
+        c->n_rows = min(chunk_rows(p, c->part, stage_bytes), p.end - c->row);
         return true;
     }
     block_slice(p.rows, &begin, &end);
@@ -344,10 +345,8 @@ __device__ __forceinline__ void write_row(const mega_args &a, const em_op &op, c
         break;
     }
     case EM_OP_EXPERT_DOWN: {
-        uint32_t begin, end;
-        block_slice(m.rows, &begin, &end);
         const uint32_t per_block = (m.rows + gridDim.x - 1) / gridDim.x;
-        results[((uint64_t)part * per_block + row - begin) * NT + t] = y;
+        results[((uint64_t)part * per_block + row - p.begin) * NT + t] = y;
         break;
     }
     case EM_OP_QKV: {
@@ -637,7 +636,6 @@ static bool int8_matrix(const mega_matrix &m) {
 }
 
 static bool op_takes_int8(const em_op &op, const mega_layer &L, const mega_matrix &output) {
-    if (em_cuda_env_count("EMBER_CUDA_DP4A", 1) == 0) return false;
     switch (op.kind) {
     case EM_OP_QKV: return int8_matrix(L.wq) && int8_matrix(L.wk) && int8_matrix(L.wv);
     case EM_OP_OUT_PROJ: return int8_matrix(L.wo);
@@ -763,8 +761,9 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
         free(layers);
         return em_errorf(EM_ERR_NOMEM, "out of memory for %u instructions", m->schedule.n_ops);
     }
+    const bool int8 = em_cuda_env_count("EMBER_CUDA_DP4A", 1) != 0;
     for (uint32_t i = 0; i < m->schedule.n_ops; i++)
-        op_int8[i] = op_takes_int8(m->schedule.ops[i], layers[m->schedule.ops[i].layer], output);
+        op_int8[i] = int8 && op_takes_int8(m->schedule.ops[i], layers[m->schedule.ops[i].layer], output);
     cudaError_t status = cudaMalloc((void **)&m->layers, d->n_layer * sizeof *layers);
     if (status == cudaSuccess)
         status = cudaMemcpy(m->layers, layers, d->n_layer * sizeof *layers, cudaMemcpyHostToDevice);

@@ -23,7 +23,6 @@
  * unpacked block fit the 16 YMM registers. */
 #define ROWS_MAX 4
 
-
 /* The per-row loops must unroll fully (the row count is a constant in every inlined copy) so the
  * accumulator arrays live in registers rather than on the stack. */
 #define UNROLL_ROWS EM_UNROLL(4)
@@ -111,18 +110,6 @@ EM_AVX2 static EM_INLINE void affine_rows(const uint8_t *w, const uint8_t *a, ui
 }
 ROWS_VARIANT(q4_1_rows, affine_rows, 4)
 ROWS_VARIANT(q5_1_rows, affine_rows, 5)
-
-/* The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a K-block's 12 scale bytes, the
- * values em_quant_k_scale_min gives, four at a time: scales and mins 0..3 are the low six bits of
- * bytes 0..3 and 4..7; those of 4..7 take their low four bits from bytes 8..11 (scales: low
- * nibbles, mins: high nibbles) and their top two from the spare top bits of bytes 0..3 / 4..7. */
-EM_AVX2 static EM_INLINE __m128i k_scales_mins(const uint8_t *s) {
-    uint32_t u0 = em_load_u32(s), u1 = em_load_u32(s + 4), u2 = em_load_u32(s + 8);
-    uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
-    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
-    uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
-    return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi);
-}
 
 /* Q4_K (bits 4) and Q5_K (bits 5: the same block with 32 bytes of fifth bits before the nibbles,
  * bit s of byte j for sub-block s): scales, mins and both halves decoded once per block. */

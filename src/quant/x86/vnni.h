@@ -7,16 +7,6 @@
 
 #define EM_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
-/* Q4_K's 8 scales (bytes 0..7) and 8 mins (bytes 8..15) from a block's 12 scale bytes, as in
- * dot_rows_avx2.c's k_scales_mins. */
-EM_VNNI static EM_INLINE __m128i k_scales_mins(const uint8_t *s) {
-    uint32_t u0 = em_load_u32(s), u1 = em_load_u32(s + 4), u2 = em_load_u32(s + 8);
-    uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
-    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
-    uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
-    return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi);
-}
-
 /* The lower and upper 256-bit halves of 16 int32 lanes added: lane i of the result is lane i plus
  * lane i + 8. */
 EM_VNNI static EM_INLINE __m256i fold_halves(__m512i v) {
