@@ -107,7 +107,7 @@ __device__ __forceinline__ void block_slice(uint32_t rows, uint32_t *begin, uint
  * `stride` bytes apart); the down products slice every part by the same rows (`same_rows`), so
  * that a block holds all the chosen experts' results for its rows of x and sums them itself. */
 struct op_parts {
-    const mega_matrix *m[3];
+    const mega_matrix *m0, *m1, *m2; /* not an array: indexed by a run-time part it would live in local memory */
     const mega_matrix *up;
     uint32_t n, rows;
     const mega_route *route;
@@ -116,35 +116,40 @@ struct op_parts {
     uint32_t begin, end; /* same_rows: the block's rows of every part (worked out once) */
 };
 
+/* Matrix i of the parts (expert instructions: expert 0's, whose shape every expert shares). */
+__device__ __forceinline__ const mega_matrix *part_of(const op_parts &p, uint32_t i) {
+    return i == 0 || p.route ? p.m0 : i == 1 ? p.m1 : p.m2;
+}
+
 __device__ __forceinline__ op_parts parts_of(const mega_args &a, const em_op &op, const mega_route *route) {
     const mega_layer &L = a.layers[op.layer];
     op_parts p = {};
     switch (op.kind) {
-    case EM_OP_QKV: p.m[0] = &L.wq, p.m[1] = &L.wk, p.m[2] = &L.wv, p.n = 3; break;
-    case EM_OP_OUT_PROJ: p.m[0] = &L.wo, p.n = 1; break;
-    case EM_OP_FFN_UP: p.m[0] = &L.gate, p.up = &L.up, p.n = 1; break;
-    case EM_OP_FFN_DOWN: p.m[0] = &L.down, p.n = 1; break;
-    case EM_OP_HEAD: p.m[0] = &a.output, p.n = 1; break;
-    case EM_OP_ROUTE: p.m[0] = &L.router, p.n = 1; break;
+    case EM_OP_QKV: p.m0 = &L.wq, p.m1 = &L.wk, p.m2 = &L.wv, p.n = 3; break;
+    case EM_OP_OUT_PROJ: p.m0 = &L.wo, p.n = 1; break;
+    case EM_OP_FFN_UP: p.m0 = &L.gate, p.up = &L.up, p.n = 1; break;
+    case EM_OP_FFN_DOWN: p.m0 = &L.down, p.n = 1; break;
+    case EM_OP_HEAD: p.m0 = &a.output, p.n = 1; break;
+    case EM_OP_ROUTE: p.m0 = &L.router, p.n = 1; break;
     case EM_OP_EXPERT_UP:
-        p.m[0] = &L.gate, p.up = &L.up, p.route = route, p.stride = L.expert_bytes, p.n = route->n;
+        p.m0 = &L.gate, p.up = &L.up, p.route = route, p.stride = L.expert_bytes, p.n = route->n;
         p.rows = p.n * L.gate.rows;
         return p;
     case EM_OP_EXPERT_DOWN:
-        p.m[0] = &L.down, p.route = route, p.stride = L.down_expert_bytes, p.n = route->n, p.same_rows = true;
+        p.m0 = &L.down, p.route = route, p.stride = L.down_expert_bytes, p.n = route->n, p.same_rows = true;
         p.rows = p.n * L.down.rows;
         block_slice(L.down.rows, &p.begin, &p.end);
         return p;
     default: p.n = 0;
     }
-    for (uint32_t i = 0; i < p.n; i++) p.rows += p.m[i]->rows;
+    for (uint32_t i = 0; i < p.n; i++) p.rows += part_of(p, i)->rows;
     return p;
 }
 
 /* Part u's matrix (an expert's: expert 0's shape at its own address), and where its up rows start. */
 __device__ __forceinline__ mega_matrix part_matrix(const op_parts &p, uint32_t u) {
-    if (!p.route) return *p.m[u];
-    mega_matrix m = *p.m[0];
+    if (!p.route) return *part_of(p, u);
+    mega_matrix m = *p.m0;
     m.data += p.route->experts[u] * p.stride;
     return m;
 }
@@ -213,7 +218,7 @@ struct chunk {
 /* Rows a chunk of part `part` holds: as many as fit a stage, with their up rows and the slack of
  * the copy's alignment. */
 __device__ __forceinline__ uint32_t chunk_rows(const op_parts &p, uint32_t part, uint32_t stage_bytes) {
-    const uint64_t bytes = p.m[p.route ? 0 : part]->row_bytes * (p.up ? 2 : 1) + 32;
+    const uint64_t bytes = part_of(p, part)->row_bytes * (p.up ? 2 : 1) + 32;
     return bytes > stage_bytes ? 1 : (uint32_t)(stage_bytes / bytes);
 }
 
@@ -232,10 +237,10 @@ __device__ __forceinline__ bool chunk_at(const op_parts &p, uint32_t stage_bytes
     const uint32_t r = begin + slice_row;
     if (r >= end) return false;
     uint32_t part = 0, at = 0;
-    if (p.route) part = r / p.m[0]->rows, at = part * p.m[0]->rows;
+    if (p.route) part = r / p.m0->rows, at = part * p.m0->rows;
     else
-        while (part + 1 < p.n && r >= at + p.m[part]->rows) at += p.m[part++]->rows;
-    const uint32_t part_rows = p.m[p.route ? 0 : part]->rows;
+        while (part + 1 < p.n && r >= at + part_of(p, part)->rows) at += part_of(p, part++)->rows;
+    const uint32_t part_rows = part_of(p, part)->rows;
     c->part = part, c->row = r - at;
     c->n_rows = min(chunk_rows(p, part, stage_bytes), min(end, at + part_rows) - r);
     return true;
@@ -407,17 +412,30 @@ __device__ __forceinline__ void chunk_rows_of_warp(const mega_args &a, const em_
         write_row<NT>(a, op, p, m, part, row + j, t, y * scale[t], y2 * scale[t], results);
 }
 
-#define MEGA_RW 4     /* rows a warp takes at once from a stage */
+#define MEGA_RW 4     /* rows a warp takes at once from a stage, at most */
 #define MEGA_RW_GLU 2 /* with their up rows */
+
+/* Rows a warp takes at once in this instruction: as few as give every consumer warp a share of the
+ * block's slice, so that a small product (QKV, the output projection: a couple of dozen rows a block)
+ * runs on all warps at once instead of a few warps with MEGA_RW rows each; at most MEGA_RW, whose
+ * loads in flight and shared activation reads pay where the slice has rows for every warp. */
+__device__ __forceinline__ uint32_t rows_per_warp(const op_parts &p) {
+    const uint32_t most = p.up ? MEGA_RW_GLU : MEGA_RW;
+    uint32_t begin, end;
+    if (p.same_rows) begin = 0, end = p.n * (p.end - p.begin);
+    else block_slice(p.rows, &begin, &end);
+    const uint32_t need = (end - begin + MEGA_CONSUMERS - 1) / MEGA_CONSUMERS;
+    return min(most, need <= 1 ? 1u : need <= 2 ? 2u : 4u);
+}
 
 /* The chunks of the block's slice of the instruction, stage after stage from the ring (*stages: the
  * stages the consumers have taken so far in this launch) until the end mark, RW rows per consumer
  * warp, the warps taking turns from chunk to chunk: y = scale[t] * (W · xs[t]), written by write_row. */
 template <int NT>
-__device__ void run_rows(const mega_args &a, const ring &rg, uint32_t *stages, const em_op &op, const mega_input &in,
+__device__ __forceinline__ void run_rows(const mega_args &a, const ring &rg, uint32_t *stages, const em_op &op, const mega_input &in,
                          const uint32_t *lut, const float *scale, const mega_route *route, float *results) {
     const op_parts p = parts_of(a, op, route);
-    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rw = p.up ? MEGA_RW_GLU : MEGA_RW;
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rw = rows_per_warp(p);
     uint32_t turn = 0; /* the warp that takes the next chunk's first rows */
     for (bool more = true; more; (*stages)++) {
         const uint32_t stage = *stages % rg.n_stages, fill = *stages / rg.n_stages;

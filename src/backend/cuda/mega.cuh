@@ -9,7 +9,9 @@ extern "C" {
 #include "../schedule.h"
 }
 
+#ifndef MEGA_WARPS                 /* (a build may set it, to measure the trade of warps against registers) */
 #define MEGA_WARPS 16                    /* a block: the consumer warps, then the loader */
+#endif
 #define MEGA_THREADS (MEGA_WARPS * 32)
 #define MEGA_CONSUMERS (MEGA_WARPS - 1)  /* warps that compute; the last warp streams weights */
 #define MEGA_CONSUMER_THREADS (MEGA_CONSUMERS * 32)

@@ -31,6 +31,9 @@ __device__ __forceinline__ void dot_rows(const uint8_t *w, uint64_t row_bytes, u
     const uint8_t *rows[RW];
 #pragma unroll
     for (int j = 0; j < RW; j++) rows[j] = w + (j < (int)n_rows ? j : 0) * row_bytes;
+    const float *xt[NT]; /* each token's row, worked out once: not re-read from the caller's array per group */
+#pragma unroll
+    for (int t = 0; t < NT; t++) xt[t] = xs + x_off[t];
     for (uint32_t g = lane; g < groups; g += 32) {
         float v[RW][8], v2[GLU ? RW : 1][8];
 #pragma unroll
@@ -40,7 +43,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t *w, uint64_t row_bytes, u
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            const float *xp = xs + x_off[t] + 8 * g;
+            const float *xp = xt[t] + 8 * g;
             const float4 x0 = *(const float4 *)xp, x1 = *(const float4 *)(xp + 4);
             const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
@@ -95,6 +98,10 @@ __device__ __forceinline__ void dot_rows_q(const uint8_t *w, uint64_t row_bytes,
                                            const mega_input &in, const uint32_t (&x_row)[NT], const uint32_t *lut,
                                            float acc[RW][NT], float acc2[RW][NT]) {
     const uint32_t units = in.cols / DQ_UNIT, chunks = in.cols / DQ_CHUNK, lane = threadIdx.x & 31;
+    const int8_t *xq[NT]; /* each token's bytes and chunk scales, worked out once */
+    const float2 *xd[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) xq[t] = in.xq + (uint64_t)x_row[t] * in.xq_stride, xd[t] = in.xd + (uint64_t)x_row[t] * chunks;
     for (uint32_t i = lane; i < n_rows * units; i += 32) {
         const uint32_t j = i / units, u = i - j * units;
         const uint8_t *row = w + (uint64_t)j * row_bytes;
@@ -104,10 +111,8 @@ __device__ __forceinline__ void dot_rows_q(const uint8_t *w, uint64_t row_bytes,
         float s[NT], s2[NT];
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            const int8_t *xq = in.xq + (uint64_t)x_row[t] * in.xq_stride;
-            const float2 *xd = in.xd + (uint64_t)x_row[t] * chunks;
-            s[t] = g.dot(xq, xd, u);
-            s2[t] = GLU ? h.dot(xq, xd, u) : 0.0f;
+            s[t] = g.dot(xq[t], xd[t], u);
+            s2[t] = GLU ? h.dot(xq[t], xd[t], u) : 0.0f;
         }
 #pragma unroll
         for (int r = 0; r < RW; r++)
