@@ -12,7 +12,8 @@
  * Files: types.c (the table), fp.c (f16/bf16), dequant.c (every decoder), quantize.c (the simple
  * formats, bit-exact with the GGUF tooling's reference), kquants.c (the searching quantizers:
  * K-formats, IQ4_NL, IQ4_XS, IQ3_XXS), weighted.c (llama.cpp's importance-weighted quantizers,
- * em_quantize_rows), iq_grids.c (i-quant lattice tables), dot.c (dispatch,
+ * em_quantize_rows), iq_grids.c (i-quant lattice tables; iq3xxs_grid.h lists IQ3_XXS's points for
+ * it and for the CUDA backend's device copy), dot.c (dispatch,
  * reference and common scalar dots, em_dot_rows), dot_scalar.c (other scalar dots), x86/ (AVX2
  * kernels: dot_avx2.c one row, dot_rows_avx2.c several activation rows, avx2.h their helpers;
  * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0; dot_group_vnni.c: packed

@@ -134,8 +134,7 @@ static void make_setup(setup *s, const shape *sh, const run_part *parts, uint32_
     b->d = &s->desc;
     b->layers = &s->lw;
     b->kv_elem = 2;
-    b->use_pdl = true;
-    b->dec_cluster_max = 4; /* as em_backend_cuda_new: decode tokens' splits merge in a cluster */
+    must(em_cuda_tuning_read(&b->tuning), "tuning"); /* as em_backend_cuda_new (decode splits merge in a cluster) */
     int dev = 0;
     CHECK(cudaGetDevice(&dev));
     CHECK(cudaDeviceGetAttribute(&b->n_sm, cudaDevAttrMultiProcessorCount, dev));

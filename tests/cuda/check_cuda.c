@@ -219,7 +219,7 @@ static int mega_check(const em_model *model, const em_backend_config *config, co
                       bool *tie_out, double *join_out) {
     const uint32_t V = desc->n_vocab;
     /* both with f32 / f16 activations (not 8-bit ones), or both with their defaults */
-    if (!int8) setenv("EMBER_CUDA_DP4A", "0", 1); /* (read where the kernels are picked: set until the end) */
+    if (!int8) setenv("EMBER_CUDA_DP4A", "0", 1); /* (read when a backend is made: set for both) */
     em_backend *gm = cuda_backend_with(model, config, true), *gp = cuda_backend_with(model, config, false);
     if (!gm || !gp) {
         unsetenv("EMBER_CUDA_DP4A");

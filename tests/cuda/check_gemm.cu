@@ -75,9 +75,9 @@ static void make_backend(void) {
     CUDA_CHECK(cudaSetDevice(0));
     CUDA_CHECK(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaDeviceGetAttribute(&b->n_sm, cudaDevAttrMultiProcessorCount, 0));
-    b->use_pdl = true;
     b->d = &desc;
-    check_err(em_cuda_upload_grids(), "upload grids");
+    check_err(em_cuda_tuning_read(&b->tuning), "tuning"); /* as em_backend_cuda_new: the environment's */
+    check_err(em_cuda_products_setup(b), "product kernels' setup");
     /* split-K scratch of the decode tensor-core products, for products of up to 16384 rows */
     b->mvt_part_floats = 16384ull * 8 * 16 * 2;
     b->mvt_groups = 16384 / 64 + 1;
@@ -95,7 +95,8 @@ static void make_backend(void) {
     b->xd = (float2 *)dev_alloc(b->x16_halves / 32 * sizeof(float2));
 }
 
-static void set_gemm(bool on) { setenv("EMBER_CUDA_GEMM", on ? "1" : "0", 1); }
+/* EMBER_CUDA_GEMM=1 or 0, as the backend holds it */
+static void set_gemm(bool on) { backend.tuning.tensor_cores = on; }
 
 /* A weight of n_mat matrices of rows x cols from random values; `host` holds what it decodes to. */
 typedef struct test_weight {

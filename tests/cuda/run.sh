@@ -16,10 +16,13 @@ fi
 models=$(mktemp -d)
 trap 'rm -rf "$models"' EXIT
 pass=0 fail=0
-# The device decoders against the CPU reference, on the host (no GPU needed).
-if [ -x "$build/tests/check_decoders" ]; then
-  if "$build/tests/check_decoders"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
-fi
+# The device decoders against the CPU reference, and the switches and kernel choice against
+# docs/cuda.md, on the host (no GPU needed).
+for host_check in check_decoders check_tuning; do
+  if [ -x "$build/tests/$host_check" ]; then
+    if "$build/tests/$host_check"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+  fi
+done
 # check_cuda on FILE, counted.
 verify() { # LABEL TYPE FILE
   if timeout 300 "$build/tests/check_cuda" "$3" "$1" "$2" 2>"$models/err"; then

@@ -12,19 +12,18 @@
  * leaves its partial result in its shared memory, and after a cluster barrier every block merges
  * its share of the outputs from the others' shared memory (dec_merge). That saves the round trips
  * through global memory of the other way, used for larger batches and as attention.cu does: the
- * partials written out, a fence, a counter, and the last block to finish reading them back
- * (moe-30b-a3b +1.5-2.2% at 1-4 sequences, run 88).
+ * partials written out, a fence, a counter, and the last block to finish reading them back.
  *
  * A group of twice as many query heads as the block has warps (8 per KV head, as in moe-30b-a3b)
  * is split over two blocks of DEC_WARPS heads each, which read the same keys and values: one head
- * per warp, and twice the blocks to spread over the GPU at batch 1 (moe-30b-a3b at a 300-token
- * context: 19.0 us per layer with one block serving all 8, 12.7 with two; bench/RESULTS.md).
+ * per warp, and twice the blocks to spread over the GPU at batch 1, where one block serving all
+ * the group's heads leaves most multiprocessors idle.
  *
  * In a decode step (each token alone in its sequence) the kernel also does em_cuda_qkv_finish's
  * work, saving that launch: every block finishes (bias, QK-norm, RoPE; qkv.cuh) the query heads it
  * serves from the products' raw output while its first tile of keys and values is in flight, and
  * the blocks whose span holds the token's own position finish its key and value, put them in their
- * tile and write them into the cache (dense-1b at one sequence: 789 -> 807 tok/s, run 71).
+ * tile and write them into the cache.
  *
  * Handles f16 caches, head_dim == head_dim_v in {32, 64, 128, 256} and up to 8 query heads per KV
  * head; em_cuda_attention_decode_fits says so, and attention.cu's kernel takes everything else. */
@@ -322,7 +321,8 @@ bool em_cuda_attention_decode_fits(const cuda_backend *b, uint32_t il) {
 }
 
 bool em_cuda_attention_finishes(const cuda_backend *b, const cuda_batch *batch, uint32_t il) {
-    return b->fuse_finish && batch->one_per_seq && batch->n_segments == 0 && em_cuda_attention_decode_fits(b, il);
+    return b->tuning.fuse_finish && batch->one_per_seq && batch->n_segments == 0 &&
+           em_cuda_attention_decode_fits(b, il);
 }
 
 /* Splits per (token, KV head): enough blocks to cover the GPU twice; for batches launched directly
@@ -350,11 +350,11 @@ em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32
     /* one query head per warp where the group allows (fits: at most DEC_WARPS * DEC_HEADS_PER_WARP) */
     const uint32_t group = ld->n_head / ld->n_head_kv;
     const uint32_t parts_log2 = group == 2 * DEC_WARPS ? 1 : 0, parts = 1u << parts_log2;
-    /* each token's splits as one cluster up to b->dec_cluster_max tokens (4, EMBER_CUDA_DEC_CLUSTER).
-     * Run 88, tok/s with clusters against without (three benches): moe-30b-a3b 346.2 / 543.8 / 790.1
-     * against 338.7 / 536.1 / 778.3 at 1 / 2 / 4 sequences, dense-1b q8_0 and bf16 +0.8-2.1% at
-     * 1-16; but moe-30b-a3b at 8 / 16 980.1 / 1286.4 against 989.5 / 1290.5 */
-    const bool clusters = n_tokens <= b->dec_cluster_max;
+    /* each token's splits as one cluster up to dec_cluster_max tokens (EMBER_CUDA_DEC_CLUSTER): the
+     * merge in the cluster's shared memory saves a pass through global memory, which pays while
+     * the splits of few tokens are what fills the device, and costs more than it saves once many
+     * tokens' blocks compete for the multiprocessors (bench/RESULTS.md) */
+    const bool clusters = n_tokens <= b->tuning.dec_cluster_max;
     dec_args a = {b->q, b->attn, (const __half *)lw->keys, (const __half *)lw->values, ld->n_head, ld->n_head_kv,
                   ld->attn_scale, ld->attn_softcap, ld->attn == EM_ATTN_SLIDING ? ld->window : 0, batch->pos,
                   batch->seq, batch->table_start, batch->blocks, b->base.block_tokens, tokens,

@@ -38,10 +38,9 @@ __host__ __device__ constexpr bool q_in_shared(int head_dim, int warps) {
 __host__ __device__ constexpr int min_blocks(int head_dim, int warps) {
     return head_dim == 64 && warps == 4 ? 4 : 0;
 }
-/* Warps per block (16 rows each): measured on an H200 (tests/cuda/check_attention.cu, with P
- * still in one f16 part), 4 warps are faster for head_dim 64 (dense-1b shapes: 1.83 against 1.86
- * ms for a prompt of 8022 tokens in chunks of 2048), 8 for head_dim 128 (moe-30b shapes: 3.01
- * against 3.47 ms) and 256 (16 q / 8 kv heads: 3.44 against 3.70 ms). */
+/* Warps per block (16 rows each): 4 for head_dim 64, where more blocks per multiprocessor hide
+ * the loads, 8 for head_dim 128 and 256, whose larger tiles want more warps to share them; as
+ * measured on an H200 with tests/cuda/check_attention.cu (bench/RESULTS.md). */
 static uint32_t default_warps(uint32_t head_dim) { return head_dim >= 128 ? 8 : 4; }
 #define PF_MAX_GROUP 64 /* query heads per KV head: a tile holds at least one token */
 

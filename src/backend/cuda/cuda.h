@@ -16,13 +16,11 @@
  * rule of pick.h) and copies back only the tokens. The host waits for the device by blocking,
  * never spinning.
  *
- * Environment (for tests and measurements): EMBER_CUDA_KV=f32 keeps the KV cache in f32;
- * EMBER_CUDA_GRAPHS=0 launches kernels one by one instead of replaying graphs; EMBER_CUDA_PDL=0
- * launches each kernel only once the one before it has finished (no programmatic dependent
- * launch); EMBER_CUDA_GEMM=0 keeps every product on the f32 matrix-vector kernels (no tensor-core
- * products with f16 operands); EMBER_CUDA_MEGA=N runs decode steps of up to N sequences on the
- * persistent decode kernel (mega.cu; 0, the default, none), EMBER_CUDA_MEGA_PROFILE=1 logs its
- * time per instruction kind.
+ * Environment (for tests and measurements): the EMBER_CUDA_* switches, read once when the backend
+ * is made (tuning.cu; docs/cuda.md has the table), e.g. EMBER_CUDA_KV=f32 keeps the KV cache in
+ * f32, EMBER_CUDA_GEMM=0 keeps every product on the f32 matrix-vector kernels, EMBER_CUDA_TRACE=1
+ * logs which kernel each product runs on. A value a switch does not take fails the backend's
+ * creation with an error that names the variable.
  *
  * Nothing here is called from the engine without going through backend.h, and no CUDA header
  * leaks out of this folder. The backend owns its device memory (weights, KV cache, scratch) and

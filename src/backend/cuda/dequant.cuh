@@ -1,8 +1,8 @@
 /* Device decoders of the block formats the CUDA backend reads: each turns group g (elements
  * 8g..8g+7) of a row into 8 floats in registers. The byte layouts and the arithmetic are those of
  * the CPU reference decoders in src/quant/dequant.c (the definition of each format); loads are as
- * wide as the block's alignment inside a row allows. Included by matvec.cu and gemm.cu (each then
- * has its own copy of the IQ3_XXS lattice, see below). */
+ * wide as the block's alignment inside a row allows. Included by the product kernels (matvec.cuh,
+ * gemm.cu, mega.cu). */
 #ifndef EMBER_BACKEND_CUDA_DEQUANT_CUH
 #define EMBER_BACKEND_CUDA_DEQUANT_CUH
 
@@ -10,12 +10,14 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-/* IQ3_XXS lattice (quant's em_iq3xxs_grid), copied to device memory at startup. Read through the
+#include "../../quant/iq3xxs_grid.h"
+
+/* IQ3_XXS lattice (quant's points, iq3xxs_grid.h), in device memory from the start: the module
+ * loader writes the initializer, so no launch or copy at run time sets it. Read through the
  * read-only cache: the lanes of a warp look up different entries, which constant memory would
- * serve one address at a time. Without relocatable device code each file that includes this
- * header has its own copy: matvec.cu's is uploaded when the backend is made (em_cuda_upload_grids),
- * gemm.cu uploads its own. */
-static __device__ uint32_t em_cuda_iq3xxs_grid[256];
+ * serve one address at a time. (Without relocatable device code a __device__ variable belongs to
+ * the file that includes this header, so each .cu has its own, alike from the same list.) */
+static __device__ uint32_t em_cuda_iq3xxs_grid[256] = EM_IQ3XXS_GRID_POINTS;
 
 /* Decoders that also compile for the host, so that tests/cuda/check_decoders.cu can compare them
  * with the CPU reference on a machine without a GPU. */

@@ -61,6 +61,7 @@ static void cuda_free(em_backend *base) {
     em_cuda_drop_graphs(b);
     em_cuda_mega_free(b);
     em_cuda_free_scratch(b);
+    em_cuda_trace_free(b);
     for (uint32_t i = 0; i < b->n_allocs; i++) cudaFree(b->allocs[i]);
     cudaFree(b->kv);
     cudaFree(b->batch_dev);
@@ -90,7 +91,7 @@ static em_err setup(cuda_backend *b, const em_model *model, const em_backend_con
     CU_TRY(cudaSetDevice(0));
     CU_TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
     CU_TRY(cudaDeviceGetAttribute(&b->n_sm, cudaDevAttrMultiProcessorCount, 0));
-    em_err err = em_cuda_upload_grids();
+    em_err err = em_cuda_products_setup(b);
     if (err) return err;
     if ((err = em_cuda_upload_weights(b, model))) return err;
 
@@ -110,8 +111,7 @@ static em_err setup(cuda_backend *b, const em_model *model, const em_backend_con
     }
 
     /* The KV cache: one allocation, each layer's keys then values. */
-    const char *kv_type = getenv("EMBER_CUDA_KV");
-    b->kv_elem = kv_type && !strcmp(kv_type, "f32") ? 4 : 2;
+    b->kv_elem = b->tuning.kv_f32 ? 4 : 2;
     const uint64_t per_token = kv_values_per_token(d) * b->kv_elem;
     const uint64_t tokens = o->kv_bytes ? o->kv_bytes / (per_token ? per_token : 1) : (o->kv_tokens ? o->kv_tokens : 4096);
     const uint64_t n_blocks = tokens / o->block_tokens;
@@ -134,7 +134,7 @@ static em_err setup(cuda_backend *b, const em_model *model, const em_backend_con
         b->layers[il].values = at;
         at += rows * ld->n_head_kv * ld->head_dim_v * b->kv_elem;
     }
-    const em_backend_ops *ops = em_cuda_env_off("EMBER_CUDA_OVERLAP") ? &cuda_ops_no_overlap : &cuda_ops;
+    const em_backend_ops *ops = b->tuning.overlap ? &cuda_ops : &cuda_ops_no_overlap;
     b->base = em_backend{ops, model, (uint32_t)n_blocks, o->block_tokens, per_token};
     if ((err = em_cuda_mega_setup(b))) return err;
     /* the host sleeps on these until a step's tokens are copied back */
@@ -150,17 +150,8 @@ extern "C" em_err em_backend_cuda_new(const em_model *model, const em_backend_co
     if (!b) return em_errorf(EM_ERR_NOMEM, "out of memory creating the cuda backend");
     b->d = &model->desc;
     b->base.ops = &cuda_ops_no_overlap;
-    b->use_graphs = !em_cuda_env_off("EMBER_CUDA_GRAPHS");
-    b->use_pdl = !em_cuda_env_off("EMBER_CUDA_PDL");
-    b->fuse_finish = !em_cuda_env_off("EMBER_CUDA_FUSE_FINISH");
-    /* 1: from 2 tokens on a norm kernel measured faster than the fold once the experts took 3 units
-     * a lane (moe-30b-a3b at 4 sequences 773 against 761 tok/s, at 2 547.3 against 545.2;
-     * bench/RESULTS.md, runs 74, 82 and 89) */
-    b->moe_norm_max = em_cuda_env_count("EMBER_CUDA_MOE_NORM", 1);
-    /* 4: the cluster merge measured faster up to 4 tokens for every model, slower for moe-30b-a3b at
-     * 8 and 16 (attention_decode.cu; bench/RESULTS.md, run 88) */
-    b->dec_cluster_max = em_cuda_env_count("EMBER_CUDA_DEC_CLUSTER", 4);
-    em_err err = setup(b, model, &o);
+    em_err err = em_cuda_tuning_read(&b->tuning);
+    if (!err) err = setup(b, model, &o);
     if (err) {
         cuda_free(&b->base);
         return em_err_prefix(err, "cuda backend");

@@ -7,7 +7,6 @@
 #include "internal.cuh"
 
 #include <cuda_profiler_api.h>
-#include <stdio.h>
 
 static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
@@ -366,7 +365,7 @@ static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t i
     mv.n_items = n, mv.n_groups = 1, mv.accumulate = fused;
     /* a MoE layer's norm: folded into the router product and the routing up to moe_norm_max
      * tokens where em_cuda_route can, else its own kernel */
-    const bool moe_norm_fused = ld->moe && n <= b->moe_norm_max && em_cuda_route_can_fold(b, il, n);
+    const bool moe_norm_fused = ld->moe && n <= b->tuning.moe_norm_max && em_cuda_route_can_fold(b, il, n);
     if (fused && (!ld->moe || moe_norm_fused)) mv.next_norm_w = lw->ffn_norm, mv.next_xw = b->xn;
     if ((err = em_cuda_matvec(b, &mv))) return err;
     /* x += [post_norm](ffn(norm(x))) */
@@ -454,20 +453,14 @@ static em_err run_graph(cuda_backend *b, const cuda_batch *cb) {
     return NULL;
 }
 
-/* EMBER_CUDA_PROFILE=FROM:TO brackets forwards FROM..TO-1 (counted from 0 in each process) with
+/* EMBER_CUDA_PROFILE=FROM:TO brackets forwards FROM..TO-1 (counted from 0 for each backend) with
  * cudaProfilerStart / cudaProfilerStop, for a profiler started with profiling off (Nsight Compute:
  * --profile-from-start off; bench/cuda_profile.sh). */
-static void profile_range(void) {
-    static long from = -2, to, count;
-    if (from == -2) {
-        const char *v = getenv("EMBER_CUDA_PROFILE");
-        from = -1;
-        if (v && sscanf(v, "%ld:%ld", &from, &to) != 2) from = -1;
-    }
-    if (from < 0) return;
-    if (count == from) cudaProfilerStart();
-    if (count == to) cudaProfilerStop();
-    count++;
+static void profile_range(cuda_backend *b) {
+    if (b->tuning.profile_from < 0) return;
+    if (b->forwards == b->tuning.profile_from) cudaProfilerStart();
+    if (b->forwards == b->tuning.profile_to) cudaProfilerStop();
+    b->forwards++;
 }
 
 /* Validates and uploads the batch and enqueues its forward (a graph replay for small batches); the
@@ -476,12 +469,15 @@ static em_err enqueue_forward(cuda_backend *b, const em_batch *batch, const void
                               cuda_batch *cb) {
     em_err err = em_batch_validate_picked(batch, out, b->d->n_vocab, &b->base, picked_rows);
     if (err) return err;
-    profile_range();
+    profile_range(b);
     if (b->cap_tokens < batch->n_tokens) em_cuda_drop_graphs(b);
     if ((err = em_cuda_reserve(b, batch->n_tokens))) return err;
     if ((err = upload_batch(b, batch, cb))) return err;
-    if (em_cuda_mega_takes(b, cb)) return em_cuda_mega_run(b, cb);
-    if (cb->n_rows && cb->n_tokens <= EM_CUDA_GRAPH_TOKENS && b->use_graphs) return run_graph(b, cb);
+    if (em_cuda_mega_takes(b, cb)) {
+        if (b->tuning.trace) em_cuda_trace_step(b, cb->n_tokens, "one launch of the persistent kernel (mega.cu)");
+        return em_cuda_mega_run(b, cb);
+    }
+    if (cb->n_rows && cb->n_tokens <= EM_CUDA_GRAPH_TOKENS && b->tuning.graphs) return run_graph(b, cb);
     return enqueue(b, cb);
 }
 

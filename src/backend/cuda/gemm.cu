@@ -1,5 +1,5 @@
 /* Matrix products on the tensor cores, for prefill chunks and large batches (internal.cuh:
- * cuda_matvec; em_cuda_matvec hands a descriptor here when em_cuda_gemm_wanted says so).
+ * cuda_matvec; em_cuda_matvec hands a descriptor here when em_cuda_kernel_for picks GEMM or WGMMA).
  *
  * It computes what matvec.cu computes, Y[item][row] = W row · X[xrow(item)], with the same
  * fusions (Q/K/V parts, the gated unit, MoE groups, the residual add), but as a tiled product:
@@ -15,8 +15,9 @@
  *    still go through registers one step ahead.
  * Both round identically, so they give the same bits. A third, gemm_wgmma_kernel (WGMMA, below),
  * multiplies with Hopper's warpgroup MMA on tiles of 256 rows by 128 items and is the choice for
- * grids of enough tiles (2-3x the others there); its sums inside an MMA run in the hardware's own
- * order, so its bits differ from the other two (checked against the same reference).
+ * grids of enough tiles (several times faster than the others there); its sums inside an MMA run
+ * in the hardware's own order, so its bits differ from the other two (checked against the same
+ * reference).
  *
  * Why f16 and not the f32 of matvec.cu: the tensor cores take 16-bit operands. f16 rather than
  * bf16 (dequant.cuh: pack_f16x2): BF16 weights convert exactly and activations lose 2^-12
@@ -38,19 +39,14 @@
  *
  * EMBER_CUDA_GEMM=0 switches this path off (every product stays on matvec.cu's kernels).
  *
- * Nothing here allocates or reads device data on the host, so launches are capture-safe; the one
- * exception is the first use, which copies the IQ3_XXS lattice into this file's constant memory
- * and raises the pipelined kernels' shared memory limit (em_cuda_gemm_wanted declines while a
- * graph is being captured until that is done). */
+ * Nothing here allocates or reads device data on the host, so launches are capture-safe: the
+ * kernels' shared memory limits are raised, and the loaded code asked whether it has wgmma, once
+ * when the backend is made (em_cuda_gemm_setup). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.cuh"
 #include "dequant.cuh"
-
-extern "C" {
-extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
-}
 
 #define GM_THREADS 256
 #define GM_ROWS 128 /* weight rows of a tile (output rows, or 64 gate + 64 up rows) */
@@ -60,13 +56,6 @@ extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
 
 /* As matvec.cu's mv_part: global rows [begin, end) belong to this part. */
 typedef cuda_product_args gm_args;
-
-/* Set once, by the first em_cuda_gemm, when the lattice is in this file's constant memory and the
- * pipelined kernels may use their shared memory. Process state like the constant memory itself;
- * a race only does the same work twice. */
-static bool gm_prepared;
-/* Whether the loaded device code has wgmma (the sm_90a build): asked once, when preparing. */
-static bool wg_available;
 
 #define GM_PART(pi, f) ((pi) == 0 ? a.part[0].f : (pi) == 1 ? a.part[1].f : a.part[2].f)
 
@@ -435,7 +424,7 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
  * loads' latency passes during the wait at the barrier. BF16 weights are copied as stored and
  * meet activations rounded to bf16 (BF16_OPS), as the model was trained and as other engines run
  * it: 2^-9 of precision on the activations instead of 2^-12, but no conversion on the way, which
- * made the products 1.3x faster (dense-1b's prefill at 8022 tokens 84.6 -> 74.4 ms on an H200);
+ * made the products markedly faster (bench/RESULTS.md);
  * EMBER_CUDA_WG_BF16=0 converts them to f16 instead (h8_decode_bf16, clamped to f16's range).
  *
  * Shared layout: wgmma's K-major form with the 128-byte swizzle: a row's 64 values (128 bytes) at
@@ -448,7 +437,7 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
  * The accumulators of warp w of warpgroup g hold tile rows 64g + 16w .. + 15 in mma.sync's
  * fragment layout, so gm_store writes them. Every item's sums run over K in the same order
  * whatever the tile holds, so a token gets the same bits in any batch. Only the sm_90a build has
- * the instructions: em_cuda_gemm asks wg_probe_kernel once whether the loaded code is that one. */
+ * the instructions: em_cuda_gemm_setup asks wg_probe_kernel once whether the loaded code is that one. */
 #define WG_THREADS 512
 #define WG_ROWS 256
 #define WG_ITEMS 128
@@ -771,7 +760,7 @@ static uint32_t gm_pick_items(const cuda_backend *b, const cuda_matvec *mv, uint
 
 /* The kernel: the pipelined one, except for F16 (its weights go through registers in both, and
  * the staged kernel measured a few percent faster) and for the register-decoded types with
- * 128-item tiles (staged 5-10% faster there: the 1-block-per-SM pipelined kernel decodes with
+ * 128-item tiles (staged faster there: the 1-block-per-SM pipelined kernel decodes with
  * fewer warps to hide the loads behind). */
 static bool gm_pick_pipelined(uint32_t type, uint32_t items) {
     if (type == EM_TYPE_BF16) return true;
@@ -779,37 +768,24 @@ static bool gm_pick_pipelined(uint32_t type, uint32_t items) {
     return items != 128;
 }
 
-/* Fewest items for which the GEMM beats the matvec. The matvec reads each weight row once per 8
- * items; the GEMM reads it once per tile but pays each K step's latency, so it wins earlier on
- * wide products (the gated unit, the output head) and later on narrow ones (K/V) and on
- * quantized weights, which the matvec reads in fewer bytes. MoE: n_items is the mean per expert. */
-static uint32_t gm_min_items(const cuda_matvec *mv, uint32_t rows) {
-    const uint32_t type = mv->w->type;
-    const int kind = type == EM_TYPE_BF16 ? 0 : type == EM_TYPE_F16 ? 1 : 2; /* bf16, f16, quantized */
-    if (mv->counts) return 16;
-    const uint32_t width = mv->up ? 2 * rows : rows;
-    if (width >= 8192) return kind == 2 ? 16 : 8;
-    if (width <= 1024) return kind == 0 ? 32 : kind == 1 ? 48 : 64;
-    return kind == 0 ? 24 : kind == 1 ? 32 : 48;
-}
-
 /* Splits of K for the wgmma kernel: a dense product (not gated) with too few tiles to fill the
  * device multiplies each tile's K range in up to WG_SPLIT_MAX parts, on as many blocks, then
  * wg_sum_splits_kernel adds them. Each part keeps at least WG_SPLIT_STEPS K steps, and the tiles
- * times the parts stay within one block per multiprocessor (the kernel's occupancy). Dense-1b's
- * O and down products at a 562-token prefill have 40 tiles of 256 x 128: on mma.sync tiles of
- * 128 x 64 they took 55% of the prefill (run 91). EMBER_CUDA_WG_SPLIT=0: never. */
+ * times the parts stay within one block per multiprocessor (the kernel's occupancy). Why: the
+ * narrow products of a short prefill (a small model's O and down projections) have too few tiles
+ * for the device, and on the smaller mma.sync tiles they took most of the prefill.
+ * EMBER_CUDA_WG_SPLIT=0: never. */
 #define WG_SPLIT_MAX 4
 #define WG_SPLIT_STEPS 16
-static uint32_t wg_tiles(const cuda_matvec *mv) {
+uint64_t em_cuda_wgmma_tiles(const cuda_matvec *mv) {
     const uint32_t out = mv->up ? WG_ROWS / 2 : WG_ROWS;
     return (uint32_t)((uint64_t)((em_cuda_matvec_rows(mv) + out - 1) / out) *
                       ((mv->n_items + WG_ITEMS - 1) / WG_ITEMS) * (mv->counts ? mv->n_groups : 1));
 }
 
 uint32_t em_cuda_gemm_wg_splits(const cuda_backend *b, const cuda_matvec *mv) {
-    if (em_cuda_env_off("EMBER_CUDA_WG_SPLIT") || mv->counts || mv->up) return 1;
-    const uint64_t tiles = wg_tiles(mv), steps = mv->w->cols / WG_K;
+    if (!b->tuning.wgmma_split || mv->counts || mv->up) return 1;
+    const uint64_t tiles = em_cuda_wgmma_tiles(mv), steps = mv->w->cols / WG_K;
     uint32_t s = 1;
     while (s < WG_SPLIT_MAX && tiles * (s + 1) <= (uint64_t)b->n_sm && steps / (s + 1) >= WG_SPLIT_STEPS &&
            tiles * (s + 1) * WG_ROWS * WG_ITEMS <= em_cuda_gemm_split_floats(b))
@@ -819,28 +795,11 @@ uint32_t em_cuda_gemm_wg_splits(const cuda_backend *b, const cuda_matvec *mv) {
 
 uint64_t em_cuda_gemm_split_floats(const cuda_backend *b) { return (uint64_t)b->n_sm * WG_ROWS * WG_ITEMS; }
 
-/* Whether the wgmma kernel can take `mv`: dense products, K a multiple of its step, room
- * in b->x16, the sm_90a code loaded (known once prepared). */
 static uint32_t wg_x_rows(const cuda_matvec *mv) { return mv->counts ? mv->x_rows : mv->n_items; }
 
-static bool wg_fits(const cuda_backend *b, const cuda_matvec *mv) {
+bool em_cuda_wgmma_takes(const cuda_backend *b, const cuda_matvec *mv) {
     return gm_type_supported(mv->w->type) && (mv->counts ? mv->x_rows > 0 : !mv->x_index) && mv->w->cols % WG_K == 0 &&
-           b->x16 && (uint64_t)wg_x_rows(mv) * mv->w->cols <= b->x16_halves && (!gm_prepared || wg_available);
-}
-
-/* The automatic choice (EMBER_CUDA_WGMMA=0: never): tiles for about half the multiprocessors, and
- * half a tile of items or twice as many tiles as multiprocessors; otherwise the other kernels'
- * smaller tiles spread better. On an H200, BF16: q/o 2048 x 2048 at 512 items, 32 tiles, 77 against
- * 88 TFLOP/s; gate+up 2048 -> 8192 at 128 items, 64 tiles, 169 against 128, but at 8-48 items 11-64
- * against 13-65; the output head (501 tiles) at 8 items 21 against 17, at 64 items 164 against 113. */
-static bool wg_wanted(const cuda_backend *b, const cuda_matvec *mv) {
-    if (em_cuda_env_off("EMBER_CUDA_WGMMA")) return false;
-    const uint64_t tiles = wg_tiles(mv);
-    /* MoE: from 32 items per expert on average (512 tokens of moe-30b-a3b, 8 of 128 experts each:
-     * gate+up 82 against 49 TFLOP/s for BF16, 48 against 34 for Q4_K, 42 against 33 for Q8_0) */
-    const bool enough_items = mv->counts ? mv->n_items >= WG_ITEMS / 4
-                                         : mv->n_items >= WG_ITEMS / 2 || tiles >= 2 * (uint64_t)b->n_sm;
-    return tiles * em_cuda_gemm_wg_splits(b, mv) >= (uint64_t)b->n_sm * 15 / 32 && enough_items && wg_fits(b, mv);
+           b->x16 && (uint64_t)wg_x_rows(mv) * mv->w->cols <= b->x16_halves && b->wgmma_loaded;
 }
 
 template <int TYPE, bool BF16_OPS>
@@ -866,7 +825,7 @@ static em_err wg_launch(cuda_backend *b, const cuda_matvec *mv, const gm_args &a
     const uint64_t round_blocks = (total + 255) / 256, most = 8ull * b->n_sm;
     /* BF16 weights meet activations in bf16, as stored, unless EMBER_CUDA_WG_BF16=0 (then both
      * f16, the weights converted on the way) */
-    const bool bf16_ops = mv->w->type == EM_TYPE_BF16 && !em_cuda_env_off("EMBER_CUDA_WG_BF16");
+    const bool bf16_ops = mv->w->type == EM_TYPE_BF16 && b->tuning.wgmma_bf16;
     em_cuda_launch(b, wg_round_kernel, dim3((uint32_t)(round_blocks < most ? round_blocks : most)), 256, 0, a, x_rows,
                    b->x16, bf16_ops);
     const bool glu = mv->up != NULL;
@@ -887,21 +846,13 @@ static em_err wg_launch(cuda_backend *b, const cuda_matvec *mv, const gm_args &a
     return NULL;
 }
 
-bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv) {
-    const cuda_weight *w = mv->w;
-    if (em_cuda_tensor_cores_off()) return false;
-    if (!gm_type_supported(w->type) || w->cols % GM_K || mv->x_stride % 4 || (uintptr_t)mv->x % 16 || mv->norm_ss ||
-        mv->next_norm_w)
-        return false;
-    if (b->capturing && !gm_prepared) return false;
-    return mv->n_items >= gm_min_items(mv, em_cuda_matvec_rows(mv));
+bool em_cuda_gemm_takes(const cuda_backend *b, const cuda_matvec *mv) {
+    (void)b;
+    return gm_type_supported(mv->w->type) && mv->w->cols % GM_K == 0 && mv->x_stride % 4 == 0 &&
+           (uintptr_t)mv->x % 16 == 0 && !mv->norm_ss && !mv->next_norm_w;
 }
 
-/* The first use: this file's copy of the IQ3_XXS lattice, the kernels' shared-memory limits, and
- * whether the loaded code has wgmma. */
-static em_err gm_prepare(cuda_backend *b) {
-    CU_TRY(cudaMemcpyToSymbolAsync(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid, 0,
-                                   cudaMemcpyHostToDevice, b->stream));
+em_err em_cuda_gemm_setup(cuda_backend *b) {
     CU_TRY(gm_allow_smem());
     uint32_t *probe = NULL, have = 0;
     CU_TRY(cudaMalloc((void **)&probe, sizeof *probe));
@@ -912,12 +863,9 @@ static em_err gm_prepare(cuda_backend *b) {
     cudaFree(probe);
     if (status != cudaSuccess)
         return em_errorf(EM_ERR_INTERNAL, "cuda gemm: probing for wgmma: %s", cudaGetErrorString(status));
-    wg_available = have == 1;
-    gm_prepared = true;
+    b->wgmma_loaded = have == 1;
     return NULL;
 }
-
-em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv) { return em_cuda_gemm_with(b, mv, 0, EM_CUDA_GEMM_AUTO); }
 
 em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items, em_cuda_gemm_kernel kernel) {
     const cuda_weight *w = mv->w;
@@ -933,21 +881,16 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
         return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u parts", n_parts);
     if (kernel == EM_CUDA_GEMM_WGMMA && items) { /* the K splits, forced */
         if (items > WG_SPLIT_MAX || (items > 1 && (mv->counts || mv->up)) ||
-            (uint64_t)wg_tiles(mv) * items * WG_ROWS * WG_ITEMS > em_cuda_gemm_split_floats(b))
+            em_cuda_wgmma_tiles(mv) * items * WG_ROWS * WG_ITEMS > em_cuda_gemm_split_floats(b))
             return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u splits of K for the wgmma kernel", items);
     } else if (items != 0 && items != 32 && items != 64 && items != 128) {
         return em_errorf(EM_ERR_INTERNAL, "cuda gemm: %u items per tile", items);
     }
-    if (!gm_prepared) {
-        if (b->capturing) return em_errorf(EM_ERR_INTERNAL, "cuda gemm: first use during a graph capture");
-        em_err err = gm_prepare(b);
-        if (err) return err;
-    }
     gm_args a = {};
     em_err err = em_cuda_product_args(b, mv, &a);
     if (err) return err;
-    if (kernel == EM_CUDA_GEMM_WGMMA || (kernel == EM_CUDA_GEMM_AUTO && !items && wg_wanted(b, mv))) {
-        if (!wg_fits(b, mv))
+    if (kernel == EM_CUDA_GEMM_WGMMA || (kernel == EM_CUDA_GEMM_AUTO && !items && em_cuda_wgmma_wanted(b, mv))) {
+        if (!em_cuda_wgmma_takes(b, mv))
             return em_errorf(EM_ERR_UNSUPPORTED, "cuda gemm: the wgmma kernel does not take %s %u x %u, %u items",
                              em_type_name(w->type), a.rows, w->cols, mv->n_items);
         return wg_launch(b, mv, a, kernel == EM_CUDA_GEMM_WGMMA && items ? items : em_cuda_gemm_wg_splits(b, mv));
@@ -958,7 +901,8 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
     const uint32_t item_tiles = (mv->n_items + items - 1) / items;
     const dim3 grid((rows + out - 1) / out, item_tiles < 65535 ? item_tiles : 65535, mv->counts ? mv->n_groups : 1);
     const bool glu = mv->up != NULL;
-    const bool pipelined = kernel == EM_CUDA_GEMM_AUTO ? gm_pick_pipelined(w->type, items) : kernel == EM_CUDA_GEMM_PIPELINED;
+    const bool pipelined = kernel == EM_CUDA_GEMM_AUTO || kernel == EM_CUDA_GEMM_MMA ? gm_pick_pipelined(w->type, items)
+                                                                                     : kernel == EM_CUDA_GEMM_PIPELINED;
     em_cuda_with_type<false>(w->type, [&](auto t) { gm_launch_type<decltype(t)::value>(b, a, grid, items, glu, pipelined); });
     CU_LAUNCHED();
     return NULL;

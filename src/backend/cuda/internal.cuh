@@ -15,7 +15,10 @@
  *    (matvec_imma.cu); other decode products multiply with the f32 activations (matvec.cu) or,
  *    at 2-16 tokens, round both operands to f16 for the tensor cores (dense BF16 / F16 ones in
  *    matvec_imma.cu, the rest and the output heads in matvec_tc.cu); prefill and larger batches
- *    (gemm.cu) do the same on larger tiles; all accumulate in f32. */
+ *    (gemm.cu) do the same on larger tiles; all accumulate in f32. Which kernel takes a product
+ *    is decided in one place, tuning.cu (em_cuda_kernel_for), from the thresholds and switches in
+ *    the backend's em_cuda_tuning (read from the environment once, when the backend is made;
+ *    docs/cuda.md lists the switches). */
 #ifndef EMBER_BACKEND_CUDA_INTERNAL_CUH
 #define EMBER_BACKEND_CUDA_INTERNAL_CUH
 
@@ -49,7 +52,7 @@ extern "C" {
  * visible, then lets the next kernel start launching. So kernels still run strictly one after the
  * other, but the launch latency between them overlaps the previous kernel's tail. The wait must
  * come before a kernel's first access to memory another kernel writes (each kernel here does it
- * first thing). Off with EMBER_CUDA_PDL=0. */
+ * first thing). Off with EMBER_CUDA_PDL=0 (em_cuda_tuning.pdl). */
 __device__ __forceinline__ void em_pdl_wait(void) {
     asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
 }
@@ -129,6 +132,71 @@ typedef struct cuda_graph {
 
 struct cuda_mega; /* the persistent decode kernel's state (mega.cu) */
 
+/* A threshold that is never reached: the kernel it guards is never chosen. */
+#define EM_CUDA_NEVER UINT32_MAX
+
+/* The backend's tuning: every switch the environment sets (docs/cuda.md has the table), read once
+ * when the backend is made (tuning.cu: em_cuda_tuning_read), and the thresholds from which
+ * em_cuda_kernel_for picks each product's kernel. Thresholds count a product's items: the batch's
+ * tokens for dense products; for MoE products the batch's tokens or the mean items per expert, as
+ * each says. The defaults were measured on an H200; bench/RESULTS.md has the figures. */
+typedef struct em_cuda_tuning {
+    /* switches */
+    bool kv_f32;           /* EMBER_CUDA_KV=f32: the KV cache in f32 instead of f16 */
+    bool graphs;           /* EMBER_CUDA_GRAPHS: small batches replay captured graphs */
+    bool pdl;              /* EMBER_CUDA_PDL: programmatic dependent launch (em_pdl_wait) */
+    bool overlap;          /* EMBER_CUDA_OVERLAP: the next step is enqueued before this one's tokens are read */
+    bool fuse_finish;      /* EMBER_CUDA_FUSE_FINISH: decode attention finishes Q, K, V itself */
+    bool tensor_cores;     /* EMBER_CUDA_GEMM: 0 keeps every product on matvec.cu's f32 kernel */
+    bool int8_activations; /* EMBER_CUDA_DP4A not 0: activations may be rounded to 8 bits */
+    bool wgmma, wgmma_split, wgmma_bf16; /* EMBER_CUDA_WGMMA, EMBER_CUDA_WG_SPLIT, EMBER_CUDA_WG_BF16 */
+    bool trace;            /* EMBER_CUDA_TRACE: each distinct product's kernel on stderr */
+    uint32_t moe_norm_max; /* EMBER_CUDA_MOE_NORM: up to this many tokens a MoE layer's norm is folded */
+    uint32_t dec_cluster_max; /* EMBER_CUDA_DEC_CLUSTER: up to this many tokens decode attention's
+                               * splits merge in a cluster */
+    uint32_t mega_tokens;  /* EMBER_CUDA_MEGA: decode steps of up to this many sequences on mega.cu */
+    bool mega_profile;     /* EMBER_CUDA_MEGA_PROFILE */
+    uint32_t mega_stage_kb; /* EMBER_CUDA_MEGA_STAGE_KB */
+    long profile_from, profile_to; /* EMBER_CUDA_PROFILE=FROM:TO (forwards counted from 0); -1: none */
+
+    /* The kernel choice (tuning.cu has the order in which they are asked). */
+    /* gemm.cu's tiles from this many items: MoE products by their mean; dense ones by
+     * [the product's output rows, gated units counted twice: up to EM_CUDA_NARROW_ROWS, between,
+     * from EM_CUDA_WIDE_ROWS][the weights: BF16, F16, quantized] */
+    uint32_t gemm_from_moe, gemm_from[3][3];
+    /* and among them wgmma from this many items (dense, or from twice as many tiles as
+     * multiprocessors; MoE: the mean), with tiles (times K splits) for wgmma_sm_32ths / 32 of the
+     * multiprocessors */
+    uint32_t wgmma_from_dense, wgmma_from_moe, wgmma_sm_32ths;
+    /* matvec_imma.cu from this many items (dense Q8_0, BF16 / F16; _head: the products whose dp4a
+     * blocks would loop over row blocks, the output heads) */
+    uint32_t imma_from, imma_from_head, hmma_from, hmma_from_head;
+    /* matvec_dp4a.cu up to this many items (MoE: tokens): dense Q8_0 and Q4_K, other types, Q6_K
+     * with rows at least twice as long as they are many, MoE */
+    uint32_t dp4a_upto_q8_0_q4_k, dp4a_upto_other, dp4a_upto_q6_k_wide, dp4a_upto_moe;
+    /* and the 64-value units a lane takes of a dense row, of an expert's row */
+    uint32_t dp4a_units, dp4a_moe_units;
+    /* matvec_tc.cu from this many items, up to EM_CUDA_TC_ITEMS (MoE: tokens, while the mean stays
+     * under gemm_from_moe): dense products, output heads (EM_CUDA_HEAD_ROWS rows or more) of Q6_K
+     * or IQ3_XXS, of BF16 or F16, MoE products, MoE IQ3_XXS products that are not gated units */
+    uint32_t tc_from, tc_from_head_q6_k_iq3, tc_from_head_half, tc_from_moe, tc_from_moe_iq3_down;
+} em_cuda_tuning;
+
+#define EM_CUDA_NARROW_ROWS 1024u
+#define EM_CUDA_WIDE_ROWS 8192u
+#define EM_CUDA_HEAD_ROWS 32000u /* vocabularies, not FFNs */
+#define EM_CUDA_TC_ITEMS 16u     /* the most items matvec_tc.cu's dense products take */
+
+/* Reads the environment's switches into *t over the defaults; an error names the variable and what
+ * it takes. */
+em_err em_cuda_tuning_read(em_cuda_tuning *t);
+
+/* EMBER_CUDA_TRACE: the products already logged (tuning.cu). */
+typedef struct cuda_trace {
+    uint64_t *seen; /* a key per distinct (shape, kernel) */
+    uint32_t n_seen, cap_seen;
+} cuda_trace;
+
 typedef struct cuda_backend {
     em_backend base;
     const em_model_desc *d;
@@ -159,12 +227,12 @@ typedef struct cuda_backend {
     size_t cap_logits;
     cuda_graph graphs[EM_CUDA_MAX_GRAPHS];
     uint32_t n_graphs;
-    bool use_graphs;        /* off with EMBER_CUDA_GRAPHS=0 */
-    bool use_pdl;           /* off with EMBER_CUDA_PDL=0 */
-    bool fuse_finish;       /* decode attention finishes Q, K, V itself; off with EMBER_CUDA_FUSE_FINISH=0 */
-    uint32_t moe_norm_max;  /* fused batches up to this many tokens fold MoE layers' norms (EMBER_CUDA_MOE_NORM) */
-    uint32_t dec_cluster_max; /* decode attention up to this many tokens: splits merge in a cluster
-                               * (EMBER_CUDA_DEC_CLUSTER) */
+    em_cuda_tuning tuning;  /* the switches and the kernel choice's thresholds */
+    cuda_trace trace;       /* EMBER_CUDA_TRACE */
+    long forwards;          /* forwards enqueued so far (EMBER_CUDA_PROFILE counts them) */
+    /* What the product kernels learn once, when the backend is made (em_cuda_products_setup): */
+    bool wgmma_loaded;      /* the loaded device code has wgmma (the sm_90a build; gemm.cu) */
+    uint32_t dp4a_smem_max; /* dynamic shared memory a staged dp4a block may take (matvec_dp4a.cu) */
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert, max_used, max_head, max_dim_v;
     int n_sm;               /* multiprocessors, for sizing grids */
     bool capturing;         /* a graph is being captured: no launch may depend on the batch's contents */
@@ -202,18 +270,6 @@ typedef struct cuda_backend {
     struct cuda_mega *mega;   /* NULL: decode steps run the per-operation kernels */
 } cuda_backend;
 
-/* The backend's switches and limits from the environment (read where the backend is created, or
- * where a kernel is picked): whether `name` is set to "0", a switch turned off; `name` as a count,
- * `fallback` when unset or empty. */
-static inline bool em_cuda_env_off(const char *name) {
-    const char *v = getenv(name);
-    return v && !strcmp(v, "0");
-}
-static inline uint32_t em_cuda_env_count(const char *name, uint32_t fallback) {
-    const char *v = getenv(name);
-    return v && *v ? (uint32_t)strtoul(v, NULL, 10) : fallback;
-}
-
 /* Launches `kernel` on the backend's stream, as a programmatic dependent launch unless that is
  * off, its blocks in clusters of cluster_z consecutive blocks along z when cluster_z > 1 (which
  * must divide grid.z); a failure shows in cudaGetLastError (CU_LAUNCHED). */
@@ -227,7 +283,7 @@ static inline void em_cuda_launch_clusters(const cuda_backend *b, void (*kernel)
     config.stream = b->stream;
     cudaLaunchAttribute attrs[2] = {};
     unsigned n = 0;
-    if (b->use_pdl) {
+    if (b->tuning.pdl) {
         attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attrs[n++].val.programmaticStreamSerializationAllowed = 1;
     }
@@ -292,31 +348,61 @@ typedef struct cuda_matvec {
     float *next_xw, *next_ss;
 } cuda_matvec;
 
+/* The product on the kernel em_cuda_kernel_for picks (and, with EMBER_CUDA_TRACE, its line). */
 em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv);
 /* The rows of all of mv's parts together. */
 uint32_t em_cuda_matvec_rows(const cuda_matvec *mv);
-/* EMBER_CUDA_GEMM=0: every product on the f32 kernels (matvec.cu), none on tensor cores or on
- * 8-bit activations (for comparisons). Read at each call, which costs far less than the launch it
- * decides about. */
-bool em_cuda_tensor_cores_off(void);
-/* em_cuda_matvec with the kernel forced, for tests and measurements: F32 the CUDA-core kernel
- * (matvec.cu), TC the tensor-core kernel for decode batches (matvec_tc.cu; not for F32 weights),
- * DP4A the kernel on 8-bit activations (matvec_dp4a.cu; quantized weights it takes only), IMMA
- * the one that feeds the weights to mma.sync as stored (matvec_imma.cu; Q8_0, BF16, F16). */
+/* The kernel families of a product: F32 the CUDA-core kernel (matvec.cu), TC the tensor-core
+ * kernel for decode batches (matvec_tc.cu; not for F32 weights), DP4A the kernel on 8-bit
+ * activations (matvec_dp4a.cu; quantized weights it takes only), IMMA the one that feeds the
+ * weights to mma.sync as stored (matvec_imma.cu; Q8_0, BF16, F16), GEMM mma.sync tiles for large
+ * batches and WGMMA Hopper's warpgroup MMA on larger tiles (both gemm.cu). AUTO: em_cuda_kernel_for
+ * picks. */
 typedef enum em_cuda_matvec_kernel {
     EM_CUDA_MATVEC_AUTO,
     EM_CUDA_MATVEC_F32,
     EM_CUDA_MATVEC_TC,
     EM_CUDA_MATVEC_DP4A,
-    EM_CUDA_MATVEC_IMMA
+    EM_CUDA_MATVEC_IMMA,
+    EM_CUDA_MATVEC_GEMM,
+    EM_CUDA_MATVEC_WGMMA,
 } em_cuda_matvec_kernel;
+/* em_cuda_matvec with the kernel forced, for tests and measurements. */
 em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matvec_kernel kernel);
-/* Whether the DP4A kernel can take `mv`: Q8_0, Q4_K, Q6_K or IQ3_XXS weights, rows of whole
- * 64-value units, rounded activations that fit b->xq (the output heads: a block's shared memory). */
+/* The one choice of a product's kernel (tuning.cu): the first family, in the order GEMM (WGMMA or
+ * mma.sync tiles), IMMA, DP4A, TC, F32, that can take `mv` and whose thresholds in b->tuning its
+ * weight type, shape and items meet. Never AUTO. */
+em_cuda_matvec_kernel em_cuda_kernel_for(const cuda_backend *b, const cuda_matvec *mv);
+/* Of a product the GEMM takes: whether its thresholds pick WGMMA over mma.sync tiles. */
+bool em_cuda_wgmma_wanted(const cuda_backend *b, const cuda_matvec *mv);
+/* A kernel family's name, for messages. */
+const char *em_cuda_kernel_name(em_cuda_matvec_kernel kernel);
+/* EMBER_CUDA_TRACE: logs mv's kernel on stderr, once per distinct shape and kernel (tuning.cu). */
+void em_cuda_trace_product(cuda_backend *b, const cuda_matvec *mv, em_cuda_matvec_kernel kernel);
+/* and once per number of tokens, how steps that run no separate products run (`how`: a string
+ * literal, which is also the key) */
+void em_cuda_trace_step(cuda_backend *b, uint32_t n_tokens, const char *how);
+void em_cuda_trace_free(cuda_backend *b);
+
+/* What each family can take, whatever the thresholds say: */
+/* DP4A: Q8_0, Q4_K, Q6_K or IQ3_XXS weights, rows of whole 64-value units, rounded activations
+ * that fit b->xq (the output heads: a block's shared memory). */
 bool em_cuda_dq_takes(const cuda_backend *b, const cuda_matvec *mv);
-/* Whether matvec_imma.cu's kernel can take `mv`: dense Q8_0, BF16 or F16 products of up to 16
- * items, rows of whole 128-value groups. */
+/* Whether DP4A's launch for `mv` is staged: blocks that loop over row blocks and round their
+ * items' activations themselves (more row blocks than 8 per multiprocessor: the output heads). */
+bool em_cuda_dq_staged(const cuda_backend *b, const cuda_matvec *mv);
+/* IMMA: dense Q8_0, BF16 or F16 products of up to 16 items, rows of whole 128-value groups. */
 bool em_cuda_imma_takes(const cuda_backend *b, const cuda_matvec *mv);
+/* TC: the types it decodes (not F32), aligned rows, dense products of up to EM_CUDA_TC_ITEMS items,
+ * a split of K its scratch holds. */
+bool em_cuda_mvt_takes(const cuda_backend *b, const cuda_matvec *mv);
+/* GEMM: F16, BF16, Q8_0, Q4_K, Q6_K, IQ3_XXS with a multiple of 32 columns, aligned activations,
+ * no fused norm. */
+bool em_cuda_gemm_takes(const cuda_backend *b, const cuda_matvec *mv);
+/* WGMMA, besides: the sm_90a code loaded, K a multiple of its step, room in b->x16. */
+bool em_cuda_wgmma_takes(const cuda_backend *b, const cuda_matvec *mv);
+/* The tiles of 256 rows by 128 items the wgmma kernel gives `mv` (MoE: for the mean per expert). */
+uint64_t em_cuda_wgmma_tiles(const cuda_matvec *mv);
 
 /* One of up to three matrices that share the input rows and run in one launch (Q, K and V): of
  * the launch's rows, [begin, end) are this part's. w2: the up matrix of a gated unit. */
@@ -359,7 +445,10 @@ bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b);
  * token, b->ss_n = 1): the producer of the first layer's fused norm. */
 em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x, const float *norm_w, float *xw);
 /* (A token EM_TOKEN_PICKED(r) of the batch is embedded as b->picked[r], the previous step's pick.) */
-em_err em_cuda_upload_grids(void);
+
+/* What the product kernels learn once, when the backend is made: the dynamic shared memory their
+ * kernels may take, and whether the loaded device code has wgmma (a small probe launch). */
+em_err em_cuda_products_setup(cuda_backend *b);
 
 /* ---- ops.cu ---- */
 em_err em_cuda_rmsnorm(cuda_backend *b, float *out, const float *x, const float *w, uint32_t n_rows, uint32_t n,
@@ -448,24 +537,23 @@ em_err em_cuda_mega_run(cuda_backend *b, const cuda_batch *cb);
 /* ---- gemm.cu ---- */
 
 /* The tensor-core path of em_cuda_matvec for large batches: the same descriptor, the same result
- * up to bf16 rounding of the operands (gemm.cu). Types F16, BF16, Q8_0, Q4_K, Q6_K, IQ3_XXS with
- * a multiple of 32 columns; no fused norm. em_cuda_gemm_wanted: whether em_cuda_matvec should
- * hand `mv` over (the types and shapes it takes, from the batch size where it measured faster;
- * never while EMBER_CUDA_GEMM=0). */
-bool em_cuda_gemm_wanted(const cuda_backend *b, const cuda_matvec *mv);
-em_err em_cuda_gemm(cuda_backend *b, const cuda_matvec *mv);
-/* em_cuda_gemm with the items per tile (32, 64 or 128; 0 picks) and the kernel forced, for tests
- * and measurements: STAGED decodes weights and rounds activations through registers one K step
- * ahead; PIPELINED copies activations (and BF16 weights) with cp.async several steps ahead; WGMMA
- * rounds the activations to f16 once (b->x16) and multiplies with Hopper's warpgroup MMA (for it,
- * `items` is the number of K splits, 0 picks: em_cuda_gemm_wg_splits). */
+ * up to f16 rounding of the operands (gemm.cu), for the products em_cuda_gemm_takes. Forced, for
+ * tests and measurements, with the items per tile (32, 64 or 128; 0 picks) and the kernel: STAGED
+ * decodes weights and rounds activations through registers one K step ahead; PIPELINED copies
+ * activations (and BF16 weights) with cp.async several steps ahead; MMA one of those two as the
+ * type and the tile suit; WGMMA rounds the activations to f16 once (b->x16) and multiplies with
+ * Hopper's warpgroup MMA (for it, `items` is the number of K splits, 0 picks:
+ * em_cuda_gemm_wg_splits); AUTO WGMMA where em_cuda_kernel_for would pick it, else MMA. */
 typedef enum em_cuda_gemm_kernel {
     EM_CUDA_GEMM_AUTO,
     EM_CUDA_GEMM_STAGED,
     EM_CUDA_GEMM_PIPELINED,
-    EM_CUDA_GEMM_WGMMA, /* wgmma on 256 x 128 tiles (gemm.cu: wg_fits says which products; items: K splits) */
+    EM_CUDA_GEMM_WGMMA, /* wgmma on 256 x 128 tiles (items: K splits) */
+    EM_CUDA_GEMM_MMA,
 } em_cuda_gemm_kernel;
 em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items, em_cuda_gemm_kernel kernel);
+/* The kernels' shared-memory limits, and whether the loaded code has wgmma (b->wgmma_loaded). */
+em_err em_cuda_gemm_setup(cuda_backend *b);
 /* Floats of b->wg_part: what the wgmma kernel's split-K partials of any product can take. */
 uint64_t em_cuda_gemm_split_floats(const cuda_backend *b);
 /* The K splits the wgmma kernel gives `mv` (1: none); an item alone gets the bits it gets in a

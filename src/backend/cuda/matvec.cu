@@ -25,10 +25,6 @@
 /* From this many items, a dense product takes a warp per row (em_cuda_matvec_with). */
 #define MV_MANY_ITEMS 32u
 
-extern "C" {
-extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c: the IQ3_XXS lattice */
-}
-
 __device__ __forceinline__ float dot8(const float v[8], float4 x0, float4 x1) {
     return v[0] * x0.x + v[1] * x0.y + v[2] * x0.z + v[3] * x0.w + v[4] * x1.x + v[5] * x1.y + v[6] * x1.z +
            v[7] * x1.w;
@@ -321,8 +317,6 @@ uint32_t em_cuda_matvec_rows(const cuda_matvec *mv) {
     return rows;
 }
 
-bool em_cuda_tensor_cores_off(void) { return em_cuda_env_off("EMBER_CUDA_GEMM"); }
-
 bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b) {
     return a->data && b->data && a->type == b->type && a->cols == b->cols;
 }
@@ -330,7 +324,12 @@ bool em_cuda_matvec_can_fuse(const cuda_weight *a, const cuda_weight *b) {
 em_err em_cuda_matvec(cuda_backend *b, const cuda_matvec *mv) { return em_cuda_matvec_with(b, mv, EM_CUDA_MATVEC_AUTO); }
 
 em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matvec_kernel kernel) {
-    if (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_gemm_wanted(b, mv)) return em_cuda_gemm(b, mv);
+    if (kernel == EM_CUDA_MATVEC_AUTO) {
+        kernel = em_cuda_kernel_for(b, mv);
+        if (b->tuning.trace && mv->n_items) em_cuda_trace_product(b, mv, kernel);
+    }
+    if (kernel == EM_CUDA_MATVEC_GEMM || kernel == EM_CUDA_MATVEC_WGMMA)
+        return em_cuda_gemm_with(b, mv, 0, kernel == EM_CUDA_MATVEC_WGMMA ? EM_CUDA_GEMM_WGMMA : EM_CUDA_GEMM_MMA);
     const cuda_weight *w = mv->w;
     const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
     if (mv->n_items == 0) return NULL;
@@ -366,12 +365,9 @@ em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matve
         a.ks *= 2;
     a.eps = b->d->norm_eps;
     a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
-    if (kernel == EM_CUDA_MATVEC_IMMA || (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_imma_wanted(b, mv)))
-        return em_cuda_imma(b, mv, a);
-    if (kernel == EM_CUDA_MATVEC_DP4A || (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_dq_wanted(b, mv)))
-        return em_cuda_dq(b, mv, a);
-    if (kernel == EM_CUDA_MATVEC_TC || (kernel == EM_CUDA_MATVEC_AUTO && em_cuda_mvt_wanted(b, mv)))
-        return em_cuda_mvt(b, mv, a);
+    if (kernel == EM_CUDA_MATVEC_IMMA) return em_cuda_imma(b, mv, a);
+    if (kernel == EM_CUDA_MATVEC_DP4A) return em_cuda_dq(b, mv, a);
+    if (kernel == EM_CUDA_MATVEC_TC) return em_cuda_mvt(b, mv, a);
     /* A dense product of many items (a MoE router in a prefill) spreads its items over grid layers
      * instead (launch_kernel), and a warp to a row lets each block read the items' activations
      * once for eight times as many rows; a batch that large takes gemm.cu's kernels for its other
@@ -447,8 +443,8 @@ em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x, const f
     return NULL;
 }
 
-em_err em_cuda_upload_grids(void) {
-    CU_TRY(cudaMemcpyToSymbol(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid));
-    em_err err = em_cuda_mvt_upload_grid();
-    return err ? err : em_cuda_dq_upload_grid();
+em_err em_cuda_products_setup(cuda_backend *b) {
+    em_err err = em_cuda_mvt_setup();
+    if (!err) err = em_cuda_dq_setup(b);
+    return err ? err : em_cuda_gemm_setup(b);
 }

@@ -38,8 +38,7 @@ struct mv_args : cuda_product_args {
 /* Activation chunk c (32 bytes) of an item's rounded row: the units of 64 values sit DQ_XUNIT bytes
  * apart, so that the eight lanes of a quarter warp, each reading its own unit, hit distinct shared
  * memory banks (64 bytes apart, every second lane would hit the same four); rows rounded into
- * global memory take the same layout, which measured faster there too (run 52 against 51: dense-1b
- * q8_0 at 4 sequences 2643 against 2882 tok/s unpadded). */
+ * global memory take the same layout, which measured faster there too. */
 template <typename T> __device__ __forceinline__ T *dq_xchunk(T *x, uint32_t c) {
     return x + DQ_XUNIT * (c >> 1) + DQ_CHUNK * (c & 1);
 }
@@ -122,33 +121,23 @@ static inline int mv_items_per_pass(uint32_t n_items) { return n_items >= 8 ? 8 
  * records their number in b->ss_n, or says that the scratch has no room for them (matvec.cu). */
 em_err mv_producer_blocks(cuda_backend *b, const mv_args &a, uint32_t blocks, const char *kernel);
 
-/* The tensor-core kernel (matvec_tc.cu): whether it takes `mv` (the types it decodes, up to 16
- * items from a number per kind of product, see mvt_min_items; never with EMBER_CUDA_GEMM=0), and
- * its launch with the arguments em_cuda_matvec built. */
-bool em_cuda_mvt_wanted(const cuda_backend *b, const cuda_matvec *mv);
+/* The tensor-core kernel (matvec_tc.cu): its launch with the arguments em_cuda_matvec built, and
+ * the setup of its kernels' shared memory (em_cuda_products_setup). */
 em_err em_cuda_mvt(cuda_backend *b, const cuda_matvec *mv, mv_args a);
-/* Its copy of the IQ3_XXS lattice (dequant.cuh), uploaded with matvec.cu's. */
-em_err em_cuda_mvt_upload_grid(void);
+em_err em_cuda_mvt_setup(void);
 
-/* The kernel on 8-bit activations (matvec_dp4a.cu): whether it should take `mv` (one it takes,
- * em_cuda_dq_takes, up to a number of items or MoE tokens per kind of product, see dq_max_items;
- * never with EMBER_CUDA_GEMM=0), and its launch (the rounding of the activations to bytes, then the
- * product) with the arguments em_cuda_matvec built. */
-bool em_cuda_dq_wanted(const cuda_backend *b, const cuda_matvec *mv);
+/* The kernel on 8-bit activations (matvec_dp4a.cu): its launch (the rounding of the activations to
+ * bytes, then the product) with the arguments em_cuda_matvec built, and the setup of its staged
+ * kernels' shared memory (b->dp4a_smem_max). */
 em_err em_cuda_dq(cuda_backend *b, const cuda_matvec *mv, const mv_args &a);
-em_err em_cuda_dq_upload_grid(void);
-/* Whether its launch for `mv` is staged: blocks that loop over row blocks and round their items'
- * activations themselves (the output heads). */
-bool em_cuda_dq_staged(const cuda_backend *b, const cuda_matvec *mv);
+em_err em_cuda_dq_setup(cuda_backend *b);
 /* The rounding of mv's items' rows of X (dense: its items, through x_index when given; MoE: X's
  * rows) to bytes at b->xq and their chunk scales at b->xd, one launch: in dq_xchunk's layout, or
  * with imma in dq_imma_byte's (rows of cols bytes) with one float per chunk (d, no sum) at b->xd. */
 em_err em_cuda_dq_round_rows(cuda_backend *b, const cuda_matvec *mv, bool imma);
 
 /* The kernel with the weights fed to mma.sync as stored (matvec_imma.cu): dense Q8_0 products of up
- * to 16 items on 8-bit activations, BF16 / F16 ones on f16. Whether it should take `mv`
- * (EMBER_CUDA_IMMA, EMBER_CUDA_HMMA), and its launch. */
-bool em_cuda_imma_wanted(const cuda_backend *b, const cuda_matvec *mv);
+ * to 16 items on 8-bit activations, BF16 / F16 ones on f16; its launch. */
 em_err em_cuda_imma(cuda_backend *b, const cuda_matvec *mv, const mv_args &a);
 
 #endif

@@ -12,11 +12,11 @@
  * bytes q = round(x / d) with d = max|x| / 127 (Q8_0's rounding), and keeps d and d * sum(q) (Q4_K's
  * offsets multiply the chunk's sum). The output heads' blocks, which loop over many row blocks,
  * round their items' rows themselves into shared memory instead (dq_stage, the same bits): their
- * warps then read the activations from shared memory, not from L1 for every row (Q8_0 head at 4
- * items: 232 -> 138 us, run 50), while for the other products a separate rounding kernel measured
- * faster than every block repeating it. A fused norm's consumer (norm_ss) gets its RMS factor
- * folded into d, so the product itself has no norm code. Items read their rows of X through
- * x_index when given (the output head's gathered rows, MoE pairs).
+ * warps then read the activations from shared memory, not from L1 for every row, while for the
+ * other products a separate rounding kernel measured faster than every block repeating it. A
+ * fused norm's consumer (norm_ss) gets its RMS factor folded into d, so the product itself has no
+ * norm code. Items read their rows of X through x_index when given (the output head's gathered
+ * rows, MoE pairs).
  *
  * The products: a lane takes 64-value units of a row (a Q8_0 pair of blocks, a quarter of a K-quant
  * or IQ3_XXS super-block); `lanes` lanes (a power of two, 4-32, the fewest that cover a row's
@@ -28,17 +28,9 @@
  *
  * The rounding of activations to 8 bits is what llama.cpp's CUDA kernels and this engine's CPU
  * backend do for quantized weights (tests/cuda/check_cuda.c compares the device with an f32
- * reference and reports the error). em_cuda_dq_wanted says when a product takes this kernel;
- * EMBER_CUDA_DP4A=0 switches it off, as does EMBER_CUDA_GEMM=0 (the f32 kernels only). */
+ * reference and reports the error). em_cuda_kernel_for (tuning.cu) says when a product takes this
+ * kernel; EMBER_CUDA_DP4A=0 switches it off, as does EMBER_CUDA_GEMM=0 (the f32 kernels only). */
 #include "dq_unit.cuh"
-
-extern "C" {
-extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
-}
-
-
-/* IQ3_XXS lattice, this file's copy (dq_upload_grid). */
-static __device__ uint32_t dq_iq3xxs_grid[256];
 
 /* ---- the product kernel ---- */
 
@@ -153,7 +145,7 @@ __device__ __forceinline__ void dq_items(const dq_args &a, const mv_group &grp, 
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = acc2[t] = 0.0f;
     /* two units in flight per loop for the plain 1-2 item passes; the gated and wider ones keep
-     * one, at 64-128 registers instead of 75-179 (run 47, check_gemm --decode) */
+     * one, which holds their registers low enough for the blocks to stay resident */
     constexpr int UNROLL = GLU || NT >= 4 ? 1 : 2;
 #pragma unroll UNROLL
     for (uint32_t u = sub; u < units; u += lanes) {
@@ -240,7 +232,7 @@ template <int TYPE, int NT, bool GLU, bool STAGED> __device__ __forceinline__ vo
     __shared__ uint32_t lut[TYPE == EM_TYPE_IQ3_XXS ? 256 : 1];
     if constexpr (TYPE == EM_TYPE_IQ3_XXS) {
         static_assert(MV_THREADS == 256, "one lattice word per thread");
-        lut[threadIdx.x] = dq_iq3xxs_grid[threadIdx.x];
+        lut[threadIdx.x] = em_cuda_iq3xxs_grid[threadIdx.x];
         __syncthreads();
     }
     extern __shared__ __align__(16) uint8_t dq_smem[];
@@ -303,34 +295,10 @@ template <typename F> static bool dq_with_type(uint32_t type, F &&f) {
     return found;
 }
 
-/* The most items (dense) or tokens (MoE) this kernel takes by default, from check_gemm --decode on
- * the H200 (bench/RESULTS.md, runs 37, 43, 47 and 53): against the tensor-core kernel it wins every
- * dense product of Q8_0 and Q4_K weights up to 8 items (Q8_0 at 8: gate+up 34 against 46 us, the
- * output head 195 against 278) and of Q6_K and IQ3_XXS weights up to 4 (their gate+up and heads
- * lose at 8), the tensor cores all from 16; every MoE product up to 16 tokens once its passes
- * follow the items per expert (IQ3_XXS at 16 tokens: gate+up 112 against 152 us, down 89 against
- * 97). Dense Q8_0 products of 2 or more items (heads: 4) go to matvec_imma.cu's kernel first.
- * Q6_K products with rows at least twice as long as they are many (a down projection, moe-30b-a3b's
- * O 4096 -> 2048) win up to 8 (run 87: 23.0 against 32.3 us and 14.4 against 17.1 at 8 items;
- * EMBER_CUDA_DQ_WIDE=0 keeps them at 4). EMBER_CUDA_DP4A=N sets one limit for all (0: never),
- * EMBER_CUDA_DP4A_MOE=N one for the MoE products. */
-static uint32_t dq_max_items(const cuda_matvec *mv) {
-    uint32_t n = mv->w->type == EM_TYPE_Q8_0 || mv->w->type == EM_TYPE_Q4_K ? 8 : 4;
-    if (mv->counts) n = em_cuda_env_count("EMBER_CUDA_DP4A_MOE", 16);
-    else if (mv->w->type == EM_TYPE_Q6_K && mv->w->cols >= 2 * em_cuda_matvec_rows(mv) &&
-             !em_cuda_env_off("EMBER_CUDA_DQ_WIDE"))
-        n = 8;
-    return em_cuda_env_count("EMBER_CUDA_DP4A", n);
-}
-
-/* Shared memory a staged dp4a block may take (set by em_cuda_dq_upload_grid). */
-static uint32_t dq_smem_max;
-
 /* Items per pass of mv's launch: dense, its items; MoE, the mean items per expert (mv->n_items;
  * most experts get one or two of a step's tokens), not the batch's tokens: the variants for more
  * items hold more registers (an 8-item one up to 128 per thread), and an expert with more items
- * repeats its rows, which the repeat reads from L1 (run 47: moe-30b-a3b +6-11% at 2-16
- * sequences). */
+ * repeats its rows, which the repeat reads from L1. */
 static uint32_t dq_pass_items(const cuda_matvec *mv) {
     const uint32_t n = mv->counts && mv->max_items < mv->n_items ? mv->max_items : mv->n_items;
     return (uint32_t)mv_items_per_pass(n);
@@ -344,20 +312,17 @@ static uint32_t dq_pass_items(const cuda_matvec *mv) {
  * Lanes per row: the fewest (a power of two, 4-32) that leave each lane at most 2 units of a dense
  * row, 3 of a MoE expert's. A lane's fixed work per row (its activation pointers and scales, the
  * sums across lanes, the write, and for a gated unit the activation) is then shared by 2-3 units
- * instead of one: the IQ3_XXS expert products are bound by instructions, not bytes (run 78: the
- * same times with their weights streamed through shared memory), and moe-30b-a3b's experts (rows
- * of 32 and 12 units) went from a unit per lane to 2 and 3: 318 / 707 / 882 / 1103 -> 331 / 761 /
- * 982 / 1285 tok/s at 1 / 4 / 8 / 16 sequences, dense-1b q8_0 at one sequence 1108 -> 1149 with 2
- * a lane (run 79; 4 a lane measured slower for the gated experts). EMBER_CUDA_DQ_UNITS=N and
- * EMBER_CUDA_DQ_MOE_UNITS=N set them (1: the fewest lanes that cover a row's units, as before). */
+ * instead of one: the IQ3_XXS expert products are bound by instructions, not bytes (they took
+ * the same time with their weights streamed through shared memory); 4 a lane measured slower for
+ * the gated experts. EMBER_CUDA_DQ_UNITS=N and EMBER_CUDA_DQ_MOE_UNITS=N set them (1: the fewest
+ * lanes that cover a row's units). */
 struct dq_shape {
     uint32_t lanes_log2, row_blocks, grid_x;
     bool staged;
 };
 static dq_shape dq_shape_of(const cuda_backend *b, const cuda_matvec *mv) {
     dq_shape sh = {};
-    const char *v = getenv(mv->counts ? "EMBER_CUDA_DQ_MOE_UNITS" : "EMBER_CUDA_DQ_UNITS");
-    const uint32_t per_lane = v && atoi(v) > 0 ? (uint32_t)atoi(v) : mv->counts ? 3 : 2;
+    const uint32_t per_lane = mv->counts ? b->tuning.dp4a_moe_units : b->tuning.dp4a_units;
     const uint32_t lanes_wanted = (mv->w->cols / DQ_UNIT + per_lane - 1) / per_lane;
     sh.lanes_log2 = 2;
     while (sh.lanes_log2 < 5 && (1u << sh.lanes_log2) < lanes_wanted) sh.lanes_log2++;
@@ -397,18 +362,13 @@ bool em_cuda_dq_takes(const cuda_backend *b, const cuda_matvec *mv) {
     const uint32_t n_parts = mv->n_parts ? mv->n_parts : 1;
     if (!dq_with_type(mv->w->type, [](auto) {}) || mv->w->cols % DQ_UNIT || mv->x_stride % 4) return false;
     if (dq_shape_of(b, mv).staged) {
-        if ((uintptr_t)mv->x % 16 || dq_smem_bytes(dq_pass_items(mv), mv->w->cols) > dq_smem_max) return false;
+        if ((uintptr_t)mv->x % 16 || dq_smem_bytes(dq_pass_items(mv), mv->w->cols) > b->dp4a_smem_max) return false;
     } else if (dq_rows(mv) == 0 || (uint64_t)dq_rows(mv) * (mv->w->cols / DQ_UNIT) * DQ_XUNIT > b->xq_bytes) {
         return false;
     }
     /* the fusions em_cuda_matvec allows: parts of dense plain products, norms on dense ones */
     if (n_parts > MV_PARTS || (n_parts > 1 && (mv->counts || mv->up))) return false;
     return !((mv->norm_ss || mv->next_norm_w) && mv->counts);
-}
-
-bool em_cuda_dq_wanted(const cuda_backend *b, const cuda_matvec *mv) {
-    if (em_cuda_tensor_cores_off() || !em_cuda_dq_takes(b, mv)) return false;
-    return (mv->counts ? mv->max_items : mv->n_items) <= dq_max_items(mv);
 }
 
 em_err em_cuda_dq(cuda_backend *b, const cuda_matvec *mv, const mv_args &base) {
@@ -460,8 +420,7 @@ template <int T> static void dq_allow_smem(int optin, uint32_t *most) {
     }
 }
 
-em_err em_cuda_dq_upload_grid(void) {
-    CU_TRY(cudaMemcpyToSymbol(dq_iq3xxs_grid, em_iq3xxs_grid, sizeof dq_iq3xxs_grid));
+em_err em_cuda_dq_setup(cuda_backend *b) {
     int device = 0, optin = 0;
     CU_TRY(cudaGetDevice(&device));
     CU_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
@@ -470,6 +429,6 @@ em_err em_cuda_dq_upload_grid(void) {
     dq_allow_smem<EM_TYPE_Q4_K>(optin, &most);
     dq_allow_smem<EM_TYPE_Q6_K>(optin, &most);
     dq_allow_smem<EM_TYPE_IQ3_XXS>(optin, &most);
-    dq_smem_max = most;
+    b->dp4a_smem_max = most;
     return NULL;
 }

@@ -6,11 +6,11 @@
  * as matvec_tc.cu does): no staging, no separate rounding launch.
  *
  * Why: matvec_dp4a.cu's kernel reads each weight once for all items, but spends one __dp4a per
- * four weights per item, so a product of 8 items costs 2.5 times one of a single item (the Q8_0
- * output head: 77 us at 1, 195 at 8; run 53). Here one instruction multiplies a block of 8 rows
+ * four weights per item, so a product of 8 items costs several times one of a single item. Here
+ * one instruction multiplies a block of 8 rows
  * with up to 16 items, and Q8_0's bytes go into the mma as they are. For BF16 / F16 the gain is
  * the plain layout: matvec_tc.cu stages each block's activations in shared memory and adds K
- * slices through global memory, which made its products 1.3-2 times slower at 2-8 items (run 64).
+ * slices through global memory, which made its products slower at 2-8 items.
  *
  * Layout: a block of MV_WARPS warps owns IM_ROWS = 8 rows (the mma's n); warp w sums every
  * MV_WARPS-th group of the rows (Q8_0: four blocks, 128 values in 136 bytes; BF16 / F16: 64
@@ -307,36 +307,6 @@ bool em_cuda_imma_takes(const cuda_backend *b, const cuda_matvec *mv) {
     for (uint32_t i = 1; i < n_parts; i++)
         if ((uintptr_t)mv->more[i - 1].w->data % 8) return false;
     return true;
-}
-
-/* The items from which this kernel takes a Q8_0 product, from check_gemm --decode on the H200
- * (bench/RESULTS.md, run 59): at one item matvec_dp4a.cu's kernel reads faster (gate+up 12.6
- * against 15.3 us, the output head 78 against 111), from two items this one wins every product
- * (gate+up at 2 / 8 / 16: 15.8 / 18.3 / 29.6 against 16.9 / 34.7 on dp4a and 43.0 on the f16
- * tensor cores) but the output heads, whose dp4a blocks round their activations in shared memory
- * (at 2: 112.6 against 99.0; at 4: 119.1 against 140.0). EMBER_CUDA_IMMA=N: from N items for all
- * (0: never); EMBER_CUDA_DP4A=0, no activations rounded to 8 bits, switches it off for Q8_0.
- * BF16 / F16 (run 64): from two items, against matvec_tc.cu's f16 kernel (which stages the
- * activations and sums K slices through global memory) gate+up 25.4 / 26.7 / 31.5 us at 2 / 8 / 16
- * items against 34.4 / 35.2 / 37.9, o 4.1 against 8.0 at 2; at one item the f32 kernel reads a
- * little faster (gate+up 23.4 against 25.2), and the output heads stay on matvec_tc.cu, whose
- * blocks loop over many row groups (138.5 against 240.8 us at 2 items). EMBER_CUDA_HMMA=N: from N
- * items for all BF16 / F16 products (0: never). */
-static uint32_t im_min_items(const cuda_backend *b, const cuda_matvec *mv) {
-    if (mv->w->type != EM_TYPE_Q8_0) {
-        const char *v = getenv("EMBER_CUDA_HMMA");
-        if (v && *v) return atoi(v) > 0 ? (uint32_t)atoi(v) : UINT32_MAX;
-        return em_cuda_dq_staged(b, mv) ? UINT32_MAX : 2;
-    }
-    const char *dp4a = getenv("EMBER_CUDA_DP4A");
-    if (dp4a && *dp4a && atoi(dp4a) == 0) return UINT32_MAX;
-    const char *v = getenv("EMBER_CUDA_IMMA");
-    if (v && *v) return atoi(v) > 0 ? (uint32_t)atoi(v) : UINT32_MAX;
-    return em_cuda_dq_staged(b, mv) ? 4 : 2;
-}
-
-bool em_cuda_imma_wanted(const cuda_backend *b, const cuda_matvec *mv) {
-    return !em_cuda_tensor_cores_off() && em_cuda_imma_takes(b, mv) && mv->n_items >= im_min_items(b, mv);
 }
 
 template <int TYPE> static void im_launch(cuda_backend *b, const im_args &a, uint32_t blocks, bool both, bool glu) {

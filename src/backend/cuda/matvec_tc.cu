@@ -1,6 +1,6 @@
 /* Matrix times 2-16 vectors on tensor cores: the products of batched decode steps (matvec.cu's
  * f32 kernel reads each weight once per 8 items, but feeds every weight to each item from L1, which
- * made a step of 8 tokens cost 2.6 times a step of one).
+ * made a step of 8 tokens cost several times a step of one).
  *
  * One mma.sync m16n8k16 multiplies 16 items (A: the activations in f16) by 16 columns of 8 weight
  * rows (B: decoded in registers straight from global memory, rounded to f16), adding into f32.
@@ -21,10 +21,6 @@
  * item's result depends on its own activations only: a token gets the same bits in any batch this
  * kernel runs. */
 #include "matvec.cuh"
-
-extern "C" {
-extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c */
-}
 
 #define MT_ROWS 8                    /* weight rows per warp: the mma's n */
 #define MT_GROUP_ROWS (MT_ROWS * MV_WARPS) /* rows per block */
@@ -272,11 +268,6 @@ static mt_plan mt_plan_for(const cuda_backend *b, uint32_t rows, uint32_t groups
 
 template <int TYPE, int NT, bool GLU, bool FOLD>
 static em_err mvt_launch_nt(cuda_backend *b, const mt_args &a, dim3 grid, uint32_t smem) {
-    static bool raised; /* the dynamic shared memory limit, raised once per kernel */
-    if (!raised)
-        CU_TRY(cudaFuncSetAttribute(mvt_kernel<TYPE, NT, GLU, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    MT_SMEM_MAX));
-    raised = true;
     em_cuda_launch(b, mvt_kernel<TYPE, NT, GLU, FOLD>, grid, MV_THREADS, smem, a);
     return NULL;
 }
@@ -298,9 +289,9 @@ static em_err mvt_launch(cuda_backend *b, const mv_args &base, uint32_t grid_z, 
         b->ss_n = a.row_groups;
     }
     /* F16 and BF16 past about four blocks per multiprocessor (the output head): each block takes
-     * several row groups, staging the items once for all of them (measured: bf16 head 201 -> 137
-     * us for 1 item; the quantized heads went the other way, ~230 -> ~340 us, their blocks' first
-     * loads and L2 prefetches no longer overlapping other blocks' work, so they keep one group) */
+     * several row groups, staging the items once for all of them; the quantized heads measured
+     * slower that way, their blocks' first loads and L2 prefetches no longer overlapping other
+     * blocks' work, so they keep one group */
     uint32_t grid_x = a.row_groups;
     const bool plain = a.part[0].row_bytes == 2ull * a.cols; /* F16, BF16 */
     if (plain && (uint64_t)a.row_groups * p.ks > 4u * (uint32_t)b->n_sm) {
@@ -319,46 +310,11 @@ static em_err mvt_type(cuda_backend *b, const mv_args &a, uint32_t grid_y, uint3
     return fold ? mvt_launch<TYPE, false, true>(b, a, grid_y, n_items) : mvt_launch<TYPE, false, false>(b, a, grid_y, n_items);
 }
 
-/* The fewest tokens of a batch from which this kernel takes a product, else the f32 kernel does:
- * EMBER_CUDA_MVT=N (0: never) for every product, else by the product's kind and weight type. Both
- * kernels per product: `check_gemm --decode` on an H200 (bench/RESULTS.md, run 33), then the
- * whole decode step (run 34), which kept only some of the product-level wins (figures: the f32
- * kernel against the tensor cores):
- * - dense products: 3 (at 2 sequences the f32 kernel made dense-1b q8_0 1131-1163 tok/s against
- *   911, bf16 1226 against 1156; fourth session);
- * - output heads (32000 rows or more: vocabularies, not FFNs): Q6_K and IQ3_XXS from 1 (239 vs 229
- *   and 193 vs 166 us at 1 token), BF16/F16 from 2 (208 vs 139 us at 2; at 1, 148 vs 138 us, but
- *   dense-1b bf16 decoded 784 against 787 tok/s: the f32 kernel's early L2 prefetch overlaps the
- *   step before), the others from 3;
- * - MoE experts: from 2 tokens, and the IQ3_XXS down product from 1 (14.4 vs 10.8 us). With the
- *   Q6_K head, moe-30b-a3b mix went from 189.2 to 200.1 tok/s at 1 sequence. The f32 kernel for
- *   IQ3_XXS gate+up at 2 tokens measured 37 against 38 us alone, but the step with it (and the
- *   Q6_K head on tensor cores) lost 4% at 2 sequences, so experts keep the tensor cores from 2;
- *   the Q6_K head at 2 tokens alone (232 vs 284 us) was not measured in the step. */
-static uint32_t mvt_min_items(const cuda_matvec *mv) {
-    const char *v = getenv("EMBER_CUDA_MVT");
-    if (v && *v) {
-        const long n = strtol(v, NULL, 10);
-        return n <= 0 ? UINT32_MAX : (uint32_t)n;
-    }
-    const uint32_t type = mv->w->type;
-    if (mv->counts) return !mv->up && type == EM_TYPE_IQ3_XXS ? 1 : 2;
-    if (em_cuda_matvec_rows(mv) >= 32000) {
-        if (type == EM_TYPE_Q6_K || type == EM_TYPE_IQ3_XXS) return 1;
-        if (type == EM_TYPE_BF16 || type == EM_TYPE_F16) return 2;
-    }
-    return 3;
-}
-
-bool em_cuda_mvt_wanted(const cuda_backend *b, const cuda_matvec *mv) {
-    if (em_cuda_tensor_cores_off()) return false;
+bool em_cuda_mvt_takes(const cuda_backend *b, const cuda_matvec *mv) {
     if (!em_cuda_with_type<false>(mv->w->type, [](auto) {})) return false; /* F32 weights keep the f32 kernel */
     if ((uintptr_t)mv->x % 16 || mv->x_stride % 4 || mv->w->cols % 8) return false;
-    /* dense: up to 16 items; MoE: by the batch's tokens (an expert's most items; any number, in
-     * chunks of 8), up to where the GEMM takes over */
-    if (mv->counts ? mv->max_items < mvt_min_items(mv) || mv->n_items >= 16
-                   : mv->n_items < mvt_min_items(mv) || mv->n_items > 16)
-        return false;
+    /* dense: up to 16 items; MoE: any number of an expert's items, in chunks of 8 */
+    if (!mv->counts && mv->n_items > EM_CUDA_TC_ITEMS) return false;
     return mt_plan_for(b, em_cuda_matvec_rows(mv), mv->w->cols / 8, mv->n_items, mv->counts != NULL).ok;
 }
 
@@ -374,7 +330,21 @@ em_err em_cuda_mvt(cuda_backend *b, const cuda_matvec *mv, mv_args a) {
     return NULL;
 }
 
-em_err em_cuda_mvt_upload_grid(void) {
-    CU_TRY(cudaMemcpyToSymbol(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid));
+/* Every variant's dynamic shared memory limit, raised once. */
+template <int TYPE> static em_err mvt_allow_smem(void) {
+    void (*kernels[])(mt_args) = {mvt_kernel<TYPE, 8, false, false>,  mvt_kernel<TYPE, 8, false, true>,
+                                  mvt_kernel<TYPE, 8, true, false>,   mvt_kernel<TYPE, 8, true, true>,
+                                  mvt_kernel<TYPE, 16, false, false>, mvt_kernel<TYPE, 16, false, true>,
+                                  mvt_kernel<TYPE, 16, true, false>,  mvt_kernel<TYPE, 16, true, true>};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        CU_TRY(cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, MT_SMEM_MAX));
     return NULL;
+}
+
+em_err em_cuda_mvt_setup(void) {
+    em_err err = NULL;
+    em_cuda_each_type<false>([&](auto t) {
+        if (!err) err = mvt_allow_smem<decltype(t)::value>();
+    });
+    return err;
 }

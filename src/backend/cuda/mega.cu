@@ -572,10 +572,6 @@ __global__ void __launch_bounds__(MEGA_THREADS, 1) mega_kernel(const __grid_cons
 
 /* ---- host side ---- */
 
-extern "C" {
-extern const uint32_t em_iq3xxs_grid[256]; /* src/quant/iq_grids.c: the IQ3_XXS lattice */
-}
-
 static bool type_taken(uint32_t type) {
     return type == EM_TYPE_F32 || type == EM_TYPE_F16 || type == EM_TYPE_BF16 || type == EM_TYPE_Q8_0 ||
            type == EM_TYPE_Q4_K || type == EM_TYPE_Q6_K || type == EM_TYPE_IQ3_XXS;
@@ -779,7 +775,7 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
         free(layers);
         return em_errorf(EM_ERR_NOMEM, "out of memory for %u instructions", m->schedule.n_ops);
     }
-    const bool int8 = em_cuda_env_count("EMBER_CUDA_DP4A", 1) != 0;
+    const bool int8 = b->tuning.int8_activations;
     for (uint32_t i = 0; i < m->schedule.n_ops; i++)
         op_int8[i] = int8 && op_takes_int8(m->schedule.ops[i], layers[m->schedule.ops[i].layer], output);
     cudaError_t status = cudaMalloc((void **)&m->layers, d->n_layer * sizeof *layers);
@@ -799,7 +795,7 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
     CU_TRY(cudaMemset(m->att_done, 0, (uint64_t)MEGA_MAX_TOKENS * m->max_head * sizeof(uint32_t)));
     CU_TRY(cudaMalloc((void **)&m->barrier, sizeof *m->barrier));
     CU_TRY(cudaMemset(m->barrier, 0, sizeof *m->barrier));
-    if (getenv("EMBER_CUDA_MEGA_PROFILE")) {
+    if (b->tuning.mega_profile) {
         CU_TRY(cudaMalloc((void **)&m->op_ns, 3 * m->schedule.n_ops * sizeof *m->op_ns));
         CU_TRY(cudaMemset(m->op_ns, 0, 3 * m->schedule.n_ops * sizeof *m->op_ns));
     }
@@ -812,7 +808,7 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
     m->attention_warps = MEGA_ATTENTION_WARPS;
     /* EMBER_CUDA_MEGA_STAGE_KB: the stages' size, a measurement knob (bench/mega_probe.sh); at least
      * the longest row */
-    const uint64_t stage_kb = em_cuda_env_count("EMBER_CUDA_MEGA_STAGE_KB", 32);
+    const uint64_t stage_kb = b->tuning.mega_stage_kb;
     m->stage_bytes = (uint32_t)max(stage_kb * 1024 + 256, (widest_row + 64 + 127) / 128 * 128);
     /* the expert down products' results: a block's rows of x for each of the step's chosen experts */
     const size_t rows_per_block = (d->n_embd + b->n_sm - 1) / b->n_sm;
@@ -830,7 +826,6 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
         m->max_tokens = nt;
     }
     if (!m->max_tokens) return em_errorf(EM_ERR_UNSUPPORTED, "rows of %u values do not fit shared memory", widest);
-    CU_TRY(cudaMemcpyToSymbol(em_cuda_iq3xxs_grid, em_iq3xxs_grid, sizeof em_cuda_iq3xxs_grid));
     if ((err = allow_smem<1>(m->smem[1]))) return err;
     if (m->max_tokens >= 2 && (err = allow_smem<2>(m->smem[2]))) return err;
     if (m->max_tokens >= 3 && (err = allow_smem<3>(m->smem[3]))) return err;
@@ -838,14 +833,11 @@ static em_err setup(cuda_backend *b, cuda_mega *m) {
     return NULL;
 }
 
-/* Steps of up to this many sequences take the kernel unless EMBER_CUDA_MEGA says otherwise (N: up to
- * N, at most MEGA_MAX_TOKENS and what shared memory fits): none until it measures faster than the
- * per-operation kernels at some step size (bench/RESULTS.md, fourteenth CUDA session). */
-#define MEGA_DEFAULT_TOKENS 0
-
+/* Steps of up to EMBER_CUDA_MEGA=N sequences take the kernel (at most MEGA_MAX_TOKENS and what
+ * shared memory fits; tuning.cu has the default and why). */
 em_err em_cuda_mega_setup(cuda_backend *b) {
     b->mega = NULL;
-    const uint32_t wanted = em_cuda_env_count("EMBER_CUDA_MEGA", MEGA_DEFAULT_TOKENS);
+    const uint32_t wanted = b->tuning.mega_tokens;
     if (wanted == 0) return NULL;
     cuda_mega *m = (cuda_mega *)calloc(1, sizeof *m);
     if (!m) return em_errorf(EM_ERR_NOMEM, "out of memory for the persistent decode kernel");
