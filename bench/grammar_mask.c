@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
     em_grammar_masks *shared = NULL;
     const uint32_t n = (uint32_t)em_tokenizer_n_vocab(tok);
     if ((err = em_grammar_compile(text, len, &g))) return fail(argv[2], err);
-    if ((err = em_grammar_vocab_new(tok, n, &v))) return fail("vocabulary", err);
+    if ((err = em_grammar_vocab_new(tok, n, NULL, 0, &v))) return fail("vocabulary", err);
     if (share && (err = em_grammar_masks_new(v, (size_t)64 << 20, &shared))) return fail("cache", err);
     uint32_t *mask = malloc((n + 31) / 32 * sizeof *mask), *choices = malloc(n * sizeof *choices);
     em_grammar_state **states = calloc((size_t)seqs, sizeof *states);

@@ -132,7 +132,7 @@ static void walk_all(size_t max_bytes, int steps) {
     em_tokenizer *t = load_tokenizer("ggml-vocab-llama-spm.gguf");
     const uint32_t n = (uint32_t)em_tokenizer_n_vocab(t);
     em_grammar_vocab *v;
-    assert_null(em_grammar_vocab_new(t, n, &v));
+    assert_null(em_grammar_vocab_new(t, n, NULL, 0, &v));
     em_grammar_masks *shared;
     assert_null(em_grammar_masks_new(v, max_bytes, &shared));
     char *schema_gbnf;

@@ -72,8 +72,12 @@ typedef struct em_grammar_vocab em_grammar_vocab;
 
 /* The byte strings of tokens 0..n_tokens-1 as the tokenizer decodes them (em_token_to_piece,
  * without special text), in a trie. n_tokens may exceed the tokenizer's vocabulary (padded output
- * rows): those rows have no bytes and are never allowed. */
-em_err em_grammar_vocab_new(const em_tokenizer *tokenizer, uint32_t n_tokens, em_grammar_vocab **out);
+ * rows): those rows have no bytes and are never allowed. The control tokens listed in
+ * `text_controls` (n_text_controls ids, may be NULL) count as their text instead: a tool call's
+ * opening marker that the model writes as one control token (Mistral's `[TOOL_CALLS]`) is then
+ * allowed wherever the grammar allows that text. */
+em_err em_grammar_vocab_new(const em_tokenizer *tokenizer, uint32_t n_tokens, const int32_t *text_controls,
+                            size_t n_text_controls, em_grammar_vocab **out);
 /* The same from explicit pieces (tests): pieces[i] of lens[i] bytes; is_end[i] marks
  * end-of-generation tokens (may be NULL). */
 em_err em_grammar_vocab_from_pieces(const char *const *pieces, const size_t *lens, const bool *is_end,

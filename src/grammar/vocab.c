@@ -108,7 +108,14 @@ em_err em_grammar_vocab_from_pieces(const char *const *pieces, const size_t *len
     return NULL;
 }
 
-em_err em_grammar_vocab_new(const em_tokenizer *tokenizer, uint32_t n_tokens, em_grammar_vocab **out) {
+static bool listed(const int32_t *ids, size_t n, int32_t id) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id) return true;
+    return false;
+}
+
+em_err em_grammar_vocab_new(const em_tokenizer *tokenizer, uint32_t n_tokens, const int32_t *text_controls,
+                            size_t n_text_controls, em_grammar_vocab **out) {
     const char **pieces = malloc((n_tokens ? n_tokens : 1) * sizeof *pieces);
     size_t *lens = malloc((n_tokens ? n_tokens : 1) * sizeof *lens);
     bool *is_end = malloc((n_tokens ? n_tokens : 1) * sizeof *is_end);
@@ -117,7 +124,9 @@ em_err em_grammar_vocab_new(const em_tokenizer *tokenizer, uint32_t n_tokens, em
     for (uint32_t t = 0; !err && t < n_tokens; t++) {
         const bool in_vocab = t < (uint32_t)em_tokenizer_n_vocab(tokenizer);
         is_end[t] = in_vocab && em_tokenizer_is_eog(tokenizer, (int32_t)t);
-        lens[t] = in_vocab ? em_token_to_piece(tokenizer, (int32_t)t, false, &pieces[t]) : 0;
+        const bool as_text = in_vocab && !is_end[t] && em_tokenizer_is_control(tokenizer, (int32_t)t) &&
+                             listed(text_controls, n_text_controls, (int32_t)t);
+        lens[t] = in_vocab ? em_token_to_piece(tokenizer, (int32_t)t, as_text, &pieces[t]) : 0;
         if (!lens[t]) pieces[t] = "";
     }
     if (!err) err = em_grammar_vocab_from_pieces(pieces, lens, is_end, n_tokens, out);
