@@ -311,7 +311,10 @@ static void accept_token(ember_engine *e, ember_request *r, int32_t token, float
     } else if (r->grammar_state) {
         if (!em_grammar_accept_token(r->grammar_state, r->grammar_vocab->vocab, token)) {
             em_engine_emit(r, token, logprob, top, n_top, "", 0);
-            finish_request(e, r, EMBER_FINISH_ERROR, -1, "internal: a token outside the grammar's mask was picked");
+            /* A mask made from position tables does not step the state through every allowed
+             * token, so a grammar too ambiguous to follow can show here first. */
+            const char *why = em_grammar_failure(r->grammar_state);
+            finish_request(e, r, EMBER_FINISH_ERROR, -1, why ? why : "internal: a token outside the grammar's mask was picked");
             return;
         }
         grammar_done = !em_grammar_can_continue(r->grammar_state);

@@ -18,7 +18,13 @@ typedef struct grammar_slot {
     uint64_t hash;
     uint32_t *form;
     size_t n_form;
+    uint32_t form_elements; /* the grammar's element positions (the length of tables) */
     size_t n_masks; /* entries that belong to it */
+    /* Position tables (internal.h), per element position, built on first use, and the parse state
+     * of this grammar that walks them (its memo serves every position). */
+    em_position_table **tables;
+    size_t table_bytes;
+    em_grammar_state *probe;
 } grammar_slot;
 
 typedef struct mask_entry {
@@ -71,13 +77,27 @@ em_err em_grammar_masks_new(const em_grammar_vocab *vocab, size_t max_bytes, em_
     return NULL;
 }
 
+/* Frees what a grammar slot owns: its compiled form, its position tables and its probe. */
+static void slot_clear(grammar_slot *slot) {
+    free(slot->form);
+    if (slot->tables) {
+        for (uint32_t i = 0; i < slot->form_elements; i++) {
+            if (!slot->tables[i]) continue;
+            em_grammar_position_table_clear(slot->tables[i]);
+            free(slot->tables[i]);
+        }
+    }
+    free(slot->tables);
+    em_grammar_state_free(slot->probe);
+}
+
 void em_grammar_masks_free(em_grammar_masks *c) {
     if (!c) return;
     for (size_t i = 0; i < c->n_entries; i++) {
         free(c->entries[i].key);
         free(c->entries[i].mask);
     }
-    for (size_t i = 0; i < c->n_slots; i++) free(c->slots[i].form);
+    for (size_t i = 0; i < c->n_slots; i++) slot_clear(&c->slots[i]);
     free(c->entries);
     free(c->index);
     free(c->slots);
@@ -123,7 +143,8 @@ static uint64_t grammar_id(em_grammar_masks *c, em_grammar_state *s) {
         free(form);
         return 0;
     }
-    c->slots[c->n_slots++] = (grammar_slot){.id = c->next_id++, .hash = hash, .form = form, .n_form = n};
+    c->slots[c->n_slots++] = (grammar_slot){.id = c->next_id++, .hash = hash, .form = form, .n_form = n,
+                                            .form_elements = em_grammar_state_grammar(s)->n_elements};
     c->bytes += n * sizeof *form;
     em_grammar_set_shared_id(s, c->slots[c->n_slots - 1].id);
     return c->slots[c->n_slots - 1].id;
@@ -201,8 +222,8 @@ static void evict(em_grammar_masks *c) {
             c->slots[slots_kept++] = c->slots[i];
             continue;
         }
-        c->bytes -= c->slots[i].n_form * sizeof(uint32_t);
-        free(c->slots[i].form);
+        c->bytes -= c->slots[i].n_form * sizeof(uint32_t) + c->slots[i].table_bytes;
+        slot_clear(&c->slots[i]);
     }
     c->n_slots = slots_kept;
     rebuild_index(c);
@@ -268,3 +289,28 @@ void em_grammar_masks_store(em_grammar_masks *c, const uint32_t *mask, uint32_t 
 }
 
 const em_grammar_vocab *em_grammar_masks_vocab(const em_grammar_masks *c) { return c->vocab; }
+
+const em_position_table *em_grammar_masks_table(em_grammar_masks *c, em_grammar_state *s, uint32_t position) {
+    grammar_slot *slot = find_slot(c, em_grammar_shared_id(s));
+    if (!slot || position >= slot->form_elements) return NULL;
+    if (!slot->tables && !(slot->tables = calloc(slot->form_elements, sizeof *slot->tables))) return NULL;
+    if (slot->tables[position]) return slot->tables[position];
+    /* The probe follows the grammar of the state asking: the state that made it may be gone, with
+     * its grammar (any state of this slot has a grammar of the same compiled form). */
+    const em_grammar *grammar = em_grammar_state_grammar(s);
+    if (slot->probe && em_grammar_state_grammar(slot->probe) != grammar) {
+        em_grammar_state_free(slot->probe);
+        slot->probe = NULL;
+    }
+    if (!slot->probe && em_grammar_state_new(grammar, &slot->probe)) return NULL;
+    em_position_table *table = malloc(sizeof *table);
+    if (!table || !em_grammar_position_table(slot->probe, c->vocab, position, table)) {
+        free(table);
+        return NULL;
+    }
+    const size_t bytes = em_grammar_position_table_bytes(table) +
+                         (table->accepted_bits ? c->words * sizeof(uint32_t) : 0);
+    slot->table_bytes += bytes;
+    c->bytes += bytes;
+    return slot->tables[position] = table;
+}

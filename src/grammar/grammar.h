@@ -98,6 +98,9 @@ bool em_grammar_accept_bytes(em_grammar_state *state, const void *bytes, size_t 
 /* Feeds a token of `vocab`: its bytes, or for an end-of-generation token the end of the text
  * (allowed only when complete; afterwards nothing is). False (state unchanged) when not allowed. */
 bool em_grammar_accept_token(em_grammar_state *state, const em_grammar_vocab *vocab, int32_t token);
+/* Why the state stopped working (out of memory, or a grammar too ambiguous to follow: a mask, or
+ * a token it allowed, needed more than 256 parse stacks), or NULL while it works. */
+const char *em_grammar_failure(const em_grammar_state *state);
 /* The text so far is a whole sentence of the grammar (end of generation would be allowed). */
 bool em_grammar_complete(const em_grammar_state *state);
 /* Some byte may still follow (false: only the end is left, or nothing at all). */

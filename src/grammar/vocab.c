@@ -10,6 +10,7 @@ typedef struct trie_node {
     uint32_t first_child;
     uint32_t first_token;
     uint32_t n_tokens;
+    uint32_t end_token; /* the tokens below the node, its own first, are token_ids[first_token .. end_token) */
     uint16_t n_children;
     uint8_t byte;
 } trie_node;
@@ -21,7 +22,9 @@ struct em_grammar_vocab {
     bool *is_end;           /* end-of-generation tokens */
     uint32_t *end_tokens;
     uint32_t n_end_tokens;
-    uint32_t *token_ids;    /* tokens with bytes, sorted by their bytes (the trie's order) */
+    uint32_t *token_ids;    /* tokens with bytes, sorted by their bytes (the trie's order: a token's rank) */
+    uint32_t n_with_bytes;
+    uint32_t max_len;       /* the longest token's bytes */
     trie_node *nodes;       /* node 0 is the root */
     size_t n_nodes, cap_nodes;
 };
@@ -43,6 +46,7 @@ static bool build_node(em_grammar_vocab *v, size_t at, uint32_t lo, uint32_t hi,
     while (i < hi && piece_len(v, v->token_ids[i]) == depth) i++; /* the shorter ones sort first */
     v->nodes[at].first_token = lo;
     v->nodes[at].n_tokens = i - lo;
+    v->nodes[at].end_token = hi;
     uint32_t groups = 0;
     for (uint32_t j = i; j < hi; j++)
         if (j == i || v->bytes[v->piece_start[v->token_ids[j]] + depth] != v->bytes[v->piece_start[v->token_ids[j - 1]] + depth])
@@ -93,8 +97,10 @@ em_err em_grammar_vocab_from_pieces(const char *const *pieces, const size_t *len
             memcpy(v->bytes + at, pieces[t], lens[t]);
             at += (uint32_t)lens[t];
             if (lens[t]) v->token_ids[n_with_bytes++] = t;
+            if (lens[t] > v->max_len) v->max_len = (uint32_t)lens[t];
         }
         v->piece_start[n_tokens] = at;
+        v->n_with_bytes = n_with_bytes;
         qsort_r(v->token_ids, n_with_bytes, sizeof *v->token_ids, by_bytes, v);
         memset(&v->nodes[0], 0, sizeof v->nodes[0]);
         v->n_nodes = 1;
@@ -192,6 +198,147 @@ static void walk(mask_walk *w, const trie_node *node, uint32_t set) {
     }
 }
 
+/* ---- Position tables (internal.h) ---- */
+
+typedef struct table_walk {
+    em_grammar_state *probe;
+    const em_grammar_vocab *vocab;
+    em_position_table *table;
+    size_t cap_accepted, cap_uncertain;
+    bool failed;
+} table_walk;
+
+static bool add_accepted(table_walk *w, uint32_t first, uint32_t end) {
+    em_position_table *t = w->table;
+    if (!em_grammar_reserve(&t->accepted, &w->cap_accepted, t->n_accepted + (end - first), sizeof *t->accepted)) return false;
+    for (uint32_t i = first; i < end; i++) t->accepted[t->n_accepted++] = w->vocab->token_ids[i];
+    return true;
+}
+
+static bool add_uncertain(table_walk *w, uint32_t first, uint32_t end) {
+    em_position_table *t = w->table;
+    if (!em_grammar_reserve(&t->uncertain, &w->cap_uncertain, t->n_uncertain + (end - first), sizeof *t->uncertain)) return false;
+    for (uint32_t i = first; i < end; i++) t->uncertain[t->n_uncertain++] = i;
+    return true;
+}
+
+/* Classifies the tokens below `node` from `set`; `left`: a path has already left the position's
+ * rules with bytes still to read (the empty stack was in a set after the first byte), so what
+ * the walk here rejects, the stack below may still take. Ranks are visited in ascending order. */
+static void classify(table_walk *w, const trie_node *node, uint32_t set, bool left) {
+    const em_grammar_vocab *v = w->vocab;
+    for (uint32_t c = 0; c < node->n_children && !w->failed; c++) {
+        const trie_node *child = &v->nodes[node->first_child + c];
+        const uint32_t next = em_grammar_step(w->probe, set, child->byte, &w->failed);
+        const uint32_t own_end = child->first_token + child->n_tokens;
+        if (next != EM_GRAMMAR_DEAD) {
+            if (!add_accepted(w, child->first_token, own_end)) w->failed = true;
+            if (child->n_children) classify(w, child, next, left || em_grammar_set_complete(w->probe, next));
+        } else if (left && !add_uncertain(w, child->first_token, child->end_token)) {
+            w->failed = true; /* the whole subtree is the stack below's to decide */
+        }
+    }
+}
+
+bool em_grammar_position_table(em_grammar_state *probe, const em_grammar_vocab *v, uint32_t position,
+                               em_position_table *out) {
+    memset(out, 0, sizeof *out);
+    table_walk w = {.probe = probe, .vocab = v, .table = out};
+    const uint32_t start = em_grammar_set_at(probe, position);
+    w.failed = start == EM_GRAMMAR_DEAD || em_grammar_failure(probe);
+    if (!w.failed) classify(&w, &v->nodes[0], start, false);
+    const size_t words = ((size_t)v->n_tokens + 31) / 32;
+    if (!w.failed && out->n_accepted > words) { /* many: a bitset is smaller and quicker to apply */
+        uint32_t *bits = calloc(words, sizeof *bits);
+        if (!bits) w.failed = true;
+        for (uint32_t i = 0; bits && i < out->n_accepted; i++) bits[out->accepted[i] >> 5] |= 1u << (out->accepted[i] & 31);
+        free(out->accepted);
+        out->accepted = bits;
+        out->accepted_bits = true;
+    }
+    if (w.failed) em_grammar_position_table_clear(out);
+    return !w.failed;
+}
+
+void em_grammar_position_table_clear(em_position_table *t) {
+    free(t->accepted);
+    free(t->uncertain);
+    memset(t, 0, sizeof *t);
+}
+
+size_t em_grammar_position_table_bytes(const em_position_table *t) {
+    return sizeof *t + (size_t)t->n_uncertain * sizeof *t->uncertain + (t->accepted_bits ? 0 : (size_t)t->n_accepted * 4);
+}
+
+static int by_value(const void *a, const void *b) {
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The mask of `set` from its stacks' position tables: their accepted tokens, and those of their
+ * uncertain tokens that the set accepts, checked byte by byte in trie order so that a token
+ * shares the steps of the common prefix with the one before. False: a table could not be had or
+ * memory ran out (the caller walks the trie instead); *failed when the state itself failed. */
+static bool mask_from_tables(em_grammar_state *s, const em_grammar_vocab *v, em_grammar_masks *shared, uint32_t set,
+                             uint32_t *mask, bool *failed) {
+    uint32_t tops[256];
+    uint32_t n_tops = em_grammar_set_tops(s, set, tops);
+    qsort(tops, n_tops, sizeof *tops, by_value);
+    const em_position_table *tables[256];
+    size_t n_uncertain = 0, n_tables = 0;
+    for (uint32_t i = 0; i < n_tops; i++) {
+        if (i && tops[i] == tops[i - 1]) continue;
+        if (!(tables[n_tables] = em_grammar_masks_table(shared, s, tops[i]))) return false;
+        n_uncertain += tables[n_tables++]->n_uncertain;
+    }
+    uint32_t *uncertain = malloc((n_uncertain ? n_uncertain : 1) * sizeof *uncertain);
+    uint32_t *sets = malloc(((size_t)v->max_len + 1) * sizeof *sets);
+    if (!uncertain || !sets) {
+        free(uncertain);
+        free(sets);
+        return false;
+    }
+    const size_t words = ((size_t)v->n_tokens + 31) / 32;
+    n_uncertain = 0;
+    for (size_t k = 0; k < n_tables; k++) {
+        const em_position_table *t = tables[k];
+        if (t->accepted_bits)
+            for (size_t i = 0; i < words; i++) mask[i] |= t->accepted[i];
+        else
+            for (uint32_t i = 0; i < t->n_accepted; i++) mask[t->accepted[i] >> 5] |= 1u << (t->accepted[i] & 31);
+        memcpy(uncertain + n_uncertain, t->uncertain, t->n_uncertain * sizeof *uncertain);
+        n_uncertain += t->n_uncertain;
+    }
+    if (n_tables > 1) qsort(uncertain, n_uncertain, sizeof *uncertain, by_value);
+    /* sets[d]: the set after the first d bytes of the previous token checked (valid up to `known`) */
+    const uint8_t *previous = NULL;
+    uint32_t previous_len = 0, known = 0;
+    sets[0] = set;
+    for (size_t i = 0; i < n_uncertain && !*failed; i++) {
+        if (i && uncertain[i] == uncertain[i - 1]) continue;
+        const uint32_t token = v->token_ids[uncertain[i]];
+        if ((mask[token >> 5] >> (token & 31)) & 1u) continue; /* another stack accepts it anyway */
+        const uint8_t *bytes = v->bytes + v->piece_start[token];
+        const uint32_t len = piece_len(v, token);
+        uint32_t d = 0;
+        while (d < known && d < len && d < previous_len && bytes[d] == previous[d]) d++;
+        for (; d < len && sets[d] != EM_GRAMMAR_DEAD; d++) sets[d + 1] = em_grammar_step(s, sets[d], bytes[d], failed);
+        known = d; /* a dead set ends the steps: every longer token through it is dead too */
+        previous = bytes;
+        previous_len = len;
+        if (d == len && sets[len] != EM_GRAMMAR_DEAD) mask[token >> 5] |= 1u << (token & 31);
+    }
+    free(uncertain);
+    free(sets);
+    return true;
+}
+
+static uint32_t count_bits(const uint32_t *mask, size_t words) {
+    uint32_t n = 0;
+    for (size_t i = 0; i < words; i++) n += (uint32_t)__builtin_popcount(mask[i]);
+    return n;
+}
+
 /* Keeps a copy of the mask in the state's own memo (a copy of the state's set costs a memcpy). */
 static void keep_in_state(em_grammar_state *s, uint32_t set, const uint32_t *mask, uint32_t n_allowed, size_t words) {
     uint32_t *copy = malloc(words * sizeof *copy);
@@ -217,7 +364,12 @@ em_err em_grammar_mask_shared(em_grammar_state *s, const em_grammar_vocab *v, em
     }
     memset(mask, 0, words * sizeof *mask);
     mask_walk w = {.state = s, .vocab = v, .mask = mask};
-    if (set != EM_GRAMMAR_DEAD) walk(&w, &v->nodes[0], set);
+    if (shared && mask_from_tables(s, v, shared, set, mask, &w.failed)) {
+        w.n_allowed = count_bits(mask, words);
+    } else if (set != EM_GRAMMAR_DEAD) {
+        memset(mask, 0, words * sizeof *mask);
+        walk(&w, &v->nodes[0], set);
+    }
     if (w.failed) {
         const char *why = em_grammar_failure(s);
         return em_errorf(why && strcmp(why, "out of memory") ? EM_ERR_UNSUPPORTED : EM_ERR_NOMEM, "grammar: %s",
