@@ -4,7 +4,9 @@
  *   grammar_mask VOCAB.gguf GRAMMAR.gbnf SEQS TOKENS ROUNDS SHARE
  *       SEQS parse states of the grammar advance together, a token each per step, as the engine's
  *       constrained rows do: each step takes every sequence's mask (SHARE "on": through one
- *       shared mask cache, as the engine does; "off": each state's own memo only), then feeds it a
+ *       shared mask cache, as the engine does; "off": each state's own memo only; "tables": through
+ *       a shared cache too small to keep any mask, so that every mask a state has not seen itself is
+ *       made from the grammar's position tables, the first walk of a state), then feeds it a
  *       token drawn at random among the allowed ones (not an end-of-generation token; a sequence
  *       whose grammar cannot go on starts over). ROUNDS times, each round with new states (and,
  *       with SHARE on, the cache kept: later requests that follow the same grammar). Prints
@@ -44,11 +46,12 @@ static int by_value(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc != 7) {
-        fprintf(stderr, "usage: grammar_mask VOCAB.gguf GRAMMAR.gbnf SEQS TOKENS ROUNDS on|off\n");
+        fprintf(stderr, "usage: grammar_mask VOCAB.gguf GRAMMAR.gbnf SEQS TOKENS ROUNDS on|off|tables\n");
         return 1;
     }
     const int seqs = atoi(argv[3]), tokens = atoi(argv[4]), rounds = atoi(argv[5]);
-    const bool share = strcmp(argv[6], "on") == 0;
+    const bool share = strcmp(argv[6], "on") == 0 || strcmp(argv[6], "tables") == 0;
+    const size_t shared_bytes = strcmp(argv[6], "tables") == 0 ? 1024 : (size_t)64 << 20;
     if (seqs < 1 || tokens < 1 || rounds < 1 || seqs > 1024 || rounds > 1000) return fail("arguments", NULL);
     em_gguf *gguf;
     em_tokenizer *tok;
@@ -65,7 +68,7 @@ int main(int argc, char **argv) {
     const uint32_t n = (uint32_t)em_tokenizer_n_vocab(tok);
     if ((err = em_grammar_compile(text, len, &g))) return fail(argv[2], err);
     if ((err = em_grammar_vocab_new(tok, n, NULL, 0, &v))) return fail("vocabulary", err);
-    if (share && (err = em_grammar_masks_new(v, (size_t)64 << 20, &shared))) return fail("cache", err);
+    if (share && (err = em_grammar_masks_new(v, shared_bytes, &shared))) return fail("cache", err);
     uint32_t *mask = malloc((n + 31) / 32 * sizeof *mask), *choices = malloc(n * sizeof *choices);
     em_grammar_state **states = calloc((size_t)seqs, sizeof *states);
     double *per_token = malloc((size_t)rounds * sizeof *per_token);

@@ -23,6 +23,7 @@ typedef struct grammar_slot {
     /* Position tables (internal.h), per element position, built on first use, and the parse state
      * of this grammar that walks them (its memo serves every position). */
     em_position_table **tables;
+    uint8_t *asked; /* per position: a mask has asked for its table before (it is built the second time) */
     size_t table_bytes;
     em_grammar_state *probe;
 } grammar_slot;
@@ -88,6 +89,7 @@ static void slot_clear(grammar_slot *slot) {
         }
     }
     free(slot->tables);
+    free(slot->asked);
     em_grammar_state_free(slot->probe);
 }
 
@@ -294,7 +296,14 @@ const em_position_table *em_grammar_masks_table(em_grammar_masks *c, em_grammar_
     grammar_slot *slot = find_slot(c, em_grammar_shared_id(s));
     if (!slot || position >= slot->form_elements) return NULL;
     if (!slot->tables && !(slot->tables = calloc(slot->form_elements, sizeof *slot->tables))) return NULL;
+    if (!slot->asked && !(slot->asked = calloc(slot->form_elements, 1))) return NULL;
     if (slot->tables[position]) return slot->tables[position];
+    /* A table costs about a walk of the vocabulary: it is made when its position comes back in
+     * another parse state, not for positions a grammar passes once. */
+    if (!slot->asked[position]) {
+        slot->asked[position] = 1;
+        return NULL;
+    }
     /* The probe follows the grammar of the state asking: the state that made it may be gone, with
      * its grammar (any state of this slot has a grammar of the same compiled form). */
     const em_grammar *grammar = em_grammar_state_grammar(s);

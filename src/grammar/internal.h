@@ -112,7 +112,8 @@ const uint32_t *em_grammar_masks_find(em_grammar_masks *cache, em_grammar_state 
 void em_grammar_masks_store(em_grammar_masks *cache, const uint32_t *mask, uint32_t n_allowed);
 const em_grammar_vocab *em_grammar_masks_vocab(const em_grammar_masks *cache);
 /* The position table of `position` in the state's grammar (which em_grammar_masks_find has just
- * looked up), built on first use and kept with the grammar; NULL when out of memory. */
+ * looked up), kept with the grammar; built when a mask asks for it the second time (NULL the first
+ * time, and when out of memory). */
 const em_position_table *em_grammar_masks_table(em_grammar_masks *cache, em_grammar_state *state, uint32_t position);
 
 /* ---- Small helpers ---- */

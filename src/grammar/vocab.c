@@ -275,61 +275,77 @@ static int by_value(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Checks the uncertain tokens of ranks[0..n) (ascending) against `set`, allowing those it accepts:
+ * in trie order, each token sharing the steps of its common prefix with the one checked before.
+ * sets[d] is the set after the first d bytes of that token (valid up to `known`). */
+typedef struct uncertain_check {
+    em_grammar_state *state;
+    const em_grammar_vocab *vocab;
+    uint32_t *mask, *sets;
+    const uint8_t *previous;
+    uint32_t previous_len, known;
+    bool failed;
+} uncertain_check;
+
+static void check_uncertain(uncertain_check *c, uint32_t rank) {
+    const em_grammar_vocab *v = c->vocab;
+    const uint32_t token = v->token_ids[rank];
+    if ((c->mask[token >> 5] >> (token & 31)) & 1u) return; /* another stack accepts it anyway */
+    const uint8_t *bytes = v->bytes + v->piece_start[token];
+    const uint32_t len = piece_len(v, token);
+    uint32_t d = 0;
+    while (d < c->known && d < len && d < c->previous_len && bytes[d] == c->previous[d]) d++;
+    for (; d < len && c->sets[d] != EM_GRAMMAR_DEAD; d++) c->sets[d + 1] = em_grammar_step(c->state, c->sets[d], bytes[d], &c->failed);
+    c->known = d; /* a dead set ends the steps: every longer token through it is dead too */
+    c->previous = bytes;
+    c->previous_len = len;
+    if (d == len && c->sets[len] != EM_GRAMMAR_DEAD) c->mask[token >> 5] |= 1u << (token & 31);
+}
+
 /* The mask of `set` from its stacks' position tables: their accepted tokens, and those of their
- * uncertain tokens that the set accepts, checked byte by byte in trie order so that a token
- * shares the steps of the common prefix with the one before. False: a table could not be had or
- * memory ran out (the caller walks the trie instead); *failed when the state itself failed. */
+ * uncertain tokens that the set accepts. False: a table could not be had or memory ran out (the
+ * caller walks the trie instead); *failed when the state itself failed. */
 static bool mask_from_tables(em_grammar_state *s, const em_grammar_vocab *v, em_grammar_masks *shared, uint32_t set,
                              uint32_t *mask, bool *failed) {
     uint32_t tops[256];
     uint32_t n_tops = em_grammar_set_tops(s, set, tops);
     qsort(tops, n_tops, sizeof *tops, by_value);
     const em_position_table *tables[256];
-    size_t n_uncertain = 0, n_tables = 0;
+    size_t n_tables = 0;
+    bool all = true; /* every position is asked for, so that each counts this parse state */
     for (uint32_t i = 0; i < n_tops; i++) {
         if (i && tops[i] == tops[i - 1]) continue;
-        if (!(tables[n_tables] = em_grammar_masks_table(shared, s, tops[i]))) return false;
-        n_uncertain += tables[n_tables++]->n_uncertain;
+        all = (tables[n_tables++] = em_grammar_masks_table(shared, s, tops[i])) && all;
     }
-    uint32_t *uncertain = malloc((n_uncertain ? n_uncertain : 1) * sizeof *uncertain);
-    uint32_t *sets = malloc(((size_t)v->max_len + 1) * sizeof *sets);
-    if (!uncertain || !sets) {
-        free(uncertain);
-        free(sets);
+    if (!all) return false;
+    const size_t words = ((size_t)v->n_tokens + 31) / 32, rank_words = ((size_t)v->n_with_bytes + 31) / 32;
+    uncertain_check c = {.state = s, .vocab = v, .mask = mask, .sets = malloc(((size_t)v->max_len + 1) * sizeof *c.sets)};
+    /* Several stacks: their uncertain tokens merged (and made unique) through a bitset of ranks. */
+    uint32_t *ranks = n_tables > 1 ? calloc(rank_words ? rank_words : 1, sizeof *ranks) : NULL;
+    if (!c.sets || (n_tables > 1 && !ranks)) {
+        free(c.sets);
+        free(ranks);
         return false;
     }
-    const size_t words = ((size_t)v->n_tokens + 31) / 32;
-    n_uncertain = 0;
     for (size_t k = 0; k < n_tables; k++) {
         const em_position_table *t = tables[k];
         if (t->accepted_bits)
             for (size_t i = 0; i < words; i++) mask[i] |= t->accepted[i];
         else
             for (uint32_t i = 0; i < t->n_accepted; i++) mask[t->accepted[i] >> 5] |= 1u << (t->accepted[i] & 31);
-        memcpy(uncertain + n_uncertain, t->uncertain, t->n_uncertain * sizeof *uncertain);
-        n_uncertain += t->n_uncertain;
+        for (uint32_t i = 0; ranks && i < t->n_uncertain; i++) ranks[t->uncertain[i] >> 5] |= 1u << (t->uncertain[i] & 31);
     }
-    if (n_tables > 1) qsort(uncertain, n_uncertain, sizeof *uncertain, by_value);
-    /* sets[d]: the set after the first d bytes of the previous token checked (valid up to `known`) */
-    const uint8_t *previous = NULL;
-    uint32_t previous_len = 0, known = 0;
-    sets[0] = set;
-    for (size_t i = 0; i < n_uncertain && !*failed; i++) {
-        if (i && uncertain[i] == uncertain[i - 1]) continue;
-        const uint32_t token = v->token_ids[uncertain[i]];
-        if ((mask[token >> 5] >> (token & 31)) & 1u) continue; /* another stack accepts it anyway */
-        const uint8_t *bytes = v->bytes + v->piece_start[token];
-        const uint32_t len = piece_len(v, token);
-        uint32_t d = 0;
-        while (d < known && d < len && d < previous_len && bytes[d] == previous[d]) d++;
-        for (; d < len && sets[d] != EM_GRAMMAR_DEAD; d++) sets[d + 1] = em_grammar_step(s, sets[d], bytes[d], failed);
-        known = d; /* a dead set ends the steps: every longer token through it is dead too */
-        previous = bytes;
-        previous_len = len;
-        if (d == len && sets[len] != EM_GRAMMAR_DEAD) mask[token >> 5] |= 1u << (token & 31);
+    c.sets[0] = set;
+    if (!ranks) {
+        for (uint32_t i = 0; n_tables && i < tables[0]->n_uncertain && !c.failed; i++) check_uncertain(&c, tables[0]->uncertain[i]);
+    } else {
+        for (size_t w = 0; w < rank_words && !c.failed; w++)
+            for (uint32_t bits = ranks[w]; bits && !c.failed; bits &= bits - 1)
+                check_uncertain(&c, (uint32_t)(w * 32) + (uint32_t)__builtin_ctz(bits));
     }
-    free(uncertain);
-    free(sets);
+    *failed = *failed || c.failed;
+    free(c.sets);
+    free(ranks);
     return true;
 }
 
