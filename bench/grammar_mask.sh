@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The mask time per token per constrained sequence (bench/grammar_mask.c), for the grammar of
 # bench/RESULTS.md's constrained decoding sections, at 1 and 16 sequences, with and without the
-# shared mask cache, and through a cache that keeps no mask ("tables": every mask a state has not
-# seen itself is a first walk, made from the grammar's position tables; SHARES="off on" leaves it
-# out, for builds that have no position tables):
+# shared mask cache; then the first walks of parse states by the trie walk and from the grammar's
+# position tables side by side ("pair"; PAIR=0 leaves it out, for builds without position tables):
 #   bash bench/grammar_mask.sh BUILD_DIR [VOCAB.gguf] [TOKENS] [ROUNDS]
 # BUILD_DIR holds libember_core.a (a Release build). The vocabulary defaults to the reference
 # fixtures' llama-spm (32,000 tokens, the one of the tiny-llama test model).
@@ -13,7 +12,7 @@ build=${1:?usage: grammar_mask.sh BUILD_DIR [VOCAB.gguf] [TOKENS] [ROUNDS]}
 vocab=${2:-$root/tests/fixtures/reference/vocab/ggml-vocab-llama-spm.gguf}
 tokens=${3:-128}
 rounds=${4:-5}
-shares=${SHARES:-off on tables}
+pair=${PAIR:-1}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$root/src" "$root/bench/grammar_mask.c" "$build/libember_core.a" \
@@ -36,9 +35,10 @@ ws ::= | " " | "\n" [ \t]{0,20}
 GBNF
 for grammar in ${GRAMMARS:-json object}; do
   for seqs in 1 16; do
-    for share in $shares; do
+    for share in off on; do
       echo "grammar=$grammar seqs=$seqs share=$share" \
         "$("$work/grammar_mask" "$vocab" "$work/$grammar.gbnf" "$seqs" "$tokens" "$rounds" "$share")"
     done
   done
+  [ "$pair" = 1 ] && echo "grammar=$grammar pair $("$work/grammar_mask" "$vocab" "$work/$grammar.gbnf" 1 "$tokens" "$rounds" pair)"
 done

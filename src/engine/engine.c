@@ -290,7 +290,8 @@ static em_err resolve_control_texts(const ember_engine *e, ember_request *r, con
     for (size_t i = 0; i < p->n_control_texts; i++) {
         if (!p->control_texts[i]) return em_errorf(EM_ERR_INVALID, "request: control text %zu is NULL", i);
         const int32_t id = em_tokenizer_find(e->tokenizer, p->control_texts[i], strlen(p->control_texts[i]));
-        if (id != EM_TOKEN_NONE && em_tokenizer_is_control(e->tokenizer, id)) r->text_controls[r->n_text_controls++] = id;
+        if (id != EM_TOKEN_NONE && em_tokenizer_is_control(e->tokenizer, id))
+            r->text_controls[r->n_text_controls++] = id;
     }
     qsort(r->text_controls, r->n_text_controls, sizeof *r->text_controls, by_token_id);
     size_t n = 0;

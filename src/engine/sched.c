@@ -314,7 +314,8 @@ static void accept_token(ember_engine *e, ember_request *r, int32_t token, float
             /* A mask made from position tables does not step the state through every allowed
              * token, so a grammar too ambiguous to follow can show here first. */
             const char *why = em_grammar_failure(r->grammar_state);
-            finish_request(e, r, EMBER_FINISH_ERROR, -1, why ? why : "internal: a token outside the grammar's mask was picked");
+            finish_request(e, r, EMBER_FINISH_ERROR, -1,
+                           why ? why : "internal: a token outside the grammar's mask was picked");
             return;
         }
         grammar_done = !em_grammar_can_continue(r->grammar_state);
@@ -645,8 +646,8 @@ static void advance_flight(ember_engine *e) {
 static em_err find_grammar_vocab(ember_engine *e, ember_request *r) {
     for (size_t i = 0; i < e->n_grammar_vocabs; i++) {
         em_grammar_vocab_entry *v = &e->grammar_vocabs[i];
-        if (v->n_text_controls == r->n_text_controls &&
-            (!r->n_text_controls || !memcmp(v->text_controls, r->text_controls, r->n_text_controls * sizeof *r->text_controls))) {
+        const size_t bytes = r->n_text_controls * sizeof *r->text_controls;
+        if (v->n_text_controls == r->n_text_controls && (!bytes || !memcmp(v->text_controls, r->text_controls, bytes))) {
             r->grammar_vocab = v;
             return NULL;
         }

@@ -5,8 +5,10 @@
  * state; here a set is named by its content instead (em_grammar_set_key: the positions of its
  * stacks), prefixed by the id of its grammar. Grammars are told apart by their whole compiled
  * form, compared exactly (two requests compile the same text to the same arrays), so two grammars
- * never share an entry. Memory is bounded: past max_bytes the least recently used masks go, and
- * the grammars no mask refers to any more. */
+ * never share an entry. Each grammar also keeps its position tables (internal.h), made for the
+ * positions that come back in new parse states, from which masks not seen before are made. Memory
+ * is bounded: past max_bytes the least recently used masks go, and the grammars no mask refers to
+ * any more, with their tables. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -28,7 +28,11 @@
  * walk of that trie against the automaton that prunes every subtree the state cannot enter, and
  * it is cached per state, so a state seen before costs a copy; the engine also keeps a cache of
  * masks shared by all requests (cache.c), keyed by grammar and the content of the state, so
- * requests with the same grammar walk each state once between them. End-of-generation tokens are allowed
+ * requests with the same grammar walk each state once between them. That cache also keeps position
+ * tables (internal.h): for a grammar position that comes back in new parse states, the tokens a
+ * stack there accepts whatever lies below it, and those that leave its rules; a state's mask is
+ * the union over its stacks, so a state seen for the first time costs its stacks' tables plus a
+ * check of their uncertain tokens instead of a walk of the trie. End-of-generation tokens are allowed
  * only when the grammar is complete (the empty stack is in the state); tokens without bytes
  * (control tokens) never are.
  *

@@ -92,7 +92,7 @@ typedef struct em_position_table {
     uint32_t *accepted; /* token ids, or a bitset of the vocabulary when accepted_bits */
     uint32_t n_accepted;
     bool accepted_bits;
-    uint32_t *uncertain; /* trie ranks (the vocabulary's byte order) of the uncertain tokens, ascending */
+    uint32_t *uncertain; /* the uncertain tokens, as trie nodes whose whole subtrees they are (ascending) */
     uint32_t n_uncertain;
 } em_position_table;
 

@@ -10,7 +10,7 @@ typedef struct trie_node {
     uint32_t first_child;
     uint32_t first_token;
     uint32_t n_tokens;
-    uint32_t end_token; /* the tokens below the node, its own first, are token_ids[first_token .. end_token) */
+    uint32_t parent;    /* the node above (the root's is itself) */
     uint16_t n_children;
     uint8_t byte;
 } trie_node;
@@ -22,8 +22,7 @@ struct em_grammar_vocab {
     bool *is_end;           /* end-of-generation tokens */
     uint32_t *end_tokens;
     uint32_t n_end_tokens;
-    uint32_t *token_ids;    /* tokens with bytes, sorted by their bytes (the trie's order: a token's rank) */
-    uint32_t n_with_bytes;
+    uint32_t *token_ids;    /* tokens with bytes, sorted by their bytes (the trie's order) */
     uint32_t max_len;       /* the longest token's bytes */
     trie_node *nodes;       /* node 0 is the root */
     size_t n_nodes, cap_nodes;
@@ -46,7 +45,6 @@ static bool build_node(em_grammar_vocab *v, size_t at, uint32_t lo, uint32_t hi,
     while (i < hi && piece_len(v, v->token_ids[i]) == depth) i++; /* the shorter ones sort first */
     v->nodes[at].first_token = lo;
     v->nodes[at].n_tokens = i - lo;
-    v->nodes[at].end_token = hi;
     uint32_t groups = 0;
     for (uint32_t j = i; j < hi; j++)
         if (j == i || v->bytes[v->piece_start[v->token_ids[j]] + depth] != v->bytes[v->piece_start[v->token_ids[j - 1]] + depth])
@@ -63,6 +61,7 @@ static bool build_node(em_grammar_vocab *v, size_t at, uint32_t lo, uint32_t hi,
         while (end < hi && v->bytes[v->piece_start[v->token_ids[end]] + depth] == byte) end++;
         memset(&v->nodes[child], 0, sizeof v->nodes[child]);
         v->nodes[child].byte = byte;
+        v->nodes[child].parent = (uint32_t)at;
         if (!build_node(v, child, j, end, depth + 1)) return false;
         child++;
         j = end;
@@ -100,7 +99,6 @@ em_err em_grammar_vocab_from_pieces(const char *const *pieces, const size_t *len
             if (lens[t] > v->max_len) v->max_len = (uint32_t)lens[t];
         }
         v->piece_start[n_tokens] = at;
-        v->n_with_bytes = n_with_bytes;
         qsort_r(v->token_ids, n_with_bytes, sizeof *v->token_ids, by_bytes, v);
         memset(&v->nodes[0], 0, sizeof v->nodes[0]);
         v->n_nodes = 1;
@@ -210,21 +208,22 @@ typedef struct table_walk {
 
 static bool add_accepted(table_walk *w, uint32_t first, uint32_t end) {
     em_position_table *t = w->table;
-    if (!em_grammar_reserve(&t->accepted, &w->cap_accepted, t->n_accepted + (end - first), sizeof *t->accepted)) return false;
+    if (!em_grammar_reserve(&t->accepted, &w->cap_accepted, t->n_accepted + (end - first), sizeof *t->accepted))
+        return false;
     for (uint32_t i = first; i < end; i++) t->accepted[t->n_accepted++] = w->vocab->token_ids[i];
     return true;
 }
 
-static bool add_uncertain(table_walk *w, uint32_t first, uint32_t end) {
+static bool add_uncertain(table_walk *w, uint32_t node) {
     em_position_table *t = w->table;
-    if (!em_grammar_reserve(&t->uncertain, &w->cap_uncertain, t->n_uncertain + (end - first), sizeof *t->uncertain)) return false;
-    for (uint32_t i = first; i < end; i++) t->uncertain[t->n_uncertain++] = i;
+    if (!em_grammar_reserve(&t->uncertain, &w->cap_uncertain, t->n_uncertain + 1, sizeof *t->uncertain)) return false;
+    t->uncertain[t->n_uncertain++] = node;
     return true;
 }
 
 /* Classifies the tokens below `node` from `set`; `left`: a path has already left the position's
  * rules with bytes still to read (the empty stack was in a set after the first byte), so what
- * the walk here rejects, the stack below may still take. Ranks are visited in ascending order. */
+ * the walk here rejects, the stack below may still take. */
 static void classify(table_walk *w, const trie_node *node, uint32_t set, bool left) {
     const em_grammar_vocab *v = w->vocab;
     for (uint32_t c = 0; c < node->n_children && !w->failed; c++) {
@@ -234,7 +233,7 @@ static void classify(table_walk *w, const trie_node *node, uint32_t set, bool le
         if (next != EM_GRAMMAR_DEAD) {
             if (!add_accepted(w, child->first_token, own_end)) w->failed = true;
             if (child->n_children) classify(w, child, next, left || em_grammar_set_complete(w->probe, next));
-        } else if (left && !add_uncertain(w, child->first_token, child->end_token)) {
+        } else if (left && !add_uncertain(w, node->first_child + c)) {
             w->failed = true; /* the whole subtree is the stack below's to decide */
         }
     }
@@ -251,7 +250,8 @@ bool em_grammar_position_table(em_grammar_state *probe, const em_grammar_vocab *
     if (!w.failed && out->n_accepted > words) { /* many: a bitset is smaller and quicker to apply */
         uint32_t *bits = calloc(words, sizeof *bits);
         if (!bits) w.failed = true;
-        for (uint32_t i = 0; bits && i < out->n_accepted; i++) bits[out->accepted[i] >> 5] |= 1u << (out->accepted[i] & 31);
+        for (uint32_t i = 0; bits && i < out->n_accepted; i++)
+            bits[out->accepted[i] >> 5] |= 1u << (out->accepted[i] & 31);
         free(out->accepted);
         out->accepted = bits;
         out->accepted_bits = true;
@@ -267,7 +267,8 @@ void em_grammar_position_table_clear(em_position_table *t) {
 }
 
 size_t em_grammar_position_table_bytes(const em_position_table *t) {
-    return sizeof *t + (size_t)t->n_uncertain * sizeof *t->uncertain + (t->accepted_bits ? 0 : (size_t)t->n_accepted * 4);
+    const size_t listed = t->accepted_bits ? 0 : (size_t)t->n_accepted * sizeof *t->accepted;
+    return sizeof *t + (size_t)t->n_uncertain * sizeof *t->uncertain + listed;
 }
 
 static int by_value(const void *a, const void *b) {
@@ -275,77 +276,97 @@ static int by_value(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Checks the uncertain tokens of ranks[0..n) (ascending) against `set`, allowing those it accepts:
- * in trie order, each token sharing the steps of its common prefix with the one checked before.
- * sets[d] is the set after the first d bytes of that token (valid up to `known`). */
-typedef struct uncertain_check {
-    em_grammar_state *state;
-    const em_grammar_vocab *vocab;
-    uint32_t *mask, *sets;
-    const uint8_t *previous;
-    uint32_t previous_len, known;
-    bool failed;
-} uncertain_check;
+/* The set reached from `set` by the bytes that lead to trie node `node` (EM_GRAMMAR_DEAD when they
+ * do not), stepping only below the deepest node of `path` (the nodes of the last path followed,
+ * from the root down, path_sets[i] the set at path[i]) that is also above this one. */
+typedef struct trie_path {
+    uint32_t *nodes, *sets;
+    uint32_t depth;  /* path nodes known: nodes[0] is the root */
+    uint32_t *chain; /* scratch: a node's ancestors below the known path */
+} trie_path;
 
-static void check_uncertain(uncertain_check *c, uint32_t rank) {
-    const em_grammar_vocab *v = c->vocab;
-    const uint32_t token = v->token_ids[rank];
-    if ((c->mask[token >> 5] >> (token & 31)) & 1u) return; /* another stack accepts it anyway */
-    const uint8_t *bytes = v->bytes + v->piece_start[token];
-    const uint32_t len = piece_len(v, token);
-    uint32_t d = 0;
-    while (d < c->known && d < len && d < c->previous_len && bytes[d] == c->previous[d]) d++;
-    for (; d < len && c->sets[d] != EM_GRAMMAR_DEAD; d++) c->sets[d + 1] = em_grammar_step(c->state, c->sets[d], bytes[d], &c->failed);
-    c->known = d; /* a dead set ends the steps: every longer token through it is dead too */
-    c->previous = bytes;
-    c->previous_len = len;
-    if (d == len && c->sets[len] != EM_GRAMMAR_DEAD) c->mask[token >> 5] |= 1u << (token & 31);
+static uint32_t set_at_node(em_grammar_state *s, const em_grammar_vocab *v, trie_path *p, uint32_t node, bool *failed) {
+    uint32_t n = 0; /* the node's ancestors up to one on the known path, deepest first (the root always is) */
+    for (uint32_t at = node;; at = v->nodes[at].parent) {
+        uint32_t depth = 0;
+        while (depth < p->depth && p->nodes[depth] != at) depth++;
+        if (depth < p->depth) {
+            p->depth = depth + 1; /* keep the shared part, then extend it */
+            break;
+        }
+        p->chain[n++] = at;
+    }
+    uint32_t *chain = p->chain;
+    while (n--) {
+        const uint32_t at = chain[n], from = p->sets[p->depth - 1];
+        p->nodes[p->depth] = at;
+        p->sets[p->depth] = from == EM_GRAMMAR_DEAD ? EM_GRAMMAR_DEAD : em_grammar_step(s, from, v->nodes[at].byte, failed);
+        p->depth++;
+    }
+    return p->sets[p->depth - 1];
 }
 
 /* The mask of `set` from its stacks' position tables: their accepted tokens, and those of their
- * uncertain tokens that the set accepts. False: a table could not be had or memory ran out (the
- * caller walks the trie instead); *failed when the state itself failed. */
+ * uncertain subtrees that the set accepts, each walked like the whole trie from the set its bytes
+ * lead to (siblings share their parent's steps). False: a table could not be had or memory ran
+ * out (the caller walks the trie instead); *failed when the state itself failed. */
 static bool mask_from_tables(em_grammar_state *s, const em_grammar_vocab *v, em_grammar_masks *shared, uint32_t set,
                              uint32_t *mask, bool *failed) {
     uint32_t tops[256];
     uint32_t n_tops = em_grammar_set_tops(s, set, tops);
     qsort(tops, n_tops, sizeof *tops, by_value);
     const em_position_table *tables[256];
-    size_t n_tables = 0;
+    size_t n_tables = 0, n_roots = 0;
     bool all = true; /* every position is asked for, so that each counts this parse state */
     for (uint32_t i = 0; i < n_tops; i++) {
         if (i && tops[i] == tops[i - 1]) continue;
-        all = (tables[n_tables++] = em_grammar_masks_table(shared, s, tops[i])) && all;
+        all = (tables[n_tables] = em_grammar_masks_table(shared, s, tops[i])) && all;
+        if (tables[n_tables]) n_roots += tables[n_tables]->n_uncertain;
+        n_tables++;
     }
     if (!all) return false;
-    const size_t words = ((size_t)v->n_tokens + 31) / 32, rank_words = ((size_t)v->n_with_bytes + 31) / 32;
-    uncertain_check c = {.state = s, .vocab = v, .mask = mask, .sets = malloc(((size_t)v->max_len + 1) * sizeof *c.sets)};
-    /* Several stacks: their uncertain tokens merged (and made unique) through a bitset of ranks. */
-    uint32_t *ranks = n_tables > 1 ? calloc(rank_words ? rank_words : 1, sizeof *ranks) : NULL;
-    if (!c.sets || (n_tables > 1 && !ranks)) {
-        free(c.sets);
-        free(ranks);
+    const size_t words = ((size_t)v->n_tokens + 31) / 32;
+    uint32_t *roots = malloc((n_roots ? n_roots : 1) * sizeof *roots);
+    const size_t deepest = (size_t)v->max_len + 1;
+    trie_path path = {.nodes = malloc(deepest * sizeof *path.nodes), .sets = malloc(deepest * sizeof *path.sets),
+                      .chain = malloc(deepest * sizeof *path.chain), .depth = 1};
+    if (!roots || !path.nodes || !path.sets || !path.chain) {
+        free(roots);
+        free(path.nodes);
+        free(path.sets);
+        free(path.chain);
         return false;
     }
+    n_roots = 0;
     for (size_t k = 0; k < n_tables; k++) {
         const em_position_table *t = tables[k];
         if (t->accepted_bits)
             for (size_t i = 0; i < words; i++) mask[i] |= t->accepted[i];
         else
             for (uint32_t i = 0; i < t->n_accepted; i++) mask[t->accepted[i] >> 5] |= 1u << (t->accepted[i] & 31);
-        for (uint32_t i = 0; ranks && i < t->n_uncertain; i++) ranks[t->uncertain[i] >> 5] |= 1u << (t->uncertain[i] & 31);
+        memcpy(roots + n_roots, t->uncertain, t->n_uncertain * sizeof *roots);
+        n_roots += t->n_uncertain;
     }
-    c.sets[0] = set;
-    if (!ranks) {
-        for (uint32_t i = 0; n_tables && i < tables[0]->n_uncertain && !c.failed; i++) check_uncertain(&c, tables[0]->uncertain[i]);
-    } else {
-        for (size_t w = 0; w < rank_words && !c.failed; w++)
-            for (uint32_t bits = ranks[w]; bits && !c.failed; bits &= bits - 1)
-                check_uncertain(&c, (uint32_t)(w * 32) + (uint32_t)__builtin_ctz(bits));
+    if (n_tables > 1) qsort(roots, n_roots, sizeof *roots, by_value);
+    path.nodes[0] = 0;
+    path.sets[0] = set;
+    mask_walk w = {.state = s, .vocab = v, .mask = mask};
+    for (size_t i = 0; i < n_roots && !w.failed; i++) {
+        if (i && roots[i] == roots[i - 1]) continue;
+        const uint32_t here = set_at_node(s, v, &path, roots[i], &w.failed);
+        if (here == EM_GRAMMAR_DEAD) continue;
+        const trie_node *node = &v->nodes[roots[i]];
+        for (uint32_t k = 0; k < node->n_tokens; k++) {
+            const uint32_t token = v->token_ids[node->first_token + k];
+            mask[token >> 5] |= 1u << (token & 31);
+        }
+        if (node->n_children) walk(&w, node, here);
     }
-    *failed = *failed || c.failed;
-    free(c.sets);
-    free(ranks);
+    *failed = *failed || w.failed;
+    free(roots);
+    free(path.nodes);
+    free(path.sets);
+    free(path.chain);
     return true;
 }
 

@@ -81,7 +81,8 @@ size_t em_answer_markers(const em_answer_options *options, const char *out[EM_AN
     for (const char *const *opener = openers(options->format); *opener; opener++)
         if (**opener != '{') out[n++] = *opener; /* Llama's `{"name"` is plain JSON text */
     if (options->format == EM_TOOL_FORMAT_HERMES) out[n++] = "</tool_call>";
-    if (options->format == EM_TOOL_FORMAT_MISTRAL || options->format == EM_TOOL_FORMAT_MISTRAL_ARGS) out[n++] = "[ARGS]";
+    if (options->format == EM_TOOL_FORMAT_MISTRAL || options->format == EM_TOOL_FORMAT_MISTRAL_ARGS)
+        out[n++] = "[ARGS]";
     return n;
 }
 

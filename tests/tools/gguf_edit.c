@@ -67,7 +67,10 @@ int main(int argc, char **argv) {
             const char **strings = malloc(kv->array_len * sizeof *strings);
             uint64_t *lengths = malloc(kv->array_len * sizeof *lengths);
             if (!strings || !lengths) return fprintf(stderr, "gguf_edit: out of memory\n"), 1;
-            for (uint64_t t = 0; t < kv->array_len; t++) strings[t] = kv->strings[t].ptr, lengths[t] = kv->strings[t].len;
+            for (uint64_t t = 0; t < kv->array_len; t++) {
+                strings[t] = kv->strings[t].ptr;
+                lengths[t] = kv->strings[t].len;
+            }
             for (size_t c = 0; c < n_controls; c++) {
                 if (control_ids[c] >= kv->array_len) continue;
                 strings[control_ids[c]] = control_texts[c];
