@@ -55,7 +55,8 @@ static int by_value(const void *a, const void *b) {
 static int pair_walks(const em_tokenizer *tok, const em_grammar *g, const em_grammar_vocab *v, int tokens, int rounds) {
     const uint32_t n = em_grammar_vocab_size(v);
     const size_t words = ((size_t)n + 31) / 32;
-    uint32_t *mask = malloc(words * sizeof *mask), *other = malloc(words * sizeof *other), *choices = malloc(n * sizeof *choices);
+    uint32_t *mask = malloc(words * sizeof *mask), *other = malloc(words * sizeof *other);
+    uint32_t *choices = malloc(n * sizeof *choices);
     double *trie_us = malloc((size_t)rounds * sizeof *trie_us), *tables_us = malloc((size_t)rounds * sizeof *tables_us);
     em_grammar_masks *shared;
     em_err err = em_grammar_masks_new(v, 1024, &shared); /* too small for any mask: tables only */
@@ -64,7 +65,8 @@ static int pair_walks(const em_tokenizer *tok, const em_grammar *g, const em_gra
     uint64_t random = 1;
     for (int round = 0; round < rounds; round++) {
         em_grammar_state *by_trie, *by_tables;
-        if ((err = em_grammar_state_new(g, &by_trie)) || (err = em_grammar_state_new(g, &by_tables))) return fail("state", err);
+        if ((err = em_grammar_state_new(g, &by_trie)) || (err = em_grammar_state_new(g, &by_tables)))
+            return fail("state", err);
         double trie_s = 0, tables_s = 0;
         int steps = 0;
         for (; steps < tokens; steps++) {
@@ -80,7 +82,8 @@ static int pair_walks(const em_tokenizer *tok, const em_grammar *g, const em_gra
                 return fail("a mask from position tables differs from the trie walk's", NULL);
             uint32_t n_choices = 0;
             for (uint32_t id = 0; id < n; id++)
-                if (((mask[id >> 5] >> (id & 31)) & 1u) && !em_tokenizer_is_eog(tok, (int32_t)id)) choices[n_choices++] = id;
+                if (((mask[id >> 5] >> (id & 31)) & 1u) && !em_tokenizer_is_eog(tok, (int32_t)id))
+                    choices[n_choices++] = id;
             if (!n_choices) break;
             const int32_t token = (int32_t)choices[next_random(&random) % n_choices];
             em_grammar_accept_token(by_trie, v, token);

@@ -40,5 +40,6 @@ for grammar in ${GRAMMARS:-json object}; do
         "$("$work/grammar_mask" "$vocab" "$work/$grammar.gbnf" "$seqs" "$tokens" "$rounds" "$share")"
     done
   done
-  [ "$pair" = 1 ] && echo "grammar=$grammar pair $("$work/grammar_mask" "$vocab" "$work/$grammar.gbnf" 1 "$tokens" "$rounds" pair)"
+  [ "$pair" = 1 ] &&
+    echo "grammar=$grammar pair $("$work/grammar_mask" "$vocab" "$work/$grammar.gbnf" 1 "$tokens" "$rounds" pair)"
 done
