@@ -276,15 +276,16 @@ static int by_value(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The set reached from `set` by the bytes that lead to trie node `node` (EM_GRAMMAR_DEAD when they
- * do not), stepping only below the deepest node of `path` (the nodes of the last path followed,
- * from the root down, path_sets[i] the set at path[i]) that is also above this one. */
+/* The last path followed down the trie from the root, with the set reached at each of its nodes. */
 typedef struct trie_path {
-    uint32_t *nodes, *sets;
-    uint32_t depth;  /* path nodes known: nodes[0] is the root */
-    uint32_t *chain; /* scratch: a node's ancestors below the known path */
+    uint32_t *nodes, *sets; /* nodes[0] is the root, sets[0] the set the mask is for */
+    uint32_t depth;         /* nodes known */
+    uint32_t *chain;        /* scratch: a node's ancestors below the known path */
 } trie_path;
 
+/* The set reached by the bytes that lead to trie node `node` (EM_GRAMMAR_DEAD when they do not),
+ * stepping only below the deepest node of the known path that is also above this one; the path
+ * then leads to `node`. */
 static uint32_t set_at_node(em_grammar_state *s, const em_grammar_vocab *v, trie_path *p, uint32_t node, bool *failed) {
     uint32_t n = 0; /* the node's ancestors up to one on the known path, deepest first (the root always is) */
     for (uint32_t at = node;; at = v->nodes[at].parent) {
@@ -300,7 +301,7 @@ static uint32_t set_at_node(em_grammar_state *s, const em_grammar_vocab *v, trie
     while (n--) {
         const uint32_t at = chain[n], from = p->sets[p->depth - 1];
         p->nodes[p->depth] = at;
-        p->sets[p->depth] = from == EM_GRAMMAR_DEAD ? EM_GRAMMAR_DEAD : em_grammar_step(s, from, v->nodes[at].byte, failed);
+        p->sets[p->depth] = em_grammar_step(s, from, v->nodes[at].byte, failed); /* DEAD stays DEAD */
         p->depth++;
     }
     return p->sets[p->depth - 1];
@@ -344,7 +345,7 @@ static bool mask_from_tables(em_grammar_state *s, const em_grammar_vocab *v, em_
             for (size_t i = 0; i < words; i++) mask[i] |= t->accepted[i];
         else
             for (uint32_t i = 0; i < t->n_accepted; i++) mask[t->accepted[i] >> 5] |= 1u << (t->accepted[i] & 31);
-        memcpy(roots + n_roots, t->uncertain, t->n_uncertain * sizeof *roots);
+        if (t->n_uncertain) memcpy(roots + n_roots, t->uncertain, t->n_uncertain * sizeof *roots);
         n_roots += t->n_uncertain;
     }
     if (n_tables > 1) qsort(roots, n_roots, sizeof *roots, by_value);
