@@ -199,6 +199,14 @@ typedef struct ember_request_params {
      * it that the grammar refuses, generation stops there. Copied; NULL: the grammar applies from
      * the start. */
     const char *grammar_trigger;
+    /* Optional: texts of control tokens that count as output text for this request: a tool call's
+     * marker that the model writes as one control token (Mistral's `[TOOL_CALLS]`, Llama 3.1's
+     * `<|python_tag|>`). A control token whose text is one of these is detokenized as that text
+     * (so stop strings, a lazy grammar's trigger and the caller see it) and is allowed by a
+     * grammar wherever the grammar allows its text. Texts that name no control token of the
+     * vocabulary are ignored (other tokens are text already). Copied; at most 16. */
+    const char *const *control_texts;
+    size_t n_control_texts;
     /* Optional: output delivered by callback instead of ember_request_next. It runs on the engine
      * thread, once per generated token (and for held-back text) and once more with `finish` set;
      * it must return quickly and must not call into the engine except ember_request_cancel.

@@ -21,21 +21,71 @@
 #define VOCAB EM_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf"
 #define DIR EM_BINARY_DIR "/test_engine_grammar_files"
 #define MODEL DIR "/tiny-llama.gguf"
+/* The same model over a vocabulary where two tokens are Mistral's call markers, as control tokens. */
+#define MARKER_VOCAB DIR "/vocab-markers.gguf"
+#define MARKER_MODEL DIR "/tiny-llama-markers.gguf"
+#define MARKER_CALLS 31990 /* [TOOL_CALLS] */
+#define MARKER_ARGS 31991  /* [ARGS] */
 #define MAX_OUT 400
+
+/* Writes the fixture vocabulary's tokenizer with two tokens turned into control tokens that carry
+ * Mistral's marker texts (Mistral's own vocabularies have them as control tokens). */
+static em_err write_marker_vocab(void) {
+    em_gguf *v;
+    em_err err = em_gguf_open(VOCAB, &v);
+    if (err) return err;
+    em_gguf_writer *w;
+    if ((err = em_gguf_writer_new(3, &w))) {
+        em_gguf_close(v);
+        return err;
+    }
+    for (uint64_t i = 0; i < em_gguf_kv_count(v) && !err; i++) {
+        const em_gguf_kv *kv = em_gguf_kv_at(v, i);
+        if (em_str_eq(kv->key, "tokenizer.ggml.tokens")) {
+            const uint64_t n = kv->array_len;
+            const char **strs = malloc(n * sizeof *strs);
+            uint64_t *lens = malloc(n * sizeof *lens);
+            assert_non_null(strs);
+            assert_non_null(lens);
+            for (uint64_t t = 0; t < n; t++) strs[t] = kv->strings[t].ptr, lens[t] = kv->strings[t].len;
+            strs[MARKER_CALLS] = "[TOOL_CALLS]", lens[MARKER_CALLS] = 12;
+            strs[MARKER_ARGS] = "[ARGS]", lens[MARKER_ARGS] = 6;
+            err = em_gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", strs, lens, n);
+            free(strs);
+            free(lens);
+        } else if (em_str_eq(kv->key, "tokenizer.ggml.token_type")) {
+            int32_t *types = malloc(kv->array_len * sizeof *types);
+            assert_non_null(types);
+            for (uint64_t t = 0; t < kv->array_len; t++) types[t] = (int32_t)em_gguf_array_int(kv, t);
+            types[MARKER_CALLS] = types[MARKER_ARGS] = EM_TOKEN_CONTROL;
+            err = em_gguf_writer_add_array(w, "tokenizer.ggml.token_type", EM_GGUF_INT32, types, kv->array_len);
+            free(types);
+        } else {
+            err = em_gguf_writer_copy_kv(w, kv);
+        }
+    }
+    if (!err) err = em_gguf_writer_write(w, MARKER_VOCAB);
+    em_gguf_writer_free(w);
+    em_gguf_close(v);
+    return err;
+}
 
 static int setup(void **state) {
     (void)state;
     mkdir(DIR, 0755);
     em_synth_options o = {.preset = "tiny-llama", .type = "f32", .seed = 11, .vocab_path = VOCAB};
     em_err err = em_synth_write(&o, MODEL);
+    if (!err) err = write_marker_vocab();
+    o.vocab_path = MARKER_VOCAB;
+    if (!err) err = em_synth_write(&o, MARKER_MODEL);
     if (err) fail_msg("synth: %s", em_err_message(err));
     return 0;
 }
 
-static ember_engine *new_engine(void) {
+static ember_engine *new_engine_for(const char *model) {
     ember_options o;
     ember_options_default(&o);
-    o.model_path = MODEL;
+    o.model_path = model;
     o.device = "cpu";
     o.threads = 2;
     o.ctx_tokens = 1024;
@@ -44,6 +94,8 @@ static ember_engine *new_engine(void) {
     if (err) fail_msg("engine: %s", ember_error_message(err));
     return e;
 }
+
+static ember_engine *new_engine(void) { return new_engine_for(MODEL); }
 
 typedef struct result {
     int32_t tokens[MAX_OUT];
@@ -269,6 +321,75 @@ static void test_lazy_grammar(void **state) {
     ember_engine_destroy(e);
 }
 
+/* A call's marker that the model writes as one control token (Mistral's [TOOL_CALLS], Llama 3.1's
+ * <|python_tag|>): with the request's control_texts naming it, the token's text is output, a lazy
+ * grammar's trigger sees it, and a grammar that must write the marker allows the token. Without
+ * them the control token has no text, as for any other request. */
+static void test_control_token_marker(void **state) {
+    (void)state;
+    ember_engine *e = new_engine_for(MARKER_MODEL);
+    const char *markers[] = {"[TOOL_CALLS]", "[ARGS]"};
+    const char *grammar = "root ::= \"[TOOL_CALLS][\" [0-9]{2} \"]\"";
+    ember_logit_bias bias = {.token = MARKER_CALLS, .bias = 100.0f};
+    result res;
+
+    /* (a) The lazy grammar switches on at the control token. */
+    ember_request_params p = text_params("Go:", grammar, 31);
+    p.grammar_trigger = "[TOOL_CALLS]";
+    p.sampling.logit_bias = &bias;
+    p.sampling.n_logit_bias = 1;
+    p.control_texts = markers;
+    p.n_control_texts = 2;
+    collect(submit(e, &p), &res);
+    assert_int_equal(res.tokens[0], MARKER_CALLS);
+    assert_int_equal(res.finish, EMBER_FINISH_STOP);
+    assert_sentence(grammar, &res);
+
+    /* Without control_texts the token is there but its text is not: the trigger never fires. */
+    p.control_texts = NULL;
+    p.n_control_texts = 0;
+    p.max_tokens = 6;
+    p.ignore_eos = true;
+    collect(submit(e, &p), &res);
+    assert_int_equal(res.tokens[0], MARKER_CALLS);
+    assert_int_equal(res.finish, EMBER_FINISH_LENGTH);
+    assert_null(memmem(res.text, res.text_len, "[TOOL_CALLS]", 12));
+
+    /* (c) A grammar that must write the marker allows the control token, and the model takes it. */
+    ember_request_params q = text_params("Go:", grammar, 32);
+    q.sampling.logit_bias = &bias;
+    q.sampling.n_logit_bias = 1;
+    q.control_texts = markers;
+    q.n_control_texts = 2;
+    collect(submit(e, &q), &res);
+    assert_int_equal(res.tokens[0], MARKER_CALLS);
+    assert_sentence(grammar, &res);
+    /* Without control_texts the token is masked out: the marker is spelled in plain tokens. */
+    q.control_texts = NULL;
+    q.n_control_texts = 0;
+    collect(submit(e, &q), &res);
+    assert_true(res.n > 1);
+    for (uint32_t i = 0; i < res.n; i++) assert_int_not_equal(res.tokens[i], MARKER_CALLS);
+    assert_sentence(grammar, &res);
+
+    /* Texts that are no control token change nothing; too many are refused. */
+    const char *plain[] = {"e", "no such token"};
+    q.control_texts = plain;
+    q.n_control_texts = 2;
+    collect(submit(e, &q), &res);
+    assert_sentence(grammar, &res);
+    const char *many[17];
+    for (size_t i = 0; i < 17; i++) many[i] = "[ARGS]";
+    q.control_texts = many;
+    q.n_control_texts = 17;
+    ember_request *r;
+    ember_error *err = ember_submit(e, &q, &r);
+    assert_non_null(err);
+    assert_non_null(strstr(ember_error_message(err), "control_texts"));
+    ember_error_free(err);
+    ember_engine_destroy(e);
+}
+
 /* A grammar too ambiguous to follow fails its own request, with the reason; a neighbour in the
  * same steps finishes as it would alone. */
 static void test_ambiguous_grammar_fails_alone(void **state) {
@@ -337,6 +458,7 @@ int main(void) {
         cmocka_unit_test(test_batch_neighbours), cmocka_unit_test(test_stop_and_cache),
         cmocka_unit_test(test_lazy_grammar), cmocka_unit_test(test_ambiguous_grammar_fails_alone),
         cmocka_unit_test(test_bad_grammar), cmocka_unit_test(test_ignore_eos),
+        cmocka_unit_test(test_control_token_marker),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -238,7 +238,7 @@ static void check_masks(const char *vocab_name, const char *gbnf, const char *co
     em_tokenizer *t = load_tokenizer(vocab_name);
     const uint32_t n = (uint32_t)em_tokenizer_n_vocab(t);
     em_grammar_vocab *v;
-    assert_null(em_grammar_vocab_new(t, n + 5, &v)); /* 5 padding rows without a token */
+    assert_null(em_grammar_vocab_new(t, n + 5, NULL, 0, &v)); /* 5 padding rows without a token */
     em_grammar *g = compile(gbnf);
     uint32_t *mask = calloc((n + 5 + 31) / 32, sizeof *mask);
     for (size_t p = 0; p < n_prefixes; p++) {

@@ -4,8 +4,11 @@
  * equals the mask a fresh parse state computes by walking the vocabulary after the same text.
  * All grammars share one cache, so an entry filed under the wrong grammar would show; walkers
  * with the same seed but their own compilation of the grammar take their masks from the cache;
- * and a small bound makes the cache evict as it goes. Vocabulary: the reference fixtures'
- * llama-spm. */
+ * and a small bound makes the cache evict as it goes. A mask the cache does not hold is made
+ * from position tables (what each stack's top position accepts whatever lies below it, and the
+ * uncertain rest checked against the state): with a bound too small for any mask, every mask of
+ * the walk is made that way, and must still equal the fresh walk. Vocabulary: the reference
+ * fixtures' llama-spm. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -132,7 +135,7 @@ static void walk_all(size_t max_bytes, int steps) {
     em_tokenizer *t = load_tokenizer("ggml-vocab-llama-spm.gguf");
     const uint32_t n = (uint32_t)em_tokenizer_n_vocab(t);
     em_grammar_vocab *v;
-    assert_null(em_grammar_vocab_new(t, n, &v));
+    assert_null(em_grammar_vocab_new(t, n, NULL, 0, &v));
     em_grammar_masks *shared;
     assert_null(em_grammar_masks_new(v, max_bytes, &shared));
     char *schema_gbnf;
@@ -171,10 +174,17 @@ static void test_shared_masks_under_eviction(void **state) {
     walk_all((size_t)160 << 10, 40);
 }
 
+/* No mask fits: each one is made from the position tables (kept with the grammar). */
+static void test_masks_from_position_tables(void **state) {
+    (void)state;
+    walk_all(1024, 60);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shared_masks_equal_fresh),
         cmocka_unit_test(test_shared_masks_under_eviction),
+        cmocka_unit_test(test_masks_from_position_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

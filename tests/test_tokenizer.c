@@ -289,6 +289,32 @@ static void test_detok_streaming_split_utf8(void **state) {
     em_tokenizer_free(t);
 }
 
+/* A control token has no text in the stream unless it is fed as text (a tool call's marker a
+ * request counts as text); then its text comes out between the others, and only that once. */
+static void test_detok_control_as_text(void **state) {
+    (void)state;
+    em_tokenizer *t = load("phi-3");
+    const int32_t end = em_tokenizer_find(t, "<|end|>", 7), hello = em_tokenizer_find(t, "\xE2\x96\x81Hello", 8);
+    assert_true(end >= 0 && hello >= 0);
+    assert_true(em_tokenizer_is_control(t, end));
+    em_detok *d;
+    assert_null(em_detok_new(t, 0, &d));
+    const char *bytes;
+    size_t k;
+    assert_null(em_detok_feed(d, end, &bytes, &k));
+    assert_int_equal(k, 0);
+    assert_null(em_detok_feed_special(d, end, &bytes, &k));
+    assert_int_equal(k, 7);
+    assert_memory_equal(bytes, "<|end|>", 7);
+    assert_null(em_detok_feed(d, hello, &bytes, &k));
+    assert_int_equal(k, 6);
+    assert_memory_equal(bytes, " Hello", 6);
+    assert_null(em_detok_feed(d, end, &bytes, &k)); /* the flag was for that token alone */
+    assert_int_equal(k, 0);
+    em_detok_free(d);
+    em_tokenizer_free(t);
+}
+
 static void test_detok_spm_leading_space(void **state) {
     (void)state;
     em_tokenizer *t = load("llama-spm");
@@ -451,6 +477,7 @@ int main(void) {
         cmocka_unit_test(test_wordpiece_special),
         cmocka_unit_test(test_detok_streaming_split_utf8),
         cmocka_unit_test(test_detok_spm_leading_space),
+        cmocka_unit_test(test_detok_control_as_text),
         cmocka_unit_test(test_pretokenizers),
         cmocka_unit_test(test_bad_input),
     };

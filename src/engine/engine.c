@@ -41,6 +41,7 @@ static void request_unref(ember_request *r) {
     free(r->grammar_trigger);
     free(r->grammar_error);
     free(r->trigger_window);
+    free(r->text_controls);
     em_stop_free(&r->stops);
     if (r->detok) em_detok_free(r->detok);
     for (size_t i = 0; i < 2; i++) {
@@ -233,6 +234,7 @@ static em_err copy_params(ember_request *r, const ember_request_params *p) {
     r->params.stop_tokens = NULL;
     r->params.grammar = NULL; /* compiled into r->grammar; the trigger is copied there too */
     r->params.grammar_trigger = NULL;
+    r->params.control_texts = NULL;
     if (p->n_stop) {
         r->stop_strings = calloc(p->n_stop, sizeof *r->stop_strings);
         if (!r->stop_strings) return em_errorf(EM_ERR_NOMEM, "request: no memory for stop strings");
@@ -269,6 +271,33 @@ static em_err tokenize_prompt(ember_engine *e, ember_request *r, const ember_req
     em_err err = em_tokenize(e->tokenizer, p->prompt_text, len, p->add_special, p->parse_special, &r->tokens, &n);
     if (err) return em_err_prefix(err, "request: prompt");
     r->n_prompt = (uint32_t)n;
+    return NULL;
+}
+
+static int by_token_id(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The control tokens whose texts the request counts as output text, sorted without repeats. */
+static em_err resolve_control_texts(const ember_engine *e, ember_request *r, const ember_request_params *p) {
+    if (!p->n_control_texts) return NULL;
+    if (p->n_control_texts > EM_MAX_CONTROL_TEXTS)
+        return em_errorf(EM_ERR_INVALID, "request: %zu control_texts, more than %d", p->n_control_texts,
+                         EM_MAX_CONTROL_TEXTS);
+    r->text_controls = malloc(p->n_control_texts * sizeof *r->text_controls);
+    if (!r->text_controls) return em_errorf(EM_ERR_NOMEM, "request: out of memory");
+    for (size_t i = 0; i < p->n_control_texts; i++) {
+        if (!p->control_texts[i]) return em_errorf(EM_ERR_INVALID, "request: control text %zu is NULL", i);
+        const int32_t id = em_tokenizer_find(e->tokenizer, p->control_texts[i], strlen(p->control_texts[i]));
+        if (id != EM_TOKEN_NONE && em_tokenizer_is_control(e->tokenizer, id))
+            r->text_controls[r->n_text_controls++] = id;
+    }
+    qsort(r->text_controls, r->n_text_controls, sizeof *r->text_controls, by_token_id);
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_text_controls; i++)
+        if (!n || r->text_controls[i] != r->text_controls[n - 1]) r->text_controls[n++] = r->text_controls[i];
+    r->n_text_controls = n;
     return NULL;
 }
 
@@ -330,6 +359,7 @@ ember_error *ember_submit(ember_engine *e, const ember_request_params *p, ember_
     if (!err) err = em_sampler_init(&r->sampler, &p->sampling, e->n_vocab);
     if (!err) err = em_stop_init(&r->stops, (const char *const *)r->stop_strings, r->n_stop_strings);
     if (!err) err = em_detok_new(e->tokenizer, r->n_prompt ? 0 : EM_DETOK_SEQUENCE_START, &r->detok);
+    if (!err) err = resolve_control_texts(e, r, p);
     if (!err && p->grammar) err = compile_grammar(e, r, p);
     if (!err) {
         uint32_t max_total = r->n_prompt + (uint32_t)p->max_tokens;
@@ -434,8 +464,11 @@ static void free_engine(ember_engine *e) {
     free(e->picked);
     free(e->logits);
     free(e->pick_masks);
-    em_grammar_masks_free(e->grammar_masks);
-    em_grammar_vocab_free(e->grammar_vocab);
+    for (size_t i = 0; i < e->n_grammar_vocabs; i++) {
+        em_grammar_masks_free(e->grammar_vocabs[i].masks);
+        em_grammar_vocab_free(e->grammar_vocabs[i].vocab);
+        free(e->grammar_vocabs[i].text_controls);
+    }
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->wake);
     free(e);

@@ -262,6 +262,17 @@ typedef struct em_output_buffer {
 
 typedef enum em_request_phase { EM_PHASE_WAITING, EM_PHASE_RUNNING, EM_PHASE_DONE } em_request_phase;
 
+/* The grammar vocabulary of one set of control tokens counted as text (sorted ids; none for plain
+ * requests), and the masks shared by the requests that use it (sched.c). */
+#define EM_MAX_GRAMMAR_VOCABS 8
+#define EM_MAX_CONTROL_TEXTS 16
+typedef struct em_grammar_vocab_entry {
+    int32_t *text_controls;
+    size_t n_text_controls;
+    em_grammar_vocab *vocab;
+    em_grammar_masks *masks;
+} em_grammar_vocab_entry;
+
 struct ember_request {
     ember_engine *engine;
     struct ember_request *next; /* submission queue / waiting list link */
@@ -300,6 +311,11 @@ struct ember_request {
     bool grammar_active;
     char *trigger_window;
     size_t trigger_window_len;
+    /* Control tokens this request counts as text (ember_request_params.control_texts), sorted, and
+     * the grammar vocabulary that gives them their text (an entry of the engine's list). */
+    int32_t *text_controls;
+    size_t n_text_controls;
+    em_grammar_vocab_entry *grammar_vocab;
     em_stop_matcher stops;
     em_detok *detok;
     em_request_phase phase;
@@ -360,8 +376,11 @@ struct ember_engine {
     double flight_mark;
     em_pick_params *pick;      /* per row, when the backend picks the tokens (max_sequences entries) */
     const uint32_t **pick_masks; /* per row: the row's grammar mask or NULL (max_sequences entries) */
-    em_grammar_vocab *grammar_vocab; /* the vocabulary's token trie, built for the first grammar */
-    em_grammar_masks *grammar_masks; /* masks shared by the requests (same grammar, same parse state) */
+    /* The vocabulary's token tries for grammars, one per set of control tokens counted as text
+     * (the empty set first; the server asks for one more per call format), each built for the first
+     * grammar that needs it, with the masks its requests share (same grammar, same parse state). */
+    em_grammar_vocab_entry grammar_vocabs[EM_MAX_GRAMMAR_VOCABS];
+    size_t n_grammar_vocabs;
     int32_t *picked;
     float *logits;
     size_t logits_rows_cap;

@@ -255,12 +255,19 @@ static void count_backend_picked(ember_stats *s, const void *arg) {
     s->backend_picked_tokens += *(const uint32_t *)arg;
 }
 
+/* The request counts this control token as text (ember_request_params.control_texts). */
+static bool is_text_control(const ember_request *r, int32_t token) {
+    for (size_t i = 0; i < r->n_text_controls; i++)
+        if (r->text_controls[i] == token) return true;
+    return false;
+}
+
 /* A lazy grammar waits for its trigger in the output: once the trigger appears (across token
  * boundaries too), the grammar takes the output from the trigger's first byte on; *done when what
  * followed the trigger in the same token is outside it, or nothing can follow. False: no memory. */
 static bool watch_trigger(ember_engine *e, ember_request *r, int32_t token, bool *done) {
     const char *piece;
-    const size_t piece_len = em_token_to_piece(e->tokenizer, token, false, &piece);
+    const size_t piece_len = em_token_to_piece(e->tokenizer, token, is_text_control(r, token), &piece);
     const size_t len = r->trigger_window_len + piece_len;
     char *text = malloc(len ? len : 1);
     if (!text) return false;
@@ -302,9 +309,13 @@ static void accept_token(ember_engine *e, ember_request *r, int32_t token, float
             return;
         }
     } else if (r->grammar_state) {
-        if (!em_grammar_accept_token(r->grammar_state, e->grammar_vocab, token)) {
+        if (!em_grammar_accept_token(r->grammar_state, r->grammar_vocab->vocab, token)) {
             em_engine_emit(r, token, logprob, top, n_top, "", 0);
-            finish_request(e, r, EMBER_FINISH_ERROR, -1, "internal: a token outside the grammar's mask was picked");
+            /* A mask made from position tables does not step the state through every allowed
+             * token, so a grammar too ambiguous to follow can show here first. */
+            const char *why = em_grammar_failure(r->grammar_state);
+            finish_request(e, r, EMBER_FINISH_ERROR, -1,
+                           why ? why : "internal: a token outside the grammar's mask was picked");
             return;
         }
         grammar_done = !em_grammar_can_continue(r->grammar_state);
@@ -316,7 +327,8 @@ static void accept_token(ember_engine *e, ember_request *r, int32_t token, float
     if (!stop_token) {
         const char *piece;
         size_t piece_len = 0;
-        em_err err = em_detok_feed(r->detok, token, &piece, &piece_len);
+        em_err err = is_text_control(r, token) ? em_detok_feed_special(r->detok, token, &piece, &piece_len)
+                                               : em_detok_feed(r->detok, token, &piece, &piece_len);
         if (!err && piece_len) stop_index = em_stop_feed(&r->stops, piece, piece_len, &released, &released_len, &err);
         if (err) {
             em_engine_emit(r, token, logprob, top, n_top, "", 0);
@@ -629,6 +641,36 @@ static void advance_flight(ember_engine *e) {
 /* The memory the requests' shared grammar masks may take (a mask is a bit per token). */
 #define GRAMMAR_SHARED_MASK_BYTES ((size_t)64 << 20)
 
+/* The grammar vocabulary for the request's control tokens counted as text: found among the
+ * engine's, or built now (the token trie and its shared masks). */
+static em_err find_grammar_vocab(ember_engine *e, ember_request *r) {
+    for (size_t i = 0; i < e->n_grammar_vocabs; i++) {
+        em_grammar_vocab_entry *v = &e->grammar_vocabs[i];
+        const size_t bytes = r->n_text_controls * sizeof *r->text_controls;
+        if (v->n_text_controls == r->n_text_controls && (!bytes || !memcmp(v->text_controls, r->text_controls, bytes))) {
+            r->grammar_vocab = v;
+            return NULL;
+        }
+    }
+    if (e->n_grammar_vocabs == EM_MAX_GRAMMAR_VOCABS)
+        return em_errorf(EM_ERR_UNSUPPORTED, "grammar: more than %d different sets of control_texts in one engine",
+                         EM_MAX_GRAMMAR_VOCABS);
+    em_grammar_vocab_entry v = {.n_text_controls = r->n_text_controls};
+    if (r->n_text_controls && !(v.text_controls = malloc(r->n_text_controls * sizeof *v.text_controls)))
+        return em_errorf(EM_ERR_NOMEM, "grammar: out of memory");
+    if (r->n_text_controls) memcpy(v.text_controls, r->text_controls, r->n_text_controls * sizeof *v.text_controls);
+    em_err err = em_grammar_vocab_new(e->tokenizer, e->n_vocab, v.text_controls, v.n_text_controls, &v.vocab);
+    if (!err) err = em_grammar_masks_new(v.vocab, GRAMMAR_SHARED_MASK_BYTES, &v.masks);
+    if (err) {
+        em_grammar_vocab_free(v.vocab);
+        free(v.text_controls);
+        return err;
+    }
+    e->grammar_vocabs[e->n_grammar_vocabs] = v;
+    r->grammar_vocab = &e->grammar_vocabs[e->n_grammar_vocabs++];
+    return NULL;
+}
+
 /* The grammar masks of this step's constrained rows (e->pick_masks, NULL for the others), the
  * vocabulary's trie built on first use. *constrained: some row has one. False when the engine had
  * to fail the running requests (out of memory). */
@@ -639,16 +681,18 @@ static bool compute_grammar_masks(ember_engine *e, uint32_t rows, bool *constrai
         if (!r->grammar_state || !r->grammar_active) continue;
         *constrained = true;
         em_err err = NULL;
-        if (!e->grammar_vocab && !(err = em_grammar_vocab_new(e->tokenizer, e->n_vocab, &e->grammar_vocab)))
-            err = em_grammar_masks_new(e->grammar_vocab, GRAMMAR_SHARED_MASK_BYTES, &e->grammar_masks);
-        if (err) {
-            fail_running(e, "grammar", err); /* no request can be constrained without them */
-            return false;
+        if (!r->grammar_vocab && (err = find_grammar_vocab(e, r))) {
+            if (em_err_code_of(err) == EM_ERR_NOMEM) {
+                fail_running(e, "grammar", err); /* no request can be constrained without them */
+                return false;
+            }
         }
-        err = em_grammar_mask_shared(r->grammar_state, e->grammar_vocab, e->grammar_masks, r->grammar_mask,
-                                     &r->grammar_allowed);
-        if (!err && r->params.ignore_eos) /* the end token stays masked out, as without a grammar */
-            em_grammar_mask_drop_ends(e->grammar_vocab, r->grammar_mask, &r->grammar_allowed);
+        if (!err) {
+            const em_grammar_vocab_entry *v = r->grammar_vocab;
+            err = em_grammar_mask_shared(r->grammar_state, v->vocab, v->masks, r->grammar_mask, &r->grammar_allowed);
+            if (!err && r->params.ignore_eos) /* the end token stays masked out, as without a grammar */
+                em_grammar_mask_drop_ends(v->vocab, r->grammar_mask, &r->grammar_allowed);
+        }
         if (err) { /* this request's grammar failed (too ambiguous, out of memory): it alone ends */
             r->grammar_allowed = 0;
             free(r->grammar_error);

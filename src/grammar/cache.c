@@ -5,8 +5,10 @@
  * state; here a set is named by its content instead (em_grammar_set_key: the positions of its
  * stacks), prefixed by the id of its grammar. Grammars are told apart by their whole compiled
  * form, compared exactly (two requests compile the same text to the same arrays), so two grammars
- * never share an entry. Memory is bounded: past max_bytes the least recently used masks go, and
- * the grammars no mask refers to any more. */
+ * never share an entry. Each grammar also keeps its position tables (internal.h), made for the
+ * positions that come back in new parse states, from which masks not seen before are made. Memory
+ * is bounded: past max_bytes the least recently used masks go, and the grammars no mask refers to
+ * any more, with their tables. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +20,14 @@ typedef struct grammar_slot {
     uint64_t hash;
     uint32_t *form;
     size_t n_form;
+    uint32_t form_elements; /* the grammar's element positions (the length of tables) */
     size_t n_masks; /* entries that belong to it */
+    /* Position tables (internal.h), per element position, built on first use, and the parse state
+     * of this grammar that walks them (its memo serves every position). */
+    em_position_table **tables;
+    uint8_t *asked; /* per position: a mask has asked for its table before (it is built the second time) */
+    size_t table_bytes;
+    em_grammar_state *probe;
 } grammar_slot;
 
 typedef struct mask_entry {
@@ -71,13 +80,28 @@ em_err em_grammar_masks_new(const em_grammar_vocab *vocab, size_t max_bytes, em_
     return NULL;
 }
 
+/* Frees what a grammar slot owns: its compiled form, its position tables and its probe. */
+static void slot_clear(grammar_slot *slot) {
+    free(slot->form);
+    if (slot->tables) {
+        for (uint32_t i = 0; i < slot->form_elements; i++) {
+            if (!slot->tables[i]) continue;
+            em_grammar_position_table_clear(slot->tables[i]);
+            free(slot->tables[i]);
+        }
+    }
+    free(slot->tables);
+    free(slot->asked);
+    em_grammar_state_free(slot->probe);
+}
+
 void em_grammar_masks_free(em_grammar_masks *c) {
     if (!c) return;
     for (size_t i = 0; i < c->n_entries; i++) {
         free(c->entries[i].key);
         free(c->entries[i].mask);
     }
-    for (size_t i = 0; i < c->n_slots; i++) free(c->slots[i].form);
+    for (size_t i = 0; i < c->n_slots; i++) slot_clear(&c->slots[i]);
     free(c->entries);
     free(c->index);
     free(c->slots);
@@ -123,7 +147,8 @@ static uint64_t grammar_id(em_grammar_masks *c, em_grammar_state *s) {
         free(form);
         return 0;
     }
-    c->slots[c->n_slots++] = (grammar_slot){.id = c->next_id++, .hash = hash, .form = form, .n_form = n};
+    c->slots[c->n_slots++] = (grammar_slot){.id = c->next_id++, .hash = hash, .form = form, .n_form = n,
+                                            .form_elements = em_grammar_state_grammar(s)->n_elements};
     c->bytes += n * sizeof *form;
     em_grammar_set_shared_id(s, c->slots[c->n_slots - 1].id);
     return c->slots[c->n_slots - 1].id;
@@ -201,8 +226,8 @@ static void evict(em_grammar_masks *c) {
             c->slots[slots_kept++] = c->slots[i];
             continue;
         }
-        c->bytes -= c->slots[i].n_form * sizeof(uint32_t);
-        free(c->slots[i].form);
+        c->bytes -= c->slots[i].n_form * sizeof(uint32_t) + c->slots[i].table_bytes;
+        slot_clear(&c->slots[i]);
     }
     c->n_slots = slots_kept;
     rebuild_index(c);
@@ -268,3 +293,35 @@ void em_grammar_masks_store(em_grammar_masks *c, const uint32_t *mask, uint32_t 
 }
 
 const em_grammar_vocab *em_grammar_masks_vocab(const em_grammar_masks *c) { return c->vocab; }
+
+const em_position_table *em_grammar_masks_table(em_grammar_masks *c, em_grammar_state *s, uint32_t position) {
+    grammar_slot *slot = find_slot(c, em_grammar_shared_id(s));
+    if (!slot || position >= slot->form_elements) return NULL;
+    if (!slot->tables && !(slot->tables = calloc(slot->form_elements, sizeof *slot->tables))) return NULL;
+    if (!slot->asked && !(slot->asked = calloc(slot->form_elements, 1))) return NULL;
+    if (slot->tables[position]) return slot->tables[position];
+    /* A table costs about a walk of the vocabulary: it is made when its position comes back in
+     * another parse state, not for positions a grammar passes once. */
+    if (!slot->asked[position]) {
+        slot->asked[position] = 1;
+        return NULL;
+    }
+    /* The probe follows the grammar of the state asking: the state that made it may be gone, with
+     * its grammar (any state of this slot has a grammar of the same compiled form). */
+    const em_grammar *grammar = em_grammar_state_grammar(s);
+    if (slot->probe && em_grammar_state_grammar(slot->probe) != grammar) {
+        em_grammar_state_free(slot->probe);
+        slot->probe = NULL;
+    }
+    if (!slot->probe && em_grammar_state_new(grammar, &slot->probe)) return NULL;
+    em_position_table *table = malloc(sizeof *table);
+    if (!table || !em_grammar_position_table(slot->probe, c->vocab, position, table)) {
+        free(table);
+        return NULL;
+    }
+    const size_t bytes = em_grammar_position_table_bytes(table) +
+                         (table->accepted_bits ? c->words * sizeof(uint32_t) : 0);
+    slot->table_bytes += bytes;
+    c->bytes += bytes;
+    return slot->tables[position] = table;
+}

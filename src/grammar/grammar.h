@@ -28,7 +28,11 @@
  * walk of that trie against the automaton that prunes every subtree the state cannot enter, and
  * it is cached per state, so a state seen before costs a copy; the engine also keeps a cache of
  * masks shared by all requests (cache.c), keyed by grammar and the content of the state, so
- * requests with the same grammar walk each state once between them. End-of-generation tokens are allowed
+ * requests with the same grammar walk each state once between them. That cache also keeps position
+ * tables (internal.h): for a grammar position that comes back in new parse states, the tokens a
+ * stack there accepts whatever lies below it, and those that leave its rules; a state's mask is
+ * the union over its stacks, so a state seen for the first time costs its stacks' tables plus a
+ * check of their uncertain tokens instead of a walk of the trie. End-of-generation tokens are allowed
  * only when the grammar is complete (the empty stack is in the state); tokens without bytes
  * (control tokens) never are.
  *
@@ -72,8 +76,12 @@ typedef struct em_grammar_vocab em_grammar_vocab;
 
 /* The byte strings of tokens 0..n_tokens-1 as the tokenizer decodes them (em_token_to_piece,
  * without special text), in a trie. n_tokens may exceed the tokenizer's vocabulary (padded output
- * rows): those rows have no bytes and are never allowed. */
-em_err em_grammar_vocab_new(const em_tokenizer *tokenizer, uint32_t n_tokens, em_grammar_vocab **out);
+ * rows): those rows have no bytes and are never allowed. The control tokens listed in
+ * `text_controls` (n_text_controls ids, may be NULL) count as their text instead: a tool call's
+ * opening marker that the model writes as one control token (Mistral's `[TOOL_CALLS]`) is then
+ * allowed wherever the grammar allows that text. */
+em_err em_grammar_vocab_new(const em_tokenizer *tokenizer, uint32_t n_tokens, const int32_t *text_controls,
+                            size_t n_text_controls, em_grammar_vocab **out);
 /* The same from explicit pieces (tests): pieces[i] of lens[i] bytes; is_end[i] marks
  * end-of-generation tokens (may be NULL). */
 em_err em_grammar_vocab_from_pieces(const char *const *pieces, const size_t *lens, const bool *is_end,
@@ -94,6 +102,9 @@ bool em_grammar_accept_bytes(em_grammar_state *state, const void *bytes, size_t 
 /* Feeds a token of `vocab`: its bytes, or for an end-of-generation token the end of the text
  * (allowed only when complete; afterwards nothing is). False (state unchanged) when not allowed. */
 bool em_grammar_accept_token(em_grammar_state *state, const em_grammar_vocab *vocab, int32_t token);
+/* Why the state stopped working (out of memory, or a grammar too ambiguous to follow: a mask, or
+ * a token it allowed, needed more than 256 parse stacks), or NULL while it works. */
+const char *em_grammar_failure(const em_grammar_state *state);
 /* The text so far is a whole sentence of the grammar (end of generation would be allowed). */
 bool em_grammar_complete(const em_grammar_state *state);
 /* Some byte may still follow (false: only the end is left, or nothing at all). */

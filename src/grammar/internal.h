@@ -52,8 +52,6 @@ struct em_grammar {
 /* The state reached from interned set `set` by `byte` (EM_GRAMMAR_DEAD when none); memoized.
  * EM_GRAMMAR_DEAD too when memory runs out, with *failed set. */
 uint32_t em_grammar_step(em_grammar_state *state, uint32_t set, uint8_t byte, bool *failed);
-/* Why the state stopped working (out of memory, too ambiguous), or NULL while it works. */
-const char *em_grammar_failure(const em_grammar_state *state);
 /* The interned set the state is in now. */
 uint32_t em_grammar_current(const em_grammar_state *state);
 /* True when the set contains the empty stack. */
@@ -75,6 +73,36 @@ void em_grammar_set_shared_id(em_grammar_state *state, uint64_t id);
 /* Marks the end of the text as accepted (an end-of-generation token): nothing follows. */
 void em_grammar_accept_end(em_grammar_state *state);
 
+/* The interned set {(position, empty stack)}: one stack at `position` (a terminal) with nothing
+ * below it, the start of a position table's walk. EM_GRAMMAR_DEAD when out of memory. */
+uint32_t em_grammar_set_at(em_grammar_state *state, uint32_t position);
+/* Writes the top positions of the set's stacks other than the empty one (at most 256) to tops[];
+ * returns how many. */
+uint32_t em_grammar_set_tops(const em_grammar_state *state, uint32_t set, uint32_t *tops);
+
+/* ---- Position tables (vocab.c) ----
+ * What a stack whose top is at `position` accepts, whatever lies below it: walking the vocabulary
+ * from that position alone (the stack below left empty), a token is accepted when it is consumed
+ * inside the position's own rules (or ends exactly where they end: then the stack below takes
+ * over with nothing left to read, which every stack below allows); it is uncertain when some path
+ * leaves the position's rules with bytes left (the stack below decides); otherwise it is rejected
+ * by any stack. A parse state's mask is the union over its stacks, so it is the union of its
+ * stacks' accepted tokens plus those of their uncertain tokens that the state itself accepts. */
+typedef struct em_position_table {
+    uint32_t *accepted; /* token ids, or a bitset of the vocabulary when accepted_bits */
+    uint32_t n_accepted;
+    bool accepted_bits;
+    uint32_t *uncertain; /* the uncertain tokens, as trie nodes whose whole subtrees they are (ascending) */
+    uint32_t n_uncertain;
+} em_position_table;
+
+/* Builds the table of `position` with `probe`, a parse state of the same grammar kept for such
+ * walks (its memo is shared by all positions). False when out of memory or the probe failed. */
+bool em_grammar_position_table(em_grammar_state *probe, const em_grammar_vocab *vocab, uint32_t position,
+                               em_position_table *out);
+void em_grammar_position_table_clear(em_position_table *table);
+size_t em_grammar_position_table_bytes(const em_position_table *table);
+
 /* ---- The shared mask cache (cache.c) ---- */
 
 /* The mask of the state's set `set` in the cache, or NULL; the key it looked for is kept for the
@@ -83,6 +111,10 @@ const uint32_t *em_grammar_masks_find(em_grammar_masks *cache, em_grammar_state 
                                       uint32_t *n_allowed);
 void em_grammar_masks_store(em_grammar_masks *cache, const uint32_t *mask, uint32_t n_allowed);
 const em_grammar_vocab *em_grammar_masks_vocab(const em_grammar_masks *cache);
+/* The position table of `position` in the state's grammar (which em_grammar_masks_find has just
+ * looked up), kept with the grammar; built when a mask asks for it the second time (NULL the first
+ * time, and when out of memory). */
+const em_position_table *em_grammar_masks_table(em_grammar_masks *cache, em_grammar_state *state, uint32_t position);
 
 /* ---- Small helpers ---- */
 

@@ -441,6 +441,21 @@ bool em_grammar_set_key(const em_grammar_state *s, uint32_t set, uint32_t **key,
     return true;
 }
 
+uint32_t em_grammar_set_at(em_grammar_state *s, uint32_t position) {
+    const uint32_t node = intern_node(s, position, 0);
+    if (!node) return EM_GRAMMAR_DEAD;
+    s->n_scratch = 0;
+    push_scratch(s, node);
+    return intern_scratch(s);
+}
+
+uint32_t em_grammar_set_tops(const em_grammar_state *s, uint32_t set, uint32_t *tops) {
+    uint32_t n = 0;
+    for (uint32_t i = s->set_start[set]; i < s->set_start[set + 1]; i++)
+        if (s->set_items[i]) tops[n++] = s->nodes[s->set_items[i]].position;
+    return n;
+}
+
 const em_grammar *em_grammar_state_grammar(const em_grammar_state *s) { return s->grammar; }
 uint64_t em_grammar_shared_id(const em_grammar_state *s) { return s->shared_grammar; }
 void em_grammar_set_shared_id(em_grammar_state *s, uint64_t id) { s->shared_grammar = id; }

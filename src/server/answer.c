@@ -71,6 +71,21 @@ static const char *const *openers(em_tool_format format) {
     }
 }
 
+size_t em_answer_markers(const em_answer_options *options, const char *out[EM_ANSWER_MAX_MARKERS]) {
+    size_t n = 0;
+    if (options->split_reasoning != EM_REASONING_OFF || options->starts_in_reasoning) {
+        out[n++] = THINK_OPEN;
+        out[n++] = THINK_CLOSE;
+    }
+    if (!options->read_calls) return n;
+    for (const char *const *opener = openers(options->format); *opener; opener++)
+        if (**opener != '{') out[n++] = *opener; /* Llama's `{"name"` is plain JSON text */
+    if (options->format == EM_TOOL_FORMAT_HERMES) out[n++] = "</tool_call>";
+    if (options->format == EM_TOOL_FORMAT_MISTRAL || options->format == EM_TOOL_FORMAT_MISTRAL_ARGS)
+        out[n++] = "[ARGS]";
+    return n;
+}
+
 /* The longest suffix of text[0..len) that is a proper prefix of `marker`. */
 static size_t partial_suffix(const char *text, size_t len, const char *marker) {
     size_t m = strlen(marker);

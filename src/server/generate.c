@@ -147,6 +147,8 @@ static bool tokenize_prompts(job *j, em_server_error *err) {
     return true;
 }
 
+static em_answer_options answer_options(const job *j);
+
 static bool submit_all(job *j, em_server_error *err) {
     const em_server_engine *b = &j->server->engine;
     j->n_choices = j->n_prompts * (size_t)j->req.n;
@@ -159,6 +161,10 @@ static bool submit_all(job *j, em_server_error *err) {
     uint64_t base_seed = j->req.seed_given ? j->req.sampling.seed
                                            : mix64(atomic_fetch_add(&j->server->next_id, 1) ^
                                                    ((uint64_t)j->server->salt << 32) ^ (uint64_t)time(NULL));
+    /* Markers the answer reader looks for reach it even when the model writes them as control tokens. */
+    const char *markers[EM_ANSWER_MAX_MARKERS];
+    const em_answer_options options = answer_options(j);
+    const size_t n_markers = j->req.api == EM_API_OPENAI_COMPLETIONS ? 0 : em_answer_markers(&options, markers);
     for (size_t i = 0; i < j->n_choices; i++) {
         size_t p = i / (size_t)j->req.n;
         ember_request_params params;
@@ -178,6 +184,8 @@ static bool submit_all(job *j, em_server_error *err) {
         params.n_stop = j->req.n_stop;
         params.grammar = j->req.grammar;
         params.grammar_trigger = j->req.grammar_trigger;
+        params.control_texts = markers;
+        params.n_control_texts = n_markers;
         em_err e = b->submit(b->self, &params, &j->handles[i]);
         if (e) {
             engine_error(e, "submit", err);

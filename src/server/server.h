@@ -254,6 +254,12 @@ bool em_answer_feed(em_answer_reader *reader, const char *text, size_t len, em_a
 /* The answer ended: whatever is held is handed on (an unfinished call ends as it is). */
 bool em_answer_finish(em_answer_reader *reader, em_answer_sink sink, void *self);
 void em_answer_clear(em_answer_reader *reader);
+/* The markers the reader looks for under `options` (the format's call openers and closers when it
+ * reads calls, the reasoning tags when it splits reasoning): the texts the engine must hand on as
+ * text when the model writes one as a single control token (ember_request_params.control_texts).
+ * Writes at most EM_ANSWER_MAX_MARKERS static strings to out[]; returns how many. */
+#define EM_ANSWER_MAX_MARKERS 8
+size_t em_answer_markers(const em_answer_options *options, const char *out[EM_ANSWER_MAX_MARKERS]);
 
 /* One choice's result so far. */
 typedef struct em_server_choice {

@@ -148,6 +148,14 @@ em_err em_detok_feed(em_detok *d, int32_t id, const char **bytes, size_t *len) {
     return NULL;
 }
 
+em_err em_detok_feed_special(em_detok *d, int32_t id, const char **bytes, size_t *len) {
+    const unsigned flags = d->flags;
+    d->flags |= EM_DETOK_SPECIAL;
+    em_err err = em_detok_feed(d, id, bytes, len);
+    d->flags = flags;
+    return err;
+}
+
 size_t em_detok_flush(em_detok *d, const char **bytes) {
     *bytes = "";
     if (!d->n_pending) return 0;

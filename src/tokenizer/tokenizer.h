@@ -121,6 +121,9 @@ void em_detok_free(em_detok *detok);
  * on this detok. An id without text (an unused or padding token, or one outside the vocabulary:
  * output rows the tokenizer has no token for) adds nothing. */
 em_err em_detok_feed(em_detok *detok, int32_t id, const char **bytes, size_t *len);
+/* The same, rendering this one token's text even when it is a control token (a control token that
+ * a request counts as text, such as a tool call's marker). */
+em_err em_detok_feed_special(em_detok *detok, int32_t id, const char **bytes, size_t *len);
 /* Ends the stream: whatever is held back comes out (an incomplete character as U+FFFD). */
 size_t em_detok_flush(em_detok *detok, const char **bytes);
 

@@ -114,7 +114,7 @@ int main(int argc, char **argv) {
     }
     em_grammar_vocab *vocab = NULL;
     uint32_t n_vocab = err ? 0 : (uint32_t)em_tokenizer_n_vocab(tok);
-    if (!err) err = em_grammar_vocab_new(tok, n_vocab, &vocab);
+    if (!err) err = em_grammar_vocab_new(tok, n_vocab, NULL, 0, &vocab);
     if (err) {
         fprintf(stderr, "grammar_sample: %s\n", em_err_message(err));
         return 1;
