@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Why the persistent decode kernel (src/backend/cuda/mega.cu) streams slower than the per-operation
 # kernels: Nsight Compute's view of one of its launches on a 6-layer cut of a model (throughput of
-# memory and shared memory, warp stall reasons, the source lines the warps wait on), then decode
+# memory and shared memory, warp stall reasons, the source lines the warps wait on, the sectors of
+# local memory its spills move), then decode
 # speed of the whole model under the kernel's knobs (stage size, 8-bit or f32 products) against the
 # per-operation kernels, 256 greedy tokens after a 300-token prompt, one `ember run` each.
 #
@@ -20,6 +21,7 @@ if [ -n "$ncu" ] && "$build/ember" synth --preset "${first%%:*}" --layers 6 --ty
   EMBER_CUDA_MEGA=1 "$ncu" --clock-control none --print-details all --kernel-name regex:mega_kernel --launch-skip 30 \
     --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
     --section SchedulerStats --section SourceCounters \
+    --metrics l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum \
     "$build/ember" run -m "$dir/cut.gguf" --prompt-ids "$prompt" -n 48 --temp 0 --device cuda 2>&1 | grep -v '^==PROF=='
 else
   echo "no ncu (Nsight Compute) or no model: the profile is skipped"
