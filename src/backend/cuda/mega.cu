@@ -11,8 +11,8 @@
  *
  * Every instruction is spread over all blocks (each block a contiguous slice of the rows) and ends
  * at a grid barrier: a counter in global memory that every block bumps and then waits on. A block
- * is 15 consumer warps and one loader warp. The loader streams the block's slices of the weights,
- * instruction after instruction, into a ring of shared-memory stages with bulk asynchronous
+ * is MEGA_CONSUMERS warps that compute and one loader warp. The loader streams the block's slices
+ * of the weights, instruction after instruction, into a ring of shared-memory stages with bulk asynchronous
  * copies (the "weight stream" below); it waits for nothing but a free stage, so it runs ahead of
  * the grid barriers into the next instructions' weights and the memory keeps streaming while the
  * consumers wait for the other blocks. The consumers take the rows of each stage a warp a row.
@@ -432,8 +432,9 @@ __device__ __forceinline__ uint32_t rows_per_warp(const op_parts &p) {
  * stages the consumers have taken so far in this launch) until the end mark, RW rows per consumer
  * warp, the warps taking turns from chunk to chunk: y = scale[t] * (W · xs[t]), written by write_row. */
 template <int NT>
-__device__ __forceinline__ void run_rows(const mega_args &a, const ring &rg, uint32_t *stages, const em_op &op, const mega_input &in,
-                         const uint32_t *lut, const float *scale, const mega_route *route, float *results) {
+__device__ __forceinline__ void run_rows(const mega_args &a, const ring &rg, uint32_t *stages, const em_op &op,
+                                         const mega_input &in, const uint32_t *lut, const float *scale,
+                                         const mega_route *route, float *results) {
     const op_parts p = parts_of(a, op, route);
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rw = rows_per_warp(p);
     uint32_t turn = 0; /* the warp that takes the next chunk's first rows */

@@ -9,8 +9,11 @@ extern "C" {
 #include "../schedule.h"
 }
 
-#ifndef MEGA_WARPS                 /* (a build may set it, to measure the trade of warps against registers) */
-#define MEGA_WARPS 16                    /* a block: the consumer warps, then the loader */
+/* A block: the consumer warps, then the loader. 12 warps leave a thread 168 registers (16 leave 128,
+ * too few for the inlined products, which then spill to local memory; bench/RESULTS.md, run 135). A
+ * build may set it, to measure that trade again. */
+#ifndef MEGA_WARPS
+#define MEGA_WARPS 12
 #endif
 #define MEGA_THREADS (MEGA_WARPS * 32)
 #define MEGA_CONSUMERS (MEGA_WARPS - 1)  /* warps that compute; the last warp streams weights */

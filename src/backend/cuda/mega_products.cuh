@@ -101,7 +101,8 @@ __device__ __forceinline__ void dot_rows_q(const uint8_t *w, uint64_t row_bytes,
     const int8_t *xq[NT]; /* each token's bytes and chunk scales, worked out once */
     const float2 *xd[NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++) xq[t] = in.xq + (uint64_t)x_row[t] * in.xq_stride, xd[t] = in.xd + (uint64_t)x_row[t] * chunks;
+    for (int t = 0; t < NT; t++)
+        xq[t] = in.xq + (uint64_t)x_row[t] * in.xq_stride, xd[t] = in.xd + (uint64_t)x_row[t] * chunks;
     for (uint32_t i = lane; i < n_rows * units; i += 32) {
         const uint32_t j = i / units, u = i - j * units;
         const uint8_t *row = w + (uint64_t)j * row_bytes;
