@@ -15,9 +15,9 @@
 /* A job runs on every thread at once; `ith` of `nth` picks its share. */
 typedef void (*em_cpu_job)(void *ctx, uint32_t ith, uint32_t nth);
 
-/* Workers and the caller wait for each other by spinning for a short while (a decode step hands
- * out hundreds of jobs of a few microseconds each, and a sleeping thread takes longer than that to
- * wake), then by sleeping on the condition variables (between steps, or when the machine is busy).
+/* Workers and the caller may wait for each other by spinning for a short while (a decode step hands
+ * out hundreds of short jobs, and a sleeping thread takes a while to wake), then sleep on the
+ * condition variables (between steps, or when the machine is busy); see DEFAULT_SPIN_US in pool.c.
  * A new job is published by bumping `generation`; `pending` counts the workers still running it. */
 typedef struct em_cpu_pool {
     pthread_t *threads;

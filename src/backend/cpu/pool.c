@@ -7,10 +7,12 @@
 
 #include "cpu_internal.h"
 
-/* How long a waiting thread spins before it sleeps, unless EMBER_CPU_SPIN_US says otherwise: about
- * the gap between two jobs of a decode step, so that a step runs without a sleep while an idle
- * engine leaves the cores alone within a fraction of a millisecond. */
-#define DEFAULT_SPIN_US 200
+/* How long a waiting thread spins before it sleeps, unless EMBER_CPU_SPIN_US says otherwise. On a
+ * machine of its own a spin of about the gap between two jobs of a decode step (a few hundred
+ * microseconds) lets a step run without a sleep; on one whose cores other busy processes share,
+ * every spin takes a time slice from the thread being waited for, and decode runs slower than with
+ * none (bench/RESULTS.md). None by default, since the second machine is the common one. */
+#define DEFAULT_SPIN_US 0
 
 static uint64_t now_ns(void) {
     struct timespec t;
