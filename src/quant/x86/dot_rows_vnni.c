@@ -168,10 +168,11 @@ EM_VNNI static EM_INLINE uint64_t iq3xxs_sign_mask(uint32_t aux0, uint32_t aux1)
 }
 
 /* IQ3_XXS: two 32-element runs per register. The sixteen grid points of the two runs are looked up
- * in registers (iq3xxs_grid_points: a gather, or a scalar load per point, is slower), the signs become a 64-bit mask (AVX-512BW) that negates the activations' bytes, and
- * vpdpwssd multiplies the vpmaddubsw pairs by each run's integer scale (2s + 1; the lower half's in
- * the lower sixteen int16 lanes) into the running sum. Folding the halves gives the AVX2 kernel's
- * isum: there, lane i sums the same four products of every run, times the run's scale. */
+ * in registers (iq3xxs_grid_points: a gather, or a scalar load per point, is slower), the signs
+ * become a 64-bit mask (AVX-512BW) that negates the activations' bytes, and vpdpwssd multiplies
+ * the vpmaddubsw pairs by each run's integer scale (2s + 1; the lower half's in the lower sixteen
+ * int16 lanes) into the running sum. Folding the halves gives the AVX2 kernel's isum: there, lane
+ * i sums the same four products of every run, times the run's scale. */
 EM_VNNI static EM_INLINE void iq3_xxs_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
                                            float *out) {
     __m512i grid[16];
