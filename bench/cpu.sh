@@ -5,8 +5,16 @@
 # (ember run's lines; bench/cpu_llamacpp.mjs prints llama.cpp's in the same words), medians over the
 # rounds and the median of the round-by-round ratios. llama.cpp is node-llama-cpp 3.21.1's CPU build,
 # installed into BUILD_DIR/js as the peer tests install it.
-# Usage: bench/cpu.sh EMBER BUILD_DIR MODEL.gguf... (ROUNDS=5 THREADS=2 PREFILL=512 DECODE=64
-#        DECODE_PROMPT=300 in the environment)
+#
+# First the machine's read bandwidth with THREADS threads (bench/read_bandwidth.c, best of 7 passes
+# over 1 GiB); each decode row then says how many GB/s of weights that rate reads (`ember info`'s
+# bytes read per token times tok/s) and which share of the measured bandwidth that is.
+#
+# Without model files, the issue's set is written with `ember synth` into MODELS (default
+# BUILD_DIR/bench-models): dense-1b q4_k, q8_0 and bf16 (16 layers) and moe-30b-a3b mix (q6_k with
+# iq3_xxs experts) cut to MOE_LAYERS of its 48 layers (default 16, 4.5 GB; 48 needs about 13 GB).
+# Usage: bench/cpu.sh EMBER BUILD_DIR [MODEL.gguf...] (ROUNDS=5 THREADS=2 PREFILL=512 DECODE=64
+#        DECODE_PROMPT=300 MOE_LAYERS=16 MODELS=DIR in the environment)
 set -u
 ember=$1 build=$2
 shift 2
@@ -16,16 +24,34 @@ js=$build/js
 . "$here/../tools/llamacpp_lib.sh"
 mkdir -p "$js"
 need_llamacpp "$js" "$js/npm.log" || exit 1
+if [ $# -eq 0 ]; then
+  models=${MODELS:-$build/bench-models}
+  mkdir -p "$models"
+  for t in q4_k q8_0 bf16; do
+    [ -s "$models/dense-1b-$t.gguf" ] ||
+      "$ember" synth --preset dense-1b --type "$t" -o "$models/dense-1b-$t.gguf" >/dev/null || exit 1
+    set -- "$@" "$models/dense-1b-$t.gguf"
+  done
+  moe="$models/moe-30b-a3b-mix-l${MOE_LAYERS:-16}.gguf"
+  [ -s "$moe" ] || "$ember" synth --preset moe-30b-a3b --type mix --layers "${MOE_LAYERS:-16}" -o "$moe" >/dev/null ||
+    exit 1
+  set -- "$@" "$moe"
+fi
+cc -O2 -std=c11 "$here/read_bandwidth.c" -lpthread -o "$build/read_bandwidth" || exit 1
+bandwidth=$("$build/read_bandwidth" "$threads" | tee /dev/stderr | sed -n 's/^read bandwidth: \([0-9.]*\) GB.*/\1/p')
 ids() { seq 1000 $((999 + $1)) | tr '\n' ' '; } # ordinary token ids of every vocabulary here
 
 # RATE LINE: the tok/s figure of `prefill:` or `decode:` in a run's output.
 rate() { sed -n "s/^$1:.*[ (]\([0-9.]*\) tok\/s.*/\1/p" | head -n 1; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
-echo "| model | measure | Ember tok/s | llama.cpp tok/s | ratio (median of rounds) |"
-echo "|---|---|---|---|---|"
+echo "read bandwidth: $bandwidth GB/s with $threads threads"
+echo
+echo "| model | measure | Ember tok/s | llama.cpp tok/s | ratio (median of rounds) | weights read: Ember, llama.cpp |"
+echo "|---|---|---|---|---|---|"
 for model in "$@"; do
   work=$(mktemp -d)
+  per_token=$("$ember" info "$model" | sed -n 's/^read per token: *\([0-9]*\) bytes.*/\1/p')
   for r in $(seq "$rounds"); do
     "$ember" run -m "$model" --device cpu -t "$threads" --temp 0 -n 1 --prompt-ids "$(ids "$prefill")" 2>&1 |
       rate prefill >>"$work/ember.prefill"
@@ -38,8 +64,14 @@ for model in "$@"; do
   done
   for m in prefill decode; do
     paste "$work/ember.$m" "$work/llama.$m" | awk '$1 && $2 { print $1 / $2 }' >"$work/ratio.$m"
-    printf '| %s | %s | %s | %s | %s |\n' "$(basename "$model")" "$m" "$(median <"$work/ember.$m")" \
-      "$(median <"$work/llama.$m")" "$(median <"$work/ratio.$m")"
+    ember_rate=$(median <"$work/ember.$m") llama_rate=$(median <"$work/llama.$m") read=
+    if [ "$m" = decode ] && [ -n "$per_token" ] && [ -n "$bandwidth" ]; then
+      read=$(awk -v e="${ember_rate:-0}" -v l="${llama_rate:-0}" -v b="$per_token" -v bw="$bandwidth" 'BEGIN {
+        printf "%.1f GB/s (%.0f%%), %.1f GB/s (%.0f%%)", e * b / 1e9, 100 * e * b / 1e9 / bw, l * b / 1e9,
+          100 * l * b / 1e9 / bw }')
+    fi
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$(basename "$model")" "$m" "$ember_rate" "$llama_rate" \
+      "$(median <"$work/ratio.$m")" "$read"
   done
   rm -rf "$work"
 done

@@ -37,7 +37,11 @@ typedef struct cpu_backend {
     uint8_t *act_groups;  /* the same packed in token groups (em_cpu_matmul's groups), or NULL */
     bool packs_groups;    /* some weight type has a group kernel on this CPU: act_groups is allocated */
     uint64_t act_per_token;
-    uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert;
+    uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert, max_expert_used;
+    em_cpu_product *products; /* the products of one job of few tokens (max_products) */
+    uint32_t max_products;
+    uint32_t *slot_token, *slot_expert; /* a few-token MoE step's chosen (expert, token) pairs */
+    float *slot_weight;
     float *pick_logits;   /* batches with pick parameters: their logits rows (cap_pick_rows) */
     uint64_t *pick_keys;  /* the pick rule's scratch, 2 n_vocab entries */
     /* Step overlap (cpu_pick_begin): the tokens of up to two begun steps, oldest at overlap_head. */
@@ -70,6 +74,45 @@ static em_err matmul(cpu_backend *b, const em_weight *w, uint64_t mat, const flo
                      uint64_t y_stride, uint32_t n_tokens) {
     em_cpu_matmul mm = {w, mat, x, x_stride, y, y_stride, n_tokens, b->act, b->act_groups};
     return em_cpu_matmul_run(&b->pool, &mm);
+}
+
+/* One output of matmuls: matrix `mat` of `w` into y (rows y_stride floats apart). */
+typedef struct matmul_out {
+    const em_weight *w;
+    uint64_t mat;
+    float *y;
+    uint64_t y_stride;
+} matmul_out;
+
+/* Several matrices applied to the same n rows of x. A batch of few tokens quantizes x once per
+ * activation format (in b->act, from `act` on) and runs all the products as one job; a larger one
+ * runs them one by one, with token groups. */
+static em_err matmuls(cpu_backend *b, const float *x, uint64_t x_stride, uint32_t n, const matmul_out *outs,
+                      uint32_t count) {
+    em_err err;
+    if (n >= EM_CPU_FEW_TOKENS) {
+        for (uint32_t i = 0; i < count; i++)
+            if ((err = matmul(b, outs[i].w, outs[i].mat, x, x_stride, outs[i].y, outs[i].y_stride, n))) return err;
+        return NULL;
+    }
+    uint8_t *act = b->act;
+    for (uint32_t i = 0; i < count; i++) {
+        const em_weight *w = outs[i].w;
+        const uint64_t act_bytes = em_cpu_act_bytes(w);
+        const uint8_t *rows = NULL;
+        for (uint32_t j = 0; j < i && !rows; j++)
+            if (em_dot_activation_type(outs[j].w->type) == em_dot_activation_type(w->type) &&
+                outs[j].w->cols == w->cols)
+                rows = b->products[j].act;
+        if (!rows) {
+            if ((err = em_cpu_quantize(w, x, x_stride, n, act))) return err;
+            rows = act;
+            act += n * act_bytes;
+        }
+        b->products[i] = (em_cpu_product){w, outs[i].mat, rows, act_bytes, n, outs[i].y, outs[i].y_stride};
+    }
+    em_cpu_products_run(&b->pool, b->products, count);
+    return NULL;
 }
 
 static void add_bias(float *y, const float *bias, uint32_t n_tokens, uint32_t n) {
@@ -165,9 +208,8 @@ static em_err attention(cpu_backend *b, const em_batch *batch, uint32_t il) {
     const uint32_t n = batch->n_tokens;
     const uint32_t nq = ld->n_head * ld->head_dim, nk = ld->n_head_kv * ld->head_dim, nv = ld->n_head_kv * ld->head_dim_v;
     em_err err;
-    if ((err = matmul(b, &lw->wq, 0, b->xn, b->d->n_embd, b->q, nq, n))) return err;
-    if ((err = matmul(b, &lw->wk, 0, b->xn, b->d->n_embd, b->k, nk, n))) return err;
-    if ((err = matmul(b, &lw->wv, 0, b->xn, b->d->n_embd, b->v, nv, n))) return err;
+    const matmul_out qkv[] = {{&lw->wq, 0, b->q, nq}, {&lw->wk, 0, b->k, nk}, {&lw->wv, 0, b->v, nv}};
+    if ((err = matmuls(b, b->xn, b->d->n_embd, n, qkv, 3))) return err;
     add_bias(b->q, lw->bq, n, nq);
     add_bias(b->k, lw->bk, n, nk);
     add_bias(b->v, lw->bv, n, nv);
@@ -201,8 +243,8 @@ static em_err mlp(cpu_backend *b, const em_weight *gate, const em_weight *up, co
                   const float *x, float *y, uint32_t n) {
     const uint64_t e = b->d->n_embd, ff = gate->rows;
     em_err err;
-    if ((err = matmul(b, gate, mat, x, e, b->gate, ff, n))) return err;
-    if ((err = matmul(b, up, mat, x, e, b->up, ff, n))) return err;
+    const matmul_out gate_up[] = {{gate, mat, b->gate, ff}, {up, mat, b->up, ff}};
+    if ((err = matmuls(b, x, e, n, gate_up, 2))) return err;
     glu(b, b->gate, b->up, (uint64_t)n * ff);
     return matmul(b, down, mat, b->gate, ff, y, e, n);
 }
@@ -235,6 +277,78 @@ static void route(cpu_backend *b, const em_layer_desc *ld, uint32_t t) {
     }
 }
 
+/* b->out for a batch of few tokens (a decode step): every chosen (expert, token) pair is a slot, in
+ * the order the batched path below adds them (expert, then token); xn is quantized once per
+ * activation format, the gate and up products of all chosen experts run as one job and their down
+ * products as another, so each thread reads its share of all the experts' bytes in one go. */
+static em_err moe_few(cpu_backend *b, uint32_t il, uint32_t n) {
+    const em_layer_desc *ld = &b->d->layers[il];
+    const em_layer_weights *lw = &b->w->layers[il];
+    const em_weight *gate = &lw->gate_exps, *up = &lw->up_exps, *down = &lw->down_exps;
+    const uint64_t e = b->d->n_embd, ff = gate->rows, used = ld->n_expert_used;
+    uint32_t n_slots = 0;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t k = 0; k < used; k++) {
+            /* insertion into the (expert, token) order */
+            const uint32_t ex = (uint32_t)b->chosen[t * used + k];
+            uint32_t at = n_slots++;
+            for (; at > 0 && b->slot_expert[at - 1] > ex; at--) {
+                b->slot_expert[at] = b->slot_expert[at - 1];
+                b->slot_token[at] = b->slot_token[at - 1];
+                b->slot_weight[at] = b->slot_weight[at - 1];
+            }
+            b->slot_expert[at] = ex;
+            b->slot_token[at] = t;
+            b->slot_weight[at] = b->chosen_weight[t * used + k];
+        }
+
+    /* xn in the gate's and the up's activation formats (once when they agree), then each slot's row
+     * beside its expert's other slots: an expert's rows must be consecutive for its product. */
+    em_err err;
+    uint8_t *act = b->act;
+    const uint64_t gate_bytes = em_cpu_act_bytes(gate), up_bytes = em_cpu_act_bytes(up);
+    const bool same_format = em_dot_activation_type(gate->type) == em_dot_activation_type(up->type);
+    uint8_t *x_gate = act, *x_up = same_format ? act : act + n * gate_bytes;
+    if ((err = em_cpu_quantize(gate, b->xn, e, n, x_gate))) return err;
+    if (!same_format && (err = em_cpu_quantize(up, b->xn, e, n, x_up))) return err;
+    act += (same_format ? n * gate_bytes : n * (gate_bytes + up_bytes));
+    uint8_t *slots_gate = act, *slots_up = same_format ? act : act + n_slots * gate_bytes;
+    act += (same_format ? n_slots * gate_bytes : n_slots * (gate_bytes + up_bytes));
+    for (uint32_t s = 0; s < n_slots; s++) {
+        memcpy(slots_gate + s * gate_bytes, x_gate + b->slot_token[s] * gate_bytes, gate_bytes);
+        if (!same_format) memcpy(slots_up + s * up_bytes, x_up + b->slot_token[s] * up_bytes, up_bytes);
+    }
+    uint32_t count = 0;
+    for (uint32_t s = 0, next; s < n_slots; s = next) {
+        for (next = s + 1; next < n_slots && b->slot_expert[next] == b->slot_expert[s];) next++;
+        const uint64_t ex = b->slot_expert[s];
+        b->products[count++] = (em_cpu_product){gate, ex, slots_gate + s * gate_bytes, gate_bytes, next - s,
+                                                b->gate + s * ff, ff};
+        b->products[count++] = (em_cpu_product){up, ex, slots_up + s * up_bytes, up_bytes, next - s,
+                                                b->up + s * ff, ff};
+    }
+    em_cpu_products_run(&b->pool, b->products, count);
+    glu(b, b->gate, b->up, n_slots * ff);
+
+    const uint64_t down_bytes = em_cpu_act_bytes(down);
+    if ((err = em_cpu_quantize(down, b->gate, ff, n_slots, act))) return err;
+    count = 0;
+    for (uint32_t s = 0, next; s < n_slots; s = next) {
+        for (next = s + 1; next < n_slots && b->slot_expert[next] == b->slot_expert[s];) next++;
+        b->products[count++] = (em_cpu_product){down, b->slot_expert[s], act + s * down_bytes, down_bytes, next - s,
+                                                b->expert_out + s * e, e};
+    }
+    em_cpu_products_run(&b->pool, b->products, count);
+
+    memset(b->out, 0, n * e * sizeof(float));
+    for (uint32_t s = 0; s < n_slots; s++) {
+        float *o = b->out + b->slot_token[s] * e;
+        const float *y = b->expert_out + s * e;
+        for (uint64_t j = 0; j < e; j++) o[j] += b->slot_weight[s] * y[j];
+    }
+    return NULL;
+}
+
 /* xn → b->out through the experts each token chose: tokens are grouped by expert so each expert's
  * matrices are read once per batch. */
 static em_err moe(cpu_backend *b, uint32_t il, uint32_t n) {
@@ -244,24 +358,28 @@ static em_err moe(cpu_backend *b, uint32_t il, uint32_t n) {
     em_err err = matmul(b, &lw->gate_inp, 0, b->xn, e, b->router, ld->n_expert, n);
     if (err) return err;
     for (uint32_t t = 0; t < n; t++) route(b, ld, t);
-    memset(b->out, 0, (uint64_t)n * e * sizeof(float));
-    for (uint32_t ex = 0; ex < ld->n_expert; ex++) {
-        uint32_t count = 0;
-        for (uint32_t t = 0; t < n; t++)
-            for (uint32_t k = 0; k < ld->n_expert_used; k++)
-                if (b->chosen[(uint64_t)t * ld->n_expert_used + k] == (int32_t)ex) {
-                    b->members[count] = t;
-                    b->member_weight[count] = b->chosen_weight[(uint64_t)t * ld->n_expert_used + k];
-                    memcpy(b->gathered + (uint64_t)count * e, b->xn + (uint64_t)t * e, e * sizeof(float));
-                    count++;
-                }
-        if (count == 0) continue;
-        if ((err = mlp(b, &lw->gate_exps, &lw->up_exps, &lw->down_exps, ex, b->gathered, b->expert_out, count)))
-            return err;
-        for (uint32_t i = 0; i < count; i++) {
-            float *o = b->out + (uint64_t)b->members[i] * e;
-            const float *y = b->expert_out + (uint64_t)i * e;
-            for (uint64_t j = 0; j < e; j++) o[j] += b->member_weight[i] * y[j];
+    if (n < EM_CPU_FEW_TOKENS) {
+        if ((err = moe_few(b, il, n))) return err;
+    } else {
+        memset(b->out, 0, (uint64_t)n * e * sizeof(float));
+        for (uint32_t ex = 0; ex < ld->n_expert; ex++) {
+            uint32_t count = 0;
+            for (uint32_t t = 0; t < n; t++)
+                for (uint32_t k = 0; k < ld->n_expert_used; k++)
+                    if (b->chosen[(uint64_t)t * ld->n_expert_used + k] == (int32_t)ex) {
+                        b->members[count] = t;
+                        b->member_weight[count] = b->chosen_weight[(uint64_t)t * ld->n_expert_used + k];
+                        memcpy(b->gathered + (uint64_t)count * e, b->xn + (uint64_t)t * e, e * sizeof(float));
+                        count++;
+                    }
+            if (count == 0) continue;
+            if ((err = mlp(b, &lw->gate_exps, &lw->up_exps, &lw->down_exps, ex, b->gathered, b->expert_out, count)))
+                return err;
+            for (uint32_t i = 0; i < count; i++) {
+                float *o = b->out + (uint64_t)b->members[i] * e;
+                const float *y = b->expert_out + (uint64_t)i * e;
+                for (uint64_t j = 0; j < e; j++) o[j] += b->member_weight[i] * y[j];
+            }
         }
     }
     if (ld->n_ff_shared) {
@@ -301,15 +419,21 @@ static em_err forward_layer(cpu_backend *b, const em_batch *batch, uint32_t il) 
 static em_err reserve(cpu_backend *b, uint32_t n) {
     if (n <= b->cap_tokens) return NULL;
     const uint64_t e = b->d->n_embd;
-    struct { float **p; uint64_t per_token; } bufs[] = {
-        {&b->x, e}, {&b->xn, e}, {&b->q, b->max_q}, {&b->k, b->max_k}, {&b->v, b->max_v},
-        {&b->attn, b->max_attn}, {&b->out, e}, {&b->gate, b->max_ff}, {&b->up, b->max_ff},
-        {&b->router, b->max_expert}, {&b->gathered, e}, {&b->expert_out, e},
-        {&b->chosen_weight, b->max_expert}, {&b->member_weight, b->max_expert},
+    /* A few-token MoE step (moe_few) keeps a row of gate, up and expert_out per chosen expert of
+     * each token, and in act its activations: n rows per format, a copy per slot, the down inputs. */
+    const uint64_t slots = (uint64_t)(EM_CPU_FEW_TOKENS - 1) * b->max_expert_used;
+    const uint64_t slot_rows = n > slots ? n : slots;
+    const uint64_t few_act_rows = (EM_CPU_FEW_TOKENS - 1) * (3 + 3 * (uint64_t)b->max_expert_used);
+    struct { float **p; uint64_t floats; } bufs[] = {
+        {&b->x, e * n}, {&b->xn, e * n}, {&b->q, (uint64_t)b->max_q * n}, {&b->k, (uint64_t)b->max_k * n},
+        {&b->v, (uint64_t)b->max_v * n}, {&b->attn, (uint64_t)b->max_attn * n}, {&b->out, e * n},
+        {&b->gate, (uint64_t)b->max_ff * slot_rows}, {&b->up, (uint64_t)b->max_ff * slot_rows},
+        {&b->router, (uint64_t)b->max_expert * n}, {&b->gathered, e * n}, {&b->expert_out, e * slot_rows},
+        {&b->chosen_weight, (uint64_t)b->max_expert * n}, {&b->member_weight, (uint64_t)b->max_expert * n},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         free(*bufs[i].p);
-        *bufs[i].p = malloc((bufs[i].per_token ? bufs[i].per_token : 1) * n * sizeof(float));
+        *bufs[i].p = malloc((bufs[i].floats ? bufs[i].floats : 1) * sizeof(float));
         if (!*bufs[i].p) return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
     }
     free(b->chosen);
@@ -318,7 +442,7 @@ static em_err reserve(cpu_backend *b, uint32_t n) {
     free(b->act_groups);
     b->chosen = malloc(((uint64_t)b->max_expert + 1) * n * sizeof *b->chosen);
     b->members = malloc(((uint64_t)b->max_expert + 1) * n * sizeof *b->members);
-    b->act = malloc(b->act_per_token * n);
+    b->act = malloc(b->act_per_token * (n > few_act_rows ? n : few_act_rows));
     b->act_groups = b->packs_groups ? malloc(b->act_per_token * em_cpu_group_scratch_tokens(n)) : NULL;
     if (!b->chosen || !b->members || !b->act || (b->packs_groups && !b->act_groups))
         return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
@@ -435,6 +559,10 @@ static void cpu_free(em_backend *base) {
     free(b->members);
     free(b->act);
     free(b->act_groups);
+    free(b->products);
+    free(b->slot_token);
+    free(b->slot_expert);
+    free(b->slot_weight);
     free(b->pick_logits);
     free(b->pick_keys);
     free(b->overlap_tokens);
@@ -554,6 +682,7 @@ em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config
         b->max_attn = (uint32_t)max_u64(b->max_attn, (uint64_t)ld->n_head * ld->head_dim_v);
         b->max_ff = (uint32_t)max_u64(b->max_ff, max_u64(ld->n_ff, ld->n_ff_shared));
         b->max_expert = (uint32_t)max_u64(b->max_expert, ld->n_expert);
+        b->max_expert_used = (uint32_t)max_u64(b->max_expert_used, ld->n_expert_used);
         const em_weight *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down,
                                  &lw->gate_inp, &lw->gate_exps, &lw->up_exps, &lw->down_exps,
                                  &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp};
@@ -567,7 +696,16 @@ em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config
     for (uint32_t il = 0; il < d->n_layer; il++)
         if (d->layers[il].rope.n_rot > max_rot) max_rot = d->layers[il].rope.n_rot;
     b->rope_angles = malloc(max_rot * sizeof(float));
-    if (!b->keys || !b->values || !b->rope_angles) goto nomem;
+    /* matmuls takes up to three products (Q, K, V), moe_few two per chosen expert of each token. */
+    const uint32_t slots = (EM_CPU_FEW_TOKENS - 1) * b->max_expert_used;
+    b->max_products = 2 * slots > 3 ? 2 * slots : 3;
+    b->products = malloc(b->max_products * sizeof *b->products);
+    b->slot_token = malloc((slots ? slots : 1) * sizeof *b->slot_token);
+    b->slot_expert = malloc((slots ? slots : 1) * sizeof *b->slot_expert);
+    b->slot_weight = malloc((slots ? slots : 1) * sizeof *b->slot_weight);
+    if (!b->keys || !b->values || !b->rope_angles || !b->products || !b->slot_token || !b->slot_expert ||
+        !b->slot_weight)
+        goto nomem;
     *out = &b->base;
     return NULL;
 nomem:

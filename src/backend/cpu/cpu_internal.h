@@ -4,6 +4,7 @@
 #define EMBER_BACKEND_CPU_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -14,17 +15,22 @@
 /* A job runs on every thread at once; `ith` of `nth` picks its share. */
 typedef void (*em_cpu_job)(void *ctx, uint32_t ith, uint32_t nth);
 
+/* Workers and the caller may wait for each other by spinning for a short while (a decode step hands
+ * out hundreds of short jobs, and a sleeping thread takes a while to wake), then sleep on the
+ * condition variables (between steps, or when the machine is busy); see DEFAULT_SPIN_US in pool.c.
+ * A new job is published by bumping `generation`; `pending` counts the workers still running it. */
 typedef struct em_cpu_pool {
     pthread_t *threads;
     uint32_t n_threads; /* including the caller, which runs share 0 */
     uint32_t n_started;
     pthread_mutex_t mutex;
     pthread_cond_t wake, done;
-    uint64_t generation;
-    uint32_t pending;
+    _Atomic uint64_t generation;
+    _Atomic uint32_t pending;
     em_cpu_job job;
     void *ctx;
-    bool quit;
+    atomic_bool quit;
+    uint64_t spin_ns; /* how long a waiting thread spins before it sleeps (EMBER_CPU_SPIN_US) */
 } em_cpu_pool;
 
 em_err em_cpu_pool_init(em_cpu_pool *pool, uint32_t n_threads);
@@ -80,5 +86,30 @@ static inline uint64_t em_cpu_group_scratch_tokens(uint64_t n_tokens) {
 
 uint64_t em_cpu_act_bytes(const em_weight *w);
 em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm);
+
+/* Batches of fewer tokens than this (a decode step) skip the token-group packing and go through
+ * em_dot_rows; the backend also runs their products that share an input as one job. */
+#define EM_CPU_FEW_TOKENS 4
+
+/* One product of em_cpu_products_run: Y[t][r] = W[mat] row r · activation row t, for t < n_tokens,
+ * the activation rows already in the dot-product format (em_cpu_quantize), act_stride bytes apart. */
+typedef struct em_cpu_product {
+    const em_weight *w;
+    uint64_t mat;
+    const uint8_t *act;
+    uint64_t act_stride;
+    uint32_t n_tokens;
+    float *y;
+    uint64_t y_stride;
+} em_cpu_product;
+
+/* n_tokens rows of x (x_stride floats apart) into w's activation format at `out`, em_cpu_act_bytes(w)
+ * bytes apart, on the calling thread. */
+em_err em_cpu_quantize(const em_weight *w, const float *x, uint64_t x_stride, uint32_t n_tokens, uint8_t *out);
+
+/* All the products in one job of the pool: the weight rows of every product, end to end, are split
+ * into one run of nearly equal bytes per thread, so each thread reads its share of the weights once
+ * and no thread waits for another between products. Results equal em_cpu_matmul_run's bitwise. */
+void em_cpu_products_run(em_cpu_pool *pool, const em_cpu_product *products, uint32_t n);
 
 #endif

@@ -165,23 +165,79 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
     }
 }
 
-/* Batches from this many tokens on use the group kernels; a decode step's single token (or a
- * few) goes through em_dot_rows, which has no packing to pay for and no padded lanes. */
-#define GROUP_FEWEST_TOKENS 4
-
 em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm) {
     if (mm->n_tokens == 0) return NULL;
     _Static_assert(DOT_TOKEN_GROUP == EM_CPU_GROUP && EM_CPU_GROUP == EM_DOT_GROUP_TOKENS,
                    "token groups of the backend and of quant");
     matmul_job job = {.mm = mm, .act_bytes = em_cpu_act_bytes(mm->w)};
-    if (mm->groups && mm->n_tokens >= GROUP_FEWEST_TOKENS) {
+    /* A decode step's single token (or a few) goes through em_dot_rows, which has no packing to pay
+     * for and no padded lanes. */
+    if (mm->groups && mm->n_tokens >= EM_CPU_FEW_TOKENS) {
         job.group_kernel = em_dot_group_kernel(mm->w->type);
         job.group_bytes = em_dot_group_bytes(mm->w->type, mm->w->cols);
         if (job.group_bytes > EM_CPU_GROUP * job.act_bytes) job.group_kernel = NULL; /* not in the scratch */
     }
     pthread_mutex_init(&job.mutex, NULL);
-    em_cpu_pool_run(pool, quantize_share, &job);
+    /* One token group is one share's work: quantized here, without waking the pool for it. */
+    if (mm->n_tokens <= EM_CPU_GROUP)
+        quantize_share(&job, 0, 1);
+    else
+        em_cpu_pool_run(pool, quantize_share, &job);
     if (!job.err) em_cpu_pool_run(pool, dot_share, &job);
     pthread_mutex_destroy(&job.mutex);
     return job.err;
+}
+
+em_err em_cpu_quantize(const em_weight *w, const float *x, uint64_t x_stride, uint32_t n_tokens, uint8_t *out) {
+    const uint64_t act_bytes = em_cpu_act_bytes(w);
+    for (uint32_t t = 0; t < n_tokens; t++) {
+        em_err err = em_quantize_activation(w->type, x + t * x_stride, out + t * act_bytes, w->cols);
+        if (err) return err;
+    }
+    return NULL;
+}
+
+typedef struct products_job {
+    const em_cpu_product *products;
+    uint32_t n;
+    uint64_t bytes; /* weight bytes of all products */
+} products_job;
+
+static void products_share(void *ctx, uint32_t ith, uint32_t nth) {
+    const products_job *job = ctx;
+    /* This share's bytes of the products laid end to end; a row belongs to the share its first byte
+     * falls in, so the shares cover every row once. */
+    const uint64_t from = job->bytes * ith / nth, to = job->bytes * (ith + 1) / nth;
+    float out[DOT_TOKEN_GROUP];
+    uint64_t start = 0; /* where the current product begins in that line */
+    for (uint32_t p = 0; p < job->n && start < to; p++) {
+        const em_cpu_product *pr = &job->products[p];
+        const em_weight *w = pr->w;
+        const uint64_t rb = w->row_bytes, bytes = w->rows * rb;
+        if (start + bytes <= from) {
+            start += bytes;
+            continue;
+        }
+        const uint64_t first = from > start ? (from - start + rb - 1) / rb : 0;
+        const uint64_t last = (to - start + rb - 1) / rb < w->rows ? (to - start + rb - 1) / rb : w->rows;
+        const uint8_t *base = (const uint8_t *)w->data + pr->mat * w->rows * rb;
+        const em_dot_rows_fn kernel = em_dot_rows_kernel(w->type);
+        for (uint64_t r = first; r < last; r++)
+            for (uint32_t t = 0; t < pr->n_tokens; t += DOT_TOKEN_GROUP) {
+                const uint32_t group = pr->n_tokens - t < DOT_TOKEN_GROUP ? pr->n_tokens - t : DOT_TOKEN_GROUP;
+                const uint8_t *act = pr->act + t * pr->act_stride;
+                if (kernel)
+                    kernel(base + r * rb, act, pr->act_stride, group, w->cols, out);
+                else
+                    em_dot_rows(w->type, base + r * rb, act, pr->act_stride, group, w->cols, out);
+                for (uint32_t g = 0; g < group; g++) pr->y[(t + g) * pr->y_stride + r] = out[g];
+            }
+        start += bytes;
+    }
+}
+
+void em_cpu_products_run(em_cpu_pool *pool, const em_cpu_product *products, uint32_t n) {
+    products_job job = {products, n, 0};
+    for (uint32_t p = 0; p < n; p++) job.bytes += products[p].w->rows * products[p].w->row_bytes;
+    if (job.bytes) em_cpu_pool_run(pool, products_share, &job);
 }

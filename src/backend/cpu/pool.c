@@ -1,8 +1,59 @@
 /* A fixed pool of worker threads that all run the same job, each on its share, then meet. The
- * caller's thread takes share 0, so a pool of one thread starts none. */
+ * caller's thread takes share 0, so a pool of one thread starts none. Waiting threads spin for
+ * spin_ns before they sleep (see em_cpu_pool in cpu_internal.h). */
+#include <sched.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cpu_internal.h"
+
+/* How long a waiting thread spins before it sleeps, unless EMBER_CPU_SPIN_US says otherwise. On a
+ * machine of its own a spin of about the gap between two jobs of a decode step (a few hundred
+ * microseconds) lets a step run without a sleep; on one whose cores other busy processes share,
+ * every spin takes a time slice from the thread being waited for, and decode runs slower than with
+ * none (bench/RESULTS.md). None by default, since the second machine is the common one. */
+#define DEFAULT_SPIN_US 0
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* One round of waiting: a few pause instructions, then the core to any other runnable thread (on a
+ * machine with more threads than cores, the one being waited for may be among them). */
+static void cpu_relax(uint32_t i) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+    if (i % 16 == 0) sched_yield();
+}
+
+/* Spins until *value differs from `old` or the spin time is over; returns the last value read. */
+static uint64_t spin_while_equal(const em_cpu_pool *pool, const _Atomic uint64_t *value, uint64_t old) {
+    uint64_t seen = atomic_load_explicit(value, memory_order_acquire);
+    if (seen != old || !pool->spin_ns) return seen;
+    const uint64_t until = now_ns() + pool->spin_ns;
+    for (uint32_t i = 1;; i++) {
+        cpu_relax(i);
+        seen = atomic_load_explicit(value, memory_order_acquire);
+        if (seen != old || atomic_load_explicit(&pool->quit, memory_order_relaxed)) return seen;
+        if (i % 64 == 0 && now_ns() > until) return seen;
+    }
+}
+
+static bool spin_until_done(const em_cpu_pool *pool) {
+    if (atomic_load_explicit(&pool->pending, memory_order_acquire) == 0) return true;
+    const uint64_t until = now_ns() + pool->spin_ns;
+    for (uint32_t i = 1; pool->spin_ns; i++) {
+        cpu_relax(i);
+        if (atomic_load_explicit(&pool->pending, memory_order_acquire) == 0) return true;
+        if (i % 64 == 0 && now_ns() > until) break;
+    }
+    return false;
+}
 
 typedef struct worker_arg {
     em_cpu_pool *pool;
@@ -15,24 +66,32 @@ static void *worker_main(void *arg_) {
     uint32_t ith = arg->ith;
     free(arg);
     uint64_t seen = 0;
-    pthread_mutex_lock(&pool->mutex);
     for (;;) {
-        while (pool->generation == seen && !pool->quit) pthread_cond_wait(&pool->wake, &pool->mutex);
-        if (pool->quit) break;
-        seen = pool->generation;
-        em_cpu_job job = pool->job;
-        void *ctx = pool->ctx;
-        pthread_mutex_unlock(&pool->mutex);
-        job(ctx, ith, pool->n_threads);
-        pthread_mutex_lock(&pool->mutex);
-        if (--pool->pending == 0) pthread_cond_signal(&pool->done);
+        uint64_t now = spin_while_equal(pool, &pool->generation, seen);
+        if (now == seen) {
+            /* The caller bumps the generation under the mutex, so no wake-up is lost here. */
+            pthread_mutex_lock(&pool->mutex);
+            while ((now = atomic_load(&pool->generation)) == seen && !atomic_load(&pool->quit))
+                pthread_cond_wait(&pool->wake, &pool->mutex);
+            pthread_mutex_unlock(&pool->mutex);
+        }
+        if (atomic_load(&pool->quit)) break;
+        seen = now;
+        pool->job(pool->ctx, ith, pool->n_threads);
+        if (atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel) == 1) {
+            /* The last worker: wake the caller should it have stopped spinning. */
+            pthread_mutex_lock(&pool->mutex);
+            pthread_cond_signal(&pool->done);
+            pthread_mutex_unlock(&pool->mutex);
+        }
     }
-    pthread_mutex_unlock(&pool->mutex);
     return NULL;
 }
 
 em_err em_cpu_pool_init(em_cpu_pool *pool, uint32_t n_threads) {
-    *pool = (em_cpu_pool){.n_threads = n_threads ? n_threads : 1};
+    *pool = (em_cpu_pool){.n_threads = n_threads ? n_threads : 1, .spin_ns = DEFAULT_SPIN_US * 1000u};
+    const char *spin = getenv("EMBER_CPU_SPIN_US");
+    if (spin && *spin) pool->spin_ns = strtoull(spin, NULL, 10) * 1000u;
     pthread_mutex_init(&pool->mutex, NULL);
     pthread_cond_init(&pool->wake, NULL);
     pthread_cond_init(&pool->done, NULL);
@@ -54,7 +113,7 @@ em_err em_cpu_pool_init(em_cpu_pool *pool, uint32_t n_threads) {
 
 void em_cpu_pool_destroy(em_cpu_pool *pool) {
     pthread_mutex_lock(&pool->mutex);
-    pool->quit = true;
+    atomic_store(&pool->quit, true);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mutex);
     for (uint32_t i = 0; i < pool->n_started; i++) pthread_join(pool->threads[i], NULL);
@@ -70,15 +129,17 @@ void em_cpu_pool_run(em_cpu_pool *pool, em_cpu_job job, void *ctx) {
         for (uint32_t i = 0; i < pool->n_threads; i++) job(ctx, i, pool->n_threads);
         return;
     }
-    pthread_mutex_lock(&pool->mutex);
+    /* job and ctx are read by the workers only after they see the new generation (release/acquire). */
     pool->job = job;
     pool->ctx = ctx;
-    pool->pending = pool->n_threads - 1;
-    pool->generation++;
-    pthread_cond_broadcast(&pool->wake);
+    atomic_store_explicit(&pool->pending, pool->n_threads - 1, memory_order_relaxed);
+    pthread_mutex_lock(&pool->mutex);
+    atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
+    pthread_cond_broadcast(&pool->wake); /* no system call while every worker is spinning */
     pthread_mutex_unlock(&pool->mutex);
     job(ctx, 0, pool->n_threads);
+    if (spin_until_done(pool)) return;
     pthread_mutex_lock(&pool->mutex);
-    while (pool->pending > 0) pthread_cond_wait(&pool->done, &pool->mutex);
+    while (atomic_load(&pool->pending) > 0) pthread_cond_wait(&pool->done, &pool->mutex);
     pthread_mutex_unlock(&pool->mutex);
 }

@@ -78,13 +78,17 @@ EM_AVX2 static inline __m256i iq3xxs_magnitudes(const uint8_t *q) {
                              (int)em_iq3xxs_grid[q[6]], (int)em_iq3xxs_grid[q[7]]);
 }
 
-EM_AVX2 static inline __m256i iq3xxs_signs(uint32_t aux) {
+/* Bit j set when element j of the run is negative. */
+static inline uint32_t iq3xxs_sign_bits(uint32_t aux) {
     uint32_t signs = (aux & 0x7f) | ((aux << 1) & 0x7f00) | ((aux << 2) & 0x7f0000) | ((aux << 3) & 0x7f000000);
     uint32_t parity = signs ^ (signs >> 4);
     parity ^= parity >> 2;
     parity ^= parity >> 1;
-    signs |= (parity & 0x01010101u) << 7;
-    return _mm256_or_si256(bits_to_bytes(signs), _mm256_set1_epi8(1));
+    return signs | (parity & 0x01010101u) << 7;
+}
+
+EM_AVX2 static inline __m256i iq3xxs_signs(uint32_t aux) {
+    return _mm256_or_si256(bits_to_bytes(iq3xxs_sign_bits(aux)), _mm256_set1_epi8(1));
 }
 
 /* The 16 signed levels of a non-linear 4-bit format, in both 128-bit lanes, for byte shuffles. */

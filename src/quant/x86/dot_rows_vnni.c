@@ -1,6 +1,6 @@
 /*
- * AVX-512 VNNI multi-row dot products for Q4_K and Q8_0: one weight row against up to eight
- * activation rows, for CPUs with AVX512F, AVX512BW, AVX512VL and AVX512_VNNI (chosen at run time;
+ * AVX-512 VNNI multi-row dot products for Q4_K, Q8_0 and IQ3_XXS: one weight row against up to eight
+ * activation rows, for CPUs with BMI2, AVX512F, AVX512BW, AVX512VL and AVX512_VNNI (chosen at run time;
  * EMBER_CPU_ISA=avx2 keeps the AVX2 kernels). Compiled with function-level target attributes, so
  * the build needs no global -mavx512 flag.
  *
@@ -28,6 +28,7 @@
 /* The fewest rows a call hands the VNNI kernels (see VNNI_ENTRY). */
 #define Q4_K_FEWEST 1
 #define Q8_0_FEWEST 4
+#define IQ3_XXS_FEWEST 1
 
 #define UNROLL_ROWS EM_UNROLL(8)
 
@@ -139,6 +140,68 @@ EM_VNNI static EM_INLINE void q8_0_rows(const uint8_t *w, const uint8_t *a, uint
     }
 }
 
+/* The sixteen grid points of two IQ3_XXS runs (their indices: 16 bytes at q), looked up in the
+ * 256-entry grid held in 16 registers: vpermt2d picks within each 32-entry pair of registers (index
+ * bits 0..4), and bits 5, 6 and 7 choose among the eight pairs' picks. No gather, no scalar loads. */
+EM_VNNI static EM_INLINE __m512i iq3xxs_grid_points(const __m512i grid[16], const uint8_t *q) {
+    const __m512i index = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+    __m512i pick[8];
+    for (int k = 0; k < 8; k++) pick[k] = _mm512_permutex2var_epi32(grid[2 * k], index, grid[2 * k + 1]);
+    const __mmask16 bit5 = _mm512_test_epi32_mask(index, _mm512_set1_epi32(32));
+    const __mmask16 bit6 = _mm512_test_epi32_mask(index, _mm512_set1_epi32(64));
+    const __mmask16 bit7 = _mm512_test_epi32_mask(index, _mm512_set1_epi32(128));
+    for (int k = 0; k < 4; k++) pick[k] = _mm512_mask_blend_epi32(bit5, pick[2 * k], pick[2 * k + 1]);
+    for (int k = 0; k < 2; k++) pick[k] = _mm512_mask_blend_epi32(bit6, pick[2 * k], pick[2 * k + 1]);
+    return _mm512_mask_blend_epi32(bit7, pick[0], pick[1]);
+}
+
+/* The signs of two IQ3_XXS runs as a mask, bit j for element j (iq3xxs_sign_bits of each run): pdep
+ * spreads the eight 7-bit groups over the low bits of eight bytes, and each byte's top bit is the
+ * parity of its seven. */
+EM_VNNI static EM_INLINE uint64_t iq3xxs_sign_mask(uint32_t aux0, uint32_t aux1) {
+    const uint64_t groups = (aux0 & 0x0fffffffu) | (uint64_t)(aux1 & 0x0fffffffu) << 28;
+    uint64_t signs = _pdep_u64(groups, 0x7f7f7f7f7f7f7f7full);
+    uint64_t parity = signs ^ (signs >> 4);
+    parity ^= parity >> 2;
+    parity ^= parity >> 1;
+    return signs | (parity & 0x0101010101010101ull) << 7;
+}
+
+/* IQ3_XXS: two 32-element runs per register. The sixteen grid points of the two runs are looked up
+ * in registers (iq3xxs_grid_points: a gather, or a scalar load per point, is slower), the signs
+ * become a 64-bit mask (AVX-512BW) that negates the activations' bytes, and vpdpwssd multiplies
+ * the vpmaddubsw pairs by each run's integer scale (2s + 1; the lower half's in the lower sixteen
+ * int16 lanes) into the running sum. Folding the halves gives the AVX2 kernel's isum: there, lane
+ * i sums the same four products of every run, times the run's scale. */
+EM_VNNI static EM_INLINE void iq3_xxs_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
+                                           float *out) {
+    __m512i grid[16];
+    for (int i = 0; i < 16; i++) grid[i] = _mm512_loadu_si512((const void *)(em_iq3xxs_grid + 16 * i));
+    __m256 acc[VNNI_ROWS_MAX];
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < n / 256; b++, w += 98, a += 292) {
+        __m512i isum[VNNI_ROWS_MAX];
+        UNROLL_ROWS for (int r = 0; r < nr; r++) isum[r] = _mm512_setzero_si512();
+        for (int ib = 0; ib < 8; ib += 2) {
+            const uint32_t aux0 = em_load_u32(w + 66 + 4 * ib), aux1 = em_load_u32(w + 70 + 4 * ib);
+            const __m512i mag = iq3xxs_grid_points(grid, w + 2 + 8 * ib);
+            const __mmask64 neg = iq3xxs_sign_mask(aux0, aux1);
+            const __m512i scale = _mm512_mask_set1_epi16(_mm512_set1_epi16((int16_t)(2 * (aux0 >> 28) + 1)),
+                                                         0xffff0000u, (int16_t)(2 * (aux1 >> 28) + 1));
+            UNROLL_ROWS for (int r = 0; r < nr; r++) {
+                __m512i act = _mm512_loadu_si512((const void *)(a + r * stride + 4 + 32 * ib));
+                act = _mm512_mask_sub_epi8(act, neg, _mm512_setzero_si512(), act);
+                isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(mag, act), scale);
+            }
+        }
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            float d = fp16(w) * em_load_f32(a + r * stride) * 0.25f;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_halves(isum[r])), acc[r]);
+        }
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
+}
+
 /* One entry point per type; each switch case inlines the kernel with a constant row count. Groups
  * of fewer than `fewest` rows (a decode step's single token) go to the AVX2 kernel of the type
  * instead: bitwise the same results, and cheaper there, where the fixed cost of a block (Q8_0's
@@ -168,6 +231,7 @@ EM_VNNI static EM_INLINE void q8_0_rows(const uint8_t *w, const uint8_t *a, uint
 
 VNNI_ENTRY(dot_rows_q4_k_vnni, q4_k_rows, EM_TYPE_Q4_K, Q4_K_FEWEST)
 VNNI_ENTRY(dot_rows_q8_0_vnni, q8_0_rows, EM_TYPE_Q8_0, Q8_0_FEWEST)
+VNNI_ENTRY(dot_rows_iq3_xxs_vnni, iq3_xxs_rows, EM_TYPE_IQ3_XXS, IQ3_XXS_FEWEST)
 
 bool em_quant_x86_has_vnni(void) {
     static _Atomic int known; /* 0: not probed yet, 1: absent or declined, 2: present */
@@ -176,9 +240,9 @@ bool em_quant_x86_has_vnni(void) {
         __builtin_cpu_init();
         const char *isa = getenv("EMBER_CPU_ISA");
         bool declined = isa && strcmp(isa, "avx2") == 0;
-        bool present = em_quant_x86_has_avx2() && __builtin_cpu_supports("avx512f") &&
-                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                       __builtin_cpu_supports("avx512vnni");
+        bool present = em_quant_x86_has_avx2() && __builtin_cpu_supports("bmi2") &&
+                       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
         state = present && !declined ? 2 : 1;
         atomic_store_explicit(&known, state, memory_order_relaxed);
     }
@@ -190,6 +254,7 @@ em_dot_rows_fn em_quant_dot_rows_vnni(uint32_t weight_type) {
     switch (weight_type) {
     case EM_TYPE_Q4_K: return dot_rows_q4_k_vnni;
     case EM_TYPE_Q8_0: return dot_rows_q8_0_vnni;
+    case EM_TYPE_IQ3_XXS: return dot_rows_iq3_xxs_vnni;
     default: return NULL;
     }
 }

@@ -5,7 +5,7 @@
 
 #include "avx2.h"
 
-#define EM_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define EM_VNNI __attribute__((target("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 /* The lower and upper 256-bit halves of 16 int32 lanes added: lane i of the result is lane i plus
  * lane i + 8. */
