@@ -60,6 +60,7 @@ int main(void) {
     failed += check_type<EM_TYPE_Q4_K>("q4_k", 1024, 16);
     failed += check_type<EM_TYPE_Q5_K>("q5_k", 1024, 16);
     failed += check_type<EM_TYPE_Q3_K>("q3_k", 1024, 16);
+    failed += check_type<EM_TYPE_Q2_K>("q2_k", 1024, 16);
     failed += check_type<EM_TYPE_IQ4_XS>("iq4_xs", 1024, 16);
     failed += check_type<EM_TYPE_Q6_K>("q6_k", 1024, 16);
     return failed ? 1 : 0;

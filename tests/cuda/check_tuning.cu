@@ -135,6 +135,13 @@ static void check_choice(void) {
         {EM_TYPE_Q4_K, 768, 2048, 16, true, 128, 8, EM_CUDA_MATVEC_DP4A},
         {EM_TYPE_BF16, 768, 2048, 32, true, 128, 8, EM_CUDA_MATVEC_TC},
         {EM_TYPE_Q4_K, 768, 2048, 512, true, 128, 8, EM_CUDA_MATVEC_WGMMA},
+        /* Q2_K (llama.cpp's IQ3_XXS, Q2_K recipes) has no DP4A unit: F32 where DP4A would take it, then TC, GEMM */
+        {EM_TYPE_Q2_K, 8192, 2048, 1, true, 0, 0, EM_CUDA_MATVEC_F32},
+        {EM_TYPE_Q2_K, 8192, 2048, 4, true, 0, 0, EM_CUDA_MATVEC_TC},
+        {EM_TYPE_Q2_K, 8192, 2048, 16, true, 0, 0, EM_CUDA_MATVEC_GEMM},
+        {EM_TYPE_Q2_K, 2048, 2048, 512, false, 0, 0, EM_CUDA_MATVEC_WGMMA},
+        {EM_TYPE_Q2_K, 768, 2048, 1, true, 128, 8, EM_CUDA_MATVEC_F32},
+        {EM_TYPE_Q2_K, 768, 2048, 16, true, 128, 8, EM_CUDA_MATVEC_TC},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const em_cuda_matvec_kernel got = choice(&b, cases[i].type, cases[i].rows, cases[i].cols, cases[i].tokens,

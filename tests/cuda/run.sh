@@ -51,8 +51,8 @@ for family in llama qwen2 qwen3 qwen3moe gemma2 gemma3 mixtral flint; do
   for type in f32 bf16 q8_0 q4_k mix; do check "tiny-$family" "$type" --preset "tiny-$family"; done
 done
 for type in bf16 q8_0 q4_k mix; do check "dense-1b/L2" "$type" --preset dense-1b --layers 2; done
-# llama.cpp's file types through `ember quantize` (Q5_K, Q3_K and IQ4_XS tensors beside Q4_K and Q6_K),
-# on a preset whose rows the K blocks divide.
+# llama.cpp's file types through `ember quantize` (Q5_K, Q3_K, IQ4_XS and Q2_K tensors beside Q4_K, Q6_K
+# and IQ3_XXS), on a preset whose rows the K blocks divide.
 checkq() { # LABEL TYPE PRESET
   local label=$1 type=$2 preset=$3
   [ -n "${ONLY:-}" ] && ! [[ "$label $type" =~ $ONLY ]] && return
@@ -63,7 +63,7 @@ checkq() { # LABEL TYPE PRESET
   fi
   verify "$label" "$type" "$models/q.gguf"
 }
-for type in Q5_K_M Q5_K_S Q4_K_S Q3_K_M IQ4_XS Q4_K_M; do checkq small-llama "$type" small-llama; done
+for type in Q5_K_M Q5_K_S Q4_K_S Q3_K_M IQ4_XS Q4_K_M IQ3_XXS Q2_K; do checkq small-llama "$type" small-llama; done
 checkq small-moe Q4_K_S small-qwen3moe
 check "flint/L3" mix --preset flint --layers 3
 check "moe-30b/L2" mix --preset moe-30b-a3b --layers 2

@@ -122,6 +122,21 @@ template <> struct deq<EM_TYPE_Q5_K> {
     }
 };
 
+/* Q2_K: 84-byte blocks of 256: 16 scale bytes (one per 16 elements: scale in the low nibble, min
+ * in the high), 64 bytes of 2-bit levels (byte j of half h: elements 128h + 32k + j in pair k), d,
+ * dmin. Value (d * scale) * q - dmin * min, levels 0..3. */
+template <> struct deq<EM_TYPE_Q2_K> {
+    EM_HD static void get(const uint8_t *row, uint32_t g, float v[8]) {
+        const uint8_t *b = row + 84 * (uint64_t)(g >> 5);
+        const int e0 = 8 * (g & 31), half = e0 >> 7, pair = (e0 & 127) >> 5, j = e0 & 31;
+        const uint2 q = ld8_a2(b + 16 + 32 * half + j);
+        const uint32_t sc = b[e0 >> 4];
+        const float dl = ld_half(b + 80) * (float)(sc & 15), ml = ld_half(b + 82) * (float)(sc >> 4);
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = dl * (float)((byte_of(q, i) >> (2 * pair)) & 3) - ml;
+    }
+};
+
 /* Q3_K: 110-byte blocks of 256: 32 bytes of high bits (bit b of byte j: element 32 * b + j), 64
  * bytes of 2-bit pairs (byte j of half h: elements 128h + 32k + j in pair k), 12 bytes of 6-bit
  * scales (one per 16, offset 32), d. A clear high bit subtracts 4: levels -4..3. */
@@ -450,10 +465,11 @@ template <int TYPE> struct em_type_tag {
 };
 
 /* Calls f(em_type_tag<T>()) for each weight type T the device decoders read: F16, BF16, Q8_0,
- * Q4_K, Q6_K, IQ3_XXS, Q5_K, Q3_K and IQ4_XS (what every product kernel takes; the last three
- * through the generic decoders, for the mixed recipes of llama.cpp's file types), and F32 first
- * when WITH_F32 (the f32 kernels). The one list of the types the kernels are built for, so that every launch and every
- * "supported" check agree. */
+ * Q4_K, Q6_K, IQ3_XXS, Q5_K, Q3_K, IQ4_XS and Q2_K, and F32 first when WITH_F32 (the f32 kernels).
+ * The last four go through the generic decoders above (deq<T>::get), for the mixed recipes of
+ * llama.cpp's file types: the f32, TC and GEMM kernels take them; DP4A, IMMA and the persistent
+ * kernel read only their own lists of types. The one list of the types the kernels are built for,
+ * so that every launch and every "supported" check agree. */
 template <bool WITH_F32, typename F> static inline void em_cuda_each_type(F &&f) {
     if constexpr (WITH_F32) f(em_type_tag<EM_TYPE_F32>());
     f(em_type_tag<EM_TYPE_F16>());
@@ -465,6 +481,7 @@ template <bool WITH_F32, typename F> static inline void em_cuda_each_type(F &&f)
     f(em_type_tag<EM_TYPE_Q5_K>());
     f(em_type_tag<EM_TYPE_Q3_K>());
     f(em_type_tag<EM_TYPE_IQ4_XS>());
+    f(em_type_tag<EM_TYPE_Q2_K>());
 }
 
 /* Calls f(em_type_tag<T>()) for T == type if it is one of em_cuda_each_type's; false otherwise
