@@ -116,16 +116,14 @@ static void quantize_share(void *ctx, uint32_t ith, uint32_t nth) {
     for (uint64_t g = begin; g < end; g++) {
         const uint32_t first = (uint32_t)g * EM_CPU_GROUP;
         const uint32_t rows = mm->n_tokens - first < EM_CPU_GROUP ? mm->n_tokens - first : EM_CPU_GROUP;
-        for (uint32_t t = first; t < first + rows; t++) {
-            em_err err = em_quantize_activation(mm->w->type, mm->x + t * mm->x_stride,
-                                                mm->scratch + t * job->act_bytes, mm->w->cols);
-            if (err) {
-                pthread_mutex_lock(&job->mutex);
-                if (!job->err) job->err = err;
-                else em_err_free(err);
-                pthread_mutex_unlock(&job->mutex);
-                return;
-            }
+        em_err err = em_cpu_quantize(mm->w, mm->x + first * mm->x_stride, mm->x_stride, rows,
+                                     mm->scratch + first * job->act_bytes);
+        if (err) {
+            pthread_mutex_lock(&job->mutex);
+            if (!job->err) job->err = err;
+            else em_err_free(err);
+            pthread_mutex_unlock(&job->mutex);
+            return;
         }
         if (job->group_kernel)
             em_dot_group_pack(mm->w->type, mm->scratch + first * job->act_bytes, job->act_bytes, rows, mm->w->cols,
