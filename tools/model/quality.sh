@@ -4,9 +4,10 @@
 # agreement. Quantized files are made with `ember quantize` from the f16 file; a type the device
 # cannot run gets its error in the row.
 # Usage: tools/model/quality.sh EMBER MODEL-f16.gguf TEXT WORKDIR [DEVICE] [CHUNKS]
+# TYPES="Q8_0 IQ3_XXS" limits the rows to those types.
 set -eu
 ember=$1 f16=$2 text=$3 work=$4 device=${5:-cpu} chunks=${6:-40}
-types="Q8_0 Q6_K Q5_K_M Q5_K_S Q4_K_M Q4_K_S Q3_K_M IQ4_XS IQ3_XXS mix"
+types=${TYPES:-"Q8_0 Q6_K Q5_K_M Q5_K_S Q4_K_M Q4_K_S Q3_K_M IQ4_XS IQ3_XXS mix"}
 mkdir -p "$work"
 ppl() { "$ember" perplexity -m "$1" --device "$device" --chunks "$chunks" "${@:2}" 2>"$work/last.err"; }
 mib() { awk -v b="$(stat -c %s "$1")" 'BEGIN { printf "%.2f", b / 1048576 }'; }
