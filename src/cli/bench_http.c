@@ -303,12 +303,35 @@ em_err bench_request(const bench_target *target, const char *path, const char *b
     return err;
 }
 
+const char *bench_api_name(bench_api api) {
+    return api == BENCH_API_ANTHROPIC ? "anthropic" : api == BENCH_API_COMPLETIONS ? "completions" : "openai";
+}
+
+/* The turns' contents joined by blank lines: the prompt of a plain-text completion. */
+static json_t *joined_prompt(const json_t *messages) {
+    em_buf text = {0};
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        const json_t *content = json_object_get(m, "content");
+        if (i) em_buf_append(&text, "\n\n", 2);
+        em_buf_append(&text, json_string_value(content), json_string_length(content));
+    }
+    json_t *prompt = json_stringn(text.data ? text.data : "", text.len);
+    em_buf_free(&text);
+    return prompt;
+}
+
 char *bench_body(const bench_target *target, const json_t *messages, int max_tokens, bool stream) {
     /* temperature 0 is greedy on every server here; ignore_eos (llama.cpp's name, taken by Ember,
      * vLLM; ignored by others) makes every request run to max_tokens */
-    json_t *body = json_pack("{s:s, s:O, s:i, s:f, s:b, s:b}", "model", target->model, "messages", messages,
-                             "max_tokens", max_tokens, "temperature", 0.0, "stream", stream, "ignore_eos", 1);
-    if (body && stream && target->api == BENCH_API_OPENAI)
+    bool plain = target->api == BENCH_API_COMPLETIONS;
+    json_t *input = plain ? joined_prompt(messages) : json_incref((json_t *)messages);
+    json_t *body = input ? json_pack("{s:s, s:o, s:i, s:f, s:b, s:b}", "model", target->model,
+                                     plain ? "prompt" : "messages", input, "max_tokens", max_tokens,
+                                     "temperature", 0.0, "stream", stream, "ignore_eos", 1)
+                         : NULL;
+    if (body && stream && target->api != BENCH_API_ANTHROPIC)
         json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);

@@ -1,7 +1,8 @@
 /*
  * `ember bench --url URL`: the suite against a running server, from the outside (bench_url.h).
  *
- *   ember bench --url URL [--api openai|anthropic] [--model NAME] [--api-key KEY] [--compare URL2]
+ *   ember bench --url URL [--api openai|anthropic|completions] [--model NAME] [--api-key KEY]
+ *               [--compare URL2]
  *               [--concurrency 1,2,4,8,16] [-n 256] [--prompt-tokens 300] [--warm-prompts]
  *               [--prefill 562,1971,8022,9289] [--doc-tokens 8022] [--rounds 3]
  *               [--sections concurrency,prefill,switch] [--out DIR]
@@ -108,7 +109,9 @@ static json_t *user_turn(const char *text) {
 }
 
 static const char *generate_path(const bench_target *t) {
-    return t->api == BENCH_API_ANTHROPIC ? "/v1/messages" : "/v1/chat/completions";
+    return t->api == BENCH_API_ANTHROPIC     ? "/v1/messages"
+           : t->api == BENCH_API_COMPLETIONS ? "/v1/completions"
+                                             : "/v1/chat/completions";
 }
 
 /* The prompt tokens the server counts for one user turn of `text`. */
@@ -157,10 +160,13 @@ static em_err count_tokens(server_state *s, url_args *a, const char *text, int *
 /* Picks the way to count prompt tokens on this server (see the file comment). */
 static em_err choose_count_method(server_state *s, url_args *a) {
     int n;
-    s->method = COUNT_MESSAGES;
-    em_err err = count_tokens(s, a, "Session 00000000. hello", &n);
-    if (!err) return NULL;
-    em_err_free(err);
+    em_err err;
+    /* count_tokens counts a chat prompt: not what a plain-text completion sends */
+    if (s->target.api != BENCH_API_COMPLETIONS) {
+        s->method = COUNT_MESSAGES;
+        if (!(err = count_tokens(s, a, "Session 00000000. hello", &n))) return NULL;
+        em_err_free(err);
+    }
     s->method = COUNT_TOKENIZE;
     s->template_tokens = 0;
     if ((err = count_tokens(s, a, "Session 00000000. hello", &n))) {
@@ -561,7 +567,8 @@ static em_err parse_args(int argc, char **argv, url_args *a) {
         else if (!strcmp(f, "--api")) {
             if (!strcmp(v, "openai")) api = BENCH_API_OPENAI;
             else if (!strcmp(v, "anthropic")) api = BENCH_API_ANTHROPIC;
-            else err = em_errorf(EM_ERR_INVALID, "--api expects openai or anthropic, got '%s'", v);
+            else if (!strcmp(v, "completions")) api = BENCH_API_COMPLETIONS;
+            else err = em_errorf(EM_ERR_INVALID, "--api expects openai, anthropic or completions, got '%s'", v);
         } else if (!strcmp(f, "--concurrency")) err = bench_parse_list(f, v, 1, 16, a->concurrency, &a->n_concurrency);
         else if (!strcmp(f, "--prefill")) err = bench_parse_list(f, v, 1, 1 << 20, a->prefill, &a->n_prefill);
         else if (!strcmp(f, "-n")) err = bench_parse_int(f, v, 1, 1 << 20, &a->n_generate);
@@ -616,7 +623,7 @@ int em_cli_bench_url(int argc, char **argv) {
         if (!(err = probe_server(&a, s))) {
             json_array_append_new(json_object_get(a.results, "servers"),
                                   json_pack("{s:s, s:s, s:s, s:s}", "url", s->target.url, "model", s->target.model, "api",
-                                            s->target.api == BENCH_API_ANTHROPIC ? "anthropic" : "openai",
+                                            bench_api_name(s->target.api),
                                             "token_count_method", count_method_names[s->method]));
             printf("server=%d url=%s model=%s token_count_method=%s\n", si, s->target.url, s->target.model,
                    count_method_names[s->method]);

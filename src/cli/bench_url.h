@@ -21,7 +21,13 @@
 
 #include "../base/base.h"
 
-typedef enum bench_api { BENCH_API_OPENAI, BENCH_API_ANTHROPIC } bench_api;
+/* The API the requests use: OpenAI chat completions, Anthropic messages, or OpenAI's plain-text
+ * completions (the conversation's turns joined into one prompt; no chat template, and no parsing
+ * of the answer by the server, which random-weight models can fail). */
+typedef enum bench_api { BENCH_API_OPENAI, BENCH_API_ANTHROPIC, BENCH_API_COMPLETIONS } bench_api;
+
+/* The name --api takes and results.json records. */
+const char *bench_api_name(bench_api api);
 
 /* One server under test. `model` is what requests name (--model, else the server's first model). */
 typedef struct bench_target {

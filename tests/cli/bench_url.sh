@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `ember bench --url` against real `ember serve` processes on a tiny model: the results of every
 # section (bench_url_check.mjs checks the values), --warm-prompts, --compare with two servers,
-# the Anthropic API, the HTML report (well-formed, one chart per section, a line per server), and
+# the Anthropic API, plain-text completions, the HTML report (well-formed, one chart per section, a line per server), and
 # clear errors for an unreachable server, a non-200 answer and a malformed stream.
 # usage: bench_url.sh EMBER_EXE FIXTURES_DIR BUILD_DIR
 set -u
@@ -71,6 +71,11 @@ done
 bench --url "$url1" --api anthropic --prefill 70 --rounds 1 --sections prefill --out "$work/out-anthropic" \
   >/dev/null || fail "--api anthropic: $(cat "$work/stderr")"
 check "$work/out-anthropic" anthropic
+
+# Plain-text completions: the turns joined into one prompt, counted by one-token requests' usage.
+bench --url "$url1" --api completions --concurrency 2 -n 4 --prompt-tokens 40 --prefill 60 --doc-tokens 120 \
+  --rounds 1 --out "$work/out-completions" >/dev/null || fail "--api completions: $(cat "$work/stderr")"
+check "$work/out-completions" completions
 
 # Errors: what went wrong and where.
 expect_error() { # WHAT PATTERN ARGS...

@@ -115,6 +115,13 @@ switch (which) {
     assert.equal(r.switch.length, 5);
     break;
   }
+  case 'completions': // plain-text completions on ember serve: counted by usage, every section's values
+    assert.equal(r.servers[0].api, 'completions');
+    assert.equal(r.servers[0].token_count_method, 'usage');
+    checkConcurrency([0], s.concurrency, s.max_tokens, s.prompt_tokens, false);
+    checkPrefill([0], s.prefill);
+    checkSwitch([0], s.doc_tokens);
+    break;
   case 'usage': // no tokenizer endpoint: counted by one-token requests' usage
     assert.equal(r.servers[0].token_count_method, 'usage');
     assert.deepEqual(r.prefill.map((e) => e.request.prompt_tokens), s.prefill);
