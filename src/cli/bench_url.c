@@ -630,10 +630,18 @@ int em_cli_bench_url(int argc, char **argv) {
             fflush(stdout);
         }
     }
+    bool measuring = !err;
     if (!err && a.sections & SECTION_CONCURRENCY) err = run_concurrency(&a);
     if (!err && a.sections & SECTION_PREFILL) err = run_prefill(&a);
     if (!err && a.sections & SECTION_SWITCH) err = run_switch(&a);
-    if (!err && a.out_dir) err = write_results(&a);
+    /* a server failing mid-suite loses nothing measured before it */
+    if (measuring && a.out_dir) {
+        em_err written = write_results(&a);
+        if (err && !written)
+            fprintf(stderr, "ember bench: the measurements made before the error are in %s\n", a.out_dir);
+        if (err) em_err_free(written);
+        else err = written;
+    }
     json_decref(a.results);
     curl_global_cleanup();
     return err ? em_cli_fail("bench", err) : 0;

@@ -2,7 +2,8 @@
 # `ember bench --url` against real `ember serve` processes on a tiny model: the results of every
 # section (bench_url_check.mjs checks the values), --warm-prompts, --compare with two servers,
 # the Anthropic API, plain-text completions, the HTML report (well-formed, one chart per section, a line per server), and
-# clear errors for an unreachable server, a non-200 answer and a malformed stream.
+# clear errors for an unreachable server, a non-200 answer, a malformed stream and a server failing
+# mid-suite (what was measured before is kept).
 # usage: bench_url.sh EMBER_EXE FIXTURES_DIR BUILD_DIR
 set -u
 ember=$1 fixtures=$2 build=$3
@@ -115,6 +116,14 @@ kill $fake_pid
 start_fake malformed
 expect_error "malformed stream" "malformed stream from $fake: an event that is not a JSON object: '{not json}'" \
   --url "$fake" --sections prefill --prefill 9 --rounds 1
+kill $fake_pid
+# A server failing mid-suite: the error names it, and what was measured before is written.
+start_fake late
+rm -rf "$work/out-late"
+expect_error "error mid-suite" "$fake reported an error mid-stream: parse failed" \
+  --url "$fake" --concurrency 2 -n 3 --prompt-tokens 40 --prefill 60 --rounds 1 --out "$work/out-late"
+grep -q "measurements made before the error are in $work/out-late" "$work/stderr" || fail "mid-suite: $(cat "$work/stderr")"
+check "$work/out-late" late
 kill $fake_pid
 
 for log in "$work/serve1.log" "$work/serve2.log"; do

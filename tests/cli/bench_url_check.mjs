@@ -122,6 +122,11 @@ switch (which) {
     checkPrefill([0], s.prefill);
     checkSwitch([0], s.doc_tokens);
     break;
+  case 'late': // the concurrency section measured, then the server failed in the prefill section
+    assert.equal(r.concurrency.length, 1);
+    assert.equal(r.concurrency[0].generated_tokens, 2 * s.max_tokens);
+    assert.equal(r.prefill.length + r.switch.length, 0);
+    break;
   case 'usage': // no tokenizer endpoint: counted by one-token requests' usage
     assert.equal(r.servers[0].token_count_method, 'usage');
     assert.deepEqual(r.prefill.map((e) => e.request.prompt_tokens), s.prefill);

@@ -4,7 +4,8 @@
 // prompt_ms, predicted_per_second) but no usage chunk. `node fake_llama_server.mjs` prints its URL.
 // With MODE=usage it has no /tokenize and sends a usage chunk instead of timings (as an OpenAI-style
 // server without a tokenizer endpoint); with MODE=malformed every stream carries an event that is
-// not JSON.
+// not JSON; with MODE=late a prompt of more than 55 tokens gets an error event mid-stream (as
+// llama.cpp's server sends when its chat parser rejects an answer).
 import http from 'node:http';
 
 const TEMPLATE = 7, PER_MESSAGE = 3; // tokens the fake template adds
@@ -32,6 +33,8 @@ const server = http.createServer(async (request, response) => {
   if (request.url !== '/v1/chat/completions') return json(404, { error: { message: `no ${request.url}` } });
   response.writeHead(200, { 'content-type': 'text/event-stream' });
   if (mode === 'malformed') return response.end('data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: {not json}\n\n');
+  if (mode === 'late' && prompt(req.messages) > 55)
+    return response.end('data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: {"error":{"message":"parse failed"}}\n\n');
   const n = req.max_tokens;
   for (let i = 0; i < n; i++) response.write(`data: ${JSON.stringify({ choices: [{ delta: { content: `w${i} ` } }] })}\n\n`);
   const timings = { prompt_n: prompt(req.messages), cache_n: 0, prompt_ms: 1.5, predicted_n: n, predicted_per_second: 100 };
