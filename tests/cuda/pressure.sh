@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Serving under memory pressure: `ember serve` with KV memory for KV_SEQUENCES conversations of CTX
+# tokens while CLIENTS clients send long conversations and switch between them (tests/js/pressure.mjs):
+# every request completes with its greedy answer from alone (near-ties excepted), nothing fails.
+#   tests/cuda/pressure.sh EMBER MODEL DEVICE [CLIENTS=32] [DOC_WORDS=6000] [CTX=10240] [KV_SEQUENCES=4] [TURNS=2]
+# The issue's run on the GPU: a flint mix file, the defaults. make test runs it on the CPU with
+# tiny-llama and short documents (tests/CMakeLists.txt).
+set -u
+ember=$1 model=$2 device=$3 clients=${4:-32} words=${5:-6000} ctx=${6:-10240} kvseq=${7:-4} turns=${8:-2}
+here=$(cd "$(dirname "$0")" && pwd)
+command -v node >/dev/null || { echo "FAIL: node is needed (tools/deps.sh installs it)"; exit 1; }
+work=$(mktemp -d)
+. "$here/../../tools/serve_lib.sh"
+start_server "$work/serve.log" "$ember" serve -m "$model" --port 0 --api-key sk-pressure --alias m --device "$device" \
+  --ctx "$ctx" --kv-sequences "$kvseq" || exit 1
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT
+cp "$here/../js/common.mjs" "$here/../js/pressure.mjs" "$work/"
+node "$work/pressure.mjs" "$url" m sk-pressure "$clients" "$words" "$turns"
+status=$?
+kill -0 $pid 2>/dev/null || { echo "FAIL: ember serve is gone: $(tail -5 "$work/serve.log")"; status=1; }
+if grep -q "ERROR: AddressSanitizer\|runtime error:\|LeakSanitizer" "$work/serve.log"; then
+  echo "FAIL: sanitizer report:"; grep -A20 "ERROR\|runtime error" "$work/serve.log" | head -40; status=1
+fi
+exit $status
