@@ -2,11 +2,12 @@
 # Serving under memory pressure: `ember serve` with KV memory for KV_SEQUENCES conversations of CTX
 # tokens while CLIENTS clients send long conversations and switch between them (tests/js/pressure.mjs):
 # every request completes with its greedy answer from alone (near-ties excepted), nothing fails.
-#   tests/cuda/pressure.sh EMBER MODEL DEVICE [CLIENTS=32] [DOC_WORDS=6000] [CTX=10240] [KV_SEQUENCES=4] [TURNS=2]
-# The issue's run on the GPU: a flint mix file, the defaults. make test runs it on the CPU with
-# tiny-llama and short documents (tests/CMakeLists.txt).
+#   tests/cuda/pressure.sh EMBER MODEL DEVICE [CLIENTS=32] [DOC_WORDS=7900] [CTX=10240] [KV_SEQUENCES=4] [TURNS=2]
+# The GPU run: a flint mix file and the defaults (conversations of about 8,000 tokens, the llama-spm
+# vocabulary). make test runs it on the CPU with tiny-llama and short documents
+# (tests/cli/serve_pressure.sh).
 set -u
-ember=$1 model=$2 device=$3 clients=${4:-32} words=${5:-6000} ctx=${6:-10240} kvseq=${7:-4} turns=${8:-2}
+ember=$1 model=$2 device=$3 clients=${4:-32} words=${5:-7900} ctx=${6:-10240} kvseq=${7:-4} turns=${8:-2}
 here=$(cd "$(dirname "$0")" && pwd)
 command -v node >/dev/null || { echo "FAIL: node is needed (tools/deps.sh installs it)"; exit 1; }
 work=$(mktemp -d)
