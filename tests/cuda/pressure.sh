@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Serving under memory pressure: `ember serve` with KV memory for KV_SEQUENCES conversations of CTX
-# tokens while CLIENTS clients send long conversations and switch between them (tests/js/pressure.mjs):
+# tokens while CLIENTS clients send long conversations and switch between them (pressure.py):
 # every request completes with its greedy answer from alone (near-ties excepted), nothing fails.
 #   tests/cuda/pressure.sh EMBER MODEL DEVICE [CLIENTS=32] [DOC_WORDS=7900] [CTX=10240] [KV_SEQUENCES=4] [TURNS=2]
 # The GPU run: a flint mix file and the defaults (conversations of about 8,000 tokens, the llama-spm
@@ -9,14 +9,13 @@
 set -u
 ember=$1 model=$2 device=$3 clients=${4:-32} words=${5:-7900} ctx=${6:-10240} kvseq=${7:-4} turns=${8:-2}
 here=$(cd "$(dirname "$0")" && pwd)
-command -v node >/dev/null || { echo "FAIL: node is needed (tools/deps.sh installs it)"; exit 1; }
+command -v python3 >/dev/null || { echo "FAIL: python3 is needed (tools/deps.sh installs it)"; exit 1; }
 work=$(mktemp -d)
 . "$here/../../tools/serve_lib.sh"
 start_server "$work/serve.log" "$ember" serve -m "$model" --port 0 --api-key sk-pressure --alias m --device "$device" \
   --ctx "$ctx" --kv-sequences "$kvseq" || exit 1
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT
-cp "$here/../js/common.mjs" "$here/../js/pressure.mjs" "$work/"
-node "$work/pressure.mjs" "$url" m sk-pressure "$clients" "$words" "$turns"
+python3 "$here/pressure.py" "$url" m sk-pressure "$clients" "$words" "$turns"
 status=$?
 kill -0 $pid 2>/dev/null || { echo "FAIL: ember serve is gone: $(tail -5 "$work/serve.log")"; status=1; }
 if grep -q "ERROR: AddressSanitizer\|runtime error:\|LeakSanitizer" "$work/serve.log"; then
