@@ -2,12 +2,12 @@
 # Serving under memory pressure: `ember serve` with KV memory for KV_SEQUENCES conversations of CTX
 # tokens while CLIENTS clients send long conversations and switch between them (pressure.py):
 # every request completes with its greedy answer from alone (near-ties excepted), nothing fails.
-#   tests/cuda/pressure.sh EMBER MODEL DEVICE [CLIENTS=32] [DOC_WORDS=7900] [CTX=10240] [KV_SEQUENCES=4] [TURNS=2]
+#   tests/cuda/pressure.sh EMBER MODEL DEVICE [CLIENTS=32] [DOC_WORDS=7900] [CTX=10240] [KV_SEQUENCES=4] [TURNS=2] [TIE=0.05]
 # The GPU run: a flint mix file and the defaults (conversations of about 8,000 tokens, the llama-spm
-# vocabulary). make test runs it on the CPU with tiny-llama and short documents
+# vocabulary), TIE the kernels' stated bound for the file's types (tests/cuda/run.sh prints it). make test runs it on the CPU with tiny-llama and short documents
 # (tests/cli/serve_pressure.sh).
 set -u
-ember=$1 model=$2 device=$3 clients=${4:-32} words=${5:-7900} ctx=${6:-10240} kvseq=${7:-4} turns=${8:-2}
+ember=$1 model=$2 device=$3 clients=${4:-32} words=${5:-7900} ctx=${6:-10240} kvseq=${7:-4} turns=${8:-2} tie=${9:-0.05}
 here=$(cd "$(dirname "$0")" && pwd)
 command -v python3 >/dev/null || { echo "FAIL: python3 is needed (tools/deps.sh installs it)"; exit 1; }
 work=$(mktemp -d)
@@ -15,7 +15,7 @@ work=$(mktemp -d)
 start_server "$work/serve.log" "$ember" serve -m "$model" --port 0 --api-key sk-pressure --alias m --device "$device" \
   --ctx "$ctx" --kv-sequences "$kvseq" || exit 1
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT
-python3 "$here/pressure.py" "$url" m sk-pressure "$clients" "$words" "$turns"
+python3 "$here/pressure.py" "$url" m sk-pressure "$clients" "$words" "$turns" "$tie"
 status=$?
 kill -0 $pid 2>/dev/null || { echo "FAIL: ember serve is gone: $(tail -5 "$work/serve.log")"; status=1; }
 if grep -q "ERROR: AddressSanitizer\|runtime error:\|LeakSanitizer" "$work/serve.log"; then
