@@ -234,6 +234,19 @@ static void test_batch_neighbours(void **state) {
     assert_sentence(grammar, &constrained);
     /* the CPU backend applied the mask itself: every token of the two was picked there */
     assert_int_equal(after.backend_picked_tokens - before.backend_picked_tokens, constrained.n + beside.n);
+    /* with step overlap (the engine_grammar_overlap run), a constrained request's masks come late:
+     * alone, its steps chain (all but the first, planned one, and the one its last token ends) and
+     * its tokens are the same */
+    const char *overlap = getenv("EMBER_CPU_OVERLAP");
+    if (overlap && !strcmp(overlap, "1")) {
+        result again;
+        ember_engine_stats(e, &before);
+        collect(submit(e, &c), &again);
+        ember_engine_stats(e, &after);
+        assert_int_equal(again.n, constrained.n);
+        assert_memory_equal(again.tokens, constrained.tokens, again.n * sizeof *again.tokens);
+        assert_true(after.overlapped_steps - before.overlapped_steps + 2 >= again.n);
+    }
     c.sampling.logprobs = 2; /* the host path */
     collect(submit(e, &c), &constrained_host);
     assert_int_equal(constrained.n, constrained_host.n);

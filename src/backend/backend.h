@@ -48,6 +48,9 @@ typedef struct em_batch {
      * mask[t / 32]); NULL for none at all. Only for a backend whose ops say picks_masked, and only
      * on forward_pick / pick_begin. */
     const uint32_t *const *pick_masks;
+    /* pick_begin only, with a backend that offers pick_masks: the masks are not known yet (they
+     * depend on the tokens of the step in flight); the step's pick waits for pick_masks. */
+    bool pick_masks_later;
 } em_batch;
 
 typedef struct em_backend em_backend;
@@ -76,6 +79,13 @@ typedef struct em_backend_ops {
     /* forward_pick and pick_begin honour em_batch.pick_masks (both backends do; a backend that did
      * not would get steps with constrained rows sampled on the host by the engine). */
     bool picks_masked;
+    /* Late masks (NULL in a backend without them): gives the masks (as em_batch.pick_masks) of the
+     * last begun step, begun with pick_masks_later, and starts its pick. Called once for such a
+     * step, before the next pick_begin and before the pick_end that reads it (the pick_end of the
+     * step before it may come first); `masks` may be NULL (no row constrained). The
+     * device runs the step's forward meanwhile, while the host reads the step before it and works
+     * out the grammar masks from its tokens. */
+    em_err (*pick_masks)(em_backend *backend, const uint32_t *const *masks);
 } em_backend_ops;
 
 /* A batch token that is the previous begun step's pick for logits row r (pick_begin). */
@@ -104,6 +114,10 @@ static inline em_err em_backend_pick_begin(em_backend *b, const em_batch *batch,
     return b->ops->pick_begin(b, batch, pick);
 }
 static inline em_err em_backend_pick_end(em_backend *b, int32_t *picked) { return b->ops->pick_end(b, picked); }
+static inline bool em_backend_picks_late(const em_backend *b) { return b->ops->pick_masks != NULL; }
+static inline em_err em_backend_pick_masks(em_backend *b, const uint32_t *const *masks) {
+    return b->ops->pick_masks(b, masks);
+}
 static inline em_err em_backend_copy_rows(em_backend *b, uint32_t from, uint32_t to, uint32_t rows) {
     return b->ops->copy_rows(b, from, to, rows);
 }

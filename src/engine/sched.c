@@ -551,7 +551,8 @@ static bool can_chain(ember_engine *e) {
         if (r->n_computed != r->n_tokens || r->flight_row >= e->flight_rows || e->flight_owner[r->flight_row] != r)
             return false;
         if (r->n_generated + 1 >= (uint32_t)r->params.max_tokens || r->n_tokens + 1 >= e->ctx_tokens) return false;
-        if (r->grammar_state) return false; /* its next mask depends on the token in flight */
+        /* its next mask depends on the token in flight: only a backend that takes masks late can pick */
+        if (r->grammar_state && !em_backend_picks_late(e->backend)) return false;
         if (em_spec_drafts_next(r)) return false; /* its drafts depend on the token in flight */
         new_blocks += r->n_blocks < blocks_for(e, r->n_computed + 1);
     }
@@ -577,8 +578,10 @@ static em_batch step_batch(const ember_engine *e, uint32_t n, const uint32_t *co
     };
 }
 
-/* Begins the step after the in-flight one: one token per running request, its in-flight pick. */
-static em_err begin_chained(ember_engine *e) {
+/* Begins the step after the in-flight one: one token per running request, its in-flight pick.
+ * *late: a request has a grammar, so the step's pick waits for masks (finish_chained). */
+static em_err begin_chained(ember_engine *e, bool *late) {
+    *late = false;
     for (uint32_t i = 0; i < e->n_running; i++) {
         ember_request *r = e->running[i];
         if (r->n_blocks < blocks_for(e, r->n_computed + 1)) {
@@ -595,8 +598,10 @@ static em_err begin_chained(ember_engine *e) {
         e->batch_logits[i] = true;
         e->row_owner[i] = r;
         e->pick[i] = em_sampler_pick_params_ahead(&r->sampler);
+        *late |= r->grammar_state != NULL;
     }
     em_batch batch = step_batch(e, e->n_running, NULL);
+    batch.pick_masks_later = *late;
     return em_backend_pick_begin(e->backend, &batch, e->pick);
 }
 
@@ -618,6 +623,22 @@ static void count_overlapped(ember_stats *s, const void *arg) {
     s->overlapped_steps++;
 }
 
+static bool compute_grammar_masks(ember_engine *e, uint32_t rows, bool *constrained);
+static void finish_stuck(ember_engine *e, uint32_t rows);
+
+/* A chained step begun with its masks to come: the in-flight tokens are read and accepted by now,
+ * so its constrained rows' masks follow from them; the backend then starts its pick. */
+static void finish_chained(ember_engine *e, uint32_t rows) {
+    bool constrained = false;
+    const bool ok = compute_grammar_masks(e, rows, &constrained);
+    if (ok) finish_stuck(e, rows);
+    em_err err = em_backend_pick_masks(e->backend, ok && constrained ? e->pick_masks : NULL);
+    if (err) {
+        for (uint32_t k = 0; k < rows; k++) e->row_owner[k] = NULL;
+        fail_running(e, "step", err);
+    }
+}
+
 /* With a step in flight: begins the next one first when it can, then reads the in-flight tokens. */
 static void advance_flight(ember_engine *e) {
     if (!can_chain(e)) {
@@ -625,7 +646,8 @@ static void advance_flight(ember_engine *e) {
         return;
     }
     const uint32_t rows = e->n_running;
-    em_err err = begin_chained(e);
+    bool late;
+    em_err err = begin_chained(e, &late);
     if (err) { /* read what is in flight, then give up on the requests */
         for (uint32_t k = 0; k < rows; k++) e->row_owner[k] = NULL;
         end_flight(e);
@@ -634,7 +656,8 @@ static void advance_flight(ember_engine *e) {
     }
     for (uint32_t i = 0; i < e->n_running; i++) e->running[i]->n_computed++;
     stats_update(e, count_overlapped, NULL);
-    end_flight(e);       /* requests it finishes lose their rows of the begun step too */
+    end_flight(e); /* requests it finishes lose their rows of the begun step too */
+    if (late) finish_chained(e, rows);
     set_flight(e, rows); /* the begun step is now the one in flight */
 }
 
@@ -678,7 +701,7 @@ static bool compute_grammar_masks(ember_engine *e, uint32_t rows, bool *constrai
     for (uint32_t k = 0; k < rows; k++) {
         ember_request *r = e->row_owner[k];
         e->pick_masks[k] = NULL;
-        if (!r->grammar_state || !r->grammar_active) continue;
+        if (!r || !r->grammar_state || !r->grammar_active) continue; /* (a chained step's finished row) */
         *constrained = true;
         em_err err = NULL;
         if (!r->grammar_vocab && (err = find_grammar_vocab(e, r))) {
@@ -770,7 +793,10 @@ static bool step(ember_engine *e) {
         ahead = k > 0 && e->row_owner[k - 1] == e->row_owner[k] ? ahead + 1 : 0;
         e->pick[k] = em_sampler_pick_params_at(&e->row_owner[k]->sampler, ahead);
     }
-    const bool begin = backend_picks && em_backend_can_overlap(e->backend) && !constrained && !speculating;
+    /* A constrained step is begun only where the next one can take its masks late (else the next
+     * step waits for its tokens anyway). */
+    const bool begin = backend_picks && em_backend_can_overlap(e->backend) && !speculating &&
+                       (!constrained || em_backend_picks_late(e->backend));
     em_batch batch = step_batch(e, n, backend_picks && constrained ? e->pick_masks : NULL);
     em_err err = begin          ? em_backend_pick_begin(e->backend, &batch, e->pick)
                  : backend_picks ? em_backend_forward_pick(e->backend, &batch, e->pick, e->picked)
@@ -784,6 +810,7 @@ static bool step(ember_engine *e) {
     /* Drafts count as computed only once accepted (accept_rows). */
     for (uint32_t i = 0; i < e->n_running; i++) e->running[i]->n_computed += e->running[i]->scheduled - e->running[i]->n_draft;
     if (begin) { /* the tokens are read by the next step (advance_flight) */
+        finish_stuck(e, rows);
         e->flight_mark = start;
         set_flight(e, rows);
         return true;

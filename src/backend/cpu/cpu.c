@@ -48,6 +48,11 @@ typedef struct cpu_backend {
     int32_t *overlap_picked[2], *overlap_tokens;
     uint32_t overlap_rows[2], overlap_head, overlap_count;
     bool overlap_begun;
+    /* A step begun with pick_masks_later: its pick parameters, kept for cpu_pick_masks (its logits
+     * stay in pick_logits until then). */
+    em_pick_params *late_pick;
+    uint32_t late_rows, cap_late_rows;
+    bool late_pending;
     uint32_t cap_pick_rows;
 } cpu_backend;
 
@@ -514,7 +519,7 @@ static em_err forward(cpu_backend *b, const em_batch *batch, float *logits, cons
     if (d->final_softcap > 0.0f)
         for (uint64_t i = 0; i < (uint64_t)rows * d->n_vocab; i++)
             logits[i] = d->final_softcap * tanhf(logits[i] / d->final_softcap);
-    if (pick)
+    if (pick && !batch->pick_masks_later)
         for (uint32_t r = 0; r < rows; r++) {
             float *row = logits + (uint64_t)r * d->n_vocab;
             if (batch->pick_masks && batch->pick_masks[r]) em_pick_mask(row, d->n_vocab, batch->pick_masks[r]);
@@ -568,6 +573,7 @@ static void cpu_free(em_backend *base) {
     free(b->overlap_tokens);
     free(b->overlap_picked[0]);
     free(b->overlap_picked[1]);
+    free(b->late_pick);
     free(b->layer_key_offset);
     free(b->layer_value_offset);
     free(b);
@@ -580,6 +586,7 @@ static void cpu_free(em_backend *base) {
 static em_err cpu_pick_begin(em_backend *base, const em_batch *batch, const em_pick_params *pick) {
     cpu_backend *b = (cpu_backend *)base;
     if (b->overlap_count == 2) return em_errorf(EM_ERR_INTERNAL, "cpu pick_begin: two steps already begun");
+    if (b->late_pending) return em_errorf(EM_ERR_INTERNAL, "cpu pick_begin: the last begun step waits for its masks");
     const uint32_t rows = em_batch_logits_rows(batch), slot = (b->overlap_head + b->overlap_count) % 2;
     const uint32_t previous = (slot + 1) % 2; /* the last begun step's slot, if one was begun */
     int32_t *tokens = realloc(b->overlap_tokens, (batch->n_tokens ? batch->n_tokens : 1) * sizeof *tokens);
@@ -598,26 +605,51 @@ static em_err cpu_pick_begin(em_backend *base, const em_batch *batch, const em_p
     }
     em_batch own = *batch;
     own.tokens = tokens;
+    if (batch->pick_masks_later && rows > b->cap_late_rows) {
+        em_pick_params *grown = realloc(b->late_pick, rows * sizeof *grown);
+        if (!grown) return em_errorf(EM_ERR_NOMEM, "cpu pick_begin: out of memory");
+        b->late_pick = grown, b->cap_late_rows = rows;
+    }
     em_err err = forward(b, &own, NULL, pick, picked);
     if (err) return err;
+    if (batch->pick_masks_later) {
+        if (rows) memcpy(b->late_pick, pick, rows * sizeof *pick);
+        b->late_rows = rows, b->late_pending = true;
+    }
     b->overlap_rows[slot] = rows;
     b->overlap_count++;
     b->overlap_begun = true;
     return NULL;
 }
 
+/* The late pick of the last begun step: its logits rows are still in pick_logits. */
+static em_err cpu_pick_masks(em_backend *base, const uint32_t *const *masks) {
+    cpu_backend *b = (cpu_backend *)base;
+    if (!b->late_pending) return em_errorf(EM_ERR_INTERNAL, "cpu pick_masks: no step waits for its masks");
+    b->late_pending = false;
+    const uint32_t n_vocab = b->d->n_vocab, slot = (b->overlap_head + b->overlap_count - 1) % 2;
+    for (uint32_t r = 0; r < b->late_rows; r++) {
+        float *row = b->pick_logits + (uint64_t)r * n_vocab;
+        if (masks && masks[r]) em_pick_mask(row, n_vocab, masks[r]);
+        b->overlap_picked[slot][r] = em_pick(row, n_vocab, &b->late_pick[r], b->pick_keys);
+    }
+    return NULL;
+}
+
 static em_err cpu_pick_end(em_backend *base, int32_t *picked) {
     cpu_backend *b = (cpu_backend *)base;
     if (b->overlap_count == 0) return em_errorf(EM_ERR_INTERNAL, "cpu pick_end: no step begun");
+    if (b->late_pending && b->overlap_count == 1)
+        return em_errorf(EM_ERR_INTERNAL, "cpu pick_end: the step waits for its masks");
     memcpy(picked, b->overlap_picked[b->overlap_head], b->overlap_rows[b->overlap_head] * sizeof *picked);
     b->overlap_head = (b->overlap_head + 1) % 2;
     b->overlap_count--;
     return NULL;
 }
 
-static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows, cpu_free, NULL, NULL, true};
+static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows, cpu_free, NULL, NULL, true, NULL};
 static const em_backend_ops cpu_overlap_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows,
-                                               cpu_free, cpu_pick_begin, cpu_pick_end, true};
+                                               cpu_free, cpu_pick_begin, cpu_pick_end, true, cpu_pick_masks};
 
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 

@@ -71,6 +71,7 @@ static void cuda_free(em_backend *base) {
         if (b->pick_done[i]) cudaEventDestroy(b->pick_done[i]);
     cudaFreeHost(b->logits_host);
     em_cuda_free_pick(b);
+    free(b->late_pick);
     if (b->stream) cudaStreamDestroy(b->stream);
     free(b->allocs);
     free(b->layers);
@@ -78,10 +79,11 @@ static void cuda_free(em_backend *base) {
 }
 
 static const em_backend_ops cuda_ops = {"cuda",    em_cuda_forward,    em_cuda_forward_pick, cuda_copy_rows,
-                                        cuda_free, em_cuda_pick_begin, em_cuda_pick_end, true};
+                                        cuda_free, em_cuda_pick_begin, em_cuda_pick_end, true,
+                                        em_cuda_pick_masks};
 /* EMBER_CUDA_OVERLAP=0: no step overlap (every step's tokens are read before the next begins). */
 static const em_backend_ops cuda_ops_no_overlap = {"cuda", em_cuda_forward, em_cuda_forward_pick, cuda_copy_rows,
-                                                   cuda_free, NULL, NULL, true};
+                                                   cuda_free, NULL, NULL, true, NULL};
 
 static em_err setup(cuda_backend *b, const em_model *model, const em_backend_config *o) {
     const em_model_desc *d = &model->desc;

@@ -510,12 +510,24 @@ static em_err forward(em_backend *base, const em_batch *batch, float *logits, co
 em_err em_cuda_pick_begin(em_backend *base, const em_batch *batch, const em_pick_params *pick) {
     cuda_backend *b = (cuda_backend *)base;
     if (b->flight_count == 2) return em_errorf(EM_ERR_INTERNAL, "cuda pick_begin: two steps already begun");
+    if (b->late_pending) return em_errorf(EM_ERR_INTERNAL, "cuda pick_begin: the last begun step waits for its masks");
+    const uint32_t late_rows = batch->pick_masks_later ? em_batch_logits_rows(batch) : 0;
+    if (late_rows > b->cap_late_rows) {
+        em_pick_params *grown = (em_pick_params *)realloc(b->late_pick, late_rows * sizeof *grown);
+        if (!grown) return em_errorf(EM_ERR_NOMEM, "cuda pick_begin: out of memory");
+        b->late_pick = grown, b->cap_late_rows = late_rows;
+    }
     cuda_batch cb;
     em_err err = enqueue_forward(b, batch, pick, b->last_begun_rows, &cb);
     if (err) return err;
     /* the slot the oldest step in flight does not use */
     const uint32_t slot = b->flight_count ? b->flight_slot[0] ^ 1 : 0;
-    if (cb.n_rows && (err = em_cuda_pick_enqueue(b, pick, batch->pick_masks, cb.n_rows, slot, slot))) return err;
+    if (cb.n_rows && batch->pick_masks_later) { /* the pick waits for em_cuda_pick_masks */
+        memcpy(b->late_pick, pick, cb.n_rows * sizeof *pick);
+        b->late_rows = cb.n_rows, b->late_slot = slot, b->late_pending = true;
+    } else if (cb.n_rows && (err = em_cuda_pick_enqueue(b, pick, batch->pick_masks, cb.n_rows, slot, slot))) {
+        return err;
+    }
     if (!cb.n_rows) CU_TRY(cudaEventRecord(b->pick_done[slot], b->stream));
     b->flight_slot[b->flight_count] = slot;
     b->flight_rows[b->flight_count] = cb.n_rows;
@@ -524,9 +536,20 @@ em_err em_cuda_pick_begin(em_backend *base, const em_batch *batch, const em_pick
     return NULL;
 }
 
+/* The late pick of the last begun step: its logits rows stay in b->logits until the next forward,
+ * which the stream runs after this pick. */
+em_err em_cuda_pick_masks(em_backend *base, const uint32_t *const *masks) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (!b->late_pending) return NULL; /* begun with no logits rows: nothing to pick */
+    b->late_pending = false;
+    return em_cuda_pick_enqueue(b, b->late_pick, masks, b->late_rows, b->late_slot, b->late_slot);
+}
+
 em_err em_cuda_pick_end(em_backend *base, int32_t *picked) {
     cuda_backend *b = (cuda_backend *)base;
     if (b->flight_count == 0) return em_errorf(EM_ERR_INTERNAL, "cuda pick_end: no step begun");
+    if (b->late_pending && b->flight_count == 1)
+        return em_errorf(EM_ERR_INTERNAL, "cuda pick_end: the step waits for its masks");
     const uint32_t slot = b->flight_slot[0], rows = b->flight_rows[0];
     b->flight_slot[0] = b->flight_slot[1], b->flight_rows[0] = b->flight_rows[1];
     b->flight_count--;

@@ -267,6 +267,11 @@ typedef struct cuda_backend {
     cudaEvent_t pick_done[2];
     uint32_t flight_slot[2], flight_rows[2], flight_count;
     uint32_t last_begun_rows; /* rows of the last begun step: what EM_TOKEN_PICKED may name */
+    /* A step begun with pick_masks_later (forward.cu: em_cuda_pick_masks enqueues its pick): its
+     * pick parameters, rows and slot. */
+    em_pick_params *late_pick;
+    uint32_t late_rows, late_slot, cap_late_rows;
+    bool late_pending;
     struct cuda_mega *mega;   /* NULL: decode steps run the per-operation kernels */
 } cuda_backend;
 
@@ -519,6 +524,7 @@ em_err em_cuda_forward(em_backend *base, const em_batch *batch, float *logits);
 em_err em_cuda_forward_pick(em_backend *base, const em_batch *batch, const em_pick_params *pick, int32_t *picked);
 em_err em_cuda_pick_begin(em_backend *base, const em_batch *batch, const em_pick_params *pick);
 em_err em_cuda_pick_end(em_backend *base, int32_t *picked);
+em_err em_cuda_pick_masks(em_backend *base, const uint32_t *const *masks);
 em_err em_cuda_reserve(cuda_backend *b, uint32_t n_tokens);
 void em_cuda_free_scratch(cuda_backend *b);
 void em_cuda_drop_graphs(cuda_backend *b);
