@@ -236,6 +236,32 @@ static void test_greedy_lookup_identical(void **state) {
     assert_int_equal(stats.generated_tokens, 64);
 }
 
+/* Where steps overlap (the engine_spec_overlap run), a lookup request whose text never repeats
+ * pauses its lookups as it would rejected drafts, so most of its steps chain; the tokens are those
+ * without lookup. */
+static void test_lookup_without_matches_chains(void **state) {
+    (void)state;
+    int32_t prompt[64];
+    for (int i = 0; i < 64; i++) prompt[i] = 1000 + 37 * i;
+    const job plain = {prompt, 64, 64, 1.0f, 0, 7, 0, EMBER_SPEC_OFF};
+    job spec = plain;
+    spec.speculative = EMBER_SPEC_LOOKUP;
+    result want, got;
+    ember_engine *e = new_engine((engine_setup){0});
+    run_jobs(e, &plain, &want, 1);
+    ember_stats before, after;
+    ember_engine_stats(e, &before);
+    run_jobs(e, &spec, &got, 1);
+    ember_engine_stats(e, &after);
+    ember_engine_destroy(e);
+    assert_same_tokens(&want, &got);
+    const char *overlap = getenv("EMBER_CPU_OVERLAP");
+    if (overlap && !strcmp(overlap, "1")) {
+        assert_true(got.timings.draft_tokens < 8);
+        assert_true(after.overlapped_steps - before.overlapped_steps >= 48);
+    }
+}
+
 /* Many requests in one step, some drafting and some not, greedy and sampled, on the backend's
  * pick and on the host's (a repeat penalty): each gets the tokens it gets alone without drafts.
  * Small blocks, so drafts cross block boundaries and rejected ones free whole blocks. Afterwards
@@ -469,6 +495,7 @@ int main(void) {
         cmocka_unit_test(test_lookup_rule),
         cmocka_unit_test(test_adapt_rule),
         cmocka_unit_test(test_greedy_lookup_identical),
+        cmocka_unit_test(test_lookup_without_matches_chains),
         cmocka_unit_test(test_mixed_batch_and_cache),
         cmocka_unit_test(test_sampled_lookup_identical),
         cmocka_unit_test(test_sampled_distribution),

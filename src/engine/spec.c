@@ -288,6 +288,11 @@ void em_spec_propose(ember_engine *e) {
         if (room == 0) continue;
         if (r->spec == EMBER_SPEC_LOOKUP) {
             r->n_draft = em_spec_lookup(r->tokens, r->n_tokens, room, r->draft);
+            /* Where steps overlap, a request that may draft keeps the next step from being chained
+             * (its lookup needs the token in flight): a lookup that finds nothing counts as a
+             * rejected draft, so text that never repeats pauses its lookups as it would its drafts. */
+            if (r->n_draft == 0 && em_backend_can_overlap(e->backend))
+                em_spec_adapt(&r->draft_length, &r->draft_pause, &r->draft_misses, 1, 0, e->draft_min, e->draft_max);
         } else if (draft_blocks_for(e->drafter, r, r->n_tokens + room - 1) && n_model < e->drafter->cap_rows) {
             r->n_draft = room;
             e->drafter->owner[n_model++] = r;
