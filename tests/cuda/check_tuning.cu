@@ -24,6 +24,7 @@ static const char *const switches[] = {
     "EMBER_CUDA_DP4A_MOE",   "EMBER_CUDA_DQ_WIDE",       "EMBER_CUDA_DQ_UNITS",    "EMBER_CUDA_DQ_MOE_UNITS",
     "EMBER_CUDA_IMMA",       "EMBER_CUDA_HMMA",          "EMBER_CUDA_MVT",         "EMBER_CUDA_MEGA",
     "EMBER_CUDA_MEGA_PROFILE", "EMBER_CUDA_MEGA_STAGE_KB", "EMBER_CUDA_PROFILE",   "EMBER_CUDA_TRACE",
+    "EMBER_CUDA_LATE_MASKS",
 };
 
 /* The tuning with only `name` set to `value` (NULL: none); *err_out gets the error's message. */
@@ -42,7 +43,7 @@ static em_cuda_tuning read_with(const char *name, const char *value, char *err_o
 static void check_defaults(void) {
     const em_cuda_tuning t = read_with(NULL, NULL, NULL, 0);
     EXPECT(!t.kv_f32 && t.graphs && t.pdl && t.overlap && t.fuse_finish && t.tensor_cores && t.int8_activations);
-    EXPECT(t.wgmma && t.wgmma_split && t.wgmma_bf16 && !t.trace && !t.mega_profile);
+    EXPECT(t.wgmma && t.wgmma_split && t.wgmma_bf16 && !t.trace && !t.mega_profile && !t.late_masks);
     EXPECT(t.moe_norm_max == 1 && t.dec_cluster_max == 4 && t.mega_tokens == 0 && t.mega_stage_kb == 32);
     EXPECT(t.profile_from == -1 && t.profile_to == -1);
     EXPECT(t.dp4a_upto_q8_0_q4_k == 8 && t.dp4a_upto_other == 4 && t.dp4a_upto_q6_k_wide == 8 && t.dp4a_upto_moe == 16);
@@ -54,7 +55,9 @@ static void check_defaults(void) {
 }
 
 static void check_overrides(void) {
-    em_cuda_tuning t = read_with("EMBER_CUDA_DP4A", "0", NULL, 0);
+    em_cuda_tuning t = read_with("EMBER_CUDA_LATE_MASKS", "1", NULL, 0);
+    EXPECT(t.late_masks && t.overlap);
+    t = read_with("EMBER_CUDA_DP4A", "0", NULL, 0);
     EXPECT(!t.int8_activations && t.dp4a_upto_moe == 0 && t.dp4a_upto_q8_0_q4_k == 0);
     EXPECT(t.imma_from == EM_CUDA_NEVER && t.imma_from_head == EM_CUDA_NEVER && t.hmma_from == 2);
     t = read_with("EMBER_CUDA_DP4A", "12", NULL, 0);

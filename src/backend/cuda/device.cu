@@ -79,8 +79,11 @@ static void cuda_free(em_backend *base) {
 }
 
 static const em_backend_ops cuda_ops = {"cuda",    em_cuda_forward,    em_cuda_forward_pick, cuda_copy_rows,
-                                        cuda_free, em_cuda_pick_begin, em_cuda_pick_end, true,
-                                        em_cuda_pick_masks};
+                                        cuda_free, em_cuda_pick_begin, em_cuda_pick_end, true, NULL};
+/* EMBER_CUDA_LATE_MASKS=1: a constrained step is begun before its grammar masks are known. */
+static const em_backend_ops cuda_ops_late_masks = {"cuda",    em_cuda_forward,    em_cuda_forward_pick, cuda_copy_rows,
+                                                   cuda_free, em_cuda_pick_begin, em_cuda_pick_end, true,
+                                                   em_cuda_pick_masks};
 /* EMBER_CUDA_OVERLAP=0: no step overlap (every step's tokens are read before the next begins). */
 static const em_backend_ops cuda_ops_no_overlap = {"cuda", em_cuda_forward, em_cuda_forward_pick, cuda_copy_rows,
                                                    cuda_free, NULL, NULL, true, NULL};
@@ -136,7 +139,9 @@ static em_err setup(cuda_backend *b, const em_model *model, const em_backend_con
         b->layers[il].values = at;
         at += rows * ld->n_head_kv * ld->head_dim_v * b->kv_elem;
     }
-    const em_backend_ops *ops = b->tuning.overlap ? &cuda_ops : &cuda_ops_no_overlap;
+    const em_backend_ops *ops = !b->tuning.overlap ? &cuda_ops_no_overlap
+                                : b->tuning.late_masks ? &cuda_ops_late_masks
+                                                       : &cuda_ops;
     b->base = em_backend{ops, model, (uint32_t)n_blocks, o->block_tokens, per_token};
     if ((err = em_cuda_mega_setup(b))) return err;
     /* the host sleeps on these until a step's tokens are copied back */

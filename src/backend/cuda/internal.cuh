@@ -146,6 +146,7 @@ typedef struct em_cuda_tuning {
     bool graphs;           /* EMBER_CUDA_GRAPHS: small batches replay captured graphs */
     bool pdl;              /* EMBER_CUDA_PDL: programmatic dependent launch (em_pdl_wait) */
     bool overlap;          /* EMBER_CUDA_OVERLAP: the next step is enqueued before this one's tokens are read */
+    bool late_masks;       /* EMBER_CUDA_LATE_MASKS: constrained steps overlap too, their masks given late */
     bool fuse_finish;      /* EMBER_CUDA_FUSE_FINISH: decode attention finishes Q, K, V itself */
     bool tensor_cores;     /* EMBER_CUDA_GEMM: 0 keeps every product on matvec.cu's f32 kernel */
     bool int8_activations; /* EMBER_CUDA_DP4A not 0: activations may be rounded to 8 bits */

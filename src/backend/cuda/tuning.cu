@@ -31,7 +31,8 @@
 /* ---- the switches ---- */
 
 static const em_cuda_tuning tuning_defaults = {
-    .kv_f32 = false, .graphs = true, .pdl = true, .overlap = true, .fuse_finish = true, .tensor_cores = true,
+    .kv_f32 = false, .graphs = true, .pdl = true, .overlap = true, .late_masks = false, .fuse_finish = true,
+    .tensor_cores = true,
     .int8_activations = true, .wgmma = true, .wgmma_split = true, .wgmma_bf16 = true, .trace = false,
     /* from 2 tokens a norm kernel measured faster than the fold once the experts took 3 units a lane */
     .moe_norm_max = 1,
@@ -152,6 +153,7 @@ em_err em_cuda_tuning_read(em_cuda_tuning *t) {
     em_err err;
     if ((err = env_kv(t)) || (err = env_switch("EMBER_CUDA_GRAPHS", &t->graphs)) ||
         (err = env_switch("EMBER_CUDA_PDL", &t->pdl)) || (err = env_switch("EMBER_CUDA_OVERLAP", &t->overlap)) ||
+        (err = env_switch("EMBER_CUDA_LATE_MASKS", &t->late_masks)) ||
         (err = env_switch("EMBER_CUDA_FUSE_FINISH", &t->fuse_finish)) ||
         (err = env_switch("EMBER_CUDA_GEMM", &t->tensor_cores)) || (err = env_switch("EMBER_CUDA_WGMMA", &t->wgmma)) ||
         (err = env_switch("EMBER_CUDA_WG_SPLIT", &t->wgmma_split)) ||
