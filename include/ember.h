@@ -193,12 +193,13 @@ typedef struct ember_request_params {
      * compile fails the submission with the reason (rule, line, column). */
     const char *grammar;
     size_t grammar_len; /* 0: strlen(grammar) */
-    /* Optional, with a grammar: a lazy grammar. The output is free until it contains this text;
-     * from the trigger's first byte on, the rest of the output must follow the grammar (which so
-     * describes the trigger too). When the token that completes the trigger carries bytes after
-     * it that the grammar refuses, generation stops there. Copied; NULL: the grammar applies from
-     * the start. */
-    const char *grammar_trigger;
+    /* Optional, with a grammar: a lazy grammar. The output is free until it contains one of these
+     * texts (the earliest in the output wins); from the trigger's first byte on, the rest of the
+     * output must follow the grammar (which so describes each trigger too). When the token that
+     * completes a trigger carries bytes after it that the grammar refuses, generation stops there.
+     * Copied; none: the grammar applies from the start. */
+    const char *const *grammar_triggers;
+    size_t n_grammar_triggers;
     /* Optional: texts of control tokens that count as output text for this request: a tool call's
      * marker that the model writes as one control token (Mistral's `[TOOL_CALLS]`, Llama 3.1's
      * `<|python_tag|>`). A control token whose text is one of these is detokenized as that text

@@ -314,7 +314,9 @@ static void test_lazy_grammar(void **state) {
     const char *grammar = "root ::= \"e\" [0-9]{3} \".\"";
     ember_logit_bias bias = {.token = e_token, .bias = 100.0f};
     ember_request_params p = text_params("Go:", grammar, 21);
-    p.grammar_trigger = "e";
+    const char *trigger_e[] = {"e"};
+    p.grammar_triggers = trigger_e;
+    p.n_grammar_triggers = 1;
     p.sampling.logit_bias = &bias;
     p.sampling.n_logit_bias = 1;
     result res;
@@ -325,12 +327,36 @@ static void test_lazy_grammar(void **state) {
 
     /* A trigger that never comes leaves the text free: the request runs to max_tokens. */
     ember_request_params q = text_params("Go:", grammar, 22);
-    q.grammar_trigger = "\x01never\x02";
+    const char *never[] = {"\x01never\x02"};
+    q.grammar_triggers = never;
+    q.n_grammar_triggers = 1;
     q.max_tokens = 12;
     q.ignore_eos = true;
     collect(submit(e, &q), &res);
     assert_int_equal(res.finish, EMBER_FINISH_LENGTH);
     assert_int_equal(res.n, 12);
+
+    /* Several triggers: any of them switches the grammar on (here the second, "e", the one the
+     * output writes), and the run is the one with "e" alone. */
+    result one_trigger, two_triggers;
+    collect(submit(e, &p), &one_trigger);
+    const char *either[] = {"\x01never\x02", "e"};
+    p.grammar_triggers = either;
+    p.n_grammar_triggers = 2;
+    collect(submit(e, &p), &two_triggers);
+    assert_int_equal(two_triggers.finish, EMBER_FINISH_STOP);
+    assert_int_equal(two_triggers.n, one_trigger.n);
+    assert_memory_equal(two_triggers.tokens, one_trigger.tokens, one_trigger.n * sizeof *one_trigger.tokens);
+    assert_sentence(grammar, &two_triggers);
+
+    /* An empty trigger is refused at submission. */
+    const char *empty[] = {"e", ""};
+    p.grammar_triggers = empty;
+    ember_request *refused;
+    ember_error *err = ember_submit(e, &p, &refused);
+    assert_non_null(err);
+    assert_non_null(strstr(ember_error_message(err), "grammar trigger 1 is empty"));
+    ember_error_free(err);
     ember_engine_destroy(e);
 }
 
@@ -348,7 +374,9 @@ static void test_control_token_marker(void **state) {
 
     /* (a) The lazy grammar switches on at the control token. */
     ember_request_params p = text_params("Go:", grammar, 31);
-    p.grammar_trigger = "[TOOL_CALLS]";
+    const char *trigger[] = {"[TOOL_CALLS]"};
+    p.grammar_triggers = trigger;
+    p.n_grammar_triggers = 1;
     p.sampling.logit_bias = &bias;
     p.sampling.n_logit_bias = 1;
     p.control_texts = markers;

@@ -44,7 +44,7 @@ static void test_forcing_grammars(void **state) {
                &req);
     assert_int_equal(req.tool_choice, EM_TOOL_REQUIRED);
     assert_true(em_server_tool_grammar(&req, EM_TOOL_FORMAT_HERMES, &err));
-    assert_null(req.grammar_trigger);
+    assert_null(req.grammar_triggers);
     assert_true(grammar_takes(&req, "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\",\"days\":3}}\n</tool_call>"));
     assert_true(grammar_takes(&req, "<tool_call>\n{\"name\":\"get_time\",\"arguments\":{}}\n</tool_call>"));
     assert_false(grammar_takes(&req, "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\",\"days\":9}}\n</tool_call>"));
@@ -66,7 +66,8 @@ static void test_forcing_grammars(void **state) {
     assert_true(em_server_tool_grammar(&req, EM_TOOL_FORMAT_JSON, &err));
     assert_null(req.grammar);
     assert_true(em_server_tool_grammar(&req, EM_TOOL_FORMAT_HERMES, &err));
-    assert_string_equal(req.grammar_trigger, "<tool_call>");
+    assert_string_equal(req.grammar_triggers[0], "<tool_call>");
+    assert_null(req.grammar_triggers[1]);
     assert_true(grammar_takes(&req, "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"x\",\"days\":1}}\n</tool_call>"));
     em_server_request_clear(&req);
 
@@ -107,12 +108,15 @@ static void test_format_grammars(void **state) {
     /* auto: lazy, behind each format's marker (Llama's is the call's own beginning) */
     parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" CLOCK "]}", &req);
     assert_true(em_server_tool_grammar(&req, EM_TOOL_FORMAT_LLAMA3, &err));
-    assert_string_equal(req.grammar_trigger, "{\"name\"");
+    assert_string_equal(req.grammar_triggers[0], "{\"name\"");
+    assert_string_equal(req.grammar_triggers[1], "<|python_tag|>"); /* Llama 3.1 writes it before some calls */
+    assert_null(req.grammar_triggers[2]);
     assert_true(grammar_takes(&req, "{\"name\":\"get_time\",\"parameters\":{}}"));
+    assert_true(grammar_takes(&req, "<|python_tag|>{\"name\":\"get_time\",\"parameters\":{}}"));
     em_server_request_clear(&req);
     parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" CLOCK "]}", &req);
     assert_true(em_server_tool_grammar(&req, EM_TOOL_FORMAT_MISTRAL, &err));
-    assert_string_equal(req.grammar_trigger, "[TOOL_CALLS]");
+    assert_string_equal(req.grammar_triggers[0], "[TOOL_CALLS]");
     em_server_request_clear(&req);
 }
 
@@ -144,7 +148,7 @@ static void test_reasoning_grammars(void **state) {
 
     parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" CLOCK "]}", &req);
     assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HERMES, true, false, &err));
-    assert_null(req.grammar_trigger);
+    assert_null(req.grammar_triggers);
     assert_true(grammar_takes(&req, "<think>maybe <tool_call> x</think>Just text."));
     assert_true(grammar_takes(&req, "Just text <tool_ca"));
     snprintf(text, sizeof text, "<think>t</think>Let me check.%s", call);

@@ -38,7 +38,8 @@ static void request_unref(ember_request *r) {
     em_grammar_state_free(r->grammar_state);
     em_grammar_free(r->grammar);
     free(r->grammar_mask);
-    free(r->grammar_trigger);
+    for (size_t i = 0; i < r->n_grammar_triggers; i++) free(r->grammar_triggers[i]);
+    free(r->grammar_triggers);
     free(r->grammar_error);
     free(r->trigger_window);
     free(r->text_controls);
@@ -233,7 +234,8 @@ static em_err copy_params(ember_request *r, const ember_request_params *p) {
     r->params.stop = NULL;
     r->params.stop_tokens = NULL;
     r->params.grammar = NULL; /* compiled into r->grammar; the trigger is copied there too */
-    r->params.grammar_trigger = NULL;
+    r->params.grammar_triggers = NULL;
+    r->params.n_grammar_triggers = 0;
     r->params.control_texts = NULL;
     if (p->n_stop) {
         r->stop_strings = calloc(p->n_stop, sizeof *r->stop_strings);
@@ -307,13 +309,19 @@ static em_err compile_grammar(const ember_engine *e, ember_request *r, const emb
     if (err) return em_err_prefix(err, "request");
     if ((err = em_grammar_state_new(r->grammar, &r->grammar_state))) return err;
     r->grammar_mask = malloc(((size_t)e->n_vocab + 31) / 32 * sizeof *r->grammar_mask);
-    r->grammar_active = !p->grammar_trigger || !*p->grammar_trigger;
-    if (!r->grammar_active) {
-        r->trigger_len = strlen(p->grammar_trigger);
-        r->grammar_trigger = strdup(p->grammar_trigger);
-        r->trigger_window = malloc(r->trigger_len);
+    bool copied = true;
+    if (p->n_grammar_triggers && (r->grammar_triggers = calloc(p->n_grammar_triggers, sizeof *r->grammar_triggers))) {
+        for (size_t i = 0; i < p->n_grammar_triggers; i++) {
+            if (!p->grammar_triggers[i] || !*p->grammar_triggers[i])
+                return em_errorf(EM_ERR_INVALID, "request: grammar trigger %zu is empty", i);
+            copied &= (r->grammar_triggers[r->n_grammar_triggers++] = strdup(p->grammar_triggers[i])) != NULL;
+            const size_t len = strlen(p->grammar_triggers[i]);
+            if (len > r->trigger_len) r->trigger_len = len;
+        }
     }
-    if (!r->grammar_mask || (!r->grammar_active && (!r->grammar_trigger || !r->trigger_window)))
+    r->grammar_active = p->n_grammar_triggers == 0;
+    if (!r->grammar_active && copied) copied = (r->trigger_window = malloc(r->trigger_len)) != NULL;
+    if (!r->grammar_mask || (!r->grammar_active && (!r->grammar_triggers || !copied)))
         return em_errorf(EM_ERR_NOMEM, "request: out of memory for a grammar");
     return NULL;
 }

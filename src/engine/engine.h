@@ -304,10 +304,11 @@ struct ember_request {
     uint32_t *grammar_mask;
     uint32_t grammar_allowed;
     char *grammar_error; /* why its grammar failed (the request then ends with an error) */
-    /* A lazy grammar (ember_request_params.grammar_trigger): inactive until the output contains
-     * the trigger; trigger_window keeps the output's last trigger_len - 1 bytes until then. */
-    char *grammar_trigger;
-    size_t trigger_len;
+    /* A lazy grammar (ember_request_params.grammar_triggers): inactive until the output contains a
+     * trigger; trigger_window keeps the output's last trigger_len - 1 bytes until then (trigger_len:
+     * the longest trigger's). */
+    char **grammar_triggers;
+    size_t n_grammar_triggers, trigger_len;
     bool grammar_active;
     char *trigger_window;
     size_t trigger_window_len;

@@ -262,9 +262,10 @@ static bool is_text_control(const ember_request *r, int32_t token) {
     return false;
 }
 
-/* A lazy grammar waits for its trigger in the output: once the trigger appears (across token
- * boundaries too), the grammar takes the output from the trigger's first byte on; *done when what
- * followed the trigger in the same token is outside it, or nothing can follow. False: no memory. */
+/* A lazy grammar waits for a trigger in the output: once one appears (across token boundaries too;
+ * the earliest, where several do), the grammar takes the output from the trigger's first byte on;
+ * *done when what followed the trigger in the same token is outside it, or nothing can follow.
+ * False: no memory. */
 static bool watch_trigger(ember_engine *e, ember_request *r, int32_t token, bool *done) {
     const char *piece;
     const size_t piece_len = em_token_to_piece(e->tokenizer, token, is_text_control(r, token), &piece);
@@ -273,7 +274,11 @@ static bool watch_trigger(ember_engine *e, ember_request *r, int32_t token, bool
     if (!text) return false;
     memcpy(text, r->trigger_window, r->trigger_window_len);
     memcpy(text + r->trigger_window_len, piece, piece_len);
-    const char *at = memmem(text, len, r->grammar_trigger, r->trigger_len);
+    const char *at = NULL;
+    for (size_t i = 0; i < r->n_grammar_triggers; i++) {
+        const char *found = memmem(text, len, r->grammar_triggers[i], strlen(r->grammar_triggers[i]));
+        if (found && (!at || found < at)) at = found;
+    }
     if (at) {
         r->grammar_active = true;
         *done = !em_grammar_accept_bytes(r->grammar_state, at, len - (size_t)(at - text)) ||

@@ -183,7 +183,9 @@ static bool submit_all(job *j, em_server_error *err) {
         params.speculative = j->req.speculative;
         params.n_stop = j->req.n_stop;
         params.grammar = j->req.grammar;
-        params.grammar_trigger = j->req.grammar_trigger;
+        params.grammar_triggers = j->req.grammar_triggers;
+        for (params.n_grammar_triggers = 0; j->req.grammar_triggers && j->req.grammar_triggers[params.n_grammar_triggers];)
+            params.n_grammar_triggers++;
         params.control_texts = markers;
         params.n_control_texts = n_markers;
         em_err e = b->submit(b->self, &params, &j->handles[i]);

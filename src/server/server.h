@@ -166,7 +166,8 @@ typedef struct em_server_request {
     json_t *tools;      /* OpenAI-style tool definitions (Anthropic's are converted), or NULL */
     em_tool_choice tool_choice;
     char *tool_name;    /* the tool a named choice forces */
-    const char *grammar_trigger; /* static text that switches `grammar` on (a lazy grammar), or NULL */
+    /* static texts that switch `grammar` on (a lazy grammar; NULL-terminated), or NULL */
+    const char *const *grammar_triggers;
     bool grammar_is_raw; /* `grammar` came as GBNF from the client: the server leaves it as it is */
     em_reasoning_format reasoning_format;
 } em_server_request;
