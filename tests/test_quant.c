@@ -491,6 +491,52 @@ static void test_dot_rows_equal_single_rows(void **state) {
     free(aq);
 }
 
+/* em_dot_weights must equal em_dot weight row by weight row, bitwise (a decode step's products go
+ * through it, a batch's through em_dot_rows, and both must give the same numbers): every dot type,
+ * 1 to 13 weight rows (past the kernels' groups of four, and each remainder), rows spaced wider
+ * than their size and each quantized from its own values at its own scale, float rows ending off
+ * the 32- and 8-element steps, activations at small and large scales. Run on both ISA paths, as
+ * the test above. */
+static void test_dot_weights_equal_single_rows(void **state) {
+    (void)state;
+    static const char *const types[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",   "Q5_0",    "Q5_1",  "IQ4_NL",
+                                        "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ3_XXS", "TQ1_0",
+                                        "TQ2_0"};
+    enum { N = 1024 + 256, WROWS = 13, STRIDE = N * 4 + 64 };
+    float *w = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float));
+    uint8_t *wq = malloc((size_t)WROWS * STRIDE), *aq = malloc(N * 4);
+    assert_true(w && x && wq && aq);
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        em_type type = type_named(types[t]);
+        for (int r = 0; r < WROWS; r++) {
+            fill_gaussian(w, N, 60 + (unsigned)r);
+            for (int i = 0; i < N; i++) w[i] *= (float)(r + 1) * (r % 3 ? 1.0f : 0.02f);
+            assert_ok(em_quantize(type, w, wq + (size_t)r * STRIDE, N));
+        }
+        const uint64_t lengths[2] = {N, em_type_info_of(type)->block_elems == 1 ? N - 13 : N - 256};
+        for (int scale = 0; scale < 2; scale++) {
+            fill_gaussian(x, N, 70 + (unsigned)scale);
+            for (int i = 0; i < N; i++) x[i] *= scale ? 300.0f : 0.003f;
+            assert_ok(em_quantize_activation(type, x, aq, N));
+            for (int l = 0; l < 2; l++)
+                for (uint32_t n_rows = 1; n_rows <= WROWS; n_rows++) {
+                    float out[WROWS];
+                    em_dot_weights(type, wq, STRIDE, n_rows, aq, lengths[l], out);
+                    for (uint32_t r = 0; r < n_rows; r++) {
+                        float single = em_dot(type, wq + (size_t)r * STRIDE, aq, lengths[l]);
+                        if (memcmp(&single, &out[r], sizeof single) != 0)
+                            fail_msg("%s, n %u, %u weight rows, row %u: em_dot_weights %.9g, em_dot %.9g", types[t],
+                                     (unsigned)lengths[l], n_rows, r, (double)out[r], (double)single);
+                    }
+                }
+        }
+    }
+    free(w);
+    free(x);
+    free(wq);
+    free(aq);
+}
+
 /* On ARM the NEON kernels (plain, and with the dot-product instructions: ctest's quant_neon runs
  * this file again with EMBER_CPU_ISA=neon) keep the scalar path's integer sums and f32 operation
  * order, so em_dot must equal em_dot_scalar bitwise: every dot type, Gaussian rows at scales from
@@ -770,6 +816,7 @@ int main(void) {
         cmocka_unit_test(test_dot_long_rows),
         cmocka_unit_test(test_dot_extreme_values),
         cmocka_unit_test(test_dot_rows_equal_single_rows),
+        cmocka_unit_test(test_dot_weights_equal_single_rows),
         cmocka_unit_test(test_dot_neon_equals_scalar),
         cmocka_unit_test(test_dot_groups_equal_single_rows),
         cmocka_unit_test(test_q8_k_levels_by_definition),

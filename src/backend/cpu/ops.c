@@ -145,6 +145,13 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
     /* Each weight row is read from memory once per batch (its tile stays cached while every token
      * group passes over it), and each weight block is unpacked once per group of tokens instead of
      * once per token. Results equal em_dot's bitwise, so batching changes no number. */
+    const em_dot_weights_fn weights = mm->n_tokens == 1 ? em_dot_weights_kernel(w->type) : NULL;
+    if (weights && begin < end) {
+        /* one token: the share's rows in one call, each activation block loaded once per few rows */
+        weights(base + begin * w->row_bytes, w->row_bytes, (uint32_t)(end - begin), mm->scratch, w->cols,
+                mm->y + begin);
+        return;
+    }
     float out[DOT_TOKEN_GROUP];
     for (uint64_t tile = begin; tile < end; tile += DOT_ROW_TILE) {
         const uint64_t tile_end = end - tile < DOT_ROW_TILE ? end : tile + DOT_ROW_TILE;
@@ -220,6 +227,13 @@ static void products_share(void *ctx, uint32_t ith, uint32_t nth) {
         const uint64_t last = (to - start + rb - 1) / rb < w->rows ? (to - start + rb - 1) / rb : w->rows;
         const uint8_t *base = (const uint8_t *)w->data + pr->mat * w->rows * rb;
         const em_dot_rows_fn kernel = em_dot_rows_kernel(w->type);
+        const em_dot_weights_fn weights = pr->n_tokens == 1 ? em_dot_weights_kernel(w->type) : NULL;
+        if (weights && first < last) {
+            /* one token: the share's rows in one call, each activation block loaded once per few rows */
+            weights(base + first * rb, rb, (uint32_t)(last - first), pr->act, w->cols, pr->y + first);
+            start += bytes;
+            continue;
+        }
         for (uint64_t r = first; r < last; r++)
             for (uint32_t t = 0; t < pr->n_tokens; t += DOT_TOKEN_GROUP) {
                 const uint32_t group = pr->n_tokens - t < DOT_TOKEN_GROUP ? pr->n_tokens - t : DOT_TOKEN_GROUP;
