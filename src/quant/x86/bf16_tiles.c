@@ -79,31 +79,44 @@ void em_bf16_round_rows(const float *x, uint64_t x_stride, uint32_t n_rows, uint
         for (uint64_t j = 0; j < n; j++) out[t * out_stride + j] = em_f32_to_bf16(x[t * x_stride + j]);
 }
 
-/* The sum of a register's 16 lanes. */
-EM_BF16 static EM_INLINE float lanes_sum(__m512 v) {
-    const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(v), upper_ps(v));
-    return hsum(half);
+/* The four rows' sums of one token: each row's 16 lanes folded to 8, then pairwise adds across
+ * the four rows, so lane r of the result is row r's sum. */
+EM_BF16 static EM_INLINE __m128 row_sums4(__m512 r0, __m512 r1, __m512 r2, __m512 r3) {
+    const __m256 f0 = _mm256_add_ps(_mm512_castps512_ps256(r0), upper_ps(r0));
+    const __m256 f1 = _mm256_add_ps(_mm512_castps512_ps256(r1), upper_ps(r1));
+    const __m256 f2 = _mm256_add_ps(_mm512_castps512_ps256(r2), upper_ps(r2));
+    const __m256 f3 = _mm256_add_ps(_mm512_castps512_ps256(r3), upper_ps(r3));
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(f0, f1), _mm256_hadd_ps(f2, f3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+/* One 32-element step of the tile: the rows' and tokens' bf16 pairs (a partial last step loads
+ * through mask m; zeros add nothing). */
+#define TILE_STEP(m)                                                                                              \
+    do {                                                                                                          \
+        __m512bh wv[TILE_ROWS];                                                                                   \
+        EM_UNROLL(4) for (int r = 0; r < TILE_ROWS; r++) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, w[r] + j); \
+        EM_UNROLL(6) for (int t = 0; t < TILE_TOKENS; t++) {                                                      \
+            const __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(m, a[t] + j);                                  \
+            EM_UNROLL(4) for (int r = 0; r < TILE_ROWS; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], av);  \
+        }                                                                                                         \
+    } while (0)
+
 /* y[t][r] for the tile's rows (w[r], `nr` of them) and tokens (a[t], `nt`): the missing rows and
- * tokens of a ragged tile repeat the last one and their sums are dropped. The last step of a row
- * whose length is not a multiple of 32 loads through a mask (zeros add nothing). */
+ * tokens of a ragged tile repeat the last one and their sums are dropped. */
 EM_BF16 static void tile(const uint16_t *const w[TILE_ROWS], const uint16_t *const a[TILE_TOKENS], uint32_t nr,
                          uint32_t nt, uint64_t n, float *y, uint64_t y_stride) {
     __m512 acc[TILE_ROWS][TILE_TOKENS];
     EM_UNROLL(4) for (int r = 0; r < TILE_ROWS; r++) EM_UNROLL(6) for (int t = 0; t < TILE_TOKENS; t++)
         acc[r][t] = _mm512_setzero_ps();
-    for (uint64_t j = 0; j < n; j += 32) {
-        const __mmask32 m = n - j >= 32 ? 0xffffffffu : (1u << (n - j)) - 1;
-        __m512bh wv[TILE_ROWS];
-        EM_UNROLL(4) for (int r = 0; r < TILE_ROWS; r++) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, w[r] + j);
-        EM_UNROLL(6) for (int t = 0; t < TILE_TOKENS; t++) {
-            const __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(m, a[t] + j);
-            EM_UNROLL(4) for (int r = 0; r < TILE_ROWS; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], av);
-        }
+    uint64_t j = 0;
+    for (; j + 32 <= n; j += 32) TILE_STEP(0xffffffffu);
+    if (j < n) TILE_STEP((1u << (n - j)) - 1);
+    for (uint32_t t = 0; t < nt; t++) {
+        float sums[TILE_ROWS];
+        _mm_storeu_ps(sums, row_sums4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+        for (uint32_t r = 0; r < nr; r++) y[t * y_stride + r] = sums[r];
     }
-    for (uint32_t t = 0; t < nt; t++)
-        for (uint32_t r = 0; r < nr; r++) y[t * y_stride + r] = lanes_sum(acc[r][t]);
 }
 
 EM_BF16 static void tiles(const uint8_t *weights, uint64_t row_stride, uint32_t n_rows, const uint16_t *acts,
