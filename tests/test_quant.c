@@ -541,7 +541,7 @@ static void test_dot_weights_equal_single_rows(void **state) {
  * double. Rounding each activation to bf16 moves it by at most 2^-9 of its size, and the f32 sums
  * of exact bf16 products add far less than that over these lengths, so every result must lie within
  * 2^-8 * sum |w * x| of the definition. Row lengths on and off the kernel's 32-element step, weight
- * rows and tokens on and off its tiles (4 x 6) and bands (16 rows), outputs in a strided matrix,
+ * rows and tokens on and off its tiles (4 x 6) and bands (32 rows), outputs in a strided matrix,
  * activations at several scales. On a CPU without AVX512_BF16 (or under EMBER_CPU_ISA=avx2) the
  * plain loop is held to the same bound. */
 static void test_bf16_tiles_within_bound(void **state) {

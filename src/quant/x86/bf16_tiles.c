@@ -40,8 +40,8 @@ static void bf16_tiles_plain(const void *weights, uint64_t row_stride, uint32_t 
  * register fit the 32 ZMM registers. */
 #define TILE_ROWS 4
 #define TILE_TOKENS 6
-/* Weight rows swept over all tokens before the next band (16 rows of 2048 bf16: 64 KB). */
-#define BAND_ROWS 16
+/* Weight rows swept over all tokens before the next band (32 rows of 2048 bf16: 128 KB, in L2). */
+#define BAND_ROWS 32
 
 bool em_bf16_tiles_available(void) {
     static _Atomic int known; /* 0: not probed yet, 1: absent or declined, 2: present */
@@ -112,10 +112,17 @@ EM_BF16 static void tile(const uint16_t *const w[TILE_ROWS], const uint16_t *con
     uint64_t j = 0;
     for (; j + 32 <= n; j += 32) TILE_STEP(0xffffffffu);
     if (j < n) TILE_STEP((1u << (n - j)) - 1);
-    for (uint32_t t = 0; t < nt; t++) {
-        float sums[TILE_ROWS];
-        _mm_storeu_ps(sums, row_sums4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
-        for (uint32_t r = 0; r < nr; r++) y[t * y_stride + r] = sums[r];
+    /* constant indices only (the loop unrolled in full), so the sums never leave the registers */
+    EM_UNROLL(6) for (int t = 0; t < TILE_TOKENS; t++) {
+        if ((uint32_t)t >= nt) break;
+        const __m128 sums = row_sums4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+        if (nr == TILE_ROWS) {
+            _mm_storeu_ps(y + t * y_stride, sums);
+        } else {
+            float part[TILE_ROWS];
+            _mm_storeu_ps(part, sums);
+            for (uint32_t r = 0; r < nr; r++) y[t * y_stride + r] = part[r];
+        }
     }
 }
 
