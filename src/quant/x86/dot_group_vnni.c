@@ -66,12 +66,18 @@ static void pack_q8_0(const uint8_t *a, uint64_t stride, uint32_t n_rows, uint64
 
 /* Q4_K against a group: per token, the sub-block products as dot_rows_vnni.c's q4_k_rows builds
  * them; the min terms of all eight tokens in one vector (lane t: token t), the f32 steps of the
- * single-row kernel per lane (dmin * d8, times the integer, added to the running sum). */
+ * single-row kernel per lane (dmin * d8, times the integer, added to the running sum), two tokens'
+ * eight lanes to a register. */
 EM_VNNI static void group_q4_k(const void *wv, const void *gv, uint32_t n_rows, uint64_t n, float *out) {
+    enum { PAIRS = GROUP_TOKENS / 2 };
     const uint8_t *w = wv, *g = gv;
-    __m256 acc[GROUP_TOKENS];
+    __m512 acc[PAIRS]; /* tokens 2p and 2p + 1 side by side: lanes 0..7 and 8..15 */
     __m256 mins_total = _mm256_setzero_ps();
-    UNROLL_TOKENS for (int t = 0; t < GROUP_TOKENS; t++) acc[t] = _mm256_setzero_ps();
+    UNROLL_TOKENS for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    /* lanes 0..7 of token 2p's sum then of 2p + 1's, and lanes 8..15 the same way: added, the two
+     * tokens' folded sums (fold_halves) side by side */
+    const __m512i low_halves = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i high_halves = _mm512_add_epi32(low_halves, _mm512_set1_epi32(8));
     const __m512i low4 = _mm512_set1_epi8(15);
     for (uint64_t b = 0; b < n / 256; b++, w += 144, g += Q4_K_GROUP_BLOCK) {
         const __m128i sm = k_scales_mins(w + 4);
@@ -99,16 +105,21 @@ EM_VNNI static void group_q4_k(const void *wv, const void *gv, uint32_t n_rows, 
                 isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, act), sc);
             }
         }
-        const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(fp16(w)), d8);
-        UNROLL_TOKENS for (int t = 0; t < GROUP_TOKENS; t++) {
-            const __m256 s = _mm256_permutevar8x32_ps(scale, _mm256_set1_epi32(t));
-            acc[t] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(fold_halves(isum[t])), acc[t]);
+        const __m512 scale = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(fp16(w)), d8));
+        UNROLL_TOKENS for (int p = 0; p < PAIRS; p++) {
+            const __m512i low = _mm512_permutex2var_epi32(isum[2 * p], low_halves, isum[2 * p + 1]);
+            const __m512i high = _mm512_permutex2var_epi32(isum[2 * p], high_halves, isum[2 * p + 1]);
+            const __m512i folded = _mm512_add_epi32(low, high);
+            const __m512 s = _mm512_permutexvar_ps(pair_index(2 * p), scale);
+            acc[p] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(folded), acc[p]);
         }
     }
     float mins_out[GROUP_TOKENS];
     _mm256_storeu_ps(mins_out, mins_total);
-    UNROLL_TOKENS for (int t = 0; t < GROUP_TOKENS; t++)
-        if ((uint32_t)t < n_rows) out[t] = hsum(acc[t]) - mins_out[t];
+    UNROLL_TOKENS for (int p = 0; p < PAIRS; p++) {
+        if ((uint32_t)(2 * p) < n_rows) out[2 * p] = hsum(_mm512_castps512_ps256(acc[p])) - mins_out[2 * p];
+        if ((uint32_t)(2 * p + 1) < n_rows) out[2 * p + 1] = hsum(upper_ps(acc[p])) - mins_out[2 * p + 1];
+    }
 }
 
 /* Q8_0 against a group: dot_rows_vnni.c's q8_0_rows with the eight scales and each pair of tokens'
