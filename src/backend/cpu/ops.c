@@ -148,10 +148,7 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
     const uint8_t *base = (const uint8_t *)w->data + mm->mat * w->rows * w->row_bytes;
     uint64_t begin, end;
     em_cpu_share(w->rows, ith, nth, &begin, &end);
-    /* Each weight row is read from memory once per batch (its tile stays cached while every token
-     * group passes over it), and each weight block is unpacked once per group of tokens instead of
-     * once per token. Results equal em_dot's bitwise, so batching changes no number. */
-    if (job->bf16_tiles) {
+    if (job->bf16_tiles) { /* the one batched path that is not em_dot's numbers (see em_cpu_matmul_run) */
         em_bf16_tiles(base + begin * w->row_bytes, w->row_bytes, (uint32_t)(end - begin), (const uint16_t *)mm->scratch,
                       job->act_bytes / 2, mm->n_tokens, w->cols, mm->y + begin, mm->y_stride);
         return;
@@ -163,6 +160,9 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
                 mm->y + begin);
         return;
     }
+    /* Each weight row is read from memory once per batch (its tile stays cached while every token
+     * group passes over it), and each weight block is unpacked once per group of tokens instead of
+     * once per token. Results equal em_dot's bitwise, so batching changes no number. */
     float out[DOT_TOKEN_GROUP];
     for (uint64_t tile = begin; tile < end; tile += DOT_ROW_TILE) {
         const uint64_t tile_end = end - tile < DOT_ROW_TILE ? end : tile + DOT_ROW_TILE;
