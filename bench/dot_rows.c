@@ -1,7 +1,9 @@
 /* The decode dot-product kernels alone: one thread, one activation row, a matrix of ROWS x 2048
- * random weights in each type the CPU decode benchmarks use (em_dot_rows_kernel, as the backend
- * calls it), best of 200 passes over the matrix. Prints ns per weight row and the GB/s of weights
- * that is, so a kernel can be held against the machine's read bandwidth (bench/read_bandwidth.c).
+ * random weights in each type the CPU decode benchmarks use, best of 200 passes over the matrix:
+ * row by row through em_dot_rows_kernel ("rows"), and all rows in one em_dot_weights call
+ * ("weights", what the backend calls for one token). Prints ns per weight row and the GB/s of
+ * weights that is, so a kernel can be held against the machine's read bandwidth
+ * (bench/read_bandwidth.c).
  *
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/dot_rows.c BUILD/libember_core.a -lm -lpthread -o dot_rows
  *   ./dot_rows [ROWS]        (default 768: one expert matrix of moe-30b-a3b, about 0.6-3 MB)
@@ -48,22 +50,30 @@ int main(int argc, char **argv) {
             return 1;
         }
         const em_dot_rows_fn kernel = em_dot_rows_kernel(type);
-        double best = 1e30;
+        float *out = malloc(rows * sizeof *out);
+        if (!out) return 1;
+        double best[2] = {1e30, 1e30}; /* row by row, all rows in one call */
         volatile float sink = 0; /* the results are used, so no pass can be optimized away */
-        for (int pass = 0; pass < 200; pass++) {
+        for (int pass = 0; pass < 400; pass++) {
+            const int way = pass % 2;
             const double t0 = now();
-            for (uint64_t r = 0; r < rows; r++) {
-                float out;
-                if (kernel)
-                    kernel(q + r * row_bytes, a, act_bytes, 1, cols, &out);
-                else
-                    em_dot_rows(type, q + r * row_bytes, a, act_bytes, 1, cols, &out);
-                sink += out;
-            }
+            if (way == 0)
+                for (uint64_t r = 0; r < rows; r++) {
+                    if (kernel)
+                        kernel(q + r * row_bytes, a, act_bytes, 1, cols, &out[r]);
+                    else
+                        em_dot_rows(type, q + r * row_bytes, a, act_bytes, 1, cols, &out[r]);
+                }
+            else
+                em_dot_weights(type, q, row_bytes, (uint32_t)rows, a, cols, out);
             const double seconds = now() - t0;
-            if (seconds < best) best = seconds;
+            sink += out[rows - 1];
+            if (seconds < best[way]) best[way] = seconds;
         }
-        printf("%-8s %7.1f ns/row %6.1f GB/s\n", names[ti], best / rows * 1e9, row_bytes * rows / best / 1e9);
+        printf("%-8s rows %7.1f ns/row %6.1f GB/s   weights %7.1f ns/row %6.1f GB/s\n", names[ti],
+               best[0] / rows * 1e9, row_bytes * rows / best[0] / 1e9, best[1] / rows * 1e9,
+               row_bytes * rows / best[1] / 1e9);
+        free(out);
         free(q);
         free(a);
     }

@@ -491,6 +491,116 @@ static void test_dot_rows_equal_single_rows(void **state) {
     free(aq);
 }
 
+/* em_dot_weights must equal em_dot weight row by weight row, bitwise (a decode step's products go
+ * through it, a batch's through em_dot_rows, and both must give the same numbers): every dot type,
+ * 1 to 13 weight rows (past the kernels' groups of four, and each remainder), rows spaced wider
+ * than their size and each quantized from its own values at its own scale, float rows ending off
+ * the 32- and 8-element steps, activations at small and large scales. Run on both ISA paths, as
+ * the test above. */
+static void test_dot_weights_equal_single_rows(void **state) {
+    (void)state;
+    static const char *const types[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",   "Q5_0",    "Q5_1",  "IQ4_NL",
+                                        "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ3_XXS", "TQ1_0",
+                                        "TQ2_0"};
+    enum { N = 1024 + 256, WROWS = 13, STRIDE = N * 4 + 64 };
+    float *w = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float));
+    uint8_t *wq = malloc((size_t)WROWS * STRIDE), *aq = malloc(N * 4);
+    assert_true(w && x && wq && aq);
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        em_type type = type_named(types[t]);
+        for (int r = 0; r < WROWS; r++) {
+            fill_gaussian(w, N, 60 + (unsigned)r);
+            for (int i = 0; i < N; i++) w[i] *= (float)(r + 1) * (r % 3 ? 1.0f : 0.02f);
+            assert_ok(em_quantize(type, w, wq + (size_t)r * STRIDE, N));
+        }
+        const uint64_t lengths[2] = {N, em_type_info_of(type)->block_elems == 1 ? N - 13 : N - 256};
+        for (int scale = 0; scale < 2; scale++) {
+            fill_gaussian(x, N, 70 + (unsigned)scale);
+            for (int i = 0; i < N; i++) x[i] *= scale ? 300.0f : 0.003f;
+            assert_ok(em_quantize_activation(type, x, aq, N));
+            for (int l = 0; l < 2; l++)
+                for (uint32_t n_rows = 1; n_rows <= WROWS; n_rows++) {
+                    float out[WROWS];
+                    em_dot_weights(type, wq, STRIDE, n_rows, aq, lengths[l], out);
+                    for (uint32_t r = 0; r < n_rows; r++) {
+                        float single = em_dot(type, wq + (size_t)r * STRIDE, aq, lengths[l]);
+                        if (memcmp(&single, &out[r], sizeof single) != 0)
+                            fail_msg("%s, n %u, %u weight rows, row %u: em_dot_weights %.9g, em_dot %.9g", types[t],
+                                     (unsigned)lengths[l], n_rows, r, (double)out[r], (double)single);
+                    }
+                }
+        }
+    }
+    free(w);
+    free(x);
+    free(wq);
+    free(aq);
+}
+
+/* em_bf16_tiles against the f32 definition: sum over j of bf16 weight [j] * f32 activation [j], in
+ * double. Rounding each activation to bf16 moves it by at most 2^-9 of its size, and the f32 sums
+ * of exact bf16 products add far less than that over these lengths, so every result must lie within
+ * 2^-8 * sum |w * x| of the definition. Row lengths on and off the kernel's 32-element step, weight
+ * rows and tokens on and off its tiles (4 x 6) and bands (32 rows), outputs in a strided matrix,
+ * activations at several scales. On a CPU without AVX512_BF16 (or under EMBER_CPU_ISA=avx2) the
+ * plain loop is held to the same bound. */
+static void test_bf16_tiles_within_bound(void **state) {
+    (void)state;
+    enum { N_MAX = 2048 + 40, ROWS = 37, TOKENS = 13, Y_STRIDE = ROWS + 3 };
+    static const uint64_t lengths[] = {32, 72, 2048, N_MAX};
+    float *w = malloc((size_t)ROWS * N_MAX * sizeof(float)), *x = malloc((size_t)TOKENS * N_MAX * sizeof(float));
+    uint8_t *wq = malloc((size_t)ROWS * N_MAX * 2);
+    uint16_t *xq = malloc((size_t)TOKENS * N_MAX * 2);
+    float *y = malloc((size_t)TOKENS * Y_STRIDE * sizeof(float));
+    assert_true(w && x && wq && xq && y);
+    for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++) {
+        const uint64_t n = lengths[l];
+        for (int r = 0; r < ROWS; r++) {
+            fill_gaussian(w + (size_t)r * n, n, 80 + (unsigned)r);
+            assert_ok(em_quantize(EM_TYPE_BF16, w + (size_t)r * n, wq + (size_t)r * n * 2, n));
+        }
+        for (int t = 0; t < TOKENS; t++) {
+            fill_gaussian(x + (size_t)t * n, n, 120 + (unsigned)t);
+            for (uint64_t j = 0; j < n; j++) x[(size_t)t * n + j] *= powf(10.0f, (float)(t % 5) - 2.0f);
+        }
+        em_bf16_round_rows(x, n, TOKENS, n, xq, n);
+        for (uint64_t j = 0; j < n; j++)
+            assert_int_equal(xq[j], em_f32_to_bf16(x[j])); /* the rounding is em_f32_to_bf16's */
+        static const uint32_t row_counts[] = {1, 3, 4, 17, ROWS}, token_counts[] = {1, 5, 6, 7, TOKENS};
+        for (int rc = 0; rc < 5; rc++)
+            for (int tc = 0; tc < 5; tc++) {
+                const uint32_t n_rows = row_counts[rc], n_tokens = token_counts[tc];
+                for (int i = 0; i < TOKENS * Y_STRIDE; i++) y[i] = NAN;
+                em_bf16_tiles(wq, n * 2, n_rows, xq, n, n_tokens, n, y, Y_STRIDE);
+                for (uint32_t t = 0; t < TOKENS; t++)
+                    for (uint32_t r = 0; r < Y_STRIDE; r++) {
+                        const float got = y[t * Y_STRIDE + r];
+                        if (t >= n_tokens || r >= n_rows) {
+                            if (!isnan(got)) fail_msg("bf16 tiles wrote outside the output (token %u, row %u)", t, r);
+                            continue;
+                        }
+                        double exact = 0, magnitude = 0;
+                        for (uint64_t j = 0; j < n; j++) {
+                            const uint8_t *wj = wq + (r * n + j) * 2;
+                            const double p = (double)em_bf16_to_f32((uint16_t)(wj[0] | wj[1] << 8)) *
+                                             (double)x[t * n + j];
+                            exact += p;
+                            magnitude += fabs(p);
+                        }
+                        if (!(fabs(got - exact) <= magnitude / 256))
+                            fail_msg("bf16 tiles, n %u, %u rows x %u tokens, row %u token %u: %.9g, exact %.9g "
+                                     "(bound %.3g)", (unsigned)n, n_rows, n_tokens, r, t, (double)got, exact,
+                                     magnitude / 256);
+                    }
+            }
+    }
+    free(w);
+    free(x);
+    free(wq);
+    free(xq);
+    free(y);
+}
+
 /* On ARM the NEON kernels (plain, and with the dot-product instructions: ctest's quant_neon runs
  * this file again with EMBER_CPU_ISA=neon) keep the scalar path's integer sums and f32 operation
  * order, so em_dot must equal em_dot_scalar bitwise: every dot type, Gaussian rows at scales from
@@ -770,6 +880,8 @@ int main(void) {
         cmocka_unit_test(test_dot_long_rows),
         cmocka_unit_test(test_dot_extreme_values),
         cmocka_unit_test(test_dot_rows_equal_single_rows),
+        cmocka_unit_test(test_dot_weights_equal_single_rows),
+        cmocka_unit_test(test_bf16_tiles_within_bound),
         cmocka_unit_test(test_dot_neon_equals_scalar),
         cmocka_unit_test(test_dot_groups_equal_single_rows),
         cmocka_unit_test(test_q8_k_levels_by_definition),

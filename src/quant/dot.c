@@ -242,6 +242,20 @@ void em_dot_rows(uint32_t weight_type, const void *weight_row, const void *activ
     for (uint32_t t = 0; t < n_rows; t++) out[t] = em_dot(weight_type, weight_row, a + t * activation_stride, n);
 }
 
+em_dot_weights_fn em_dot_weights_kernel(uint32_t weight_type) { return em_quant_dot_weights_vnni(weight_type); }
+
+void em_dot_weights(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_weight_rows,
+                    const void *activation_row, uint64_t n, float *out) {
+    em_dot_weights_fn weights = em_dot_weights_kernel(weight_type);
+    if (weights) {
+        weights(weight_rows, row_stride, n_weight_rows, activation_row, n, out);
+        return;
+    }
+    const uint8_t *w = weight_rows;
+    for (uint32_t r = 0; r < n_weight_rows; r++)
+        em_dot_rows(weight_type, w + r * row_stride, activation_row, 0, 1, n, out + r);
+}
+
 em_dot_group_fn em_dot_group_kernel(uint32_t weight_type) { return em_quant_dot_group_vnni(weight_type); }
 
 uint64_t em_dot_group_bytes(uint32_t weight_type, uint64_t n) {

@@ -16,7 +16,9 @@
  * it and for the CUDA backend's device copy), dot.c (dispatch,
  * reference and common scalar dots, em_dot_rows), dot_scalar.c (other scalar dots), x86/ (AVX2
  * kernels: dot_avx2.c one row, dot_rows_avx2.c several activation rows, avx2.h their helpers;
- * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0; dot_group_vnni.c: packed
+ * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0; dot_weights_vnni.c: several
+ * weight rows against one activation row, AVX-512 for Q4_K, Q8_0 and BF16; bf16_tiles.c: BF16
+ * weights against many bf16 tokens with AVX512_BF16; dot_group_vnni.c: packed
  * token groups and their AVX-512 VNNI kernels for Q4_K and Q8_0; rows_f32.c: weighted sums of f32
  * rows, attention's sum of values), arm/ (AArch64 NEON kernels, one to four activation rows a call:
  * kernels.h compiled plain in dot_neon.c, which also picks the family at run time, and with the
@@ -176,6 +178,20 @@ typedef void (*em_dot_rows_fn)(const void *weight_row, const void *activation_ro
                                uint32_t n_rows, uint64_t n, float *out);
 em_dot_rows_fn em_dot_rows_kernel(uint32_t weight_type);
 
+/* Several weight rows against one activation row (a decode step's products): out[i] =
+ * em_dot(weight_type, weight_rows + i * row_stride, activation_row, n), bitwise equal, for i <
+ * n_weight_rows. The kernels load each activation block once for up to four weight rows and keep
+ * the rows' sums in independent chains: AVX-512 kernels for Q4_K, Q8_0 (VNNI) and BF16 where the
+ * AVX-512 VNNI kernels run; other types and CPUs loop over em_dot_rows' kernel or em_dot. */
+void em_dot_weights(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_weight_rows,
+                    const void *activation_row, uint64_t n, float *out);
+
+/* The kernel em_dot_weights runs for `weight_type` on this CPU, or NULL when the type has none
+ * here (em_dot_weights then takes the rows one by one). Same contract as em_dot_weights. */
+typedef void (*em_dot_weights_fn)(const void *weight_rows, uint64_t row_stride, uint32_t n_weight_rows,
+                                  const void *activation_row, uint64_t n, float *out);
+em_dot_weights_fn em_dot_weights_kernel(uint32_t weight_type);
+
 /* The SIMD family em_dot and em_dot_rows use on this CPU: "avx512-vnni" (AVX2 kernels, and AVX-512
  * VNNI multi-row kernels for Q4_K and Q8_0), "avx2", "neon-dotprod" (AArch64 with the dot-product
  * instructions), "neon" (AArch64 without them, or EMBER_CPU_ISA=neon), or "scalar". The NEON
@@ -206,6 +222,25 @@ uint64_t em_dot_group_bytes(uint32_t weight_type, uint64_t n);
  * Only for a type whose em_dot_group_kernel is not NULL. */
 void em_dot_group_pack(uint32_t weight_type, const void *activation_rows, uint64_t stride, uint32_t n_rows,
                        uint64_t n, void *group);
+
+/* ---- BF16 weights against many tokens in bf16 (batched products of BF16 models) ----
+ * Where the CPU has AVX512_BF16 (and the AVX-512 VNNI kernels run: EMBER_CPU_ISA=avx2 turns this
+ * off), a batch's f32 activations are rounded to bf16 once and multiplied with vdpbf16ps in
+ * register tiles of weight rows x tokens. Not em_dot's numbers: each activation moves by at most
+ * 2^-9 of its size and the f32 sums run in another order, so |y - exact| stays within about
+ * 2^-8 * sum |w * x| (test_quant checks this against the f32 definition). */
+bool em_bf16_tiles_available(void);
+
+/* Rows of `n` f32 values (row t at x + t * x_stride) rounded to nearest-even bf16, row t to out +
+ * t * out_stride (strides in elements). */
+void em_bf16_round_rows(const float *x, uint64_t x_stride, uint32_t n_rows, uint64_t n, uint16_t *out,
+                        uint64_t out_stride);
+
+/* y[t * y_stride + r] = sum over j < n of weight row r [j] * acts[t * act_stride + j], in f32, for r <
+ * n_rows and t < n_tokens: BF16 weight rows `row_stride` bytes apart, bf16 activations from
+ * em_bf16_round_rows. Without AVX512_BF16 a plain loop computes the same definition. */
+void em_bf16_tiles(const void *weights, uint64_t row_stride, uint32_t n_rows, const uint16_t *acts,
+                   uint64_t act_stride, uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride);
 
 /* out[j] += weights[p] * row p [j] for p = 0..n_rows-1 in that order, j < n (row p at rows + p *
  * row_stride floats): each product rounded to f32 and then added, never fused, so that on x86 the

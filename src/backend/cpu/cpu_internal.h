@@ -62,7 +62,9 @@ void em_cpu_softmax(float *x, uint32_t n);
 float em_cpu_silu(float x);
 float em_cpu_gelu(float x);
 
-/* Y[t][r] = W[mat] row r · X[t], for t < n_tokens and all rows of one matrix of the stack.
+/* Y[t][r] = W[mat] row r · X[t], for t < n_tokens and all rows of one matrix of the stack: em_dot's
+ * numbers bitwise, except BF16 weights against EM_CPU_FEW_TOKENS or more tokens where the CPU has
+ * AVX512_BF16 (activations rounded to bf16, em_bf16_tiles).
  * X rows are `x_stride` floats apart, Y rows `y_stride`. `scratch` holds the activations in the
  * dot-product format: n_tokens * em_cpu_act_bytes(w) bytes; `groups` the same activations packed
  * in token groups where the weight type has group kernels (see quant.h): room for

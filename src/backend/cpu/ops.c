@@ -97,6 +97,7 @@ typedef struct matmul_job {
     uint64_t act_bytes;
     em_dot_group_fn group_kernel; /* NULL: em_dot_rows on the activation rows */
     uint64_t group_bytes;
+    bool bf16_tiles; /* BF16 weights: activations rounded to bf16 in scratch, em_bf16_tiles */
     em_err err; /* first quantization error (written by share 0's tokens only when it fails) */
     pthread_mutex_t mutex;
 } matmul_job;
@@ -116,6 +117,11 @@ static void quantize_share(void *ctx, uint32_t ith, uint32_t nth) {
     for (uint64_t g = begin; g < end; g++) {
         const uint32_t first = (uint32_t)g * EM_CPU_GROUP;
         const uint32_t rows = mm->n_tokens - first < EM_CPU_GROUP ? mm->n_tokens - first : EM_CPU_GROUP;
+        if (job->bf16_tiles) {
+            em_bf16_round_rows(mm->x + first * mm->x_stride, mm->x_stride, rows, mm->w->cols,
+                               (uint16_t *)(mm->scratch + first * job->act_bytes), job->act_bytes / 2);
+            continue;
+        }
         em_err err = em_cpu_quantize(mm->w, mm->x + first * mm->x_stride, mm->x_stride, rows,
                                      mm->scratch + first * job->act_bytes);
         if (err) {
@@ -142,6 +148,18 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
     const uint8_t *base = (const uint8_t *)w->data + mm->mat * w->rows * w->row_bytes;
     uint64_t begin, end;
     em_cpu_share(w->rows, ith, nth, &begin, &end);
+    if (job->bf16_tiles) { /* the one batched path that is not em_dot's numbers (see em_cpu_matmul_run) */
+        em_bf16_tiles(base + begin * w->row_bytes, w->row_bytes, (uint32_t)(end - begin), (const uint16_t *)mm->scratch,
+                      job->act_bytes / 2, mm->n_tokens, w->cols, mm->y + begin, mm->y_stride);
+        return;
+    }
+    const em_dot_weights_fn weights = mm->n_tokens == 1 ? em_dot_weights_kernel(w->type) : NULL;
+    if (weights && begin < end) {
+        /* one token: the share's rows in one call, each activation block loaded once per few rows */
+        weights(base + begin * w->row_bytes, w->row_bytes, (uint32_t)(end - begin), mm->scratch, w->cols,
+                mm->y + begin);
+        return;
+    }
     /* Each weight row is read from memory once per batch (its tile stays cached while every token
      * group passes over it), and each weight block is unpacked once per group of tokens instead of
      * once per token. Results equal em_dot's bitwise, so batching changes no number. */
@@ -175,6 +193,9 @@ em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm) {
         job.group_bytes = em_dot_group_bytes(mm->w->type, mm->w->cols);
         if (job.group_bytes > EM_CPU_GROUP * job.act_bytes) job.group_kernel = NULL; /* not in the scratch */
     }
+    /* BF16 weights times many tokens: bf16 activations and vdpbf16ps tiles where the CPU has them
+     * (not em_dot's numbers; quant.h gives the bound) */
+    job.bf16_tiles = mm->w->type == EM_TYPE_BF16 && mm->n_tokens >= EM_CPU_FEW_TOKENS && em_bf16_tiles_available();
     pthread_mutex_init(&job.mutex, NULL);
     /* One token group is one share's work: quantized here, without waking the pool for it. */
     if (mm->n_tokens <= EM_CPU_GROUP)
@@ -220,6 +241,13 @@ static void products_share(void *ctx, uint32_t ith, uint32_t nth) {
         const uint64_t last = (to - start + rb - 1) / rb < w->rows ? (to - start + rb - 1) / rb : w->rows;
         const uint8_t *base = (const uint8_t *)w->data + pr->mat * w->rows * rb;
         const em_dot_rows_fn kernel = em_dot_rows_kernel(w->type);
+        const em_dot_weights_fn weights = pr->n_tokens == 1 ? em_dot_weights_kernel(w->type) : NULL;
+        if (weights && first < last) {
+            /* one token: the share's rows in one call, each activation block loaded once per few rows */
+            weights(base + first * rb, rb, (uint32_t)(last - first), pr->act, w->cols, pr->y + first);
+            start += bytes;
+            continue;
+        }
         for (uint64_t r = first; r < last; r++)
             for (uint32_t t = 0; t < pr->n_tokens; t += DOT_TOKEN_GROUP) {
                 const uint32_t group = pr->n_tokens - t < DOT_TOKEN_GROUP ? pr->n_tokens - t : DOT_TOKEN_GROUP;

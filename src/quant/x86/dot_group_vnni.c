@@ -11,7 +11,8 @@
  *     token t, the two sub-blocks' activation sums (each the sum of its two Q8_K group sums) as
  *     int16, so one vpdpwssd against the pair's two mins gives 8 tokens' min terms at once; then
  *     for each 64-element chunk c and token t, that token's 64 levels.
- *   Q8_0 (272 bytes): the 8 tokens' f16 scales, then each token's 32 levels.
+ *   Q8_0 (272 bytes): the 8 tokens' f16 scales, then each token's 32 levels plus 128, as unsigned
+ *     bytes.
  * The kernels then take the same integer sums and the same f32 steps, in the same order, as
  * dot_rows_vnni.c's (and so as em_dot's): results are bitwise equal, which tests/test_quant.c
  * asserts.
@@ -53,7 +54,7 @@ static void pack_q8_0(const uint8_t *a, uint64_t stride, uint32_t n_rows, uint64
         for (uint32_t t = 0; t < n_rows; t++) {
             const uint8_t *row = a + t * stride + b * 34;
             memcpy(g + 2 * t, row, 2);
-            memcpy(g + Q8_0_GROUP_LEVELS + 32 * t, row + 2, 32);
+            for (int j = 0; j < 32; j++) g[Q8_0_GROUP_LEVELS + 32 * t + j] = (uint8_t)(row[2 + j] ^ 0x80); /* a + 128 */
         }
 }
 
@@ -65,12 +66,18 @@ static void pack_q8_0(const uint8_t *a, uint64_t stride, uint32_t n_rows, uint64
 
 /* Q4_K against a group: per token, the sub-block products as dot_rows_vnni.c's q4_k_rows builds
  * them; the min terms of all eight tokens in one vector (lane t: token t), the f32 steps of the
- * single-row kernel per lane (dmin * d8, times the integer, added to the running sum). */
+ * single-row kernel per lane (dmin * d8, times the integer, added to the running sum), two tokens'
+ * eight lanes to a register. */
 EM_VNNI static void group_q4_k(const void *wv, const void *gv, uint32_t n_rows, uint64_t n, float *out) {
+    enum { PAIRS = GROUP_TOKENS / 2 };
     const uint8_t *w = wv, *g = gv;
-    __m256 acc[GROUP_TOKENS];
+    __m512 acc[PAIRS]; /* tokens 2p and 2p + 1 side by side: lanes 0..7 and 8..15 */
     __m256 mins_total = _mm256_setzero_ps();
-    UNROLL_TOKENS for (int t = 0; t < GROUP_TOKENS; t++) acc[t] = _mm256_setzero_ps();
+    UNROLL_TOKENS for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    /* lanes 0..7 of token 2p's sum then of 2p + 1's, and lanes 8..15 the same way: added, the two
+     * tokens' folded sums (fold_halves) side by side */
+    const __m512i low_halves = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i high_halves = _mm512_add_epi32(low_halves, _mm512_set1_epi32(8));
     const __m512i low4 = _mm512_set1_epi8(15);
     for (uint64_t b = 0; b < n / 256; b++, w += 144, g += Q4_K_GROUP_BLOCK) {
         const __m128i sm = k_scales_mins(w + 4);
@@ -98,35 +105,42 @@ EM_VNNI static void group_q4_k(const void *wv, const void *gv, uint32_t n_rows, 
                 isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, act), sc);
             }
         }
-        const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(fp16(w)), d8);
-        UNROLL_TOKENS for (int t = 0; t < GROUP_TOKENS; t++) {
-            const __m256 s = _mm256_permutevar8x32_ps(scale, _mm256_set1_epi32(t));
-            acc[t] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(fold_halves(isum[t])), acc[t]);
+        const __m512 scale = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(fp16(w)), d8));
+        UNROLL_TOKENS for (int p = 0; p < PAIRS; p++) {
+            const __m512i low = _mm512_permutex2var_epi32(isum[2 * p], low_halves, isum[2 * p + 1]);
+            const __m512i high = _mm512_permutex2var_epi32(isum[2 * p], high_halves, isum[2 * p + 1]);
+            const __m512i folded = _mm512_add_epi32(low, high);
+            const __m512 s = _mm512_permutexvar_ps(pair_index(2 * p), scale);
+            acc[p] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(folded), acc[p]);
         }
     }
     float mins_out[GROUP_TOKENS];
     _mm256_storeu_ps(mins_out, mins_total);
-    UNROLL_TOKENS for (int t = 0; t < GROUP_TOKENS; t++)
-        if ((uint32_t)t < n_rows) out[t] = hsum(acc[t]) - mins_out[t];
+    UNROLL_TOKENS for (int p = 0; p < PAIRS; p++) {
+        if ((uint32_t)(2 * p) < n_rows) out[2 * p] = hsum(_mm512_castps512_ps256(acc[p])) - mins_out[2 * p];
+        if ((uint32_t)(2 * p + 1) < n_rows) out[2 * p + 1] = hsum(upper_ps(acc[p])) - mins_out[2 * p + 1];
+    }
 }
 
 /* Q8_0 against a group: dot_rows_vnni.c's q8_0_rows with the eight scales and each pair of tokens'
- * levels in one load each. */
+ * levels in one load each. The group holds the levels plus 128 (unsigned), so vpdpbusd takes them
+ * against the signed weights as they are: its sum, started from -128 times the weights' own lane
+ * sums (worked out once per weight block for all tokens), is lane for lane the signed sum the other
+ * kernels build, exactly, with no sign moved onto the activations per token. */
 EM_VNNI static void group_q8_0(const void *wv, const void *gv, uint32_t n_rows, uint64_t n, float *out) {
     enum { PAIRS = GROUP_TOKENS / 2 };
     const uint8_t *w = wv, *g = gv;
     __m512 acc[PAIRS];
     UNROLL_TOKENS for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
     for (uint64_t b = 0; b < n / 32; b++, w += 34, g += Q8_0_GROUP_BLOCK) {
-        const __m256i q = load32(w + 2);
-        const __m512i mag = _mm512_broadcast_i64x4(_mm256_abs_epi8(q));
-        const __mmask64 neg = _mm512_movepi8_mask(_mm512_broadcast_i64x4(q));
+        const __m512i q = _mm512_broadcast_i64x4(load32(w + 2));
+        const __m512i weight_sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), q);
+        const __m512i offset = _mm512_sub_epi32(_mm512_setzero_si512(), weight_sums); /* -128 * sum(w) */
         const __m128i d8 = _mm_loadu_si128((const __m128i *)(const void *)g);
         const __m512 scales = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(fp16(w)), _mm256_cvtph_ps(d8)));
         UNROLL_TOKENS for (int p = 0; p < PAIRS; p++) {
-            __m512i act = _mm512_loadu_si512((const void *)(g + Q8_0_GROUP_LEVELS + 64 * p));
-            act = _mm512_mask_sub_epi8(act, neg, _mm512_setzero_si512(), act);
-            const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag, act);
+            const __m512i act = _mm512_loadu_si512((const void *)(g + Q8_0_GROUP_LEVELS + 64 * p));
+            const __m512i isum = _mm512_dpbusd_epi32(offset, act, q);
             const __m512 scale = _mm512_permutexvar_ps(pair_index(2 * p), scales);
             acc[p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acc[p]);
         }

@@ -1,0 +1,230 @@
+/*
+ * Several weight rows against one activation row, with AVX-512: the products of a decode step,
+ * where one token's activations meet every row of a matrix. The multi-row kernels of
+ * dot_rows_vnni.c take one weight row and several activation rows; these take up to four weight
+ * rows and load each activation block once for all of them, and the rows' integer sums run as
+ * independent chains (one row's vpdpbusd / vpdpwssd chain alone keeps the core waiting on their
+ * latency).
+ *
+ * Q4_K and Q8_0 need AVX512_VNNI, BF16 only AVX512F; all are handed out where the VNNI kernels
+ * are (em_quant_x86_has_vnni, so EMBER_CPU_ISA=avx2 turns them off too). Each kernel builds, lane
+ * for lane, the integer sums or f32 accumulators of the AVX2 one-row kernel in dot_avx2.c and
+ * then does that kernel's f32 steps in its order, so results equal em_dot's bitwise
+ * (tests/test_quant.c asserts it).
+ */
+#include "dot_x86.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include "vnni.h"
+
+/* Weight rows one kernel call takes at most: four rows' integer sums and accumulators beside the
+ * unpacked blocks fit the 32 ZMM registers. */
+#define WEIGHT_ROWS_MAX 4
+
+#define UNROLL_WEIGHT_ROWS EM_UNROLL(4)
+
+/* The weight rows of a call are read as nr interleaved streams, which the hardware prefetchers
+ * follow poorly from memory; so each call asks for the next call's rows (the tile after its own,
+ * as many bytes), a few cache lines per step of its loop, in address order: one steady stream. */
+typedef struct ahead {
+    const uint8_t *next; /* the next tile's first byte */
+    uint64_t lines;      /* cache lines asked for per step */
+} ahead;
+
+static EM_INLINE ahead ahead_of(const uint8_t *w, uint64_t tile_bytes, uint64_t steps) {
+    return (ahead){w + tile_bytes, steps ? (tile_bytes + 64 * steps - 1) / (64 * steps) : 0};
+}
+
+EM_VNNI static EM_INLINE void ahead_step(ahead h, uint64_t step) {
+    for (uint64_t k = 0; k < h.lines; k++)
+        _mm_prefetch((const char *)(h.next + 64 * (step * h.lines + k)), _MM_HINT_T0);
+}
+
+/* The lane sums of four int32 vectors, as the four lanes of one (exact in any order). */
+EM_VNNI static EM_INLINE __m128i hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+    __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+/* Q4_K, `nr` weight rows `stride` bytes apart. Per 64-element chunk c the 64 Q8_K activations of
+ * sub-blocks 2c and 2c + 1 are one register, loaded once; each row's 32 weight bytes are broadcast
+ * to both halves, the lower half keeping the low nibbles (sub-block 2c) and the upper the high
+ * ones (2c + 1), as in dot_rows_vnni.c's q4_k_rows. vpdpbusd gives per lane four products (they fit
+ * 16 bits), vpdpwssd multiplies them by the sub-block's scale into the row's sum; folding the
+ * halves gives dot_avx2.c's isum. The min terms of all rows come out of one hsum4, each row's in its
+ * own lane, and are scaled there by that row's dmin times the block's d8, as the AVX2 kernel does. */
+EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, int nr, const uint8_t *a, uint64_t n,
+                                           float *out) {
+    __m256 acc[WEIGHT_ROWS_MAX];
+    __m128 mins_total = _mm_setzero_ps(); /* row r in lane r */
+    UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(15);
+    const ahead h = ahead_of(w, nr * stride, n / 256);
+    for (uint64_t b = 0; b < n / 256; b++, w += 144, a += 292) {
+        ahead_step(h, b);
+        const float d8 = em_load_f32(a);
+        const __m256i sums = load32(a + 260); /* the activation's 16 group sums */
+        __m512i act[4];
+        for (int c = 0; c < 4; c++) act[c] = _mm512_loadu_si512((const void *)(a + 4 + 64 * c));
+        __m256i mins[WEIGHT_ROWS_MAX];
+        __m512i isum[WEIGHT_ROWS_MAX], isum_odd[WEIGHT_ROWS_MAX];
+        float dmin[WEIGHT_ROWS_MAX] = {0, 0, 0, 0};
+        UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) {
+            mins[r] = _mm256_setzero_si256();
+            if (r >= nr) continue;
+            const uint8_t *wr = w + r * stride;
+            const __m128i sm = k_scales_mins(wr + 4);
+            mins[r] = _mm256_madd_epi16(sums, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm)));
+            dmin[r] = fp16(wr + 2);
+            /* scale s as the int32 lane s, the int16 pair (s, 0): low half for sub-block 2c, high 2c+1 */
+            const __m512i scales32 = _mm512_cvtepu8_epi32(sm);
+            /* two chains per row (chunks 0, 2 and 1, 3): integer sums, so the split changes nothing */
+            isum[r] = _mm512_setzero_si512();
+            isum_odd[r] = _mm512_setzero_si512();
+            for (int c = 0; c < 4; c++) {
+                const __m512i q = _mm512_broadcast_i64x4(load32(wr + 16 + 32 * c));
+                const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xffff0000u, q, 4), low4);
+                const __m512i sc = _mm512_permutexvar_epi32(pair_index(2 * c), scales32);
+                const __m512i products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, act[c]);
+                if (c % 2)
+                    isum_odd[r] = _mm512_dpwssd_epi32(isum_odd[r], products, sc);
+                else
+                    isum[r] = _mm512_dpwssd_epi32(isum[r], products, sc);
+            }
+        }
+        const __m128 scale = _mm_mul_ps(_mm_setr_ps(dmin[0], dmin[1], dmin[2], dmin[3]), _mm_set1_ps(d8));
+        mins_total = _mm_add_ps(mins_total, _mm_mul_ps(scale, _mm_cvtepi32_ps(hsum4(mins[0], mins[1], mins[2],
+                                                                                      mins[3]))));
+        UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) {
+            const __m256i folded = fold_halves(_mm512_add_epi32(isum[r], isum_odd[r]));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + r * stride) * d8), _mm256_cvtepi32_ps(folded), acc[r]);
+        }
+    }
+    float mins_out[WEIGHT_ROWS_MAX];
+    _mm_storeu_ps(mins_out, mins_total);
+    UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]) - mins_out[r];
+}
+
+/* Q8_0, weight rows in pairs: one register per pair holds row 2p's 32 weights' magnitudes in its
+ * lower half and row 2p + 1's in its upper, against the block's 32 activations (loaded once,
+ * broadcast to both halves) carrying each row's weight signs (the AVX2 kernel's sign trick;
+ * activations never hold -128). vpdpbusd gives lane for lane dot_i8_i8's sums, and each pair's f32
+ * accumulator takes the AVX2 kernel's per-lane multiply-add by fp16(w) * fp16(a). An odd last row
+ * is paired with itself and its copy dropped. */
+EM_VNNI static EM_INLINE void q8_0_weights(const uint8_t *w, uint64_t stride, int nr, const uint8_t *a, uint64_t n,
+                                           float *out) {
+    enum { PAIRS = WEIGHT_ROWS_MAX / 2 };
+    const int np = (nr + 1) / 2;
+    const uint8_t *row[WEIGHT_ROWS_MAX];
+    UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) row[r] = w + (r < nr ? r : nr - 1) * stride;
+    __m512 acc[PAIRS];
+    UNROLL_WEIGHT_ROWS for (int p = 0; p < np; p++) acc[p] = _mm512_setzero_ps();
+    const ahead h = ahead_of(w, nr * stride, n / 32);
+    for (uint64_t b = 0; b < n / 32; b++, a += 34) {
+        ahead_step(h, b);
+        const uint64_t at = 34 * b;
+        const __m512i act = _mm512_broadcast_i64x4(load32(a + 2));
+        /* the rows' scale products fp16(w) * fp16(a), lane r for row r, as the AVX2 kernel's f32 products */
+        __m128i dw = _mm_cvtsi32_si128(em_load_u16(row[0] + at));
+        dw = _mm_insert_epi16(dw, em_load_u16(row[1] + at), 1);
+        dw = _mm_insert_epi16(dw, em_load_u16(row[2] + at), 2);
+        dw = _mm_insert_epi16(dw, em_load_u16(row[3] + at), 3);
+        const __m512 scales = _mm512_castps128_ps512(_mm_mul_ps(_mm_cvtph_ps(dw), _mm_set1_ps(fp16(a))));
+        UNROLL_WEIGHT_ROWS for (int p = 0; p < np; p++) {
+            const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(load32(row[2 * p] + at + 2)),
+                                                 load32(row[2 * p + 1] + at + 2), 1);
+            const __mmask64 neg = _mm512_movepi8_mask(q);
+            const __m512i signed_act = _mm512_mask_sub_epi8(act, neg, _mm512_setzero_si512(), act);
+            const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), signed_act);
+            const __m512 scale = _mm512_permutexvar_ps(pair_index(2 * p), scales);
+            acc[p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acc[p]);
+        }
+    }
+    for (int p = 0; p < np; p++) {
+        out[2 * p] = hsum(_mm512_castps512_ps256(acc[p]));
+        if (2 * p + 1 < nr) out[2 * p + 1] = hsum(upper_ps(acc[p]));
+    }
+}
+
+/* Sixteen bf16 weights as f32 (bf16 is the top half of an f32). */
+EM_VNNI static EM_INLINE __m512 load_bf16x16(const uint8_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load32(p)), 16));
+}
+
+/* BF16 with f32 activations. dot_avx2.c's kernel keeps four 8-lane accumulators, element j of
+ * each 32 going to accumulator (j / 8) % 4; here one 16-lane register holds its accumulators 0 and
+ * 1 side by side and another 2 and 3, each lane taking the same fused multiply-adds in the same
+ * order. The sums then fold as there, (acc0 + acc1) + (acc2 + acc3), before the scalar tail. */
+EM_VNNI static EM_INLINE void bf16_weights(const uint8_t *w, uint64_t stride, int nr, const float *a, uint64_t n,
+                                           float *out) {
+    __m512 lo[WEIGHT_ROWS_MAX], hi[WEIGHT_ROWS_MAX];
+    UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) lo[r] = hi[r] = _mm512_setzero_ps();
+    const ahead h = ahead_of(w, nr * stride, n / 32);
+    uint64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        ahead_step(h, j / 32);
+        const __m512 a_lo = _mm512_loadu_ps(a + j), a_hi = _mm512_loadu_ps(a + j + 16);
+        UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) {
+            lo[r] = _mm512_fmadd_ps(load_bf16x16(w + r * stride + 2 * j), a_lo, lo[r]);
+            hi[r] = _mm512_fmadd_ps(load_bf16x16(w + r * stride + 2 * j + 32), a_hi, hi[r]);
+        }
+    }
+    /* the AVX2 kernel's 8-element steps all go to its first accumulator: the lower half of lo */
+    for (; j + 8 <= n; j += 8) {
+        const __m512 a8 = _mm512_castps256_ps512(_mm256_loadu_ps(a + j));
+        UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) {
+            const __m128i w8 = _mm_loadu_si128((const __m128i *)(w + r * stride + 2 * j));
+            const __m256i bits = _mm256_slli_epi32(_mm256_cvtepu16_epi32(w8), 16);
+            const __m512 wf = _mm512_castsi512_ps(_mm512_castsi256_si512(bits));
+            lo[r] = _mm512_mask3_fmadd_ps(wf, a8, lo[r], 0x00ff);
+        }
+    }
+    UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) {
+        const __m256 first = _mm256_add_ps(_mm512_castps512_ps256(lo[r]), upper_ps(lo[r]));
+        const __m256 second = _mm256_add_ps(_mm512_castps512_ps256(hi[r]), upper_ps(hi[r]));
+        float sum = hsum(_mm256_add_ps(first, second));
+        for (uint64_t k = j; k < n; k++) sum += em_load_bf16(w + r * stride + 2 * k) * a[k];
+        out[r] = sum;
+    }
+}
+
+/* One entry point per type: four rows at a time, then the remainder with a constant row count. */
+#define WEIGHTS_ENTRY(name, kernel, act_type)                                                                     \
+    EM_VNNI static void name(const void *wv, uint64_t stride, uint32_t n_rows, const void *av, uint64_t n,        \
+                             float *out) {                                                                         \
+        const uint8_t *w = wv;                                                                                     \
+        const act_type *a = av;                                                                                    \
+        uint32_t done = 0;                                                                                         \
+        for (; done + WEIGHT_ROWS_MAX <= n_rows; done += WEIGHT_ROWS_MAX)                                          \
+            kernel(w + done * stride, stride, WEIGHT_ROWS_MAX, a, n, out + done);                                  \
+        switch (n_rows - done) {                                                                                   \
+        case 1: kernel(w + done * stride, stride, 1, a, n, out + done); break;                                    \
+        case 2: kernel(w + done * stride, stride, 2, a, n, out + done); break;                                    \
+        case 3: kernel(w + done * stride, stride, 3, a, n, out + done); break;                                    \
+        default: break;                                                                                            \
+        }                                                                                                          \
+    }
+
+WEIGHTS_ENTRY(dot_weights_q4_k, q4_k_weights, uint8_t)
+WEIGHTS_ENTRY(dot_weights_q8_0, q8_0_weights, uint8_t)
+WEIGHTS_ENTRY(dot_weights_bf16, bf16_weights, float)
+
+em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type) {
+    if (!em_quant_x86_has_vnni()) return NULL;
+    switch (weight_type) {
+    case EM_TYPE_Q4_K: return dot_weights_q4_k;
+    case EM_TYPE_Q8_0: return dot_weights_q8_0;
+    case EM_TYPE_BF16: return dot_weights_bf16;
+    default: return NULL;
+    }
+}
+
+#else
+
+em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type) {
+    (void)weight_type;
+    return NULL;
+}
+
+#endif
