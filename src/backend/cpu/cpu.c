@@ -151,7 +151,8 @@ static void glu_share(void *ctx, uint32_t ith, uint32_t nth) {
  * units are many, and one transcendental function each). */
 static void glu(cpu_backend *b, float *gate, const float *up, uint64_t n) {
     glu_job job = {b, gate, up, n};
-    em_cpu_pool_run(&b->pool, glu_share, &job);
+    /* a unit's transcendental function counts as about 64 bytes of a product's reading */
+    em_cpu_pool_run_sized(&b->pool, glu_share, &job, n * 64);
 }
 
 /* ---- attention ---- */
@@ -237,7 +238,10 @@ static em_err attention(cpu_backend *b, const em_batch *batch, uint32_t il) {
         memcpy(kv_value(b, il, seq, batch->pos[t]), b->v + (uint64_t)t * nv, nv * sizeof(float));
     }
     attn_job job = {b, batch, il, em_dot_kernel(EM_TYPE_F32)};
-    em_cpu_pool_run(&b->pool, attention_share, &job);
+    uint64_t work = 0; /* bytes of keys and values read, each query head's */
+    for (uint32_t t = 0; t < n; t++)
+        work += ((uint64_t)batch->pos[t] + 1) * ld->n_head * (ld->head_dim + ld->head_dim_v) * sizeof(float);
+    em_cpu_pool_run_sized(&b->pool, attention_share, &job, work);
     return matmul(b, &lw->wo, 0, b->attn, (uint64_t)ld->n_head * ld->head_dim_v, b->out, b->d->n_embd, n);
 }
 

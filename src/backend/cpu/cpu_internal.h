@@ -38,6 +38,18 @@ void em_cpu_pool_destroy(em_cpu_pool *pool);
 /* Runs `job` on all threads and returns when every share is done. */
 void em_cpu_pool_run(em_cpu_pool *pool, em_cpu_job job, void *ctx);
 
+/* Jobs smaller than this (bytes of weights read, or their equivalent) run on the calling thread
+ * alone: waking the pool's sleeping threads and waiting for them costs more than such a job takes
+ * (a small model's decode step is made of them; bench/RESULTS.md). */
+#define EM_CPU_INLINE_BYTES ((uint64_t)1 << 20)
+
+/* em_cpu_pool_run for a job of about `bytes` of work: on the calling thread alone below
+ * EM_CPU_INLINE_BYTES. Shares split rows or elements, so the result is the same either way. */
+static inline void em_cpu_pool_run_sized(em_cpu_pool *pool, em_cpu_job job, void *ctx, uint64_t bytes) {
+    if (bytes < EM_CPU_INLINE_BYTES) job(ctx, 0, 1);
+    else em_cpu_pool_run(pool, job, ctx);
+}
+
 /* Splits [0, n) into nth nearly equal parts; share ith is [*begin, *end). */
 static inline void em_cpu_share(uint64_t n, uint32_t ith, uint32_t nth, uint64_t *begin, uint64_t *end) {
     uint64_t per = n / nth, extra = n % nth;

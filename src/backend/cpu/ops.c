@@ -202,7 +202,7 @@ em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm) {
         quantize_share(&job, 0, 1);
     else
         em_cpu_pool_run(pool, quantize_share, &job);
-    if (!job.err) em_cpu_pool_run(pool, dot_share, &job);
+    if (!job.err) em_cpu_pool_run_sized(pool, dot_share, &job, mm->w->rows * mm->w->row_bytes * mm->n_tokens);
     pthread_mutex_destroy(&job.mutex);
     return job.err;
 }
@@ -264,6 +264,10 @@ static void products_share(void *ctx, uint32_t ith, uint32_t nth) {
 
 void em_cpu_products_run(em_cpu_pool *pool, const em_cpu_product *products, uint32_t n) {
     products_job job = {products, n, 0};
-    for (uint32_t p = 0; p < n; p++) job.bytes += products[p].w->rows * products[p].w->row_bytes;
-    if (job.bytes) em_cpu_pool_run(pool, products_share, &job);
+    uint64_t work = 0;
+    for (uint32_t p = 0; p < n; p++) {
+        job.bytes += products[p].w->rows * products[p].w->row_bytes;
+        work += products[p].w->rows * products[p].w->row_bytes * products[p].n_tokens;
+    }
+    if (job.bytes) em_cpu_pool_run_sized(pool, products_share, &job, work);
 }
