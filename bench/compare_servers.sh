@@ -5,6 +5,8 @@
 #   build/ember serve -m MODEL.gguf --port 11435 --ctx 16384 --kv-sequences 16 &
 #   llama-server -m MODEL.gguf --port 8080 -c 262144 -np 16 -ngl 99 &   # 16 slots of 16384 tokens
 #   bench/compare_servers.sh http://127.0.0.1:11435 http://127.0.0.1:8080 bench/reports/dense-1b-bf16
+# A random-weight model (ember synth) writes byte tokens whose invalid UTF-8 llama.cpp's server
+# refuses mid-stream: add `--api completions --ban-tokens 3-258` (the llama-spm vocabulary's bytes).
 # Both servers need room for 16 requests of a 300-token prompt plus 256 tokens at once, and for a
 # 9,289-token prompt. Writes OUT_DIR/results.json and OUT_DIR/report.html (default: a dated folder
 # under bench/reports) and prints the measurements as they come; figures go to bench/RESULTS.md with

@@ -331,6 +331,7 @@ char *bench_body(const bench_target *target, const json_t *messages, int max_tok
                                      plain ? "prompt" : "messages", input, "max_tokens", max_tokens,
                                      "temperature", 0.0, "stream", stream, "ignore_eos", 1)
                          : NULL;
+    if (body && target->logit_bias) json_object_set(body, "logit_bias", target->logit_bias);
     if (body && stream && target->api != BENCH_API_ANTHROPIC)
         json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;

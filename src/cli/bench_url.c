@@ -2,7 +2,7 @@
  * `ember bench --url URL`: the suite against a running server, from the outside (bench_url.h).
  *
  *   ember bench --url URL [--api openai|anthropic|completions] [--model NAME] [--api-key KEY]
- *               [--compare URL2]
+ *               [--compare URL2] [--ban-tokens FROM-TO]
  *               [--concurrency 1,2,4,8,16] [-n 256] [--prompt-tokens 300] [--warm-prompts]
  *               [--prefill 562,1971,8022,9289] [--doc-tokens 8022] [--rounds 3]
  *               [--sections concurrency,prefill,switch] [--out DIR]
@@ -58,6 +58,8 @@ typedef struct url_args {
     int prefill[16], n_prefill;
     int n_generate, prompt_tokens, rounds, doc_tokens, sections;
     bool warm_prompts;
+    const char *ban_tokens; /* --ban-tokens FROM-TO, as given */
+    json_t *logit_bias;     /* its logit_bias object */
     const char *out_dir;
     const char *report_from; /* --report: a results.json to draw again */
     uint64_t random; /* the session-number generator */
@@ -527,9 +529,29 @@ static json_t *settings_json(const url_args *a) {
     json_t *conc = json_array(), *pre = json_array();
     for (int i = 0; i < a->n_concurrency; i++) json_array_append_new(conc, json_integer(a->concurrency[i]));
     for (int i = 0; i < a->n_prefill; i++) json_array_append_new(pre, json_integer(a->prefill[i]));
-    return json_pack("{s:o, s:o, s:i, s:i, s:i, s:i, s:b, s:i}", "concurrency", conc, "prefill", pre, "max_tokens",
-                     a->n_generate, "prompt_tokens", a->prompt_tokens, "doc_tokens", a->doc_tokens, "rounds",
-                     a->rounds, "warm_prompts", a->warm_prompts, "switch_answer_tokens", SWITCH_ANSWER_TOKENS);
+    json_t *s = json_pack("{s:o, s:o, s:i, s:i, s:i, s:i, s:b, s:i}", "concurrency", conc, "prefill", pre, "max_tokens",
+                          a->n_generate, "prompt_tokens", a->prompt_tokens, "doc_tokens", a->doc_tokens, "rounds",
+                          a->rounds, "warm_prompts", a->warm_prompts, "switch_answer_tokens", SWITCH_ANSWER_TOKENS);
+    if (s && a->ban_tokens) json_object_set_new(s, "ban_tokens", json_string(a->ban_tokens));
+    return s;
+}
+
+/* --ban-tokens FROM-TO: token ids FROM..TO (at most 1,024 of them) get a logit bias of -100 in
+ * every generating request, for both servers (e.g. a random-weight model's byte tokens, whose
+ * invalid UTF-8 some servers' output parsers reject). */
+static em_err parse_ban(const char *v, url_args *a) {
+    int from, to, used = 0;
+    if (sscanf(v, "%d-%d%n", &from, &to, &used) != 2 || v[used] || from < 0 || to < from || to - from >= 1024)
+        return em_errorf(EM_ERR_INVALID, "--ban-tokens expects FROM-TO, at most 1024 token ids, got '%s'", v);
+    json_decref(a->logit_bias);
+    if (!(a->logit_bias = json_object())) return em_errorf(EM_ERR_NOMEM, "bench: out of memory");
+    for (int t = from; t <= to; t++) {
+        char id[16];
+        snprintf(id, sizeof id, "%d", t);
+        if (json_object_set_new(a->logit_bias, id, json_integer(-100))) return em_errorf(EM_ERR_NOMEM, "bench: out of memory");
+    }
+    a->ban_tokens = v;
+    return NULL;
 }
 
 static em_err parse_sections(const char *v, int *sections) {
@@ -564,6 +586,7 @@ static em_err parse_args(int argc, char **argv, url_args *a) {
         else if (!strcmp(f, "--model")) model = v;
         else if (!strcmp(f, "--api-key")) key = v;
         else if (!strcmp(f, "--out")) a->out_dir = v;
+        else if (!strcmp(f, "--ban-tokens")) err = parse_ban(v, a);
         else if (!strcmp(f, "--api")) {
             if (!strcmp(v, "openai")) api = BENCH_API_OPENAI;
             else if (!strcmp(v, "anthropic")) api = BENCH_API_ANTHROPIC;
@@ -595,6 +618,7 @@ static em_err parse_args(int argc, char **argv, url_args *a) {
         snprintf(s->url, sizeof s->url, "%.*s", (int)n, t->url);
         t->url = s->url;
         t->api = api;
+        t->logit_bias = a->logit_bias;
         t->api_key = key ? key : getenv("EMBER_API_KEY");
         if (model) snprintf(t->model, sizeof t->model, "%s", model);
     }
@@ -610,6 +634,7 @@ int em_cli_bench_url(int argc, char **argv) {
     em_err err = parse_args(argc, argv, &a);
     if (!err && a.report_from) {
         err = report_again(&a);
+        json_decref(a.logit_bias);
         curl_global_cleanup();
         return err ? em_cli_fail("bench", err) : 0;
     }
@@ -643,6 +668,7 @@ int em_cli_bench_url(int argc, char **argv) {
         else err = written;
     }
     json_decref(a.results);
+    json_decref(a.logit_bias);
     curl_global_cleanup();
     return err ? em_cli_fail("bench", err) : 0;
 }

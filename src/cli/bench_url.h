@@ -35,6 +35,7 @@ typedef struct bench_target {
     const char *api_key; /* NULL: none sent */
     bench_api api;
     char model[256];
+    json_t *logit_bias; /* --ban-tokens: sent with every generating request; NULL: none */
 } bench_target;
 
 /* What one streamed request saw. Times are milliseconds from the moment it was started; counts

@@ -117,6 +117,15 @@ start_fake malformed
 expect_error "malformed stream" "malformed stream from $fake: an event that is not a JSON object: '{not json}'" \
   --url "$fake" --sections prefill --prefill 9 --rounds 1
 kill $fake_pid
+# --ban-tokens: every generating request carries the logit bias (the fake refuses those without),
+# and results.json records it; a malformed range is refused.
+start_fake ban
+bench --url "$fake" --ban-tokens 3-258 --concurrency 2 -n 3 --prompt-tokens 40 --prefill 60 --doc-tokens 50 --rounds 1 \
+  --out "$work/out-ban" >/dev/null || fail "--ban-tokens: $(cat "$work/stderr")"
+grep -q '"ban_tokens": "3-258"' "$work/out-ban/results.json" || fail "--ban-tokens not in results.json"
+expect_error "without --ban-tokens" "no logit_bias for the byte tokens" --url "$fake" --sections prefill --prefill 9 --rounds 1
+expect_error "bad --ban-tokens" "expects FROM-TO" --url "$fake" --ban-tokens 9-3
+kill $fake_pid
 # A server failing mid-suite: the error names it, and what was measured before is written.
 start_fake late
 rm -rf "$work/out-late"

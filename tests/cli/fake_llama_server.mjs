@@ -5,7 +5,8 @@
 // With MODE=usage it has no /tokenize and sends a usage chunk instead of timings (as an OpenAI-style
 // server without a tokenizer endpoint); with MODE=malformed every stream carries an event that is
 // not JSON; with MODE=late a prompt of more than 55 tokens gets an error event mid-stream (as
-// llama.cpp's server sends when its chat parser rejects an answer).
+// llama.cpp's server sends when its chat parser rejects an answer); with MODE=ban a generating
+// request without a logit_bias of -100 for each of the ids 3..258 gets an error event.
 import http from 'node:http';
 
 const TEMPLATE = 7, PER_MESSAGE = 3; // tokens the fake template adds
@@ -33,6 +34,10 @@ const server = http.createServer(async (request, response) => {
   if (request.url !== '/v1/chat/completions') return json(404, { error: { message: `no ${request.url}` } });
   response.writeHead(200, { 'content-type': 'text/event-stream' });
   if (mode === 'malformed') return response.end('data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: {not json}\n\n');
+  const banned = (b) => b && Object.keys(b).length === 256 &&
+    Array.from({ length: 256 }, (_, i) => b[String(i + 3)] === -100).every(Boolean);
+  if (mode === 'ban' && !banned(req.logit_bias))
+    return response.end('data: {"error":{"message":"no logit_bias for the byte tokens"}}\n\n');
   if (mode === 'late' && prompt(req.messages) > 55)
     return response.end('data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: {"error":{"message":"parse failed"}}\n\n');
   const n = req.max_tokens;
