@@ -637,6 +637,8 @@ static void finish_chained(ember_engine *e, uint32_t rows) {
     bool constrained = false;
     const bool ok = compute_grammar_masks(e, rows, &constrained);
     if (ok) finish_stuck(e, rows);
+    for (uint32_t k = 0; k < rows; k++) /* a request finish_stuck ended took its mask with it */
+        if (!e->row_owner[k]) e->pick_masks[k] = NULL;
     em_err err = em_backend_pick_masks(e->backend, ok && constrained ? e->pick_masks : NULL);
     if (err) {
         for (uint32_t k = 0; k < rows; k++) e->row_owner[k] = NULL;
