@@ -56,10 +56,10 @@ static bool emit(em_answer_reader *r, em_answer_kind kind, const char *text, siz
 
 /* ---- Markers ---- */
 
-/* The texts that open a call region in the format (NULL-terminated). */
-static const char *const *openers(em_tool_format format) {
+const char *const *em_tool_call_openers(em_tool_format format) {
     static const char *const hermes[] = {"<tool_call>", NULL};
-    static const char *const llama[] = {"<|python_tag|>", "{\"name\"", NULL};
+    /* Llama 3.1 writes `<|python_tag|>` before some calls and none before others */
+    static const char *const llama[] = {"{\"name\"", "<|python_tag|>", NULL};
     static const char *const mistral[] = {"[TOOL_CALLS]", NULL};
     static const char *const none[] = {NULL};
     switch (format) {
@@ -78,7 +78,7 @@ size_t em_answer_markers(const em_answer_options *options, const char *out[EM_AN
         out[n++] = THINK_CLOSE;
     }
     if (!options->read_calls) return n;
-    for (const char *const *opener = openers(options->format); *opener; opener++)
+    for (const char *const *opener = em_tool_call_openers(options->format); *opener; opener++)
         if (**opener != '{') out[n++] = *opener; /* Llama's `{"name"` is plain JSON text */
     if (options->format == EM_TOOL_FORMAT_HERMES) out[n++] = "</tool_call>";
     if (options->format == EM_TOOL_FORMAT_MISTRAL || options->format == EM_TOOL_FORMAT_MISTRAL_ARGS)
@@ -397,7 +397,7 @@ static bool read_text(em_answer_reader *r, bool finished, em_answer_sink sink, v
         }
         /* an answer that is JSON is read as calls, unless what starts there is (or may be) an opener */
         bool opener_here = false;
-        for (const char *const *o = openers(r->options.format); r->options.read_calls && *o && at < n; o++) {
+        for (const char *const *o = em_tool_call_openers(r->options.format); r->options.read_calls && *o && at < n; o++) {
             size_t k = n - at < strlen(*o) ? n - at : strlen(*o);
             if (memcmp(s + at, *o, k)) continue;
             if (k < strlen(*o) && !finished) return true;
@@ -419,7 +419,7 @@ static bool read_text(em_answer_reader *r, bool finished, em_answer_sink sink, v
     }
     size_t first = n, first_len = 0, keep = 0;
     if (r->options.read_calls) {
-        for (const char *const *o = openers(r->options.format); *o; o++) {
+        for (const char *const *o = em_tool_call_openers(r->options.format); *o; o++) {
             const char *at = memmem(s, n, *o, strlen(*o));
             if (at && (size_t)(at - s) < first) first = (size_t)(at - s), first_len = strlen(*o);
             size_t k = partial_suffix(s, n, *o);

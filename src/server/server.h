@@ -255,6 +255,10 @@ bool em_answer_feed(em_answer_reader *reader, const char *text, size_t len, em_a
 /* The answer ended: whatever is held is handed on (an unfinished call ends as it is). */
 bool em_answer_finish(em_answer_reader *reader, em_answer_sink sink, void *self);
 void em_answer_clear(em_answer_reader *reader);
+/* The texts that open a tool call in the format, the one a call usually starts with first
+ * (NULL-terminated; empty for a format without a marker): what the answer reader looks for, and
+ * what switches a lazy call grammar on (tool_grammar.c). */
+const char *const *em_tool_call_openers(em_tool_format format);
 /* The markers the reader looks for under `options` (the format's call openers and closers when it
  * reads calls, the reasoning tags when it splits reasoning): the texts the engine must hand on as
  * text when the model writes one as a single control token (ember_request_params.control_texts).

@@ -179,21 +179,6 @@ static bool call_rules(em_buf *out, const em_server_request *req, em_tool_format
     return ok || oom(err);
 }
 
-/* The texts that switch a lazy grammar of the format on (NULL-terminated; NULL: the format has
- * none), the one a call usually starts with first. Llama 3.1 writes `<|python_tag|>` before some
- * calls and none before others. */
-static const char *const *call_markers(em_tool_format format) {
-    static const char *const hermes[] = {"<tool_call>", NULL};
-    static const char *const llama[] = {"{\"name\"", "<|python_tag|>", NULL};
-    static const char *const mistral[] = {"[TOOL_CALLS]", NULL};
-    switch (format) {
-    case EM_TOOL_FORMAT_HERMES: return hermes;
-    case EM_TOOL_FORMAT_LLAMA3: return llama;
-    case EM_TOOL_FORMAT_MISTRAL:
-    case EM_TOOL_FORMAT_MISTRAL_ARGS: return mistral;
-    default: return NULL;
-    }
-}
 
 /* `answer` ::= thinking first (optional, or already open), then `body`. */
 static bool think_rules(em_buf *out, bool in_thinking) {
@@ -211,7 +196,7 @@ bool em_server_answer_grammar(em_server_request *req, em_tool_format format, boo
                               em_server_error *err) {
     const bool think = reasons || in_thinking;
     const bool forced = req->tool_choice == EM_TOOL_REQUIRED || req->tool_choice == EM_TOOL_NAMED;
-    const bool lazy = req->tools && req->tool_choice == EM_TOOL_AUTO && call_markers(format) && !req->grammar;
+    const bool lazy = req->tools && req->tool_choice == EM_TOOL_AUTO && *em_tool_call_openers(format) && !req->grammar;
     if (forced && req->grammar)
         return em_server_error_set(err, 400, NULL, "invalid_value", "tool_choice",
                                    "'tool_choice' cannot force a tool call together with response_format or grammar"),
@@ -227,11 +212,11 @@ bool em_server_answer_grammar(em_server_request *req, em_tool_format format, boo
         if (forced) {
             ok = em_buf_printf(&out, think ? "root ::= think call\n" : "root ::= call\n");
         } else if (!think) {
-            req->grammar_triggers = call_markers(format);
+            req->grammar_triggers = em_tool_call_openers(format);
             ok = em_buf_printf(&out, "root ::= call\n");
         } else { /* see the file's comment: the lazy grammar cannot tell thinking from the answer */
             /* (free text excludes the format's first marker only) */
-            ok = exclusion_rules(&out, "free", call_markers(format)[0]) &&
+            ok = exclusion_rules(&out, "free", em_tool_call_openers(format)[0]) &&
                  em_buf_printf(&out, "root ::= think free-0 call?\n");
         }
     } else if (think && req->grammar && !req->grammar_is_raw) { /* response_format after thinking */

@@ -481,6 +481,17 @@ static em_err reserve_pick(cpu_backend *b, uint32_t rows) {
     return b->cap_pick_rows ? NULL : em_errorf(EM_ERR_NOMEM, "out of memory for %u logits rows to pick from", rows);
 }
 
+/* The pick rule on `rows` logits rows, each masked first where `masks` gives it a mask. */
+static void pick_rows(cpu_backend *b, float *logits, uint32_t rows, const uint32_t *const *masks,
+                      const em_pick_params *pick, int32_t *picked) {
+    const uint32_t n_vocab = b->d->n_vocab;
+    for (uint32_t r = 0; r < rows; r++) {
+        float *row = logits + (uint64_t)r * n_vocab;
+        if (masks && masks[r]) em_pick_mask(row, n_vocab, masks[r]);
+        picked[r] = em_pick(row, n_vocab, &pick[r], b->pick_keys);
+    }
+}
+
 /* The forward pass; with `pick`, the logits rows go to scratch and only the picked tokens leave. */
 static em_err forward(cpu_backend *b, const em_batch *batch, float *logits, const em_pick_params *pick,
                       int32_t *picked) {
@@ -523,12 +534,7 @@ static em_err forward(cpu_backend *b, const em_batch *batch, float *logits, cons
     if (d->final_softcap > 0.0f)
         for (uint64_t i = 0; i < (uint64_t)rows * d->n_vocab; i++)
             logits[i] = d->final_softcap * tanhf(logits[i] / d->final_softcap);
-    if (pick && !batch->pick_masks_later)
-        for (uint32_t r = 0; r < rows; r++) {
-            float *row = logits + (uint64_t)r * d->n_vocab;
-            if (batch->pick_masks && batch->pick_masks[r]) em_pick_mask(row, d->n_vocab, batch->pick_masks[r]);
-            picked[r] = em_pick(row, d->n_vocab, &pick[r], b->pick_keys);
-        }
+    if (pick && !batch->pick_masks_later) pick_rows(b, logits, rows, batch->pick_masks, pick, picked);
     return NULL;
 }
 
@@ -631,12 +637,8 @@ static em_err cpu_pick_masks(em_backend *base, const uint32_t *const *masks) {
     cpu_backend *b = (cpu_backend *)base;
     if (!b->late_pending) return em_errorf(EM_ERR_INTERNAL, "cpu pick_masks: no step waits for its masks");
     b->late_pending = false;
-    const uint32_t n_vocab = b->d->n_vocab, slot = (b->overlap_head + b->overlap_count - 1) % 2;
-    for (uint32_t r = 0; r < b->late_rows; r++) {
-        float *row = b->pick_logits + (uint64_t)r * n_vocab;
-        if (masks && masks[r]) em_pick_mask(row, n_vocab, masks[r]);
-        b->overlap_picked[slot][r] = em_pick(row, n_vocab, &b->late_pick[r], b->pick_keys);
-    }
+    const uint32_t slot = (b->overlap_head + b->overlap_count - 1) % 2;
+    pick_rows(b, b->pick_logits, b->late_rows, masks, b->late_pick, b->overlap_picked[slot]);
     return NULL;
 }
 
