@@ -7,14 +7,18 @@
 #
 #   bench/cuda_profile.sh BUILD_DIR MODEL.gguf FROM TO STEPS [SEQS]
 #   e.g. one sequence: 10 12 2; 16 sequences: 90 92 2 16
+# SEQS may instead be `chunk:CTX:N`: `check_cuda --chunk CTX N` (a cold prefill of CTX tokens in
+# forwards of 2048, then chunks of N tokens on it), e.g. the 41-token follow-up on 8022 tokens:
+# 5 6 1 chunk:8022:41; the whole cold prefill: 0 4 1 chunk:8022:41
 set -u
 build=$1 model=$2 from=$3 to=$4 tokens=$5 seqs=${6:-1}
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$ncu" ] || { echo "ncu (Nsight Compute) not found"; exit 1; }
+case $seqs in chunk:*:*) IFS=: read -r _ ctx n <<<"$seqs"; mode="--chunk $ctx $n" ;; *) mode="--bench $seqs" ;; esac
 csv=$(mktemp)
 trap 'rm -f "$csv"' EXIT
 EMBER_CUDA_PROFILE="$from:$to" "$ncu" --profile-from-start off --clock-control none --cache-control none \
-  --metrics gpu__time_duration.sum --csv "$build/tests/check_cuda" "$model" x x --bench "$seqs" >"$csv" 2>/dev/null
+  --metrics gpu__time_duration.sum --csv "$build/tests/check_cuda" "$model" x x $mode >"$csv" 2>/dev/null
 python3 - "$csv" "$tokens" <<'PY'
 import collections, csv, re, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]

@@ -4,6 +4,9 @@
  *   check_cuda MODEL.gguf LABEL TYPE
  *   check_cuda MODEL.gguf LABEL TYPE --bench [N]  (backend-only decode speed of N sequences at
  *                                                  once, default 1; no CPU)
+ *   check_cuda MODEL.gguf LABEL TYPE --chunk CTX N (backend-only: a cold prefill of CTX tokens in
+ *                                                  the engine's chunks of 2048, then a chunk of N
+ *                                                  more tokens on that context, 5 times; no CPU)
  *
  * 1. prefill: a 40-token prompt, logits for every position, CUDA vs CPU;
  * 2. decode: 32 greedy steps on each backend from there: the chosen tokens must be equal and
@@ -360,6 +363,51 @@ static int bench(em_backend *gpu, const char *label, const char *what, uint32_t 
     return 0;
 }
 
+/* A follow-up turn on a long conversation, as the server runs it: CTX tokens of one sequence
+ * prefilled cold in chunks of 2048 (the engine's batch), then CHUNK_REPEATS forwards of N more
+ * tokens at positions CTX.. (each one overwrites the same cache rows), logits of the last token
+ * only. Forwards are counted from 0 as EMBER_CUDA_PROFILE counts them: the prefill's come first,
+ * so the repeats are forwards ceil(CTX / 2048) onwards. */
+enum { CHUNK_BATCH = 2048, CHUNK_REPEATS = 5 };
+static int chunk_bench(em_backend *gpu, const char *label, uint32_t ctx, uint32_t n) {
+    const uint32_t V = desc->n_vocab, total = ctx + n, per_seq_blocks = (total + BLOCK - 1) / BLOCK;
+    em_batch_seq seq;
+    uint32_t *blocks = malloc(per_seq_blocks * sizeof *blocks);
+    int32_t *tokens = malloc(CHUNK_BATCH * sizeof *tokens);
+    uint32_t *sq = calloc(CHUNK_BATCH, sizeof *sq), *ps = malloc(CHUNK_BATCH * sizeof *ps);
+    float *logits = malloc((size_t)V * sizeof(float));
+    em_batch_fixed_tables(&seq, blocks, 1, per_seq_blocks);
+    int rc = 0;
+    double t0 = now_s(), times[CHUNK_REPEATS];
+    for (uint32_t at = 0; at < ctx && !rc; at += CHUNK_BATCH) {
+        uint32_t m = ctx - at < CHUNK_BATCH ? ctx - at : CHUNK_BATCH;
+        for (uint32_t i = 0; i < m; i++) tokens[i] = (int32_t)((1000 + 7919 * (at + i)) % V), ps[i] = at + i;
+        em_batch batch = {m, tokens, sq, ps, NULL, 1, &seq, NULL, false};
+        em_err err = em_backend_forward(gpu, &batch, logits);
+        if (err) rc = 1, fprintf(stderr, "chunk: %s\n", em_err_message(err));
+    }
+    const double prefill_ms = 1e3 * (now_s() - t0);
+    for (uint32_t r = 0; r < CHUNK_REPEATS && !rc; r++) {
+        for (uint32_t i = 0; i < n; i++) tokens[i] = (int32_t)((77 + 104729 * (i + 1)) % V), ps[i] = ctx + i;
+        em_batch batch = {n, tokens, sq, ps, NULL, 1, &seq, NULL, false};
+        double t = now_s();
+        em_err err = em_backend_forward(gpu, &batch, logits);
+        if (err) rc = 1, fprintf(stderr, "chunk: %s\n", em_err_message(err));
+        times[r] = 1e3 * (now_s() - t);
+    }
+    if (!rc) {
+        for (uint32_t i = 1; i < CHUNK_REPEATS; i++) /* insertion sort for the median */
+            for (uint32_t j = i; j > 0 && times[j] < times[j - 1]; j--) {
+                double x = times[j];
+                times[j] = times[j - 1], times[j - 1] = x;
+            }
+        printf("%-16s cold prefill %u tokens: %8.1f ms   then %u tokens on it: %7.2f ms (median of %d, min %.2f)\n",
+               label, ctx, prefill_ms, n, times[CHUNK_REPEATS / 2], CHUNK_REPEATS, times[0]);
+    }
+    free(blocks), free(tokens), free(sq), free(ps), free(logits);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if ((argc == 5 || argc == 6) && !strcmp(argv[4], "--bench")) {
         const long n_seqs = argc == 6 ? strtol(argv[5], NULL, 10) : 1;
@@ -381,8 +429,24 @@ int main(int argc, char **argv) {
         em_model_free(model);
         return 0;
     }
+    if (argc == 7 && !strcmp(argv[4], "--chunk")) {
+        const long ctx = strtol(argv[5], NULL, 10), n = strtol(argv[6], NULL, 10);
+        if (ctx < 1 || ctx > 1 << 20 || n < 1 || n > CHUNK_BATCH)
+            return fprintf(stderr, "--chunk CTX N: CTX from 1 to 1048576, N from 1 to %d\n", CHUNK_BATCH), 2;
+        em_model *model = NULL;
+        em_err err = em_model_load(argv[1], &model);
+        if (err) return fprintf(stderr, "%s: %s\n", argv[1], em_err_message(err)), 1;
+        desc = &model->desc;
+        em_backend_config config = {.block_tokens = BLOCK, .kv_tokens = (uint64_t)ctx + (uint64_t)n + BLOCK};
+        em_backend *gpu = NULL;
+        if ((err = em_backend_cuda_new(model, &config, &gpu))) return fprintf(stderr, "%s\n", em_err_message(err)), 1;
+        int rc = chunk_bench(gpu, argv[2], (uint32_t)ctx, (uint32_t)n);
+        em_backend_free(gpu);
+        em_model_free(model);
+        return rc;
+    }
     if (argc != 4) {
-        fprintf(stderr, "usage: check_cuda MODEL.gguf LABEL TYPE [--bench]\n");
+        fprintf(stderr, "usage: check_cuda MODEL.gguf LABEL TYPE [--bench [N] | --chunk CTX N]\n");
         return 2;
     }
     const double tol = strcmp(argv[3], "f32") ? 1e-2 : 2e-3;
