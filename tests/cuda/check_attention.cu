@@ -8,9 +8,13 @@
  * prefill kernel alone must write exactly the segments' rows; the mixed forward must match the
  * reference and the decode-style kernel within 2e-3 of the largest output.
  *
+ * Each batch runs the prefill kernel with and without splits of the context (a few tiles over a
+ * long context split it); a second batch is a follow-up turn, 41 tokens after 3000.
+ *
  * Timing: a prompt of PROMPT tokens in chunks of CHUNK (each chunk one segment, the cache holding
  * the earlier chunks), dense-1b, moe-30b and a head_dim-256 (Gemma-like) shape, per chunk and in
- * total, with 4 and 8 warps per block.
+ * total, with 4 and 8 warps per block; then a follow-up turn of 41 tokens after PROMPT, with and
+ * without the splits.
  *
  *   check_attention        (needs a GPU; exits 1 on a failed comparison) */
 #include <math.h>
@@ -145,6 +149,9 @@ static void make_setup(setup *s, const shape *sh, const run_part *parts, uint32_
     CHECK(cudaMalloc((void **)&b->att_part, b->att_slots * (sh->dim + 2) * 4));
     CHECK(cudaMalloc((void **)&b->att_counter, (uint64_t)n * sh->n_head * 4));
     CHECK(cudaMemset(b->att_counter, 0, (uint64_t)n * sh->n_head * 4));
+    b->max_dim_v = sh->dim;
+    b->pf_part_floats = em_cuda_prefill_part_floats(b); /* as em_cuda_reserve */
+    CHECK(cudaMalloc((void **)&b->pf_part, b->pf_part_floats * 4));
 
     cuda_batch *cb = &s->batch;
     cb->seq = (const uint32_t *)dev_copy(s->seq, n * 4);
@@ -160,7 +167,7 @@ static void make_setup(setup *s, const shape *sh, const run_part *parts, uint32_
 
 static void free_setup(setup *s) {
     cudaFree((void *)s->lw.keys), cudaFree((void *)s->lw.values);
-    cudaFree(s->b.q), cudaFree(s->b.attn), cudaFree(s->b.att_part), cudaFree(s->b.att_counter);
+    cudaFree(s->b.q), cudaFree(s->b.attn), cudaFree(s->b.att_part), cudaFree(s->b.att_counter), cudaFree(s->b.pf_part);
     cudaFree((void *)s->batch.seq), cudaFree((void *)s->batch.pos), cudaFree((void *)s->batch.table_start);
     cudaFree((void *)s->batch.blocks), cudaFree((void *)s->batch.segments), cudaFree((void *)s->batch.other_tokens);
     cudaStreamDestroy(s->b.stream);
@@ -214,22 +221,33 @@ static bool in_segment(const setup *s, uint32_t t) {
     return false;
 }
 
-static int check_shape(const shape *sh) {
-    /* sequences: 0 continues at 300 for 200 tokens; 1 decodes at 77, then 78; 2 starts with 33
-     * tokens; 3 has a run of 5; 4 a chunk of 70 from 1000 and, after 1's second token, 31 more
-     * (too short for a segment) */
-    const run_part parts[] = {{1, 77, 1}, {0, 300, 200}, {3, 10, 5}, {2, 0, 33}, {4, 1000, 70}, {1, 78, 1},
-                              {4, 1070, 31}};
-    const uint32_t seq_len[] = {500, 79, 33, 15, 1101};
+/* The batches check_shape runs: */
+/* sequences: 0 continues at 300 for 200 tokens; 1 decodes at 77, then 78; 2 starts with 33
+ * tokens; 3 has a run of 5; 4 a chunk of 70 from 1000 and, after 1's second token, 31 more
+ * (too short for a segment) */
+static const run_part mixed_parts[] = {{1, 77, 1}, {0, 300, 200}, {3, 10, 5}, {2, 0, 33}, {4, 1000, 70}, {1, 78, 1},
+                                       {4, 1070, 31}};
+static const uint32_t mixed_len[] = {500, 79, 33, 15, 1101};
+/* a follow-up turn: 41 tokens after 3000 cached (the prefill kernel splits the context), beside a
+ * decode token */
+static const run_part follow_parts[] = {{0, 3000, 41}, {1, 500, 1}};
+static const uint32_t follow_len[] = {3041, 501};
+
+static int check_shape(const shape *sh, const run_part *parts, uint32_t n_parts, const uint32_t *seq_len,
+                       uint32_t n_seqs) {
     setup s;
-    make_setup(&s, sh, parts, sizeof parts / sizeof parts[0], 5, seq_len, 3.0f);
+    make_setup(&s, sh, parts, n_parts, n_seqs, seq_len, 3.0f);
     const uint32_t D = sh->dim, H = sh->n_head;
     const bool prefill_used = s.batch.n_segments > 0 && em_cuda_prefill_supported(&s.b, &s.layer);
     float *old_out = run_attention(&s, 0), *both = run_attention(&s, 1);
     float *pre = prefill_used ? run_attention(&s, 2) : NULL;
+    /* and the prefill kernel without splits of the context */
+    s.b.tuning.prefill_split = false;
+    float *pre_whole = prefill_used ? run_attention(&s, 2) : NULL;
+    s.b.tuning.prefill_split = true;
     const uint64_t n = (uint64_t)s.n_tokens * H * D;
     double *ref = (double *)malloc(n * sizeof(double));
-    double ref_max = 0, err_old = 0, err_both = 0, err_vs_old = 0, err_pre = 0;
+    double ref_max = 0, err_old = 0, err_both = 0, err_vs_old = 0, err_pre = 0, err_whole = 0;
     for (uint32_t t = 0; t < s.n_tokens; t++)
         for (uint32_t h = 0; h < H; h++) reference(&s, t, h, ref + ((uint64_t)t * H + h) * D);
     for (uint64_t i = 0; i < n; i++) ref_max = fmax(ref_max, fabs(ref[i]));
@@ -244,18 +262,19 @@ static int check_shape(const shape *sh) {
             err_vs_old = fmax(err_vs_old, fabs((double)both[i] - old_out[i]));
             /* the prefill kernel alone writes the segments' rows and leaves the others (NaN) */
             if (pre && seg) err_pre = isnan(pre[i]) ? INFINITY : fmax(err_pre, fabs(pre[i] - ref[i]));
-            if (pre && !seg && !isnan(pre[i])) misplaced++;
+            if (pre && seg) err_whole = isnan(pre_whole[i]) ? INFINITY : fmax(err_whole, fabs(pre_whole[i] - ref[i]));
+            if (pre && !seg && (!isnan(pre[i]) || !isnan(pre_whole[i]))) misplaced++;
         }
     }
     const double tol = 2e-3;
     const bool ok = err_both / ref_max <= tol && err_vs_old / ref_max <= tol && err_old / ref_max <= tol &&
-                    (!prefill_used || (misplaced == 0 && err_pre / ref_max <= tol));
+                    (!prefill_used || (misplaced == 0 && err_pre / ref_max <= tol && err_whole / ref_max <= tol));
     printf("%-22s segs %u other %2u  old/ref %.2e  mixed/ref %.2e  mixed/old %.2e  prefill-only: rows %5u "
-           "err %.2e misplaced %u  %s%s\n",
+           "err %.2e (unsplit %.2e) misplaced %u  %s%s\n",
            sh->name, s.batch.n_segments, s.batch.n_other, err_old / ref_max, err_both / ref_max, err_vs_old / ref_max,
-           prefill_used ? pre_rows : 0, err_pre / ref_max, misplaced, prefill_used ? "" : "(fallback) ",
-           ok ? "ok" : "FAIL");
-    free(ref), free(old_out), free(both), free(pre);
+           prefill_used ? pre_rows : 0, err_pre / ref_max, err_whole / ref_max, misplaced,
+           prefill_used ? "" : "(fallback) ", ok ? "ok" : "FAIL");
+    free(ref), free(old_out), free(both), free(pre), free(pre_whole);
     free_setup(&s);
     return ok ? 0 : 1;
 }
@@ -324,6 +343,53 @@ static int time_prompt(const shape *sh) {
     return ok ? 0 : 1;
 }
 
+/* A follow-up turn on a long prompt: FOLLOW tokens after PROMPT cached, the decode-style kernel
+ * and the prefill kernel with and without splits of the context, timed, and compared with the
+ * decode-style kernel's output. */
+#define FOLLOW 41
+static int time_follow_up(const shape *sh) {
+    const uint32_t seq_len[] = {PROMPT + FOLLOW};
+    const run_part part = {0, PROMPT, FOLLOW};
+    setup s;
+    make_setup(&s, sh, &part, 1, 1, seq_len, 3.0f);
+    const uint64_t n = (uint64_t)FOLLOW * sh->n_head * sh->dim;
+    float ms[3], *outs[3];
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    for (int mode = 0; mode < 3; mode++) { /* decode-style, prefill unsplit, prefill split */
+        const int reps = 20;
+        s.b.tuning.prefill_split = mode == 2;
+        CHECK(cudaMemset(s.b.attn, 0xff, n * 4));
+        for (int r = -1; r < reps; r++) {
+            if (r == 0) CHECK(cudaEventRecord(e0, s.b.stream));
+            if (mode == 0)
+                must(em_cuda_attention_with(&s.b, &s.batch, 0, false), "attention");
+            else
+                must(em_cuda_prefill_attention(&s.b, &s.batch, 0), "prefill");
+        }
+        CHECK(cudaEventRecord(e1, s.b.stream));
+        CHECK(cudaEventSynchronize(e1));
+        CHECK(cudaEventElapsedTime(&ms[mode], e0, e1));
+        ms[mode] /= reps;
+        outs[mode] = (float *)malloc(n * 4);
+        CHECK(cudaMemcpy(outs[mode], s.b.attn, n * 4, cudaMemcpyDeviceToHost));
+    }
+    double mx = 0, err[3] = {0, 0, 0};
+    for (uint64_t i = 0; i < n; i++) mx = fmax(mx, fabs(outs[0][i]));
+    for (int mode = 1; mode < 3; mode++)
+        for (uint64_t i = 0; i < n; i++)
+            err[mode] = isnan(outs[mode][i]) ? INFINITY : fmax(err[mode], fabs((double)outs[mode][i] - outs[0][i]));
+    printf("%s: %u tokens after %u: decode-style %.3f ms, prefill %.3f ms, split %.3f ms; err/old %.2e %.2e\n",
+           sh->name, FOLLOW, PROMPT, ms[0], ms[1], ms[2], err[1] / mx, err[2] / mx);
+    for (int mode = 0; mode < 3; mode++) free(outs[mode]);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    free_setup(&s);
+    const bool ok = err[1] / mx <= 2e-3 && err[2] / mx <= 2e-3;
+    if (!ok) printf("  FAIL: the prefill kernel differs from the decode-style kernel\n");
+    return ok ? 0 : 1;
+}
+
 int main(void) {
     const shape shapes[] = {
         {"dense-1b 32/8x64", 32, 8, 64, 0, 0.0f},      {"moe-30b 32/4x128", 32, 4, 128, 0, 0.0f},
@@ -333,7 +399,10 @@ int main(void) {
         {"gemma2 16/8x256 w100 cap", 16, 8, 256, 100, 50.0f}, {"96 fallback 8/2x96", 8, 2, 96, 0, 0.0f},
     };
     int failed = 0;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) failed += check_shape(&shapes[i]);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        failed += check_shape(&shapes[i], mixed_parts, sizeof mixed_parts / sizeof mixed_parts[0], mixed_len, 5);
+        failed += check_shape(&shapes[i], follow_parts, sizeof follow_parts / sizeof follow_parts[0], follow_len, 2);
+    }
     printf("correctness: %d failed\n", failed);
     fflush(stdout);
     const shape dense = {"dense-1b", 32, 8, 64, 0, 0.0f}, moe = {"moe-30b", 32, 4, 128, 0, 0.0f};
@@ -341,6 +410,7 @@ int main(void) {
     failed += time_prompt(&dense);
     failed += time_prompt(&moe);
     failed += time_prompt(&gemma);
+    failed += time_follow_up(&dense) + time_follow_up(&moe) + time_follow_up(&gemma);
     printf("check_attention: %d failed\n", failed);
     return failed ? 1 : 0;
 }

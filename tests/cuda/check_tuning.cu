@@ -24,7 +24,7 @@ static const char *const switches[] = {
     "EMBER_CUDA_DP4A_MOE",   "EMBER_CUDA_DQ_WIDE",       "EMBER_CUDA_DQ_UNITS",    "EMBER_CUDA_DQ_MOE_UNITS",
     "EMBER_CUDA_IMMA",       "EMBER_CUDA_HMMA",          "EMBER_CUDA_MVT",         "EMBER_CUDA_MEGA",
     "EMBER_CUDA_MEGA_PROFILE", "EMBER_CUDA_MEGA_STAGE_KB", "EMBER_CUDA_PROFILE",   "EMBER_CUDA_TRACE",
-    "EMBER_CUDA_LATE_MASKS",
+    "EMBER_CUDA_LATE_MASKS", "EMBER_CUDA_PF_SPLIT",    "EMBER_CUDA_GEMM_FROM",   "EMBER_CUDA_GEMM_MOE",
 };
 
 /* The tuning with only `name` set to `value` (NULL: none); *err_out gets the error's message. */
@@ -43,7 +43,8 @@ static em_cuda_tuning read_with(const char *name, const char *value, char *err_o
 static void check_defaults(void) {
     const em_cuda_tuning t = read_with(NULL, NULL, NULL, 0);
     EXPECT(!t.kv_f32 && t.graphs && t.pdl && t.overlap && t.fuse_finish && t.tensor_cores && t.int8_activations);
-    EXPECT(t.wgmma && t.wgmma_split && t.wgmma_bf16 && !t.trace && !t.mega_profile && !t.late_masks);
+    EXPECT(t.wgmma && t.wgmma_split && t.wgmma_bf16 && !t.trace && !t.mega_profile && t.late_masks);
+    EXPECT(t.prefill_split);
     EXPECT(t.moe_norm_max == 1 && t.dec_cluster_max == 4 && t.mega_tokens == 0 && t.mega_stage_kb == 32);
     EXPECT(t.profile_from == -1 && t.profile_to == -1);
     EXPECT(t.dp4a_upto_q8_0_q4_k == 8 && t.dp4a_upto_other == 4 && t.dp4a_upto_q6_k_wide == 8 && t.dp4a_upto_moe == 16);
@@ -55,8 +56,8 @@ static void check_defaults(void) {
 }
 
 static void check_overrides(void) {
-    em_cuda_tuning t = read_with("EMBER_CUDA_LATE_MASKS", "1", NULL, 0);
-    EXPECT(t.late_masks && t.overlap);
+    em_cuda_tuning t = read_with("EMBER_CUDA_LATE_MASKS", "0", NULL, 0);
+    EXPECT(!t.late_masks && t.overlap);
     t = read_with("EMBER_CUDA_DP4A", "0", NULL, 0);
     EXPECT(!t.int8_activations && t.dp4a_upto_moe == 0 && t.dp4a_upto_q8_0_q4_k == 0);
     EXPECT(t.imma_from == EM_CUDA_NEVER && t.imma_from_head == EM_CUDA_NEVER && t.hmma_from == 2);
@@ -74,13 +75,20 @@ static void check_overrides(void) {
     EXPECT(t.graphs);
     t = read_with("EMBER_CUDA_PROFILE", "4:8", NULL, 0);
     EXPECT(t.profile_from == 4 && t.profile_to == 8);
+    t = read_with("EMBER_CUDA_PF_SPLIT", "0", NULL, 0);
+    EXPECT(!t.prefill_split);
+    t = read_with("EMBER_CUDA_GEMM_FROM", "17", NULL, 0);
+    EXPECT(t.gemm_from[0][0] == 17 && t.gemm_from[1][2] == 17 && t.gemm_from[2][2] == 17 && t.gemm_from_moe == 16);
+    t = read_with("EMBER_CUDA_GEMM_MOE", "0", NULL, 0);
+    EXPECT(t.gemm_from_moe == EM_CUDA_NEVER && t.gemm_from[0][2] == 64);
 }
 
 static void check_refused(void) {
     const char *bad[][2] = {{"EMBER_CUDA_GRAPHS", "yes"},  {"EMBER_CUDA_GEMM", "2"},     {"EMBER_CUDA_MVT", "-1"},
                             {"EMBER_CUDA_DP4A", "8x"},     {"EMBER_CUDA_DQ_UNITS", "0"}, {"EMBER_CUDA_KV", "f64"},
                             {"EMBER_CUDA_PROFILE", "3"},   {"EMBER_CUDA_PROFILE", "8:4"},
-                            {"EMBER_CUDA_MEGA", "99999999999"}};
+                            {"EMBER_CUDA_MEGA", "99999999999"}, {"EMBER_CUDA_PF_SPLIT", "on"},
+                            {"EMBER_CUDA_GEMM_FROM", "x"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char message[256];
         read_with(bad[i][0], bad[i][1], message, sizeof message);
@@ -130,6 +138,9 @@ static void check_choice(void) {
         {EM_TYPE_Q4_K, 8192, 2048, 8, true, 0, 0, EM_CUDA_MATVEC_DP4A},
         {EM_TYPE_Q4_K, 2048, 8192, 12, false, 0, 0, EM_CUDA_MATVEC_TC},
         {EM_TYPE_Q4_K, 8192, 2048, 16, true, 0, 0, EM_CUDA_MATVEC_GEMM},
+        /* a short chunk: past TC's 16 items, below the GEMM's threshold for narrow quantized products */
+        {EM_TYPE_Q6_K, 1024, 2048, 41, false, 0, 0, EM_CUDA_MATVEC_GEMM},
+        {EM_TYPE_F32, 1024, 2048, 41, false, 0, 0, EM_CUDA_MATVEC_F32},
         {EM_TYPE_BF16, 8192, 2048, 1, true, 0, 0, EM_CUDA_MATVEC_F32},
         {EM_TYPE_BF16, 32000, 2048, 1, false, 0, 0, EM_CUDA_MATVEC_F32},
         {EM_TYPE_BF16, 32000, 2048, 2, false, 0, 0, EM_CUDA_MATVEC_TC},

@@ -21,7 +21,14 @@
  *  - O += P V, P split into two f16 parts (hi + lo, see below) straight from the S
  *    accumulators (their layout is the A fragment's), V fragments from ldmatrix.trans.
  * Shared rows are padded by 8 halves, so the 8 row addresses of an ldmatrix fall in distinct
- * banks. The output rows are written in the decode-style kernel's layout. */
+ * banks. The output rows are written in the decode-style kernel's layout.
+ *
+ * A few tiles over a long context (a follow-up turn: tens of new tokens after thousands cached)
+ * would leave most multiprocessors idle, each block walking the whole context alone. Such launches
+ * split the visible positions over gridDim.z blocks (as decode attention splits its context): each
+ * block walks its share of the key tiles and leaves its unnormalized outputs with their row maxima
+ * and sums (pf_part); merge_kernel then weighs the splits' results by 2^(max - overall max), sums
+ * them in split order, and writes the normalized rows, so a result does not depend on timing. */
 #include <math.h>
 
 #include "internal.cuh"
@@ -54,8 +61,29 @@ typedef struct prefill_args {
     const uint32_t *pos, *seq, *table_start, *blocks;
     uint32_t block_tokens;
     const uint32_t *segments; /* (first token, tokens) pairs */
-    uint32_t n_segments, n_tiles;
+    uint32_t n_segments, n_tiles, n_splits;
+    float *part; /* gridDim.z > 1: per block, its rows' unnormalized outputs, then (max, sum) pairs */
 } prefill_args;
+
+/* Rows a block of WARPS warps computes, and the floats a block's partial results take. */
+__host__ __device__ constexpr uint32_t block_rows(uint32_t warps) { return 16 * warps; }
+__host__ __device__ constexpr uint64_t part_floats(uint32_t head_dim, uint32_t warps) {
+    return (uint64_t)block_rows(warps) * (head_dim + 2);
+}
+
+/* The tile a block with x index `bx` takes: its first token t0 and n_tok tokens (the longest tiles,
+ * last in their segment, first, for a shorter tail). */
+__device__ __forceinline__ void tile_of(const prefill_args &a, uint32_t bx, uint32_t *t0, uint32_t *n_tok) {
+    uint32_t tile = a.n_tiles - 1 - bx, s = 0;
+    for (; s < a.n_segments; s++) {
+        const uint32_t n = (a.segments[2 * s + 1] + a.tile_tokens - 1) / a.tile_tokens;
+        if (tile < n) break;
+        tile -= n;
+    }
+    const uint32_t seg_first = a.segments[2 * s], seg_len = a.segments[2 * s + 1];
+    *t0 = seg_first + tile * a.tile_tokens;
+    *n_tok = min(a.tile_tokens, seg_len - tile * a.tile_tokens);
+}
 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
@@ -146,20 +174,15 @@ __global__ void __launch_bounds__(WARPS * 32, min_blocks(D, WARPS)) prefill_kern
     em_pdl_wait();
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const uint32_t kvh = blockIdx.y;
-    /* the longest tiles (last in their segment) first, for a shorter tail */
-    uint32_t tile = a.n_tiles - 1 - blockIdx.x, s = 0;
-    for (; s < a.n_segments; s++) {
-        const uint32_t n = (a.segments[2 * s + 1] + a.tile_tokens - 1) / a.tile_tokens;
-        if (tile < n) break;
-        tile -= n;
-    }
-    const uint32_t seg_first = a.segments[2 * s], seg_len = a.segments[2 * s + 1];
-    const uint32_t t0 = seg_first + tile * a.tile_tokens;
-    const uint32_t n_tok = min(a.tile_tokens, seg_len - tile * a.tile_tokens);
+    uint32_t t0, n_tok;
+    tile_of(a, blockIdx.x, &t0, &n_tok);
     const uint32_t pos0 = a.pos[t0], pos_last = pos0 + n_tok - 1;
     const uint32_t *table = a.blocks + a.table_start[a.seq[t0]];
-    const uint32_t lo = a.window && pos0 + 1 > a.window ? pos0 + 1 - a.window : 0, hi = pos_last + 1;
-    const uint32_t n_key_tiles = (hi - lo + KEYS - 1) / KEYS;
+    const uint32_t lo_all = a.window && pos0 + 1 > a.window ? pos0 + 1 - a.window : 0, hi = pos_last + 1;
+    /* this block's share of the key tiles (all of them without a split) */
+    const uint32_t all_tiles = (hi - lo_all + KEYS - 1) / KEYS;
+    const uint32_t kt_first = all_tiles * blockIdx.z / gridDim.z, kt_end = all_tiles * (blockIdx.z + 1) / gridDim.z;
+    const uint32_t lo = lo_all + kt_first * KEYS, n_key_tiles = kt_end - kt_first;
 
     /* Row r of the tile is (token, query head) row q_row(r) of the q and output buffers; rows
      * past the tile's tokens repeat its last token (computed, not written). This thread's rows
@@ -195,7 +218,7 @@ __global__ void __launch_bounds__(WARPS * 32, min_blocks(D, WARPS)) prefill_kern
     for (int d = 0; d < D / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-    load_tile<D, WARPS, KEYS>(a, table, kvh, lo, hi, kv, kv + TILE);
+    if (n_key_tiles) load_tile<D, WARPS, KEYS>(a, table, kvh, lo, hi, kv, kv + TILE);
     cp_async_commit();
     for (uint32_t kt = 0; kt < n_key_tiles; kt++) {
         const uint32_t first = lo + kt * KEYS;
@@ -315,6 +338,22 @@ __global__ void __launch_bounds__(WARPS * 32, min_blocks(D, WARPS)) prefill_kern
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
     }
+    if (gridDim.z > 1) {
+        /* a split: the rows unnormalized, with their maxima and sums (a share of positions none of
+         * a row sees leaves max -inf, sum 0 and zeros) */
+        const uint64_t block = ((uint64_t)blockIdx.z * gridDim.y + kvh) * gridDim.x + blockIdx.x;
+        float *const part = a.part + block * part_floats(D, WARPS), *const ml = part + block_rows(WARPS) * D;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint32_t r = 16 * warp + g + 8 * i;
+            if (r >= n_tok * a.group) continue;
+#pragma unroll
+            for (int d = 0; d < D / 8; d++)
+                *(float2 *)(part + (uint64_t)r * D + 8 * d + 2 * tq) = make_float2(o[d][2 * i], o[d][2 * i + 1]);
+            if (tq == 0) ml[2 * r] = m[i], ml[2 * r + 1] = l[i];
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const uint32_t r = 16 * warp + g + 8 * i;
@@ -327,18 +366,80 @@ __global__ void __launch_bounds__(WARPS * 32, min_blocks(D, WARPS)) prefill_kern
     }
 }
 
+/* The splits' results of one tile and KV head (grid x, y: as the prefill kernel's), MERGE_ROWS(D)
+ * rows of it a block (grid z), a float4 of a row a thread: each split weighed by 2^(its max - the
+ * overall max), in split order. */
+#define MERGE_THREADS 128
+__host__ __device__ constexpr uint32_t merge_rows(uint32_t head_dim) { return MERGE_THREADS / (head_dim / 4); }
+template <int D, int WARPS> __global__ void __launch_bounds__(MERGE_THREADS) merge_kernel(prefill_args a) {
+    em_pdl_wait();
+    uint32_t t0, n_tok;
+    tile_of(a, blockIdx.x, &t0, &n_tok);
+    const uint32_t kvh = blockIdx.y, splits = a.n_splits, rows = n_tok * a.group;
+    const uint64_t stride = (uint64_t)gridDim.y * gridDim.x * part_floats(D, WARPS); /* from split to split */
+    const float *const part = a.part + ((uint64_t)kvh * gridDim.x + blockIdx.x) * part_floats(D, WARPS);
+    const float *const ml = part + block_rows(WARPS) * D;
+    const uint32_t r = blockIdx.z * merge_rows(D) + threadIdx.x / (D / 4), c = threadIdx.x % (D / 4);
+    if (r >= rows) return;
+    float mx = -INFINITY;
+    for (uint32_t z = 0; z < splits; z++) mx = fmaxf(mx, ml[z * stride + 2 * r]);
+    float sum = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (uint32_t z = 0; z < splits; z++) {
+        const float w = exp2_ftz(ml[z * stride + 2 * r] - mx);
+        const float4 v = *(const float4 *)(part + z * stride + (uint64_t)r * D + 4 * c);
+        sum += w * ml[z * stride + 2 * r + 1];
+        acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+    }
+    const float inv = 1.0f / sum;
+    const uint64_t row = (uint64_t)(t0 + r / a.group) * a.n_head + kvh * a.group + r % a.group;
+    *(float4 *)(a.out + row * D + 4 * c) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+}
+
 bool em_cuda_prefill_supported(const cuda_backend *b, const em_layer_desc *ld) {
     const uint32_t dim = ld->head_dim;
     return b->kv_elem == 2 && ld->head_dim_v == dim && (dim == 32 || dim == 64 || dim == 128 || dim == 256) &&
            ld->n_head_kv && ld->n_head % ld->n_head_kv == 0 && ld->n_head / ld->n_head_kv <= PF_MAX_GROUP;
 }
 
-template <int D, int WARPS> static em_err launch(cuda_backend *b, prefill_args a) {
+/* Splits of the context for a launch of `blocks` blocks whose longest tile sees up to `positions`
+ * positions: enough for about two blocks a multiprocessor, each split at least PF_SPLIT_MIN_TILES
+ * key tiles, within the partials' scratch (em_cuda_prefill_part_floats); 1 when the launch fills
+ * the GPU already. */
+#define PF_SPLIT_MIN_TILES 4
+#define PF_SPLIT_MAX 64
+static uint32_t splits_for(const cuda_backend *b, uint32_t blocks, uint32_t positions, uint32_t head_dim,
+                           uint32_t warps) {
+    const uint32_t sms = (uint32_t)b->n_sm, keys = keys_per_tile((int)head_dim);
+    if (!b->tuning.prefill_split || !b->pf_part || blocks >= sms) return 1;
+    uint32_t n = (2 * sms + blocks - 1) / blocks;
+    const uint32_t by_keys = (positions + keys - 1) / keys / PF_SPLIT_MIN_TILES;
+    if (n > by_keys) n = by_keys;
+    if (n > PF_SPLIT_MAX) n = PF_SPLIT_MAX;
+    while (n > 1 && (uint64_t)n * blocks * part_floats(head_dim, warps) > b->pf_part_floats) n--;
+    return n > 1 ? n : 1;
+}
+
+/* Scratch for the splits' partials: the most blocks splits_for makes (fewer than three a
+ * multiprocessor) with the largest rows of the model's head size. */
+uint64_t em_cuda_prefill_part_floats(const cuda_backend *b) {
+    return 3ull * (uint64_t)b->n_sm * part_floats(b->max_dim_v, 8);
+}
+
+template <int D, int WARPS> static em_err launch(cuda_backend *b, prefill_args a, uint32_t positions) {
+    static_assert(MERGE_THREADS % (D / 4) == 0, "a merge block takes whole rows");
     const size_t rows = (q_in_shared(D, WARPS) ? 16 * WARPS : 0) + 4 * keys_per_tile(D);
     const size_t smem = rows * (D + PF_PAD) * sizeof(__half);
     CU_TRY(cudaFuncSetAttribute(prefill_kernel<D, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    em_cuda_launch(b, prefill_kernel<D, WARPS>, dim3(a.n_tiles, a.n_head_kv), WARPS * 32, smem, a);
+    a.n_splits = splits_for(b, a.n_tiles * a.n_head_kv, positions, D, WARPS);
+    a.part = b->pf_part;
+    em_cuda_launch(b, prefill_kernel<D, WARPS>, dim3(a.n_tiles, a.n_head_kv, a.n_splits), WARPS * 32, smem, a);
     CU_LAUNCHED();
+    if (a.n_splits > 1) {
+        const uint32_t row_blocks = (block_rows(WARPS) + merge_rows(D) - 1) / merge_rows(D);
+        em_cuda_launch(b, merge_kernel<D, WARPS>, dim3(a.n_tiles, a.n_head_kv, row_blocks), MERGE_THREADS, 0, a);
+        CU_LAUNCHED();
+    }
     return NULL;
 }
 
@@ -361,15 +462,18 @@ em_err em_cuda_prefill_attention_warps(cuda_backend *b, const cuda_batch *batch,
     a.segments = batch->segments, a.n_segments = batch->n_segments;
     for (uint32_t s = 0; s < batch->n_segments; s++)
         a.n_tiles += (batch->segments_host[2 * s + 1] + a.tile_tokens - 1) / a.tile_tokens;
+    /* the most positions a tile sees: up to the batch's last, or a window and a tile */
+    uint32_t positions = batch->max_pos + 1;
+    if (a.window && a.window + a.tile_tokens < positions) positions = a.window + a.tile_tokens;
     switch (ld->head_dim * 16 + warps) {
-    case 32 * 16 + 4: return launch<32, 4>(b, a);
-    case 64 * 16 + 4: return launch<64, 4>(b, a);
-    case 128 * 16 + 4: return launch<128, 4>(b, a);
-    case 256 * 16 + 4: return launch<256, 4>(b, a);
-    case 256 * 16 + 8: return launch<256, 8>(b, a);
-    case 32 * 16 + 8: return launch<32, 8>(b, a);
-    case 64 * 16 + 8: return launch<64, 8>(b, a);
-    default: return launch<128, 8>(b, a);
+    case 32 * 16 + 4: return launch<32, 4>(b, a, positions);
+    case 64 * 16 + 4: return launch<64, 4>(b, a, positions);
+    case 128 * 16 + 4: return launch<128, 4>(b, a, positions);
+    case 256 * 16 + 4: return launch<256, 4>(b, a, positions);
+    case 256 * 16 + 8: return launch<256, 8>(b, a, positions);
+    case 32 * 16 + 8: return launch<32, 8>(b, a, positions);
+    case 64 * 16 + 8: return launch<64, 8>(b, a, positions);
+    default: return launch<128, 8>(b, a, positions);
     }
 }
 

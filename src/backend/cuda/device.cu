@@ -78,9 +78,11 @@ static void cuda_free(em_backend *base) {
     free(b);
 }
 
+/* EMBER_CUDA_LATE_MASKS=0: a constrained step waits for the token before it. */
 static const em_backend_ops cuda_ops = {"cuda",    em_cuda_forward,    em_cuda_forward_pick, cuda_copy_rows,
                                         cuda_free, em_cuda_pick_begin, em_cuda_pick_end, true, NULL};
-/* EMBER_CUDA_LATE_MASKS=1: a constrained step is begun before its grammar masks are known. */
+/* The default (EMBER_CUDA_LATE_MASKS=1): a constrained step is begun before its grammar masks are
+ * known, its pick started once they are. */
 static const em_backend_ops cuda_ops_late_masks = {"cuda",    em_cuda_forward,    em_cuda_forward_pick, cuda_copy_rows,
                                                    cuda_free, em_cuda_pick_begin, em_cuda_pick_end, true,
                                                    em_cuda_pick_masks};

@@ -21,6 +21,7 @@ void em_cuda_free_scratch(cuda_backend *b) {
     cudaFree(b->expert_start);
     cudaFree(b->expert_active);
     cudaFree(b->att_part);
+    cudaFree(b->pf_part);
     cudaFree(b->att_counter);
     cudaFree(b->mvt_part);
     cudaFree(b->wg_part);
@@ -31,7 +32,8 @@ void em_cuda_free_scratch(cuda_backend *b) {
     b->xq = NULL, b->xd = NULL, b->xq_bytes = 0;
     b->mvt_part = NULL, b->mvt_counter = NULL, b->wg_part = NULL;
     b->x16 = NULL, b->x16_halves = 0;
-    b->att_part = NULL;
+    b->att_part = b->pf_part = NULL;
+    b->pf_part_floats = 0;
     b->att_counter = NULL;
     b->att_slots = 0;
     b->ss = NULL;
@@ -82,6 +84,7 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         {(void **)&b->expert_active, ((uint64_t)b->max_expert + 1) * 4},
         {(void **)&b->logits, (uint64_t)n * b->d->n_vocab * 4},
         {(void **)&b->att_part, att_slots * (b->max_dim_v + 2) * 4},
+        {(void **)&b->pf_part, em_cuda_prefill_part_floats(b) * 4},
         {(void **)&b->att_counter, (uint64_t)n * b->max_head * 4},
         {(void **)&b->mvt_part, mvt_rows * 8 * 16 * 2 * 4},
         {(void **)&b->wg_part, em_cuda_gemm_split_floats(b) * 4},
@@ -107,6 +110,7 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         return em_errorf(EM_ERR_INTERNAL, "cudaMemset of the split-K counters: %s", cudaGetErrorString(status));
     }
     b->mvt_part_floats = mvt_rows * 8 * 16 * 2;
+    b->pf_part_floats = em_cuda_prefill_part_floats(b);
     b->mvt_groups = mvt_groups;
     b->x16_halves = x16_halves;
     b->xq_bytes = x16_halves / 64 * 80; /* the dp4a products' activations: a byte a value, 64 in 80 */

@@ -148,6 +148,7 @@ typedef struct em_cuda_tuning {
     bool overlap;          /* EMBER_CUDA_OVERLAP: the next step is enqueued before this one's tokens are read */
     bool late_masks;       /* EMBER_CUDA_LATE_MASKS: constrained steps overlap too, their masks given late */
     bool fuse_finish;      /* EMBER_CUDA_FUSE_FINISH: decode attention finishes Q, K, V itself */
+    bool prefill_split;    /* EMBER_CUDA_PF_SPLIT: a prefill attention of few tiles splits the context */
     bool tensor_cores;     /* EMBER_CUDA_GEMM: 0 keeps every product on matvec.cu's f32 kernel */
     bool int8_activations; /* EMBER_CUDA_DP4A not 0: activations may be rounded to 8 bits */
     bool wgmma, wgmma_split, wgmma_bf16; /* EMBER_CUDA_WGMMA, EMBER_CUDA_WG_SPLIT, EMBER_CUDA_WG_BF16 */
@@ -240,6 +241,8 @@ typedef struct cuda_backend {
     float *ss;              /* fused norms: partial sums of squares, [token][ss_stride] (cuda_matvec) */
     uint32_t ss_stride, ss_n; /* ss_n: partials the last producer wrote per token */
     float *att_part;        /* attention's per-split partial results (attention.cu) */
+    float *pf_part;         /* the prefill attention's per-split partial results (attention_prefill.cu) */
+    uint64_t pf_part_floats;
     uint32_t *att_counter;  /* per (token, head), zero between launches */
     float *mvt_part;        /* the decode tensor-core products' split-K partial sums (matvec_tc.cu) */
     float *wg_part;         /* the wgmma products' split-K partial sums (gemm.cu: em_cuda_gemm_split_floats) */
@@ -491,6 +494,8 @@ em_err em_cuda_attention_with(cuda_backend *b, const cuda_batch *batch, uint32_t
 /* ---- attention_prefill.cu ---- */
 bool em_cuda_prefill_supported(const cuda_backend *b, const em_layer_desc *ld);
 em_err em_cuda_prefill_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il);
+/* Floats of scratch (cuda_backend.pf_part) its splits of the context need. */
+uint64_t em_cuda_prefill_part_floats(const cuda_backend *b);
 /* The same with 4 or 8 warps per block (0: the default), for measurements. */
 em_err em_cuda_prefill_attention_warps(cuda_backend *b, const cuda_batch *batch, uint32_t il, uint32_t warps);
 

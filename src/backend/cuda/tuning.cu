@@ -13,6 +13,7 @@
  *                            (BF16 / F16), dense, up to 16
  *   DP4A   (matvec_dp4a.cu)  up to dp4a_upto_* items            by type; MoE by tokens
  *   TC     (matvec_tc.cu)    from tc_from* items, up to 16      heads and MoE apart; MoE by tokens
+ *   GEMM   again             dense products past TC's 16 items  below gemm_from (short chunks)
  *   F32    (matvec.cu)       everything else, and everything with EMBER_CUDA_GEMM=0
  *
  * Why this order: larger batches amortize each weight over more items, so the tiled GEMM wins from
@@ -31,7 +32,8 @@
 /* ---- the switches ---- */
 
 static const em_cuda_tuning tuning_defaults = {
-    .kv_f32 = false, .graphs = true, .pdl = true, .overlap = true, .late_masks = false, .fuse_finish = true,
+    .kv_f32 = false, .graphs = true, .pdl = true, .overlap = true, .late_masks = true, .fuse_finish = true,
+    .prefill_split = true,
     .tensor_cores = true,
     .int8_activations = true, .wgmma = true, .wgmma_split = true, .wgmma_bf16 = true, .trace = false,
     /* from 2 tokens a norm kernel measured faster than the fold once the experts took 3 units a lane */
@@ -150,11 +152,16 @@ em_err em_cuda_tuning_read(em_cuda_tuning *t) {
     uint32_t *const hmma[] = {&t->hmma_from, &t->hmma_from_head};
     uint32_t *const tc[] = {&t->tc_from, &t->tc_from_head_q6_k_iq3, &t->tc_from_head_half, &t->tc_from_moe,
                             &t->tc_from_moe_iq3_down};
+    uint32_t *const gemm[] = {&t->gemm_from[0][0], &t->gemm_from[0][1], &t->gemm_from[0][2],
+                              &t->gemm_from[1][0], &t->gemm_from[1][1], &t->gemm_from[1][2],
+                              &t->gemm_from[2][0], &t->gemm_from[2][1], &t->gemm_from[2][2]};
+    uint32_t *const gemm_moe[] = {&t->gemm_from_moe};
     em_err err;
     if ((err = env_kv(t)) || (err = env_switch("EMBER_CUDA_GRAPHS", &t->graphs)) ||
         (err = env_switch("EMBER_CUDA_PDL", &t->pdl)) || (err = env_switch("EMBER_CUDA_OVERLAP", &t->overlap)) ||
         (err = env_switch("EMBER_CUDA_LATE_MASKS", &t->late_masks)) ||
         (err = env_switch("EMBER_CUDA_FUSE_FINISH", &t->fuse_finish)) ||
+        (err = env_switch("EMBER_CUDA_PF_SPLIT", &t->prefill_split)) ||
         (err = env_switch("EMBER_CUDA_GEMM", &t->tensor_cores)) || (err = env_switch("EMBER_CUDA_WGMMA", &t->wgmma)) ||
         (err = env_switch("EMBER_CUDA_WG_SPLIT", &t->wgmma_split)) ||
         (err = env_switch("EMBER_CUDA_WG_BF16", &t->wgmma_bf16)) || (err = env_switch("EMBER_CUDA_TRACE", &t->trace)) ||
@@ -164,7 +171,8 @@ em_err em_cuda_tuning_read(em_cuda_tuning *t) {
         (err = env_switch("EMBER_CUDA_MEGA_PROFILE", &t->mega_profile)) ||
         (err = env_count("EMBER_CUDA_MEGA_STAGE_KB", 0, &t->mega_stage_kb, NULL)) || (err = env_profile(t)) ||
         (err = env_from("EMBER_CUDA_IMMA", imma, 2)) || (err = env_from("EMBER_CUDA_HMMA", hmma, 2)) ||
-        (err = env_from("EMBER_CUDA_MVT", tc, 5)))
+        (err = env_from("EMBER_CUDA_MVT", tc, 5)) || (err = env_from("EMBER_CUDA_GEMM_FROM", gemm, 9)) ||
+        (err = env_from("EMBER_CUDA_GEMM_MOE", gemm_moe, 1)))
         return err;
     return env_dp4a(t); /* after EMBER_CUDA_IMMA: EMBER_CUDA_DP4A=0 turns IMMA's Q8_0 products off */
 }
@@ -226,6 +234,10 @@ em_cuda_matvec_kernel em_cuda_kernel_for(const cuda_backend *b, const cuda_matve
     /* MoE: up to where the GEMM takes over */
     if (em_cuda_mvt_takes(b, mv) && tokens >= tc_from(t, mv) && (!mv->counts || items < t->gemm_from_moe))
         return EM_CUDA_MATVEC_TC;
+    /* a dense product of more items than TC takes, below its GEMM threshold (a short chunk): the
+     * f32 kernel would feed every weight to each item from L1, the GEMM's tiles read it once */
+    if (!mv->counts && items > EM_CUDA_TC_ITEMS && em_cuda_gemm_takes(b, mv))
+        return em_cuda_wgmma_wanted(b, mv) ? EM_CUDA_MATVEC_WGMMA : EM_CUDA_MATVEC_GEMM;
     return EM_CUDA_MATVEC_F32;
 }
 
