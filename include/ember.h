@@ -54,6 +54,7 @@ typedef struct ember_options {
     const char *draft_model_path; /* a smaller model with the same vocabulary, for EMBER_SPEC_DRAFT */
     int draft_max;                /* most tokens drafted per step; 0 = 16 */
     int draft_min;                /* the adaptive draft length never drops below this; default 0 */
+    int spec_max_seqs;            /* requests draft only while at most this many run; 0 = 4 */
 } ember_options;
 
 /* Speculative decoding: drafts of the next tokens, verified by the model in one step; the output is

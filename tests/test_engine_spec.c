@@ -64,7 +64,7 @@ static void repetitive_prompt(int32_t *tokens, uint32_t n, uint32_t period, uint
 typedef struct engine_setup {
     int speculative;
     const char *draft_model;
-    int draft_max, block_tokens, max_sequences;
+    int draft_max, block_tokens, max_sequences, spec_max_seqs;
 } engine_setup;
 
 /* EMBER_TEST_DEVICE=cuda runs the same checks on the CUDA backend (tests/cuda/run.sh). */
@@ -78,6 +78,7 @@ static ember_engine *new_engine(engine_setup s) {
     o.speculative = s.speculative;
     o.draft_model_path = s.draft_model;
     o.draft_max = s.draft_max;
+    o.spec_max_seqs = s.spec_max_seqs;
     if (s.block_tokens) o.block_tokens = s.block_tokens;
     if (s.max_sequences) o.max_sequences = s.max_sequences;
     ember_engine *e;
@@ -285,7 +286,7 @@ static void test_mixed_batch_and_cache(void **state) {
     ember_engine *e = new_engine((engine_setup){.block_tokens = 4});
     for (uint32_t i = 0; i < N; i++) run_jobs(e, &solo_jobs[i], &solo[i], 1);
     ember_engine_destroy(e);
-    e = new_engine((engine_setup){.block_tokens = 4});
+    e = new_engine((engine_setup){.block_tokens = 4, .spec_max_seqs = N});
     run_jobs(e, jobs, together, N);
     uint64_t drafted = 0;
     for (uint32_t i = 0; i < N; i++) {
@@ -313,6 +314,34 @@ static void test_mixed_batch_and_cache(void **state) {
     run_jobs(e, &next, &fresh, 1);
     ember_engine_destroy(e);
     assert_same_tokens(&fresh, &cached);
+}
+
+/* With more requests running than spec_max_seqs nobody drafts, and the tokens stay. Three requests
+ * that do not speculate are submitted first and outlive four lookup requests submitted after them
+ * (the engine admits submissions in order), so at least four requests run whenever a lookup request
+ * does: with a limit of 3 nothing is drafted, with 7 the lookups draft. */
+static void test_no_drafts_above_max_seqs(void **state) {
+    (void)state;
+    enum { BACKGROUND = 3, LOOKUPS = 4, N = BACKGROUND + LOOKUPS };
+    int32_t prompts[N][48];
+    job jobs[N];
+    for (uint32_t i = 0; i < N; i++) {
+        const bool lookup = i >= BACKGROUND;
+        repetitive_prompt(prompts[i], 48, lookup ? 6 + i : 48, 300 + i);
+        jobs[i] = (job){prompts[i], 48, lookup ? 24 : 80, 0.0f, 0, 0, 0.0f, lookup ? EMBER_SPEC_LOOKUP : EMBER_SPEC_OFF};
+    }
+    uint64_t drafted[2] = {0, 0};
+    result runs[2][N];
+    const int limits[2] = {3, 7};
+    for (int k = 0; k < 2; k++) {
+        ember_engine *e = new_engine((engine_setup){.spec_max_seqs = limits[k]});
+        run_jobs(e, jobs, runs[k], N);
+        ember_engine_destroy(e);
+        for (uint32_t i = 0; i < N; i++) drafted[k] += runs[k][i].timings.draft_tokens;
+    }
+    assert_int_equal(drafted[0], 0);
+    assert_true(drafted[1] > 0);
+    for (uint32_t i = 0; i < N; i++) assert_same_tokens(&runs[0][i], &runs[1][i]);
 }
 
 /* Sampled output with drafts is the sampled output without, seed for seed. */
@@ -349,7 +378,7 @@ static void test_sampled_distribution(void **state) {
     result *results = malloc(2 * N * sizeof *results);
     for (uint32_t i = 0; i < 2 * N; i++)
         jobs[i] = (job){prompt, 48, 1 + POSITIONS, 1.5f, 3, 5000 + i, 0, i < N ? EMBER_SPEC_OFF : EMBER_SPEC_LOOKUP};
-    ember_engine *e = new_engine((engine_setup){.max_sequences = 64});
+    ember_engine *e = new_engine((engine_setup){.max_sequences = 64, .spec_max_seqs = 64});
     for (uint32_t at = 0; at < 2 * N; at += 100) run_jobs(e, jobs + at, results + at, 100);
     ember_stats stats;
     ember_engine_stats(e, &stats);
@@ -497,6 +526,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_lookup_identical),
         cmocka_unit_test(test_lookup_without_matches_chains),
         cmocka_unit_test(test_mixed_batch_and_cache),
+        cmocka_unit_test(test_no_drafts_above_max_seqs),
         cmocka_unit_test(test_sampled_lookup_identical),
         cmocka_unit_test(test_sampled_distribution),
         cmocka_unit_test(test_draft_model_identical),

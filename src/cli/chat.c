@@ -62,7 +62,7 @@ static em_err parse_args(int argc, char **argv, chat_args *a) {
     if (!a->source.file && !a->source.hf)
         return em_errorf(EM_ERR_INVALID, "usage: ember chat (-m MODEL.gguf | --hf ORG/NAME[:QUANT] [--hf-token T]) "
                                          "[--system TEXT] [-n N] [--temp T] [--seed S] [--ctx N] [--device cpu|cuda] "
-                                         "[--spec off|lookup|draft] [--draft-model FILE] [--draft-max N] [--draft-min N]");
+                                         "[--spec off|lookup|draft] [--draft-model FILE] [--draft-max N] [--draft-min N] [--spec-max-seqs N]");
     return em_cli_model_path(&a->source, &a->model);
 }
 

@@ -45,6 +45,7 @@ typedef struct em_cli_spec {
     int mode;                /* an ember_spec: --spec off|lookup|draft (default: draft with a draft model, else off) */
     const char *draft_model; /* --draft-model FILE */
     int draft_max, draft_min; /* --draft-max N (0: the engine's 16), --draft-min N */
+    int spec_max_seqs;        /* --spec-max-seqs N (0: the engine's 4) */
 } em_cli_spec;
 
 #define EM_CLI_SPEC_USAGE                                                                              \
@@ -53,7 +54,8 @@ typedef struct em_cli_spec {
     "                     or draft with --draft-model)\n"                                              \
     "  --draft-model FILE a smaller model with the same vocabulary that drafts (implies --spec draft)\n" \
     "  --draft-max N      most tokens drafted per step (default 16); --draft-min N: the adaptive\n"    \
-    "                     draft length never drops below N (default 0)\n"
+    "                     draft length never drops below N (default 0)\n"                           \
+    "  --spec-max-seqs N  drafts only while at most N requests run (default 4)\n"
 
 /* True when `flag` is one of the speculative decoding options (*err set if its value is bad). */
 bool em_cli_spec_option(em_cli_spec *spec, const char *flag, const char *value, em_err *err);

@@ -27,7 +27,7 @@ static void usage(FILE *to) {
             "                 [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--print-ids]\n"
             "                 [-c CONTEXT] [-t THREADS] [--device cpu|cuda] [--ignore-eos]\n"
             "                 [--grammar FILE.gbnf | --json-schema SCHEMA.json]\n"
-            "                 [--spec off|lookup|draft] [--draft-model FILE] [--draft-max N] [--draft-min N]\n"
+            "                 [--spec off|lookup|draft] [--draft-model FILE] [--draft-max N] [--draft-min N] [--spec-max-seqs N]\n"
             EM_CLI_MODEL_USAGE
             "  -n N               tokens to generate (default 64)\n"
             "  --temp T           0 = greedy (default 0.8); --top-k 40, --top-p 0.95, --min-p 0.05\n"

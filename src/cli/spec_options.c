@@ -1,5 +1,6 @@
 /* Speculative decoding options (cli.h), read alike by run, chat, serve and bench:
- * --spec off|lookup|draft, --draft-model FILE (implies draft), --draft-max N, --draft-min N. */
+ * --spec off|lookup|draft, --draft-model FILE (implies draft), --draft-max N, --draft-min N,
+ * --spec-max-seqs N. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,10 @@ bool em_cli_spec_option(em_cli_spec *spec, const char *flag, const char *value, 
         if (!*err && spec->draft_max == 0) *err = em_errorf(EM_ERR_INVALID, "--draft-max must be at least 1 (--spec off turns drafting off)");
     } else if (!strcmp(flag, "--draft-min")) {
         *err = parse_count(flag, value, &spec->draft_min);
+    } else if (!strcmp(flag, "--spec-max-seqs")) {
+        *err = parse_count(flag, value, &spec->spec_max_seqs);
+        if (!*err && spec->spec_max_seqs == 0)
+            *err = em_errorf(EM_ERR_INVALID, "--spec-max-seqs must be at least 1 (--spec off turns drafting off)");
     } else {
         return false;
     }
@@ -50,5 +55,6 @@ em_err em_cli_spec_apply(const em_cli_spec *spec, ember_options *options) {
     options->draft_model_path = spec->draft_model;
     options->draft_max = spec->draft_max;
     options->draft_min = spec->draft_min;
+    options->spec_max_seqs = spec->spec_max_seqs;
     return NULL;
 }

@@ -388,6 +388,7 @@ struct ember_engine {
     /* Speculative decoding: the default mode, the draft length bounds, the draft model (or NULL). */
     ember_spec spec_default;
     uint32_t draft_max, draft_min;
+    uint32_t spec_max_seqs; /* no drafts in steps of more running requests (ember_options) */
     em_drafter *drafter;
 };
 
@@ -403,10 +404,14 @@ void em_spec_verified(ember_engine *engine, ember_request *r, uint32_t drafted, 
 void em_spec_release(ember_engine *engine, ember_request *r);
 /* Whether the request drafts at all (it may still have none in a step). */
 static inline bool em_spec_active(const ember_request *r) { return r->spec != EMBER_SPEC_OFF; }
+/* Whether the engine drafts at all with its running requests: not in steps of more than
+ * spec_max_seqs requests, where the weights are read for many tokens anyway and drafts would add
+ * tokens to the step and keep it from being chained. */
+static inline bool em_spec_engine_drafts(const ember_engine *e) { return e->n_running <= e->spec_max_seqs; }
 /* Whether the request drafts in its next step (not pausing, or its pause ends there): such a step
  * depends on the token before it, so it cannot be chained behind the step in flight. */
-static inline bool em_spec_drafts_next(const ember_request *r) {
-    return em_spec_active(r) && (r->draft_length > 0 || r->draft_pause <= 1);
+static inline bool em_spec_drafts_next(const ember_engine *e, const ember_request *r) {
+    return em_spec_engine_drafts(e) && em_spec_active(r) && (r->draft_length > 0 || r->draft_pause <= 1);
 }
 
 double em_engine_now_ms(void);

@@ -558,7 +558,7 @@ static bool can_chain(ember_engine *e) {
         if (r->n_generated + 1 >= (uint32_t)r->params.max_tokens || r->n_tokens + 1 >= e->ctx_tokens) return false;
         /* its next mask depends on the token in flight: only a backend that takes masks late can pick */
         if (r->grammar_state && !em_backend_picks_late(e->backend)) return false;
-        if (em_spec_drafts_next(r)) return false; /* its drafts depend on the token in flight */
+        if (em_spec_drafts_next(e, r)) return false; /* its drafts depend on the token in flight */
         new_blocks += r->n_blocks < blocks_for(e, r->n_computed + 1);
     }
     if (!take_blocks(e, new_blocks)) return false;

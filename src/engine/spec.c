@@ -142,6 +142,9 @@ em_err em_spec_init(ember_engine *e, const ember_options *o) {
         return em_errorf(EM_ERR_INVALID, "engine: speculative mode %d is not an ember_spec", o->speculative);
     if (o->draft_max < 0 || o->draft_min < 0)
         return em_errorf(EM_ERR_INVALID, "engine: negative draft length (max %d, min %d)", o->draft_max, o->draft_min);
+    if (o->spec_max_seqs < 0)
+        return em_errorf(EM_ERR_INVALID, "engine: spec_max_seqs %d is negative", o->spec_max_seqs);
+    e->spec_max_seqs = o->spec_max_seqs ? (uint32_t)o->spec_max_seqs : 4;
     e->draft_max = o->draft_max ? (uint32_t)o->draft_max : 16;
     e->draft_min = (uint32_t)o->draft_min;
     if (e->draft_min > e->draft_max)
@@ -280,10 +283,11 @@ static uint32_t draft_room(const ember_engine *e, ember_request *r) {
 
 void em_spec_propose(ember_engine *e) {
     uint32_t n_model = 0;
+    const bool drafts = em_spec_engine_drafts(e);
     for (uint32_t i = 0; i < e->n_running; i++) {
         ember_request *r = e->running[i];
         r->n_draft = 0;
-        if (!em_spec_active(r)) continue;
+        if (!drafts || !em_spec_active(r)) continue;
         const uint32_t room = draft_room(e, r);
         if (room == 0) continue;
         if (r->spec == EMBER_SPEC_LOOKUP) {
