@@ -2,7 +2,8 @@
  * `ember bench`: engine measurements through the public API, on whatever device the engine picks.
  *
  *   ember bench -m M.gguf [--concurrency 1,2,4] [-n 64] [--prompt-tokens 300] [--rounds 3] [--warm-prompts]
- *       with N concurrent requests (distinct prompts, greedy, ignore EOS): client_tok_s = all
+ *       with N concurrent requests (distinct prompts, greedy, ignore EOS): generated = the mean tokens
+ *       a request generated (-n, or fewer where a grammar ends it), client_tok_s = all
  *       generated tokens / the slowest request's wall time (prefill included, as a client sees it),
  *       sum_decode_tok_s = the sum of each request's engine-reported decode rate, host_cpu_cores = CPU
  *       seconds of the whole process (getrusage) over that wall time, cached_tokens = prompt tokens
@@ -17,7 +18,7 @@
  *       the A → A' → B → A'' sequence: engine-reported prefill time and cached tokens of each
  *       request, against a cold prefill of A'' on a fresh engine.
  *
- * Speculative decoding (--spec lookup|draft, --draft-model, --draft-max, --draft-min) applies to
+ * Speculative decoding (--spec lookup|draft, --draft-model, --draft-max, --draft-min, --spec-max-seqs) applies to
  * every request; with --prompt-period N each prompt repeats a random stretch of N tokens (text that
  * prompt lookup can draft from), and the concurrency lines add the drafted and accepted counts.
  *
@@ -32,6 +33,7 @@
 
 #include "cli.h"
 #include "bench_url.h"
+#include "grammar/grammar.h"
 #include "ember.h"
 
 typedef struct bench_args {
@@ -43,6 +45,7 @@ typedef struct bench_args {
     int prompt_period; /* 0: random prompts; else a random stretch of this many tokens, repeated */
     bool prefix_reuse, warm_prompts;
     const char *grammar_path; /* --grammar: every measured request follows this GBNF */
+    const char *schema_path;  /* --json-schema: or a JSON value of this schema */
     char *grammar;
     em_cli_spec spec;
 } bench_args;
@@ -154,7 +157,7 @@ static em_err bench_concurrency(const bench_args *a) {
     }
     for (int c = 0; c < a->n_concurrency && !err; c++) {
         int clients = a->concurrency[c];
-        double rates[64], slowest[64], client_rates[64], cores[64], cached[64], drafted[64], accepted[64];
+        double rates[64], slowest[64], client_rates[64], cores[64], cached[64], drafted[64], accepted[64], made[64];
         for (int round = 0; round < a->rounds && !err; round++) {
             ember_request *reqs[16] = {0};
             for (int i = 0; i < clients; i++)
@@ -165,14 +168,14 @@ static em_err bench_concurrency(const bench_args *a) {
                     err = drain(r, scratch, a->n_generate, &n), ember_request_release(r);
             }
             double start = now_ms(), cpu_start = cpu_seconds();
-            cached[round] = drafted[round] = accepted[round] = 0;
+            cached[round] = drafted[round] = accepted[round] = made[round] = 0;
             for (int i = 0; i < clients && !err; i++)
                 err = submit_with(e, prompts + (size_t)i * a->prompt_tokens, a->prompt_tokens, a->n_generate, a->grammar,
                                   &reqs[i]);
             double decode_rate = 0, worst = 0;
             for (int i = 0; i < clients; i++) {
                 if (!reqs[i]) continue;
-                if (!err) err = drain(reqs[i], scratch, a->n_generate, &n);
+                if (!err) err = drain(reqs[i], scratch, a->n_generate, &n), made[round] += n;
                 ember_timings t;
                 ember_request_timings(reqs[i], &t);
                 decode_rate += t.decode_tokens_per_second;
@@ -186,13 +189,15 @@ static em_err bench_concurrency(const bench_args *a) {
             rates[round] = decode_rate;
             cores[round] = worst > 0 ? (cpu_seconds() - cpu_start) / (worst / 1e3) : 0;
             slowest[round] = worst;
-            client_rates[round] = worst > 0 ? clients * (double)a->n_generate / (worst / 1e3) : 0;
+            /* the tokens the requests did generate: a grammar may end one before -n */
+            client_rates[round] = worst > 0 ? made[round] / (worst / 1e3) : 0;
+            made[round] /= clients;
         }
         if (!err)
-            printf("concurrency=%d prompt_tokens=%d generated=%d client_tok_s=%.1f sum_decode_tok_s=%.1f "
+            printf("concurrency=%d prompt_tokens=%d generated=%.0f client_tok_s=%.1f sum_decode_tok_s=%.1f "
                    "slowest_request_ms=%.0f host_cpu_cores=%.3f cached_tokens=%.0f warm_prompts=%d rounds=%d "
                    "drafted=%.0f accepted=%.0f\n",
-                   clients, a->prompt_tokens, a->n_generate, bench_median(client_rates, a->rounds), bench_median(rates, a->rounds),
+                   clients, a->prompt_tokens, bench_median(made, a->rounds), bench_median(client_rates, a->rounds), bench_median(rates, a->rounds),
                    bench_median(slowest, a->rounds), bench_median(cores, a->rounds), bench_median(cached, a->rounds), a->warm_prompts,
                    a->rounds, bench_median(drafted, a->rounds), bench_median(accepted, a->rounds));
         fflush(stdout);
@@ -334,6 +339,7 @@ int em_cli_bench(int argc, char **argv) {
         if (em_cli_model_option(&a.source, f, v) || em_cli_spec_option(&a.spec, f, v, &err)) continue;
         if (!strcmp(f, "--device")) a.device = v;
         else if (!strcmp(f, "--grammar")) a.grammar_path = v;
+        else if (!strcmp(f, "--json-schema")) a.schema_path = v;
         else if (!strcmp(f, "--prompt-period")) err = bench_parse_int(f, v, 1, 1 << 20, &a.prompt_period);
         else if (!strcmp(f, "--concurrency")) err = bench_parse_list(f, v, 1, 16, a.concurrency, &a.n_concurrency);
         else if (!strcmp(f, "--prefill")) err = bench_parse_list(f, v, 1, 1 << 20, a.prefill, &a.n_prefill);
@@ -346,12 +352,22 @@ int em_cli_bench(int argc, char **argv) {
     }
     if (!err && !a.source.file && !a.source.hf)
         err = em_errorf(EM_ERR_INVALID, "usage: ember bench (-m MODEL.gguf | --hf ORG/NAME[:QUANT]) [--concurrency 1,2,4] [-n N] "
-                                                        "[--prompt-tokens N] [--prompt-period N] [--grammar G.gbnf] [--rounds N] [--warm-prompts] [--ignore-eos] "
-                                                        "[--spec off|lookup|draft] [--draft-model F] [--draft-max N] [--draft-min N] | --prefill N,N,... | --prefix-reuse [--doc-tokens N]");
+                                                        "[--prompt-tokens N] [--prompt-period N] [--grammar G.gbnf | --json-schema S.json] [--rounds N] [--warm-prompts] [--ignore-eos] "
+                                                        "[--spec off|lookup|draft] [--draft-model F] [--draft-max N] [--draft-min N] [--spec-max-seqs N] | --prefill N,N,... | --prefix-reuse [--doc-tokens N]");
     if (!err) err = em_cli_model_path(&a.source, &a.model);
+    if (!err && a.grammar_path && a.schema_path) err = em_errorf(EM_ERR_INVALID, "give --grammar or --json-schema, not both");
     if (!err && a.grammar_path) {
         size_t len = 0;
         if ((err = em_cli_read_file(a.grammar_path, &a.grammar, &len))) err = em_err_prefix(err, "--grammar");
+    }
+    if (!err && a.schema_path) {
+        char *schema = NULL;
+        size_t len = 0;
+        if (!(err = em_cli_read_file(a.schema_path, &schema, &len))) {
+            err = em_grammar_from_json_schema(schema, len, &a.grammar);
+            if (err) err = em_err_prefix(err, "%s", a.schema_path);
+        }
+        free(schema);
     }
     if (!err) err = a.prefix_reuse ? bench_prefix_reuse(&a) : a.n_prefill ? bench_prefill(&a) : bench_concurrency(&a);
     em_cli_model_free(&a.source);

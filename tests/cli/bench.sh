@@ -35,6 +35,20 @@ line=$("$ember" bench -m "$model" --device cpu -t 2 --concurrency 2 -n 4 --promp
 [ "$(field warm_prompts "$line")" = 0 ] || fail "cold warm flag: $line"
 [ "$(field generated "$line")" = 4 ] || fail "cold generated: $line"
 
+# --json-schema constrains every request: a schema of a few digits caps each answer below -n;
+# a schema with an unsupported keyword fails, naming the file and the keyword
+printf '{"type": "integer", "minimum": 0, "maximum": 99}' >"$work/small.json"
+line=$("$ember" bench -m "$model" --device cpu -t 2 --concurrency 2 -n 16 --prompt-tokens 40 --rounds 1 \
+       --json-schema "$work/small.json" 2>/dev/null) || fail "bench --json-schema exited $?"
+gen=$(field generated "$line")
+[ -n "$gen" ] && [ "$gen" -le 3 ] || fail "a two-digit schema generated $gen tokens: $line"
+printf '{"type": "string", "contentEncoding": "base64"}' >"$work/bad.json"
+err=$("$ember" bench -m "$model" --concurrency 1 -n 4 --json-schema "$work/bad.json" 2>&1 >/dev/null) &&
+  fail "an unsupported schema accepted"
+grep -q "bad.json" <<<"$err" && grep -q "contentEncoding" <<<"$err" || fail "bad schema message: $err"
+err=$("$ember" bench -m "$model" --grammar "$work/x.gbnf" --json-schema "$work/small.json" 2>&1 >/dev/null) &&
+  fail "--grammar with --json-schema accepted"
+
 err=$("$ember" bench -m "$model" --concurrency 0 2>&1 >/dev/null) && fail "--concurrency 0 accepted"
 grep -q -- "--concurrency" <<<"$err" || fail "--concurrency 0 message: $err"
 err=$("$ember" bench -m "$model" --rounds 2>&1 >/dev/null) && fail "--rounds without a value accepted"
