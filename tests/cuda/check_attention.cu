@@ -282,6 +282,31 @@ static int check_shape(const shape *sh, const run_part *parts, uint32_t n_parts,
 #define PROMPT 8022
 #define CHUNK 2048
 
+/* One variant on the setup's batch, `reps` times after a warm-up: the decode-style kernel (warps < 0)
+ * or the prefill kernel with `warps` per block (0: its default). Returns ms per run; *out gets the
+ * output (n floats, malloc'd). */
+static float time_variant(setup *s, int warps, int reps, uint64_t n, float **out) {
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    CHECK(cudaMemset(s->b.attn, 0xff, n * 4));
+    for (int r = -1; r < reps; r++) {
+        if (r == 0) CHECK(cudaEventRecord(e0, s->b.stream));
+        if (warps < 0)
+            must(em_cuda_attention_with(&s->b, &s->batch, 0, false), "attention");
+        else
+            must(em_cuda_prefill_attention_warps(&s->b, &s->batch, 0, (uint32_t)warps), "prefill");
+    }
+    CHECK(cudaEventRecord(e1, s->b.stream));
+    CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    *out = (float *)malloc(n * 4);
+    CHECK(cudaMemcpy(*out, s->b.attn, n * 4, cudaMemcpyDeviceToHost));
+    return ms / reps;
+}
+
 /* Times the decode-style kernel and the prefill kernel (4 and 8 warps) on each chunk of a prompt,
  * and compares each variant's output with the decode-style kernel's. Returns 1 when one differs
  * by more than 2e-3 of the largest output. */
@@ -302,26 +327,9 @@ static int time_prompt(const shape *sh) {
         const uint64_t n = (uint64_t)len * sh->n_head * sh->dim;
         float ms[3], *outs[3];
         double err[3] = {0, 0, 0};
-        cudaEvent_t e0, e1;
-        CHECK(cudaEventCreate(&e0));
-        CHECK(cudaEventCreate(&e1));
-        for (int mode = 0; mode < 3; mode++) {
-            const int reps = 5;
-            CHECK(cudaMemset(s.b.attn, 0xff, n * 4));
-            for (int r = -1; r < reps; r++) {
-                if (r == 0) CHECK(cudaEventRecord(e0, s.b.stream));
-                if (mode == 0)
-                    must(em_cuda_attention_with(&s.b, &s.batch, 0, false), "attention");
-                else
-                    must(em_cuda_prefill_attention_warps(&s.b, &s.batch, 0, mode == 1 ? 4 : 8), "prefill");
-            }
-            CHECK(cudaEventRecord(e1, s.b.stream));
-            CHECK(cudaEventSynchronize(e1));
-            CHECK(cudaEventElapsedTime(&ms[mode], e0, e1));
-            ms[mode] /= reps;
+        for (int mode = 0; mode < 3; mode++) { /* decode-style, prefill with 4 and with 8 warps */
+            ms[mode] = time_variant(&s, mode == 0 ? -1 : mode == 1 ? 4 : 8, 5, n, &outs[mode]);
             total[mode] += ms[mode];
-            outs[mode] = (float *)malloc(n * 4);
-            CHECK(cudaMemcpy(outs[mode], s.b.attn, n * 4, cudaMemcpyDeviceToHost));
         }
         double mx = 0;
         for (uint64_t i = 0; i < n; i++) mx = fmax(mx, fabs(outs[0][i]));
@@ -333,7 +341,6 @@ static int time_prompt(const shape *sh) {
         printf("  %5u  %6u  %7.3f  %7.3f  %7.3f  %12.1f  %12.1f  %.2e  %.2e\n", start / CHUNK, len, ms[0], ms[1], ms[2],
                flops / ms[1] * 1e-9, flops / ms[2] * 1e-9, err[1] / mx, err[2] / mx);
         for (int mode = 0; mode < 3; mode++) free(outs[mode]);
-        cudaEventDestroy(e0), cudaEventDestroy(e1);
         free_setup(&s);
     }
     printf("  total          %7.3f  %7.3f  %7.3f  %12.1f  %12.1f  %.2e  %.2e  (%.1f GFLOP)\n", total[0], total[1],
@@ -354,26 +361,9 @@ static int time_follow_up(const shape *sh) {
     make_setup(&s, sh, &part, 1, 1, seq_len, 3.0f);
     const uint64_t n = (uint64_t)FOLLOW * sh->n_head * sh->dim;
     float ms[3], *outs[3];
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
     for (int mode = 0; mode < 3; mode++) { /* decode-style, prefill unsplit, prefill split */
-        const int reps = 20;
         s.b.tuning.prefill_split = mode == 2;
-        CHECK(cudaMemset(s.b.attn, 0xff, n * 4));
-        for (int r = -1; r < reps; r++) {
-            if (r == 0) CHECK(cudaEventRecord(e0, s.b.stream));
-            if (mode == 0)
-                must(em_cuda_attention_with(&s.b, &s.batch, 0, false), "attention");
-            else
-                must(em_cuda_prefill_attention(&s.b, &s.batch, 0), "prefill");
-        }
-        CHECK(cudaEventRecord(e1, s.b.stream));
-        CHECK(cudaEventSynchronize(e1));
-        CHECK(cudaEventElapsedTime(&ms[mode], e0, e1));
-        ms[mode] /= reps;
-        outs[mode] = (float *)malloc(n * 4);
-        CHECK(cudaMemcpy(outs[mode], s.b.attn, n * 4, cudaMemcpyDeviceToHost));
+        ms[mode] = time_variant(&s, mode == 0 ? -1 : 0, 20, n, &outs[mode]);
     }
     double mx = 0, err[3] = {0, 0, 0};
     for (uint64_t i = 0; i < n; i++) mx = fmax(mx, fabs(outs[0][i]));
@@ -383,7 +373,6 @@ static int time_follow_up(const shape *sh) {
     printf("%s: %u tokens after %u: decode-style %.3f ms, prefill %.3f ms, split %.3f ms; err/old %.2e %.2e\n",
            sh->name, FOLLOW, PROMPT, ms[0], ms[1], ms[2], err[1] / mx, err[2] / mx);
     for (int mode = 0; mode < 3; mode++) free(outs[mode]);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
     free_setup(&s);
     const bool ok = err[1] / mx <= 2e-3 && err[2] / mx <= 2e-3;
     if (!ok) printf("  FAIL: the prefill kernel differs from the decode-style kernel\n");
