@@ -60,11 +60,13 @@ static void read_timings(bench_sample *s, const json_t *t) {
     if (cached >= 0 && computed >= 0 && s->prompt_tokens < 0) s->prompt_tokens = cached + computed;
 }
 
-/* Answer text of one event (`text` may hold NULs: a byte token can be "\u0000"). */
-static void got_text(stream_state *st, const json_t *text) {
+/* Answer text of one event (`text` may hold NULs: a byte token can be "\u0000"). An event of the
+ * completions API is a token even where its text is empty (a random model's token whose piece is
+ * empty, or part of a character): `token_event` times the first token at it. */
+static void got_text(stream_state *st, const json_t *text, bool token_event) {
     size_t n = json_string_length(text);
+    if ((n || token_event) && st->sample->first_token_ms < 0) st->sample->first_token_ms = now_ms() - st->start;
     if (!n) return;
-    if (st->sample->first_token_ms < 0) st->sample->first_token_ms = now_ms() - st->start;
     st->sample->content_chunks++;
     em_buf_append(&st->text, json_string_value(text), n);
 }
@@ -74,7 +76,8 @@ static void read_openai_event(stream_state *st, const json_t *ev) {
     json_t *choice = json_array_get(json_object_get(ev, "choices"), 0);
     json_t *delta = json_object_get(choice, "delta");
     json_t *content = json_object_get(delta, "content");
-    got_text(st, content ? content : json_object_get(choice, "text")); /* text: /v1/completions */
+    json_t *text = json_object_get(choice, "text"); /* /v1/completions */
+    got_text(st, content ? content : text, !content && json_is_string(text));
     json_t *usage = json_object_get(ev, "usage");
     if (json_is_object(usage)) {
         s->prompt_tokens = json_int(usage, "prompt_tokens");
@@ -97,7 +100,7 @@ static void read_anthropic_event(stream_state *st, const json_t *ev) {
         if (fresh >= 0) s->prompt_tokens = fresh + (cached > 0 ? cached : 0);
         if (cached >= 0) s->cached_tokens = cached;
     } else if (!strcmp(type, "content_block_delta")) {
-        got_text(st, json_object_get(json_object_get(ev, "delta"), "text"));
+        got_text(st, json_object_get(json_object_get(ev, "delta"), "text"), false);
     } else if (!strcmp(type, "message_delta")) {
         int out = json_int(json_object_get(ev, "usage"), "output_tokens");
         if (out >= 0) s->completion_tokens = out;
