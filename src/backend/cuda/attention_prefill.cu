@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(WARPS * 32, min_blocks(D, WARPS)) prefill_kern
     }
 }
 
-/* The splits' results of one tile and KV head (grid x, y: as the prefill kernel's), MERGE_ROWS(D)
+/* The splits' results of one tile and KV head (grid x, y: as the prefill kernel's), merge_rows(D)
  * rows of it a block (grid z), a float4 of a row a thread: each split weighed by 2^(its max - the
  * overall max), in split order. */
 #define MERGE_THREADS 128
