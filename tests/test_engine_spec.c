@@ -316,6 +316,35 @@ static void test_mixed_batch_and_cache(void **state) {
     assert_same_tokens(&fresh, &cached);
 }
 
+/* Several lookup requests whose text never repeats, sampled: their empty lookups pause their drafts,
+ * so the batch keeps chaining its steps (where the backend overlaps them), with the same tokens as
+ * without speculation. */
+static void test_lookups_without_matches_chain_together(void **state) {
+    (void)state;
+    enum { N = 4 };
+    int32_t prompts[N][64];
+    job plain[N], spec[N];
+    for (uint32_t i = 0; i < N; i++) {
+        for (int k = 0; k < 64; k++) prompts[i][k] = 1000 + 37 * k + 11 * (int32_t)i;
+        plain[i] = (job){prompts[i], 64, 64, 1.0f, 0, 7 + i, 0, EMBER_SPEC_OFF};
+        spec[i] = plain[i];
+        spec[i].speculative = EMBER_SPEC_LOOKUP;
+    }
+    result want[N], got[N];
+    ember_engine *e = new_engine((engine_setup){0});
+    run_jobs(e, plain, want, N);
+    ember_stats before, after;
+    ember_engine_stats(e, &before);
+    run_jobs(e, spec, got, N);
+    ember_engine_stats(e, &after);
+    ember_engine_destroy(e);
+    for (uint32_t i = 0; i < N; i++) assert_same_tokens(&want[i], &got[i]);
+    const char *overlap = getenv("EMBER_CPU_OVERLAP");
+    if (overlap && !strcmp(overlap, "1")) {
+        assert_true(after.overlapped_steps - before.overlapped_steps >= 48);
+    }
+}
+
 /* With more requests running than spec_max_seqs nobody drafts, and the tokens stay. Three requests
  * that do not speculate are submitted first and outlive four lookup requests submitted after them
  * (the engine admits submissions in order), so at least four requests run whenever a lookup request
@@ -527,6 +556,7 @@ int main(void) {
         cmocka_unit_test(test_lookup_without_matches_chains),
         cmocka_unit_test(test_mixed_batch_and_cache),
         cmocka_unit_test(test_no_drafts_above_max_seqs),
+        cmocka_unit_test(test_lookups_without_matches_chain_together),
         cmocka_unit_test(test_sampled_lookup_identical),
         cmocka_unit_test(test_sampled_distribution),
         cmocka_unit_test(test_draft_model_identical),
