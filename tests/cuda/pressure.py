@@ -2,8 +2,9 @@
 its own, all sending at once to a server whose KV cache holds only a few of them. Every answer must
 equal the one the same request got alone (taken first, one request at a time), except where the two
 part at a near-tie: at the first token where they differ, the two best tokens' log-probabilities of
-either answer lie within TIE (give the kernels' stated error bound for the model's types: each of the
-two can move by it). Every request must succeed (no 5xx, no dropped connection), the engine
+either answer lie within TIE, a gap in log-probability (each of the two logits can move by the
+kernels' stated error bound for the model's types, which tests/cuda/run.sh states relative to a
+row's largest logit). Every request must succeed (no 5xx, no dropped connection), the engine
 must be idle afterwards, and the load must have recomputed prompts the cache could not keep (else
 there was no pressure to test). Python's standard library only: it runs where Node.js is not.
 

@@ -4,8 +4,10 @@
 # every request completes with its greedy answer from alone (near-ties excepted), nothing fails.
 #   tests/cuda/pressure.sh EMBER MODEL DEVICE [CLIENTS=32] [DOC_WORDS=7900] [CTX=10240] [KV_SEQUENCES=4] [TURNS=2] [TIE=0.05]
 # The GPU run: a flint mix file and the defaults (conversations of about 8,000 tokens, the llama-spm
-# vocabulary), TIE the kernels' stated bound for the file's types (tests/cuda/run.sh prints it). make test runs it on the CPU with tiny-llama and short documents
-# (tests/cli/serve_pressure.sh).
+# vocabulary). TIE is a gap in log-probability; the kernels' stated bound for the file's types
+# (tests/cuda/run.sh prints it) is relative to a row's largest logit, so the TIE it allows is that
+# bound times the largest logit (the bound alone is stricter). make test runs it on the CPU with
+# tiny-llama and short documents (tests/cli/serve_pressure.sh).
 set -u
 ember=$1 model=$2 device=$3 clients=${4:-32} words=${5:-7900} ctx=${6:-10240} kvseq=${7:-4} turns=${8:-2} tie=${9:-0.05}
 here=$(cd "$(dirname "$0")" && pwd)
