@@ -664,12 +664,13 @@ static void test_dot_neon_equals_scalar(void **state) {
 /* Packed token groups must give em_dot's results bitwise, like em_dot_rows: every group size (1
  * to EM_DOT_GROUP_TOKENS, ragged groups padded inside the pack), rows of one block and of several,
  * rows spaced wider than their size, each activation row at its own scale, several weight rows
- * against one packed group. On a CPU without the kernels (or under EMBER_CPU_ISA=avx2) there is
- * no group kernel and no group size. */
+ * against one packed group in one call (past the kernels' tiles of rows, with the remainder) and
+ * each alone, results written with a stride wider than the rows. On a CPU without the kernels (or
+ * under EMBER_CPU_ISA=avx2) there is no group kernel and no group size. */
 static void test_dot_groups_equal_single_rows(void **state) {
     (void)state;
     static const char *const types[] = {"Q4_K", "Q8_0", "Q6_K", "F32"};
-    enum { N_MAX = 1024 + 256, WROWS = 3, STRIDE = N_MAX * 4 + 64 };
+    enum { N_MAX = 1024 + 256, WROWS = 7, OUT_STRIDE = WROWS + 2, STRIDE = N_MAX * 4 + 64 };
     float *w = malloc(N_MAX * sizeof(float)), *x = malloc(N_MAX * sizeof(float));
     uint8_t *wq = malloc((size_t)WROWS * N_MAX * 4), *aq = malloc((size_t)EM_DOT_GROUP_TOKENS * STRIDE);
     uint8_t *group = malloc((size_t)EM_DOT_GROUP_TOKENS * STRIDE);
@@ -700,14 +701,17 @@ static void test_dot_groups_equal_single_rows(void **state) {
             for (uint32_t n_rows = 1; n_rows <= EM_DOT_GROUP_TOKENS; n_rows++) {
                 memset(group, 0xa5, bytes); /* stale bytes must not leak into a ragged group */
                 em_dot_group_pack(type, aq, STRIDE, n_rows, n, group);
+                float all[EM_DOT_GROUP_TOKENS * OUT_STRIDE], alone[EM_DOT_GROUP_TOKENS];
+                kernel(wq, wrow, WROWS, group, n_rows, n, all, OUT_STRIDE);
                 for (int r = 0; r < WROWS; r++) {
-                    float out[EM_DOT_GROUP_TOKENS];
-                    kernel(wq + (size_t)r * wrow, group, n_rows, n, out);
+                    kernel(wq + (size_t)r * wrow, wrow, 1, group, n_rows, n, alone, 1);
                     for (uint32_t k = 0; k < n_rows; k++) {
                         float single = em_dot(type, wq + (size_t)r * wrow, aq + (size_t)k * STRIDE, n);
-                        if (memcmp(&single, &out[k], sizeof single) != 0)
-                            fail_msg("%s, n %u, %u tokens, weight row %d, token %u: group %.9g, em_dot %.9g",
-                                     types[t], (unsigned)n, n_rows, r, k, (double)out[k], (double)single);
+                        const float *tiled = &all[k * OUT_STRIDE + (uint32_t)r];
+                        if (memcmp(&single, tiled, sizeof single) != 0 || memcmp(&single, &alone[k], sizeof single) != 0)
+                            fail_msg("%s, n %u, %u tokens, weight row %d, token %u: group %.9g (alone %.9g), em_dot %.9g",
+                                     types[t], (unsigned)n, n_rows, r, k, (double)*tiled, (double)alone[k],
+                                     (double)single);
                     }
                 }
             }

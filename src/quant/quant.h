@@ -206,9 +206,12 @@ const char *em_dot_isa(void);
  * and Q8_0; elsewhere em_dot_group_kernel is NULL and callers use em_dot_rows. */
 #define EM_DOT_GROUP_TOKENS 8
 
-/* out[t] = em_dot(weight_type, weight_row, activation row t, n), bitwise, for t < n_rows, where
- * `group` holds those n_rows rows as em_dot_group_pack packed them (same n and n_rows). */
-typedef void (*em_dot_group_fn)(const void *weight_row, const void *group, uint32_t n_rows, uint64_t n, float *out);
+/* out[t * out_stride + r] = em_dot(weight_type, weight row r, activation row t, n), bitwise, for
+ * weight rows r < n_weight_rows (row r at weight_rows + r * row_bytes) and tokens t < n_tokens,
+ * where `group` holds those n_tokens activation rows as em_dot_group_pack packed them (the same n,
+ * n_rows = n_tokens). The kernels take a few weight rows at a time, so each activation load serves them all. */
+typedef void (*em_dot_group_fn)(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group,
+                                uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride);
 
 /* The group kernel for `weight_type` on this CPU, or NULL (no kernel: do not pack). */
 em_dot_group_fn em_dot_group_kernel(uint32_t weight_type);

@@ -170,11 +170,13 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
             const uint32_t group = mm->n_tokens - t < DOT_TOKEN_GROUP ? mm->n_tokens - t : DOT_TOKEN_GROUP;
             const uint8_t *act = mm->scratch + t * job->act_bytes;
             const uint8_t *packed = job->group_kernel ? mm->groups + t / EM_CPU_GROUP * job->group_bytes : NULL;
+            if (packed) {
+                job->group_kernel(base + tile * w->row_bytes, w->row_bytes, (uint32_t)(tile_end - tile), packed, group,
+                                  w->cols, mm->y + t * mm->y_stride + tile, mm->y_stride);
+                continue;
+            }
             for (uint64_t r = tile; r < tile_end; r++) {
-                if (packed)
-                    job->group_kernel(base + r * w->row_bytes, packed, group, w->cols, out);
-                else
-                    em_dot_rows(w->type, base + r * w->row_bytes, act, job->act_bytes, group, w->cols, out);
+                em_dot_rows(w->type, base + r * w->row_bytes, act, job->act_bytes, group, w->cols, out);
                 for (uint32_t g = 0; g < group; g++) mm->y[(t + g) * mm->y_stride + r] = out[g];
             }
         }
