@@ -164,6 +164,42 @@ typedef struct attn_job {
     em_dot_fn dot_f32;
 } attn_job;
 
+/* The first position a token at `pos` attends to. */
+static uint32_t first_visible(const em_layer_desc *ld, uint32_t pos) {
+    return ld->attn == EM_ATTN_SLIDING && pos + 1 > ld->window ? pos + 1 - ld->window : 0;
+}
+
+/* Share `ith` of `nth` of the batch's (token, head) pairs, pair t * n_head + h, cut where the
+ * positions attended to (each pair's work) add up to equal parts: in a prompt's causal attention
+ * the last tokens see many times the positions the first ones do, so equal counts of pairs would
+ * leave the thread with the early tokens waiting. */
+static void attention_range(const em_batch *batch, const em_layer_desc *ld, uint32_t ith, uint32_t nth,
+                            uint64_t *begin, uint64_t *end) {
+    uint64_t total = 0;
+    for (uint32_t t = 0; t < batch->n_tokens; t++)
+        total += (uint64_t)(batch->pos[t] + 1 - first_visible(ld, batch->pos[t])) * ld->n_head;
+    const uint64_t from = total * ith / nth, to = total * (ith + 1) / nth; /* this share's part */
+    /* a token's pairs begin at `done` positions into the line; pair i belongs to the share in which
+     * its first position falls */
+    uint64_t done = 0;
+    *begin = *end = (uint64_t)batch->n_tokens * ld->n_head;
+    bool begun = false;
+    for (uint32_t t = 0; t < batch->n_tokens; t++) {
+        const uint64_t seen = batch->pos[t] + 1 - first_visible(ld, batch->pos[t]);
+        for (uint32_t h = 0; h < ld->n_head; h++, done += seen) {
+            const uint64_t i = (uint64_t)t * ld->n_head + h;
+            if (!begun && done >= from) {
+                *begin = i;
+                begun = true;
+            }
+            if (done >= to) {
+                *end = i;
+                return;
+            }
+        }
+    }
+}
+
 /* One share of (token, head) pairs: scores over the visible positions, softmax, weighted values.
  * Positions are walked block by block of the sequence's table: within a block the cache rows are
  * consecutive, so each block's row is looked up once rather than once per position. */
@@ -176,14 +212,13 @@ static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
     const uint64_t value_row = (uint64_t)ld->n_head_kv * ld->head_dim_v;
     float *scores = b->scores + (uint64_t)ith * b->cap_positions;
     uint64_t begin, end;
-    em_cpu_share((uint64_t)job->batch->n_tokens * ld->n_head, ith, nth, &begin, &end);
+    attention_range(job->batch, ld, ith, nth, &begin, &end);
     for (uint64_t i = begin; i < end; i++) {
         const uint32_t t = (uint32_t)(i / ld->n_head), h = (uint32_t)(i % ld->n_head), kvh = h / group;
         const em_batch_seq *seq = &job->batch->seqs[job->batch->seq[t]];
         const uint32_t pos = job->batch->pos[t];
         const float *q = b->q + ((uint64_t)t * ld->n_head + h) * ld->head_dim;
-        uint32_t first = 0;
-        if (ld->attn == EM_ATTN_SLIDING && pos + 1 > ld->window) first = pos + 1 - ld->window;
+        const uint32_t first = first_visible(ld, pos);
         for (uint32_t p = first; p <= pos;) {
             const uint32_t run = block_tokens - p % block_tokens < pos + 1 - p ? block_tokens - p % block_tokens
                                                                                : pos + 1 - p;
