@@ -821,6 +821,50 @@ static void test_q8_k_levels_by_definition(void **state) {
     free(one);
 }
 
+/* Q8_0 levels by the definition: d = max |x| / 127 (NaN never the maximum) stored as fp16, every
+ * level roundf(x * (1 / d)) (half away from zero; 0 where d is 0; a NaN product 0). Blocks with
+ * products landing exactly on halves, ties for the largest magnitude, Gaussian blocks at several
+ * scales, a block too small for 1 / d to be finite, and blocks holding NaN or an infinity go
+ * through em_quantize one block at a time and in one call. */
+static void test_q8_0_levels_by_definition(void **state) {
+    (void)state;
+    enum { BLOCKS = 10, N = BLOCKS * 32 };
+    float x[N];
+    uint8_t q[BLOCKS * 34], one[34];
+    fill_gaussian(x, N, 78);
+    for (int j = 0; j < 32; j++) x[j] = (float)(j - 16) + 0.5f; /* halves at 1 / d = 1... */
+    x[5] = -127.0f;                                              /* ...and a tie, later */
+    x[9] = 127.0f;
+    for (int j = 0; j < 32; j++) x[32 + j] = (float)((j % 16) - 8) * 0.25f; /* quarters at 1 / d = 2 */
+    x[32 + 3] = 63.5f;
+    for (int j = 0; j < 32; j++) x[96 + j] *= 1e-40f; /* subnormal: d rounds to 0 or 1 / d overflows */
+    for (int j = 0; j < 32; j++) x[128 + j] *= 3e4f;
+    x[160 + 5] = NAN;
+    x[192 + 20] = INFINITY;
+    for (int j = 0; j < 32; j++) x[224 + j] = 0.0f;
+    x[256 + 1] = -INFINITY;
+    x[256 + 2] = NAN;
+    assert_ok(em_quantize(EM_TYPE_Q8_0, x, q, N));
+    for (int b = 0; b < BLOCKS; b++) {
+        const float *xb = x + 32 * b;
+        const uint8_t *qb = q + 34 * b;
+        assert_ok(em_quantize(EM_TYPE_Q8_0, xb, one, 32));
+        assert_memory_equal(one, qb, 34);
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+        const float d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
+        assert_int_equal(qb[0] | (qb[1] << 8), em_f32_to_fp16(d));
+        for (int j = 0; j < 32; j++) {
+            const float r = roundf(xb[j] * id);
+            /* a finite product is at most 127 and a little; an infinite one wraps to 0 as an int8 */
+            const int want = r != r || fabsf(r) > 128.0f ? 0 : (int)r;
+            const int8_t got = (int8_t)qb[2 + j];
+            if (got != (int8_t)want)
+                fail_msg("block %d element %d: level %d, roundf(%.9g) = %d", b, j, got, (double)(xb[j] * id), want);
+        }
+    }
+}
+
 /* ---- conversions and errors ---- */
 
 static void test_fp16_conversions(void **state) {
@@ -888,6 +932,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_tiles_within_bound),
         cmocka_unit_test(test_dot_neon_equals_scalar),
         cmocka_unit_test(test_dot_groups_equal_single_rows),
+        cmocka_unit_test(test_q8_0_levels_by_definition),
         cmocka_unit_test(test_q8_k_levels_by_definition),
         cmocka_unit_test(test_weighted_rows_unfused),
         cmocka_unit_test(test_fp16_conversions),
