@@ -90,7 +90,8 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
     for (uint64_t b = 0; b < n / 256; b++, w += 144, g += Q4_K_GROUP_BLOCK) {
         const __m256 d8 = _mm256_loadu_ps((const float *)(const void *)g);
         const uint8_t *sums = g + Q4_K_GROUP_MINS, *levels = g + Q4_K_GROUP_LEVELS;
-        __m512i scales32[TILE_ROWS], isum[TILE_ROWS][PAIRS];
+        __m512i isum[TILE_ROWS][PAIRS];
+        int32_t scales16[TILE_ROWS][16]; /* each sub-block's scale in both int16 halves, broadcast from memory */
         __m512 scale[TILE_ROWS];
         EM_UNROLL(2) for (int r = 0; r < rows; r++) {
             const uint8_t *wr = w + r * row_bytes;
@@ -103,7 +104,8 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
             mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0xff), load32(sums + 96));
             const __m256 min_scale = _mm256_mul_ps(_mm256_set1_ps(fp16(wr + 2)), d8);
             mins_total[r] = _mm256_add_ps(mins_total[r], _mm256_mul_ps(min_scale, _mm256_cvtepi32_ps(mins)));
-            scales32[r] = _mm512_cvtepu8_epi32(sm);
+            const __m512i scales32 = _mm512_cvtepu8_epi32(sm);
+            _mm512_storeu_si512((void *)scales16[r], _mm512_or_si512(scales32, _mm512_slli_epi32(scales32, 16)));
             scale[r] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(fp16(wr)), d8));
             EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) isum[r][p] = zero;
         }
@@ -117,11 +119,11 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
             EM_UNROLL(2) for (int h = 0; h < 2; h++) {
                 const int s = 2 * c + h;
                 __m512i sc[TILE_ROWS];
-                EM_UNROLL(2) for (int r = 0; r < rows; r++) sc[r] = _mm512_permutexvar_epi32(_mm512_set1_epi32(s), scales32[r]);
+                EM_UNROLL(2) for (int r = 0; r < rows; r++) sc[r] = _mm512_set1_epi32(scales16[r][s]);
                 EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
                     const __m512i act = _mm512_loadu_si512((const void *)(levels + 64 * (PAIRS * s + p)));
                     EM_UNROLL(2) for (int r = 0; r < rows; r++)
-                        isum[r][p] = _mm512_dpwssd_epi32(isum[r][p], _mm512_dpbusd_epi32(zero, nib[r][h], act), sc[r]);
+                        isum[r][p] = _mm512_dpwssd_epi32(isum[r][p], _mm512_maddubs_epi16(nib[r][h], act), sc[r]);
                 }
             }
         }
