@@ -296,24 +296,6 @@ static void q8_k_block_exact(const float *x, uint8_t *out, float iscale) {
     }
 }
 
-/* A block holding an infinity or a NaN, as the definition treats it: the largest magnitude among
- * the elements that compare (NaN never does), the first element that has it. */
-static void q8_k_block_any(const float *x, uint8_t *out) {
-    float amax = 0;
-    for (int j = 0; j < 256; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
-    if (amax == 0) return;
-    float max = 0;
-    for (int j = 0; j < 256; j++)
-        if (fabsf(x[j]) == amax) {
-            max = x[j];
-            break;
-        }
-    float iscale = -127.0f / max;
-    float d = 1.0f / iscale;
-    memcpy(out, &d, 4);
-    q8_k_block_exact(x, out, iscale);
-}
-
 /* Activations of every batched matrix product pass through here, so the common case (finite
  * inputs, a finite scale: every |iscale * x| <= 127 rounded) avoids the libm call per element and
  * is written so compilers vectorize it. It rounds half away from zero by hand: truncation, then one
@@ -321,28 +303,26 @@ static void q8_k_block_any(const float *x, uint8_t *out) {
  * below 2^23 in magnitude. */
 void em_quantize_q8_k(const float *x, uint8_t *out, uint64_t n_blocks) {
     for (uint64_t i = 0; i < n_blocks; i++, x += 256, out += 292) {
-        /* amax: the largest magnitude; max: the first element that has it. The magnitudes' bit
-         * patterns order as the magnitudes do, with infinity and then NaN above every finite
-         * number, so integer maxima and minima (which vectorize) find both. */
-        uint32_t bits[256], amax_bits = 0;
-        memcpy(bits, x, sizeof bits);
+        /* amax: the largest magnitude; max: the first element that has it */
+        float amax = 0;
+        int not_number = 0;
         for (int j = 0; j < 256; j++) {
-            const uint32_t magnitude = bits[j] & 0x7fffffffu;
-            amax_bits = magnitude > amax_bits ? magnitude : amax_bits;
+            const float a = fabsf(x[j]);
+            amax = a > amax ? a : amax;
+            not_number |= x[j] != x[j];
         }
         memset(out, 0, 292);
-        if (amax_bits >= 0x7f800000u) { /* an infinity or a NaN: the definition */
-            q8_k_block_any(x, out);
-            continue;
-        }
-        if (amax_bits == 0) continue;
-        int first = 256;
-        for (int j = 0; j < 256; j++) first = (bits[j] & 0x7fffffffu) == amax_bits && j < first ? j : first;
-        const float max = x[first];
+        if (amax == 0) continue;
+        float max = 0;
+        for (int j = 0; j < 256; j++)
+            if (fabsf(x[j]) == amax) {
+                max = x[j];
+                break;
+            }
         float iscale = -127.0f / max;
         float d = 1.0f / iscale;
         memcpy(out, &d, 4); /* little-endian hosts only, like the rest of Ember's file handling */
-        if (!isfinite(iscale)) {
+        if (not_number || !isfinite(amax) || !isfinite(iscale)) {
             q8_k_block_exact(x, out, iscale);
             continue;
         }
