@@ -724,6 +724,37 @@ static void test_dot_groups_equal_single_rows(void **state) {
     free(group);
 }
 
+/* em_f32_dot_rows must give em_dot's F32 results bitwise: row counts past and between the SIMD
+ * kernel's sixteen, lengths it takes (multiples of 32) and others, rows spaced wider than their
+ * length, rows of different scales, a row of zeros and one of negative zeros. */
+static void test_f32_dot_rows_equal_em_dot(void **state) {
+    (void)state;
+    enum { N_MAX = 160, ROWS = 37, STRIDE = N_MAX + 7 };
+    float *rows = malloc((size_t)ROWS * STRIDE * sizeof(float)), x[N_MAX], out[ROWS];
+    assert_true(rows != NULL);
+    for (int r = 0; r < ROWS; r++) {
+        fill_gaussian(rows + (size_t)r * STRIDE, STRIDE, 50 + (unsigned)r);
+        for (int j = 0; j < STRIDE; j++) rows[(size_t)r * STRIDE + j] *= (float)(r + 1) * (r % 3 ? 1.0f : 1e-3f);
+    }
+    for (int j = 0; j < STRIDE; j++) {
+        rows[5 * STRIDE + j] = 0.0f;
+        rows[6 * STRIDE + j] = -0.0f;
+    }
+    fill_gaussian(x, N_MAX, 49);
+    const uint64_t lengths[] = {32, 64, 128, 160, 50, 8};
+    for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++)
+        for (uint32_t n_rows = 1; n_rows <= ROWS; n_rows++) {
+            em_f32_dot_rows(rows, STRIDE, n_rows, x, lengths[l], out);
+            for (uint32_t r = 0; r < n_rows; r++) {
+                const float want = em_dot(EM_TYPE_F32, rows + (size_t)r * STRIDE, x, lengths[l]);
+                if (memcmp(&want, &out[r], sizeof want) != 0)
+                    fail_msg("n %u, %u rows, row %u: %.9g, em_dot %.9g", (unsigned)lengths[l], n_rows, r,
+                             (double)out[r], (double)want);
+            }
+        }
+    free(rows);
+}
+
 /* em_f32_add_weighted_rows against IEEE single precision step by step: each product rounded to f32
  * (through a volatile, so no compiler fuses it with the add), then added, rows in order. Lengths
  * on and off the SIMD widths, one row and several, rows spaced wider than their length. */
@@ -933,6 +964,7 @@ int main(void) {
         cmocka_unit_test(test_dot_neon_equals_scalar),
         cmocka_unit_test(test_dot_groups_equal_single_rows),
         cmocka_unit_test(test_q8_0_levels_by_definition),
+        cmocka_unit_test(test_f32_dot_rows_equal_em_dot),
         cmocka_unit_test(test_q8_k_levels_by_definition),
         cmocka_unit_test(test_weighted_rows_unfused),
         cmocka_unit_test(test_fp16_conversions),

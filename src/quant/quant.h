@@ -253,6 +253,14 @@ void em_f32_add_weighted_rows(float *out, const float *rows, uint64_t row_stride
 typedef void (*em_weighted_rows_fn)(float *out, const float *rows, uint64_t row_stride, const float *weights,
                                     uint32_t n_rows, uint64_t n);
 
+/* out[r] = em_dot(EM_TYPE_F32, row r, x, n), bitwise, for r < n_rows (row r at rows + r * row_stride
+ * floats): attention's scores of one query against a run of cached keys. On x86 with AVX-512F (where
+ * the VNNI kernels run) and n a multiple of 32, sixteen rows at a time: each row's sums formed as em_dot's
+ * kernel forms them, its final additions done for all sixteen at once. */
+void em_f32_dot_rows(const float *rows, uint64_t row_stride, uint32_t n_rows, const float *x, uint64_t n, float *out);
+typedef void (*em_f32_dot_rows_fn)(const float *rows, uint64_t row_stride, uint32_t n_rows, const float *x, uint64_t n,
+                                   float *out);
+
 /* The definition em_dot is checked against: decodes both rows to f32 and sums the products in
  * double. Slow; for tests and debugging. */
 float em_dot_reference(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
