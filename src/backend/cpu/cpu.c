@@ -78,7 +78,7 @@ static float *kv_value(cpu_backend *b, uint32_t layer, const em_batch_seq *seq, 
 
 static em_err matmul(cpu_backend *b, const em_weight *w, uint64_t mat, const float *x, uint64_t x_stride, float *y,
                      uint64_t y_stride, uint32_t n_tokens) {
-    em_cpu_matmul mm = {w, mat, x, x_stride, y, y_stride, n_tokens, b->act, b->act_groups};
+    em_cpu_matmul mm = {w, mat, x, x_stride, y, y_stride, n_tokens, b->act, b->act_groups, false};
     return em_cpu_matmul_run(&b->pool, &mm);
 }
 
@@ -92,13 +92,18 @@ typedef struct matmul_out {
 
 /* Several matrices applied to the same n rows of x. A batch of few tokens quantizes x once per
  * activation format (in b->act, from `act` on) and runs all the products as one job; a larger one
- * runs them one by one, with token groups. */
+ * runs them one by one, with token groups, quantizing (and packing) x once for a run of weights of
+ * one type and width (Q, K and V; gate and up). */
 static em_err matmuls(cpu_backend *b, const float *x, uint64_t x_stride, uint32_t n, const matmul_out *outs,
                       uint32_t count) {
     em_err err;
     if (n >= EM_CPU_FEW_TOKENS) {
-        for (uint32_t i = 0; i < count; i++)
-            if ((err = matmul(b, outs[i].w, outs[i].mat, x, x_stride, outs[i].y, outs[i].y_stride, n))) return err;
+        for (uint32_t i = 0; i < count; i++) {
+            const em_weight *w = outs[i].w;
+            const bool same = i > 0 && outs[i - 1].w->type == w->type && outs[i - 1].w->cols == w->cols;
+            em_cpu_matmul mm = {w, outs[i].mat, x, x_stride, outs[i].y, outs[i].y_stride, n, b->act, b->act_groups, same};
+            if ((err = em_cpu_matmul_run(&b->pool, &mm))) return err;
+        }
         return NULL;
     }
     uint8_t *act = b->act;
