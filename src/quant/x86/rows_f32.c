@@ -133,8 +133,12 @@ EM_AVX512F static EM_INLINE void f32_dot_sixteen(const float *rows, uint64_t row
 
 EM_AVX512F static void f32_dot_rows_avx512(const float *rows, uint64_t row_stride, uint32_t n_rows, const float *x,
                                            uint64_t n, float *out) {
-    for (uint32_t r = 0; r < n_rows; r += 16)
-        f32_dot_sixteen(rows + r * row_stride, row_stride, n_rows - r < 16 ? n_rows - r : 16, x, n, out + r);
+    for (uint32_t r = 0; r < n_rows; r += 16) {
+        const uint32_t count = n_rows - r < 16 ? n_rows - r : 16;
+        /* a common head size as a constant: x then stays in registers over the sixteen rows */
+        if (n == 64) f32_dot_sixteen(rows + r * row_stride, row_stride, count, x, 64, out + r);
+        else f32_dot_sixteen(rows + r * row_stride, row_stride, count, x, n, out + r);
+    }
 }
 
 em_f32_dot_rows_fn em_quant_f32_dot_rows_x86(void) {
