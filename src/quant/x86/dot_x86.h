@@ -43,4 +43,7 @@ em_weighted_rows_fn em_quant_weighted_rows_x86(void);
  * NULL. */
 em_f32_dot_rows_fn em_quant_f32_dot_rows_x86(void);
 
+/* The AVX-512 Q8_K quantizer where the VNNI kernels run (quantize_avx512.c), or NULL. */
+em_block_quantize_fn em_quant_q8_k_x86(void);
+
 #endif
