@@ -137,9 +137,10 @@ static void quantize_share(void *ctx, uint32_t ith, uint32_t nth) {
     }
 }
 
-/* Rows of one tile: 16 weight rows (about 18 KB of dense-1b Q4_K) and the activation rows of one
- * token group stay in L1/L2 while the tile is swept; see dot_share. */
-#define DOT_ROW_TILE 16
+/* Rows of one tile: the group kernels take a token group against all of a tile's rows in one call,
+ * the group staying in L1 while the rows (about 74 KB of dense-1b Q4_K) come from L2; a tile
+ * of rows is read from memory once and stays in L2 while every token group passes over it. */
+#define DOT_ROW_TILE 64
 
 static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
     matmul_job *job = ctx;

@@ -69,6 +69,10 @@ static void pack_q8_0(const uint8_t *a, uint64_t stride, uint32_t n_rows, uint64
  * sums and f32 accumulators (eight per row) must stay in the 32 vector registers. */
 #define TILE_ROWS 2
 
+/* Bytes of a group that stay in the L1 data cache beside the rows' weights (it holds 32 KB or more
+ * on CPUs with AVX-512). */
+#define GROUP_IN_L1 (24 << 10)
+
 /* Q4_K, `rows` (1..TILE_ROWS) weight rows against a group. Lane j of a token's integer sum for a
  * block is dot_rows_vnni.c's folded lane j: the sum over the eight sub-blocks s of scale_s times
  * the four products at positions 4j..4j+3 of sub-block s. Here one vpdpbusd takes a sub-block's 32
@@ -87,9 +91,15 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
         EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = _mm512_setzero_ps();
     }
     const __m512i low4 = _mm512_set1_epi8(15), zero = _mm512_setzero_si512();
+    /* A group larger than L1 (a down projection's) comes from L2 block by block for every pair of
+     * rows: fetched two blocks ahead. One that fits stays in L1, where the prefetches only cost. */
+    const bool prefetch = n / 256 * Q4_K_GROUP_BLOCK > GROUP_IN_L1;
     for (uint64_t b = 0; b < n / 256; b++, w += 144, g += Q4_K_GROUP_BLOCK) {
         const __m256 d8 = _mm256_loadu_ps((const float *)(const void *)g);
         const uint8_t *sums = g + Q4_K_GROUP_MINS, *levels = g + Q4_K_GROUP_LEVELS;
+        if (prefetch)
+            for (int line = 0; line < Q4_K_GROUP_BLOCK; line += 64)
+                _mm_prefetch((const char *)g + 2 * Q4_K_GROUP_BLOCK + line, _MM_HINT_T0);
         __m512i isum[TILE_ROWS][PAIRS];
         int32_t scales16[TILE_ROWS][16]; /* each sub-block's scale in both int16 halves, broadcast from memory */
         __m512 scale[TILE_ROWS];
