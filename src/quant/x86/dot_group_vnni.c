@@ -86,6 +86,7 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
     enum { PAIRS = GROUP_TOKENS / 2 };
     __m512 acc[TILE_ROWS][PAIRS]; /* tokens 2p and 2p + 1 side by side: lanes 0..7 and 8..15 */
     __m256 mins_total[TILE_ROWS];
+    __m512 mins_both = _mm512_setzero_ps(); /* with two rows: their mins_total side by side */
     EM_UNROLL(2) for (int r = 0; r < rows; r++) {
         mins_total[r] = _mm256_setzero_ps();
         EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = _mm512_setzero_ps();
@@ -103,18 +104,35 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
         __m512i isum[TILE_ROWS][PAIRS];
         int32_t scales16[TILE_ROWS][16]; /* each sub-block's scale in both int16 halves, broadcast from memory */
         __m512 scale[TILE_ROWS];
+        __m128i sm[TILE_ROWS]; /* the 8 scales, then the 8 mins */
+        EM_UNROLL(2) for (int r = 0; r < rows; r++) sm[r] = k_scales_mins(w + r * row_bytes + 4);
+        if (rows == 2) { /* both rows' min terms in one register: row 0 in lanes 0..7, row 1 in 8..15 */
+            const __m512i mins16 = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm[0], 8)))),
+                _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm[1], 8))), 1);
+            __m512i mins = _mm512_setzero_si512();
+            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0x00), _mm512_broadcast_i64x4(load32(sums)));
+            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0x55), _mm512_broadcast_i64x4(load32(sums + 32)));
+            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0xaa), _mm512_broadcast_i64x4(load32(sums + 64)));
+            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0xff), _mm512_broadcast_i64x4(load32(sums + 96)));
+            const __m512 dmin = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(fp16(w + 2)), _mm512_set1_ps(fp16(w + row_bytes + 2)));
+            const __m512 d8_both = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(d8)));
+            const __m512 min_scale = _mm512_mul_ps(dmin, d8_both);
+            mins_both = _mm512_add_ps(mins_both, _mm512_mul_ps(min_scale, _mm512_cvtepi32_ps(mins)));
+        }
         EM_UNROLL(2) for (int r = 0; r < rows; r++) {
             const uint8_t *wr = w + r * row_bytes;
-            const __m128i sm = k_scales_mins(wr + 4);
-            /* the mins as int16 pairs (2i, 2i + 1), pair i broadcast against sub-block pair i's sums */
-            const __m256i mins16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
-            __m256i mins = _mm256_dpwssd_epi32(_mm256_setzero_si256(), _mm256_shuffle_epi32(mins16, 0x00), load32(sums));
-            mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0x55), load32(sums + 32));
-            mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0xaa), load32(sums + 64));
-            mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0xff), load32(sums + 96));
-            const __m256 min_scale = _mm256_mul_ps(_mm256_set1_ps(fp16(wr + 2)), d8);
-            mins_total[r] = _mm256_add_ps(mins_total[r], _mm256_mul_ps(min_scale, _mm256_cvtepi32_ps(mins)));
-            const __m512i scales32 = _mm512_cvtepu8_epi32(sm);
+            if (rows == 1) {
+                /* the mins as int16 pairs (2i, 2i + 1), pair i broadcast against sub-block pair i's sums */
+                const __m256i mins16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm[r], 8)));
+                __m256i mins = _mm256_dpwssd_epi32(_mm256_setzero_si256(), _mm256_shuffle_epi32(mins16, 0x00), load32(sums));
+                mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0x55), load32(sums + 32));
+                mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0xaa), load32(sums + 64));
+                mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0xff), load32(sums + 96));
+                const __m256 min_scale = _mm256_mul_ps(_mm256_set1_ps(fp16(wr + 2)), d8);
+                mins_total[r] = _mm256_add_ps(mins_total[r], _mm256_mul_ps(min_scale, _mm256_cvtepi32_ps(mins)));
+            }
+            const __m512i scales32 = _mm512_cvtepu8_epi32(sm[r]);
             _mm512_storeu_si512((void *)scales16[r], _mm512_or_si512(scales32, _mm512_slli_epi32(scales32, 16)));
             scale[r] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(fp16(wr)), d8));
             EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) isum[r][p] = zero;
@@ -142,6 +160,10 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
                 const __m512 s = _mm512_permutexvar_ps(pair_index(2 * p), scale[r]);
                 acc[r][p] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum[r][p]), acc[r][p]);
             }
+    }
+    if (rows == 2) {
+        mins_total[0] = _mm512_castps512_ps256(mins_both);
+        mins_total[1] = upper_ps(mins_both);
     }
     EM_UNROLL(2) for (int r = 0; r < rows; r++) {
         float mins_out[GROUP_TOKENS];
