@@ -1,7 +1,7 @@
 /* The batched (prefill) product kernels alone, one thread, in GMAC/s (weight x activation products
  * per second): the packed token-group kernels of Q4_K and Q8_0 (one group of 8 tokens against 16
  * weight rows, held in L1, best of many passes; then dense-1b matrices against 512 tokens, swept as
- * the backend sweeps them) and the BF16 tiles (em_bf16_tiles, several shapes
+ * the backend sweeps them), their activation quantization, and the BF16 tiles (em_bf16_tiles, several shapes
  * from in-L1 to a dense-1b matrix against 512 tokens). Random weights and activations.
  *
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/prefill_kernels.c BUILD/libember_core.a -lm -lpthread -o prefill_kernels
@@ -77,6 +77,31 @@ static int time_group(uint32_t type, const char *name, uint64_t n, uint64_t rows
     return 0;
 }
 
+/* Activation quantization for the weight type (Q8_K for Q4_K, Q8_0 for Q8_0): 512 rows of 8192
+ * Gaussian-like values, ns per element. */
+static int time_quantize(uint32_t type, const char *name) {
+    enum { N = 512 * 8192 };
+    float *x = malloc(N * sizeof *x);
+    uint8_t *out = malloc(N * 2);
+    if (!x || !out) return 1;
+    for (uint64_t i = 0; i < N; i++) x[i] = uniform() + uniform() + uniform();
+    double best = 1e30;
+    for (int pass = 0; pass < 10; pass++) {
+        const double t0 = now();
+        em_err err = em_quantize_activation(type, x, out, N);
+        const double seconds = now() - t0;
+        if (err) {
+            fprintf(stderr, "prefill_kernels: %s: %s\n", name, em_err_message(err));
+            return 1;
+        }
+        if (seconds < best) best = seconds;
+    }
+    printf("%-5s activations quantized: %.3f ns per element\n", name, best / N * 1e9);
+    free(x);
+    free(out);
+    return 0;
+}
+
 static int time_bf16_tiles(uint32_t rows, uint32_t tokens, uint64_t n, int passes) {
     float *w = malloc(rows * n * sizeof *w), *x = malloc(tokens * n * sizeof *x);
     float *y = malloc(rows * tokens * sizeof *y);
@@ -119,6 +144,7 @@ int main(void) {
         failed |= time_group(type, name, 8192, 16, 8, 16, 2000);
         failed |= time_group(type, name, 2048, 8192, 512, 64, 5); /* dense-1b's gate (or up) and 512 tokens */
         failed |= time_group(type, name, 8192, 2048, 512, 64, 5); /* its down projection */
+        failed |= time_quantize(type, name);
     }
     failed |= time_bf16_tiles(16, 6, 512, 20000);
     failed |= time_bf16_tiles(16, 48, 2048, 500);
