@@ -1,8 +1,9 @@
 /* The batched (prefill) product kernels alone, one thread, in GMAC/s (weight x activation products
  * per second): the packed token-group kernels of Q4_K and Q8_0 (one group of 8 tokens against 16
  * weight rows, held in L1, best of many passes; then dense-1b matrices against 512 tokens, swept as
- * the backend sweeps them), their activation quantization, and the BF16 tiles (em_bf16_tiles, several shapes
- * from in-L1 to a dense-1b matrix against 512 tokens). Random weights and activations.
+ * the backend sweeps them), their activation quantization, and the BF16 tiles (em_bf16_tiles,
+ * several shapes from in-L1 to a dense-1b matrix against 512 tokens). Random weights and
+ * activations.
  *
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/prefill_kernels.c BUILD/libember_core.a -lm -lpthread -o prefill_kernels
  *   ./prefill_kernels
@@ -60,14 +61,16 @@ static int time_group(uint32_t type, const char *name, uint64_t n, uint64_t rows
         const double t0 = now();
         for (uint64_t r = 0; r < rows; r += tile)
             for (uint32_t g = 0; g < groups; g++)
-                kernel(q + r * row_bytes, row_bytes, (uint32_t)(rows - r < tile ? rows - r : tile), packed + g * group_bytes,
-                       EM_DOT_GROUP_TOKENS, n, y + (uint64_t)g * EM_DOT_GROUP_TOKENS * rows + r, rows);
+                kernel(q + r * row_bytes, row_bytes, (uint32_t)(rows - r < tile ? rows - r : tile),
+                       packed + g * group_bytes, EM_DOT_GROUP_TOKENS, n,
+                       y + (uint64_t)g * EM_DOT_GROUP_TOKENS * rows + r, rows);
         sink += y[0];
         const double seconds = now() - t0;
         if (seconds < best) best = seconds;
     }
     printf("%-5s group: %u tokens x %llu rows x %llu columns, tiles of %llu rows: %6.1f GMAC/s\n", name, tokens,
-           (unsigned long long)rows, (unsigned long long)n, (unsigned long long)tile, rows * (double)tokens * n / best / 1e9);
+           (unsigned long long)rows, (unsigned long long)n, (unsigned long long)tile,
+           rows * (double)tokens * n / best / 1e9);
     free(w);
     free(x);
     free(y);

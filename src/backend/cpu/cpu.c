@@ -101,7 +101,8 @@ static em_err matmuls(cpu_backend *b, const float *x, uint64_t x_stride, uint32_
         for (uint32_t i = 0; i < count; i++) {
             const em_weight *w = outs[i].w;
             const bool same = i > 0 && outs[i - 1].w->type == w->type && outs[i - 1].w->cols == w->cols;
-            em_cpu_matmul mm = {w, outs[i].mat, x, x_stride, outs[i].y, outs[i].y_stride, n, b->act, b->act_groups, same};
+            em_cpu_matmul mm = {w, outs[i].mat, x, x_stride, outs[i].y, outs[i].y_stride, n,
+                                b->act, b->act_groups, same};
             if ((err = em_cpu_matmul_run(&b->pool, &mm))) return err;
         }
         return NULL;

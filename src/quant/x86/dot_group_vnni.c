@@ -112,10 +112,14 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
                 _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm[1], 8))), 1);
             __m512i mins = _mm512_setzero_si512();
             mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0x00), _mm512_broadcast_i64x4(load32(sums)));
-            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0x55), _mm512_broadcast_i64x4(load32(sums + 32)));
-            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0xaa), _mm512_broadcast_i64x4(load32(sums + 64)));
-            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0xff), _mm512_broadcast_i64x4(load32(sums + 96)));
-            const __m512 dmin = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(fp16(w + 2)), _mm512_set1_ps(fp16(w + row_bytes + 2)));
+            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0x55),
+                                       _mm512_broadcast_i64x4(load32(sums + 32)));
+            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0xaa),
+                                       _mm512_broadcast_i64x4(load32(sums + 64)));
+            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0xff),
+                                       _mm512_broadcast_i64x4(load32(sums + 96)));
+            const __m512 dmin =
+                _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(fp16(w + 2)), _mm512_set1_ps(fp16(w + row_bytes + 2)));
             const __m512 d8_both = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(d8)));
             const __m512 min_scale = _mm512_mul_ps(dmin, d8_both);
             mins_both = _mm512_add_ps(mins_both, _mm512_mul_ps(min_scale, _mm512_cvtepi32_ps(mins)));
@@ -125,7 +129,8 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
             if (rows == 1) {
                 /* the mins as int16 pairs (2i, 2i + 1), pair i broadcast against sub-block pair i's sums */
                 const __m256i mins16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm[r], 8)));
-                __m256i mins = _mm256_dpwssd_epi32(_mm256_setzero_si256(), _mm256_shuffle_epi32(mins16, 0x00), load32(sums));
+                __m256i mins = _mm256_setzero_si256();
+                mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0x00), load32(sums));
                 mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0x55), load32(sums + 32));
                 mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0xaa), load32(sums + 64));
                 mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0xff), load32(sums + 96));
@@ -196,7 +201,8 @@ EM_VNNI static EM_INLINE void q8_0_tile(const uint8_t *w, uint64_t row_bytes, co
                                         uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
     enum { PAIRS = GROUP_TOKENS / 2 };
     __m512 acc[TILE_ROWS][PAIRS];
-    EM_UNROLL(2) for (int r = 0; r < rows; r++) EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = _mm512_setzero_ps();
+    EM_UNROLL(2) for (int r = 0; r < rows; r++)
+        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = _mm512_setzero_ps();
     for (uint64_t b = 0; b < n / 32; b++, w += 34, g += Q8_0_GROUP_BLOCK) {
         __m512i q[TILE_ROWS], offset[TILE_ROWS];
         __m512 weight_scale[TILE_ROWS];
@@ -215,7 +221,8 @@ EM_VNNI static EM_INLINE void q8_0_tile(const uint8_t *w, uint64_t row_bytes, co
             const __m512 d8_pair = _mm512_permutexvar_ps(pair_index(2 * p), d8);
             EM_UNROLL(2) for (int r = 0; r < rows; r++) {
                 const __m512i isum = _mm512_dpbusd_epi32(offset[r], act, q[r]);
-                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(weight_scale[r], d8_pair), _mm512_cvtepi32_ps(isum), acc[r][p]);
+                const __m512 scale = _mm512_mul_ps(weight_scale[r], d8_pair);
+                acc[r][p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acc[r][p]);
             }
         }
     }
