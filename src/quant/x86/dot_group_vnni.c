@@ -75,11 +75,12 @@ static void pack_q8_0(const uint8_t *a, uint64_t stride, uint32_t n_rows, uint64
 
 /* Q4_K, `rows` (1..TILE_ROWS) weight rows against a group. Lane j of a token's integer sum for a
  * block is dot_rows_vnni.c's folded lane j: the sum over the eight sub-blocks s of scale_s times
- * the four products at positions 4j..4j+3 of sub-block s. Here one vpdpbusd takes a sub-block's 32
- * nibbles (in both halves of the register) against two tokens' levels of that sub-block (lanes 0..7
- * and 8..15), and one vpdpwssd adds it times scale_s; so no lanes need folding and the two tokens'
- * sums sit side by side as the f32 steps take them. Integer sums are exact in any order: the
- * results are the single-row kernel's bitwise. The min terms of all eight tokens in one vector per
+ * the four products at positions 4j..4j+3 of sub-block s. Here one vpmaddubsw multiplies a
+ * sub-block's 32 nibbles (in both halves of the register) by two tokens' levels of that sub-block,
+ * adding neighbouring products to int16 (at most 2 * 15 * 128, never saturating), and one vpdpwssd
+ * adds each 32-bit lane's two int16 sums times scale_s: lanes 0..7 for token 2p, 8..15 for 2p + 1,
+ * so no lanes need folding and the two tokens' sums sit side by side as the f32 steps take them.
+ * Integer sums are exact in any order: the results are the single-row kernel's bitwise. The min terms of all eight tokens in one vector per
  * row (lane t: token t), the f32 steps of the single-row kernel per lane. */
 EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, const int rows, const uint8_t *g,
                                         uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
