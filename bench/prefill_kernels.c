@@ -1,7 +1,9 @@
 /* The batched (prefill) product kernels alone, one thread, in GMAC/s (weight x activation products
  * per second): the packed token-group kernels of Q4_K and Q8_0 (one group of 8 tokens against 16
- * weight rows, held in L1, best of many passes) and the BF16 tiles (em_bf16_tiles, several shapes
- * from in-L1 to a dense-1b matrix against 512 tokens). Random weights and activations.
+ * weight rows, held in L1, best of many passes; then dense-1b matrices against 512 tokens, swept as
+ * the backend sweeps them), their activation quantization, and the BF16 tiles (em_bf16_tiles,
+ * several shapes from in-L1 to a dense-1b matrix against 512 tokens). Random weights and
+ * activations.
  *
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/prefill_kernels.c BUILD/libember_core.a -lm -lpthread -o prefill_kernels
  *   ./prefill_kernels
@@ -22,8 +24,11 @@ static double now(void) {
 
 static float uniform(void) { return rand() / (float)RAND_MAX - 0.5f; }
 
-/* One packed group of 8 tokens against `rows` weight rows of `n` columns. */
-static int time_group(uint32_t type, const char *name, uint64_t n, uint64_t rows, int passes) {
+/* `tokens` (a multiple of 8) packed in groups of 8, against `rows` weight rows of `n` columns, swept as
+ * the CPU backend's batched products sweep them: tiles of `tile` rows, every group against a whole
+ * tile per kernel call. */
+static int time_group(uint32_t type, const char *name, uint64_t n, uint64_t rows, uint32_t tokens, uint64_t tile,
+                      int passes) {
     const em_dot_group_fn kernel = em_dot_group_kernel(type);
     if (!kernel) {
         printf("%-5s group: no kernel on this CPU\n", name);
@@ -32,13 +37,14 @@ static int time_group(uint32_t type, const char *name, uint64_t n, uint64_t rows
     uint64_t row_bytes = 0, act_bytes = 0;
     em_err err = em_type_row_bytes(type, n, &row_bytes);
     if (!err) err = em_type_row_bytes(em_dot_activation_type(type), n, &act_bytes);
-    float *w = malloc(rows * n * sizeof *w), *x = malloc(n * sizeof *x);
-    uint8_t *q = malloc(rows * row_bytes), *a = malloc(EM_DOT_GROUP_TOKENS * act_bytes);
-    uint8_t *group = malloc(em_dot_group_bytes(type, n));
-    if (!err && (!w || !x || !q || !a || !group)) err = em_errorf(EM_ERR_NOMEM, "out of memory");
+    const uint32_t groups = tokens / EM_DOT_GROUP_TOKENS;
+    const uint64_t group_bytes = em_dot_group_bytes(type, n);
+    float *w = malloc(rows * n * sizeof *w), *x = malloc(n * sizeof *x), *y = malloc(rows * tokens * sizeof *y);
+    uint8_t *q = malloc(rows * row_bytes), *a = malloc(tokens * act_bytes), *packed = malloc(groups * group_bytes);
+    if (!err && (!w || !x || !y || !q || !a || !packed)) err = em_errorf(EM_ERR_NOMEM, "out of memory");
     for (uint64_t i = 0; !err && i < rows * n; i++) w[i] = uniform();
     if (!err) err = em_quantize_rows(type, w, q, rows, n, NULL);
-    for (int t = 0; !err && t < EM_DOT_GROUP_TOKENS; t++) {
+    for (uint32_t t = 0; !err && t < tokens; t++) {
         for (uint64_t i = 0; i < n; i++) x[i] = uniform();
         err = em_quantize_activation(type, x, a + t * act_bytes, n);
     }
@@ -46,26 +52,56 @@ static int time_group(uint32_t type, const char *name, uint64_t n, uint64_t rows
         fprintf(stderr, "prefill_kernels: %s: %s\n", name, em_err_message(err));
         return 1;
     }
-    em_dot_group_pack(type, a, act_bytes, EM_DOT_GROUP_TOKENS, n, group);
-    float out[EM_DOT_GROUP_TOKENS];
+    for (uint32_t g = 0; g < groups; g++)
+        em_dot_group_pack(type, a + g * EM_DOT_GROUP_TOKENS * act_bytes, act_bytes, EM_DOT_GROUP_TOKENS, n,
+                          packed + g * group_bytes);
     volatile float sink = 0; /* the results are used, so no pass can be optimized away */
     double best = 1e30;
     for (int pass = 0; pass < passes; pass++) {
         const double t0 = now();
-        for (uint64_t r = 0; r < rows; r++) {
-            kernel(q + r * row_bytes, group, EM_DOT_GROUP_TOKENS, n, out);
-            sink += out[0];
-        }
+        for (uint64_t r = 0; r < rows; r += tile)
+            for (uint32_t g = 0; g < groups; g++)
+                kernel(q + r * row_bytes, row_bytes, (uint32_t)(rows - r < tile ? rows - r : tile),
+                       packed + g * group_bytes, EM_DOT_GROUP_TOKENS, n,
+                       y + (uint64_t)g * EM_DOT_GROUP_TOKENS * rows + r, rows);
+        sink += y[0];
         const double seconds = now() - t0;
         if (seconds < best) best = seconds;
     }
-    printf("%-5s group: 8 tokens x %llu rows x %llu columns: %6.1f GMAC/s\n", name, (unsigned long long)rows,
-           (unsigned long long)n, rows * (double)EM_DOT_GROUP_TOKENS * n / best / 1e9);
+    printf("%-5s group: %u tokens x %llu rows x %llu columns, tiles of %llu rows: %6.1f GMAC/s\n", name, tokens,
+           (unsigned long long)rows, (unsigned long long)n, (unsigned long long)tile,
+           rows * (double)tokens * n / best / 1e9);
     free(w);
     free(x);
+    free(y);
     free(q);
     free(a);
-    free(group);
+    free(packed);
+    return 0;
+}
+
+/* Activation quantization for the weight type (Q8_K for Q4_K, Q8_0 for Q8_0): 512 rows of 8192
+ * Gaussian-like values, ns per element. */
+static int time_quantize(uint32_t type, const char *name) {
+    enum { N = 512 * 8192 };
+    float *x = malloc(N * sizeof *x);
+    uint8_t *out = malloc(N * 2);
+    if (!x || !out) return 1;
+    for (uint64_t i = 0; i < N; i++) x[i] = uniform() + uniform() + uniform();
+    double best = 1e30;
+    for (int pass = 0; pass < 10; pass++) {
+        const double t0 = now();
+        em_err err = em_quantize_activation(type, x, out, N);
+        const double seconds = now() - t0;
+        if (err) {
+            fprintf(stderr, "prefill_kernels: %s: %s\n", name, em_err_message(err));
+            return 1;
+        }
+        if (seconds < best) best = seconds;
+    }
+    printf("%-5s activations quantized: %.3f ns per element\n", name, best / N * 1e9);
+    free(x);
+    free(out);
     return 0;
 }
 
@@ -104,10 +140,15 @@ int main(void) {
     srand(1);
     printf("isa %s, bf16 tiles %s, 1 thread\n", em_dot_isa(), em_bf16_tiles_available() ? "avx512-bf16" : "plain");
     int failed = 0;
-    failed |= time_group(EM_TYPE_Q4_K, "q4_k", 2048, 16, 5000);
-    failed |= time_group(EM_TYPE_Q4_K, "q4_k", 8192, 16, 2000);
-    failed |= time_group(EM_TYPE_Q8_0, "q8_0", 2048, 16, 5000);
-    failed |= time_group(EM_TYPE_Q8_0, "q8_0", 8192, 16, 2000);
+    for (int t = 0; t < 2; t++) {
+        const uint32_t type = t ? EM_TYPE_Q8_0 : EM_TYPE_Q4_K;
+        const char *name = t ? "q8_0" : "q4_k";
+        failed |= time_group(type, name, 2048, 16, 8, 16, 5000); /* in L1 */
+        failed |= time_group(type, name, 8192, 16, 8, 16, 2000);
+        failed |= time_group(type, name, 2048, 8192, 512, 64, 5); /* dense-1b's gate (or up) and 512 tokens */
+        failed |= time_group(type, name, 8192, 2048, 512, 64, 5); /* its down projection */
+        failed |= time_quantize(type, name);
+    }
     failed |= time_bf16_tiles(16, 6, 512, 20000);
     failed |= time_bf16_tiles(16, 48, 2048, 500);
     failed |= time_bf16_tiles(1024, 512, 2048, 3);

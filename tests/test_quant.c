@@ -664,12 +664,13 @@ static void test_dot_neon_equals_scalar(void **state) {
 /* Packed token groups must give em_dot's results bitwise, like em_dot_rows: every group size (1
  * to EM_DOT_GROUP_TOKENS, ragged groups padded inside the pack), rows of one block and of several,
  * rows spaced wider than their size, each activation row at its own scale, several weight rows
- * against one packed group. On a CPU without the kernels (or under EMBER_CPU_ISA=avx2) there is
- * no group kernel and no group size. */
+ * against one packed group in one call (past the kernels' tiles of rows, with the remainder) and
+ * each alone, results written with a stride wider than the rows. On a CPU without the kernels (or
+ * under EMBER_CPU_ISA=avx2) there is no group kernel and no group size. */
 static void test_dot_groups_equal_single_rows(void **state) {
     (void)state;
     static const char *const types[] = {"Q4_K", "Q8_0", "Q6_K", "F32"};
-    enum { N_MAX = 1024 + 256, WROWS = 3, STRIDE = N_MAX * 4 + 64 };
+    enum { N_MAX = 1024 + 256, WROWS = 7, OUT_STRIDE = WROWS + 2, STRIDE = N_MAX * 4 + 64 };
     float *w = malloc(N_MAX * sizeof(float)), *x = malloc(N_MAX * sizeof(float));
     uint8_t *wq = malloc((size_t)WROWS * N_MAX * 4), *aq = malloc((size_t)EM_DOT_GROUP_TOKENS * STRIDE);
     uint8_t *group = malloc((size_t)EM_DOT_GROUP_TOKENS * STRIDE);
@@ -700,14 +701,17 @@ static void test_dot_groups_equal_single_rows(void **state) {
             for (uint32_t n_rows = 1; n_rows <= EM_DOT_GROUP_TOKENS; n_rows++) {
                 memset(group, 0xa5, bytes); /* stale bytes must not leak into a ragged group */
                 em_dot_group_pack(type, aq, STRIDE, n_rows, n, group);
+                float all[EM_DOT_GROUP_TOKENS * OUT_STRIDE], alone[EM_DOT_GROUP_TOKENS];
+                kernel(wq, wrow, WROWS, group, n_rows, n, all, OUT_STRIDE);
                 for (int r = 0; r < WROWS; r++) {
-                    float out[EM_DOT_GROUP_TOKENS];
-                    kernel(wq + (size_t)r * wrow, group, n_rows, n, out);
+                    kernel(wq + (size_t)r * wrow, wrow, 1, group, n_rows, n, alone, 1);
                     for (uint32_t k = 0; k < n_rows; k++) {
                         float single = em_dot(type, wq + (size_t)r * wrow, aq + (size_t)k * STRIDE, n);
-                        if (memcmp(&single, &out[k], sizeof single) != 0)
-                            fail_msg("%s, n %u, %u tokens, weight row %d, token %u: group %.9g, em_dot %.9g",
-                                     types[t], (unsigned)n, n_rows, r, k, (double)out[k], (double)single);
+                        const float *tiled = &all[k * OUT_STRIDE + (uint32_t)r];
+                        if (memcmp(&single, tiled, sizeof single) != 0 || memcmp(&single, &alone[k], sizeof single) != 0)
+                            fail_msg("%s, n %u, %u tokens, weight row %d, token %u: group %.9g (alone %.9g), em_dot %.9g",
+                                     types[t], (unsigned)n, n_rows, r, k, (double)*tiled, (double)alone[k],
+                                     (double)single);
                     }
                 }
             }
@@ -718,6 +722,37 @@ static void test_dot_groups_equal_single_rows(void **state) {
     free(wq);
     free(aq);
     free(group);
+}
+
+/* em_f32_dot_rows must give em_dot's F32 results bitwise: row counts past and between the SIMD
+ * kernel's sixteen, lengths it takes (multiples of 32) and others, rows spaced wider than their
+ * length, rows of different scales, a row of zeros and one of negative zeros. */
+static void test_f32_dot_rows_equal_em_dot(void **state) {
+    (void)state;
+    enum { N_MAX = 160, ROWS = 37, STRIDE = N_MAX + 7 };
+    float *rows = malloc((size_t)ROWS * STRIDE * sizeof(float)), x[N_MAX], out[ROWS];
+    assert_true(rows != NULL);
+    for (int r = 0; r < ROWS; r++) {
+        fill_gaussian(rows + (size_t)r * STRIDE, STRIDE, 50 + (unsigned)r);
+        for (int j = 0; j < STRIDE; j++) rows[(size_t)r * STRIDE + j] *= (float)(r + 1) * (r % 3 ? 1.0f : 1e-3f);
+    }
+    for (int j = 0; j < STRIDE; j++) {
+        rows[5 * STRIDE + j] = 0.0f;
+        rows[6 * STRIDE + j] = -0.0f;
+    }
+    fill_gaussian(x, N_MAX, 49);
+    const uint64_t lengths[] = {32, 64, 128, 160, 50, 8};
+    for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++)
+        for (uint32_t n_rows = 1; n_rows <= ROWS; n_rows++) {
+            em_f32_dot_rows(rows, STRIDE, n_rows, x, lengths[l], out);
+            for (uint32_t r = 0; r < n_rows; r++) {
+                const float want = em_dot(EM_TYPE_F32, rows + (size_t)r * STRIDE, x, lengths[l]);
+                if (memcmp(&want, &out[r], sizeof want) != 0)
+                    fail_msg("n %u, %u rows, row %u: %.9g, em_dot %.9g", (unsigned)lengths[l], n_rows, r,
+                             (double)out[r], (double)want);
+            }
+        }
+    free(rows);
 }
 
 /* em_f32_add_weighted_rows against IEEE single precision step by step: each product rounded to f32
@@ -817,6 +852,50 @@ static void test_q8_k_levels_by_definition(void **state) {
     free(one);
 }
 
+/* Q8_0 levels by the definition: d = max |x| / 127 (NaN never the maximum) stored as fp16, every
+ * level roundf(x * (1 / d)) (half away from zero; 0 where d is 0; a NaN product 0). Blocks with
+ * products landing exactly on halves, ties for the largest magnitude, Gaussian blocks at several
+ * scales, a block too small for 1 / d to be finite, and blocks holding NaN or an infinity go
+ * through em_quantize one block at a time and in one call. */
+static void test_q8_0_levels_by_definition(void **state) {
+    (void)state;
+    enum { BLOCKS = 10, N = BLOCKS * 32 };
+    float x[N];
+    uint8_t q[BLOCKS * 34], one[34];
+    fill_gaussian(x, N, 78);
+    for (int j = 0; j < 32; j++) x[j] = (float)(j - 16) + 0.5f; /* halves at 1 / d = 1... */
+    x[5] = -127.0f;                                              /* ...and a tie, later */
+    x[9] = 127.0f;
+    for (int j = 0; j < 32; j++) x[32 + j] = (float)((j % 16) - 8) * 0.25f; /* quarters at 1 / d = 2 */
+    x[32 + 3] = 63.5f;
+    for (int j = 0; j < 32; j++) x[96 + j] *= 1e-40f; /* subnormal: d rounds to 0 or 1 / d overflows */
+    for (int j = 0; j < 32; j++) x[128 + j] *= 3e4f;
+    x[160 + 5] = NAN;
+    x[192 + 20] = INFINITY;
+    for (int j = 0; j < 32; j++) x[224 + j] = 0.0f;
+    x[256 + 1] = -INFINITY;
+    x[256 + 2] = NAN;
+    assert_ok(em_quantize(EM_TYPE_Q8_0, x, q, N));
+    for (int b = 0; b < BLOCKS; b++) {
+        const float *xb = x + 32 * b;
+        const uint8_t *qb = q + 34 * b;
+        assert_ok(em_quantize(EM_TYPE_Q8_0, xb, one, 32));
+        assert_memory_equal(one, qb, 34);
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+        const float d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
+        assert_int_equal(qb[0] | (qb[1] << 8), em_f32_to_fp16(d));
+        for (int j = 0; j < 32; j++) {
+            const float r = roundf(xb[j] * id);
+            /* a finite product is at most 127 and a little; an infinite one wraps to 0 as an int8 */
+            const int want = r != r || fabsf(r) > 128.0f ? 0 : (int)r;
+            const int8_t got = (int8_t)qb[2 + j];
+            if (got != (int8_t)want)
+                fail_msg("block %d element %d: level %d, roundf(%.9g) = %d", b, j, got, (double)(xb[j] * id), want);
+        }
+    }
+}
+
 /* ---- conversions and errors ---- */
 
 static void test_fp16_conversions(void **state) {
@@ -884,6 +963,8 @@ int main(void) {
         cmocka_unit_test(test_bf16_tiles_within_bound),
         cmocka_unit_test(test_dot_neon_equals_scalar),
         cmocka_unit_test(test_dot_groups_equal_single_rows),
+        cmocka_unit_test(test_q8_0_levels_by_definition),
+        cmocka_unit_test(test_f32_dot_rows_equal_em_dot),
         cmocka_unit_test(test_q8_k_levels_by_definition),
         cmocka_unit_test(test_weighted_rows_unfused),
         cmocka_unit_test(test_fp16_conversions),

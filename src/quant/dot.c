@@ -277,3 +277,14 @@ void em_f32_add_weighted_rows(float *out, const float *rows, uint64_t row_stride
     for (uint32_t p = 0; p < n_rows; p++)
         for (uint64_t j = 0; j < n; j++) out[j] += weights[p] * rows[p * row_stride + j];
 }
+
+void em_f32_dot_rows(const float *rows, uint64_t row_stride, uint32_t n_rows, const float *x, uint64_t n, float *out) {
+    em_f32_dot_rows_fn simd = n % 32 == 0 ? em_quant_f32_dot_rows_x86() : NULL;
+    if (simd) {
+        simd(rows, row_stride, n_rows, x, n, out);
+        return;
+    }
+    const em_dot_fn dot = em_dot_kernel(EM_TYPE_F32);
+    for (uint32_t r = 0; r < n_rows; r++)
+        out[r] = dot ? dot(rows + r * row_stride, x, n) : em_dot_reference(EM_TYPE_F32, rows + r * row_stride, x, n);
+}

@@ -127,6 +127,11 @@ void em_quantize_q4_k(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_q5_k(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_q6_k(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_q8_k(const float *x, uint8_t *out, uint64_t n_blocks);
+/* em_quantize_q8_k without SIMD (kquants.c): what it runs where x86/quantize_avx512.c does not, and
+ * what that code hands its non-finite blocks to. */
+void em_quantize_q8_k_portable(const float *x, uint8_t *out, uint64_t n_blocks);
+/* A block quantizer: n_blocks blocks of x into out. */
+typedef void (*em_block_quantize_fn)(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_iq4_nl(const float *x, uint8_t *out, uint64_t n_blocks);
 void em_quantize_iq4_xs(const float *x, uint8_t *out, uint64_t n_blocks);
 /* IQ3_XXS needs search tables on the heap, so it can fail (EM_ERR_NOMEM). `importance` (n_blocks * 256

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "x86/dot_x86.h"
 
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
@@ -302,6 +303,12 @@ static void q8_k_block_exact(const float *x, uint8_t *out, float iscale) {
  * step outward when the exact remainder reaches a half, which is roundf's result for any value
  * below 2^23 in magnitude. */
 void em_quantize_q8_k(const float *x, uint8_t *out, uint64_t n_blocks) {
+    const em_block_quantize_fn simd = em_quant_q8_k_x86();
+    if (simd) simd(x, out, n_blocks);
+    else em_quantize_q8_k_portable(x, out, n_blocks);
+}
+
+void em_quantize_q8_k_portable(const float *x, uint8_t *out, uint64_t n_blocks) {
     for (uint64_t i = 0; i < n_blocks; i++, x += 256, out += 292) {
         /* amax: the largest magnitude; max: the first element that has it */
         float amax = 0;

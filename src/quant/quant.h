@@ -206,9 +206,12 @@ const char *em_dot_isa(void);
  * and Q8_0; elsewhere em_dot_group_kernel is NULL and callers use em_dot_rows. */
 #define EM_DOT_GROUP_TOKENS 8
 
-/* out[t] = em_dot(weight_type, weight_row, activation row t, n), bitwise, for t < n_rows, where
- * `group` holds those n_rows rows as em_dot_group_pack packed them (same n and n_rows). */
-typedef void (*em_dot_group_fn)(const void *weight_row, const void *group, uint32_t n_rows, uint64_t n, float *out);
+/* out[t * out_stride + r] = em_dot(weight_type, weight row r, activation row t, n), bitwise, for
+ * weight rows r < n_weight_rows (row r at weight_rows + r * row_bytes) and tokens t < n_tokens,
+ * where `group` holds those n_tokens activation rows as em_dot_group_pack packed them (the same n,
+ * n_rows = n_tokens). The kernels take a few weight rows at a time, so each activation load serves them all. */
+typedef void (*em_dot_group_fn)(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group,
+                                uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride);
 
 /* The group kernel for `weight_type` on this CPU, or NULL (no kernel: do not pack). */
 em_dot_group_fn em_dot_group_kernel(uint32_t weight_type);
@@ -249,6 +252,14 @@ void em_f32_add_weighted_rows(float *out, const float *rows, uint64_t row_stride
                               uint32_t n_rows, uint64_t n);
 typedef void (*em_weighted_rows_fn)(float *out, const float *rows, uint64_t row_stride, const float *weights,
                                     uint32_t n_rows, uint64_t n);
+
+/* out[r] = em_dot(EM_TYPE_F32, row r, x, n), bitwise, for r < n_rows (row r at rows + r * row_stride
+ * floats): attention's scores of one query against a run of cached keys. On x86 with AVX-512F (where
+ * the VNNI kernels run) and n a multiple of 32, sixteen rows at a time: each row's sums formed as em_dot's
+ * kernel forms them, its final additions done for all sixteen at once. */
+void em_f32_dot_rows(const float *rows, uint64_t row_stride, uint32_t n_rows, const float *x, uint64_t n, float *out);
+typedef void (*em_f32_dot_rows_fn)(const float *rows, uint64_t row_stride, uint32_t n_rows, const float *x, uint64_t n,
+                                   float *out);
 
 /* The definition em_dot is checked against: decodes both rows to f32 and sums the products in
  * double. Slow; for tests and debugging. */

@@ -113,13 +113,46 @@ static void quantize_q5_1(const float *x, uint8_t *out, uint64_t n_blocks) {
     }
 }
 
-/* Q8_0: d = max|x| / 127, q = round-half-away(x * (1/d)). */
+/* Q8_0: d = max|x| / 127, q = round-half-away(x * (1/d)). The activations of every batched product
+ * with Q8_0 weights pass through here, so a block of finite numbers with a finite 1/d skips the libm
+ * call per element and is written so compilers vectorize it, as em_quantize_q8_k does: truncation,
+ * then one step outward when the exact remainder reaches a half, which is roundf's result for any
+ * value below 2^23 in magnitude (here at most 127 and a little). Other blocks take roundf. */
 static void quantize_q8_0(const float *x, uint8_t *out, uint64_t n_blocks) {
     for (uint64_t i = 0; i < n_blocks; i++, x += 32, out += 34) {
-        float d = absmax(x, 32) / 127;
+        /* The magnitudes' bit patterns order as the magnitudes do, with infinity and then NaN
+         * above every finite number: an integer maximum vectorizes where a float one may not. */
+        uint32_t bits[32], amax_bits = 0;
+        memcpy(bits, x, sizeof bits);
+        for (int j = 0; j < 32; j++) {
+            const uint32_t magnitude = bits[j] & 0x7fffffffu;
+            amax_bits = magnitude > amax_bits ? magnitude : amax_bits;
+        }
+        if (amax_bits >= 0x7f800000u) { /* an infinity or a NaN: the definition */
+            float d = absmax(x, 32) / 127;
+            float id = d != 0 ? 1.0f / d : 0.0f;
+            em_store_u16(out, em_f32_to_fp16(d));
+            for (int j = 0; j < 32; j++) out[2 + j] = (uint8_t)(int8_t)em_round_int(x[j] * id);
+            continue;
+        }
+        float amax;
+        memcpy(&amax, &amax_bits, sizeof amax);
+        float d = amax / 127;
         float id = d != 0 ? 1.0f / d : 0.0f;
         em_store_u16(out, em_f32_to_fp16(d));
-        for (int j = 0; j < 32; j++) out[2 + j] = (uint8_t)(int8_t)em_round_int(x[j] * id);
+        if (!isfinite(id)) { /* d below the smallest normal number */
+            for (int j = 0; j < 32; j++) out[2 + j] = (uint8_t)(int8_t)em_round_int(x[j] * id);
+            continue;
+        }
+        int8_t levels[32];
+        for (int j = 0; j < 32; j++) {
+            const float v = x[j] * id;
+            int level = (int)v;
+            const float rest = v - (float)level;
+            level += (rest >= 0.5f) - (rest <= -0.5f);
+            levels[j] = (int8_t)level;
+        }
+        memcpy(out + 2, levels, 32);
     }
 }
 

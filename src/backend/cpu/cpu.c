@@ -30,8 +30,9 @@ typedef struct cpu_backend {
     float *chosen_weight; /* [token][n_expert_used] */
     uint32_t *members;    /* tokens routed to one expert */
     float *member_weight;
-    float *scores;        /* cap_positions floats per thread */
+    float *scores;        /* per thread, cap_positions floats per query head of a KV head's group */
     uint32_t cap_positions;
+    uint64_t scores_per_thread;
     float *rope_angles;   /* cos, sin of one position's angles: n_rot floats */
     uint8_t *act;         /* activations in the dot-product format */
     uint8_t *act_groups;  /* the same packed in token groups (em_cpu_matmul's groups), or NULL */
@@ -77,7 +78,7 @@ static float *kv_value(cpu_backend *b, uint32_t layer, const em_batch_seq *seq, 
 
 static em_err matmul(cpu_backend *b, const em_weight *w, uint64_t mat, const float *x, uint64_t x_stride, float *y,
                      uint64_t y_stride, uint32_t n_tokens) {
-    em_cpu_matmul mm = {w, mat, x, x_stride, y, y_stride, n_tokens, b->act, b->act_groups};
+    em_cpu_matmul mm = {w, mat, x, x_stride, y, y_stride, n_tokens, b->act, b->act_groups, false};
     return em_cpu_matmul_run(&b->pool, &mm);
 }
 
@@ -91,13 +92,19 @@ typedef struct matmul_out {
 
 /* Several matrices applied to the same n rows of x. A batch of few tokens quantizes x once per
  * activation format (in b->act, from `act` on) and runs all the products as one job; a larger one
- * runs them one by one, with token groups. */
+ * runs them one by one, with token groups, quantizing (and packing) x once for a run of weights of
+ * one type and width (Q, K and V; gate and up). */
 static em_err matmuls(cpu_backend *b, const float *x, uint64_t x_stride, uint32_t n, const matmul_out *outs,
                       uint32_t count) {
     em_err err;
     if (n >= EM_CPU_FEW_TOKENS) {
-        for (uint32_t i = 0; i < count; i++)
-            if ((err = matmul(b, outs[i].w, outs[i].mat, x, x_stride, outs[i].y, outs[i].y_stride, n))) return err;
+        for (uint32_t i = 0; i < count; i++) {
+            const em_weight *w = outs[i].w;
+            const bool same = i > 0 && outs[i - 1].w->type == w->type && outs[i - 1].w->cols == w->cols;
+            em_cpu_matmul mm = {w, outs[i].mat, x, x_stride, outs[i].y, outs[i].y_stride, n,
+                                b->act, b->act_groups, same};
+            if ((err = em_cpu_matmul_run(&b->pool, &mm))) return err;
+        }
         return NULL;
     }
     uint8_t *act = b->act;
@@ -161,12 +168,49 @@ typedef struct attn_job {
     cpu_backend *b;
     const em_batch *batch;
     uint32_t layer;
-    em_dot_fn dot_f32;
 } attn_job;
 
-/* One share of (token, head) pairs: scores over the visible positions, softmax, weighted values.
- * Positions are walked block by block of the sequence's table: within a block the cache rows are
- * consecutive, so each block's row is looked up once rather than once per position. */
+/* The first position a token at `pos` attends to. */
+static uint32_t first_visible(const em_layer_desc *ld, uint32_t pos) {
+    return ld->attn == EM_ATTN_SLIDING && pos + 1 > ld->window ? pos + 1 - ld->window : 0;
+}
+
+/* Share `ith` of `nth` of the batch's (token, KV head) units, unit t * n_head_kv + kvh, cut where
+ * the positions attended to (each unit's work) add up to equal parts: in a prompt's causal
+ * attention the last tokens see many times the positions the first ones do, so equal counts of
+ * units would leave the thread with the early tokens waiting. */
+static void attention_range(const em_batch *batch, const em_layer_desc *ld, uint32_t ith, uint32_t nth,
+                            uint64_t *begin, uint64_t *end) {
+    uint64_t total = 0;
+    for (uint32_t t = 0; t < batch->n_tokens; t++)
+        total += (uint64_t)(batch->pos[t] + 1 - first_visible(ld, batch->pos[t])) * ld->n_head_kv;
+    const uint64_t from = total * ith / nth, to = total * (ith + 1) / nth; /* this share's part */
+    /* a token's units begin at `done` positions into the line; unit i belongs to the share in which
+     * its first position falls */
+    uint64_t done = 0;
+    *begin = *end = (uint64_t)batch->n_tokens * ld->n_head_kv;
+    bool begun = false;
+    for (uint32_t t = 0; t < batch->n_tokens; t++) {
+        const uint64_t seen = batch->pos[t] + 1 - first_visible(ld, batch->pos[t]);
+        for (uint32_t kvh = 0; kvh < ld->n_head_kv; kvh++, done += seen) {
+            const uint64_t i = (uint64_t)t * ld->n_head_kv + kvh;
+            if (!begun && done >= from) {
+                *begin = i;
+                begun = true;
+            }
+            if (done >= to) {
+                *end = i;
+                return;
+            }
+        }
+    }
+}
+
+/* One share of (token, KV head) units: for each query head of the unit, scores over the visible
+ * positions, softmax, weighted values. Positions are walked block by block of the sequence's table:
+ * within a block the cache rows are consecutive, so each block's row is looked up once rather than
+ * once per position, and the unit's query heads take each block's keys (and then its values) in
+ * turn while they are in L1. Each head's numbers are those of the head alone. */
 static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
     attn_job *job = ctx;
     cpu_backend *b = job->b;
@@ -174,34 +218,39 @@ static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
     const uint32_t group = ld->n_head / ld->n_head_kv, block_tokens = b->base.block_tokens;
     const uint64_t key_row = (uint64_t)ld->n_head_kv * ld->head_dim;
     const uint64_t value_row = (uint64_t)ld->n_head_kv * ld->head_dim_v;
-    float *scores = b->scores + (uint64_t)ith * b->cap_positions;
+    float *scores = b->scores + (uint64_t)ith * b->scores_per_thread; /* head g's at g * cap_positions */
     uint64_t begin, end;
-    em_cpu_share((uint64_t)job->batch->n_tokens * ld->n_head, ith, nth, &begin, &end);
+    attention_range(job->batch, ld, ith, nth, &begin, &end);
     for (uint64_t i = begin; i < end; i++) {
-        const uint32_t t = (uint32_t)(i / ld->n_head), h = (uint32_t)(i % ld->n_head), kvh = h / group;
+        const uint32_t t = (uint32_t)(i / ld->n_head_kv), kvh = (uint32_t)(i % ld->n_head_kv);
         const em_batch_seq *seq = &job->batch->seqs[job->batch->seq[t]];
-        const uint32_t pos = job->batch->pos[t];
-        const float *q = b->q + ((uint64_t)t * ld->n_head + h) * ld->head_dim;
-        uint32_t first = 0;
-        if (ld->attn == EM_ATTN_SLIDING && pos + 1 > ld->window) first = pos + 1 - ld->window;
+        const uint32_t pos = job->batch->pos[t], first = first_visible(ld, pos);
+        const float *q = b->q + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim;
         for (uint32_t p = first; p <= pos;) {
             const uint32_t run = block_tokens - p % block_tokens < pos + 1 - p ? block_tokens - p % block_tokens
                                                                                : pos + 1 - p;
             const float *k = kv_key(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim;
-            for (uint32_t r = 0; r < run; r++, p++, k += key_row) {
-                float s = job->dot_f32(k, q, ld->head_dim) * ld->attn_scale; /* q·k, SIMD where available */
-                if (ld->attn_softcap > 0.0f) s = ld->attn_softcap * tanhf(s / ld->attn_softcap);
-                scores[p - first] = s;
+            for (uint32_t g = 0; g < group; g++) {
+                float *run_scores = scores + (uint64_t)g * b->cap_positions + (p - first);
+                em_f32_dot_rows(k, key_row, run, q + (uint64_t)g * ld->head_dim, ld->head_dim, run_scores); /* q·k */
+                for (uint32_t r = 0; r < run; r++) {
+                    float s = run_scores[r] * ld->attn_scale;
+                    if (ld->attn_softcap > 0.0f) s = ld->attn_softcap * tanhf(s / ld->attn_softcap);
+                    run_scores[r] = s;
+                }
             }
+            p += run;
         }
-        em_cpu_softmax(scores, pos + 1 - first);
-        float *o = b->attn + ((uint64_t)t * ld->n_head + h) * ld->head_dim_v;
-        memset(o, 0, ld->head_dim_v * sizeof *o);
+        float *o = b->attn + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim_v;
+        for (uint32_t g = 0; g < group; g++) em_cpu_softmax(scores + (uint64_t)g * b->cap_positions, pos + 1 - first);
+        memset(o, 0, (uint64_t)group * ld->head_dim_v * sizeof *o);
         for (uint32_t p = first; p <= pos;) {
             const uint32_t run = block_tokens - p % block_tokens < pos + 1 - p ? block_tokens - p % block_tokens
                                                                                : pos + 1 - p;
             const float *v = kv_value(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim_v;
-            em_f32_add_weighted_rows(o, v, value_row, scores + (p - first), run, ld->head_dim_v);
+            for (uint32_t g = 0; g < group; g++)
+                em_f32_add_weighted_rows(o + (uint64_t)g * ld->head_dim_v, v, value_row,
+                                         scores + (uint64_t)g * b->cap_positions + (p - first), run, ld->head_dim_v);
             p += run;
         }
     }
@@ -237,8 +286,8 @@ static em_err attention(cpu_backend *b, const em_batch *batch, uint32_t il) {
         memcpy(kv_key(b, il, seq, batch->pos[t]), b->k + (uint64_t)t * nk, nk * sizeof(float));
         memcpy(kv_value(b, il, seq, batch->pos[t]), b->v + (uint64_t)t * nv, nv * sizeof(float));
     }
-    attn_job job = {b, batch, il, em_dot_kernel(EM_TYPE_F32)};
-    uint64_t work = 0; /* bytes of keys and values read, each query head's */
+    attn_job job = {b, batch, il};
+    uint64_t work = 0; /* bytes of keys and values read, as if for each query head alone */
     for (uint32_t t = 0; t < n; t++)
         work += ((uint64_t)batch->pos[t] + 1) * ld->n_head * (ld->head_dim + ld->head_dim_v) * sizeof(float);
     em_cpu_pool_run_sized(&b->pool, attention_share, &job, work);
@@ -459,15 +508,21 @@ static em_err reserve(cpu_backend *b, uint32_t n) {
     return NULL;
 }
 
-/* Attention scores need one float per visible position, per thread. */
+/* Attention scores need one float per visible position, per query head of a KV head's group (the
+ * widest group of any layer), per thread. */
 static em_err reserve_positions(cpu_backend *b, const em_batch *batch) {
-    uint32_t longest = 0;
+    uint32_t longest = 0, widest = 1;
     for (uint32_t t = 0; t < batch->n_tokens; t++)
         if (batch->pos[t] + 1 > longest) longest = batch->pos[t] + 1;
     if (longest <= b->cap_positions) return NULL;
+    for (uint32_t il = 0; il < b->d->n_layer; il++) {
+        const uint32_t group = b->d->layers[il].n_head / b->d->layers[il].n_head_kv;
+        if (group > widest) widest = group;
+    }
     free(b->scores);
-    b->scores = malloc((uint64_t)b->pool.n_threads * longest * sizeof(float));
+    b->scores = malloc((uint64_t)b->pool.n_threads * widest * longest * sizeof(float));
     b->cap_positions = b->scores ? longest : 0;
+    b->scores_per_thread = (uint64_t)widest * b->cap_positions;
     return b->scores ? NULL : em_errorf(EM_ERR_NOMEM, "out of memory for attention over %u positions", longest);
 }
 

@@ -91,6 +91,9 @@ typedef struct em_cpu_matmul {
     uint32_t n_tokens;
     uint8_t *scratch;
     uint8_t *groups;
+    /* scratch (and groups) already hold x as the previous em_cpu_matmul_run left them, for a weight
+     * of the same type and columns: the activations are not quantized (or packed) again */
+    bool quantized;
 } em_cpu_matmul;
 
 /* n_tokens rounded up to whole token groups: the group scratch is sized in activation rows. */

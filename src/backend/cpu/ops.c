@@ -137,9 +137,10 @@ static void quantize_share(void *ctx, uint32_t ith, uint32_t nth) {
     }
 }
 
-/* Rows of one tile: 16 weight rows (about 18 KB of dense-1b Q4_K) and the activation rows of one
- * token group stay in L1/L2 while the tile is swept; see dot_share. */
-#define DOT_ROW_TILE 16
+/* Rows of one tile: the group kernels take a token group against all of a tile's rows in one call,
+ * the group staying in L1 while the rows (about 74 KB of dense-1b Q4_K) come from L2; a tile
+ * of rows is read from memory once and stays in L2 while every token group passes over it. */
+#define DOT_ROW_TILE 64
 
 static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
     matmul_job *job = ctx;
@@ -170,11 +171,13 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
             const uint32_t group = mm->n_tokens - t < DOT_TOKEN_GROUP ? mm->n_tokens - t : DOT_TOKEN_GROUP;
             const uint8_t *act = mm->scratch + t * job->act_bytes;
             const uint8_t *packed = job->group_kernel ? mm->groups + t / EM_CPU_GROUP * job->group_bytes : NULL;
+            if (packed) {
+                job->group_kernel(base + tile * w->row_bytes, w->row_bytes, (uint32_t)(tile_end - tile), packed, group,
+                                  w->cols, mm->y + t * mm->y_stride + tile, mm->y_stride);
+                continue;
+            }
             for (uint64_t r = tile; r < tile_end; r++) {
-                if (packed)
-                    job->group_kernel(base + r * w->row_bytes, packed, group, w->cols, out);
-                else
-                    em_dot_rows(w->type, base + r * w->row_bytes, act, job->act_bytes, group, w->cols, out);
+                em_dot_rows(w->type, base + r * w->row_bytes, act, job->act_bytes, group, w->cols, out);
                 for (uint32_t g = 0; g < group; g++) mm->y[(t + g) * mm->y_stride + r] = out[g];
             }
         }
@@ -198,10 +201,8 @@ em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm) {
     job.bf16_tiles = mm->w->type == EM_TYPE_BF16 && mm->n_tokens >= EM_CPU_FEW_TOKENS && em_bf16_tiles_available();
     pthread_mutex_init(&job.mutex, NULL);
     /* One token group is one share's work: quantized here, without waking the pool for it. */
-    if (mm->n_tokens <= EM_CPU_GROUP)
-        quantize_share(&job, 0, 1);
-    else
-        em_cpu_pool_run(pool, quantize_share, &job);
+    if (!mm->quantized && mm->n_tokens <= EM_CPU_GROUP) quantize_share(&job, 0, 1);
+    else if (!mm->quantized) em_cpu_pool_run(pool, quantize_share, &job);
     if (!job.err) em_cpu_pool_run_sized(pool, dot_share, &job, mm->w->rows * mm->w->row_bytes * mm->n_tokens);
     pthread_mutex_destroy(&job.mutex);
     return job.err;

@@ -10,12 +10,14 @@
  *   Q4_K (2208 bytes): the 8 tokens' f32 scales d8; then for each pair of sub-blocks i (0..3) and
  *     token t, the two sub-blocks' activation sums (each the sum of its two Q8_K group sums) as
  *     int16, so one vpdpwssd against the pair's two mins gives 8 tokens' min terms at once; then
- *     for each 64-element chunk c and token t, that token's 64 levels.
+ *     for each 32-element sub-block s and token t, that token's 32 levels (tokens 2p and 2p + 1
+ *     side by side in one 64-byte vector).
  *   Q8_0 (272 bytes): the 8 tokens' f16 scales, then each token's 32 levels plus 128, as unsigned
  *     bytes.
  * The kernels then take the same integer sums and the same f32 steps, in the same order, as
  * dot_rows_vnni.c's (and so as em_dot's): results are bitwise equal, which tests/test_quant.c
- * asserts.
+ * asserts. They run TILE_ROWS weight rows at a time against the group, so each activation vector
+ * loaded serves them all and a group is read once per tile of rows.
  */
 #include "dot_x86.h"
 
@@ -43,8 +45,9 @@ static void pack_q4_k(const uint8_t *a, uint64_t stride, uint32_t n_rows, uint64
                                       (int16_t)em_load_u16(row + 262 + 4 * sub));
                 em_store_u16(g + Q4_K_GROUP_MINS + 4 * (GROUP_TOKENS * (sub / 2) + t) + 2 * (sub % 2), (uint16_t)s);
             }
-            for (int c = 0; c < 4; c++)
-                memcpy(g + Q4_K_GROUP_LEVELS + 64 * (GROUP_TOKENS * c + t), row + 4 + 64 * c, 64);
+            /* sub-block s of token t: the (t / 2)-th 64 bytes of sub-block s's levels, first or second half */
+            for (int sub = 0; sub < 8; sub++)
+                memcpy(g + Q4_K_GROUP_LEVELS + 32 * (GROUP_TOKENS * sub + t), row + 4 + 32 * sub, 32);
         }
 }
 
@@ -62,93 +65,182 @@ static void pack_q8_0(const uint8_t *a, uint64_t stride, uint32_t n_rows, uint64
 
 #include "vnni.h"
 
-#define UNROLL_TOKENS EM_UNROLL(8)
+/* Weight rows per step of the kernels: each loaded activation vector meets this many rows. Their
+ * sums and f32 accumulators (eight per row) must stay in the 32 vector registers. */
+#define TILE_ROWS 2
 
-/* Q4_K against a group: per token, the sub-block products as dot_rows_vnni.c's q4_k_rows builds
- * them; the min terms of all eight tokens in one vector (lane t: token t), the f32 steps of the
- * single-row kernel per lane (dmin * d8, times the integer, added to the running sum), two tokens'
- * eight lanes to a register. */
-EM_VNNI static void group_q4_k(const void *wv, const void *gv, uint32_t n_rows, uint64_t n, float *out) {
+/* Bytes of a group that stay in the L1 data cache beside the rows' weights (it holds 32 KB or more
+ * on CPUs with AVX-512). */
+#define GROUP_IN_L1 (24 << 10)
+
+/* Q4_K, `rows` (1..TILE_ROWS) weight rows against a group. Lane j of a token's integer sum for a
+ * block is dot_rows_vnni.c's folded lane j: the sum over the eight sub-blocks s of scale_s times
+ * the four products at positions 4j..4j+3 of sub-block s. Here one vpmaddubsw multiplies a
+ * sub-block's 32 nibbles (in both halves of the register) by two tokens' levels of that sub-block,
+ * adding neighbouring products to int16 (at most 2 * 15 * 128, never saturating), and one vpdpwssd
+ * adds each 32-bit lane's two int16 sums times scale_s: lanes 0..7 for token 2p, 8..15 for 2p + 1,
+ * so no lanes need folding and the two tokens' sums sit side by side as the f32 steps take them.
+ * Integer sums are exact in any order: the results are the single-row kernel's bitwise. The min terms of all eight tokens in one vector per
+ * row (lane t: token t), the f32 steps of the single-row kernel per lane. */
+EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, const int rows, const uint8_t *g,
+                                        uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
     enum { PAIRS = GROUP_TOKENS / 2 };
-    const uint8_t *w = wv, *g = gv;
-    __m512 acc[PAIRS]; /* tokens 2p and 2p + 1 side by side: lanes 0..7 and 8..15 */
-    __m256 mins_total = _mm256_setzero_ps();
-    UNROLL_TOKENS for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
-    /* lanes 0..7 of token 2p's sum then of 2p + 1's, and lanes 8..15 the same way: added, the two
-     * tokens' folded sums (fold_halves) side by side */
-    const __m512i low_halves = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-    const __m512i high_halves = _mm512_add_epi32(low_halves, _mm512_set1_epi32(8));
-    const __m512i low4 = _mm512_set1_epi8(15);
+    __m512 acc[TILE_ROWS][PAIRS]; /* tokens 2p and 2p + 1 side by side: lanes 0..7 and 8..15 */
+    __m256 mins_total[TILE_ROWS];
+    __m512 mins_both = _mm512_setzero_ps(); /* with two rows: their mins_total side by side */
+    EM_UNROLL(2) for (int r = 0; r < rows; r++) {
+        mins_total[r] = _mm256_setzero_ps();
+        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = _mm512_setzero_ps();
+    }
+    const __m512i low4 = _mm512_set1_epi8(15), zero = _mm512_setzero_si512();
+    /* A group larger than L1 (a down projection's) comes from L2 block by block for every pair of
+     * rows: fetched two blocks ahead. One that fits stays in L1, where the prefetches only cost. */
+    const bool prefetch = n / 256 * Q4_K_GROUP_BLOCK > GROUP_IN_L1;
     for (uint64_t b = 0; b < n / 256; b++, w += 144, g += Q4_K_GROUP_BLOCK) {
-        const __m128i sm = k_scales_mins(w + 4);
         const __m256 d8 = _mm256_loadu_ps((const float *)(const void *)g);
-        /* the mins as int16 pairs (2i, 2i + 1), pair i broadcast against sub-block pair i's sums */
-        const __m256i mins16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
-        const uint8_t *sums = g + Q4_K_GROUP_MINS;
-        __m256i mins = _mm256_dpwssd_epi32(_mm256_setzero_si256(), _mm256_shuffle_epi32(mins16, 0x00), load32(sums));
-        mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0x55), load32(sums + 32));
-        mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0xaa), load32(sums + 64));
-        mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0xff), load32(sums + 96));
-        const __m256 min_scale = _mm256_mul_ps(_mm256_set1_ps(fp16(w + 2)), d8);
-        mins_total = _mm256_add_ps(mins_total, _mm256_mul_ps(min_scale, _mm256_cvtepi32_ps(mins)));
-
-        const __m512i scales32 = _mm512_cvtepu8_epi32(sm);
-        __m512i isum[GROUP_TOKENS];
-        UNROLL_TOKENS for (int t = 0; t < GROUP_TOKENS; t++) isum[t] = _mm512_setzero_si512();
-        const uint8_t *levels = g + Q4_K_GROUP_LEVELS;
+        const uint8_t *sums = g + Q4_K_GROUP_MINS, *levels = g + Q4_K_GROUP_LEVELS;
+        if (prefetch)
+            for (int line = 0; line < Q4_K_GROUP_BLOCK; line += 64)
+                _mm_prefetch((const char *)g + 2 * Q4_K_GROUP_BLOCK + line, _MM_HINT_T0);
+        __m512i isum[TILE_ROWS][PAIRS];
+        int32_t scales16[TILE_ROWS][16]; /* each sub-block's scale in both int16 halves, broadcast from memory */
+        __m512 scale[TILE_ROWS];
+        __m128i sm[TILE_ROWS]; /* the 8 scales, then the 8 mins */
+        EM_UNROLL(2) for (int r = 0; r < rows; r++) sm[r] = k_scales_mins(w + r * row_bytes + 4);
+        if (rows == 2) { /* both rows' min terms in one register: row 0 in lanes 0..7, row 1 in 8..15 */
+            const __m512i mins16 = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm[0], 8)))),
+                _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm[1], 8))), 1);
+            __m512i mins = _mm512_setzero_si512();
+            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0x00), _mm512_broadcast_i64x4(load32(sums)));
+            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0x55),
+                                       _mm512_broadcast_i64x4(load32(sums + 32)));
+            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0xaa),
+                                       _mm512_broadcast_i64x4(load32(sums + 64)));
+            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0xff),
+                                       _mm512_broadcast_i64x4(load32(sums + 96)));
+            const __m512 dmin =
+                _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(fp16(w + 2)), _mm512_set1_ps(fp16(w + row_bytes + 2)));
+            const __m512 d8_both = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(d8)));
+            const __m512 min_scale = _mm512_mul_ps(dmin, d8_both);
+            mins_both = _mm512_add_ps(mins_both, _mm512_mul_ps(min_scale, _mm512_cvtepi32_ps(mins)));
+        }
+        EM_UNROLL(2) for (int r = 0; r < rows; r++) {
+            const uint8_t *wr = w + r * row_bytes;
+            if (rows == 1) {
+                /* the mins as int16 pairs (2i, 2i + 1), pair i broadcast against sub-block pair i's sums */
+                const __m256i mins16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm[r], 8)));
+                __m256i mins = _mm256_setzero_si256();
+                mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0x00), load32(sums));
+                mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0x55), load32(sums + 32));
+                mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0xaa), load32(sums + 64));
+                mins = _mm256_dpwssd_epi32(mins, _mm256_shuffle_epi32(mins16, 0xff), load32(sums + 96));
+                const __m256 min_scale = _mm256_mul_ps(_mm256_set1_ps(fp16(wr + 2)), d8);
+                mins_total[r] = _mm256_add_ps(mins_total[r], _mm256_mul_ps(min_scale, _mm256_cvtepi32_ps(mins)));
+            }
+            const __m512i scales32 = _mm512_cvtepu8_epi32(sm[r]);
+            _mm512_storeu_si512((void *)scales16[r], _mm512_or_si512(scales32, _mm512_slli_epi32(scales32, 16)));
+            scale[r] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(fp16(wr)), d8));
+            EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) isum[r][p] = zero;
+        }
         for (int c = 0; c < 4; c++) {
-            const __m512i q = _mm512_broadcast_i64x4(load32(w + 16 + 32 * c));
-            const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xffff0000u, q, 4), low4);
-            const __m512i sc = _mm512_permutexvar_epi32(pair_index(2 * c), scales32);
-            UNROLL_TOKENS for (int t = 0; t < GROUP_TOKENS; t++) {
-                const __m512i act = _mm512_loadu_si512((const void *)(levels + 64 * (GROUP_TOKENS * c + t)));
-                isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, act), sc);
+            __m512i nib[TILE_ROWS][2]; /* sub-block 2c (low nibbles) and 2c + 1 (high), in both halves */
+            EM_UNROLL(2) for (int r = 0; r < rows; r++) {
+                const __m512i q = _mm512_broadcast_i64x4(load32(w + r * row_bytes + 16 + 32 * c));
+                nib[r][0] = _mm512_and_si512(q, low4);
+                nib[r][1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
+            }
+            EM_UNROLL(2) for (int h = 0; h < 2; h++) {
+                const int s = 2 * c + h;
+                __m512i sc[TILE_ROWS];
+                EM_UNROLL(2) for (int r = 0; r < rows; r++) sc[r] = _mm512_set1_epi32(scales16[r][s]);
+                EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
+                    const __m512i act = _mm512_loadu_si512((const void *)(levels + 64 * (PAIRS * s + p)));
+                    EM_UNROLL(2) for (int r = 0; r < rows; r++)
+                        isum[r][p] = _mm512_dpwssd_epi32(isum[r][p], _mm512_maddubs_epi16(nib[r][h], act), sc[r]);
+                }
             }
         }
-        const __m512 scale = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(fp16(w)), d8));
-        UNROLL_TOKENS for (int p = 0; p < PAIRS; p++) {
-            const __m512i low = _mm512_permutex2var_epi32(isum[2 * p], low_halves, isum[2 * p + 1]);
-            const __m512i high = _mm512_permutex2var_epi32(isum[2 * p], high_halves, isum[2 * p + 1]);
-            const __m512i folded = _mm512_add_epi32(low, high);
-            const __m512 s = _mm512_permutexvar_ps(pair_index(2 * p), scale);
-            acc[p] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(folded), acc[p]);
-        }
+        EM_UNROLL(2) for (int r = 0; r < rows; r++)
+            EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
+                const __m512 s = _mm512_permutexvar_ps(pair_index(2 * p), scale[r]);
+                acc[r][p] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum[r][p]), acc[r][p]);
+            }
     }
-    float mins_out[GROUP_TOKENS];
-    _mm256_storeu_ps(mins_out, mins_total);
-    UNROLL_TOKENS for (int p = 0; p < PAIRS; p++) {
-        if ((uint32_t)(2 * p) < n_rows) out[2 * p] = hsum(_mm512_castps512_ps256(acc[p])) - mins_out[2 * p];
-        if ((uint32_t)(2 * p + 1) < n_rows) out[2 * p + 1] = hsum(upper_ps(acc[p])) - mins_out[2 * p + 1];
+    if (rows == 2) {
+        mins_total[0] = _mm512_castps512_ps256(mins_both);
+        mins_total[1] = upper_ps(mins_both);
+    }
+    EM_UNROLL(2) for (int r = 0; r < rows; r++) {
+        float mins_out[GROUP_TOKENS];
+        _mm256_storeu_ps(mins_out, mins_total[r]);
+        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
+            if ((uint32_t)(2 * p) < n_tokens)
+                out[2 * p * out_stride + r] = hsum(_mm512_castps512_ps256(acc[r][p])) - mins_out[2 * p];
+            if ((uint32_t)(2 * p + 1) < n_tokens)
+                out[(2 * p + 1) * out_stride + r] = hsum(upper_ps(acc[r][p])) - mins_out[2 * p + 1];
+        }
     }
 }
 
-/* Q8_0 against a group: dot_rows_vnni.c's q8_0_rows with the eight scales and each pair of tokens'
- * levels in one load each. The group holds the levels plus 128 (unsigned), so vpdpbusd takes them
- * against the signed weights as they are: its sum, started from -128 times the weights' own lane
- * sums (worked out once per weight block for all tokens), is lane for lane the signed sum the other
- * kernels build, exactly, with no sign moved onto the activations per token. */
-EM_VNNI static void group_q8_0(const void *wv, const void *gv, uint32_t n_rows, uint64_t n, float *out) {
+EM_VNNI static void group_q4_k(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group,
+                               uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
+    const uint8_t *w = weight_rows;
+    uint32_t r = 0;
+    for (; r + TILE_ROWS <= n_weight_rows; r += TILE_ROWS)
+        q4_k_tile(w + r * row_bytes, row_bytes, TILE_ROWS, group, n_tokens, n, out + r, out_stride);
+    for (; r < n_weight_rows; r++) q4_k_tile(w + r * row_bytes, row_bytes, 1, group, n_tokens, n, out + r, out_stride);
+}
+
+/* Q8_0, `rows` (1..TILE_ROWS) weight rows against a group: dot_rows_vnni.c's q8_0_rows with the
+ * eight scales and each pair of tokens' levels in one load each. The group holds the levels plus
+ * 128 (unsigned), so vpdpbusd takes them against the signed weights as they are: its sum, started
+ * from -128 times the weights' own lane sums (worked out once per weight block for all tokens), is
+ * lane for lane the signed sum the other kernels build, exactly, with no sign moved onto the
+ * activations per token. */
+EM_VNNI static EM_INLINE void q8_0_tile(const uint8_t *w, uint64_t row_bytes, const int rows, const uint8_t *g,
+                                        uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
     enum { PAIRS = GROUP_TOKENS / 2 };
-    const uint8_t *w = wv, *g = gv;
-    __m512 acc[PAIRS];
-    UNROLL_TOKENS for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    __m512 acc[TILE_ROWS][PAIRS];
+    EM_UNROLL(2) for (int r = 0; r < rows; r++)
+        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = _mm512_setzero_ps();
     for (uint64_t b = 0; b < n / 32; b++, w += 34, g += Q8_0_GROUP_BLOCK) {
-        const __m512i q = _mm512_broadcast_i64x4(load32(w + 2));
-        const __m512i weight_sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), q);
-        const __m512i offset = _mm512_sub_epi32(_mm512_setzero_si512(), weight_sums); /* -128 * sum(w) */
-        const __m128i d8 = _mm_loadu_si128((const __m128i *)(const void *)g);
-        const __m512 scales = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(fp16(w)), _mm256_cvtph_ps(d8)));
-        UNROLL_TOKENS for (int p = 0; p < PAIRS; p++) {
+        __m512i q[TILE_ROWS], offset[TILE_ROWS];
+        __m512 weight_scale[TILE_ROWS];
+        EM_UNROLL(2) for (int r = 0; r < rows; r++) {
+            const uint8_t *wr = w + r * row_bytes;
+            q[r] = _mm512_broadcast_i64x4(load32(wr + 2));
+            const __m512i weight_sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), q[r]);
+            offset[r] = _mm512_sub_epi32(_mm512_setzero_si512(), weight_sums); /* -128 * sum(w) */
+            weight_scale[r] = _mm512_set1_ps(fp16(wr));
+        }
+        /* the eight tokens' scales; the scale of a token and row is the weight's times the token's, as
+         * in the single-row kernel (a product of the same two f32 values, whichever lane it sits in) */
+        const __m512 d8 = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)g)));
+        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
             const __m512i act = _mm512_loadu_si512((const void *)(g + Q8_0_GROUP_LEVELS + 64 * p));
-            const __m512i isum = _mm512_dpbusd_epi32(offset, act, q);
-            const __m512 scale = _mm512_permutexvar_ps(pair_index(2 * p), scales);
-            acc[p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acc[p]);
+            const __m512 d8_pair = _mm512_permutexvar_ps(pair_index(2 * p), d8);
+            EM_UNROLL(2) for (int r = 0; r < rows; r++) {
+                const __m512i isum = _mm512_dpbusd_epi32(offset[r], act, q[r]);
+                const __m512 scale = _mm512_mul_ps(weight_scale[r], d8_pair);
+                acc[r][p] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acc[r][p]);
+            }
         }
     }
-    for (int p = 0; p < PAIRS; p++) {
-        if ((uint32_t)(2 * p) < n_rows) out[2 * p] = hsum(_mm512_castps512_ps256(acc[p]));
-        if ((uint32_t)(2 * p + 1) < n_rows) out[2 * p + 1] = hsum(upper_ps(acc[p]));
-    }
+    EM_UNROLL(2) for (int r = 0; r < rows; r++)
+        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
+            if ((uint32_t)(2 * p) < n_tokens) out[2 * p * out_stride + r] = hsum(_mm512_castps512_ps256(acc[r][p]));
+            if ((uint32_t)(2 * p + 1) < n_tokens) out[(2 * p + 1) * out_stride + r] = hsum(upper_ps(acc[r][p]));
+        }
+}
+
+EM_VNNI static void group_q8_0(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group,
+                               uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
+    const uint8_t *w = weight_rows;
+    uint32_t r = 0;
+    for (; r + TILE_ROWS <= n_weight_rows; r += TILE_ROWS)
+        q8_0_tile(w + r * row_bytes, row_bytes, TILE_ROWS, group, n_tokens, n, out + r, out_stride);
+    for (; r < n_weight_rows; r++) q8_0_tile(w + r * row_bytes, row_bytes, 1, group, n_tokens, n, out + r, out_stride);
 }
 
 em_dot_group_fn em_quant_dot_group_vnni(uint32_t weight_type) {

@@ -39,4 +39,11 @@ void em_quant_group_pack(uint32_t weight_type, const void *activation_rows, uint
  * or NULL. See rows_f32.c. */
 em_weighted_rows_fn em_quant_weighted_rows_x86(void);
 
+/* The AVX-512F em_f32_dot_rows for n a multiple of 32 where the VNNI kernels run (rows_f32.c), or
+ * NULL. */
+em_f32_dot_rows_fn em_quant_f32_dot_rows_x86(void);
+
+/* The AVX-512 Q8_K quantizer where the VNNI kernels run (quantize_avx512.c), or NULL. */
+em_block_quantize_fn em_quant_q8_k_x86(void);
+
 #endif
