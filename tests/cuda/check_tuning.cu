@@ -52,7 +52,7 @@ static void check_defaults(void) {
     EXPECT(t.imma_from == 2 && t.imma_from_head == 4 && t.hmma_from == 2 && t.hmma_from_head == EM_CUDA_NEVER);
     EXPECT(t.tc_from == 3 && t.tc_from_head_q6_k_iq3 == 1 && t.tc_from_head_half == 2 && t.tc_from_moe == 2 &&
            t.tc_from_moe_iq3_down == 1);
-    EXPECT(t.gemm_from_moe == 16 && t.gemm_from[0][2] == 64 && t.gemm_from[2][0] == 8 && t.gemm_from[2][2] == 16);
+    EXPECT(t.gemm_from_moe == 16 && t.gemm_from[0][2] == 17 && t.gemm_from[1][0] == 17 && t.gemm_from[2][0] == 8 && t.gemm_from[2][2] == 16);
 }
 
 static void check_overrides(void) {
@@ -77,10 +77,10 @@ static void check_overrides(void) {
     EXPECT(t.profile_from == 4 && t.profile_to == 8);
     t = read_with("EMBER_CUDA_PF_SPLIT", "0", NULL, 0);
     EXPECT(!t.prefill_split);
-    t = read_with("EMBER_CUDA_GEMM_FROM", "17", NULL, 0);
-    EXPECT(t.gemm_from[0][0] == 17 && t.gemm_from[1][2] == 17 && t.gemm_from[2][2] == 17 && t.gemm_from_moe == 16);
+    t = read_with("EMBER_CUDA_GEMM_FROM", "48", NULL, 0);
+    EXPECT(t.gemm_from[0][0] == 48 && t.gemm_from[1][2] == 48 && t.gemm_from[2][2] == 48 && t.gemm_from_moe == 16);
     t = read_with("EMBER_CUDA_GEMM_MOE", "0", NULL, 0);
-    EXPECT(t.gemm_from_moe == EM_CUDA_NEVER && t.gemm_from[0][2] == 64);
+    EXPECT(t.gemm_from_moe == EM_CUDA_NEVER && t.gemm_from[0][2] == 17);
 }
 
 static void check_refused(void) {

@@ -13,7 +13,6 @@
  *                            (BF16 / F16), dense, up to 16
  *   DP4A   (matvec_dp4a.cu)  up to dp4a_upto_* items            by type; MoE by tokens
  *   TC     (matvec_tc.cu)    from tc_from* items, up to 16      heads and MoE apart; MoE by tokens
- *   GEMM   again             dense products past TC's 16 items  below gemm_from (short chunks)
  *   F32    (matvec.cu)       everything else, and everything with EMBER_CUDA_GEMM=0
  *
  * Why this order: larger batches amortize each weight over more items, so the tiled GEMM wins from
@@ -44,9 +43,10 @@ static const em_cuda_tuning tuning_defaults = {
     .mega_tokens = 0, .mega_profile = false, .mega_stage_kb = 32,
     .profile_from = -1, .profile_to = -1,
     /* the GEMM reads each weight row once per tile but pays each K step's latency, so it wins
-     * earlier on wide products (the gated unit, the output head) and later on narrow ones (K/V)
-     * and on quantized weights, which the decode kernels read in fewer bytes */
-    .gemm_from_moe = 16, .gemm_from = {{32, 48, 64}, {24, 32, 48}, {8, 8, 16}},
+     * earlier on wide products (the gated unit, the output head) than the decode kernels; past
+     * their 16 items only the f32 kernel is left, which feeds every weight to each item from L1,
+     * so every product takes the GEMM from 17 (a short chunk of a prompt) */
+    .gemm_from_moe = 16, .gemm_from = {{17, 17, 17}, {17, 17, 17}, {8, 8, 16}},
     /* wgmma's 256 x 128 tiles need enough of them (about half the multiprocessors), and half a tile
      * of items or twice as many tiles as multiprocessors; otherwise smaller tiles spread better */
     .wgmma_from_dense = 64, .wgmma_from_moe = 32, .wgmma_sm_32ths = 15,
@@ -234,10 +234,6 @@ em_cuda_matvec_kernel em_cuda_kernel_for(const cuda_backend *b, const cuda_matve
     /* MoE: up to where the GEMM takes over */
     if (em_cuda_mvt_takes(b, mv) && tokens >= tc_from(t, mv) && (!mv->counts || items < t->gemm_from_moe))
         return EM_CUDA_MATVEC_TC;
-    /* a dense product of more items than TC takes, below its GEMM threshold (a short chunk): the
-     * f32 kernel would feed every weight to each item from L1, the GEMM's tiles read it once */
-    if (!mv->counts && items > EM_CUDA_TC_ITEMS && em_cuda_gemm_takes(b, mv))
-        return em_cuda_wgmma_wanted(b, mv) ? EM_CUDA_MATVEC_WGMMA : EM_CUDA_MATVEC_GEMM;
     return EM_CUDA_MATVEC_F32;
 }
 
