@@ -174,8 +174,36 @@ __device__ __forceinline__ void gm_item_rows(const gm_args &a, const gm_block &k
     }
 }
 
+/* This block's K steps, [first, first + count): all of them, or with a split of K (dense products
+ * only; blockIdx.z is the split, every split at least one step: gm_splits) its share. */
+__device__ __forceinline__ uint32_t gm_first_step(const gm_args &a, uint32_t n_split, uint32_t *count) {
+    const uint32_t all = a.cols / GM_K;
+    if (n_split == 1) return *count = all, 0u;
+    const uint32_t per = (all + n_split - 1) / n_split, first = blockIdx.z * per;
+    *count = min(per, all - first);
+    return first;
+}
+
+/* The accumulators of a tile: to Y (gm_store), or with a split of K plain to this split's place in
+ * split_part, [split][item][row] (every part's rows in one array), which gm_sum_splits_kernel adds
+ * in split order and stores as gm_store would. */
+template <int M16, int N8, bool GLU>
+__device__ __forceinline__ void gm_store_split(const gm_args &a, const float (&acc)[M16][N8][4], uint32_t row0,
+                                               uint32_t t0, uint32_t count, uint32_t start, uint32_t warp_row,
+                                               uint32_t warp_item, uint32_t lane, float *split_part, uint32_t n_split) {
+    if (n_split == 1) return gm_store<M16, N8, GLU>(a, acc, row0, t0, count, start, warp_row, warp_item, lane);
+    gm_args pa = a;
+    pa.accumulate = false;
+    float *mine = split_part + (uint64_t)blockIdx.z * count * a.rows;
+#pragma unroll
+    for (int i = 0; i < GM_PARTS; i++) pa.part[i].y = mine + pa.part[i].begin, pa.part[i].y_stride = a.rows;
+    gm_store<M16, N8, GLU>(pa, acc, row0, t0, count, start, warp_row, warp_item, lane);
+}
+
 /* Each thread loads 2 groups of 8 weights and ITEMS/32 groups of 4 activations per step. */
-template <int TYPE, int ITEMS, bool GLU> __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_kernel(gm_args a) {
+template <int TYPE, int ITEMS, bool GLU>
+__global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2)
+    gemm_kernel(gm_args a, float *split_part, uint32_t n_split) {
     constexpr int XL = ITEMS / 32;    /* activation loads per thread per step */
     constexpr int NT = ITEMS / 32;    /* 8-item mma columns per warp */
     __shared__ __align__(16) uint16_t sw[2][GM_ROWS * GM_LD];
@@ -187,7 +215,8 @@ template <int TYPE, int ITEMS, bool GLU> __global__ void __launch_bounds__(GM_TH
     const uint8_t *const *wrow = k.wrow;
     const uint32_t count = k.count, start = k.start, row0 = k.row0;
     const uint32_t wgroup = tid & 3; /* this thread's column group in a step */
-    const uint32_t n_steps = a.cols / GM_K;
+    uint32_t n_steps;
+    const uint32_t first = gm_first_step(a, n_split, &n_steps);
 
     for (uint32_t t0 = blockIdx.y * ITEMS; t0 < count; t0 += gridDim.y * ITEMS) {
         const float *xrow[XL];
@@ -198,12 +227,13 @@ template <int TYPE, int ITEMS, bool GLU> __global__ void __launch_bounds__(GM_TH
         uint2 xreg[XL];
         /* global -> registers (decoded, rounded), then registers -> shared buffer `buf` */
         auto load = [&](uint32_t step) {
+            const uint32_t k = first + step;
 #pragma unroll
             for (int j = 0; j < 2; j++)
-                wreg[j] = wrow[j] ? deq_f16x8<TYPE>(wrow[j], step * (GM_K / 8) + wgroup, grid) : make_uint4(0, 0, 0, 0);
+                wreg[j] = wrow[j] ? deq_f16x8<TYPE>(wrow[j], k * (GM_K / 8) + wgroup, grid) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int j = 0; j < XL; j++) {
-                float4 v = xrow[j] ? *(const float4 *)(xrow[j] + step * GM_K + 4 * xquad) : make_float4(0, 0, 0, 0);
+                float4 v = xrow[j] ? *(const float4 *)(xrow[j] + k * GM_K + 4 * xquad) : make_float4(0, 0, 0, 0);
                 xreg[j] = make_uint2(pack_f16x2(v.x, v.y), pack_f16x2(v.z, v.w));
             }
         };
@@ -261,7 +291,7 @@ template <int TYPE, int ITEMS, bool GLU> __global__ void __launch_bounds__(GM_TH
             __syncthreads();
         }
 
-        gm_store<4, NT, GLU>(a, acc, row0, t0, count, start, warp_row, warp_item, lane);
+        gm_store_split<4, NT, GLU>(a, acc, row0, t0, count, start, warp_row, warp_item, lane, split_part, n_split);
     }
 }
 
@@ -291,7 +321,8 @@ template <int PENDING> __device__ __forceinline__ void gm_cp_wait(void) {
 }
 
 template <int TYPE, int ITEMS, bool GLU>
-__global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelined_kernel(gm_args a) {
+__global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2)
+    gemm_pipelined_kernel(gm_args a, float *split_part, uint32_t n_split) {
     constexpr int XL = ITEMS / 32, NT = ITEMS / 32;
     constexpr bool ASYNC_W = TYPE == EM_TYPE_BF16;
     extern __shared__ __align__(16) uint8_t gm_smem[];
@@ -304,7 +335,8 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
     const uint8_t *const *wrow = k.wrow;
     const uint32_t count = k.count, start = k.start, row0 = k.row0;
     const uint32_t wgroup = tid & 3, xquad = tid & 7;
-    const uint32_t n_steps = a.cols / GM_K;
+    uint32_t n_steps;
+    const uint32_t first = gm_first_step(a, n_split, &n_steps);
 
     for (uint32_t t0 = blockIdx.y * ITEMS; t0 < count; t0 += gridDim.y * ITEMS) {
         const float *xrow[XL];
@@ -312,19 +344,19 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
         /* one commit group per step (empty past the end, so the group count stays uniform) */
         auto issue = [&](uint32_t step) {
             if (step < n_steps) {
-                const uint32_t st = step % GM_STAGES;
+                const uint32_t st = step % GM_STAGES, k = first + step;
                 if (ASYNC_W) {
 #pragma unroll
                     for (int j = 0; j < 2; j++) {
                         const uint32_t s = (tid + GM_THREADS * j) >> 2;
-                        const uint8_t *src = wrow[j] ? wrow[j] + (uint64_t)step * (GM_K * 2) + 16 * wgroup : (const uint8_t *)a.x;
+                        const uint8_t *src = wrow[j] ? wrow[j] + (uint64_t)k * (GM_K * 2) + 16 * wgroup : (const uint8_t *)a.x;
                         gm_cp_async16(sw + (st * GM_ROWS + s) * GM_LD + 8 * wgroup, src, wrow[j] ? 16 : 0);
                     }
                 }
 #pragma unroll
                 for (int j = 0; j < XL; j++) {
                     const uint32_t i = (tid + GM_THREADS * j) >> 3;
-                    const float *src = xrow[j] ? xrow[j] + step * GM_K + 4 * xquad : a.x;
+                    const float *src = xrow[j] ? xrow[j] + k * GM_K + 4 * xquad : a.x;
                     gm_cp_async16(sx + (st * ITEMS + i) * GM_XLD + 4 * xquad, src, xrow[j] ? 16 : 0);
                 }
             }
@@ -334,7 +366,8 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
         auto load_w = [&](uint32_t step) {
 #pragma unroll
             for (int j = 0; j < 2; j++)
-                wreg[j] = wrow[j] ? deq_f16x8<TYPE>(wrow[j], step * (GM_K / 8) + wgroup, grid) : make_uint4(0, 0, 0, 0);
+                wreg[j] = wrow[j] ? deq_f16x8<TYPE>(wrow[j], (first + step) * (GM_K / 8) + wgroup, grid)
+                                  : make_uint4(0, 0, 0, 0);
         };
         auto store_w = [&](uint32_t st) {
 #pragma unroll
@@ -404,7 +437,7 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2) gemm_pipelin
         }
         gm_cp_wait<0>();
         __syncthreads(); /* the stages are free for the next item tile */
-        gm_store<4, NT, GLU>(a, acc, row0, t0, count, start, warp_row, warp_item, lane);
+        gm_store_split<4, NT, GLU>(a, acc, row0, t0, count, start, warp_row, warp_item, lane, split_part, n_split);
     }
 }
 
@@ -639,24 +672,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         gm_cp_wait<0>();
         __syncthreads(); /* every warpgroup's MMAs are done with the stages (the next item tile) */
         const uint32_t warp_row = (warp >> 2) * 64 + (warp & 3) * 16;
-        if (n_split == 1) {
-            gm_store<1, 16, GLU>(a, acc, row0, t0, count, start, warp_row, 0, lane);
-        } else {
-            /* this split's sums, plain, at split_part[split][item][row] (every part's rows in one
-             * array); wg_sum_splits_kernel adds the splits in order and stores as gm_store would */
-            gm_args pa = a;
-            pa.accumulate = false;
-            float *mine = split_part + (uint64_t)blockIdx.z * count * a.rows;
-#pragma unroll
-            for (int i = 0; i < GM_PARTS; i++) pa.part[i].y = mine + pa.part[i].begin, pa.part[i].y_stride = a.rows;
-            gm_store<1, 16, GLU>(pa, acc, row0, t0, count, start, warp_row, 0, lane);
-        }
+        gm_store_split<1, 16, GLU>(a, acc, row0, t0, count, start, warp_row, 0, lane, split_part, n_split);
     }
 }
 
 /* The split-K products' results (dense, not gated): Y[item][row] = the n_split partial sums in
  * split order, added into Y with the residual add, written where gm_store writes. */
-__global__ void __launch_bounds__(256) wg_sum_splits_kernel(gm_args a, const float *split_part, uint32_t n_split) {
+__global__ void __launch_bounds__(256) gm_sum_splits_kernel(gm_args a, const float *split_part, uint32_t n_split) {
     em_pdl_wait();
     const uint64_t total = (uint64_t)a.n_items * a.rows;
     for (uint64_t i = blockIdx.x * 256ull + threadIdx.x; i < total; i += (uint64_t)gridDim.x * 256) {
@@ -671,27 +693,36 @@ __global__ void __launch_bounds__(256) wg_sum_splits_kernel(gm_args a, const flo
 }
 
 template <int TYPE, int ITEMS>
-static void gm_launch_glu(const cuda_backend *b, const gm_args &a, dim3 grid, bool glu, bool pipelined) {
+static void gm_launch_glu(const cuda_backend *b, const gm_args &a, dim3 grid, bool glu, bool pipelined, uint32_t n_split) {
+    float *part = b->wg_part;
     if (pipelined) {
         const size_t smem = gm_pipelined_smem(ITEMS);
         if (glu)
-            em_cuda_launch(b, gemm_pipelined_kernel<TYPE, ITEMS, true>, grid, GM_THREADS, smem, a);
+            em_cuda_launch(b, gemm_pipelined_kernel<TYPE, ITEMS, true>, grid, GM_THREADS, smem, a, part, n_split);
         else
-            em_cuda_launch(b, gemm_pipelined_kernel<TYPE, ITEMS, false>, grid, GM_THREADS, smem, a);
+            em_cuda_launch(b, gemm_pipelined_kernel<TYPE, ITEMS, false>, grid, GM_THREADS, smem, a, part, n_split);
     } else if (glu) {
-        em_cuda_launch(b, gemm_kernel<TYPE, ITEMS, true>, grid, GM_THREADS, 0, a);
+        em_cuda_launch(b, gemm_kernel<TYPE, ITEMS, true>, grid, GM_THREADS, 0, a, part, n_split);
     } else {
-        em_cuda_launch(b, gemm_kernel<TYPE, ITEMS, false>, grid, GM_THREADS, 0, a);
+        em_cuda_launch(b, gemm_kernel<TYPE, ITEMS, false>, grid, GM_THREADS, 0, a, part, n_split);
     }
 }
 
 template <int TYPE>
-static void gm_launch_type(const cuda_backend *b, const gm_args &a, dim3 grid, int items, bool glu, bool pipelined) {
+static void gm_launch_type(const cuda_backend *b, const gm_args &a, dim3 grid, int items, bool glu, bool pipelined,
+                           uint32_t n_split) {
     switch (items) {
-    case 32: gm_launch_glu<TYPE, 32>(b, a, grid, glu, pipelined); break;
-    case 64: gm_launch_glu<TYPE, 64>(b, a, grid, glu, pipelined); break;
-    default: gm_launch_glu<TYPE, 128>(b, a, grid, glu, pipelined); break;
+    case 32: gm_launch_glu<TYPE, 32>(b, a, grid, glu, pipelined, n_split); break;
+    case 64: gm_launch_glu<TYPE, 64>(b, a, grid, glu, pipelined, n_split); break;
+    default: gm_launch_glu<TYPE, 128>(b, a, grid, glu, pipelined, n_split); break;
     }
+}
+
+/* The splits' sums into Y, over at most 8 blocks a multiprocessor. */
+static void gm_sum_splits(const cuda_backend *b, const gm_args &a, uint32_t n_split) {
+    const uint64_t blocks = ((uint64_t)a.n_items * a.rows + 255) / 256, most = 8ull * b->n_sm;
+    em_cuda_launch(b, gm_sum_splits_kernel, dim3((uint32_t)(blocks < most ? blocks : most)), 256, 0, a,
+                   (const float *)b->wg_part, n_split);
 }
 
 /* The pipelined kernels use more than the default 48 KiB of shared memory: allowed once. */
@@ -750,6 +781,7 @@ static uint32_t gm_pick_items(const cuda_backend *b, const cuda_matvec *mv, uint
     const uint32_t type = mv->w->type, n = mv->n_items;
     if (mv->counts) return n >= 16 ? 64 : 32;
     if (n <= 32) return 32;
+    if (n <= 64 && b->tuning.gemm_split && !mv->up) return 64; /* one item tile; gm_splits spreads K instead */
     const uint64_t row_tiles = (rows + (mv->up ? 64 : GM_ROWS) - 1) / (mv->up ? 64 : GM_ROWS);
     const uint64_t enough = 3 * (uint64_t)b->n_sm / 4;
     const bool allow_128 = n >= 128 && type != EM_TYPE_F16 && !(type == EM_TYPE_BF16 && mv->up);
@@ -768,9 +800,33 @@ static bool gm_pick_pipelined(uint32_t type, uint32_t items) {
     return items != 128;
 }
 
+/* Splits of K for the mma.sync kernels: a dense product (not gated) whose tiles give fewer blocks
+ * than three quarters of the multiprocessors multiplies each tile's K range in up to GM_SPLIT_MAX
+ * parts of at least GM_SPLIT_STEPS steps, within two blocks a multiprocessor (the kernels'
+ * occupancy) and the partial sums' scratch; gm_sum_splits_kernel adds the parts in order. The
+ * splits follow from the tiles gm_pick_items would choose, so that a forced tile size (check_gemm)
+ * gives the same bits. Why: a
+ * short chunk's products (a follow-up turn of a few dozen tokens) had a block per row tile, each
+ * walking the whole of K. EMBER_CUDA_GM_SPLIT=0: never. */
+#define GM_SPLIT_MAX 8
+#define GM_SPLIT_STEPS 8
+static uint32_t gm_splits(const cuda_backend *b, const cuda_matvec *mv, uint32_t rows) {
+    if (!b->tuning.gemm_split || mv->counts || mv->up) return 1;
+    const uint32_t items = gm_pick_items(b, mv, rows); /* not the tile run: every tile adds in the same order */
+    const uint64_t tiles = (uint64_t)(rows + GM_ROWS - 1) / GM_ROWS * ((mv->n_items + items - 1) / items);
+    const uint32_t steps = mv->w->cols / GM_K;
+    if (4 * tiles >= 3ull * b->n_sm) return 1;
+    uint32_t s = 1;
+    while (s < GM_SPLIT_MAX && tiles * (s + 1) <= 2ull * b->n_sm && steps / (s + 1) >= GM_SPLIT_STEPS &&
+           (uint64_t)(s + 1) * mv->n_items * rows <= em_cuda_gemm_split_floats(b))
+        s++;
+    const uint32_t per = (steps + s - 1) / s; /* no split without steps */
+    return (steps + per - 1) / per;
+}
+
 /* Splits of K for the wgmma kernel: a dense product (not gated) with too few tiles to fill the
  * device multiplies each tile's K range in up to WG_SPLIT_MAX parts, on as many blocks, then
- * wg_sum_splits_kernel adds them. Each part keeps at least WG_SPLIT_STEPS K steps, and the tiles
+ * gm_sum_splits_kernel adds them. Each part keeps at least WG_SPLIT_STEPS K steps, and the tiles
  * times the parts stay within one block per multiprocessor (the kernel's occupancy). Why: the
  * narrow products of a short prefill (a small model's O and down projections) have too few tiles
  * for the device, and on the smaller mma.sync tiles they took most of the prefill.
@@ -837,11 +893,7 @@ static em_err wg_launch(cuda_backend *b, const cuda_matvec *mv, const gm_args &a
     em_cuda_with_type<false>(mv->w->type, [&](auto t) {
         wg_launch_type<decltype(t)::value>(b, a, grid, glu, n_split, bf16_ops);
     });
-    if (n_split > 1) {
-        const uint64_t sum_blocks = ((uint64_t)mv->n_items * a.rows + 255) / 256;
-        em_cuda_launch(b, wg_sum_splits_kernel, dim3((uint32_t)(sum_blocks < most ? sum_blocks : most)), 256, 0, a,
-                       (const float *)b->wg_part, n_split);
-    }
+    if (n_split > 1) gm_sum_splits(b, a, n_split);
     CU_LAUNCHED();
     return NULL;
 }
@@ -899,11 +951,15 @@ em_err em_cuda_gemm_with(cuda_backend *b, const cuda_matvec *mv, uint32_t items,
     if (!items) items = gm_pick_items(b, mv, rows);
     const uint32_t out = mv->up ? 64 : GM_ROWS;
     const uint32_t item_tiles = (mv->n_items + items - 1) / items;
-    const dim3 grid((rows + out - 1) / out, item_tiles < 65535 ? item_tiles : 65535, mv->counts ? mv->n_groups : 1);
+    const uint32_t n_split = gm_splits(b, mv, rows);
+    const dim3 grid((rows + out - 1) / out, item_tiles < 65535 ? item_tiles : 65535, mv->counts ? mv->n_groups : n_split);
     const bool glu = mv->up != NULL;
     const bool pipelined = kernel == EM_CUDA_GEMM_AUTO || kernel == EM_CUDA_GEMM_MMA ? gm_pick_pipelined(w->type, items)
                                                                                      : kernel == EM_CUDA_GEMM_PIPELINED;
-    em_cuda_with_type<false>(w->type, [&](auto t) { gm_launch_type<decltype(t)::value>(b, a, grid, items, glu, pipelined); });
+    em_cuda_with_type<false>(w->type, [&](auto t) {
+        gm_launch_type<decltype(t)::value>(b, a, grid, items, glu, pipelined, n_split);
+    });
+    if (n_split > 1) gm_sum_splits(b, a, n_split);
     CU_LAUNCHED();
     return NULL;
 }

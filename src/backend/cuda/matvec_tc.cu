@@ -9,7 +9,8 @@
  * factor, so the values are normalized and far inside f16's range), then each warp walks its 8
  * rows (F16/BF16 output heads: each block takes several such row groups with one staging). Lane
  * (g = lane / 4, t = lane % 4) takes groups 4j + t of each step of row g (32 groups, 16 for a
- * gated unit's two rows): the 4 lanes of a row read contiguous runs. A sum over k does not care
+ * gated unit's two rows): the 4 lanes of a row read contiguous runs (IQ3_XXS: each lane a run of
+ * its own, mt_group). A sum over k does not care
  * which element sits at which k of the mma, only that A and B agree: the group's elements 0-3 go
  * to the k slots the lane owns in one mma (2t, 2t + 1, 2t + 8, 2t + 9) and elements 4-7 to those
  * of a second, for B (row g) and A (items g and g + 8) alike.
@@ -34,7 +35,32 @@ struct mt_args : mv_args {
     uint32_t row_groups; /* groups of 64 rows */
     float *partial;      /* ks > 1: [slice][row group][2][16 items][64 rows] */
     uint32_t *counter;   /* ks > 1: per row group */
+    bool runs;           /* IQ3_XXS: each lane takes a run of J consecutive groups (mt_group) */
 };
+
+/* The group that step s hands lane t as its j-th of J. By default the 4 lanes of a row take
+ * interleaved groups (4j + t), so each load instruction reads contiguous bytes across them. With
+ * `runs` (IQ3_XXS) a lane takes J consecutive groups, which share the block's scale and one or two
+ * sub-blocks' signs: mt_fetch_iq3_run loads those once for the run instead of once a group. Steps
+ * start at multiples of 4J groups, so a run never crosses a 32-group block. */
+template <int J> __device__ __forceinline__ uint32_t mt_group(bool runs, uint32_t s, int j, uint32_t t) {
+    return runs ? s + J * t + j : s + 4 * j + t;
+}
+
+/* The raw IQ3_XXS fields of groups first .. first + J - 1 of a row (first a multiple of 4). */
+template <int J>
+__device__ __forceinline__ void mt_fetch_iq3_run(const uint8_t *row, uint32_t first, h8_raw<EM_TYPE_IQ3_XXS> r[J]) {
+    const uint8_t *b = row + 98 * (uint64_t)(first >> 5);
+    const uint32_t j0 = first & 31, d = ld_u16(b);
+    uint32_t aux[(J + 3) / 4];
+#pragma unroll
+    for (int q = 0; q < (J + 3) / 4; q++) {
+        const uint32_t ib = (j0 >> 2) + q;
+        aux[q] = ld_u16(b + 66 + 4 * ib) | (ld_u16(b + 68 + 4 * ib) << 16);
+    }
+#pragma unroll
+    for (int j = 0; j < J; j++) r[j] = {d, aux[j >> 2], ld_u16(b + 2 + 2 * (j0 + j))};
+}
 
 /* One step of a lane: groups s + 4j + t (j < J) of its row, those before `end` (TAIL; the others
  * count as zeros), against items g and g + 8 (the latter only when NT is 16) staged in `xs`. All
@@ -42,20 +68,36 @@ struct mt_args : mv_args {
  * unit's) in flight per lane. */
 template <int TYPE, int NT, bool GLU, int J, bool TAIL>
 __device__ __forceinline__ void mt_step(const uint8_t *w, const uint8_t *w2, const uint4 *xa, const uint4 *xb,
-                                        uint32_t s, uint32_t t, uint32_t s0, uint32_t end, float acc[4],
+                                        uint32_t s, uint32_t t, uint32_t s0, uint32_t end, bool runs, float acc[4],
                                         float acc2[4]) {
     uint4 wv[J], wv2[J];
+    if constexpr (TYPE == EM_TYPE_IQ3_XXS && !TAIL) {
+        if (runs) {
+            h8_raw<EM_TYPE_IQ3_XXS> r[J], r2[J];
+            const uint32_t first = s + J * t;
+            mt_fetch_iq3_run<J>(w, first, r);
+            if (GLU) mt_fetch_iq3_run<J>(w2, first, r2);
 #pragma unroll
-    for (int j = 0; j < J; j++) {
-        const uint32_t grp = s + 4 * j + t;
-        const bool in = !TAIL || grp < end;
-        wv[j] = in ? deq_h8<TYPE>(w, grp) : make_uint4(0, 0, 0, 0);
-        if (GLU) wv2[j] = in ? deq_h8<TYPE>(w2, grp) : make_uint4(0, 0, 0, 0);
+            for (int j = 0; j < J; j++) {
+                wv[j] = h8_decode_iq3_xxs(r[j], first + j);
+                if (GLU) wv2[j] = h8_decode_iq3_xxs(r2[j], first + j);
+            }
+        }
+    }
+    if (TYPE != EM_TYPE_IQ3_XXS || TAIL || !runs) {
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const uint32_t grp = mt_group<J>(runs, s, j, t);
+            const bool in = !TAIL || grp < end;
+            wv[j] = in ? deq_h8<TYPE>(w, grp) : make_uint4(0, 0, 0, 0);
+            if (GLU) wv2[j] = in ? deq_h8<TYPE>(w2, grp) : make_uint4(0, 0, 0, 0);
+        }
     }
 #pragma unroll
     for (int j = 0; j < J; j++) {
-        const uint32_t at = s - s0 + 4 * j + t; /* the group's place in the staged slice */
-        const bool in = !TAIL || s + 4 * j + t < end; /* past the end: zeros (the pad is not) */
+        const uint32_t grp = mt_group<J>(runs, s, j, t);
+        const uint32_t at = grp - s0;      /* the group's place in the staged slice */
+        const bool in = !TAIL || grp < end; /* past the end: zeros (the pad is not) */
         const uint4 av = in ? xa[at] : make_uint4(0, 0, 0, 0), bv = NT > 8 && in ? xb[at] : make_uint4(0, 0, 0, 0);
         mv_mma_f16(acc, av.x, bv.x, av.y, bv.y, wv[j].x, wv[j].y);
         mv_mma_f16(acc, av.z, bv.z, av.w, bv.w, wv[j].z, wv[j].w);
@@ -107,8 +149,10 @@ __device__ __forceinline__ void mt_row_group(const mt_args &a, uint32_t rg, uint
     if (r0 < a.rows) {
         constexpr int J = GLU ? 4 : 8; /* groups per lane per step */
         uint32_t s = s0;
-        for (; s + 4 * J <= s1; s += 4 * J) mt_step<TYPE, NT, GLU, J, false>(w, w2, xa, xb, s, t, s0, s1, acc, acc2);
-        if (s < s1) mt_step<TYPE, NT, GLU, J, true>(w, w2, xa, xb, s, t, s0, s1, acc, acc2);
+        const bool runs = TYPE == EM_TYPE_IQ3_XXS && a.runs;
+        for (; s + 4 * J <= s1; s += 4 * J)
+            mt_step<TYPE, NT, GLU, J, false>(w, w2, xa, xb, s, t, s0, s1, runs, acc, acc2);
+        if (s < s1) mt_step<TYPE, NT, GLU, J, true>(w, w2, xa, xb, s, t, s0, s1, runs, acc, acc2);
     }
     if (ks > 1) {
         /* leave the partials; the last block of the row group sums all slices in order */
@@ -282,6 +326,7 @@ static em_err mvt_launch(cuda_backend *b, const mv_args &base, uint32_t grid_z, 
     a.row_groups = p.row_groups;
     a.partial = b->mvt_part;
     a.counter = b->mvt_counter;
+    a.runs = b->tuning.tc_iq3_runs;
     if (a.next_ss) {
         if (a.row_groups > b->ss_stride)
             return em_errorf(EM_ERR_INTERNAL, "cuda matvec (tensor cores): %u row groups of partial sums, room for %u",
