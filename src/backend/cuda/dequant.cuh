@@ -394,11 +394,15 @@ __device__ __forceinline__ h8_raw<EM_TYPE_IQ3_XXS> h8_fetch_iq3_xxs(const uint8_
     const int j = g & 31, ib = j >> 2, l = j & 3;
     return {ld_u16(b), ld_u16(b + 66 + 4 * ib) | (ld_u16(b + 68 + 4 * ib) << 16), ld_u16(b + 2 + 8 * ib + 2 * l)};
 }
-__device__ __forceinline__ uint4 h8_decode_iq3_xxs(const h8_raw<EM_TYPE_IQ3_XXS> &r, uint32_t g) {
+/* The lattice in device memory (LDG: through the read-only cache), or a copy in shared memory. */
+template <bool LDG = true>
+__device__ __forceinline__ uint4 h8_decode_iq3_xxs(const h8_raw<EM_TYPE_IQ3_XXS> &r, uint32_t g,
+                                                   const uint32_t *grid = em_cuda_iq3xxs_grid) {
     const int l = g & 3;
     const float d = __half2float(__ushort_as_half((unsigned short)r.d));
     const __half2 db = __float2half2_rn(d * (0.5f + (float)(r.aux >> 28)) * 0.5f);
-    const uint32_t p[2] = {__ldg(em_cuda_iq3xxs_grid + (r.idx & 0xff)), __ldg(em_cuda_iq3xxs_grid + (r.idx >> 8))};
+    const uint32_t p[2] = {LDG ? __ldg(grid + (r.idx & 0xff)) : grid[r.idx & 0xff],
+                           LDG ? __ldg(grid + (r.idx >> 8)) : grid[r.idx >> 8]};
     uint32_t s = (r.aux >> (7 * l)) & 127;
     s |= (__popc(s) & 1) << 7;
     const __half2 offset = __float2half2_rn(1024.0f);

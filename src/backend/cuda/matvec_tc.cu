@@ -35,7 +35,9 @@ struct mt_args : mv_args {
     uint32_t row_groups; /* groups of 64 rows */
     float *partial;      /* ks > 1: [slice][row group][2][16 items][64 rows] */
     uint32_t *counter;   /* ks > 1: per row group */
-    bool runs;           /* IQ3_XXS: each lane takes a run of J consecutive groups (mt_group) */
+    uint32_t runs;       /* IQ3_XXS: 0 groups interleaved over a row's lanes; from 1 each lane takes a run of J
+                          * consecutive groups (mt_group); 2 also a step's fields loaded a step ahead and the
+                          * lattice in shared memory (mt_iq3_runs) */
 };
 
 /* The group that step s hands lane t as its j-th of J. By default the 4 lanes of a row take
@@ -108,6 +110,46 @@ __device__ __forceinline__ void mt_step(const uint8_t *w, const uint8_t *w2, con
     }
 }
 
+/* IQ3_XXS in runs over the slice [s0, s1) (a multiple of 4J groups: rows of 256-element blocks,
+ * slices of 32 groups): the next step's raw fields are loaded before this step's are decoded and
+ * multiplied, so each warp keeps a step's loads in flight behind its arithmetic instead of waiting
+ * for every step's loads in turn; the lattice comes from shared memory, where a warp's scattered
+ * lookups cost fewer wavefronts than through the read-only cache. The same groups in the same
+ * places as mt_step with runs, so the same sums. */
+template <int NT, bool GLU, int J>
+__device__ __forceinline__ void mt_iq3_runs(const uint8_t *w, const uint8_t *w2, const uint4 *xa, const uint4 *xb,
+                                            uint32_t t, uint32_t s0, uint32_t s1, const uint32_t *grid, float acc[4],
+                                            float acc2[4]) {
+    h8_raw<EM_TYPE_IQ3_XXS> cur[J], cur2[J];
+    mt_fetch_iq3_run<J>(w, s0 + J * t, cur);
+    if (GLU) mt_fetch_iq3_run<J>(w2, s0 + J * t, cur2);
+    for (uint32_t s = s0; s < s1; s += 4 * J) {
+        const uint32_t first = s + J * t;
+        h8_raw<EM_TYPE_IQ3_XXS> next[J], next2[J];
+        if (s + 4 * J < s1) {
+            mt_fetch_iq3_run<J>(w, first + 4 * J, next);
+            if (GLU) mt_fetch_iq3_run<J>(w2, first + 4 * J, next2);
+        }
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const uint4 wv = h8_decode_iq3_xxs<false>(cur[j], first + j, grid);
+            const uint4 av = xa[first + j - s0], bv = NT > 8 ? xb[first + j - s0] : make_uint4(0, 0, 0, 0);
+            mv_mma_f16(acc, av.x, bv.x, av.y, bv.y, wv.x, wv.y);
+            mv_mma_f16(acc, av.z, bv.z, av.w, bv.w, wv.z, wv.w);
+            if (GLU) {
+                const uint4 wv2 = h8_decode_iq3_xxs<false>(cur2[j], first + j, grid);
+                mv_mma_f16(acc2, av.x, bv.x, av.y, bv.y, wv2.x, wv2.y);
+                mv_mma_f16(acc2, av.z, bv.z, av.w, bv.w, wv2.z, wv2.w);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            cur[j] = next[j];
+            if (GLU) cur2[j] = next2[j];
+        }
+    }
+}
+
 /* Before waiting for the previous kernel: asks L2 for this warp's 8 rows of row group rg (its
  * first) over the block's slice (up to 8 KB a row), which do not depend on that kernel. */
 template <bool GLU> __device__ __forceinline__ void mt_prefetch(const mt_args &a, uint32_t rg) {
@@ -135,7 +177,7 @@ template <bool GLU> __device__ __forceinline__ void mt_prefetch(const mt_args &a
 template <int TYPE, int NT, bool GLU>
 __device__ __forceinline__ void mt_row_group(const mt_args &a, uint32_t rg, uint32_t c, uint32_t count, uint32_t start,
                                              uint64_t mat_offset, const uint4 *xa, const uint4 *xb, uint32_t s0,
-                                             uint32_t s1, float (*block_ss)[16], bool *last) {
+                                             uint32_t s1, const uint32_t *lattice, float (*block_ss)[16], bool *last) {
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const uint32_t ks = gridDim.y;
     const uint32_t r0 = rg * MT_GROUP_ROWS + warp * MT_ROWS;
@@ -150,6 +192,10 @@ __device__ __forceinline__ void mt_row_group(const mt_args &a, uint32_t rg, uint
         constexpr int J = GLU ? 4 : 8; /* groups per lane per step */
         uint32_t s = s0;
         const bool runs = TYPE == EM_TYPE_IQ3_XXS && a.runs;
+        if (TYPE == EM_TYPE_IQ3_XXS && a.runs >= 2 && (s1 - s0) % (4 * J) == 0) {
+            mt_iq3_runs<NT, GLU, J>(w, w2, xa, xb, t, s0, s1, lattice, acc, acc2);
+            s = s1;
+        }
         for (; s + 4 * J <= s1; s += 4 * J)
             mt_step<TYPE, NT, GLU, J, false>(w, w2, xa, xb, s, t, s0, s1, runs, acc, acc2);
         if (s < s1) mt_step<TYPE, NT, GLU, J, true>(w, w2, xa, xb, s, t, s0, s1, runs, acc, acc2);
@@ -242,6 +288,9 @@ __global__ void __launch_bounds__(MV_THREADS) mvt_kernel(mt_args a) {
     __shared__ float fold_scale[16];
     __shared__ float block_ss[MV_WARPS][16];
     __shared__ bool last;
+    __shared__ uint32_t lattice[TYPE == EM_TYPE_IQ3_XXS ? 256 : 1]; /* runs >= 2: IQ3_XXS's, copied once */
+    if (TYPE == EM_TYPE_IQ3_XXS && a.runs >= 2)
+        for (uint32_t i = threadIdx.x; i < 256; i += MV_THREADS) lattice[i] = em_cuda_iq3xxs_grid[i];
     for (uint32_t c = 0; c < count; c += NT) {
         if (FOLD) {
             /* the items' RMS factors, each summed in a fixed order by one warp */
@@ -272,7 +321,7 @@ __global__ void __launch_bounds__(MV_THREADS) mvt_kernel(mt_args a) {
         const uint4 *xa = xs + g * stride, *xb = xs + (NT > 8 ? g + 8 : g) * stride;
         /* the row groups of this block, the staged items used for each */
         for (uint32_t rg = blockIdx.x; rg < a.row_groups; rg += gridDim.x)
-            mt_row_group<TYPE, NT, GLU>(a, rg, c, count, start, mat_offset, xa, xb, s0, s1, block_ss, &last);
+            mt_row_group<TYPE, NT, GLU>(a, rg, c, count, start, mat_offset, xa, xb, s0, s1, lattice, block_ss, &last);
         if (c + NT < count) __syncthreads(); /* the staged items are read before the next chunk's */
     }
 }
