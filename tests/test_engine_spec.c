@@ -159,54 +159,82 @@ static void test_lookup_rule(void **state) {
     int32_t draft[8];
     /* "1 2 3" occurred at the start: what followed it, then on into the drafts (period 5). */
     const int32_t periodic[] = {1, 2, 3, 4, 5, 1, 2, 3};
-    assert_int_equal(em_spec_lookup(periodic, 8, 8, draft), 8);
+    assert_int_equal(em_spec_lookup(periodic, 8, EM_SPEC_NGRAM_MIN, 8, draft), 8);
     const int32_t want_periodic[] = {4, 5, 1, 2, 3, 4, 5, 1};
     assert_memory_equal(draft, want_periodic, sizeof want_periodic);
     /* The latest occurrence wins, and a longer n-gram is tried before a shorter one: "7 9" occurs
      * once (followed by 4) while "9" alone last occurred followed by 6. */
     const int32_t latest[] = {7, 9, 4, 8, 9, 6, 7, 9};
-    assert_int_equal(em_spec_lookup(latest, 8, 2, draft), 2);
+    assert_int_equal(em_spec_lookup(latest, 8, EM_SPEC_NGRAM_MIN, 2, draft), 2);
     assert_int_equal(draft[0], 4);
     assert_int_equal(draft[1], 8);
     /* Only a single token repeats: n = 1. */
     const int32_t single[] = {5, 6, 7, 8, 6};
-    assert_int_equal(em_spec_lookup(single, 5, 3, draft), 3);
+    assert_int_equal(em_spec_lookup(single, 5, EM_SPEC_NGRAM_MIN, 3, draft), 3);
     const int32_t want_single[] = {7, 8, 6};
     assert_memory_equal(draft, want_single, sizeof want_single);
+    /* ... which a batch's bar of two tokens does not take, while "7 9" still matches */
+    assert_int_equal(em_spec_lookup(single, 5, EM_SPEC_NGRAM_MIN_SHARED, 3, draft), 0);
+    assert_int_equal(em_spec_lookup(latest, 8, EM_SPEC_NGRAM_MIN_SHARED, 2, draft), 2);
+    assert_int_equal(draft[0], 4);
     /* Nothing repeats: no draft; no room: no draft. */
     const int32_t none[] = {1, 2, 3, 4};
-    assert_int_equal(em_spec_lookup(none, 4, 8, draft), 0);
-    assert_int_equal(em_spec_lookup(periodic, 8, 0, draft), 0);
+    assert_int_equal(em_spec_lookup(none, 4, EM_SPEC_NGRAM_MIN, 8, draft), 0);
+    assert_int_equal(em_spec_lookup(periodic, 8, EM_SPEC_NGRAM_MIN, 0, draft), 0);
 }
 
 static void test_adapt_rule(void **state) {
     (void)state;
     uint32_t length = 4, pause = 0, misses = 0;
-    em_spec_adapt(&length, &pause, &misses, 4, 4, 0, 16); /* all accepted: doubled */
+    em_spec_adapt(&length, &pause, &misses, 4, 4, 1, 0, 16); /* all accepted: doubled */
     assert_int_equal(length, 8);
-    em_spec_adapt(&length, &pause, &misses, 8, 8, 0, 10); /* capped */
+    em_spec_adapt(&length, &pause, &misses, 8, 8, 1, 0, 10); /* capped */
     assert_int_equal(length, 10);
-    em_spec_adapt(&length, &pause, &misses, 10, 3, 0, 16); /* one past the accepted run */
+    em_spec_adapt(&length, &pause, &misses, 10, 3, 1, 0, 16); /* one past the accepted run */
     assert_int_equal(length, 4);
-    em_spec_adapt(&length, &pause, &misses, 4, 0, 0, 16); /* none: zero and a pause */
+    em_spec_adapt(&length, &pause, &misses, 4, 0, 1, 0, 16); /* none: zero and a pause */
     assert_int_equal(length, 0);
     assert_int_equal(pause, EM_SPEC_PAUSE_STEPS);
     length = 1;
-    em_spec_adapt(&length, &pause, &misses, 1, 0, 0, 16); /* a second miss in a row: twice the pause */
+    em_spec_adapt(&length, &pause, &misses, 1, 0, 1, 0, 16); /* a second miss in a row: twice the pause */
     assert_int_equal(pause, 2 * EM_SPEC_PAUSE_STEPS);
-    for (int i = 0; i < 10; i++) em_spec_adapt(&length, &pause, &misses, 1, 0, 0, 16);
+    for (int i = 0; i < 10; i++) em_spec_adapt(&length, &pause, &misses, 1, 0, 1, 0, 16);
     assert_int_equal(pause, EM_SPEC_PAUSE_STEPS << EM_SPEC_PAUSE_DOUBLINGS); /* bounded */
     length = 1;
-    em_spec_adapt(&length, &pause, &misses, 1, 1, 0, 16); /* a hit ends the run of misses */
+    em_spec_adapt(&length, &pause, &misses, 1, 1, 1, 0, 16); /* a hit ends the run of misses */
     assert_int_equal(length, 2);
     assert_int_equal(misses, 0);
     assert_int_equal(pause, 0);
     length = 2, pause = 0;
-    em_spec_adapt(&length, &pause, &misses, 2, 0, 3, 16); /* never below the minimum */
+    em_spec_adapt(&length, &pause, &misses, 2, 0, 1, 3, 16); /* never below the minimum */
     assert_int_equal(length, 3);
     assert_int_equal(pause, 0);
-    em_spec_adapt(&length, &pause, &misses, 3, 1, 0, 16); /* fewer drafted than the length: the run counts */
+    em_spec_adapt(&length, &pause, &misses, 3, 1, 1, 0, 16); /* fewer drafted than the length: the run counts */
     assert_int_equal(length, 2);
+    /* in a batch that overlaps its steps (least 2): one accepted of several is a miss, but a single
+     * draft accepted still grows */
+    length = 3, pause = 0, misses = 0;
+    em_spec_adapt(&length, &pause, &misses, 3, 1, 2, 0, 16);
+    assert_int_equal(length, 0);
+    assert_int_equal(pause, EM_SPEC_PAUSE_STEPS);
+    assert_int_equal(misses, 1);
+    length = 1;
+    em_spec_adapt(&length, &pause, &misses, 1, 1, 2, 0, 16);
+    assert_int_equal(length, 2);
+    assert_int_equal(misses, 0);
+    em_spec_adapt(&length, &pause, &misses, 2, 2, 2, 0, 16);
+    assert_int_equal(length, 4);
+}
+
+/* Pauses begun at different steps end on the same ones, never sooner than asked. */
+static void test_aligned_pause(void **state) {
+    (void)state;
+    for (uint64_t clock = 0; clock < 3 * EM_SPEC_PAUSE_STEPS; clock++)
+        for (uint32_t pause = 1; pause <= 4 * EM_SPEC_PAUSE_STEPS; pause++) {
+            const uint32_t got = em_spec_aligned_pause(clock, pause);
+            assert_true(got >= pause && got < pause + EM_SPEC_PAUSE_STEPS);
+            assert_int_equal((clock + got) % EM_SPEC_PAUSE_STEPS, 0);
+        }
 }
 
 /* ---- Exactness ---- */
@@ -552,6 +580,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lookup_rule),
         cmocka_unit_test(test_adapt_rule),
+        cmocka_unit_test(test_aligned_pause),
         cmocka_unit_test(test_greedy_lookup_identical),
         cmocka_unit_test(test_lookup_without_matches_chains),
         cmocka_unit_test(test_mixed_batch_and_cache),

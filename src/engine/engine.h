@@ -204,9 +204,11 @@ void em_stop_flush(em_stop_matcher *matcher, const char **release, size_t *relea
  * Every output token is the model's own pick, so the output is the one decoding without
  * speculation gives (docs/speculative.md has the argument). */
 
-/* The n-gram sizes prompt lookup tries, longest first. */
+/* The n-gram sizes prompt lookup tries, longest first; in a batch whose steps overlap, not below
+ * EM_SPEC_NGRAM_MIN_SHARED (spec.c: adapt says why a weak draft costs more there). */
 #define EM_SPEC_NGRAM_MAX 3
 #define EM_SPEC_NGRAM_MIN 1
+#define EM_SPEC_NGRAM_MIN_SHARED 2
 /* Steps a request waits before drafting again after a draft with nothing accepted, doubled after
  * each further miss in a row, at most EM_SPEC_PAUSE_DOUBLINGS times. */
 #define EM_SPEC_PAUSE_STEPS 8
@@ -215,17 +217,24 @@ void em_stop_flush(em_stop_matcher *matcher, const char **release, size_t *relea
 #define EM_SPEC_FIRST_DRAFT 2
 
 /* Prompt lookup: finds the latest earlier occurrence of the last n tokens of tokens[0..n_tokens)
- * (n from EM_SPEC_NGRAM_MAX down to EM_SPEC_NGRAM_MIN) and drafts what followed it, up to
+ * (n from EM_SPEC_NGRAM_MAX down to min_ngram) and drafts what followed it, up to
  * max_draft tokens (a continuation that reaches the end goes on with the tokens it drafted, as a
  * repetition would). Returns the number of tokens written to `draft`. */
-uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_draft, int32_t *draft);
+uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t min_ngram, uint32_t max_draft,
+                        int32_t *draft);
 
 /* The adaptive draft length after a step that verified `drafted` drafts and accepted `accepted`:
  * doubled (up to max) when all were accepted, one past the accepted run when some were; when none
- * were, zero and a pause of EM_SPEC_PAUSE_STEPS steps, doubled for each earlier miss in a row
- * (`misses` counts them), after which the request tries one draft. Never below min. */
+ * were, or fewer than `least` of a draft not wholly accepted, a miss: zero and a pause of
+ * EM_SPEC_PAUSE_STEPS steps, doubled for each earlier miss in a row (`misses` counts them), after
+ * which the request tries one draft. Never below min. */
 void em_spec_adapt(uint32_t *length, uint32_t *pause, uint32_t *misses, uint32_t drafted, uint32_t accepted,
-                   uint32_t min, uint32_t max);
+                   uint32_t least, uint32_t min, uint32_t max);
+
+/* A pause of at least `pause` steps from step `clock` that ends on a multiple of
+ * EM_SPEC_PAUSE_STEPS: requests pausing at different times end their pauses on the same steps, and
+ * the steps their lookups keep from being chained are shared. */
+uint32_t em_spec_aligned_pause(uint64_t clock, uint32_t pause);
 
 /* A draft model: its own backend and KV pool; each drafting request keeps a block table there
  * whose first draft_computed positions hold the draft model's KV of the request's tokens. */
@@ -389,6 +398,7 @@ struct ember_engine {
     ember_spec spec_default;
     uint32_t draft_max, draft_min;
     uint32_t spec_max_seqs; /* no drafts in steps of more running requests (ember_options) */
+    uint64_t spec_clock;    /* steps seen by speculation (planned and chained): where pauses end */
     em_drafter *drafter;
 };
 

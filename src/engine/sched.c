@@ -566,6 +566,7 @@ static bool can_chain(ember_engine *e) {
      * step that ends the pause is a planned one, where the request drafts). */
     for (uint32_t i = 0; i < e->n_running; i++)
         if (em_spec_active(e->running[i]) && e->running[i]->draft_length == 0) e->running[i]->draft_pause--;
+    e->spec_clock++;
     return true;
 }
 

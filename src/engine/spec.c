@@ -18,9 +18,10 @@
 
 #include "engine.h"
 
-uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_draft, int32_t *draft) {
-    if (max_draft == 0) return 0;
-    for (uint32_t size = EM_SPEC_NGRAM_MAX; size >= EM_SPEC_NGRAM_MIN; size--) {
+uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t min_ngram, uint32_t max_draft,
+                        int32_t *draft) {
+    if (max_draft == 0 || min_ngram == 0) return 0;
+    for (uint32_t size = EM_SPEC_NGRAM_MAX; size >= min_ngram; size--) {
         if (n_tokens < size + 1) continue;
         const int32_t *tail = tokens + n_tokens - size;
         for (uint32_t at = n_tokens - size; at-- > 0;) { /* the latest occurrence first */
@@ -37,12 +38,12 @@ uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_d
 }
 
 void em_spec_adapt(uint32_t *length, uint32_t *pause, uint32_t *misses, uint32_t drafted, uint32_t accepted,
-                   uint32_t min, uint32_t max) {
+                   uint32_t least, uint32_t min, uint32_t max) {
     if (drafted == 0) return;
     uint32_t next;
     if (accepted == drafted) next = 2 * *length > drafted ? 2 * *length : 2 * drafted;
     else next = accepted + 1;
-    if (accepted == 0) {
+    if (accepted == 0 || (accepted < least && accepted < drafted)) {
         /* A rejected draft costs a step that yields one token anyway; after repeated misses the
          * request drafts ever more rarely, so text that cannot be drafted runs at plain speed. */
         next = 0;
@@ -55,6 +56,26 @@ void em_spec_adapt(uint32_t *length, uint32_t *pause, uint32_t *misses, uint32_t
     if (next < min) next = min;
     *length = next;
     if (next > 0) *pause = 0;
+}
+
+uint32_t em_spec_aligned_pause(uint64_t clock, uint32_t pause) {
+    const uint32_t past = (uint32_t)((clock + pause) % EM_SPEC_PAUSE_STEPS);
+    return past ? pause + EM_SPEC_PAUSE_STEPS - past : pause;
+}
+
+/* Where steps overlap, a step with drafts and the one before it (whose token the drafts follow) run
+ * unchained for the whole batch. With other requests running, a draft that gains one token for one
+ * request costs each of them more than that: there one accepted token of several drafted counts as
+ * a miss, prompt lookup wants at least two tokens to match, and a pause ends on the steps where the
+ * others' pauses end, so that their lookups share the unchained steps. */
+static bool shared_steps(const ember_engine *e) { return e->n_running > 1 && em_backend_can_overlap(e->backend); }
+
+static void adapt(ember_engine *e, ember_request *r, uint32_t drafted, uint32_t accepted) {
+    const bool shared = shared_steps(e);
+    em_spec_adapt(&r->draft_length, &r->draft_pause, &r->draft_misses, drafted, accepted, shared ? 2 : 1,
+                  e->draft_min, e->draft_max);
+    if (shared && r->draft_length == 0 && r->draft_pause)
+        r->draft_pause = em_spec_aligned_pause(e->spec_clock, r->draft_pause);
 }
 
 /* ---- The draft model ---- */
@@ -193,7 +214,7 @@ void em_spec_verified(ember_engine *e, ember_request *r, uint32_t drafted, uint3
     r->n_drafted += drafted;
     r->n_accepted += accepted;
     pthread_mutex_unlock(&r->lock);
-    em_spec_adapt(&r->draft_length, &r->draft_pause, &r->draft_misses, drafted, accepted, e->draft_min, e->draft_max);
+    adapt(e, r, drafted, accepted);
     r->n_draft = 0;
     if (e->drafter && r->phase != EM_PHASE_DONE) { /* the draft model's KV keeps only accepted tokens */
         if (r->draft_computed > r->n_computed) r->draft_computed = r->n_computed;
@@ -283,6 +304,7 @@ static uint32_t draft_room(const ember_engine *e, ember_request *r) {
 
 void em_spec_propose(ember_engine *e) {
     uint32_t n_model = 0;
+    e->spec_clock++;
     const bool drafts = em_spec_engine_drafts(e);
     for (uint32_t i = 0; i < e->n_running; i++) {
         ember_request *r = e->running[i];
@@ -291,12 +313,12 @@ void em_spec_propose(ember_engine *e) {
         const uint32_t room = draft_room(e, r);
         if (room == 0) continue;
         if (r->spec == EMBER_SPEC_LOOKUP) {
-            r->n_draft = em_spec_lookup(r->tokens, r->n_tokens, room, r->draft);
+            const uint32_t min_ngram = shared_steps(e) ? EM_SPEC_NGRAM_MIN_SHARED : EM_SPEC_NGRAM_MIN;
+            r->n_draft = em_spec_lookup(r->tokens, r->n_tokens, min_ngram, room, r->draft);
             /* Where steps overlap, a request that may draft keeps the next step from being chained
              * (its lookup needs the token in flight): a lookup that finds nothing counts as a
              * rejected draft, so text that never repeats pauses its lookups as it would its drafts. */
-            if (r->n_draft == 0 && em_backend_can_overlap(e->backend))
-                em_spec_adapt(&r->draft_length, &r->draft_pause, &r->draft_misses, 1, 0, e->draft_min, e->draft_max);
+            if (r->n_draft == 0 && em_backend_can_overlap(e->backend)) adapt(e, r, 1, 0);
         } else if (draft_blocks_for(e->drafter, r, r->n_tokens + room - 1) && n_model < e->drafter->cap_rows) {
             r->n_draft = room;
             e->drafter->owner[n_model++] = r;
