@@ -669,7 +669,7 @@ static void test_dot_neon_equals_scalar(void **state) {
  * under EMBER_CPU_ISA=avx2) there is no group kernel and no group size. */
 static void test_dot_groups_equal_single_rows(void **state) {
     (void)state;
-    static const char *const types[] = {"Q4_K", "Q8_0", "Q6_K", "F32"};
+    static const char *const types[] = {"Q4_K", "Q8_0", "Q6_K", "IQ3_XXS", "F32"};
     enum { N_MAX = 1024 + 256, WROWS = 7, OUT_STRIDE = WROWS + 2, STRIDE = N_MAX * 4 + 64 };
     float *w = malloc(N_MAX * sizeof(float)), *x = malloc(N_MAX * sizeof(float));
     uint8_t *wq = malloc((size_t)WROWS * N_MAX * 4), *aq = malloc((size_t)EM_DOT_GROUP_TOKENS * STRIDE);
