@@ -221,15 +221,6 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
     }
 }
 
-EM_VNNI static void group_q4_k(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group,
-                               uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
-    const uint8_t *w = weight_rows;
-    uint32_t r = 0;
-    for (; r + TILE_ROWS <= n_weight_rows; r += TILE_ROWS)
-        q4_k_tile(w + r * row_bytes, row_bytes, TILE_ROWS, group, n_tokens, n, out + r, out_stride);
-    for (; r < n_weight_rows; r++) q4_k_tile(w + r * row_bytes, row_bytes, 1, group, n_tokens, n, out + r, out_stride);
-}
-
 /* Q8_0, `rows` (1..TILE_ROWS) weight rows against a group: dot_rows_vnni.c's q8_0_rows with the
  * eight scales and each pair of tokens' levels in one load each. The group holds the levels plus
  * 128 (unsigned), so vpdpbusd takes them against the signed weights as they are: its sum, started
@@ -270,15 +261,6 @@ EM_VNNI static EM_INLINE void q8_0_tile(const uint8_t *w, uint64_t row_bytes, co
             if ((uint32_t)(2 * p) < n_tokens) out[2 * p * out_stride + r] = hsum(_mm512_castps512_ps256(acc[r][p]));
             if ((uint32_t)(2 * p + 1) < n_tokens) out[(2 * p + 1) * out_stride + r] = hsum(upper_ps(acc[r][p]));
         }
-}
-
-EM_VNNI static void group_q8_0(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group,
-                               uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
-    const uint8_t *w = weight_rows;
-    uint32_t r = 0;
-    for (; r + TILE_ROWS <= n_weight_rows; r += TILE_ROWS)
-        q8_0_tile(w + r * row_bytes, row_bytes, TILE_ROWS, group, n_tokens, n, out + r, out_stride);
-    for (; r < n_weight_rows; r++) q8_0_tile(w + r * row_bytes, row_bytes, 1, group, n_tokens, n, out + r, out_stride);
 }
 
 /* Q6_K, `rows` (1..TILE_ROWS) weight rows against a group. Lane j of a token's integer sum for a
@@ -393,11 +375,12 @@ EM_VNNI static EM_INLINE uint64_t iq3_xxs_signs(uint32_t aux0, uint32_t aux1) {
 
 /* A weight block of IQ3_XXS decoded for the group kernel: each run's 32 signed levels (grid point
  * times sign), each run's -128 * (lane sums of its levels) that turn vpdpbusd over the group's
- * levels plus 128 into the signed sums, and each run's integer scale 2s + 1. */
+ * levels plus 128 into the signed sums, each run's integer scale 2s + 1, and the block's scale. */
 typedef struct iq3_xxs_decoded {
     int8_t levels[256];
     int32_t offset[64];
     int32_t scale[8];
+    float d; /* the block's f16 scale */
 } iq3_xxs_decoded;
 
 EM_VNNI static EM_INLINE void iq3_xxs_decode(const __m512i grid[16], const uint8_t *w, iq3_xxs_decoded *out) {
@@ -411,84 +394,130 @@ EM_VNNI static EM_INLINE void iq3_xxs_decode(const __m512i grid[16], const uint8
         out->scale[run] = (int32_t)(2 * (aux0 >> 28) + 1);
         out->scale[run + 1] = (int32_t)(2 * (aux1 >> 28) + 1);
     }
+    out->d = fp16(w);
 }
 
-/* IQ3_XXS, `rows` (1..TILE_ROWS) weight rows against a group. Lane j of a token's integer sum for a
- * block is dot_avx2.c's lane j: over the eight runs, the run's scale 2s + 1 times the four signed
- * products at positions 4j..4j+3. Each block of a row is decoded once per group (grid lookup and
- * signs, iq3_xxs_decode), not once per token; then per run and pair of tokens one vpdpbusd of the
- * signed levels against the two tokens' levels plus 128, started from the run's offset (its sum,
- * at most 4 * 127 * 62 in size, fits the low int16 of the lane), and one vpdpwssd by the pair
- * (scale, 0). The f32 steps are the single-row kernel's, so the results are em_dot's bitwise. */
+/* IQ3_XXS: the blocks decoded at once, and the token groups one call takes (their f32 sums wait in
+ * memory between chunks of blocks). */
+#define IQ3_XXS_CHUNK_BLOCKS 8
+#define IQ3_XXS_CALL_GROUPS 8
+
+/* IQ3_XXS, `rows` (1..TILE_ROWS) weight rows against up to IQ3_XXS_CALL_GROUPS groups (`groups`,
+ * one after another, group_bytes apart). Lane j of a token's integer sum for a block is
+ * dot_avx2.c's lane j: over the eight runs, the run's scale 2s + 1 times the four signed products at
+ * positions 4j..4j+3. The grid lookup and the signs (iq3_xxs_decode) cost more than the products of
+ * eight tokens, so a chunk of each row's blocks is decoded once for all the groups: the tokens an
+ * expert was chosen for are several groups. Then per run and pair of tokens one vpdpbusd of the
+ * signed levels against the two tokens' levels plus 128, started from the run's offset (the sum, at
+ * most 4 * 127 * 62 in size, fits the low int16 of the lane), and one vpdpwssd by the pair (scale,
+ * 0). The f32 steps are the single-row kernel's, block by block in order, so the results are
+ * em_dot's bitwise. */
 EM_VNNI static EM_INLINE void iq3_xxs_tile(const __m512i grid[16], const uint8_t *w, uint64_t row_bytes,
-                                           const int rows, const uint8_t *g, uint32_t n_tokens, uint64_t n,
-                                           float *out, uint64_t out_stride) {
+                                           const int rows, const uint8_t *groups, uint64_t group_bytes,
+                                           uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
     enum { PAIRS = GROUP_TOKENS / 2 };
-    __m512 acc[TILE_ROWS][PAIRS];
-    EM_UNROLL(2) for (int r = 0; r < rows; r++)
-        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = _mm512_setzero_ps();
-    const bool prefetch = n / 256 * IQ3_XXS_GROUP_BLOCK > GROUP_IN_L1; /* as in q4_k_tile */
-    for (uint64_t b = 0; b < n / 256; b++, w += 98, g += IQ3_XXS_GROUP_BLOCK) {
-        const __m256 d8 = _mm256_loadu_ps((const float *)(const void *)g);
-        const uint8_t *levels = g + IQ3_XXS_GROUP_LEVELS;
-        if (prefetch)
-            for (int line = 0; line < IQ3_XXS_GROUP_BLOCK; line += 64)
-                _mm_prefetch((const char *)g + 2 * IQ3_XXS_GROUP_BLOCK + line, _MM_HINT_T0);
-        iq3_xxs_decoded decoded[TILE_ROWS];
-        __m512i isum[TILE_ROWS][PAIRS];
-        __m512 scale[TILE_ROWS];
-        EM_UNROLL(2) for (int r = 0; r < rows; r++) {
-            iq3_xxs_decode(grid, w + r * row_bytes, &decoded[r]);
-            /* (d * d8) * 0.25, as the single-row kernel rounds it */
-            const __m256 d = _mm256_mul_ps(_mm256_set1_ps(fp16(w + r * row_bytes)), d8);
-            scale[r] = _mm512_castps256_ps512(_mm256_mul_ps(d, _mm256_set1_ps(0.25f)));
-            EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) isum[r][p] = _mm512_setzero_si512();
-        }
-        for (int run = 0; run < 8; run++) {
-            __m512i q[TILE_ROWS], offset[TILE_ROWS], sc[TILE_ROWS];
-            EM_UNROLL(2) for (int r = 0; r < rows; r++) {
-                q[r] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(decoded[r].levels + 32 * run)));
-                offset[r] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(decoded[r].offset + 8 * run)));
-                sc[r] = _mm512_set1_epi32(decoded[r].scale[run]);
-            }
-            EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
-                const __m512i act = _mm512_loadu_si512((const void *)(levels + 64 * (PAIRS * run + p)));
+    const uint32_t n_groups = (n_tokens + GROUP_TOKENS - 1) / GROUP_TOKENS;
+    __m512 sums[IQ3_XXS_CALL_GROUPS][TILE_ROWS][PAIRS]; /* lanes 0..7: token 2p, 8..15: token 2p + 1 */
+    for (uint32_t gi = 0; gi < n_groups; gi++)
+        EM_UNROLL(2) for (int r = 0; r < rows; r++)
+            EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) sums[gi][r][p] = _mm512_setzero_ps();
+    iq3_xxs_decoded decoded[IQ3_XXS_CHUNK_BLOCKS][TILE_ROWS];
+    const bool prefetch = n_groups * group_bytes > GROUP_IN_L1; /* as in q4_k_tile */
+    for (uint64_t first = 0; first < n / 256; first += IQ3_XXS_CHUNK_BLOCKS) {
+        const uint64_t blocks = n / 256 - first < IQ3_XXS_CHUNK_BLOCKS ? n / 256 - first : IQ3_XXS_CHUNK_BLOCKS;
+        for (uint64_t b = 0; b < blocks; b++)
+            EM_UNROLL(2) for (int r = 0; r < rows; r++)
+                iq3_xxs_decode(grid, w + r * row_bytes + (first + b) * 98, &decoded[b][r]);
+        for (uint32_t gi = 0; gi < n_groups; gi++) {
+            const uint8_t *g = groups + gi * group_bytes + first * IQ3_XXS_GROUP_BLOCK;
+            __m512 acc[TILE_ROWS][PAIRS];
+            EM_UNROLL(2) for (int r = 0; r < rows; r++)
+                EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = sums[gi][r][p];
+            for (uint64_t b = 0; b < blocks; b++, g += IQ3_XXS_GROUP_BLOCK) {
+                const __m256 d8 = _mm256_loadu_ps((const float *)(const void *)g);
+                const uint8_t *levels = g + IQ3_XXS_GROUP_LEVELS;
+                if (prefetch)
+                    for (int line = 0; line < IQ3_XXS_GROUP_BLOCK; line += 64)
+                        _mm_prefetch((const char *)g + 2 * IQ3_XXS_GROUP_BLOCK + line, _MM_HINT_T0);
+                __m512i isum[TILE_ROWS][PAIRS];
                 EM_UNROLL(2) for (int r = 0; r < rows; r++)
-                    isum[r][p] = _mm512_dpwssd_epi32(isum[r][p], _mm512_dpbusd_epi32(offset[r], act, q[r]), sc[r]);
+                    EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) isum[r][p] = _mm512_setzero_si512();
+                for (int run = 0; run < 8; run++) {
+                    __m512i q[TILE_ROWS], offset[TILE_ROWS], sc[TILE_ROWS];
+                    EM_UNROLL(2) for (int r = 0; r < rows; r++) {
+                        const iq3_xxs_decoded *dr = &decoded[b][r];
+                        q[r] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(dr->levels + 32 * run)));
+                        offset[r] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(dr->offset + 8 * run)));
+                        sc[r] = _mm512_set1_epi32(dr->scale[run]);
+                    }
+                    EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
+                        const __m512i act = _mm512_loadu_si512((const void *)(levels + 64 * (PAIRS * run + p)));
+                        EM_UNROLL(2) for (int r = 0; r < rows; r++)
+                            isum[r][p] = _mm512_dpwssd_epi32(isum[r][p], _mm512_dpbusd_epi32(offset[r], act, q[r]), sc[r]);
+                    }
+                }
+                EM_UNROLL(2) for (int r = 0; r < rows; r++) {
+                    /* (d * d8) * 0.25, as the single-row kernel rounds it */
+                    const __m256 d = _mm256_mul_ps(_mm256_set1_ps(decoded[b][r].d), d8);
+                    const __m512 scale = _mm512_castps256_ps512(_mm256_mul_ps(d, _mm256_set1_ps(0.25f)));
+                    EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
+                        const __m512 s = _mm512_permutexvar_ps(pair_index(2 * p), scale);
+                        acc[r][p] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum[r][p]), acc[r][p]);
+                    }
+                }
             }
+            EM_UNROLL(2) for (int r = 0; r < rows; r++)
+                EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) sums[gi][r][p] = acc[r][p];
         }
+    }
+    for (uint32_t gi = 0; gi < n_groups; gi++)
         EM_UNROLL(2) for (int r = 0; r < rows; r++)
             EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
-                const __m512 s = _mm512_permutexvar_ps(pair_index(2 * p), scale[r]);
-                acc[r][p] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum[r][p]), acc[r][p]);
+                const uint32_t t = GROUP_TOKENS * gi + 2 * p;
+                if (t < n_tokens) out[t * out_stride + r] = hsum(_mm512_castps512_ps256(sums[gi][r][p]));
+                if (t + 1 < n_tokens) out[(t + 1) * out_stride + r] = hsum(upper_ps(sums[gi][r][p]));
             }
+}
+
+/* The entry points: token groups one after another (em_dot_group_fn), each group against the
+ * weight rows TILE_ROWS at a time. */
+#define GROUP_ENTRY(name, tile, group_block_bytes)                                                              \
+    EM_VNNI static void name(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group, \
+                             uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {                    \
+        const uint8_t *w = weight_rows;                                                                          \
+        for (uint32_t t = 0; t < n_tokens; t += GROUP_TOKENS) {                                                  \
+            const uint8_t *g = (const uint8_t *)group + t / GROUP_TOKENS * (group_block_bytes);                  \
+            const uint32_t tokens = n_tokens - t < GROUP_TOKENS ? n_tokens - t : GROUP_TOKENS;                   \
+            float *o = out + t * out_stride;                                                                     \
+            uint32_t r = 0;                                                                                      \
+            for (; r + TILE_ROWS <= n_weight_rows; r += TILE_ROWS)                                               \
+                tile(w + r * row_bytes, row_bytes, TILE_ROWS, g, tokens, n, o + r, out_stride);                  \
+            for (; r < n_weight_rows; r++) tile(w + r * row_bytes, row_bytes, 1, g, tokens, n, o + r, out_stride); \
+        }                                                                                                        \
     }
-    EM_UNROLL(2) for (int r = 0; r < rows; r++)
-        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
-            if ((uint32_t)(2 * p) < n_tokens) out[2 * p * out_stride + r] = hsum(_mm512_castps512_ps256(acc[r][p]));
-            if ((uint32_t)(2 * p + 1) < n_tokens) out[(2 * p + 1) * out_stride + r] = hsum(upper_ps(acc[r][p]));
-        }
-}
 
-EM_VNNI static void group_q6_k(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group,
-                               uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
-    const uint8_t *w = weight_rows;
-    uint32_t r = 0;
-    for (; r + TILE_ROWS <= n_weight_rows; r += TILE_ROWS)
-        q6_k_tile(w + r * row_bytes, row_bytes, TILE_ROWS, group, n_tokens, n, out + r, out_stride);
-    for (; r < n_weight_rows; r++) q6_k_tile(w + r * row_bytes, row_bytes, 1, group, n_tokens, n, out + r, out_stride);
-}
+GROUP_ENTRY(group_q4_k, q4_k_tile, n / 256 * Q4_K_GROUP_BLOCK)
+GROUP_ENTRY(group_q8_0, q8_0_tile, n / 32 * Q8_0_GROUP_BLOCK)
+GROUP_ENTRY(group_q6_k, q6_k_tile, n / 256 * Q6_K_GROUP_BLOCK)
 
+/* IQ3_XXS takes up to IQ3_XXS_CALL_GROUPS groups per pass over the rows (iq3_xxs_tile). */
 EM_VNNI static void group_iq3_xxs(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows,
                                   const void *group, uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
     const uint8_t *w = weight_rows;
+    const uint64_t group_bytes = n / 256 * IQ3_XXS_GROUP_BLOCK;
     __m512i grid[16];
     for (int i = 0; i < 16; i++) grid[i] = _mm512_loadu_si512((const void *)(em_iq3xxs_grid + 16 * i));
-    uint32_t r = 0;
-    for (; r + TILE_ROWS <= n_weight_rows; r += TILE_ROWS)
-        iq3_xxs_tile(grid, w + r * row_bytes, row_bytes, TILE_ROWS, group, n_tokens, n, out + r, out_stride);
-    for (; r < n_weight_rows; r++)
-        iq3_xxs_tile(grid, w + r * row_bytes, row_bytes, 1, group, n_tokens, n, out + r, out_stride);
+    enum { CALL_TOKENS = IQ3_XXS_CALL_GROUPS * GROUP_TOKENS };
+    for (uint32_t t = 0; t < n_tokens; t += CALL_TOKENS) {
+        const uint8_t *g = (const uint8_t *)group + t / GROUP_TOKENS * group_bytes;
+        const uint32_t tokens = n_tokens - t < CALL_TOKENS ? n_tokens - t : CALL_TOKENS;
+        float *o = out + t * out_stride;
+        uint32_t r = 0;
+        for (; r + TILE_ROWS <= n_weight_rows; r += TILE_ROWS)
+            iq3_xxs_tile(grid, w + r * row_bytes, row_bytes, TILE_ROWS, g, group_bytes, tokens, n, o + r, out_stride);
+        for (; r < n_weight_rows; r++)
+            iq3_xxs_tile(grid, w + r * row_bytes, row_bytes, 1, g, group_bytes, tokens, n, o + r, out_stride);
+    }
 }
 
 em_dot_group_fn em_quant_dot_group_vnni(uint32_t weight_type) {
