@@ -374,26 +374,32 @@ EM_VNNI static EM_INLINE uint64_t iq3_xxs_signs(uint32_t aux0, uint32_t aux1) {
 }
 
 /* A weight block of IQ3_XXS decoded for the group kernel: each run's 32 signed levels (grid point
- * times sign), each run's -128 * (lane sums of its levels) that turn vpdpbusd over the group's
- * levels plus 128 into the signed sums, each run's integer scale 2s + 1, and the block's scale. */
+ * times sign), each run's integer scale 2s + 1 as the int16 pair (scale, scale), the correction
+ * that turns the sums over the group's levels plus 128 into the signed sums (lane j: -128 times the
+ * sum over the runs of scale times the run's levels at positions 4j..4j+3), and the block's scale. */
 typedef struct iq3_xxs_decoded {
     int8_t levels[256];
-    int32_t offset[64];
     int32_t scale[8];
-    float d; /* the block's f16 scale */
+    int32_t correction[8];
+    float d;
 } iq3_xxs_decoded;
 
 EM_VNNI static EM_INLINE void iq3_xxs_decode(const __m512i grid[16], const uint8_t *w, iq3_xxs_decoded *out) {
+    __m512i correction = _mm512_setzero_si512(); /* lanes 0..7 from the even runs, 8..15 the odd ones */
     for (int run = 0; run < 8; run += 2) {
         const uint32_t aux0 = em_load_u32(w + 66 + 4 * run), aux1 = em_load_u32(w + 70 + 4 * run);
         const __m512i mag = iq3_xxs_points(grid, w + 2 + 8 * run);
         const __m512i levels = _mm512_mask_sub_epi8(mag, iq3_xxs_signs(aux0, aux1), _mm512_setzero_si512(), mag);
-        const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), levels);
         _mm512_storeu_si512((void *)(out->levels + 32 * run), levels);
-        _mm512_storeu_si512((void *)(out->offset + 8 * run), _mm512_sub_epi32(_mm512_setzero_si512(), sums));
-        out->scale[run] = (int32_t)(2 * (aux0 >> 28) + 1);
-        out->scale[run + 1] = (int32_t)(2 * (aux1 >> 28) + 1);
+        const int16_t scale0 = (int16_t)(2 * (aux0 >> 28) + 1), scale1 = (int16_t)(2 * (aux1 >> 28) + 1);
+        out->scale[run] = (int32_t)((uint32_t)(uint16_t)scale0 * 0x10001u);
+        out->scale[run + 1] = (int32_t)((uint32_t)(uint16_t)scale1 * 0x10001u);
+        /* 128 times each lane's four levels (at most 128 * 4 * 62: an int16), times the run's scale */
+        const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), levels);
+        const __m512i scales = _mm512_mask_set1_epi32(_mm512_set1_epi32(scale0), 0xff00, scale1); /* (scale, 0) */
+        correction = _mm512_dpwssd_epi32(correction, sums, scales);
     }
+    _mm256_storeu_si256((__m256i *)(void *)out->correction, _mm256_sub_epi32(_mm256_setzero_si256(), fold_halves(correction)));
     out->d = fp16(w);
 }
 
@@ -407,11 +413,11 @@ EM_VNNI static EM_INLINE void iq3_xxs_decode(const __m512i grid[16], const uint8
  * dot_avx2.c's lane j: over the eight runs, the run's scale 2s + 1 times the four signed products at
  * positions 4j..4j+3. The grid lookup and the signs (iq3_xxs_decode) cost more than the products of
  * eight tokens, so a chunk of each row's blocks is decoded once for all the groups: the tokens an
- * expert was chosen for are several groups. Then per run and pair of tokens one vpdpbusd of the
- * signed levels against the two tokens' levels plus 128, started from the run's offset (the sum, at
- * most 4 * 127 * 62 in size, fits the low int16 of the lane), and one vpdpwssd by the pair (scale,
- * 0). The f32 steps are the single-row kernel's, block by block in order, so the results are
- * em_dot's bitwise. */
+ * expert was chosen for are several groups. Then per run and pair of tokens one vpmaddubsw of the
+ * two tokens' levels plus 128 against the signed levels (a pair of products at most 2 * 255 * 62:
+ * no saturation) and one vpdpwssd by the pair (scale, scale); the block's correction, added first,
+ * takes the 128s out again. The f32 steps are the single-row kernel's, block by block in order, so
+ * the results are em_dot's bitwise. */
 EM_VNNI static EM_INLINE void iq3_xxs_tile(const __m512i grid[16], const uint8_t *w, uint64_t row_bytes,
                                            const int rows, const uint8_t *groups, uint64_t group_bytes,
                                            uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
@@ -440,20 +446,23 @@ EM_VNNI static EM_INLINE void iq3_xxs_tile(const __m512i grid[16], const uint8_t
                     for (int line = 0; line < IQ3_XXS_GROUP_BLOCK; line += 64)
                         _mm_prefetch((const char *)g + 2 * IQ3_XXS_GROUP_BLOCK + line, _MM_HINT_T0);
                 __m512i isum[TILE_ROWS][PAIRS];
-                EM_UNROLL(2) for (int r = 0; r < rows; r++)
-                    EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) isum[r][p] = _mm512_setzero_si512();
+                EM_UNROLL(2) for (int r = 0; r < rows; r++) {
+                    const __m512i correction = _mm512_broadcast_i64x4(
+                        _mm256_loadu_si256((const __m256i *)(const void *)decoded[b][r].correction));
+                    EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) isum[r][p] = correction;
+                }
                 for (int run = 0; run < 8; run++) {
-                    __m512i q[TILE_ROWS], offset[TILE_ROWS], sc[TILE_ROWS];
+                    __m512i q[TILE_ROWS], sc[TILE_ROWS];
                     EM_UNROLL(2) for (int r = 0; r < rows; r++) {
                         const iq3_xxs_decoded *dr = &decoded[b][r];
-                        q[r] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(dr->levels + 32 * run)));
-                        offset[r] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(dr->offset + 8 * run)));
+                        q[r] = _mm512_broadcast_i64x4(
+                            _mm256_loadu_si256((const __m256i *)(const void *)(dr->levels + 32 * run)));
                         sc[r] = _mm512_set1_epi32(dr->scale[run]);
                     }
                     EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
                         const __m512i act = _mm512_loadu_si512((const void *)(levels + 64 * (PAIRS * run + p)));
                         EM_UNROLL(2) for (int r = 0; r < rows; r++)
-                            isum[r][p] = _mm512_dpwssd_epi32(isum[r][p], _mm512_dpbusd_epi32(offset[r], act, q[r]), sc[r]);
+                            isum[r][p] = _mm512_dpwssd_epi32(isum[r][p], _mm512_maddubs_epi16(act, q[r]), sc[r]);
                     }
                 }
                 EM_UNROLL(2) for (int r = 0; r < rows; r++) {
@@ -479,20 +488,41 @@ EM_VNNI static EM_INLINE void iq3_xxs_tile(const __m512i grid[16], const uint8_t
             }
 }
 
+/* Weight rows whose results the entry points collect before writing them out. A token's results
+ * for a pair of rows are two floats, and rows of the output are often a multiple of 4 KB apart (a
+ * projection to 2048 or 4096 values): written in place, every token's pair would fall in the same
+ * set of the L1 cache and miss there. Collected for up to OUT_ROWS rows, each token's results are
+ * written as one run of whole cache lines. */
+#define OUT_ROWS 64
+
+/* Copies `tokens` rows of `rows` results from `local` (OUT_ROWS apart) to out (out_stride apart). */
+EM_VNNI static EM_INLINE void write_results(const float *local, uint32_t tokens, uint32_t rows, float *out,
+                                            uint64_t out_stride) {
+    for (uint32_t t = 0; t < tokens; t++)
+        for (uint32_t r = 0; r < rows; r += 16) {
+            const __mmask16 keep = rows - r >= 16 ? 0xffff : (__mmask16)((1u << (rows - r)) - 1);
+            _mm512_mask_storeu_ps(out + t * out_stride + r, keep, _mm512_maskz_loadu_ps(keep, local + t * OUT_ROWS + r));
+        }
+}
+
 /* The entry points: token groups one after another (em_dot_group_fn), each group against the
- * weight rows TILE_ROWS at a time. */
+ * weight rows TILE_ROWS at a time, OUT_ROWS rows at a time. */
 #define GROUP_ENTRY(name, tile, group_block_bytes)                                                              \
     EM_VNNI static void name(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group, \
                              uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {                    \
-        const uint8_t *w = weight_rows;                                                                          \
-        for (uint32_t t = 0; t < n_tokens; t += GROUP_TOKENS) {                                                  \
-            const uint8_t *g = (const uint8_t *)group + t / GROUP_TOKENS * (group_block_bytes);                  \
-            const uint32_t tokens = n_tokens - t < GROUP_TOKENS ? n_tokens - t : GROUP_TOKENS;                   \
-            float *o = out + t * out_stride;                                                                     \
-            uint32_t r = 0;                                                                                      \
-            for (; r + TILE_ROWS <= n_weight_rows; r += TILE_ROWS)                                               \
-                tile(w + r * row_bytes, row_bytes, TILE_ROWS, g, tokens, n, o + r, out_stride);                  \
-            for (; r < n_weight_rows; r++) tile(w + r * row_bytes, row_bytes, 1, g, tokens, n, o + r, out_stride); \
+        float local[GROUP_TOKENS * OUT_ROWS];                                                                     \
+        for (uint32_t first = 0; first < n_weight_rows; first += OUT_ROWS) {                                     \
+            const uint8_t *w = (const uint8_t *)weight_rows + first * row_bytes;                                 \
+            const uint32_t rows = n_weight_rows - first < OUT_ROWS ? n_weight_rows - first : OUT_ROWS;           \
+            for (uint32_t t = 0; t < n_tokens; t += GROUP_TOKENS) {                                              \
+                const uint8_t *g = (const uint8_t *)group + t / GROUP_TOKENS * (group_block_bytes);              \
+                const uint32_t tokens = n_tokens - t < GROUP_TOKENS ? n_tokens - t : GROUP_TOKENS;               \
+                uint32_t r = 0;                                                                                  \
+                for (; r + TILE_ROWS <= rows; r += TILE_ROWS)                                                    \
+                    tile(w + r * row_bytes, row_bytes, TILE_ROWS, g, tokens, n, local + r, OUT_ROWS);            \
+                for (; r < rows; r++) tile(w + r * row_bytes, row_bytes, 1, g, tokens, n, local + r, OUT_ROWS);  \
+                write_results(local, tokens, rows, out + t * out_stride + first, out_stride);                    \
+            }                                                                                                    \
         }                                                                                                        \
     }
 
@@ -503,20 +533,25 @@ GROUP_ENTRY(group_q6_k, q6_k_tile, n / 256 * Q6_K_GROUP_BLOCK)
 /* IQ3_XXS takes up to IQ3_XXS_CALL_GROUPS groups per pass over the rows (iq3_xxs_tile). */
 EM_VNNI static void group_iq3_xxs(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows,
                                   const void *group, uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
-    const uint8_t *w = weight_rows;
+    enum { CALL_TOKENS = IQ3_XXS_CALL_GROUPS * GROUP_TOKENS };
     const uint64_t group_bytes = n / 256 * IQ3_XXS_GROUP_BLOCK;
     __m512i grid[16];
     for (int i = 0; i < 16; i++) grid[i] = _mm512_loadu_si512((const void *)(em_iq3xxs_grid + 16 * i));
-    enum { CALL_TOKENS = IQ3_XXS_CALL_GROUPS * GROUP_TOKENS };
-    for (uint32_t t = 0; t < n_tokens; t += CALL_TOKENS) {
-        const uint8_t *g = (const uint8_t *)group + t / GROUP_TOKENS * group_bytes;
-        const uint32_t tokens = n_tokens - t < CALL_TOKENS ? n_tokens - t : CALL_TOKENS;
-        float *o = out + t * out_stride;
-        uint32_t r = 0;
-        for (; r + TILE_ROWS <= n_weight_rows; r += TILE_ROWS)
-            iq3_xxs_tile(grid, w + r * row_bytes, row_bytes, TILE_ROWS, g, group_bytes, tokens, n, o + r, out_stride);
-        for (; r < n_weight_rows; r++)
-            iq3_xxs_tile(grid, w + r * row_bytes, row_bytes, 1, g, group_bytes, tokens, n, o + r, out_stride);
+    float local[CALL_TOKENS * OUT_ROWS];
+    for (uint32_t first = 0; first < n_weight_rows; first += OUT_ROWS) {
+        const uint8_t *w = (const uint8_t *)weight_rows + first * row_bytes;
+        const uint32_t rows = n_weight_rows - first < OUT_ROWS ? n_weight_rows - first : OUT_ROWS;
+        for (uint32_t t = 0; t < n_tokens; t += CALL_TOKENS) {
+            const uint8_t *g = (const uint8_t *)group + t / GROUP_TOKENS * group_bytes;
+            const uint32_t tokens = n_tokens - t < CALL_TOKENS ? n_tokens - t : CALL_TOKENS;
+            uint32_t r = 0;
+            for (; r + TILE_ROWS <= rows; r += TILE_ROWS)
+                iq3_xxs_tile(grid, w + r * row_bytes, row_bytes, TILE_ROWS, g, group_bytes, tokens, n, local + r,
+                             OUT_ROWS);
+            for (; r < rows; r++)
+                iq3_xxs_tile(grid, w + r * row_bytes, row_bytes, 1, g, group_bytes, tokens, n, local + r, OUT_ROWS);
+            write_results(local, tokens, rows, out + t * out_stride + first, out_stride);
+        }
     }
 }
 
