@@ -200,9 +200,10 @@ em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm) {
     job.bf16_tiles = mm->w->type == EM_TYPE_BF16 && mm->n_tokens >= EM_CPU_FEW_TOKENS && em_bf16_tiles_available();
     pthread_mutex_init(&job.mutex, NULL);
     /* One token group is one share's work: quantized here, without waking the pool for it. */
-    if (!mm->quantized && mm->n_tokens <= EM_CPU_GROUP) quantize_share(&job, 0, 1);
+    if (!mm->quantized && (mm->n_tokens <= EM_CPU_GROUP || !pool)) quantize_share(&job, 0, 1);
     else if (!mm->quantized) em_cpu_pool_run(pool, quantize_share, &job);
-    if (!job.err) em_cpu_pool_run_sized(pool, dot_share, &job, mm->w->rows * mm->w->row_bytes * mm->n_tokens);
+    if (!job.err && !pool) dot_share(&job, 0, 1);
+    else if (!job.err) em_cpu_pool_run_sized(pool, dot_share, &job, mm->w->rows * mm->w->row_bytes * mm->n_tokens);
     pthread_mutex_destroy(&job.mutex);
     return job.err;
 }
