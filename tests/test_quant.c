@@ -735,7 +735,8 @@ static void test_dot_groups_equal_single_rows(void **state) {
             const uint32_t counts[3] = {2 * EM_DOT_GROUP_TOKENS + 3, 8 * EM_DOT_GROUP_TOKENS, TOKENS - 5};
             for (int c = 0; c < 3; c++) {
                 for (uint32_t first = 0; first < counts[c]; first += EM_DOT_GROUP_TOKENS) {
-                    const uint32_t rows = counts[c] - first < EM_DOT_GROUP_TOKENS ? counts[c] - first : EM_DOT_GROUP_TOKENS;
+                    const uint32_t left = counts[c] - first;
+                    const uint32_t rows = left < EM_DOT_GROUP_TOKENS ? left : EM_DOT_GROUP_TOKENS;
                     em_dot_group_pack(type, aq + (size_t)first * STRIDE, STRIDE, rows, n,
                                       group + first / EM_DOT_GROUP_TOKENS * bytes);
                 }

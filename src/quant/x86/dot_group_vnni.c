@@ -1,7 +1,7 @@
 /*
- * Token groups for AVX-512 VNNI (Q4_K, Q8_0, Q6_K, IQ3_XXS): the activations of up to eight tokens interleaved
- * block by block, once per matrix product, so that each weight row is decoded once per group and
- * the per-token work that does not depend on the weights is done once for all its rows.
+ * Token groups for AVX-512 VNNI (Q4_K, Q8_0, Q6_K, IQ3_XXS): the activations of up to eight tokens
+ * interleaved block by block, once per matrix product, so that each weight row is decoded once per
+ * group and the per-token work that does not depend on the weights is done once for all its rows.
  *
  * dot_rows_vnni.c takes the activation rows as they are and, for every weight row, gathers the
  * eight tokens' block scales and Q8_K group sums lane by lane and reduces each token's min terms
@@ -22,8 +22,9 @@
  *     out as Q4_K's.
  * The kernels then take the same integer sums and the same f32 steps, in the same order, as
  * dot_rows_vnni.c's (and so as em_dot's): results are bitwise equal, which tests/test_quant.c
- * asserts. They run TILE_ROWS weight rows at a time against the group, so each activation vector
- * loaded serves them all and a group is read once per tile of rows.
+ * asserts. They run TILE_ROWS weight rows at a time against a group, so each activation vector
+ * loaded serves them all and a group is read once per tile of rows; a call takes every group of a
+ * product against a tile of rows (IQ3_XXS decodes each weight block once for several groups).
  */
 #include "dot_x86.h"
 
@@ -296,7 +297,8 @@ EM_VNNI static EM_INLINE void q6_k_tile(const uint8_t *w, uint64_t row_bytes, co
             _mm256_storeu_si256((__m256i *)(void *)pairs, _mm256_cvtepi8_epi16(sc));
             __m512i offsets = _mm512_setzero_si512(); /* lanes 0..7: pairs 4j, 4j + 1; 8..15: 4j + 2, 4j + 3 */
             EM_UNROLL(4) for (int j = 0; j < 4; j++) {
-                const __m512i weights = _mm512_mask_set1_epi32(_mm512_set1_epi32(pairs[2 * j]), 0xff00, pairs[2 * j + 1]);
+                const __m512i weights =
+                    _mm512_mask_set1_epi32(_mm512_set1_epi32(pairs[2 * j]), 0xff00, pairs[2 * j + 1]);
                 offsets = _mm512_dpwssd_epi32(offsets, weights, _mm512_loadu_si512((const void *)(sums + 64 * j)));
             }
             /* -32 * offset of token t in lane t, moved to lane 0 (token 2p) and lane 8 (2p + 1) of pair p */
@@ -396,7 +398,8 @@ EM_VNNI static EM_INLINE void iq3_xxs_decode(const __m512i grid[16], const uint8
         const __m512i scales = _mm512_mask_set1_epi32(_mm512_set1_epi32(scale0), 0xff00, scale1); /* (scale, 0) */
         correction = _mm512_dpwssd_epi32(correction, sums, scales);
     }
-    _mm256_storeu_si256((__m256i *)(void *)out->correction, _mm256_sub_epi32(_mm256_setzero_si256(), fold_halves(correction)));
+    const __m256i negated = _mm256_sub_epi32(_mm256_setzero_si256(), fold_halves(correction));
+    _mm256_storeu_si256((__m256i *)(void *)out->correction, negated);
     out->d = fp16(w);
 }
 
@@ -498,7 +501,8 @@ EM_VNNI static EM_INLINE void write_results(const float *local, uint32_t tokens,
     for (uint32_t t = 0; t < tokens; t++)
         for (uint32_t r = 0; r < rows; r += 16) {
             const __mmask16 keep = rows - r >= 16 ? 0xffff : (__mmask16)((1u << (rows - r)) - 1);
-            _mm512_mask_storeu_ps(out + t * out_stride + r, keep, _mm512_maskz_loadu_ps(keep, local + t * OUT_ROWS + r));
+            const __m512 results = _mm512_maskz_loadu_ps(keep, local + t * OUT_ROWS + r);
+            _mm512_mask_storeu_ps(out + t * out_stride + r, keep, results);
         }
 }
 
