@@ -661,20 +661,46 @@ static void test_dot_neon_equals_scalar(void **state) {
     free(aq);
 }
 
+/* Weight rows of random bytes: every bit pattern of levels, scales, grid indices and signs the
+ * format can hold, with the block's f16 scales replaced by finite values from 2^-9 to 2^-2 (a random
+ * f16 could be infinite or NaN, which no kernel promises to sum alike). */
+static void fill_random_blocks(em_type type, uint8_t *rows, size_t bytes, uint64_t seed) {
+    for (size_t i = 0; i < bytes; i++) rows[i] = (uint8_t)(rng_next(&seed) >> 56);
+    const em_type_info *info = em_type_info_of(type);
+    size_t scales[2] = {0, 0}, count = 1; /* byte offsets of the f16 scales in a block */
+    if (type == EM_TYPE_Q4_K) count = 2, scales[1] = 2;
+    if (type == EM_TYPE_Q6_K) scales[0] = 208;
+    for (size_t b = 0; b + info->block_bytes <= bytes; b += info->block_bytes)
+        for (size_t k = 0; k < count; k++) {
+            uint16_t h = (uint16_t)(0x1800 + (rng_next(&seed) >> 52) % 0x1c00); /* exponents -9..-3 */
+            if (rng_next(&seed) & 1) h |= 0x8000;
+            rows[b + scales[k]] = (uint8_t)h;
+            rows[b + scales[k] + 1] = (uint8_t)(h >> 8);
+        }
+}
+
 /* Packed token groups must give em_dot's results bitwise, like em_dot_rows: every group size (1
  * to EM_DOT_GROUP_TOKENS, ragged groups padded inside the pack), rows of one block and of several,
  * rows spaced wider than their size, each activation row at its own scale, several weight rows
  * against one packed group in one call (past the kernels' tiles of rows, with the remainder) and
- * each alone, results written with a stride wider than the rows. On a CPU without the kernels (or
- * under EMBER_CPU_ISA=avx2) there is no group kernel and no group size. */
+ * each alone, results written with a stride wider than the rows, and calls taking several groups
+ * one after another (up to ten, the last ragged or full). Two kinds of rows: quantized
+ * Gaussian weights against Gaussian activations, and edge cases: random-byte weight blocks
+ * (fill_random_blocks) against activations at the limits of the 8-bit levels (all +127, all -127,
+ * alternating signs, zeros, and Gaussian rows between them). On a CPU without the kernels (or under
+ * EMBER_CPU_ISA=avx2) there is no group kernel and no group size. */
 static void test_dot_groups_equal_single_rows(void **state) {
     (void)state;
-    static const char *const types[] = {"Q4_K", "Q8_0", "Q6_K", "F32"};
+    static const char *const types[] = {"Q4_K", "Q8_0", "Q6_K", "IQ3_XXS", "F32"};
+    /* TOKENS activation rows: one group, and for calls of several groups up to ten of them (past the
+     * IQ3_XXS kernel's eight groups a pass) */
     enum { N_MAX = 1024 + 256, WROWS = 7, OUT_STRIDE = WROWS + 2, STRIDE = N_MAX * 4 + 64 };
+    enum { TOKENS = 10 * EM_DOT_GROUP_TOKENS };
     float *w = malloc(N_MAX * sizeof(float)), *x = malloc(N_MAX * sizeof(float));
-    uint8_t *wq = malloc((size_t)WROWS * N_MAX * 4), *aq = malloc((size_t)EM_DOT_GROUP_TOKENS * STRIDE);
-    uint8_t *group = malloc((size_t)EM_DOT_GROUP_TOKENS * STRIDE);
-    assert_true(w && x && wq && aq && group);
+    uint8_t *wq = malloc((size_t)WROWS * N_MAX * 4), *aq = malloc((size_t)TOKENS * STRIDE);
+    uint8_t *group = malloc((size_t)TOKENS * STRIDE);
+    float *many = malloc((size_t)TOKENS * OUT_STRIDE * sizeof(float));
+    assert_true(w && x && wq && aq && group && many);
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         em_type type = type_named(types[t]);
         em_dot_group_fn kernel = em_dot_group_kernel(type);
@@ -683,21 +709,48 @@ static void test_dot_groups_equal_single_rows(void **state) {
             continue;
         }
         const uint64_t lengths[3] = {256, 512, N_MAX};
-        for (int l = 0; l < 3; l++) {
-            const uint64_t n = lengths[l];
+        for (int run = 0; run < 6; run++) {
+            const uint64_t n = lengths[run % 3];
+            const bool edge = run >= 3;
             uint64_t wrow = 0;
             assert_ok(em_type_row_bytes(type, n, &wrow));
-            for (int r = 0; r < WROWS; r++) {
+            if (edge)
+                fill_random_blocks(type, wq, (size_t)WROWS * wrow, 60 + (unsigned)run);
+            for (int r = 0; r < WROWS && !edge; r++) {
                 fill_gaussian(w, n, 30 + (unsigned)r);
                 assert_ok(em_quantize(type, w, wq + (size_t)r * wrow, n));
             }
-            for (int r = 0; r < EM_DOT_GROUP_TOKENS; r++) {
+            for (int r = 0; r < TOKENS; r++) {
                 fill_gaussian(x, n, 40 + (unsigned)r);
-                for (uint64_t i = 0; i < n; i++) x[i] *= (float)(r + 1) * (r % 2 ? 0.01f : 1.0f);
+                for (uint64_t i = 0; i < n; i++) {
+                    x[i] *= (float)(r % EM_DOT_GROUP_TOKENS + 1) * (r % 2 ? 0.01f : 1.0f);
+                    if (edge && r < 4) /* every level +127, -127, alternating, zero */
+                        x[i] = r == 0 ? 3.0f : r == 1 ? -3.0f : r == 2 ? (i % 2 ? -1.0f : 1.0f) : 0.0f;
+                }
                 assert_ok(em_quantize_activation(type, x, aq + (size_t)r * STRIDE, n));
             }
             const uint64_t bytes = em_dot_group_bytes(type, n);
             assert_true(bytes > 0 && bytes <= (uint64_t)EM_DOT_GROUP_TOKENS * STRIDE);
+            /* several groups in one call: full groups, then a ragged or a full last one */
+            const uint32_t counts[3] = {2 * EM_DOT_GROUP_TOKENS + 3, 8 * EM_DOT_GROUP_TOKENS, TOKENS - 5};
+            for (int c = 0; c < 3; c++) {
+                for (uint32_t first = 0; first < counts[c]; first += EM_DOT_GROUP_TOKENS) {
+                    const uint32_t left = counts[c] - first;
+                    const uint32_t rows = left < EM_DOT_GROUP_TOKENS ? left : EM_DOT_GROUP_TOKENS;
+                    em_dot_group_pack(type, aq + (size_t)first * STRIDE, STRIDE, rows, n,
+                                      group + first / EM_DOT_GROUP_TOKENS * bytes);
+                }
+                kernel(wq, wrow, WROWS, group, counts[c], n, many, OUT_STRIDE);
+                for (uint32_t k = 0; k < counts[c]; k++)
+                    for (int r = 0; r < WROWS; r++) {
+                        float single = em_dot(type, wq + (size_t)r * wrow, aq + (size_t)k * STRIDE, n);
+                        if (memcmp(&single, &many[k * OUT_STRIDE + (uint32_t)r], sizeof single) != 0)
+                            fail_msg("%s%s, n %u, %u tokens in one call, weight row %d, token %u: group %.9g, "
+                                     "em_dot %.9g",
+                                     types[t], edge ? " (edge cases)" : "", (unsigned)n, counts[c], r, k,
+                                     (double)many[k * OUT_STRIDE + (uint32_t)r], (double)single);
+                    }
+            }
             for (uint32_t n_rows = 1; n_rows <= EM_DOT_GROUP_TOKENS; n_rows++) {
                 memset(group, 0xa5, bytes); /* stale bytes must not leak into a ragged group */
                 em_dot_group_pack(type, aq, STRIDE, n_rows, n, group);
@@ -709,9 +762,10 @@ static void test_dot_groups_equal_single_rows(void **state) {
                         float single = em_dot(type, wq + (size_t)r * wrow, aq + (size_t)k * STRIDE, n);
                         const float *tiled = &all[k * OUT_STRIDE + (uint32_t)r];
                         if (memcmp(&single, tiled, sizeof single) != 0 || memcmp(&single, &alone[k], sizeof single) != 0)
-                            fail_msg("%s, n %u, %u tokens, weight row %d, token %u: group %.9g (alone %.9g), em_dot %.9g",
-                                     types[t], (unsigned)n, n_rows, r, k, (double)*tiled, (double)alone[k],
-                                     (double)single);
+                            fail_msg("%s%s, n %u, %u tokens, weight row %d, token %u: group %.9g (alone %.9g), "
+                                     "em_dot %.9g",
+                                     types[t], edge ? " (edge cases)" : "", (unsigned)n, n_rows, r, k, (double)*tiled,
+                                     (double)alone[k], (double)single);
                     }
                 }
             }
@@ -722,6 +776,7 @@ static void test_dot_groups_equal_single_rows(void **state) {
     free(wq);
     free(aq);
     free(group);
+    free(many);
 }
 
 /* em_f32_dot_rows must give em_dot's F32 results bitwise: row counts past and between the SIMD

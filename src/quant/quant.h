@@ -19,8 +19,8 @@
  * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0; dot_weights_vnni.c: several
  * weight rows against one activation row, AVX-512 for Q4_K, Q8_0 and BF16; bf16_tiles.c: BF16
  * weights against many bf16 tokens with AVX512_BF16; dot_group_vnni.c: packed
- * token groups and their AVX-512 VNNI kernels for Q4_K and Q8_0; rows_f32.c: weighted sums of f32
- * rows, attention's sum of values), arm/ (AArch64 NEON kernels, one to four activation rows a call:
+ * token groups and their AVX-512 VNNI kernels for Q4_K, Q8_0, Q6_K and IQ3_XXS; rows_f32.c:
+ * weighted sums of f32 rows, attention's sum of values), arm/ (AArch64 NEON kernels, one to four activation rows a call:
  * kernels.h compiled plain in dot_neon.c, which also picks the family at run time, and with the
  * dot-product instructions in dot_dotprod.c).
  * internal.h is shared by these files only.
@@ -201,15 +201,18 @@ const char *em_dot_isa(void);
 /* ---- Token groups: one weight row against several tokens whose activations were packed once ----
  * A batched matrix product packs each group of up to EM_DOT_GROUP_TOKENS activation rows into one
  * buffer (the tokens interleaved block by block, with the per-token sums the kernels need worked
- * out once) and then runs every weight row against the group: the weight block is decoded once
- * per group and the per-token work is not repeated per weight row. AVX-512 VNNI kernels for Q4_K
- * and Q8_0; elsewhere em_dot_group_kernel is NULL and callers use em_dot_rows. */
+ * out once) and then runs every weight row against the groups: the weight block is decoded once
+ * per group (or, for IQ3_XXS, once for several) and the per-token work is not repeated per weight
+ * row. AVX-512 VNNI kernels for Q4_K, Q8_0, Q6_K and IQ3_XXS; elsewhere em_dot_group_kernel is NULL
+ * and callers use em_dot_rows. */
 #define EM_DOT_GROUP_TOKENS 8
 
 /* out[t * out_stride + r] = em_dot(weight_type, weight row r, activation row t, n), bitwise, for
  * weight rows r < n_weight_rows (row r at weight_rows + r * row_bytes) and tokens t < n_tokens,
- * where `group` holds those n_tokens activation rows as em_dot_group_pack packed them (the same n,
- * n_rows = n_tokens). The kernels take a few weight rows at a time, so each activation load serves them all. */
+ * where `group` holds those n_tokens activation rows as em_dot_group_pack packed them (the same n):
+ * tokens 8k..8k+7 in the group at group + k * em_dot_group_bytes(weight_type, n), all but the last
+ * group full. The kernels take a few weight rows at a time, so each activation load serves them all;
+ * IQ3_XXS decodes a weight block once for several groups. */
 typedef void (*em_dot_group_fn)(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group,
                                 uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride);
 

@@ -25,11 +25,10 @@ typedef struct cpu_backend {
 
     /* Scratch, sized for cap_tokens tokens and grown on demand. */
     uint32_t cap_tokens;
-    float *x, *xn, *q, *k, *v, *attn, *out, *gate, *up, *router, *gathered, *expert_out;
+    float *x, *xn, *q, *k, *v, *attn, *out, *gate, *up, *router, *expert_out;
     int32_t *chosen;      /* [token][n_expert_used] */
     float *chosen_weight; /* [token][n_expert_used] */
-    uint32_t *members;    /* tokens routed to one expert */
-    float *member_weight;
+    em_cpu_expert_scratch experts; /* a batch's expert layers (em_cpu_experts_run) */
     float *scores;        /* per thread, cap_positions floats per query head of a KV head's group */
     uint32_t cap_positions;
     uint64_t scores_per_thread;
@@ -408,7 +407,7 @@ static em_err moe_few(cpu_backend *b, uint32_t il, uint32_t n) {
 }
 
 /* xn → b->out through the experts each token chose: tokens are grouped by expert so each expert's
- * matrices are read once per batch. */
+ * matrices are read once per batch (a batch's experts each run whole on one thread, experts.c). */
 static em_err moe(cpu_backend *b, uint32_t il, uint32_t n) {
     const em_layer_desc *ld = &b->d->layers[il];
     const em_layer_weights *lw = &b->w->layers[il];
@@ -419,26 +418,11 @@ static em_err moe(cpu_backend *b, uint32_t il, uint32_t n) {
     if (n < EM_CPU_FEW_TOKENS) {
         if ((err = moe_few(b, il, n))) return err;
     } else {
-        memset(b->out, 0, (uint64_t)n * e * sizeof(float));
-        for (uint32_t ex = 0; ex < ld->n_expert; ex++) {
-            uint32_t count = 0;
-            for (uint32_t t = 0; t < n; t++)
-                for (uint32_t k = 0; k < ld->n_expert_used; k++)
-                    if (b->chosen[(uint64_t)t * ld->n_expert_used + k] == (int32_t)ex) {
-                        b->members[count] = t;
-                        b->member_weight[count] = b->chosen_weight[(uint64_t)t * ld->n_expert_used + k];
-                        memcpy(b->gathered + (uint64_t)count * e, b->xn + (uint64_t)t * e, e * sizeof(float));
-                        count++;
-                    }
-            if (count == 0) continue;
-            if ((err = mlp(b, &lw->gate_exps, &lw->up_exps, &lw->down_exps, ex, b->gathered, b->expert_out, count)))
-                return err;
-            for (uint32_t i = 0; i < count; i++) {
-                float *o = b->out + (uint64_t)b->members[i] * e;
-                const float *y = b->expert_out + (uint64_t)i * e;
-                for (uint64_t j = 0; j < e; j++) o[j] += b->member_weight[i] * y[j];
-            }
-        }
+        const em_cpu_experts experts = {
+            .gate = &lw->gate_exps, .up = &lw->up_exps, .down = &lw->down_exps, .gelu = b->d->act == EM_ACT_GEGLU,
+            .x = b->xn, .n_tokens = n, .n_embd = (uint32_t)e, .n_expert = ld->n_expert, .n_used = ld->n_expert_used,
+            .chosen = b->chosen, .chosen_weight = b->chosen_weight, .out = b->out};
+        if ((err = em_cpu_experts_run(&b->pool, &experts, &b->experts))) return err;
     }
     if (ld->n_ff_shared) {
         if ((err = mlp(b, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, 0, b->xn, b->expert_out, n))) return err;
@@ -486,8 +470,8 @@ static em_err reserve(cpu_backend *b, uint32_t n) {
         {&b->x, e * n}, {&b->xn, e * n}, {&b->q, (uint64_t)b->max_q * n}, {&b->k, (uint64_t)b->max_k * n},
         {&b->v, (uint64_t)b->max_v * n}, {&b->attn, (uint64_t)b->max_attn * n}, {&b->out, e * n},
         {&b->gate, (uint64_t)b->max_ff * slot_rows}, {&b->up, (uint64_t)b->max_ff * slot_rows},
-        {&b->router, (uint64_t)b->max_expert * n}, {&b->gathered, e * n}, {&b->expert_out, e * slot_rows},
-        {&b->chosen_weight, (uint64_t)b->max_expert * n}, {&b->member_weight, (uint64_t)b->max_expert * n},
+        {&b->router, (uint64_t)b->max_expert * n}, {&b->expert_out, e * slot_rows},
+        {&b->chosen_weight, (uint64_t)b->max_expert * n},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         free(*bufs[i].p);
@@ -495,15 +479,18 @@ static em_err reserve(cpu_backend *b, uint32_t n) {
         if (!*bufs[i].p) return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
     }
     free(b->chosen);
-    free(b->members);
     free(b->act);
     free(b->act_groups);
     b->chosen = malloc(((uint64_t)b->max_expert + 1) * n * sizeof *b->chosen);
-    b->members = malloc(((uint64_t)b->max_expert + 1) * n * sizeof *b->members);
     b->act = malloc(b->act_per_token * (n > few_act_rows ? n : few_act_rows));
     b->act_groups = b->packs_groups ? malloc(b->act_per_token * em_cpu_group_scratch_tokens(n)) : NULL;
-    if (!b->chosen || !b->members || !b->act || (b->packs_groups && !b->act_groups))
+    if (!b->chosen || !b->act || (b->packs_groups && !b->act_groups))
         return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
+    em_err err;
+    if (b->max_expert_used &&
+        (err = em_cpu_expert_scratch_reserve(&b->experts, b->pool.n_threads, n, b->max_expert_used, b->max_expert,
+                                             (uint32_t)e, b->max_ff, b->act_per_token, b->packs_groups)))
+        return err;
     b->cap_tokens = n;
     return NULL;
 }
@@ -622,11 +609,10 @@ static void cpu_free(em_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
     em_cpu_pool_destroy(&b->pool);
     float *bufs[] = {b->keys, b->values, b->x, b->xn, b->q, b->k, b->v, b->attn, b->out, b->gate, b->up,
-                     b->router, b->gathered, b->expert_out, b->chosen_weight, b->member_weight, b->scores,
-                     b->rope_angles};
+                     b->router, b->expert_out, b->chosen_weight, b->scores, b->rope_angles};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    em_cpu_expert_scratch_free(&b->experts);
     free(b->chosen);
-    free(b->members);
     free(b->act);
     free(b->act_groups);
     free(b->products);
@@ -744,7 +730,7 @@ em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config
     uint64_t per_token = em_backend_kv_bytes_per_token(d);
     uint64_t tokens = o.kv_bytes ? o.kv_bytes / (per_token ? per_token : 1) : (o.kv_tokens ? o.kv_tokens : 4096);
     uint64_t n_blocks = tokens / o.block_tokens;
-    if (n_blocks == 0 || n_blocks > (1u << 28) || o.block_tokens > 4096 || o.n_threads > 1024)
+    if (n_blocks == 0 || n_blocks > (1u << 28) || o.block_tokens > 4096 || o.n_threads > EM_CPU_MAX_THREADS)
         return em_errorf(EM_ERR_RANGE, "cpu backend: %llu KV blocks of %u positions on %u threads is out of range",
                          (unsigned long long)n_blocks, o.block_tokens, o.n_threads);
     cpu_backend *b = calloc(1, sizeof *b);

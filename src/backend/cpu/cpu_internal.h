@@ -12,6 +12,9 @@
 
 /* ---- thread pool (pool.c) ---- */
 
+/* The most threads a backend takes. */
+#define EM_CPU_MAX_THREADS 1024
+
 /* A job runs on every thread at once; `ith` of `nth` picks its share. */
 typedef void (*em_cpu_job)(void *ctx, uint32_t ith, uint32_t nth);
 
@@ -102,6 +105,7 @@ static inline uint64_t em_cpu_group_scratch_tokens(uint64_t n_tokens) {
 }
 
 uint64_t em_cpu_act_bytes(const em_weight *w);
+/* With pool NULL, on the calling thread alone (a share of a pool job running a product of its own). */
 em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm);
 
 /* Batches of fewer tokens than this (a decode step) skip the token-group packing and go through
@@ -128,5 +132,48 @@ em_err em_cpu_quantize(const em_weight *w, const float *x, uint64_t x_stride, ui
  * into one run of nearly equal bytes per thread, so each thread reads its share of the weights once
  * and no thread waits for another between products. Results equal em_cpu_matmul_run's bitwise. */
 void em_cpu_products_run(em_cpu_pool *pool, const em_cpu_product *products, uint32_t n);
+
+/* ---- a batch's experts (experts.c) ---- */
+
+/* The scratch of em_cpu_experts_run for batches of up to cap_tokens tokens, owned by the backend:
+ * every (token, chosen expert) pair is a slot, in (expert, token) order; each thread has room for
+ * the rows of one expert (at most one per token). */
+typedef struct em_cpu_expert_scratch {
+    uint32_t cap_tokens;
+    uint32_t *slot_token, *slot_of; /* a slot's token; the slot of each token's k-th choice */
+    float *slot_weight;
+    float *slot_out;                /* each slot's expert output, n_embd floats */
+    uint32_t *expert_first, *expert_count, *expert_thread; /* per expert: its slots, its thread */
+    uint32_t n_threads;
+    float **x, **gate, **up;        /* per thread: an expert's input, gate and up rows */
+    uint8_t **act, **groups;        /* per thread: em_cpu_matmul's scratch and groups (or NULL) */
+} em_cpu_expert_scratch;
+
+/* Room for n_tokens in `s` (kept when it has enough): n_used choices per token of n_expert experts,
+ * inputs of n_embd, gated units of up to max_ff, act_per_token bytes of activations (and as much
+ * again for token groups where `groups` is set). */
+em_err em_cpu_expert_scratch_reserve(em_cpu_expert_scratch *s, uint32_t n_threads, uint32_t n_tokens,
+                                     uint32_t n_used, uint32_t n_expert, uint32_t n_embd, uint32_t max_ff,
+                                     uint64_t act_per_token, bool groups);
+void em_cpu_expert_scratch_free(em_cpu_expert_scratch *s);
+
+/* A batch's mixture-of-experts feed-forward once the router has chosen: out[t] = the sum over
+ * token t's chosen experts, in ascending expert order, of weight * down(act(gate x_t) * up x_t). */
+typedef struct em_cpu_experts {
+    const em_weight *gate, *up, *down; /* the layer's stacks of expert matrices */
+    bool gelu;                         /* GeGLU; SwiGLU otherwise */
+    const float *x;                    /* n_tokens rows of n_embd */
+    uint32_t n_tokens, n_embd, n_expert, n_used;
+    const int32_t *chosen;             /* [token][n_used]: expert ids, distinct for each token */
+    const float *chosen_weight;        /* [token][n_used] */
+    float *out;                        /* n_tokens rows of n_embd */
+} em_cpu_experts;
+
+/* Every expert runs whole on one thread (its products and gated unit one after another, on that
+ * thread's scratch), the experts with the most tokens first, each to the thread with the fewest
+ * tokens so far; then the sums, split by tokens. Two jobs of the pool per layer, where a product
+ * split over the threads takes two or three per product of every expert. Every number is what
+ * em_cpu_matmul_run and the per-expert loop give, bitwise. */
+em_err em_cpu_experts_run(em_cpu_pool *pool, const em_cpu_experts *job, em_cpu_expert_scratch *s);
 
 #endif

@@ -137,8 +137,8 @@ static void quantize_share(void *ctx, uint32_t ith, uint32_t nth) {
     }
 }
 
-/* Rows of one tile: the group kernels take a token group against all of a tile's rows in one call,
- * the group staying in L1 while the rows (about 74 KB of dense-1b Q4_K) come from L2; a tile
+/* Rows of one tile: the group kernels take every token group against all of a tile's rows in one
+ * call, each group staying in L1 while the rows (about 74 KB of dense-1b Q4_K) come from L2; a tile
  * of rows is read from memory once and stays in L2 while every token group passes over it. */
 #define DOT_ROW_TILE 64
 
@@ -167,15 +167,14 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
     float out[DOT_TOKEN_GROUP];
     for (uint64_t tile = begin; tile < end; tile += DOT_ROW_TILE) {
         const uint64_t tile_end = end - tile < DOT_ROW_TILE ? end : tile + DOT_ROW_TILE;
+        if (job->group_kernel) { /* every token group against the tile's rows, in one call */
+            job->group_kernel(base + tile * w->row_bytes, w->row_bytes, (uint32_t)(tile_end - tile), mm->groups,
+                              mm->n_tokens, w->cols, mm->y + tile, mm->y_stride);
+            continue;
+        }
         for (uint32_t t = 0; t < mm->n_tokens; t += DOT_TOKEN_GROUP) {
             const uint32_t group = mm->n_tokens - t < DOT_TOKEN_GROUP ? mm->n_tokens - t : DOT_TOKEN_GROUP;
             const uint8_t *act = mm->scratch + t * job->act_bytes;
-            const uint8_t *packed = job->group_kernel ? mm->groups + t / EM_CPU_GROUP * job->group_bytes : NULL;
-            if (packed) {
-                job->group_kernel(base + tile * w->row_bytes, w->row_bytes, (uint32_t)(tile_end - tile), packed, group,
-                                  w->cols, mm->y + t * mm->y_stride + tile, mm->y_stride);
-                continue;
-            }
             for (uint64_t r = tile; r < tile_end; r++) {
                 em_dot_rows(w->type, base + r * w->row_bytes, act, job->act_bytes, group, w->cols, out);
                 for (uint32_t g = 0; g < group; g++) mm->y[(t + g) * mm->y_stride + r] = out[g];
@@ -201,9 +200,10 @@ em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm) {
     job.bf16_tiles = mm->w->type == EM_TYPE_BF16 && mm->n_tokens >= EM_CPU_FEW_TOKENS && em_bf16_tiles_available();
     pthread_mutex_init(&job.mutex, NULL);
     /* One token group is one share's work: quantized here, without waking the pool for it. */
-    if (!mm->quantized && mm->n_tokens <= EM_CPU_GROUP) quantize_share(&job, 0, 1);
+    if (!mm->quantized && (mm->n_tokens <= EM_CPU_GROUP || !pool)) quantize_share(&job, 0, 1);
     else if (!mm->quantized) em_cpu_pool_run(pool, quantize_share, &job);
-    if (!job.err) em_cpu_pool_run_sized(pool, dot_share, &job, mm->w->rows * mm->w->row_bytes * mm->n_tokens);
+    if (!job.err && !pool) dot_share(&job, 0, 1);
+    else if (!job.err) em_cpu_pool_run_sized(pool, dot_share, &job, mm->w->rows * mm->w->row_bytes * mm->n_tokens);
     pthread_mutex_destroy(&job.mutex);
     return job.err;
 }

@@ -27,7 +27,7 @@ em_dot_rows_fn em_quant_dot_rows_vnni(uint32_t weight_type);
  * weight type (Q4_K, Q8_0, BF16) when the CPU has the VNNI kernels, or NULL. */
 em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type);
 
-/* Token groups (dot_group_vnni.c): the AVX-512 VNNI kernel for the weight type (Q4_K, Q8_0) when
+/* Token groups (dot_group_vnni.c): the AVX-512 VNNI kernel for the weight type (Q4_K, Q8_0, Q6_K, IQ3_XXS) when
  * the CPU has one, or NULL; a group's size in bytes for n elements (0 for other types); and the
  * packing of up to EM_DOT_GROUP_TOKENS activation rows into one. */
 em_dot_group_fn em_quant_dot_group_vnni(uint32_t weight_type);
