@@ -173,9 +173,9 @@ static void test_lookup_rule(void **state) {
     assert_int_equal(em_spec_lookup(single, 5, EM_SPEC_NGRAM_MIN, 3, draft), 3);
     const int32_t want_single[] = {7, 8, 6};
     assert_memory_equal(draft, want_single, sizeof want_single);
-    /* ... which a batch's bar of two tokens does not take, while "7 9" still matches */
-    assert_int_equal(em_spec_lookup(single, 5, EM_SPEC_NGRAM_MIN_SHARED, 3, draft), 0);
-    assert_int_equal(em_spec_lookup(latest, 8, EM_SPEC_NGRAM_MIN_SHARED, 2, draft), 2);
+    /* ... which a bar of two tokens does not take, while "7 9" still matches */
+    assert_int_equal(em_spec_lookup(single, 5, 2, 3, draft), 0);
+    assert_int_equal(em_spec_lookup(latest, 8, 2, 2, draft), 2);
     assert_int_equal(draft[0], 4);
     /* Nothing repeats: no draft; no room: no draft. */
     const int32_t none[] = {1, 2, 3, 4};

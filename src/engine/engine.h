@@ -204,11 +204,9 @@ void em_stop_flush(em_stop_matcher *matcher, const char **release, size_t *relea
  * Every output token is the model's own pick, so the output is the one decoding without
  * speculation gives (docs/speculative.md has the argument). */
 
-/* The n-gram sizes prompt lookup tries, longest first; in a batch whose steps overlap, not below
- * EM_SPEC_NGRAM_MIN_SHARED (spec.c: adapt says why a weak draft costs more there). */
+/* The n-gram sizes prompt lookup tries, longest first. */
 #define EM_SPEC_NGRAM_MAX 3
 #define EM_SPEC_NGRAM_MIN 1
-#define EM_SPEC_NGRAM_MIN_SHARED 2
 /* Steps a request waits before drafting again after a draft with nothing accepted, doubled after
  * each further miss in a row, at most EM_SPEC_PAUSE_DOUBLINGS times. */
 #define EM_SPEC_PAUSE_STEPS 8

@@ -66,8 +66,8 @@ uint32_t em_spec_aligned_pause(uint64_t clock, uint32_t pause) {
 /* Where steps overlap, a step with drafts and the one before it (whose token the drafts follow) run
  * unchained for the whole batch. With other requests running, a draft that gains one token for one
  * request costs each of them more than that: there one accepted token of several drafted counts as
- * a miss, prompt lookup wants at least two tokens to match, and a pause ends on the steps where the
- * others' pauses end, so that their lookups share the unchained steps. */
+ * a miss, and a pause ends on the steps where the others' pauses end, so that their lookups share
+ * the unchained steps. */
 static bool shared_steps(const ember_engine *e) { return e->n_running > 1 && em_backend_can_overlap(e->backend); }
 
 static void adapt(ember_engine *e, ember_request *r, uint32_t drafted, uint32_t accepted) {
@@ -313,8 +313,7 @@ void em_spec_propose(ember_engine *e) {
         const uint32_t room = draft_room(e, r);
         if (room == 0) continue;
         if (r->spec == EMBER_SPEC_LOOKUP) {
-            const uint32_t min_ngram = shared_steps(e) ? EM_SPEC_NGRAM_MIN_SHARED : EM_SPEC_NGRAM_MIN;
-            r->n_draft = em_spec_lookup(r->tokens, r->n_tokens, min_ngram, room, r->draft);
+            r->n_draft = em_spec_lookup(r->tokens, r->n_tokens, EM_SPEC_NGRAM_MIN, room, r->draft);
             /* Where steps overlap, a request that may draft keeps the next step from being chained
              * (its lookup needs the token in flight): a lookup that finds nothing counts as a
              * rejected draft, so text that never repeats pauses its lookups as it would its drafts. */
