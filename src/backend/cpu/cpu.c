@@ -96,7 +96,7 @@ typedef struct matmul_out {
 static em_err matmuls(cpu_backend *b, const float *x, uint64_t x_stride, uint32_t n, const matmul_out *outs,
                       uint32_t count) {
     em_err err;
-    if (n >= EM_CPU_FEW_TOKENS) {
+    if (em_cpu_batched(outs[0].w->type, n)) {
         for (uint32_t i = 0; i < count; i++) {
             const em_weight *w = outs[i].w;
             const bool same = i > 0 && outs[i - 1].w->type == w->type && outs[i - 1].w->cols == w->cols;

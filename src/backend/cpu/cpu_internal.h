@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "../../model/model.h"
+#include "../../quant/quant.h"
 
 /* ---- thread pool (pool.c) ---- */
 
@@ -78,7 +79,7 @@ float em_cpu_silu(float x);
 float em_cpu_gelu(float x);
 
 /* Y[t][r] = W[mat] row r · X[t], for t < n_tokens and all rows of one matrix of the stack: em_dot's
- * numbers bitwise, except BF16 weights against EM_CPU_FEW_TOKENS or more tokens where the CPU has
+ * numbers bitwise, except BF16 weights against EM_CPU_BF16_TILES_FROM or more tokens where the CPU has
  * AVX512_BF16 (activations rounded to bf16, em_bf16_tiles).
  * X rows are `x_stride` floats apart, Y rows `y_stride`. `scratch` holds the activations in the
  * dot-product format: n_tokens * em_cpu_act_bytes(w) bytes; `groups` the same activations packed
@@ -109,8 +110,17 @@ uint64_t em_cpu_act_bytes(const em_weight *w);
 em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm);
 
 /* Batches of fewer tokens than this (a decode step) skip the token-group packing and go through
- * em_dot_rows; the backend also runs their products that share an input as one job. */
-#define EM_CPU_FEW_TOKENS 4
+ * em_dot_rows; the backend also runs their products that share an input as one job. Four tokens
+ * ran faster that way than through a group kernel's lanes for eight (bench/RESULTS.md). BF16
+ * weights take their tiles from EM_CPU_BF16_TILES_FROM tokens, where the tiles win. */
+#define EM_CPU_FEW_TOKENS 5
+#define EM_CPU_BF16_TILES_FROM 4
+
+/* Whether n tokens against weights of `type` take the batch path (em_cpu_matmul_run with groups or
+ * tiles) rather than the few-token one. */
+static inline bool em_cpu_batched(uint32_t type, uint32_t n) {
+    return n >= EM_CPU_FEW_TOKENS || (type == EM_TYPE_BF16 && n >= EM_CPU_BF16_TILES_FROM && em_bf16_tiles_available());
+}
 
 /* One product of em_cpu_products_run: Y[t][r] = W[mat] row r · activation row t, for t < n_tokens,
  * the activation rows already in the dot-product format (em_cpu_quantize), act_stride bytes apart. */
