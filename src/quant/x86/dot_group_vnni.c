@@ -346,32 +346,6 @@ EM_VNNI static EM_INLINE void q6_k_tile(const uint8_t *w, uint64_t row_bytes, co
         }
 }
 
-/* The sixteen grid points of two IQ3_XXS runs (their indices: 16 bytes at q) from the 256-entry
- * grid held in 16 registers, as dot_rows_vnni.c looks them up: vpermt2d within each 32-entry pair
- * of registers, then index bits 5, 6 and 7 choose among the eight pairs' picks. */
-EM_VNNI static EM_INLINE __m512i iq3_xxs_points(const __m512i grid[16], const uint8_t *q) {
-    const __m512i index = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)q));
-    __m512i pick[8];
-    for (int k = 0; k < 8; k++) pick[k] = _mm512_permutex2var_epi32(grid[2 * k], index, grid[2 * k + 1]);
-    const __mmask16 bit5 = _mm512_test_epi32_mask(index, _mm512_set1_epi32(32));
-    const __mmask16 bit6 = _mm512_test_epi32_mask(index, _mm512_set1_epi32(64));
-    const __mmask16 bit7 = _mm512_test_epi32_mask(index, _mm512_set1_epi32(128));
-    for (int k = 0; k < 4; k++) pick[k] = _mm512_mask_blend_epi32(bit5, pick[2 * k], pick[2 * k + 1]);
-    for (int k = 0; k < 2; k++) pick[k] = _mm512_mask_blend_epi32(bit6, pick[2 * k], pick[2 * k + 1]);
-    return _mm512_mask_blend_epi32(bit7, pick[0], pick[1]);
-}
-
-/* The signs of two IQ3_XXS runs as a 64-bit mask, bit j for element j (the seven stored signs of
- * each eight, the eighth their parity), spread by pdep. */
-EM_VNNI static EM_INLINE uint64_t iq3_xxs_signs(uint32_t aux0, uint32_t aux1) {
-    const uint64_t groups = (aux0 & 0x0fffffffu) | (uint64_t)(aux1 & 0x0fffffffu) << 28;
-    uint64_t signs = _pdep_u64(groups, 0x7f7f7f7f7f7f7f7full);
-    uint64_t parity = signs ^ (signs >> 4);
-    parity ^= parity >> 2;
-    parity ^= parity >> 1;
-    return signs | (parity & 0x0101010101010101ull) << 7;
-}
-
 /* A weight block of IQ3_XXS decoded for the group kernel: each run's 32 signed levels (grid point
  * times sign), each run's integer scale 2s + 1 as the int16 pair (scale, scale), the correction
  * that turns the sums over the group's levels plus 128 into the signed sums (lane j: -128 times the
@@ -387,8 +361,8 @@ EM_VNNI static EM_INLINE void iq3_xxs_decode(const __m512i grid[16], const uint8
     __m512i correction = _mm512_setzero_si512(); /* lanes 0..7 from the even runs, 8..15 the odd ones */
     for (int run = 0; run < 8; run += 2) {
         const uint32_t aux0 = em_load_u32(w + 66 + 4 * run), aux1 = em_load_u32(w + 70 + 4 * run);
-        const __m512i mag = iq3_xxs_points(grid, w + 2 + 8 * run);
-        const __m512i levels = _mm512_mask_sub_epi8(mag, iq3_xxs_signs(aux0, aux1), _mm512_setzero_si512(), mag);
+        const __m512i mag = iq3xxs_grid_points(grid, w + 2 + 8 * run);
+        const __m512i levels = _mm512_mask_sub_epi8(mag, iq3xxs_sign_mask(aux0, aux1), _mm512_setzero_si512(), mag);
         _mm512_storeu_si512((void *)(out->levels + 32 * run), levels);
         const int16_t scale0 = (int16_t)(2 * (aux0 >> 28) + 1), scale1 = (int16_t)(2 * (aux1 >> 28) + 1);
         out->scale[run] = (int32_t)((uint32_t)(uint16_t)scale0 * 0x10001u);
