@@ -116,10 +116,15 @@ em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm);
 #define EM_CPU_FEW_TOKENS 5
 #define EM_CPU_BF16_TILES_FROM 4
 
+/* Whether n tokens against BF16 weights take the AVX512_BF16 tiles. */
+static inline bool em_cpu_bf16_tiles(uint32_t type, uint32_t n) {
+    return type == EM_TYPE_BF16 && n >= EM_CPU_BF16_TILES_FROM && em_bf16_tiles_available();
+}
+
 /* Whether n tokens against weights of `type` take the batch path (em_cpu_matmul_run with groups or
  * tiles) rather than the few-token one. */
 static inline bool em_cpu_batched(uint32_t type, uint32_t n) {
-    return n >= EM_CPU_FEW_TOKENS || (type == EM_TYPE_BF16 && n >= EM_CPU_BF16_TILES_FROM && em_bf16_tiles_available());
+    return n >= EM_CPU_FEW_TOKENS || em_cpu_bf16_tiles(type, n);
 }
 
 /* One product of em_cpu_products_run: Y[t][r] = W[mat] row r · activation row t, for t < n_tokens,

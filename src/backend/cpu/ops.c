@@ -197,7 +197,7 @@ em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm) {
     }
     /* BF16 weights times many tokens: bf16 activations and vdpbf16ps tiles where the CPU has them
      * (not em_dot's numbers; quant.h gives the bound) */
-    job.bf16_tiles = mm->w->type == EM_TYPE_BF16 && em_cpu_batched(EM_TYPE_BF16, mm->n_tokens);
+    job.bf16_tiles = em_cpu_bf16_tiles(mm->w->type, mm->n_tokens);
     pthread_mutex_init(&job.mutex, NULL);
     /* One token group is one share's work: quantized here, without waking the pool for it. */
     if (!mm->quantized && (mm->n_tokens <= EM_CPU_GROUP || !pool)) quantize_share(&job, 0, 1);
