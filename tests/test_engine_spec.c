@@ -159,28 +159,24 @@ static void test_lookup_rule(void **state) {
     int32_t draft[8];
     /* "1 2 3" occurred at the start: what followed it, then on into the drafts (period 5). */
     const int32_t periodic[] = {1, 2, 3, 4, 5, 1, 2, 3};
-    assert_int_equal(em_spec_lookup(periodic, 8, EM_SPEC_NGRAM_MIN, 8, draft), 8);
+    assert_int_equal(em_spec_lookup(periodic, 8, 8, draft), 8);
     const int32_t want_periodic[] = {4, 5, 1, 2, 3, 4, 5, 1};
     assert_memory_equal(draft, want_periodic, sizeof want_periodic);
     /* The latest occurrence wins, and a longer n-gram is tried before a shorter one: "7 9" occurs
      * once (followed by 4) while "9" alone last occurred followed by 6. */
     const int32_t latest[] = {7, 9, 4, 8, 9, 6, 7, 9};
-    assert_int_equal(em_spec_lookup(latest, 8, EM_SPEC_NGRAM_MIN, 2, draft), 2);
+    assert_int_equal(em_spec_lookup(latest, 8, 2, draft), 2);
     assert_int_equal(draft[0], 4);
     assert_int_equal(draft[1], 8);
     /* Only a single token repeats: n = 1. */
     const int32_t single[] = {5, 6, 7, 8, 6};
-    assert_int_equal(em_spec_lookup(single, 5, EM_SPEC_NGRAM_MIN, 3, draft), 3);
+    assert_int_equal(em_spec_lookup(single, 5, 3, draft), 3);
     const int32_t want_single[] = {7, 8, 6};
     assert_memory_equal(draft, want_single, sizeof want_single);
-    /* ... which a bar of two tokens does not take, while "7 9" still matches */
-    assert_int_equal(em_spec_lookup(single, 5, 2, 3, draft), 0);
-    assert_int_equal(em_spec_lookup(latest, 8, 2, 2, draft), 2);
-    assert_int_equal(draft[0], 4);
     /* Nothing repeats: no draft; no room: no draft. */
     const int32_t none[] = {1, 2, 3, 4};
-    assert_int_equal(em_spec_lookup(none, 4, EM_SPEC_NGRAM_MIN, 8, draft), 0);
-    assert_int_equal(em_spec_lookup(periodic, 8, EM_SPEC_NGRAM_MIN, 0, draft), 0);
+    assert_int_equal(em_spec_lookup(none, 4, 8, draft), 0);
+    assert_int_equal(em_spec_lookup(periodic, 8, 0, draft), 0);
 }
 
 static void test_adapt_rule(void **state) {

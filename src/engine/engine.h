@@ -215,11 +215,10 @@ void em_stop_flush(em_stop_matcher *matcher, const char **release, size_t *relea
 #define EM_SPEC_FIRST_DRAFT 2
 
 /* Prompt lookup: finds the latest earlier occurrence of the last n tokens of tokens[0..n_tokens)
- * (n from EM_SPEC_NGRAM_MAX down to min_ngram) and drafts what followed it, up to
+ * (n from EM_SPEC_NGRAM_MAX down to EM_SPEC_NGRAM_MIN) and drafts what followed it, up to
  * max_draft tokens (a continuation that reaches the end goes on with the tokens it drafted, as a
  * repetition would). Returns the number of tokens written to `draft`. */
-uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t min_ngram, uint32_t max_draft,
-                        int32_t *draft);
+uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_draft, int32_t *draft);
 
 /* The adaptive draft length after a step that verified `drafted` drafts and accepted `accepted`:
  * doubled (up to max) when all were accepted, one past the accepted run when some were; when none

@@ -18,10 +18,9 @@
 
 #include "engine.h"
 
-uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t min_ngram, uint32_t max_draft,
-                        int32_t *draft) {
-    if (max_draft == 0 || min_ngram == 0) return 0;
-    for (uint32_t size = EM_SPEC_NGRAM_MAX; size >= min_ngram; size--) {
+uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_draft, int32_t *draft) {
+    if (max_draft == 0) return 0;
+    for (uint32_t size = EM_SPEC_NGRAM_MAX; size >= EM_SPEC_NGRAM_MIN; size--) {
         if (n_tokens < size + 1) continue;
         const int32_t *tail = tokens + n_tokens - size;
         for (uint32_t at = n_tokens - size; at-- > 0;) { /* the latest occurrence first */
@@ -68,10 +67,8 @@ uint32_t em_spec_aligned_pause(uint64_t clock, uint32_t pause) {
  * request costs each of them more than that: there one accepted token of several drafted counts as
  * a miss, and a pause ends on the steps where the others' pauses end, so that their lookups share
  * the unchained steps. */
-static bool shared_steps(const ember_engine *e) { return e->n_running > 1 && em_backend_can_overlap(e->backend); }
-
 static void adapt(ember_engine *e, ember_request *r, uint32_t drafted, uint32_t accepted) {
-    const bool shared = shared_steps(e);
+    const bool shared = e->n_running > 1 && em_backend_can_overlap(e->backend);
     em_spec_adapt(&r->draft_length, &r->draft_pause, &r->draft_misses, drafted, accepted, shared ? 2 : 1,
                   e->draft_min, e->draft_max);
     if (shared && r->draft_length == 0 && r->draft_pause)
@@ -313,7 +310,7 @@ void em_spec_propose(ember_engine *e) {
         const uint32_t room = draft_room(e, r);
         if (room == 0) continue;
         if (r->spec == EMBER_SPEC_LOOKUP) {
-            r->n_draft = em_spec_lookup(r->tokens, r->n_tokens, EM_SPEC_NGRAM_MIN, room, r->draft);
+            r->n_draft = em_spec_lookup(r->tokens, r->n_tokens, room, r->draft);
             /* Where steps overlap, a request that may draft keeps the next step from being chained
              * (its lookup needs the token in flight): a lookup that finds nothing counts as a
              * rejected draft, so text that never repeats pauses its lookups as it would its drafts. */
