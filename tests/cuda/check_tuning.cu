@@ -43,7 +43,7 @@ static em_cuda_tuning read_with(const char *name, const char *value, char *err_o
 static void check_defaults(void) {
     const em_cuda_tuning t = read_with(NULL, NULL, NULL, 0);
     EXPECT(!t.kv_f32 && t.graphs && t.pdl && t.overlap && t.fuse_finish && t.tensor_cores && t.int8_activations);
-    EXPECT(t.wgmma && t.wgmma_split && t.wgmma_bf16 && t.gemm_split && t.tc_iq3_runs == 2 && !t.trace && !t.mega_profile &&
+    EXPECT(t.wgmma && t.wgmma_split && t.wgmma_bf16 && t.gemm_split && t.tc_iq3_runs && !t.trace && !t.mega_profile &&
            t.late_masks);
     EXPECT(t.prefill_split);
     EXPECT(t.moe_norm_max == 1 && t.dec_cluster_max == 4 && t.mega_tokens == 0 && t.mega_stage_kb == 32);

@@ -153,7 +153,7 @@ typedef struct em_cuda_tuning {
     bool int8_activations; /* EMBER_CUDA_DP4A not 0: activations may be rounded to 8 bits */
     bool wgmma, wgmma_split, wgmma_bf16; /* EMBER_CUDA_WGMMA, EMBER_CUDA_WG_SPLIT, EMBER_CUDA_WG_BF16 */
     bool gemm_split;                     /* EMBER_CUDA_GM_SPLIT: splits of K for the mma.sync GEMMs */
-    uint32_t tc_iq3_runs;                /* EMBER_CUDA_TC_RUNS: how TC's IQ3_XXS lanes read (matvec_tc.cu) */
+    bool tc_iq3_runs;                    /* EMBER_CUDA_TC_RUNS: TC's IQ3_XXS lanes read runs (matvec_tc.cu) */
     bool trace;            /* EMBER_CUDA_TRACE: each distinct product's kernel on stderr */
     uint32_t moe_norm_max; /* EMBER_CUDA_MOE_NORM: up to this many tokens a MoE layer's norm is folded */
     uint32_t dec_cluster_max; /* EMBER_CUDA_DEC_CLUSTER: up to this many tokens decode attention's

@@ -10,10 +10,10 @@
  * rows (F16/BF16 output heads: each block takes several such row groups with one staging). Lane
  * (g = lane / 4, t = lane % 4) takes groups 4j + t of each step of row g (32 groups, 16 for a
  * gated unit's two rows): the 4 lanes of a row read contiguous runs (IQ3_XXS: each lane a run of
- * its own, mt_group). A sum over k does not care
- * which element sits at which k of the mma, only that A and B agree: the group's elements 0-3 go
- * to the k slots the lane owns in one mma (2t, 2t + 1, 2t + 8, 2t + 9) and elements 4-7 to those
- * of a second, for B (row g) and A (items g and g + 8) alike.
+ * its own, mt_iq3_runs). A sum over k does not care which element sits at which k of the mma, only
+ * that A and B agree: the group's elements 0-3 go to the k slots the lane owns in one mma (2t,
+ * 2t + 1, 2t + 8, 2t + 9) and elements 4-7 to those of a second, for B (row g) and A (items g and
+ * g + 8) alike.
  *
  * With ks > 1 each block writes its partial sums; the last block of a row group to finish (a
  * counter per group) adds the ks partials in slice order, so the result does not depend on timing,
@@ -35,19 +35,8 @@ struct mt_args : mv_args {
     uint32_t row_groups; /* groups of 64 rows */
     float *partial;      /* ks > 1: [slice][row group][2][16 items][64 rows] */
     uint32_t *counter;   /* ks > 1: per row group */
-    uint32_t runs;       /* IQ3_XXS: 0 groups interleaved over a row's lanes; from 1 each lane takes a run of J
-                          * consecutive groups (mt_group); 2 also a step's fields loaded a step ahead and the
-                          * lattice in shared memory (mt_iq3_runs) */
+    bool runs;           /* IQ3_XXS: each lane takes a run of consecutive groups (mt_iq3_runs) */
 };
-
-/* The group that step s hands lane t as its j-th of J. By default the 4 lanes of a row take
- * interleaved groups (4j + t), so each load instruction reads contiguous bytes across them. With
- * `runs` (IQ3_XXS) a lane takes J consecutive groups, which share the block's scale and one or two
- * sub-blocks' signs: mt_fetch_iq3_run loads those once for the run instead of once a group. Steps
- * start at multiples of 4J groups, so a run never crosses a 32-group block. */
-template <int J> __device__ __forceinline__ uint32_t mt_group(bool runs, uint32_t s, int j, uint32_t t) {
-    return runs ? s + J * t + j : s + 4 * j + t;
-}
 
 /* The raw IQ3_XXS fields of groups first .. first + J - 1 of a row (first a multiple of 4). */
 template <int J>
@@ -70,36 +59,20 @@ __device__ __forceinline__ void mt_fetch_iq3_run(const uint8_t *row, uint32_t fi
  * unit's) in flight per lane. */
 template <int TYPE, int NT, bool GLU, int J, bool TAIL>
 __device__ __forceinline__ void mt_step(const uint8_t *w, const uint8_t *w2, const uint4 *xa, const uint4 *xb,
-                                        uint32_t s, uint32_t t, uint32_t s0, uint32_t end, bool runs, float acc[4],
+                                        uint32_t s, uint32_t t, uint32_t s0, uint32_t end, float acc[4],
                                         float acc2[4]) {
     uint4 wv[J], wv2[J];
-    if constexpr (TYPE == EM_TYPE_IQ3_XXS && !TAIL) {
-        if (runs) {
-            h8_raw<EM_TYPE_IQ3_XXS> r[J], r2[J];
-            const uint32_t first = s + J * t;
-            mt_fetch_iq3_run<J>(w, first, r);
-            if (GLU) mt_fetch_iq3_run<J>(w2, first, r2);
 #pragma unroll
-            for (int j = 0; j < J; j++) {
-                wv[j] = h8_decode_iq3_xxs(r[j], first + j);
-                if (GLU) wv2[j] = h8_decode_iq3_xxs(r2[j], first + j);
-            }
-        }
-    }
-    if (TYPE != EM_TYPE_IQ3_XXS || TAIL || !runs) {
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            const uint32_t grp = mt_group<J>(runs, s, j, t);
-            const bool in = !TAIL || grp < end;
-            wv[j] = in ? deq_h8<TYPE>(w, grp) : make_uint4(0, 0, 0, 0);
-            if (GLU) wv2[j] = in ? deq_h8<TYPE>(w2, grp) : make_uint4(0, 0, 0, 0);
-        }
+    for (int j = 0; j < J; j++) {
+        const uint32_t grp = s + 4 * j + t;
+        const bool in = !TAIL || grp < end;
+        wv[j] = in ? deq_h8<TYPE>(w, grp) : make_uint4(0, 0, 0, 0);
+        if (GLU) wv2[j] = in ? deq_h8<TYPE>(w2, grp) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int j = 0; j < J; j++) {
-        const uint32_t grp = mt_group<J>(runs, s, j, t);
-        const uint32_t at = grp - s0;      /* the group's place in the staged slice */
-        const bool in = !TAIL || grp < end; /* past the end: zeros (the pad is not) */
+        const uint32_t at = s - s0 + 4 * j + t; /* the group's place in the staged slice */
+        const bool in = !TAIL || s + 4 * j + t < end; /* past the end: zeros (the pad is not) */
         const uint4 av = in ? xa[at] : make_uint4(0, 0, 0, 0), bv = NT > 8 && in ? xb[at] : make_uint4(0, 0, 0, 0);
         mv_mma_f16(acc, av.x, bv.x, av.y, bv.y, wv[j].x, wv[j].y);
         mv_mma_f16(acc, av.z, bv.z, av.w, bv.w, wv[j].z, wv[j].w);
@@ -111,11 +84,13 @@ __device__ __forceinline__ void mt_step(const uint8_t *w, const uint8_t *w2, con
 }
 
 /* IQ3_XXS in runs over the slice [s0, s1) (a multiple of 4J groups: rows of 256-element blocks,
- * slices of 32 groups): the next step's raw fields are loaded before this step's are decoded and
- * multiplied, so each warp keeps a step's loads in flight behind its arithmetic instead of waiting
- * for every step's loads in turn; the lattice comes from shared memory, where a warp's scattered
- * lookups cost fewer wavefronts than through the read-only cache. The same groups in the same
- * places as mt_step with runs, so the same sums. */
+ * slices of 32 groups). Each step, lane t takes the J consecutive groups s + Jt .. s + Jt + J - 1
+ * (not mt_step's interleaved 4j + t), which share the block's scale and one or two sub-blocks'
+ * signs: mt_fetch_iq3_run loads those once a run instead of once a group, and a run never crosses
+ * a 32-group block. The next step's raw fields are loaded before this step's are decoded and
+ * multiplied, so each warp keeps a step's loads in flight behind its arithmetic; the lattice comes
+ * from shared memory, where a warp's scattered lookups cost fewer wavefronts than through the
+ * read-only cache. The staged activations are read at the same places as the weights. */
 template <int NT, bool GLU, int J>
 __device__ __forceinline__ void mt_iq3_runs(const uint8_t *w, const uint8_t *w2, const uint4 *xa, const uint4 *xb,
                                             uint32_t t, uint32_t s0, uint32_t s1, const uint32_t *grid, float acc[4],
@@ -191,14 +166,12 @@ __device__ __forceinline__ void mt_row_group(const mt_args &a, uint32_t rg, uint
     if (r0 < a.rows) {
         constexpr int J = GLU ? 4 : 8; /* groups per lane per step */
         uint32_t s = s0;
-        const bool runs = TYPE == EM_TYPE_IQ3_XXS && a.runs;
-        if (TYPE == EM_TYPE_IQ3_XXS && a.runs >= 2 && (s1 - s0) % (4 * J) == 0) {
+        if (TYPE == EM_TYPE_IQ3_XXS && a.runs && (s1 - s0) % (4 * J) == 0) {
             mt_iq3_runs<NT, GLU, J>(w, w2, xa, xb, t, s0, s1, lattice, acc, acc2);
             s = s1;
         }
-        for (; s + 4 * J <= s1; s += 4 * J)
-            mt_step<TYPE, NT, GLU, J, false>(w, w2, xa, xb, s, t, s0, s1, runs, acc, acc2);
-        if (s < s1) mt_step<TYPE, NT, GLU, J, true>(w, w2, xa, xb, s, t, s0, s1, runs, acc, acc2);
+        for (; s + 4 * J <= s1; s += 4 * J) mt_step<TYPE, NT, GLU, J, false>(w, w2, xa, xb, s, t, s0, s1, acc, acc2);
+        if (s < s1) mt_step<TYPE, NT, GLU, J, true>(w, w2, xa, xb, s, t, s0, s1, acc, acc2);
     }
     if (ks > 1) {
         /* leave the partials; the last block of the row group sums all slices in order */
@@ -288,8 +261,8 @@ __global__ void __launch_bounds__(MV_THREADS) mvt_kernel(mt_args a) {
     __shared__ float fold_scale[16];
     __shared__ float block_ss[MV_WARPS][16];
     __shared__ bool last;
-    __shared__ uint32_t lattice[TYPE == EM_TYPE_IQ3_XXS ? 256 : 1]; /* runs >= 2: IQ3_XXS's, copied once */
-    if (TYPE == EM_TYPE_IQ3_XXS && a.runs >= 2)
+    __shared__ uint32_t lattice[TYPE == EM_TYPE_IQ3_XXS ? 256 : 1]; /* with runs: IQ3_XXS's, copied once */
+    if (TYPE == EM_TYPE_IQ3_XXS && a.runs)
         for (uint32_t i = threadIdx.x; i < 256; i += MV_THREADS) lattice[i] = em_cuda_iq3xxs_grid[i];
     for (uint32_t c = 0; c < count; c += NT) {
         if (FOLD) {

@@ -35,7 +35,7 @@ static const em_cuda_tuning tuning_defaults = {
     .prefill_split = true,
     .tensor_cores = true,
     .int8_activations = true, .wgmma = true, .wgmma_split = true, .wgmma_bf16 = true, .gemm_split = true,
-    .tc_iq3_runs = 2, .trace = false,
+    .tc_iq3_runs = true, .trace = false,
     /* from 2 tokens a norm kernel measured faster than the fold once the experts took 3 units a lane */
     .moe_norm_max = 1,
     /* the cluster merge measured faster up to 4 tokens for every model, slower for MoE at 8 and 16 */
@@ -166,7 +166,7 @@ em_err em_cuda_tuning_read(em_cuda_tuning *t) {
         (err = env_switch("EMBER_CUDA_GEMM", &t->tensor_cores)) || (err = env_switch("EMBER_CUDA_WGMMA", &t->wgmma)) ||
         (err = env_switch("EMBER_CUDA_WG_SPLIT", &t->wgmma_split)) ||
         (err = env_switch("EMBER_CUDA_GM_SPLIT", &t->gemm_split)) ||
-        (err = env_count("EMBER_CUDA_TC_RUNS", 0, &t->tc_iq3_runs, NULL)) ||
+        (err = env_switch("EMBER_CUDA_TC_RUNS", &t->tc_iq3_runs)) ||
         (err = env_switch("EMBER_CUDA_WG_BF16", &t->wgmma_bf16)) || (err = env_switch("EMBER_CUDA_TRACE", &t->trace)) ||
         (err = env_count("EMBER_CUDA_MOE_NORM", 0, &t->moe_norm_max, NULL)) ||
         (err = env_count("EMBER_CUDA_DEC_CLUSTER", 0, &t->dec_cluster_max, NULL)) ||
