@@ -110,6 +110,9 @@ typedef struct ember_stats {
     /* Speculative decoding: tokens drafted and verified, and those of them the model agreed with
      * (each accepted draft is a generated token that took no step of its own). */
     uint64_t draft_tokens, draft_accepted;
+    /* Of draft_tokens, those in steps begun before the previous step's tokens were read (prompt
+     * lookup's drafts ride in chained steps, after a guess at the token in flight). */
+    uint64_t draft_tokens_overlapped;
 } ember_stats;
 
 void ember_engine_stats(ember_engine *engine, ember_stats *out);

@@ -158,7 +158,7 @@ static em_err bench_concurrency(const bench_args *a) {
     for (int c = 0; c < a->n_concurrency && !err; c++) {
         int clients = a->concurrency[c];
         double rates[64], slowest[64], client_rates[64], cores[64], cached[64], drafted[64], accepted[64], made[64];
-        double steps[64], chained[64];
+        double steps[64], chained[64], chained_drafts[64];
         for (int round = 0; round < a->rounds && !err; round++) {
             ember_request *reqs[16] = {0};
             for (int i = 0; i < clients; i++)
@@ -192,6 +192,7 @@ static em_err bench_concurrency(const bench_args *a) {
             ember_engine_stats(e, &after);
             steps[round] = (double)(after.steps - before.steps);
             chained[round] = (double)(after.overlapped_steps - before.overlapped_steps);
+            chained_drafts[round] = (double)(after.draft_tokens_overlapped - before.draft_tokens_overlapped);
             rates[round] = decode_rate;
             cores[round] = worst > 0 ? (cpu_seconds() - cpu_start) / (worst / 1e3) : 0;
             slowest[round] = worst;
@@ -202,11 +203,12 @@ static em_err bench_concurrency(const bench_args *a) {
         if (!err)
             printf("concurrency=%d prompt_tokens=%d generated=%.0f client_tok_s=%.1f sum_decode_tok_s=%.1f "
                    "slowest_request_ms=%.0f host_cpu_cores=%.3f cached_tokens=%.0f warm_prompts=%d rounds=%d "
-                   "drafted=%.0f accepted=%.0f steps=%.0f chained_steps=%.0f\n",
+                   "drafted=%.0f accepted=%.0f steps=%.0f chained_steps=%.0f chained_drafts=%.0f\n",
                    clients, a->prompt_tokens, bench_median(made, a->rounds), bench_median(client_rates, a->rounds), bench_median(rates, a->rounds),
                    bench_median(slowest, a->rounds), bench_median(cores, a->rounds), bench_median(cached, a->rounds), a->warm_prompts,
                    a->rounds, bench_median(drafted, a->rounds), bench_median(accepted, a->rounds),
-                   bench_median(steps, a->rounds), bench_median(chained, a->rounds));
+                   bench_median(steps, a->rounds), bench_median(chained, a->rounds),
+                   bench_median(chained_drafts, a->rounds));
         fflush(stdout);
     }
     free(prompts);

@@ -339,7 +339,7 @@ static em_err prepare_speculation(const ember_engine *e, ember_request *r, const
     /* A short first draft: a miss costs a step of draft + 1 tokens, and hits double the length. */
     r->draft_length = e->draft_max < EM_SPEC_FIRST_DRAFT ? e->draft_max : EM_SPEC_FIRST_DRAFT;
     if (r->draft_length < e->draft_min) r->draft_length = e->draft_min;
-    r->draft = malloc(e->draft_max * sizeof *r->draft);
+    r->draft = malloc((e->draft_max + 1) * sizeof *r->draft); /* + the guess at a token in flight (spec.c) */
     if (!r->draft) return em_errorf(EM_ERR_NOMEM, "request: out of memory for drafts");
     if (r->spec == EMBER_SPEC_DRAFT && !(r->draft_blocks = malloc((max_total / e->block_tokens + 2) * sizeof *r->draft_blocks)))
         return em_errorf(EM_ERR_NOMEM, "request: out of memory for the draft model's block table");

@@ -162,10 +162,9 @@ bool em_sampler_plain(const em_sampler *sampler);
 /* The rule's parameters for the sampler's next token. A caller that has the rule run elsewhere (the
  * backend) passes these along and then counts the token with em_sampler_count_picked. */
 em_pick_params em_sampler_pick_params(const em_sampler *sampler);
-/* The same for the token after the next (a step begun before the next token is counted). */
-em_pick_params em_sampler_pick_params_ahead(const em_sampler *sampler);
 /* The same for the token `ahead` tokens after the next (speculative decoding: the pick after draft
- * `ahead` uses the counter that token would have without speculation). */
+ * `ahead` uses the counter that token would have without speculation; a step begun before the
+ * next token is counted picks at ahead 1). */
 em_pick_params em_sampler_pick_params_at(const em_sampler *sampler, uint32_t ahead);
 static inline void em_sampler_count_picked(em_sampler *sampler) { sampler->n_sampled++; }
 
@@ -405,6 +404,10 @@ void em_spec_free(ember_engine *engine);
 /* Chooses this step's drafts (r->n_draft) for each running request that decodes and speculates;
  * with a draft model, runs it. A request without drafts has n_draft 0. */
 void em_spec_propose(ember_engine *engine);
+/* Drafts for the request's rows of the step chained behind the one in flight (prompt lookup only:
+ * a draft model would need the token in flight): the lookup guesses that token and drafts what
+ * follows it, into r->draft. Returns r->n_draft, 0 for none. */
+uint32_t em_spec_propose_ahead(ember_engine *engine, ember_request *r);
 /* After a verification: counts, adapts the length, keeps the draft model's KV to what was accepted. */
 void em_spec_verified(ember_engine *engine, ember_request *r, uint32_t drafted, uint32_t accepted);
 /* Drops the request's draft-model state (finished or preempted). */
@@ -415,8 +418,9 @@ static inline bool em_spec_active(const ember_request *r) { return r->spec != EM
  * spec_max_seqs requests, where the weights are read for many tokens anyway and drafts would add
  * tokens to the step and keep it from being chained. */
 static inline bool em_spec_engine_drafts(const ember_engine *e) { return e->n_running <= e->spec_max_seqs; }
-/* Whether the request drafts in its next step (not pausing, or its pause ends there): such a step
- * depends on the token before it, so it cannot be chained behind the step in flight. */
+/* Whether the request drafts in its next step (not pausing, or its pause ends there). A draft
+ * model's drafts depend on the token before them, so such a step cannot be chained behind the step
+ * in flight; prompt lookup guesses that token and drafts ahead (em_spec_propose_ahead). */
 static inline bool em_spec_drafts_next(const ember_engine *e, const ember_request *r) {
     return em_spec_engine_drafts(e) && em_spec_active(r) && (r->draft_length > 0 || r->draft_pause <= 1);
 }

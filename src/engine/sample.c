@@ -153,11 +153,6 @@ em_pick_params em_sampler_pick_params(const em_sampler *s) {
     return em_pick_params_make(p->temperature, p->top_k, p->top_p, p->min_p, p->seed, s->n_sampled);
 }
 
-em_pick_params em_sampler_pick_params_ahead(const em_sampler *s) {
-    const ember_sampling *p = &s->params;
-    return em_pick_params_make(p->temperature, p->top_k, p->top_p, p->min_p, p->seed, s->n_sampled + 1);
-}
-
 em_pick_params em_sampler_pick_params_at(const em_sampler *s, uint32_t ahead) {
     const ember_sampling *p = &s->params;
     return em_pick_params_make(p->temperature, p->top_k, p->top_p, p->min_p, p->seed, s->n_sampled + ahead);

@@ -558,17 +558,23 @@ static bool can_chain(ember_engine *e) {
         if (r->n_generated + 1 >= (uint32_t)r->params.max_tokens || r->n_tokens + 1 >= e->ctx_tokens) return false;
         /* its next mask depends on the token in flight: only a backend that takes masks late can pick */
         if (r->grammar_state && !em_backend_picks_late(e->backend)) return false;
-        if (em_spec_drafts_next(e, r)) return false; /* its drafts depend on the token in flight */
+        if (r->n_draft) return false; /* how many of its drafts in flight are accepted decides its next position */
+        /* a draft model's drafts depend on the token in flight */
+        if (r->spec == EMBER_SPEC_DRAFT && em_spec_drafts_next(e, r)) return false;
         new_blocks += r->n_blocks < blocks_for(e, r->n_computed + 1);
     }
     if (!take_blocks(e, new_blocks)) return false;
-    /* A request pausing its drafts counts the chained step as one of its pause (it stays >= 1: the
-     * step that ends the pause is a planned one, where the request drafts). */
-    for (uint32_t i = 0; i < e->n_running; i++)
-        if (em_spec_active(e->running[i]) && e->running[i]->draft_length == 0) e->running[i]->draft_pause--;
+    /* A request pausing its drafts counts the chained step as one of its pause; the step where the
+     * pause ends is the one it drafts in (em_spec_propose_ahead, or a planned step). */
+    for (uint32_t i = 0; i < e->n_running; i++) {
+        ember_request *r = e->running[i];
+        if (em_spec_active(r) && r->draft_length == 0 && !em_spec_drafts_next(e, r)) r->draft_pause--;
+    }
     e->spec_clock++;
     return true;
 }
+
+static void count_overlapped_drafts(ember_stats *s, const void *arg) { s->draft_tokens_overlapped += *(const uint32_t *)arg; }
 
 /* The batch of n tokens the engine's scratch describes (every running request's block table). */
 static em_batch step_batch(const ember_engine *e, uint32_t n, const uint32_t *const *pick_masks) {
@@ -584,29 +590,44 @@ static em_batch step_batch(const ember_engine *e, uint32_t n, const uint32_t *co
     };
 }
 
-/* Begins the step after the in-flight one: one token per running request, its in-flight pick.
+/* Begins the step after the in-flight one: per running request its in-flight pick, then the
+ * drafts prompt lookup made ahead of it (if any), every row picking. *rows: the step's rows.
  * *late: a request has a grammar, so the step's pick waits for masks (finish_chained). */
-static em_err begin_chained(ember_engine *e, bool *late) {
+static em_err begin_chained(ember_engine *e, uint32_t *rows, bool *late) {
     *late = false;
+    uint32_t n = 0, drafted = 0;
     for (uint32_t i = 0; i < e->n_running; i++) {
         ember_request *r = e->running[i];
         if (r->n_blocks < blocks_for(e, r->n_computed + 1)) {
             uint32_t block;
+            *rows = n;
             if (!em_kv_alloc(&e->pool, &block))
                 return em_errorf(EM_ERR_INTERNAL, "step overlap: no block for a planned position");
             r->blocks[r->n_blocks++] = block;
         }
+        /* drafts within the batch (a row kept for each request after this one) and free blocks */
+        uint32_t n_draft = em_spec_propose_ahead(e, r);
+        const uint32_t spare = e->batch_tokens - n - (e->n_running - i);
+        if (n_draft > spare) n_draft = spare;
+        if (n_draft) n_draft = room_for_drafts(e, r, n_draft);
+        r->n_draft = n_draft;
+        drafted += n_draft;
         e->batch_seqs[i].blocks = r->blocks;
         e->batch_seqs[i].n_blocks = r->n_blocks;
-        e->batch_tokens_buf[i] = EM_TOKEN_PICKED(r->flight_row);
-        e->batch_seq[i] = i;
-        e->batch_pos[i] = r->n_computed;
-        e->batch_logits[i] = true;
-        e->row_owner[i] = r;
-        e->pick[i] = em_sampler_pick_params_ahead(&r->sampler);
+        for (uint32_t j = 0; j <= n_draft; j++, n++) {
+            e->batch_tokens_buf[n] = j ? r->draft[j - 1] : EM_TOKEN_PICKED(r->flight_row);
+            e->batch_seq[n] = i;
+            e->batch_pos[n] = r->n_computed + j;
+            e->batch_logits[n] = true;
+            e->row_owner[n] = r;
+            /* the in-flight token takes the counter before these */
+            e->pick[n] = em_sampler_pick_params_at(&r->sampler, 1 + j);
+        }
         *late |= r->grammar_state != NULL;
     }
-    em_batch batch = step_batch(e, e->n_running, NULL);
+    *rows = n;
+    if (drafted) stats_update(e, count_overlapped_drafts, &drafted);
+    em_batch batch = step_batch(e, n, NULL);
     batch.pick_masks_later = *late;
     return em_backend_pick_begin(e->backend, &batch, e->pick);
 }
@@ -653,9 +674,9 @@ static void advance_flight(ember_engine *e) {
         end_flight(e);
         return;
     }
-    const uint32_t rows = e->n_running;
+    uint32_t rows = 0;
     bool late;
-    em_err err = begin_chained(e, &late);
+    em_err err = begin_chained(e, &rows, &late);
     if (err) { /* read what is in flight, then give up on the requests */
         for (uint32_t k = 0; k < rows; k++) e->row_owner[k] = NULL;
         end_flight(e);

@@ -284,18 +284,21 @@ static void run_draft_model(ember_engine *e, uint32_t n) {
     }
 }
 
-/* How many drafts the request may bring to this step: its adaptive length, bounded so that every
- * accepted token still fits its limits (max_tokens, the context). */
-static uint32_t draft_room(const ember_engine *e, ember_request *r) {
-    if (r->n_tokens - r->n_computed != 1 || r->grammar_state) return 0;
+/* How many drafts the request may bring to its next step: its adaptive length, bounded so that
+ * every accepted token still fits its limits (max_tokens, the context). `ahead`: tokens the request
+ * has before its drafts that are not in r->tokens yet (1 for the token of the step in flight). */
+static uint32_t draft_room(const ember_engine *e, ember_request *r, uint32_t ahead) {
+    if (r->grammar_state) return 0;
     if (r->draft_length == 0) {
         if (r->draft_pause && --r->draft_pause) return 0;
         r->draft_length = 1;
     }
     uint32_t room = r->draft_length;
-    const uint32_t left = (uint32_t)r->params.max_tokens - r->n_generated; /* tokens it may still generate */
+    const uint32_t generated = r->n_generated + ahead, tokens = r->n_tokens + ahead;
+    const uint32_t max = (uint32_t)r->params.max_tokens;
+    const uint32_t left = max > generated ? max - generated : 0; /* tokens it may still generate */
     if (room + 1 > left) room = left ? left - 1 : 0;
-    if (r->n_tokens + room >= e->ctx_tokens) room = r->n_tokens + 1 < e->ctx_tokens ? e->ctx_tokens - r->n_tokens - 1 : 0;
+    if (tokens + room >= e->ctx_tokens) room = tokens + 1 < e->ctx_tokens ? e->ctx_tokens - tokens - 1 : 0;
     return room;
 }
 
@@ -307,18 +310,30 @@ void em_spec_propose(ember_engine *e) {
         ember_request *r = e->running[i];
         r->n_draft = 0;
         if (!drafts || !em_spec_active(r)) continue;
-        const uint32_t room = draft_room(e, r);
+        if (r->n_tokens - r->n_computed != 1) continue;
+        const uint32_t room = draft_room(e, r, 0);
         if (room == 0) continue;
         if (r->spec == EMBER_SPEC_LOOKUP) {
             r->n_draft = em_spec_lookup(r->tokens, r->n_tokens, room, r->draft);
-            /* Where steps overlap, a request that may draft keeps the next step from being chained
-             * (its lookup needs the token in flight): a lookup that finds nothing counts as a
-             * rejected draft, so text that never repeats pauses its lookups as it would its drafts. */
-            if (r->n_draft == 0 && em_backend_can_overlap(e->backend)) adapt(e, r, 1, 0);
         } else if (draft_blocks_for(e->drafter, r, r->n_tokens + room - 1) && n_model < e->drafter->cap_rows) {
             r->n_draft = room;
             e->drafter->owner[n_model++] = r;
         }
     }
     if (n_model) run_draft_model(e, n_model);
+}
+
+uint32_t em_spec_propose_ahead(ember_engine *e, ember_request *r) {
+    r->n_draft = 0;
+    if (r->spec != EMBER_SPEC_LOOKUP || !em_spec_drafts_next(e, r)) return 0;
+    const uint32_t room = draft_room(e, r, 1);
+    if (room == 0) return 0;
+    /* draft[0] is the lookup's guess at the token in flight; the drafts are what follows it. Where
+     * the guess is wrong the drafts are almost surely rejected, which is all it costs: the picks
+     * they are checked against follow the real token. A lookup that finds nothing costs no step
+     * here (the step is chained either way), so it does not pause the request's lookups. */
+    const uint32_t found = em_spec_lookup(r->tokens, r->n_tokens, room + 1, r->draft);
+    if (found < 2) return 0;
+    memmove(r->draft, r->draft + 1, (found - 1) * sizeof *r->draft);
+    return r->n_draft = found - 1;
 }
