@@ -222,17 +222,6 @@ static void test_adapt_rule(void **state) {
     assert_int_equal(length, 4);
 }
 
-/* Pauses begun at different steps end on the same ones, never sooner than asked. */
-static void test_aligned_pause(void **state) {
-    (void)state;
-    for (uint64_t clock = 0; clock < 3 * EM_SPEC_PAUSE_STEPS; clock++)
-        for (uint32_t pause = 1; pause <= 4 * EM_SPEC_PAUSE_STEPS; pause++) {
-            const uint32_t got = em_spec_aligned_pause(clock, pause);
-            assert_true(got >= pause && got < pause + EM_SPEC_PAUSE_STEPS);
-            assert_int_equal((clock + got) % EM_SPEC_PAUSE_STEPS, 0);
-        }
-}
-
 /* ---- Exactness ---- */
 
 /* Greedy: the same tokens with and without prompt lookup, and drafts were made and accepted. */
@@ -259,14 +248,12 @@ static void test_greedy_lookup_identical(void **state) {
     assert_int_equal(stats.draft_accepted, got.timings.draft_accepted);
     assert_true(got.timings.draft_accepted <= got.timings.draft_tokens);
     assert_int_equal(stats.generated_tokens, 64);
-    /* Where steps overlap, drafts ride in steps chained behind the one in flight. */
-    const char *overlap = getenv("EMBER_CPU_OVERLAP");
-    if (overlap && !strcmp(overlap, "1")) {
-        assert_true(stats.draft_tokens_overlapped > 0);
-        assert_true(stats.draft_tokens_overlapped <= stats.draft_tokens);
-    } else {
-        assert_int_equal(stats.draft_tokens_overlapped, 0);
-    }
+    /* Where steps overlap, drafts ride in steps chained behind the one in flight; where they do
+     * not (the CPU backend without its emulation), there is no such step. */
+    const char *overlap = getenv("EMBER_CPU_OVERLAP"), *device = getenv("EMBER_TEST_DEVICE");
+    assert_true(stats.draft_tokens_overlapped <= stats.draft_tokens);
+    if (overlap && !strcmp(overlap, "1")) assert_true(stats.draft_tokens_overlapped > 0);
+    else if (!device || !strcmp(device, "cpu")) assert_int_equal(stats.draft_tokens_overlapped, 0);
 }
 
 /* Where steps overlap (the engine_spec_overlap run), a lookup request whose text never repeats
@@ -364,6 +351,11 @@ static void test_lookups_without_matches_chain_together(void **state) {
     result want[N], got[N];
     ember_engine *e = new_engine((engine_setup){0});
     run_jobs(e, plain, want, N);
+    ember_engine_destroy(e);
+    /* a fresh engine: the prompts prefilled as the first time, not read from the cache (on the GPU
+     * a prefill and a one-token step may differ in the last bits, and these picks are sampled from
+     * a random model's nearly flat distribution) */
+    e = new_engine((engine_setup){0});
     ember_stats before, after;
     ember_engine_stats(e, &before);
     run_jobs(e, spec, got, N);
@@ -583,7 +575,6 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lookup_rule),
         cmocka_unit_test(test_adapt_rule),
-        cmocka_unit_test(test_aligned_pause),
         cmocka_unit_test(test_greedy_lookup_identical),
         cmocka_unit_test(test_lookup_without_matches_chains),
         cmocka_unit_test(test_mixed_batch_and_cache),

@@ -227,10 +227,6 @@ uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_d
 void em_spec_adapt(uint32_t *length, uint32_t *pause, uint32_t *misses, uint32_t drafted, uint32_t accepted,
                    uint32_t least, uint32_t min, uint32_t max);
 
-/* A pause of at least `pause` steps from step `clock` that ends on a multiple of
- * EM_SPEC_PAUSE_STEPS: requests pausing at different times end their pauses on the same steps, and
- * the steps their lookups keep from being chained are shared. */
-uint32_t em_spec_aligned_pause(uint64_t clock, uint32_t pause);
 
 /* A draft model: its own backend and KV pool; each drafting request keeps a block table there
  * whose first draft_computed positions hold the draft model's KV of the request's tokens. */
@@ -418,11 +414,21 @@ static inline bool em_spec_active(const ember_request *r) { return r->spec != EM
  * spec_max_seqs requests, where the weights are read for many tokens anyway and drafts would add
  * tokens to the step and keep it from being chained. */
 static inline bool em_spec_engine_drafts(const ember_engine *e) { return e->n_running <= e->spec_max_seqs; }
+/* Where steps overlap and other requests run, a step with drafts keeps the step after it from
+ * being chained, for the whole batch: there a request starts to draft (its first draft, or the
+ * first after a pause) only at steps that are multiples of EM_SPEC_PAUSE_STEPS, so that the
+ * requests' attempts share their unchained steps instead of each breaking the chain at its own. */
+static inline bool em_spec_shared(const ember_engine *e) { return e->n_running > 1 && em_backend_can_overlap(e->backend); }
+static inline bool em_spec_may_start(const ember_engine *e, uint64_t clock) {
+    return !em_spec_shared(e) || clock % EM_SPEC_PAUSE_STEPS == 0;
+}
 /* Whether the request drafts in its next step (not pausing, or its pause ends there). A draft
  * model's drafts depend on the token before them, so such a step cannot be chained behind the step
  * in flight; prompt lookup guesses that token and drafts ahead (em_spec_propose_ahead). */
 static inline bool em_spec_drafts_next(const ember_engine *e, const ember_request *r) {
-    return em_spec_engine_drafts(e) && em_spec_active(r) && (r->draft_length > 0 || r->draft_pause <= 1);
+    if (!em_spec_engine_drafts(e) || !em_spec_active(r)) return false;
+    if (r->draft_length > 0) return true;
+    return r->draft_pause <= 1 && em_spec_may_start(e, e->spec_clock + 1);
 }
 
 double em_engine_now_ms(void);

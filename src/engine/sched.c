@@ -564,13 +564,7 @@ static bool can_chain(ember_engine *e) {
         new_blocks += r->n_blocks < blocks_for(e, r->n_computed + 1);
     }
     if (!take_blocks(e, new_blocks)) return false;
-    /* A request pausing its drafts counts the chained step as one of its pause; the step where the
-     * pause ends is the one it drafts in (em_spec_propose_ahead, or a planned step). */
-    for (uint32_t i = 0; i < e->n_running; i++) {
-        ember_request *r = e->running[i];
-        if (em_spec_active(r) && r->draft_length == 0 && !em_spec_drafts_next(e, r)) r->draft_pause--;
-    }
-    e->spec_clock++;
+    e->spec_clock++; /* the chained step's drafts (em_spec_propose_ahead) count it as every step */
     return true;
 }
 

@@ -57,22 +57,20 @@ void em_spec_adapt(uint32_t *length, uint32_t *pause, uint32_t *misses, uint32_t
     if (next > 0) *pause = 0;
 }
 
-uint32_t em_spec_aligned_pause(uint64_t clock, uint32_t pause) {
-    const uint32_t past = (uint32_t)((clock + pause) % EM_SPEC_PAUSE_STEPS);
-    return past ? pause + EM_SPEC_PAUSE_STEPS - past : pause;
+/* Where steps overlap, a step with drafts keeps the next one from being chained for the whole
+ * batch. With other requests running, a draft that gains one token for one request costs each of
+ * them more than that: there one accepted token of several drafted counts as a miss. */
+static void adapt(ember_engine *e, ember_request *r, uint32_t drafted, uint32_t accepted) {
+    em_spec_adapt(&r->draft_length, &r->draft_pause, &r->draft_misses, drafted, accepted, em_spec_shared(e) ? 2 : 1,
+                  e->draft_min, e->draft_max);
 }
 
-/* Where steps overlap, a step with drafts and the one before it (whose token the drafts follow) run
- * unchained for the whole batch. With other requests running, a draft that gains one token for one
- * request costs each of them more than that: there one accepted token of several drafted counts as
- * a miss, and a pause ends on the steps where the others' pauses end, so that their lookups share
- * the unchained steps. */
-static void adapt(ember_engine *e, ember_request *r, uint32_t drafted, uint32_t accepted) {
-    const bool shared = e->n_running > 1 && em_backend_can_overlap(e->backend);
-    em_spec_adapt(&r->draft_length, &r->draft_pause, &r->draft_misses, drafted, accepted, shared ? 2 : 1,
-                  e->draft_min, e->draft_max);
-    if (shared && r->draft_length == 0 && r->draft_pause)
-        r->draft_pause = em_spec_aligned_pause(e->spec_clock, r->draft_pause);
+/* A lookup that finds nothing drafts nothing and costs no step: alone, the request looks again at
+ * the next step. With other requests running where steps overlap, it counts as a rejected draft
+ * (a pause, doubled by each further miss in a row), since there each draft that does not pay costs
+ * every request an unchained step, and text that did not repeat lately mostly does not. */
+static void nothing_found(ember_engine *e, ember_request *r) {
+    if (em_spec_shared(e)) adapt(e, r, 1, 0);
 }
 
 /* ---- The draft model ---- */
@@ -290,7 +288,12 @@ static void run_draft_model(ember_engine *e, uint32_t n) {
 static uint32_t draft_room(const ember_engine *e, ember_request *r, uint32_t ahead) {
     if (r->grammar_state) return 0;
     if (r->draft_length == 0) {
-        if (r->draft_pause && --r->draft_pause) return 0;
+        if (r->draft_pause > 1) {
+            r->draft_pause--;
+            return 0;
+        }
+        r->draft_pause = 0;
+        if (!em_spec_may_start(e, e->spec_clock)) return 0;
         r->draft_length = 1;
     }
     uint32_t room = r->draft_length;
@@ -315,6 +318,7 @@ void em_spec_propose(ember_engine *e) {
         if (room == 0) continue;
         if (r->spec == EMBER_SPEC_LOOKUP) {
             r->n_draft = em_spec_lookup(r->tokens, r->n_tokens, room, r->draft);
+            if (r->n_draft == 0) nothing_found(e, r);
         } else if (draft_blocks_for(e->drafter, r, r->n_tokens + room - 1) && n_model < e->drafter->cap_rows) {
             r->n_draft = room;
             e->drafter->owner[n_model++] = r;
@@ -325,15 +329,19 @@ void em_spec_propose(ember_engine *e) {
 
 uint32_t em_spec_propose_ahead(ember_engine *e, ember_request *r) {
     r->n_draft = 0;
-    if (r->spec != EMBER_SPEC_LOOKUP || !em_spec_drafts_next(e, r)) return 0;
+    if (!em_spec_engine_drafts(e) || !em_spec_active(r)) return 0;
+    /* the step counts against a pause (a draft model's request gets here only pausing: can_chain) */
     const uint32_t room = draft_room(e, r, 1);
-    if (room == 0) return 0;
+    if (room == 0 || r->spec != EMBER_SPEC_LOOKUP) return 0;
     /* draft[0] is the lookup's guess at the token in flight; the drafts are what follows it. Where
      * the guess is wrong the drafts are almost surely rejected, which is all it costs: the picks
      * they are checked against follow the real token. A lookup that finds nothing costs no step
      * here (the step is chained either way), so it does not pause the request's lookups. */
     const uint32_t found = em_spec_lookup(r->tokens, r->n_tokens, room + 1, r->draft);
-    if (found < 2) return 0;
+    if (found < 2) {
+        nothing_found(e, r);
+        return 0;
+    }
     memmove(r->draft, r->draft + 1, (found - 1) * sizeof *r->draft);
     return r->n_draft = found - 1;
 }
