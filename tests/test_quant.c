@@ -842,6 +842,97 @@ static void test_weighted_rows_unfused(void **state) {
     free(rows);
 }
 
+/* Distance in units in the last place between two finite floats of the same sign. */
+static uint32_t ulps_apart(float a, float b) {
+    int32_t ia, ib;
+    memcpy(&ia, &a, 4);
+    memcpy(&ib, &b, 4);
+    return ia > ib ? (uint32_t)(ia - ib) : (uint32_t)(ib - ia);
+}
+
+/* em_expf against the C library's double exp rounded to float: within 2 ulp wherever the result is
+ * at least FLT_MIN (about two million inputs spread over that range), its edges, and the special
+ * values. */
+static void test_expf_accuracy(void **state) {
+    (void)state;
+    uint32_t worst = 0;
+    float worst_x = 0;
+    for (int sign = 0; sign < 2; sign++)
+        for (uint32_t bits = 0; bits < 0x42b20000u; bits += 397) { /* |x| up to about 89 */
+            const uint32_t u = bits | (uint32_t)sign << 31;
+            float x;
+            memcpy(&x, &u, 4);
+            if (x > 88.3762626647949f || x < -87.3365478515625f) continue;
+            const float want = (float)exp((double)x), got = em_expf(x);
+            const uint32_t d = ulps_apart(got, want);
+            if (d > worst) worst = d, worst_x = x;
+        }
+    if (worst > 2) fail_msg("em_expf(%.9g) is %u ulp from exp", (double)worst_x, worst);
+    assert_true(em_expf(0.0f) == 1.0f);
+    assert_true(isinf(em_expf(89.0f)) && isinf(em_expf(INFINITY)));
+    assert_true(em_expf(-88.0f) == 0.0f && em_expf(-INFINITY) == 0.0f);
+    assert_true(isnan(em_expf(NAN)));
+    const float top = 88.3762626647949f, bottom = -87.3365478515625f;
+    assert_true(ulps_apart(em_expf(top), (float)exp((double)top)) <= 2);
+    assert_true(ulps_apart(em_expf(bottom), (float)exp((double)bottom)) <= 2);
+}
+
+/* em_f32_softmax and em_f32_silu_mul (SIMD where the CPU has it; this test runs on both x86 paths)
+ * bitwise against their definitions written out with em_expf, and the softmax within 2^-20 of the
+ * C library's double softmax. Lengths on and off the vector widths, scores spread wide enough that
+ * some exponentials are flushed to zero. */
+static void test_softmax_and_silu_by_definition(void **state) {
+    (void)state;
+    enum { N_MAX = 1000 };
+    static const uint64_t lengths[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 257, 1000};
+    float *x = malloc(N_MAX * sizeof *x), *got = malloc(N_MAX * sizeof *got), *want = malloc(N_MAX * sizeof *want);
+    float *up = malloc(N_MAX * sizeof *up);
+    assert_true(x && got && want && up);
+    for (int spread = 0; spread < 3; spread++) {
+        fill_gaussian(x, N_MAX, 300 + (uint64_t)spread);
+        fill_gaussian(up, N_MAX, 400 + (uint64_t)spread);
+        const float scale = spread == 0 ? 1.0f : spread == 1 ? 10.0f : 60.0f;
+        for (int i = 0; i < N_MAX; i++) x[i] *= scale;
+        for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++) {
+            const uint64_t n = lengths[l];
+            memcpy(got, x, n * sizeof *x);
+            em_f32_softmax(got, n);
+            float max = -INFINITY, sums[16] = {0};
+            double total = 0;
+            for (uint64_t i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
+            for (uint64_t i = 0; i < n; i++) {
+                want[i] = em_expf(x[i] - max);
+                sums[i % 16] += want[i];
+                total += exp((double)x[i] - max);
+            }
+            for (int width = 8; width > 0; width /= 2)
+                for (int j = 0; j < width; j++) sums[j] += sums[j + width];
+            const float inv = 1.0f / sums[0];
+            for (uint64_t i = 0; i < n; i++) {
+                want[i] *= inv;
+                if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+                    fail_msg("softmax, n %u, spread %d, element %u: %.9g, by definition %.9g", (unsigned)n, spread,
+                             (unsigned)i, (double)got[i], (double)want[i]);
+                const double exact = exp((double)x[i] - max) / total;
+                if (fabs(got[i] - exact) > 0x1p-20 * (exact > 1e-3 ? exact : 1e-3))
+                    fail_msg("softmax, n %u, element %u: %.9g, exact %.9g", (unsigned)n, (unsigned)i, (double)got[i], exact);
+            }
+            memcpy(got, x, n * sizeof *x);
+            em_f32_silu_mul(got, up, n);
+            for (uint64_t i = 0; i < n; i++) {
+                const float h = x[i] / (1.0f + em_expf(-x[i])) * up[i];
+                if (memcmp(&got[i], &h, sizeof h) != 0)
+                    fail_msg("silu, n %u, element %u: %.9g, by definition %.9g", (unsigned)n, (unsigned)i,
+                             (double)got[i], (double)h);
+            }
+        }
+    }
+    free(x);
+    free(got);
+    free(want);
+    free(up);
+}
+
 /* Q8_K activations by the format's definition, checked against the C library: the element of
  * largest magnitude (the first of equals) sets iscale = -127 / that element, every level is
  * roundf(iscale * x) (half away from zero) capped at 127, d = 1 / iscale, and each group of 16
@@ -1022,6 +1113,8 @@ int main(void) {
         cmocka_unit_test(test_f32_dot_rows_equal_em_dot),
         cmocka_unit_test(test_q8_k_levels_by_definition),
         cmocka_unit_test(test_weighted_rows_unfused),
+        cmocka_unit_test(test_expf_accuracy),
+        cmocka_unit_test(test_softmax_and_silu_by_definition),
         cmocka_unit_test(test_fp16_conversions),
         cmocka_unit_test(test_errors),
     };

@@ -142,6 +142,33 @@ em_err em_quantize_iq3_xxs(const float *x, uint8_t *out, uint64_t n_blocks, cons
  * Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL and IQ4_XS; false (nothing written) for other types. */
 bool em_quant_weighted_row(uint32_t type, const float *x, const float *importance, uint8_t *out, uint64_t n);
 
+/* em_expf's steps (activation.c), shared with its SIMD kernels (x86/activation_x86.c): the input
+ * range (above EM_EXPF_MAX: infinity; below EM_EXPF_MIN, where the result would be below FLT_MIN:
+ * zero), log2(e), ln 2 split in a part exact in few bits and the rest (Cephes' expf), and the
+ * polynomial p with exp(r) ~ 1 + r + r^2 p(r) on [-ln2/2, ln2/2], highest power first. */
+#define EM_EXPF_MAX 88.3762626647949f
+#define EM_EXPF_MIN (-87.3365478515625f)
+#define EM_EXPF_LOG2E 1.44269504088896341f
+#define EM_EXPF_LN2_HI 0.693359375f
+#define EM_EXPF_LN2_LO (-2.12194440e-4f)
+#define EM_EXPF_P0 1.9875691500e-4f
+#define EM_EXPF_P1 1.3981999507e-3f
+#define EM_EXPF_P2 8.3334519073e-3f
+#define EM_EXPF_P3 4.1665795894e-2f
+#define EM_EXPF_P4 1.6666665459e-1f
+#define EM_EXPF_P5 5.0000001201e-1f
+/* 2^k for -126 <= k <= 127, exactly. */
+static inline float em_expf_pow2(int32_t k) {
+    const uint32_t bits = (uint32_t)(k + 127) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+/* Softmax sums its exponentials in this many partial sums (activation.c). */
+#define EM_SOFTMAX_LANES 16
+typedef void (*em_softmax_fn)(float *x, uint64_t n);
+typedef void (*em_silu_mul_fn)(float *gate, const float *up, uint64_t n);
+
 /* For the SIMD kernels (x86/, arm/): helpers that must inline, and loops over a compile-time
  * number of rows or tokens that must unroll fully, so that per-row sums stay in registers rather
  * than on the stack. */

@@ -264,6 +264,15 @@ void em_f32_dot_rows(const float *rows, uint64_t row_stride, uint32_t n_rows, co
 typedef void (*em_f32_dot_rows_fn)(const float *rows, uint64_t row_stride, uint32_t n_rows, const float *x, uint64_t n,
                                    float *out);
 
+/* exp(x), Ember's own (activation.c): the same bits on every CPU and in every SIMD path, within 2
+ * ulp of the true value; +inf above 88.376, 0 where the result would be below FLT_MIN, NaN for NaN. */
+float em_expf(float x);
+/* x[0..n) = softmax(x): em_expf(x[i] - max) each, their sum taken in sixteen partial sums (element
+ * i into sum i mod 16) folded in halves, then each times 1 / sum. */
+void em_f32_softmax(float *x, uint64_t n);
+/* gate[i] = gate[i] / (1 + em_expf(-gate[i])) * up[i] (SiLU times the up projection, SwiGLU). */
+void em_f32_silu_mul(float *gate, const float *up, uint64_t n);
+
 /* The definition em_dot is checked against: decodes both rows to f32 and sums the products in
  * double. Slow; for tests and debugging. */
 float em_dot_reference(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);

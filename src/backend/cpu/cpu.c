@@ -149,8 +149,11 @@ static void glu_share(void *ctx, uint32_t ith, uint32_t nth) {
     const bool gelu = job->b->d->act == EM_ACT_GEGLU;
     uint64_t begin, end;
     em_cpu_share(job->n, ith, nth, &begin, &end);
-    for (uint64_t i = begin; i < end; i++)
-        job->gate[i] = (gelu ? em_cpu_gelu(job->gate[i]) : em_cpu_silu(job->gate[i])) * job->up[i];
+    if (!gelu) {
+        em_f32_silu_mul(job->gate + begin, job->up + begin, end - begin);
+        return;
+    }
+    for (uint64_t i = begin; i < end; i++) job->gate[i] = em_cpu_gelu(job->gate[i]) * job->up[i];
 }
 
 /* h = act(gate) * up, the gated linear unit of SwiGLU / GeGLU, split over the pool (a prefill's
@@ -241,7 +244,7 @@ static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
             p += run;
         }
         float *o = b->attn + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim_v;
-        for (uint32_t g = 0; g < group; g++) em_cpu_softmax(scores + (uint64_t)g * b->cap_positions, pos + 1 - first);
+        for (uint32_t g = 0; g < group; g++) em_f32_softmax(scores + (uint64_t)g * b->cap_positions, pos + 1 - first);
         memset(o, 0, (uint64_t)group * ld->head_dim_v * sizeof *o);
         for (uint32_t p = first; p <= pos;) {
             const uint32_t run = block_tokens - p % block_tokens < pos + 1 - p ? block_tokens - p % block_tokens
@@ -310,9 +313,9 @@ static em_err mlp(cpu_backend *b, const em_weight *gate, const em_weight *up, co
 static void route(cpu_backend *b, const em_layer_desc *ld, uint32_t t) {
     float *p = b->router + (uint64_t)t * ld->n_expert;
     if (ld->gating == EM_GATING_SOFTMAX) {
-        em_cpu_softmax(p, ld->n_expert);
+        em_f32_softmax(p, ld->n_expert);
     } else {
-        for (uint32_t e = 0; e < ld->n_expert; e++) p[e] = 1.0f / (1.0f + expf(-p[e]));
+        for (uint32_t e = 0; e < ld->n_expert; e++) p[e] = 1.0f / (1.0f + em_expf(-p[e]));
     }
     int32_t *chosen = b->chosen + (uint64_t)t * ld->n_expert_used;
     float *weight = b->chosen_weight + (uint64_t)t * ld->n_expert_used;

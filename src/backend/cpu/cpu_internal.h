@@ -74,8 +74,7 @@ void em_cpu_rope_angles(float *cos_sin, uint32_t pos, const em_rope *rope);
 /* Rotates the first n_rot dimensions of one head in place. */
 void em_cpu_rope(float *head, const float *cos_sin, const em_rope *rope);
 
-void em_cpu_softmax(float *x, uint32_t n);
-float em_cpu_silu(float x);
+/* GELU (tanh approximation); softmax and SiLU are quant's em_f32_softmax and em_f32_silu_mul. */
 float em_cpu_gelu(float x);
 
 /* Y[t][r] = W[mat] row r · X[t], for t < n_tokens and all rows of one matrix of the stack: em_dot's

@@ -139,8 +139,10 @@ static em_err run_expert(const em_cpu_experts *job, em_cpu_expert_scratch *s, ui
     em_err err;
     for (int i = 0; i < 2; i++)
         if ((err = em_cpu_matmul_run(NULL, &products[i]))) return err;
-    for (uint64_t i = 0; i < count * ff; i++)
-        gate[i] = (job->gelu ? em_cpu_gelu(gate[i]) : em_cpu_silu(gate[i])) * up[i];
+    if (job->gelu)
+        for (uint64_t i = 0; i < count * ff; i++) gate[i] = em_cpu_gelu(gate[i]) * up[i];
+    else
+        em_f32_silu_mul(gate, up, count * ff);
     em_cpu_matmul down = {.w = job->down, .mat = ex, .x = gate, .x_stride = ff, .y = s->slot_out + first * e,
                           .y_stride = e, .n_tokens = count, .scratch = s->act[ith], .groups = s->groups[ith]};
     return em_cpu_matmul_run(NULL, &down);

@@ -65,21 +65,6 @@ void em_cpu_rope(float *head, const float *cos_sin, const em_rope *rope) {
     }
 }
 
-void em_cpu_softmax(float *x, uint32_t n) {
-    float max = -INFINITY;
-    for (uint32_t i = 0; i < n; i++)
-        if (x[i] > max) max = x[i];
-    double sum = 0.0;
-    for (uint32_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - max);
-        sum += x[i];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (uint32_t i = 0; i < n; i++) x[i] *= inv;
-}
-
-float em_cpu_silu(float x) { return x / (1.0f + expf(-x)); }
-
 /* GELU, tanh approximation (Hendrycks & Gimpel 2016), as Gemma uses. */
 float em_cpu_gelu(float x) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */

@@ -46,4 +46,9 @@ em_f32_dot_rows_fn em_quant_f32_dot_rows_x86(void);
 /* The AVX-512 Q8_K quantizer where the VNNI kernels run (quantize_avx512.c), or NULL. */
 em_block_quantize_fn em_quant_q8_k_x86(void);
 
+/* em_f32_softmax and em_f32_silu_mul on AVX-512F (where the VNNI kernels run) or AVX2 + FMA, each
+ * lane taking em_expf's steps; NULL on other CPUs. See activation_x86.c. */
+em_softmax_fn em_quant_softmax_x86(void);
+em_silu_mul_fn em_quant_silu_mul_x86(void);
+
 #endif
