@@ -426,9 +426,27 @@ void em_cuda_drop_graphs(cuda_backend *b) {
     b->n_graphs = 0;
 }
 
+/* Whether the shape was run once without a graph lately; the first time, records it. */
+static bool seen_before(cuda_backend *b, const cuda_batch *cb) {
+    for (uint32_t i = 0; i < b->n_seen_once; i++) {
+        const cuda_shape *s = &b->seen_once[i];
+        if (s->n_tokens == cb->n_tokens && s->n_rows == cb->n_rows && s->one_per_seq == cb->one_per_seq) {
+            b->seen_once[i] = b->seen_once[--b->n_seen_once];
+            return true;
+        }
+    }
+    const cuda_shape shape = {cb->n_tokens, cb->n_rows, cb->one_per_seq};
+    if (b->n_seen_once < EM_CUDA_MAX_GRAPHS) b->seen_once[b->n_seen_once++] = shape;
+    else b->seen_once[b->next_seen_once++ % EM_CUDA_MAX_GRAPHS] = shape;
+    return false;
+}
+
 /* Small batches (decode steps) replay a graph captured for their shape (tokens, logits rows): one
  * launch instead of a dozen per layer. The shape fixes every kernel's arguments, since the batch
- * arrays and scratch buffers stay where they are until a capacity grows (which drops the graphs). */
+ * arrays and scratch buffers stay where they are until a capacity grows (which drops the graphs).
+ * A shape is captured the second time it comes: a capture costs several steps' launches, and some
+ * shapes come once (a speculative verification's, a chunk's tail). The first time runs the kernels
+ * a replay would, launched one by one. */
 static em_err run_graph(cuda_backend *b, const cuda_batch *cb) {
     for (uint32_t i = 0; i < b->n_graphs; i++)
         if (b->graphs[i].n_tokens == cb->n_tokens && b->graphs[i].n_rows == cb->n_rows &&
@@ -436,6 +454,12 @@ static em_err run_graph(cuda_backend *b, const cuda_batch *cb) {
             CU_TRY(cudaGraphLaunch(b->graphs[i].exec, b->stream));
             return NULL;
         }
+    if (!seen_before(b, cb)) {
+        b->capturing = true; /* the kernel choice of a capture: nothing depends on the batch's contents */
+        em_err err = enqueue(b, cb);
+        b->capturing = false;
+        return err;
+    }
     if (b->n_graphs == EM_CUDA_MAX_GRAPHS) em_cuda_drop_graphs(b);
     CU_TRY(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
     b->capturing = true;

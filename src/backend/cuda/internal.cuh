@@ -126,6 +126,11 @@ typedef struct cuda_graph {
     uint32_t n_tokens, n_rows;
     bool one_per_seq; /* cuda_batch.one_per_seq: whether the capture finished Q, K, V in attention */
 } cuda_graph;
+/* A step shape run once without a graph (forward.cu: run_graph captures a shape when it comes again). */
+typedef struct cuda_shape {
+    uint32_t n_tokens, n_rows;
+    bool one_per_seq;
+} cuda_shape;
 
 #define EM_CUDA_MAX_GRAPHS 32
 #define EM_CUDA_GRAPH_TOKENS 16 /* batches up to this many tokens replay graphs */
@@ -231,6 +236,8 @@ typedef struct cuda_backend {
     size_t cap_logits;
     cuda_graph graphs[EM_CUDA_MAX_GRAPHS];
     uint32_t n_graphs;
+    cuda_shape seen_once[EM_CUDA_MAX_GRAPHS]; /* the latest shapes run once without a graph */
+    uint32_t n_seen_once, next_seen_once;
     em_cuda_tuning tuning;  /* the switches and the kernel choice's thresholds */
     cuda_trace trace;       /* EMBER_CUDA_TRACE */
     long forwards;          /* forwards enqueued so far (EMBER_CUDA_PROFILE counts them) */
@@ -239,7 +246,7 @@ typedef struct cuda_backend {
     uint32_t dp4a_smem_max; /* dynamic shared memory a staged dp4a block may take (matvec_dp4a.cu) */
     uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert, max_used, max_head, max_dim_v;
     int n_sm;               /* multiprocessors, for sizing grids */
-    bool capturing;         /* a graph is being captured: no launch may depend on the batch's contents */
+    bool capturing;         /* a graph is being captured, or a step runs as its replay would: no launch may depend on the batch's contents */
     float *ss;              /* fused norms: partial sums of squares, [token][ss_stride] (cuda_matvec) */
     uint32_t ss_stride, ss_n; /* ss_n: partials the last producer wrote per token */
     float *att_part;        /* attention's per-split partial results (attention.cu) */
