@@ -335,8 +335,7 @@ uint32_t em_spec_propose_ahead(ember_engine *e, ember_request *r) {
     if (room == 0 || r->spec != EMBER_SPEC_LOOKUP) return 0;
     /* draft[0] is the lookup's guess at the token in flight; the drafts are what follows it. Where
      * the guess is wrong the drafts are almost surely rejected, which is all it costs: the picks
-     * they are checked against follow the real token. A lookup that finds nothing costs no step
-     * here (the step is chained either way), so it does not pause the request's lookups. */
+     * they are checked against follow the real token. */
     const uint32_t found = em_spec_lookup(r->tokens, r->n_tokens, room + 1, r->draft);
     if (found < 2) {
         nothing_found(e, r);
