@@ -334,6 +334,7 @@ struct ember_request {
     ember_spec spec; /* resolved: OFF, LOOKUP or DRAFT */
     int32_t *draft;
     uint32_t n_draft, draft_length, draft_pause, draft_misses;
+    bool drafts_chained; /* this step's drafts ride in a step chained behind another (sched.c) */
     uint32_t n_drafted, n_accepted; /* totals, for the timings (under `lock`) */
     /* With a draft model: the block table in its pool and how many tokens its KV holds. */
     uint32_t *draft_blocks;

@@ -568,8 +568,6 @@ static bool can_chain(ember_engine *e) {
     return true;
 }
 
-static void count_overlapped_drafts(ember_stats *s, const void *arg) { s->draft_tokens_overlapped += *(const uint32_t *)arg; }
-
 /* The batch of n tokens the engine's scratch describes (every running request's block table). */
 static em_batch step_batch(const ember_engine *e, uint32_t n, const uint32_t *const *pick_masks) {
     return (em_batch){
@@ -589,7 +587,7 @@ static em_batch step_batch(const ember_engine *e, uint32_t n, const uint32_t *co
  * *late: a request has a grammar, so the step's pick waits for masks (finish_chained). */
 static em_err begin_chained(ember_engine *e, uint32_t *rows, bool *late) {
     *late = false;
-    uint32_t n = 0, drafted = 0;
+    uint32_t n = 0;
     for (uint32_t i = 0; i < e->n_running; i++) {
         ember_request *r = e->running[i];
         if (r->n_blocks < blocks_for(e, r->n_computed + 1)) {
@@ -605,7 +603,7 @@ static em_err begin_chained(ember_engine *e, uint32_t *rows, bool *late) {
         if (n_draft > spare) n_draft = spare;
         if (n_draft) n_draft = room_for_drafts(e, r, n_draft);
         r->n_draft = n_draft;
-        drafted += n_draft;
+        r->drafts_chained = n_draft > 0; /* counted as such once verified (em_spec_verified) */
         e->batch_seqs[i].blocks = r->blocks;
         e->batch_seqs[i].n_blocks = r->n_blocks;
         for (uint32_t j = 0; j <= n_draft; j++, n++) {
@@ -620,7 +618,6 @@ static em_err begin_chained(ember_engine *e, uint32_t *rows, bool *late) {
         *late |= r->grammar_state != NULL;
     }
     *rows = n;
-    if (drafted) stats_update(e, count_overlapped_drafts, &drafted);
     em_batch batch = step_batch(e, n, NULL);
     batch.pick_masks_later = *late;
     return em_backend_pick_begin(e->backend, &batch, e->pick);

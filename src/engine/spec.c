@@ -192,16 +192,19 @@ void em_spec_release(ember_engine *e, ember_request *r) {
     r->n_draft_blocks = 0;
     r->draft_computed = 0;
     r->n_draft = 0;
+    r->drafts_chained = false;
 }
 
 static void count_drafts(ember_stats *s, const void *arg) {
     const uint32_t *counts = arg;
     s->draft_tokens += counts[0];
     s->draft_accepted += counts[1];
+    s->draft_tokens_overlapped += counts[2];
 }
 
 void em_spec_verified(ember_engine *e, ember_request *r, uint32_t drafted, uint32_t accepted) {
-    const uint32_t counts[2] = {drafted, accepted};
+    const uint32_t counts[3] = {drafted, accepted, r->drafts_chained ? drafted : 0};
+    r->drafts_chained = false;
     pthread_mutex_lock(&e->lock);
     count_drafts(&e->stats, counts);
     pthread_mutex_unlock(&e->lock);
