@@ -79,7 +79,8 @@ float em_cpu_gelu(float x);
 
 /* Y[t][r] = W[mat] row r · X[t], for t < n_tokens and all rows of one matrix of the stack: em_dot's
  * numbers bitwise, except BF16 weights against EM_CPU_BF16_TILES_FROM or more tokens where the CPU has
- * AVX512_BF16 (activations rounded to bf16, em_bf16_tiles).
+ * AVX512_BF16 (activations rounded to bf16, em_bf16_tiles), and Q4_K weights against EM_CPU_AMX_FROM
+ * or more tokens where it has AMX-INT8 (em_amx_product: em_dot_scalar's numbers).
  * X rows are `x_stride` floats apart, Y rows `y_stride`. `scratch` holds the activations in the
  * dot-product format: n_tokens * em_cpu_act_bytes(w) bytes; `groups` the same activations packed
  * in token groups where the weight type has group kernels (see quant.h): room for
@@ -99,9 +100,10 @@ typedef struct em_cpu_matmul {
     bool quantized;
 } em_cpu_matmul;
 
-/* n_tokens rounded up to whole token groups: the group scratch is sized in activation rows. */
+/* n_tokens rounded up to whole token groups and AMX tiles (a tile of 16 packed tokens takes fewer
+ * bytes than 16 activation rows): the group scratch is sized in activation rows. */
 static inline uint64_t em_cpu_group_scratch_tokens(uint64_t n_tokens) {
-    return (n_tokens + EM_CPU_GROUP - 1) / EM_CPU_GROUP * EM_CPU_GROUP;
+    return (n_tokens + EM_AMX_TILE_TOKENS - 1) / EM_AMX_TILE_TOKENS * EM_AMX_TILE_TOKENS;
 }
 
 uint64_t em_cpu_act_bytes(const em_weight *w);
@@ -118,6 +120,14 @@ em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm);
 /* Whether n tokens against BF16 weights take the AVX512_BF16 tiles. */
 static inline bool em_cpu_bf16_tiles(uint32_t type, uint32_t n) {
     return type == EM_TYPE_BF16 && n >= EM_CPU_BF16_TILES_FROM && em_bf16_tiles_available();
+}
+
+/* Batches of this many tokens or more against Q4_K weights take the AMX tiles where the CPU has
+ * them (em_amx_product: em_dot_scalar's numbers, not the AVX2 em_dot's). */
+#define EM_CPU_AMX_FROM 16
+
+static inline bool em_cpu_amx(uint32_t type, uint64_t cols, uint32_t n) {
+    return n >= EM_CPU_AMX_FROM && em_amx_tile_bytes(type, cols) && em_amx_available();
 }
 
 /* Whether n tokens against weights of `type` take the batch path (em_cpu_matmul_run with groups or

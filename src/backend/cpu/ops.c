@@ -83,6 +83,7 @@ typedef struct matmul_job {
     em_dot_group_fn group_kernel; /* NULL: em_dot_rows on the activation rows */
     uint64_t group_bytes;
     bool bf16_tiles; /* BF16 weights: activations rounded to bf16 in scratch, em_bf16_tiles */
+    uint64_t amx_tile_bytes; /* not 0: Q4_K on AMX, the activations packed in tiles (em_amx_product) */
     em_err err; /* first quantization error (written by share 0's tokens only when it fails) */
     pthread_mutex_t mutex;
 } matmul_job;
@@ -96,12 +97,13 @@ typedef struct matmul_job {
 static void quantize_share(void *ctx, uint32_t ith, uint32_t nth) {
     matmul_job *job = ctx;
     const em_cpu_matmul *mm = job->mm;
-    const uint32_t n_groups = (mm->n_tokens + EM_CPU_GROUP - 1) / EM_CPU_GROUP;
+    const uint32_t size = job->amx_tile_bytes ? EM_AMX_TILE_TOKENS : EM_CPU_GROUP; /* tokens a share packs together */
+    const uint32_t n_groups = (mm->n_tokens + size - 1) / size;
     uint64_t begin, end;
     em_cpu_share(n_groups, ith, nth, &begin, &end);
     for (uint64_t g = begin; g < end; g++) {
-        const uint32_t first = (uint32_t)g * EM_CPU_GROUP;
-        const uint32_t rows = mm->n_tokens - first < EM_CPU_GROUP ? mm->n_tokens - first : EM_CPU_GROUP;
+        const uint32_t first = (uint32_t)g * size;
+        const uint32_t rows = mm->n_tokens - first < size ? mm->n_tokens - first : size;
         if (job->bf16_tiles) {
             em_bf16_round_rows(mm->x + first * mm->x_stride, mm->x_stride, rows, mm->w->cols,
                                (uint16_t *)(mm->scratch + first * job->act_bytes), job->act_bytes / 2);
@@ -116,7 +118,10 @@ static void quantize_share(void *ctx, uint32_t ith, uint32_t nth) {
             pthread_mutex_unlock(&job->mutex);
             return;
         }
-        if (job->group_kernel)
+        if (job->amx_tile_bytes)
+            em_amx_pack(mm->w->type, mm->scratch + first * job->act_bytes, job->act_bytes, rows, mm->w->cols,
+                        mm->groups + g * job->amx_tile_bytes);
+        else if (job->group_kernel)
             em_dot_group_pack(mm->w->type, mm->scratch + first * job->act_bytes, job->act_bytes, rows, mm->w->cols,
                               mm->groups + g * job->group_bytes);
     }
@@ -137,6 +142,17 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
     if (job->bf16_tiles) { /* the one batched path that is not em_dot's numbers (see em_cpu_matmul_run) */
         em_bf16_tiles(base + begin * w->row_bytes, w->row_bytes, (uint32_t)(end - begin), (const uint16_t *)mm->scratch,
                       job->act_bytes / 2, mm->n_tokens, w->cols, mm->y + begin, mm->y_stride);
+        return;
+    }
+    if (job->amx_tile_bytes) { /* em_dot_scalar's numbers (see em_cpu_matmul_run) */
+        em_err err = em_amx_product(w->type, base + begin * w->row_bytes, w->row_bytes, (uint32_t)(end - begin),
+                                    mm->groups, mm->n_tokens, w->cols, mm->y + begin, mm->y_stride);
+        if (err) {
+            pthread_mutex_lock(&job->mutex);
+            if (!job->err) job->err = err;
+            else em_err_free(err);
+            pthread_mutex_unlock(&job->mutex);
+        }
         return;
     }
     const em_dot_weights_fn weights = mm->n_tokens == 1 ? em_dot_weights_kernel(w->type) : NULL;
@@ -183,6 +199,11 @@ em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm) {
     /* BF16 weights times many tokens: bf16 activations and vdpbf16ps tiles where the CPU has them
      * (not em_dot's numbers; quant.h gives the bound) */
     job.bf16_tiles = em_cpu_bf16_tiles(mm->w->type, mm->n_tokens);
+    /* Q4_K times many tokens: AMX tiles where the CPU has them (em_dot_scalar's numbers, quant.h) */
+    if (mm->groups && em_cpu_amx(mm->w->type, mm->w->cols, mm->n_tokens)) {
+        job.amx_tile_bytes = em_amx_tile_bytes(mm->w->type, mm->w->cols);
+        job.group_kernel = NULL;
+    }
     pthread_mutex_init(&job.mutex, NULL);
     /* One token group is one share's work: quantized here, without waking the pool for it. */
     if (!mm->quantized && (mm->n_tokens <= EM_CPU_GROUP || !pool)) quantize_share(&job, 0, 1);

@@ -1,0 +1,295 @@
+/*
+ * Q4_K weights against many tokens with AMX-INT8 (em_amx_product): the batched products of Q4_K
+ * models (prefill) on CPUs with Intel's tile matrix unit, where one tdpbusd multiplies a 16 x 64
+ * tile of unsigned bytes by a 64 x 16 tile of signed bytes into 16 x 16 int32 sums: 16,384
+ * products per instruction, where a 512-bit VNNI instruction does 64.
+ *
+ * Each result is em_dot_scalar's, bitwise: per weight block, the exact integer sums of that
+ * definition (the levels times the sub-block scales; the sub-block mins times the activation sums),
+ * then its f32 steps in its order, one lane per token. The tile unit only forms the first integer
+ * sum. A sub-block scale (6 bits) times a level (4 bits) does not fit a byte, so each weight row is
+ * laid out twice per block, its levels times the scale's top 3 bits (hi) and times its low 3 bits
+ * (lo), both below 128: the block's sum is 8 * (hi sum) + (lo sum), exact. The min term, eight
+ * products per block, is left to AVX-512 (vpdpwssd against the activations' sub-block sums).
+ *
+ * Activations: Q8_K rows packed once per product in tiles of EM_AMX_TILE_TOKENS tokens (em_amx_pack):
+ * per weight block, the 16 tokens' f32 scales, their sub-block sums as int16 pairs, and the levels
+ * as four 64 x 16 tiles in the unit's layout (row k / 4 holds four consecutive levels of each token).
+ * Weights: 16 rows at a time are laid out as hi / lo tiles for the whole row (the chunk's work
+ * buffer, in L2) and then swept over every token tile, two token tiles per pass so that each weight
+ * tile loaded serves both.
+ *
+ * Without AMX (or with EMBER_CPU_ISA=avx2), a plain loop computes the same numbers from the packed
+ * tiles, so the packing is tested on every CPU.
+ */
+#include "dot_x86.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    TILE_TOKENS = EM_AMX_TILE_TOKENS,
+    TILE_ROWS = 16, /* weight rows per chunk: the rows of a tdpbusd's result tile */
+    /* One weight block (256 columns) of a token tile: scales, sub-block sums, four level tiles. */
+    PACK_SCALES = 0,
+    PACK_SUMS = PACK_SCALES + 4 * TILE_TOKENS,       /* 4 x 16 int32: sub-blocks 2p, 2p + 1 of token t */
+    PACK_LEVELS = PACK_SUMS + 4 * 4 * TILE_TOKENS,   /* 4 tiles of 16 rows x 64 bytes */
+    PACK_BLOCK = PACK_LEVELS + 4 * 16 * 64,
+    /* One weight block of a chunk of 16 rows: hi and lo levels (16 rows x 256 bytes each), the rows'
+     * d and dmin, and their mins as int16 pairs (pair p of row r at word 16 p + r). */
+    PREP_HI = 0,
+    PREP_LO = PREP_HI + TILE_ROWS * 256,
+    PREP_D = PREP_LO + TILE_ROWS * 256,
+    PREP_DMIN = PREP_D + 4 * TILE_ROWS,
+    PREP_MINS = PREP_DMIN + 4 * TILE_ROWS,
+    PREP_BLOCK = PREP_MINS + 4 * 4 * TILE_ROWS,
+};
+
+uint64_t em_amx_tile_bytes(uint32_t weight_type, uint64_t n) {
+    return weight_type == EM_TYPE_Q4_K && n % 256 == 0 ? n / 256 * PACK_BLOCK : 0;
+}
+
+void em_amx_pack(uint32_t weight_type, const void *activation_rows, uint64_t stride, uint32_t n_rows, uint64_t n,
+                 void *tile) {
+    (void)weight_type; /* Q4_K's activations, Q8_K: f32 scale, 256 levels, 16 int16 sums of 16 */
+    uint8_t *out = tile;
+    memset(out, 0, n / 256 * PACK_BLOCK);
+    for (uint32_t t = 0; t < n_rows && t < TILE_TOKENS; t++) {
+        const uint8_t *row = (const uint8_t *)activation_rows + t * stride;
+        for (uint64_t b = 0; b < n / 256; b++) {
+            const uint8_t *a = row + b * 292;
+            uint8_t *p = out + b * PACK_BLOCK;
+            memcpy(p + PACK_SCALES + 4 * t, a, 4);
+            for (int s = 0; s < 8; s++) {
+                const int16_t sum = (int16_t)((int16_t)em_load_u16(a + 260 + 4 * s) + (int16_t)em_load_u16(a + 262 + 4 * s));
+                em_store_u16(p + PACK_SUMS + 4 * (TILE_TOKENS * (s / 2) + t) + 2 * (s % 2), (uint16_t)sum);
+            }
+            for (int k = 0; k < 256; k += 4) /* levels k..k+3: tile k / 64, row k % 64 / 4, token t */
+                memcpy(p + PACK_LEVELS + 1024 * (k / 64) + 64 * (k % 64 / 4) + 4 * t, a + 4 + k, 4);
+        }
+    }
+}
+
+/* Token t's em_dot_scalar result for one weight row from a packed tile, for CPUs without AMX. */
+static float plain_result(const uint8_t *w, const uint8_t *tile, uint32_t t, uint64_t n) {
+    float sum = 0;
+    for (uint64_t b = 0; b < n / 256; b++, w += 144, tile += PACK_BLOCK) {
+        const float d8 = em_load_f32(tile + PACK_SCALES + 4 * t);
+        const float d = em_load_fp16(w) * d8, dmin = em_load_fp16(w + 2) * d8;
+        int scaled = 0, mins = 0;
+        for (int s = 0; s < 8; s++) {
+            int sc, mn;
+            em_quant_k_scale_min(w + 4, s, &sc, &mn);
+            const uint8_t *q = w + 16 + 32 * (s / 2);
+            int isum = 0;
+            for (int j = 0; j < 32; j++) {
+                const int k = 32 * s + j;
+                const int8_t level = (int8_t)tile[PACK_LEVELS + 1024 * (k / 64) + 64 * (k % 64 / 4) + 4 * t + k % 4];
+                isum += ((q[j] >> (4 * (s % 2))) & 15) * level;
+            }
+            scaled += sc * isum;
+            mins += mn * (int16_t)em_load_u16(tile + PACK_SUMS + 4 * (TILE_TOKENS * (s / 2) + t) + 2 * (s % 2));
+        }
+        sum += d * (float)scaled - dmin * (float)mins;
+    }
+    return sum;
+}
+
+static void product_plain(const void *weight_rows, uint64_t row_stride, uint32_t n_rows, const void *tiles,
+                          uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
+    const uint64_t tile_bytes = n / 256 * PACK_BLOCK;
+    for (uint32_t t = 0; t < n_tokens; t++)
+        for (uint32_t r = 0; r < n_rows; r++)
+            y[t * y_stride + r] =
+                plain_result((const uint8_t *)weight_rows + r * row_stride,
+                             (const uint8_t *)tiles + t / TILE_TOKENS * tile_bytes, t % TILE_TOKENS, n);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "vnni.h"
+
+#define EM_AMX __attribute__((target("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
+
+/* Linux grants a process the tile registers' state only on request (arch_prctl). */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+bool em_amx_available(void) {
+    static _Atomic int known; /* 0: not probed yet, 1: absent or declined, 2: present */
+    int state = atomic_load_explicit(&known, memory_order_relaxed);
+    if (state == 0) {
+        unsigned eax, ebx, ecx, edx;
+        const bool cpu = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 24 & 1) && (edx >> 25 & 1);
+        state = cpu && em_quant_x86_has_vnni() && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
+                    ? 2
+                    : 1;
+        atomic_store_explicit(&known, state, memory_order_relaxed);
+    }
+    return state == 2;
+}
+
+/* Every tile 16 rows of 64 bytes: 0..3 results (hi and lo of two token tiles), 4..5 weights (hi,
+ * lo), 6..7 activations (two token tiles). */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t bytes_per_row[16];
+    uint8_t rows[16];
+} tile_config;
+
+EM_AMX static void configure_tiles(void) {
+    tile_config c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        c.bytes_per_row[i] = 64;
+        c.rows[i] = 16;
+    }
+    _tile_loadconfig(&c);
+}
+
+/* Lays out `rows` (at most 16; the rest zero) weight rows' blocks as the chunk's work buffer. */
+EM_AMX static void prepare_chunk(const uint8_t *w, uint64_t row_stride, uint32_t rows, uint64_t n, uint8_t *prep) {
+    memset(prep, 0, n / 256 * PREP_BLOCK);
+    const __m512i low4 = _mm512_set1_epi16(15);
+    for (uint32_t r = 0; r < rows; r++)
+        for (uint64_t b = 0; b < n / 256; b++) {
+            const uint8_t *block = w + r * row_stride + b * 144;
+            uint8_t *p = prep + b * PREP_BLOCK;
+            const float d = em_load_fp16(block), dmin = em_load_fp16(block + 2);
+            memcpy(p + PREP_D + 4 * r, &d, 4);
+            memcpy(p + PREP_DMIN + 4 * r, &dmin, 4);
+            for (int s = 0; s < 8; s++) {
+                int sc, mn;
+                em_quant_k_scale_min(block + 4, s, &sc, &mn);
+                em_store_u16(p + PREP_MINS + 4 * (TILE_ROWS * (s / 2) + r) + 2 * (s % 2), (uint16_t)mn);
+                /* the sub-block's 32 levels widened to int16, times each part of the scale */
+                const __m512i q = _mm512_and_si512(
+                    _mm512_srli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(block + 16 + 32 * (s / 2)))),
+                                      4 * (s % 2)),
+                    low4);
+                _mm256_storeu_si256((__m256i *)(p + PREP_HI + 256 * r + 32 * s),
+                                    _mm512_cvtepi16_epi8(_mm512_mullo_epi16(q, _mm512_set1_epi16((short)(sc >> 3)))));
+                _mm256_storeu_si256((__m256i *)(p + PREP_LO + 256 * r + 32 * s),
+                                    _mm512_cvtepi16_epi8(_mm512_mullo_epi16(q, _mm512_set1_epi16((short)(sc & 7)))));
+            }
+        }
+}
+
+/* A product rounded to f32 on its own: kept from being fused with the add or subtract after it,
+ * as em_dot_scalar's steps are separate roundings. */
+#define SEPARATE(v) __asm__("" : "+v"(v))
+
+/* One token tile's f32 steps for one weight block: acc[r] (16 tokens) += d_r d8 * (8 hi + lo) -
+ * dmin_r d8 * mins, each step rounded as em_dot_scalar's. */
+EM_AMX static EM_INLINE void block_steps(const int32_t *hi, const int32_t *lo, const uint8_t *pack, const uint8_t *prep,
+                                         float *acc) {
+    const __m512 d8 = _mm512_loadu_ps((const float *)(const void *)(pack + PACK_SCALES));
+    __m512i sums[4];
+    for (int p = 0; p < 4; p++) sums[p] = _mm512_loadu_si512((const void *)(pack + PACK_SUMS + 64 * p));
+    const float *d = (const float *)(const void *)(prep + PREP_D), *dmin = (const float *)(const void *)(prep + PREP_DMIN);
+    const int32_t *mins16 = (const int32_t *)(const void *)(prep + PREP_MINS);
+    for (int r = 0; r < TILE_ROWS; r++) {
+        const __m512i scaled = _mm512_add_epi32(_mm512_slli_epi32(_mm512_loadu_si512((const void *)(hi + 16 * r)), 3),
+                                                _mm512_loadu_si512((const void *)(lo + 16 * r)));
+        __m512i mins = _mm512_setzero_si512();
+        for (int p = 0; p < 4; p++) mins = _mm512_dpwssd_epi32(mins, _mm512_set1_epi32(mins16[TILE_ROWS * p + r]), sums[p]);
+        __m512 first = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d[r]), d8), _mm512_cvtepi32_ps(scaled));
+        __m512 second = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dmin[r]), d8), _mm512_cvtepi32_ps(mins));
+        SEPARATE(first);
+        SEPARATE(second);
+        __m512 step = _mm512_sub_ps(first, second);
+        SEPARATE(step);
+        _mm512_storeu_ps(acc + 16 * r, _mm512_add_ps(_mm512_loadu_ps(acc + 16 * r), step));
+    }
+}
+
+/* The chunk's 16 rows against token tiles `first` (and `first + 1` when `two`), all blocks. */
+EM_AMX static EM_INLINE void sweep(const uint8_t *prep, const uint8_t *tiles, uint64_t tile_bytes, bool two, uint64_t n,
+                                   float acc[2][TILE_ROWS * TILE_TOKENS]) {
+    int32_t results[4][TILE_ROWS * TILE_TOKENS];
+    memset(acc, 0, 2 * sizeof acc[0]);
+    for (uint64_t b = 0; b < n / 256; b++) {
+        const uint8_t *p = prep + b * PREP_BLOCK, *t0 = tiles + b * PACK_BLOCK, *t1 = t0 + tile_bytes;
+        _tile_zero(0);
+        _tile_zero(1);
+        if (two) {
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+        for (int k = 0; k < 4; k++) {
+            _tile_loadd(4, p + PREP_HI + 64 * k, 256);
+            _tile_loadd(5, p + PREP_LO + 64 * k, 256);
+            _tile_loadd(6, t0 + PACK_LEVELS + 1024 * k, 64);
+            _tile_dpbusd(0, 4, 6);
+            _tile_dpbusd(1, 5, 6);
+            if (two) {
+                _tile_loadd(7, t1 + PACK_LEVELS + 1024 * k, 64);
+                _tile_dpbusd(2, 4, 7);
+                _tile_dpbusd(3, 5, 7);
+            }
+        }
+        _tile_stored(0, results[0], 64);
+        _tile_stored(1, results[1], 64);
+        block_steps(results[0], results[1], t0, p, acc[0]);
+        if (two) {
+            _tile_stored(2, results[2], 64);
+            _tile_stored(3, results[3], 64);
+            block_steps(results[2], results[3], t1, p, acc[1]);
+        }
+    }
+}
+
+EM_AMX static em_err product_amx(const void *weight_rows, uint64_t row_stride, uint32_t n_rows, const void *tiles,
+                                 uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
+    uint8_t *prep = malloc(n / 256 * PREP_BLOCK);
+    if (!prep) return em_errorf(EM_ERR_NOMEM, "amx product: no memory for %llu columns of 16 weight rows",
+                                (unsigned long long)n);
+    const uint64_t tile_bytes = n / 256 * PACK_BLOCK;
+    const uint32_t n_tiles = (n_tokens + TILE_TOKENS - 1) / TILE_TOKENS;
+    float acc[2][TILE_ROWS * TILE_TOKENS];
+    configure_tiles();
+    for (uint32_t first = 0; first < n_rows; first += TILE_ROWS) {
+        const uint32_t rows = n_rows - first < TILE_ROWS ? n_rows - first : TILE_ROWS;
+        prepare_chunk((const uint8_t *)weight_rows + first * row_stride, row_stride, rows, n, prep);
+        for (uint32_t tile = 0; tile < n_tiles; tile += 2) {
+            const bool two = tile + 1 < n_tiles;
+            sweep(prep, (const uint8_t *)tiles + tile * tile_bytes, tile_bytes, two, n, acc);
+            for (uint32_t i = 0; i < (two ? 2u : 1u); i++)
+                for (uint32_t t = 0; t < TILE_TOKENS && (tile + i) * TILE_TOKENS + t < n_tokens; t++) {
+                    float *out = y + ((tile + i) * TILE_TOKENS + t) * y_stride + first;
+                    for (uint32_t r = 0; r < rows; r++) out[r] = acc[i][TILE_TOKENS * r + t];
+                }
+        }
+    }
+    _tile_release();
+    free(prep);
+    return NULL;
+}
+
+em_err em_amx_product(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_rows,
+                      const void *tiles, uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
+    (void)weight_type;
+    if (em_amx_available()) return product_amx(weight_rows, row_stride, n_rows, tiles, n_tokens, n, y, y_stride);
+    product_plain(weight_rows, row_stride, n_rows, tiles, n_tokens, n, y, y_stride);
+    return NULL;
+}
+
+#else
+
+bool em_amx_available(void) { return false; }
+
+em_err em_amx_product(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_rows,
+                      const void *tiles, uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
+    (void)weight_type;
+    product_plain(weight_rows, row_stride, n_rows, tiles, n_tokens, n, y, y_stride);
+    return NULL;
+}
+
+#endif
