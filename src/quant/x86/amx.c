@@ -192,14 +192,15 @@ EM_AMX static EM_INLINE void block_steps(const int32_t *hi, const int32_t *lo, c
                                          float *acc) {
     const __m512 d8 = _mm512_loadu_ps((const float *)(const void *)(pack + PACK_SCALES));
     __m512i sums[4];
-    for (int p = 0; p < 4; p++) sums[p] = _mm512_loadu_si512((const void *)(pack + PACK_SUMS + 64 * p));
+    EM_UNROLL(4) for (int p = 0; p < 4; p++) sums[p] = _mm512_loadu_si512((const void *)(pack + PACK_SUMS + 64 * p));
     const float *d = (const float *)(const void *)(prep + PREP_D), *dmin = (const float *)(const void *)(prep + PREP_DMIN);
     const int32_t *mins16 = (const int32_t *)(const void *)(prep + PREP_MINS);
-    for (int r = 0; r < TILE_ROWS; r++) {
+    EM_UNROLL(4) for (int r = 0; r < TILE_ROWS; r++) {
         const __m512i scaled = _mm512_add_epi32(_mm512_slli_epi32(_mm512_loadu_si512((const void *)(hi + 16 * r)), 3),
                                                 _mm512_loadu_si512((const void *)(lo + 16 * r)));
         __m512i mins = _mm512_setzero_si512();
-        for (int p = 0; p < 4; p++) mins = _mm512_dpwssd_epi32(mins, _mm512_set1_epi32(mins16[TILE_ROWS * p + r]), sums[p]);
+        EM_UNROLL(4) for (int p = 0; p < 4; p++)
+            mins = _mm512_dpwssd_epi32(mins, _mm512_set1_epi32(mins16[TILE_ROWS * p + r]), sums[p]);
         __m512 first = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d[r]), d8), _mm512_cvtepi32_ps(scaled));
         __m512 second = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dmin[r]), d8), _mm512_cvtepi32_ps(mins));
         SEPARATE(first);
@@ -210,66 +211,80 @@ EM_AMX static EM_INLINE void block_steps(const int32_t *hi, const int32_t *lo, c
     }
 }
 
-/* The chunk's 16 rows against token tiles `first` (and `first + 1` when `two`), all blocks. */
-EM_AMX static EM_INLINE void sweep(const uint8_t *prep, const uint8_t *tiles, uint64_t tile_bytes, bool two, uint64_t n,
-                                   float acc[2][TILE_ROWS * TILE_TOKENS]) {
-    int32_t results[4][TILE_ROWS * TILE_TOKENS];
-    memset(acc, 0, 2 * sizeof acc[0]);
-    for (uint64_t b = 0; b < n / 256; b++) {
-        const uint8_t *p = prep + b * PREP_BLOCK, *t0 = tiles + b * PACK_BLOCK, *t1 = t0 + tile_bytes;
-        _tile_zero(0);
-        _tile_zero(1);
+/* Zeroes the result tiles and multiplies one weight block of the chunk (hi and lo) by one block of
+ * a token tile (and of the next tile, when `two`): tiles 0, 1 (and 2, 3). */
+EM_AMX static EM_INLINE void multiply_block(const uint8_t *p, const uint8_t *t0, const uint8_t *t1, bool two) {
+    _tile_zero(0);
+    _tile_zero(1);
+    if (two) {
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int k = 0; k < 4; k++) {
+        _tile_loadd(4, p + PREP_HI + 64 * k, 256);
+        _tile_loadd(5, p + PREP_LO + 64 * k, 256);
+        _tile_loadd(6, t0 + PACK_LEVELS + 1024 * k, 64);
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 5, 6);
         if (two) {
-            _tile_zero(2);
-            _tile_zero(3);
+            _tile_loadd(7, t1 + PACK_LEVELS + 1024 * k, 64);
+            _tile_dpbusd(2, 4, 7);
+            _tile_dpbusd(3, 5, 7);
         }
-        for (int k = 0; k < 4; k++) {
-            _tile_loadd(4, p + PREP_HI + 64 * k, 256);
-            _tile_loadd(5, p + PREP_LO + 64 * k, 256);
-            _tile_loadd(6, t0 + PACK_LEVELS + 1024 * k, 64);
-            _tile_dpbusd(0, 4, 6);
-            _tile_dpbusd(1, 5, 6);
-            if (two) {
-                _tile_loadd(7, t1 + PACK_LEVELS + 1024 * k, 64);
-                _tile_dpbusd(2, 4, 7);
-                _tile_dpbusd(3, 5, 7);
-            }
-        }
+    }
+}
+
+/* The chunk's 16 rows against a token tile (and the next one when `two`), every block, into acc
+ * (and acc + TILE_ROWS * TILE_TOKENS). The tile unit works on block b + 1 while the f32 steps of
+ * block b run: its instructions are issued before them. */
+EM_AMX static EM_INLINE void sweep(const uint8_t *prep, const uint8_t *tiles, uint64_t tile_bytes, bool two,
+                                   uint64_t n_blocks, float *acc) {
+    int32_t results[4][TILE_ROWS * TILE_TOKENS];
+    multiply_block(prep, tiles, tiles + tile_bytes, two);
+    for (uint64_t b = 0; b < n_blocks; b++) {
+        const uint8_t *t0 = tiles + b * PACK_BLOCK;
         _tile_stored(0, results[0], 64);
         _tile_stored(1, results[1], 64);
-        block_steps(results[0], results[1], t0, p, acc[0]);
         if (two) {
             _tile_stored(2, results[2], 64);
             _tile_stored(3, results[3], 64);
-            block_steps(results[2], results[3], t1, p, acc[1]);
         }
+        if (b + 1 < n_blocks)
+            multiply_block(prep + (b + 1) * PREP_BLOCK, t0 + PACK_BLOCK, t0 + PACK_BLOCK + tile_bytes, two);
+        block_steps(results[0], results[1], t0, prep + b * PREP_BLOCK, acc);
+        if (two) block_steps(results[2], results[3], t0 + tile_bytes, prep + b * PREP_BLOCK, acc + TILE_ROWS * TILE_TOKENS);
     }
 }
 
 EM_AMX static em_err product_amx(const void *weight_rows, uint64_t row_stride, uint32_t n_rows, const void *tiles,
                                  uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
-    uint8_t *prep = malloc(n / 256 * PREP_BLOCK);
-    if (!prep) return em_errorf(EM_ERR_NOMEM, "amx product: no memory for %llu columns of 16 weight rows",
-                                (unsigned long long)n);
-    const uint64_t tile_bytes = n / 256 * PACK_BLOCK;
+    const uint64_t tile_bytes = n / 256 * PACK_BLOCK, n_blocks = n / 256;
     const uint32_t n_tiles = (n_tokens + TILE_TOKENS - 1) / TILE_TOKENS;
-    float acc[2][TILE_ROWS * TILE_TOKENS];
+    uint8_t *prep = malloc(n_blocks * PREP_BLOCK);
+    float *acc = malloc((uint64_t)n_tiles * TILE_ROWS * TILE_TOKENS * sizeof *acc);
+    if (!prep || !acc) {
+        free(prep);
+        free(acc);
+        return em_errorf(EM_ERR_NOMEM, "amx product: no memory for %llu columns of 16 weight rows and %u tokens",
+                         (unsigned long long)n, n_tokens);
+    }
     configure_tiles();
     for (uint32_t first = 0; first < n_rows; first += TILE_ROWS) {
         const uint32_t rows = n_rows - first < TILE_ROWS ? n_rows - first : TILE_ROWS;
         prepare_chunk((const uint8_t *)weight_rows + first * row_stride, row_stride, rows, n, prep);
-        for (uint32_t tile = 0; tile < n_tiles; tile += 2) {
-            const bool two = tile + 1 < n_tiles;
-            sweep(prep, (const uint8_t *)tiles + tile * tile_bytes, tile_bytes, two, n, acc);
-            for (uint32_t i = 0; i < (two ? 2u : 1u); i++)
-                for (uint32_t t = 0; t < TILE_TOKENS && (tile + i) * TILE_TOKENS + t < n_tokens; t++) {
-                    float *out = y + ((tile + i) * TILE_TOKENS + t) * y_stride + first;
-                    for (uint32_t r = 0; r < rows; r++) out[r] = acc[i][TILE_TOKENS * r + t];
-                }
+        memset(acc, 0, (uint64_t)n_tiles * TILE_ROWS * TILE_TOKENS * sizeof *acc);
+        for (uint32_t tile = 0; tile < n_tiles; tile += 2)
+            sweep(prep, (const uint8_t *)tiles + tile * tile_bytes, tile_bytes, tile + 1 < n_tiles, n_blocks,
+                  acc + (uint64_t)tile * TILE_ROWS * TILE_TOKENS);
+        for (uint32_t t = 0; t < n_tokens; t++) {
+            const float *tile_acc = acc + (uint64_t)(t / TILE_TOKENS) * TILE_ROWS * TILE_TOKENS + t % TILE_TOKENS;
+            float *out = y + t * y_stride + first;
+            for (uint32_t r = 0; r < rows; r++) out[r] = tile_acc[TILE_TOKENS * r];
         }
     }
     _tile_release();
     free(prep);
+    free(acc);
     return NULL;
 }
 
