@@ -156,7 +156,7 @@ EM_AMX static void configure_tiles(void) {
 
 /* Lays out `rows` (at most 16; the rest zero) weight rows' blocks as the chunk's work buffer. */
 EM_AMX static void prepare_chunk(const uint8_t *w, uint64_t row_stride, uint32_t rows, uint64_t n, uint8_t *prep) {
-    memset(prep, 0, n / 256 * PREP_BLOCK);
+    if (rows < TILE_ROWS) memset(prep, 0, n / 256 * PREP_BLOCK); /* the missing rows multiply as zeros */
     const __m512i low4 = _mm512_set1_epi16(15);
     for (uint32_t r = 0; r < rows; r++)
         for (uint64_t b = 0; b < n / 256; b++) {
