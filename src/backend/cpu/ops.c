@@ -84,13 +84,21 @@ typedef struct matmul_job {
     uint64_t group_bytes;
     bool bf16_tiles; /* BF16 weights: activations rounded to bf16 in scratch, em_bf16_tiles */
     uint64_t amx_tile_bytes; /* not 0: Q4_K on AMX, the activations packed in tiles (em_amx_product) */
-    em_err err; /* first quantization error (written by share 0's tokens only when it fails) */
+    em_err err; /* the first error of a share (keep_first_error) */
     pthread_mutex_t mutex;
 } matmul_job;
 
 /* Tokens per em_dot_rows call: the multi-row kernels take up to eight activation rows at once (the
  * AVX-512 VNNI ones; the AVX2 ones work through them four at a time). */
 #define DOT_TOKEN_GROUP 8
+
+/* The job fails with the first error a share reports; later ones are dropped. */
+static void keep_first_error(matmul_job *job, em_err err) {
+    pthread_mutex_lock(&job->mutex);
+    if (!job->err) job->err = err;
+    else em_err_free(err);
+    pthread_mutex_unlock(&job->mutex);
+}
 
 /* Each share quantizes whole token groups and, with a group kernel, packs them: the packing needs
  * no second pass over the pool, since a group's rows are all quantized by the share that packs it. */
@@ -112,10 +120,7 @@ static void quantize_share(void *ctx, uint32_t ith, uint32_t nth) {
         em_err err = em_cpu_quantize(mm->w, mm->x + first * mm->x_stride, mm->x_stride, rows,
                                      mm->scratch + first * job->act_bytes);
         if (err) {
-            pthread_mutex_lock(&job->mutex);
-            if (!job->err) job->err = err;
-            else em_err_free(err);
-            pthread_mutex_unlock(&job->mutex);
+            keep_first_error(job, err);
             return;
         }
         if (job->amx_tile_bytes)
@@ -147,12 +152,7 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
     if (job->amx_tile_bytes) { /* em_dot_scalar's numbers (see em_cpu_matmul_run) */
         em_err err = em_amx_product(w->type, base + begin * w->row_bytes, w->row_bytes, (uint32_t)(end - begin),
                                     mm->groups, mm->n_tokens, w->cols, mm->y + begin, mm->y_stride);
-        if (err) {
-            pthread_mutex_lock(&job->mutex);
-            if (!job->err) job->err = err;
-            else em_err_free(err);
-            pthread_mutex_unlock(&job->mutex);
-        }
+        if (err) keep_first_error(job, err);
         return;
     }
     const em_dot_weights_fn weights = mm->n_tokens == 1 ? em_dot_weights_kernel(w->type) : NULL;
