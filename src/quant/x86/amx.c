@@ -35,11 +35,11 @@ enum {
     PACK_SUMS = PACK_SCALES + 4 * TILE_TOKENS,       /* 4 x 16 int32: sub-blocks 2p, 2p + 1 of token t */
     PACK_LEVELS = PACK_SUMS + 4 * 4 * TILE_TOKENS,   /* 4 tiles of 16 rows x 64 bytes */
     PACK_BLOCK = PACK_LEVELS + 4 * 16 * 64,
-    /* One weight block of a chunk of 16 rows: hi and lo levels (16 rows x 256 bytes each), the rows'
-     * d and dmin, and their mins as int16 pairs (pair p of row r at word 16 p + r). */
-    PREP_HI = 0,
-    PREP_LO = PREP_HI + TILE_ROWS * 256,
-    PREP_D = PREP_LO + TILE_ROWS * 256,
+    /* One weight block of a chunk of 16 rows: for each 64 columns k, the hi tile then the lo tile
+     * (16 rows x 64 bytes each, contiguous), the rows' d and dmin, and their mins as int16 pairs
+     * (pair p of row r at word 16 p + r). */
+    PREP_TILE = TILE_ROWS * 64,
+    PREP_D = 8 * PREP_TILE,
     PREP_DMIN = PREP_D + 4 * TILE_ROWS,
     PREP_MINS = PREP_DMIN + 4 * TILE_ROWS,
     PREP_BLOCK = PREP_MINS + 4 * 4 * TILE_ROWS,
@@ -113,6 +113,7 @@ static void product_plain(const void *weight_rows, uint64_t row_stride, uint32_t
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "avx2.h"
 #include "vnni.h"
 
 #define EM_AMX __attribute__((target("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
@@ -154,10 +155,18 @@ EM_AMX static void configure_tiles(void) {
     _tile_loadconfig(&c);
 }
 
-/* Lays out `rows` (at most 16; the rest zero) weight rows' blocks as the chunk's work buffer. */
+/* Lays out `rows` (at most 16; the rest zero) weight rows' blocks as the chunk's work buffer. A
+ * 64-column tile row holds sub-blocks 2k and 2k + 1: the low nibbles of the block's 32-byte run k
+ * and its high nibbles. Levels are multiplied as 16-bit words of two bytes each: a byte times a
+ * part of a scale (at most 15 * 7) never carries into its neighbour, and both bytes of a word belong
+ * to the same sub-block. */
 EM_AMX static void prepare_chunk(const uint8_t *w, uint64_t row_stride, uint32_t rows, uint64_t n, uint8_t *prep) {
     if (rows < TILE_ROWS) memset(prep, 0, n / 256 * PREP_BLOCK); /* the missing rows multiply as zeros */
-    const __m512i low4 = _mm512_set1_epi16(15);
+    const __m512i low4 = _mm512_set1_epi8(15);
+    /* word i of tile row k takes scale 2k (words 0..15) or 2k + 1 (16..31) */
+    __m512i spread[4];
+    for (int k = 0; k < 4; k++)
+        spread[k] = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((short)(2 * k)), _mm512_set1_epi16((short)(2 * k + 1)));
     for (uint32_t r = 0; r < rows; r++)
         for (uint64_t b = 0; b < n / 256; b++) {
             const uint8_t *block = w + r * row_stride + b * 144;
@@ -165,19 +174,26 @@ EM_AMX static void prepare_chunk(const uint8_t *w, uint64_t row_stride, uint32_t
             const float d = em_load_fp16(block), dmin = em_load_fp16(block + 2);
             memcpy(p + PREP_D + 4 * r, &d, 4);
             memcpy(p + PREP_DMIN + 4 * r, &dmin, 4);
-            for (int s = 0; s < 8; s++) {
-                int sc, mn;
-                em_quant_k_scale_min(block + 4, s, &sc, &mn);
-                em_store_u16(p + PREP_MINS + 4 * (TILE_ROWS * (s / 2) + r) + 2 * (s % 2), (uint16_t)mn);
-                /* the sub-block's 32 levels widened to int16, times each part of the scale */
-                const __m512i q = _mm512_and_si512(
-                    _mm512_srli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(block + 16 + 32 * (s / 2)))),
-                                      4 * (s % 2)),
-                    low4);
-                _mm256_storeu_si256((__m256i *)(p + PREP_HI + 256 * r + 32 * s),
-                                    _mm512_cvtepi16_epi8(_mm512_mullo_epi16(q, _mm512_set1_epi16((short)(sc >> 3)))));
-                _mm256_storeu_si256((__m256i *)(p + PREP_LO + 256 * r + 32 * s),
-                                    _mm512_cvtepi16_epi8(_mm512_mullo_epi16(q, _mm512_set1_epi16((short)(sc & 7)))));
+            const __m128i sm = k_scales_mins(block + 4); /* 8 scales, then 8 mins */
+            const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+            for (int i = 0; i < 4; i++) /* pair i of mins: word 16 i + r */
+                memcpy(p + PREP_MINS + 4 * (TILE_ROWS * i + r), (const uint8_t *)&mins16 + 4 * i, 4);
+            const __m512i scales = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
+            const __m512i top = _mm512_srli_epi16(scales, 3), bottom = _mm512_and_si512(scales, _mm512_set1_epi16(7));
+            const __m512i q0 = _mm512_loadu_si512((const void *)(block + 16)), q1 = _mm512_loadu_si512((const void *)(block + 80));
+            const __m512i l0 = _mm512_and_si512(q0, low4), h0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), low4);
+            const __m512i l1 = _mm512_and_si512(q1, low4), h1 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), low4);
+            const __m512i levels[4] = {
+                _mm512_shuffle_i64x2(l0, h0, 0x44), /* runs 0 low, 0 high: sub-blocks 0, 1 */
+                _mm512_shuffle_i64x2(l0, h0, 0xee), /* sub-blocks 2, 3 */
+                _mm512_shuffle_i64x2(l1, h1, 0x44),
+                _mm512_shuffle_i64x2(l1, h1, 0xee),
+            };
+            EM_UNROLL(4) for (int k = 0; k < 4; k++) {
+                uint8_t *hi = p + 2 * PREP_TILE * k + 64 * r;
+                _mm512_storeu_si512((void *)hi, _mm512_mullo_epi16(levels[k], _mm512_permutexvar_epi16(spread[k], top)));
+                _mm512_storeu_si512((void *)(hi + PREP_TILE),
+                                    _mm512_mullo_epi16(levels[k], _mm512_permutexvar_epi16(spread[k], bottom)));
             }
         }
 }
@@ -221,8 +237,8 @@ EM_AMX static EM_INLINE void multiply_block(const uint8_t *p, const uint8_t *t0,
         _tile_zero(3);
     }
     for (int k = 0; k < 4; k++) {
-        _tile_loadd(4, p + PREP_HI + 64 * k, 256);
-        _tile_loadd(5, p + PREP_LO + 64 * k, 256);
+        _tile_loadd(4, p + 2 * PREP_TILE * k, 64);
+        _tile_loadd(5, p + 2 * PREP_TILE * k + PREP_TILE, 64);
         _tile_loadd(6, t0 + PACK_LEVELS + 1024 * k, 64);
         _tile_dpbusd(0, 4, 6);
         _tile_dpbusd(1, 5, 6);
@@ -276,10 +292,13 @@ EM_AMX static em_err product_amx(const void *weight_rows, uint64_t row_stride, u
         for (uint32_t tile = 0; tile < n_tiles; tile += 2)
             sweep(prep, (const uint8_t *)tiles + tile * tile_bytes, tile_bytes, tile + 1 < n_tiles, n_blocks,
                   acc + (uint64_t)tile * TILE_ROWS * TILE_TOKENS);
+        /* token t's results for the chunk's rows lie 16 floats apart in its tile's sums */
+        const __m512i down = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                _mm512_set1_epi32(TILE_TOKENS));
+        const __mmask16 keep = (__mmask16)((1u << rows) - 1);
         for (uint32_t t = 0; t < n_tokens; t++) {
             const float *tile_acc = acc + (uint64_t)(t / TILE_TOKENS) * TILE_ROWS * TILE_TOKENS + t % TILE_TOKENS;
-            float *out = y + t * y_stride + first;
-            for (uint32_t r = 0; r < rows; r++) out[r] = tile_acc[TILE_TOKENS * r];
+            _mm512_mask_storeu_ps(y + t * y_stride + first, keep, _mm512_i32gather_ps(down, tile_acc, 4));
         }
     }
     _tile_release();
