@@ -882,35 +882,36 @@ static void test_f32_dot_rows_equal_em_dot(void **state) {
     free(rows);
 }
 
-/* em_f32_add_weighted_rows against IEEE single precision step by step: each product rounded to f32
- * (through a volatile, so no compiler fuses it with the add), then added, rows in order. Lengths
- * on and off the SIMD widths, one row and several, rows spaced wider than their length. */
-static void test_weighted_rows_unfused(void **state) {
+/* em_f32_add_weighted_rows against fmaf step by step, each head alone: one fused multiply-add per
+ * row, rows in order. Lengths on and off the SIMD widths, one row and several, one head to five
+ * (a group of four and one more), rows and heads spaced wider than their length. */
+static void test_weighted_rows_fused(void **state) {
     (void)state;
-    enum { N_MAX = 200, ROWS = 17, STRIDE = N_MAX + 5 };
+    enum { N_MAX = 200, ROWS = 17, STRIDE = N_MAX + 5, HEADS = 5, OUT_STRIDE = N_MAX + 3, W_STRIDE = ROWS + 2 };
     static const uint64_t lengths[] = {1, 7, 16, 31, 32, 63, 64, 80, 128, 129, 200};
-    float *rows = malloc(ROWS * STRIDE * sizeof(float)), weights[ROWS];
-    float out[N_MAX], want[N_MAX], start[N_MAX];
+    float *rows = malloc(ROWS * STRIDE * sizeof(float)), weights[HEADS * W_STRIDE];
+    float out[HEADS * OUT_STRIDE], want[HEADS * OUT_STRIDE], start[HEADS * OUT_STRIDE];
     assert_true(rows);
     fill_gaussian(rows, ROWS * STRIDE, 91);
-    fill_gaussian(weights, ROWS, 92);
-    fill_gaussian(start, N_MAX, 93);
+    fill_gaussian(weights, HEADS * W_STRIDE, 92);
+    fill_gaussian(start, HEADS * OUT_STRIDE, 93);
     for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++)
-        for (uint32_t n_rows = 1; n_rows <= ROWS; n_rows += 8) {
-            const uint64_t n = lengths[l];
-            memcpy(out, start, sizeof out);
-            memcpy(want, start, sizeof want);
-            em_f32_add_weighted_rows(out, rows, STRIDE, weights, n_rows, n);
-            for (uint32_t p = 0; p < n_rows; p++)
-                for (uint64_t j = 0; j < n; j++) {
-                    volatile float product = weights[p] * rows[p * STRIDE + j];
-                    want[j] = want[j] + product;
-                }
-            for (uint64_t j = 0; j < N_MAX; j++)
-                if (memcmp(&out[j], &want[j], sizeof(float)) != 0)
-                    fail_msg("n %u, %u rows, element %u: %.9g, step by step %.9g", (unsigned)n, n_rows, (unsigned)j,
-                             (double)out[j], (double)want[j]);
-        }
+        for (uint32_t n_rows = 1; n_rows <= ROWS; n_rows += 8)
+            for (uint32_t n_heads = 1; n_heads <= HEADS; n_heads += 2) {
+                const uint64_t n = lengths[l];
+                memcpy(out, start, sizeof out);
+                memcpy(want, start, sizeof want);
+                em_f32_add_weighted_rows(out, OUT_STRIDE, weights, W_STRIDE, n_heads, rows, STRIDE, n_rows, n);
+                for (uint32_t h = 0; h < n_heads; h++)
+                    for (uint32_t p = 0; p < n_rows; p++)
+                        for (uint64_t j = 0; j < n; j++)
+                            want[h * OUT_STRIDE + j] =
+                                fmaf(weights[h * W_STRIDE + p], rows[p * STRIDE + j], want[h * OUT_STRIDE + j]);
+                for (uint64_t j = 0; j < HEADS * OUT_STRIDE; j++)
+                    if (memcmp(&out[j], &want[j], sizeof(float)) != 0)
+                        fail_msg("n %u, %u rows, %u heads, element %u: %.9g, step by step %.9g", (unsigned)n, n_rows,
+                                 n_heads, (unsigned)j, (double)out[j], (double)want[j]);
+            }
     free(rows);
 }
 
@@ -1185,7 +1186,7 @@ int main(void) {
         cmocka_unit_test(test_q8_0_levels_by_definition),
         cmocka_unit_test(test_f32_dot_rows_equal_em_dot),
         cmocka_unit_test(test_q8_k_levels_by_definition),
-        cmocka_unit_test(test_weighted_rows_unfused),
+        cmocka_unit_test(test_weighted_rows_fused),
         cmocka_unit_test(test_expf_accuracy),
         cmocka_unit_test(test_softmax_and_silu_by_definition),
         cmocka_unit_test(test_fp16_conversions),

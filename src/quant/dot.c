@@ -11,6 +11,8 @@
  * scalar paths below and the SIMD paths in x86/ and arm/ are tested against. em_dot picks the
  * fastest path available for the type on this CPU.
  */
+#include <math.h>
+
 #include "arm/dot_arm.h"
 #include "internal.h"
 #include "x86/dot_x86.h"
@@ -267,15 +269,17 @@ void em_dot_group_pack(uint32_t weight_type, const void *activation_rows, uint64
     em_quant_group_pack(weight_type, activation_rows, stride, n_rows, n, group);
 }
 
-void em_f32_add_weighted_rows(float *out, const float *rows, uint64_t row_stride, const float *weights,
-                              uint32_t n_rows, uint64_t n) {
+void em_f32_add_weighted_rows(float *out, uint64_t out_stride, const float *weights, uint64_t weights_stride,
+                              uint32_t n_heads, const float *rows, uint64_t row_stride, uint32_t n_rows, uint64_t n) {
     em_weighted_rows_fn simd = em_quant_weighted_rows_x86();
     if (simd) {
-        simd(out, rows, row_stride, weights, n_rows, n);
+        simd(out, out_stride, weights, weights_stride, n_heads, rows, row_stride, n_rows, n);
         return;
     }
-    for (uint32_t p = 0; p < n_rows; p++)
-        for (uint64_t j = 0; j < n; j++) out[j] += weights[p] * rows[p * row_stride + j];
+    for (uint32_t h = 0; h < n_heads; h++)
+        for (uint32_t p = 0; p < n_rows; p++)
+            for (uint64_t j = 0; j < n; j++)
+                out[h * out_stride + j] = fmaf(weights[h * weights_stride + p], rows[p * row_stride + j], out[h * out_stride + j]);
 }
 
 void em_f32_dot_rows(const float *rows, uint64_t row_stride, uint32_t n_rows, const float *x, uint64_t n, float *out) {

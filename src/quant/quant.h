@@ -275,13 +275,17 @@ void em_amx_pack(uint32_t weight_type, const void *activation_rows, uint64_t str
 em_err em_amx_product(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_rows,
                       const void *tiles, uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride);
 
-/* out[j] += weights[p] * row p [j] for p = 0..n_rows-1 in that order, j < n (row p at rows + p *
- * row_stride floats): each product rounded to f32 and then added, never fused, so that on x86 the
- * SIMD paths (AVX-512F, AVX2) equal the plain loop bitwise. Attention's weighted sum of values. */
-void em_f32_add_weighted_rows(float *out, const float *rows, uint64_t row_stride, const float *weights,
-                              uint32_t n_rows, uint64_t n);
-typedef void (*em_weighted_rows_fn)(float *out, const float *rows, uint64_t row_stride, const float *weights,
-                                    uint32_t n_rows, uint64_t n);
+/* For each head h < n_heads: out_h[j] = fmaf(weights_h[p], row p [j], out_h[j]) for p = 0..n_rows-1
+ * in that order, j < n (out_h at out + h * out_stride, weights_h at weights + h * weights_stride,
+ * row p at rows + p * row_stride floats): each product fused with its add, as in the plain loop,
+ * so that every SIMD path (AVX-512F, AVX2) equals it bitwise, and each head's numbers are those of
+ * the head alone. Attention's weighted sum of values, the query heads that share a KV head together:
+ * each value row is loaded once for all of them. */
+void em_f32_add_weighted_rows(float *out, uint64_t out_stride, const float *weights, uint64_t weights_stride,
+                              uint32_t n_heads, const float *rows, uint64_t row_stride, uint32_t n_rows, uint64_t n);
+typedef void (*em_weighted_rows_fn)(float *out, uint64_t out_stride, const float *weights, uint64_t weights_stride,
+                                    uint32_t n_heads, const float *rows, uint64_t row_stride, uint32_t n_rows,
+                                    uint64_t n);
 
 /* out[r] = em_dot(EM_TYPE_F32, row r, x, n), bitwise, for r < n_rows (row r at rows + r * row_stride
  * floats): attention's scores of one query against a run of cached keys. On x86 with AVX-512F (where

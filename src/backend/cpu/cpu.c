@@ -250,9 +250,8 @@ static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
             const uint32_t run = block_tokens - p % block_tokens < pos + 1 - p ? block_tokens - p % block_tokens
                                                                                : pos + 1 - p;
             const float *v = kv_value(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim_v;
-            for (uint32_t g = 0; g < group; g++)
-                em_f32_add_weighted_rows(o + (uint64_t)g * ld->head_dim_v, v, value_row,
-                                         scores + (uint64_t)g * b->cap_positions + (p - first), run, ld->head_dim_v);
+            em_f32_add_weighted_rows(o, ld->head_dim_v, scores + (p - first), b->cap_positions, group, v, value_row, run,
+                                     ld->head_dim_v);
             p += run;
         }
     }

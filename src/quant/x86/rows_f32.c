@@ -1,9 +1,7 @@
 /*
  * Weighted sums of f32 rows (em_f32_add_weighted_rows) with AVX-512F or AVX2: attention's sum of
- * value rows, weighted by the softmax, for every (token, head) pair of a batch. Each output lane
- * takes the plain loop's steps in its order: the product rounded to f32, then added. Compilers
- * may fuse the multiply and the add into one rounding where FMA is enabled (GNU modes contract), which
- * changes the last bit; the empty asm statement between them keeps the product a value of its own.
+ * value rows, weighted by the softmax, for the query heads of a KV head at once. Each output lane
+ * takes the plain loop's steps in its order: one fused multiply-add per row (fmaf).
  *
  * And f32 dot products of many rows with one vector (em_f32_dot_rows): attention's scores of a query
  * against a run of cached keys, each bitwise dot_avx2.c's dot_f32 (em_dot's F32 kernel on these
@@ -14,68 +12,81 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #include <immintrin.h>
+#include <math.h>
 
 #define EM_AVX512F __attribute__((target("avx2,fma,avx512f")))
-#define EM_AVX2_ONLY __attribute__((target("avx2")))
+#define EM_AVX2_FMA __attribute__((target("avx2,fma")))
 
-/* Four 16-lane accumulators (64 floats, a common head size) stay in registers over all rows. */
-EM_AVX512F static void weighted_rows_avx512(float *out, const float *rows, uint64_t row_stride, const float *weights,
-                                            uint32_t n_rows, uint64_t n) {
+/* Up to four heads at a time, 64 columns at a time: 16 accumulators stay in registers over all
+ * rows, each value row loaded once for the heads. */
+EM_AVX512F static EM_INLINE void heads_avx512(const int heads, float *out, uint64_t out_stride, const float *weights,
+                                              uint64_t weights_stride, const float *rows, uint64_t row_stride,
+                                              uint32_t n_rows, uint64_t n) {
     uint64_t j = 0;
     for (; j + 64 <= n; j += 64) {
-        __m512 acc[4];
-        for (int k = 0; k < 4; k++) acc[k] = _mm512_loadu_ps(out + j + 16 * k);
+        __m512 acc[4][4];
+        for (int h = 0; h < heads; h++)
+            for (int k = 0; k < 4; k++) acc[h][k] = _mm512_loadu_ps(out + h * out_stride + j + 16 * k);
         for (uint32_t p = 0; p < n_rows; p++) {
-            const __m512 w = _mm512_set1_ps(weights[p]);
             const float *row = rows + p * row_stride + j;
-            for (int k = 0; k < 4; k++) {
-                __m512 product = _mm512_mul_ps(w, _mm512_loadu_ps(row + 16 * k));
-                __asm__("" : "+v"(product));
-                acc[k] = _mm512_add_ps(acc[k], product);
+            __m512 values[4];
+            for (int k = 0; k < 4; k++) values[k] = _mm512_loadu_ps(row + 16 * k);
+            for (int h = 0; h < heads; h++) {
+                const __m512 w = _mm512_set1_ps(weights[h * weights_stride + p]);
+                for (int k = 0; k < 4; k++) acc[h][k] = _mm512_fmadd_ps(w, values[k], acc[h][k]);
             }
         }
-        for (int k = 0; k < 4; k++) _mm512_storeu_ps(out + j + 16 * k, acc[k]);
+        for (int h = 0; h < heads; h++)
+            for (int k = 0; k < 4; k++) _mm512_storeu_ps(out + h * out_stride + j + 16 * k, acc[h][k]);
     }
-    for (; j + 16 <= n; j += 16) {
-        __m512 acc = _mm512_loadu_ps(out + j);
-        for (uint32_t p = 0; p < n_rows; p++) {
-            __m512 product = _mm512_mul_ps(_mm512_set1_ps(weights[p]), _mm512_loadu_ps(rows + p * row_stride + j));
-            __asm__("" : "+v"(product));
-            acc = _mm512_add_ps(acc, product);
+    for (int h = 0; h < heads; h++) {
+        float *o = out + h * out_stride;
+        const float *wh = weights + h * weights_stride;
+        uint64_t i = j;
+        for (; i + 16 <= n; i += 16) {
+            __m512 acc = _mm512_loadu_ps(o + i);
+            for (uint32_t p = 0; p < n_rows; p++)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(wh[p]), _mm512_loadu_ps(rows + p * row_stride + i), acc);
+            _mm512_storeu_ps(o + i, acc);
         }
-        _mm512_storeu_ps(out + j, acc);
+        for (; i < n; i++)
+            for (uint32_t p = 0; p < n_rows; p++) o[i] = fmaf(wh[p], rows[p * row_stride + i], o[i]);
     }
-    for (; j < n; j++)
-        for (uint32_t p = 0; p < n_rows; p++) {
-            float product = weights[p] * rows[p * row_stride + j];
-            __asm__("" : "+v"(product));
-            out[j] += product;
-        }
 }
 
-EM_AVX2_ONLY static void weighted_rows_avx2(float *out, const float *rows, uint64_t row_stride, const float *weights,
-                                            uint32_t n_rows, uint64_t n) {
-    uint64_t j = 0;
-    for (; j + 32 <= n; j += 32) {
-        __m256 acc[4];
-        for (int k = 0; k < 4; k++) acc[k] = _mm256_loadu_ps(out + j + 8 * k);
-        for (uint32_t p = 0; p < n_rows; p++) {
-            const __m256 w = _mm256_set1_ps(weights[p]);
-            const float *row = rows + p * row_stride + j;
-            for (int k = 0; k < 4; k++) {
-                __m256 product = _mm256_mul_ps(w, _mm256_loadu_ps(row + 8 * k));
-                __asm__("" : "+x"(product));
-                acc[k] = _mm256_add_ps(acc[k], product);
+EM_AVX512F static void weighted_rows_avx512(float *out, uint64_t out_stride, const float *weights,
+                                            uint64_t weights_stride, uint32_t n_heads, const float *rows,
+                                            uint64_t row_stride, uint32_t n_rows, uint64_t n) {
+    uint32_t h = 0;
+    for (; h + 4 <= n_heads; h += 4)
+        heads_avx512(4, out + h * out_stride, out_stride, weights + h * weights_stride, weights_stride, rows,
+                     row_stride, n_rows, n);
+    for (; h < n_heads; h++)
+        heads_avx512(1, out + h * out_stride, out_stride, weights + h * weights_stride, weights_stride, rows,
+                     row_stride, n_rows, n);
+}
+
+/* One head at a time, four 8-lane accumulators (32 columns) in registers over all rows. */
+EM_AVX2_FMA static void weighted_rows_avx2(float *out, uint64_t out_stride, const float *weights,
+                                           uint64_t weights_stride, uint32_t n_heads, const float *rows,
+                                           uint64_t row_stride, uint32_t n_rows, uint64_t n) {
+    for (uint32_t h = 0; h < n_heads; h++) {
+        float *o = out + h * out_stride;
+        const float *wh = weights + h * weights_stride;
+        uint64_t j = 0;
+        for (; j + 32 <= n; j += 32) {
+            __m256 acc[4];
+            for (int k = 0; k < 4; k++) acc[k] = _mm256_loadu_ps(o + j + 8 * k);
+            for (uint32_t p = 0; p < n_rows; p++) {
+                const __m256 w = _mm256_set1_ps(wh[p]);
+                const float *row = rows + p * row_stride + j;
+                for (int k = 0; k < 4; k++) acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * k), acc[k]);
             }
+            for (int k = 0; k < 4; k++) _mm256_storeu_ps(o + j + 8 * k, acc[k]);
         }
-        for (int k = 0; k < 4; k++) _mm256_storeu_ps(out + j + 8 * k, acc[k]);
+        for (; j < n; j++)
+            for (uint32_t p = 0; p < n_rows; p++) o[j] = fmaf(wh[p], rows[p * row_stride + j], o[j]);
     }
-    for (; j < n; j++)
-        for (uint32_t p = 0; p < n_rows; p++) {
-            float product = weights[p] * rows[p * row_stride + j];
-            __asm__("" : "+x"(product));
-            out[j] += product;
-        }
 }
 
 /* Sixteen rows (`count` of them real: the others repeat the last real row and are not stored)
