@@ -177,25 +177,40 @@ static uint32_t first_visible(const em_layer_desc *ld, uint32_t pos) {
     return ld->attn == EM_ATTN_SLIDING && pos + 1 > ld->window ? pos + 1 - ld->window : 0;
 }
 
-/* Share `ith` of `nth` of the batch's (token, KV head) units, unit t * n_head_kv + kvh, cut where
- * the positions attended to (each unit's work) add up to equal parts: in a prompt's causal
+/* Tokens whose attention one unit of work computes together: consecutive tokens of a batch, when
+ * they belong to one sequence (a prompt's chunk), share each block of keys and values while it is
+ * in L1. */
+#define ATTN_TILE 8
+
+/* The tokens of tile `tile`: [*from, *to). */
+static void tile_tokens(const em_batch *batch, uint64_t tile, uint32_t *from, uint32_t *to) {
+    *from = (uint32_t)tile * ATTN_TILE;
+    *to = batch->n_tokens - *from < ATTN_TILE ? batch->n_tokens : *from + ATTN_TILE;
+}
+
+/* Share `ith` of `nth` of the batch's (token tile, KV head) units, unit tile * n_head_kv + kvh, cut
+ * where the positions attended to (each unit's work) add up to equal parts: in a prompt's causal
  * attention the last tokens see many times the positions the first ones do, so equal counts of
  * units would leave the thread with the early tokens waiting. */
 static void attention_range(const em_batch *batch, const em_layer_desc *ld, uint32_t ith, uint32_t nth,
                             uint64_t *begin, uint64_t *end) {
+    const uint64_t n_tiles = (batch->n_tokens + ATTN_TILE - 1) / ATTN_TILE;
     uint64_t total = 0;
     for (uint32_t t = 0; t < batch->n_tokens; t++)
         total += (uint64_t)(batch->pos[t] + 1 - first_visible(ld, batch->pos[t])) * ld->n_head_kv;
     const uint64_t from = total * ith / nth, to = total * (ith + 1) / nth; /* this share's part */
-    /* a token's units begin at `done` positions into the line; unit i belongs to the share in which
+    /* a tile's units begin at `done` positions into the line; unit i belongs to the share in which
      * its first position falls */
     uint64_t done = 0;
-    *begin = *end = (uint64_t)batch->n_tokens * ld->n_head_kv;
+    *begin = *end = n_tiles * ld->n_head_kv;
     bool begun = false;
-    for (uint32_t t = 0; t < batch->n_tokens; t++) {
-        const uint64_t seen = batch->pos[t] + 1 - first_visible(ld, batch->pos[t]);
+    for (uint64_t tile = 0; tile < n_tiles; tile++) {
+        uint32_t first, last;
+        tile_tokens(batch, tile, &first, &last);
+        uint64_t seen = 0;
+        for (uint32_t t = first; t < last; t++) seen += batch->pos[t] + 1 - first_visible(ld, batch->pos[t]);
         for (uint32_t kvh = 0; kvh < ld->n_head_kv; kvh++, done += seen) {
-            const uint64_t i = (uint64_t)t * ld->n_head_kv + kvh;
+            const uint64_t i = tile * ld->n_head_kv + kvh;
             if (!begun && done >= from) {
                 *begin = i;
                 begun = true;
@@ -208,51 +223,89 @@ static void attention_range(const em_batch *batch, const em_layer_desc *ld, uint
     }
 }
 
-/* One share of (token, KV head) units: for each query head of the unit, scores over the visible
- * positions, softmax, weighted values. Positions are walked block by block of the sequence's table:
- * within a block the cache rows are consecutive, so each block's row is looked up once rather than
- * once per position, and the unit's query heads take each block's keys (and then its values) in
- * turn while they are in L1. Each head's numbers are those of the head alone. */
+/* Positions [first, end) of the tokens' sequence, a KV block's run at a time: run_end is where the
+ * run of cache rows that begins at `p` ends. */
+static uint32_t run_end(uint32_t p, uint32_t end, uint32_t block_tokens) {
+    const uint32_t block_end = (p / block_tokens + 1) * block_tokens;
+    return block_end < end ? block_end : end;
+}
+
+/* One share of (token tile, KV head) units: for each token and each query head of the unit, scores
+ * over the token's visible positions, softmax, weighted values. Positions are walked block by block
+ * of the sequence's table: within a block the cache rows are consecutive, so each block's row is
+ * looked up once, and the tile's tokens and the unit's query heads take each block's keys (and then
+ * its values) in turn while they are in L1. A tile whose tokens are not all of one sequence takes
+ * them one at a time. Each head's numbers are those of the head alone, whatever the tile. */
 static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
     attn_job *job = ctx;
     cpu_backend *b = job->b;
+    const em_batch *batch = job->batch;
     const em_layer_desc *ld = &b->d->layers[job->layer];
     const uint32_t group = ld->n_head / ld->n_head_kv, block_tokens = b->base.block_tokens;
     const uint64_t key_row = (uint64_t)ld->n_head_kv * ld->head_dim;
     const uint64_t value_row = (uint64_t)ld->n_head_kv * ld->head_dim_v;
-    float *scores = b->scores + (uint64_t)ith * b->scores_per_thread; /* head g's at g * cap_positions */
+    /* token j of the tile, head g: scores at (j * group + g) * cap_positions, from its first position */
+    float *scores = b->scores + (uint64_t)ith * b->scores_per_thread;
     uint64_t begin, end;
-    attention_range(job->batch, ld, ith, nth, &begin, &end);
+    attention_range(batch, ld, ith, nth, &begin, &end);
     for (uint64_t i = begin; i < end; i++) {
-        const uint32_t t = (uint32_t)(i / ld->n_head_kv), kvh = (uint32_t)(i % ld->n_head_kv);
-        const em_batch_seq *seq = &job->batch->seqs[job->batch->seq[t]];
-        const uint32_t pos = job->batch->pos[t], first = first_visible(ld, pos);
-        const float *q = b->q + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim;
-        for (uint32_t p = first; p <= pos;) {
-            const uint32_t run = block_tokens - p % block_tokens < pos + 1 - p ? block_tokens - p % block_tokens
-                                                                               : pos + 1 - p;
-            const float *k = kv_key(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim;
-            for (uint32_t g = 0; g < group; g++) {
-                float *run_scores = scores + (uint64_t)g * b->cap_positions + (p - first);
-                em_f32_dot_rows(k, key_row, run, q + (uint64_t)g * ld->head_dim, ld->head_dim, run_scores); /* q·k */
-                for (uint32_t r = 0; r < run; r++) {
-                    float s = run_scores[r] * ld->attn_scale;
-                    if (ld->attn_softcap > 0.0f) s = ld->attn_softcap * tanhf(s / ld->attn_softcap);
-                    run_scores[r] = s;
+        const uint32_t kvh = (uint32_t)(i % ld->n_head_kv);
+        uint32_t tile_first, tile_end;
+        tile_tokens(batch, i / ld->n_head_kv, &tile_first, &tile_end);
+        for (uint32_t t0 = tile_first; t0 < tile_end;) {
+            /* the tokens [t0, t1) that share a sequence */
+            uint32_t t1 = t0 + 1;
+            while (t1 < tile_end && batch->seq[t1] == batch->seq[t0]) t1++;
+            const em_batch_seq *seq = &batch->seqs[batch->seq[t0]];
+            uint32_t lo = UINT32_MAX, hi = 0; /* the positions any of them sees: [lo, hi) */
+            for (uint32_t t = t0; t < t1; t++) {
+                const uint32_t f = first_visible(ld, batch->pos[t]);
+                if (f < lo) lo = f;
+                if (batch->pos[t] + 1 > hi) hi = batch->pos[t] + 1;
+            }
+            for (uint32_t p = lo; p < hi; p = run_end(p, hi, block_tokens)) {
+                const uint32_t pe = run_end(p, hi, block_tokens);
+                const float *k = kv_key(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim;
+                for (uint32_t t = t0; t < t1; t++) {
+                    const uint32_t first = first_visible(ld, batch->pos[t]), last = batch->pos[t] + 1;
+                    const uint32_t from = p > first ? p : first, to = pe < last ? pe : last;
+                    if (from >= to) continue;
+                    const float *q = b->q + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim;
+                    for (uint32_t g = 0; g < group; g++) {
+                        float *run_scores =
+                            scores + ((uint64_t)(t - t0) * group + g) * b->cap_positions + (from - first);
+                        em_f32_dot_rows(k + (uint64_t)(from - p) * key_row, key_row, to - from,
+                                        q + (uint64_t)g * ld->head_dim, ld->head_dim, run_scores); /* q·k */
+                        for (uint32_t r = 0; r < to - from; r++) {
+                            float sc = run_scores[r] * ld->attn_scale;
+                            if (ld->attn_softcap > 0.0f) sc = ld->attn_softcap * tanhf(sc / ld->attn_softcap);
+                            run_scores[r] = sc;
+                        }
+                    }
                 }
             }
-            p += run;
-        }
-        float *o = b->attn + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim_v;
-        for (uint32_t g = 0; g < group; g++) em_f32_softmax(scores + (uint64_t)g * b->cap_positions, pos + 1 - first);
-        memset(o, 0, (uint64_t)group * ld->head_dim_v * sizeof *o);
-        for (uint32_t p = first; p <= pos;) {
-            const uint32_t run = block_tokens - p % block_tokens < pos + 1 - p ? block_tokens - p % block_tokens
-                                                                               : pos + 1 - p;
-            const float *v = kv_value(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim_v;
-            em_f32_add_weighted_rows(o, ld->head_dim_v, scores + (p - first), b->cap_positions, group, v, value_row, run,
-                                     ld->head_dim_v);
-            p += run;
+            for (uint32_t t = t0; t < t1; t++) {
+                const uint32_t seen = batch->pos[t] + 1 - first_visible(ld, batch->pos[t]);
+                for (uint32_t g = 0; g < group; g++)
+                    em_f32_softmax(scores + ((uint64_t)(t - t0) * group + g) * b->cap_positions, seen);
+                float *o = b->attn + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim_v;
+                memset(o, 0, (uint64_t)group * ld->head_dim_v * sizeof *o);
+            }
+            for (uint32_t p = lo; p < hi; p = run_end(p, hi, block_tokens)) {
+                const uint32_t pe = run_end(p, hi, block_tokens);
+                const float *v = kv_value(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim_v;
+                for (uint32_t t = t0; t < t1; t++) {
+                    const uint32_t first = first_visible(ld, batch->pos[t]), last = batch->pos[t] + 1;
+                    const uint32_t from = p > first ? p : first, to = pe < last ? pe : last;
+                    if (from >= to) continue;
+                    float *o = b->attn + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim_v;
+                    em_f32_add_weighted_rows(o, ld->head_dim_v,
+                                             scores + (uint64_t)(t - t0) * group * b->cap_positions + (from - first),
+                                             b->cap_positions, group, v + (uint64_t)(from - p) * value_row, value_row,
+                                             to - from, ld->head_dim_v);
+                }
+            }
+            t0 = t1;
         }
     }
 }
@@ -498,7 +551,7 @@ static em_err reserve(cpu_backend *b, uint32_t n) {
 }
 
 /* Attention scores need one float per visible position, per query head of a KV head's group (the
- * widest group of any layer), per thread. */
+ * widest group of any layer), per token of a tile, per thread. */
 static em_err reserve_positions(cpu_backend *b, const em_batch *batch) {
     uint32_t longest = 0, widest = 1;
     for (uint32_t t = 0; t < batch->n_tokens; t++)
@@ -509,9 +562,9 @@ static em_err reserve_positions(cpu_backend *b, const em_batch *batch) {
         if (group > widest) widest = group;
     }
     free(b->scores);
-    b->scores = malloc((uint64_t)b->pool.n_threads * widest * longest * sizeof(float));
+    b->scores = malloc((uint64_t)b->pool.n_threads * ATTN_TILE * widest * longest * sizeof(float));
     b->cap_positions = b->scores ? longest : 0;
-    b->scores_per_thread = (uint64_t)widest * b->cap_positions;
+    b->scores_per_thread = (uint64_t)ATTN_TILE * widest * b->cap_positions;
     return b->scores ? NULL : em_errorf(EM_ERR_NOMEM, "out of memory for attention over %u positions", longest);
 }
 
