@@ -537,30 +537,28 @@ static void test_dot_weights_equal_single_rows(void **state) {
     free(aq);
 }
 
-/* em_amx_product against em_dot_scalar, bitwise: Q4_K weights (with blocks of extreme scales, and
- * rows that are all one level) against Q8_K activations at several scales, rows on and off the
- * 16-row chunks, tokens on and off the 16-token tiles and their pairs, outputs in a strided
+/* em_amx_product against em_dot_scalar, bitwise: Q4_K and Q8_0 weights (with blocks of extreme
+ * scales, and rows that are all one level) against their activations at several scales, rows on and
+ * off the 16-row chunks, tokens on and off the 16-token tiles and their pairs, outputs in a strided
  * matrix that must stay untouched outside the product. The tile unit where the CPU has AMX-INT8,
  * the plain loop over the packed tiles elsewhere (and under EMBER_CPU_ISA=avx2). */
-static void test_amx_product_equals_scalar(void **state) {
-    (void)state;
+static void check_amx_product(uint32_t type, const uint64_t *lengths, size_t n_lengths) {
     enum { N_MAX = 1024, ROWS = 37, TOKENS = 41, Y_STRIDE = ROWS + 3 };
-    static const uint64_t lengths[] = {256, N_MAX};
+    const uint32_t act_type = em_dot_activation_type(type);
     uint64_t act_bytes = 0, row_bytes = 0;
-    assert_ok(em_type_row_bytes(EM_TYPE_Q8_K, N_MAX, &act_bytes));
-    assert_ok(em_type_row_bytes(EM_TYPE_Q4_K, N_MAX, &row_bytes));
-    assert_int_equal(em_amx_tile_bytes(EM_TYPE_Q8_0, N_MAX), 0);
-    const uint64_t tile_max = em_amx_tile_bytes(EM_TYPE_Q4_K, N_MAX);
+    assert_ok(em_type_row_bytes(act_type, N_MAX, &act_bytes));
+    assert_ok(em_type_row_bytes(type, N_MAX, &row_bytes));
+    const uint64_t tile_max = em_amx_tile_bytes(type, N_MAX);
     assert_true(tile_max > 0 && tile_max <= EM_AMX_TILE_TOKENS * act_bytes); /* fits the backend's scratch */
     float *w = malloc((size_t)ROWS * N_MAX * sizeof(float)), *x = malloc((size_t)N_MAX * sizeof(float));
     uint8_t *wq = malloc((size_t)ROWS * row_bytes), *aq = malloc((size_t)TOKENS * act_bytes);
     uint8_t *tiles = malloc((size_t)(TOKENS + EM_AMX_TILE_TOKENS - 1) / EM_AMX_TILE_TOKENS * tile_max);
     float *y = malloc((size_t)TOKENS * Y_STRIDE * sizeof(float));
     assert_true(w && x && wq && aq && tiles && y);
-    for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++) {
+    for (size_t l = 0; l < n_lengths; l++) {
         const uint64_t n = lengths[l];
-        assert_ok(em_type_row_bytes(EM_TYPE_Q4_K, n, &row_bytes));
-        assert_ok(em_type_row_bytes(EM_TYPE_Q8_K, n, &act_bytes));
+        assert_ok(em_type_row_bytes(type, n, &row_bytes));
+        assert_ok(em_type_row_bytes(act_type, n, &act_bytes));
         for (int r = 0; r < ROWS; r++) {
             fill_gaussian(w + (size_t)r * n, n, 300 + (unsigned)r);
             for (uint64_t j = 0; j < n; j++) {
@@ -568,16 +566,16 @@ static void test_amx_product_equals_scalar(void **state) {
                 if (r % 5 == 1 && j % 32 == 0) w[(size_t)r * n + j] *= 50.0f;       /* scales far apart */
             }
         }
-        assert_ok(em_quantize_rows(EM_TYPE_Q4_K, w, wq, ROWS, n, NULL));
+        assert_ok(em_quantize_rows(type, w, wq, ROWS, n, NULL));
         for (int t = 0; t < TOKENS; t++) {
             fill_gaussian(x, n, 500 + (unsigned)t);
             for (uint64_t j = 0; j < n; j++) x[j] *= powf(10.0f, (float)(t % 5) - 2.0f);
-            assert_ok(em_quantize_activation(EM_TYPE_Q4_K, x, aq + (size_t)t * act_bytes, n));
+            assert_ok(em_quantize_activation(type, x, aq + (size_t)t * act_bytes, n));
         }
-        const uint64_t tile_bytes = em_amx_tile_bytes(EM_TYPE_Q4_K, n);
+        const uint64_t tile_bytes = em_amx_tile_bytes(type, n);
         for (uint32_t i = 0; i * EM_AMX_TILE_TOKENS < TOKENS; i++) {
             const uint32_t rows = TOKENS - i * EM_AMX_TILE_TOKENS;
-            em_amx_pack(EM_TYPE_Q4_K, aq + (size_t)i * EM_AMX_TILE_TOKENS * act_bytes, act_bytes,
+            em_amx_pack(type, aq + (size_t)i * EM_AMX_TILE_TOKENS * act_bytes, act_bytes,
                         rows < EM_AMX_TILE_TOKENS ? rows : EM_AMX_TILE_TOKENS, n, tiles + i * tile_bytes);
         }
         static const uint32_t row_counts[] = {1, 16, 17, ROWS}, token_counts[] = {1, 16, 17, 33, TOKENS};
@@ -585,7 +583,7 @@ static void test_amx_product_equals_scalar(void **state) {
             for (int tc = 0; tc < 5; tc++) {
                 const uint32_t n_rows = row_counts[rc], n_tokens = token_counts[tc];
                 for (int i = 0; i < TOKENS * Y_STRIDE; i++) y[i] = NAN;
-                assert_ok(em_amx_product(EM_TYPE_Q4_K, wq, row_bytes, n_rows, tiles, n_tokens, n, y, Y_STRIDE));
+                assert_ok(em_amx_product(type, wq, row_bytes, n_rows, tiles, n_tokens, n, y, Y_STRIDE));
                 for (uint32_t t = 0; t < TOKENS; t++)
                     for (uint32_t r = 0; r < Y_STRIDE; r++) {
                         const float got = y[t * Y_STRIDE + r];
@@ -593,10 +591,10 @@ static void test_amx_product_equals_scalar(void **state) {
                             if (!isnan(got)) fail_msg("amx product wrote outside the output (token %u, row %u)", t, r);
                             continue;
                         }
-                        const float want = em_dot_scalar(EM_TYPE_Q4_K, wq + r * row_bytes, aq + t * act_bytes, n);
+                        const float want = em_dot_scalar(type, wq + r * row_bytes, aq + t * act_bytes, n);
                         if (memcmp(&got, &want, sizeof got))
-                            fail_msg("amx product (%s), n %u, %u rows x %u tokens, row %u token %u: %.9g, "
-                                     "em_dot_scalar %.9g", em_amx_available() ? "tiles" : "plain", (unsigned)n,
+                            fail_msg("amx product (%s, type %u), n %u, %u rows x %u tokens, row %u token %u: %.9g, "
+                                     "em_dot_scalar %.9g", em_amx_available() ? "tiles" : "plain", type, (unsigned)n,
                                      n_rows, n_tokens, r, t, (double)got, (double)want);
                     }
             }
@@ -607,6 +605,15 @@ static void test_amx_product_equals_scalar(void **state) {
     free(aq);
     free(tiles);
     free(y);
+}
+
+static void test_amx_product_equals_scalar(void **state) {
+    (void)state;
+    assert_int_equal(em_amx_tile_bytes(EM_TYPE_Q6_K, 1024), 0); /* types it does not take */
+    assert_int_equal(em_amx_tile_bytes(EM_TYPE_Q4_K, 1024 + 32), 0);
+    static const uint64_t q4_k_lengths[] = {256, 1024}, q8_0_lengths[] = {32, 96, 1024};
+    check_amx_product(EM_TYPE_Q4_K, q4_k_lengths, 2);
+    check_amx_product(EM_TYPE_Q8_0, q8_0_lengths, 3);
 }
 
 /* em_bf16_tiles against the f32 definition: sum over j of bf16 weight [j] * f32 activation [j], in

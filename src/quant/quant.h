@@ -19,8 +19,8 @@
  * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0; dot_weights_vnni.c: several
  * weight rows against one activation row, AVX-512 for Q4_K, Q8_0 and BF16; bf16_tiles.c: BF16
  * weights against many bf16 tokens with AVX512_BF16; dot_group_vnni.c: packed
- * token groups and their AVX-512 VNNI kernels for Q4_K, Q8_0, Q6_K and IQ3_XXS; amx.c: Q4_K weights
- * against many tokens with AMX-INT8 tiles; rows_f32.c:
+ * token groups and their AVX-512 VNNI kernels for Q4_K, Q8_0, Q6_K and IQ3_XXS; amx.c: Q4_K and Q8_0
+ * weights against many tokens with AMX-INT8 tiles; rows_f32.c:
  * weighted sums of f32 rows, attention's sum of values), arm/ (AArch64 NEON kernels, one to four activation rows a call:
  * kernels.h compiled plain in dot_neon.c, which also picks the family at run time, and with the
  * dot-product instructions in dot_dotprod.c).
@@ -249,17 +249,17 @@ void em_bf16_round_rows(const float *x, uint64_t x_stride, uint32_t n_rows, uint
 void em_bf16_tiles(const void *weights, uint64_t row_stride, uint32_t n_rows, const uint16_t *acts,
                    uint64_t act_stride, uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride);
 
-/* ---- Q4_K weights against many tokens on AMX-INT8 (batched products of Q4_K models) ----
+/* ---- Q4_K and Q8_0 weights against many tokens on AMX-INT8 (batched products) ----
  * Where the CPU has AMX-INT8 and the OS grants its tiles (and the AVX-512 VNNI kernels run:
- * EMBER_CPU_ISA=avx2 turns this off), a batch's Q8_K activations are packed in tiles of
- * EM_AMX_TILE_TOKENS tokens and the weights multiplied with tdpbusd. The results are
+ * EMBER_CPU_ISA=avx2 turns this off), a batch's activations (Q8_K, Q8_0) are packed in tiles of
+ * EM_AMX_TILE_TOKENS tokens and the weights multiplied with tdpbusd / tdpbssd. The results are
  * em_dot_scalar's bitwise (per block the same integer sums and f32 steps; the AVX2 em_dot sums its
  * lanes in another order). Elsewhere a plain loop computes the same numbers from the packed tiles. */
 #define EM_AMX_TILE_TOKENS 16
 bool em_amx_available(void);
 
 /* Bytes of one packed tile of EM_AMX_TILE_TOKENS activation rows of `n` elements, for weights of
- * `weight_type`; 0 where em_amx_product does not take the type (it takes Q4_K). */
+ * `weight_type`; 0 where em_amx_product does not take the type and length (it takes Q4_K and Q8_0). */
 uint64_t em_amx_tile_bytes(uint32_t weight_type, uint64_t n);
 
 /* Packs `n_rows` (at most EM_AMX_TILE_TOKENS; the rest are zeros) activation rows of `n` elements,

@@ -79,8 +79,8 @@ float em_cpu_gelu(float x);
 
 /* Y[t][r] = W[mat] row r · X[t], for t < n_tokens and all rows of one matrix of the stack: em_dot's
  * numbers bitwise, except BF16 weights against EM_CPU_BF16_TILES_FROM or more tokens where the CPU has
- * AVX512_BF16 (activations rounded to bf16, em_bf16_tiles), and Q4_K weights against EM_CPU_AMX_FROM
- * or more tokens where it has AMX-INT8 (em_amx_product: em_dot_scalar's numbers).
+ * AVX512_BF16 (activations rounded to bf16, em_bf16_tiles), and Q4_K and Q8_0 weights against
+ * EM_CPU_AMX_FROM or more tokens where it has AMX-INT8 (em_amx_product: em_dot_scalar's numbers).
  * X rows are `x_stride` floats apart, Y rows `y_stride`. `scratch` holds the activations in the
  * dot-product format: n_tokens * em_cpu_act_bytes(w) bytes; `groups` the same activations packed
  * in token groups where the weight type has group kernels (see quant.h): room for
@@ -122,7 +122,7 @@ static inline bool em_cpu_bf16_tiles(uint32_t type, uint32_t n) {
     return type == EM_TYPE_BF16 && n >= EM_CPU_BF16_TILES_FROM && em_bf16_tiles_available();
 }
 
-/* Batches of this many tokens or more against Q4_K weights take the AMX tiles where the CPU has
+/* Batches of this many tokens or more against Q4_K or Q8_0 weights take the AMX tiles where the CPU has
  * them (em_amx_product: em_dot_scalar's numbers, not the AVX2 em_dot's). */
 #define EM_CPU_AMX_FROM 16
 

@@ -1,6 +1,6 @@
 /*
- * Q4_K weights against many tokens with AMX-INT8 (em_amx_product): the batched products of Q4_K
- * models (prefill) on CPUs with Intel's tile matrix unit, where one tdpbusd multiplies a 16 x 64
+ * Q4_K and Q8_0 weights against many tokens with AMX-INT8 (em_amx_product): the batched products
+ * of such models (prefill) on CPUs with Intel's tile matrix unit, where one tdpbusd multiplies a 16 x 64
  * tile of unsigned bytes by a 64 x 16 tile of signed bytes into 16 x 16 int32 sums: 16,384
  * products per instruction, where a 512-bit VNNI instruction does 64.
  *
@@ -18,6 +18,9 @@
  * Weights: 16 rows at a time are laid out as hi / lo tiles for the whole row (the chunk's work
  * buffer, in L2) and then swept over every token tile, two token tiles per pass so that each weight
  * tile loaded serves both.
+ *
+ * Q8_0 is simpler: its signed levels go to tdpbssd as they are, one 32-column block per instruction
+ * (each block has its own scales), and each block's sums take em_dot_scalar's f32 steps.
  *
  * Without AMX (or with EMBER_CPU_ISA=avx2), a plain loop computes the same numbers from the packed
  * tiles, so the packing is tested on every CPU.
@@ -45,13 +48,42 @@ enum {
     PREP_BLOCK = PREP_MINS + 4 * 4 * TILE_ROWS,
 };
 
+/* Q8_0 (Q8_0 activations): per 32-column block of a token tile, the 16 tokens' f16 scales, then the
+ * levels as one 32 x 16 tile (8 rows of 64 bytes); per block of a weight chunk, the rows' f32
+ * scales, then their levels as a 16 x 32 tile. */
+enum {
+    Q8_PACK_SCALES = 0,
+    Q8_PACK_LEVELS = 2 * TILE_TOKENS,
+    Q8_PACK_BLOCK = Q8_PACK_LEVELS + 8 * 64, /* 16 tokens' 34-byte blocks: the scratch holds it */
+    Q8_PREP_D = 0,
+    Q8_PREP_LEVELS = 4 * TILE_ROWS,
+    Q8_PREP_BLOCK = Q8_PREP_LEVELS + TILE_ROWS * 32,
+};
+
 uint64_t em_amx_tile_bytes(uint32_t weight_type, uint64_t n) {
-    return weight_type == EM_TYPE_Q4_K && n % 256 == 0 ? n / 256 * PACK_BLOCK : 0;
+    if (weight_type == EM_TYPE_Q4_K) return n % 256 == 0 ? n / 256 * PACK_BLOCK : 0;
+    if (weight_type == EM_TYPE_Q8_0) return n % 32 == 0 ? n / 32 * Q8_PACK_BLOCK : 0;
+    return 0;
+}
+
+static void pack_q8_0(const uint8_t *rows, uint64_t stride, uint32_t n_rows, uint64_t n, uint8_t *out) {
+    memset(out, 0, n / 32 * Q8_PACK_BLOCK);
+    for (uint32_t t = 0; t < n_rows && t < TILE_TOKENS; t++)
+        for (uint64_t b = 0; b < n / 32; b++) {
+            const uint8_t *a = rows + t * stride + b * 34;
+            uint8_t *p = out + b * Q8_PACK_BLOCK;
+            memcpy(p + Q8_PACK_SCALES + 2 * t, a, 2);
+            for (int k = 0; k < 32; k += 4) memcpy(p + Q8_PACK_LEVELS + 64 * (k / 4) + 4 * t, a + 2 + k, 4);
+        }
 }
 
 void em_amx_pack(uint32_t weight_type, const void *activation_rows, uint64_t stride, uint32_t n_rows, uint64_t n,
                  void *tile) {
-    (void)weight_type; /* Q4_K's activations, Q8_K: f32 scale, 256 levels, 16 int16 sums of 16 */
+    if (weight_type == EM_TYPE_Q8_0) {
+        pack_q8_0(activation_rows, stride, n_rows, n, tile);
+        return;
+    }
+    /* Q4_K's activations, Q8_K: f32 scale, 256 levels, 16 int16 sums of 16 */
     uint8_t *out = tile;
     memset(out, 0, n / 256 * PACK_BLOCK);
     for (uint32_t t = 0; t < n_rows && t < TILE_TOKENS; t++) {
@@ -95,14 +127,27 @@ static float plain_result(const uint8_t *w, const uint8_t *tile, uint32_t t, uin
     return sum;
 }
 
-static void product_plain(const void *weight_rows, uint64_t row_stride, uint32_t n_rows, const void *tiles,
-                          uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
-    const uint64_t tile_bytes = n / 256 * PACK_BLOCK;
+static float plain_result_q8_0(const uint8_t *w, const uint8_t *tile, uint32_t t, uint64_t n) {
+    float sum = 0;
+    for (uint64_t b = 0; b < n / 32; b++, w += 34, tile += Q8_PACK_BLOCK) {
+        int isum = 0;
+        for (int k = 0; k < 32; k++)
+            isum += (int8_t)w[2 + k] * (int8_t)tile[Q8_PACK_LEVELS + 64 * (k / 4) + 4 * t + k % 4];
+        sum += em_load_fp16(w) * em_load_fp16(tile + Q8_PACK_SCALES + 2 * t) * (float)isum;
+    }
+    return sum;
+}
+
+static void product_plain(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_rows,
+                          const void *tiles, uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
+    const uint64_t tile_bytes = em_amx_tile_bytes(weight_type, n);
     for (uint32_t t = 0; t < n_tokens; t++)
-        for (uint32_t r = 0; r < n_rows; r++)
-            y[t * y_stride + r] =
-                plain_result((const uint8_t *)weight_rows + r * row_stride,
-                             (const uint8_t *)tiles + t / TILE_TOKENS * tile_bytes, t % TILE_TOKENS, n);
+        for (uint32_t r = 0; r < n_rows; r++) {
+            const uint8_t *w = (const uint8_t *)weight_rows + r * row_stride;
+            const uint8_t *tile = (const uint8_t *)tiles + t / TILE_TOKENS * tile_bytes;
+            y[t * y_stride + r] = weight_type == EM_TYPE_Q8_0 ? plain_result_q8_0(w, tile, t % TILE_TOKENS, n)
+                                                              : plain_result(w, tile, t % TILE_TOKENS, n);
+        }
 }
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -144,7 +189,7 @@ typedef struct {
     uint8_t rows[16];
 } tile_config;
 
-EM_AMX static void configure_tiles(void) {
+EM_AMX static void configure_tiles(uint32_t weight_type) {
     tile_config c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
@@ -152,6 +197,11 @@ EM_AMX static void configure_tiles(void) {
         c.bytes_per_row[i] = 64;
         c.rows[i] = 16;
     }
+    if (weight_type == EM_TYPE_Q8_0) /* a 32-column block: weights 16 x 32, activations 8 x 64 */
+        for (int i = 4; i < 8; i++) {
+            c.bytes_per_row[i] = i < 6 ? 32 : 64;
+            c.rows[i] = i < 6 ? 16 : 8;
+        }
     _tile_loadconfig(&c);
 }
 
@@ -272,6 +322,17 @@ EM_AMX static EM_INLINE void sweep(const uint8_t *prep, const uint8_t *tiles, ui
     }
 }
 
+/* A chunk's results: token t's for the chunk's rows lie 16 floats apart in its tile's sums. */
+EM_AMX static void write_results(const float *acc, uint32_t n_tokens, uint32_t rows, float *y, uint64_t y_stride) {
+    const __m512i down = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(TILE_TOKENS));
+    const __mmask16 keep = (__mmask16)((1u << rows) - 1);
+    for (uint32_t t = 0; t < n_tokens; t++) {
+        const float *tile_acc = acc + (uint64_t)(t / TILE_TOKENS) * TILE_ROWS * TILE_TOKENS + t % TILE_TOKENS;
+        _mm512_mask_storeu_ps(y + t * y_stride, keep, _mm512_i32gather_ps(down, tile_acc, 4));
+    }
+}
+
 EM_AMX static em_err product_amx(const void *weight_rows, uint64_t row_stride, uint32_t n_rows, const void *tiles,
                                  uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
     const uint64_t tile_bytes = n / 256 * PACK_BLOCK, n_blocks = n / 256;
@@ -284,7 +345,7 @@ EM_AMX static em_err product_amx(const void *weight_rows, uint64_t row_stride, u
         return em_errorf(EM_ERR_NOMEM, "amx product: no memory for %llu columns of 16 weight rows and %u tokens",
                          (unsigned long long)n, n_tokens);
     }
-    configure_tiles();
+    configure_tiles(EM_TYPE_Q4_K);
     for (uint32_t first = 0; first < n_rows; first += TILE_ROWS) {
         const uint32_t rows = n_rows - first < TILE_ROWS ? n_rows - first : TILE_ROWS;
         prepare_chunk((const uint8_t *)weight_rows + first * row_stride, row_stride, rows, n, prep);
@@ -292,14 +353,85 @@ EM_AMX static em_err product_amx(const void *weight_rows, uint64_t row_stride, u
         for (uint32_t tile = 0; tile < n_tiles; tile += 2)
             sweep(prep, (const uint8_t *)tiles + tile * tile_bytes, tile_bytes, tile + 1 < n_tiles, n_blocks,
                   acc + (uint64_t)tile * TILE_ROWS * TILE_TOKENS);
-        /* token t's results for the chunk's rows lie 16 floats apart in its tile's sums */
-        const __m512i down = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                _mm512_set1_epi32(TILE_TOKENS));
-        const __mmask16 keep = (__mmask16)((1u << rows) - 1);
-        for (uint32_t t = 0; t < n_tokens; t++) {
-            const float *tile_acc = acc + (uint64_t)(t / TILE_TOKENS) * TILE_ROWS * TILE_TOKENS + t % TILE_TOKENS;
-            _mm512_mask_storeu_ps(y + t * y_stride + first, keep, _mm512_i32gather_ps(down, tile_acc, 4));
+        write_results(acc, n_tokens, rows, y + first, y_stride);
+    }
+    _tile_release();
+    free(prep);
+    free(acc);
+    return NULL;
+}
+
+/* Q8_0: the chunk's rows as 16 x 32 tiles per block (zeros past `rows`) and their f32 scales. */
+EM_AMX static void prepare_chunk_q8_0(const uint8_t *w, uint64_t row_stride, uint32_t rows, uint64_t n, uint8_t *prep) {
+    if (rows < TILE_ROWS) memset(prep, 0, n / 32 * Q8_PREP_BLOCK);
+    for (uint32_t r = 0; r < rows; r++)
+        for (uint64_t b = 0; b < n / 32; b++) {
+            const uint8_t *block = w + r * row_stride + b * 34;
+            uint8_t *p = prep + b * Q8_PREP_BLOCK;
+            const float d = em_load_fp16(block);
+            memcpy(p + Q8_PREP_D + 4 * r, &d, 4);
+            memcpy(p + Q8_PREP_LEVELS + 32 * r, block + 2, 32);
         }
+}
+
+/* em_dot_scalar's Q8_0 steps for one block of a token tile: acc[r] += (d_r * d_t) * isum. */
+EM_AMX static EM_INLINE void block_steps_q8_0(const int32_t *isums, const uint8_t *pack, const uint8_t *prep,
+                                              float *acc) {
+    const __m512 da = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(pack + Q8_PACK_SCALES)));
+    const float *dw = (const float *)(const void *)(prep + Q8_PREP_D);
+    EM_UNROLL(4) for (int r = 0; r < TILE_ROWS; r++) {
+        __m512 step = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dw[r]), da),
+                                    _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(isums + 16 * r))));
+        SEPARATE(step);
+        _mm512_storeu_ps(acc + 16 * r, _mm512_add_ps(_mm512_loadu_ps(acc + 16 * r), step));
+    }
+}
+
+EM_AMX static EM_INLINE void multiply_block_q8_0(const uint8_t *p, const uint8_t *t0, const uint8_t *t1, bool two) {
+    _tile_zero(0);
+    _tile_loadd(4, p + Q8_PREP_LEVELS, 32);
+    _tile_loadd(6, t0 + Q8_PACK_LEVELS, 64);
+    _tile_dpbssd(0, 4, 6);
+    if (two) {
+        _tile_zero(1);
+        _tile_loadd(7, t1 + Q8_PACK_LEVELS, 64);
+        _tile_dpbssd(1, 4, 7);
+    }
+}
+
+EM_AMX static em_err product_q8_0_amx(const void *weight_rows, uint64_t row_stride, uint32_t n_rows, const void *tiles,
+                                      uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
+    const uint64_t n_blocks = n / 32, tile_bytes = n_blocks * Q8_PACK_BLOCK;
+    const uint32_t n_tiles = (n_tokens + TILE_TOKENS - 1) / TILE_TOKENS;
+    uint8_t *prep = malloc(n_blocks * Q8_PREP_BLOCK);
+    float *acc = malloc((uint64_t)n_tiles * TILE_ROWS * TILE_TOKENS * sizeof *acc);
+    if (!prep || !acc) {
+        free(prep);
+        free(acc);
+        return em_errorf(EM_ERR_NOMEM, "amx product: no memory for %llu columns of 16 weight rows and %u tokens",
+                         (unsigned long long)n, n_tokens);
+    }
+    configure_tiles(EM_TYPE_Q8_0);
+    int32_t results[2][TILE_ROWS * TILE_TOKENS];
+    for (uint32_t first = 0; first < n_rows; first += TILE_ROWS) {
+        const uint32_t rows = n_rows - first < TILE_ROWS ? n_rows - first : TILE_ROWS;
+        prepare_chunk_q8_0((const uint8_t *)weight_rows + first * row_stride, row_stride, rows, n, prep);
+        memset(acc, 0, (uint64_t)n_tiles * TILE_ROWS * TILE_TOKENS * sizeof *acc);
+        for (uint32_t tile = 0; tile < n_tiles; tile += 2) {
+            const bool two = tile + 1 < n_tiles;
+            const uint8_t *t0 = (const uint8_t *)tiles + tile * tile_bytes;
+            float *acc0 = acc + (uint64_t)tile * TILE_ROWS * TILE_TOKENS;
+            multiply_block_q8_0(prep, t0, t0 + tile_bytes, two);
+            for (uint64_t b = 0; b < n_blocks; b++) {
+                const uint8_t *p = prep + b * Q8_PREP_BLOCK, *tb = t0 + b * Q8_PACK_BLOCK;
+                _tile_stored(0, results[0], 64);
+                if (two) _tile_stored(1, results[1], 64);
+                if (b + 1 < n_blocks) multiply_block_q8_0(p + Q8_PREP_BLOCK, tb + Q8_PACK_BLOCK, tb + Q8_PACK_BLOCK + tile_bytes, two);
+                block_steps_q8_0(results[0], tb, p, acc0);
+                if (two) block_steps_q8_0(results[1], tb + tile_bytes, p, acc0 + TILE_ROWS * TILE_TOKENS);
+            }
+        }
+        write_results(acc, n_tokens, rows, y + first, y_stride);
     }
     _tile_release();
     free(prep);
@@ -309,9 +441,10 @@ EM_AMX static em_err product_amx(const void *weight_rows, uint64_t row_stride, u
 
 em_err em_amx_product(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_rows,
                       const void *tiles, uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
-    (void)weight_type;
+    if (em_amx_available() && weight_type == EM_TYPE_Q8_0)
+        return product_q8_0_amx(weight_rows, row_stride, n_rows, tiles, n_tokens, n, y, y_stride);
     if (em_amx_available()) return product_amx(weight_rows, row_stride, n_rows, tiles, n_tokens, n, y, y_stride);
-    product_plain(weight_rows, row_stride, n_rows, tiles, n_tokens, n, y, y_stride);
+    product_plain(weight_type, weight_rows, row_stride, n_rows, tiles, n_tokens, n, y, y_stride);
     return NULL;
 }
 
@@ -321,8 +454,7 @@ bool em_amx_available(void) { return false; }
 
 em_err em_amx_product(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_rows,
                       const void *tiles, uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
-    (void)weight_type;
-    product_plain(weight_rows, row_stride, n_rows, tiles, n_tokens, n, y, y_stride);
+    product_plain(weight_type, weight_rows, row_stride, n_rows, tiles, n_tokens, n, y, y_stride);
     return NULL;
 }
 
