@@ -230,6 +230,16 @@ static uint32_t run_end(uint32_t p, uint32_t end, uint32_t block_tokens) {
     return block_end < end ? block_end : end;
 }
 
+/* The part [from, to) of positions [p, pe) that a token at `pos` sees (its first visible position
+ * in *first); false when it sees none of them. */
+static bool visible_part(const em_layer_desc *ld, uint32_t pos, uint32_t p, uint32_t pe, uint32_t *first,
+                         uint32_t *from, uint32_t *to) {
+    *first = first_visible(ld, pos);
+    *from = p > *first ? p : *first;
+    *to = pe < pos + 1 ? pe : pos + 1;
+    return *from < *to;
+}
+
 /* One share of (token tile, KV head) units: for each token and each query head of the unit, scores
  * over the token's visible positions, softmax, weighted values. Positions are walked block by block
  * of the sequence's table: within a block the cache rows are consecutive, so each block's row is
@@ -267,9 +277,8 @@ static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
                 const uint32_t pe = run_end(p, hi, block_tokens);
                 const float *k = kv_key(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim;
                 for (uint32_t t = t0; t < t1; t++) {
-                    const uint32_t first = first_visible(ld, batch->pos[t]), last = batch->pos[t] + 1;
-                    const uint32_t from = p > first ? p : first, to = pe < last ? pe : last;
-                    if (from >= to) continue;
+                    uint32_t first, from, to;
+                    if (!visible_part(ld, batch->pos[t], p, pe, &first, &from, &to)) continue;
                     const float *q = b->q + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim;
                     for (uint32_t g = 0; g < group; g++) {
                         float *run_scores =
@@ -295,9 +304,8 @@ static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
                 const uint32_t pe = run_end(p, hi, block_tokens);
                 const float *v = kv_value(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim_v;
                 for (uint32_t t = t0; t < t1; t++) {
-                    const uint32_t first = first_visible(ld, batch->pos[t]), last = batch->pos[t] + 1;
-                    const uint32_t from = p > first ? p : first, to = pe < last ? pe : last;
-                    if (from >= to) continue;
+                    uint32_t first, from, to;
+                    if (!visible_part(ld, batch->pos[t], p, pe, &first, &from, &to)) continue;
                     float *o = b->attn + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim_v;
                     em_f32_add_weighted_rows(o, ld->head_dim_v,
                                              scores + (uint64_t)(t - t0) * group * b->cap_positions + (from - first),

@@ -322,6 +322,18 @@ EM_AMX static EM_INLINE void sweep(const uint8_t *prep, const uint8_t *tiles, ui
     }
 }
 
+/* A product's work buffers: a chunk's weights laid out (prep_bytes) and the sums of every token
+ * tile for the chunk's 16 rows. */
+static em_err work_buffers(uint64_t prep_bytes, uint32_t n_tiles, uint64_t n, uint8_t **prep, float **acc) {
+    *prep = malloc(prep_bytes);
+    *acc = malloc((uint64_t)n_tiles * TILE_ROWS * TILE_TOKENS * sizeof **acc);
+    if (*prep && *acc) return NULL;
+    free(*prep);
+    free(*acc);
+    return em_errorf(EM_ERR_NOMEM, "amx product: no memory for %llu columns of 16 weight rows and %u token tiles",
+                     (unsigned long long)n, n_tiles);
+}
+
 /* A chunk's results: token t's for the chunk's rows lie 16 floats apart in its tile's sums. */
 EM_AMX static void write_results(const float *acc, uint32_t n_tokens, uint32_t rows, float *y, uint64_t y_stride) {
     const __m512i down = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -337,14 +349,10 @@ EM_AMX static em_err product_amx(const void *weight_rows, uint64_t row_stride, u
                                  uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
     const uint64_t tile_bytes = n / 256 * PACK_BLOCK, n_blocks = n / 256;
     const uint32_t n_tiles = (n_tokens + TILE_TOKENS - 1) / TILE_TOKENS;
-    uint8_t *prep = malloc(n_blocks * PREP_BLOCK);
-    float *acc = malloc((uint64_t)n_tiles * TILE_ROWS * TILE_TOKENS * sizeof *acc);
-    if (!prep || !acc) {
-        free(prep);
-        free(acc);
-        return em_errorf(EM_ERR_NOMEM, "amx product: no memory for %llu columns of 16 weight rows and %u tokens",
-                         (unsigned long long)n, n_tokens);
-    }
+    uint8_t *prep;
+    float *acc;
+    em_err err = work_buffers(n_blocks * PREP_BLOCK, n_tiles, n, &prep, &acc);
+    if (err) return err;
     configure_tiles(EM_TYPE_Q4_K);
     for (uint32_t first = 0; first < n_rows; first += TILE_ROWS) {
         const uint32_t rows = n_rows - first < TILE_ROWS ? n_rows - first : TILE_ROWS;
@@ -403,14 +411,10 @@ EM_AMX static em_err product_q8_0_amx(const void *weight_rows, uint64_t row_stri
                                       uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
     const uint64_t n_blocks = n / 32, tile_bytes = n_blocks * Q8_PACK_BLOCK;
     const uint32_t n_tiles = (n_tokens + TILE_TOKENS - 1) / TILE_TOKENS;
-    uint8_t *prep = malloc(n_blocks * Q8_PREP_BLOCK);
-    float *acc = malloc((uint64_t)n_tiles * TILE_ROWS * TILE_TOKENS * sizeof *acc);
-    if (!prep || !acc) {
-        free(prep);
-        free(acc);
-        return em_errorf(EM_ERR_NOMEM, "amx product: no memory for %llu columns of 16 weight rows and %u tokens",
-                         (unsigned long long)n, n_tokens);
-    }
+    uint8_t *prep;
+    float *acc;
+    em_err err = work_buffers(n_blocks * Q8_PREP_BLOCK, n_tiles, n, &prep, &acc);
+    if (err) return err;
     configure_tiles(EM_TYPE_Q8_0);
     int32_t results[2][TILE_ROWS * TILE_TOKENS];
     for (uint32_t first = 0; first < n_rows; first += TILE_ROWS) {
