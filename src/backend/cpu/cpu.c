@@ -766,8 +766,7 @@ static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 static void act_max(cpu_backend *b, const em_weight *w) {
     if (!w->data) return;
     b->act_per_token = max_u64(b->act_per_token, em_cpu_act_bytes(w));
-    if (em_dot_group_kernel(w->type) || (em_amx_tile_bytes(w->type, w->cols) && em_amx_available()))
-        b->packs_groups = true;
+    if (em_dot_group_kernel(w->type) || em_cpu_amx(w->type, w->cols, EM_CPU_AMX_FROM)) b->packs_groups = true;
 }
 
 uint64_t em_backend_kv_bytes_per_token(const em_model_desc *d) {

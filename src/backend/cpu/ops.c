@@ -83,7 +83,7 @@ typedef struct matmul_job {
     em_dot_group_fn group_kernel; /* NULL: em_dot_rows on the activation rows */
     uint64_t group_bytes;
     bool bf16_tiles; /* BF16 weights: activations rounded to bf16 in scratch, em_bf16_tiles */
-    uint64_t amx_tile_bytes; /* not 0: Q4_K on AMX, the activations packed in tiles (em_amx_product) */
+    uint64_t amx_tile_bytes; /* not 0: Q4_K or Q8_0 on AMX, the activations packed in tiles (em_amx_product) */
     em_err err; /* the first error of a share (keep_first_error) */
     pthread_mutex_t mutex;
 } matmul_job;
@@ -199,7 +199,7 @@ em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm) {
     /* BF16 weights times many tokens: bf16 activations and vdpbf16ps tiles where the CPU has them
      * (not em_dot's numbers; quant.h gives the bound) */
     job.bf16_tiles = em_cpu_bf16_tiles(mm->w->type, mm->n_tokens);
-    /* Q4_K times many tokens: AMX tiles where the CPU has them (em_dot_scalar's numbers, quant.h) */
+    /* Q4_K or Q8_0 times many tokens: AMX tiles where the CPU has them (em_dot_scalar's numbers, quant.h) */
     if (mm->groups && em_cpu_amx(mm->w->type, mm->w->cols, mm->n_tokens)) {
         job.amx_tile_bytes = em_amx_tile_bytes(mm->w->type, mm->w->cols);
         job.group_kernel = NULL;

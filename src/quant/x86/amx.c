@@ -15,8 +15,8 @@
  * Activations: Q8_K rows packed once per product in tiles of EM_AMX_TILE_TOKENS tokens (em_amx_pack):
  * per weight block, the 16 tokens' f32 scales, their sub-block sums as int16 pairs, and the levels
  * as four 64 x 16 tiles in the unit's layout (row k / 4 holds four consecutive levels of each token).
- * Weights: 16 rows at a time are laid out as hi / lo tiles for the whole row (the chunk's work
- * buffer, in L2) and then swept over every token tile, two token tiles per pass so that each weight
+ * Weights: 16 rows at a time are laid out as hi / lo tiles for the whole row length (the chunk's
+ * work buffer, in L2) and then swept over every token tile, two token tiles per pass so that each weight
  * tile loaded serves both.
  *
  * Q8_0 is simpler: its signed levels go to tdpbssd as they are, one 32-column block per instruction
@@ -181,8 +181,9 @@ bool em_amx_available(void) {
     return state == 2;
 }
 
-/* Every tile 16 rows of 64 bytes: 0..3 results (hi and lo of two token tiles), 4..5 weights (hi,
- * lo), 6..7 activations (two token tiles). */
+/* Q4_K: every tile 16 rows of 64 bytes, 0..3 results (hi and lo of two token tiles), 4..5 weights
+ * (hi, lo), 6..7 activations (two token tiles). Q8_0: 0..1 results (two token tiles), 4 weights (16
+ * rows of 32 bytes), 6..7 activations (8 rows of 64 bytes). */
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t bytes_per_row[16];
@@ -345,29 +346,6 @@ EM_AMX static void write_results(const float *acc, uint32_t n_tokens, uint32_t r
     }
 }
 
-EM_AMX static em_err product_amx(const void *weight_rows, uint64_t row_stride, uint32_t n_rows, const void *tiles,
-                                 uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
-    const uint64_t tile_bytes = n / 256 * PACK_BLOCK, n_blocks = n / 256;
-    const uint32_t n_tiles = (n_tokens + TILE_TOKENS - 1) / TILE_TOKENS;
-    uint8_t *prep;
-    float *acc;
-    em_err err = work_buffers(n_blocks * PREP_BLOCK, n_tiles, n, &prep, &acc);
-    if (err) return err;
-    configure_tiles(EM_TYPE_Q4_K);
-    for (uint32_t first = 0; first < n_rows; first += TILE_ROWS) {
-        const uint32_t rows = n_rows - first < TILE_ROWS ? n_rows - first : TILE_ROWS;
-        prepare_chunk((const uint8_t *)weight_rows + first * row_stride, row_stride, rows, n, prep);
-        memset(acc, 0, (uint64_t)n_tiles * TILE_ROWS * TILE_TOKENS * sizeof *acc);
-        for (uint32_t tile = 0; tile < n_tiles; tile += 2)
-            sweep(prep, (const uint8_t *)tiles + tile * tile_bytes, tile_bytes, tile + 1 < n_tiles, n_blocks,
-                  acc + (uint64_t)tile * TILE_ROWS * TILE_TOKENS);
-        write_results(acc, n_tokens, rows, y + first, y_stride);
-    }
-    _tile_release();
-    free(prep);
-    free(acc);
-    return NULL;
-}
 
 /* Q8_0: the chunk's rows as 16 x 32 tiles per block (zeros past `rows`) and their f32 scales. */
 EM_AMX static void prepare_chunk_q8_0(const uint8_t *w, uint64_t row_stride, uint32_t rows, uint64_t n, uint8_t *prep) {
@@ -407,33 +385,45 @@ EM_AMX static EM_INLINE void multiply_block_q8_0(const uint8_t *p, const uint8_t
     }
 }
 
-EM_AMX static em_err product_q8_0_amx(const void *weight_rows, uint64_t row_stride, uint32_t n_rows, const void *tiles,
-                                      uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
-    const uint64_t n_blocks = n / 32, tile_bytes = n_blocks * Q8_PACK_BLOCK;
+/* Q8_0's sweep: the chunk's 16 rows against a token tile (and the next one when `two`), every
+ * block, into acc (and acc + TILE_ROWS * TILE_TOKENS), the next block multiplied before the f32
+ * steps of the current one, as in sweep. */
+EM_AMX static EM_INLINE void sweep_q8_0(const uint8_t *prep, const uint8_t *tiles, uint64_t tile_bytes, bool two,
+                                        uint64_t n_blocks, float *acc) {
+    int32_t results[2][TILE_ROWS * TILE_TOKENS];
+    multiply_block_q8_0(prep, tiles, tiles + tile_bytes, two);
+    for (uint64_t b = 0; b < n_blocks; b++) {
+        const uint8_t *p = prep + b * Q8_PREP_BLOCK, *t = tiles + b * Q8_PACK_BLOCK;
+        _tile_stored(0, results[0], 64);
+        if (two) _tile_stored(1, results[1], 64);
+        if (b + 1 < n_blocks) multiply_block_q8_0(p + Q8_PREP_BLOCK, t + Q8_PACK_BLOCK, t + Q8_PACK_BLOCK + tile_bytes, two);
+        block_steps_q8_0(results[0], t, p, acc);
+        if (two) block_steps_q8_0(results[1], t + tile_bytes, p, acc + TILE_ROWS * TILE_TOKENS);
+    }
+}
+
+/* Every chunk of 16 weight rows laid out once and swept over the token tiles two at a time. */
+EM_AMX static em_err product_amx(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_rows,
+                                 const void *tiles, uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
+    const bool q8_0 = weight_type == EM_TYPE_Q8_0;
+    const uint64_t n_blocks = q8_0 ? n / 32 : n / 256, tile_bytes = em_amx_tile_bytes(weight_type, n);
     const uint32_t n_tiles = (n_tokens + TILE_TOKENS - 1) / TILE_TOKENS;
     uint8_t *prep;
     float *acc;
-    em_err err = work_buffers(n_blocks * Q8_PREP_BLOCK, n_tiles, n, &prep, &acc);
+    em_err err = work_buffers(n_blocks * (q8_0 ? Q8_PREP_BLOCK : PREP_BLOCK), n_tiles, n, &prep, &acc);
     if (err) return err;
-    configure_tiles(EM_TYPE_Q8_0);
-    int32_t results[2][TILE_ROWS * TILE_TOKENS];
+    configure_tiles(weight_type);
     for (uint32_t first = 0; first < n_rows; first += TILE_ROWS) {
         const uint32_t rows = n_rows - first < TILE_ROWS ? n_rows - first : TILE_ROWS;
-        prepare_chunk_q8_0((const uint8_t *)weight_rows + first * row_stride, row_stride, rows, n, prep);
+        const uint8_t *w = (const uint8_t *)weight_rows + first * row_stride;
+        if (q8_0) prepare_chunk_q8_0(w, row_stride, rows, n, prep);
+        else prepare_chunk(w, row_stride, rows, n, prep);
         memset(acc, 0, (uint64_t)n_tiles * TILE_ROWS * TILE_TOKENS * sizeof *acc);
         for (uint32_t tile = 0; tile < n_tiles; tile += 2) {
-            const bool two = tile + 1 < n_tiles;
-            const uint8_t *t0 = (const uint8_t *)tiles + tile * tile_bytes;
-            float *acc0 = acc + (uint64_t)tile * TILE_ROWS * TILE_TOKENS;
-            multiply_block_q8_0(prep, t0, t0 + tile_bytes, two);
-            for (uint64_t b = 0; b < n_blocks; b++) {
-                const uint8_t *p = prep + b * Q8_PREP_BLOCK, *tb = t0 + b * Q8_PACK_BLOCK;
-                _tile_stored(0, results[0], 64);
-                if (two) _tile_stored(1, results[1], 64);
-                if (b + 1 < n_blocks) multiply_block_q8_0(p + Q8_PREP_BLOCK, tb + Q8_PACK_BLOCK, tb + Q8_PACK_BLOCK + tile_bytes, two);
-                block_steps_q8_0(results[0], tb, p, acc0);
-                if (two) block_steps_q8_0(results[1], tb + tile_bytes, p, acc0 + TILE_ROWS * TILE_TOKENS);
-            }
+            const uint8_t *t = (const uint8_t *)tiles + tile * tile_bytes;
+            float *tile_acc = acc + (uint64_t)tile * TILE_ROWS * TILE_TOKENS;
+            if (q8_0) sweep_q8_0(prep, t, tile_bytes, tile + 1 < n_tiles, n_blocks, tile_acc);
+            else sweep(prep, t, tile_bytes, tile + 1 < n_tiles, n_blocks, tile_acc);
         }
         write_results(acc, n_tokens, rows, y + first, y_stride);
     }
@@ -445,9 +435,8 @@ EM_AMX static em_err product_q8_0_amx(const void *weight_rows, uint64_t row_stri
 
 em_err em_amx_product(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_rows,
                       const void *tiles, uint32_t n_tokens, uint64_t n, float *y, uint64_t y_stride) {
-    if (em_amx_available() && weight_type == EM_TYPE_Q8_0)
-        return product_q8_0_amx(weight_rows, row_stride, n_rows, tiles, n_tokens, n, y, y_stride);
-    if (em_amx_available()) return product_amx(weight_rows, row_stride, n_rows, tiles, n_tokens, n, y, y_stride);
+    if (em_amx_available())
+        return product_amx(weight_type, weight_rows, row_stride, n_rows, tiles, n_tokens, n, y, y_stride);
     product_plain(weight_type, weight_rows, row_stride, n_rows, tiles, n_tokens, n, y, y_stride);
     return NULL;
 }
