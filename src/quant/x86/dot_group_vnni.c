@@ -357,11 +357,11 @@ typedef struct iq3_xxs_decoded {
     float d;
 } iq3_xxs_decoded;
 
-EM_VNNI static EM_INLINE void iq3_xxs_decode(const __m512i grid[16], const uint8_t *w, iq3_xxs_decoded *out) {
+EM_VNNI static EM_INLINE void iq3_xxs_decode(const uint8_t *w, iq3_xxs_decoded *out) {
     __m512i correction = _mm512_setzero_si512(); /* lanes 0..7 from the even runs, 8..15 the odd ones */
     for (int run = 0; run < 8; run += 2) {
         const uint32_t aux0 = em_load_u32(w + 66 + 4 * run), aux1 = em_load_u32(w + 70 + 4 * run);
-        const __m512i mag = iq3xxs_grid_points(grid, w + 2 + 8 * run);
+        const __m512i mag = iq3xxs_grid_points(w + 2 + 8 * run);
         const __m512i levels = _mm512_mask_sub_epi8(mag, iq3xxs_sign_mask(aux0, aux1), _mm512_setzero_si512(), mag);
         _mm512_storeu_si512((void *)(out->levels + 32 * run), levels);
         const int16_t scale0 = (int16_t)(2 * (aux0 >> 28) + 1), scale1 = (int16_t)(2 * (aux1 >> 28) + 1);
@@ -392,8 +392,8 @@ EM_VNNI static EM_INLINE void iq3_xxs_decode(const __m512i grid[16], const uint8
  * no saturation) and one vpdpwssd by the pair (scale, scale); the block's correction, added first,
  * takes the 128s out again. The f32 steps are the single-row kernel's, block by block in order, so
  * the results are em_dot's bitwise. */
-EM_VNNI static EM_INLINE void iq3_xxs_tile(const __m512i grid[16], const uint8_t *w, uint64_t row_bytes,
-                                           const int rows, const uint8_t *groups, uint64_t group_bytes,
+EM_VNNI static EM_INLINE void iq3_xxs_tile(const uint8_t *w, uint64_t row_bytes, const int rows,
+                                           const uint8_t *groups, uint64_t group_bytes,
                                            uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
     enum { PAIRS = GROUP_TOKENS / 2 };
     const uint32_t n_groups = (n_tokens + GROUP_TOKENS - 1) / GROUP_TOKENS;
@@ -407,7 +407,7 @@ EM_VNNI static EM_INLINE void iq3_xxs_tile(const __m512i grid[16], const uint8_t
         const uint64_t blocks = n / 256 - first < IQ3_XXS_CHUNK_BLOCKS ? n / 256 - first : IQ3_XXS_CHUNK_BLOCKS;
         for (uint64_t b = 0; b < blocks; b++)
             EM_UNROLL(2) for (int r = 0; r < rows; r++)
-                iq3_xxs_decode(grid, w + r * row_bytes + (first + b) * 98, &decoded[b][r]);
+                iq3_xxs_decode(w + r * row_bytes + (first + b) * 98, &decoded[b][r]);
         for (uint32_t gi = 0; gi < n_groups; gi++) {
             const uint8_t *g = groups + gi * group_bytes + first * IQ3_XXS_GROUP_BLOCK;
             __m512 acc[TILE_ROWS][PAIRS];
@@ -510,8 +510,6 @@ EM_VNNI static void group_iq3_xxs(const void *weight_rows, uint64_t row_bytes, u
                                   const void *group, uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
     enum { CALL_TOKENS = IQ3_XXS_CALL_GROUPS * GROUP_TOKENS };
     const uint64_t group_bytes = n / 256 * IQ3_XXS_GROUP_BLOCK;
-    __m512i grid[16];
-    for (int i = 0; i < 16; i++) grid[i] = _mm512_loadu_si512((const void *)(em_iq3xxs_grid + 16 * i));
     float local[CALL_TOKENS * OUT_ROWS];
     for (uint32_t first = 0; first < n_weight_rows; first += OUT_ROWS) {
         const uint8_t *w = (const uint8_t *)weight_rows + first * row_bytes;
@@ -521,10 +519,10 @@ EM_VNNI static void group_iq3_xxs(const void *weight_rows, uint64_t row_bytes, u
             const uint32_t tokens = n_tokens - t < CALL_TOKENS ? n_tokens - t : CALL_TOKENS;
             uint32_t r = 0;
             for (; r + TILE_ROWS <= rows; r += TILE_ROWS)
-                iq3_xxs_tile(grid, w + r * row_bytes, row_bytes, TILE_ROWS, g, group_bytes, tokens, n, local + r,
+                iq3_xxs_tile(w + r * row_bytes, row_bytes, TILE_ROWS, g, group_bytes, tokens, n, local + r,
                              OUT_ROWS);
             for (; r < rows; r++)
-                iq3_xxs_tile(grid, w + r * row_bytes, row_bytes, 1, g, group_bytes, tokens, n, local + r, OUT_ROWS);
+                iq3_xxs_tile(w + r * row_bytes, row_bytes, 1, g, group_bytes, tokens, n, local + r, OUT_ROWS);
             write_results(local, tokens, rows, out + t * out_stride + first, out_stride);
         }
     }

@@ -140,16 +140,14 @@ EM_VNNI static EM_INLINE void q8_0_rows(const uint8_t *w, const uint8_t *a, uint
     }
 }
 
-/* IQ3_XXS: two 32-element runs per register. The sixteen grid points of the two runs are looked up
- * in registers (iq3xxs_grid_points: a gather, or a scalar load per point, is slower), the signs
+/* IQ3_XXS: two 32-element runs per register. The sixteen grid points of the two runs are loaded
+ * from the table (iq3xxs_grid_points: a gather, or a lookup in registers, is slower), the signs
  * become a 64-bit mask (AVX-512BW) that negates the activations' bytes, and vpdpwssd multiplies
  * the vpmaddubsw pairs by each run's integer scale (2s + 1; the lower half's in the lower sixteen
  * int16 lanes) into the running sum. Folding the halves gives the AVX2 kernel's isum: there, lane
  * i sums the same four products of every run, times the run's scale. */
 EM_VNNI static EM_INLINE void iq3_xxs_rows(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr, uint64_t n,
                                            float *out) {
-    __m512i grid[16];
-    for (int i = 0; i < 16; i++) grid[i] = _mm512_loadu_si512((const void *)(em_iq3xxs_grid + 16 * i));
     __m256 acc[VNNI_ROWS_MAX];
     UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     for (uint64_t b = 0; b < n / 256; b++, w += 98, a += 292) {
@@ -157,7 +155,7 @@ EM_VNNI static EM_INLINE void iq3_xxs_rows(const uint8_t *w, const uint8_t *a, u
         UNROLL_ROWS for (int r = 0; r < nr; r++) isum[r] = _mm512_setzero_si512();
         for (int ib = 0; ib < 8; ib += 2) {
             const uint32_t aux0 = em_load_u32(w + 66 + 4 * ib), aux1 = em_load_u32(w + 70 + 4 * ib);
-            const __m512i mag = iq3xxs_grid_points(grid, w + 2 + 8 * ib);
+            const __m512i mag = iq3xxs_grid_points(w + 2 + 8 * ib);
             const __mmask64 neg = iq3xxs_sign_mask(aux0, aux1);
             const __m512i scale = _mm512_mask_set1_epi16(_mm512_set1_epi16((int16_t)(2 * (aux0 >> 28) + 1)),
                                                          0xffff0000u, (int16_t)(2 * (aux1 >> 28) + 1));

@@ -6,7 +6,7 @@
  * independent chains (one row's vpdpbusd / vpdpwssd chain alone keeps the core waiting on their
  * latency).
  *
- * Q4_K and Q8_0 need AVX512_VNNI, BF16 only AVX512F; all are handed out where the VNNI kernels
+ * Q4_K, Q6_K and Q8_0 need AVX512_VNNI, BF16 only AVX512F; all are handed out where the VNNI kernels
  * are (em_quant_x86_has_vnni, so EMBER_CPU_ISA=avx2 turns them off too). Each kernel builds, lane
  * for lane, the integer sums or f32 accumulators of the AVX2 one-row kernel in dot_avx2.c and
  * then does that kernel's f32 steps in its order, so results equal em_dot's bitwise
@@ -45,6 +45,13 @@ EM_VNNI static EM_INLINE void ahead_step(ahead h, uint64_t step) {
 EM_VNNI static EM_INLINE __m128i hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
     __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
     return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+/* Lane j holds first + j / 4: a permutation index that spreads four consecutive lanes (group
+ * scales) over four lanes each. */
+EM_VNNI static EM_INLINE __m512i group_index(int first) {
+    const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_add_epi32(_mm512_set1_epi32(first), quarter);
 }
 
 /* Q4_K, `nr` weight rows `stride` bytes apart. Per 64-element chunk c the 64 Q8_K activations of
@@ -104,6 +111,70 @@ EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, in
     float mins_out[WEIGHT_ROWS_MAX];
     _mm_storeu_ps(mins_out, mins_total);
     UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]) - mins_out[r];
+}
+
+/* Q6_K, `nr` weight rows `stride` bytes apart. Per half h of a block (128 elements) one register
+ * holds two 32-element runs: the low nibbles of the 64 ql bytes are runs 0 and 1 (lower and upper
+ * half), their high nibbles runs 2 and 3, and the two high bits of each element come from the 32
+ * qh bytes broadcast to both halves, each half shifted by its own count so that its run's bits
+ * land on bits 4..5 of the byte. vpdpbusd gives per lane four products of the unsigned 6-bit levels
+ * and the activations (at most 4 * 63 * 127: an int16), vpdpwssd multiplies them by their
+ * 16-element group's signed scale, the int16 pair (scale, 0): lanes 0..3 of a run are its first
+ * group, 4..7 its second, as in dot_avx2.c's kernel, so folding the halves gives its isum. The -32
+ * offset of every level comes off lane 0 as there, 32 times the sum of scale times group sum. */
+EM_VNNI static EM_INLINE void q6_k_weights(const uint8_t *w, uint64_t stride, int nr, const uint8_t *a, uint64_t n,
+                                           float *out) {
+    __m256 acc[WEIGHT_ROWS_MAX];
+    UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(15), bits45 = _mm512_set1_epi8(0x30), low16 = _mm512_set1_epi32(0xffff);
+    /* runs 0 and 1 take qh's bits 0..1 and 2..3 to bits 4..5; runs 2 and 3 take bits 4..5 and 6..7 */
+    const __m512i up01 = _mm512_mask_set1_epi16(_mm512_set1_epi16(4), 0xffff0000u, 2);
+    const __m512i down23 = _mm512_mask_set1_epi16(_mm512_setzero_si512(), 0xffff0000u, 2);
+    const ahead h = ahead_of(w, nr * stride, n / 256);
+    for (uint64_t b = 0; b < n / 256; b++, w += 210, a += 292) {
+        ahead_step(h, b);
+        const float d8 = em_load_f32(a);
+        const __m256i group_sums = load32(a + 260);
+        __m512i act[4]; /* runs 0, 1 of half 0; runs 2, 3; then half 1's */
+        for (int c = 0; c < 4; c++) act[c] = _mm512_loadu_si512((const void *)(a + 4 + 64 * c));
+        __m256i offset[WEIGHT_ROWS_MAX];
+        __m512i isum[WEIGHT_ROWS_MAX], isum_odd[WEIGHT_ROWS_MAX];
+        UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) {
+            offset[r] = _mm256_setzero_si256();
+            if (r >= nr) continue;
+            const uint8_t *wr = w + r * stride;
+            const __m128i sc8 = _mm_loadu_si128((const __m128i *)(wr + 192));
+            offset[r] = _mm256_madd_epi16(group_sums, _mm256_cvtepi8_epi16(sc8));
+            const __m512i scales32 = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), low16); /* (scale, 0) */
+            /* two chains per row (the block's halves): integer sums, so the split changes nothing */
+            isum[r] = _mm512_setzero_si512();
+            isum_odd[r] = _mm512_setzero_si512();
+            for (int half = 0; half < 2; half++) {
+                const __m512i ql = _mm512_loadu_si512((const void *)(wr + 64 * half));
+                const __m512i qh = _mm512_broadcast_i64x4(load32(wr + 128 + 32 * half));
+                const __m512i q01 = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, low4), _mm512_sllv_epi16(qh, up01),
+                                                              bits45, 0xf8); /* a | (b & c) */
+                const __m512i q23 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                                              _mm512_srlv_epi16(qh, down23), bits45, 0xf8);
+                /* lane j of runs 2k, 2k + 1 takes group 8 half + 4k + j / 4 */
+                const __m512i sc01 = _mm512_permutexvar_epi32(group_index(8 * half), scales32);
+                const __m512i sc23 = _mm512_permutexvar_epi32(group_index(8 * half + 4), scales32);
+                __m512i *sum = half ? &isum_odd[r] : &isum[r];
+                *sum = _mm512_dpwssd_epi32(*sum, _mm512_dpbusd_epi32(_mm512_setzero_si512(), q01, act[2 * half]), sc01);
+                *sum = _mm512_dpwssd_epi32(*sum, _mm512_dpbusd_epi32(_mm512_setzero_si512(), q23, act[2 * half + 1]),
+                                           sc23);
+            }
+        }
+        int32_t offsets[WEIGHT_ROWS_MAX];
+        _mm_storeu_si128((__m128i *)(void *)offsets, hsum4(offset[0], offset[1], offset[2], offset[3]));
+        UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) {
+            __m256i folded = fold_halves(_mm512_add_epi32(isum[r], isum_odd[r]));
+            folded = _mm256_sub_epi32(folded, _mm256_setr_epi32(32 * offsets[r], 0, 0, 0, 0, 0, 0, 0));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + r * stride + 208) * d8), _mm256_cvtepi32_ps(folded),
+                                     acc[r]);
+        }
+    }
+    UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
 }
 
 /* Q8_0, weight rows in pairs: one register per pair holds row 2p's 32 weights' magnitudes in its
@@ -208,6 +279,7 @@ EM_VNNI static EM_INLINE void bf16_weights(const uint8_t *w, uint64_t stride, in
 
 WEIGHTS_ENTRY(dot_weights_q4_k, q4_k_weights, uint8_t)
 WEIGHTS_ENTRY(dot_weights_q8_0, q8_0_weights, uint8_t)
+WEIGHTS_ENTRY(dot_weights_q6_k, q6_k_weights, uint8_t)
 WEIGHTS_ENTRY(dot_weights_bf16, bf16_weights, float)
 
 em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type) {
@@ -215,6 +287,7 @@ em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type) {
     switch (weight_type) {
     case EM_TYPE_Q4_K: return dot_weights_q4_k;
     case EM_TYPE_Q8_0: return dot_weights_q8_0;
+    case EM_TYPE_Q6_K: return dot_weights_q6_k;
     case EM_TYPE_BF16: return dot_weights_bf16;
     default: return NULL;
     }

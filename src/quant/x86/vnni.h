@@ -24,19 +24,23 @@ EM_VNNI static EM_INLINE __m256 upper_ps(__m512 v) {
     return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
 }
 
-/* The sixteen grid points of two IQ3_XXS runs (their indices: 16 bytes at q), looked up in the
- * 256-entry grid held in 16 registers: vpermt2d picks within each 32-entry pair of registers (index
- * bits 0..4), and bits 5, 6 and 7 choose among the eight pairs' picks. No gather, no scalar loads. */
-EM_VNNI static EM_INLINE __m512i iq3xxs_grid_points(const __m512i grid[16], const uint8_t *q) {
-    const __m512i index = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
-    __m512i pick[8];
-    for (int k = 0; k < 8; k++) pick[k] = _mm512_permutex2var_epi32(grid[2 * k], index, grid[2 * k + 1]);
-    const __mmask16 bit5 = _mm512_test_epi32_mask(index, _mm512_set1_epi32(32));
-    const __mmask16 bit6 = _mm512_test_epi32_mask(index, _mm512_set1_epi32(64));
-    const __mmask16 bit7 = _mm512_test_epi32_mask(index, _mm512_set1_epi32(128));
-    for (int k = 0; k < 4; k++) pick[k] = _mm512_mask_blend_epi32(bit5, pick[2 * k], pick[2 * k + 1]);
-    for (int k = 0; k < 2; k++) pick[k] = _mm512_mask_blend_epi32(bit6, pick[2 * k], pick[2 * k + 1]);
-    return _mm512_mask_blend_epi32(bit7, pick[0], pick[1]);
+/* The sixteen grid points of two IQ3_XXS runs (their indices: 16 bytes at q), loaded one by one
+ * from the table, four to a 128-bit lane. A lookup in the table held in 16 registers (vpermt2d
+ * within pairs of registers, then three blends by index bits 5..7) measured slower at every row
+ * count up to eight, and in the group kernel: its 19 shuffles and blends per 64 weights all wait on
+ * the shuffle ports, where these 16 loads and 12 inserts spread over the load ports too
+ * (bench/RESULTS.md). */
+EM_VNNI static EM_INLINE __m512i iq3xxs_grid_points(const uint8_t *q) {
+    const uint32_t *g = em_iq3xxs_grid;
+    __m128i lane[4];
+    for (int k = 0; k < 4; k++) {
+        const uint8_t *p = q + 4 * k;
+        lane[k] = _mm_insert_epi32(
+            _mm_insert_epi32(_mm_insert_epi32(_mm_cvtsi32_si128((int)g[p[0]]), (int)g[p[1]], 1), (int)g[p[2]], 2),
+            (int)g[p[3]], 3);
+    }
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(lane[1], lane[0])),
+                              _mm256_set_m128i(lane[3], lane[2]), 1);
 }
 
 /* The signs of two IQ3_XXS runs as a mask, bit j for element j (iq3xxs_sign_bits of each run): pdep
