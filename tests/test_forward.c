@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
 #include "model/model.h"
 #include "quant/quant.h"
 
@@ -339,8 +340,25 @@ FAMILY(test_flint, "tiny-flint", "f32")
 FAMILY(test_llama_q4_k, "tiny-llama", "q4_k")
 FAMILY(test_flint_mix, "tiny-flint", "mix")
 
+/* The CPU pool spins between jobs only while its threads and every other runnable task fit the
+ * CPUs: /proc/loadavg's runnable count includes the reader, and the workers while they spin. */
+static void test_spin_allowed(void **state) {
+    (void)state;
+    assert_true(em_cpu_spin_allowed("0.50 0.40 0.30 1/80 1234\n", 2, 2, false));   /* only the reader runs */
+    assert_false(em_cpu_spin_allowed("2.10 1.50 1.00 2/80 1234\n", 2, 2, false)); /* one other task */
+    assert_true(em_cpu_spin_allowed("1.90 1.50 1.00 2/80 1234\n", 2, 2, true));   /* the spinning worker */
+    assert_false(em_cpu_spin_allowed("3.00 2.00 1.00 3/80 1234\n", 2, 2, true));  /* and one other */
+    assert_false(em_cpu_spin_allowed("0.00 0.00 0.00 1/80 1234\n", 2, 4, false)); /* more threads than CPUs */
+    assert_true(em_cpu_spin_allowed("4.00 4.00 4.00 5/300 99\n", 16, 8, false));
+    assert_false(em_cpu_spin_allowed("4.00 4.00 4.00 12/300 99\n", 16, 8, false));
+    assert_false(em_cpu_spin_allowed("", 2, 2, false)); /* unreadable: sleep at once */
+    assert_false(em_cpu_spin_allowed("0.5 0.4", 2, 2, false));
+    assert_false(em_cpu_spin_allowed(NULL, 2, 2, false));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spin_allowed),
         cmocka_unit_test(test_llama),   cmocka_unit_test(test_qwen2),   cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_qwen3moe), cmocka_unit_test(test_gemma2), cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_mixtral), cmocka_unit_test(test_flint),   cmocka_unit_test(test_llama_q4_k),

@@ -22,6 +22,8 @@ typedef void (*em_cpu_job)(void *ctx, uint32_t ith, uint32_t nth);
 /* Workers and the caller may wait for each other by spinning for a short while (a decode step hands
  * out hundreds of short jobs, and a sleeping thread takes a while to wake), then sleep on the
  * condition variables (between steps, or when the machine is busy); see DEFAULT_SPIN_US in pool.c.
+ * Unless EMBER_CPU_SPIN_US fixes the spin, the caller looks every SPIN_CHECK_MS whether other
+ * processes want the cores (em_cpu_spin_allowed) and turns the spin off while they do.
  * A new job is published by bumping `generation`; `pending` counts the workers still running it. */
 typedef struct em_cpu_pool {
     pthread_t *threads;
@@ -34,8 +36,18 @@ typedef struct em_cpu_pool {
     em_cpu_job job;
     void *ctx;
     atomic_bool quit;
-    uint64_t spin_ns; /* how long a waiting thread spins before it sleeps (EMBER_CPU_SPIN_US) */
+    _Atomic uint64_t spin_ns; /* how long a waiting thread spins now before it sleeps */
+    uint64_t spin_max_ns;     /* the spin while the machine has room (EMBER_CPU_SPIN_US fixes it) */
+    bool spin_adapts;         /* false where EMBER_CPU_SPIN_US was given */
+    uint32_t n_cpus;          /* CPUs this process may run on */
+    uint64_t spin_checked_ns; /* when the caller last looked at the machine's load */
 } em_cpu_pool;
+
+/* Whether a pool of `n_threads` may spin on a machine of `n_cpus`, given the text of /proc/loadavg
+ * (its fourth field: runnable tasks, this one included / all tasks) and whether the pool's workers
+ * are spinning now (then they are among the runnable ones): yes when the pool's threads and every
+ * other runnable task fit the CPUs. False for text it cannot read. */
+bool em_cpu_spin_allowed(const char *loadavg, uint32_t n_cpus, uint32_t n_threads, bool workers_spinning);
 
 em_err em_cpu_pool_init(em_cpu_pool *pool, uint32_t n_threads);
 void em_cpu_pool_destroy(em_cpu_pool *pool);

@@ -2,17 +2,21 @@
  * caller's thread takes share 0, so a pool of one thread starts none. Waiting threads spin for
  * spin_ns before they sleep (see em_cpu_pool in cpu_internal.h). */
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "cpu_internal.h"
 
 /* How long a waiting thread spins before it sleeps, unless EMBER_CPU_SPIN_US says otherwise. On a
- * machine of its own a spin of about the gap between two jobs of a decode step (a few hundred
- * microseconds) lets a step run without a sleep; on one whose cores other busy processes share,
- * every spin takes a time slice from the thread being waited for, and decode runs slower than with
- * none (bench/RESULTS.md). None by default, since the second machine is the common one. */
-#define DEFAULT_SPIN_US 0
+ * machine of its own a spin longer than the gap between two jobs of a decode step lets a step run
+ * without a sleep; on one whose cores other busy processes share, every spin takes a time slice
+ * from the thread being waited for, and decode runs slower than with none (bench/RESULTS.md). So
+ * the pool spins only while the machine has room for its threads and every other runnable task. */
+#define DEFAULT_SPIN_US 1000
+
+/* How often the caller looks at the machine's load (a read of /proc/loadavg, some microseconds). */
+#define SPIN_CHECK_MS 10
 
 static uint64_t now_ns(void) {
     struct timespec t;
@@ -34,8 +38,9 @@ static void cpu_relax(uint32_t i) {
 /* Spins until *value differs from `old` or the spin time is over; returns the last value read. */
 static uint64_t spin_while_equal(const em_cpu_pool *pool, const _Atomic uint64_t *value, uint64_t old) {
     uint64_t seen = atomic_load_explicit(value, memory_order_acquire);
-    if (seen != old || !pool->spin_ns) return seen;
-    const uint64_t until = now_ns() + pool->spin_ns;
+    const uint64_t spin_ns = atomic_load_explicit(&pool->spin_ns, memory_order_relaxed);
+    if (seen != old || !spin_ns) return seen;
+    const uint64_t until = now_ns() + spin_ns;
     for (uint32_t i = 1;; i++) {
         cpu_relax(i);
         seen = atomic_load_explicit(value, memory_order_acquire);
@@ -46,13 +51,41 @@ static uint64_t spin_while_equal(const em_cpu_pool *pool, const _Atomic uint64_t
 
 static bool spin_until_done(const em_cpu_pool *pool) {
     if (atomic_load_explicit(&pool->pending, memory_order_acquire) == 0) return true;
-    const uint64_t until = now_ns() + pool->spin_ns;
-    for (uint32_t i = 1; pool->spin_ns; i++) {
+    const uint64_t spin_ns = atomic_load_explicit(&pool->spin_ns, memory_order_relaxed);
+    const uint64_t until = now_ns() + spin_ns;
+    for (uint32_t i = 1; spin_ns; i++) {
         cpu_relax(i);
         if (atomic_load_explicit(&pool->pending, memory_order_acquire) == 0) return true;
         if (i % 64 == 0 && now_ns() > until) break;
     }
     return false;
+}
+
+bool em_cpu_spin_allowed(const char *loadavg, uint32_t n_cpus, uint32_t n_threads, bool workers_spinning) {
+    double one, five, fifteen;
+    unsigned runnable, tasks;
+    if (!loadavg || sscanf(loadavg, "%lf %lf %lf %u/%u", &one, &five, &fifteen, &runnable, &tasks) != 5) return false;
+    /* runnable counts the reading thread, and the workers when they spin */
+    const unsigned ours = 1 + (workers_spinning && n_threads > 1 ? n_threads - 1 : 0);
+    const unsigned others = runnable > ours ? runnable - ours : 0;
+    return others + n_threads <= n_cpus;
+}
+
+/* The caller's look at the machine, at most every SPIN_CHECK_MS: the spin on or off for what follows. */
+static void adapt_spin(em_cpu_pool *pool) {
+    if (!pool->spin_adapts) return;
+    const uint64_t now = now_ns();
+    if (now - pool->spin_checked_ns < SPIN_CHECK_MS * 1000000ull) return;
+    pool->spin_checked_ns = now;
+    char text[128] = "";
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (!fgets(text, sizeof text, f)) text[0] = 0;
+        fclose(f);
+    }
+    const bool spinning = atomic_load_explicit(&pool->spin_ns, memory_order_relaxed) != 0;
+    const bool allowed = em_cpu_spin_allowed(text, pool->n_cpus, pool->n_threads, spinning);
+    atomic_store_explicit(&pool->spin_ns, allowed ? pool->spin_max_ns : 0, memory_order_relaxed);
 }
 
 typedef struct worker_arg {
@@ -89,9 +122,16 @@ static void *worker_main(void *arg_) {
 }
 
 em_err em_cpu_pool_init(em_cpu_pool *pool, uint32_t n_threads) {
-    *pool = (em_cpu_pool){.n_threads = n_threads ? n_threads : 1, .spin_ns = DEFAULT_SPIN_US * 1000u};
+    *pool = (em_cpu_pool){.n_threads = n_threads ? n_threads : 1, .spin_max_ns = DEFAULT_SPIN_US * 1000u,
+                          .spin_adapts = true};
     const char *spin = getenv("EMBER_CPU_SPIN_US");
-    if (spin && *spin) pool->spin_ns = strtoull(spin, NULL, 10) * 1000u;
+    if (spin && *spin) {
+        pool->spin_max_ns = strtoull(spin, NULL, 10) * 1000u;
+        pool->spin_adapts = false;
+        atomic_store(&pool->spin_ns, pool->spin_max_ns);
+    }
+    cpu_set_t allowed;
+    pool->n_cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? (uint32_t)CPU_COUNT(&allowed) : 1;
     pthread_mutex_init(&pool->mutex, NULL);
     pthread_cond_init(&pool->wake, NULL);
     pthread_cond_init(&pool->done, NULL);
@@ -129,6 +169,7 @@ void em_cpu_pool_run(em_cpu_pool *pool, em_cpu_job job, void *ctx) {
         for (uint32_t i = 0; i < pool->n_threads; i++) job(ctx, i, pool->n_threads);
         return;
     }
+    adapt_spin(pool);
     /* job and ctx are read by the workers only after they see the new generation (release/acquire). */
     pool->job = job;
     pool->ctx = ctx;
