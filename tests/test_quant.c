@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "gguf/gguf.h"
+#include "quant/internal.h"
 #include "quant/quant.h"
 
 #define FIXTURE EM_FIXTURES_DIR "/quant-reference.gguf"
@@ -489,6 +490,20 @@ static void test_dot_rows_equal_single_rows(void **state) {
     free(x);
     free(wq);
     free(aq);
+}
+
+/* The IQ3_XXS level codes (the AVX-512 VBMI kernel's lookup table) spell the grid's points: field k
+ * of code i indexes coordinate k of point i among the eight magnitudes. */
+static void test_iq3xxs_codes_spell_the_grid(void **state) {
+    (void)state;
+    static const uint32_t magnitudes[8] = {4, 12, 20, 28, 36, 44, 52, 62};
+    for (int i = 0; i < 256; i++) {
+        uint32_t point = 0;
+        for (int k = 0; k < 4; k++) point |= magnitudes[(em_iq3xxs_codes[i] >> (3 * k)) & 7] << (8 * k);
+        if (point != em_iq3xxs_grid[i] || em_iq3xxs_codes[i] >> 12)
+            fail_msg("code %d: 0x%03x spells 0x%08x, the grid has 0x%08x", i, em_iq3xxs_codes[i], point,
+                     em_iq3xxs_grid[i]);
+    }
 }
 
 /* em_dot_weights must equal em_dot weight row by weight row, bitwise (a decode step's products go
@@ -1186,6 +1201,7 @@ int main(void) {
         cmocka_unit_test(test_dot_extreme_values),
         cmocka_unit_test(test_dot_rows_equal_single_rows),
         cmocka_unit_test(test_dot_weights_equal_single_rows),
+        cmocka_unit_test(test_iq3xxs_codes_spell_the_grid),
         cmocka_unit_test(test_bf16_tiles_within_bound),
         cmocka_unit_test(test_amx_product_equals_scalar),
         cmocka_unit_test(test_dot_neon_equals_scalar),

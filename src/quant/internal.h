@@ -18,6 +18,7 @@ extern const uint64_t em_iq2xxs_grid[256];
 extern const uint64_t em_iq2xs_grid[512];
 extern const uint64_t em_iq2s_grid[1024];
 extern const uint32_t em_iq3xxs_grid[256];
+extern const uint16_t em_iq3xxs_codes[256];
 extern const uint32_t em_iq3s_grid[512];
 extern const uint64_t em_iq1s_grid[2048];
 extern const int8_t em_iq4nl_values[16];

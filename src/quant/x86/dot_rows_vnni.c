@@ -173,12 +173,97 @@ EM_VNNI static EM_INLINE void iq3_xxs_rows(const uint8_t *w, const uint8_t *a, u
     UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
 }
 
+/* Words 0..15 hold `first`, words 16..31 `first + 1`: a vpermw index that spreads word `first` of a
+ * vector over the lower half and word `first + 1` over the upper. */
+EM_VNNI static EM_INLINE __m512i pair_index16(int first) {
+    return _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((int16_t)first), _mm512_set1_epi16((int16_t)(first + 1)));
+}
+
+/* The VNNI set plus AVX-512 VBMI (byte permutes, vpmultishiftqb) and BITALG (vpshufbitqmb). */
+#define EM_VBMI __attribute__((target("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx512bitalg")))
+
+/* IQ3_XXS with every step of a block's decoding in vector registers. The kernel above moves each
+ * run's signs and scale from general registers to vector and mask registers, and builds its grid
+ * points with inserts; those transfers, not the products, set its speed. Here, per block of eight
+ * runs: vpmultishiftqb cuts the 32 seven-bit sign groups out of the runs' aux words and vpermi2b
+ * looks each up in a 128-entry table that adds its parity bit (so qword p holds the signs of runs
+ * 2p and 2p + 1, iq3xxs_sign_mask's 64 bits), and vpshufbitqmb turns a qword into the negation mask;
+ * the scales 2s + 1 become eight int16 words, spread to a run pair's halves by vpermw. Per half block
+ * the 32 grid indices look up their points' twelve-bit level codes (em_iq3xxs_codes, four tables of
+ * 64 words: vpermi2w, then two blends by index bits 6 and 7), vpmultishiftqb spreads each code's
+ * four three-bit fields to bytes and vpermb maps them to magnitudes. The products, integer sums and
+ * f32 steps are the kernel above's, so the results are too (bitwise em_dot's). */
+EM_VBMI static EM_INLINE void iq3_xxs_rows_vbmi(const uint8_t *w, const uint8_t *a, uint64_t stride, int nr,
+                                                uint64_t n, float *out) {
+    __m512i codes_lo[4], codes_hi[4];
+    for (int j = 0; j < 4; j++) {
+        codes_lo[j] = _mm512_loadu_si512((const void *)(em_iq3xxs_codes + 64 * j));
+        codes_hi[j] = _mm512_loadu_si512((const void *)(em_iq3xxs_codes + 64 * j + 32));
+    }
+    const __m512i levels = _mm512_set1_epi64(0x3e342c241c140c04ll); /* byte i: level i % 8 */
+    /* the byte offsets of points 0 and 1 of a qword's four codes (even qwords), 2 and 3 (odd ones) */
+    const __m512i fields = _mm512_set_epi64(0x3936333029262320ll, 0x1916131009060300ll, 0x3936333029262320ll,
+                                            0x1916131009060300ll, 0x3936333029262320ll, 0x1916131009060300ll,
+                                            0x3936333029262320ll, 0x1916131009060300ll);
+    const __m512i points_low = _mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3);
+    const __m512i points_high = _mm512_setr_epi64(4, 4, 5, 5, 6, 6, 7, 7);
+    const __m256i sign_fields = _mm256_set1_epi64x(0x352e2720150e0700ll); /* 7-bit groups at 0, 7, .. of each aux */
+    const __m512i iota = _mm512_set_epi8(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47, 46, 45,
+                                         44, 43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26,
+                                         25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                         5, 4, 3, 2, 1, 0);
+    const __m512i iota_high = _mm512_add_epi8(iota, _mm512_set1_epi8(64));
+    const __m512i one = _mm512_set1_epi8(1);
+    /* entry i of the sign table: i with its parity as bit 7 */
+    const __m512i parity_low = _mm512_or_si512(iota, _mm512_slli_epi16(_mm512_and_si512(_mm512_popcnt_epi8(iota), one), 7));
+    const __m512i parity_high =
+        _mm512_or_si512(iota_high, _mm512_slli_epi16(_mm512_and_si512(_mm512_popcnt_epi8(iota_high), one), 7));
+    const __m512i bit6 = _mm512_set1_epi16(64), bit7 = _mm512_set1_epi16(128);
+    __m256 acc[VNNI_ROWS_MAX];
+    UNROLL_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < n / 256; b++, w += 98, a += 292) {
+        const __m256i aux = _mm256_loadu_si256((const __m256i *)(const void *)(w + 66));
+        const __m512i signs = _mm512_permutex2var_epi8(
+            parity_low, _mm512_castsi256_si512(_mm256_multishift_epi64_epi8(sign_fields, aux)), parity_high);
+        const __m256i scales32 = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(aux, 28), 1), _mm256_set1_epi32(1));
+        const __m512i scales16 = _mm512_castsi128_si512(_mm256_cvtepi32_epi16(scales32));
+        __m512i isum[VNNI_ROWS_MAX];
+        UNROLL_ROWS for (int r = 0; r < nr; r++) isum[r] = _mm512_setzero_si512();
+        for (int half = 0; half < 2; half++) {
+            const __m512i index = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(w + 2 + 32 * half)));
+            __m512i code[4];
+            for (int j = 0; j < 4; j++) code[j] = _mm512_permutex2var_epi16(codes_lo[j], index, codes_hi[j]);
+            const __mmask32 b6 = _mm512_test_epi16_mask(index, bit6), b7 = _mm512_test_epi16_mask(index, bit7);
+            const __m512i codes = _mm512_mask_blend_epi16(b7, _mm512_mask_blend_epi16(b6, code[0], code[1]),
+                                                          _mm512_mask_blend_epi16(b6, code[2], code[3]));
+            for (int p = 0; p < 2; p++) {
+                const int pair = 2 * half + p, ib = 2 * pair;
+                const __m512i spread = _mm512_permutexvar_epi64(p ? points_high : points_low, codes);
+                const __m512i mag = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(fields, spread), levels);
+                const __mmask64 neg =
+                    _mm512_bitshuffle_epi64_mask(_mm512_permutexvar_epi64(_mm512_set1_epi64(pair), signs), iota);
+                const __m512i scale = _mm512_permutexvar_epi16(pair_index16(2 * pair), scales16);
+                UNROLL_ROWS for (int r = 0; r < nr; r++) {
+                    __m512i act = _mm512_loadu_si512((const void *)(a + r * stride + 4 + 32 * ib));
+                    act = _mm512_mask_sub_epi8(act, neg, _mm512_setzero_si512(), act);
+                    isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(mag, act), scale);
+                }
+            }
+        }
+        UNROLL_ROWS for (int r = 0; r < nr; r++) {
+            float d = fp16(w) * em_load_f32(a + r * stride) * 0.25f;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_halves(isum[r])), acc[r]);
+        }
+    }
+    UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
+}
+
 /* One entry point per type; each switch case inlines the kernel with a constant row count. Groups
  * of fewer than `fewest` rows (a decode step's single token) go to the AVX2 kernel of the type
  * instead: bitwise the same results, and cheaper there, where the fixed cost of a block (Q8_0's
  * eight-row scale vector, paired registers with one row unused) has few rows to spread over. */
-#define VNNI_ENTRY(name, kernel, type, fewest)                                                                   \
-    EM_VNNI static void name(const void *wv, const void *av, uint64_t stride, uint32_t n_rows, uint64_t n,       \
+#define TARGET_ENTRY(target, name, kernel, type, fewest)                                                          \
+    target static void name(const void *wv, const void *av, uint64_t stride, uint32_t n_rows, uint64_t n,       \
                              float *out) {                                                                        \
         const uint8_t *w = wv, *a = av;                                                                           \
         for (uint32_t done = 0; done < n_rows; done += VNNI_ROWS_MAX) {                                          \
@@ -200,9 +285,24 @@ EM_VNNI static EM_INLINE void iq3_xxs_rows(const uint8_t *w, const uint8_t *a, u
         }                                                                                                         \
     }
 
+#define VNNI_ENTRY(name, kernel, type, fewest) TARGET_ENTRY(EM_VNNI, name, kernel, type, fewest)
+
 VNNI_ENTRY(dot_rows_q4_k_vnni, q4_k_rows, EM_TYPE_Q4_K, Q4_K_FEWEST)
 VNNI_ENTRY(dot_rows_q8_0_vnni, q8_0_rows, EM_TYPE_Q8_0, Q8_0_FEWEST)
 VNNI_ENTRY(dot_rows_iq3_xxs_vnni, iq3_xxs_rows, EM_TYPE_IQ3_XXS, IQ3_XXS_FEWEST)
+TARGET_ENTRY(EM_VBMI, dot_rows_iq3_xxs_vbmi, iq3_xxs_rows_vbmi, EM_TYPE_IQ3_XXS, IQ3_XXS_FEWEST)
+
+/* Whether the CPU has AVX-512 VBMI and BITALG beside the VNNI set (iq3_xxs_rows_vbmi). */
+static bool has_vbmi(void) {
+    static _Atomic int known; /* 0: not probed yet, 1: absent, 2: present */
+    int state = atomic_load_explicit(&known, memory_order_relaxed);
+    if (state == 0) {
+        __builtin_cpu_init();
+        state = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bitalg") ? 2 : 1;
+        atomic_store_explicit(&known, state, memory_order_relaxed);
+    }
+    return state == 2;
+}
 
 bool em_quant_x86_has_vnni(void) {
     static _Atomic int known; /* 0: not probed yet, 1: absent or declined, 2: present */
@@ -225,7 +325,7 @@ em_dot_rows_fn em_quant_dot_rows_vnni(uint32_t weight_type) {
     switch (weight_type) {
     case EM_TYPE_Q4_K: return dot_rows_q4_k_vnni;
     case EM_TYPE_Q8_0: return dot_rows_q8_0_vnni;
-    case EM_TYPE_IQ3_XXS: return dot_rows_iq3_xxs_vnni;
+    case EM_TYPE_IQ3_XXS: return has_vbmi() ? dot_rows_iq3_xxs_vbmi : dot_rows_iq3_xxs_vnni;
     default: return NULL;
     }
 }
