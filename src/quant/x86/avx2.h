@@ -102,11 +102,15 @@ EM_AVX2 static inline __m256i level_table(const int8_t *levels) {
  * bytes 0..3 and 4..7; those of 4..7 take their low four bits from bytes 8..11 (scales: low
  * nibbles, mins: high nibbles) and their top two from the spare top bits of bytes 0..3 / 4..7. */
 EM_AVX2 static EM_INLINE __m128i k_scales_mins(const uint8_t *s) {
-    uint32_t u0 = em_load_u32(s), u1 = em_load_u32(s + 4), u2 = em_load_u32(s + 8);
-    uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
-    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
-    uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
-    return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi);
+    /* In vector registers, not general ones: a kernel that moves four words into a vector per block
+     * waits on those transfers (bench/RESULTS.md). The load takes 16 bytes; the block goes on past them. */
+    const __m128i u = _mm_loadu_si128((const __m128i *)(const void *)s); /* u0, u1, u2 and 4 bytes more */
+    const __m128i low_of = _mm_shuffle_epi32(u, 0x98);                   /* u0, u2, u1, u2 */
+    const __m128i high_of = _mm_shuffle_epi32(u, 0x50);                  /* u0, u0, u1, u1 */
+    const __m128i low = _mm_and_si128(_mm_srlv_epi32(low_of, _mm_setr_epi32(0, 0, 0, 4)),
+                                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i high = _mm_and_si128(_mm_srli_epi32(high_of, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(low, high);
 }
 
 #endif

@@ -176,11 +176,13 @@ EM_VNNI static EM_INLINE void iq3_xxs_rows(const uint8_t *w, const uint8_t *a, u
 /* Words 0..15 hold `first`, words 16..31 `first + 1`: a vpermw index that spreads word `first` of a
  * vector over the lower half and word `first + 1` over the upper. */
 EM_VNNI static EM_INLINE __m512i pair_index16(int first) {
-    return _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((int16_t)first), _mm512_set1_epi16((int16_t)(first + 1)));
+    return _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((int16_t)first),
+                                   _mm512_set1_epi16((int16_t)(first + 1)));
 }
 
 /* The VNNI set plus AVX-512 VBMI (byte permutes, vpmultishiftqb) and BITALG (vpshufbitqmb). */
-#define EM_VBMI __attribute__((target("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx512bitalg")))
+#define EM_VBMI                                                                                            \
+    __attribute__((target("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx512bitalg")))
 
 /* IQ3_XXS with every step of a block's decoding in vector registers. The kernel above moves each
  * run's signs and scale from general registers to vector and mask registers, and builds its grid
@@ -215,7 +217,8 @@ EM_VBMI static EM_INLINE void iq3_xxs_rows_vbmi(const uint8_t *w, const uint8_t 
     const __m512i iota_high = _mm512_add_epi8(iota, _mm512_set1_epi8(64));
     const __m512i one = _mm512_set1_epi8(1);
     /* entry i of the sign table: i with its parity as bit 7 */
-    const __m512i parity_low = _mm512_or_si512(iota, _mm512_slli_epi16(_mm512_and_si512(_mm512_popcnt_epi8(iota), one), 7));
+    const __m512i parity_low =
+        _mm512_or_si512(iota, _mm512_slli_epi16(_mm512_and_si512(_mm512_popcnt_epi8(iota), one), 7));
     const __m512i parity_high =
         _mm512_or_si512(iota_high, _mm512_slli_epi16(_mm512_and_si512(_mm512_popcnt_epi8(iota_high), one), 7));
     const __m512i bit6 = _mm512_set1_epi16(64), bit7 = _mm512_set1_epi16(128);
@@ -225,12 +228,14 @@ EM_VBMI static EM_INLINE void iq3_xxs_rows_vbmi(const uint8_t *w, const uint8_t 
         const __m256i aux = _mm256_loadu_si256((const __m256i *)(const void *)(w + 66));
         const __m512i signs = _mm512_permutex2var_epi8(
             parity_low, _mm512_castsi256_si512(_mm256_multishift_epi64_epi8(sign_fields, aux)), parity_high);
-        const __m256i scales32 = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(aux, 28), 1), _mm256_set1_epi32(1));
+        const __m256i scales32 =
+            _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(aux, 28), 1), _mm256_set1_epi32(1));
         const __m512i scales16 = _mm512_castsi128_si512(_mm256_cvtepi32_epi16(scales32));
         __m512i isum[VNNI_ROWS_MAX];
         UNROLL_ROWS for (int r = 0; r < nr; r++) isum[r] = _mm512_setzero_si512();
         for (int half = 0; half < 2; half++) {
-            const __m512i index = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(w + 2 + 32 * half)));
+            const __m512i index =
+                _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(w + 2 + 32 * half)));
             __m512i code[4];
             for (int j = 0; j < 4; j++) code[j] = _mm512_permutex2var_epi16(codes_lo[j], index, codes_hi[j]);
             const __mmask32 b6 = _mm512_test_epi16_mask(index, bit6), b7 = _mm512_test_epi16_mask(index, bit7);

@@ -68,22 +68,29 @@ EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, in
     UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(15);
     const ahead h = ahead_of(w, nr * stride, n / 256);
+    uint64_t at[WEIGHT_ROWS_MAX]; /* rows past nr read row 0's block, and their lanes go unused */
+    UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) at[r] = r < nr ? r * stride : 0;
     for (uint64_t b = 0; b < n / 256; b++, w += 144, a += 292) {
         ahead_step(h, b);
-        const float d8 = em_load_f32(a);
+        const __m256 d8 = _mm256_set1_ps(em_load_f32(a));
+        /* each row's d and dmin times d8 (the f32 products of the AVX2 kernel), row r in lanes 2r and
+         * 2r + 1, converted together: one register, no value through a general register */
+        __m128i d_dmin = _mm_cvtsi32_si128((int)em_load_u32(w + at[0]));
+        d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(w + at[1]), 1);
+        d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(w + at[2]), 2);
+        d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(w + at[3]), 3);
+        const __m256 scaled = _mm256_mul_ps(_mm256_cvtph_ps(d_dmin), d8);
         const __m256i sums = load32(a + 260); /* the activation's 16 group sums */
         __m512i act[4];
         for (int c = 0; c < 4; c++) act[c] = _mm512_loadu_si512((const void *)(a + 4 + 64 * c));
         __m256i mins[WEIGHT_ROWS_MAX];
         __m512i isum[WEIGHT_ROWS_MAX], isum_odd[WEIGHT_ROWS_MAX];
-        float dmin[WEIGHT_ROWS_MAX] = {0, 0, 0, 0};
         UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) {
             mins[r] = _mm256_setzero_si256();
             if (r >= nr) continue;
             const uint8_t *wr = w + r * stride;
             const __m128i sm = k_scales_mins(wr + 4);
             mins[r] = _mm256_madd_epi16(sums, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm)));
-            dmin[r] = fp16(wr + 2);
             /* scale s as the int32 lane s, the int16 pair (s, 0): low half for sub-block 2c, high 2c+1 */
             const __m512i scales32 = _mm512_cvtepu8_epi32(sm);
             /* two chains per row (chunks 0, 2 and 1, 3): integer sums, so the split changes nothing */
@@ -100,12 +107,14 @@ EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, in
                     isum[r] = _mm512_dpwssd_epi32(isum[r], products, sc);
             }
         }
-        const __m128 scale = _mm_mul_ps(_mm_setr_ps(dmin[0], dmin[1], dmin[2], dmin[3]), _mm_set1_ps(d8));
+        const __m256i dmin_lanes = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+        const __m128 scale = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(scaled, dmin_lanes));
         mins_total = _mm_add_ps(mins_total, _mm_mul_ps(scale, _mm_cvtepi32_ps(hsum4(mins[0], mins[1], mins[2],
                                                                                       mins[3]))));
         UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) {
             const __m256i folded = fold_halves(_mm512_add_epi32(isum[r], isum_odd[r]));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(w + r * stride) * d8), _mm256_cvtepi32_ps(folded), acc[r]);
+            const __m256 d = _mm256_permutevar8x32_ps(scaled, _mm256_set1_epi32(2 * r));
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(folded), acc[r]);
         }
     }
     float mins_out[WEIGHT_ROWS_MAX];
