@@ -140,6 +140,26 @@ EM_VNNI static EM_INLINE void q8_0_rows(const uint8_t *w, const uint8_t *a, uint
     }
 }
 
+/* IQ3_XXS, the products of a run pair (runs ib and ib + 1: their magnitudes, sign mask and scales
+ * as the int16 pairs of each half) with each activation row, into the rows' integer sums. */
+EM_VNNI static EM_INLINE void iq3_xxs_pair(__m512i *isum, const uint8_t *a, uint64_t stride, int nr, int ib,
+                                           __m512i mag, __mmask64 neg, __m512i scale) {
+    UNROLL_ROWS for (int r = 0; r < nr; r++) {
+        __m512i act = _mm512_loadu_si512((const void *)(a + r * stride + 4 + 32 * ib));
+        act = _mm512_mask_sub_epi8(act, neg, _mm512_setzero_si512(), act);
+        isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(mag, act), scale);
+    }
+}
+
+/* IQ3_XXS, a block's f32 step per activation row: the AVX2 kernel's d * d8 / 4 times its folded sums. */
+EM_VNNI static EM_INLINE void iq3_xxs_block_done(__m256 *acc, const __m512i *isum, const uint8_t *w, const uint8_t *a,
+                                                 uint64_t stride, int nr) {
+    UNROLL_ROWS for (int r = 0; r < nr; r++) {
+        float d = fp16(w) * em_load_f32(a + r * stride) * 0.25f;
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_halves(isum[r])), acc[r]);
+    }
+}
+
 /* IQ3_XXS: two 32-element runs per register. The sixteen grid points of the two runs are loaded
  * from the table (iq3xxs_grid_points: a gather, or a lookup in registers, is slower), the signs
  * become a 64-bit mask (AVX-512BW) that negates the activations' bytes, and vpdpwssd multiplies
@@ -159,16 +179,9 @@ EM_VNNI static EM_INLINE void iq3_xxs_rows(const uint8_t *w, const uint8_t *a, u
             const __mmask64 neg = iq3xxs_sign_mask(aux0, aux1);
             const __m512i scale = _mm512_mask_set1_epi16(_mm512_set1_epi16((int16_t)(2 * (aux0 >> 28) + 1)),
                                                          0xffff0000u, (int16_t)(2 * (aux1 >> 28) + 1));
-            UNROLL_ROWS for (int r = 0; r < nr; r++) {
-                __m512i act = _mm512_loadu_si512((const void *)(a + r * stride + 4 + 32 * ib));
-                act = _mm512_mask_sub_epi8(act, neg, _mm512_setzero_si512(), act);
-                isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(mag, act), scale);
-            }
+            iq3_xxs_pair(isum, a, stride, nr, ib, mag, neg, scale);
         }
-        UNROLL_ROWS for (int r = 0; r < nr; r++) {
-            float d = fp16(w) * em_load_f32(a + r * stride) * 0.25f;
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_halves(isum[r])), acc[r]);
-        }
+        iq3_xxs_block_done(acc, isum, w, a, stride, nr);
     }
     UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
 }
@@ -248,17 +261,10 @@ EM_VBMI static EM_INLINE void iq3_xxs_rows_vbmi(const uint8_t *w, const uint8_t 
                 const __mmask64 neg =
                     _mm512_bitshuffle_epi64_mask(_mm512_permutexvar_epi64(_mm512_set1_epi64(pair), signs), iota);
                 const __m512i scale = _mm512_permutexvar_epi16(pair_index16(2 * pair), scales16);
-                UNROLL_ROWS for (int r = 0; r < nr; r++) {
-                    __m512i act = _mm512_loadu_si512((const void *)(a + r * stride + 4 + 32 * ib));
-                    act = _mm512_mask_sub_epi8(act, neg, _mm512_setzero_si512(), act);
-                    isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(mag, act), scale);
-                }
+                iq3_xxs_pair(isum, a, stride, nr, ib, mag, neg, scale);
             }
         }
-        UNROLL_ROWS for (int r = 0; r < nr; r++) {
-            float d = fp16(w) * em_load_f32(a + r * stride) * 0.25f;
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_halves(isum[r])), acc[r]);
-        }
+        iq3_xxs_block_done(acc, isum, w, a, stride, nr);
     }
     UNROLL_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]);
 }
