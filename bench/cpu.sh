@@ -13,8 +13,11 @@
 # Without model files, the issue's set is written with `ember synth` into MODELS (default
 # BUILD_DIR/bench-models): dense-1b q4_k, q8_0 and bf16 (16 layers) and moe-30b-a3b mix (q6_k with
 # iq3_xxs experts) cut to MOE_LAYERS of its 48 layers (default 16, 4.5 GB; 48 needs about 13 GB).
+# Each engine loads the weights its default way (Ember: read into memory where they fit, llama.cpp:
+# mapped); EMBER_FLAGS (e.g. --mmap) adds flags to Ember's runs, LLAMA_MMAP=0 loads llama.cpp's into
+# memory too (--no-mmap).
 # Usage: bench/cpu.sh EMBER BUILD_DIR [MODEL.gguf...] (ROUNDS=5 THREADS=2 PREFILL=512 DECODE=64
-#        DECODE_PROMPT=300 MOE_LAYERS=16 MODELS=DIR in the environment)
+#        DECODE_PROMPT=300 MOE_LAYERS=16 MODELS=DIR EMBER_FLAGS= LLAMA_MMAP= in the environment)
 set -u
 ember=$1 build=$2
 shift 2
@@ -53,11 +56,11 @@ for model in "$@"; do
   work=$(mktemp -d)
   per_token=$("$ember" info "$model" | sed -n 's/^read per token: *\([0-9]*\) bytes.*/\1/p')
   for r in $(seq "$rounds"); do
-    "$ember" run -m "$model" --device cpu -t "$threads" --temp 0 -n 1 --prompt-ids "$(ids "$prefill")" 2>&1 |
+    "$ember" run -m "$model" --device cpu -t "$threads" ${EMBER_FLAGS:-} --temp 0 -n 1 --prompt-ids "$(ids "$prefill")" 2>&1 |
       rate prefill >>"$work/ember.prefill"
     node "$here/cpu_llamacpp.mjs" "$js/node_modules" "$model" "$threads" 1 "$(ids "$prefill")" 2>&1 |
       rate prefill >>"$work/llama.prefill"
-    "$ember" run -m "$model" --device cpu -t "$threads" --temp 0 -n "$decode" --ignore-eos \
+    "$ember" run -m "$model" --device cpu -t "$threads" ${EMBER_FLAGS:-} --temp 0 -n "$decode" --ignore-eos \
       --prompt-ids "$(ids "$decode_prompt")" 2>&1 | rate decode >>"$work/ember.decode"
     node "$here/cpu_llamacpp.mjs" "$js/node_modules" "$model" "$threads" "$decode" "$(ids "$decode_prompt")" 2>&1 |
       rate decode >>"$work/llama.decode"

@@ -4,7 +4,8 @@
 //   node cpu_llamacpp.mjs NODE_MODULES_DIR MODEL.gguf THREADS GENERATE "ID ID ..."
 //   -> "prefill: MS ms (TOK/S tok/s)" and "decode: N tokens, TOK/S tok/s"
 // The prefill time is the prompt's evaluation up to the first generated token; decode counts the
-// tokens after it, as ember does.
+// tokens after it, as ember does. LLAMA_MMAP=0 in the environment loads the weights into memory
+// (node-llama-cpp's useMmap: false, llama.cpp's --no-mmap) instead of llama.cpp's default mapping.
 import path from "node:path";
 import {pathToFileURL} from "node:url";
 
@@ -12,7 +13,7 @@ const [modulesDir, modelPath, threads, generate, idsText] = process.argv.slice(2
 const {getLlama} = await import(pathToFileURL(path.join(modulesDir, "node-llama-cpp", "dist", "index.js")).href);
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
 const prompt = idsText.trim().split(/\s+/).map(Number);
-const model = await llama.loadModel({modelPath});
+const model = await llama.loadModel({modelPath, ...(process.env.LLAMA_MMAP === "0" ? {useMmap: false} : {})});
 const context = await model.createContext({contextSize: prompt.length + Number(generate) + 16, threads: Number(threads)});
 const sequence = context.getSequence();
 const start = performance.now();

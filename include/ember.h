@@ -55,7 +55,19 @@ typedef struct ember_options {
     int draft_max;                /* most tokens drafted per step; 0 = 16 */
     int draft_min;                /* the adaptive draft length never drops below this; default 0 */
     int spec_max_seqs;            /* requests draft only while at most this many run; 0 = 4 */
+    int weights_memory;           /* an ember_weights_memory: where the weights live on the host */
 } ember_options;
+
+/* Where the model's weights (and the draft model's) live in host memory. Read into the process's own
+ * memory, a CPU decode streams them up to 1.8x faster on some machines than from the file's page
+ * cache mapping (bench/RESULTS.md), for a read of the file at start and its size in memory; mapped,
+ * they cost nothing up front, are shared with other processes mapping the file and can be paged out. */
+typedef enum ember_weights_memory {
+    EMBER_WEIGHTS_AUTO = 0,  /* read when the CPU backend runs the model and the files take at most half
+                                of the memory available, mapped otherwise */
+    EMBER_WEIGHTS_MAPPED,    /* --mmap */
+    EMBER_WEIGHTS_IN_MEMORY, /* --no-mmap (mapped after all if the memory is refused, with a warning) */
+} ember_weights_memory;
 
 /* Speculative decoding: drafts of the next tokens, verified by the model in one step; the output is
  * the same as without (the same tokens for the same seed), only sooner when drafts are accepted. */
@@ -87,6 +99,7 @@ typedef struct ember_engine_info {
     uint32_t batch_tokens;  /* token budget of one step */
     uint32_t max_sequences; /* requests running at once */
     const char *device;     /* "cpu" or "cuda" */
+    bool weights_in_memory; /* the model's files were read into memory (else mapped) */
 } ember_engine_info;
 
 void ember_engine_get_info(const ember_engine *engine, ember_engine_info *out);

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "ember.h"
+#include "engine/engine.h"
 #include "model/model.h"
 
 #define VOCAB EM_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf"
@@ -174,7 +175,40 @@ static void test_greedy_matches_backend(void **state) {
     assert_int_equal(info.block_tokens, 16);
     assert_int_equal(info.kv_blocks, 4 * 512 / 16); /* default budget: four full-length sequences */
     assert_string_equal(info.device, "cpu");
+    assert_true(info.weights_in_memory); /* automatic: the CPU runs it, and it is small */
     ember_engine_destroy(e);
+}
+
+/* Weights mapped from the file or read into memory: the same tokens, and the engine says which. */
+static void test_weights_mapped_or_in_memory(void **state) {
+    (void)state;
+    int32_t prompt[23], want[10];
+    make_prompt(prompt, 23, 5);
+    reference_greedy(prompt, 23, 10, want); /* em_model_load: mapped */
+    const int modes[] = {EMBER_WEIGHTS_MAPPED, EMBER_WEIGHTS_IN_MEMORY};
+    for (int i = 0; i < 2; i++) {
+        ember_options o;
+        test_options(&o);
+        o.weights_memory = modes[i];
+        ember_engine *e;
+        ember_error *err = ember_engine_create(&o, &e);
+        if (err) fail_msg("engine: %s", ember_error_message(err));
+        ember_engine_info info;
+        ember_engine_get_info(e, &info);
+        assert_int_equal(info.weights_in_memory, modes[i] == EMBER_WEIGHTS_IN_MEMORY);
+        result res;
+        collect(submit_ids(e, prompt, 23, 10, 0.0f, 0), &res);
+        assert_memory_equal(res.tokens, want, sizeof want);
+        ember_engine_destroy(e);
+    }
+    /* the automatic choice: at most half of MemAvailable, and nothing without that line */
+    assert_true(em_weights_fit(512 * 1024, "MemTotal: 4096 kB\nMemFree: 10 kB\nMemAvailable: 1024 kB\n"));
+    assert_false(em_weights_fit(512 * 1024 + 1, "MemTotal: 4096 kB\nMemFree: 10 kB\nMemAvailable: 1024 kB\n"));
+    assert_true(em_weights_fit(1, "MemAvailable:   23631000 kB\n"));
+    assert_false(em_weights_fit(1, "MemTotal: 4096 kB\nMemFree: 4000 kB\n"));
+    assert_false(em_weights_fit(1, ""));
+    assert_false(em_weights_fit(1, NULL));
+    assert_false(em_weights_fit(UINT64_MAX, "MemAvailable: 1024 kB\n"));
 }
 
 /* Eight requests at once, greedy and seeded, each equal to its run alone. */
@@ -747,6 +781,7 @@ int main(void) {
         cmocka_unit_test(test_backend_pick_equals_rule),
         cmocka_unit_test(test_backend_pick_equals_host),
         cmocka_unit_test(test_greedy_matches_backend),
+        cmocka_unit_test(test_weights_mapped_or_in_memory),
         cmocka_unit_test(test_batched_equals_solo),
         cmocka_unit_test(test_prefix_reuse_interleaved),
         cmocka_unit_test(test_memory_pressure),

@@ -91,6 +91,31 @@ static void test_quant_reference_contents(void **state) {
     em_gguf_close(g);
 }
 
+/* A file read into memory holds what the mapped file holds: the same metadata and tensor bytes. */
+static void test_open_into_memory(void **state) {
+    (void)state;
+    em_gguf *mapped, *copy;
+    assert_null(em_gguf_open(fixture_path("quant-reference.gguf"), &mapped));
+    assert_null(em_gguf_open_as(fixture_path("quant-reference.gguf"), EM_GGUF_PRIVATE, &copy));
+    assert_false(em_gguf_is_private(mapped));
+    assert_true(em_gguf_is_private(copy));
+    assert_int_equal(em_gguf_kv_count(copy), em_gguf_kv_count(mapped));
+    assert_int_equal(em_gguf_tensor_count(copy), em_gguf_tensor_count(mapped));
+    for (uint64_t i = 0; i < em_gguf_tensor_count(mapped); i++) {
+        const em_gguf_tensor *a = em_gguf_tensor_at(mapped, i), *b = em_gguf_tensor_at(copy, i);
+        assert_true(a->data != b->data);
+        assert_int_equal(a->size, b->size);
+        assert_memory_equal(a->data, b->data, a->size);
+    }
+    em_gguf_close(copy);
+    em_gguf_close(mapped);
+    /* a missing file is the same error either way */
+    em_err err = em_gguf_open_as("/nonexistent/model.gguf", EM_GGUF_PRIVATE, &copy);
+    assert_int_equal(em_err_code_of(err), EM_ERR_NOT_FOUND);
+    assert_null(copy);
+    em_err_free(err);
+}
+
 static void test_vocab_arrays(void **state) {
     (void)state;
     em_gguf *g;
@@ -465,7 +490,7 @@ static void test_missing_file(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures_open),      cmocka_unit_test(test_quant_reference_contents),
-        cmocka_unit_test(test_vocab_arrays),       cmocka_unit_test(test_getter_errors),
+        cmocka_unit_test(test_vocab_arrays),       cmocka_unit_test(test_open_into_memory),       cmocka_unit_test(test_getter_errors),
         cmocka_unit_test(test_round_trip_fixtures), cmocka_unit_test(test_writer_values),
         cmocka_unit_test(test_malformed),          cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_float_to_int_saturates), cmocka_unit_test(test_writer_replaces_whole),

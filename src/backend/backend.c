@@ -31,6 +31,15 @@ em_err em_backend_create(const em_model *model, const em_backend_config *config,
     return em_backend_cpu_new(model, config, out);
 }
 
+bool em_backend_picks_cpu(const char *device) {
+    if (device && !strcmp(device, "cpu")) return true;
+#ifdef EM_HAVE_CUDA
+    return em_cuda_device_count() <= 0;
+#else
+    return true;
+#endif
+}
+
 uint32_t em_batch_logits_rows(const em_batch *batch) {
     if (!batch->logits) return batch->n_tokens > 0 ? 1 : 0;
     uint32_t rows = 0;

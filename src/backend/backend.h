@@ -143,6 +143,11 @@ uint64_t em_backend_kv_bytes_per_token(const em_model_desc *desc);
  * runs on the CPU instead. */
 em_err em_backend_create(const em_model *model, const em_backend_config *config, em_backend **out);
 
+/* Whether em_backend_create picks the CPU backend for `device` (as in em_backend_config), known
+ * before the model is loaded; a model the CUDA backend refuses runs on the CPU too, which only the
+ * loaded model can tell. */
+bool em_backend_picks_cpu(const char *device);
+
 /* For callers without an engine (tests, tools): `n` sequences, each owning the consecutive blocks
  * [i * per_seq, (i + 1) * per_seq) of the pool. `blocks` holds n * per_seq entries. */
 void em_batch_fixed_tables(em_batch_seq *seqs, uint32_t *blocks, uint32_t n, uint32_t per_seq);

@@ -130,6 +130,7 @@ static em_err create(const bench_args *a, int ctx, int sequences, ember_engine *
     ember_options_default(&o);
     o.model_path = a->model;
     o.device = a->device;
+    o.weights_memory = a->source.weights_memory;
     o.threads = a->threads;
     o.ctx_tokens = ctx;
     o.kv_sequences = sequences;
@@ -333,6 +334,7 @@ int em_cli_bench(int argc, char **argv) {
     em_err err = NULL;
     for (int i = 1; i < argc && !err; i++) {
         const char *f = argv[i];
+        if (em_cli_model_flag(&a.source, f)) continue;
         if (!strcmp(f, "--prefix-reuse") || !strcmp(f, "--warm-prompts") || !strcmp(f, "--ignore-eos")) {
             /* the flags without a value; --ignore-eos is what bench always does (every request
              * runs to -n), accepted so that command lines shared with `ember run` work */

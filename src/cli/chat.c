@@ -30,6 +30,7 @@ static em_err parse_args(int argc, char **argv, chat_args *a) {
     *a = (chat_args){.max_tokens = 512, .temperature = 0.7f};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
+        if (em_cli_model_flag(&a->source, f)) continue;
         if (i + 1 >= argc) return em_errorf(EM_ERR_INVALID, "%s needs a value (or is unknown)", f);
         const char *v = argv[++i];
         char *end;
@@ -142,6 +143,7 @@ int em_cli_chat(int argc, char **argv) {
     ember_options_default(&o);
     o.model_path = a.model;
     o.device = a.device;
+    o.weights_memory = a.source.weights_memory;
     o.ctx_tokens = a.ctx;
     err = em_cli_spec_apply(&a.spec, &o);
     if (!err) err = ember_engine_create(&o, &engine);

@@ -19,6 +19,7 @@ typedef struct em_cli_model {
     const char *hf;       /* --hf ORG/NAME[:QUANT] or ORG/NAME/FILE.gguf */
     const char *hf_token; /* --hf-token (else HF_TOKEN) */
     char *pulled;         /* the path --hf resolved to; owned, freed by em_cli_model_free */
+    int weights_memory;   /* an ember_weights_memory: --mmap, --no-mmap, else automatic */
 } em_cli_model;
 
 /* The usage lines of those options, for every command's help. */
@@ -26,10 +27,15 @@ typedef struct em_cli_model {
     "  -m, --gguf FILE    the model (a split set: its first part, NAME-00001-of-0000N.gguf)\n" \
     "  --hf ORG/NAME[:QUANT]  a model from the Hugging Face Hub, downloaded once into the shared\n" \
     "                     cache (or ORG/NAME/FILE.gguf); see `ember pull --help`\n"              \
-    "  --hf-token TOKEN   for gated or private repositories (default: HF_TOKEN)\n"
+    "  --hf-token TOKEN   for gated or private repositories (default: HF_TOKEN)\n"                \
+    "  --no-mmap, --mmap  read the weights into memory, or map the file (default: read when the\n" \
+    "                     CPU runs the model and it takes at most half the memory available)\n"
 
 /* True when `flag` is one of the model options; its value is kept in `model`. */
 bool em_cli_model_option(em_cli_model *model, const char *flag, const char *value);
+
+/* True when `flag` is one of the model options without a value (--mmap, --no-mmap), kept in `model`. */
+bool em_cli_model_flag(em_cli_model *model, const char *flag);
 
 /* The path to open: the file, or the Hub model pulled now. An error when neither or both are given. */
 em_err em_cli_model_path(em_cli_model *model, const char **path);

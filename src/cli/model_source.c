@@ -7,12 +7,20 @@
 #include <unistd.h>
 
 #include "../hub/hub.h"
+#include "ember.h"
 #include "cli.h"
 
 bool em_cli_model_option(em_cli_model *model, const char *flag, const char *value) {
     if (!strcmp(flag, "-m") || !strcmp(flag, "--model") || !strcmp(flag, "--gguf")) model->file = value;
     else if (!strcmp(flag, "--hf")) model->hf = value;
     else if (!strcmp(flag, "--hf-token")) model->hf_token = value;
+    else return false;
+    return true;
+}
+
+bool em_cli_model_flag(em_cli_model *model, const char *flag) {
+    if (!strcmp(flag, "--mmap")) model->weights_memory = EMBER_WEIGHTS_MAPPED;
+    else if (!strcmp(flag, "--no-mmap")) model->weights_memory = EMBER_WEIGHTS_IN_MEMORY;
     else return false;
     return true;
 }

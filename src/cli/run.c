@@ -55,6 +55,7 @@ static em_err parse_args(int argc, char **argv, run_args *a) {
                                    .repeat_penalty = 1.0f, .repeat_last_n = 64};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
+        if (em_cli_model_flag(&a->source, f)) continue;
         if (!strcmp(f, "--print-ids")) {
             a->print_ids = true;
             continue;
@@ -171,6 +172,7 @@ static em_err generate(const run_args *a) {
     options.ctx_tokens = (int)a->n_ctx;
     options.threads = (int)a->n_threads;
     options.device = a->device;
+    options.weights_memory = a->source.weights_memory;
     options.max_sequences = 1;
     int32_t *prompt = NULL;
     size_t n_prompt = 0;

@@ -72,6 +72,7 @@ int em_cli_serve(int argc, char **argv) {
             fputs(usage_text, stdout);
             return 0;
         }
+        if (em_cli_model_flag(&source, a)) continue;
         if (!v) {
             fprintf(stderr, "ember serve: %s needs a value\n%s", a, usage_text);
             return 1;
@@ -112,6 +113,7 @@ int em_cli_serve(int argc, char **argv) {
         fprintf(stderr, "ember serve: a model is required (-m MODEL.gguf or --hf ORG/NAME[:QUANT])\n%s", usage_text);
         return 1;
     }
+    options.weights_memory = source.weights_memory;
     em_err err = em_cli_spec_apply(&spec, &options);
     if (!err) err = em_cli_model_path(&source, &options.model_path);
     if (err) return em_cli_fail("serve", err);

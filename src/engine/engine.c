@@ -15,8 +15,10 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "engine.h"
@@ -422,6 +424,7 @@ void ember_engine_get_info(const ember_engine *e, ember_engine_info *out) {
         .batch_tokens = e->batch_tokens,
         .max_sequences = e->max_sequences,
         .device = e->backend->ops->name,
+        .weights_in_memory = em_gguf_is_private(e->model->gguf),
     };
 }
 
@@ -501,6 +504,36 @@ static em_err choose_sizes(ember_engine *e, const ember_options *o) {
 
 /* The backend sizes its KV pool from the budget: --kv-mem bytes, or else room for kv_sequences
  * (default four) sequences of the full context. A sequence can never be longer than the whole pool. */
+bool em_weights_fit(uint64_t file_bytes, const char *meminfo) {
+    const char *line = meminfo ? strstr(meminfo, "MemAvailable:") : NULL;
+    unsigned long long kib = 0;
+    if (!line || sscanf(line, "MemAvailable: %llu kB", &kib) != 1) return false;
+    return file_bytes <= kib * 1024 / 2;
+}
+
+/* The bytes of the model's files: a split set's first part times their count (the parts are of
+ * about one size), which is near enough to weigh against the memory available. */
+static uint64_t model_file_bytes(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return UINT64_MAX;
+    uint32_t part = 1, count = 1;
+    size_t prefix = 0;
+    if (!em_gguf_split_name(path, &part, &count, &prefix)) count = 1;
+    return (uint64_t)st.st_size * count;
+}
+
+em_gguf_memory em_engine_weights_memory(const ember_options *o, const char *path) {
+    if (o->weights_memory == EMBER_WEIGHTS_IN_MEMORY) return EM_GGUF_PRIVATE;
+    if (o->weights_memory == EMBER_WEIGHTS_MAPPED || !em_backend_picks_cpu(o->device)) return EM_GGUF_MAPPED;
+    char meminfo[4096] = "";
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        meminfo[fread(meminfo, 1, sizeof meminfo - 1, f)] = 0;
+        fclose(f);
+    }
+    return em_weights_fit(model_file_bytes(path), meminfo) ? EM_GGUF_PRIVATE : EM_GGUF_MAPPED;
+}
+
 static em_err create_backend(ember_engine *e, const ember_options *o) {
     em_backend_config config = {
         .device = o->device,
@@ -529,7 +562,7 @@ ember_error *ember_engine_create(const ember_options *o, ember_engine **out) {
     pthread_cond_init(&e->wake, NULL);
     e->options = *o;
     e->options.model_path = NULL; /* not kept: the caller's string */
-    em_err err = em_model_load(o->model_path, &e->model);
+    em_err err = em_model_load_as(o->model_path, em_engine_weights_memory(o, o->model_path), &e->model);
     if (!err) err = em_text_from_gguf(e->model->gguf, &e->text);
     if (!err) e->tokenizer = em_text_tokenizer(e->text);
     if (!err && (uint32_t)em_tokenizer_n_vocab(e->tokenizer) > e->model->desc.n_vocab)

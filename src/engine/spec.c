@@ -121,7 +121,7 @@ static em_err drafter_scratch(em_drafter *d, uint32_t rows) {
 
 static em_err drafter_open(ember_engine *e, const ember_options *o, em_drafter *d) {
     const char *path = o->draft_model_path;
-    em_err err = em_model_load(path, &d->model);
+    em_err err = em_model_load_as(path, em_engine_weights_memory(o, path), &d->model);
     if (err) return em_err_prefix(err, "draft model");
     if ((err = check_vocabulary(e, d->model, path))) return err;
     em_backend_config config = {

@@ -78,8 +78,23 @@ typedef struct em_gguf_tensor {
 
 typedef struct em_gguf em_gguf;
 
-/* Opens and validates a file. On error *out is NULL. */
+/* Where an open file's bytes live. A mapping shares the page cache's pages and costs no time or
+ * memory up front; a private copy (the file read into anonymous memory, on huge pages where the
+ * kernel gives them) takes the file's size in memory and a read of it, and on some machines streams
+ * much faster than the page cache's pages (bench/RESULTS.md), which is what a CPU decode does. */
+typedef enum em_gguf_memory {
+    EM_GGUF_MAPPED,  /* the file mapped read-only */
+    EM_GGUF_PRIVATE, /* the file read into private memory (mapped instead if that memory is refused) */
+} em_gguf_memory;
+
+/* Opens and validates a file, mapped. On error *out is NULL. */
 em_err em_gguf_open(const char *path, em_gguf **out);
+
+/* The same, its bytes where `memory` says. */
+em_err em_gguf_open_as(const char *path, em_gguf_memory memory, em_gguf **out);
+
+/* Whether the file's bytes are a private copy (EM_GGUF_PRIVATE that got its memory). */
+bool em_gguf_is_private(const em_gguf *gguf);
 
 /* Validates a caller's buffer (not copied: it must outlive the em_gguf). `name` is used in
  * messages. */
@@ -194,6 +209,7 @@ bool em_gguf_split_name(const char *path, uint32_t *part, uint32_t *count, size_
  * An unsplit file gives one part. A missing part is an error naming its path; so is opening a part
  * other than the first. *parts (malloc'd, closed with em_gguf_close_parts) starts with `path`. */
 em_err em_gguf_open_parts(const char *path, em_gguf ***parts, uint32_t *n_parts);
+em_err em_gguf_open_parts_as(const char *path, em_gguf_memory memory, em_gguf ***parts, uint32_t *n_parts);
 void em_gguf_close_parts(em_gguf **parts, uint32_t n_parts);
 
 /* Writes what `gguf` holds as a split set of `n_parts` files PREFIX-0000i-of-0000N.gguf, the tensors

@@ -76,14 +76,15 @@ static em_err check_unique_tensors(em_gguf *const *parts, uint32_t n_parts) {
 }
 
 /* Opens parts 2..count beside the first and checks each one's split keys. */
-static em_err open_other_parts(const char *path, size_t prefix_len, uint32_t count, em_gguf **parts) {
+static em_err open_other_parts(const char *path, em_gguf_memory memory, size_t prefix_len, uint32_t count,
+                               em_gguf **parts) {
     const size_t len = prefix_len + 32;
     char *name = malloc(len);
     if (!name) return em_errorf(EM_ERR_NOMEM, "out of memory opening the parts of %s", path);
     em_err err = NULL;
     for (uint32_t i = 1; i < count && !err; i++) {
         snprintf(name, len, "%.*s-%05u-of-%05u.gguf", (int)prefix_len, path, i + 1, count);
-        if ((err = em_gguf_open(name, &parts[i]))) {
+        if ((err = em_gguf_open_as(name, memory, &parts[i]))) {
             if (em_err_code_of(err) == EM_ERR_NOT_FOUND || em_err_code_of(err) == EM_ERR_IO)
                 err = em_err_prefix(err, "part %u of %u of the split model %s is missing or unreadable", i + 1,
                                     count, path);
@@ -102,10 +103,14 @@ static em_err open_other_parts(const char *path, size_t prefix_len, uint32_t cou
 }
 
 em_err em_gguf_open_parts(const char *path, em_gguf ***out_parts, uint32_t *out_n) {
+    return em_gguf_open_parts_as(path, EM_GGUF_MAPPED, out_parts, out_n);
+}
+
+em_err em_gguf_open_parts_as(const char *path, em_gguf_memory memory, em_gguf ***out_parts, uint32_t *out_n) {
     *out_parts = NULL;
     *out_n = 0;
     em_gguf *first;
-    em_err err = em_gguf_open(path, &first);
+    em_err err = em_gguf_open_as(path, memory, &first);
     if (err) return err;
     uint64_t number, count, tensors;
     if ((err = split_key(first, SPLIT_NO, 0, &number)) || (err = split_key(first, SPLIT_COUNT, 1, &count)) ||
@@ -140,7 +145,7 @@ em_err em_gguf_open_parts(const char *path, em_gguf ***out_parts, uint32_t *out_
         return err;
     }
     parts[0] = first;
-    if (count > 1) err = open_other_parts(path, prefix_len, (uint32_t)count, parts);
+    if (count > 1) err = open_other_parts(path, memory, prefix_len, (uint32_t)count, parts);
     uint64_t total = 0;
     for (uint32_t i = 0; i < count && !err; i++) total += em_gguf_tensor_count(parts[i]);
     if (!err && count > 1 && total != tensors)

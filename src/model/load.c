@@ -470,11 +470,13 @@ static em_err load_from_parts(em_gguf *const *parts, uint32_t n_parts, em_model 
 
 em_err em_model_from_gguf(em_gguf *gguf, em_model **out) { return load_from_parts(&gguf, 1, out); }
 
-em_err em_model_load(const char *path, em_model **out) {
+em_err em_model_load(const char *path, em_model **out) { return em_model_load_as(path, EM_GGUF_MAPPED, out); }
+
+em_err em_model_load_as(const char *path, em_gguf_memory memory, em_model **out) {
     *out = NULL;
     em_gguf **parts;
     uint32_t n_parts;
-    em_err err = em_gguf_open_parts(path, &parts, &n_parts);
+    em_err err = em_gguf_open_parts_as(path, memory, &parts, &n_parts);
     if (err) return err;
     err = load_from_parts(parts, n_parts, out);
     if (err) {

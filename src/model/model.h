@@ -241,6 +241,9 @@ uint32_t em_model_attn_scale_dim(const char *arch, uint32_t n_layer, uint32_t n_
  * (NAME-00001-of-0000N.gguf) opens the whole set, which loads as one model. */
 em_err em_model_load(const char *path, em_model **out);
 
+/* The same, the files' bytes where `memory` says (mapped, or read into private memory). */
+em_err em_model_load_as(const char *path, em_gguf_memory memory, em_model **out);
+
 /* Loads from an open file that the caller keeps open until em_model_free. */
 em_err em_model_from_gguf(em_gguf *gguf, em_model **out);
 
