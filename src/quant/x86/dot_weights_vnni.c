@@ -289,7 +289,14 @@ EM_VNNI static EM_INLINE void bf16_weights(const uint8_t *w, uint64_t stride, in
 WEIGHTS_ENTRY(dot_weights_q4_k, q4_k_weights, uint8_t)
 WEIGHTS_ENTRY(dot_weights_q8_0, q8_0_weights, uint8_t)
 WEIGHTS_ENTRY(dot_weights_q6_k, q6_k_weights, uint8_t)
-WEIGHTS_ENTRY(dot_weights_bf16, bf16_weights, float)
+/* BF16, one row a call: four rows a call read four streams 4 KB apart (a 2048-wide row), and one
+ * token's BF16 products wait on memory, not on arithmetic; row by row they read one steady stream,
+ * which measured faster in decode (bench/RESULTS.md). The quantized types keep four rows: their
+ * kernels wait on arithmetic, which four rows' independent chains and shared activations cut. */
+EM_VNNI static void dot_weights_bf16(const void *wv, uint64_t stride, uint32_t n_rows, const void *av, uint64_t n,
+                                     float *out) {
+    for (uint32_t r = 0; r < n_rows; r++) bf16_weights((const uint8_t *)wv + r * stride, stride, 1, av, n, out + r);
+}
 
 em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type) {
     if (!em_quant_x86_has_vnni()) return NULL;
