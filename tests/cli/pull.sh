@@ -156,6 +156,8 @@ for i in 1 2 3; do
 done
 got=$("$EMBER" run -m "$path" --prompt-ids "1 450 4996" --temp 0 -n 16 --print-ids 2>"$WORK/err") || fail "run split: $(cat "$WORK/err")"
 [ "$got" = "$want" ] || fail "the pulled split model generated '$got', the unsplit '$want'"
+got=$("$EMBER" run -m "$path" --no-mmap --prompt-ids "1 450 4996" --temp 0 -n 16 --print-ids 2>"$WORK/err") || fail "run split --no-mmap: $(cat "$WORK/err")"
+[ "$got" = "$want" ] || fail "the split model read into memory generated '$got', the unsplit '$want'"
 got=$("$EMBER" run --hf test/split-GGUF --prompt-ids "1 450 4996" --temp 0 -n 16 --print-ids 2>"$WORK/err") || fail "run --hf: $(cat "$WORK/err")"
 [ "$got" = "$want" ] || fail "run --hf generated '$got', expected '$want'"
 got=$("$EMBER" run --gguf "$HUB/test/split-GGUF/Q8_0/tiny-Q8_0-00001-of-00003.gguf" --prompt-ids "1 450 4996" --temp 0 -n 16 --print-ids 2>/dev/null)

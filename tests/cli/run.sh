@@ -29,6 +29,11 @@ MODEL=$WORK/tiny-llama.gguf
 "$EMBER" run -m "$MODEL" --prompt-ids "1 450 4996" -n 12 --temp 0 --print-ids -t 1 >"$WORK/b" 2>/dev/null || fail "run greedy 1 thread"
 [ "$(wc -w <"$WORK/a")" -eq 12 ] || fail "greedy printed $(wc -w <"$WORK/a") ids, expected 12"
 cmp -s "$WORK/a" "$WORK/b" || fail "greedy output depends on the thread count"
+# the weights mapped from the file or read into memory: the same tokens
+for flag in --mmap --no-mmap; do
+    "$EMBER" run -m "$MODEL" --prompt-ids "1 450 4996" -n 12 --temp 0 --print-ids $flag >"$WORK/m" 2>/dev/null || fail "run $flag"
+    cmp -s "$WORK/a" "$WORK/m" || fail "greedy output with $flag differs"
+done
 for id in $(cat "$WORK/a"); do [ "$id" -ge 0 ] && [ "$id" -lt 32000 ] || fail "id $id out of range"; done
 grep -q "prompt tokens: 3" "$WORK/a.err" || fail "no prompt token count: $(cat "$WORK/a.err")"
 grep -q "prefill: .* ms (.* tok/s)" "$WORK/a.err" || fail "no prefill timing"
