@@ -502,8 +502,6 @@ static em_err choose_sizes(ember_engine *e, const ember_options *o) {
     return NULL;
 }
 
-/* The backend sizes its KV pool from the budget: --kv-mem bytes, or else room for kv_sequences
- * (default four) sequences of the full context. A sequence can never be longer than the whole pool. */
 bool em_weights_fit(uint64_t file_bytes, const char *meminfo) {
     const char *line = meminfo ? strstr(meminfo, "MemAvailable:") : NULL;
     unsigned long long kib = 0;
@@ -534,6 +532,8 @@ em_gguf_memory em_engine_weights_memory(const ember_options *o, const char *path
     return em_weights_fit(model_file_bytes(path), meminfo) ? EM_GGUF_PRIVATE : EM_GGUF_MAPPED;
 }
 
+/* The backend sizes its KV pool from the budget: --kv-mem bytes, or else room for kv_sequences
+ * (default four) sequences of the full context. A sequence can never be longer than the whole pool. */
 static em_err create_backend(ember_engine *e, const ember_options *o) {
     em_backend_config config = {
         .device = o->device,

@@ -395,7 +395,6 @@ struct ember_engine {
     em_drafter *drafter;
 };
 
-/* Speculative decoding (spec.c), on the engine thread. */
 /* ---- Loading (engine.c) ---- */
 
 /* Whether model files of `file_bytes` go into memory under EMBER_WEIGHTS_AUTO, given the text of
@@ -405,6 +404,7 @@ bool em_weights_fit(uint64_t file_bytes, const char *meminfo);
 /* Where the model at `path` is to live: the options' choice, EMBER_WEIGHTS_AUTO resolved. */
 em_gguf_memory em_engine_weights_memory(const ember_options *options, const char *path);
 
+/* Speculative decoding (spec.c), on the engine thread. */
 em_err em_spec_init(ember_engine *engine, const ember_options *options);
 void em_spec_free(ember_engine *engine);
 /* Chooses this step's drafts (r->n_draft) for each running request that decodes and speculates;
