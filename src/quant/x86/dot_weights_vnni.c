@@ -23,17 +23,18 @@
 #define WEIGHT_ROWS_MAX 4
 
 #define UNROLL_WEIGHT_ROWS EM_UNROLL(4)
-
 /* The weight rows of a call are read as nr interleaved streams, which the hardware prefetchers
- * follow poorly from memory; so each call asks for the next call's rows (the tile after its own,
- * as many bytes), a few cache lines per step of its loop, in address order: one steady stream. */
+ * follow poorly from memory; so each call asks for rows of a later call (the tile `tiles_ahead`
+ * tiles after its own, as many bytes), a few cache lines per step of its loop, in address order:
+ * one steady stream. The distance is the kernel's: the faster a kernel eats its tile, the further
+ * ahead it must ask (bench/RESULTS.md). */
 typedef struct ahead {
-    const uint8_t *next; /* the next tile's first byte */
+    const uint8_t *next; /* the first byte of the tile asked for */
     uint64_t lines;      /* cache lines asked for per step */
 } ahead;
 
-static EM_INLINE ahead ahead_of(const uint8_t *w, uint64_t tile_bytes, uint64_t steps) {
-    return (ahead){w + tile_bytes, steps ? (tile_bytes + 64 * steps - 1) / (64 * steps) : 0};
+static EM_INLINE ahead ahead_of(const uint8_t *w, uint64_t tile_bytes, uint64_t steps, uint64_t tiles_ahead) {
+    return (ahead){w + tiles_ahead * tile_bytes, steps ? (tile_bytes + 64 * steps - 1) / (64 * steps) : 0};
 }
 
 EM_VNNI static EM_INLINE void ahead_step(ahead h, uint64_t step) {
@@ -54,72 +55,110 @@ EM_VNNI static EM_INLINE __m512i group_index(int first) {
     return _mm512_add_epi32(_mm512_set1_epi32(first), quarter);
 }
 
-/* Q4_K, `nr` weight rows `stride` bytes apart. Per 64-element chunk c the 64 Q8_K activations of
- * sub-blocks 2c and 2c + 1 are one register, loaded once; each row's 32 weight bytes are broadcast
- * to both halves, the lower half keeping the low nibbles (sub-block 2c) and the upper the high
- * ones (2c + 1), as in dot_rows_vnni.c's q4_k_rows. vpdpbusd gives per lane four products (they fit
- * 16 bits), vpdpwssd multiplies them by the sub-block's scale into the row's sum; folding the
- * halves gives dot_avx2.c's isum. The min terms of all rows come out of one hsum4, each row's in its
- * own lane, and are scaled there by that row's dmin times the block's d8, as the AVX2 kernel does. */
+/* Q4_K's scales and mins (k_scales_mins in avx2.h) of four weight rows at once, row r's sixteen bytes
+ * in 128-bit lane r: those steps never cross a lane. */
+EM_VNNI static EM_INLINE __m512i k_scales_mins_x4(const uint8_t *const row[WEIGHT_ROWS_MAX]) {
+    __m512i u = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)(row[0] + 4)));
+    u = _mm512_inserti32x4(u, _mm_loadu_si128((const __m128i *)(const void *)(row[1] + 4)), 1);
+    u = _mm512_inserti32x4(u, _mm_loadu_si128((const __m128i *)(const void *)(row[2] + 4)), 2);
+    u = _mm512_inserti32x4(u, _mm_loadu_si128((const __m128i *)(const void *)(row[3] + 4)), 3);
+    const __m512i low_of = _mm512_shuffle_epi32(u, 0x98), high_of = _mm512_shuffle_epi32(u, 0x50);
+    const __m512i low = _mm512_and_si512(_mm512_srlv_epi32(low_of, _mm512_set4_epi32(4, 0, 0, 0)),
+                                         _mm512_set4_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
+    const __m512i high = _mm512_and_si512(_mm512_srli_epi32(high_of, 2),
+                                          _mm512_set4_epi32(0x30303030, 0, 0x30303030, 0));
+    return _mm512_or_si512(low, high);
+}
+
+/* A vpshufb pattern that makes int16 words of two scale bytes of a 128-bit lane: words 0..15 (the
+ * lower half) take byte `first`, words 16..31 byte `second`. */
+EM_VNNI static EM_INLINE __m512i scale_words(int first, int second) {
+    return _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32((int)(0x80008000u | (unsigned)first << 16 | first)),
+                                   _mm512_set1_epi32((int)(0x80008000u | (unsigned)second << 16 | second)));
+}
+
+/* Q4_K, `nr` weight rows `stride` bytes apart. A 64-byte load of a row holds two 32-element chunks:
+ * its low nibbles are sub-blocks 2c and 2c + 2 (lower and upper half), its high nibbles 2c + 1 and
+ * 2c + 3, so each load gives two registers of levels. The activations are arranged to match once per
+ * block for all rows (128-bit lane shuffles). vpmaddubsw gives dot_avx2.c's pair sums, vpmaddwd /
+ * vpdpwssd multiply them by the int16 sub-block scale (vpshufb spreads the row's scale bytes), so
+ * int32 lane j of a half holds the AVX2 kernel's lane j of that sub-block, and folding the halves
+ * gives its isum. Two rows' sums fold into one register, lower and upper eight lanes, and take the
+ * AVX2 kernel's f32 multiply-add there. The scales and mins of four rows unpack in one register;
+ * the min terms of all rows come out of it together, row r in lane r, scaled by that row's dmin
+ * times the block's d8, as the AVX2 kernel does. */
 EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, int nr, const uint8_t *a, uint64_t n,
                                            float *out) {
-    __m256 acc[WEIGHT_ROWS_MAX];
+    __m512 acc[WEIGHT_ROWS_MAX / 2]; /* rows 2p and 2p + 1 in the lower and upper eight lanes */
+    acc[0] = acc[1] = _mm512_setzero_ps();
     __m128 mins_total = _mm_setzero_ps(); /* row r in lane r */
-    UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(15);
-    const ahead h = ahead_of(w, nr * stride, n / 256);
-    uint64_t at[WEIGHT_ROWS_MAX]; /* rows past nr read row 0's block, and their lanes go unused */
-    UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) at[r] = r < nr ? r * stride : 0;
-    for (uint64_t b = 0; b < n / 256; b++, w += 144, a += 292) {
+    const __m512i pattern0 = scale_words(0, 2), pattern1 = scale_words(1, 3), pattern2 = scale_words(4, 6);
+    const __m512i pattern3 = scale_words(5, 7);
+    const __m512i lane_words = _mm512_set4_epi32(3, 2, 1, 0); /* a 128-bit lane's four int32, for broadcasts */
+    const ahead h = ahead_of(w, nr * stride, n / 256, 2);
+    const uint8_t *row[WEIGHT_ROWS_MAX]; /* rows past nr read row 0's blocks, and their lanes go unused */
+    UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) row[r] = w + (r < nr ? r : 0) * stride;
+    for (uint64_t b = 0; b < n / 256; b++, a += 292) {
         ahead_step(h, b);
         const __m256 d8 = _mm256_set1_ps(em_load_f32(a));
         /* each row's d and dmin times d8 (the f32 products of the AVX2 kernel), row r in lanes 2r and
          * 2r + 1, converted together: one register, no value through a general register */
-        __m128i d_dmin = _mm_cvtsi32_si128((int)em_load_u32(w + at[0]));
-        d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(w + at[1]), 1);
-        d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(w + at[2]), 2);
-        d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(w + at[3]), 3);
-        const __m256 scaled = _mm256_mul_ps(_mm256_cvtph_ps(d_dmin), d8);
-        const __m256i sums = load32(a + 260); /* the activation's 16 group sums */
-        __m512i act[4];
-        for (int c = 0; c < 4; c++) act[c] = _mm512_loadu_si512((const void *)(a + 4 + 64 * c));
-        __m256i mins[WEIGHT_ROWS_MAX];
-        __m512i isum[WEIGHT_ROWS_MAX], isum_odd[WEIGHT_ROWS_MAX];
+        __m128i d_dmin = _mm_cvtsi32_si128((int)em_load_u32(row[0]));
+        d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(row[1]), 1);
+        d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(row[2]), 2);
+        d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(row[3]), 3);
+        const __m512 scaled = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(d_dmin), d8));
+        /* activations of sub-blocks (0, 2), (1, 3), (4, 6), (5, 7), as the levels come */
+        const __m512i a01 = _mm512_loadu_si512((const void *)(a + 4)), a23 = _mm512_loadu_si512((const void *)(a + 68));
+        const __m512i a45 = _mm512_loadu_si512((const void *)(a + 132));
+        const __m512i a67 = _mm512_loadu_si512((const void *)(a + 196));
+        const __m512i act0 = _mm512_shuffle_i64x2(a01, a23, 0x44), act1 = _mm512_shuffle_i64x2(a01, a23, 0xee);
+        const __m512i act2 = _mm512_shuffle_i64x2(a45, a67, 0x44), act3 = _mm512_shuffle_i64x2(a45, a67, 0xee);
+        const __m512i scales_mins = k_scales_mins_x4(row);
+        /* the min terms: each sub-block's activation sum (two Q8_K group sums) as int16, in every lane */
+        const __m256i pair_sums = _mm256_madd_epi16(load32(a + 260), _mm256_set1_epi16(1));
+        const __m512i sub_sums = _mm512_broadcast_i32x4(_mm256_cvtepi32_epi16(pair_sums));
+        __m512i mins = _mm512_madd_epi16(_mm512_unpackhi_epi8(scales_mins, _mm512_setzero_si512()), sub_sums);
+        mins = _mm512_add_epi32(mins, _mm512_shuffle_epi32(mins, 0x4e));
+        mins = _mm512_add_epi32(mins, _mm512_shuffle_epi32(mins, 0xb1));
+        const __m128i mins4 = _mm512_castsi512_si128(
+            _mm512_permutexvar_epi32(_mm512_castsi128_si512(_mm_setr_epi32(0, 4, 8, 12)), mins));
+        const __m128 dmin = _mm512_castps512_ps128(
+            _mm512_permutexvar_ps(_mm512_castsi128_si512(_mm_setr_epi32(1, 3, 5, 7)), scaled));
+        mins_total = _mm_add_ps(mins_total, _mm_mul_ps(dmin, _mm_cvtepi32_ps(mins4)));
+        __m512i isum[WEIGHT_ROWS_MAX];
         UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) {
-            mins[r] = _mm256_setzero_si256();
-            if (r >= nr) continue;
-            const uint8_t *wr = w + r * stride;
-            const __m128i sm = k_scales_mins(wr + 4);
-            mins[r] = _mm256_madd_epi16(sums, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm)));
-            /* scale s as the int32 lane s, the int16 pair (s, 0): low half for sub-block 2c, high 2c+1 */
-            const __m512i scales32 = _mm512_cvtepu8_epi32(sm);
-            /* two chains per row (chunks 0, 2 and 1, 3): integer sums, so the split changes nothing */
             isum[r] = _mm512_setzero_si512();
-            isum_odd[r] = _mm512_setzero_si512();
-            for (int c = 0; c < 4; c++) {
-                const __m512i q = _mm512_broadcast_i64x4(load32(wr + 16 + 32 * c));
-                const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xffff0000u, q, 4), low4);
-                const __m512i sc = _mm512_permutexvar_epi32(pair_index(2 * c), scales32);
-                const __m512i products = _mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, act[c]);
-                if (c % 2)
-                    isum_odd[r] = _mm512_dpwssd_epi32(isum_odd[r], products, sc);
-                else
-                    isum[r] = _mm512_dpwssd_epi32(isum[r], products, sc);
-            }
+            if (r >= nr) continue;
+            const __m512i sm = _mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_set1_epi32(4 * r), lane_words), scales_mins);
+            const __m512i q01 = _mm512_loadu_si512((const void *)(row[r] + 16));
+            const __m512i q45 = _mm512_loadu_si512((const void *)(row[r] + 80));
+            /* written out, not as loops over arrays: GCC kept those arrays on the stack */
+            const __m512i p0 = _mm512_maddubs_epi16(_mm512_and_si512(q01, low4), act0);
+            const __m512i p1 = _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(q01, 4), low4), act1);
+            const __m512i p2 = _mm512_maddubs_epi16(_mm512_and_si512(q45, low4), act2);
+            const __m512i p3 = _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(q45, 4), low4), act3);
+            /* two chains (low and high nibbles): integer sums, so the split changes nothing */
+            const __m512i low = _mm512_dpwssd_epi32(_mm512_madd_epi16(p0, _mm512_shuffle_epi8(sm, pattern0)), p2,
+                                                    _mm512_shuffle_epi8(sm, pattern2));
+            const __m512i high = _mm512_dpwssd_epi32(_mm512_madd_epi16(p1, _mm512_shuffle_epi8(sm, pattern1)), p3,
+                                                     _mm512_shuffle_epi8(sm, pattern3));
+            isum[r] = _mm512_add_epi32(low, high);
         }
-        const __m256i dmin_lanes = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
-        const __m128 scale = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(scaled, dmin_lanes));
-        mins_total = _mm_add_ps(mins_total, _mm_mul_ps(scale, _mm_cvtepi32_ps(hsum4(mins[0], mins[1], mins[2],
-                                                                                      mins[3]))));
-        UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) {
-            const __m256i folded = fold_halves(_mm512_add_epi32(isum[r], isum_odd[r]));
-            const __m256 d = _mm256_permutevar8x32_ps(scaled, _mm256_set1_epi32(2 * r));
-            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(folded), acc[r]);
+        UNROLL_WEIGHT_ROWS for (int p = 0; p < (nr + 1) / 2; p++) {
+            const __m512i halves = _mm512_add_epi32(_mm512_shuffle_i64x2(isum[2 * p], isum[2 * p + 1], 0x44),
+                                                    _mm512_shuffle_i64x2(isum[2 * p], isum[2 * p + 1], 0xee));
+            const __m512 d = _mm512_permutexvar_ps(
+                _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(4 * p), _mm512_set1_epi32(4 * p + 2)), scaled);
+            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(halves), acc[p]);
         }
+        UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) row[r] += 144;
     }
     float mins_out[WEIGHT_ROWS_MAX];
     _mm_storeu_ps(mins_out, mins_total);
-    UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) out[r] = hsum(acc[r]) - mins_out[r];
+    UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++)
+        out[r] = hsum(r % 2 ? upper_ps(acc[r / 2]) : _mm512_castps512_ps256(acc[r / 2])) - mins_out[r];
 }
 
 /* Q6_K, `nr` weight rows `stride` bytes apart. Per half h of a block (128 elements) one register
@@ -139,7 +178,7 @@ EM_VNNI static EM_INLINE void q6_k_weights(const uint8_t *w, uint64_t stride, in
     /* runs 0 and 1 take qh's bits 0..1 and 2..3 to bits 4..5; runs 2 and 3 take bits 4..5 and 6..7 */
     const __m512i up01 = _mm512_mask_set1_epi16(_mm512_set1_epi16(4), 0xffff0000u, 2);
     const __m512i down23 = _mm512_mask_set1_epi16(_mm512_setzero_si512(), 0xffff0000u, 2);
-    const ahead h = ahead_of(w, nr * stride, n / 256);
+    const ahead h = ahead_of(w, nr * stride, n / 256, 1);
     for (uint64_t b = 0; b < n / 256; b++, w += 210, a += 292) {
         ahead_step(h, b);
         const float d8 = em_load_f32(a);
@@ -200,7 +239,7 @@ EM_VNNI static EM_INLINE void q8_0_weights(const uint8_t *w, uint64_t stride, in
     UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) row[r] = w + (r < nr ? r : nr - 1) * stride;
     __m512 acc[PAIRS];
     UNROLL_WEIGHT_ROWS for (int p = 0; p < np; p++) acc[p] = _mm512_setzero_ps();
-    const ahead h = ahead_of(w, nr * stride, n / 32);
+    const ahead h = ahead_of(w, nr * stride, n / 32, 1);
     for (uint64_t b = 0; b < n / 32; b++, a += 34) {
         ahead_step(h, b);
         const uint64_t at = 34 * b;
@@ -240,7 +279,7 @@ EM_VNNI static EM_INLINE void bf16_weights(const uint8_t *w, uint64_t stride, in
                                            float *out) {
     __m512 lo[WEIGHT_ROWS_MAX], hi[WEIGHT_ROWS_MAX];
     UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) lo[r] = hi[r] = _mm512_setzero_ps();
-    const ahead h = ahead_of(w, nr * stride, n / 32);
+    const ahead h = ahead_of(w, nr * stride, n / 32, 1);
     uint64_t j = 0;
     for (; j + 32 <= n; j += 32) {
         ahead_step(h, j / 32);
