@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
                         em_dot_rows(type, q + r * row_bytes, a, act_bytes, 1, cols, &out[r]);
                 }
             else
-                em_dot_weights(type, q, row_bytes, (uint32_t)rows, a, cols, out);
+                em_dot_weights(type, q, row_bytes, (uint32_t)rows, a, 0, 1, cols, out, 0);
             const double seconds = now() - t0;
             sink += out[rows - 1];
             if (seconds < best[way]) best[way] = seconds;

@@ -506,9 +506,10 @@ static void test_iq3xxs_codes_spell_the_grid(void **state) {
     }
 }
 
-/* em_dot_weights must equal em_dot weight row by weight row, bitwise (a decode step's products go
- * through it, a batch's through em_dot_rows, and both must give the same numbers): every dot type,
- * 1 to 13 weight rows (past the kernels' groups of four, and each remainder), rows spaced wider
+/* em_dot_weights must equal em_dot weight row by weight row and token by token, bitwise (a decode
+ * step's products go through it, a batch's through em_dot_rows, and both must give the same
+ * numbers): every dot type, 1 to 13 weight rows (past the kernels' groups of four, and each
+ * remainder), 1 to EM_DOT_WEIGHTS_TOKENS tokens each with its own activations, rows spaced wider
  * than their size and each quantized from its own values at its own scale, float rows ending off
  * the 32- and 8-element steps, activations at small and large scales. Run on both ISA paths, as
  * the test above. */
@@ -517,9 +518,9 @@ static void test_dot_weights_equal_single_rows(void **state) {
     static const char *const types[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",   "Q5_0",    "Q5_1",  "IQ4_NL",
                                         "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ3_XXS", "TQ1_0",
                                         "TQ2_0"};
-    enum { N = 1024 + 256, WROWS = 13, STRIDE = N * 4 + 64 };
+    enum { N = 1024 + 256, WROWS = 13, STRIDE = N * 4 + 64, TOKENS = EM_DOT_WEIGHTS_TOKENS, ASTRIDE = N * 4 + 32 };
     float *w = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float));
-    uint8_t *wq = malloc((size_t)WROWS * STRIDE), *aq = malloc(N * 4);
+    uint8_t *wq = malloc((size_t)WROWS * STRIDE), *aq = malloc((size_t)TOKENS * ASTRIDE);
     assert_true(w && x && wq && aq);
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         em_type type = type_named(types[t]);
@@ -530,20 +531,28 @@ static void test_dot_weights_equal_single_rows(void **state) {
         }
         const uint64_t lengths[2] = {N, em_type_info_of(type)->block_elems == 1 ? N - 13 : N - 256};
         for (int scale = 0; scale < 2; scale++) {
-            fill_gaussian(x, N, 70 + (unsigned)scale);
-            for (int i = 0; i < N; i++) x[i] *= scale ? 300.0f : 0.003f;
-            assert_ok(em_quantize_activation(type, x, aq, N));
+            for (int k = 0; k < TOKENS; k++) {
+                fill_gaussian(x, N, 70 + 10 * (unsigned)k + (unsigned)scale);
+                for (int i = 0; i < N; i++) x[i] *= scale ? 300.0f / (float)(k + 1) : 0.003f * (float)(k + 1);
+                assert_ok(em_quantize_activation(type, x, aq + (size_t)k * ASTRIDE, N));
+            }
             for (int l = 0; l < 2; l++)
-                for (uint32_t n_rows = 1; n_rows <= WROWS; n_rows++) {
-                    float out[WROWS];
-                    em_dot_weights(type, wq, STRIDE, n_rows, aq, lengths[l], out);
-                    for (uint32_t r = 0; r < n_rows; r++) {
-                        float single = em_dot(type, wq + (size_t)r * STRIDE, aq, lengths[l]);
-                        if (memcmp(&single, &out[r], sizeof single) != 0)
-                            fail_msg("%s, n %u, %u weight rows, row %u: em_dot_weights %.9g, em_dot %.9g", types[t],
-                                     (unsigned)lengths[l], n_rows, r, (double)out[r], (double)single);
+                for (uint32_t n_tokens = 1; n_tokens <= TOKENS; n_tokens++)
+                    for (uint32_t n_rows = 1; n_rows <= WROWS; n_rows++) {
+                        float out[TOKENS * (WROWS + 3)];
+                        em_dot_weights(type, wq, STRIDE, n_rows, aq, ASTRIDE, n_tokens, lengths[l], out, WROWS + 3);
+                        for (uint32_t k = 0; k < n_tokens; k++)
+                            for (uint32_t r = 0; r < n_rows; r++) {
+                                float single = em_dot(type, wq + (size_t)r * STRIDE, aq + (size_t)k * ASTRIDE,
+                                                      lengths[l]);
+                                const float got = out[k * (WROWS + 3) + r];
+                                if (memcmp(&single, &got, sizeof single) != 0)
+                                    fail_msg("%s, n %u, %u weight rows, %u tokens, row %u of token %u: "
+                                             "em_dot_weights %.9g, em_dot %.9g",
+                                             types[t], (unsigned)lengths[l], n_rows, n_tokens, r, k, (double)got,
+                                             (double)single);
+                            }
                     }
-                }
         }
     }
     free(w);

@@ -244,18 +244,23 @@ void em_dot_rows(uint32_t weight_type, const void *weight_row, const void *activ
     for (uint32_t t = 0; t < n_rows; t++) out[t] = em_dot(weight_type, weight_row, a + t * activation_stride, n);
 }
 
-em_dot_weights_fn em_dot_weights_kernel(uint32_t weight_type) { return em_quant_dot_weights_vnni(weight_type); }
+em_dot_weights_fn em_dot_weights_kernel(uint32_t weight_type, uint32_t n_tokens) {
+    return em_quant_dot_weights_vnni(weight_type, n_tokens);
+}
 
 void em_dot_weights(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_weight_rows,
-                    const void *activation_row, uint64_t n, float *out) {
-    em_dot_weights_fn weights = em_dot_weights_kernel(weight_type);
+                    const void *activation_rows, uint64_t activation_stride, uint32_t n_tokens, uint64_t n,
+                    float *out, uint64_t out_stride) {
+    em_dot_weights_fn weights = em_dot_weights_kernel(weight_type, n_tokens);
     if (weights) {
-        weights(weight_rows, row_stride, n_weight_rows, activation_row, n, out);
+        weights(weight_rows, row_stride, n_weight_rows, activation_rows, activation_stride, n_tokens, n, out,
+                out_stride);
         return;
     }
-    const uint8_t *w = weight_rows;
-    for (uint32_t r = 0; r < n_weight_rows; r++)
-        em_dot_rows(weight_type, w + r * row_stride, activation_row, 0, 1, n, out + r);
+    const uint8_t *w = weight_rows, *a = activation_rows;
+    for (uint32_t t = 0; t < n_tokens; t++)
+        for (uint32_t r = 0; r < n_weight_rows; r++)
+            em_dot_rows(weight_type, w + r * row_stride, a + t * activation_stride, 0, 1, n, out + t * out_stride + r);
 }
 
 em_dot_group_fn em_dot_group_kernel(uint32_t weight_type) { return em_quant_dot_group_vnni(weight_type); }

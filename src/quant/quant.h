@@ -17,7 +17,8 @@
  * reference and common scalar dots, em_dot_rows), dot_scalar.c (other scalar dots), x86/ (AVX2
  * kernels: dot_avx2.c one row, dot_rows_avx2.c several activation rows, avx2.h their helpers;
  * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0; dot_weights_vnni.c: several
- * weight rows against one activation row, AVX-512 for Q4_K, Q8_0 and BF16; bf16_tiles.c: BF16
+ * weight rows against one activation row (Q4_K: up to four), AVX-512 for Q4_K, Q6_K, Q8_0 and BF16;
+ * bf16_tiles.c: BF16
  * weights against many bf16 tokens with AVX512_BF16; dot_group_vnni.c: packed
  * token groups and their AVX-512 VNNI kernels for Q4_K, Q8_0, Q6_K and IQ3_XXS; amx.c: Q4_K and Q8_0
  * weights against many tokens with AMX-INT8 tiles; rows_f32.c:
@@ -179,19 +180,27 @@ typedef void (*em_dot_rows_fn)(const void *weight_row, const void *activation_ro
                                uint32_t n_rows, uint64_t n, float *out);
 em_dot_rows_fn em_dot_rows_kernel(uint32_t weight_type);
 
-/* Several weight rows against one activation row (a decode step's products): out[i] =
- * em_dot(weight_type, weight_rows + i * row_stride, activation_row, n), bitwise equal, for i <
- * n_weight_rows. The kernels load each activation block once for up to four weight rows and keep
- * the rows' sums in independent chains: AVX-512 kernels for Q4_K, Q8_0 (VNNI) and BF16 where the
- * AVX-512 VNNI kernels run; other types and CPUs loop over em_dot_rows' kernel or em_dot. */
-void em_dot_weights(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_weight_rows,
-                    const void *activation_row, uint64_t n, float *out);
+/* Tokens em_dot_weights takes in one call at most (a decode step of a few sequences). */
+#define EM_DOT_WEIGHTS_TOKENS 4
 
-/* The kernel em_dot_weights runs for `weight_type` on this CPU, or NULL when the type has none
- * here (em_dot_weights then takes the rows one by one). Same contract as em_dot_weights. */
+/* Several weight rows against the activation rows of one to EM_DOT_WEIGHTS_TOKENS tokens (a decode
+ * step's products): out[t * out_stride + i] = em_dot(weight_type, weight_rows + i * row_stride,
+ * activation_rows + t * activation_stride, n), bitwise equal, for i < n_weight_rows and t <
+ * n_tokens. The kernels load each activation block once for up to four weight rows and keep the
+ * rows' sums in independent chains, and unpack each weight block once for all the tokens: AVX-512
+ * kernels for Q4_K (one to four tokens), Q8_0, Q6_K (VNNI) and BF16 (one token) where the AVX-512
+ * VNNI kernels run; other types, token counts and CPUs loop over em_dot_rows' kernel or em_dot. */
+void em_dot_weights(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_weight_rows,
+                    const void *activation_rows, uint64_t activation_stride, uint32_t n_tokens, uint64_t n,
+                    float *out, uint64_t out_stride);
+
+/* The kernel em_dot_weights runs for `weight_type` and `n_tokens` tokens on this CPU, or NULL when
+ * there is none here (em_dot_weights then takes the rows one by one). Same contract as
+ * em_dot_weights. */
 typedef void (*em_dot_weights_fn)(const void *weight_rows, uint64_t row_stride, uint32_t n_weight_rows,
-                                  const void *activation_row, uint64_t n, float *out);
-em_dot_weights_fn em_dot_weights_kernel(uint32_t weight_type);
+                                  const void *activation_rows, uint64_t activation_stride, uint32_t n_tokens,
+                                  uint64_t n, float *out, uint64_t out_stride);
+em_dot_weights_fn em_dot_weights_kernel(uint32_t weight_type, uint32_t n_tokens);
 
 /* The SIMD family em_dot and em_dot_rows use on this CPU: "avx512-vnni" (AVX2 kernels, and AVX-512
  * VNNI multi-row kernels for Q4_K and Q8_0), "avx2", "neon-dotprod" (AArch64 with the dot-product

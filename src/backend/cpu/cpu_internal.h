@@ -123,7 +123,8 @@ uint64_t em_cpu_act_bytes(const em_weight *w);
 em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm);
 
 /* Batches of fewer tokens than this (a decode step) skip the token-group packing and go through
- * em_dot_rows; the backend also runs their products that share an input as one job. Four tokens
+ * em_dot_weights where it has a kernel for the type and token count, em_dot_rows elsewhere; the
+ * backend also runs their products that share an input as one job. Four tokens
  * ran faster that way than through a group kernel's lanes for eight (bench/RESULTS.md). BF16
  * weights take their tiles from EM_CPU_BF16_TILES_FROM tokens, where the tiles win. */
 #define EM_CPU_FEW_TOKENS 5

@@ -155,11 +155,13 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
         if (err) keep_first_error(job, err);
         return;
     }
-    const em_dot_weights_fn weights = mm->n_tokens == 1 ? em_dot_weights_kernel(w->type) : NULL;
+    const em_dot_weights_fn weights =
+        mm->n_tokens <= EM_DOT_WEIGHTS_TOKENS ? em_dot_weights_kernel(w->type, mm->n_tokens) : NULL;
     if (weights && begin < end) {
-        /* one token: the share's rows in one call, each activation block loaded once per few rows */
-        weights(base + begin * w->row_bytes, w->row_bytes, (uint32_t)(end - begin), mm->scratch, w->cols,
-                mm->y + begin);
+        /* one token or a few: the share's rows in one call, each activation block loaded once per few
+         * rows and each weight block unpacked once for the tokens */
+        weights(base + begin * w->row_bytes, w->row_bytes, (uint32_t)(end - begin), mm->scratch, job->act_bytes,
+                mm->n_tokens, w->cols, mm->y + begin, mm->y_stride);
         return;
     }
     /* Each weight row is read from memory once per batch (its tile stays cached while every token
@@ -248,10 +250,12 @@ static void products_share(void *ctx, uint32_t ith, uint32_t nth) {
         const uint64_t last = (to - start + rb - 1) / rb < w->rows ? (to - start + rb - 1) / rb : w->rows;
         const uint8_t *base = (const uint8_t *)w->data + pr->mat * w->rows * rb;
         const em_dot_rows_fn kernel = em_dot_rows_kernel(w->type);
-        const em_dot_weights_fn weights = pr->n_tokens == 1 ? em_dot_weights_kernel(w->type) : NULL;
+        const em_dot_weights_fn weights =
+            pr->n_tokens <= EM_DOT_WEIGHTS_TOKENS ? em_dot_weights_kernel(w->type, pr->n_tokens) : NULL;
         if (weights && first < last) {
-            /* one token: the share's rows in one call, each activation block loaded once per few rows */
-            weights(base + first * rb, rb, (uint32_t)(last - first), pr->act, w->cols, pr->y + first);
+            /* one token or a few: the share's rows in one call (as in dot_share) */
+            weights(base + first * rb, rb, (uint32_t)(last - first), pr->act, pr->act_stride, pr->n_tokens, w->cols,
+                    pr->y + first, pr->y_stride);
             start += bytes;
             continue;
         }

@@ -23,6 +23,7 @@
 #define WEIGHT_ROWS_MAX 4
 
 #define UNROLL_WEIGHT_ROWS EM_UNROLL(4)
+#define UNROLL_TOKENS EM_UNROLL(4)
 /* The weight rows of a call are read as nr interleaved streams, which the hardware prefetchers
  * follow poorly from memory; so each call asks for rows of a later call (the tile `tiles_ahead`
  * tiles after its own, as many bytes), a few cache lines per step of its loop, in address order:
@@ -77,21 +78,25 @@ EM_VNNI static EM_INLINE __m512i scale_words(int first, int second) {
                                    _mm512_set1_epi32((int)(0x80008000u | (unsigned)second << 16 | second)));
 }
 
-/* Q4_K, `nr` weight rows `stride` bytes apart. A 64-byte load of a row holds two 32-element chunks:
- * its low nibbles are sub-blocks 2c and 2c + 2 (lower and upper half), its high nibbles 2c + 1 and
- * 2c + 3, so each load gives two registers of levels. The activations are arranged to match once per
- * block for all rows (128-bit lane shuffles). vpmaddubsw gives dot_avx2.c's pair sums, vpmaddwd /
- * vpdpwssd multiply them by the int16 sub-block scale (vpshufb spreads the row's scale bytes), so
- * int32 lane j of a half holds the AVX2 kernel's lane j of that sub-block, and folding the halves
- * gives its isum. Two rows' sums fold into one register, lower and upper eight lanes, and take the
- * AVX2 kernel's f32 multiply-add there. The scales and mins of four rows unpack in one register;
- * the min terms of all rows come out of it together, row r in lane r, scaled by that row's dmin
- * times the block's d8, as the AVX2 kernel does. */
-EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, int nr, const uint8_t *a, uint64_t n,
-                                           float *out) {
-    __m512 acc[WEIGHT_ROWS_MAX / 2]; /* rows 2p and 2p + 1 in the lower and upper eight lanes */
-    acc[0] = acc[1] = _mm512_setzero_ps();
-    __m128 mins_total = _mm_setzero_ps(); /* row r in lane r */
+/* Q4_K, `nr` weight rows `stride` bytes apart against `nt` tokens' activations `as` bytes apart. A
+ * 64-byte load of a row holds two 32-element chunks: its low nibbles are sub-blocks 2c and 2c + 2
+ * (lower and upper half), its high nibbles 2c + 1 and 2c + 3, so each load gives two registers of
+ * levels, unpacked once for all the tokens. The activations are arranged to match once per block for
+ * all rows (128-bit lane shuffles). vpmaddubsw gives dot_avx2.c's pair sums, vpmaddwd / vpdpwssd
+ * multiply them by the int16 sub-block scale (vpshufb spreads the row's scale bytes), so int32 lane
+ * j of a half holds the AVX2 kernel's lane j of that sub-block, and folding the halves gives its
+ * isum. Two rows' sums fold into one register, lower and upper eight lanes, and take the AVX2
+ * kernel's f32 multiply-add there. The scales and mins of four rows unpack in one register; each
+ * token's min terms of all rows come out of it together, row r in lane r, scaled by that row's dmin
+ * times the block's d8, as the AVX2 kernel does. Each token takes the same steps as alone. */
+EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, int nr, const uint8_t *a, uint64_t as,
+                                           int nt, uint64_t n, float *out, uint64_t os) {
+    __m512 acc[EM_DOT_WEIGHTS_TOKENS][WEIGHT_ROWS_MAX / 2]; /* rows 2p and 2p + 1: lower and upper lanes */
+    __m128 mins_total[EM_DOT_WEIGHTS_TOKENS];               /* row r in lane r */
+    UNROLL_TOKENS for (int t = 0; t < nt; t++) {
+        acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+        mins_total[t] = _mm_setzero_ps();
+    }
     const __m512i low4 = _mm512_set1_epi8(15);
     const __m512i pattern0 = scale_words(0, 2), pattern1 = scale_words(1, 3), pattern2 = scale_words(4, 6);
     const __m512i pattern3 = scale_words(5, 7);
@@ -99,66 +104,83 @@ EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, in
     const ahead h = ahead_of(w, nr * stride, n / 256, 2);
     const uint8_t *row[WEIGHT_ROWS_MAX]; /* rows past nr read row 0's blocks, and their lanes go unused */
     UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) row[r] = w + (r < nr ? r : 0) * stride;
-    for (uint64_t b = 0; b < n / 256; b++, a += 292) {
+    for (uint64_t b = 0; b < n / 256; b++) {
         ahead_step(h, b);
-        const __m256 d8 = _mm256_set1_ps(em_load_f32(a));
-        /* each row's d and dmin times d8 (the f32 products of the AVX2 kernel), row r in lanes 2r and
-         * 2r + 1, converted together: one register, no value through a general register */
+        /* each row's d and dmin, row r in lanes 2r and 2r + 1, converted together: one register, no
+         * value through a general register */
         __m128i d_dmin = _mm_cvtsi32_si128((int)em_load_u32(row[0]));
         d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(row[1]), 1);
         d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(row[2]), 2);
         d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(row[3]), 3);
-        const __m512 scaled = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(d_dmin), d8));
-        /* activations of sub-blocks (0, 2), (1, 3), (4, 6), (5, 7), as the levels come */
-        const __m512i a01 = _mm512_loadu_si512((const void *)(a + 4)), a23 = _mm512_loadu_si512((const void *)(a + 68));
-        const __m512i a45 = _mm512_loadu_si512((const void *)(a + 132));
-        const __m512i a67 = _mm512_loadu_si512((const void *)(a + 196));
-        const __m512i act0 = _mm512_shuffle_i64x2(a01, a23, 0x44), act1 = _mm512_shuffle_i64x2(a01, a23, 0xee);
-        const __m512i act2 = _mm512_shuffle_i64x2(a45, a67, 0x44), act3 = _mm512_shuffle_i64x2(a45, a67, 0xee);
+        const __m256 d_dmin_f32 = _mm256_cvtph_ps(d_dmin);
         const __m512i scales_mins = k_scales_mins_x4(row);
-        /* the min terms: each sub-block's activation sum (two Q8_K group sums) as int16, in every lane */
-        const __m256i pair_sums = _mm256_madd_epi16(load32(a + 260), _mm256_set1_epi16(1));
-        const __m512i sub_sums = _mm512_broadcast_i32x4(_mm256_cvtepi32_epi16(pair_sums));
-        __m512i mins = _mm512_madd_epi16(_mm512_unpackhi_epi8(scales_mins, _mm512_setzero_si512()), sub_sums);
-        mins = _mm512_add_epi32(mins, _mm512_shuffle_epi32(mins, 0x4e));
-        mins = _mm512_add_epi32(mins, _mm512_shuffle_epi32(mins, 0xb1));
-        const __m128i mins4 = _mm512_castsi512_si128(
-            _mm512_permutexvar_epi32(_mm512_castsi128_si512(_mm_setr_epi32(0, 4, 8, 12)), mins));
-        const __m128 dmin = _mm512_castps512_ps128(
-            _mm512_permutexvar_ps(_mm512_castsi128_si512(_mm_setr_epi32(1, 3, 5, 7)), scaled));
-        mins_total = _mm_add_ps(mins_total, _mm_mul_ps(dmin, _mm_cvtepi32_ps(mins4)));
-        __m512i isum[WEIGHT_ROWS_MAX];
-        UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) {
-            isum[r] = _mm512_setzero_si512();
-            if (r >= nr) continue;
-            const __m512i sm = _mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_set1_epi32(4 * r), lane_words), scales_mins);
-            const __m512i q01 = _mm512_loadu_si512((const void *)(row[r] + 16));
-            const __m512i q45 = _mm512_loadu_si512((const void *)(row[r] + 80));
-            /* written out, not as loops over arrays: GCC kept those arrays on the stack */
-            const __m512i p0 = _mm512_maddubs_epi16(_mm512_and_si512(q01, low4), act0);
-            const __m512i p1 = _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(q01, 4), low4), act1);
-            const __m512i p2 = _mm512_maddubs_epi16(_mm512_and_si512(q45, low4), act2);
-            const __m512i p3 = _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(q45, 4), low4), act3);
-            /* two chains (low and high nibbles): integer sums, so the split changes nothing */
-            const __m512i low = _mm512_dpwssd_epi32(_mm512_madd_epi16(p0, _mm512_shuffle_epi8(sm, pattern0)), p2,
-                                                    _mm512_shuffle_epi8(sm, pattern2));
-            const __m512i high = _mm512_dpwssd_epi32(_mm512_madd_epi16(p1, _mm512_shuffle_epi8(sm, pattern1)), p3,
-                                                     _mm512_shuffle_epi8(sm, pattern3));
-            isum[r] = _mm512_add_epi32(low, high);
+        const __m512i mins16 = _mm512_unpackhi_epi8(scales_mins, _mm512_setzero_si512()); /* row r's in lane r */
+        __m512 scaled[EM_DOT_WEIGHTS_TOKENS]; /* d and dmin times the token's d8: the AVX2 kernel's products */
+        __m512i act[EM_DOT_WEIGHTS_TOKENS][4]; /* sub-blocks (0, 2), (1, 3), (4, 6), (5, 7), as the levels come */
+        UNROLL_TOKENS for (int t = 0; t < nt; t++) {
+            const uint8_t *at = a + t * as + 292 * b;
+            scaled[t] = _mm512_castps256_ps512(_mm256_mul_ps(d_dmin_f32, _mm256_set1_ps(em_load_f32(at))));
+            const __m512i a01 = _mm512_loadu_si512((const void *)(at + 4));
+            const __m512i a23 = _mm512_loadu_si512((const void *)(at + 68));
+            const __m512i a45 = _mm512_loadu_si512((const void *)(at + 132));
+            const __m512i a67 = _mm512_loadu_si512((const void *)(at + 196));
+            act[t][0] = _mm512_shuffle_i64x2(a01, a23, 0x44);
+            act[t][1] = _mm512_shuffle_i64x2(a01, a23, 0xee);
+            act[t][2] = _mm512_shuffle_i64x2(a45, a67, 0x44);
+            act[t][3] = _mm512_shuffle_i64x2(a45, a67, 0xee);
+            /* the min terms: each sub-block's activation sum (two Q8_K group sums) as int16, in every lane */
+            const __m256i pair_sums = _mm256_madd_epi16(load32(at + 260), _mm256_set1_epi16(1));
+            const __m512i sub_sums = _mm512_broadcast_i32x4(_mm256_cvtepi32_epi16(pair_sums));
+            __m512i mins = _mm512_madd_epi16(mins16, sub_sums);
+            mins = _mm512_add_epi32(mins, _mm512_shuffle_epi32(mins, 0x4e));
+            mins = _mm512_add_epi32(mins, _mm512_shuffle_epi32(mins, 0xb1));
+            const __m128i mins4 = _mm512_castsi512_si128(
+                _mm512_permutexvar_epi32(_mm512_castsi128_si512(_mm_setr_epi32(0, 4, 8, 12)), mins));
+            const __m128 dmin = _mm512_castps512_ps128(
+                _mm512_permutexvar_ps(_mm512_castsi128_si512(_mm_setr_epi32(1, 3, 5, 7)), scaled[t]));
+            mins_total[t] = _mm_add_ps(mins_total[t], _mm_mul_ps(dmin, _mm_cvtepi32_ps(mins4)));
         }
+        /* rows in pairs, so that only one pair's sums for every token are live at a time */
         UNROLL_WEIGHT_ROWS for (int p = 0; p < (nr + 1) / 2; p++) {
-            const __m512i halves = _mm512_add_epi32(_mm512_shuffle_i64x2(isum[2 * p], isum[2 * p + 1], 0x44),
-                                                    _mm512_shuffle_i64x2(isum[2 * p], isum[2 * p + 1], 0xee));
-            const __m512 d = _mm512_permutexvar_ps(
-                _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(4 * p), _mm512_set1_epi32(4 * p + 2)), scaled);
-            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(halves), acc[p]);
+            __m512i isum[2][EM_DOT_WEIGHTS_TOKENS];
+            EM_UNROLL(2) for (int k = 0; k < 2; k++) {
+                const int r = 2 * p + k;
+                UNROLL_TOKENS for (int t = 0; t < nt; t++) isum[k][t] = _mm512_setzero_si512();
+                if (r >= nr) continue;
+                const __m512i sm =
+                    _mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_set1_epi32(4 * r), lane_words), scales_mins);
+                const __m512i q01 = _mm512_loadu_si512((const void *)(row[r] + 16));
+                const __m512i q45 = _mm512_loadu_si512((const void *)(row[r] + 80));
+                const __m512i l0 = _mm512_and_si512(q01, low4), l1 = _mm512_and_si512(_mm512_srli_epi16(q01, 4), low4);
+                const __m512i l2 = _mm512_and_si512(q45, low4), l3 = _mm512_and_si512(_mm512_srli_epi16(q45, 4), low4);
+                const __m512i s0 = _mm512_shuffle_epi8(sm, pattern0), s1 = _mm512_shuffle_epi8(sm, pattern1);
+                const __m512i s2 = _mm512_shuffle_epi8(sm, pattern2), s3 = _mm512_shuffle_epi8(sm, pattern3);
+                UNROLL_TOKENS for (int t = 0; t < nt; t++) {
+                    /* two chains (low and high nibbles): integer sums, so the split changes nothing */
+                    const __m512i low = _mm512_dpwssd_epi32(_mm512_madd_epi16(_mm512_maddubs_epi16(l0, act[t][0]), s0),
+                                                            _mm512_maddubs_epi16(l2, act[t][2]), s2);
+                    const __m512i high = _mm512_dpwssd_epi32(
+                        _mm512_madd_epi16(_mm512_maddubs_epi16(l1, act[t][1]), s1), _mm512_maddubs_epi16(l3, act[t][3]),
+                        s3);
+                    isum[k][t] = _mm512_add_epi32(low, high);
+                }
+            }
+            const __m512i d_index = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(4 * p), _mm512_set1_epi32(4 * p + 2));
+            UNROLL_TOKENS for (int t = 0; t < nt; t++) {
+                const __m512i halves = _mm512_add_epi32(_mm512_shuffle_i64x2(isum[0][t], isum[1][t], 0x44),
+                                                        _mm512_shuffle_i64x2(isum[0][t], isum[1][t], 0xee));
+                acc[t][p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(d_index, scaled[t]), _mm512_cvtepi32_ps(halves),
+                                            acc[t][p]);
+            }
         }
         UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) row[r] += 144;
     }
-    float mins_out[WEIGHT_ROWS_MAX];
-    _mm_storeu_ps(mins_out, mins_total);
-    UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++)
-        out[r] = hsum(r % 2 ? upper_ps(acc[r / 2]) : _mm512_castps512_ps256(acc[r / 2])) - mins_out[r];
+    UNROLL_TOKENS for (int t = 0; t < nt; t++) {
+        float mins_out[WEIGHT_ROWS_MAX];
+        _mm_storeu_ps(mins_out, mins_total[t]);
+        UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++)
+            out[t * os + r] = hsum(r % 2 ? upper_ps(acc[t][r / 2]) : _mm512_castps512_ps256(acc[t][r / 2])) - mins_out[r];
+    }
 }
 
 /* Q6_K, `nr` weight rows `stride` bytes apart. Per half h of a block (128 elements) one register
@@ -308,39 +330,77 @@ EM_VNNI static EM_INLINE void bf16_weights(const uint8_t *w, uint64_t stride, in
     }
 }
 
-/* One entry point per type: four rows at a time, then the remainder with a constant row count. */
-#define WEIGHTS_ENTRY(name, kernel, act_type)                                                                     \
-    EM_VNNI static void name(const void *wv, uint64_t stride, uint32_t n_rows, const void *av, uint64_t n,        \
-                             float *out) {                                                                         \
-        const uint8_t *w = wv;                                                                                     \
-        const act_type *a = av;                                                                                    \
-        uint32_t done = 0;                                                                                         \
-        for (; done + WEIGHT_ROWS_MAX <= n_rows; done += WEIGHT_ROWS_MAX)                                          \
-            kernel(w + done * stride, stride, WEIGHT_ROWS_MAX, a, n, out + done);                                  \
-        switch (n_rows - done) {                                                                                   \
-        case 1: kernel(w + done * stride, stride, 1, a, n, out + done); break;                                    \
-        case 2: kernel(w + done * stride, stride, 2, a, n, out + done); break;                                    \
-        case 3: kernel(w + done * stride, stride, 3, a, n, out + done); break;                                    \
-        default: break;                                                                                            \
-        }                                                                                                          \
+/* One entry point per type and token: four rows at a time, then the remainder with a constant row
+ * count (the types other than Q4_K take one token; em_quant_dot_weights_vnni hands them out so). */
+#define WEIGHTS_ROWS(kernel, w, stride, n_rows, a, as, nt, n, out, os)                                         \
+    do {                                                                                                       \
+        uint32_t done = 0;                                                                                     \
+        for (; done + WEIGHT_ROWS_MAX <= n_rows; done += WEIGHT_ROWS_MAX)                                      \
+            kernel(w + done * stride, stride, WEIGHT_ROWS_MAX, a, as, nt, n, out + done, os);                  \
+        switch (n_rows - done) {                                                                               \
+        case 1: kernel(w + done * stride, stride, 1, a, as, nt, n, out + done, os); break;                     \
+        case 2: kernel(w + done * stride, stride, 2, a, as, nt, n, out + done, os); break;                     \
+        case 3: kernel(w + done * stride, stride, 3, a, as, nt, n, out + done, os); break;                     \
+        default: break;                                                                                        \
+        }                                                                                                      \
+    } while (0)
+
+/* The one-token kernels, their calls as the Q4_K kernel's */
+#define ONE_TOKEN(kernel) kernel##_one
+#define ONE_TOKEN_KERNEL(kernel, act_type)                                                                    \
+    EM_VNNI static EM_INLINE void kernel##_one(const uint8_t *w, uint64_t stride, int nr, const act_type *a,    \
+                                               uint64_t as, int nt, uint64_t n, float *out, uint64_t os) {     \
+        (void)as, (void)nt, (void)os;                                                                          \
+        kernel(w, stride, nr, a, n, out);                                                                      \
     }
 
-WEIGHTS_ENTRY(dot_weights_q4_k, q4_k_weights, uint8_t)
-WEIGHTS_ENTRY(dot_weights_q8_0, q8_0_weights, uint8_t)
-WEIGHTS_ENTRY(dot_weights_q6_k, q6_k_weights, uint8_t)
+ONE_TOKEN_KERNEL(q8_0_weights, uint8_t)
+ONE_TOKEN_KERNEL(q6_k_weights, uint8_t)
+
+#define ONE_TOKEN_ENTRY(name, kernel, act_type)                                                               \
+    EM_VNNI static void name(const void *wv, uint64_t stride, uint32_t n_rows, const void *av, uint64_t as,    \
+                             uint32_t n_tokens, uint64_t n, float *out, uint64_t os) {                         \
+        (void)n_tokens;                                                                                        \
+        const uint8_t *w = wv;                                                                                 \
+        WEIGHTS_ROWS(ONE_TOKEN(kernel), w, stride, n_rows, (const act_type *)av, as, 1, n, out, os);           \
+    }
+
+ONE_TOKEN_ENTRY(dot_weights_q8_0, q8_0_weights, uint8_t)
+ONE_TOKEN_ENTRY(dot_weights_q6_k, q6_k_weights, uint8_t)
+
+/* Q4_K, one entry per token count: each a kernel with the count constant */
+#define Q4_K_ENTRY(name, tokens)                                                                              \
+    EM_VNNI static void name(const void *wv, uint64_t stride, uint32_t n_rows, const void *av, uint64_t as,    \
+                             uint32_t n_tokens, uint64_t n, float *out, uint64_t os) {                         \
+        (void)n_tokens;                                                                                        \
+        const uint8_t *w = wv;                                                                                 \
+        WEIGHTS_ROWS(q4_k_weights, w, stride, n_rows, (const uint8_t *)av, as, tokens, n, out, os);            \
+    }
+
+Q4_K_ENTRY(dot_weights_q4_k_1, 1)
+Q4_K_ENTRY(dot_weights_q4_k_2, 2)
+Q4_K_ENTRY(dot_weights_q4_k_3, 3)
+Q4_K_ENTRY(dot_weights_q4_k_4, 4)
+
 /* BF16, one row a call: four rows a call read four streams 4 KB apart (a 2048-wide row), and one
  * token's BF16 products wait on memory, not on arithmetic; row by row they read one steady stream,
  * which measured faster in decode (bench/RESULTS.md). The quantized types keep four rows: their
  * kernels wait on arithmetic, which four rows' independent chains and shared activations cut. */
-EM_VNNI static void dot_weights_bf16(const void *wv, uint64_t stride, uint32_t n_rows, const void *av, uint64_t n,
-                                     float *out) {
+EM_VNNI static void dot_weights_bf16(const void *wv, uint64_t stride, uint32_t n_rows, const void *av, uint64_t as,
+                                     uint32_t n_tokens, uint64_t n, float *out, uint64_t os) {
+    (void)as, (void)n_tokens, (void)os;
     for (uint32_t r = 0; r < n_rows; r++) bf16_weights((const uint8_t *)wv + r * stride, stride, 1, av, n, out + r);
 }
 
-em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type) {
-    if (!em_quant_x86_has_vnni()) return NULL;
+em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type, uint32_t n_tokens) {
+    if (!em_quant_x86_has_vnni() || n_tokens < 1 || n_tokens > EM_DOT_WEIGHTS_TOKENS) return NULL;
+    if (weight_type == EM_TYPE_Q4_K) {
+        static const em_dot_weights_fn q4_k[EM_DOT_WEIGHTS_TOKENS] = {dot_weights_q4_k_1, dot_weights_q4_k_2,
+                                                                      dot_weights_q4_k_3, dot_weights_q4_k_4};
+        return q4_k[n_tokens - 1];
+    }
+    if (n_tokens > 1) return NULL;
     switch (weight_type) {
-    case EM_TYPE_Q4_K: return dot_weights_q4_k;
     case EM_TYPE_Q8_0: return dot_weights_q8_0;
     case EM_TYPE_Q6_K: return dot_weights_q6_k;
     case EM_TYPE_BF16: return dot_weights_bf16;
@@ -350,8 +410,8 @@ em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type) {
 
 #else
 
-em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type) {
-    (void)weight_type;
+em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type, uint32_t n_tokens) {
+    (void)weight_type, (void)n_tokens;
     return NULL;
 }
 

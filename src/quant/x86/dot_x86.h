@@ -23,9 +23,10 @@ bool em_quant_x86_has_vnni(void);
  * (em_quant_dot_rows_x86's kernels then serve). See dot_rows_vnni.c. */
 em_dot_rows_fn em_quant_dot_rows_vnni(uint32_t weight_type);
 
-/* Several weight rows against one activation row (dot_weights_vnni.c): the AVX-512 kernel for the
- * weight type (Q4_K, Q8_0, BF16) when the CPU has the VNNI kernels, or NULL. */
-em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type);
+/* Several weight rows against a few tokens' activation rows (dot_weights_vnni.c): the AVX-512 kernel
+ * for the weight type and token count (Q4_K: 1 to 4 tokens; Q8_0, Q6_K, BF16: 1) when the CPU has the
+ * VNNI kernels, or NULL. */
+em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type, uint32_t n_tokens);
 
 /* Token groups (dot_group_vnni.c): the AVX-512 VNNI kernel for the weight type (Q4_K, Q8_0, Q6_K, IQ3_XXS) when
  * the CPU has one, or NULL; a group's size in bytes for n elements (0 for other types); and the
