@@ -17,11 +17,10 @@
  * reference and common scalar dots, em_dot_rows), dot_scalar.c (other scalar dots), x86/ (AVX2
  * kernels: dot_avx2.c one row, dot_rows_avx2.c several activation rows, avx2.h their helpers;
  * dot_rows_vnni.c: AVX-512 VNNI multi-row kernels for Q4_K and Q8_0; dot_weights_vnni.c: several
- * weight rows against one activation row (Q4_K: up to four), AVX-512 for Q4_K, Q6_K, Q8_0 and BF16;
- * bf16_tiles.c: BF16
- * weights against many bf16 tokens with AVX512_BF16; dot_group_vnni.c: packed
- * token groups and their AVX-512 VNNI kernels for Q4_K, Q8_0, Q6_K and IQ3_XXS; amx.c: Q4_K and Q8_0
- * weights against many tokens with AMX-INT8 tiles; rows_f32.c:
+ * weight rows against a decode step's activation rows, AVX-512 for Q4_K (one to four tokens), Q6_K,
+ * Q8_0 and BF16 (one); bf16_tiles.c: BF16 weights against many bf16 tokens with AVX512_BF16;
+ * dot_group_vnni.c: packed token groups and their AVX-512 VNNI kernels for Q4_K, Q8_0, Q6_K and
+ * IQ3_XXS; amx.c: Q4_K and Q8_0 weights against many tokens with AMX-INT8 tiles; rows_f32.c:
  * weighted sums of f32 rows, attention's sum of values), arm/ (AArch64 NEON kernels, one to four activation rows a call:
  * kernels.h compiled plain in dot_neon.c, which also picks the family at run time, and with the
  * dot-product instructions in dot_dotprod.c).

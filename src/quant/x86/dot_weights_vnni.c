@@ -165,7 +165,8 @@ EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, in
                     isum[k][t] = _mm512_add_epi32(low, high);
                 }
             }
-            const __m512i d_index = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(4 * p), _mm512_set1_epi32(4 * p + 2));
+            const __m512i d_index = /* row 2p's d (lane 4p) in the lower half, row 2p + 1's (4p + 2) in the upper */
+                _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(4 * p), _mm512_set1_epi32(4 * p + 2));
             UNROLL_TOKENS for (int t = 0; t < nt; t++) {
                 const __m512i halves = _mm512_add_epi32(_mm512_shuffle_i64x2(isum[0][t], isum[1][t], 0x44),
                                                         _mm512_shuffle_i64x2(isum[0][t], isum[1][t], 0xee));
@@ -178,8 +179,10 @@ EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, in
     UNROLL_TOKENS for (int t = 0; t < nt; t++) {
         float mins_out[WEIGHT_ROWS_MAX];
         _mm_storeu_ps(mins_out, mins_total[t]);
-        UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++)
-            out[t * os + r] = hsum(r % 2 ? upper_ps(acc[t][r / 2]) : _mm512_castps512_ps256(acc[t][r / 2])) - mins_out[r];
+        UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) {
+            const __m256 sums = r % 2 ? upper_ps(acc[t][r / 2]) : _mm512_castps512_ps256(acc[t][r / 2]);
+            out[t * os + r] = hsum(sums) - mins_out[r];
+        }
     }
 }
 
