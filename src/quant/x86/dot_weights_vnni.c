@@ -388,7 +388,8 @@ Q4_K_ENTRY(dot_weights_q4_k_4, 4)
 /* BF16, one row a call: four rows a call read four streams 4 KB apart (a 2048-wide row), and one
  * token's BF16 products wait on memory, not on arithmetic; row by row they read one steady stream,
  * which measured faster in decode (bench/RESULTS.md). The quantized types keep four rows: their
- * kernels wait on arithmetic, which four rows' independent chains and shared activations cut. */
+ * kernels have more arithmetic per byte, which four rows' independent chains and shared activation
+ * loads cut (and their prefetch keeps one steady stream ahead of the rows). */
 EM_VNNI static void dot_weights_bf16(const void *wv, uint64_t stride, uint32_t n_rows, const void *av, uint64_t as,
                                      uint32_t n_tokens, uint64_t n, float *out, uint64_t os) {
     (void)as, (void)n_tokens, (void)os;
