@@ -24,6 +24,7 @@
 
 #define UNROLL_WEIGHT_ROWS EM_UNROLL(4)
 #define UNROLL_TOKENS EM_UNROLL(4)
+
 /* The weight rows of a call are read as nr interleaved streams, which the hardware prefetchers
  * follow poorly from memory; so each call asks for rows of a later call (the tile `tiles_ahead`
  * tiles after its own, as many bytes), a few cache lines per step of its loop, in address order:
