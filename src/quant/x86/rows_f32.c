@@ -25,19 +25,19 @@ EM_AVX512F static EM_INLINE void heads_avx512(const int heads, float *out, uint6
     uint64_t j = 0;
     for (; j + 64 <= n; j += 64) {
         __m512 acc[4][4];
-        for (int h = 0; h < heads; h++)
-            for (int k = 0; k < 4; k++) acc[h][k] = _mm512_loadu_ps(out + h * out_stride + j + 16 * k);
+        EM_UNROLL(4) for (int h = 0; h < heads; h++)
+            EM_UNROLL(4) for (int k = 0; k < 4; k++) acc[h][k] = _mm512_loadu_ps(out + h * out_stride + j + 16 * k);
         for (uint32_t p = 0; p < n_rows; p++) {
             const float *row = rows + p * row_stride + j;
             __m512 values[4];
-            for (int k = 0; k < 4; k++) values[k] = _mm512_loadu_ps(row + 16 * k);
-            for (int h = 0; h < heads; h++) {
+            EM_UNROLL(4) for (int k = 0; k < 4; k++) values[k] = _mm512_loadu_ps(row + 16 * k);
+            EM_UNROLL(4) for (int h = 0; h < heads; h++) {
                 const __m512 w = _mm512_set1_ps(weights[h * weights_stride + p]);
-                for (int k = 0; k < 4; k++) acc[h][k] = _mm512_fmadd_ps(w, values[k], acc[h][k]);
+                EM_UNROLL(4) for (int k = 0; k < 4; k++) acc[h][k] = _mm512_fmadd_ps(w, values[k], acc[h][k]);
             }
         }
-        for (int h = 0; h < heads; h++)
-            for (int k = 0; k < 4; k++) _mm512_storeu_ps(out + h * out_stride + j + 16 * k, acc[h][k]);
+        EM_UNROLL(4) for (int h = 0; h < heads; h++)
+            EM_UNROLL(4) for (int k = 0; k < 4; k++) _mm512_storeu_ps(out + h * out_stride + j + 16 * k, acc[h][k]);
     }
     for (int h = 0; h < heads; h++) {
         float *o = out + h * out_stride;
@@ -76,13 +76,14 @@ EM_AVX2_FMA static void weighted_rows_avx2(float *out, uint64_t out_stride, cons
         uint64_t j = 0;
         for (; j + 32 <= n; j += 32) {
             __m256 acc[4];
-            for (int k = 0; k < 4; k++) acc[k] = _mm256_loadu_ps(o + j + 8 * k);
+            EM_UNROLL(4) for (int k = 0; k < 4; k++) acc[k] = _mm256_loadu_ps(o + j + 8 * k);
             for (uint32_t p = 0; p < n_rows; p++) {
                 const __m256 w = _mm256_set1_ps(wh[p]);
                 const float *row = rows + p * row_stride + j;
-                for (int k = 0; k < 4; k++) acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * k), acc[k]);
+                EM_UNROLL(4) for (int k = 0; k < 4; k++)
+                    acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * k), acc[k]);
             }
-            for (int k = 0; k < 4; k++) _mm256_storeu_ps(o + j + 8 * k, acc[k]);
+            EM_UNROLL(4) for (int k = 0; k < 4; k++) _mm256_storeu_ps(o + j + 8 * k, acc[k]);
         }
         for (; j < n; j++)
             for (uint32_t p = 0; p < n_rows; p++) o[j] = fmaf(wh[p], rows[p * row_stride + j], o[j]);
