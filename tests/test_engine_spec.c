@@ -222,6 +222,29 @@ static void test_adapt_rule(void **state) {
     assert_int_equal(length, 4);
 }
 
+/* The least accepted drafts that pay, from measured step times: none measured, one; a draft costing
+ * half a token's time wants half of them accepted; one that costs more than a token, more than all. */
+static void test_least_from_costs(void **state) {
+    (void)state;
+    em_spec_costs c = {0};
+    assert_int_equal(em_spec_least(&c, 4), 1);
+    em_spec_cost_step(&c, 2, 0, 2.0); /* plain: 1 ms a token */
+    assert_int_equal(em_spec_least(&c, 4), 1); /* no verification measured yet */
+    em_spec_cost_step(&c, 3, 2, 2.0); /* one token and two drafts in 2 ms: 0.5 ms a draft */
+    assert_true(fabs(c.verify_ms_per_draft - 0.5) < 1e-6);
+    assert_int_equal(em_spec_least(&c, 4), 2);
+    assert_int_equal(em_spec_least(&c, 3), 2);
+    assert_int_equal(em_spec_least(&c, 1), 1);
+    em_spec_cost_model(&c, 4, 2.4); /* the draft model: 0.6 ms a draft, 1.1 in all */
+    assert_int_equal(em_spec_least(&c, 2), 3);
+    assert_int_equal(em_spec_least(&c, 10), 11);
+    em_spec_cost_step(&c, 1, 0, 3.0); /* averages move by a sixteenth of the difference */
+    assert_true(fabs(c.plain_ms_per_token - 1.125) < 1e-6);
+    em_spec_cost_step(&c, 0, 0, 1.0); /* nothing to learn from */
+    em_spec_cost_step(&c, 2, 2, 1.0);
+    assert_true(fabs(c.plain_ms_per_token - 1.125) < 1e-6);
+}
+
 /* ---- Exactness ---- */
 
 /* Greedy: the same tokens with and without prompt lookup, and drafts were made and accepted. */
@@ -575,6 +598,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lookup_rule),
         cmocka_unit_test(test_adapt_rule),
+        cmocka_unit_test(test_least_from_costs),
         cmocka_unit_test(test_greedy_lookup_identical),
         cmocka_unit_test(test_lookup_without_matches_chains),
         cmocka_unit_test(test_mixed_batch_and_cache),

@@ -219,6 +219,26 @@ void em_stop_flush(em_stop_matcher *matcher, const char **release, size_t *relea
  * repetition would). Returns the number of tokens written to `draft`. */
 uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_draft, int32_t *draft);
 
+/* What speculation costs where steps do not overlap, from the engine's own steps (moving averages,
+ * 0 until measured): a plain decode step's milliseconds per token, and the milliseconds each draft
+ * adds, to the step that verifies it and to the draft model's steps. Where a step's time grows with
+ * its tokens (a model whose weights stay in the CPU's caches), a draft costs nearly a token's time
+ * and pays only when nearly all of it is accepted; where a step reads the weights once for all its
+ * tokens, a draft costs little. */
+typedef struct em_spec_costs {
+    double plain_ms_per_token;
+    double verify_ms_per_draft;
+    double model_ms_per_draft;
+    bool verified; /* verify_ms_per_draft is measured (it may be 0) */
+} em_spec_costs;
+
+/* A plain decode step of `tokens` tokens, or one with `drafts` drafts among them, took `ms`. */
+void em_spec_cost_step(em_spec_costs *c, uint32_t tokens, uint32_t drafts, double ms);
+/* The draft model took `ms` for `drafts` drafts. */
+void em_spec_cost_model(em_spec_costs *c, uint32_t drafts, double ms);
+/* The fewest accepted of `drafted` drafts that pay for their cost (at least 1). */
+uint32_t em_spec_least(const em_spec_costs *c, uint32_t drafted);
+
 /* The adaptive draft length after a step that verified `drafted` drafts and accepted `accepted`:
  * doubled (up to max) when all were accepted, one past the accepted run when some were; when none
  * were, or fewer than `least` of a draft not wholly accepted, a miss: zero and a pause of
@@ -393,6 +413,7 @@ struct ember_engine {
     uint32_t spec_max_seqs; /* no drafts in steps of more running requests (ember_options) */
     uint64_t spec_clock;    /* steps seen by speculation (planned and chained): where pauses end */
     em_drafter *drafter;
+    em_spec_costs spec_costs; /* what drafts cost here, measured (em_spec_least) */
 };
 
 /* ---- Loading (engine.c) ---- */

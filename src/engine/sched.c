@@ -770,9 +770,10 @@ static bool step(ember_engine *e) {
     if (e->n_running == 0) return false;
     double start = em_engine_now_ms();
     em_spec_propose(e);
+    const double forward_start = em_engine_now_ms(); /* the draft model's time is counted apart */
     plan(e);
     bool speculating = false;
-    uint32_t n = 0, rows = 0;
+    uint32_t n = 0, rows = 0, drafts = 0;
     for (uint32_t i = 0; i < e->n_running; i++) {
         ember_request *r = e->running[i];
         e->batch_seqs[i].blocks = r->blocks;
@@ -789,6 +790,7 @@ static bool step(ember_engine *e) {
             n++;
         }
         speculating |= r->scheduled && r->n_draft > 0; /* drafts in this step */
+        if (r->scheduled) drafts += r->n_draft;
     }
     if (n == 0) return false;
     bool constrained = false;
@@ -838,6 +840,9 @@ static bool step(ember_engine *e) {
     finish_stuck(e, rows);
     accept_step(e, e->row_owner, rows, backend_picks ? e->picked : NULL, backend_picks ? NULL : e->logits);
     double ms = em_engine_now_ms() - start;
+    /* a decode step (a logits row for every token: no prompt chunk): what drafts cost here */
+    if (n == rows && !em_backend_can_overlap(e->backend))
+        em_spec_cost_step(&e->spec_costs, n, drafts, em_engine_now_ms() - forward_start);
     stats_update(e, record_step, &ms);
     publish_gauges(e);
     return true;

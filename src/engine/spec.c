@@ -13,6 +13,7 @@
  * counter as the target's pick at that position), so where the two models agree on the
  * distribution they tend to agree on the token.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,12 +58,45 @@ void em_spec_adapt(uint32_t *length, uint32_t *pause, uint32_t *misses, uint32_t
     if (next > 0) *pause = 0;
 }
 
+/* A moving average over about the last 16 values, starting at the first. */
+static void average_in(double *average, double value) {
+    *average = *average > 0 ? *average + (value - *average) / 16 : value;
+}
+
+void em_spec_cost_step(em_spec_costs *c, uint32_t tokens, uint32_t drafts, double ms) {
+    if (tokens <= drafts || ms <= 0) return;
+    if (drafts == 0) average_in(&c->plain_ms_per_token, ms / tokens);
+    else if (c->plain_ms_per_token > 0) {
+        const double extra = ms - c->plain_ms_per_token * (tokens - drafts);
+        const double per_draft = (extra > 0 ? extra : 0) / drafts;
+        c->verify_ms_per_draft = c->verified ? c->verify_ms_per_draft + (per_draft - c->verify_ms_per_draft) / 16
+                                             : per_draft;
+        c->verified = true;
+    }
+}
+
+void em_spec_cost_model(em_spec_costs *c, uint32_t drafts, double ms) {
+    if (drafts && ms > 0) average_in(&c->model_ms_per_draft, ms / drafts);
+}
+
+uint32_t em_spec_least(const em_spec_costs *c, uint32_t drafted) {
+    if (c->plain_ms_per_token <= 0 || !c->verified) return 1;
+    /* each accepted draft saves a plain token's time; each draft costs its share of two steps */
+    const double share = (c->verify_ms_per_draft + c->model_ms_per_draft) / c->plain_ms_per_token;
+    const double least = ceil(share * drafted - 1e-6); /* a share of exactly k is k, not k + 1 */
+    return least < 1 ? 1 : least > drafted + 1 ? drafted + 1 : (uint32_t)least;
+}
+
 /* Where steps overlap, a step with drafts keeps the next one from being chained for the whole
  * batch. With other requests running, a draft that gains one token for one request costs each of
- * them more than that: there one accepted token of several drafted counts as a miss. */
+ * them more than that: there one accepted token of several drafted counts as a miss. Where steps
+ * do not overlap, the measured costs say how many accepted drafts pay (em_spec_least). */
 static void adapt(ember_engine *e, ember_request *r, uint32_t drafted, uint32_t accepted) {
-    em_spec_adapt(&r->draft_length, &r->draft_pause, &r->draft_misses, drafted, accepted, em_spec_shared(e) ? 2 : 1,
-                  e->draft_min, e->draft_max);
+    const uint32_t least = em_backend_can_overlap(e->backend) ? (em_spec_shared(e) ? 2 : 1)
+                                                              : em_spec_least(&e->spec_costs, drafted);
+    if (least > drafted) accepted = 0; /* not even a wholly accepted draft pays here: a miss */
+    em_spec_adapt(&r->draft_length, &r->draft_pause, &r->draft_misses, drafted, accepted, least, e->draft_min,
+                  e->draft_max);
 }
 
 /* A lookup that finds nothing drafts nothing and costs no step: alone, the request looks again at
@@ -74,6 +108,10 @@ static void nothing_found(ember_engine *e, ember_request *r) {
 }
 
 /* ---- The draft model ---- */
+
+/* Tokens a request's draft model catches up with before drafting, at most, in a step whose time
+ * measures what drafts cost (more: its prompt). */
+#define EM_SPEC_CATCH_UP 8
 
 static uint32_t blocks_for(uint32_t tokens, uint32_t block_tokens) { return (tokens + block_tokens - 1) / block_tokens; }
 
@@ -327,7 +365,17 @@ void em_spec_propose(ember_engine *e) {
             e->drafter->owner[n_model++] = r;
         }
     }
-    if (n_model) run_draft_model(e, n_model);
+    if (n_model) {
+        /* a request's first catch-up (its prompt) is a prefill, paid once: not what a draft costs */
+        bool prompt = false;
+        for (uint32_t s = 0; s < n_model; s++)
+            prompt |= e->drafter->owner[s]->n_tokens - e->drafter->owner[s]->draft_computed > EM_SPEC_CATCH_UP;
+        const double start = em_engine_now_ms();
+        run_draft_model(e, n_model);
+        uint32_t drafted = 0;
+        for (uint32_t s = 0; s < n_model; s++) drafted += e->drafter->owner[s]->n_draft;
+        if (!prompt) em_spec_cost_model(&e->spec_costs, drafted, em_engine_now_ms() - start);
+    }
 }
 
 uint32_t em_spec_propose_ahead(ember_engine *e, ember_request *r) {
