@@ -112,6 +112,9 @@ static void nothing_found(ember_engine *e, ember_request *r) {
 /* Tokens a request's draft model catches up with before drafting, at most, in a step whose time
  * measures what drafts cost (more: its prompt). */
 #define EM_SPEC_CATCH_UP 8
+/* Steps between two tries of a draft model that costs more than it can save (a try catches its KV
+ * up with every token since the last one). */
+#define EM_SPEC_PROBE_STEPS 4096
 
 static uint32_t blocks_for(uint32_t tokens, uint32_t block_tokens) { return (tokens + block_tokens - 1) / block_tokens; }
 
@@ -346,6 +349,14 @@ static uint32_t draft_room(const ember_engine *e, ember_request *r, uint32_t ahe
     return room;
 }
 
+/* Whether the draft model may draft this step: not where it was measured to cost more than a token
+ * per draft (even wholly accepted, its drafts would slow decode; and a request that drafts keeps
+ * the draft model's KV caught up with every token, paused or not), except at one step in
+ * EM_SPEC_PROBE_STEPS, which measures again. */
+static bool model_pays(const ember_engine *e) {
+    return em_spec_least(&e->spec_costs, 1) <= 1 || e->spec_clock % EM_SPEC_PROBE_STEPS == 0;
+}
+
 void em_spec_propose(ember_engine *e) {
     uint32_t n_model = 0;
     e->spec_clock++;
@@ -360,6 +371,8 @@ void em_spec_propose(ember_engine *e) {
         if (r->spec == EMBER_SPEC_LOOKUP) {
             r->n_draft = em_spec_lookup(r->tokens, r->n_tokens, room, r->draft);
             if (r->n_draft == 0) nothing_found(e, r);
+        } else if (!model_pays(e)) {
+            continue;
         } else if (draft_blocks_for(e->drafter, r, r->n_tokens + room - 1) && n_model < e->drafter->cap_rows) {
             r->n_draft = room;
             e->drafter->owner[n_model++] = r;
