@@ -7,8 +7,9 @@
 # installed into BUILD_DIR/js as the peer tests install it.
 #
 # First the machine's read bandwidth with THREADS threads (bench/read_bandwidth.c, best of 7 passes
-# over 1 GiB); each decode row then says how many GB/s of weights that rate reads (`ember info`'s
-# bytes read per token times tok/s) and which share of the measured bandwidth that is.
+# over 1 GiB), and again after each round's Ember decode; each decode row then says how many GB/s of
+# weights that rate reads (`ember info`'s bytes read per token times tok/s) and which share of the
+# bandwidth that is: the median of the rounds' shares, each against the bandwidth read beside it.
 #
 # Without model files, the issue's set is written with `ember synth` into MODELS (default
 # BUILD_DIR/bench-models): dense-1b q4_k, q8_0 and bf16 (16 layers) and moe-30b-a3b mix (q6_k with
@@ -50,7 +51,7 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1
 
 echo "read bandwidth: $bandwidth GB/s with $threads threads"
 echo
-echo "| model | measure | Ember tok/s | llama.cpp tok/s | ratio (median of rounds) | weights read: Ember, llama.cpp |"
+echo "| model | measure | Ember tok/s | llama.cpp tok/s | ratio (median of rounds) | weights read: Ember, llama.cpp (share of the bandwidth) |"
 echo "|---|---|---|---|---|---|"
 for model in "$@"; do
   work=$(mktemp -d)
@@ -62,16 +63,23 @@ for model in "$@"; do
       rate prefill >>"$work/llama.prefill"
     "$ember" run -m "$model" --device cpu -t "$threads" ${EMBER_FLAGS:-} --temp 0 -n "$decode" --ignore-eos \
       --prompt-ids "$(ids "$decode_prompt")" 2>&1 | rate decode >>"$work/ember.decode"
+    "$build/read_bandwidth" "$threads" | sed -n 's/^read bandwidth: \([0-9.]*\) GB.*/\1/p' >>"$work/bandwidth"
     node "$here/cpu_llamacpp.mjs" "$js/node_modules" "$model" "$threads" "$decode" "$(ids "$decode_prompt")" 2>&1 |
       rate decode >>"$work/llama.decode"
   done
   for m in prefill decode; do
     paste "$work/ember.$m" "$work/llama.$m" | awk '$1 && $2 { print $1 / $2 }' >"$work/ratio.$m"
     ember_rate=$(median <"$work/ember.$m") llama_rate=$(median <"$work/llama.$m") read=
-    if [ "$m" = decode ] && [ -n "$per_token" ] && [ -n "$bandwidth" ]; then
-      read=$(awk -v e="${ember_rate:-0}" -v l="${llama_rate:-0}" -v b="$per_token" -v bw="$bandwidth" 'BEGIN {
-        printf "%.1f GB/s (%.0f%%), %.1f GB/s (%.0f%%)", e * b / 1e9, 100 * e * b / 1e9 / bw, l * b / 1e9,
-          100 * l * b / 1e9 / bw }')
+    if [ "$m" = decode ] && [ -n "$per_token" ]; then
+      # each round's share of the bandwidth read right after its decode, then the median: the machine's
+      # bandwidth moves (other tenants), and a share of a figure read minutes apart says little
+      paste "$work/ember.decode" "$work/llama.decode" "$work/bandwidth" |
+        awk -v b="$per_token" '$1 && $2 && $3 { print 100 * $1 * b / 1e9 / $3, 100 * $2 * b / 1e9 / $3 }' >"$work/shares"
+      read=$(printf '%.1f GB/s (%.0f%%), %.1f GB/s (%.0f%%); bandwidth %s GB/s' \
+        "$(awk -v e="${ember_rate:-0}" -v b="$per_token" 'BEGIN { print e * b / 1e9 }')" \
+        "$(cut -d' ' -f1 "$work/shares" | median)" \
+        "$(awk -v l="${llama_rate:-0}" -v b="$per_token" 'BEGIN { print l * b / 1e9 }')" \
+        "$(cut -d' ' -f2 "$work/shares" | median)" "$(median <"$work/bandwidth")")
     fi
     printf '| %s | %s | %s | %s | %s | %s |\n' "$(basename "$model")" "$m" "$ember_rate" "$llama_rate" \
       "$(median <"$work/ratio.$m")" "$read"
