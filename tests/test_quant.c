@@ -513,6 +513,38 @@ static void test_iq3xxs_codes_spell_the_grid(void **state) {
  * than their size and each quantized from its own values at its own scale, float rows ending off
  * the 32- and 8-element steps, activations at small and large scales. Run on both ISA paths, as
  * the test above. */
+/* Rows wider than the activations a Q4_K decode kernel prepares on its stack (64 KB: about 12,000
+ * columns at four tokens): the same numbers as em_dot, prepared on the heap. */
+static void test_dot_weights_wide_rows(void **state) {
+    (void)state;
+    enum { N = 16384, WROWS = 5, TOKENS = EM_DOT_WEIGHTS_TOKENS };
+    uint64_t row_bytes = 0, act_bytes = 0;
+    assert_ok(em_type_row_bytes(EM_TYPE_Q4_K, N, &row_bytes));
+    assert_ok(em_type_row_bytes(em_dot_activation_type(EM_TYPE_Q4_K), N, &act_bytes));
+    float *x = malloc(N * sizeof(float)), out[TOKENS * WROWS];
+    uint8_t *wq = malloc(WROWS * row_bytes), *aq = malloc(TOKENS * act_bytes);
+    assert_true(x && wq && aq);
+    for (int r = 0; r < WROWS; r++) {
+        fill_gaussian(x, N, 90 + (unsigned)r);
+        assert_ok(em_quantize(EM_TYPE_Q4_K, x, wq + r * row_bytes, N));
+    }
+    for (int t = 0; t < TOKENS; t++) {
+        fill_gaussian(x, N, 95 + (unsigned)t);
+        assert_ok(em_quantize_activation(EM_TYPE_Q4_K, x, aq + t * act_bytes, N));
+    }
+    for (uint32_t n_tokens = 1; n_tokens <= TOKENS; n_tokens++) {
+        em_dot_weights(EM_TYPE_Q4_K, wq, row_bytes, WROWS, aq, act_bytes, n_tokens, N, out, WROWS);
+        for (uint32_t t = 0; t < n_tokens; t++)
+            for (int r = 0; r < WROWS; r++) {
+                const float single = em_dot(EM_TYPE_Q4_K, wq + r * row_bytes, aq + t * act_bytes, N);
+                assert_memory_equal(&single, &out[t * WROWS + r], sizeof single);
+            }
+    }
+    free(x);
+    free(wq);
+    free(aq);
+}
+
 static void test_dot_weights_equal_single_rows(void **state) {
     (void)state;
     static const char *const types[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",   "Q5_0",    "Q5_1",  "IQ4_NL",
@@ -1210,6 +1242,7 @@ int main(void) {
         cmocka_unit_test(test_dot_extreme_values),
         cmocka_unit_test(test_dot_rows_equal_single_rows),
         cmocka_unit_test(test_dot_weights_equal_single_rows),
+        cmocka_unit_test(test_dot_weights_wide_rows),
         cmocka_unit_test(test_iq3xxs_codes_spell_the_grid),
         cmocka_unit_test(test_bf16_tiles_within_bound),
         cmocka_unit_test(test_amx_product_equals_scalar),

@@ -14,6 +14,9 @@
  */
 #include "dot_x86.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 
 #include "vnni.h"
@@ -79,7 +82,36 @@ EM_VNNI static EM_INLINE __m512i scale_words(int first, int second) {
                                    _mm512_set1_epi32((int)(0x80008000u | (unsigned)second << 16 | second)));
 }
 
-/* Q4_K, `nr` weight rows `stride` bytes apart against `nt` tokens' activations `as` bytes apart. A
+/* The tokens' Q8_K activations prepared once per call for the Q4_K kernel, block by block: a head
+ * of the tokens' d8 (64 bytes), then per token its 256 levels arranged as the kernel's levels come
+ * (sub-blocks (0, 2), (1, 3), (4, 6), (5, 7) in the halves of four vectors) and its eight sub-block
+ * sums (each the sum of two Q8_K group sums) as int16 in every 128-bit lane: the kernel then takes
+ * them straight from memory for every four rows instead of arranging them again in registers. */
+enum { Q4_K_PREPARED_HEAD = 64, Q4_K_PREPARED_TOKEN = 320 };
+#define Q4_K_PREPARED_BLOCK(nt) (Q4_K_PREPARED_HEAD + (uint64_t)(nt) * Q4_K_PREPARED_TOKEN)
+
+EM_VNNI static void q4_k_prepare(const uint8_t *a, uint64_t as, int nt, uint64_t n, uint8_t *prep) {
+    for (uint64_t b = 0; b < n / 256; b++) {
+        uint8_t *block = prep + b * Q4_K_PREPARED_BLOCK(nt);
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *at = a + t * as + 292 * b;
+            uint8_t *pt = block + Q4_K_PREPARED_HEAD + t * Q4_K_PREPARED_TOKEN;
+            memcpy(block + 4 * t, at, 4);
+            const __m512i a01 = _mm512_loadu_si512((const void *)(at + 4));
+            const __m512i a23 = _mm512_loadu_si512((const void *)(at + 68));
+            const __m512i a45 = _mm512_loadu_si512((const void *)(at + 132));
+            const __m512i a67 = _mm512_loadu_si512((const void *)(at + 196));
+            _mm512_store_si512((void *)pt, _mm512_shuffle_i64x2(a01, a23, 0x44));
+            _mm512_store_si512((void *)(pt + 64), _mm512_shuffle_i64x2(a01, a23, 0xee));
+            _mm512_store_si512((void *)(pt + 128), _mm512_shuffle_i64x2(a45, a67, 0x44));
+            _mm512_store_si512((void *)(pt + 192), _mm512_shuffle_i64x2(a45, a67, 0xee));
+            const __m256i pair_sums = _mm256_madd_epi16(load32(at + 260), _mm256_set1_epi16(1));
+            _mm512_store_si512((void *)(pt + 256), _mm512_broadcast_i32x4(_mm256_cvtepi32_epi16(pair_sums)));
+        }
+    }
+}
+
+/* Q4_K, `nr` weight rows `stride` bytes apart against `nt` tokens' activations (prepared). A
  * 64-byte load of a row holds two 32-element chunks: its low nibbles are sub-blocks 2c and 2c + 2
  * (lower and upper half), its high nibbles 2c + 1 and 2c + 3, so each load gives two registers of
  * levels, unpacked once for all the tokens. The activations are arranged to match once per block for
@@ -90,8 +122,9 @@ EM_VNNI static EM_INLINE __m512i scale_words(int first, int second) {
  * kernel's f32 multiply-add there. The scales and mins of four rows unpack in one register; each
  * token's min terms of all rows come out of it together, row r in lane r, scaled by that row's dmin
  * times the block's d8, as the AVX2 kernel does. Each token takes the same steps as alone. */
-EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, int nr, const uint8_t *a, uint64_t as,
+EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, int nr, const uint8_t *prep, uint64_t as,
                                            int nt, uint64_t n, float *out, uint64_t os) {
+    (void)as;
     __m512 acc[EM_DOT_WEIGHTS_TOKENS][WEIGHT_ROWS_MAX / 2]; /* rows 2p and 2p + 1: lower and upper lanes */
     __m128 mins_total[EM_DOT_WEIGHTS_TOKENS];               /* row r in lane r */
     UNROLL_TOKENS for (int t = 0; t < nt; t++) {
@@ -117,22 +150,12 @@ EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, in
         const __m512i scales_mins = k_scales_mins_x4(row);
         const __m512i mins16 = _mm512_unpackhi_epi8(scales_mins, _mm512_setzero_si512()); /* row r's in lane r */
         __m512 scaled[EM_DOT_WEIGHTS_TOKENS]; /* d and dmin times the token's d8: the AVX2 kernel's products */
-        __m512i act[EM_DOT_WEIGHTS_TOKENS][4]; /* sub-blocks (0, 2), (1, 3), (4, 6), (5, 7), as the levels come */
+        const uint8_t *block = prep + b * Q4_K_PREPARED_BLOCK(nt);
         UNROLL_TOKENS for (int t = 0; t < nt; t++) {
-            const uint8_t *at = a + t * as + 292 * b;
-            scaled[t] = _mm512_castps256_ps512(_mm256_mul_ps(d_dmin_f32, _mm256_set1_ps(em_load_f32(at))));
-            const __m512i a01 = _mm512_loadu_si512((const void *)(at + 4));
-            const __m512i a23 = _mm512_loadu_si512((const void *)(at + 68));
-            const __m512i a45 = _mm512_loadu_si512((const void *)(at + 132));
-            const __m512i a67 = _mm512_loadu_si512((const void *)(at + 196));
-            act[t][0] = _mm512_shuffle_i64x2(a01, a23, 0x44);
-            act[t][1] = _mm512_shuffle_i64x2(a01, a23, 0xee);
-            act[t][2] = _mm512_shuffle_i64x2(a45, a67, 0x44);
-            act[t][3] = _mm512_shuffle_i64x2(a45, a67, 0xee);
-            /* the min terms: each sub-block's activation sum (two Q8_K group sums) as int16, in every lane */
-            const __m256i pair_sums = _mm256_madd_epi16(load32(at + 260), _mm256_set1_epi16(1));
-            const __m512i sub_sums = _mm512_broadcast_i32x4(_mm256_cvtepi32_epi16(pair_sums));
-            __m512i mins = _mm512_madd_epi16(mins16, sub_sums);
+            const uint8_t *at = block + Q4_K_PREPARED_HEAD + t * Q4_K_PREPARED_TOKEN;
+            const float d8 = em_load_f32(block + 4 * t);
+            scaled[t] = _mm512_castps256_ps512(_mm256_mul_ps(d_dmin_f32, _mm256_set1_ps(d8)));
+            __m512i mins = _mm512_madd_epi16(mins16, _mm512_load_si512((const void *)(at + 256)));
             mins = _mm512_add_epi32(mins, _mm512_shuffle_epi32(mins, 0x4e));
             mins = _mm512_add_epi32(mins, _mm512_shuffle_epi32(mins, 0xb1));
             const __m128i mins4 = _mm512_castsi512_si128(
@@ -157,12 +180,16 @@ EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, in
                 const __m512i s0 = _mm512_shuffle_epi8(sm, pattern0), s1 = _mm512_shuffle_epi8(sm, pattern1);
                 const __m512i s2 = _mm512_shuffle_epi8(sm, pattern2), s3 = _mm512_shuffle_epi8(sm, pattern3);
                 UNROLL_TOKENS for (int t = 0; t < nt; t++) {
+                    /* the token's activations as the levels come: sub-blocks (0, 2), (1, 3), (4, 6), (5, 7) */
+                    const __m512i *act = (const __m512i *)(const void *)(block + Q4_K_PREPARED_HEAD +
+                                                                       t * Q4_K_PREPARED_TOKEN);
                     /* two chains (low and high nibbles): integer sums, so the split changes nothing */
-                    const __m512i low = _mm512_dpwssd_epi32(_mm512_madd_epi16(_mm512_maddubs_epi16(l0, act[t][0]), s0),
-                                                            _mm512_maddubs_epi16(l2, act[t][2]), s2);
-                    const __m512i high = _mm512_dpwssd_epi32(
-                        _mm512_madd_epi16(_mm512_maddubs_epi16(l1, act[t][1]), s1), _mm512_maddubs_epi16(l3, act[t][3]),
-                        s3);
+                    const __m512i low =
+                        _mm512_dpwssd_epi32(_mm512_madd_epi16(_mm512_maddubs_epi16(l0, _mm512_load_si512(act)), s0),
+                                            _mm512_maddubs_epi16(l2, _mm512_load_si512(act + 2)), s2);
+                    const __m512i high =
+                        _mm512_dpwssd_epi32(_mm512_madd_epi16(_mm512_maddubs_epi16(l1, _mm512_load_si512(act + 1)), s1),
+                                            _mm512_maddubs_epi16(l3, _mm512_load_si512(act + 3)), s3);
                     isum[k][t] = _mm512_add_epi32(low, high);
                 }
             }
@@ -372,13 +399,27 @@ ONE_TOKEN_KERNEL(q6_k_weights, uint8_t)
 ONE_TOKEN_ENTRY(dot_weights_q8_0, q8_0_weights, uint8_t)
 ONE_TOKEN_ENTRY(dot_weights_q6_k, q6_k_weights, uint8_t)
 
+/* Bytes of prepared activations an entry keeps on its stack; wider rows take them from the heap. */
+#define Q4_K_PREPARED_STACK (64u << 10)
+
 /* Q4_K, one entry per token count: each a kernel with the count constant */
 #define Q4_K_ENTRY(name, tokens)                                                                              \
     EM_VNNI static void name(const void *wv, uint64_t stride, uint32_t n_rows, const void *av, uint64_t as,    \
                              uint32_t n_tokens, uint64_t n, float *out, uint64_t os) {                         \
         (void)n_tokens;                                                                                        \
         const uint8_t *w = wv;                                                                                 \
-        WEIGHTS_ROWS(q4_k_weights, w, stride, n_rows, (const uint8_t *)av, as, tokens, n, out, os);            \
+        _Alignas(64) uint8_t stack[Q4_K_PREPARED_STACK];                                                       \
+        const uint64_t bytes = n / 256 * Q4_K_PREPARED_BLOCK(tokens);                                         \
+        uint8_t *prep = bytes <= sizeof stack ? stack : aligned_alloc(64, (bytes + 63) / 64 * 64);            \
+        if (!prep) { /* no memory: the rows one by one, as without this kernel */                              \
+            for (uint32_t t = 0; t < tokens; t++)                                                              \
+                for (uint32_t r = 0; r < n_rows; r++)                                                          \
+                    out[t * os + r] = em_dot(EM_TYPE_Q4_K, w + r * stride, (const uint8_t *)av + t * as, n);   \
+            return;                                                                                            \
+        }                                                                                                      \
+        q4_k_prepare((const uint8_t *)av, as, tokens, n, prep);                                                \
+        WEIGHTS_ROWS(q4_k_weights, w, stride, n_rows, prep, 0, tokens, n, out, os);                            \
+        if (prep != stack) free(prep);                                                                         \
     }
 
 Q4_K_ENTRY(dot_weights_q4_k_1, 1)
