@@ -114,8 +114,8 @@ EM_VNNI static void q4_k_prepare(const uint8_t *a, uint64_t as, int nt, uint64_t
 /* Q4_K, `nr` weight rows `stride` bytes apart against `nt` tokens' activations (prepared). A
  * 64-byte load of a row holds two 32-element chunks: its low nibbles are sub-blocks 2c and 2c + 2
  * (lower and upper half), its high nibbles 2c + 1 and 2c + 3, so each load gives two registers of
- * levels, unpacked once for all the tokens. The activations are arranged to match once per block for
- * all rows (128-bit lane shuffles). vpmaddubsw gives dot_avx2.c's pair sums, vpmaddwd / vpdpwssd
+ * levels, unpacked once for all the tokens. The activations come arranged to match (q4_k_prepare,
+ * once per call for all rows). vpmaddubsw gives dot_avx2.c's pair sums, vpmaddwd / vpdpwssd
  * multiply them by the int16 sub-block scale (vpshufb spreads the row's scale bytes), so int32 lane
  * j of a half holds the AVX2 kernel's lane j of that sub-block, and folding the halves gives its
  * isum. Two rows' sums fold into one register, lower and upper eight lanes, and take the AVX2
