@@ -220,16 +220,16 @@ void em_stop_flush(em_stop_matcher *matcher, const char **release, size_t *relea
 uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_draft, int32_t *draft);
 
 /* What speculation costs where steps do not overlap, from the engine's own steps (moving averages,
- * 0 until measured): a plain decode step's milliseconds per token, and the milliseconds each draft
- * adds, to the step that verifies it and to the draft model's steps. Where a step's time grows with
- * its tokens (a model whose weights stay in the CPU's caches), a draft costs nearly a token's time
- * and pays only when nearly all of it is accepted; where a step reads the weights once for all its
- * tokens, a draft costs little. */
+ * each with the count of steps behind it): a plain decode step's milliseconds per token, and the
+ * milliseconds each draft adds, to the step that verifies it and to the draft model's steps. Where
+ * a step's time grows with its tokens (a model whose weights stay in the CPU's caches), a draft
+ * costs nearly a token's time and pays only when nearly all of it is accepted; where a step reads
+ * the weights once for all its tokens, a draft costs little. */
 typedef struct em_spec_costs {
     double plain_ms_per_token;
     double verify_ms_per_draft;
     double model_ms_per_draft;
-    bool verified; /* verify_ms_per_draft is measured (it may be 0) */
+    uint32_t plain_steps, verify_steps, model_steps;
 } em_spec_costs;
 
 /* A plain decode step of `tokens` tokens, or one with `drafts` drafts among them, took `ms`. */

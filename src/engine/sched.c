@@ -839,10 +839,11 @@ static bool step(ember_engine *e) {
     }
     finish_stuck(e, rows);
     accept_step(e, e->row_owner, rows, backend_picks ? e->picked : NULL, backend_picks ? NULL : e->logits);
-    double ms = em_engine_now_ms() - start;
+    const double end = em_engine_now_ms();
+    double ms = end - start;
     /* a decode step (a logits row for every token: no prompt chunk): what drafts cost here */
     if (n == rows && !em_backend_can_overlap(e->backend))
-        em_spec_cost_step(&e->spec_costs, n, drafts, em_engine_now_ms() - forward_start);
+        em_spec_cost_step(&e->spec_costs, n, drafts, end - forward_start);
     stats_update(e, record_step, &ms);
     publish_gauges(e);
     return true;

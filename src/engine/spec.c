@@ -58,29 +58,27 @@ void em_spec_adapt(uint32_t *length, uint32_t *pause, uint32_t *misses, uint32_t
     if (next > 0) *pause = 0;
 }
 
-/* A moving average over about the last 16 values, starting at the first. */
-static void average_in(double *average, double value) {
-    *average = *average > 0 ? *average + (value - *average) / 16 : value;
+/* A moving average over about the last 16 values, starting at the first (`count` values seen). */
+static void average_in(double *average, uint32_t *count, double value) {
+    *average = *count ? *average + (value - *average) / 16 : value;
+    if (*count < UINT32_MAX) (*count)++;
 }
 
 void em_spec_cost_step(em_spec_costs *c, uint32_t tokens, uint32_t drafts, double ms) {
     if (tokens <= drafts || ms <= 0) return;
-    if (drafts == 0) average_in(&c->plain_ms_per_token, ms / tokens);
-    else if (c->plain_ms_per_token > 0) {
+    if (drafts == 0) average_in(&c->plain_ms_per_token, &c->plain_steps, ms / tokens);
+    else if (c->plain_steps) {
         const double extra = ms - c->plain_ms_per_token * (tokens - drafts);
-        const double per_draft = (extra > 0 ? extra : 0) / drafts;
-        c->verify_ms_per_draft = c->verified ? c->verify_ms_per_draft + (per_draft - c->verify_ms_per_draft) / 16
-                                             : per_draft;
-        c->verified = true;
+        average_in(&c->verify_ms_per_draft, &c->verify_steps, (extra > 0 ? extra : 0) / drafts);
     }
 }
 
 void em_spec_cost_model(em_spec_costs *c, uint32_t drafts, double ms) {
-    if (drafts && ms > 0) average_in(&c->model_ms_per_draft, ms / drafts);
+    if (drafts && ms > 0) average_in(&c->model_ms_per_draft, &c->model_steps, ms / drafts);
 }
 
 uint32_t em_spec_least(const em_spec_costs *c, uint32_t drafted) {
-    if (c->plain_ms_per_token <= 0 || !c->verified) return 1;
+    if (!c->plain_steps || !c->verify_steps || c->plain_ms_per_token <= 0) return 1;
     /* each accepted draft saves a plain token's time; each draft costs its share of two steps */
     const double share = (c->verify_ms_per_draft + c->model_ms_per_draft) / c->plain_ms_per_token;
     const double least = ceil(share * drafted - 1e-6); /* a share of exactly k is k, not k + 1 */
