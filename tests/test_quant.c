@@ -815,8 +815,8 @@ static void fill_random_blocks(em_type type, uint8_t *rows, size_t bytes, uint64
 }
 
 /* Packed token groups must give em_dot's results bitwise, like em_dot_rows: every group size (1
- * to EM_DOT_GROUP_TOKENS, ragged groups padded inside the pack), rows of one block and of several,
- * rows spaced wider than their size, each activation row at its own scale, several weight rows
+ * to EM_DOT_GROUP_TOKENS, ragged groups padded inside the pack), rows of one block, of several, and
+ * of more than the kernels take in one chunk (25 blocks: Q4_K takes 11 at a time), rows spaced wider than their size, each activation row at its own scale, several weight rows
  * against one packed group in one call (past the kernels' tiles of rows, with the remainder) and
  * each alone, results written with a stride wider than the rows, and calls taking several groups
  * one after another (up to ten, the last ragged or full). Two kinds of rows: quantized
@@ -829,7 +829,7 @@ static void test_dot_groups_equal_single_rows(void **state) {
     static const char *const types[] = {"Q4_K", "Q8_0", "Q6_K", "IQ3_XXS", "F32"};
     /* TOKENS activation rows: one group, and for calls of several groups up to ten of them (past the
      * IQ3_XXS kernel's eight groups a pass) */
-    enum { N_MAX = 1024 + 256, WROWS = 7, OUT_STRIDE = WROWS + 2, STRIDE = N_MAX * 4 + 64 };
+    enum { N_MAX = 25 * 256, WROWS = 7, OUT_STRIDE = WROWS + 2, STRIDE = N_MAX * 4 + 64 };
     enum { TOKENS = 10 * EM_DOT_GROUP_TOKENS };
     float *w = malloc(N_MAX * sizeof(float)), *x = malloc(N_MAX * sizeof(float));
     uint8_t *wq = malloc((size_t)WROWS * N_MAX * 4), *aq = malloc((size_t)TOKENS * STRIDE);

@@ -112,6 +112,14 @@ static void pack_iq3_xxs(const uint8_t *a, uint64_t stride, uint32_t n_rows, uin
  * on CPUs with AVX-512). */
 #define GROUP_IN_L1 (24 << 10)
 
+/* A tile's f32 sums, kept between the chunks of blocks the kernels take in turn: acc[r][p] holds row
+ * r's sums of tokens 2p (lanes 0..7) and 2p + 1 (lanes 8..15); Q4_K's min terms of row 0's eight
+ * tokens sit in lanes 0..7 of `mins`, row 1's in lanes 8..15. */
+typedef struct tile_sums {
+    __m512 acc[TILE_ROWS][GROUP_TOKENS / 2];
+    __m512 mins;
+} tile_sums;
+
 /* Q4_K, `rows` (1..TILE_ROWS) weight rows against a group. Lane j of a token's integer sum for a
  * block is dot_rows_vnni.c's folded lane j: the sum over the eight sub-blocks s of scale_s times
  * the four products at positions 4j..4j+3 of sub-block s. Here one vpmaddubsw multiplies a
@@ -122,25 +130,19 @@ static void pack_iq3_xxs(const uint8_t *a, uint64_t stride, uint32_t n_rows, uin
  * Integer sums are exact in any order: the results are the single-row kernel's bitwise. The min terms of all eight tokens in one vector per
  * row (lane t: token t), the f32 steps of the single-row kernel per lane. */
 EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, const int rows, const uint8_t *g,
-                                        uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
+                                        uint64_t n_blocks, tile_sums *state, bool fresh) {
     enum { PAIRS = GROUP_TOKENS / 2 };
     __m512 acc[TILE_ROWS][PAIRS]; /* tokens 2p and 2p + 1 side by side: lanes 0..7 and 8..15 */
     __m256 mins_total[TILE_ROWS];
-    __m512 mins_both = _mm512_setzero_ps(); /* with two rows: their mins_total side by side */
+    __m512 mins_both = fresh ? _mm512_setzero_ps() : state->mins; /* with two rows: their mins_total side by side */
     EM_UNROLL(2) for (int r = 0; r < rows; r++) {
-        mins_total[r] = _mm256_setzero_ps();
-        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = _mm512_setzero_ps();
+        mins_total[r] = r == 0 ? _mm512_castps512_ps256(mins_both) : upper_ps(mins_both);
+        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = fresh ? _mm512_setzero_ps() : state->acc[r][p];
     }
     const __m512i low4 = _mm512_set1_epi8(15), zero = _mm512_setzero_si512();
-    /* A group larger than L1 (a down projection's) comes from L2 block by block for every pair of
-     * rows: fetched two blocks ahead. One that fits stays in L1, where the prefetches only cost. */
-    const bool prefetch = n / 256 * Q4_K_GROUP_BLOCK > GROUP_IN_L1;
-    for (uint64_t b = 0; b < n / 256; b++, w += 144, g += Q4_K_GROUP_BLOCK) {
+    for (uint64_t b = 0; b < n_blocks; b++, w += 144, g += Q4_K_GROUP_BLOCK) {
         const __m256 d8 = _mm256_loadu_ps((const float *)(const void *)g);
         const uint8_t *sums = g + Q4_K_GROUP_MINS, *levels = g + Q4_K_GROUP_LEVELS;
-        if (prefetch)
-            for (int line = 0; line < Q4_K_GROUP_BLOCK; line += 64)
-                _mm_prefetch((const char *)g + 2 * Q4_K_GROUP_BLOCK + line, _MM_HINT_T0);
         __m512i isum[TILE_ROWS][PAIRS];
         int32_t scales16[TILE_ROWS][16]; /* each sub-block's scale in both int16 halves, broadcast from memory */
         __m512 scale[TILE_ROWS];
@@ -182,7 +184,7 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
             scale[r] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(fp16(wr)), d8));
             EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) isum[r][p] = zero;
         }
-        for (int c = 0; c < 4; c++) {
+        EM_UNROLL(4) for (int c = 0; c < 4; c++) {
             __m512i nib[TILE_ROWS][2]; /* sub-block 2c (low nibbles) and 2c + 1 (high), in both halves */
             EM_UNROLL(2) for (int r = 0; r < rows; r++) {
                 const __m512i q = _mm512_broadcast_i64x4(load32(w + r * row_bytes + 16 + 32 * c));
@@ -206,20 +208,10 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
                 acc[r][p] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum[r][p]), acc[r][p]);
             }
     }
-    if (rows == 2) {
-        mins_total[0] = _mm512_castps512_ps256(mins_both);
-        mins_total[1] = upper_ps(mins_both);
-    }
-    EM_UNROLL(2) for (int r = 0; r < rows; r++) {
-        float mins_out[GROUP_TOKENS];
-        _mm256_storeu_ps(mins_out, mins_total[r]);
-        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
-            if ((uint32_t)(2 * p) < n_tokens)
-                out[2 * p * out_stride + r] = hsum(_mm512_castps512_ps256(acc[r][p])) - mins_out[2 * p];
-            if ((uint32_t)(2 * p + 1) < n_tokens)
-                out[(2 * p + 1) * out_stride + r] = hsum(upper_ps(acc[r][p])) - mins_out[2 * p + 1];
-        }
-    }
+    if (rows == 1) mins_both = _mm512_castps256_ps512(mins_total[0]);
+    state->mins = mins_both;
+    EM_UNROLL(2) for (int r = 0; r < rows; r++)
+        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) state->acc[r][p] = acc[r][p];
 }
 
 /* Q8_0, `rows` (1..TILE_ROWS) weight rows against a group: dot_rows_vnni.c's q8_0_rows with the
@@ -501,7 +493,53 @@ EM_VNNI static EM_INLINE void write_results(const float *local, uint32_t tokens,
         }                                                                                                        \
     }
 
-GROUP_ENTRY(group_q4_k, q4_k_tile, n / 256 * Q4_K_GROUP_BLOCK)
+/* Q4_K: the blocks of a product are taken in chunks that keep the group's part in L1 while every
+ * tile of OUT_ROWS rows sweeps it (a down projection's whole group does not fit there); each tile's
+ * f32 sums wait in a tile_sums between chunks, so the steps and their order are those of one sweep. */
+enum { Q4_K_CHUNK_BLOCKS = GROUP_IN_L1 / Q4_K_GROUP_BLOCK };
+
+/* A tile's results: the token pairs' lanes summed, less the min terms. */
+EM_VNNI static EM_INLINE void q4_k_results(const tile_sums *sums, int rows, uint32_t n_tokens, float *out,
+                                           uint64_t out_stride) {
+    float mins[2 * GROUP_TOKENS];
+    _mm512_storeu_ps(mins, sums->mins);
+    for (int r = 0; r < rows; r++)
+        for (uint32_t p = 0; 2 * p < n_tokens; p++) {
+            out[2 * p * out_stride + r] = hsum(_mm512_castps512_ps256(sums->acc[r][p])) - mins[GROUP_TOKENS * r + 2 * p];
+            if (2 * p + 1 < n_tokens)
+                out[(2 * p + 1) * out_stride + r] = hsum(upper_ps(sums->acc[r][p])) - mins[GROUP_TOKENS * r + 2 * p + 1];
+        }
+}
+
+EM_VNNI static void group_q4_k(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group,
+                               uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
+    enum { TILES = (OUT_ROWS + TILE_ROWS - 1) / TILE_ROWS };
+    float local[GROUP_TOKENS * OUT_ROWS];
+    tile_sums sums[TILES];
+    const uint64_t n_blocks = n / 256;
+    for (uint32_t first = 0; first < n_weight_rows; first += OUT_ROWS) {
+        const uint8_t *w = (const uint8_t *)weight_rows + first * row_bytes;
+        const uint32_t rows = n_weight_rows - first < OUT_ROWS ? n_weight_rows - first : OUT_ROWS;
+        for (uint32_t t = 0; t < n_tokens; t += GROUP_TOKENS) {
+            const uint8_t *g = (const uint8_t *)group + t / GROUP_TOKENS * n_blocks * Q4_K_GROUP_BLOCK;
+            const uint32_t tokens = n_tokens - t < GROUP_TOKENS ? n_tokens - t : GROUP_TOKENS;
+            for (uint64_t b = 0; b < n_blocks; b += Q4_K_CHUNK_BLOCKS) {
+                const uint64_t blocks = n_blocks - b < Q4_K_CHUNK_BLOCKS ? n_blocks - b : Q4_K_CHUNK_BLOCKS;
+                const uint8_t *wb = w + b * 144, *gb = g + b * Q4_K_GROUP_BLOCK;
+                uint32_t r = 0;
+                for (; r + TILE_ROWS <= rows; r += TILE_ROWS)
+                    q4_k_tile(wb + r * row_bytes, row_bytes, TILE_ROWS, gb, blocks, &sums[r / TILE_ROWS], b == 0);
+                for (; r < rows; r++)
+                    q4_k_tile(wb + r * row_bytes, row_bytes, 1, gb, blocks, &sums[r / TILE_ROWS], b == 0);
+            }
+            for (uint32_t r = 0; r < rows; r += TILE_ROWS)
+                q4_k_results(&sums[r / TILE_ROWS], rows - r < TILE_ROWS ? (int)(rows - r) : TILE_ROWS, tokens,
+                             local + r, OUT_ROWS);
+            write_results(local, tokens, rows, out + t * out_stride + first, out_stride);
+        }
+    }
+}
+
 GROUP_ENTRY(group_q8_0, q8_0_tile, n / 32 * Q8_0_GROUP_BLOCK)
 GROUP_ENTRY(group_q6_k, q6_k_tile, n / 256 * Q6_K_GROUP_BLOCK)
 
