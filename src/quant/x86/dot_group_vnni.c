@@ -24,7 +24,8 @@
  * dot_rows_vnni.c's (and so as em_dot's): results are bitwise equal, which tests/test_quant.c
  * asserts. They run TILE_ROWS weight rows at a time against a group, so each activation vector
  * loaded serves them all and a group is read once per tile of rows; a call takes every group of a
- * product against a tile of rows (IQ3_XXS decodes each weight block once for several groups).
+ * product against a tile of rows, a chunk of blocks at a time that keeps the group's part in L1
+ * (IQ3_XXS decodes each weight block once for several groups).
  */
 #include "dot_x86.h"
 
@@ -127,8 +128,9 @@ typedef struct tile_sums {
  * adding neighbouring products to int16 (at most 2 * 15 * 128, never saturating), and one vpdpwssd
  * adds each 32-bit lane's two int16 sums times scale_s: lanes 0..7 for token 2p, 8..15 for 2p + 1,
  * so no lanes need folding and the two tokens' sums sit side by side as the f32 steps take them.
- * Integer sums are exact in any order: the results are the single-row kernel's bitwise. The min terms of all eight tokens in one vector per
- * row (lane t: token t), the f32 steps of the single-row kernel per lane. */
+ * Integer sums are exact in any order: the results are the single-row kernel's bitwise. The min
+ * terms of all eight tokens in one vector per row (lane t: token t), the f32 steps of the
+ * single-row kernel per lane. Takes n_blocks blocks, its sums from `state` unless `fresh`. */
 EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, const int rows, const uint8_t *g,
                                         uint64_t n_blocks, tile_sums *state, bool fresh) {
     enum { PAIRS = GROUP_TOKENS / 2 };
@@ -221,12 +223,12 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
  * lane for lane the signed sum the other kernels build, exactly, with no sign moved onto the
  * activations per token. */
 EM_VNNI static EM_INLINE void q8_0_tile(const uint8_t *w, uint64_t row_bytes, const int rows, const uint8_t *g,
-                                        uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
+                                        uint64_t n_blocks, tile_sums *state, bool fresh) {
     enum { PAIRS = GROUP_TOKENS / 2 };
     __m512 acc[TILE_ROWS][PAIRS];
     EM_UNROLL(2) for (int r = 0; r < rows; r++)
-        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = _mm512_setzero_ps();
-    for (uint64_t b = 0; b < n / 32; b++, w += 34, g += Q8_0_GROUP_BLOCK) {
+        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = fresh ? _mm512_setzero_ps() : state->acc[r][p];
+    for (uint64_t b = 0; b < n_blocks; b++, w += 34, g += Q8_0_GROUP_BLOCK) {
         __m512i q[TILE_ROWS], offset[TILE_ROWS];
         __m512 weight_scale[TILE_ROWS];
         EM_UNROLL(2) for (int r = 0; r < rows; r++) {
@@ -249,11 +251,9 @@ EM_VNNI static EM_INLINE void q8_0_tile(const uint8_t *w, uint64_t row_bytes, co
             }
         }
     }
+    if (fresh) state->mins = _mm512_setzero_ps();
     EM_UNROLL(2) for (int r = 0; r < rows; r++)
-        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
-            if ((uint32_t)(2 * p) < n_tokens) out[2 * p * out_stride + r] = hsum(_mm512_castps512_ps256(acc[r][p]));
-            if ((uint32_t)(2 * p + 1) < n_tokens) out[(2 * p + 1) * out_stride + r] = hsum(upper_ps(acc[r][p]));
-        }
+        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) state->acc[r][p] = acc[r][p];
 }
 
 /* Q6_K, `rows` (1..TILE_ROWS) weight rows against a group. Lane j of a token's integer sum for a
@@ -266,14 +266,13 @@ EM_VNNI static EM_INLINE void q8_0_tile(const uint8_t *w, uint64_t row_bytes, co
  * tokens come from four vpdpwssd against the packed group sums, once per block and row. Integer
  * sums are exact in any order, and the f32 steps are the single-row kernel's: bitwise em_dot. */
 EM_VNNI static EM_INLINE void q6_k_tile(const uint8_t *w, uint64_t row_bytes, const int rows, const uint8_t *g,
-                                        uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
+                                        uint64_t n_blocks, tile_sums *state, bool fresh) {
     enum { PAIRS = GROUP_TOKENS / 2 };
     __m512 acc[TILE_ROWS][PAIRS];
     EM_UNROLL(2) for (int r = 0; r < rows; r++)
-        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = _mm512_setzero_ps();
+        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) acc[r][p] = fresh ? _mm512_setzero_ps() : state->acc[r][p];
     const __m512i low4 = _mm512_set1_epi8(15), low2 = _mm512_set1_epi8(3);
-    /* no prefetch as in q4_k_tile: an output projection's group (4096 columns) measured no faster with it */
-    for (uint64_t b = 0; b < n / 256; b++, w += 210, g += Q6_K_GROUP_BLOCK) {
+    for (uint64_t b = 0; b < n_blocks; b++, w += 210, g += Q6_K_GROUP_BLOCK) {
         const __m256 d8 = _mm256_loadu_ps((const float *)(const void *)g);
         const uint8_t *sums = g + Q6_K_GROUP_SUMS, *levels = g + Q6_K_GROUP_LEVELS;
         __m512i isum[TILE_ROWS][PAIRS];
@@ -331,11 +330,9 @@ EM_VNNI static EM_INLINE void q6_k_tile(const uint8_t *w, uint64_t row_bytes, co
                 acc[r][p] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum[r][p]), acc[r][p]);
             }
     }
+    if (fresh) state->mins = _mm512_setzero_ps();
     EM_UNROLL(2) for (int r = 0; r < rows; r++)
-        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) {
-            if ((uint32_t)(2 * p) < n_tokens) out[2 * p * out_stride + r] = hsum(_mm512_castps512_ps256(acc[r][p]));
-            if ((uint32_t)(2 * p + 1) < n_tokens) out[(2 * p + 1) * out_stride + r] = hsum(upper_ps(acc[r][p]));
-        }
+        EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) state->acc[r][p] = acc[r][p];
 }
 
 /* A weight block of IQ3_XXS decoded for the group kernel: each run's 32 signed levels (grid point
@@ -394,7 +391,8 @@ EM_VNNI static EM_INLINE void iq3_xxs_tile(const uint8_t *w, uint64_t row_bytes,
         EM_UNROLL(2) for (int r = 0; r < rows; r++)
             EM_UNROLL(4) for (int p = 0; p < PAIRS; p++) sums[gi][r][p] = _mm512_setzero_ps();
     iq3_xxs_decoded decoded[IQ3_XXS_CHUNK_BLOCKS][TILE_ROWS];
-    const bool prefetch = n_groups * group_bytes > GROUP_IN_L1; /* as in q4_k_tile */
+    /* groups larger than L1 together come from L2 block by block: fetched two blocks ahead */
+    const bool prefetch = n_groups * group_bytes > GROUP_IN_L1;
     for (uint64_t first = 0; first < n / 256; first += IQ3_XXS_CHUNK_BLOCKS) {
         const uint64_t blocks = n / 256 - first < IQ3_XXS_CHUNK_BLOCKS ? n / 256 - first : IQ3_XXS_CHUNK_BLOCKS;
         for (uint64_t b = 0; b < blocks; b++)
@@ -472,76 +470,58 @@ EM_VNNI static EM_INLINE void write_results(const float *local, uint32_t tokens,
         }
 }
 
-/* The entry points: token groups one after another (em_dot_group_fn), each group against the
- * weight rows TILE_ROWS at a time, OUT_ROWS rows at a time. */
-#define GROUP_ENTRY(name, tile, group_block_bytes)                                                              \
-    EM_VNNI static void name(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group, \
-                             uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {                    \
-        float local[GROUP_TOKENS * OUT_ROWS];                                                                     \
-        for (uint32_t first = 0; first < n_weight_rows; first += OUT_ROWS) {                                     \
-            const uint8_t *w = (const uint8_t *)weight_rows + first * row_bytes;                                 \
-            const uint32_t rows = n_weight_rows - first < OUT_ROWS ? n_weight_rows - first : OUT_ROWS;           \
-            for (uint32_t t = 0; t < n_tokens; t += GROUP_TOKENS) {                                              \
-                const uint8_t *g = (const uint8_t *)group + t / GROUP_TOKENS * (group_block_bytes);              \
-                const uint32_t tokens = n_tokens - t < GROUP_TOKENS ? n_tokens - t : GROUP_TOKENS;               \
-                uint32_t r = 0;                                                                                  \
-                for (; r + TILE_ROWS <= rows; r += TILE_ROWS)                                                    \
-                    tile(w + r * row_bytes, row_bytes, TILE_ROWS, g, tokens, n, local + r, OUT_ROWS);            \
-                for (; r < rows; r++) tile(w + r * row_bytes, row_bytes, 1, g, tokens, n, local + r, OUT_ROWS);  \
-                write_results(local, tokens, rows, out + t * out_stride + first, out_stride);                    \
-            }                                                                                                    \
-        }                                                                                                        \
-    }
-
-/* Q4_K: the blocks of a product are taken in chunks that keep the group's part in L1 while every
- * tile of OUT_ROWS rows sweeps it (a down projection's whole group does not fit there); each tile's
- * f32 sums wait in a tile_sums between chunks, so the steps and their order are those of one sweep. */
-enum { Q4_K_CHUNK_BLOCKS = GROUP_IN_L1 / Q4_K_GROUP_BLOCK };
-
-/* A tile's results: the token pairs' lanes summed, less the min terms. */
-EM_VNNI static EM_INLINE void q4_k_results(const tile_sums *sums, int rows, uint32_t n_tokens, float *out,
+/* A tile's results: the token pairs' lanes summed, less the min terms (zero but for Q4_K). */
+EM_VNNI static EM_INLINE void tile_results(const tile_sums *sums, int rows, uint32_t n_tokens, float *out,
                                            uint64_t out_stride) {
     float mins[2 * GROUP_TOKENS];
     _mm512_storeu_ps(mins, sums->mins);
     for (int r = 0; r < rows; r++)
         for (uint32_t p = 0; 2 * p < n_tokens; p++) {
-            out[2 * p * out_stride + r] = hsum(_mm512_castps512_ps256(sums->acc[r][p])) - mins[GROUP_TOKENS * r + 2 * p];
+            const float *row_mins = mins + GROUP_TOKENS * r;
+            out[2 * p * out_stride + r] = hsum(_mm512_castps512_ps256(sums->acc[r][p])) - row_mins[2 * p];
             if (2 * p + 1 < n_tokens)
-                out[(2 * p + 1) * out_stride + r] = hsum(upper_ps(sums->acc[r][p])) - mins[GROUP_TOKENS * r + 2 * p + 1];
+                out[(2 * p + 1) * out_stride + r] = hsum(upper_ps(sums->acc[r][p])) - row_mins[2 * p + 1];
         }
 }
 
-EM_VNNI static void group_q4_k(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group,
-                               uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {
-    enum { TILES = (OUT_ROWS + TILE_ROWS - 1) / TILE_ROWS };
-    float local[GROUP_TOKENS * OUT_ROWS];
-    tile_sums sums[TILES];
-    const uint64_t n_blocks = n / 256;
-    for (uint32_t first = 0; first < n_weight_rows; first += OUT_ROWS) {
-        const uint8_t *w = (const uint8_t *)weight_rows + first * row_bytes;
-        const uint32_t rows = n_weight_rows - first < OUT_ROWS ? n_weight_rows - first : OUT_ROWS;
-        for (uint32_t t = 0; t < n_tokens; t += GROUP_TOKENS) {
-            const uint8_t *g = (const uint8_t *)group + t / GROUP_TOKENS * n_blocks * Q4_K_GROUP_BLOCK;
-            const uint32_t tokens = n_tokens - t < GROUP_TOKENS ? n_tokens - t : GROUP_TOKENS;
-            for (uint64_t b = 0; b < n_blocks; b += Q4_K_CHUNK_BLOCKS) {
-                const uint64_t blocks = n_blocks - b < Q4_K_CHUNK_BLOCKS ? n_blocks - b : Q4_K_CHUNK_BLOCKS;
-                const uint8_t *wb = w + b * 144, *gb = g + b * Q4_K_GROUP_BLOCK;
-                uint32_t r = 0;
-                for (; r + TILE_ROWS <= rows; r += TILE_ROWS)
-                    q4_k_tile(wb + r * row_bytes, row_bytes, TILE_ROWS, gb, blocks, &sums[r / TILE_ROWS], b == 0);
-                for (; r < rows; r++)
-                    q4_k_tile(wb + r * row_bytes, row_bytes, 1, gb, blocks, &sums[r / TILE_ROWS], b == 0);
-            }
-            for (uint32_t r = 0; r < rows; r += TILE_ROWS)
-                q4_k_results(&sums[r / TILE_ROWS], rows - r < TILE_ROWS ? (int)(rows - r) : TILE_ROWS, tokens,
-                             local + r, OUT_ROWS);
-            write_results(local, tokens, rows, out + t * out_stride + first, out_stride);
-        }
+/* The entry points of Q4_K, Q8_0 and Q6_K: token groups one after another (em_dot_group_fn), each
+ * against OUT_ROWS weight rows at a time, TILE_ROWS rows per kernel call. A product's blocks are
+ * taken in chunks whose part of the group stays in L1 while every tile of the OUT_ROWS rows sweeps
+ * it (a down projection's whole group does not fit there); each tile's f32 sums wait in a tile_sums
+ * between chunks, so the steps and their order are those of one sweep. */
+#define GROUP_ENTRY(name, tile, block_elements, weight_block_bytes, group_block_bytes)                           \
+    EM_VNNI static void name(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows, const void *group, \
+                             uint32_t n_tokens, uint64_t n, float *out, uint64_t out_stride) {                    \
+        enum { TILES = (OUT_ROWS + TILE_ROWS - 1) / TILE_ROWS, CHUNK = GROUP_IN_L1 / (group_block_bytes) };     \
+        float local[GROUP_TOKENS * OUT_ROWS];                                                                     \
+        tile_sums sums[TILES];                                                                                    \
+        const uint64_t n_blocks = n / (block_elements);                                                         \
+        for (uint32_t first = 0; first < n_weight_rows; first += OUT_ROWS) {                                     \
+            const uint8_t *w = (const uint8_t *)weight_rows + first * row_bytes;                                 \
+            const uint32_t rows = n_weight_rows - first < OUT_ROWS ? n_weight_rows - first : OUT_ROWS;           \
+            for (uint32_t t = 0; t < n_tokens; t += GROUP_TOKENS) {                                              \
+                const uint8_t *g = (const uint8_t *)group + t / GROUP_TOKENS * n_blocks * (group_block_bytes);   \
+                const uint32_t tokens = n_tokens - t < GROUP_TOKENS ? n_tokens - t : GROUP_TOKENS;               \
+                for (uint64_t b = 0; b < n_blocks; b += CHUNK) {                                                 \
+                    const uint64_t blocks = n_blocks - b < CHUNK ? n_blocks - b : CHUNK;                         \
+                    const uint8_t *wb = w + b * (weight_block_bytes), *gb = g + b * (group_block_bytes);         \
+                    uint32_t r = 0;                                                                              \
+                    for (; r + TILE_ROWS <= rows; r += TILE_ROWS)                                                \
+                        tile(wb + r * row_bytes, row_bytes, TILE_ROWS, gb, blocks, &sums[r / TILE_ROWS], b == 0); \
+                    for (; r < rows; r++)                                                                        \
+                        tile(wb + r * row_bytes, row_bytes, 1, gb, blocks, &sums[r / TILE_ROWS], b == 0);        \
+                }                                                                                                \
+                for (uint32_t r = 0; r < rows; r += TILE_ROWS)                                                   \
+                    tile_results(&sums[r / TILE_ROWS], rows - r < TILE_ROWS ? (int)(rows - r) : TILE_ROWS, tokens, \
+                                 local + r, OUT_ROWS);                                                           \
+                write_results(local, tokens, rows, out + t * out_stride + first, out_stride);                    \
+            }                                                                                                    \
+        }                                                                                                        \
     }
-}
 
-GROUP_ENTRY(group_q8_0, q8_0_tile, n / 32 * Q8_0_GROUP_BLOCK)
-GROUP_ENTRY(group_q6_k, q6_k_tile, n / 256 * Q6_K_GROUP_BLOCK)
+GROUP_ENTRY(group_q4_k, q4_k_tile, 256, 144, Q4_K_GROUP_BLOCK)
+GROUP_ENTRY(group_q8_0, q8_0_tile, 32, 34, Q8_0_GROUP_BLOCK)
+GROUP_ENTRY(group_q6_k, q6_k_tile, 256, 210, Q6_K_GROUP_BLOCK)
 
 /* IQ3_XXS takes up to IQ3_XXS_CALL_GROUPS groups per pass over the rows (iq3_xxs_tile). */
 EM_VNNI static void group_iq3_xxs(const void *weight_rows, uint64_t row_bytes, uint32_t n_weight_rows,
