@@ -154,14 +154,16 @@ EM_VNNI static EM_INLINE void q4_k_tile(const uint8_t *w, uint64_t row_bytes, co
             const __m512i mins16 = _mm512_inserti64x4(
                 _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm[0], 8)))),
                 _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm[1], 8))), 1);
-            __m512i mins = _mm512_setzero_si512();
+            /* two chains of two, not one of four: the sums are exact in any order */
+            __m512i mins = _mm512_setzero_si512(), mins_high = _mm512_setzero_si512();
             mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0x00), _mm512_broadcast_i64x4(load32(sums)));
+            mins_high = _mm512_dpwssd_epi32(mins_high, _mm512_shuffle_epi32(mins16, 0xaa),
+                                            _mm512_broadcast_i64x4(load32(sums + 64)));
             mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0x55),
                                        _mm512_broadcast_i64x4(load32(sums + 32)));
-            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0xaa),
-                                       _mm512_broadcast_i64x4(load32(sums + 64)));
-            mins = _mm512_dpwssd_epi32(mins, _mm512_shuffle_epi32(mins16, 0xff),
-                                       _mm512_broadcast_i64x4(load32(sums + 96)));
+            mins_high = _mm512_dpwssd_epi32(mins_high, _mm512_shuffle_epi32(mins16, 0xff),
+                                            _mm512_broadcast_i64x4(load32(sums + 96)));
+            mins = _mm512_add_epi32(mins, mins_high);
             const __m512 dmin =
                 _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(fp16(w + 2)), _mm512_set1_ps(fp16(w + row_bytes + 2)));
             const __m512 d8_both = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(d8)));
