@@ -245,6 +245,47 @@ static void test_least_from_costs(void **state) {
     assert_true(fabs(c.plain_ms_per_token - 1.125) < 1e-6);
 }
 
+/* The engine learns what a plain token costs from its own decode steps, where steps overlap too
+ * (the engine_spec_overlap run, and CUDA): there from the time between two chained steps' tokens. */
+static void test_costs_measured(void **state) {
+    (void)state;
+    int32_t prompt[16];
+    for (int i = 0; i < 16; i++) prompt[i] = 500 + 11 * i;
+    const job plain = {prompt, 16, 40, 0.0f, 0, 3, 0, EMBER_SPEC_OFF};
+    result got;
+    ember_engine *e = new_engine((engine_setup){0});
+    run_jobs(e, &plain, &got, 1);
+    const em_spec_costs costs = e->spec_costs;
+    ember_engine_destroy(e);
+    assert_int_equal(got.n, 40);
+    assert_true(costs.plain_steps >= 16);
+    assert_true(costs.plain_ms_per_token > 0);
+    assert_int_equal(costs.verify_steps, 0);
+}
+
+/* A draft model measured to cost more per draft than a token drafts nothing (but at one step in
+ * EM_SPEC_PROBE_STEPS), where steps overlap or not; the output is the same. */
+static void test_costly_draft_model_pauses(void **state) {
+    (void)state;
+    int32_t prompt[40];
+    repetitive_prompt(prompt, 40, 10, 17);
+    const job plain = {prompt, 40, 48, 0.0f, 0, 5, 0, EMBER_SPEC_OFF};
+    job spec = plain;
+    spec.speculative = EMBER_SPEC_DRAFT;
+    result want, got;
+    ember_engine *e = new_engine((engine_setup){0});
+    run_jobs(e, &plain, &want, 1);
+    ember_engine_destroy(e);
+    e = new_engine((engine_setup){.draft_model = DRAFT, .draft_max = 6});
+    /* the engine is idle until the request comes: a thousand times a token's cost for each draft */
+    e->spec_costs = (em_spec_costs){.plain_ms_per_token = 0.001, .verify_ms_per_draft = 1, .model_ms_per_draft = 1,
+                                    .plain_steps = 1, .verify_steps = 1, .model_steps = 1};
+    run_jobs(e, &spec, &got, 1);
+    ember_engine_destroy(e);
+    assert_same_tokens(&want, &got);
+    assert_int_equal(got.timings.draft_tokens, 0);
+}
+
 /* ---- Exactness ---- */
 
 /* Greedy: the same tokens with and without prompt lookup, and drafts were made and accepted. */
@@ -599,6 +640,8 @@ int main(void) {
         cmocka_unit_test(test_lookup_rule),
         cmocka_unit_test(test_adapt_rule),
         cmocka_unit_test(test_least_from_costs),
+        cmocka_unit_test(test_costs_measured),
+        cmocka_unit_test(test_costly_draft_model_pauses),
         cmocka_unit_test(test_greedy_lookup_identical),
         cmocka_unit_test(test_lookup_without_matches_chains),
         cmocka_unit_test(test_mixed_batch_and_cache),

@@ -219,9 +219,11 @@ void em_stop_flush(em_stop_matcher *matcher, const char **release, size_t *relea
  * repetition would). Returns the number of tokens written to `draft`. */
 uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_draft, int32_t *draft);
 
-/* What speculation costs where steps do not overlap, from the engine's own steps (moving averages,
- * each with the count of steps behind it): a plain decode step's milliseconds per token, and the
- * milliseconds each draft adds, to the step that verifies it and to the draft model's steps. Where
+/* What speculation costs, from the engine's own steps (moving averages, each with the count of
+ * steps behind it): a plain decode step's milliseconds per token, and the milliseconds each draft
+ * adds, to the step that verifies it and to the draft model's steps. Where steps overlap, a plain
+ * step's time is the time between two chained steps' tokens, and a verification's is that of the
+ * unchained step it takes (so the overlap it loses counts as what its drafts cost). Where
  * a step's time grows with its tokens (a model whose weights stay in the CPU's caches), a draft
  * costs nearly a token's time and pays only when nearly all of it is accepted; where a step reads
  * the weights once for all its tokens, a draft costs little. */
@@ -394,7 +396,7 @@ struct ember_engine {
      * yet, the owner of each of its rows (NULL once that request has finished otherwise) and when
      * the last step's tokens were read. */
     bool in_flight;
-    uint32_t flight_rows;
+    uint32_t flight_rows, flight_drafts; /* its logits rows, and the drafts among them */
     ember_request **flight_owner;
     double flight_mark;
     em_pick_params *pick;      /* per row, when the backend picks the tokens (max_sequences entries) */
