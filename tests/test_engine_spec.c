@@ -264,7 +264,8 @@ static void test_costs_measured(void **state) {
 }
 
 /* A draft model measured to cost more per draft than a token drafts nothing (but at one step in
- * EM_SPEC_PROBE_STEPS), where steps overlap or not; the output is the same. */
+ * EM_SPEC_PROBE_STEPS), where steps overlap or not, and where they do, its steps are chained as a
+ * plain request's; the output is the same. */
 static void test_costly_draft_model_pauses(void **state) {
     (void)state;
     int32_t prompt[40];
@@ -280,10 +281,15 @@ static void test_costly_draft_model_pauses(void **state) {
     /* the engine is idle until the request comes: a thousand times a token's cost for each draft */
     e->spec_costs = (em_spec_costs){.plain_ms_per_token = 0.001, .verify_ms_per_draft = 1, .model_ms_per_draft = 1,
                                     .plain_steps = 1, .verify_steps = 1, .model_steps = 1};
+    ember_stats before, after;
+    ember_engine_stats(e, &before);
     run_jobs(e, &spec, &got, 1);
+    ember_engine_stats(e, &after);
     ember_engine_destroy(e);
     assert_same_tokens(&want, &got);
     assert_int_equal(got.timings.draft_tokens, 0);
+    const char *overlap = getenv("EMBER_CPU_OVERLAP");
+    if (overlap && !strcmp(overlap, "1")) assert_true(after.overlapped_steps - before.overlapped_steps >= 40);
 }
 
 /* ---- Exactness ---- */

@@ -397,8 +397,10 @@ struct ember_engine {
      * the last step's tokens were read. */
     bool in_flight;
     uint32_t flight_rows, flight_drafts; /* its logits rows, and the drafts among them */
+    bool flight_chained;                 /* begun behind another: the time between their tokens is the chain's period */
     ember_request **flight_owner;
     double flight_mark;
+    double last_step_end; /* when the last step's tokens were read */
     em_pick_params *pick;      /* per row, when the backend picks the tokens (max_sequences entries) */
     const uint32_t **pick_masks; /* per row: the row's grammar mask or NULL (max_sequences entries) */
     /* The vocabulary's token tries for grammars, one per set of control tokens counted as text
@@ -455,11 +457,16 @@ static inline bool em_spec_shared(const ember_engine *e) { return e->n_running >
 static inline bool em_spec_may_start(const ember_engine *e, uint64_t clock) {
     return !em_spec_shared(e) || clock % EM_SPEC_PAUSE_STEPS == 0;
 }
-/* Whether the request drafts in its next step (not pausing, or its pause ends there). A draft
- * model's drafts depend on the token before them, so such a step cannot be chained behind the step
- * in flight; prompt lookup guesses that token and drafts ahead (em_spec_propose_ahead). */
+/* Whether the draft model drafts at the step of `clock` (em_spec_costs): not where it was measured
+ * to cost more than a token per draft, but at one step in EM_SPEC_PROBE_STEPS, which measures again. */
+bool em_spec_model_pays(const ember_engine *e, uint64_t clock);
+/* Whether the request drafts in its next step (not pausing, or its pause ends there, and for a
+ * draft model, one that pays). A draft model's drafts depend on the token before them, so such a
+ * step cannot be chained behind the step in flight; prompt lookup guesses that token and drafts
+ * ahead (em_spec_propose_ahead). */
 static inline bool em_spec_drafts_next(const ember_engine *e, const ember_request *r) {
     if (!em_spec_engine_drafts(e) || !em_spec_active(r)) return false;
+    if (r->spec == EMBER_SPEC_DRAFT && !em_spec_model_pays(e, e->spec_clock + 1)) return false;
     if (r->draft_length > 0) return true;
     return r->draft_pause <= 1 && em_spec_may_start(e, e->spec_clock + 1);
 }

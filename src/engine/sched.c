@@ -536,9 +536,9 @@ static void end_flight(ember_engine *e) {
     }
     accept_step(e, e->flight_owner, e->flight_rows, e->picked, NULL);
     double now = em_engine_now_ms(), ms = now - e->flight_mark;
-    e->flight_mark = now;
+    e->flight_mark = e->last_step_end = now;
     /* a chained decode step's period: what a plain token costs where steps overlap */
-    if (e->flight_drafts == 0) em_spec_cost_step(&e->spec_costs, e->flight_rows, 0, ms);
+    if (e->flight_chained && e->flight_drafts == 0) em_spec_cost_step(&e->spec_costs, e->flight_rows, 0, ms);
     stats_update(e, record_step, &ms);
     publish_gauges(e);
 }
@@ -625,8 +625,9 @@ static em_err begin_chained(ember_engine *e, uint32_t *rows, bool *late) {
     return em_backend_pick_begin(e->backend, &batch, e->pick);
 }
 
-/* Makes the step just begun (rows owned as in row_owner, `drafts` of them drafts) the one in flight. */
-static void set_flight(ember_engine *e, uint32_t rows, uint32_t drafts) {
+/* Makes the step just begun (rows owned as in row_owner, `drafts` of them drafts; `chained`: behind
+ * another step in flight) the one in flight. */
+static void set_flight(ember_engine *e, uint32_t rows, uint32_t drafts, bool chained) {
     ember_request **owners = e->flight_owner;
     e->flight_owner = e->row_owner;
     e->row_owner = owners;
@@ -636,6 +637,7 @@ static void set_flight(ember_engine *e, uint32_t rows, uint32_t drafts) {
     }
     e->flight_rows = rows;
     e->flight_drafts = drafts;
+    e->flight_chained = chained;
     e->in_flight = true;
 }
 
@@ -685,7 +687,7 @@ static void advance_flight(ember_engine *e) {
     stats_update(e, count_overlapped, NULL);
     end_flight(e); /* requests it finishes lose their rows of the begun step too */
     if (late) finish_chained(e, rows);
-    set_flight(e, rows, drafts); /* the begun step is now the one in flight */
+    set_flight(e, rows, drafts, true); /* the begun step is now the one in flight */
 }
 
 /* The memory the requests' shared grammar masks may take (a mask is a bit per token). */
@@ -841,17 +843,21 @@ static bool step(ember_engine *e) {
     if (begin) { /* the tokens are read by the next step (advance_flight) */
         finish_stuck(e, rows);
         e->flight_mark = start;
-        set_flight(e, rows, 0);
+        set_flight(e, rows, 0, false);
         return true;
     }
     finish_stuck(e, rows);
     accept_step(e, e->row_owner, rows, backend_picks ? e->picked : NULL, backend_picks ? NULL : e->logits);
     const double end = em_engine_now_ms();
     double ms = end - start;
-    /* a decode step (a logits row for every token: no prompt chunk): what drafts cost here; where
-     * steps overlap, a plain step is timed when chained (end_flight), not when it runs alone */
-    if (n == rows && (drafts || !em_backend_can_overlap(e->backend)))
+    /* a decode step (a logits row for every token: no prompt chunk): what drafts cost here. Where
+     * steps overlap, a plain step is timed when chained (end_flight), and a verification from the
+     * last step's tokens, less the draft model's time, so the overlap it loses counts as its cost. */
+    if (n == rows && !em_backend_can_overlap(e->backend))
         em_spec_cost_step(&e->spec_costs, n, drafts, end - forward_start);
+    else if (n == rows && drafts)
+        em_spec_cost_step(&e->spec_costs, n, drafts, end - e->last_step_end - (forward_start - start));
+    e->last_step_end = end;
     stats_update(e, record_step, &ms);
     publish_gauges(e);
     return true;

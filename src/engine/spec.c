@@ -347,12 +347,10 @@ static uint32_t draft_room(const ember_engine *e, ember_request *r, uint32_t ahe
     return room;
 }
 
-/* Whether the draft model may draft this step: not where it was measured to cost more than a token
- * per draft (even wholly accepted, its drafts would slow decode; and a request that drafts keeps
- * the draft model's KV caught up with every token, paused or not), except at one step in
- * EM_SPEC_PROBE_STEPS, which measures again. */
-static bool model_pays(const ember_engine *e) {
-    return em_spec_least(&e->spec_costs, 1) <= 1 || e->spec_clock % EM_SPEC_PROBE_STEPS == 0;
+/* Even wholly accepted, the drafts of a draft model that costs more than a token per draft would
+ * slow decode (and a request that drafts keeps the draft model's KV caught up with every token). */
+bool em_spec_model_pays(const ember_engine *e, uint64_t clock) {
+    return em_spec_least(&e->spec_costs, 1) <= 1 || clock % EM_SPEC_PROBE_STEPS == 0;
 }
 
 void em_spec_propose(ember_engine *e) {
@@ -369,7 +367,7 @@ void em_spec_propose(ember_engine *e) {
         if (r->spec == EMBER_SPEC_LOOKUP) {
             r->n_draft = em_spec_lookup(r->tokens, r->n_tokens, room, r->draft);
             if (r->n_draft == 0) nothing_found(e, r);
-        } else if (!model_pays(e)) {
+        } else if (!em_spec_model_pays(e, e->spec_clock)) {
             continue;
         } else if (draft_blocks_for(e->drafter, r, r->n_tokens + room - 1) && n_model < e->drafter->cap_rows) {
             r->n_draft = room;
