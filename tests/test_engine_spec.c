@@ -243,6 +243,23 @@ static void test_least_from_costs(void **state) {
     em_spec_cost_step(&c, 0, 0, 1.0); /* nothing to learn from */
     em_spec_cost_step(&c, 2, 2, 1.0);
     assert_true(fabs(c.plain_ms_per_token - 1.125) < 1e-6);
+    assert_true(em_spec_costs_model_pays(&c)); /* a draft costs 1.1 ms, a token 1.125 */
+    em_spec_cost_model(&c, 1, 4.0); /* the draft model's average: 0.8125 */
+    assert_false(em_spec_costs_model_pays(&c)); /* now a draft costs more than a token */
+
+    /* a draft model whose parts say it pays, until its drafting steps as a whole say otherwise */
+    em_spec_costs d = {0};
+    em_spec_cost_step(&d, 1, 0, 1.0);   /* plain: 1 ms a token */
+    em_spec_cost_step(&d, 3, 2, 1.4);   /* 0.2 ms a draft to verify */
+    em_spec_cost_model(&d, 2, 0.4);     /* and 0.2 to draft */
+    assert_true(em_spec_costs_model_pays(&d)); /* no drafting step measured yet */
+    em_spec_cost_drafting(&d, 2, 1.6);  /* 0.8 ms a token yielded */
+    assert_true(em_spec_costs_model_pays(&d));
+    em_spec_cost_drafting(&d, 0, 1.0);  /* nothing to learn from */
+    assert_int_equal(d.drafting_steps, 1);
+    for (int i = 0; i < 20; i++) em_spec_cost_drafting(&d, 2, 2.4); /* 1.2 ms a token */
+    assert_true(d.drafting_ms_per_token > 1.0);
+    assert_false(em_spec_costs_model_pays(&d));
 }
 
 /* The engine learns what a plain token costs from its own decode steps, where steps overlap too

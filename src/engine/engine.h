@@ -226,20 +226,30 @@ uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_d
  * unchained step it takes (so the overlap it loses counts as what its drafts cost). Where
  * a step's time grows with its tokens (a model whose weights stay in the CPU's caches), a draft
  * costs nearly a token's time and pays only when nearly all of it is accepted; where a step reads
- * the weights once for all its tokens, a draft costs little. */
+ * the weights once for all its tokens, a draft costs little. Besides, the draft model's drafting
+ * steps as a whole: the milliseconds from the last step's tokens to theirs (the draft model's
+ * steps, the verification and whatever the engine does between) per token they yield, which must
+ * come under a plain token's for the draft model to pay, whatever the parts say. */
 typedef struct em_spec_costs {
     double plain_ms_per_token;
     double verify_ms_per_draft;
     double model_ms_per_draft;
-    uint32_t plain_steps, verify_steps, model_steps;
+    double drafting_ms_per_token;
+    uint32_t plain_steps, verify_steps, model_steps, drafting_steps;
 } em_spec_costs;
 
 /* A plain decode step of `tokens` tokens, or one with `drafts` drafts among them, took `ms`. */
 void em_spec_cost_step(em_spec_costs *c, uint32_t tokens, uint32_t drafts, double ms);
 /* The draft model took `ms` for `drafts` drafts. */
 void em_spec_cost_model(em_spec_costs *c, uint32_t drafts, double ms);
+/* A decode step in which the draft model drafted took `ms` since the last step's tokens and yielded
+ * `tokens` tokens (each request's accepted drafts and the token after them). */
+void em_spec_cost_drafting(em_spec_costs *c, uint32_t tokens, double ms);
 /* The fewest accepted of `drafted` drafts that pay for their cost (at least 1). */
 uint32_t em_spec_least(const em_spec_costs *c, uint32_t drafted);
+/* Whether the costs say a draft model pays: a draft can (its parts cost less than a token) and
+ * drafting steps, where measured, yield tokens faster than plain steps. */
+bool em_spec_costs_model_pays(const em_spec_costs *c);
 
 /* The adaptive draft length after a step that verified `drafted` drafts and accepted `accepted`:
  * doubled (up to max) when all were accepted, one past the accepted run when some were; when none
@@ -418,6 +428,7 @@ struct ember_engine {
     uint64_t spec_clock;    /* steps seen by speculation (planned and chained): where pauses end */
     em_drafter *drafter;
     em_spec_costs spec_costs; /* what drafts cost here, measured (em_spec_least) */
+    bool spec_model_timed;     /* the draft model drafted this step, past its prompt (em_spec_cost_drafting) */
 };
 
 /* ---- Loading (engine.c) ---- */

@@ -847,8 +847,13 @@ static bool step(ember_engine *e) {
         return true;
     }
     finish_stuck(e, rows);
+    const uint64_t accepted_before = e->stats.draft_accepted; /* written by this thread alone */
     accept_step(e, e->row_owner, rows, backend_picks ? e->picked : NULL, backend_picks ? NULL : e->logits);
     const double end = em_engine_now_ms();
+    /* a step the draft model drafted for, whole: each request's token and its accepted drafts */
+    if (n == rows && e->spec_model_timed)
+        em_spec_cost_drafting(&e->spec_costs, n - drafts + (uint32_t)(e->stats.draft_accepted - accepted_before),
+                              end - e->last_step_end);
     double ms = end - start;
     /* a decode step (a logits row for every token: no prompt chunk): what drafts cost here. Where
      * steps overlap, a plain step is timed when chained (end_flight), and a verification from the

@@ -77,6 +77,10 @@ void em_spec_cost_model(em_spec_costs *c, uint32_t drafts, double ms) {
     if (drafts && ms > 0) average_in(&c->model_ms_per_draft, &c->model_steps, ms / drafts);
 }
 
+void em_spec_cost_drafting(em_spec_costs *c, uint32_t tokens, double ms) {
+    if (tokens && ms > 0) average_in(&c->drafting_ms_per_token, &c->drafting_steps, ms / tokens);
+}
+
 uint32_t em_spec_least(const em_spec_costs *c, uint32_t drafted) {
     if (!c->plain_steps || !c->verify_steps || c->plain_ms_per_token <= 0) return 1;
     /* each accepted draft saves a plain token's time; each draft costs its share of two steps */
@@ -349,12 +353,18 @@ static uint32_t draft_room(const ember_engine *e, ember_request *r, uint32_t ahe
 
 /* Even wholly accepted, the drafts of a draft model that costs more than a token per draft would
  * slow decode (and a request that drafts keeps the draft model's KV caught up with every token). */
+bool em_spec_costs_model_pays(const em_spec_costs *c) {
+    if (em_spec_least(c, 1) > 1) return false;
+    return !c->drafting_steps || !c->plain_steps || c->drafting_ms_per_token < c->plain_ms_per_token;
+}
+
 bool em_spec_model_pays(const ember_engine *e, uint64_t clock) {
-    return em_spec_least(&e->spec_costs, 1) <= 1 || clock % EM_SPEC_PROBE_STEPS == 0;
+    return em_spec_costs_model_pays(&e->spec_costs) || clock % EM_SPEC_PROBE_STEPS == 0;
 }
 
 void em_spec_propose(ember_engine *e) {
     uint32_t n_model = 0;
+    e->spec_model_timed = false;
     e->spec_clock++;
     const bool drafts = em_spec_engine_drafts(e);
     for (uint32_t i = 0; i < e->n_running; i++) {
@@ -384,6 +394,7 @@ void em_spec_propose(ember_engine *e) {
         uint32_t drafted = 0;
         for (uint32_t s = 0; s < n_model; s++) drafted += e->drafter->owner[s]->n_draft;
         if (!prompt) em_spec_cost_model(&e->spec_costs, drafted, em_engine_now_ms() - start);
+        e->spec_model_timed = !prompt && drafted;
     }
 }
 
