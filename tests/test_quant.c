@@ -816,8 +816,9 @@ static void fill_random_blocks(em_type type, uint8_t *rows, size_t bytes, uint64
 
 /* Packed token groups must give em_dot's results bitwise, like em_dot_rows: every group size (1
  * to EM_DOT_GROUP_TOKENS, ragged groups padded inside the pack), rows of one block, of several, and
- * of more than the kernels take in one chunk (25 blocks: Q4_K takes 11 at a time), rows spaced wider than their size, each activation row at its own scale, several weight rows
- * against one packed group in one call (past the kernels' tiles of rows, with the remainder) and
+ * of more than the kernels take in one chunk (25 blocks: Q4_K takes 11 at a time), rows spaced
+ * wider than their size, each activation row at its own scale, several weight rows against one
+ * packed group in one call (past the kernels' tiles of rows, with the remainder) and
  * each alone, results written with a stride wider than the rows, and calls taking several groups
  * one after another (up to ten, the last ragged or full). Two kinds of rows: quantized
  * Gaussian weights against Gaussian activations, and edge cases: random-byte weight blocks

@@ -222,8 +222,9 @@ uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_d
 /* What speculation costs, from the engine's own steps (moving averages, each with the count of
  * steps behind it): a plain decode step's milliseconds per token, and the milliseconds each draft
  * adds, to the step that verifies it and to the draft model's steps. Where steps overlap, a plain
- * step's time is the time between two chained steps' tokens, and a verification's is that of the
- * unchained step it takes (so the overlap it loses counts as what its drafts cost). Where
+ * step's time is the time between two chained steps' tokens, and a verification's runs from the
+ * last step's tokens to its own, less the draft model's time (so the overlap it loses counts as
+ * what its drafts cost). Where
  * a step's time grows with its tokens (a model whose weights stay in the CPU's caches), a draft
  * costs nearly a token's time and pays only when nearly all of it is accepted; where a step reads
  * the weights once for all its tokens, a draft costs little. Besides, the draft model's drafting
@@ -407,7 +408,7 @@ struct ember_engine {
      * the last step's tokens were read. */
     bool in_flight;
     uint32_t flight_rows, flight_drafts; /* its logits rows, and the drafts among them */
-    bool flight_chained;                 /* begun behind another: the time between their tokens is the chain's period */
+    bool flight_chained; /* begun behind another: the time between their tokens is the chain's period */
     ember_request **flight_owner;
     double flight_mark;
     double last_step_end; /* when the last step's tokens were read */
