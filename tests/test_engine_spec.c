@@ -295,8 +295,9 @@ static void test_costly_draft_model_pauses(void **state) {
     run_jobs(e, &plain, &want, 1);
     ember_engine_destroy(e);
     e = new_engine((engine_setup){.draft_model = DRAFT, .draft_max = 6});
-    /* the engine is idle until the request comes: a thousand times a token's cost for each draft */
-    e->spec_costs = (em_spec_costs){.plain_ms_per_token = 0.001, .verify_ms_per_draft = 1, .model_ms_per_draft = 1,
+    /* the engine is idle until the request comes: each draft costs a thousand seconds, beyond what
+     * the plain steps the engine measures meanwhile can cost on any machine (sanitizers included) */
+    e->spec_costs = (em_spec_costs){.plain_ms_per_token = 0.001, .verify_ms_per_draft = 1e6, .model_ms_per_draft = 1e6,
                                     .plain_steps = 1, .verify_steps = 1, .model_steps = 1};
     ember_stats before, after;
     ember_engine_stats(e, &before);
