@@ -147,6 +147,13 @@ static void run_jobs(ember_engine *e, const job *jobs, result *results, uint32_t
     free(r);
 }
 
+/* Runs the jobs at once on a fresh engine of setup `s`, results in order. */
+static void run_alone(engine_setup s, const job *jobs, result *results, uint32_t n) {
+    ember_engine *e = new_engine(s);
+    run_jobs(e, jobs, results, n);
+    ember_engine_destroy(e);
+}
+
 static void assert_same_tokens(const result *a, const result *b) {
     assert_int_equal(a->n, b->n);
     assert_memory_equal(a->tokens, b->tokens, a->n * sizeof *a->tokens);
@@ -291,10 +298,8 @@ static void test_costly_draft_model_pauses(void **state) {
     job spec = plain;
     spec.speculative = EMBER_SPEC_DRAFT;
     result want, got;
-    ember_engine *e = new_engine((engine_setup){0});
-    run_jobs(e, &plain, &want, 1);
-    ember_engine_destroy(e);
-    e = new_engine((engine_setup){.draft_model = DRAFT, .draft_max = 6});
+    run_alone((engine_setup){0}, &plain, &want, 1);
+    ember_engine *e = new_engine((engine_setup){.draft_model = DRAFT, .draft_max = 6});
     /* the engine is idle until the request comes: each draft costs a thousand seconds, beyond what
      * the plain steps the engine measures meanwhile can cost on any machine (sanitizers included) */
     e->spec_costs = (em_spec_costs){.plain_ms_per_token = 0.001, .verify_ms_per_draft = 1e6, .model_ms_per_draft = 1e6,
@@ -321,10 +326,8 @@ static void test_greedy_lookup_identical(void **state) {
     job spec = plain;
     spec.speculative = EMBER_SPEC_LOOKUP;
     result want, got;
-    ember_engine *e = new_engine((engine_setup){0});
-    run_jobs(e, &plain, &want, 1);
-    ember_engine_destroy(e);
-    e = new_engine((engine_setup){.speculative = EMBER_SPEC_OFF}); /* fresh cache */
+    run_alone((engine_setup){0}, &plain, &want, 1);
+    ember_engine *e = new_engine((engine_setup){.speculative = EMBER_SPEC_OFF}); /* fresh cache */
     run_jobs(e, &spec, &got, 1);
     ember_stats stats;
     ember_engine_stats(e, &stats);
@@ -437,13 +440,11 @@ static void test_lookups_without_matches_chain_together(void **state) {
         spec[i].speculative = EMBER_SPEC_LOOKUP;
     }
     result want[N], got[N];
-    ember_engine *e = new_engine((engine_setup){0});
-    run_jobs(e, plain, want, N);
-    ember_engine_destroy(e);
+    run_alone((engine_setup){0}, plain, want, N);
     /* a fresh engine: the prompts prefilled as the first time, not read from the cache (on the GPU
      * a prefill and a one-token step may differ in the last bits, and these picks are sampled from
      * a random model's nearly flat distribution) */
-    e = new_engine((engine_setup){0});
+    ember_engine *e = new_engine((engine_setup){0});
     ember_stats before, after;
     ember_engine_stats(e, &before);
     run_jobs(e, spec, got, N);
@@ -579,10 +580,8 @@ static void test_draft_model_identical(void **state) {
         spec[i].speculative = i == 3 ? EMBER_SPEC_OFF : EMBER_SPEC_DRAFT;
     }
     result want[N], got[N];
-    ember_engine *e = new_engine((engine_setup){.block_tokens = 4});
-    run_jobs(e, plain, want, N);
-    ember_engine_destroy(e);
-    e = new_engine((engine_setup){.draft_model = DRAFT, .draft_max = 6, .block_tokens = 4});
+    run_alone((engine_setup){.block_tokens = 4}, plain, want, N);
+    ember_engine *e = new_engine((engine_setup){.draft_model = DRAFT, .draft_max = 6, .block_tokens = 4});
     run_jobs(e, spec, got, N);
     ember_stats stats;
     ember_engine_stats(e, &stats);
@@ -602,10 +601,8 @@ static void test_self_draft_accepts(void **state) {
     job spec = plain;
     spec.speculative = EMBER_SPEC_DRAFT;
     result want, got;
-    ember_engine *e = new_engine((engine_setup){0});
-    run_jobs(e, &plain, &want, 1);
-    ember_engine_destroy(e);
-    e = new_engine((engine_setup){.draft_model = MODEL, .draft_max = 8});
+    run_alone((engine_setup){0}, &plain, &want, 1);
+    ember_engine *e = new_engine((engine_setup){.draft_model = MODEL, .draft_max = 8});
     run_jobs(e, &spec, &got, 1);
     ember_engine_destroy(e);
     assert_same_tokens(&want, &got);
