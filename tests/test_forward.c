@@ -356,9 +356,71 @@ static void test_spin_allowed(void **state) {
     assert_false(em_cpu_spin_allowed(NULL, 2, 2, false));
 }
 
+/* A job's pieces (em_cpu_piece), taken by a pool's threads at once: every item of [0, total) in
+ * exactly one piece, each piece's end on a multiple of `align` (or on total), none smaller than
+ * `least` but the last, and no piece larger than the one taken before it. */
+enum { PIECES_TOTAL = 100003, PIECES_LEAST = 96, PIECES_ALIGN = 8, PIECES_MAX = 4096 };
+
+typedef struct pieces_job {
+    em_cpu_pieces pieces;
+    _Atomic uint32_t covered[PIECES_TOTAL];
+    _Atomic uint32_t n_taken;
+    uint64_t begin[PIECES_MAX], end[PIECES_MAX];
+} pieces_job;
+
+static void pieces_share(void *ctx, uint32_t ith, uint32_t nth) {
+    (void)ith;
+    pieces_job *job = ctx;
+    uint64_t begin, end;
+    while (em_cpu_piece(&job->pieces, nth, &begin, &end)) {
+        for (uint64_t i = begin; i < end; i++) atomic_fetch_add(&job->covered[i], 1);
+        const uint32_t k = atomic_fetch_add(&job->n_taken, 1);
+        if (k < PIECES_MAX) job->begin[k] = begin, job->end[k] = end;
+    }
+}
+
+static void check_pieces(uint32_t threads) {
+    em_cpu_pool pool;
+    assert_null(em_cpu_pool_init(&pool, threads));
+    pieces_job *job = calloc(1, sizeof *job);
+    assert_non_null(job);
+    em_cpu_pieces_init(&job->pieces, PIECES_TOTAL, PIECES_LEAST, PIECES_ALIGN);
+    em_cpu_pool_run(&pool, pieces_share, job);
+    em_cpu_pool_destroy(&pool);
+    for (uint64_t i = 0; i < PIECES_TOTAL; i++) assert_int_equal(atomic_load(&job->covered[i]), 1);
+    const uint32_t n = atomic_load(&job->n_taken);
+    assert_true(n >= 1 && n < PIECES_MAX);
+    if (threads == 1) assert_int_equal(n, 1); /* one thread takes everything at once */
+    else assert_true(n > 2 * threads);       /* the pieces shrink: several per thread */
+    /* sorted by where they begin (threads record them in any order), they follow each other */
+    for (uint32_t a = 1; a < n; a++)
+        for (uint32_t b = a; b > 0 && job->begin[b - 1] > job->begin[b]; b--) {
+            uint64_t t = job->begin[b]; job->begin[b] = job->begin[b - 1]; job->begin[b - 1] = t;
+            t = job->end[b]; job->end[b] = job->end[b - 1]; job->end[b - 1] = t;
+        }
+    for (uint32_t k = 0; k < n; k++) {
+        assert_int_equal(job->begin[k], k ? job->end[k - 1] : 0);
+        const uint64_t size = job->end[k] - job->begin[k];
+        if (k + 1 < n) {
+            assert_int_equal(job->end[k] % PIECES_ALIGN, 0);
+            assert_true(size >= PIECES_LEAST);
+        }
+        if (k > 0 && k + 1 < n) assert_true(size <= job->end[k - 1] - job->begin[k - 1] + PIECES_ALIGN);
+    }
+    assert_int_equal(job->end[n - 1], PIECES_TOTAL);
+    free(job);
+}
+
+static void test_pieces(void **state) {
+    (void)state;
+    check_pieces(1);
+    check_pieces(2);
+    check_pieces(4);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spin_allowed),
+        cmocka_unit_test(test_spin_allowed), cmocka_unit_test(test_pieces),
         cmocka_unit_test(test_llama),   cmocka_unit_test(test_qwen2),   cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_qwen3moe), cmocka_unit_test(test_gemma2), cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_mixtral), cmocka_unit_test(test_flint),   cmocka_unit_test(test_llama_q4_k),

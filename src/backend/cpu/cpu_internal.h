@@ -66,6 +66,44 @@ static inline void em_cpu_pool_run_sized(em_cpu_pool *pool, em_cpu_job job, void
     else em_cpu_pool_run(pool, job, ctx);
 }
 
+/* Work handed out in pieces while a job runs, for jobs whose shares would otherwise be fixed in
+ * advance: each thread takes the next piece when it is done with its last, and the pieces shrink as
+ * the work runs out (a 2 * nth-th of what is left, never less than `least`), so threads that run at
+ * different speeds (a core shared with another process, a worker woken after the caller started)
+ * still finish together. Pieces are [begin, end) of [0, total), taken in order; their ends fall on
+ * multiples of `align` (and on total). Set up with em_cpu_pieces_init before the job runs. */
+typedef struct em_cpu_pieces {
+    _Atomic uint64_t next;
+    uint64_t total, least, align;
+} em_cpu_pieces;
+
+static inline void em_cpu_pieces_init(em_cpu_pieces *p, uint64_t total, uint64_t least, uint64_t align) {
+    atomic_init(&p->next, 0);
+    p->total = total;
+    p->align = align ? align : 1;
+    p->least = least > p->align ? least : p->align;
+}
+
+/* The next piece for a thread of a job run by nth threads; false when none is left. One thread takes
+ * everything left at once. */
+static inline bool em_cpu_piece(em_cpu_pieces *p, uint32_t nth, uint64_t *begin, uint64_t *end) {
+    uint64_t at = atomic_load_explicit(&p->next, memory_order_relaxed);
+    for (;;) {
+        if (at >= p->total) return false;
+        const uint64_t left = p->total - at;
+        uint64_t size = nth > 1 ? left / (2 * (uint64_t)nth) : left;
+        if (size < p->least) size = p->least;
+        size = (at + size + p->align - 1) / p->align * p->align - at;
+        const uint64_t stop = size < left ? at + size : p->total;
+        /* relaxed: the job's data came with the pool's generation, and the results go back with its join */
+        if (atomic_compare_exchange_weak_explicit(&p->next, &at, stop, memory_order_relaxed, memory_order_relaxed)) {
+            *begin = at;
+            *end = stop;
+            return true;
+        }
+    }
+}
+
 /* Splits [0, n) into nth nearly equal parts; share ith is [*begin, *end). */
 static inline void em_cpu_share(uint64_t n, uint32_t ith, uint32_t nth, uint64_t *begin, uint64_t *end) {
     uint64_t per = n / nth, extra = n % nth;

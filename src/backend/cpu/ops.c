@@ -84,9 +84,19 @@ typedef struct matmul_job {
     uint64_t group_bytes;
     bool bf16_tiles; /* BF16 weights: activations rounded to bf16 in scratch, em_bf16_tiles */
     uint64_t amx_tile_bytes; /* not 0: Q4_K or Q8_0 on AMX, the activations packed in tiles (em_amx_product) */
+    em_dot_weights_fn weights; /* a few tokens: em_dot_weights' kernel, the rows handed out in pieces */
+    em_cpu_pieces pieces;      /* of the rows, for `weights` */
     em_err err; /* the first error of a share (keep_first_error) */
     pthread_mutex_t mutex;
 } matmul_job;
+
+/* The least weight bytes a piece of a product takes (em_cpu_pieces): a kernel call needs a few of its
+ * tiles before its prefetches run ahead of it. */
+#define PIECE_BYTES ((uint64_t)64 << 10)
+
+/* Pieces of a matrix's rows are whole multiples of the rows an em_dot_weights kernel takes at once
+ * (four, in the x86 ones), so that no call but a matrix's last runs its kernel for a remainder. */
+#define PIECE_ROWS 4
 
 /* Tokens per em_dot_rows call: the multi-row kernels take up to eight activation rows at once (the
  * AVX-512 VNNI ones; the AVX2 ones work through them four at a time). */
@@ -155,13 +165,12 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
         if (err) keep_first_error(job, err);
         return;
     }
-    const em_dot_weights_fn weights =
-        mm->n_tokens <= EM_DOT_WEIGHTS_TOKENS ? em_dot_weights_kernel(w->type, mm->n_tokens) : NULL;
-    if (weights && begin < end) {
-        /* one token or a few: the share's rows in one call, each activation block loaded once per few
-         * rows and each weight block unpacked once for the tokens */
-        weights(base + begin * w->row_bytes, w->row_bytes, (uint32_t)(end - begin), mm->scratch, job->act_bytes,
-                mm->n_tokens, w->cols, mm->y + begin, mm->y_stride);
+    if (job->weights) {
+        /* one token or a few: the rows in pieces, a piece's rows in one call, each activation block
+         * loaded once per few rows and each weight block unpacked once for the tokens */
+        while (em_cpu_piece(&job->pieces, nth, &begin, &end))
+            job->weights(base + begin * w->row_bytes, w->row_bytes, (uint32_t)(end - begin), mm->scratch,
+                         job->act_bytes, mm->n_tokens, w->cols, mm->y + begin, mm->y_stride);
         return;
     }
     /* Each weight row is read from memory once per batch (its tile stays cached while every token
@@ -206,6 +215,11 @@ em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm) {
         job.amx_tile_bytes = em_amx_tile_bytes(mm->w->type, mm->w->cols);
         job.group_kernel = NULL;
     }
+    if (!job.group_kernel && !job.bf16_tiles && !job.amx_tile_bytes && mm->n_tokens <= EM_DOT_WEIGHTS_TOKENS)
+        job.weights = em_dot_weights_kernel(mm->w->type, mm->n_tokens);
+    /* pieces of whole kernel calls' rows, each at least PIECE_BYTES of weights */
+    em_cpu_pieces_init(&job.pieces, mm->w->rows, (PIECE_BYTES + mm->w->row_bytes - 1) / mm->w->row_bytes,
+                       PIECE_ROWS);
     pthread_mutex_init(&job.mutex, NULL);
     /* One token group is one share's work: quantized here, without waking the pool for it. */
     if (!mm->quantized && (mm->n_tokens <= EM_CPU_GROUP || !pool)) quantize_share(&job, 0, 1);
@@ -229,13 +243,12 @@ typedef struct products_job {
     const em_cpu_product *products;
     uint32_t n;
     uint64_t bytes; /* weight bytes of all products */
+    em_cpu_pieces pieces; /* of those bytes */
 } products_job;
 
-static void products_share(void *ctx, uint32_t ith, uint32_t nth) {
-    const products_job *job = ctx;
-    /* This share's bytes of the products laid end to end; a row belongs to the share its first byte
-     * falls in, so the shares cover every row once. */
-    const uint64_t from = job->bytes * ith / nth, to = job->bytes * (ith + 1) / nth;
+/* The rows whose first byte falls in [from, to) of the products' bytes laid end to end: pieces that
+ * cover those bytes once cover every row once. */
+static void products_range(const products_job *job, uint64_t from, uint64_t to) {
     float out[DOT_TOKEN_GROUP];
     uint64_t start = 0; /* where the current product begins in that line */
     for (uint32_t p = 0; p < job->n && start < to; p++) {
@@ -273,12 +286,19 @@ static void products_share(void *ctx, uint32_t ith, uint32_t nth) {
     }
 }
 
+static void products_share(void *ctx, uint32_t ith, uint32_t nth) {
+    products_job *job = ctx;
+    uint64_t from, to;
+    while (em_cpu_piece(&job->pieces, nth, &from, &to)) products_range(job, from, to);
+}
+
 void em_cpu_products_run(em_cpu_pool *pool, const em_cpu_product *products, uint32_t n) {
-    products_job job = {products, n, 0};
+    products_job job = {.products = products, .n = n};
     uint64_t work = 0;
     for (uint32_t p = 0; p < n; p++) {
         job.bytes += products[p].w->rows * products[p].w->row_bytes;
         work += products[p].w->rows * products[p].w->row_bytes * products[p].n_tokens;
     }
+    em_cpu_pieces_init(&job.pieces, job.bytes, PIECE_BYTES, 1);
     if (job.bytes) em_cpu_pool_run_sized(pool, products_share, &job, work);
 }
