@@ -93,6 +93,7 @@ enum { Q4_K_PREPARED_HEAD = 64, Q4_K_PREPARED_TOKEN = 320 };
 EM_VNNI static void q4_k_prepare(const uint8_t *a, uint64_t as, int nt, uint64_t n, uint8_t *prep) {
     for (uint64_t b = 0; b < n / 256; b++) {
         uint8_t *block = prep + b * Q4_K_PREPARED_BLOCK(nt);
+        memset(block, 0, 16); /* the d8 of absent tokens: zeros, in lanes whose results go unused */
         for (int t = 0; t < nt; t++) {
             const uint8_t *at = a + t * as + 292 * b;
             uint8_t *pt = block + Q4_K_PREPARED_HEAD + t * Q4_K_PREPARED_TOKEN;
@@ -120,17 +121,16 @@ EM_VNNI static void q4_k_prepare(const uint8_t *a, uint64_t as, int nt, uint64_t
  * j of a half holds the AVX2 kernel's lane j of that sub-block, and folding the halves gives its
  * isum. Two rows' sums fold into one register, lower and upper eight lanes, and take the AVX2
  * kernel's f32 multiply-add there. The scales and mins of four rows unpack in one register; each
- * token's min terms of all rows come out of it together, row r in lane r, scaled by that row's dmin
- * times the block's d8, as the AVX2 kernel does. Each token takes the same steps as alone. */
+ * token's min terms of all rows come out of it together; all tokens' are kept in one register (row
+ * r and token t in lane 4r + t), scaled by that row's dmin times the token's d8 as the AVX2 kernel
+ * does, and d times d8 is taken where a pair's sums need it, not kept per token (registers: four
+ * tokens' sums and accumulators fill the 32). Each token takes the same steps as alone. */
 EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, int nr, const uint8_t *prep, uint64_t as,
                                            int nt, uint64_t n, float *out, uint64_t os) {
     (void)as;
     __m512 acc[EM_DOT_WEIGHTS_TOKENS][WEIGHT_ROWS_MAX / 2]; /* rows 2p and 2p + 1: lower and upper lanes */
-    __m128 mins_total[EM_DOT_WEIGHTS_TOKENS];               /* row r in lane r */
-    UNROLL_TOKENS for (int t = 0; t < nt; t++) {
-        acc[t][0] = acc[t][1] = _mm512_setzero_ps();
-        mins_total[t] = _mm_setzero_ps();
-    }
+    UNROLL_TOKENS for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+    __m512 mins_total = _mm512_setzero_ps(); /* row r and token t in lane 4r + t */
     const __m512i low4 = _mm512_set1_epi8(15);
     const __m512i pattern0 = scale_words(0, 2), pattern1 = scale_words(1, 3), pattern2 = scale_words(4, 6);
     const __m512i pattern3 = scale_words(5, 7);
@@ -146,24 +146,24 @@ EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, in
         d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(row[1]), 1);
         d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(row[2]), 2);
         d_dmin = _mm_insert_epi32(d_dmin, (int)em_load_u32(row[3]), 3);
-        const __m256 d_dmin_f32 = _mm256_cvtph_ps(d_dmin);
+        const __m512 d_dmin_f32 = _mm512_castps256_ps512(_mm256_cvtph_ps(d_dmin));
         const __m512i scales_mins = k_scales_mins_x4(row);
         const __m512i mins16 = _mm512_unpackhi_epi8(scales_mins, _mm512_setzero_si512()); /* row r's in lane r */
-        __m512 scaled[EM_DOT_WEIGHTS_TOKENS]; /* d and dmin times the token's d8: the AVX2 kernel's products */
         const uint8_t *block = prep + b * Q4_K_PREPARED_BLOCK(nt);
+        /* each token's min terms of all rows, row r in the four int32 of 128-bit lane r, kept in lane
+         * 4r + t; their scale dmin times d8 (the AVX2 kernel's product) in the same lane */
+        __m512i mins_all = _mm512_setzero_si512();
         UNROLL_TOKENS for (int t = 0; t < nt; t++) {
             const uint8_t *at = block + Q4_K_PREPARED_HEAD + t * Q4_K_PREPARED_TOKEN;
-            const float d8 = em_load_f32(block + 4 * t);
-            scaled[t] = _mm512_castps256_ps512(_mm256_mul_ps(d_dmin_f32, _mm256_set1_ps(d8)));
             __m512i mins = _mm512_madd_epi16(mins16, _mm512_load_si512((const void *)(at + 256)));
             mins = _mm512_add_epi32(mins, _mm512_shuffle_epi32(mins, 0x4e));
             mins = _mm512_add_epi32(mins, _mm512_shuffle_epi32(mins, 0xb1));
-            const __m128i mins4 = _mm512_castsi512_si128(
-                _mm512_permutexvar_epi32(_mm512_castsi128_si512(_mm_setr_epi32(0, 4, 8, 12)), mins));
-            const __m128 dmin = _mm512_castps512_ps128(
-                _mm512_permutexvar_ps(_mm512_castsi128_si512(_mm_setr_epi32(1, 3, 5, 7)), scaled[t]));
-            mins_total[t] = _mm_add_ps(mins_total[t], _mm_mul_ps(dmin, _mm_cvtepi32_ps(mins4)));
+            mins_all = _mm512_mask_blend_epi32((__mmask16)(0x1111 << t), mins_all, mins);
         }
+        const __m512 dmin_rows = /* row r's dmin (lane 2r + 1) in lanes 4r..4r + 3 */
+            _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7), d_dmin_f32);
+        const __m512 d8s = _mm512_broadcast_f32x4(_mm_loadu_ps((const float *)(const void *)block));
+        mins_total = _mm512_add_ps(mins_total, _mm512_mul_ps(_mm512_mul_ps(dmin_rows, d8s), _mm512_cvtepi32_ps(mins_all)));
         /* rows in pairs, so that only one pair's sums for every token are live at a time */
         UNROLL_WEIGHT_ROWS for (int p = 0; p < (nr + 1) / 2; p++) {
             __m512i isum[2][EM_DOT_WEIGHTS_TOKENS];
@@ -195,21 +195,23 @@ EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, in
             }
             const __m512i d_index = /* row 2p's d (lane 4p) in the lower half, row 2p + 1's (4p + 2) in the upper */
                 _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(4 * p), _mm512_set1_epi32(4 * p + 2));
+            const __m512 d_pair = _mm512_permutexvar_ps(d_index, d_dmin_f32);
             UNROLL_TOKENS for (int t = 0; t < nt; t++) {
                 const __m512i halves = _mm512_add_epi32(_mm512_shuffle_i64x2(isum[0][t], isum[1][t], 0x44),
                                                         _mm512_shuffle_i64x2(isum[0][t], isum[1][t], 0xee));
-                acc[t][p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(d_index, scaled[t]), _mm512_cvtepi32_ps(halves),
-                                            acc[t][p]);
+                /* d times the token's d8: the AVX2 kernel's product */
+                const __m512 d = _mm512_mul_ps(d_pair, _mm512_set1_ps(em_load_f32(block + 4 * t)));
+                acc[t][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(halves), acc[t][p]);
             }
         }
         UNROLL_WEIGHT_ROWS for (int r = 0; r < WEIGHT_ROWS_MAX; r++) row[r] += 144;
     }
+    float mins_out[WEIGHT_ROWS_MAX * 4];
+    _mm512_storeu_ps(mins_out, mins_total);
     UNROLL_TOKENS for (int t = 0; t < nt; t++) {
-        float mins_out[WEIGHT_ROWS_MAX];
-        _mm_storeu_ps(mins_out, mins_total[t]);
         UNROLL_WEIGHT_ROWS for (int r = 0; r < nr; r++) {
             const __m256 sums = r % 2 ? upper_ps(acc[t][r / 2]) : _mm512_castps512_ps256(acc[t][r / 2]);
-            out[t * os + r] = hsum(sums) - mins_out[r];
+            out[t * os + r] = hsum(sums) - mins_out[4 * r + t];
         }
     }
 }
