@@ -163,7 +163,8 @@ EM_VNNI static EM_INLINE void q4_k_weights(const uint8_t *w, uint64_t stride, in
         const __m512 dmin_rows = /* row r's dmin (lane 2r + 1) in lanes 4r..4r + 3 */
             _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7), d_dmin_f32);
         const __m512 d8s = _mm512_broadcast_f32x4(_mm_loadu_ps((const float *)(const void *)block));
-        mins_total = _mm512_add_ps(mins_total, _mm512_mul_ps(_mm512_mul_ps(dmin_rows, d8s), _mm512_cvtepi32_ps(mins_all)));
+        const __m512 dmin_d8 = _mm512_mul_ps(dmin_rows, d8s);
+        mins_total = _mm512_add_ps(mins_total, _mm512_mul_ps(dmin_d8, _mm512_cvtepi32_ps(mins_all)));
         /* rows in pairs, so that only one pair's sums for every token are live at a time */
         UNROLL_WEIGHT_ROWS for (int p = 0; p < (nr + 1) / 2; p++) {
             __m512i isum[2][EM_DOT_WEIGHTS_TOKENS];
