@@ -224,10 +224,9 @@ uint32_t em_spec_lookup(const int32_t *tokens, uint32_t n_tokens, uint32_t max_d
  * adds, to the step that verifies it and to the draft model's steps. Where steps overlap, a plain
  * step's time is the time between two chained steps' tokens, and a verification's runs from the
  * last step's tokens to its own, less the draft model's time (so the overlap it loses counts as
- * what its drafts cost). Where
- * a step's time grows with its tokens (a model whose weights stay in the CPU's caches), a draft
- * costs nearly a token's time and pays only when nearly all of it is accepted; where a step reads
- * the weights once for all its tokens, a draft costs little. Besides, the draft model's drafting
+ * what its drafts cost). Where a step's time grows with its tokens (a model whose weights stay in
+ * the CPU's caches), a draft costs nearly a token's time and pays only when nearly all of it is
+ * accepted; where a step reads the weights once for all its tokens, a draft costs little. Besides, the draft model's drafting
  * steps as a whole: the milliseconds from the last step's tokens to theirs (the draft model's
  * steps, the verification and whatever the engine does between) per token they yield, which must
  * come under a plain token's for the draft model to pay, whatever the parts say. */
