@@ -266,6 +266,12 @@ static void check_bad_batches(const fixture *f) {
     em_backend_free(b);
 }
 
+/* The program reads the description when it is built: after an edit, it is built again. */
+static void rebuild_program(em_model *m) {
+    em_program_free(&m->program);
+    assert_null(em_model_build_program(m, &m->program));
+}
+
 /* Gemma's (1 + w) RMSNorm, for weights not yet shifted: subtracting 1 from every norm weight and
  * switching the description to EM_NORM_RMS_PLUS_ONE must give the same logits. */
 static void check_plus_one_norm(fixture *f) {
@@ -293,6 +299,7 @@ static void check_plus_one_norm(fixture *f) {
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t j = 0; j < sizes[i]; j++) norms[i][j] -= 1.0f;
     m->desc.norm = EM_NORM_RMS_PLUS_ONE;
+    rebuild_program(m);
     em_backend *b = new_backend(m, 2);
     float *logits = malloc((size_t)f->n_vocab * sizeof(float));
     for (uint32_t i = 0; i < 12; i++) {
@@ -308,6 +315,7 @@ static void check_plus_one_norm(fixture *f) {
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t j = 0; j < sizes[i]; j++) norms[i][j] += 1.0f;
     m->desc.norm = EM_NORM_RMS;
+    rebuild_program(m);
 }
 
 static void check_family(const char *preset, const char *type) {

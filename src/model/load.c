@@ -460,6 +460,7 @@ static em_err load_from_parts(em_gguf *const *parts, uint32_t n_parts, em_model 
     m->gguf = parts[0];
     loader l = {.g = parts[0], .parts = parts, .n_parts = n_parts, .m = m};
     em_err err = load_all(&l);
+    if (!err) err = em_model_build_program(m, &m->program);
     if (err) {
         em_model_free(m);
         return err;
@@ -492,6 +493,7 @@ void em_model_free(em_model *m) {
     if (!m) return;
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
+    em_program_free(&m->program);
     free(m->desc.layers);
     free(m->w.layers);
     em_gguf_close_parts(m->parts, m->n_parts);

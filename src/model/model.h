@@ -28,7 +28,7 @@
  * em_model. em_model_from_gguf borrows the em_gguf, which must outlive the model. A model opened by
  * path may span the parts of a split set (gguf.h): its weights then point into several mappings.
  *
- * Depends on base, gguf and quant.
+ * Depends on base, gguf, quant and program.
  */
 #ifndef EMBER_MODEL_H
 #define EMBER_MODEL_H
@@ -39,32 +39,13 @@
 
 #include "../base/base.h"
 #include "../gguf/gguf.h"
+#include "../program/program.h"
 
 #define EM_MODEL_ARCH_MAX 32
 
 typedef enum em_attn_kind { EM_ATTN_FULL, EM_ATTN_SLIDING } em_attn_kind;
-typedef enum em_rope_style { EM_ROPE_NORMAL, EM_ROPE_NEOX } em_rope_style;
-typedef enum em_rope_scaling {
-    EM_ROPE_SCALING_NONE,
-    EM_ROPE_SCALING_LINEAR, /* positions divided by factor */
-    EM_ROPE_SCALING_LLAMA3, /* per-frequency factors (GGUF stores them as rope_freqs.weight) */
-    EM_ROPE_SCALING_YARN,   /* interpolation ramp between extrapolated and interpolated angles */
-} em_rope_scaling;
 typedef enum em_norm_kind { EM_NORM_RMS, EM_NORM_RMS_PLUS_ONE } em_norm_kind;
-typedef enum em_activation { EM_ACT_SWIGLU, EM_ACT_GEGLU } em_activation;
-typedef enum em_gating { EM_GATING_SOFTMAX, EM_GATING_SIGMOID } em_gating;
-
-/* Rotary position embedding of one layer. */
-typedef struct em_rope {
-    em_rope_style style;
-    float theta;        /* frequency base */
-    uint32_t n_rot;     /* rotated dimensions per head (< head_dim: partial rotary) */
-    em_rope_scaling scaling;
-    float factor;       /* linear / yarn: context extension factor (1 = none) */
-    uint32_t orig_ctx;  /* yarn: training context before extension */
-    float yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
-    const float *freq_factors; /* n_rot/2 divisors of the frequencies, or NULL (owned by em_model) */
-} em_rope;
+/* em_weight, em_rope, em_activation and em_gating are the program's operands (program.h). */
 
 /* One transformer block. */
 typedef struct em_layer_desc {
@@ -102,16 +83,6 @@ typedef struct em_model_desc {
     em_layer_desc *layers;
 } em_model_desc;
 
-/* A matrix (or a stack of matrices) in its stored format, pointing into the GGUF mapping. */
-typedef struct em_weight {
-    const void *data;     /* NULL when absent */
-    uint32_t type;
-    uint64_t cols;        /* ne[0]: input features */
-    uint64_t rows;        /* ne[1]: output features */
-    uint64_t n_mat;       /* ne[2]: experts, 1 otherwise */
-    uint64_t row_bytes;
-} em_weight;
-
 /* Per-layer weights. Vectors are f32, owned by the model; NULL when the layer has none. */
 typedef struct em_layer_weights {
     const float *attn_norm, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *post_ffn_norm;
@@ -138,6 +109,7 @@ typedef struct em_model {
     uint32_t n_parts;     /* 0 when the caller owns the file (em_model_from_gguf) */
     float **owned;        /* f32 vectors converted at load */
     size_t n_owned, cap_owned;
+    em_program program;   /* the forward step every backend runs (builder.c), checked at load */
 } em_model;
 
 /* ---- The family registry (family.c) ---- */
@@ -248,6 +220,10 @@ em_err em_model_load_as(const char *path, em_gguf_memory memory, em_model **out)
 em_err em_model_from_gguf(em_gguf *gguf, em_model **out);
 
 void em_model_free(em_model *model);
+
+/* The forward step of a loaded model as a layer program (builder.c), checked; em_model_load builds it
+ * into model->program. The program points into the model's weights and description. */
+em_err em_model_build_program(const em_model *model, em_program *out);
 
 /* Describes a layer in one line ("full attn 4/2 heads x 32, neox rope 1e+06, moe 8/2 x 64"). */
 void em_model_describe_layer(const em_model_desc *desc, uint32_t layer, char *buf, size_t size);

@@ -146,6 +146,12 @@ static em_model *make_reference(const em_model *m) {
         w->row_bytes = w->cols * sizeof(float);
     }
     if (m->w.output.data == m->w.token_embd.data) r->w.output = r->w.token_embd;
+    /* the copied program points at m's weights: build r's own */
+    em_err err = em_model_build_program(r, &r->program);
+    if (err) {
+        fprintf(stderr, "reference: %s\n", em_err_message(err));
+        exit(1);
+    }
     return r;
 }
 
@@ -159,6 +165,7 @@ static void free_reference(em_model *r) {
                            &lw->up_shexp, &lw->down_shexp};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) free((void *)ws[i]->data);
     }
+    em_program_free(&r->program);
     free(r->w.layers);
     free(r);
 }

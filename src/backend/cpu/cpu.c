@@ -1,9 +1,12 @@
-/* The CPU reference backend: one forward pass for every described model, readable top to bottom
- * (forward_layer below is the whole transformer block). Activations are f32; weights stay in their
- * stored format and meet the activations in quant's dot products; matrix rows and attention heads
- * are split across a pool of threads. The KV cache is paged: each layer has one f32 region of
- * n_blocks * block_tokens rows, and a sequence's block table says which row holds which position
- * (kv_key/kv_value). */
+/* The CPU reference backend: an interpreter of the layer program (program.h), one operation at a
+ * time, readable top to bottom (run_op below is the whole list). Activations are f32 rows, one
+ * buffer of the program each; weights stay in their stored format and meet the activations in
+ * quant's dot products; matrix rows and attention heads are split across a pool of threads. Two
+ * things it does beyond one operation at a time, for speed and with the same numbers: consecutive
+ * products of one input (Q, K, V; gate and up) quantize that input once and run as one job, and a
+ * decode step's experts run as two jobs over all chosen experts. The KV cache is paged: each cache
+ * of the program has one f32 region of n_blocks * block_tokens rows, and a sequence's block table
+ * says which row holds which position. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,21 +16,28 @@
 #include "../backend.h"
 #include "cpu_internal.h"
 
+/* A router's choices for each token of a batch: n_used (expert, weight) pairs, in the order chosen. */
+typedef struct choices {
+    int32_t *expert;
+    float *weight;
+    uint32_t n_used; /* of the route that wrote them last */
+} choices;
+
 typedef struct cpu_backend {
     em_backend base;
     em_cpu_pool pool;
-    const em_model_desc *d;
-    const em_model_weights *w;
+    const em_program *program;
+    uint32_t n_vocab;
 
-    /* KV cache: for each layer, n_blocks * block_tokens rows of n_head_kv * head_dim floats. */
+    /* KV cache: for each of the program's caches, n_blocks * block_tokens rows of its key (value) width. */
     float *keys, *values;
-    uint64_t *layer_key_offset, *layer_value_offset; /* start of each layer's rows, in floats */
+    uint64_t *cache_key_offset, *cache_value_offset; /* start of each cache's rows, in floats */
 
-    /* Scratch, sized for cap_tokens tokens and grown on demand. */
+    /* The program's buffers, cap_tokens rows each, grown on demand. */
     uint32_t cap_tokens;
-    float *x, *xn, *q, *k, *v, *attn, *out, *gate, *up, *router, *expert_out;
-    int32_t *chosen;      /* [token][n_expert_used] */
-    float *chosen_weight; /* [token][n_expert_used] */
+    float *rows[EM_PROGRAM_MAX_BUFFERS];
+    choices choices[EM_PROGRAM_MAX_BUFFERS];
+    float *logits_in;     /* the normed rows of the output operation */
     em_cpu_expert_scratch experts; /* a batch's expert layers (em_cpu_experts_run) */
     float *scores;        /* per thread, cap_positions floats per query head of a KV head's group */
     uint32_t cap_positions;
@@ -37,11 +47,12 @@ typedef struct cpu_backend {
     uint8_t *act_groups;  /* the same packed in token groups (em_cpu_matmul's groups), or NULL */
     bool packs_groups;    /* some weight type has a group kernel on this CPU: act_groups is allocated */
     uint64_t act_per_token;
-    uint32_t max_q, max_k, max_v, max_attn, max_ff, max_expert, max_expert_used;
+    uint32_t max_ff, max_expert, max_expert_used, max_embd;
     em_cpu_product *products; /* the products of one job of few tokens (max_products) */
     uint32_t max_products;
-    uint32_t *slot_token, *slot_expert; /* a few-token MoE step's chosen (expert, token) pairs */
-    float *slot_weight;
+    /* A few-token MoE step's chosen (expert, token) pairs and their rows (experts_few). */
+    uint32_t *slot_token, *slot_expert;
+    float *slot_weight, *slot_gate, *slot_up, *slot_out;
     float *pick_logits;   /* batches with pick parameters: their logits rows (cap_pick_rows) */
     uint64_t *pick_keys;  /* the pick rule's scratch, 2 n_vocab entries */
     /* Step overlap (cpu_pick_begin): the tokens of up to two begun steps, oldest at overlap_head. */
@@ -56,24 +67,7 @@ typedef struct cpu_backend {
     uint32_t cap_pick_rows;
 } cpu_backend;
 
-/* ---- KV cache access ---- */
-
-/* The cache row of a position: its block from the table, then the row inside the block. */
-static uint64_t kv_row(const cpu_backend *b, const em_batch_seq *seq, uint32_t pos) {
-    return (uint64_t)seq->blocks[pos / b->base.block_tokens] * b->base.block_tokens + pos % b->base.block_tokens;
-}
-
-static float *kv_key(cpu_backend *b, uint32_t layer, const em_batch_seq *seq, uint32_t pos) {
-    const em_layer_desc *ld = &b->d->layers[layer];
-    return b->keys + b->layer_key_offset[layer] + kv_row(b, seq, pos) * ld->n_head_kv * ld->head_dim;
-}
-
-static float *kv_value(cpu_backend *b, uint32_t layer, const em_batch_seq *seq, uint32_t pos) {
-    const em_layer_desc *ld = &b->d->layers[layer];
-    return b->values + b->layer_value_offset[layer] + kv_row(b, seq, pos) * ld->n_head_kv * ld->head_dim_v;
-}
-
-/* ---- small helpers ---- */
+/* ---- products ---- */
 
 static em_err matmul(cpu_backend *b, const em_weight *w, uint64_t mat, const float *x, uint64_t x_stride, float *y,
                      uint64_t y_stride, uint32_t n_tokens) {
@@ -132,13 +126,8 @@ static void add_bias(float *y, const float *bias, uint32_t n_tokens, uint32_t n)
         for (uint32_t i = 0; i < n; i++) y[(uint64_t)t * n + i] += bias[i];
 }
 
-static void norm_rows(const cpu_backend *b, float *out, const float *x, const float *w, uint32_t n_tokens, uint32_t n) {
-    for (uint32_t t = 0; t < n_tokens; t++)
-        em_cpu_rmsnorm(out + (uint64_t)t * n, x + (uint64_t)t * n, w, n, b->d->norm_eps, b->d->norm == EM_NORM_RMS_PLUS_ONE);
-}
-
 typedef struct glu_job {
-    const cpu_backend *b;
+    em_activation act;
     float *gate;
     const float *up;
     uint64_t n;
@@ -146,10 +135,9 @@ typedef struct glu_job {
 
 static void glu_share(void *ctx, uint32_t ith, uint32_t nth) {
     const glu_job *job = ctx;
-    const bool gelu = job->b->d->act == EM_ACT_GEGLU;
     uint64_t begin, end;
     em_cpu_share(job->n, ith, nth, &begin, &end);
-    if (!gelu) {
+    if (job->act == EM_ACT_SWIGLU) {
         em_f32_silu_mul(job->gate + begin, job->up + begin, end - begin);
         return;
     }
@@ -158,231 +146,25 @@ static void glu_share(void *ctx, uint32_t ith, uint32_t nth) {
 
 /* h = act(gate) * up, the gated linear unit of SwiGLU / GeGLU, split over the pool (a prefill's
  * units are many, and one transcendental function each). */
-static void glu(cpu_backend *b, float *gate, const float *up, uint64_t n) {
-    glu_job job = {b, gate, up, n};
+static void glu(cpu_backend *b, em_activation act, float *gate, const float *up, uint64_t n) {
+    glu_job job = {act, gate, up, n};
     /* a unit's transcendental function counts as about 64 bytes of a product's reading */
     em_cpu_pool_run_sized(&b->pool, glu_share, &job, n * 64);
 }
 
-/* ---- attention ---- */
-
-typedef struct attn_job {
-    cpu_backend *b;
-    const em_batch *batch;
-    uint32_t layer;
-} attn_job;
-
-/* The first position a token at `pos` attends to. */
-static uint32_t first_visible(const em_layer_desc *ld, uint32_t pos) {
-    return ld->attn == EM_ATTN_SLIDING && pos + 1 > ld->window ? pos + 1 - ld->window : 0;
-}
-
-/* Tokens whose attention one unit of work computes together: consecutive tokens of a batch, when
- * they belong to one sequence (a prompt's chunk), share each block of keys and values while it is
- * in L1. */
-#define ATTN_TILE 8
-
-/* The tokens of tile `tile`: [*from, *to). */
-static void tile_tokens(const em_batch *batch, uint64_t tile, uint32_t *from, uint32_t *to) {
-    *from = (uint32_t)tile * ATTN_TILE;
-    *to = batch->n_tokens - *from < ATTN_TILE ? batch->n_tokens : *from + ATTN_TILE;
-}
-
-/* Share `ith` of `nth` of the batch's (token tile, KV head) units, unit tile * n_head_kv + kvh, cut
- * where the positions attended to (each unit's work) add up to equal parts: in a prompt's causal
- * attention the last tokens see many times the positions the first ones do, so equal counts of
- * units would leave the thread with the early tokens waiting. */
-static void attention_range(const em_batch *batch, const em_layer_desc *ld, uint32_t ith, uint32_t nth,
-                            uint64_t *begin, uint64_t *end) {
-    const uint64_t n_tiles = (batch->n_tokens + ATTN_TILE - 1) / ATTN_TILE;
-    uint64_t total = 0;
-    for (uint32_t t = 0; t < batch->n_tokens; t++)
-        total += (uint64_t)(batch->pos[t] + 1 - first_visible(ld, batch->pos[t])) * ld->n_head_kv;
-    const uint64_t from = total * ith / nth, to = total * (ith + 1) / nth; /* this share's part */
-    /* a tile's units begin at `done` positions into the line; unit i belongs to the share in which
-     * its first position falls */
-    uint64_t done = 0;
-    *begin = *end = n_tiles * ld->n_head_kv;
-    bool begun = false;
-    for (uint64_t tile = 0; tile < n_tiles; tile++) {
-        uint32_t first, last;
-        tile_tokens(batch, tile, &first, &last);
-        uint64_t seen = 0;
-        for (uint32_t t = first; t < last; t++) seen += batch->pos[t] + 1 - first_visible(ld, batch->pos[t]);
-        for (uint32_t kvh = 0; kvh < ld->n_head_kv; kvh++, done += seen) {
-            const uint64_t i = tile * ld->n_head_kv + kvh;
-            if (!begun && done >= from) {
-                *begin = i;
-                begun = true;
-            }
-            if (done >= to) {
-                *end = i;
-                return;
-            }
-        }
-    }
-}
-
-/* Positions [first, end) of the tokens' sequence, a KV block's run at a time: run_end is where the
- * run of cache rows that begins at `p` ends. */
-static uint32_t run_end(uint32_t p, uint32_t end, uint32_t block_tokens) {
-    const uint32_t block_end = (p / block_tokens + 1) * block_tokens;
-    return block_end < end ? block_end : end;
-}
-
-/* The part [from, to) of positions [p, pe) that a token at `pos` sees (its first visible position
- * in *first); false when it sees none of them. */
-static bool visible_part(const em_layer_desc *ld, uint32_t pos, uint32_t p, uint32_t pe, uint32_t *first,
-                         uint32_t *from, uint32_t *to) {
-    *first = first_visible(ld, pos);
-    *from = p > *first ? p : *first;
-    *to = pe < pos + 1 ? pe : pos + 1;
-    return *from < *to;
-}
-
-/* One share of (token tile, KV head) units: for each token and each query head of the unit, scores
- * over the token's visible positions, softmax, weighted values. Positions are walked block by block
- * of the sequence's table: within a block the cache rows are consecutive, so each block's row is
- * looked up once, and the tile's tokens and the unit's query heads take each block's keys (and then
- * its values) in turn while they are in L1. A tile whose tokens are not all of one sequence takes
- * them one at a time. Each head's numbers are those of the head alone, whatever the tile. */
-static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
-    attn_job *job = ctx;
-    cpu_backend *b = job->b;
-    const em_batch *batch = job->batch;
-    const em_layer_desc *ld = &b->d->layers[job->layer];
-    const uint32_t group = ld->n_head / ld->n_head_kv, block_tokens = b->base.block_tokens;
-    const uint64_t key_row = (uint64_t)ld->n_head_kv * ld->head_dim;
-    const uint64_t value_row = (uint64_t)ld->n_head_kv * ld->head_dim_v;
-    /* token j of the tile, head g: scores at (j * group + g) * cap_positions, from its first position */
-    float *scores = b->scores + (uint64_t)ith * b->scores_per_thread;
-    uint64_t begin, end;
-    attention_range(batch, ld, ith, nth, &begin, &end);
-    for (uint64_t i = begin; i < end; i++) {
-        const uint32_t kvh = (uint32_t)(i % ld->n_head_kv);
-        uint32_t tile_first, tile_end;
-        tile_tokens(batch, i / ld->n_head_kv, &tile_first, &tile_end);
-        for (uint32_t t0 = tile_first; t0 < tile_end;) {
-            /* the tokens [t0, t1) that share a sequence */
-            uint32_t t1 = t0 + 1;
-            while (t1 < tile_end && batch->seq[t1] == batch->seq[t0]) t1++;
-            const em_batch_seq *seq = &batch->seqs[batch->seq[t0]];
-            uint32_t lo = UINT32_MAX, hi = 0; /* the positions any of them sees: [lo, hi) */
-            for (uint32_t t = t0; t < t1; t++) {
-                const uint32_t f = first_visible(ld, batch->pos[t]);
-                if (f < lo) lo = f;
-                if (batch->pos[t] + 1 > hi) hi = batch->pos[t] + 1;
-            }
-            for (uint32_t p = lo; p < hi; p = run_end(p, hi, block_tokens)) {
-                const uint32_t pe = run_end(p, hi, block_tokens);
-                const float *k = kv_key(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim;
-                for (uint32_t t = t0; t < t1; t++) {
-                    uint32_t first, from, to;
-                    if (!visible_part(ld, batch->pos[t], p, pe, &first, &from, &to)) continue;
-                    const float *q = b->q + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim;
-                    for (uint32_t g = 0; g < group; g++) {
-                        float *run_scores =
-                            scores + ((uint64_t)(t - t0) * group + g) * b->cap_positions + (from - first);
-                        em_f32_dot_rows(k + (uint64_t)(from - p) * key_row, key_row, to - from,
-                                        q + (uint64_t)g * ld->head_dim, ld->head_dim, run_scores); /* q·k */
-                        for (uint32_t r = 0; r < to - from; r++) {
-                            float sc = run_scores[r] * ld->attn_scale;
-                            if (ld->attn_softcap > 0.0f) sc = ld->attn_softcap * tanhf(sc / ld->attn_softcap);
-                            run_scores[r] = sc;
-                        }
-                    }
-                }
-            }
-            for (uint32_t t = t0; t < t1; t++) {
-                const uint32_t seen = batch->pos[t] + 1 - first_visible(ld, batch->pos[t]);
-                for (uint32_t g = 0; g < group; g++)
-                    em_f32_softmax(scores + ((uint64_t)(t - t0) * group + g) * b->cap_positions, seen);
-                float *o = b->attn + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim_v;
-                memset(o, 0, (uint64_t)group * ld->head_dim_v * sizeof *o);
-            }
-            for (uint32_t p = lo; p < hi; p = run_end(p, hi, block_tokens)) {
-                const uint32_t pe = run_end(p, hi, block_tokens);
-                const float *v = kv_value(b, job->layer, seq, p) + (uint64_t)kvh * ld->head_dim_v;
-                for (uint32_t t = t0; t < t1; t++) {
-                    uint32_t first, from, to;
-                    if (!visible_part(ld, batch->pos[t], p, pe, &first, &from, &to)) continue;
-                    float *o = b->attn + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim_v;
-                    em_f32_add_weighted_rows(o, ld->head_dim_v,
-                                             scores + (uint64_t)(t - t0) * group * b->cap_positions + (from - first),
-                                             b->cap_positions, group, v + (uint64_t)(from - p) * value_row, value_row,
-                                             to - from, ld->head_dim_v);
-                }
-            }
-            t0 = t1;
-        }
-    }
-}
-
-/* xn (normed input) → b->out: attention of every token of the batch. */
-static em_err attention(cpu_backend *b, const em_batch *batch, uint32_t il) {
-    const em_layer_desc *ld = &b->d->layers[il];
-    const em_layer_weights *lw = &b->w->layers[il];
-    const uint32_t n = batch->n_tokens;
-    const uint32_t nq = ld->n_head * ld->head_dim, nk = ld->n_head_kv * ld->head_dim, nv = ld->n_head_kv * ld->head_dim_v;
-    em_err err;
-    const matmul_out qkv[] = {{&lw->wq, 0, b->q, nq}, {&lw->wk, 0, b->k, nk}, {&lw->wv, 0, b->v, nv}};
-    if ((err = matmuls(b, b->xn, b->d->n_embd, n, qkv, 3))) return err;
-    add_bias(b->q, lw->bq, n, nq);
-    add_bias(b->k, lw->bk, n, nk);
-    add_bias(b->v, lw->bv, n, nv);
-
-    for (uint32_t t = 0; t < n; t++) {
-        em_cpu_rope_angles(b->rope_angles, batch->pos[t], &ld->rope);
-        for (uint32_t h = 0; h < ld->n_head; h++) {
-            float *q = b->q + (uint64_t)t * nq + (uint64_t)h * ld->head_dim;
-            if (lw->q_norm) em_cpu_rmsnorm(q, q, lw->q_norm, ld->head_dim, b->d->norm_eps, b->d->norm == EM_NORM_RMS_PLUS_ONE);
-            em_cpu_rope(q, b->rope_angles, &ld->rope);
-        }
-        for (uint32_t h = 0; h < ld->n_head_kv; h++) {
-            float *k = b->k + (uint64_t)t * nk + (uint64_t)h * ld->head_dim;
-            if (lw->k_norm) em_cpu_rmsnorm(k, k, lw->k_norm, ld->head_dim, b->d->norm_eps, b->d->norm == EM_NORM_RMS_PLUS_ONE);
-            em_cpu_rope(k, b->rope_angles, &ld->rope);
-        }
-        /* Write this token's key and value into its sequence's cache before anyone attends. */
-        const em_batch_seq *seq = &batch->seqs[batch->seq[t]];
-        memcpy(kv_key(b, il, seq, batch->pos[t]), b->k + (uint64_t)t * nk, nk * sizeof(float));
-        memcpy(kv_value(b, il, seq, batch->pos[t]), b->v + (uint64_t)t * nv, nv * sizeof(float));
-    }
-    attn_job job = {b, batch, il};
-    uint64_t work = 0; /* bytes of keys and values read, as if for each query head alone */
-    for (uint32_t t = 0; t < n; t++)
-        work += ((uint64_t)batch->pos[t] + 1) * ld->n_head * (ld->head_dim + ld->head_dim_v) * sizeof(float);
-    em_cpu_pool_run_sized(&b->pool, attention_share, &job, work);
-    return matmul(b, &lw->wo, 0, b->attn, (uint64_t)ld->n_head * ld->head_dim_v, b->out, b->d->n_embd, n);
-}
-
-/* ---- feed-forward ---- */
-
-/* A gated MLP on `n` rows of `x` (matrix `mat` of each stack) into `y`. */
-static em_err mlp(cpu_backend *b, const em_weight *gate, const em_weight *up, const em_weight *down, uint64_t mat,
-                  const float *x, float *y, uint32_t n) {
-    const uint64_t e = b->d->n_embd, ff = gate->rows;
-    em_err err;
-    const matmul_out gate_up[] = {{gate, mat, b->gate, ff}, {up, mat, b->up, ff}};
-    if ((err = matmuls(b, x, e, n, gate_up, 2))) return err;
-    glu(b, b->gate, b->up, (uint64_t)n * ff);
-    return matmul(b, down, mat, b->gate, ff, y, e, n);
-}
+/* ---- experts ---- */
 
 /* Router: probabilities over experts, the top k, their weights (renormalized and scaled). */
-static void route(cpu_backend *b, const em_layer_desc *ld, uint32_t t) {
-    float *p = b->router + (uint64_t)t * ld->n_expert;
-    if (ld->gating == EM_GATING_SOFTMAX) {
-        em_f32_softmax(p, ld->n_expert);
+static void route(const em_program_route *r, float *p, int32_t *chosen, float *weight) {
+    if (r->gating == EM_GATING_SOFTMAX) {
+        em_f32_softmax(p, r->n_expert);
     } else {
-        for (uint32_t e = 0; e < ld->n_expert; e++) p[e] = 1.0f / (1.0f + em_expf(-p[e]));
+        for (uint32_t e = 0; e < r->n_expert; e++) p[e] = 1.0f / (1.0f + em_expf(-p[e]));
     }
-    int32_t *chosen = b->chosen + (uint64_t)t * ld->n_expert_used;
-    float *weight = b->chosen_weight + (uint64_t)t * ld->n_expert_used;
     float sum = 0.0f;
-    for (uint32_t k = 0; k < ld->n_expert_used; k++) {
+    for (uint32_t k = 0; k < r->n_used; k++) {
         int32_t best = -1;
-        for (uint32_t e = 0; e < ld->n_expert; e++) {
+        for (uint32_t e = 0; e < r->n_expert; e++) {
             bool taken = false;
             for (uint32_t j = 0; j < k; j++) taken |= chosen[j] == (int32_t)e;
             if (!taken && (best < 0 || p[e] > p[best])) best = (int32_t)e;
@@ -391,26 +173,25 @@ static void route(cpu_backend *b, const em_layer_desc *ld, uint32_t t) {
         weight[k] = p[best];
         sum += p[best];
     }
-    for (uint32_t k = 0; k < ld->n_expert_used; k++) {
-        if (ld->renormalize) weight[k] /= sum;
-        weight[k] *= ld->expert_weights_scale;
+    for (uint32_t k = 0; k < r->n_used; k++) {
+        if (r->renormalize) weight[k] /= sum;
+        weight[k] *= r->scale;
     }
 }
 
-/* b->out for a batch of few tokens (a decode step): every chosen (expert, token) pair is a slot, in
- * the order the batched path below adds them (expert, then token); xn is quantized once per
+/* The experts of a batch of few tokens (a decode step): every chosen (expert, token) pair is a slot, in
+ * the order the batched path adds them (expert, then token); the input is quantized once per
  * activation format, the gate and up products of all chosen experts run as one job and their down
  * products as another, so each thread reads its share of all the experts' bytes in one go. */
-static em_err moe_few(cpu_backend *b, uint32_t il, uint32_t n) {
-    const em_layer_desc *ld = &b->d->layers[il];
-    const em_layer_weights *lw = &b->w->layers[il];
-    const em_weight *gate = &lw->gate_exps, *up = &lw->up_exps, *down = &lw->down_exps;
-    const uint64_t e = b->d->n_embd, ff = gate->rows, used = ld->n_expert_used;
+static em_err experts_few(cpu_backend *b, const em_program_experts *x, const float *in, const choices *c, float *out,
+                          uint32_t n) {
+    const em_weight *gate = x->gate, *up = x->up, *down = x->down;
+    const uint64_t e = gate->cols, ff = gate->rows, used = c->n_used;
     uint32_t n_slots = 0;
     for (uint32_t t = 0; t < n; t++)
         for (uint32_t k = 0; k < used; k++) {
             /* insertion into the (expert, token) order */
-            const uint32_t ex = (uint32_t)b->chosen[t * used + k];
+            const uint32_t ex = (uint32_t)c->expert[t * used + k];
             uint32_t at = n_slots++;
             for (; at > 0 && b->slot_expert[at - 1] > ex; at--) {
                 b->slot_expert[at] = b->slot_expert[at - 1];
@@ -419,7 +200,7 @@ static em_err moe_few(cpu_backend *b, uint32_t il, uint32_t n) {
             }
             b->slot_expert[at] = ex;
             b->slot_token[at] = t;
-            b->slot_weight[at] = b->chosen_weight[t * used + k];
+            b->slot_weight[at] = c->weight[t * used + k];
         }
 
     /* xn in the gate's and the up's activation formats (once when they agree), then each slot's row
@@ -429,8 +210,8 @@ static em_err moe_few(cpu_backend *b, uint32_t il, uint32_t n) {
     const uint64_t gate_bytes = em_cpu_act_bytes(gate), up_bytes = em_cpu_act_bytes(up);
     const bool same_format = em_dot_activation_type(gate->type) == em_dot_activation_type(up->type);
     uint8_t *x_gate = act, *x_up = same_format ? act : act + n * gate_bytes;
-    if ((err = em_cpu_quantize(gate, b->xn, e, n, x_gate))) return err;
-    if (!same_format && (err = em_cpu_quantize(up, b->xn, e, n, x_up))) return err;
+    if ((err = em_cpu_quantize(gate, in, e, n, x_gate))) return err;
+    if (!same_format && (err = em_cpu_quantize(up, in, e, n, x_up))) return err;
     act += (same_format ? n * gate_bytes : n * (gate_bytes + up_bytes));
     uint8_t *slots_gate = act, *slots_up = same_format ? act : act + n_slots * gate_bytes;
     act += (same_format ? n_slots * gate_bytes : n_slots * (gate_bytes + up_bytes));
@@ -443,136 +224,275 @@ static em_err moe_few(cpu_backend *b, uint32_t il, uint32_t n) {
         for (next = s + 1; next < n_slots && b->slot_expert[next] == b->slot_expert[s];) next++;
         const uint64_t ex = b->slot_expert[s];
         b->products[count++] = (em_cpu_product){gate, ex, slots_gate + s * gate_bytes, gate_bytes, next - s,
-                                                b->gate + s * ff, ff};
+                                                b->slot_gate + s * ff, ff};
         b->products[count++] = (em_cpu_product){up, ex, slots_up + s * up_bytes, up_bytes, next - s,
-                                                b->up + s * ff, ff};
+                                                b->slot_up + s * ff, ff};
     }
     em_cpu_products_run(&b->pool, b->products, count);
-    glu(b, b->gate, b->up, n_slots * ff);
+    glu(b, x->act, b->slot_gate, b->slot_up, n_slots * ff);
 
     const uint64_t down_bytes = em_cpu_act_bytes(down);
-    if ((err = em_cpu_quantize(down, b->gate, ff, n_slots, act))) return err;
+    if ((err = em_cpu_quantize(down, b->slot_gate, ff, n_slots, act))) return err;
     count = 0;
     for (uint32_t s = 0, next; s < n_slots; s = next) {
         for (next = s + 1; next < n_slots && b->slot_expert[next] == b->slot_expert[s];) next++;
         b->products[count++] = (em_cpu_product){down, b->slot_expert[s], act + s * down_bytes, down_bytes, next - s,
-                                                b->expert_out + s * e, e};
+                                                b->slot_out + s * e, e};
     }
     em_cpu_products_run(&b->pool, b->products, count);
 
-    memset(b->out, 0, n * e * sizeof(float));
+    const uint64_t width = down->rows;
+    memset(out, 0, n * width * sizeof(float));
     for (uint32_t s = 0; s < n_slots; s++) {
-        float *o = b->out + b->slot_token[s] * e;
-        const float *y = b->expert_out + s * e;
-        for (uint64_t j = 0; j < e; j++) o[j] += b->slot_weight[s] * y[j];
+        float *o = out + b->slot_token[s] * width;
+        const float *y = b->slot_out + s * width;
+        for (uint64_t j = 0; j < width; j++) o[j] += b->slot_weight[s] * y[j];
     }
     return NULL;
 }
 
-/* xn → b->out through the experts each token chose: tokens are grouped by expert so each expert's
- * matrices are read once per batch (a batch's experts each run whole on one thread, experts.c). */
-static em_err moe(cpu_backend *b, uint32_t il, uint32_t n) {
-    const em_layer_desc *ld = &b->d->layers[il];
-    const em_layer_weights *lw = &b->w->layers[il];
-    const uint64_t e = b->d->n_embd;
-    em_err err = matmul(b, &lw->gate_inp, 0, b->xn, e, b->router, ld->n_expert, n);
+/* out = the experts each token chose, on `in`: a decode step's through experts_few, a larger batch's
+ * grouped by expert so each expert's matrices are read once (experts.c). */
+static em_err experts(cpu_backend *b, const em_program_experts *x, const float *in, const choices *c, float *out,
+                      uint32_t n) {
+    if (n < EM_CPU_FEW_TOKENS) return experts_few(b, x, in, c, out, n);
+    const em_cpu_experts job = {
+        .gate = x->gate, .up = x->up, .down = x->down, .gelu = x->act == EM_ACT_GEGLU, .x = in, .n_tokens = n,
+        .n_embd = (uint32_t)x->gate->cols, .n_expert = (uint32_t)x->gate->n_mat, .n_used = c->n_used,
+        .chosen = c->expert, .chosen_weight = c->weight, .out = out};
+    return em_cpu_experts_run(&b->pool, &job, &b->experts);
+}
+
+/* ---- the program ---- */
+
+/* The cache rows of position `pos` of a sequence: its block from the table, then the row inside. */
+static uint64_t kv_row(const cpu_backend *b, const em_batch_seq *seq, uint32_t pos) {
+    return (uint64_t)seq->blocks[pos / b->base.block_tokens] * b->base.block_tokens + pos % b->base.block_tokens;
+}
+
+/* Each token's keys and values into its sequence's rows of `cache`, before anyone attends. */
+static void kv_write(cpu_backend *b, const em_batch *batch, uint32_t cache, const float *k, const float *v) {
+    const em_program_cache *c = &b->program->caches[cache];
+    float *keys = b->keys + b->cache_key_offset[cache], *values = b->values + b->cache_value_offset[cache];
+    for (uint32_t t = 0; t < batch->n_tokens; t++) {
+        const uint64_t row = kv_row(b, &batch->seqs[batch->seq[t]], batch->pos[t]);
+        memcpy(keys + row * c->key_width, k + (uint64_t)t * c->key_width, c->key_width * sizeof(float));
+        memcpy(values + row * c->value_width, v + (uint64_t)t * c->value_width, c->value_width * sizeof(float));
+    }
+}
+
+/* QK-norm or RoPE of every head of every token, in place. */
+static void heads(cpu_backend *b, const em_batch *batch, const em_program_op *op, float *rows) {
+    const em_program_heads *h = &op->u.heads;
+    for (uint32_t t = 0; t < batch->n_tokens; t++) {
+        float *row = rows + (uint64_t)t * h->n_head * h->head_dim;
+        if (op->kind == EM_PROGRAM_ROPE) em_cpu_rope_angles(b->rope_angles, batch->pos[t], h->rope);
+        for (uint32_t i = 0; i < h->n_head; i++) {
+            float *head = row + (uint64_t)i * h->head_dim;
+            if (op->kind == EM_PROGRAM_ROPE)
+                em_cpu_rope(head, b->rope_angles, h->rope);
+            else
+                em_cpu_rmsnorm(head, head, h->norm.weight, h->head_dim, h->norm.eps, h->norm.plus_one);
+        }
+    }
+}
+
+static void norm_rows(float *out, const float *x, const em_program_norm *norm, uint32_t n_tokens) {
+    for (uint32_t t = 0; t < n_tokens; t++)
+        em_cpu_rmsnorm(out + (uint64_t)t * norm->width, x + (uint64_t)t * norm->width, norm->weight, norm->width,
+                       norm->eps, norm->plus_one);
+}
+
+static em_err embed(cpu_backend *b, const em_batch *batch, const em_program_embed *e, float *x) {
+    const em_weight *table = e->table;
+    const uint64_t width = table->cols;
+    for (uint32_t t = 0; t < batch->n_tokens; t++) {
+        const uint8_t *row = (const uint8_t *)table->data + (uint64_t)batch->tokens[t] * table->row_bytes;
+        float *out = x + (uint64_t)t * width;
+        em_err err;
+        if (table->type == EM_TYPE_F32)
+            memcpy(out, row, width * sizeof(float));
+        else if ((err = em_dequantize(table->type, row, out, width)))
+            return em_err_prefix(err, "embedding row %d", batch->tokens[t]);
+        if (e->scale != 1.0f)
+            for (uint64_t i = 0; i < width; i++) out[i] *= e->scale;
+    }
+    return NULL;
+}
+
+/* Logits for the rows that want them: norm, output matrix, optional softcap; their count in *rows. */
+static em_err output(cpu_backend *b, const em_batch *batch, const em_program_output *o, const float *x, float *logits,
+                     uint32_t *rows) {
+    const uint32_t width = o->norm.width, n = batch->n_tokens;
+    *rows = 0;
+    for (uint32_t t = 0; t < n; t++) {
+        const bool want = batch->logits ? batch->logits[t] : t == n - 1;
+        if (!want) continue;
+        em_cpu_rmsnorm(b->logits_in + (uint64_t)*rows * width, x + (uint64_t)t * width, o->norm.weight, width,
+                       o->norm.eps, o->norm.plus_one);
+        (*rows)++;
+    }
+    const uint64_t n_vocab = o->weight->rows;
+    em_err err = matmul(b, o->weight, 0, b->logits_in, width, logits, n_vocab, *rows);
     if (err) return err;
-    for (uint32_t t = 0; t < n; t++) route(b, ld, t);
-    if (n < EM_CPU_FEW_TOKENS) {
-        if ((err = moe_few(b, il, n))) return err;
-    } else {
-        const em_cpu_experts experts = {
-            .gate = &lw->gate_exps, .up = &lw->up_exps, .down = &lw->down_exps, .gelu = b->d->act == EM_ACT_GEGLU,
-            .x = b->xn, .n_tokens = n, .n_embd = (uint32_t)e, .n_expert = ld->n_expert, .n_used = ld->n_expert_used,
-            .chosen = b->chosen, .chosen_weight = b->chosen_weight, .out = b->out};
-        if ((err = em_cpu_experts_run(&b->pool, &experts, &b->experts))) return err;
-    }
-    if (ld->n_ff_shared) {
-        if ((err = mlp(b, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, 0, b->xn, b->expert_out, n))) return err;
-        for (uint64_t i = 0; i < (uint64_t)n * e; i++) b->out[i] += b->expert_out[i];
-    }
+    if (o->softcap > 0.0f)
+        for (uint64_t i = 0; i < (uint64_t)*rows * n_vocab; i++) logits[i] = o->softcap * tanhf(logits[i] / o->softcap);
     return NULL;
 }
 
-/* ---- the transformer block ---- */
-
-static em_err forward_layer(cpu_backend *b, const em_batch *batch, uint32_t il) {
-    const em_layer_desc *ld = &b->d->layers[il];
-    const em_layer_weights *lw = &b->w->layers[il];
-    const uint32_t n = batch->n_tokens, e = b->d->n_embd;
-    em_err err;
-
-    /* x += [post_norm](attention(norm(x))) */
-    norm_rows(b, b->xn, b->x, lw->attn_norm, n, e);
-    if ((err = attention(b, batch, il))) return err;
-    if (lw->post_attn_norm) norm_rows(b, b->out, b->out, lw->post_attn_norm, n, e);
-    for (uint64_t i = 0; i < (uint64_t)n * e; i++) b->x[i] += b->out[i];
-
-    /* x += [post_norm](ffn(norm(x))) */
-    norm_rows(b, b->xn, b->x, lw->ffn_norm, n, e);
-    if (ld->moe)
-        err = moe(b, il, n);
-    else
-        err = mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, 0, b->xn, b->out, n);
+/* The products of ops[0..count), consecutive matmuls that read one buffer, as one call of matmuls. */
+static em_err matmul_group(cpu_backend *b, const em_program_op *ops, uint32_t count, uint32_t n) {
+    matmul_out outs[3];
+    for (uint32_t i = 0; i < count; i++)
+        outs[i] = (matmul_out){ops[i].u.matmul.weight, ops[i].u.matmul.mat, b->rows[ops[i].dst],
+                               ops[i].u.matmul.weight->rows};
+    em_err err = matmuls(b, b->rows[ops[0].src], ops[0].u.matmul.weight->cols, n, outs, count);
     if (err) return err;
-    if (lw->post_ffn_norm) norm_rows(b, b->out, b->out, lw->post_ffn_norm, n, e);
-    for (uint64_t i = 0; i < (uint64_t)n * e; i++) b->x[i] += b->out[i];
+    for (uint32_t i = 0; i < count; i++)
+        add_bias(b->rows[ops[i].dst], ops[i].u.matmul.bias, n, (uint32_t)ops[i].u.matmul.weight->rows);
     return NULL;
 }
 
+/* How many matmuls from ops[0] read the same buffer, write others, and can run as one group. */
+static uint32_t matmul_run(const em_program_op *ops, uint32_t left) {
+    uint32_t count = 1;
+    while (count < left && count < 3 && ops[count].kind == EM_PROGRAM_MATMUL && ops[count].src == ops[0].src &&
+           ops[count].u.matmul.weight->cols == ops[0].u.matmul.weight->cols) {
+        bool reads_written = false;
+        for (uint32_t i = 0; i <= count; i++) reads_written |= ops[i].dst == ops[0].src;
+        if (reads_written) break;
+        count++;
+    }
+    return ops[0].dst == ops[0].src ? 1 : count;
+}
+
+/* One operation of the program on the batch (a matmul alone; run_program groups them). */
+static em_err run_op(cpu_backend *b, const em_batch *batch, const em_program_op *op, float *logits, uint32_t *rows) {
+    const uint32_t n = batch->n_tokens;
+    float *dst = b->rows[op->dst];
+    const float *src = b->rows[op->src];
+    switch (op->kind) {
+    case EM_PROGRAM_EMBED:
+        return embed(b, batch, &op->u.embed, dst);
+    case EM_PROGRAM_NORM:
+        norm_rows(dst, src, &op->u.norm, n);
+        return NULL;
+    case EM_PROGRAM_MATMUL:
+        return matmul_group(b, op, 1, n);
+    case EM_PROGRAM_HEAD_NORM:
+    case EM_PROGRAM_ROPE:
+        heads(b, batch, op, dst);
+        return NULL;
+    case EM_PROGRAM_KV_WRITE:
+        kv_write(b, batch, op->cache, src, b->rows[op->src2]);
+        return NULL;
+    case EM_PROGRAM_ATTENTION: {
+        const em_cpu_attention job = {
+            .op = &op->u.attention, .batch = batch, .q = src, .out = dst,
+            .keys = b->keys + b->cache_key_offset[op->cache], .values = b->values + b->cache_value_offset[op->cache],
+            .block_tokens = b->base.block_tokens, .scores = b->scores, .scores_per_thread = b->scores_per_thread,
+            .cap_positions = b->cap_positions};
+        em_cpu_attention_run(&b->pool, &job);
+        return NULL;
+    }
+    case EM_PROGRAM_GLU:
+        glu(b, op->u.glu.act, dst, src, (uint64_t)n * op->u.glu.width);
+        return NULL;
+    case EM_PROGRAM_ADD:
+        for (uint64_t i = 0; i < (uint64_t)n * op->u.add_width; i++) dst[i] += src[i];
+        return NULL;
+    case EM_PROGRAM_ROUTE: {
+        const em_program_route *r = &op->u.route;
+        choices *c = &b->choices[op->dst];
+        c->n_used = r->n_used;
+        for (uint32_t t = 0; t < n; t++)
+            route(r, b->rows[op->src] + (uint64_t)t * r->n_expert, c->expert + (uint64_t)t * r->n_used,
+                  c->weight + (uint64_t)t * r->n_used);
+        return NULL;
+    }
+    case EM_PROGRAM_EXPERTS:
+        return experts(b, &op->u.experts, src, &b->choices[op->src2], dst, n);
+    case EM_PROGRAM_OUTPUT:
+        return output(b, batch, &op->u.output, src, logits, rows);
+    default:
+        return em_errorf(EM_ERR_INTERNAL, "cpu: program operation of kind %d", (int)op->kind);
+    }
+}
+
+/* The program on the batch; the logits rows into `logits`, their count in *rows. */
+static em_err run_program(cpu_backend *b, const em_batch *batch, float *logits, uint32_t *rows) {
+    const em_program *p = b->program;
+    for (uint32_t i = 0; i < p->n_ops;) {
+        const em_program_op *op = &p->ops[i];
+        uint32_t count = 1;
+        em_err err;
+        if (op->kind == EM_PROGRAM_MATMUL) {
+            count = matmul_run(op, p->n_ops - i);
+            err = matmul_group(b, op, count, batch->n_tokens);
+        } else {
+            err = run_op(b, batch, op, logits, rows);
+        }
+        if (err) {
+            char what[160];
+            em_program_describe_op(p, i, what, sizeof what);
+            return em_err_prefix(err, "%s", what);
+        }
+        i += count;
+    }
+    return NULL;
+}
+
+/* ---- scratch ---- */
 
 static em_err reserve(cpu_backend *b, uint32_t n) {
     if (n <= b->cap_tokens) return NULL;
-    const uint64_t e = b->d->n_embd;
-    /* A few-token MoE step (moe_few) keeps a row of gate, up and expert_out per chosen expert of
-     * each token, and in act its activations: n rows per format, a copy per slot, the down inputs. */
-    const uint64_t slots = (uint64_t)(EM_CPU_FEW_TOKENS - 1) * b->max_expert_used;
-    const uint64_t slot_rows = n > slots ? n : slots;
+    const em_program *p = b->program;
+    /* A few-token MoE step (experts_few) keeps in act its activations: n rows per format, a copy per
+     * slot, the down inputs. */
     const uint64_t few_act_rows = (EM_CPU_FEW_TOKENS - 1) * (3 + 3 * (uint64_t)b->max_expert_used);
-    struct { float **p; uint64_t floats; } bufs[] = {
-        {&b->x, e * n}, {&b->xn, e * n}, {&b->q, (uint64_t)b->max_q * n}, {&b->k, (uint64_t)b->max_k * n},
-        {&b->v, (uint64_t)b->max_v * n}, {&b->attn, (uint64_t)b->max_attn * n}, {&b->out, e * n},
-        {&b->gate, (uint64_t)b->max_ff * slot_rows}, {&b->up, (uint64_t)b->max_ff * slot_rows},
-        {&b->router, (uint64_t)b->max_expert * n}, {&b->expert_out, e * slot_rows},
-        {&b->chosen_weight, (uint64_t)b->max_expert * n},
-    };
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        free(*bufs[i].p);
-        *bufs[i].p = malloc((bufs[i].floats ? bufs[i].floats : 1) * sizeof(float));
-        if (!*bufs[i].p) return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
+    for (uint32_t i = 0; i < p->n_buffers; i++) {
+        const uint64_t values = (uint64_t)p->buffers[i].width * n;
+        if (p->buffers[i].kind == EM_PROGRAM_CHOICES) {
+            free(b->choices[i].expert);
+            free(b->choices[i].weight);
+            b->choices[i].expert = malloc((values ? values : 1) * sizeof(int32_t));
+            b->choices[i].weight = malloc((values ? values : 1) * sizeof(float));
+            if (!b->choices[i].expert || !b->choices[i].weight) goto nomem;
+        } else {
+            free(b->rows[i]);
+            if (!(b->rows[i] = malloc((values ? values : 1) * sizeof(float)))) goto nomem;
+        }
     }
-    free(b->chosen);
+    free(b->logits_in);
     free(b->act);
     free(b->act_groups);
-    b->chosen = malloc(((uint64_t)b->max_expert + 1) * n * sizeof *b->chosen);
+    b->logits_in = malloc((uint64_t)b->max_embd * n * sizeof(float));
     b->act = malloc(b->act_per_token * (n > few_act_rows ? n : few_act_rows));
     b->act_groups = b->packs_groups ? malloc(b->act_per_token * em_cpu_group_scratch_tokens(n)) : NULL;
-    if (!b->chosen || !b->act || (b->packs_groups && !b->act_groups))
-        return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
+    if (!b->logits_in || !b->act || (b->packs_groups && !b->act_groups)) goto nomem;
     em_err err;
     if (b->max_expert_used &&
         (err = em_cpu_expert_scratch_reserve(&b->experts, b->pool.n_threads, n, b->max_expert_used, b->max_expert,
-                                             (uint32_t)e, b->max_ff, b->act_per_token, b->packs_groups)))
+                                             b->max_embd, b->max_ff, b->act_per_token, b->packs_groups)))
         return err;
     b->cap_tokens = n;
     return NULL;
+nomem:
+    return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
 }
 
 /* Attention scores need one float per visible position, per query head of a KV head's group (the
- * widest group of any layer), per token of a tile, per thread. */
+ * widest group of any attention), per token of a tile, per thread. */
 static em_err reserve_positions(cpu_backend *b, const em_batch *batch) {
-    uint32_t longest = 0, widest = 1;
+    uint32_t longest = 0;
     for (uint32_t t = 0; t < batch->n_tokens; t++)
         if (batch->pos[t] + 1 > longest) longest = batch->pos[t] + 1;
     if (longest <= b->cap_positions) return NULL;
-    for (uint32_t il = 0; il < b->d->n_layer; il++) {
-        const uint32_t group = b->d->layers[il].n_head / b->d->layers[il].n_head_kv;
-        if (group > widest) widest = group;
-    }
+    const uint32_t widest = em_program_widest_group(b->program);
     free(b->scores);
-    b->scores = malloc((uint64_t)b->pool.n_threads * ATTN_TILE * widest * longest * sizeof(float));
+    b->scores = malloc((uint64_t)b->pool.n_threads * EM_CPU_ATTN_TILE * widest * longest * sizeof(float));
     b->cap_positions = b->scores ? longest : 0;
-    b->scores_per_thread = (uint64_t)ATTN_TILE * widest * b->cap_positions;
+    b->scores_per_thread = (uint64_t)EM_CPU_ATTN_TILE * widest * b->cap_positions;
     return b->scores ? NULL : em_errorf(EM_ERR_NOMEM, "out of memory for attention over %u positions", longest);
 }
 
@@ -580,8 +500,8 @@ static em_err reserve_positions(cpu_backend *b, const em_batch *batch) {
 static em_err reserve_pick(cpu_backend *b, uint32_t rows) {
     if (rows <= b->cap_pick_rows) return NULL;
     free(b->pick_logits);
-    b->pick_logits = malloc((uint64_t)rows * b->d->n_vocab * sizeof *b->pick_logits);
-    if (!b->pick_keys) b->pick_keys = malloc(2 * (uint64_t)b->d->n_vocab * sizeof *b->pick_keys);
+    b->pick_logits = malloc((uint64_t)rows * b->n_vocab * sizeof *b->pick_logits);
+    if (!b->pick_keys) b->pick_keys = malloc(2 * (uint64_t)b->n_vocab * sizeof *b->pick_keys);
     b->cap_pick_rows = b->pick_logits && b->pick_keys ? rows : 0;
     return b->cap_pick_rows ? NULL : em_errorf(EM_ERR_NOMEM, "out of memory for %u logits rows to pick from", rows);
 }
@@ -589,7 +509,7 @@ static em_err reserve_pick(cpu_backend *b, uint32_t rows) {
 /* The pick rule on `rows` logits rows, each masked first where `masks` gives it a mask. */
 static void pick_rows(cpu_backend *b, float *logits, uint32_t rows, const uint32_t *const *masks,
                       const em_pick_params *pick, int32_t *picked) {
-    const uint32_t n_vocab = b->d->n_vocab;
+    const uint32_t n_vocab = b->n_vocab;
     for (uint32_t r = 0; r < rows; r++) {
         float *row = logits + (uint64_t)r * n_vocab;
         if (masks && masks[r]) em_pick_mask(row, n_vocab, masks[r]);
@@ -600,45 +520,16 @@ static void pick_rows(cpu_backend *b, float *logits, uint32_t rows, const uint32
 /* The forward pass; with `pick`, the logits rows go to scratch and only the picked tokens leave. */
 static em_err forward(cpu_backend *b, const em_batch *batch, float *logits, const em_pick_params *pick,
                       int32_t *picked) {
-    const em_model_desc *d = b->d;
-    const uint32_t n = batch->n_tokens, e = d->n_embd;
-    em_err err = em_batch_validate(batch, pick ? (const void *)picked : logits, b->d->n_vocab, &b->base);
+    em_err err = em_batch_validate(batch, pick ? (const void *)picked : logits, b->n_vocab, &b->base);
     if (err) return err;
     if (pick) {
         if ((err = reserve_pick(b, em_batch_logits_rows(batch)))) return err;
         logits = b->pick_logits;
     }
-    if ((err = reserve(b, n))) return err;
+    if ((err = reserve(b, batch->n_tokens))) return err;
     if ((err = reserve_positions(b, batch))) return err;
-
-    /* Token embeddings (rows of token_embd, dequantized), scaled for Gemma. */
-    const em_weight *te = &b->w->token_embd;
-    for (uint32_t t = 0; t < n; t++) {
-        const uint8_t *row = (const uint8_t *)te->data + (uint64_t)batch->tokens[t] * te->row_bytes;
-        float *x = b->x + (uint64_t)t * e;
-        if (te->type == EM_TYPE_F32)
-            memcpy(x, row, e * sizeof(float));
-        else if ((err = em_dequantize(te->type, row, x, e)))
-            return em_err_prefix(err, "token_embd row %d", batch->tokens[t]);
-        if (d->embd_scale != 1.0f)
-            for (uint32_t i = 0; i < e; i++) x[i] *= d->embd_scale;
-    }
-    for (uint32_t il = 0; il < d->n_layer; il++)
-        if ((err = forward_layer(b, batch, il))) return em_err_prefix(err, "layer %u", il);
-
-    /* Logits for the rows that want them: final norm, output matrix, optional softcap. */
     uint32_t rows = 0;
-    for (uint32_t t = 0; t < n; t++) {
-        bool want = batch->logits ? batch->logits[t] : t == n - 1;
-        if (!want) continue;
-        em_cpu_rmsnorm(b->xn + (uint64_t)rows * e, b->x + (uint64_t)t * e, b->w->output_norm, e, d->norm_eps,
-                       d->norm == EM_NORM_RMS_PLUS_ONE);
-        rows++;
-    }
-    if ((err = matmul(b, &b->w->output, 0, b->xn, e, logits, d->n_vocab, rows))) return err;
-    if (d->final_softcap > 0.0f)
-        for (uint64_t i = 0; i < (uint64_t)rows * d->n_vocab; i++)
-            logits[i] = d->final_softcap * tanhf(logits[i] / d->final_softcap);
+    if ((err = run_program(b, batch, logits, &rows))) return err;
     if (pick && !batch->pick_masks_later) pick_rows(b, logits, rows, batch->pick_masks, pick, picked);
     return NULL;
 }
@@ -656,10 +547,9 @@ static em_err cpu_copy_rows(em_backend *base, uint32_t from, uint32_t to, uint32
     if (from >= base->n_blocks || to >= base->n_blocks || rows > base->block_tokens)
         return em_errorf(EM_ERR_RANGE, "copy of %u rows from block %u to block %u (pool of %u blocks of %u)", rows, from,
                          to, base->n_blocks, base->block_tokens);
-    for (uint32_t il = 0; il < b->d->n_layer; il++) {
-        const em_layer_desc *ld = &b->d->layers[il];
-        uint64_t nk = (uint64_t)ld->n_head_kv * ld->head_dim, nv = (uint64_t)ld->n_head_kv * ld->head_dim_v;
-        float *keys = b->keys + b->layer_key_offset[il], *values = b->values + b->layer_value_offset[il];
+    for (uint32_t i = 0; i < b->program->n_caches; i++) {
+        const uint64_t nk = b->program->caches[i].key_width, nv = b->program->caches[i].value_width;
+        float *keys = b->keys + b->cache_key_offset[i], *values = b->values + b->cache_value_offset[i];
         memmove(keys + (uint64_t)to * base->block_tokens * nk, keys + (uint64_t)from * base->block_tokens * nk,
                 rows * nk * sizeof(float));
         memmove(values + (uint64_t)to * base->block_tokens * nv, values + (uint64_t)from * base->block_tokens * nv,
@@ -671,25 +561,28 @@ static em_err cpu_copy_rows(em_backend *base, uint32_t from, uint32_t to, uint32
 static void cpu_free(em_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
     em_cpu_pool_destroy(&b->pool);
-    float *bufs[] = {b->keys, b->values, b->x, b->xn, b->q, b->k, b->v, b->attn, b->out, b->gate, b->up,
-                     b->router, b->expert_out, b->chosen_weight, b->scores, b->rope_angles};
+    float *bufs[] = {b->keys, b->values, b->logits_in, b->scores, b->rope_angles, b->slot_weight, b->slot_gate,
+                     b->slot_up, b->slot_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    for (uint32_t i = 0; i < EM_PROGRAM_MAX_BUFFERS; i++) {
+        free(b->rows[i]);
+        free(b->choices[i].expert);
+        free(b->choices[i].weight);
+    }
     em_cpu_expert_scratch_free(&b->experts);
-    free(b->chosen);
     free(b->act);
     free(b->act_groups);
     free(b->products);
     free(b->slot_token);
     free(b->slot_expert);
-    free(b->slot_weight);
     free(b->pick_logits);
     free(b->pick_keys);
     free(b->overlap_tokens);
     free(b->overlap_picked[0]);
     free(b->overlap_picked[1]);
     free(b->late_pick);
-    free(b->layer_key_offset);
-    free(b->layer_value_offset);
+    free(b->cache_key_offset);
+    free(b->cache_value_offset);
     free(b);
 }
 
@@ -781,16 +674,43 @@ void em_batch_fixed_tables(em_batch_seq *seqs, uint32_t *blocks, uint32_t n, uin
     for (uint32_t s = 0; s < n; s++) seqs[s] = (em_batch_seq){blocks + (uint64_t)s * per_seq, per_seq};
 }
 
+/* The widest rows and most experts the program's operations take, and the activation bytes of its
+ * products. */
+static void measure_program(cpu_backend *b) {
+    const em_program *p = b->program;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        const em_program_op *op = &p->ops[i];
+        if (op->kind == EM_PROGRAM_MATMUL) act_max(b, op->u.matmul.weight);
+        if (op->kind == EM_PROGRAM_OUTPUT) {
+            act_max(b, op->u.output.weight);
+            b->max_embd = (uint32_t)max_u64(b->max_embd, op->u.output.norm.width);
+        }
+        if (op->kind == EM_PROGRAM_ROUTE) {
+            b->max_expert = (uint32_t)max_u64(b->max_expert, op->u.route.n_expert);
+            b->max_expert_used = (uint32_t)max_u64(b->max_expert_used, op->u.route.n_used);
+        }
+        if (op->kind == EM_PROGRAM_EXPERTS) {
+            const em_program_experts *x = &op->u.experts;
+            act_max(b, x->gate);
+            act_max(b, x->up);
+            act_max(b, x->down);
+            b->max_ff = (uint32_t)max_u64(b->max_ff, x->gate->rows);
+            b->max_embd = (uint32_t)max_u64(b->max_embd, max_u64(x->gate->cols, x->down->rows));
+        }
+    }
+}
+
 em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config, em_backend **out) {
     *out = NULL;
-    const em_model_desc *d = &model->desc;
+    const em_program *p = &model->program;
     em_backend_config o = config ? *config : (em_backend_config){0};
     if (!o.block_tokens) o.block_tokens = 16;
     if (!o.n_threads) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         o.n_threads = cores > 0 ? (uint32_t)cores : 1;
     }
-    uint64_t per_token = em_backend_kv_bytes_per_token(d);
+    if (!p->n_ops) return em_errorf(EM_ERR_INVALID, "cpu backend: the model has no layer program");
+    uint64_t per_token = em_program_kv_floats(p) * sizeof(float);
     uint64_t tokens = o.kv_bytes ? o.kv_bytes / (per_token ? per_token : 1) : (o.kv_tokens ? o.kv_tokens : 4096);
     uint64_t n_blocks = tokens / o.block_tokens;
     if (n_blocks == 0 || n_blocks > (1u << 28) || o.block_tokens > 4096 || o.n_threads > EM_CPU_MAX_THREADS)
@@ -801,52 +721,43 @@ em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config
     const char *overlap = getenv("EMBER_CPU_OVERLAP");
     b->base = (em_backend){overlap && !strcmp(overlap, "1") ? &cpu_overlap_ops : &cpu_ops, model, (uint32_t)n_blocks,
                            o.block_tokens, per_token};
-    b->d = d;
-    b->w = &model->w;
+    b->program = p;
+    b->n_vocab = p->n_vocab;
     em_err err = em_cpu_pool_init(&b->pool, o.n_threads);
     if (err) goto fail;
 
     const uint64_t rows = n_blocks * o.block_tokens;
     uint64_t key_floats = 0, value_floats = 0;
-    b->layer_key_offset = calloc(d->n_layer, sizeof(uint64_t));
-    b->layer_value_offset = calloc(d->n_layer, sizeof(uint64_t));
-    if (!b->layer_key_offset || !b->layer_value_offset) goto nomem;
-    for (uint32_t il = 0; il < d->n_layer; il++) {
-        const em_layer_desc *ld = &d->layers[il];
-        const em_layer_weights *lw = &model->w.layers[il];
-        b->layer_key_offset[il] = key_floats;
-        b->layer_value_offset[il] = value_floats;
-        key_floats += rows * ld->n_head_kv * ld->head_dim;
-        value_floats += rows * ld->n_head_kv * ld->head_dim_v;
-        b->max_q = (uint32_t)max_u64(b->max_q, (uint64_t)ld->n_head * ld->head_dim);
-        b->max_k = (uint32_t)max_u64(b->max_k, (uint64_t)ld->n_head_kv * ld->head_dim);
-        b->max_v = (uint32_t)max_u64(b->max_v, (uint64_t)ld->n_head_kv * ld->head_dim_v);
-        b->max_attn = (uint32_t)max_u64(b->max_attn, (uint64_t)ld->n_head * ld->head_dim_v);
-        b->max_ff = (uint32_t)max_u64(b->max_ff, max_u64(ld->n_ff, ld->n_ff_shared));
-        b->max_expert = (uint32_t)max_u64(b->max_expert, ld->n_expert);
-        b->max_expert_used = (uint32_t)max_u64(b->max_expert_used, ld->n_expert_used);
-        const em_weight *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down,
-                                 &lw->gate_inp, &lw->gate_exps, &lw->up_exps, &lw->down_exps,
-                                 &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) act_max(b, ws[i]);
+    b->cache_key_offset = calloc(p->n_caches ? p->n_caches : 1, sizeof(uint64_t));
+    b->cache_value_offset = calloc(p->n_caches ? p->n_caches : 1, sizeof(uint64_t));
+    if (!b->cache_key_offset || !b->cache_value_offset) goto nomem;
+    for (uint32_t i = 0; i < p->n_caches; i++) {
+        b->cache_key_offset[i] = key_floats;
+        b->cache_value_offset[i] = value_floats;
+        key_floats += rows * p->caches[i].key_width;
+        value_floats += rows * p->caches[i].value_width;
     }
-    act_max(b, &model->w.output);
+    measure_program(b);
     /* calloc: pages are only touched when rows are written, so a large budget costs nothing up front. */
-    b->keys = calloc(key_floats, sizeof(float));
-    b->values = calloc(value_floats, sizeof(float));
+    b->keys = calloc(key_floats ? key_floats : 1, sizeof(float));
+    b->values = calloc(value_floats ? value_floats : 1, sizeof(float));
     uint32_t max_rot = 2;
-    for (uint32_t il = 0; il < d->n_layer; il++)
-        if (d->layers[il].rope.n_rot > max_rot) max_rot = d->layers[il].rope.n_rot;
+    for (uint32_t i = 0; i < p->n_ops; i++)
+        if (p->ops[i].kind == EM_PROGRAM_ROPE && p->ops[i].u.heads.rope->n_rot > max_rot)
+            max_rot = p->ops[i].u.heads.rope->n_rot;
     b->rope_angles = malloc(max_rot * sizeof(float));
-    /* matmuls takes up to three products (Q, K, V), moe_few two per chosen expert of each token. */
-    const uint32_t slots = (EM_CPU_FEW_TOKENS - 1) * b->max_expert_used;
+    /* matmuls takes up to three products (Q, K, V), experts_few two per chosen expert of each token. */
+    const uint32_t slots = (EM_CPU_FEW_TOKENS - 1) * b->max_expert_used, slot_rows = slots ? slots : 1;
     b->max_products = 2 * slots > 3 ? 2 * slots : 3;
     b->products = malloc(b->max_products * sizeof *b->products);
-    b->slot_token = malloc((slots ? slots : 1) * sizeof *b->slot_token);
-    b->slot_expert = malloc((slots ? slots : 1) * sizeof *b->slot_expert);
-    b->slot_weight = malloc((slots ? slots : 1) * sizeof *b->slot_weight);
+    b->slot_token = malloc(slot_rows * sizeof *b->slot_token);
+    b->slot_expert = malloc(slot_rows * sizeof *b->slot_expert);
+    b->slot_weight = malloc(slot_rows * sizeof *b->slot_weight);
+    b->slot_gate = malloc((uint64_t)slot_rows * (b->max_ff ? b->max_ff : 1) * sizeof(float));
+    b->slot_up = malloc((uint64_t)slot_rows * (b->max_ff ? b->max_ff : 1) * sizeof(float));
+    b->slot_out = malloc((uint64_t)slot_rows * (b->max_embd ? b->max_embd : 1) * sizeof(float));
     if (!b->keys || !b->values || !b->rope_angles || !b->products || !b->slot_token || !b->slot_expert ||
-        !b->slot_weight)
+        !b->slot_weight || !b->slot_gate || !b->slot_up || !b->slot_out)
         goto nomem;
     *out = &b->base;
     return NULL;

@@ -8,8 +8,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../../model/model.h"
+#include "../../program/program.h"
 #include "../../quant/quant.h"
+#include "../backend.h"
 
 /* ---- thread pool (pool.c) ---- */
 
@@ -250,5 +251,27 @@ typedef struct em_cpu_experts {
  * split over the threads takes two or three per product of every expert. Every number is what
  * em_cpu_matmul_run and the per-expert loop give, bitwise. */
 em_err em_cpu_experts_run(em_cpu_pool *pool, const em_cpu_experts *job, em_cpu_expert_scratch *s);
+
+/* ---- attention (attention.c) ---- */
+
+/* Consecutive tokens of a batch whose attention one unit of work computes together. */
+#define EM_CPU_ATTN_TILE 8
+
+/* The queries of a batch against one paged KV cache (program.h's attention operation). */
+typedef struct em_cpu_attention {
+    const em_program_attention *op;
+    const em_batch *batch;
+    const float *q;               /* [token][n_head * head_dim] */
+    float *out;                   /* [token][n_head * head_dim_v] */
+    const float *keys, *values;   /* the cache's rows: n_head_kv * head_dim (head_dim_v) floats each */
+    uint32_t block_tokens;        /* positions per block of the batch's block tables */
+    /* per thread, scores_per_thread floats: cap_positions per query head of a KV head's group per
+     * token of a tile */
+    float *scores;
+    uint64_t scores_per_thread;
+    uint32_t cap_positions;
+} em_cpu_attention;
+
+void em_cpu_attention_run(em_cpu_pool *pool, const em_cpu_attention *job);
 
 #endif

@@ -1,0 +1,206 @@
+/* The layer program of a loaded model (program.h), built from its description and weights: the one
+ * definition of a forward step that every backend executes. A block reads as the math it computes:
+ *
+ *   x += [post_norm](attention(norm(x)))
+ *   x += [post_norm](ffn(norm(x)))        ffn: a gated unit, or routed experts (+ a shared expert)
+ *
+ * Every family's traits end here as operations and their parameters (QK-norm, biases, windows,
+ * soft-caps, post-norms, routing); the backends read the program, not the family. */
+#include <stdio.h>
+
+#include "model.h"
+
+/* The buffers of a step, declared with the widest row any layer gives them. */
+typedef struct step_buffers {
+    uint8_t x, xn, q, k, v, attn, out, gate, up, router, choices, shared;
+} step_buffers;
+
+typedef struct builder {
+    const em_model *m;
+    em_program *p;
+    step_buffers buf;
+    uint32_t layer;
+} builder;
+
+static em_err emit(builder *b, em_program_op op) {
+    op.layer = b->layer;
+    return em_program_append(b->p, &op);
+}
+
+static em_program_norm norm_of(const em_model_desc *d, const float *weight, uint32_t width) {
+    return (em_program_norm){.weight = weight, .width = width, .eps = d->norm_eps,
+                             .plus_one = d->norm == EM_NORM_RMS_PLUS_ONE};
+}
+
+static em_err emit_norm(builder *b, uint8_t dst, uint8_t src, const float *weight) {
+    const em_model_desc *d = &b->m->desc;
+    return emit(b, (em_program_op){.kind = EM_PROGRAM_NORM, .dst = dst, .src = src,
+                                   .u.norm = norm_of(d, weight, d->n_embd)});
+}
+
+static em_err emit_matmul(builder *b, uint8_t dst, uint8_t src, const em_weight *w, const float *bias) {
+    return emit(b, (em_program_op){.kind = EM_PROGRAM_MATMUL, .dst = dst, .src = src,
+                                   .u.matmul = {.weight = w, .bias = bias}});
+}
+
+static em_err emit_add(builder *b, uint8_t dst, uint8_t src) {
+    return emit(b, (em_program_op){.kind = EM_PROGRAM_ADD, .dst = dst, .src = src, .u.add_width = b->m->desc.n_embd});
+}
+
+/* QK-norm (where the layer has its weights) and RoPE of each head of q or k. */
+static em_err emit_heads(builder *b, uint8_t buffer, uint32_t n_head, const float *norm) {
+    const em_layer_desc *ld = &b->m->desc.layers[b->layer];
+    em_err err;
+    if (norm) {
+        const em_program_heads heads = {.n_head = n_head, .head_dim = ld->head_dim,
+                                        .norm = norm_of(&b->m->desc, norm, ld->head_dim)};
+        if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_HEAD_NORM, .dst = buffer, .u.heads = heads}))) return err;
+    }
+    if (!ld->rope.n_rot) return NULL;
+    const em_program_heads heads = {.n_head = n_head, .head_dim = ld->head_dim, .rope = &ld->rope};
+    return emit(b, (em_program_op){.kind = EM_PROGRAM_ROPE, .dst = buffer, .u.heads = heads});
+}
+
+/* out = W_o attention(q, k, v of xn), with this layer's cache. */
+static em_err emit_attention(builder *b) {
+    const em_layer_desc *ld = &b->m->desc.layers[b->layer];
+    const em_layer_weights *lw = &b->m->w.layers[b->layer];
+    const step_buffers *s = &b->buf;
+    uint32_t cache;
+    em_err err = em_program_cache_declare(b->p, b->layer, ld->n_head_kv * ld->head_dim, ld->n_head_kv * ld->head_dim_v,
+                                          &cache);
+    if (err) return err;
+    if ((err = emit_matmul(b, s->q, s->xn, &lw->wq, lw->bq))) return err;
+    if ((err = emit_matmul(b, s->k, s->xn, &lw->wk, lw->bk))) return err;
+    if ((err = emit_matmul(b, s->v, s->xn, &lw->wv, lw->bv))) return err;
+    if ((err = emit_heads(b, s->q, ld->n_head, lw->q_norm))) return err;
+    if ((err = emit_heads(b, s->k, ld->n_head_kv, lw->k_norm))) return err;
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_KV_WRITE, .src = s->k, .src2 = s->v, .cache = cache})))
+        return err;
+    const em_program_attention attention = {
+        .n_head = ld->n_head, .n_head_kv = ld->n_head_kv, .head_dim = ld->head_dim, .head_dim_v = ld->head_dim_v,
+        .window = ld->attn == EM_ATTN_SLIDING ? ld->window : 0, .scale = ld->attn_scale, .softcap = ld->attn_softcap};
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_ATTENTION, .dst = s->attn, .src = s->q, .cache = cache,
+                                       .u.attention = attention})))
+        return err;
+    return emit_matmul(b, s->out, s->attn, &lw->wo, NULL);
+}
+
+/* dst = down(act(gate xn) · up xn): a dense feed-forward unit, or a shared expert. */
+static em_err emit_gated_unit(builder *b, uint8_t dst, const em_weight *gate, const em_weight *up,
+                              const em_weight *down) {
+    const step_buffers *s = &b->buf;
+    em_err err;
+    if ((err = emit_matmul(b, s->gate, s->xn, gate, NULL))) return err;
+    if ((err = emit_matmul(b, s->up, s->xn, up, NULL))) return err;
+    const em_program_glu glu = {.act = b->m->desc.act, .width = (uint32_t)gate->rows};
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_GLU, .dst = s->gate, .src = s->up, .u.glu = glu})))
+        return err;
+    return emit_matmul(b, dst, s->gate, down, NULL);
+}
+
+/* out = the chosen experts' gated units, weighted (+ the shared expert's). */
+static em_err emit_experts(builder *b) {
+    const em_layer_desc *ld = &b->m->desc.layers[b->layer];
+    const em_layer_weights *lw = &b->m->w.layers[b->layer];
+    const step_buffers *s = &b->buf;
+    em_err err;
+    if ((err = emit_matmul(b, s->router, s->xn, &lw->gate_inp, NULL))) return err;
+    const em_program_route route = {.n_expert = ld->n_expert, .n_used = ld->n_expert_used, .gating = ld->gating,
+                                    .renormalize = ld->renormalize, .scale = ld->expert_weights_scale};
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_ROUTE, .dst = s->choices, .src = s->router,
+                                       .u.route = route})))
+        return err;
+    const em_program_experts experts = {.gate = &lw->gate_exps, .up = &lw->up_exps, .down = &lw->down_exps,
+                                        .act = b->m->desc.act};
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_EXPERTS, .dst = s->out, .src = s->xn, .src2 = s->choices,
+                                       .u.experts = experts})))
+        return err;
+    if (!ld->n_ff_shared) return NULL;
+    if ((err = emit_gated_unit(b, s->shared, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp))) return err;
+    return emit_add(b, s->out, s->shared);
+}
+
+static em_err emit_layer(builder *b) {
+    const em_layer_desc *ld = &b->m->desc.layers[b->layer];
+    const em_layer_weights *lw = &b->m->w.layers[b->layer];
+    const step_buffers *s = &b->buf;
+    em_err err;
+    /* x += [post_norm](attention(norm(x))) */
+    if ((err = emit_norm(b, s->xn, s->x, lw->attn_norm))) return err;
+    if ((err = emit_attention(b))) return err;
+    if (lw->post_attn_norm && (err = emit_norm(b, s->out, s->out, lw->post_attn_norm))) return err;
+    if ((err = emit_add(b, s->x, s->out))) return err;
+    /* x += [post_norm](ffn(norm(x))) */
+    if ((err = emit_norm(b, s->xn, s->x, lw->ffn_norm))) return err;
+    if (ld->moe)
+        err = emit_experts(b);
+    else
+        err = emit_gated_unit(b, s->out, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down);
+    if (err) return err;
+    if (lw->post_ffn_norm && (err = emit_norm(b, s->out, s->out, lw->post_ffn_norm))) return err;
+    return emit_add(b, s->x, s->out);
+}
+
+/* Every buffer at the widest row any layer gives it. */
+static em_err declare_buffers(builder *b) {
+    const em_model_desc *d = &b->m->desc;
+    uint32_t q = 0, k = 0, v = 0, attn = 0, ff = 0, experts = 0, used = 0;
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        const em_layer_desc *ld = &d->layers[il];
+#define WIDEN(var, value) \
+    do {                  \
+        if ((value) > (var)) (var) = (value); \
+    } while (0)
+        WIDEN(q, ld->n_head * ld->head_dim);
+        WIDEN(k, ld->n_head_kv * ld->head_dim);
+        WIDEN(v, ld->n_head_kv * ld->head_dim_v);
+        WIDEN(attn, ld->n_head * ld->head_dim_v);
+        WIDEN(ff, ld->moe ? ld->n_ff_shared : ld->n_ff);
+        if (ld->moe) {
+            WIDEN(experts, ld->n_expert);
+            WIDEN(used, ld->n_expert_used);
+        }
+#undef WIDEN
+    }
+    em_program *p = b->p;
+    step_buffers *s = &b->buf;
+    em_err err;
+    const struct {
+        const char *name;
+        uint8_t *index;
+        em_program_buffer_kind kind;
+        uint32_t width;
+    } buffers[] = {
+        {"x", &s->x, EM_PROGRAM_ROWS, d->n_embd},       {"xn", &s->xn, EM_PROGRAM_ROWS, d->n_embd},
+        {"q", &s->q, EM_PROGRAM_ROWS, q},               {"k", &s->k, EM_PROGRAM_ROWS, k},
+        {"v", &s->v, EM_PROGRAM_ROWS, v},               {"attn", &s->attn, EM_PROGRAM_ROWS, attn},
+        {"out", &s->out, EM_PROGRAM_ROWS, d->n_embd},   {"gate", &s->gate, EM_PROGRAM_ROWS, ff},
+        {"up", &s->up, EM_PROGRAM_ROWS, ff},            {"router", &s->router, EM_PROGRAM_ROWS, experts},
+        {"choices", &s->choices, EM_PROGRAM_CHOICES, used}, {"shared", &s->shared, EM_PROGRAM_ROWS, d->n_embd},
+    };
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
+        if ((err = em_program_buffer_declare(p, buffers[i].name, buffers[i].kind, buffers[i].width, buffers[i].index)))
+            return err;
+    return NULL;
+}
+
+em_err em_model_build_program(const em_model *m, em_program *out) {
+    *out = (em_program){.n_vocab = m->desc.n_vocab, .n_layer = m->desc.n_layer};
+    const em_model_desc *d = &m->desc;
+    builder b = {.m = m, .p = out, .layer = EM_PROGRAM_NO_LAYER};
+    em_err err = declare_buffers(&b);
+    const em_program_embed embed = {.table = &m->w.token_embd, .scale = d->embd_scale};
+    if (!err) err = emit(&b, (em_program_op){.kind = EM_PROGRAM_EMBED, .dst = b.buf.x, .u.embed = embed});
+    for (b.layer = 0; b.layer < d->n_layer && !err; b.layer++) err = emit_layer(&b);
+    b.layer = EM_PROGRAM_NO_LAYER;
+    const em_program_output output = {.norm = norm_of(d, m->w.output_norm, d->n_embd), .weight = &m->w.output,
+                                      .softcap = d->final_softcap};
+    if (!err) err = emit(&b, (em_program_op){.kind = EM_PROGRAM_OUTPUT, .src = b.buf.x, .u.output = output});
+    if (!err) err = em_program_check(out);
+    if (err) {
+        em_program_free(out);
+        return em_err_prefix(err, "the layer program of %s", d->arch);
+    }
+    return NULL;
+}

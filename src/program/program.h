@@ -1,0 +1,236 @@
+/*
+ * program — a forward step as data: the ordered operations that turn a batch's tokens into logits,
+ * over named activation buffers, weights and KV caches. A model is compiled into its program once,
+ * at load (src/model/builder.c); every backend executes that program, so what a layer is lives in
+ * one place, and a trait of a family is an operation with its parameters, not a flag that each
+ * backend reads on its own.
+ *
+ * The shape of a program, for a llama-like block (em_program_describe prints any program this way):
+ *
+ *   embed          x = token_embd[token] · scale
+ *   norm           xn = RMSNorm(x) · w
+ *   matmul ×3      q, k, v = W_q xn (+ b_q), W_k xn, W_v xn
+ *   head_norm      each head of q (and k) normalized        (QK-norm families)
+ *   rope           each head of q and k rotated at the token's position
+ *   kv_write       k, v into the layer's cache
+ *   attention      attn = softmax(q·K) V over the cache
+ *   matmul         out = W_o attn
+ *   add            x += out
+ *   norm, matmul ×2, glu, matmul, add     x += down(act(gate xn) · up xn)
+ *   or route + experts (+ a shared expert) for a mixture-of-experts layer
+ *   output         logits = W_out RMSNorm(x) of the rows that want logits, soft-capped
+ *
+ * Buffers hold one row per token of the batch, in f32; each is declared once with the widest row any
+ * operation gives it (layers may differ), and every operation says the width it reads and writes, so
+ * em_program_check can prove before the first step that each operation reads what an earlier one
+ * wrote, at the width it expects, from weights of the right shape. A backend may fuse a sequence of
+ * operations into one kernel (a rewrite); the program stays the definition of what the step computes.
+ *
+ * Ownership: a program owns its arrays of operations, buffers and caches; the weights, vectors and
+ * RoPE parameters an operation points to belong to the model it was built from, which must outlive it.
+ * Depends on base only.
+ */
+#ifndef EMBER_PROGRAM_H
+#define EMBER_PROGRAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+
+/* ---- The operands ---- */
+
+/* A matrix (or a stack of matrices) in its stored block format. GGUF's layout: ne[0] = cols = input
+ * features, ne[1] = rows = output features (one output feature is one contiguous row). */
+typedef struct em_weight {
+    const void *data;     /* NULL when absent */
+    uint32_t type;
+    uint64_t cols;        /* ne[0]: input features */
+    uint64_t rows;        /* ne[1]: output features */
+    uint64_t n_mat;       /* ne[2]: experts, 1 otherwise */
+    uint64_t row_bytes;
+} em_weight;
+
+typedef enum em_rope_style { EM_ROPE_NORMAL, EM_ROPE_NEOX } em_rope_style;
+typedef enum em_rope_scaling {
+    EM_ROPE_SCALING_NONE,
+    EM_ROPE_SCALING_LINEAR, /* positions divided by factor */
+    EM_ROPE_SCALING_LLAMA3, /* per-frequency factors (GGUF stores them as rope_freqs.weight) */
+    EM_ROPE_SCALING_YARN,   /* interpolation ramp between extrapolated and interpolated angles */
+} em_rope_scaling;
+
+/* Rotary position embedding. */
+typedef struct em_rope {
+    em_rope_style style;
+    float theta;        /* frequency base */
+    uint32_t n_rot;     /* rotated dimensions per head (< head_dim: partial rotary) */
+    em_rope_scaling scaling;
+    float factor;       /* linear / yarn: context extension factor (1 = none) */
+    uint32_t orig_ctx;  /* yarn: training context before extension */
+    float yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
+    const float *freq_factors; /* n_rot/2 divisors of the frequencies, or NULL (owned by the model) */
+} em_rope;
+
+/* The activation of a gated unit: act(gate) · up. */
+typedef enum em_activation { EM_ACT_SWIGLU, EM_ACT_GEGLU } em_activation;
+/* How a router turns its logits into probabilities. */
+typedef enum em_gating { EM_GATING_SOFTMAX, EM_GATING_SIGMOID } em_gating;
+
+/* ---- Operations ---- */
+
+typedef enum em_program_op_kind {
+    EM_PROGRAM_EMBED,     /* dst = rows of `table` at the batch's tokens, times `scale` */
+    EM_PROGRAM_NORM,      /* dst = RMSNorm(src) · weight (weight NULL: none); dst may be src */
+    EM_PROGRAM_MATMUL,    /* dst = W[mat] · src (+ bias) */
+    EM_PROGRAM_HEAD_NORM, /* every head of dst: RMSNorm over its head_dim values · weight, in place */
+    EM_PROGRAM_ROPE,      /* every head of dst rotated at its token's position, in place */
+    EM_PROGRAM_KV_WRITE,  /* src (keys) and src2 (values) into `cache` at each token's position */
+    EM_PROGRAM_ATTENTION, /* dst = attention of the queries in src over `cache` */
+    EM_PROGRAM_GLU,       /* dst = act(dst) · src: dst holds the gate, src the up projection */
+    EM_PROGRAM_ADD,       /* dst += src */
+    EM_PROGRAM_ROUTE,     /* dst (choices) = the top experts of gating(src), src being router logits */
+    EM_PROGRAM_EXPERTS,   /* dst = Σ over the choices in src2 of weight · down(act(gate src) · up src) */
+    EM_PROGRAM_OUTPUT,    /* logits = W · RMSNorm(src) · norm for the rows that want them, soft-capped */
+    EM_PROGRAM_OP_KINDS
+} em_program_op_kind;
+
+/* No layer: the step's first and last operations. */
+#define EM_PROGRAM_NO_LAYER UINT32_MAX
+
+typedef struct em_program_norm {
+    const float *weight;  /* NULL: normalization alone */
+    uint32_t width;       /* floats per row (per head for head_norm) */
+    float eps;
+    bool plus_one;        /* multiply by (1 + w): weights stored without the shift */
+} em_program_norm;
+
+typedef struct em_program_matmul {
+    const em_weight *weight;
+    uint64_t mat;         /* which matrix of a stack */
+    const float *bias;    /* weight->rows floats, or NULL */
+} em_program_matmul;
+
+/* The heads of a buffer: head_norm and rope. */
+typedef struct em_program_heads {
+    uint32_t n_head, head_dim;
+    em_program_norm norm;     /* head_norm: per head, width = head_dim */
+    const em_rope *rope;      /* rope */
+} em_program_heads;
+
+typedef struct em_program_attention {
+    uint32_t n_head, n_head_kv, head_dim, head_dim_v;
+    uint32_t window;      /* a query at p sees keys at p' with p - p' < window; 0 = all before it */
+    float scale;          /* multiplies q·k */
+    float softcap;        /* scores become c·tanh(s/c); 0 = none */
+} em_program_attention;
+
+typedef struct em_program_glu {
+    em_activation act;
+    uint32_t width;
+} em_program_glu;
+
+typedef struct em_program_route {
+    uint32_t n_expert, n_used;
+    em_gating gating;
+    bool renormalize;     /* the chosen weights are rescaled to sum to 1 */
+    float scale;          /* then multiplied by this */
+} em_program_route;
+
+typedef struct em_program_experts {
+    const em_weight *gate, *up, *down; /* stacks of n_expert matrices */
+    em_activation act;
+} em_program_experts;
+
+typedef struct em_program_embed {
+    const em_weight *table; /* rows = the vocabulary */
+    float scale;
+} em_program_embed;
+
+typedef struct em_program_output {
+    em_program_norm norm;
+    const em_weight *weight;
+    float softcap;        /* logits become c·tanh(l/c); 0 = none */
+} em_program_output;
+
+typedef struct em_program_op {
+    em_program_op_kind kind;
+    uint32_t layer;       /* the layer it belongs to (messages, per-layer backends), or EM_PROGRAM_NO_LAYER */
+    uint8_t dst, src, src2; /* buffer indices; unused ones are 0 */
+    uint32_t cache;       /* kv_write, attention */
+    union {
+        em_program_norm norm;
+        em_program_matmul matmul;
+        em_program_heads heads;
+        em_program_attention attention;
+        em_program_glu glu;
+        em_program_route route;
+        em_program_experts experts;
+        em_program_embed embed;
+        em_program_output output;
+        uint32_t add_width;
+    } u;
+} em_program_op;
+
+/* ---- Buffers and caches ---- */
+
+typedef enum em_program_buffer_kind {
+    EM_PROGRAM_ROWS,      /* width f32 values per token */
+    EM_PROGRAM_CHOICES,   /* width (expert, weight) pairs per token: a router's choices */
+} em_program_buffer_kind;
+
+#define EM_PROGRAM_MAX_BUFFERS 32
+#define EM_PROGRAM_NAME_MAX 16
+
+typedef struct em_program_buffer {
+    char name[EM_PROGRAM_NAME_MAX];
+    em_program_buffer_kind kind;
+    uint32_t width;       /* the widest row any operation writes */
+} em_program_buffer;
+
+/* A KV cache: key_width and value_width floats per position (all heads of one layer). */
+typedef struct em_program_cache {
+    uint32_t key_width, value_width;
+    uint32_t layer;       /* the layer that writes it */
+} em_program_cache;
+
+typedef struct em_program {
+    em_program_op *ops;
+    uint32_t n_ops, cap_ops;
+    em_program_buffer buffers[EM_PROGRAM_MAX_BUFFERS];
+    uint32_t n_buffers;
+    em_program_cache *caches;
+    uint32_t n_caches, cap_caches;
+    uint32_t n_vocab;     /* the logits' width */
+    uint32_t n_layer;
+} em_program;
+
+/* ---- Building ---- */
+
+/* Declares a buffer (or widens one declared before under the same name); its index in *index. */
+em_err em_program_buffer_declare(em_program *p, const char *name, em_program_buffer_kind kind, uint32_t width,
+                                 uint8_t *index);
+/* Declares a KV cache written by `layer`; its index in *index. */
+em_err em_program_cache_declare(em_program *p, uint32_t layer, uint32_t key_width, uint32_t value_width,
+                                uint32_t *index);
+/* Appends an operation (copied). */
+em_err em_program_append(em_program *p, const em_program_op *op);
+
+/* NULL when every operation reads what an earlier one wrote, at the width it expects, from weights
+ * of the right shape, the program begins with embed and ends with output; else an error naming the
+ * first operation that breaks a rule, and the rule. */
+em_err em_program_check(const em_program *p);
+
+void em_program_free(em_program *p);
+
+/* ---- Reading ---- */
+
+const char *em_program_op_name(em_program_op_kind kind);
+/* One line for operation i ("layer 3 matmul q = W[4096x4096 q4_k] xn"). */
+void em_program_describe_op(const em_program *p, uint32_t i, char *buf, size_t size);
+/* The widest attention group (query heads per key head) and the most experts any route chooses. */
+uint32_t em_program_widest_group(const em_program *p);
+/* KV floats per position over all caches. */
+uint64_t em_program_kv_floats(const em_program *p);
+
+#endif

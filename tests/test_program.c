@@ -1,0 +1,234 @@
+/* The layer program (src/program/program.h) and the model's builder (src/model/builder.c): the
+ * operations each family's block compiles to, and a checker that refuses every program that would
+ * read a buffer before it is written, at another width, or from weights of the wrong shape. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/model.h"
+#include "program/program.h"
+
+static em_model *load_preset(const char *preset, uint32_t layers) {
+    char path[] = "/tmp/ember-test-program-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    em_synth_options o = {.preset = preset, .type = "f32", .layers = layers, .seed = 7,
+                          .vocab_path = EM_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf"};
+    em_err err = em_synth_write(&o, path);
+    if (err) fail_msg("synth %s: %s", preset, em_err_message(err));
+    em_model *m = NULL;
+    err = em_model_load_as(path, EM_GGUF_PRIVATE, &m);
+    unlink(path);
+    if (err) fail_msg("load %s: %s", preset, em_err_message(err));
+    return m;
+}
+
+/* The kinds of the operations of one layer, as a string ("norm matmul matmul ..."). */
+static void layer_kinds(const em_program *p, uint32_t layer, char *buf, size_t size) {
+    buf[0] = 0;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        if (p->ops[i].layer != layer) continue;
+        const size_t used = strlen(buf);
+        snprintf(buf + used, size - used, "%s%s", used ? " " : "", em_program_op_name(p->ops[i].kind));
+    }
+}
+
+static void assert_layer(const em_program *p, uint32_t layer, const char *want) {
+    char got[512];
+    layer_kinds(p, layer, got, sizeof got);
+    if (strcmp(got, want)) fail_msg("layer %u:\n  got  %s\n  want %s", layer, got, want);
+}
+
+#define ATTENTION "matmul matmul matmul rope rope kv_write attention matmul"
+#define QK_NORM_ATTENTION "matmul matmul matmul head_norm rope head_norm rope kv_write attention matmul"
+#define GATED_UNIT "matmul matmul glu matmul"
+
+/* Each family's block as operations: the traits of the registry become operations and parameters. */
+static void test_family_blocks(void **state) {
+    (void)state;
+    const struct {
+        const char *preset;
+        const char *layer0;
+    } cases[] = {
+        {"tiny-llama", "norm " ATTENTION " add norm " GATED_UNIT " add"},
+        {"tiny-qwen3", "norm " QK_NORM_ATTENTION " add norm " GATED_UNIT " add"},
+        {"tiny-gemma2", "norm " ATTENTION " norm add norm " GATED_UNIT " norm add"},
+        {"tiny-qwen3moe", "norm " QK_NORM_ATTENTION " add norm matmul route experts add"},
+        {"tiny-mixtral", "norm " ATTENTION " add norm matmul route experts add"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        em_model *m = load_preset(cases[i].preset, 0);
+        const em_program *p = &m->program;
+        assert_null(em_program_check(p));
+        assert_int_equal(p->ops[0].kind, EM_PROGRAM_EMBED);
+        assert_int_equal(p->ops[p->n_ops - 1].kind, EM_PROGRAM_OUTPUT);
+        assert_int_equal(p->n_caches, m->desc.n_layer);
+        assert_int_equal(p->n_vocab, m->desc.n_vocab);
+        for (uint32_t il = 0; il < m->desc.n_layer; il++)
+            if (!m->desc.layers[il].moe == !m->desc.layers[0].moe) assert_layer(p, il, cases[i].layer0);
+        em_model_free(m);
+    }
+}
+
+/* Traits that are parameters: Gemma 2's soft-caps and sliding windows, Qwen2's biases, the router. */
+static void test_parameters(void **state) {
+    (void)state;
+    em_model *m = load_preset("tiny-gemma2", 0);
+    const em_program *p = &m->program;
+    uint32_t windows = 0, full = 0;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        const em_program_op *op = &p->ops[i];
+        if (op->kind == EM_PROGRAM_ATTENTION) {
+            const em_layer_desc *ld = &m->desc.layers[op->layer];
+            assert_true(op->u.attention.softcap == ld->attn_softcap && ld->attn_softcap > 0);
+            assert_true(op->u.attention.scale == ld->attn_scale);
+            if (op->u.attention.window) {
+                assert_int_equal(ld->attn, EM_ATTN_SLIDING);
+                assert_int_equal(op->u.attention.window, ld->window);
+                windows++;
+            } else {
+                assert_int_equal(ld->attn, EM_ATTN_FULL);
+                full++;
+            }
+        }
+        if (op->kind == EM_PROGRAM_OUTPUT) assert_true(op->u.output.softcap == m->desc.final_softcap);
+    }
+    assert_true(windows > 0 && full > 0);
+    em_model_free(m);
+
+    m = load_preset("tiny-qwen2", 0);
+    p = &m->program;
+    uint32_t biased = 0;
+    for (uint32_t i = 0; i < p->n_ops; i++)
+        if (p->ops[i].kind == EM_PROGRAM_MATMUL && p->ops[i].u.matmul.bias) biased++;
+    assert_int_equal(biased, 3 * m->desc.n_layer); /* q, k and v */
+    em_model_free(m);
+
+    m = load_preset("tiny-qwen3moe", 0);
+    p = &m->program;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        if (p->ops[i].kind != EM_PROGRAM_ROUTE) continue;
+        const em_layer_desc *ld = &m->desc.layers[p->ops[i].layer];
+        assert_int_equal(p->ops[i].u.route.n_expert, ld->n_expert);
+        assert_int_equal(p->ops[i].u.route.n_used, ld->n_expert_used);
+        assert_int_equal(p->ops[i].u.route.renormalize, ld->renormalize);
+    }
+    char line[160];
+    em_program_describe_op(p, 0, line, sizeof line);
+    assert_string_equal(line, "embed x = [32000x128 F32][token] x 1");
+    em_model_free(m);
+}
+
+static void assert_error_has(em_err err, const char *text) {
+    if (!err) fail_msg("no error; wanted one that says \"%s\"", text);
+    if (!strstr(em_err_message(err), text)) fail_msg("error \"%s\" does not say \"%s\"", em_err_message(err), text);
+    em_err_free(err);
+}
+
+/* The index of the first operation of `kind` in `layer`. */
+static uint32_t find(const em_program *p, em_program_op_kind kind, uint32_t layer) {
+    for (uint32_t i = 0; i < p->n_ops; i++)
+        if (p->ops[i].kind == kind && p->ops[i].layer == layer) return i;
+    fail_msg("no %s in layer %u", em_program_op_name(kind), layer);
+    return 0;
+}
+
+static uint8_t buffer_named(const em_program *p, const char *name) {
+    for (uint32_t i = 0; i < p->n_buffers; i++)
+        if (!strcmp(p->buffers[i].name, name)) return (uint8_t)i;
+    fail_msg("no buffer %s", name);
+    return 0;
+}
+
+/* A copy of the model's program to break. */
+static em_program copy_program(const em_program *p) {
+    em_program c = *p;
+    c.ops = malloc(p->n_ops * sizeof *c.ops);
+    c.caches = malloc(p->n_caches * sizeof *c.caches);
+    assert_non_null(c.ops);
+    assert_non_null(c.caches);
+    memcpy(c.ops, p->ops, p->n_ops * sizeof *c.ops);
+    memcpy(c.caches, p->caches, p->n_caches * sizeof *c.caches);
+    c.cap_ops = p->n_ops;
+    c.cap_caches = p->n_caches;
+    return c;
+}
+
+static void swap_ops(em_program *p, uint32_t a, uint32_t b) {
+    const em_program_op t = p->ops[a];
+    p->ops[a] = p->ops[b];
+    p->ops[b] = t;
+}
+
+/* Every broken program is refused, and the message names the operation and the rule. */
+static void test_checker_refuses(void **state) {
+    (void)state;
+    em_model *m = load_preset("tiny-qwen3moe", 0);
+    const em_program *good = &m->program;
+    em_program p;
+
+    p = copy_program(good); /* attention before its layer's keys and values are written */
+    swap_ops(&p, find(&p, EM_PROGRAM_KV_WRITE, 1), find(&p, EM_PROGRAM_ATTENTION, 1));
+    assert_error_has(em_program_check(&p), "(layer 1 attention): reads cache 1 before a kv_write");
+    em_program_free(&p);
+
+    p = copy_program(good); /* the experts before the route that chooses them */
+    swap_ops(&p, find(&p, EM_PROGRAM_ROUTE, 0), find(&p, EM_PROGRAM_EXPERTS, 0));
+    assert_error_has(em_program_check(&p), "(layer 0 experts): reads choices choices before a route");
+    em_program_free(&p);
+
+    p = copy_program(good); /* the output projection reading a buffer nothing has written yet */
+    p.ops[find(&p, EM_PROGRAM_ATTENTION, 0) + 1].src = buffer_named(&p, "gate");
+    assert_error_has(em_program_check(&p), "(layer 0 matmul): reads gate before anything writes it");
+    em_program_free(&p);
+
+    p = copy_program(good); /* a product whose weight does not match its input: k from the router's logits */
+    p.ops[find(&p, EM_PROGRAM_MATMUL, 1) + 1].src = p.ops[find(&p, EM_PROGRAM_ROUTE, 0)].src;
+    assert_error_has(em_program_check(&p), "(layer 1 matmul): reads router at width 128, last written at 8");
+    em_program_free(&p);
+
+    p = copy_program(good); /* a router that chooses more experts than it has */
+    p.ops[find(&p, EM_PROGRAM_ROUTE, 1)].u.route.n_used = 9;
+    assert_error_has(em_program_check(&p), "(layer 1 route): chooses 9 of 8 experts");
+    em_program_free(&p);
+
+    p = copy_program(good); /* a row wider than its buffer was declared */
+    p.buffers[p.ops[find(&p, EM_PROGRAM_ATTENTION, 0)].dst].width = 64;
+    assert_error_has(em_program_check(&p), "writes attn at width 128, declared 64");
+    em_program_free(&p);
+
+    p = copy_program(good); /* attention over a cache of other heads */
+    p.ops[find(&p, EM_PROGRAM_ATTENTION, 0)].u.attention.n_head_kv = 1;
+    assert_error_has(em_program_check(&p), "a cache of 64/64 floats a position for these heads");
+    em_program_free(&p);
+
+    p = copy_program(good); /* no output at the end */
+    p.n_ops--;
+    assert_error_has(em_program_check(&p), "does not end with output");
+    em_program_free(&p);
+
+    p = copy_program(good); /* a missing weight */
+    em_weight missing = *p.ops[find(&p, EM_PROGRAM_MATMUL, 0)].u.matmul.weight;
+    missing.data = NULL;
+    p.ops[find(&p, EM_PROGRAM_MATMUL, 0)].u.matmul.weight = &missing;
+    assert_error_has(em_program_check(&p), "(layer 0 matmul): the weight is missing");
+    em_program_free(&p);
+
+    em_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_family_blocks),
+        cmocka_unit_test(test_parameters),
+        cmocka_unit_test(test_checker_refuses),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
