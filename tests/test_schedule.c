@@ -1,5 +1,5 @@
 /* The decode schedule of the persistent kernel (src/backend/schedule.h): what the builder makes of
- * a model description, what it refuses, and that the checker rejects every schedule that would
+ * a layer program, what it refuses, and that the checker rejects every schedule that would
  * let a block read what another has not finished writing. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,17 +11,24 @@
 #include "backend/schedule.h"
 #include "model/model.h"
 
-#define LAYERS 3
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
-static em_layer_desc layers[LAYERS];
-
-static em_model_desc dense(void) {
-    for (int i = 0; i < LAYERS; i++)
-        layers[i] = (em_layer_desc){.attn = EM_ATTN_FULL, .n_head = 8, .n_head_kv = 2, .head_dim = 64,
-                                    .head_dim_v = 64, .attn_scale = 0.125f, .n_ff = 256};
-    em_model_desc d = {.n_layer = LAYERS, .n_embd = 512, .n_vocab = 1000, .norm = EM_NORM_RMS, .norm_eps = 1e-5f,
-                       .act = EM_ACT_SWIGLU, .layers = layers};
-    return d;
+static em_model *load_preset(const char *preset) {
+    char path[] = "/tmp/ember-test-schedule-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    em_synth_options o = {.preset = preset, .type = "f32", .seed = 5,
+                          .vocab_path = EM_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf"};
+    em_err err = em_synth_write(&o, path);
+    if (err) fail_msg("synth %s: %s", preset, em_err_message(err));
+    em_model *m = NULL;
+    err = em_model_load_as(path, EM_GGUF_PRIVATE, &m);
+    unlink(path);
+    if (err) fail_msg("load %s: %s", preset, em_err_message(err));
+    return m;
 }
 
 static void assert_error_has(em_err err, const char *text) {
@@ -30,14 +37,41 @@ static void assert_error_has(em_err err, const char *text) {
     em_err_free(err);
 }
 
+/* A copy of a program's operations, with room for one more, to edit. */
+static em_program edited(const em_program *p) {
+    em_program c = *p;
+    c.ops = malloc((p->n_ops + 1) * sizeof *c.ops);
+    assert_non_null(c.ops);
+    memcpy(c.ops, p->ops, p->n_ops * sizeof *c.ops);
+    c.cap_ops = p->n_ops + 1;
+    c.caches = NULL;
+    c.n_caches = c.cap_caches = 0;
+    return c;
+}
+
+static uint32_t find(const em_program *p, em_program_op_kind kind, uint32_t layer) {
+    for (uint32_t i = 0; i < p->n_ops; i++)
+        if (p->ops[i].kind == kind && p->ops[i].layer == layer) return i;
+    fail_msg("no %s in layer %u", em_program_op_name(kind), layer);
+    return 0;
+}
+
+/* A copy of operation `at` inserted before it. */
+static void insert_copy(em_program *p, uint32_t at) {
+    memmove(&p->ops[at + 1], &p->ops[at], (p->n_ops - at) * sizeof *p->ops);
+    p->n_ops++;
+}
+
+/* tiny-llama's program: each layer is qkv, attention, out_proj, ffn_up, ffn_down; then the head. */
 static void test_dense_layers(void **state) {
     (void)state;
-    em_model_desc d = dense();
+    em_model *m = load_preset("tiny-llama");
+    const uint32_t layers = m->desc.n_layer;
     em_schedule s;
-    assert_null(em_schedule_build(&d, &s));
-    assert_int_equal(s.n_ops, LAYERS * 5 + 1);
+    assert_null(em_schedule_build(&m->program, &s));
+    assert_int_equal(s.n_ops, layers * 5 + 1);
     const em_op_kind per_layer[5] = {EM_OP_QKV, EM_OP_ATTENTION, EM_OP_OUT_PROJ, EM_OP_FFN_UP, EM_OP_FFN_DOWN};
-    for (uint32_t il = 0; il < LAYERS; il++)
+    for (uint32_t il = 0; il < layers; il++)
         for (uint32_t k = 0; k < 5; k++) {
             const em_op *op = &s.ops[il * 5 + k];
             assert_int_equal(op->kind, per_layer[k]);
@@ -46,64 +80,95 @@ static void test_dense_layers(void **state) {
         }
     assert_int_equal(s.ops[s.n_ops - 1].kind, EM_OP_HEAD);
     assert_false(s.ops[s.n_ops - 1].barrier_after);
-    assert_int_equal(s.n_barriers, LAYERS * 5);
+    assert_int_equal(s.n_barriers, layers * 5);
     assert_null(em_schedule_check(&s));
     em_schedule_free(&s);
+    em_model_free(m);
 }
 
 /* A mixture-of-experts layer routes after the attention, and its experts' two products each end at
- * a barrier: the routing must be complete before any block picks its experts. Dense layers between
- * (Flint's first layers) keep their gated unit. */
+ * a barrier: the routing must be complete before any block picks its experts. Dense layers before
+ * them (Flint's first layers) keep their gated unit. QK-norm (Qwen3) belongs to the attention
+ * instruction. */
 static void test_expert_layers(void **state) {
     (void)state;
-    em_model_desc d = dense();
-    for (int i = 1; i < LAYERS; i++)
-        layers[i].moe = true, layers[i].n_expert = 64, layers[i].n_expert_used = 6, layers[i].n_ff = 128;
+    em_model *m = load_preset("tiny-flint");
+    assert_int_equal(m->desc.n_layer, 4);
     em_schedule s;
-    assert_null(em_schedule_build(&d, &s));
-    assert_int_equal(s.n_ops, 5 + 2 * 6 + 1);
-    const em_op_kind expected[] = {EM_OP_QKV,      EM_OP_ATTENTION, EM_OP_OUT_PROJ, EM_OP_FFN_UP,    EM_OP_FFN_DOWN,
-                                   EM_OP_QKV,      EM_OP_ATTENTION, EM_OP_OUT_PROJ, EM_OP_ROUTE,     EM_OP_EXPERT_UP,
-                                   EM_OP_EXPERT_DOWN, EM_OP_QKV,    EM_OP_ATTENTION, EM_OP_OUT_PROJ, EM_OP_ROUTE,
+    assert_null(em_schedule_build(&m->program, &s));
+    assert_int_equal(s.n_ops, 2 * 5 + 2 * 6 + 1);
+    const em_op_kind expected[] = {EM_OP_QKV,      EM_OP_ATTENTION,  EM_OP_OUT_PROJ, EM_OP_FFN_UP,   EM_OP_FFN_DOWN,
+                                   EM_OP_QKV,      EM_OP_ATTENTION,  EM_OP_OUT_PROJ, EM_OP_FFN_UP,   EM_OP_FFN_DOWN,
+                                   EM_OP_QKV,      EM_OP_ATTENTION,  EM_OP_OUT_PROJ, EM_OP_ROUTE,    EM_OP_EXPERT_UP,
+                                   EM_OP_EXPERT_DOWN, EM_OP_QKV,     EM_OP_ATTENTION, EM_OP_OUT_PROJ, EM_OP_ROUTE,
                                    EM_OP_EXPERT_UP, EM_OP_EXPERT_DOWN, EM_OP_HEAD};
     for (uint32_t i = 0; i < s.n_ops; i++) assert_int_equal(s.ops[i].kind, expected[i]);
-    assert_int_equal(s.ops[9].layer, 1);
+    assert_int_equal(s.ops[14].layer, 2);
     assert_string_equal(em_op_name(EM_OP_EXPERT_DOWN), "expert_down");
     assert_null(em_schedule_check(&s));
     /* experts chosen while other blocks still write the router's logits */
-    s.ops[8].barrier_after = false;
+    s.ops[13].barrier_after = false;
     s.n_barriers--;
-    assert_error_has(em_schedule_check(&s), "op 9 (expert_up, layer 1): reads buffers 0x40 before a barrier");
+    assert_error_has(em_schedule_check(&s), "op 14 (expert_up, layer 2): reads buffers 0x40 before a barrier");
     em_schedule_free(&s);
+    em_model_free(m);
+
+    m = load_preset("tiny-qwen3moe");
+    assert_null(em_schedule_build(&m->program, &s));
+    assert_int_equal(s.n_ops, m->desc.n_layer * 6 + 1);
+    em_schedule_free(&s);
+    em_model_free(m);
 }
 
+/* What the kernel does not run is refused with the layer and the reason, and nothing is left
+ * allocated. */
 static void test_unsupported_layers(void **state) {
     (void)state;
     em_schedule s;
-    em_model_desc d = dense();
-    layers[1].moe = true, layers[1].n_expert = 8, layers[1].n_expert_used = 2, layers[1].n_ff_shared = 64;
-    assert_error_has(em_schedule_build(&d, &s), "layer 1: shared experts");
-    d = dense();
-    layers[2].moe = true, layers[2].n_expert = 512, layers[2].n_expert_used = 8;
-    assert_error_has(em_schedule_build(&d, &s), "layer 2: 8 of 512 experts a token");
-    d = dense();
-    layers[2].post_ffn_norm = true;
-    assert_error_has(em_schedule_build(&d, &s), "layer 2: post-norms");
-    d = dense();
-    layers[0].head_dim = layers[0].head_dim_v = 48;
-    assert_error_has(em_schedule_build(&d, &s), "layer 0: head sizes 48/48");
-    d = dense();
-    layers[1].n_head_kv = 3;
-    assert_error_has(em_schedule_build(&d, &s), "layer 1: 8 query heads over 3 key heads");
-    assert_null(s.ops); /* nothing is left allocated by a refusal */
+    em_model *m = load_preset("tiny-qwen3moe");
+    em_program p = edited(&m->program);
+    insert_copy(&p, find(&p, EM_PROGRAM_EXPERTS, 1) + 1); /* a shared expert's product after the experts */
+    p.ops[find(&p, EM_PROGRAM_EXPERTS, 1) + 1].kind = EM_PROGRAM_MATMUL;
+    assert_error_has(em_schedule_build(&p, &s), "layer 1: shared experts");
+    assert_null(s.ops);
+    free(p.ops);
+
+    p = edited(&m->program);
+    p.ops[find(&p, EM_PROGRAM_ROUTE, 1)].u.route.n_expert = 512;
+    p.ops[find(&p, EM_PROGRAM_ROUTE, 1)].u.route.n_used = 8;
+    assert_error_has(em_schedule_build(&p, &s), "layer 1: 8 of 512 experts a token");
+    free(p.ops);
+
+    p = edited(&m->program);
+    p.ops[find(&p, EM_PROGRAM_ATTENTION, 0)].u.attention.head_dim = 48;
+    p.ops[find(&p, EM_PROGRAM_ATTENTION, 0)].u.attention.head_dim_v = 48;
+    assert_error_has(em_schedule_build(&p, &s), "layer 0: head sizes 48/48");
+    free(p.ops);
+
+    p = edited(&m->program);
+    p.ops[find(&p, EM_PROGRAM_ATTENTION, 1)].u.attention.n_head_kv = 3;
+    assert_error_has(em_schedule_build(&p, &s), "layer 1: 4 query heads over 3 key heads");
+    free(p.ops);
+
+    p = edited(&m->program);
+    p.ops[find(&p, EM_PROGRAM_KV_WRITE, 0)].kind = EM_PROGRAM_GLU;
+    assert_error_has(em_schedule_build(&p, &s), "layer 0: glu where the schedule expects kv_write");
+    free(p.ops);
+    em_model_free(m);
+
+    m = load_preset("tiny-gemma2"); /* post-norms */
+    assert_error_has(em_schedule_build(&m->program, &s), "layer 0: post-norms");
+    assert_null(s.ops);
+    em_model_free(m);
 }
 
 /* Each corruption of a good schedule is one the kernel must never run. */
 static void test_check_rejects(void **state) {
     (void)state;
-    em_model_desc d = dense();
+    em_model *m = load_preset("tiny-llama");
+    assert_true(m->desc.n_layer >= 2);
     em_schedule s;
-    assert_null(em_schedule_build(&d, &s));
+    assert_null(em_schedule_build(&m->program, &s));
     /* attention would read q, k, v that other blocks are still computing */
     s.ops[5].barrier_after = false;
     s.n_barriers--;
@@ -138,6 +203,7 @@ static void test_check_rejects(void **state) {
     s.ops[3].kind = EM_OP_KINDS;
     assert_error_has(em_schedule_check(&s), "op 3: kind");
     em_schedule_free(&s);
+    em_model_free(m);
 }
 
 int main(void) {

@@ -1,6 +1,10 @@
 /*
- * schedule — a decode step as a list of instructions, built from the model description, for a
+ * schedule — a decode step as a list of instructions, built from the layer program, for a
  * persistent kernel that runs the whole step in one launch (src/backend/cuda/mega.cu).
+ *
+ * The schedule is derived from the layer program (program.h): each layer's run of operations is
+ * matched against the instructions' shapes and rewritten into them, so the program stays the one
+ * definition of a step.
  *
  * A decode step of a few sequences is memory-bound: its time is the bytes of the weights over the
  * memory bandwidth, plus every moment the memory idles. Run as a kernel per operation, each kernel's
@@ -35,7 +39,7 @@
 #include <stdint.h>
 
 #include "../base/base.h"
-#include "../model/model.h"
+#include "../program/program.h"
 
 typedef enum em_op_kind {
     EM_OP_QKV,       /* q, k, v = W_qkv · norm(x): raw, before bias, QK-norm and RoPE */
@@ -77,11 +81,11 @@ typedef struct em_schedule {
     uint32_t n_barriers;
 } em_schedule;
 
-/* The decode schedule of `d`, or an error that says why the model has none (what is not
- * supported, and where): RMSNorm, no post-norms, gated units (dense, or experts without a shared
- * expert, at most EM_SCHEDULE_MAX_EXPERTS of which at most EM_SCHEDULE_MAX_USED per token), head
- * sizes of 32-256 with equal key and value sizes. */
-em_err em_schedule_build(const em_model_desc *d, em_schedule *out);
+/* The decode schedule of a layer program, or an error that says why it has none (the operation that
+ * does not fit an instruction, and where): each layer's operations must be a block of QKV, attention (head sizes of 32-256, keys and values alike), the output projection and
+ * a gated unit, dense or through experts (at most EM_SCHEDULE_MAX_EXPERTS, of which at most
+ * EM_SCHEDULE_MAX_USED a token), with no post-norms and no shared expert. */
+em_err em_schedule_build(const em_program *p, em_schedule *out);
 /* NULL when `s` is safe to run (see above), else the first instruction that is not, and why. */
 em_err em_schedule_check(const em_schedule *s);
 void em_schedule_free(em_schedule *s);

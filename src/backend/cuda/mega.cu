@@ -3,7 +3,7 @@
  * A decode step reads every weight once; run as a kernel per operation (forward.cu), each kernel's
  * ramp and tail leave the memory idle, and at one sequence that idle time is most of the step. Here
  * one block per multiprocessor stays resident for the whole step and works through the step's
- * schedule (src/backend/schedule.h), built from the model description when the backend is made:
+ * schedule (src/backend/schedule.h), built from the model's layer program when the backend is made:
  *
  *   for each layer:  x += O · attention(QKV · norm(x));  x += down · act(gate · norm(x)) * (up · norm(x))
  *   (a mixture-of-experts layer: router, then the chosen experts' gated units and down products)
@@ -738,7 +738,7 @@ void em_cuda_mega_free(cuda_backend *b) {
 
 static em_err setup(cuda_backend *b, cuda_mega *m) {
     const em_model_desc *d = b->d;
-    em_err err = em_schedule_build(d, &m->schedule);
+    em_err err = em_schedule_build(&b->base.model->program, &m->schedule);
     if (err) return err;
     if ((err = em_schedule_check(&m->schedule))) return err;
     if (b->kv_elem != 2) return em_errorf(EM_ERR_UNSUPPORTED, "the kernel reads an f16 KV cache");
