@@ -42,7 +42,12 @@ typedef struct cpu_backend {
     float *scores;        /* per thread, cap_positions floats per query head of a KV head's group */
     uint32_t cap_positions;
     uint64_t scores_per_thread;
-    float *rope_angles;   /* cos, sin of one position's angles: n_rot floats */
+    /* cos, sin of each token's angles (max_rot floats a token), for `angles_rope`; the layers that
+     * share a rotation share them within a step */
+    float *rope_angles;
+    em_rope angles_rope;
+    bool angles_valid;
+    uint32_t max_rot;
     uint8_t *act;         /* activations in the dot-product format */
     uint8_t *act_groups;  /* the same packed in token groups (em_cpu_matmul's groups), or NULL */
     bool packs_groups;    /* some weight type has a group kernel on this CPU: act_groups is allocated */
@@ -281,16 +286,30 @@ static void kv_write(cpu_backend *b, const em_batch *batch, uint32_t cache, cons
     }
 }
 
-/* QK-norm or RoPE of every head of every token, in place. */
+static bool same_rope(const em_rope *a, const em_rope *b) {
+    return a->style == b->style && a->theta == b->theta && a->n_rot == b->n_rot && a->scaling == b->scaling &&
+           a->factor == b->factor && a->orig_ctx == b->orig_ctx && a->yarn_ext_factor == b->yarn_ext_factor &&
+           a->yarn_attn_factor == b->yarn_attn_factor && a->yarn_beta_fast == b->yarn_beta_fast &&
+           a->yarn_beta_slow == b->yarn_beta_slow && a->freq_factors == b->freq_factors;
+}
+
+/* QK-norm or RoPE of every head of every token, in place. The angles of a rotation are worked out
+ * once a step: every layer with the same rotation (usually all of them, queries and keys) reuses them. */
 static void heads(cpu_backend *b, const em_batch *batch, const em_program_op *op, float *rows) {
     const em_program_heads *h = &op->u.heads;
+    if (op->kind == EM_PROGRAM_ROPE && !(b->angles_valid && same_rope(&b->angles_rope, h->rope))) {
+        for (uint32_t t = 0; t < batch->n_tokens; t++)
+            em_cpu_rope_angles(b->rope_angles + (uint64_t)t * b->max_rot, batch->pos[t], h->rope);
+        b->angles_rope = *h->rope;
+        b->angles_valid = true;
+    }
     for (uint32_t t = 0; t < batch->n_tokens; t++) {
         float *row = rows + (uint64_t)t * h->n_head * h->head_dim;
-        if (op->kind == EM_PROGRAM_ROPE) em_cpu_rope_angles(b->rope_angles, batch->pos[t], h->rope);
+        const float *angles = b->rope_angles + (uint64_t)t * b->max_rot;
         for (uint32_t i = 0; i < h->n_head; i++) {
             float *head = row + (uint64_t)i * h->head_dim;
             if (op->kind == EM_PROGRAM_ROPE)
-                em_cpu_rope(head, b->rope_angles, h->rope);
+                em_cpu_rope(head, angles, h->rope);
             else
                 em_cpu_rmsnorm(head, head, h->norm.weight, h->head_dim, h->norm.eps, h->norm.plus_one);
         }
@@ -464,12 +483,14 @@ static em_err reserve(cpu_backend *b, uint32_t n) {
         }
     }
     free(b->logits_in);
+    free(b->rope_angles);
     free(b->act);
     free(b->act_groups);
     b->logits_in = malloc((uint64_t)b->max_embd * n * sizeof(float));
+    b->rope_angles = malloc((uint64_t)b->max_rot * n * sizeof(float));
     b->act = malloc(b->act_per_token * (n > few_act_rows ? n : few_act_rows));
     b->act_groups = b->packs_groups ? malloc(b->act_per_token * em_cpu_group_scratch_tokens(n)) : NULL;
-    if (!b->logits_in || !b->act || (b->packs_groups && !b->act_groups)) goto nomem;
+    if (!b->logits_in || !b->rope_angles || !b->act || (b->packs_groups && !b->act_groups)) goto nomem;
     em_err err;
     if (b->max_expert_used &&
         (err = em_cpu_expert_scratch_reserve(&b->experts, b->pool.n_threads, n, b->max_expert_used, b->max_expert,
@@ -529,6 +550,7 @@ static em_err forward(cpu_backend *b, const em_batch *batch, float *logits, cons
     if ((err = reserve(b, batch->n_tokens))) return err;
     if ((err = reserve_positions(b, batch))) return err;
     uint32_t rows = 0;
+    b->angles_valid = false; /* new positions */
     if ((err = run_program(b, batch, logits, &rows))) return err;
     if (pick && !batch->pick_masks_later) pick_rows(b, logits, rows, batch->pick_masks, pick, picked);
     return NULL;
@@ -741,11 +763,10 @@ em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config
     /* calloc: pages are only touched when rows are written, so a large budget costs nothing up front. */
     b->keys = calloc(key_floats ? key_floats : 1, sizeof(float));
     b->values = calloc(value_floats ? value_floats : 1, sizeof(float));
-    uint32_t max_rot = 2;
+    b->max_rot = 2;
     for (uint32_t i = 0; i < p->n_ops; i++)
-        if (p->ops[i].kind == EM_PROGRAM_ROPE && p->ops[i].u.heads.rope->n_rot > max_rot)
-            max_rot = p->ops[i].u.heads.rope->n_rot;
-    b->rope_angles = malloc(max_rot * sizeof(float));
+        if (p->ops[i].kind == EM_PROGRAM_ROPE && p->ops[i].u.heads.rope->n_rot > b->max_rot)
+            b->max_rot = p->ops[i].u.heads.rope->n_rot;
     /* matmuls takes up to three products (Q, K, V), experts_few two per chosen expert of each token. */
     const uint32_t slots = (EM_CPU_FEW_TOKENS - 1) * b->max_expert_used, slot_rows = slots ? slots : 1;
     b->max_products = 2 * slots > 3 ? 2 * slots : 3;
@@ -756,7 +777,7 @@ em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config
     b->slot_gate = malloc((uint64_t)slot_rows * (b->max_ff ? b->max_ff : 1) * sizeof(float));
     b->slot_up = malloc((uint64_t)slot_rows * (b->max_ff ? b->max_ff : 1) * sizeof(float));
     b->slot_out = malloc((uint64_t)slot_rows * (b->max_embd ? b->max_embd : 1) * sizeof(float));
-    if (!b->keys || !b->values || !b->rope_angles || !b->products || !b->slot_token || !b->slot_expert ||
+    if (!b->keys || !b->values || !b->products || !b->slot_token || !b->slot_expert ||
         !b->slot_weight || !b->slot_gate || !b->slot_up || !b->slot_out)
         goto nomem;
     *out = &b->base;
