@@ -10,11 +10,13 @@ all: build
 deps:
 	@tools/deps.sh
 
-$(BUILD)/CMakeCache.txt:
+# Configuring waits for deps (an order-only prerequisite: `make -j` would otherwise run cmake beside
+# the install, and cmake fails on a package not installed yet) and runs once, when BUILD has no cache.
+$(BUILD)/CMakeCache.txt: | deps
 	@echo "ember: configuring $(BUILD) (cmake)"
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) > /dev/null
 
-configure: deps $(BUILD)/CMakeCache.txt
+configure: $(BUILD)/CMakeCache.txt
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
