@@ -5,8 +5,8 @@ CMAKE_FLAGS ?=
 
 # The CUDA backend. `make` and `make test` build it wherever nvcc is found (so CI compiles the CUDA
 # code); `make run` builds it only where a GPU is present (nvidia-smi lists one, or /dev/nvidia0
-# exists): on a machine with nvcc and no GPU, compiling the kernels took most of a first run's eight
-# minutes, for a backend it cannot use. EMBER_CUDA=1 or EMBER_CUDA=0 decides for every target.
+# exists): on a machine with nvcc and no GPU, compiling the kernels was most of a first run's time,
+# for a backend it cannot use. EMBER_CUDA=1 or EMBER_CUDA=0 decides for every target.
 gpu_present = $(shell { nvidia-smi -L 2>/dev/null | grep -q '^GPU' || [ -e /dev/nvidia0 ]; } && echo 1 || echo 0)
 cuda_choice = $(if $(filter 0 1,$(EMBER_CUDA)),$(EMBER_CUDA),$(1))
 on_off = $(if $(filter 1,$(1)),ON,OFF)
