@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The mask time per token per constrained sequence (bench/grammar_mask.c), for the grammar of
-# bench/RESULTS.md's constrained decoding sections, at 1 and 16 sequences, with and without the
+# bench/RESULTS.md's grammar-mask rows (`json`), at 1 and 16 sequences, with and without the
 # shared mask cache; then the first walks of parse states by the trie walk and from the grammar's
 # position tables side by side ("pair"; PAIR=0 leaves it out, for builds without position tables):
 #   bash bench/grammar_mask.sh BUILD_DIR [VOCAB.gguf] [TOKENS] [ROUNDS]

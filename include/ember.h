@@ -59,10 +59,10 @@ typedef struct ember_options {
 } ember_options;
 
 /* Where the model's weights (and the draft model's) live in host memory. Read into the process's own
- * memory, a CPU decode streamed them 1.08-1.42x faster on the machine measured than from the file's
- * page cache mapping (bench/RESULTS.md), for a read of the file at start and its size in memory;
- * mapped, they cost nothing up front, are shared with other processes mapping the file and can be
- * paged out. */
+ * memory, a CPU decode streamed them faster on the machine measured than from the file's page cache
+ * mapping (bench/RESULTS.md, "CPU: more sequences, weights in memory"), for a read of the file at
+ * start and its size in memory; mapped, they cost nothing up front, are shared with other processes
+ * mapping the file and can be paged out. */
 typedef enum ember_weights_memory {
     EMBER_WEIGHTS_AUTO = 0,  /* read when the CPU backend runs the model and the files take at most half
                                 of the memory available, mapped otherwise */

@@ -31,8 +31,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "../bench/bench.h"
 #include "cli.h"
-#include "bench_url.h"
 #include "grammar/grammar.h"
 #include "ember.h"
 
@@ -112,16 +112,6 @@ static double cpu_seconds(void) {
     struct rusage u;
     getrusage(RUSAGE_SELF, &u);
     return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
-}
-
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-double bench_median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* An engine whose KV cache holds `sequences` sequences of `ctx` tokens at once. */
@@ -302,35 +292,14 @@ static em_err bench_prefill(const bench_args *a) {
     return err;
 }
 
-em_err bench_parse_list(const char *flag, const char *text, int lo, int hi, int *values, int *n) {
-    *n = 0;
-    for (const char *p = text; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < lo || v > hi || *n == 16)
-            return em_errorf(EM_ERR_INVALID, "%s expects up to 16 numbers %d..%d separated by commas, got '%s'", flag,
-                             lo, hi, text);
-        values[(*n)++] = (int)v;
-        p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return em_errorf(EM_ERR_INVALID, "%s: unexpected '%s'", flag, end);
-    }
-    return NULL;
-}
-
-em_err bench_parse_int(const char *flag, const char *v, int lo, int hi, int *out) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < lo || x > hi) return em_errorf(EM_ERR_INVALID, "%s expects %d..%d, got '%s'", flag, lo, hi, v);
-    *out = (int)x;
-    return NULL;
-}
-
 int em_cli_bench(int argc, char **argv) {
     bench_args a = {.n_generate = 64, .prompt_tokens = 300, .rounds = 3, .doc_tokens = 8022};
     a.concurrency[0] = 1, a.concurrency[1] = 2, a.concurrency[2] = 4, a.n_concurrency = 3;
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--url") || !strcmp(argv[i], "--report"))
-            return em_cli_bench_url(argc, argv); /* a server from the outside, or its report again */
+        if (!strcmp(argv[i], "--url") || !strcmp(argv[i], "--report")) {
+            em_err err = em_bench_url(argc, argv); /* a server from the outside, or its report again */
+            return err ? em_cli_fail("bench", err) : 0;
+        }
     em_err err = NULL;
     for (int i = 1; i < argc && !err; i++) {
         const char *f = argv[i];

@@ -10,8 +10,8 @@ extern "C" {
 }
 
 /* A block: the consumer warps, then the loader. 12 warps leave a thread 168 registers (16 leave 128,
- * too few for the inlined products, which then spill to local memory; bench/RESULTS.md, run 135). A
- * build may set it, to measure that trade again. */
+ * too few for the inlined products, which then spill to local memory; bench/RESULTS.md, "The
+ * persistent decode kernel"). A build may set it, to measure that trade again. */
 #ifndef MEGA_WARPS
 #define MEGA_WARPS 12
 #endif

@@ -1,5 +1,5 @@
 /*
- * `ember bench --url URL`: the suite against a running server, from the outside (bench_url.h).
+ * `ember bench --url URL`: the suite against a running server, from the outside (bench.h).
  *
  *   ember bench --url URL [--api openai|anthropic|completions] [--model NAME] [--api-key KEY]
  *               [--compare URL2] [--ban-tokens FROM-TO]
@@ -33,9 +33,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "../server/server.h"
-#include "bench_url.h"
-#include "cli.h"
+#include "bench.h"
 
 enum { SECTION_CONCURRENCY = 1, SECTION_PREFILL = 2, SECTION_SWITCH = 4 };
 enum { SWITCH_ANSWER_TOKENS = 16 };
@@ -625,7 +623,7 @@ static em_err parse_args(int argc, char **argv, url_args *a) {
     return err;
 }
 
-int em_cli_bench_url(int argc, char **argv) {
+em_err em_bench_url(int argc, char **argv) {
     url_args a = {.n_generate = 256, .prompt_tokens = 300, .rounds = 3, .doc_tokens = 8022,
                   .concurrency = {1, 2, 4, 8, 16}, .n_concurrency = 5, .prefill = {562, 1971, 8022, 9289},
                   .n_prefill = 4, .sections = SECTION_CONCURRENCY | SECTION_PREFILL | SECTION_SWITCH};
@@ -636,7 +634,7 @@ int em_cli_bench_url(int argc, char **argv) {
         err = report_again(&a);
         json_decref(a.logit_bias);
         curl_global_cleanup();
-        return err ? em_cli_fail("bench", err) : 0;
+        return err;
     }
     if (!err) {
         a.results = json_pack("{s:i, s:s, s:o, s:[], s:[], s:[], s:[]}", "version", 1, "tool", "ember bench --url",
@@ -670,5 +668,5 @@ int em_cli_bench_url(int argc, char **argv) {
     json_decref(a.results);
     json_decref(a.logit_bias);
     curl_global_cleanup();
-    return err ? em_cli_fail("bench", err) : 0;
+    return err;
 }

@@ -1,4 +1,4 @@
-/* The HTML report of `ember bench --url` (bench_url.h): one self-contained page, no scripts, no
+/* The HTML report of `ember bench --url` (bench.h): one self-contained page, no scripts, no
  * network, with one inline SVG chart per section and the medians under it in a table. Every server
  * is drawn on the same axes in its own colour. The page is well-formed XML as well as HTML, so
  * that tests (and any XML tool) can read it.
@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/server.h"
-#include "bench_url.h"
+#include "bench.h"
 
 enum { CHART_W = 640, CHART_H = 320, LEFT = 70, RIGHT = 20, TOP = 20, BOTTOM = 50, MAX_POINTS = 16 };
 static const char *const colours[] = {"#d9480f", "#1c7ed6"};

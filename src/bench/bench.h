@@ -1,20 +1,25 @@
 /*
- * `ember bench --url`: the benchmark suite run from the outside, against any server that speaks the
- * OpenAI or Anthropic API (Ember, llama.cpp's server, vLLM, Ollama's OpenAI endpoint).
+ * bench — the benchmark client: `ember bench --url`, the benchmark suite run from the outside,
+ * against any server that speaks the OpenAI or Anthropic API (Ember, llama.cpp's server, vLLM,
+ * Ollama's OpenAI endpoint). A tool, not the product: it is built into the ember program as the
+ * `bench --url` command (src/cli/bench.c hands it the arguments), and nothing else links it.
  *
- * Three parts, one file each:
- *   bench_http.c   the client: N streamed requests at once on one thread (libcurl's multi
- *                  interface), each timed as a client sees it (first token, last byte), plus
- *                  the server's usage and `timings` when it sends them; small JSON requests.
- *   bench_url.c    the suite: prompts of a given token length, the concurrency levels, cold
- *                  prefill, the A → A' → B → A'' conversation switch, two servers alternated
- *                  round by round; every sample into one JSON document.
- *   bench_report.c that document as a self-contained HTML page with inline SVG charts.
+ * Four files:
+ *   http.c    the client: N streamed requests at once on one thread (libcurl's multi interface),
+ *             each timed as a client sees it (first token, last byte), plus the server's usage
+ *             and `timings` when it sends them; small JSON requests.
+ *   url.c     the suite: prompts of a given token length, the concurrency levels, cold prefill,
+ *             the A → A' → B → A'' conversation switch, two servers alternated round by round;
+ *             every sample into one JSON document.
+ *   report.c  that document as a self-contained HTML page with inline SVG charts.
+ *   values.c  the median and the checked flag values, shared with the in-process mode.
  *
- * Nothing here is below src/cli: errors are em_err values, printing is the suite's job.
+ * Depends on base, jansson and libcurl only (never on src/cli). Errors are em_err values; the
+ * suite prints its measurements (one `key=value` line each) to stdout as it goes, and the caller
+ * prints the error.
  */
-#ifndef EMBER_CLI_BENCH_URL_H
-#define EMBER_CLI_BENCH_URL_H
+#ifndef EMBER_BENCH_H
+#define EMBER_BENCH_H
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -67,16 +72,16 @@ em_err bench_request(const bench_target *target, const char *path, const char *b
  * text, NULL when out of memory. */
 char *bench_body(const bench_target *target, const json_t *messages, int max_tokens, bool stream);
 
-/* Shared with the in-process mode (bench.c): the median (sorts `v`), and flag values checked
- * against a range: a number, or up to 16 numbers separated by commas. */
+/* Shared with the in-process mode (src/cli/bench.c; values.c): the median (sorts `v`), and flag
+ * values checked against a range: a number, or up to 16 numbers separated by commas. */
 double bench_median(double *v, int n);
 em_err bench_parse_int(const char *flag, const char *v, int lo, int hi, int *out);
 em_err bench_parse_list(const char *flag, const char *text, int lo, int hi, int *values, int *n);
 
-/* `ember bench --url ...` (bench_url.c); argv as em_cli_bench got it. */
-int em_cli_bench_url(int argc, char **argv);
+/* `ember bench --url ...` or `ember bench --report ...` (url.c); argv as em_cli_bench got it. */
+em_err em_bench_url(int argc, char **argv);
 
-/* Writes the HTML report of a results document (bench_url.c's format) to `path`. */
+/* Writes the HTML report of a results document (url.c's format) to `path`. */
 em_err bench_report_write(const json_t *results, const char *path);
 
 #endif

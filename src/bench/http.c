@@ -1,4 +1,4 @@
-/* The benchmark's HTTP client (see bench_url.h). One thread drives every concurrent request through
+/* The benchmark's HTTP client (see bench.h). One thread drives every concurrent request through
  * libcurl's multi interface, so the client's own cost does not grow with the number of clients and
  * the times it takes are the times at which bytes arrived. A stream is parsed as it comes: the first
  * event that carries answer text is the first token. */
@@ -8,8 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../server/server.h"
-#include "bench_url.h"
+#include "bench.h"
 
 static double now_ms(void) {
     struct timespec ts;
