@@ -145,7 +145,8 @@ static void make_setup(setup *s, const shape *sh, const run_part *parts, uint32_
     CHECK(cudaStreamCreate(&b->stream));
     b->q = (float *)dev_copy(s->q, nq * 4);
     CHECK(cudaMalloc((void **)&b->attn, nq * 4));
-    b->att_slots = 4 * (uint64_t)n * sh->n_head + 2 * (uint64_t)b->n_sm; /* as em_cuda_reserve */
+    b->max_head = sh->n_head;
+    b->att_slots = em_cuda_att_slots(b, n); /* as em_cuda_reserve */
     CHECK(cudaMalloc((void **)&b->att_part, b->att_slots * (sh->dim + 2) * 4));
     CHECK(cudaMalloc((void **)&b->att_counter, (uint64_t)n * sh->n_head * 4));
     CHECK(cudaMemset(b->att_counter, 0, (uint64_t)n * sh->n_head * 4));

@@ -190,7 +190,8 @@ static uint32_t n_splits(const cuda_backend *b, uint32_t n_tokens, uint32_t max_
         if (by_len > s) s = by_len;
     }
     if (s > ATT_MAX_SPLIT) s = ATT_MAX_SPLIT;
-    while (s > 1 && pairs * s > b->att_slots) s--;
+    const uint64_t slots = min(b->att_slots, em_cuda_att_slots(b, n_tokens)); /* the batch's own, not the capacity */
+    while (s > 1 && pairs * s > slots) s--;
     return s ? (uint32_t)s : 1;
 }
 

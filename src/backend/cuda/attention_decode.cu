@@ -338,7 +338,8 @@ static uint32_t dec_splits(const cuda_backend *b, uint32_t n_tokens, uint32_t ma
         if (by_len > s) s = by_len;
     }
     if (s > most) s = most;
-    while (s > 1 && heads * s > b->att_slots) s--;
+    const uint64_t slots = min(b->att_slots, em_cuda_att_slots(b, n_tokens)); /* the batch's own, not the capacity */
+    while (s > 1 && heads * s > slots) s--;
     return s ? (uint32_t)s : 1;
 }
 

@@ -58,7 +58,7 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
     em_cuda_free_scratch(b);
     const uint64_t e = b->d->n_embd, pairs = (uint64_t)n * max_u32(b->max_used, 1);
     /* attention partials: up to 4 splits per (token, head) beyond the ones that fill the GPU */
-    const uint64_t att_slots = 4 * (uint64_t)n * b->max_head + 2 * (uint64_t)b->n_sm;
+    const uint64_t att_slots = em_cuda_att_slots(b, n);
     /* split-K partials of the decode tensor-core products: rows of the widest dense product, up to
      * 8 slices of 16 items, two sums (a gated unit's) each */
     const uint64_t mvt_rows = max_u32(max_u32(b->max_q + 2 * b->max_k, b->max_ff), (uint32_t)e);

@@ -288,6 +288,16 @@ typedef struct cuda_backend {
     struct cuda_mega *mega;   /* NULL: decode steps run the per-operation kernels */
 } cuda_backend;
 
+/* The (token, head, split) partials att_part holds for n tokens (em_cuda_reserve): 4 splits a
+ * (token, head), and what two waves of blocks take at any group of query heads per KV head. The
+ * attention kernels bound a batch's splits by this for the batch's own tokens, never by the
+ * capacity the scratch has now: that capacity comes from the largest batch the backend has seen,
+ * and a bound that follows it gave the same batch other splits, so other bits, on another backend
+ * (one KV head: the split count that fills the GPU is large). */
+static inline uint64_t em_cuda_att_slots(const cuda_backend *b, uint64_t n) {
+    return (4 * n + 2 * (uint64_t)b->n_sm) * b->max_head;
+}
+
 /* Launches `kernel` on the backend's stream, as a programmatic dependent launch unless that is
  * off, its blocks in clusters of cluster_z consecutive blocks along z when cluster_z > 1 (which
  * must divide grid.z); a failure shows in cudaGetLastError (CU_LAUNCHED). */
