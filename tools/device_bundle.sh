@@ -4,17 +4,22 @@
 # except the C library's own and the NVIDIA driver's (the machine has those), into one tar.xz whose
 # lib/ goes on LD_LIBRARY_PATH there.
 #
-#   tools/device_bundle.sh BUILD_DIR OUT.tar.xz
+#   tools/device_bundle.sh BUILD_DIR OUT.tar.xz [PROGRAM...]   (names under BUILD_DIR/tests)
+#   EMBER_PROGRAM=FILE takes the ember program from elsewhere (tests/cuda/run.sh only synthesizes and
+#   quantizes with it, which a build without CUDA does as well, in a fraction of the bytes)
 #   (there:) tar xf OUT.tar.xz && LD_LIBRARY_PATH=$PWD/bundle/lib tests/cuda/run.sh $PWD/bundle
 set -eu
 build=$1 out=$2
+shift 2
+[ $# -eq 0 ] && set -- check_cuda check_decoders
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/bundle/tests" "$work/bundle/lib"
-cp "$build/ember" "$work/bundle/"
-for program in "$build"/tests/check_* "$build"/tests/test_engine_spec; do
-  [ -x "$program" ] && [ -f "$program" ] && cp "$program" "$work/bundle/tests/"
+cp "${EMBER_PROGRAM:-$build/ember}" "$work/bundle/ember"
+for program in "$@"; do
+  cp "$build/tests/$program" "$work/bundle/tests/"
 done
+strip "$work/bundle/ember" "$work"/bundle/tests/*
 for binary in "$work/bundle/ember" "$work"/bundle/tests/*; do
   ldd "$binary" | awk '$3 ~ /^\// { print $3 }'
 done | sort -u | while read -r lib; do
