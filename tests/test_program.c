@@ -11,24 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/model.h"
-#include "program/program.h"
-
-static em_model *load_preset(const char *preset, uint32_t layers) {
-    char path[] = "/tmp/ember-test-program-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    em_synth_options o = {.preset = preset, .type = "f32", .layers = layers, .seed = 7,
-                          .vocab_path = EM_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf"};
-    em_err err = em_synth_write(&o, path);
-    if (err) fail_msg("synth %s: %s", preset, em_err_message(err));
-    em_model *m = NULL;
-    err = em_model_load_as(path, EM_GGUF_PRIVATE, &m);
-    unlink(path);
-    if (err) fail_msg("load %s: %s", preset, em_err_message(err));
-    return m;
-}
+#include "program_fixture.h"
 
 /* The kinds of the operations of one layer, as a string ("norm matmul matmul ..."). */
 static void layer_kinds(const em_program *p, uint32_t layer, char *buf, size_t size) {
@@ -64,7 +47,7 @@ static void test_family_blocks(void **state) {
         {"tiny-mixtral", "norm " ATTENTION " add norm matmul route experts add"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        em_model *m = load_preset(cases[i].preset, 0);
+        em_model *m = load_preset(cases[i].preset);
         const em_program *p = &m->program;
         assert_null(em_program_check(p));
         assert_int_equal(p->ops[0].kind, EM_PROGRAM_EMBED);
@@ -80,7 +63,7 @@ static void test_family_blocks(void **state) {
 /* Traits that are parameters: Gemma 2's soft-caps and sliding windows, Qwen2's biases, the router. */
 static void test_parameters(void **state) {
     (void)state;
-    em_model *m = load_preset("tiny-gemma2", 0);
+    em_model *m = load_preset("tiny-gemma2");
     const em_program *p = &m->program;
     uint32_t windows = 0, full = 0;
     for (uint32_t i = 0; i < p->n_ops; i++) {
@@ -103,7 +86,7 @@ static void test_parameters(void **state) {
     assert_true(windows > 0 && full > 0);
     em_model_free(m);
 
-    m = load_preset("tiny-qwen2", 0);
+    m = load_preset("tiny-qwen2");
     p = &m->program;
     uint32_t biased = 0;
     for (uint32_t i = 0; i < p->n_ops; i++)
@@ -111,7 +94,7 @@ static void test_parameters(void **state) {
     assert_int_equal(biased, 3 * m->desc.n_layer); /* q, k and v */
     em_model_free(m);
 
-    m = load_preset("tiny-qwen3moe", 0);
+    m = load_preset("tiny-qwen3moe");
     p = &m->program;
     for (uint32_t i = 0; i < p->n_ops; i++) {
         if (p->ops[i].kind != EM_PROGRAM_ROUTE) continue;
@@ -124,20 +107,6 @@ static void test_parameters(void **state) {
     em_program_describe_op(p, 0, line, sizeof line);
     assert_string_equal(line, "embed x = [32000x128 F32][token] x 1");
     em_model_free(m);
-}
-
-static void assert_error_has(em_err err, const char *text) {
-    if (!err) fail_msg("no error; wanted one that says \"%s\"", text);
-    if (!strstr(em_err_message(err), text)) fail_msg("error \"%s\" does not say \"%s\"", em_err_message(err), text);
-    em_err_free(err);
-}
-
-/* The index of the first operation of `kind` in `layer`. */
-static uint32_t find(const em_program *p, em_program_op_kind kind, uint32_t layer) {
-    for (uint32_t i = 0; i < p->n_ops; i++)
-        if (p->ops[i].kind == kind && p->ops[i].layer == layer) return i;
-    fail_msg("no %s in layer %u", em_program_op_name(kind), layer);
-    return 0;
 }
 
 static uint8_t buffer_named(const em_program *p, const char *name) {
@@ -170,7 +139,7 @@ static void swap_ops(em_program *p, uint32_t a, uint32_t b) {
 /* Every broken program is refused, and the message names the operation and the rule. */
 static void test_checker_refuses(void **state) {
     (void)state;
-    em_model *m = load_preset("tiny-qwen3moe", 0);
+    em_model *m = load_preset("tiny-qwen3moe");
     const em_program *good = &m->program;
     em_program p;
 

@@ -9,33 +9,9 @@
 #include <string.h>
 
 #include "backend/schedule.h"
-#include "model/model.h"
+#include "program_fixture.h"
 
-#include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
-
-static em_model *load_preset(const char *preset) {
-    char path[] = "/tmp/ember-test-schedule-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    em_synth_options o = {.preset = preset, .type = "f32", .seed = 5,
-                          .vocab_path = EM_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf"};
-    em_err err = em_synth_write(&o, path);
-    if (err) fail_msg("synth %s: %s", preset, em_err_message(err));
-    em_model *m = NULL;
-    err = em_model_load_as(path, EM_GGUF_PRIVATE, &m);
-    unlink(path);
-    if (err) fail_msg("load %s: %s", preset, em_err_message(err));
-    return m;
-}
-
-static void assert_error_has(em_err err, const char *text) {
-    assert_non_null(err);
-    if (!strstr(em_err_message(err), text)) fail_msg("error \"%s\" does not say \"%s\"", em_err_message(err), text);
-    em_err_free(err);
-}
 
 /* A copy of a program's operations, with room for one more, to edit. */
 static em_program edited(const em_program *p) {
@@ -47,13 +23,6 @@ static em_program edited(const em_program *p) {
     c.caches = NULL;
     c.n_caches = c.cap_caches = 0;
     return c;
-}
-
-static uint32_t find(const em_program *p, em_program_op_kind kind, uint32_t layer) {
-    for (uint32_t i = 0; i < p->n_ops; i++)
-        if (p->ops[i].kind == kind && p->ops[i].layer == layer) return i;
-    fail_msg("no %s in layer %u", em_program_op_name(kind), layer);
-    return 0;
 }
 
 /* A copy of operation `at` inserted before it. */
