@@ -578,8 +578,28 @@ static void test_api_key(void **state) {
     r = http(port, "GET", "/health", NULL, NULL);
     assert_int_equal(r.status, 200);
     http_free(&r);
+    r = http(port, "GET", "/metrics", NULL, NULL);
+    assert_int_equal(r.status, 200);
+    http_free(&r);
+    /* the key before routing: without it, unknown paths and wrong methods say nothing about routes */
+    expect_error(port, "GET", "/v1/nothing", NULL, NULL, 401, "missing API key");
+    expect_error(port, "GET", "/admin", NULL, NULL, 401, "missing API key");
+    expect_error(port, "GET", "/v1/chat/completions", "Authorization: Bearer sk-wrong\r\n", NULL, 401,
+                 "invalid API key");
+    expect_error(port, "DELETE", "/v1/messages", NULL, NULL, 401, "\"type\":\"authentication_error\"");
+    /* with it, they are told apart */
+    expect_error(port, "GET", "/v1/nothing", "x-api-key: sk-test\r\n", NULL, 404, "unknown path");
+    expect_error(port, "GET", "/v1/chat/completions", "x-api-key: sk-test\r\n", NULL, 405, "method not allowed");
     wait_released();
     em_server_stop(s);
+
+    /* an empty key is refused at start rather than serving without one */
+    engine = fake_engine();
+    em_server_options options = {.host = "127.0.0.1", .port = 0, .api_key = ""};
+    em_err e = em_server_start(&options, &engine, &s);
+    assert_int_equal(em_err_code_of(e), EM_ERR_INVALID);
+    assert_null(s);
+    em_err_free(e);
 }
 
 /* A client that hangs up mid-stream, or while waiting for a whole response, cancels its request. */

@@ -1,9 +1,9 @@
 /* The HTTP side: a libmicrohttpd daemon with one thread per connection (so a thread may wait on
  * its own engine request without holding up anyone else), routing, the API-key check, the body
  * size limit, and the small endpoints (/health, /metrics, /v1/models, count_tokens, the chat page's
- * files at / from web.c: outside /v1/, so they need no key; the page asks for it).
+ * files at / from web.c). With a key, only /health, /metrics and the page's files answer without it.
  *
- * A request is judged as early as possible: path, method, key and Content-Length are checked
+ * A request is judged as early as possible: key, path, method and Content-Length are checked
  * when the headers arrive, so a rejected upload is never read. Every rejection is an error body
  * in the format of the API the path belongs to (Anthropic for /v1/messages*, OpenAI otherwise). */
 #include <netdb.h>
@@ -95,7 +95,16 @@ static bool authorized(struct MHD_Connection *c, const em_server *s) {
     return auth && !strncasecmp(auth, "Bearer ", 7) && em_server_key_matches(s->api_key, auth + 7);
 }
 
-/* Checks done as soon as the headers are in. Returns true when a response was queued. */
+/* The paths anyone may read, key or not: /health (load balancers and orchestrators probe it
+ * without credentials, as llama-server's), /metrics and the chat page's files (which hold nothing
+ * secret; the page asks for the key). */
+static bool is_public(const route *r) {
+    return r && (r->endpoint == EM_EP_HEALTH || r->endpoint == EM_EP_METRICS || r->endpoint == EM_EP_PAGE);
+}
+
+/* Checks done as soon as the headers are in. Returns true when a response was queued. The key comes
+ * before routing: a client without it gets a 401 for every path but the public ones, so it learns
+ * nothing of which routes and methods exist. */
 static bool reject_early(struct MHD_Connection *c, em_server *s, connection *ctx, const char *url,
                          const char *method, enum MHD_Result *ret) {
     em_server_error err = {0};
@@ -103,16 +112,16 @@ static bool reject_early(struct MHD_Connection *c, em_server *s, connection *ctx
     ctx->endpoint = r ? r->endpoint : EM_EP_OTHER;
     ctx->api = r ? r->api : !strncmp(url, "/v1/messages", 12) ? EM_API_ANTHROPIC_MESSAGES : EM_API_OPENAI_CHAT;
     if (ctx->endpoint == EM_EP_MODELS && wants_anthropic(c)) ctx->api = EM_API_ANTHROPIC_MESSAGES;
-    if (!r) {
-        em_server_error_set(&err, 404, NULL, "unknown_url", NULL, "unknown path: %s %s", method, url);
-    } else if (strcmp(method, r->method) && !(!strcmp(r->method, "GET") && !strcmp(method, "HEAD"))) {
-        em_server_error_set(&err, 405, NULL, "method_not_allowed", NULL, "%s %s: method not allowed (use %s)", method,
-                            url, r->method);
-    } else if (!strncmp(url, "/v1/", 4) && !authorized(c, s)) {
+    if (!is_public(r) && !authorized(c, s)) {
         bool given = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key") ||
                      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
         em_server_error_set(&err, 401, NULL, "invalid_api_key", NULL,
                             given ? "invalid API key" : "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
+    } else if (!r) {
+        em_server_error_set(&err, 404, NULL, "unknown_url", NULL, "unknown path: %s %s", method, url);
+    } else if (strcmp(method, r->method) && !(!strcmp(r->method, "GET") && !strcmp(method, "HEAD"))) {
+        em_server_error_set(&err, 405, NULL, "method_not_allowed", NULL, "%s %s: method not allowed (use %s)", method,
+                            url, r->method);
     } else {
         const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (length && strtoull(length, NULL, 10) > s->max_body)
@@ -297,6 +306,11 @@ em_err em_server_start(const em_server_options *options, const em_server_engine 
     atomic_init(&s->next_id, 1);
     atomic_init(&s->stopping, false);
     em_server_metrics_init(&s->metrics);
+    if (options->api_key && !options->api_key[0]) {
+        freeaddrinfo(addr);
+        em_server_stop(s);
+        return em_errorf(EM_ERR_INVALID, "the API key is empty: give a key, or none to serve without one");
+    }
     if (options->api_key && !(s->api_key = strdup(options->api_key))) {
         freeaddrinfo(addr);
         em_server_stop(s);
