@@ -95,6 +95,53 @@ static bool authorized(struct MHD_Connection *c, const em_server *s) {
     return auth && !strncasecmp(auth, "Bearer ", 7) && em_server_key_matches(s->api_key, auth + 7);
 }
 
+/* ---- Framing: what libmicrohttpd accepts and HTTP/1.1 does not ----
+ * libmicrohttpd itself refuses a Content-Length that is not a number (400, its own body; 0.9.75
+ * writes that response's head twice, before any callback of ours could step in) and reads chunked
+ * bodies. It takes the first of several Content-Length headers and ignores the others, reads any
+ * other Transfer-Encoding as a body of unknown length that ends when the client closes (a request
+ * smuggling vector and a connection held open), and serves HTTP/1.1 requests without Host. These
+ * are judged here, before anything else, as the headers arrive. */
+
+typedef struct framing {
+    int content_lengths;     /* Content-Length headers */
+    int transfer_encodings;  /* Transfer-Encoding headers */
+    const char *encoding;    /* the last one's value */
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing *f = cls;
+    if (!strcasecmp(key, "Content-Length")) f->content_lengths++;
+    if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->transfer_encodings++;
+        f->encoding = value ? value : "";
+    }
+    return MHD_YES;
+}
+
+/* Sets `err` when the request's framing is ambiguous (400) or an encoding this server cannot read
+ * (501). */
+static void check_framing(struct MHD_Connection *c, const char *version, em_server_error *err) {
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (!strcmp(version, MHD_HTTP_VERSION_1_1) && !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"))
+        em_server_error_set(err, 400, NULL, "invalid_request", NULL, "an HTTP/1.1 request needs a Host header");
+    else if (f.content_lengths > 1)
+        em_server_error_set(err, 400, NULL, "invalid_request", NULL,
+                            "the request has %d Content-Length headers; send one", f.content_lengths);
+    else if (f.transfer_encodings > 1)
+        em_server_error_set(err, 400, NULL, "invalid_request", NULL,
+                            "the request has %d Transfer-Encoding headers; send one", f.transfer_encodings);
+    else if (f.transfer_encodings && f.content_lengths)
+        em_server_error_set(err, 400, NULL, "invalid_request", NULL,
+                            "the request has both Content-Length and Transfer-Encoding; send one");
+    else if (f.transfer_encodings && strcasecmp(f.encoding, "chunked"))
+        em_server_error_set(err, 501, NULL, "unsupported_transfer_encoding", NULL,
+                            "Transfer-Encoding '%.64s' is not supported: send the body as it is, or chunked",
+                            f.encoding);
+}
+
 /* The paths anyone may read, key or not: /health (load balancers and orchestrators probe it
  * without credentials, as llama-server's), /metrics and the chat page's files (which hold nothing
  * secret; the page asks for the key). */
@@ -106,13 +153,16 @@ static bool is_public(const route *r) {
  * before routing: a client without it gets a 401 for every path but the public ones, so it learns
  * nothing of which routes and methods exist. */
 static bool reject_early(struct MHD_Connection *c, em_server *s, connection *ctx, const char *url,
-                         const char *method, enum MHD_Result *ret) {
+                         const char *method, const char *version, enum MHD_Result *ret) {
     em_server_error err = {0};
     const route *r = find_route(url);
     ctx->endpoint = r ? r->endpoint : EM_EP_OTHER;
     ctx->api = r ? r->api : !strncmp(url, "/v1/messages", 12) ? EM_API_ANTHROPIC_MESSAGES : EM_API_OPENAI_CHAT;
     if (ctx->endpoint == EM_EP_MODELS && wants_anthropic(c)) ctx->api = EM_API_ANTHROPIC_MESSAGES;
-    if (!is_public(r) && !authorized(c, s)) {
+    check_framing(c, version, &err);
+    if (err.status) {
+        /* answered in the format of the path's API, but before the key: it says nothing of routes */
+    } else if (!is_public(r) && !authorized(c, s)) {
         bool given = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key") ||
                      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
         em_server_error_set(&err, 401, NULL, "invalid_api_key", NULL,
@@ -224,14 +274,13 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, em_server *s, connecti
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                               const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls) {
-    (void)version;
     em_server *s = cls;
     connection *ctx = *con_cls;
     if (!ctx) {
         if (!(ctx = calloc(1, sizeof *ctx))) return MHD_NO;
         *con_cls = ctx;
         enum MHD_Result ret;
-        if (reject_early(c, s, ctx, url, method, &ret)) return ret;
+        if (reject_early(c, s, ctx, url, method, version, &ret)) return ret;
         return MHD_YES;
     }
     if (ctx->responded) {
