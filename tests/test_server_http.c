@@ -647,6 +647,43 @@ static void test_framing(void **state) {
     em_server_stop(s);
 }
 
+/* A connection too slow to send its headers is cut after header_seconds; a client with more than
+ * receiving_per_client connections still sending loses its oldest, so a new request always gets in. */
+static void test_slow_senders(void **state) {
+    (void)state;
+    engine = fake_engine();
+    em_server_options options = {.host = "127.0.0.1", .header_seconds = 1, .receiving_per_client = 4};
+    em_server *s = NULL;
+    assert_null(em_server_start(&options, &engine, &s));
+    int port = em_server_port(s);
+    int slow = connect_to(port);
+    const char *partial = "GET /health HTTP/1.1\r\nHost:";
+    send_all(slow, partial, strlen(partial));
+    char byte;
+    struct timeval wait = {.tv_sec = 5};
+    setsockopt(slow, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_true(recv(slow, &byte, 1, 0) <= 0); /* cut, with nothing sent */
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_true(t1.tv_sec - t0.tv_sec < 4);
+    close(slow);
+
+    int held[4];
+    for (int i = 0; i < 4; i++) {
+        held[i] = connect_to(port);
+        send_all(held[i], "GET /he", 7);
+        setsockopt(held[i], SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+        usleep(20000); /* accepted in this order */
+    }
+    http_result r = http(port, "GET", "/health", NULL, NULL); /* a fifth: the oldest makes room */
+    assert_int_equal(r.status, 200);
+    http_free(&r);
+    assert_true(recv(held[0], &byte, 1, 0) <= 0);
+    for (int i = 0; i < 4; i++) close(held[i]);
+    em_server_stop(s);
+}
+
 /* A client that hangs up mid-stream, or while waiting for a whole response, cancels its request. */
 static void test_disconnect_cancels(void **state) {
     (void)state;
@@ -768,7 +805,8 @@ int main(void) {
         cmocka_unit_test(test_chat_stream),       cmocka_unit_test(test_completions),
         cmocka_unit_test(test_anthropic),         cmocka_unit_test(test_any_model_name),
         cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_api_key),           cmocka_unit_test(test_framing),           cmocka_unit_test(test_disconnect_cancels),
+        cmocka_unit_test(test_api_key),           cmocka_unit_test(test_framing),
+        cmocka_unit_test(test_slow_senders),           cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_concurrent_streams), cmocka_unit_test(test_metrics_counts),
         cmocka_unit_test(test_stop_with_running_streams),
     };

@@ -280,7 +280,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         if (!(ctx = calloc(1, sizeof *ctx))) return MHD_NO;
         *con_cls = ctx;
         enum MHD_Result ret;
-        if (reject_early(c, s, ctx, url, method, version, &ret)) return ret;
+        if (reject_early(c, s, ctx, url, method, version, &ret)) {
+            em_guard_enter(&s->guard, c, EM_GUARD_SERVING);
+            return ret;
+        }
+        em_guard_enter(&s->guard, c, EM_GUARD_BODY);
         return MHD_YES;
     }
     if (ctx->responded) {
@@ -297,6 +301,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *upload_data_size = 0;
         return MHD_YES;
     }
+    em_guard_enter(&s->guard, c, EM_GUARD_SERVING);
     if (ctx->too_large) {
         em_server_error err = {0};
         em_server_error_set(&err, 413, NULL, "request_too_large", NULL,
@@ -307,9 +312,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
-    (void)cls;
-    (void)c;
     (void)code;
+    em_server *s = cls;
+    em_guard_enter(&s->guard, c, EM_GUARD_HEADERS); /* kept alive: the next request's headers are due */
     connection *ctx = *con_cls;
     if (!ctx) return;
     em_buf_free(&ctx->body);
@@ -365,12 +370,30 @@ em_err em_server_start(const em_server_options *options, const em_server_engine 
         em_server_stop(s);
         return em_errorf(EM_ERR_NOMEM, "out of memory starting the server");
     }
+    int max_connections = options->max_connections > 0 ? options->max_connections : 512;
+    int per_client = options->max_client_connections > 0 ? options->max_client_connections
+                                                         : (max_connections + 1) / 2;
+    em_guard_options guard = {
+        .header_seconds = options->header_seconds > 0 ? options->header_seconds : 10,
+        .body_seconds = options->body_seconds > 0 ? options->body_seconds : 30,
+        .receiving_per_client = options->receiving_per_client > 0 ? options->receiving_per_client : 64,
+        .receiving_total = max_connections / 2,
+    };
+    em_err e = em_guard_start(&s->guard, &guard);
+    if (e) {
+        freeaddrinfo(addr);
+        em_server_stop(s);
+        return e;
+    }
     unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    /* The idle timeout stays long: a connection being served may wait minutes for the engine, and
+     * the guard (guard.c) bounds the time to send a request. */
     s->daemon = MHD_start_daemon(flags, (uint16_t)options->port, NULL, NULL, handle, s, MHD_OPTION_EXTERNAL_LOGGER,
                                  mhd_log, NULL, MHD_OPTION_SOCK_ADDR, addr->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
-                                 completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned)(options->max_connections > 0 ? options->max_connections : 256),
+                                 completed, s, MHD_OPTION_NOTIFY_CONNECTION, em_guard_notify, &s->guard,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_client,
                                  MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
     freeaddrinfo(addr);
     if (!s->daemon) {
@@ -391,6 +414,7 @@ void em_server_stop(em_server *server) {
     if (!server) return;
     atomic_store(&server->stopping, true);
     if (server->daemon) MHD_stop_daemon(server->daemon);
+    em_guard_stop(&server->guard);
     em_server_metrics_destroy(&server->metrics);
     free(server->api_key);
     free(server);
