@@ -160,9 +160,9 @@ typedef struct ember_chat {
 } ember_chat;
 
 /* Renders the conversation with the model's chat template and tokenizes it so that only the
- * template's own markup becomes control tokens: message text that spells a control token stays
- * text. One BOS at the start when the model asks for one. Fails for a model without a template,
- * malformed JSON, or control-token text the template cannot keep apart from its markup. */
+ * template's own markup becomes control tokens: any string of the conversation (content, ids,
+ * names, tools, template variables) that spells a control token stays text. One BOS at the start
+ * when the model asks for one. Fails for a model without a template, or malformed JSON. */
 ember_error *ember_chat_tokens(const ember_engine *engine, const ember_chat *chat, int32_t **ids, size_t *n);
 
 /* ---- Requests ---- */

@@ -107,6 +107,11 @@ static void test_select(void **state) {
                                                       "m-Q6_K.gguf, BF16/m-BF16-00001-of-00002.gguf (2 parts), "
                                                       "m-IQ3_XXS.gguf, m-UD-Q8_0.gguf");
     assert_string_equal(pick("o/m", paths, 1), "error: o/m has no .gguf model");
+    /* names from the Hub are printed escaped: a newline cannot start a line of its own */
+    const char *const hostile[] = {"m-Q8_0.gguf", "evil\nerror: fake-Q6_K.gguf"};
+    assert_string_equal(pick("o/m:Q2_K", hostile, 2),
+                        "error: o/m has no .gguf model with the tag Q2_K; it has: m-Q8_0.gguf, "
+                        "evil\\x0Aerror: fake-Q6_K.gguf");
 }
 
 static void test_repo_folder(void **state) {
@@ -184,11 +189,22 @@ static void test_format_bytes(void **state) {
     assert_string_equal(text, "1.5 GiB");
 }
 
+static void test_printable(void **state) {
+    (void)state;
+    char *text = em_hub_printable("a\nb\x1b[31m\\c\x7f\xc2\x9b\xc3\xa9.gguf");
+    assert_string_equal(text, "a\\x0Ab\\x1B[31m\\x5Cc\\x7F\\xC2\\x9B\xc3\xa9.gguf"); /* é stays */
+    free(text);
+    text = em_hub_printable("plain/m-Q4_K_M.gguf");
+    assert_string_equal(text, "plain/m-Q4_K_M.gguf");
+    free(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec),        cmocka_unit_test(test_quant_tags),
         cmocka_unit_test(test_select),      cmocka_unit_test(test_repo_folder),
         cmocka_unit_test(test_options_from_env), cmocka_unit_test(test_format_bytes),
+        cmocka_unit_test(test_printable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

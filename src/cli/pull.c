@@ -53,7 +53,9 @@ int em_cli_pull(int argc, char **argv) {
     em_err err = em_cli_hub_options(token, &options);
     if (!err) err = em_hub_pull(&options, spec, &path);
     if (err) return em_cli_fail("pull", err);
-    printf("%s\n", path);
+    char *shown = em_hub_printable(path); /* the file's name came from the Hub */
+    printf("%s\n", shown ? shown : path);
+    free(shown);
     free(path);
     return 0;
 }
@@ -74,7 +76,9 @@ int em_cli_list(int argc, char **argv) {
     for (size_t r = 0; r < n; r++) {
         char size[32];
         em_hub_format_bytes((double)repos[r].bytes, size, sizeof size);
-        printf("%-60s %10s\n", repos[r].repo, size);
+        char *repo = em_hub_printable(repos[r].repo);
+        printf("%-60s %10s\n", repo ? repo : "?", size);
+        free(repo);
         for (size_t m = 0; m < repos[r].n_models; m++) {
             const em_hub_cached_file *model = &repos[r].models[m];
             char parts[48] = "";
@@ -83,7 +87,9 @@ int em_cli_list(int argc, char **argv) {
                 snprintf(parts, sizeof parts, " (%u of %u parts)", model->parts_present, model->parts);
             else if (model->parts > 1)
                 snprintf(parts, sizeof parts, " (%u parts)", model->parts);
-            printf("  %s%s  %s\n", model->path, parts, size);
+            char *shown = em_hub_printable(model->path);
+            printf("  %s%s  %s\n", shown ? shown : "?", parts, size);
+            free(shown);
         }
     }
     em_hub_cached_free(repos, n);

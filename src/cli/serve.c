@@ -17,7 +17,8 @@ static const char usage_text[] =
     "  --host HOST          address to bind (default 127.0.0.1)\n"
     "  --port N             port (default 11435; 0 picks a free one)\n"
     "  --api-key KEY        require this key (Authorization: Bearer KEY or x-api-key: KEY);\n"
-    "                       default: the EMBER_API_KEY environment variable, else none\n"
+    "                       default: the EMBER_API_KEY environment variable, else none (an empty\n"
+    "                       key is refused); /health, /metrics and the chat page need none\n"
     "  --ctx N              longest prompt + output in tokens (default: the model's, at most 8192)\n"
     "  --kv-mem BYTES       KV cache budget (suffixes K, M, G; default: --kv-sequences of --ctx)\n"
     "  --kv-sequences N     KV cache room in sequences of --ctx tokens (default 4)\n"
@@ -60,9 +61,8 @@ int em_cli_serve(int argc, char **argv) {
     ember_options_default(&options);
     em_cli_model source = {0}; /* -m/--gguf or --hf: resolved into options.model_path */
     em_server_options server = {.host = "127.0.0.1", .port = 11435, .api_key = getenv("EMBER_API_KEY")};
-    const char *alias = NULL;
+    const char *alias = NULL, *key_flag = NULL;
     em_cli_spec spec = {0};
-    if (server.api_key && !server.api_key[0]) server.api_key = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -84,7 +84,7 @@ int em_cli_serve(int argc, char **argv) {
         }
         else if (!strcmp(a, "--host")) server.host = v;
         else if (!strcmp(a, "--port")) ok = parse_int(v, 0, 65535, &server.port);
-        else if (!strcmp(a, "--api-key")) server.api_key = v[0] ? v : NULL;
+        else if (!strcmp(a, "--api-key")) key_flag = server.api_key = v;
         else if (!strcmp(a, "--ctx")) ok = parse_int(v, 1, INT_MAX, &options.ctx_tokens);
         else if (!strcmp(a, "--kv-mem")) ok = parse_size(v, &options.kv_mem_bytes);
         else if (!strcmp(a, "--kv-sequences")) ok = parse_int(v, 1, 1 << 20, &options.kv_sequences);
@@ -108,6 +108,13 @@ int em_cli_serve(int argc, char **argv) {
             return 1;
         }
         i++;
+    }
+    /* An empty key would serve without one: refused, so a key set from an empty secret never leaves
+     * a server open by accident. */
+    if (server.api_key && !server.api_key[0]) {
+        fprintf(stderr, "ember serve: %s is empty; give a key, or none to serve without one\n",
+                key_flag ? "--api-key" : "EMBER_API_KEY");
+        return 1;
     }
     if (!source.file && !source.hf) {
         fprintf(stderr, "ember serve: a model is required (-m MODEL.gguf or --hf ORG/NAME[:QUANT])\n%s", usage_text);

@@ -178,6 +178,24 @@ static double seconds_since(const struct timespec *t) {
     return (double)(now.tv_sec - t->tv_sec) + (double)(now.tv_nsec - t->tv_nsec) / 1e9;
 }
 
+char *em_hub_printable(const char *text) {
+    const unsigned char *t = (const unsigned char *)text;
+    size_t len = strlen(text);
+    char *out = malloc(4 * len + 1), *o = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < len; i++) {
+        bool c1 = t[i] == 0xC2 && i + 1 < len && t[i + 1] >= 0x80 && t[i + 1] <= 0x9F;
+        if (t[i] < 0x20 || t[i] == 0x7F || t[i] == '\\' || c1) {
+            o += sprintf(o, "\\x%02X", t[i]);
+            if (c1) o += sprintf(o, "\\x%02X", t[++i]);
+        } else {
+            *o++ = (char)t[i];
+        }
+    }
+    *o = 0;
+    return out;
+}
+
 void em_hub_format_bytes(double bytes, char *out, size_t size) {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int unit = 0;

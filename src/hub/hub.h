@@ -92,6 +92,10 @@ em_err em_hub_remove(const em_hub_options *options, const char *spec, uint64_t *
 
 /* "1.5 GiB": a byte count for people (the progress line, `ember list`). */
 void em_hub_format_bytes(double bytes, char *out, size_t size);
+/* `text` (a file or repository name, which comes from the network) made safe to print: control
+ * bytes (below 0x20, 0x7f, and UTF-8's C1 controls) and backslashes written as \xNN, so that a
+ * name cannot start a new line or drive the terminal. Malloc'd; NULL when out of memory. */
+char *em_hub_printable(const char *text);
 
 /* ---- Pure parts, exposed for the tests ---- */
 

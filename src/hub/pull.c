@@ -133,8 +133,13 @@ static em_err add_listed(listing *l, json_t *entry, const char *url) {
     if (lfs_size) size = lfs_size;
     if (!path || !safe_repo_path(path) || !json_is_integer(size) || json_integer_value(size) < 0 ||
         (lfs ? !sha || !is_hex(sha, 64, 64) : !oid || !is_hex(oid, 40, 64)))
-        return em_errorf(EM_ERR_FORMAT, "GET %s: a file entry lacks a safe path, a size or a hash (%s)", url,
-                         path ? path : "no path");
+    {
+        char *shown = path ? em_hub_printable(path) : NULL;
+        em_err err = em_errorf(EM_ERR_FORMAT, "GET %s: a file entry lacks a safe path, a size or a hash (%s)", url,
+                               shown ? shown : "no path");
+        free(shown);
+        return err;
+    }
     if (l->count == l->cap) {
         const size_t cap = l->cap ? 2 * l->cap : 32;
         listed_file *grown = realloc(l->files, cap * sizeof *grown);
@@ -203,8 +208,10 @@ static em_err fetch_blob(const em_hub_options *o, const char *repo, const char *
         if (!url) err = em_errorf(EM_ERR_NOMEM, "out of memory");
         else snprintf(url, url_len, "%s/%s/resolve/%s/%s", o->endpoint, repo, commit, escaped);
         if (!err) err = hub_make_parents(blob_path);
+        char *label = em_hub_printable(f->path);
+        if (!err && !label) err = em_errorf(EM_ERR_NOMEM, "out of memory");
         hub_download d = {.url = url, .partial_path = partial, .size = f->size,
-                          .sha256 = f->has_sha ? f->blob : NULL, .label = f->path};
+                          .sha256 = f->has_sha ? f->blob : NULL, .label = label};
         long status = 0;
         if (!err && (err = hub_http_download(o, &d, &status)) && (status == 401 || status == 403 || status == 404)) {
             em_err_free(err);
@@ -214,6 +221,7 @@ static em_err fetch_blob(const em_hub_options *o, const char *repo, const char *
             err = em_errorf(EM_ERR_IO, "%s: cannot rename %s to it: %s", blob_path, partial, strerror(errno));
         free(escaped);
         free(url);
+        free(label);
     }
     close(lock);
     return err;

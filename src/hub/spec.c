@@ -105,7 +105,9 @@ static void describe_models(const char *const *paths, size_t n, const char *quan
         em_gguf_split_name(paths[i], &part, &count, &prefix_len);
         char parts[32] = "";
         if (count > 1) snprintf(parts, sizeof parts, " (%u parts)", count);
-        int wrote = snprintf(out + used, size - used, "%s%s%s", shown ? ", " : "", paths[i], parts);
+        char *name = em_hub_printable(paths[i]);
+        int wrote = snprintf(out + used, size - used, "%s%s%s", shown ? ", " : "", name ? name : "?", parts);
+        free(name);
         if (wrote < 0) break;
         used += (size_t)wrote;
         shown++;

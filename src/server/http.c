@@ -1,9 +1,9 @@
 /* The HTTP side: a libmicrohttpd daemon with one thread per connection (so a thread may wait on
  * its own engine request without holding up anyone else), routing, the API-key check, the body
  * size limit, and the small endpoints (/health, /metrics, /v1/models, count_tokens, the chat page's
- * files at / from web.c: outside /v1/, so they need no key; the page asks for it).
+ * files at / from web.c). With a key, only /health, /metrics and the page's files answer without it.
  *
- * A request is judged as early as possible: path, method, key and Content-Length are checked
+ * A request is judged as early as possible: key, path, method and Content-Length are checked
  * when the headers arrive, so a rejected upload is never read. Every rejection is an error body
  * in the format of the API the path belongs to (Anthropic for /v1/messages*, OpenAI otherwise). */
 #include <netdb.h>
@@ -95,24 +95,83 @@ static bool authorized(struct MHD_Connection *c, const em_server *s) {
     return auth && !strncasecmp(auth, "Bearer ", 7) && em_server_key_matches(s->api_key, auth + 7);
 }
 
-/* Checks done as soon as the headers are in. Returns true when a response was queued. */
+/* ---- Framing: what libmicrohttpd accepts and HTTP/1.1 does not ----
+ * libmicrohttpd itself refuses a Content-Length that is not a number (400, its own body; 0.9.75
+ * writes that response's head twice, before any callback of ours could step in) and reads chunked
+ * bodies. It takes the first of several Content-Length headers and ignores the others, reads any
+ * other Transfer-Encoding as a body of unknown length that ends when the client closes (a request
+ * smuggling vector and a connection held open), and serves HTTP/1.1 requests without Host. These
+ * are judged here, before anything else, as the headers arrive. */
+
+typedef struct framing {
+    int content_lengths;     /* Content-Length headers */
+    int transfer_encodings;  /* Transfer-Encoding headers */
+    const char *encoding;    /* the last one's value */
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing *f = cls;
+    if (!strcasecmp(key, "Content-Length")) f->content_lengths++;
+    if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->transfer_encodings++;
+        f->encoding = value ? value : "";
+    }
+    return MHD_YES;
+}
+
+/* Sets `err` when the request's framing is ambiguous (400) or an encoding this server cannot read
+ * (501). */
+static void check_framing(struct MHD_Connection *c, const char *version, em_server_error *err) {
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (!strcmp(version, MHD_HTTP_VERSION_1_1) && !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"))
+        em_server_error_set(err, 400, NULL, "invalid_request", NULL, "an HTTP/1.1 request needs a Host header");
+    else if (f.content_lengths > 1)
+        em_server_error_set(err, 400, NULL, "invalid_request", NULL,
+                            "the request has %d Content-Length headers; send one", f.content_lengths);
+    else if (f.transfer_encodings > 1)
+        em_server_error_set(err, 400, NULL, "invalid_request", NULL,
+                            "the request has %d Transfer-Encoding headers; send one", f.transfer_encodings);
+    else if (f.transfer_encodings && f.content_lengths)
+        em_server_error_set(err, 400, NULL, "invalid_request", NULL,
+                            "the request has both Content-Length and Transfer-Encoding; send one");
+    else if (f.transfer_encodings && strcasecmp(f.encoding, "chunked"))
+        em_server_error_set(err, 501, NULL, "unsupported_transfer_encoding", NULL,
+                            "Transfer-Encoding '%.64s' is not supported: send the body as it is, or chunked",
+                            f.encoding);
+}
+
+/* The paths anyone may read, key or not: /health (load balancers and orchestrators probe it
+ * without credentials, as llama-server's), /metrics and the chat page's files (which hold nothing
+ * secret; the page asks for the key). */
+static bool is_public(const route *r) {
+    return r && (r->endpoint == EM_EP_HEALTH || r->endpoint == EM_EP_METRICS || r->endpoint == EM_EP_PAGE);
+}
+
+/* Checks done as soon as the headers are in. Returns true when a response was queued. The key comes
+ * before routing: a client without it gets a 401 for every path but the public ones, so it learns
+ * nothing of which routes and methods exist. */
 static bool reject_early(struct MHD_Connection *c, em_server *s, connection *ctx, const char *url,
-                         const char *method, enum MHD_Result *ret) {
+                         const char *method, const char *version, enum MHD_Result *ret) {
     em_server_error err = {0};
     const route *r = find_route(url);
     ctx->endpoint = r ? r->endpoint : EM_EP_OTHER;
     ctx->api = r ? r->api : !strncmp(url, "/v1/messages", 12) ? EM_API_ANTHROPIC_MESSAGES : EM_API_OPENAI_CHAT;
     if (ctx->endpoint == EM_EP_MODELS && wants_anthropic(c)) ctx->api = EM_API_ANTHROPIC_MESSAGES;
-    if (!r) {
-        em_server_error_set(&err, 404, NULL, "unknown_url", NULL, "unknown path: %s %s", method, url);
-    } else if (strcmp(method, r->method) && !(!strcmp(r->method, "GET") && !strcmp(method, "HEAD"))) {
-        em_server_error_set(&err, 405, NULL, "method_not_allowed", NULL, "%s %s: method not allowed (use %s)", method,
-                            url, r->method);
-    } else if (!strncmp(url, "/v1/", 4) && !authorized(c, s)) {
+    check_framing(c, version, &err);
+    if (err.status) {
+        /* answered in the format of the path's API, but before the key: it says nothing of routes */
+    } else if (!is_public(r) && !authorized(c, s)) {
         bool given = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key") ||
                      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
         em_server_error_set(&err, 401, NULL, "invalid_api_key", NULL,
                             given ? "invalid API key" : "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
+    } else if (!r) {
+        em_server_error_set(&err, 404, NULL, "unknown_url", NULL, "unknown path: %s %s", method, url);
+    } else if (strcmp(method, r->method) && !(!strcmp(r->method, "GET") && !strcmp(method, "HEAD"))) {
+        em_server_error_set(&err, 405, NULL, "method_not_allowed", NULL, "%s %s: method not allowed (use %s)", method,
+                            url, r->method);
     } else {
         const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (length && strtoull(length, NULL, 10) > s->max_body)
@@ -215,14 +274,17 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, em_server *s, connecti
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                               const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls) {
-    (void)version;
     em_server *s = cls;
     connection *ctx = *con_cls;
     if (!ctx) {
         if (!(ctx = calloc(1, sizeof *ctx))) return MHD_NO;
         *con_cls = ctx;
         enum MHD_Result ret;
-        if (reject_early(c, s, ctx, url, method, &ret)) return ret;
+        if (reject_early(c, s, ctx, url, method, version, &ret)) {
+            em_guard_enter(&s->guard, c, EM_GUARD_SERVING);
+            return ret;
+        }
+        em_guard_enter(&s->guard, c, EM_GUARD_BODY);
         return MHD_YES;
     }
     if (ctx->responded) {
@@ -239,6 +301,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *upload_data_size = 0;
         return MHD_YES;
     }
+    em_guard_enter(&s->guard, c, EM_GUARD_SERVING);
     if (ctx->too_large) {
         em_server_error err = {0};
         em_server_error_set(&err, 413, NULL, "request_too_large", NULL,
@@ -249,9 +312,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
-    (void)cls;
-    (void)c;
     (void)code;
+    em_server *s = cls;
+    em_guard_enter(&s->guard, c, EM_GUARD_HEADERS); /* kept alive: the next request's headers are due */
     connection *ctx = *con_cls;
     if (!ctx) return;
     em_buf_free(&ctx->body);
@@ -297,17 +360,40 @@ em_err em_server_start(const em_server_options *options, const em_server_engine 
     atomic_init(&s->next_id, 1);
     atomic_init(&s->stopping, false);
     em_server_metrics_init(&s->metrics);
+    if (options->api_key && !options->api_key[0]) {
+        freeaddrinfo(addr);
+        em_server_stop(s);
+        return em_errorf(EM_ERR_INVALID, "the API key is empty: give a key, or none to serve without one");
+    }
     if (options->api_key && !(s->api_key = strdup(options->api_key))) {
         freeaddrinfo(addr);
         em_server_stop(s);
         return em_errorf(EM_ERR_NOMEM, "out of memory starting the server");
     }
+    int max_connections = options->max_connections > 0 ? options->max_connections : 512;
+    int per_client = options->max_client_connections > 0 ? options->max_client_connections
+                                                         : (max_connections + 1) / 2;
+    em_guard_options guard = {
+        .header_seconds = options->header_seconds > 0 ? options->header_seconds : 10,
+        .body_seconds = options->body_seconds > 0 ? options->body_seconds : 30,
+        .receiving_per_client = options->receiving_per_client > 0 ? options->receiving_per_client : 64,
+        .receiving_total = max_connections / 2,
+    };
+    em_err e = em_guard_start(&s->guard, &guard);
+    if (e) {
+        freeaddrinfo(addr);
+        em_server_stop(s);
+        return e;
+    }
     unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    /* The idle timeout stays long: a connection being served may wait minutes for the engine, and
+     * the guard (guard.c) bounds the time to send a request. */
     s->daemon = MHD_start_daemon(flags, (uint16_t)options->port, NULL, NULL, handle, s, MHD_OPTION_EXTERNAL_LOGGER,
                                  mhd_log, NULL, MHD_OPTION_SOCK_ADDR, addr->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
-                                 completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned)(options->max_connections > 0 ? options->max_connections : 256),
+                                 completed, s, MHD_OPTION_NOTIFY_CONNECTION, em_guard_notify, &s->guard,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_client,
                                  MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
     freeaddrinfo(addr);
     if (!s->daemon) {
@@ -328,6 +414,7 @@ void em_server_stop(em_server *server) {
     if (!server) return;
     atomic_store(&server->stopping, true);
     if (server->daemon) MHD_stop_daemon(server->daemon);
+    em_guard_stop(&server->guard);
     em_server_metrics_destroy(&server->metrics);
     free(server->api_key);
     free(server);

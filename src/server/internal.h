@@ -70,6 +70,42 @@ bool em_server_sse(em_buf *out, const char *event, const json_t *data);
 #include <microhttpd.h>
 #include <stdatomic.h>
 
+/* The connection guard (guard.c): deadlines for receiving a request and room for new clients,
+ * which libmicrohttpd's idle timeout and connection limits cannot give. */
+typedef enum em_guard_phase {
+    EM_GUARD_HEADERS = 0, /* accepted, or kept alive after a response: waiting for a request's headers */
+    EM_GUARD_BODY,        /* headers in, reading the body */
+    EM_GUARD_SERVING      /* the request is being answered: never cut by the guard */
+} em_guard_phase;
+
+typedef struct em_guard_options {
+    double header_seconds;    /* to send a request's headers */
+    double body_seconds;      /* to send its body, from the end of the headers */
+    int receiving_per_client; /* connections of one IP address sending a request at once */
+    int receiving_total;      /* and of all clients */
+} em_guard_options;
+
+typedef struct em_guard_entry em_guard_entry;
+
+typedef struct em_guard {
+    em_guard_options options;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    em_guard_entry *head; /* every open connection */
+    uint64_t cuts;        /* connections cut so far */
+    bool stopping, started;
+} em_guard;
+
+em_err em_guard_start(em_guard *guard, const em_guard_options *options);
+/* After the daemon has stopped (its close notifications need the guard). */
+void em_guard_stop(em_guard *guard);
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback (cls: the guard). */
+void em_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                     enum MHD_ConnectionNotificationCode code);
+/* The access handler moves a connection from phase to phase. */
+void em_guard_enter(em_guard *guard, struct MHD_Connection *c, em_guard_phase phase);
+
 struct em_server {
     struct MHD_Daemon *daemon;
     em_server_engine engine;
@@ -81,6 +117,7 @@ struct em_server {
     atomic_uint_fast64_t next_id;
     atomic_bool stopping;      /* waiting threads give up their requests */
     em_server_metrics metrics;
+    em_guard guard;
 };
 
 /* A JSON response (takes the body's reference) or an error response in `api`'s format (response.c). */

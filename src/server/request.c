@@ -38,6 +38,7 @@ const char *em_server_error_type(em_server_api api, int status) {
     case 405: return "invalid_request_error";
     case 413: return anthropic ? "request_too_large" : "invalid_request_error";
     case 429: return anthropic ? "rate_limit_error" : "rate_limit_exceeded";
+    case 501: return "invalid_request_error"; /* a request this server cannot read (Transfer-Encoding) */
     case 503: return anthropic ? "overloaded_error" : "server_error";
     default: return anthropic ? "api_error" : "server_error";
     }

@@ -13,7 +13,8 @@
  *   3. HTTP (http.c): libmicrohttpd with one thread per connection. A connection thread parses,
  *      submits to the engine and then waits on its own request (blocking with a timeout, polling
  *      its socket for a hang-up in between): a client that goes away cancels its request. HTTP
- *      threads never touch model state; the engine runs on its own thread.
+ *      threads never touch model state; the engine runs on its own thread. guard.c bounds how long
+ *      and how many connections may take to send a request (libmicrohttpd cannot).
  *
  * em_server_engine is the server's view of the engine: the seam between the server and the rest
  * of Ember (include/ember.h: the engine, which also holds the model's one tokenizer and chat
@@ -405,7 +406,12 @@ typedef struct em_server_options {
     int port;                /* 0 = pick a free port (see em_server_port) */
     const char *api_key;     /* NULL = no key needed */
     size_t max_body;         /* bytes; 0 = 4 MiB */
-    int max_connections;     /* 0 = 256 */
+    int max_connections;     /* open connections, each with its thread; 0 = 512 */
+    int max_client_connections; /* of one client (IP address); 0 = half of max_connections */
+    double header_seconds;   /* a request's headers must arrive within this; 0 = 10 */
+    double body_seconds;     /* and its body within this after them; 0 = 30 */
+    int receiving_per_client; /* connections of one client sending a request at once (more: the
+                               * oldest is cut); 0 = 64 */
 } em_server_options;
 
 typedef struct em_server em_server;

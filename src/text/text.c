@@ -27,7 +27,8 @@ struct em_text {
 
 /* For a template that does not render tools: the tools and the call format (a bare JSON object,
  * the fallback the server reads calls in) described in the system message, created first when
- * there is none. The tools' JSON cannot hold control-token text (prompt.c refuses it), so this text may be rendered as markup. */
+ * there is none. Strings of the tools that spell control tokens reach this function as prompt.c's
+ * markers, so this text may be rendered as markup. */
 static json_t *messages_with_tools(const json_t *messages, const json_t *tools) {
     json_t *copy = json_deep_copy(messages);
     char *listed = json_dumps(tools, JSON_COMPACT);

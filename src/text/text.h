@@ -54,9 +54,9 @@ typedef struct em_prompt_ops {
 } em_prompt_ops;
 
 /* Renders and tokenizes a conversation so that only the template's markup produces control
- * tokens (see prompt.c for how). One BOS at the start when add_bos, even if the template writes
- * one too. *ids is malloc'd. EM_ERR_INVALID when a message holds control-token text that the
- * template does not reproduce verbatim, or tools and tool calls hold control-token text. */
+ * tokens (see prompt.c for how): no string of the messages, tools or template variables, in any
+ * field, becomes a control token. One BOS at the start when add_bos, even if the template writes
+ * one too. *ids is malloc'd. */
 em_err em_prompt_tokens(const em_prompt_ops *ops, const em_text_chat *chat, int32_t **ids, size_t *n);
 
 /* A stretch of prompt text and whether to parse special-token text in it. */
@@ -66,11 +66,19 @@ typedef struct em_prompt_piece {
     bool special;
 } em_prompt_piece;
 
+/* A marker rendered in place of a string of the conversation, and the string it stands for. */
+typedef struct em_prompt_mark {
+    const char *marker;
+    size_t marker_len;
+    const char *text;
+    size_t len;
+} em_prompt_mark;
+
 bool em_prompt_has_control_text(const char *text, size_t len, const em_prompt_ops *ops);
-/* Splits text rendered with markers[i] (or NULL) in place of message i's content into pieces:
- * template text (special) and the messages' real contents (not special). Each marker must occur
- * exactly once. *pieces is malloc'd and points into `rendered` and `messages`. */
-em_err em_prompt_pieces(const char *rendered, size_t len, const json_t *messages, const char *const *markers,
+/* Splits text rendered with markers into pieces: the template's text (special) and, at every
+ * place a marker occurs, its string (not special). A marker may occur any number of times.
+ * *pieces is malloc'd and points into `rendered` and the marks' strings. */
+em_err em_prompt_pieces(const char *rendered, size_t len, const em_prompt_mark *marks, size_t n_marks,
                         em_prompt_piece **pieces, size_t *n);
 
 /* ---- A model's text side (text.c) ---- */

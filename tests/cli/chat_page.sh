@@ -36,7 +36,10 @@ cmp -s "$work/index.html" "$here/../../web/index.html" || { echo "FAIL: GET / is
 for f in chat.js chat.css markdown.js; do
   curl -s "$url/$f" | cmp -s - "$here/../../web/$f" || { echo "FAIL: GET /$f is not web/$f"; status=1; }
 done
+# a path that is no file of the page: without the key it is a 401 like any other (routes stay hidden)
 code=$(curl -s -o /dev/null -w '%{http_code}' "$url/nothing.js")
+[ "$code" = 401 ] || { echo "FAIL: GET /nothing.js without the key answered $code"; status=1; }
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'x-api-key: sk-page' "$url/nothing.js")
 [ "$code" = 404 ] || { echo "FAIL: GET /nothing.js answered $code"; status=1; }
 head=$(curl -s -D - -o /dev/null -X POST "$url/")
 grep -q "^HTTP/1.1 405" <<<"$head" && grep -q "^Allow: GET" <<<"$head" || { echo "FAIL: POST /: $head"; status=1; }

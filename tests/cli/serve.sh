@@ -4,7 +4,8 @@
 #  - --alias NAME is the id /v1/models lists and every response reports; /v1/models/{id} answers
 #    for that id only;
 #  - a request naming another model (an agent client's own name) is served by this one;
-#  - ignore_eos (llama-server's request field) runs past <|eos|> to max_tokens.
+#  - ignore_eos (llama-server's request field) runs past <|eos|> to max_tokens;
+#  - an empty API key is refused at start.
 # usage: serve.sh EMBER_EXE FIXTURES_DIR BUILD_DIR
 set -u
 ember=$1 build=$3
@@ -16,6 +17,12 @@ status=0
 fail() { echo "FAIL: $*"; status=1; }
 # has JSON TEXT: the compact JSON holds TEXT
 has() { case $1 in *"$2"*) return 0 ;; esac; return 1; }
+
+# An empty key would serve without one: refused at start, from the flag or the environment.
+out=$("$ember" serve -m "$work/none.gguf" --api-key "" 2>&1)
+[ $? = 1 ] && has "$out" "--api-key is empty" || fail "an empty --api-key: $out"
+out=$(EMBER_API_KEY= "$ember" serve -m "$work/none.gguf" 2>&1)
+[ $? = 1 ] && has "$out" "EMBER_API_KEY is empty" || fail "an empty EMBER_API_KEY: $out"
 
 "$ember" convert "$hf/mistral" -o "$work/mistral.gguf" --type f32 >/dev/null 2>&1 || { echo "FAIL: convert"; exit 1; }
 . "$here/../../tools/serve_lib.sh"
