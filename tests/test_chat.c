@@ -176,6 +176,14 @@ static void test_tojson(void **state) {
     expect("{{ {'x': undefined_name} | tojson }} {{ {'x': undefined_name} }}", NULL, "{\"x\": null} {\"x\": undefined}");
     /* JSON input: integral reals become integers, index-like keys come first (JavaScript objects). */
     expect("{{ v | tojson }}", "{\"v\": {\"b\": 1.0, \"10\": 2, \"a\": 1.5, \"2\": 3}}", "{\"2\": 3, \"10\": 2, \"b\": 1, \"a\": 1.5}");
+    /* 100,000 index keys in descending order (a request's object): sorted, not inserted one by one. */
+    em_buf b = {0};
+    assert_true(em_buf_printf(&b, "{\"v\": {\"k\": 0"));
+    for (int i = 100000; i-- > 0;) assert_true(em_buf_printf(&b, ", \"%d\": %d", i, i));
+    assert_true(em_buf_printf(&b, "}}"));
+    expect("{{ v | length }}{% for k in v %}{% if loop.index <= 3 or loop.last %} {{ k }}{% endif %}{% endfor %}", b.data,
+           "100001 0 1 2 k");
+    em_buf_free(&b);
 }
 
 static void test_tests_and_methods(void **state) {
