@@ -324,7 +324,12 @@ static void test_wide_any_of(void **state) {
         assert_true(em_buf_printf(&b, "%s{\"type\":\"object\",\"properties\":{\"k%d\":{\"type\":\"integer\"}},\"required\":[\"k%d\"]}",
                                   i ? "," : "", i, i));
     assert_true(em_buf_printf(&b, "]}"));
-    expect_refused(b.data, true, "256");
+    expect_refused(b.data, true, "more than 256 parse stacks");
+    /* The same inside an array's items (not at the grammar's start): refused up front too. */
+    char *items = NULL;
+    assert_true(asprintf(&items, "{\"type\":\"array\",\"items\":%s}", b.data) > 0);
+    expect_refused(items, true, "more than 256 parse stacks");
+    free(items);
     em_buf_free(&b);
 }
 

@@ -77,7 +77,11 @@ bool em_schema_fail(em_schema_writer *w, em_err_code code, const char *fmt, ...)
     va_start(args, fmt);
     vsnprintf(what, sizeof what, fmt, args);
     va_end(args);
-    w->err = em_errorf(code, "json schema at '%s': %s", w->path[0] ? w->path : "/", what);
+    /* A deep path is shortened in its middle, so the message still says what was wrong. */
+    const char *path = w->path[0] ? w->path : "/";
+    const size_t len = strlen(path);
+    if (len > 160) w->err = em_errorf(code, "json schema at '%.60s...%s': %s", path, path + len - 90, what);
+    else w->err = em_errorf(code, "json schema at '%s': %s", path, what);
     return false;
 }
 
@@ -588,6 +592,12 @@ static bool write_alternatives(em_schema_writer *w, json_t *schema, const char *
         return ok;
     }
     json_decref(values);
+    /* Each alternative is at least one parse stack wherever the choice is entered: past the bound
+     * the grammar could not be followed there, so refuse it now rather than mid-answer. */
+    if (json_array_size(list) > EM_GRAMMAR_MAX_STACKS)
+        return em_schema_fail(w, EM_ERR_INVALID,
+                              "%s of %zu alternatives that are not all literals: more than %d parse stacks at once (the limit)",
+                              keyword, json_array_size(list), EM_GRAMMAR_MAX_STACKS);
     size_t mark = push_path(w, keyword);
     fputc('(', f);
     for (size_t i = 0; i < json_array_size(list); i++) {
