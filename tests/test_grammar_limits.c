@@ -153,6 +153,17 @@ static void test_gbnf_rule_chain(void **state) {
     em_buf_free(&b);
 }
 
+/* Many helper rules (a repetition) before a named rule is first met: the name index grows past
+ * them (found by fuzzing: it once grew by one doubling and then looked for a free slot forever). */
+static void test_gbnf_helpers_then_names(void **state) {
+    (void)state;
+    em_grammar *g = expect_compiled("root ::= (\"a\" | \"a\" r{0,10000} t+ u{2,5})\nr ::= \"r\"\nt ::= \"t\"\nu ::= \"u\"\n", false);
+    assert_true(matches(g, "a"));
+    assert_true(matches(g, "arrrtuu"));
+    assert_false(matches(g, "arrrt"));
+    em_grammar_free(g);
+}
+
 static void test_gbnf_rule_limit(void **state) {
     (void)state;
     /* More rules than the limit: refused by the limit, whatever the text's size. */
@@ -335,7 +346,8 @@ static void test_wide_any_of(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gbnf_nesting),  cmocka_unit_test(test_gbnf_rule_chain), cmocka_unit_test(test_gbnf_rule_limit),
+        cmocka_unit_test(test_gbnf_nesting),  cmocka_unit_test(test_gbnf_rule_chain), cmocka_unit_test(test_gbnf_helpers_then_names),
+        cmocka_unit_test(test_gbnf_rule_limit),
         cmocka_unit_test(test_pattern_nesting), cmocka_unit_test(test_schema_nesting), cmocka_unit_test(test_schema_refs),
         cmocka_unit_test(test_wide_enum),     cmocka_unit_test(test_wide_objects),    cmocka_unit_test(test_wide_any_of),
     };

@@ -125,7 +125,8 @@ static uint64_t byte_set_hash(const parser *p, uint32_t id) { return hash_bytes(
 /* Makes room in the index for one more of `n` ids (rehashing them by `hash` when it grows). */
 static bool index_reserve(parser *p, id_index *index, size_t n, uint64_t (*hash)(const parser *, uint32_t)) {
     if ((n + 1) * 2 <= index->cap) return true;
-    size_t cap = index->cap ? index->cap * 2 : 256;
+    size_t cap = index->cap ? index->cap : 256;
+    while ((n + 1) * 2 > cap) cap *= 2; /* helper rules may have come since the last reserve */
     uint32_t *slots = calloc(cap, sizeof *slots);
     if (!slots) return fail_nomem(p);
     for (uint32_t id = 0; id < n; id++) {
