@@ -313,6 +313,12 @@ static void test_wide_objects(void **state) {
     assert_true(matches(g, "{\"property_17\":\"x\",\"property_9999\":\"y\"}"));
     em_grammar_free(g);
     em_buf_free(&b);
+    /* 100,000 properties: refused by the rule limit before they are converted. */
+    assert_true(em_buf_printf(&b, "{\"type\":\"object\",\"properties\":{"));
+    for (int i = 0; i < 100000; i++) assert_true(em_buf_printf(&b, "%s\"p%d\":{}", i ? "," : "", i));
+    assert_true(em_buf_printf(&b, "}}"));
+    expect_refused(b.data, true, "an object of 100000 properties needs more than 262144 rules (the limit)");
+    em_buf_free(&b);
 }
 
 static void test_wide_any_of(void **state) {

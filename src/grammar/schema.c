@@ -439,6 +439,11 @@ static bool write_object(em_schema_writer *w, json_t *schema, FILE *f) {
     }
     /* Each member's value as a rule, in the schema's order. */
     size_t n = properties ? json_object_size(properties) : 0;
+    if (w->next_rule + 6 * n > EM_GRAMMAR_MAX_RULES) { /* a property costs four rules and one or two of the trie */
+        json_decref(required_set);
+        return em_schema_fail(w, EM_ERR_INVALID, "an object of %zu properties needs more than %d rules (the limit)", n,
+                              EM_GRAMMAR_MAX_RULES);
+    }
     char (*names)[64] = calloc(n + 1, sizeof *names);
     bool *is_required = calloc(n + 1, sizeof *is_required);
     const char **keys = calloc(n + 1, sizeof *keys);
@@ -694,6 +699,8 @@ static bool visit_keywords(em_schema_writer *w, json_t *schema, FILE *f) {
 static bool visit(em_schema_writer *w, json_t *schema, FILE *f) {
     if (w->depth >= EM_SCHEMA_MAX_DEPTH)
         return em_schema_fail(w, EM_ERR_INVALID, "schemas nested deeper than %d levels (the limit)", EM_SCHEMA_MAX_DEPTH);
+    if (w->next_rule > EM_GRAMMAR_MAX_RULES) /* the compiler would refuse it: stop converting now */
+        return em_schema_fail(w, EM_ERR_INVALID, "more than %d rules (the limit)", EM_GRAMMAR_MAX_RULES);
     w->depth++;
     bool ok;
     if (w->depth % 16) {
