@@ -273,6 +273,19 @@ static void test_wide_enum(void **state) {
         if (matches(g, bad[i])) fail_msg("enum should reject %s", bad[i]);
     em_grammar_free(g);
     em_buf_free(&b);
+    /* Values that differ inside a character (é and è share their first byte), and long ones. */
+    char *long_value = repeat3("\"", 1, "x", 1000, "\"", 1), *long_enum = NULL;
+    assert_true(asprintf(&long_enum, "{\"enum\":[\"é\",\"è\",\"日本\",\"日本語\",%s]}", long_value) > 0);
+    g = expect_compiled(long_enum, true);
+    assert_true(matches(g, "\"é\""));
+    assert_true(matches(g, "\"è\""));
+    assert_true(matches(g, "\"日本語\""));
+    assert_true(matches(g, long_value));
+    assert_false(matches(g, "\"e\""));
+    assert_false(matches(g, "\"日\""));
+    em_grammar_free(g);
+    free(long_enum);
+    free(long_value);
 }
 
 static void test_wide_objects(void **state) {

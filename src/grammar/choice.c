@@ -1,7 +1,8 @@
-/* A choice among byte strings, written as GBNF rules of a trie (schema.h), so that the automaton
- * follows it with one parse stack per distinct next byte rather than one per string: an `enum`
- * of 10,000 values, or the names of an object's 10,000 optional properties, stay far below the
- * parse-stack bound (grammar.h's EM_GRAMMAR_MAX_STACKS).
+/* A choice among UTF-8 strings, written as GBNF rules of a trie (schema.h), so that the automaton
+ * follows it with one parse stack per distinct next character rather than one per string: an
+ * `enum` of 10,000 values, or the names of an object's 10,000 optional properties, stay far below
+ * the parse-stack bound (grammar.h's EM_GRAMMAR_MAX_STACKS). Edges are whole characters, as GBNF
+ * literals are made of characters (a lead byte alone cannot be written in one).
  *
  * The trie is persistent: inserting a string copies the nodes on its path and shares the rest,
  * so each version stays valid. An object's members k.. are a choice among the names that may come
@@ -16,12 +17,13 @@
 #include "schema.h"
 
 typedef struct trie_edge {
-    uint8_t byte;
+    uint32_t character; /* its UTF-8 bytes, the first in the low byte, so that order is byte order within a length */
+    uint8_t len;        /* 1 to 4 bytes */
     uint32_t child;
 } trie_edge;
 
 typedef struct trie_node {
-    trie_edge *edges; /* sorted by byte */
+    trie_edge *edges; /* sorted by character */
     uint32_t n_edges;
     int32_t end;   /* -1: no string ends here; else the index of its continuation in `ends` (0: none) */
     uint32_t rule; /* the rule number once written (0: not yet) */
@@ -95,13 +97,18 @@ bool em_schema_choice_add(em_schema_choice *c, uint32_t version, const char *byt
     }
     uint32_t root = copy_node(c, version), node = root;
     if (!root) return false;
-    for (size_t i = 0; i < len; i++) {
-        const uint8_t byte = (uint8_t)bytes[i];
+    for (size_t i = 0; i < len;) {
+        const uint8_t lead = (uint8_t)bytes[i];
+        size_t n_bytes = lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+        if (n_bytes > len - i) n_bytes = 1; /* not UTF-8 (the caller's strings are): a byte at a time */
+        uint32_t character = 0;
+        for (size_t k = 0; k < n_bytes; k++) character |= (uint32_t)(uint8_t)bytes[i + k] << (8 * k);
+        i += n_bytes;
         trie_node *n = &c->nodes[node];
         uint32_t at = 0;
-        while (at < n->n_edges && n->edges[at].byte < byte) at++;
+        while (at < n->n_edges && n->edges[at].character < character) at++;
         uint32_t child;
-        if (at < n->n_edges && n->edges[at].byte == byte) {
+        if (at < n->n_edges && n->edges[at].character == character) {
             child = copy_node(c, n->edges[at].child); /* the path is copied; the rest is shared */
         } else {
             child = copy_node(c, 0);
@@ -109,7 +116,8 @@ bool em_schema_choice_add(em_schema_choice *c, uint32_t version, const char *byt
             trie_edge *edges = child ? realloc(n->edges, (n->n_edges + 1) * sizeof *edges) : NULL;
             if (!edges) return false;
             memmove(edges + at + 1, edges + at, (n->n_edges - at) * sizeof *edges);
-            edges[at].byte = byte;
+            edges[at].character = character;
+            edges[at].len = (uint8_t)n_bytes;
             n->edges = edges;
             n->n_edges++;
         }
@@ -125,22 +133,22 @@ bool em_schema_choice_add(em_schema_choice *c, uint32_t version, const char *byt
 /* Whether the node is written as a rule of its own: where strings branch or end. */
 static bool branches(const trie_node *n) { return n->n_edges != 1 || n->end >= 0; }
 
-/* Writes one alternative: the edge's byte, the bytes of the chain after it, then the rule of the
+/* Writes one alternative: the edge's character, those of the chain after it, then the rule of the
  * node where the chain branches or ends (which joins the to-do list if not written yet). */
 static bool write_edge(em_schema_choice *c, FILE *out, const trie_edge *edge, uint32_t **todo, size_t *n_todo, size_t *cap_todo) {
     char chain[256];
     size_t n = 0;
     uint32_t node = edge->child;
-    chain[n++] = (char)edge->byte;
-    for (;;) {
-        if (n == sizeof chain) { /* a long chain: written in pieces */
+    for (const trie_edge *e = edge;;) {
+        if (n + 4 > sizeof chain) { /* a long chain: written in pieces */
             em_schema_write_literal(out, chain, n);
             fputc(' ', out);
             n = 0;
         }
+        for (uint8_t k = 0; k < e->len; k++) chain[n++] = (char)(e->character >> (8 * k));
         if (branches(&c->nodes[node])) break;
-        chain[n++] = (char)c->nodes[node].edges[0].byte;
-        node = c->nodes[node].edges[0].child;
+        e = &c->nodes[node].edges[0];
+        node = e->child;
     }
     if (n) em_schema_write_literal(out, chain, n);
     trie_node *target = &c->nodes[node];
