@@ -190,6 +190,15 @@ typedef struct ember_sampling {
 
 typedef struct ember_output ember_output; /* defined below */
 
+/* A GBNF grammar compiled once, for any number of requests (reference counted: each request that
+ * uses one takes its own reference). ember_grammar_compile also checks that a parse can start
+ * (a grammar too ambiguous to follow fails here), so a caller that compiles while it reads a
+ * request can refuse a bad grammar then; ember_grammar_free gives the caller's reference back.
+ * Compiling is linear in the grammar's size and refused past the limits docs/serve.md lists. */
+typedef struct em_grammar ember_grammar;
+ember_error *ember_grammar_compile(const char *gbnf, size_t len, ember_grammar **out);
+void ember_grammar_free(ember_grammar *grammar);
+
 typedef struct ember_request_params {
     const int32_t *prompt_ids; /* either token ids ... */
     size_t n_prompt_ids;
@@ -211,6 +220,9 @@ typedef struct ember_request_params {
      * compile fails the submission with the reason (rule, line, column). */
     const char *grammar;
     size_t grammar_len; /* 0: strlen(grammar) */
+    /* Optional, instead of `grammar` (which is then ignored): the grammar compiled already. The
+     * request takes its own reference; the caller keeps its. */
+    ember_grammar *compiled_grammar;
     /* Optional, with a grammar: a lazy grammar. The output is free until it contains one of these
      * texts (the earliest in the output wins); from the trigger's first byte on, the rest of the
      * output must follow the grammar (which so describes each trigger too). When the token that

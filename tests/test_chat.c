@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include <cmocka.h>
+#include <pthread.h>
 
 #include "chat/chat.h"
 
@@ -176,6 +177,14 @@ static void test_tojson(void **state) {
     expect("{{ {'x': undefined_name} | tojson }} {{ {'x': undefined_name} }}", NULL, "{\"x\": null} {\"x\": undefined}");
     /* JSON input: integral reals become integers, index-like keys come first (JavaScript objects). */
     expect("{{ v | tojson }}", "{\"v\": {\"b\": 1.0, \"10\": 2, \"a\": 1.5, \"2\": 3}}", "{\"2\": 3, \"10\": 2, \"b\": 1, \"a\": 1.5}");
+    /* 100,000 index keys in descending order (a request's object): sorted, not inserted one by one. */
+    em_buf b = {0};
+    assert_true(em_buf_printf(&b, "{\"v\": {\"k\": 0"));
+    for (int i = 100000; i-- > 0;) assert_true(em_buf_printf(&b, ", \"%d\": %d", i, i));
+    assert_true(em_buf_printf(&b, "}}"));
+    expect("{{ v | length }}{% for k in v %}{% if loop.index <= 3 or loop.last %} {{ k }}{% endif %}{% endfor %}", b.data,
+           "100001 0 1 2 k");
+    em_buf_free(&b);
 }
 
 static void test_tests_and_methods(void **state) {
@@ -304,6 +313,73 @@ static void test_hostile_input_is_refused(void **state) {
     em_chat_template_free(t);
 }
 
+/* ---- On a small stack ---- */
+
+typedef struct render_job {
+    char *tpl;
+    em_err err;
+    char *out;
+} render_job;
+
+static void *render_on_thread(void *arg) {
+    render_job *j = arg;
+    em_chat_template *t = NULL;
+    size_t len = 0;
+    j->err = em_chat_template_parse(j->tpl, strlen(j->tpl), &t);
+    em_chat_render_options o = {.now = 1767268800};
+    if (!j->err) j->err = em_chat_render(t, NULL, &o, &j->out, &len);
+    em_chat_template_free(t);
+    return NULL;
+}
+
+/* Parses and renders `tpl` (taken) on a thread with a 512 KiB stack: the parser's and the
+ * evaluator's depth bounds must keep them inside it, sanitizers included. */
+static void expect_on_small_stack(char *tpl, const char *want_error, const char *want_output) {
+    render_job j = {.tpl = tpl};
+    pthread_attr_t attr;
+    pthread_t thread;
+    assert_int_equal(pthread_attr_init(&attr), 0);
+    assert_int_equal(pthread_attr_setstacksize(&attr, 512 * 1024), 0);
+    assert_int_equal(pthread_create(&thread, &attr, render_on_thread, &j), 0);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+    pthread_attr_destroy(&attr);
+    if (want_error && !j.err) fail_msg("%.60s... rendered, expected '%s'", tpl, want_error);
+    if (want_error && !strstr(em_err_message(j.err), want_error)) fail_msg("error '%s' lacks '%s'", em_err_message(j.err), want_error);
+    if (want_output && j.err) fail_msg("%.60s...: %s", tpl, em_err_message(j.err));
+    if (want_output && strcmp(j.out, want_output)) fail_msg("got [%s], want [%s]", j.out, want_output);
+    em_err_free(j.err);
+    free(j.out);
+    free(tpl);
+}
+
+/* open * n, middle, close * n, between prefix and suffix. */
+static char *nest(const char *prefix, const char *open, size_t n, const char *middle, const char *close, const char *suffix) {
+    em_buf b = {0};
+    assert_true(em_buf_printf(&b, "%s", prefix));
+    for (size_t i = 0; i < n; i++) assert_true(em_buf_printf(&b, "%s", open));
+    assert_true(em_buf_printf(&b, "%s", middle));
+    for (size_t i = 0; i < n; i++) assert_true(em_buf_printf(&b, "%s", close));
+    assert_true(em_buf_printf(&b, "%s", suffix));
+    return b.data;
+}
+
+static void test_depth_bounds_fit_a_small_stack(void **state) {
+    (void)state;
+    expect_on_small_stack(nest("{{ ", "(", 30000, "1", ")", " }}"), "nested too deeply", NULL);
+    expect_on_small_stack(nest("", "{% if true %}", 30000, "x", "{% endif %}", ""), "nested too deeply", NULL);
+    expect_on_small_stack(nest("{{ ", "[", 30000, "1", "]", " }}"), "nested too deeply", NULL);
+    expect_on_small_stack(nest("{{ ", "not ", 30000, "1", "", " }}"), "nested too deeply", NULL);
+    expect_on_small_stack(nest("{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}", "", 0, "", "", ""), "nested too deeply", NULL);
+    expect_on_small_stack(nest("{% macro m(n) %}", "{% if true %}", 40, "{{ m(n + 1) }}", "{% endif %}", "{% endmacro %}{{ m(0) }}"),
+                          "nested too deeply", NULL);
+    /* Depth a real template could have still renders. */
+    expect_on_small_stack(nest("{{ ", "(", 30, "1", ")", " }}"), NULL, "1");
+    expect_on_small_stack(nest("", "{% if true %}", 30, "x", "{% endif %}", ""), NULL, "x");
+    expect_on_small_stack(nest("{% macro m(n) %}{% if n < 20 %}{{ m(n + 1) }}{% else %}{{ n }}{% endif %}{% endmacro %}{{ m(0) }}", "", 0,
+                               "", "", ""),
+                          NULL, "20");
+}
+
 int main(void) {
     setenv("TZ", "UTC", 1); /* strftime_now formats local time */
     tzset();
@@ -319,6 +395,7 @@ int main(void) {
         cmocka_unit_test(test_render_input),
         cmocka_unit_test(test_errors_name_position),
         cmocka_unit_test(test_hostile_input_is_refused),
+        cmocka_unit_test(test_depth_bounds_fit_a_small_stack),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

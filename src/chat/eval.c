@@ -16,7 +16,10 @@
 
 #include "internal.h"
 
-#define MAX_DEPTH 400 /* evaluation nesting (deep expressions, macro recursion) */
+/* Evaluation nesting (deep expressions, nested blocks, macro recursion, which a template may drive
+ * by the depth of a request's data, a tool schema say): 128 fits a 256 KiB thread stack under
+ * AddressSanitizer, with the parser's bound (tests/test_chat.c renders on 512 KiB). */
+#define MAX_DEPTH 128
 
 em_err em_chat_oom(void) {
     return em_errorf(EM_ERR_NOMEM, "out of memory rendering a chat template (or past the render's byte limit)");

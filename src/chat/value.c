@@ -151,12 +151,8 @@ static em_chat_entry *dict_find(const em_chat_dict *d, const char *key, size_t l
     return NULL;
 }
 
-bool em_chat_dict_set(em_chat_arena *a, em_chat_dict *d, const char *key, size_t len, em_chat_value *v) {
-    em_chat_entry *e = dict_find(d, key, len);
-    if (e) {
-        e->value = v;
-        return true;
-    }
+/* Appends a key the dict does not hold yet. */
+static bool dict_append(em_chat_arena *a, em_chat_dict *d, const char *key, size_t len, em_chat_value *v) {
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 8;
         em_chat_entry *at = em_chat_alloc(a, cap * sizeof *at);
@@ -167,6 +163,15 @@ bool em_chat_dict_set(em_chat_arena *a, em_chat_dict *d, const char *key, size_t
     }
     d->at[d->n++] = (em_chat_entry){key, len, v};
     return true;
+}
+
+bool em_chat_dict_set(em_chat_arena *a, em_chat_dict *d, const char *key, size_t len, em_chat_value *v) {
+    em_chat_entry *e = dict_find(d, key, len);
+    if (e) {
+        e->value = v;
+        return true;
+    }
+    return dict_append(a, d, key, len, v);
 }
 
 em_chat_value *em_chat_dict_get(const em_chat_dict *d, const char *key, size_t len) {
@@ -527,6 +532,26 @@ static bool index_key(const char *k, size_t n, uint64_t *out) {
     return v < 4294967295u;
 }
 
+/* An object's key that reads as an array index, with its value (em_chat_from_json). */
+typedef struct json_object_key_index {
+    uint64_t index;
+    const char *key;
+    json_t *value;
+} json_object_key_index;
+
+static int by_index(const void *a, const void *b) {
+    uint64_t x = ((const json_object_key_index *)a)->index, y = ((const json_object_key_index *)b)->index;
+    return x < y ? -1 : x > y;
+}
+
+/* dict[key] = value converted; false when out of memory. */
+static bool set_from_json(em_chat_arena *a, em_chat_value *dict, const char *key, const json_t *value) {
+    size_t klen = strlen(key);
+    em_chat_value *e = em_chat_from_json(a, value);
+    char *k = em_chat_strdup(a, key, klen);
+    return e && k && dict_append(a, dict->as.dict, k, klen, e); /* a JSON object's keys are unique */
+}
+
 em_chat_value *em_chat_from_json(em_chat_arena *a, const json_t *j) {
     switch (json_typeof(j)) {
     case JSON_NULL: return &em_chat_none;
@@ -563,32 +588,27 @@ em_chat_value *em_chat_from_json(em_chat_arena *a, const json_t *j) {
     case JSON_OBJECT: {
         em_chat_value *v = em_chat_dict_new(a, VAL_DICT);
         if (!v) return NULL;
+        /* Index keys first, ascending (as JavaScript orders an object's keys), then the others in
+         * their order. The index keys are sorted, not inserted in order: a request's object of
+         * 100,000 keys in descending order must not cost their square. */
+        json_object_key_index *indexed = malloc((json_object_size(j) + 1) * sizeof *indexed);
+        if (!indexed) return NULL;
+        size_t n_indexed = 0;
         const char *key;
         json_t *value;
-        /* Index keys first, ascending (insertion sort: objects with many are rare). */
-        for (size_t pass = 0; pass < 2; pass++) {
-            json_object_foreach((json_t *)j, key, value) {
-                uint64_t idx = 0;
-                size_t klen = strlen(key);
-                bool is_index = index_key(key, klen, &idx);
-                if (is_index != (pass == 0)) continue;
-                em_chat_value *e = em_chat_from_json(a, value);
-                char *k = em_chat_strdup(a, key, klen);
-                if (!e || !k || !em_chat_dict_set(a, v->as.dict, k, klen, e)) return NULL;
-                if (is_index) {
-                    em_chat_entry *at = v->as.dict->at;
-                    for (size_t i = v->as.dict->n - 1; i > 0; i--) {
-                        uint64_t prev = 0;
-                        index_key(at[i - 1].key, at[i - 1].key_len, &prev);
-                        if (prev <= idx) break;
-                        em_chat_entry t = at[i];
-                        at[i] = at[i - 1];
-                        at[i - 1] = t;
-                    }
-                }
-            }
+        json_object_foreach((json_t *)j, key, value) {
+            uint64_t idx = 0;
+            if (index_key(key, strlen(key), &idx)) indexed[n_indexed++] = (json_object_key_index){idx, key, value};
         }
-        return v;
+        qsort(indexed, n_indexed, sizeof *indexed, by_index);
+        bool ok = true;
+        for (size_t i = 0; ok && i < n_indexed; i++) ok = set_from_json(a, v, indexed[i].key, indexed[i].value);
+        free(indexed);
+        json_object_foreach((json_t *)j, key, value) {
+            uint64_t idx = 0;
+            if (ok && !index_key(key, strlen(key), &idx)) ok = set_from_json(a, v, key, value);
+        }
+        return ok ? v : NULL;
     }
     }
     return NULL;

@@ -236,6 +236,7 @@ static em_err copy_params(ember_request *r, const ember_request_params *p) {
     r->params.stop = NULL;
     r->params.stop_tokens = NULL;
     r->params.grammar = NULL; /* compiled into r->grammar; the trigger is copied there too */
+    r->params.compiled_grammar = NULL; /* r->grammar holds its own reference */
     r->params.grammar_triggers = NULL;
     r->params.n_grammar_triggers = 0;
     r->params.control_texts = NULL;
@@ -305,9 +306,17 @@ static em_err resolve_control_texts(const ember_engine *e, ember_request *r, con
     return NULL;
 }
 
-/* The request's grammar and parse state, compiled on the caller's thread. */
+ember_error *ember_grammar_compile(const char *gbnf, size_t len, ember_grammar **out) {
+    return em_grammar_compile_checked(gbnf, len, out);
+}
+
+void ember_grammar_free(ember_grammar *grammar) { em_grammar_free(grammar); }
+
+/* The request's grammar (compiled on the caller's thread, or by the caller already) and parse state. */
 static em_err compile_grammar(const ember_engine *e, ember_request *r, const ember_request_params *p) {
-    em_err err = em_grammar_compile(p->grammar, p->grammar_len ? p->grammar_len : strlen(p->grammar), &r->grammar);
+    em_err err = NULL;
+    if (p->compiled_grammar) r->grammar = em_grammar_retain(p->compiled_grammar);
+    else err = em_grammar_compile(p->grammar, p->grammar_len ? p->grammar_len : strlen(p->grammar), &r->grammar);
     if (err) return em_err_prefix(err, "request");
     if ((err = em_grammar_state_new(r->grammar, &r->grammar_state))) return err;
     r->grammar_mask = malloc(((size_t)e->n_vocab + 31) / 32 * sizeof *r->grammar_mask);
@@ -336,7 +345,7 @@ static em_err prepare_speculation(const ember_engine *e, ember_request *r, const
     r->spec = p->speculative == EMBER_SPEC_DEFAULT ? e->spec_default : (ember_spec)p->speculative;
     if (r->spec == EMBER_SPEC_DRAFT && !e->drafter)
         return em_errorf(EM_ERR_INVALID, "request: speculative decoding with a draft model, but the engine has none");
-    if (p->grammar) r->spec = EMBER_SPEC_OFF; /* a draft's mask would need the grammar run ahead */
+    if (p->grammar || p->compiled_grammar) r->spec = EMBER_SPEC_OFF; /* a draft's mask would need the grammar run ahead */
     if (r->spec == EMBER_SPEC_OFF) return NULL;
     /* A short first draft: a miss costs a step of draft + 1 tokens, and hits double the length. */
     r->draft_length = e->draft_max < EM_SPEC_FIRST_DRAFT ? e->draft_max : EM_SPEC_FIRST_DRAFT;
@@ -370,7 +379,7 @@ ember_error *ember_submit(ember_engine *e, const ember_request_params *p, ember_
     if (!err) err = em_stop_init(&r->stops, (const char *const *)r->stop_strings, r->n_stop_strings);
     if (!err) err = em_detok_new(e->tokenizer, r->n_prompt ? 0 : EM_DETOK_SEQUENCE_START, &r->detok);
     if (!err) err = resolve_control_texts(e, r, p);
-    if (!err && p->grammar) err = compile_grammar(e, r, p);
+    if (!err && (p->grammar || p->compiled_grammar)) err = compile_grammar(e, r, p);
     if (!err) {
         uint32_t max_total = r->n_prompt + (uint32_t)p->max_tokens;
         if (max_total > e->ctx_tokens || max_total < r->n_prompt) max_total = e->ctx_tokens;

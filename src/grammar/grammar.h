@@ -58,11 +58,32 @@
 
 typedef struct em_grammar em_grammar;
 
+/* Limits on what one grammar may cost, each an EM_ERR_INVALID naming it when passed: nesting of
+ * groups (parentheses, which the parser follows by recursion), rules (the text's and the helpers
+ * that repetitions and groups make) and elements (terminals and rule references of all rules).
+ * They bound both the stack and the compile work of a request's grammar. */
+#define EM_GRAMMAR_MAX_NESTING 256
+#define EM_GRAMMAR_MAX_RULES (1 << 18)
+#define EM_GRAMMAR_MAX_ELEMENTS (1 << 22)
+/* The most parse stacks one state may hold (state.c): a grammar whose parses multiply past it is
+ * too ambiguous to follow. */
+#define EM_GRAMMAR_MAX_STACKS 256
+
 /* Compiles GBNF text (need not be NUL-terminated). The start rule is `root`. Errors
  * (EM_ERR_INVALID) name the line, the column and the rule: a syntax error, a reference to an
- * undefined rule, a rule defined twice, left recursion, a missing root. */
+ * undefined rule, a rule defined twice, left recursion, a missing root, a limit above passed.
+ * The work is linear in the text's size and the grammar's (rules are found by hash). */
 em_err em_grammar_compile(const char *gbnf, size_t len, em_grammar **out);
+/* A compiled grammar is shared by reference count (the server compiles a request's grammar once
+ * and hands it to the engine): retain takes one more reference (any thread), free gives one back
+ * and frees the grammar with the last. Compiling gives the first. */
+em_grammar *em_grammar_retain(em_grammar *grammar);
 void em_grammar_free(em_grammar *grammar);
+/* Compiles and checks that a parse state can start (the start must not need more than
+ * EM_GRAMMAR_MAX_STACKS stacks): the whole check that a request's grammar is usable, done when
+ * the request is read, so that a grammar too ambiguous to follow is the client's error then
+ * rather than the engine's at submission. */
+em_err em_grammar_compile_checked(const char *gbnf, size_t len, em_grammar **out);
 
 /* A JSON Schema (text) → GBNF text (malloc'd, NUL-terminated). Supported keywords and the regex
  * subset of `pattern` are listed in schema.c; any other keyword is an EM_ERR_UNSUPPORTED naming

@@ -3,6 +3,7 @@
 #ifndef EMBER_GRAMMAR_INTERNAL_H
 #define EMBER_GRAMMAR_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,6 +43,7 @@ struct em_grammar {
      * (EM_GRAMMAR_INFINITE when the rest cannot be finished). */
     uint32_t *min_rest;
     uint32_t *rule_min; /* per rule: its fewest bytes (0: it can be empty) */
+    atomic_uint refs;   /* em_grammar_retain / em_grammar_free */
 };
 
 /* ---- The automaton (state.c), used by the mask walk ---- */

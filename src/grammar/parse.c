@@ -1,6 +1,11 @@
 /* GBNF text → a compiled em_grammar (grammar.h): rules of byte-level elements, repetitions as
  * helper rules, character classes as the UTF-8 byte sequences of their code points, then the
- * checks that make the automaton terminate (every rule defined, no left recursion). */
+ * checks that make the automaton terminate (every rule defined, no left recursion).
+ *
+ * The text comes from requests, so its cost is bounded (grammar.h's EM_GRAMMAR_MAX_*): rules and
+ * byte sets are found by hash, the fewest bytes of each rule come from one pass of Knuth's
+ * shortest-derivation algorithm, the left-recursion search keeps its own stack, and the one
+ * recursion of the parser (a group inside a group) stops at EM_GRAMMAR_MAX_NESTING levels. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,9 +20,16 @@ typedef struct rule_builder {
     char *name;
     uint32_t *elements; /* alternatives, each ended by END */
     size_t n, cap;
+    size_t name_len;
     bool defined;
     size_t first_use; /* offset of the first reference, for "undefined rule" errors */
 } rule_builder;
+
+/* An open-addressing hash table of ids (slot value id + 1; 0: empty) whose keys live elsewhere. */
+typedef struct id_index {
+    uint32_t *slots;
+    size_t cap; /* a power of two */
+} id_index;
 
 typedef struct parser {
     const char *text;
@@ -26,6 +38,10 @@ typedef struct parser {
     size_t n_rules, cap_rules;
     em_byte_set *byte_sets;
     size_t n_byte_sets, cap_byte_sets;
+    id_index rule_index;     /* rules by name */
+    id_index byte_set_index; /* byte sets by content */
+    size_t n_elements;       /* emitted so far, for EM_GRAMMAR_MAX_ELEMENTS */
+    unsigned nesting;        /* groups open around the parser's position */
     em_err err;
 } parser;
 
@@ -96,20 +112,68 @@ static bool is_name_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
 
-/* The id of the rule called name[0..len), created (undefined) on first mention. */
-static bool rule_id(parser *p, const char *name, size_t len, size_t at, uint32_t *id) {
-    for (size_t i = 0; i < p->n_rules; i++)
-        if (strlen(p->rules[i].name) == len && memcmp(p->rules[i].name, name, len) == 0) {
-            *id = (uint32_t)i;
-            return true;
-        }
-    if (!em_grammar_reserve(&p->rules, &p->cap_rules, p->n_rules + 1, sizeof *p->rules)) return fail_nomem(p);
+/* FNV-1a: the ids' keys are short names and 32-byte sets. */
+static uint64_t hash_bytes(const void *data, size_t len) {
+    const unsigned char *b = data;
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * UINT64_C(0x100000001b3);
+    return h ^ (h >> 29);
+}
+static uint64_t rule_hash(const parser *p, uint32_t id) { return hash_bytes(p->rules[id].name, p->rules[id].name_len); }
+static uint64_t byte_set_hash(const parser *p, uint32_t id) { return hash_bytes(&p->byte_sets[id], sizeof *p->byte_sets); }
+
+/* Makes room in the index for one more of `n` ids (rehashing them by `hash` when it grows). */
+static bool index_reserve(parser *p, id_index *index, size_t n, uint64_t (*hash)(const parser *, uint32_t)) {
+    if ((n + 1) * 2 <= index->cap) return true;
+    size_t cap = index->cap ? index->cap : 256;
+    while ((n + 1) * 2 > cap) cap *= 2; /* helper rules may have come since the last reserve */
+    uint32_t *slots = calloc(cap, sizeof *slots);
+    if (!slots) return fail_nomem(p);
+    for (uint32_t id = 0; id < n; id++) {
+        size_t h = hash(p, id) & (cap - 1);
+        while (slots[h]) h = (h + 1) & (cap - 1);
+        slots[h] = id + 1;
+    }
+    free(index->slots);
+    index->slots = slots;
+    index->cap = cap;
+    return true;
+}
+
+/* A new rule (the caller fills its name); false past EM_GRAMMAR_MAX_RULES. */
+static rule_builder *new_rule(parser *p, size_t at) {
+    if (p->n_rules >= EM_GRAMMAR_MAX_RULES) {
+        fail_at(p, at, "more than %d rules (the limit), counting those that groups and repetitions make", EM_GRAMMAR_MAX_RULES);
+        return NULL;
+    }
+    if (!em_grammar_reserve(&p->rules, &p->cap_rules, p->n_rules + 1, sizeof *p->rules)) {
+        fail_nomem(p);
+        return NULL;
+    }
     rule_builder *r = &p->rules[p->n_rules];
     memset(r, 0, sizeof *r);
+    return r;
+}
+
+/* The id of the rule called name[0..len), created (undefined) on first mention. */
+static bool rule_id(parser *p, const char *name, size_t len, size_t at, uint32_t *id) {
+    if (!index_reserve(p, &p->rule_index, p->n_rules, rule_hash)) return false;
+    size_t mask = p->rule_index.cap - 1, h = hash_bytes(name, len) & mask;
+    for (uint32_t slot; (slot = p->rule_index.slots[h]); h = (h + 1) & mask) {
+        const rule_builder *r = &p->rules[slot - 1];
+        if (r->name_len == len && memcmp(r->name, name, len) == 0) {
+            *id = slot - 1;
+            return true;
+        }
+    }
+    rule_builder *r = new_rule(p, at);
+    if (!r) return false;
     r->name = strndup(name, len);
     if (!r->name) return fail_nomem(p);
+    r->name_len = len;
     r->first_use = at;
     *id = (uint32_t)p->n_rules++;
+    p->rule_index.slots[h] = *id + 1;
     return true;
 }
 
@@ -118,17 +182,20 @@ static bool rule_id(parser *p, const char *name, size_t len, size_t at, uint32_t
 static bool helper_rule(parser *p, uint32_t parent, uint32_t *id) {
     char name[160];
     snprintf(name, sizeof name, "%.120s#%zu", p->rules[parent].name, p->n_rules);
-    if (!em_grammar_reserve(&p->rules, &p->cap_rules, p->n_rules + 1, sizeof *p->rules)) return fail_nomem(p);
-    rule_builder *r = &p->rules[p->n_rules];
-    memset(r, 0, sizeof *r);
+    rule_builder *r = new_rule(p, p->pos);
+    if (!r) return false;
     r->name = strdup(name);
     if (!r->name) return fail_nomem(p);
+    r->name_len = strlen(name);
     r->defined = true;
     *id = (uint32_t)p->n_rules++;
     return true;
 }
 
 static bool emit(parser *p, uint32_t rule, uint32_t element) {
+    if (++p->n_elements > EM_GRAMMAR_MAX_ELEMENTS)
+        return fail_at(p, p->pos, "more than %d elements (the limit): terminals and rule references, repetitions written out",
+                       EM_GRAMMAR_MAX_ELEMENTS);
     rule_builder *r = &p->rules[rule];
     if (!em_grammar_reserve(&r->elements, &r->cap, r->n + 1, sizeof *r->elements)) return fail_nomem(p);
     r->elements[r->n++] = element;
@@ -136,15 +203,18 @@ static bool emit(parser *p, uint32_t rule, uint32_t element) {
 }
 
 static bool byte_set_id(parser *p, const em_byte_set *set, uint32_t *id) {
-    for (size_t i = 0; i < p->n_byte_sets; i++)
-        if (memcmp(&p->byte_sets[i], set, sizeof *set) == 0) {
-            *id = (uint32_t)i;
+    if (!index_reserve(p, &p->byte_set_index, p->n_byte_sets, byte_set_hash)) return false;
+    size_t mask = p->byte_set_index.cap - 1, h = hash_bytes(set, sizeof *set) & mask;
+    for (uint32_t slot; (slot = p->byte_set_index.slots[h]); h = (h + 1) & mask)
+        if (memcmp(&p->byte_sets[slot - 1], set, sizeof *set) == 0) {
+            *id = slot - 1;
             return true;
         }
     if (!em_grammar_reserve(&p->byte_sets, &p->cap_byte_sets, p->n_byte_sets + 1, sizeof *p->byte_sets))
         return fail_nomem(p);
     p->byte_sets[p->n_byte_sets] = *set;
     *id = (uint32_t)p->n_byte_sets++;
+    p->byte_set_index.slots[h] = *id + 1;
     return true;
 }
 
@@ -485,10 +555,14 @@ static bool parse_sequence(parser *p, uint32_t rule, bool nested) {
         } else if (c == '[' || c == '.') {
             if (!parse_class(p, rule)) return false;
         } else if (c == '(') {
+            if (p->nesting >= EM_GRAMMAR_MAX_NESTING)
+                return fail_at(p, p->pos, "groups nested deeper than %d levels (the limit)", EM_GRAMMAR_MAX_NESTING);
             p->pos++;
             skip_space(p, true);
             uint32_t group;
+            p->nesting++;
             if (!helper_rule(p, rule, &group) || !parse_alternatives(p, group, true)) return false;
+            p->nesting--;
             if (peek(p) != ')') return fail_at(p, p->pos, "expected ')'");
             p->pos++;
             if (!emit(p, rule, EM_ELEMENT(EM_ELEMENT_RULE, group))) return false;
@@ -560,57 +634,115 @@ static uint32_t add_saturated(uint32_t a, uint32_t b) {
     return a == EM_GRAMMAR_INFINITE || b == EM_GRAMMAR_INFINITE || a + b < a ? EM_GRAMMAR_INFINITE : a + b;
 }
 
-/* min_rest of every position, from each rule's fewest bytes, to a fixed point. */
+/* A rule's fewest bytes, found (Knuth's generalization of Dijkstra's algorithm to grammars: an
+ * alternative's length is the sum of its parts, so the shortest candidate not yet final is). */
+typedef struct length_candidate {
+    uint32_t length, rule;
+} length_candidate;
+static bool shorter(const void *a, const void *b) {
+    return ((const length_candidate *)a)->length < ((const length_candidate *)b)->length;
+}
+
+/* rule_min of every rule, then min_rest of every position. Each alternative waits for the rules
+ * it references (counted with repeats); once the last one is final, its length is a candidate for
+ * its own rule, and the shortest candidate of a rule not yet final is final. Rules never final
+ * cannot end (EM_GRAMMAR_INFINITE). Linear in the grammar, times the heap's log. */
 static bool compute_min_lengths(em_grammar *g) {
+    uint32_t n_alts = 0;
+    for (uint32_t r = 0; r < g->n_rules; r++) n_alts += g->rule_count[r];
     uint32_t *rule_min = g->rule_min = malloc(g->n_rules * sizeof *rule_min);
-    if (!rule_min) return false;
-    for (uint32_t r = 0; r < g->n_rules; r++) rule_min[r] = EM_GRAMMAR_INFINITE;
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (uint32_t i = g->n_elements; i-- > 0;) {
-            uint32_t e = g->elements[i];
-            uint32_t own = EM_ELEMENT_KIND(e) == EM_ELEMENT_BYTES ? 1 : EM_ELEMENT_KIND(e) == EM_ELEMENT_RULE ? rule_min[EM_ELEMENT_VALUE(e)] : 0;
-            g->min_rest[i] = EM_ELEMENT_KIND(e) == EM_ELEMENT_END ? 0 : add_saturated(own, g->min_rest[i + 1]);
+    uint32_t *waiting = calloc(n_alts, sizeof *waiting), *length = calloc(n_alts, sizeof *length);
+    uint32_t *owner = malloc(n_alts * sizeof *owner), *users_start = calloc((size_t)g->n_rules + 1, sizeof *users_start);
+    uint32_t *users = NULL; /* per rule: the alternatives that reference it, once per reference */
+    em_heap heap = {0};
+    bool ok = rule_min && waiting && length && owner && users_start;
+    for (uint32_t r = 0; ok && r < g->n_rules; r++) {
+        rule_min[r] = EM_GRAMMAR_INFINITE;
+        for (uint32_t a = g->rule_first[r]; a < g->rule_first[r] + g->rule_count[r]; a++) {
+            owner[a] = r;
+            for (uint32_t i = g->alternatives[a]; EM_ELEMENT_KIND(g->elements[i]) != EM_ELEMENT_END; i++)
+                if (EM_ELEMENT_KIND(g->elements[i]) == EM_ELEMENT_RULE) users_start[EM_ELEMENT_VALUE(g->elements[i]) + 1]++;
         }
-        for (uint32_t r = 0; r < g->n_rules; r++)
-            for (uint32_t a = 0; a < g->rule_count[r]; a++) {
-                uint32_t m = g->min_rest[g->alternatives[g->rule_first[r] + a]];
-                if (m < rule_min[r]) {
-                    rule_min[r] = m;
-                    changed = true;
-                }
-            }
     }
-    return true;
+    for (uint32_t r = 0; ok && r < g->n_rules; r++) users_start[r + 1] += users_start[r];
+    ok = ok && (users = malloc(((size_t)users_start[g->n_rules] + 1) * sizeof *users)) != NULL;
+    for (uint32_t a = 0; ok && a < n_alts; a++) {
+        for (uint32_t i = g->alternatives[a]; EM_ELEMENT_KIND(g->elements[i]) != EM_ELEMENT_END; i++) {
+            uint32_t e = g->elements[i];
+            if (EM_ELEMENT_KIND(e) == EM_ELEMENT_BYTES) {
+                length[a] = add_saturated(length[a], 1);
+            } else {
+                users[users_start[EM_ELEMENT_VALUE(e)]++] = a; /* filled forward; shifted back below */
+                waiting[a]++;
+            }
+        }
+        if (!waiting[a]) ok = em_heap_push(&heap, &(length_candidate){length[a], owner[a]}, sizeof(length_candidate), shorter);
+    }
+    for (uint32_t r = g->n_rules; ok && r-- > 0;) users_start[r + 1] = users_start[r];
+    if (ok) users_start[0] = 0;
+    while (ok && heap.n) {
+        length_candidate c;
+        em_heap_pop(&heap, &c, sizeof c, shorter);
+        if (rule_min[c.rule] != EM_GRAMMAR_INFINITE) continue; /* final already, with less */
+        rule_min[c.rule] = c.length;
+        for (uint32_t u = users_start[c.rule]; ok && u < users_start[c.rule + 1]; u++) {
+            uint32_t a = users[u];
+            length[a] = add_saturated(length[a], c.length);
+            if (--waiting[a] == 0)
+                ok = em_heap_push(&heap, &(length_candidate){length[a], owner[a]}, sizeof(length_candidate), shorter);
+        }
+    }
+    g->min_rest[g->n_elements] = 0; /* the sentinel END */
+    for (uint32_t i = g->n_elements; ok && i-- > 0;) {
+        uint32_t e = g->elements[i];
+        uint32_t own = EM_ELEMENT_KIND(e) == EM_ELEMENT_BYTES ? 1 : EM_ELEMENT_KIND(e) == EM_ELEMENT_RULE ? rule_min[EM_ELEMENT_VALUE(e)] : 0;
+        g->min_rest[i] = EM_ELEMENT_KIND(e) == EM_ELEMENT_END ? 0 : add_saturated(own, g->min_rest[i + 1]);
+    }
+    free(waiting);
+    free(length);
+    free(owner);
+    free(users_start);
+    free(users);
+    em_heap_free(&heap);
+    return ok;
 }
 
 /* A rule that can reach itself without consuming a byte would make the automaton loop: depth-first
- * search over "starts with" edges (a rule reference preceded only by rules that can be empty). */
+ * search over "starts with" edges (a rule reference preceded only by rules that can be empty),
+ * with an explicit stack. Each frame keeps its place (alternative, element), so every edge is
+ * looked at once. */
 static em_err check_left_recursion(const em_grammar *g) {
     uint8_t *mark = calloc(g->n_rules, 1); /* 0 new, 1 on the path, 2 done */
     uint32_t *path = malloc(g->n_rules * sizeof *path), *next_alt = malloc(g->n_rules * sizeof *next_alt);
+    uint32_t *next_element = malloc(g->n_rules * sizeof *next_element); /* UINT32_MAX: the alternative's start */
     em_err err = NULL;
-    if (!mark || !path || !next_alt) err = em_errorf(EM_ERR_NOMEM, "grammar: out of memory");
+    if (!mark || !path || !next_alt || !next_element) err = em_errorf(EM_ERR_NOMEM, "grammar: out of memory");
     for (uint32_t start = 0; !err && start < g->n_rules; start++) {
         if (mark[start]) continue;
         size_t depth = 0;
         path[depth] = start;
-        next_alt[depth++] = 0;
+        next_alt[depth] = 0;
+        next_element[depth++] = UINT32_MAX;
         mark[start] = 1;
         while (depth && !err) {
-            uint32_t r = path[depth - 1];
-            /* the edges of r: every rule reference reachable across nullable prefixes, one at a time */
-            uint32_t edge = next_alt[depth - 1]++, found = UINT32_MAX, seen = 0;
-            for (uint32_t a = 0; a < g->rule_count[r] && found == UINT32_MAX; a++)
-                for (uint32_t i = g->alternatives[g->rule_first[r] + a];; i++) {
-                    uint32_t e = g->elements[i];
-                    if (EM_ELEMENT_KIND(e) != EM_ELEMENT_RULE) break;
-                    if (seen++ == edge) {
-                        found = EM_ELEMENT_VALUE(e);
-                        break;
-                    }
-                    if (g->rule_min[EM_ELEMENT_VALUE(e)] != 0) break; /* only an empty rule lets the next one start */
+            const size_t top = depth - 1;
+            const uint32_t r = path[top];
+            /* r's next edge: the rule reference at the frame's place, if its alternative gets there */
+            uint32_t found = UINT32_MAX;
+            while (found == UINT32_MAX && next_alt[top] < g->rule_count[r]) {
+                uint32_t i = next_element[top];
+                if (i == UINT32_MAX) i = g->alternatives[g->rule_first[r] + next_alt[top]];
+                uint32_t e = g->elements[i];
+                if (EM_ELEMENT_KIND(e) == EM_ELEMENT_RULE) {
+                    found = EM_ELEMENT_VALUE(e);
+                    /* the element after it starts too when this rule can be empty */
+                    next_element[top] = g->rule_min[found] == 0 ? i + 1 : UINT32_MAX;
+                    if (next_element[top] == UINT32_MAX) next_alt[top]++;
+                } else {
+                    next_alt[top]++;
+                    next_element[top] = UINT32_MAX;
                 }
+            }
             if (found == UINT32_MAX) {
                 mark[r] = 2;
                 depth--;
@@ -620,13 +752,15 @@ static em_err check_left_recursion(const em_grammar *g) {
             } else if (!mark[found]) {
                 mark[found] = 1;
                 path[depth] = found;
-                next_alt[depth++] = 0;
+                next_alt[depth] = 0;
+                next_element[depth++] = UINT32_MAX;
             }
         }
     }
     free(mark);
     free(path);
     free(next_alt);
+    free(next_element);
     return err;
 }
 
@@ -675,6 +809,7 @@ em_err em_grammar_compile(const char *gbnf, size_t len, em_grammar **out) {
     parser p = {.text = gbnf, .len = len};
     em_grammar *g = calloc(1, sizeof *g);
     if (!g) return em_errorf(EM_ERR_NOMEM, "grammar: out of memory");
+    atomic_init(&g->refs, 1);
     if (parse_rules(&p)) {
         uint32_t root = UINT32_MAX;
         for (size_t r = 0; r < p.n_rules; r++) {
@@ -701,6 +836,8 @@ em_err em_grammar_compile(const char *gbnf, size_t len, em_grammar **out) {
     }
     free(p.rules);
     free(p.byte_sets);
+    free(p.rule_index.slots);
+    free(p.byte_set_index.slots);
     if (p.err) {
         em_grammar_free(g);
         return p.err;
@@ -709,8 +846,25 @@ em_err em_grammar_compile(const char *gbnf, size_t len, em_grammar **out) {
     return NULL;
 }
 
+em_grammar *em_grammar_retain(em_grammar *g) {
+    if (g) atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+    return g;
+}
+
+em_err em_grammar_compile_checked(const char *gbnf, size_t len, em_grammar **out) {
+    em_err err = em_grammar_compile(gbnf, len, out);
+    em_grammar_state *state = NULL;
+    if (!err) err = em_grammar_state_new(*out, &state);
+    em_grammar_state_free(state);
+    if (err && *out) {
+        em_grammar_free(*out);
+        *out = NULL;
+    }
+    return err;
+}
+
 void em_grammar_free(em_grammar *g) {
-    if (!g) return;
+    if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1) return;
     for (uint32_t r = 0; r < g->n_rules && g->rule_names; r++) free(g->rule_names[r]);
     free(g->rule_names);
     free(g->elements);

@@ -8,7 +8,8 @@
  * Everything else (lookaround, backreferences, `\b`, Unicode property escapes, flags) is an error
  * naming the construct. What the grammar produces is the string's JSON text, so `"` and `\` come
  * out escaped, `.` and negated classes never produce control characters, and `\s` produces a
- * space only: a subset of what the pattern matches, never more.
+ * space only: a subset of what the pattern matches, never more. Groups are followed by recursion,
+ * so they may nest EM_SCHEMA_MAX_PATTERN_NESTING deep (schema.h), no deeper.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +20,12 @@ typedef struct regex_parser {
     em_schema_writer *w;
     const char *s;
     size_t pos, len;
+    unsigned depth; /* groups open at pos (EM_SCHEMA_MAX_PATTERN_NESTING) */
 } regex_parser;
 
 static bool regex_fail(regex_parser *r, const char *what) {
-    return em_schema_fail(r->w, EM_ERR_UNSUPPORTED, "pattern \"%s\": %s at offset %zu (see the supported subset in docs/serve.md)",
-                          r->s, what, r->pos);
+    return em_schema_fail(r->w, EM_ERR_UNSUPPORTED, "pattern \"%.80s%s\": %s at offset %zu (see the supported subset in docs/serve.md)",
+                          r->s, r->len > 80 ? "..." : "", what, r->pos);
 }
 
 /* An unescaped character of the class body, written for a GBNF class. */
@@ -130,13 +132,20 @@ static bool regex_alternatives(regex_parser *r, FILE *f);
 static bool regex_atom(regex_parser *r, FILE *f) {
     char c = r->s[r->pos];
     if (c == '(') {
+        if (r->depth >= EM_SCHEMA_MAX_PATTERN_NESTING) {
+            char what[64];
+            snprintf(what, sizeof what, "groups nested deeper than %d levels (the limit)", EM_SCHEMA_MAX_PATTERN_NESTING);
+            return regex_fail(r, what);
+        }
         r->pos++;
         if (r->pos + 1 < r->len && r->s[r->pos] == '?') {
             if (r->s[r->pos + 1] != ':') return regex_fail(r, "lookaround and named groups are not supported");
             r->pos += 2;
         }
         fputc('(', f);
+        r->depth++;
         if (!regex_alternatives(r, f)) return false;
+        r->depth--;
         if (r->pos >= r->len || r->s[r->pos] != ')') return regex_fail(r, "expected ')'");
         r->pos++;
         fputc(')', f);

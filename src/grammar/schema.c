@@ -10,6 +10,13 @@
  * `examples`, `default`, `deprecated`, `readOnly`, `writeOnly`). Any other keyword is an error
  * naming it and its place, never dropped.
  *
+ * Requests send schemas, so their cost is bounded: nesting deeper than EM_SCHEMA_MAX_DEPTH is
+ * refused (the converter recurses), every 16 levels of nesting the text goes into a rule of its
+ * own (so the GBNF's groups stay shallow), `$ref` targets are converted one after the other from a
+ * queue (a chain of references costs rules, not stack), and choices among literals (`enum`,
+ * `anyOf` of `const`s, an object's property names) are tries (choice.c), which the automaton
+ * follows with one parse stack per distinct next byte.
+ *
  * The grammar describes a subset of what the schema allows, always inside it:
  *  - properties come in the schema's order, required ones always, optional ones maybe;
  *    `additionalProperties` absent means none are written (a schema keyword absent allows them,
@@ -70,7 +77,11 @@ bool em_schema_fail(em_schema_writer *w, em_err_code code, const char *fmt, ...)
     va_start(args, fmt);
     vsnprintf(what, sizeof what, fmt, args);
     va_end(args);
-    w->err = em_errorf(code, "json schema at '%s': %s", w->path[0] ? w->path : "/", what);
+    /* A deep path is shortened in its middle, so the message still says what was wrong. */
+    const char *path = w->path[0] ? w->path : "/";
+    const size_t len = strlen(path);
+    if (len > 160) w->err = em_errorf(code, "json schema at '%.60s...%s': %s", path, path + len - 90, what);
+    else w->err = em_errorf(code, "json schema at '%s': %s", path, what);
     return false;
 }
 
@@ -101,6 +112,25 @@ static bool write_json_literal(em_schema_writer *w, const json_t *value, FILE *f
 }
 
 static bool visit(em_schema_writer *w, json_t *schema, FILE *f);
+
+/* Writes a choice among JSON values (compact, as write_json_literal writes one) as a trie. */
+static bool write_literal_choice(em_schema_writer *w, json_t *values, FILE *f) {
+    em_schema_choice *choice = em_schema_choice_new(w, "enum");
+    if (!choice) return em_schema_fail(w, EM_ERR_NOMEM, "out of memory");
+    uint32_t version = 0;
+    bool ok = true;
+    for (size_t i = 0; ok && i < json_array_size(values); i++) {
+        char *text = json_dumps(json_array_get(values, i), JSON_COMPACT | JSON_ENCODE_ANY);
+        ok = text && em_schema_choice_add(choice, version, text, strlen(text), NULL, &version);
+        free(text);
+        if (!ok) em_schema_fail(w, EM_ERR_NOMEM, "out of memory");
+    }
+    char name[64];
+    ok = ok && em_schema_choice_write(choice, w, version, name);
+    em_schema_choice_free(choice);
+    if (ok) fputs(name, f);
+    return ok;
+}
 
 /* ---- Integers in ranges ---- */
 
@@ -322,16 +352,64 @@ static bool write_array(em_schema_writer *w, json_t *schema, FILE *f) {
     return true;
 }
 
-/* "name" ws ":" ws value, for property `name` of `properties`. */
+/* ws ":" ws value, for property `name` of `properties` (its name comes from the trie of names). */
 static bool write_member(em_schema_writer *w, const char *name, json_t *schema, FILE *f) {
-    json_t *key = json_string(name);
-    if (!key) return em_schema_fail(w, EM_ERR_NOMEM, "out of memory");
-    bool ok = write_json_literal(w, key, f);
-    json_decref(key);
-    fputs(" ws \":\" ws ", f);
+    fputs("ws \":\" ws ", f);
     size_t mark = push_path(w, name);
-    ok = ok && visit(w, schema, f);
+    bool ok = visit(w, schema, f);
     pop_path(w, mark);
+    return ok;
+}
+
+/* The members of an object, from the schema's properties (names[k] the rule of property k's value,
+ * keys[k] its name), after the opening brace: in the schema's order, required ones always,
+ * optional ones maybe, then any number of extra ones (rule `extra`, "" for none). after-k: members
+ * k.. once something was written (each with its comma); start-k: members k.. while nothing was.
+ * Which member comes next is a choice among the names of those that may (the optional ones up to
+ * the next required one): a trie per k, each the previous one plus one name (choice.c), so that
+ * hundreds of optional properties cost one parse stack per distinct next byte, not one each. */
+static bool write_members(em_schema_writer *w, size_t n, char (*names)[64], const char *const *keys, const bool *is_required,
+                          const char *extra, FILE *f) {
+    char (*after)[64] = calloc(2 * (n + 1), sizeof *after);
+    char (*start)[64] = after ? after + n + 1 : NULL;
+    uint32_t *version = calloc(n + 1, sizeof *version);
+    em_schema_choice *choice = em_schema_choice_new(w, "names");
+    bool ok = after && version && choice;
+    if (!ok) em_schema_fail(w, EM_ERR_NOMEM, "out of memory");
+    for (size_t k = 0; ok && k <= n; k++) {
+        em_schema_rule_name(w, "after", after[k]);
+        em_schema_rule_name(w, "start", start[k]);
+    }
+    if (ok && *extra) {
+        fprintf(w->out, "%s ::= (\",\" ws %s ws)*\n", after[n], extra);
+        fprintf(w->out, "%s ::= (%s ws %s)?\n", start[n], extra, after[n]);
+    } else if (ok) { /* "": an empty body would run into the next line */
+        fprintf(w->out, "%s ::= \"\"\n%s ::= \"\"\n", after[n], start[n]);
+    }
+    bool rest_optional = true; /* members k.. are all optional */
+    for (size_t k = n; ok && k-- > 0;) {
+        char tail[64], trie[64];
+        em_schema_rule_name(w, "member", tail); /* the value of k, then what may follow it */
+        fprintf(w->out, "%s ::= %s ws %s\n", tail, names[k], after[k + 1]);
+        json_t *key = json_string(keys[k]);
+        char *quoted = key ? json_dumps(key, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        json_decref(key);
+        ok = quoted && em_schema_choice_add(choice, is_required[k] ? 0 : version[k + 1], quoted, strlen(quoted), tail, &version[k]);
+        free(quoted);
+        if (!ok) {
+            em_schema_fail(w, EM_ERR_NOMEM, "out of memory");
+            break;
+        }
+        rest_optional &= !is_required[k];
+        ok = em_schema_choice_write(choice, w, version[k], trie);
+        if (!ok) break;
+        fprintf(w->out, "%s ::= \",\" ws %s%s%s\n", after[k], trie, rest_optional ? " | " : "", rest_optional ? after[n] : "");
+        fprintf(w->out, "%s ::= %s%s%s\n", start[k], trie, rest_optional ? " | " : "", rest_optional ? start[n] : "");
+    }
+    if (ok) fprintf(f, "(\"{\" ws %s \"}\")", start[0]);
+    free(after);
+    free(version);
+    em_schema_choice_free(choice);
     return ok;
 }
 
@@ -346,19 +424,34 @@ static bool write_object(em_schema_writer *w, json_t *schema, FILE *f) {
         fputs("object", f);
         return true;
     }
+    json_t *required_set = json_object(); /* the required names, found by hash */
+    if (!required_set) return em_schema_fail(w, EM_ERR_NOMEM, "out of memory");
     for (size_t i = 0; required && i < json_array_size(required); i++) {
         json_t *name = json_array_get(required, i);
-        if (!json_is_string(name)) return em_schema_fail(w, EM_ERR_INVALID, "required lists a non-string");
-        if (!json_object_get(properties, json_string_value(name)))
-            return em_schema_fail(w, EM_ERR_UNSUPPORTED, "required property \"%s\" has no schema in properties", json_string_value(name));
+        bool ok = json_is_string(name) ? true : em_schema_fail(w, EM_ERR_INVALID, "required lists a non-string");
+        if (ok && !json_object_get(properties, json_string_value(name)))
+            ok = em_schema_fail(w, EM_ERR_UNSUPPORTED, "required property \"%s\" has no schema in properties", json_string_value(name));
+        if (ok && json_object_set(required_set, json_string_value(name), json_true())) ok = em_schema_fail(w, EM_ERR_NOMEM, "out of memory");
+        if (!ok) {
+            json_decref(required_set);
+            return false;
+        }
     }
-    /* Each member as a rule; required first in schema order, optional after them. */
+    /* Each member's value as a rule, in the schema's order. */
     size_t n = properties ? json_object_size(properties) : 0;
+    if (w->next_rule + 6 * n > EM_GRAMMAR_MAX_RULES) { /* a property costs four rules and one or two of the trie */
+        json_decref(required_set);
+        return em_schema_fail(w, EM_ERR_INVALID, "an object of %zu properties needs more than %d rules (the limit)", n,
+                              EM_GRAMMAR_MAX_RULES);
+    }
     char (*names)[64] = calloc(n + 1, sizeof *names);
     bool *is_required = calloc(n + 1, sizeof *is_required);
-    if (!names || !is_required) {
+    const char **keys = calloc(n + 1, sizeof *keys);
+    if (!names || !is_required || !keys) {
         free(names);
         free(is_required);
+        free(keys);
+        json_decref(required_set);
         return em_schema_fail(w, EM_ERR_NOMEM, "out of memory");
     }
     bool ok = true;
@@ -366,8 +459,8 @@ static bool write_object(em_schema_writer *w, json_t *schema, FILE *f) {
     const char *key;
     json_t *value;
     json_object_foreach(properties, key, value) {
-        for (size_t r = 0; required && r < json_array_size(required); r++)
-            if (strcmp(json_string_value(json_array_get(required, r)), key) == 0) is_required[i] = true;
+        is_required[i] = json_object_get(required_set, key) != NULL;
+        keys[i] = key;
         em_schema_rule_name(w, key, names[i]);
         char *body = NULL;
         size_t body_len = 0;
@@ -398,34 +491,11 @@ static bool write_object(em_schema_writer *w, json_t *schema, FILE *f) {
         if (ok) fprintf(w->out, "%s ::= %s\n", extra, body);
         free(body);
     }
-    if (ok) {
-        /* Members in the schema's order, required ones always, optional ones maybe, then any
-         * number of extra ones. after-k: members k.. once something was written (each with its
-         * comma); start-k: members k.. while nothing was (the first one present has no comma). */
-        char (*after)[64] = calloc(2 * (n + 1), sizeof *after);
-        char (*start)[64] = after ? after + n + 1 : NULL;
-        if (!after) ok = em_schema_fail(w, EM_ERR_NOMEM, "out of memory");
-        for (size_t k = n + 1; ok && k-- > 0;) {
-            em_schema_rule_name(w, "after", after[k]);
-            em_schema_rule_name(w, "start", start[k]);
-            if (k == n && has_extra) {
-                fprintf(w->out, "%s ::= (\",\" ws %s ws)*\n", after[k], extra);
-                fprintf(w->out, "%s ::= (%s ws %s)?\n", start[k], extra, after[k]);
-            } else if (k == n) { /* "": an empty body would run into the next line */
-                fprintf(w->out, "%s ::= \"\"\n%s ::= \"\"\n", after[k], start[k]);
-            } else if (is_required[k]) {
-                fprintf(w->out, "%s ::= \",\" ws %s ws %s\n", after[k], names[k], after[k + 1]);
-                fprintf(w->out, "%s ::= %s ws %s\n", start[k], names[k], after[k + 1]);
-            } else {
-                fprintf(w->out, "%s ::= (\",\" ws %s ws)? %s\n", after[k], names[k], after[k + 1]);
-                fprintf(w->out, "%s ::= %s ws %s | %s\n", start[k], names[k], after[k + 1], start[k + 1]);
-            }
-        }
-        if (ok) fprintf(f, "(\"{\" ws %s \"}\")", start[0]);
-        free(after);
-    }
+    if (ok) ok = write_members(w, n, names, keys, is_required, extra, f);
     free(names);
     free(is_required);
+    free(keys);
+    json_decref(required_set);
     return ok;
 }
 
@@ -485,25 +555,30 @@ static bool write_ref(em_schema_writer *w, json_t *schema, FILE *f) {
         fputs(json_string_value(known), f);
         return true;
     }
-    json_t *resolved = resolve_pointer(w->root, target);
-    if (!resolved) return em_schema_fail(w, EM_ERR_UNSUPPORTED, "$ref \"%s\" does not point into this document", target);
+    if (!resolve_pointer(w->root, target))
+        return em_schema_fail(w, EM_ERR_UNSUPPORTED, "$ref \"%s\" does not point into this document", target);
     char name[64];
     em_schema_rule_name(w, strrchr(target, '/') ? strrchr(target, '/') + 1 : "self", name);
-    json_object_set_new(w->ref_rules, target, json_string(name));
-    char *body = NULL;
-    size_t body_len = 0;
-    FILE *b = open_memstream(&body, &body_len);
-    if (!b) return em_schema_fail(w, EM_ERR_NOMEM, "out of memory");
-    char saved[sizeof w->path];
-    memcpy(saved, w->path, sizeof saved);
-    snprintf(w->path, sizeof w->path, "%s", target + 1);
-    bool ok = visit(w, resolved, b);
-    memcpy(w->path, saved, sizeof saved);
-    fclose(b);
-    if (ok) fprintf(w->out, "%s ::= %s\n", name, body);
-    free(body);
-    if (ok) fputs(name, f);
-    return ok;
+    if (json_object_set_new(w->ref_rules, target, json_string(name)) || json_array_append_new(w->ref_queue, json_string(target)))
+        return em_schema_fail(w, EM_ERR_NOMEM, "out of memory");
+    fputs(name, f); /* its rule is written from the queue (write_queued_refs) */
+    return true;
+}
+
+/* Appends to `values` the values of a schema that is only a `const` or an `enum` (annotations and
+ * `type` aside); false for any other schema. */
+static bool literal_values(json_t *schema, json_t *values) {
+    if (!json_is_object(schema)) return false;
+    json_t *value = json_object_get(schema, "const"), *choices = json_object_get(schema, "enum");
+    if (!value == !choices || (choices && (!json_is_array(choices) || !json_array_size(choices)))) return false;
+    const char *key;
+    json_t *v;
+    json_object_foreach(schema, key, v) {
+        if (strcmp(key, "const") && strcmp(key, "enum") && strcmp(key, "type") &&
+            !in_list(key, ANNOTATIONS, sizeof ANNOTATIONS / sizeof *ANNOTATIONS))
+            return false;
+    }
+    return value ? json_array_append(values, value) == 0 : json_array_extend(values, choices) == 0;
 }
 
 static bool write_alternatives(em_schema_writer *w, json_t *schema, const char *keyword, FILE *f) {
@@ -511,6 +586,23 @@ static bool write_alternatives(em_schema_writer *w, json_t *schema, const char *
     if (!json_is_array(list) || !json_array_size(list)) return em_schema_fail(w, EM_ERR_INVALID, "%s must be a non-empty array", keyword);
     if (!strcmp(keyword, "allOf") && json_array_size(list) != 1)
         return em_schema_fail(w, EM_ERR_UNSUPPORTED, "allOf of more than one schema");
+    json_t *values = json_array(); /* alternatives that are all literals: one trie of them */
+    bool literals = values != NULL;
+    for (size_t i = 0; literals && i < json_array_size(list); i++) literals = literal_values(json_array_get(list, i), values);
+    if (literals) {
+        size_t mark = push_path(w, keyword);
+        bool ok = write_literal_choice(w, values, f);
+        pop_path(w, mark);
+        json_decref(values);
+        return ok;
+    }
+    json_decref(values);
+    /* Each alternative is at least one parse stack wherever the choice is entered: past the bound
+     * the grammar could not be followed there, so refuse it now rather than mid-answer. */
+    if (json_array_size(list) > EM_GRAMMAR_MAX_STACKS)
+        return em_schema_fail(w, EM_ERR_INVALID,
+                              "%s of %zu alternatives that are not all literals: more than %d parse stacks at once (the limit)",
+                              keyword, json_array_size(list), EM_GRAMMAR_MAX_STACKS);
     size_t mark = push_path(w, keyword);
     fputc('(', f);
     for (size_t i = 0; i < json_array_size(list); i++) {
@@ -560,7 +652,7 @@ static const char *implied_type(json_t *schema) {
     return NULL;
 }
 
-static bool visit(em_schema_writer *w, json_t *schema, FILE *f) {
+static bool visit_keywords(em_schema_writer *w, json_t *schema, FILE *f) {
     if (json_is_true(schema)) return fputs("value", f), true;
     if (json_is_false(schema)) return em_schema_fail(w, EM_ERR_UNSUPPORTED, "the schema false allows nothing");
     if (!json_is_object(schema)) return em_schema_fail(w, EM_ERR_INVALID, "a schema must be an object or a boolean");
@@ -582,13 +674,7 @@ static bool visit(em_schema_writer *w, json_t *schema, FILE *f) {
     if (choices) {
         if (!alone(w, schema, "enum")) return false;
         if (!json_is_array(choices) || !json_array_size(choices)) return em_schema_fail(w, EM_ERR_INVALID, "enum must be a non-empty array");
-        fputc('(', f);
-        for (size_t i = 0; i < json_array_size(choices); i++) {
-            if (i) fputs(" | ", f);
-            if (!write_json_literal(w, json_array_get(choices, i), f)) return false;
-        }
-        fputc(')', f);
-        return true;
+        return write_literal_choice(w, choices, f);
     }
     json_t *type = json_object_get(schema, "type");
     if (json_is_string(type)) return write_typed(w, schema, json_string_value(type), f);
@@ -607,6 +693,60 @@ static bool visit(em_schema_writer *w, json_t *schema, FILE *f) {
     return implied ? write_typed(w, schema, implied, f) : (fputs("value", f), true);
 }
 
+/* Converts `schema` at one more level of nesting: refused past EM_SCHEMA_MAX_DEPTH; every 16
+ * levels its text goes into a rule of its own, so that no rule's groups nest deeper than 16
+ * schemas' worth (grammar.h's EM_GRAMMAR_MAX_NESTING bounds those). */
+static bool visit(em_schema_writer *w, json_t *schema, FILE *f) {
+    if (w->depth >= EM_SCHEMA_MAX_DEPTH)
+        return em_schema_fail(w, EM_ERR_INVALID, "schemas nested deeper than %d levels (the limit)", EM_SCHEMA_MAX_DEPTH);
+    if (w->next_rule > EM_GRAMMAR_MAX_RULES) /* the compiler would refuse it: stop converting now */
+        return em_schema_fail(w, EM_ERR_INVALID, "more than %d rules (the limit)", EM_GRAMMAR_MAX_RULES);
+    w->depth++;
+    bool ok;
+    if (w->depth % 16) {
+        ok = visit_keywords(w, schema, f);
+    } else {
+        char name[64], *body = NULL;
+        size_t body_len = 0;
+        em_schema_rule_name(w, "nested", name);
+        FILE *b = open_memstream(&body, &body_len);
+        ok = b ? visit_keywords(w, schema, b) : em_schema_fail(w, EM_ERR_NOMEM, "out of memory");
+        if (b) fclose(b);
+        if (ok) fprintf(w->out, "%s ::= %s\n", name, body);
+        if (ok) fputs(name, f);
+        free(body);
+    }
+    w->depth--;
+    return ok;
+}
+
+/* The rules of the `$ref` targets met so far, each converted on its own (from depth 0, its path
+ * the pointer): references met meanwhile join the queue, so this ends when every target has its
+ * rule, and a chain of references never deepens the stack. */
+static bool write_queued_refs(em_schema_writer *w) {
+    for (size_t i = 0; i < json_array_size(w->ref_queue); i++) {
+        const char *target = json_string_value(json_array_get(w->ref_queue, i));
+        const char *name = json_string_value(json_object_get(w->ref_rules, target));
+        json_t *resolved = resolve_pointer(w->root, target);
+        char *body = NULL;
+        size_t body_len = 0;
+        FILE *b = open_memstream(&body, &body_len);
+        if (!b || !name) {
+            if (b) fclose(b);
+            free(body);
+            return em_schema_fail(w, EM_ERR_NOMEM, "out of memory");
+        }
+        snprintf(w->path, sizeof w->path, "%s", target + 1);
+        w->depth = 0;
+        bool ok = visit(w, resolved, b);
+        fclose(b);
+        if (ok) fprintf(w->out, "%s ::= %s\n", name, body);
+        free(body);
+        if (!ok) return false;
+    }
+    return true;
+}
+
 em_err em_grammar_from_json_schema(const char *schema, size_t len, char **gbnf) {
     *gbnf = NULL;
     json_error_t parse_error;
@@ -617,13 +757,14 @@ em_err em_grammar_from_json_schema(const char *schema, size_t len, char **gbnf) 
     }
     char *text = NULL;
     size_t text_len = 0;
-    em_schema_writer w = {.root = root, .ref_rules = json_object()};
+    em_schema_writer w = {.root = root, .ref_rules = json_object(), .ref_queue = json_array()};
     w.out = open_memstream(&text, &text_len);
-    if (!w.out || !w.ref_rules) {
+    if (!w.out || !w.ref_rules || !w.ref_queue) {
         if (w.out) fclose(w.out);
         free(text);
         json_decref(root);
         json_decref(w.ref_rules);
+        json_decref(w.ref_queue);
         return em_errorf(EM_ERR_NOMEM, "json schema: out of memory");
     }
     char *body = NULL;
@@ -633,10 +774,12 @@ em_err em_grammar_from_json_schema(const char *schema, size_t len, char **gbnf) 
     if (b) fclose(b);
     if (ok) fprintf(w.out, "root ::= %s\n", body);
     free(body);
+    ok = ok && write_queued_refs(&w);
     fputs(BASE_RULES, w.out);
     fclose(w.out);
     json_decref(root);
     json_decref(w.ref_rules);
+    json_decref(w.ref_queue);
     if (!ok) {
         free(text);
         return w.err ? w.err : em_errorf(EM_ERR_NOMEM, "json schema: out of memory");

@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "../base/base.h"
@@ -14,7 +15,9 @@ typedef struct em_schema_writer {
     FILE *out; /* the GBNF text (an open_memstream) */
     json_t *root;
     json_t *ref_rules; /* "$ref" string → the rule name made for it (recursion ends there) */
+    json_t *ref_queue; /* the "$ref" strings whose rules are still to write, in order */
     unsigned next_rule;
+    unsigned depth; /* schemas open around the one being converted (EM_SCHEMA_MAX_DEPTH) */
     unsigned written; /* EM_SCHEMA_*_RULE: shared rules already written */
     char path[512]; /* JSON pointer of the schema being converted, for errors */
     em_err err;
@@ -42,6 +45,26 @@ bool em_schema_fail(em_schema_writer *w, em_err_code code, const char *fmt, ...)
 
 /* The characters a JSON string may hold unescaped, as a GBNF class, and the escapes. */
 #define EM_SCHEMA_CHAR_RULE "char"
+
+/* Schemas nested deeper than this (objects, arrays, combinators) are refused: the converter
+ * follows them by recursion. A `$ref` starts again from 0 (its target is converted on its own),
+ * so a chain of references costs rules, not depth. */
+#define EM_SCHEMA_MAX_DEPTH 128
+/* Regex groups nested deeper than this are refused (pattern.c follows them by recursion, and the
+ * GBNF they become must stay within EM_GRAMMAR_MAX_NESTING). */
+#define EM_SCHEMA_MAX_PATTERN_NESTING 64
+
+/* A choice among byte strings as GBNF rules of a trie (choice.c). Versions are node ids: 0 is the
+ * empty choice; em_schema_choice_add makes a new version from `version` with one more string,
+ * which leads to rule `then` (NULL: the string ends the choice); every version stays valid.
+ * em_schema_choice_write writes the rules of a non-empty version to w->out and its start rule's
+ * name to `name`. */
+typedef struct em_schema_choice em_schema_choice;
+em_schema_choice *em_schema_choice_new(em_schema_writer *w, const char *stem);
+void em_schema_choice_free(em_schema_choice *choice);
+bool em_schema_choice_add(em_schema_choice *choice, uint32_t version, const char *bytes, size_t len, const char *then,
+                          uint32_t *out);
+bool em_schema_choice_write(em_schema_choice *choice, em_schema_writer *w, uint32_t version, char name[64]);
 
 /* Writes to f the body of a string's contents (between the quotes) matching the regex `pattern`
  * (pattern.c documents the subset). False with w->err set when the pattern is outside it. */

@@ -14,7 +14,7 @@
 /* The most parse stacks one state may hold. A very ambiguous grammar (say `x ::= ("a" x+){2,5}`)
  * multiplies them with every byte, and each mask walks all of them: past this the request fails
  * rather than stall the engine. Real grammars (JSON, schemas, tool calls) stay far below. */
-#define MAX_STACKS 256
+#define MAX_STACKS EM_GRAMMAR_MAX_STACKS
 
 /* A stack: `position` is the next terminal's element for the top node, a return position for the
  * nodes below it; `parent` is the node below (0: none). Node 0 itself is the empty stack. */
@@ -59,6 +59,10 @@ struct em_grammar_state {
     bool ended; /* an end-of-generation token was accepted: nothing more is */
     uint32_t *scratch;
     size_t n_scratch, cap_scratch;
+    /* (position, parent) pairs waiting to be expanded: expand's own stack, so that a grammar's
+     * depth (a chain of 100,000 rules, each starting with the next) never deepens the thread's. */
+    uint64_t *pending;
+    size_t n_pending, cap_pending;
     /* (position, parent) pairs already expanded in the current step: the stacks they lead to are
      * the same every time, and grammars of many empty alternatives would otherwise expand
      * exponentially often. Entries of older steps carry older stamps and count as empty. */
@@ -182,10 +186,17 @@ static bool first_visit(em_grammar_state *s, uint32_t position, uint32_t parent)
     return true;
 }
 
-/* Adds to the scratch list every stack that continues from `position` with `parent` below: down
- * through rule references to the terminals that can come first, and up through ended
- * alternatives to what follows them. */
-static void expand(em_grammar_state *s, uint32_t position, uint32_t parent) {
+static void push_pending(em_grammar_state *s, uint32_t position, uint32_t parent) {
+    if (!em_grammar_reserve(&s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending)) {
+        s->failed = true;
+        return;
+    }
+    s->pending[s->n_pending++] = ((uint64_t)position << 32) | parent;
+}
+
+/* One pending (position, parent) of expand: followed through ended alternatives, and to the
+ * alternatives of a rule, which are left pending. */
+static void expand_one(em_grammar_state *s, uint32_t position, uint32_t parent) {
     const em_grammar *g = s->grammar;
     for (;;) {
         /* A position from which the alternative can never end (it recurses forever) leads to no
@@ -217,8 +228,21 @@ static void expand(em_grammar_state *s, uint32_t position, uint32_t parent) {
             if (!back) return;
         }
         uint32_t rule = EM_ELEMENT_VALUE(e);
-        for (uint32_t a = 0; a < g->rule_count[rule]; a++) expand(s, g->alternatives[g->rule_first[rule] + a], back);
+        for (uint32_t a = g->rule_count[rule]; a-- > 0;) push_pending(s, g->alternatives[g->rule_first[rule] + a], back);
         return;
+    }
+}
+
+/* Adds to the scratch list every stack that continues from `position` with `parent` below: down
+ * through rule references to the terminals that can come first, and up through ended
+ * alternatives to what follows them. The alternatives of a rule wait on s->pending rather than
+ * the thread's stack; the order does not matter, as the scratch list is a set. */
+static void expand(em_grammar_state *s, uint32_t position, uint32_t parent) {
+    s->n_pending = 0;
+    push_pending(s, position, parent);
+    while (s->n_pending && !s->failed) {
+        const uint64_t next = s->pending[--s->n_pending];
+        expand_one(s, (uint32_t)(next >> 32), (uint32_t)next);
     }
 }
 
@@ -530,6 +554,7 @@ void em_grammar_state_free(em_grammar_state *s) {
     for (size_t i = 0; i < s->cap_rows; i++) free(s->rows[i]);
     free(s->rows);
     free(s->scratch);
+    free(s->pending);
     free(s->visited_keys);
     free(s->visited_stamps);
     free(s);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../grammar/grammar.h"
 #include "internal.h"
 
 bool em_server_sse(em_buf *out, const char *event, const json_t *data) {
@@ -341,6 +342,7 @@ void em_server_request_clear(em_server_request *req) {
     free(req->stop);
     free(req->logit_bias);
     free(req->grammar);
+    em_grammar_free(req->compiled_grammar);
     json_decref(req->tools);
     free(req->tool_name);
     memset(req, 0, sizeof *req);

@@ -164,6 +164,7 @@ typedef struct em_server_request {
     bool ignore_eos;    /* ignore_eos (llama-server's field): go on past end-of-generation tokens */
     int speculative;    /* an ember_spec: "speculative" (false/true or a mode), "speculative.n_max": 0 = off */
     char *grammar;      /* GBNF the answer must follow (response_format, grammar, tool_choice), or NULL */
+    ember_grammar *compiled_grammar; /* `grammar` compiled, once, as it was set; handed to the engine */
     json_t *tools;      /* OpenAI-style tool definitions (Anthropic's are converted), or NULL */
     em_tool_choice tool_choice;
     char *tool_name;    /* the tool a named choice forces */

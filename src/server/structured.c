@@ -1,18 +1,25 @@
 /* Structured output: the request fields that constrain an answer to a grammar (OpenAI's
  * `response_format`, llama-server's raw `grammar`), turned into the GBNF the engine follows
  * (src/grammar). A schema or grammar that cannot be compiled is a 400 with the compiler's reason,
- * found here at parse time rather than at submission. */
+ * found here at parse time rather than at submission: a syntax error, nesting or size past the
+ * grammar's limits (grammar.h, schema.h), or a grammar too ambiguous to follow from its start. The
+ * grammar is compiled once, here; the engine takes the compiled form (generate.c). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../grammar/grammar.h"
 #include "internal.h"
 
-/* Takes `gbnf` (malloc'd) as the request's grammar after checking that it compiles. */
+/* Takes `gbnf` (malloc'd) as the request's grammar once it compiles, with its compiled form. */
 bool em_server_set_grammar(em_server_request *req, char *gbnf, const char *param, em_server_error *err) {
     em_grammar *g = NULL;
-    em_err e = em_grammar_compile(gbnf, strlen(gbnf), &g);
-    em_grammar_free(g);
+    em_err e = em_grammar_compile_checked(gbnf, strlen(gbnf), &g);
+    if (e && em_err_code_of(e) == EM_ERR_NOMEM) {
+        em_server_error_set(err, 503, NULL, NULL, NULL, "'%s': %s", param, em_err_message(e));
+        em_err_free(e);
+        free(gbnf);
+        return false;
+    }
     if (e) {
         em_server_error_set(err, 400, NULL, "invalid_value", param, "'%s': %s", param, em_err_message(e));
         em_err_free(e);
@@ -20,7 +27,9 @@ bool em_server_set_grammar(em_server_request *req, char *gbnf, const char *param
         return false;
     }
     free(req->grammar);
+    em_grammar_free(req->compiled_grammar);
     req->grammar = gbnf;
+    req->compiled_grammar = g;
     return true;
 }
 
