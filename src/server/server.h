@@ -1,12 +1,12 @@
 /*
- * server — `ember serve`: OpenAI- and Anthropic-compatible HTTP APIs over an engine.
+ * server — `ember serve`: OpenAI-, Anthropic- and Ollama-compatible HTTP APIs over an engine.
  *
  * The module is three layers, each testable alone:
- *   1. Request parsers (openai.c, anthropic.c): a JSON body becomes an em_server_request, a
+ *   1. Request parsers (openai.c, anthropic.c, responses.c, ollama.c): a JSON body becomes an em_server_request, a
  *      description of what to generate that knows nothing about HTTP or the engine (messages or
  *      prompts, sampling, stops, limits, stream flags). Any problem is an em_server_error that
  *      carries the HTTP status, the API's error type, and a message naming the field.
- *   2. Response formatters (openai.c, anthropic.c, metrics.c): engine outputs (text, finish
+ *   2. Response formatters (openai.c, anthropic.c, responses.c, ollama.c, metrics.c): engine outputs (text, finish
  *      reason, logprobs, usage, timings) become exact JSON bodies, SSE events and Prometheus text.
  *      They are pure functions of their inputs (ids and times are arguments), so tests compare
  *      bytes.
@@ -54,6 +54,19 @@ typedef enum em_tool_format {
     EM_TOOL_FORMAT_MISTRAL_ARGS /* [TOOL_CALLS]name[ARGS]{...}: read as EM_TOOL_FORMAT_MISTRAL, forced in this form */
 } em_tool_format;
 
+/* What the server tells of its model beyond generation (Ollama's /api/tags and /api/show): read
+ * from the file's metadata when it is opened. Strings live as long as the engine; zero / NULL when
+ * unknown. */
+typedef struct em_server_model_facts {
+    const char *architecture;  /* general.architecture ("llama") */
+    const char *quantization;  /* llama.cpp's name of general.file_type ("Q4_K_M") */
+    uint64_t parameters;       /* elements of the file's tensors */
+    uint64_t file_bytes;       /* the file's size (all parts of a split model) */
+    int64_t modified;          /* the file's modification time, seconds since the epoch */
+    const char *digest;        /* "sha256:<hex>" of the file's metadata (the bytes before its tensor data) */
+    const char *chat_template; /* tokenizer.chat_template, NULL when the model has none */
+} em_server_model_facts;
+
 typedef struct em_server_engine {
     void *self;
     const char *model_id; /* the name /v1/models lists and responses report (requests may name any) */
@@ -62,6 +75,7 @@ typedef struct em_server_engine {
                            * output rows, which may be more than the tokenizer's tokens */
     em_tool_format tool_format; /* from the chat template */
     bool reasons;               /* the chat template writes <think> sections (Qwen 3, DeepSeek-R1) */
+    em_server_model_facts facts;
 
     /* Renders `messages` (an OpenAI-style array of {role, content: string}; roles system, user,
      * assistant, tool; assistant messages may carry tool_calls with arguments as objects) and
@@ -96,6 +110,8 @@ typedef enum em_server_api {
     EM_API_OPENAI_COMPLETIONS,    /* POST /v1/completions */
     EM_API_ANTHROPIC_MESSAGES,    /* POST /v1/messages */
     EM_API_ANTHROPIC_COUNT,       /* POST /v1/messages/count_tokens */
+    EM_API_OPENAI_RESPONSES,      /* POST /v1/responses (OpenAI's error format) */
+    EM_API_OLLAMA,                /* /api/...: Ollama's API, errors {"error": "..."} */
 } em_server_api;
 
 /* An error to send: HTTP status, the API's error type ("invalid_request_error", ...), an
@@ -380,6 +396,14 @@ typedef enum em_server_endpoint {
     EM_EP_HEALTH,
     EM_EP_METRICS,
     EM_EP_PAGE, /* the chat page's files (web.c) */
+    EM_EP_RESPONSES,
+    EM_EP_OLLAMA_CHAT,
+    EM_EP_OLLAMA_GENERATE,
+    EM_EP_OLLAMA_TAGS,
+    EM_EP_OLLAMA_SHOW,
+    EM_EP_OLLAMA_PS,
+    EM_EP_OLLAMA_VERSION,
+    EM_EP_OLLAMA_EMBED, /* /api/embed and /api/embeddings: refused, the engine has no pooling */
     EM_EP_OTHER,
     EM_EP_COUNT,
 } em_server_endpoint;
