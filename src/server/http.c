@@ -5,7 +5,9 @@
  *
  * A request is judged as early as possible: path, method, key and Content-Length are checked
  * when the headers arrive, so a rejected upload is never read. Every rejection is an error body
- * in the format of the API the path belongs to (Anthropic for /v1/messages*, OpenAI otherwise). */
+ * in the format of the API the path belongs to (Anthropic for /v1/messages*, Ollama for paths
+ * under /api/, OpenAI otherwise). The Responses API and Ollama's endpoints are served by responses.c
+ * and ollama.c; paths under /api/ need the API key as those under /v1/ do. */
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,7 +48,9 @@ static enum MHD_Result queue_error(struct MHD_Connection *c, em_server *s, conne
     struct MHD_Response *r = em_server_error_response(ctx->api, err);
     if (r && err->status == 405)
         MHD_add_response_header(r, "Allow", ctx->endpoint == EM_EP_MODELS || ctx->endpoint == EM_EP_HEALTH ||
-                                                    ctx->endpoint == EM_EP_METRICS || ctx->endpoint == EM_EP_PAGE
+                                                    ctx->endpoint == EM_EP_METRICS || ctx->endpoint == EM_EP_PAGE ||
+                                                    ctx->endpoint == EM_EP_OLLAMA_TAGS || ctx->endpoint == EM_EP_OLLAMA_PS ||
+                                                    ctx->endpoint == EM_EP_OLLAMA_VERSION
                                                 ? "GET" : "POST");
     return queue(c, s, ctx, err->status, r);
 }
@@ -69,6 +73,16 @@ static const route routes[] = {
     {"/health", "GET", EM_EP_HEALTH, EM_API_OPENAI_CHAT},
     {"/metrics", "GET", EM_EP_METRICS, EM_API_OPENAI_CHAT},
     {"/", "GET", EM_EP_PAGE, EM_API_OPENAI_CHAT}, /* and every other file of the chat page */
+    {"/v1/responses", "POST", EM_EP_RESPONSES, EM_API_OPENAI_RESPONSES},
+    {"/responses", "POST", EM_EP_RESPONSES, EM_API_OPENAI_RESPONSES},
+    {"/api/chat", "POST", EM_EP_OLLAMA_CHAT, EM_API_OLLAMA},
+    {"/api/generate", "POST", EM_EP_OLLAMA_GENERATE, EM_API_OLLAMA},
+    {"/api/tags", "GET", EM_EP_OLLAMA_TAGS, EM_API_OLLAMA},
+    {"/api/show", "POST", EM_EP_OLLAMA_SHOW, EM_API_OLLAMA},
+    {"/api/ps", "GET", EM_EP_OLLAMA_PS, EM_API_OLLAMA},
+    {"/api/version", "GET", EM_EP_OLLAMA_VERSION, EM_API_OLLAMA},
+    {"/api/embed", "POST", EM_EP_OLLAMA_EMBED, EM_API_OLLAMA},
+    {"/api/embeddings", "POST", EM_EP_OLLAMA_EMBED, EM_API_OLLAMA},
 };
 
 /* Finds the route of `url`; NULL for an unknown path. /v1/models/{id} routes to /v1/models, the
@@ -101,14 +115,18 @@ static bool reject_early(struct MHD_Connection *c, em_server *s, connection *ctx
     em_server_error err = {0};
     const route *r = find_route(url);
     ctx->endpoint = r ? r->endpoint : EM_EP_OTHER;
-    ctx->api = r ? r->api : !strncmp(url, "/v1/messages", 12) ? EM_API_ANTHROPIC_MESSAGES : EM_API_OPENAI_CHAT;
+    ctx->api = r                                 ? r->api
+               : !strncmp(url, "/v1/messages", 12) ? EM_API_ANTHROPIC_MESSAGES
+               : !strncmp(url, "/api/", 5)         ? EM_API_OLLAMA
+                                                   : EM_API_OPENAI_CHAT;
     if (ctx->endpoint == EM_EP_MODELS && wants_anthropic(c)) ctx->api = EM_API_ANTHROPIC_MESSAGES;
     if (!r) {
         em_server_error_set(&err, 404, NULL, "unknown_url", NULL, "unknown path: %s %s", method, url);
     } else if (strcmp(method, r->method) && !(!strcmp(r->method, "GET") && !strcmp(method, "HEAD"))) {
         em_server_error_set(&err, 405, NULL, "method_not_allowed", NULL, "%s %s: method not allowed (use %s)", method,
                             url, r->method);
-    } else if (!strncmp(url, "/v1/", 4) && !authorized(c, s)) {
+    } else if ((!strncmp(url, "/v1/", 4) || !strncmp(url, "/api/", 5) || r->endpoint == EM_EP_RESPONSES) &&
+               !authorized(c, s)) {
         bool given = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key") ||
                      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
         em_server_error_set(&err, 401, NULL, "invalid_api_key", NULL,
@@ -187,6 +205,15 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, em_server *s, connecti
     case EM_EP_MODELS: return serve_models(c, s, ctx, url);
     case EM_EP_PAGE: return queue(c, s, ctx, 200, em_server_asset_response(url));
     default: break;
+    }
+    if (ctx->endpoint >= EM_EP_RESPONSES && ctx->endpoint <= EM_EP_OLLAMA_EMBED) { /* responses.c, ollama.c */
+        int status = 500;
+        const char *data = ctx->body.data ? ctx->body.data : "";
+        struct MHD_Response *r = ctx->endpoint == EM_EP_RESPONSES
+                                     ? em_responses_serve(s, data, ctx->body.len, connection_fd(c), &status)
+                                     : em_ollama_serve(s, ctx->endpoint, data, ctx->body.len, connection_fd(c), &status);
+        em_buf_free(&ctx->body);
+        return queue(c, s, ctx, status, r);
     }
     em_server_request req;
     em_server_error err = {0};
@@ -297,6 +324,11 @@ em_err em_server_start(const em_server_options *options, const em_server_engine 
     atomic_init(&s->next_id, 1);
     atomic_init(&s->stopping, false);
     em_server_metrics_init(&s->metrics);
+    if (!(s->responses = em_response_store_new(0, 0))) {
+        freeaddrinfo(addr);
+        em_server_stop(s);
+        return em_errorf(EM_ERR_NOMEM, "out of memory starting the server");
+    }
     if (options->api_key && !(s->api_key = strdup(options->api_key))) {
         freeaddrinfo(addr);
         em_server_stop(s);
@@ -329,6 +361,7 @@ void em_server_stop(em_server *server) {
     atomic_store(&server->stopping, true);
     if (server->daemon) MHD_stop_daemon(server->daemon);
     em_server_metrics_destroy(&server->metrics);
+    em_response_store_free(server->responses);
     free(server->api_key);
     free(server);
 }
