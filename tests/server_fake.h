@@ -1,5 +1,6 @@
 /* A fake em_server_engine for the server's tests: byte tokens (id = byte value), a scripted
- * reply ("Hello, world!", or 400 letters at 20 ms a token when the prompt contains "slow"), stop
+ * reply ("Hello, world!", 400 letters at 20 ms a token when the prompt contains "slow", reasoning and
+ * a tool call when it contains "think-and-call"), stop
  * strings and max_tokens applied as the engine would, and counters of submitted, cancelled and
  * released requests so tests can check that nothing leaks and disconnects cancel. */
 #ifndef EMBER_TEST_SERVER_FAKE_H
@@ -16,6 +17,8 @@
 /* ---- A fake engine: byte tokens (id = byte value), a scripted reply ---- */
 
 #define FAKE_REPLY "Hello, world!"
+/* the reply to a prompt that contains "think-and-call": reasoning, then a call in the JSON format */
+#define FAKE_THINK_AND_CALL "<think>Let me see.</think>{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}"
 #define FAKE_SLOW_REPLY_LEN 400
 
 typedef struct fake_request {
@@ -97,6 +100,8 @@ static em_err fake_submit(void *self, const ember_request_params *p, void **out)
     if (contains(p->prompt_ids, p->n_prompt_ids, "slow")) {
         for (size_t i = 0; i < FAKE_SLOW_REPLY_LEN; i++) r->reply[i] = (char)('a' + i % 26);
         r->delay_ms = 20;
+    } else if (contains(p->prompt_ids, p->n_prompt_ids, "think-and-call")) {
+        strcpy(r->reply, FAKE_THINK_AND_CALL);
     } else {
         strcpy(r->reply, FAKE_REPLY);
     }
