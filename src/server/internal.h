@@ -135,6 +135,12 @@ struct MHD_Response *em_server_generate_with(em_server *server, em_server_reques
 
 /* ---- The Responses API (responses.c) and Ollama's API (ollama.c), served by http.c's dispatch ---- */
 struct MHD_Response *em_responses_serve(em_server *server, const char *body, size_t len, int fd, int *status);
+/* Their parsers alone (the fuzz target's entries): a body into `req` as the endpoints read it
+ * (`store` for previous_response_id; `engine` for what Ollama's think checks). */
+bool em_responses_parse(const char *body, size_t len, em_response_store *store, em_server_request *req,
+                        em_server_error *err);
+bool em_ollama_parse(bool chat, const char *body, size_t len, const em_server_engine *engine, em_server_request *req,
+                     em_server_error *err);
 /* An Ollama endpoint: `endpoint` picks it; GET endpoints have no body. */
 struct MHD_Response *em_ollama_serve(em_server *server, em_server_endpoint endpoint, const char *body, size_t len,
                                      int fd, int *status);

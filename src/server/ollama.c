@@ -44,7 +44,7 @@ static bool bad(em_server_error *err, const char *param, const char *message) {
 }
 
 typedef struct ollama_self {
-    em_server *server;
+    const em_server_engine *engine;
     bool chat;                  /* /api/chat, else /api/generate */
     char *model;                /* as the request named it: responses repeat it, as Ollama does */
     struct timespec started;    /* for total_duration */
@@ -141,7 +141,7 @@ static bool read_format(const json_t *root, em_server_request *req, em_server_er
 
 /* `think`: true (or an effort "high" / "medium" / "low") splits reasoning off, false keeps it in
  * the content; a model whose template does not reason cannot think (Ollama's 400). */
-static bool read_think(const json_t *root, const em_server *server, em_server_request *req, em_server_error *err) {
+static bool read_think(const json_t *root, const em_server_engine *engine, em_server_request *req, em_server_error *err) {
     json_t *think = json_object_get(root, "think");
     if (!think || json_is_null(think)) return true;
     if (!json_is_boolean(think) && !json_is_string(think)) return bad(err, "think", "must be a boolean or \"high\", \"medium\", \"low\"");
@@ -149,8 +149,8 @@ static bool read_think(const json_t *root, const em_server *server, em_server_re
         req->reasoning_format = EM_REASONING_FORMAT_NONE;
         return true;
     }
-    if (!server->engine.reasons) {
-        em_server_error_set(err, 400, NULL, NULL, "think", "\"%s\" does not support thinking", server->engine.model_id);
+    if (!engine->reasons) {
+        em_server_error_set(err, 400, NULL, NULL, "think", "\"%s\" does not support thinking", engine->model_id);
         return false;
     }
     req->reasoning_format = EM_REASONING_FORMAT_DEEPSEEK;
@@ -169,7 +169,7 @@ static bool read_common(const json_t *root, ollama_self *self, em_server_request
     if (keep_alive && !json_is_null(keep_alive) && !json_is_string(keep_alive) && !json_is_number(keep_alive))
         return bad(err, "keep_alive", "must be a duration (\"5m\") or a number of seconds");
     return em_server_read_bool(root, "stream", &req->stream, err) && read_options(root, req, err) &&
-           read_format(root, req, err) && read_think(root, self->server, req, err);
+           read_format(root, req, err) && read_think(root, self->engine, req, err);
 }
 
 /* A message's tool_calls ([{function: {name, arguments: object}}]) in the chat shape. */
@@ -186,9 +186,9 @@ static bool read_tool_calls(const json_t *calls, const char *param, json_t *mess
             return bad(err, param, "each call needs function.name and function.arguments as an object");
         }
         json_t *id = json_object_get(call, "id");
-        json_array_append_new(list, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", json_is_string(id) ? id : json_null(), "type",
+        json_array_append_new(list, json_pack("{s:O, s:s, s:{s:O, s:o}}", "id", json_is_string(id) ? id : json_null(), "type",
                                               "function", "function", "name", name, "arguments",
-                                              arguments ? arguments : json_object()));
+                                              arguments ? json_incref(arguments) : json_object()));
     }
     json_object_set_new(message, "tool_calls", list);
     return true;
@@ -268,6 +268,22 @@ static bool parse_generate(const json_t *root, ollama_self *self, em_server_requ
 static bool parse_chat(const json_t *root, ollama_self *self, em_server_request *req, em_server_error *err) {
     return read_common(root, self, req, err) && read_messages(root, req, err) &&
            em_server_read_openai_tools(root, req, err);
+}
+
+static bool parse(ollama_self *self, const char *body, size_t len, em_server_request *req, em_server_error *err) {
+    em_server_request_init(req, EM_API_OLLAMA);
+    json_t *root = em_server_parse_body(body, len, err);
+    bool ok = root && (self->chat ? parse_chat(root, self, req, err) : parse_generate(root, self, req, err));
+    json_decref(root);
+    return ok;
+}
+
+bool em_ollama_parse(bool chat, const char *body, size_t len, const em_server_engine *engine, em_server_request *req,
+                     em_server_error *err) {
+    ollama_self self = {.engine = engine, .chat = chat};
+    bool ok = parse(&self, body, len, req, err);
+    free(self.model);
+    return ok;
 }
 
 /* ---- Answers ---- */
@@ -513,14 +529,11 @@ struct MHD_Response *em_ollama_serve(em_server *server, em_server_endpoint endpo
         oom(&err);
         return error_response(&err, status);
     }
-    self->server = server;
+    self->engine = &server->engine;
     self->chat = endpoint == EM_EP_OLLAMA_CHAT;
     clock_gettime(CLOCK_MONOTONIC, &self->started);
     em_server_request req;
-    em_server_request_init(&req, EM_API_OLLAMA);
-    json_t *root = em_server_parse_body(body, len, &err);
-    bool ok = root && (self->chat ? parse_chat(root, self, &req, &err) : parse_generate(root, self, &req, &err));
-    json_decref(root);
+    bool ok = parse(self, body, len, &req, &err);
     if (!ok || (!json_array_size(req.messages) && !req.n_prompts)) {
         struct MHD_Response *r = ok ? loaded(self, status) : error_response(&err, status);
         em_server_request_clear(&req);

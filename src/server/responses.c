@@ -361,7 +361,7 @@ static json_t *echo_of(const json_t *root, const em_server_request *req) {
     return echo;
 }
 
-static bool parse(const char *body, size_t len, em_server *server, em_server_request *req, responses_self *self,
+static bool parse(const char *body, size_t len, em_response_store *store, em_server_request *req, responses_self *self,
                   em_server_error *err) {
     em_server_request_init(req, EM_API_OPENAI_RESPONSES);
     json_t *root = em_server_parse_body(body, len, err);
@@ -375,7 +375,7 @@ static bool parse(const char *body, size_t len, em_server *server, em_server_req
               read_sampling(root, req, err) && read_accepted(root, err);
     if (ok && !model) ok = bad(err, "missing_required_parameter", "model", "'%s' is required%s", NULL);
     if (ok && !(req->model = strdup(model))) ok = oom(err);
-    if (ok && !(self->conversation = previous ? em_response_store_get(server->responses, previous) : json_array())) {
+    if (ok && !(self->conversation = previous ? em_response_store_get(store, previous) : json_array())) {
         if (previous) {
             em_server_error_set(err, 404, NULL, "previous_response_not_found", "previous_response_id",
                                 "Previous response with id '%s' not found.", previous);
@@ -676,6 +676,18 @@ static const em_server_writer responses_writer = {
     .free = self_free,
 };
 
+bool em_responses_parse(const char *body, size_t len, em_response_store *store, em_server_request *req,
+                        em_server_error *err) {
+    responses_self *self = calloc(1, sizeof *self);
+    if (!self) {
+        em_server_request_init(req, EM_API_OPENAI_RESPONSES);
+        return oom(err);
+    }
+    bool ok = parse(body, len, store, req, self, err);
+    self_free(self);
+    return ok;
+}
+
 struct MHD_Response *em_responses_serve(em_server *server, const char *body, size_t len, int fd, int *status) {
     em_server_request req;
     em_server_error err = {0};
@@ -686,7 +698,7 @@ struct MHD_Response *em_responses_serve(em_server *server, const char *body, siz
         return em_server_error_response(EM_API_OPENAI_RESPONSES, &err);
     }
     self->server = server;
-    if (!parse(body, len, server, &req, self, &err)) {
+    if (!parse(body, len, server->responses, &req, self, &err)) {
         em_server_request_clear(&req);
         self_free(self);
         *status = err.status;
