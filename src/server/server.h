@@ -22,10 +22,11 @@
  *
  * Ownership: em_server_request owns every string and array it holds (em_server_request_clear
  * frees them). Formatters return malloc'd text or new jansson references the caller frees. An
- * em_server owns its MHD daemon, its metrics and its connections' state; it borrows the engine,
- * which must outlive it.
+ * em_server owns its MHD daemon, its metrics, its stored responses (the Responses API's `store`)
+ * and its connections' state; it borrows the engine, which must outlive it.
  *
- * Depends on base, include/ember.h, grammar, jansson and libmicrohttpd.
+ * Depends on base, include/ember.h, grammar, jansson and libmicrohttpd; model.c also reads the GGUF's
+ * metadata (gguf, quantize's type names) and digests it (libcrypto) for what it tells of the model.
  */
 #ifndef EMBER_SERVER_H
 #define EMBER_SERVER_H
