@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -48,10 +49,17 @@ static int fake_last_speculative; /* the ember_spec of the last request */
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static char fake_token_bytes_table[256];
 
-static em_err fake_chat_prompt(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n,
-                               bool *in_thinking) {
+static char fake_last_kwargs[256]; /* the template variables of the last chat prompt, as JSON ("" for none) */
+
+static em_err fake_chat_prompt(void *self, const json_t *messages, const json_t *tools, const json_t *kwargs, int32_t **ids,
+                               size_t *n, bool *in_thinking) {
     (void)self;
     (void)tools;
+    char *kwargs_text = kwargs ? json_dumps(kwargs, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    pthread_mutex_lock(&fake_lock);
+    snprintf(fake_last_kwargs, sizeof fake_last_kwargs, "%s", kwargs_text ? kwargs_text : "");
+    pthread_mutex_unlock(&fake_lock);
+    free(kwargs_text);
     if (in_thinking) *in_thinking = false;
     em_buf text = {0};
     size_t i;

@@ -804,6 +804,15 @@ static void test_responses(void **state) {
     json_decref(last);
     http_free(&r);
 
+    /* reasoning.effort reaches the template as reasoning_effort */
+    r = http(port, "POST", "/v1/responses", NULL, RESPONSES_HI ",\"reasoning\":{\"effort\":\"high\",\"summary\":null}}");
+    assert_int_equal(r.status, 200);
+    assert_string_equal(fake_last_kwargs, "{\"reasoning_effort\":\"high\"}");
+    http_free(&r);
+    r = http(port, "POST", "/v1/responses", NULL, RESPONSES_HI "}");
+    assert_string_equal(fake_last_kwargs, "");
+    http_free(&r);
+
     /* max_output_tokens cuts it: incomplete */
     r = http(port, "POST", "/v1/responses", NULL, RESPONSES_HI ",\"max_output_tokens\":4,\"stream\":true}");
     names = event_names(r.body, &last);
@@ -955,6 +964,11 @@ static void test_ollama(void **state) {
     assert_string_equal(str_at(v, "response"), FAKE_REPLY);
     assert_int_equal(int_at(v, "prompt_eval_count"), 2);
     json_decref(v);
+    http_free(&r);
+    /* think: false tells the template (enable_thinking) */
+    r = http(port, "POST", "/api/chat", NULL, "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"think\":false,\"stream\":false}");
+    assert_int_equal(r.status, 200);
+    assert_string_equal(fake_last_kwargs, "{\"enable_thinking\":false}");
     http_free(&r);
     /* a load request */
     r = http(port, "POST", "/api/generate", NULL, "{\"model\":\"x\",\"keep_alive\":0}");

@@ -124,7 +124,8 @@ static bool tokenize_prompts(job *j, em_server_error *err) {
     for (size_t p = 0; p < j->n_prompts; p++) {
         em_err e = NULL;
         if (j->req.messages) {
-            e = b->chat_prompt(b->self, j->req.messages, j->req.tools, &j->prompt_ids[p], &j->prompt_len[p], &j->in_thinking);
+            e = b->chat_prompt(b->self, j->req.messages, j->req.tools, j->req.template_kwargs, &j->prompt_ids[p],
+                               &j->prompt_len[p], &j->in_thinking);
         } else if (j->req.prompts[p].is_ids) {
             /* the ids are handed to the engine as they are: move them out of the request */
             j->prompt_ids[p] = j->req.prompts[p].ids;

@@ -38,18 +38,21 @@ static bool ends_in_thinking(const em_server_model *m, const int32_t *ids, size_
     return open;
 }
 
-static em_err model_chat_prompt(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n,
-                                bool *in_thinking) {
+static em_err model_chat_prompt(void *self, const json_t *messages, const json_t *tools, const json_t *kwargs,
+                                int32_t **ids, size_t *n, bool *in_thinking) {
     em_server_model *m = self;
     *ids = NULL;
     *n = 0;
     char *messages_text = json_dumps(messages, JSON_COMPACT);
     char *tools_text = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
-    em_err e = !messages_text || (tools && !tools_text) ? em_errorf(EM_ERR_NOMEM, "out of memory") : NULL;
-    ember_chat chat = {.messages = messages_text, .tools = tools_text, .add_generation_prompt = true};
+    char *kwargs_text = kwargs ? json_dumps(kwargs, JSON_COMPACT) : NULL;
+    em_err e = !messages_text || (tools && !tools_text) || (kwargs && !kwargs_text) ? em_errorf(EM_ERR_NOMEM, "out of memory")
+                                                                                    : NULL;
+    ember_chat chat = {.messages = messages_text, .tools = tools_text, .kwargs = kwargs_text, .add_generation_prompt = true};
     if (!e) e = ember_chat_tokens(m->ember, &chat, ids, n);
     free(messages_text);
     free(tools_text);
+    free(kwargs_text);
     if (!e && in_thinking) *in_thinking = m->reasons && ends_in_thinking(m, *ids, *n);
     return e;
 }

@@ -13,7 +13,8 @@
  *   - `format` ("json" or a JSON schema) is constrained decoding (structured.c); `tools` are the
  *     chat API's tools (tools.c) and calls come back with their arguments as JSON objects; `think`
  *     splits a <think> section off into `thinking` (the default when the template reasons; false
- *     keeps it in the content).
+ *     keeps it in the content), and reaches the template as enable_thinking (and an effort as
+ *     reasoning_effort).
  *   - Streams (the default, as in Ollama) are NDJSON: one object per line, the last with
  *     `done: true`, `done_reason` and Ollama's counts and nanosecond durations.
  *   - Errors are `{"error": "..."}` with the HTTP status (400 for bad fields).
@@ -145,6 +146,9 @@ static bool read_think(const json_t *root, const em_server_engine *engine, em_se
     json_t *think = json_object_get(root, "think");
     if (!think || json_is_null(think)) return true;
     if (!json_is_boolean(think) && !json_is_string(think)) return bad(err, "think", "must be a boolean or \"high\", \"medium\", \"low\"");
+    /* templates that switch thinking (Qwen 3's enable_thinking) or grade it (reasoning_effort) are told */
+    if (!(req->template_kwargs = json_pack("{s:b}", "enable_thinking", !json_is_false(think)))) return oom(err);
+    if (json_is_string(think)) json_object_set(req->template_kwargs, "reasoning_effort", think);
     if (json_is_false(think)) {
         req->reasoning_format = EM_REASONING_FORMAT_NONE;
         return true;

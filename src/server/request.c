@@ -344,6 +344,7 @@ void em_server_request_clear(em_server_request *req) {
     free(req->grammar);
     json_decref(req->tools);
     free(req->tool_name);
+    json_decref(req->template_kwargs);
     memset(req, 0, sizeof *req);
 }
 

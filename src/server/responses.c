@@ -12,7 +12,8 @@
  *     function, through tools.c); tools of other types (web_search, local_shell, custom, mcp, ...)
  *     are hosted tools a local model cannot run: they are accepted, left out, and named in the
  *     response's `ignored_tools` (Codex sends them with every request).
- *   - `text.format` json_object / json_schema is structured output (structured.c).
+ *   - `text.format` json_object / json_schema is structured output (structured.c); `reasoning.effort`
+ *     is the template variable reasoning_effort (templates that do not read it are unchanged).
  *   - `store` (default true) keeps the conversation the response ended (response_store.c);
  *     `previous_response_id` continues it: the stored input and output, then the new input (the
  *     previous `instructions` are not carried over, as OpenAI documents). The continued prompt
@@ -394,6 +395,9 @@ static bool parse(const char *body, size_t len, em_response_store *store, em_ser
         if (!m || json_array_append_new(req->messages, m)) ok = oom(err);
     }
     if (ok && json_array_extend(req->messages, self->conversation)) ok = oom(err);
+    /* reasoning.effort reaches templates that take it (gpt-oss's reasoning_effort) */
+    const char *effort = json_string_value(json_object_get(json_object_get(root, "reasoning"), "effort"));
+    if (ok && effort && !(req->template_kwargs = json_pack("{s:s}", "reasoning_effort", effort))) ok = oom(err);
     ok = ok && read_tools(root, req, self, err) && read_text_format(root, req, err) &&
          em_server_read_reasoning_format(root, req, err) && em_server_read_speculative(root, req, err);
     if (ok && !(self->echo = echo_of(root, req))) ok = oom(err);

@@ -81,13 +81,14 @@ typedef struct em_server_engine {
     /* Renders `messages` (an OpenAI-style array of {role, content: string}; roles system, user,
      * assistant, tool; assistant messages may carry tool_calls with arguments as objects) and
      * `tools` (OpenAI-style tool definitions, or NULL) with the model's chat template, through the
-     * template's own tool support, generation prompt added, and tokenizes the
+     * template's own tool support, with the extra template variables of `kwargs` (an object, or
+     * NULL: reasoning_effort, enable_thinking), generation prompt added, and tokenizes the
      * result so that only the template's own markup can produce control tokens: message text is
      * tokenized without parsing special-token text. *ids is malloc'd (caller frees). *in_thinking
      * (may be NULL) tells whether the rendered prompt ends inside an open `<think>` (the template
      * opened the model's reasoning itself). */
-    em_err (*chat_prompt)(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n,
-                          bool *in_thinking);
+    em_err (*chat_prompt)(void *self, const json_t *messages, const json_t *tools, const json_t *kwargs, int32_t **ids,
+                          size_t *n, bool *in_thinking);
     /* Tokenizes plain text as a prompt: BOS as the model asks, special-token text not parsed. */
     em_err (*tokenize)(void *self, const char *text, size_t len, int32_t **ids, size_t *n);
     /* The bytes a token stands for (for logprobs); may be partial UTF-8. Pointer lives as long as
@@ -187,6 +188,8 @@ typedef struct em_server_request {
     const char *const *grammar_triggers;
     bool grammar_is_raw; /* `grammar` came as GBNF from the client: the server leaves it as it is */
     em_reasoning_format reasoning_format;
+    json_t *template_kwargs; /* extra chat-template variables (the Responses API's reasoning effort,
+                              * Ollama's think as enable_thinking), or NULL */
 } em_server_request;
 
 void em_server_request_init(em_server_request *req, em_server_api api);
