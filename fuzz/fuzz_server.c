@@ -1,11 +1,12 @@
-/* libFuzzer target: the server's request parsers. The first byte picks the endpoint; the rest is
- * the body. Every input must give either a request or a 4xx/5xx error with a message, and a parsed
+/* libFuzzer target: the server's request parsers (OpenAI chat and completions, Anthropic, the
+ * Responses API with a store holding one response, Ollama's chat and generate). The first byte
+ * picks the endpoint; the rest is the body. Every input must give either a request or a 4xx/5xx error with a message, and a parsed
  * request must format (error bodies, chat-prompt splitting) without touching memory it does not own. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server.h"
+#include "server/internal.h"
 #include "text/text.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -36,11 +37,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     em_server_request req;
     em_server_error err = {0};
     bool ok;
-    switch (data[0] % 4) {
+    static em_response_store *store;
+    if (!store) {
+        /* one stored conversation, so that previous_response_id "resp_1" continues something */
+        store = em_response_store_new(4, 1 << 16);
+        json_t *kept = json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "user", "content", "hi", "role", "assistant", "content", "yes");
+        if (!store || !kept || !em_response_store_put(store, "resp_1", kept)) abort();
+        json_decref(kept);
+    }
+    static const em_server_engine engine = {.model_id = "fuzz", .reasons = true};
+    switch (data[0] % 7) {
     case 0: ok = em_openai_parse_chat(body, len, 32000, &req, &err); break;
     case 1: ok = em_openai_parse_completions(body, len, 32000, &req, &err); break;
     case 2: ok = em_anthropic_parse_messages(body, len, &req, &err); break;
-    default: ok = em_anthropic_parse_count_tokens(body, len, &req, &err); break;
+    case 3: ok = em_anthropic_parse_count_tokens(body, len, &req, &err); break;
+    case 4: ok = em_responses_parse(body, len, store, &req, &err); break;
+    case 5: ok = em_ollama_parse(true, body, len, &engine, &req, &err); break;
+    default: ok = em_ollama_parse(false, body, len, &engine, &req, &err); break;
     }
     if (!ok) {
         if (err.status < 400 || err.status > 599 || !err.message[0]) abort();

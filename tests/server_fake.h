@@ -1,5 +1,6 @@
 /* A fake em_server_engine for the server's tests: byte tokens (id = byte value), a scripted
- * reply ("Hello, world!", or 400 letters at 20 ms a token when the prompt contains "slow"), stop
+ * reply ("Hello, world!", 400 letters at 20 ms a token when the prompt contains "slow", reasoning and
+ * a tool call when it contains "think-and-call"), stop
  * strings and max_tokens applied as the engine would, and counters of submitted, cancelled and
  * released requests so tests can check that nothing leaks and disconnects cancel. */
 #ifndef EMBER_TEST_SERVER_FAKE_H
@@ -7,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,6 +18,8 @@
 /* ---- A fake engine: byte tokens (id = byte value), a scripted reply ---- */
 
 #define FAKE_REPLY "Hello, world!"
+/* the reply to a prompt that contains "think-and-call": reasoning, then a call in the JSON format */
+#define FAKE_THINK_AND_CALL "<think>Let me see.</think>{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}"
 #define FAKE_SLOW_REPLY_LEN 400
 
 typedef struct fake_request {
@@ -45,10 +49,17 @@ static int fake_last_speculative; /* the ember_spec of the last request */
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static char fake_token_bytes_table[256];
 
-static em_err fake_chat_prompt(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n,
-                               bool *in_thinking) {
+static char fake_last_kwargs[256]; /* the template variables of the last chat prompt, as JSON ("" for none) */
+
+static em_err fake_chat_prompt(void *self, const json_t *messages, const json_t *tools, const json_t *kwargs, int32_t **ids,
+                               size_t *n, bool *in_thinking) {
     (void)self;
     (void)tools;
+    char *kwargs_text = kwargs ? json_dumps(kwargs, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    pthread_mutex_lock(&fake_lock);
+    snprintf(fake_last_kwargs, sizeof fake_last_kwargs, "%s", kwargs_text ? kwargs_text : "");
+    pthread_mutex_unlock(&fake_lock);
+    free(kwargs_text);
     if (in_thinking) *in_thinking = false;
     em_buf text = {0};
     size_t i;
@@ -97,6 +108,8 @@ static em_err fake_submit(void *self, const ember_request_params *p, void **out)
     if (contains(p->prompt_ids, p->n_prompt_ids, "slow")) {
         for (size_t i = 0; i < FAKE_SLOW_REPLY_LEN; i++) r->reply[i] = (char)('a' + i % 26);
         r->delay_ms = 20;
+    } else if (contains(p->prompt_ids, p->n_prompt_ids, "think-and-call")) {
+        strcpy(r->reply, FAKE_THINK_AND_CALL);
     } else {
         strcpy(r->reply, FAKE_REPLY);
     }

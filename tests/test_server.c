@@ -1,6 +1,6 @@
 /* The HTTP server: request parsers (fields, defaults, every kind of bad input), response and SSE
  * formatters (exact bytes against the shapes of OpenAI's and Anthropic's API references), the
- * Prometheus text. The HTTP layer over real sockets is tests/test_server_http.c. */
+ * Prometheus text, the store of responses and the Responses and Ollama parsers. The HTTP layer over real sockets is tests/test_server_http.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/server.h"
+#include "server/internal.h"
 
 #include "server_fake.h"
 
@@ -516,6 +516,137 @@ static void test_metrics_text(void **state) {
     em_server_metrics_destroy(&m);
 }
 
+/* ---- Stored responses ---- */
+
+static json_t *conversation_of(const char *text) {
+    return json_pack("[{s:s, s:s}]", "role", "user", "content", text);
+}
+
+static void test_response_store(void **state) {
+    (void)state;
+    /* three entries at most: the least recently used (put or got) goes first */
+    em_response_store *store = em_response_store_new(3, 1 << 20);
+    assert_non_null(store);
+    const char *ids[] = {"resp_a", "resp_b", "resp_c", "resp_d"};
+    for (int i = 0; i < 3; i++) {
+        json_t *c = conversation_of(ids[i]);
+        assert_true(em_response_store_put(store, ids[i], c));
+        json_decref(c);
+    }
+    json_t *got = em_response_store_get(store, "resp_a"); /* a is now the most recent: b goes next */
+    assert_string_equal(json_string_value(json_object_get(json_array_get(got, 0), "content")), "resp_a");
+    json_decref(got);
+    json_t *c = conversation_of("resp_d");
+    assert_true(em_response_store_put(store, "resp_d", c));
+    json_decref(c);
+    assert_null(em_response_store_get(store, "resp_b"));
+    for (int i = 0; i < 4; i++) {
+        if (i == 1) continue;
+        got = em_response_store_get(store, ids[i]);
+        assert_non_null(got);
+        json_decref(got);
+    }
+    /* a put under a kept id replaces it */
+    c = conversation_of("again");
+    assert_true(em_response_store_put(store, "resp_c", c));
+    json_decref(c);
+    got = em_response_store_get(store, "resp_c");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(got, 0), "content")), "again");
+    json_decref(got);
+    em_response_store_free(store);
+
+    /* bounded by bytes: 100 bytes hold two small entries, not three; a larger one is not kept */
+    store = em_response_store_new(8, 100);
+    for (int i = 0; i < 3; i++) {
+        c = conversation_of("0123456789");
+        assert_true(em_response_store_put(store, ids[i], c));
+        json_decref(c);
+    }
+    assert_null(em_response_store_get(store, "resp_a"));
+    got = em_response_store_get(store, "resp_c");
+    assert_non_null(got);
+    json_decref(got);
+    char big[200];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    c = conversation_of(big);
+    assert_true(em_response_store_put(store, "resp_big", c));
+    json_decref(c);
+    assert_null(em_response_store_get(store, "resp_big"));
+    got = em_response_store_get(store, "resp_c");
+    assert_non_null(got);
+    json_decref(got);
+    em_response_store_free(store);
+}
+
+/* The new parsers alone: what becomes of a Responses body and an Ollama body. */
+static void test_parse_responses_and_ollama(void **state) {
+    (void)state;
+    em_response_store *store = em_response_store_new(0, 0);
+    json_t *kept = conversation_of("first");
+    json_array_append_new(kept, json_pack("{s:s, s:s}", "role", "assistant", "content", "answer"));
+    assert_true(em_response_store_put(store, "resp_1", kept));
+    json_decref(kept);
+    const char *body = "{\"model\":\"m\",\"previous_response_id\":\"resp_1\",\"instructions\":\"be\",\"input\":["
+                       "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"},"
+                       "{\"type\":\"function_call\",\"call_id\":\"c2\",\"name\":\"f\",\"arguments\":\"{}\"},"
+                       "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":[{\"type\":\"input_text\",\"text\":\"ok\"}]},"
+                       "{\"type\":\"reasoning\",\"summary\":[]},{\"role\":\"developer\",\"content\":\"d\"}],"
+                       "\"tools\":[{\"type\":\"local_shell\"},{\"type\":\"function\",\"name\":\"f\"}],\"tool_choice\":"
+                       "{\"type\":\"function\",\"name\":\"f\"},\"max_output_tokens\":9,\"top_p\":0.5}";
+    em_server_request req;
+    em_server_error err = {0};
+    if (!em_responses_parse(body, strlen(body), store, &req, &err)) fail_msg("%s", err.message);
+    char *messages = json_dumps(req.messages, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(messages,
+                        "[{\"content\":\"be\",\"role\":\"system\"},{\"content\":\"first\",\"role\":\"user\"},"
+                        "{\"content\":\"answer\",\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":{\"a\":1},"
+                        "\"name\":\"f\"},\"id\":\"c1\",\"type\":\"function\"},{\"function\":{\"arguments\":{},\"name\":\"f\"},"
+                        "\"id\":\"c2\",\"type\":\"function\"}]},{\"content\":\"ok\",\"role\":\"tool\",\"tool_call_id\":\"c1\"},"
+                        "{\"content\":\"d\",\"role\":\"system\"}]");
+    free(messages);
+    assert_int_equal(json_array_size(req.tools), 1);
+    assert_int_equal(req.tool_choice, EM_TOOL_NAMED);
+    assert_string_equal(req.tool_name, "f");
+    assert_int_equal(req.max_tokens, 9);
+    assert_true(req.sampling.top_p == 0.5f);
+    em_server_request_clear(&req);
+    em_response_store_free(store);
+
+    em_server_engine engine = {.model_id = "m"};
+    body = "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":"
+           "{\"name\":\"f\",\"arguments\":{\"a\":1}}}]},{\"role\":\"tool\",\"content\":\"r\",\"tool_name\":\"f\"}],"
+           "\"options\":{\"num_predict\":-1,\"top_k\":5,\"min_p\":0.1,\"repeat_last_n\":-1,\"stop\":[\"x\"]},\"stream\":false}";
+    if (!em_ollama_parse(true, body, strlen(body), &engine, &req, &err)) fail_msg("%s", err.message);
+    assert_false(req.stream);
+    assert_int_equal(req.max_tokens, 0);
+    assert_int_equal(req.sampling.top_k, 5);
+    assert_int_equal(req.sampling.repeat_last_n, -1);
+    assert_true(req.sampling.temperature == 0.8f && req.sampling.repeat_penalty == 1.1f);
+    assert_int_equal(req.n_stop, 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(req.messages, 1), "name")), "f");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(json_object_get(json_array_get(json_object_get(
+                         json_array_get(req.messages, 0), "tool_calls"), 0), "function"), "arguments"), "a")), 1);
+    em_server_request_clear(&req);
+    /* regression (found by fuzzing): a call without arguments gets {} and leaks nothing */
+    body = "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\"}}]}]}";
+    assert_true(em_ollama_parse(true, body, strlen(body), &engine, &req, &err));
+    assert_int_equal(json_object_size(json_object_get(json_object_get(json_array_get(json_object_get(
+                         json_array_get(req.messages, 0), "tool_calls"), 0), "function"), "arguments")), 0);
+    em_server_request_clear(&req);
+    body = "{\"model\":\"m\",\"prompt\":\"p\",\"raw\":true}";
+    assert_true(em_ollama_parse(false, body, strlen(body), &engine, &req, &err));
+    assert_true(req.stream);
+    assert_null(req.messages);
+    assert_int_equal(req.n_prompts, 1);
+    assert_string_equal(req.prompts[0].text, "p");
+    em_server_request_clear(&req);
+    body = "{\"model\":\"m\",\"prompt\":\"p\",\"format\":\"xml\"}";
+    assert_false(em_ollama_parse(false, body, strlen(body), &engine, &req, &err));
+    assert_string_equal(err.message, "format: must be \"json\" or a JSON schema");
+    em_server_request_clear(&req);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_chat_fields),   cmocka_unit_test(test_parse_chat_errors),
@@ -523,6 +654,7 @@ int main(void) {
         cmocka_unit_test(test_format_openai),       cmocka_unit_test(test_format_openai_stream),
         cmocka_unit_test(test_format_anthropic),    cmocka_unit_test(test_format_errors),
         cmocka_unit_test(test_json_text_and_keys),  cmocka_unit_test(test_metrics_text),
+        cmocka_unit_test(test_response_store),      cmocka_unit_test(test_parse_responses_and_ollama),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,11 @@
  *
  * Waiting never blocks for long: every wait on the engine has a timeout, after which the client's
  * socket is polled for a hang-up. A client that goes away (or a server that stops) cancels and
- * releases every engine request of its job, so its KV memory is freed at the next engine step. */
+ * releases every engine request of its job, so its KV memory is freed at the next engine step.
+ *
+ * The OpenAI chat and completions and the Anthropic messages are formatted here; the other APIs
+ * (the Responses API, Ollama's) bring an em_server_writer that turns the read answer into their
+ * own bodies and events, so this file runs every API's request the same way. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* POLLRDHUP */
 #endif
@@ -34,6 +38,8 @@ typedef struct job {
     bool in_thinking;         /* the chat prompt opened <think>: answers start inside reasoning */
     em_answer_reader *readers; /* chat answers: one per choice */
     em_anthropic_stream anthropic;
+    const em_server_writer *writer; /* the API's own formatting, or NULL */
+    void *writer_self;
     /* streaming */
     bool started;
     size_t n_finished;
@@ -75,6 +81,7 @@ static void job_free(job *j) {
         if (j->choices) em_server_choice_clear(&j->choices[i]);
         if (j->readers) em_answer_clear(&j->readers[i]);
     }
+    if (j->writer) j->writer->free(j->writer_self);
     free(j->readers);
     for (size_t p = 0; p < j->n_prompts; p++) free(j->prompt_ids ? j->prompt_ids[p] : NULL);
     free(j->prompt_ids);
@@ -117,7 +124,8 @@ static bool tokenize_prompts(job *j, em_server_error *err) {
     for (size_t p = 0; p < j->n_prompts; p++) {
         em_err e = NULL;
         if (j->req.messages) {
-            e = b->chat_prompt(b->self, j->req.messages, j->req.tools, &j->prompt_ids[p], &j->prompt_len[p], &j->in_thinking);
+            e = b->chat_prompt(b->self, j->req.messages, j->req.tools, j->req.template_kwargs, &j->prompt_ids[p],
+                               &j->prompt_len[p], &j->in_thinking);
         } else if (j->req.prompts[p].is_ids) {
             /* the ids are handed to the engine as they are: move them out of the request */
             j->prompt_ids[p] = j->req.prompts[p].ids;
@@ -220,7 +228,7 @@ static em_answer_options answer_options(const job *j) {
 /* Whether streamed chat answers go through the reader (else their text is sent as it comes). */
 static bool reader_streams(const job *j) {
     const em_answer_options o = answer_options(j);
-    return j->req.api == EM_API_ANTHROPIC_MESSAGES || o.read_calls || o.split_reasoning != EM_REASONING_OFF;
+    return j->writer || j->req.api == EM_API_ANTHROPIC_MESSAGES || o.read_calls || o.split_reasoning != EM_REASONING_OFF;
 }
 
 static bool start_readers(job *j, em_server_error *err) {
@@ -297,7 +305,8 @@ static struct MHD_Response *run_blocking(job *j, int *status) {
     }
     em_server_usage usage;
     usage_of(j, &usage);
-    json_t *body = j->req.api == EM_API_OPENAI_CHAT ? em_openai_chat_response(&j->fmt, &j->req, j->choices, j->n_choices, &usage)
+    json_t *body = j->writer ? j->writer->response(j->writer_self, &j->fmt, &j->choices[0], &usage)
+                   : j->req.api == EM_API_OPENAI_CHAT ? em_openai_chat_response(&j->fmt, &j->req, j->choices, j->n_choices, &usage)
                    : j->req.api == EM_API_OPENAI_COMPLETIONS
                        ? em_openai_completion_response(&j->fmt, &j->req, j->choices, j->n_choices, &usage)
                        : em_anthropic_message_response(&j->fmt, &j->choices[0], &usage);
@@ -333,11 +342,13 @@ static bool stream_start(job *j) {
     if (j->req.api == EM_API_OPENAI_CHAT)
         for (size_t i = 0; i < j->n_choices; i++)
             if (!em_openai_chat_chunk_start(&j->pending, &j->fmt, &j->req, (int)i)) return false;
-    if (j->req.api == EM_API_ANTHROPIC_MESSAGES) {
+    if (j->req.api == EM_API_ANTHROPIC_MESSAGES || j->writer) {
         ember_timings t;
         j->server->engine.timings(j->handles[0], &t);
         em_server_usage usage = {.prompt_tokens = j->prompt_len[0], .cached_tokens = t.cached_tokens};
-        if (!em_anthropic_stream_start(&j->pending, &j->fmt, &usage)) return false;
+        if (j->writer ? !j->writer->stream_start(j->writer_self, &j->pending, &j->fmt, &usage)
+                      : !em_anthropic_stream_start(&j->pending, &j->fmt, &usage))
+            return false;
     }
     j->started = true;
     return true;
@@ -346,7 +357,7 @@ static bool stream_start(job *j) {
 /* The closing events of choice i when it finished: its end (usage, [DONE]) once every choice did. */
 static bool stream_choice_done(job *j) {
     if (++j->n_finished < j->n_choices) return true;
-    if (j->req.api != EM_API_ANTHROPIC_MESSAGES) {
+    if (j->req.api != EM_API_ANTHROPIC_MESSAGES && !j->writer) {
         em_server_usage usage;
         usage_of(j, &usage);
         if (!em_openai_stream_end(&j->pending, &j->fmt, &j->req, &usage, &j->choices[0].timings)) return false;
@@ -365,6 +376,7 @@ static bool stream_event(void *self, const em_answer_event *event) {
     stream_sink *s = self;
     job *j = s->j;
     if (!em_server_choice_collect(&j->choices[s->index], event)) return false;
+    if (j->writer) return j->writer->stream_answer(j->writer_self, &j->pending, &j->fmt, event);
     if (j->req.api == EM_API_ANTHROPIC_MESSAGES) return em_anthropic_stream_answer(&j->pending, &j->fmt, &j->anthropic, event);
     return em_openai_chunk_answer(&j->pending, &j->fmt, &j->req, (int)s->index, event);
 }
@@ -377,13 +389,14 @@ static bool stream_read_output(job *j, size_t i, const ember_output *out) {
     if (!em_answer_feed(&j->readers[i], out->text, out->text_len, stream_event, &sink)) return false;
     em_server_token *tokens = convert_tokens(j, out);
     if (c->finish == EMBER_FINISH_NONE) {
-        return !tokens || j->req.api == EM_API_ANTHROPIC_MESSAGES ||
+        return !tokens || j->req.api == EM_API_ANTHROPIC_MESSAGES || j->writer ||
                em_openai_chunk_logprobs(&j->pending, &j->fmt, &j->req, (int)i, tokens, out->n_tokens);
     }
     if (!em_answer_finish(&j->readers[i], stream_event, &sink)) return false;
     em_server_usage usage;
     usage_of(j, &usage);
-    bool ok = j->req.api == EM_API_ANTHROPIC_MESSAGES
+    bool ok = j->writer ? j->writer->stream_end(j->writer_self, &j->pending, &j->fmt, c, &usage)
+              : j->req.api == EM_API_ANTHROPIC_MESSAGES
                   ? em_anthropic_stream_end(&j->pending, &j->anthropic, c, &usage)
                   : em_openai_chunk_finish(&j->pending, &j->fmt, &j->req, (int)i, c, tokens, tokens ? out->n_tokens : 0);
     return ok && stream_choice_done(j);
@@ -399,7 +412,8 @@ static bool stream_output(job *j, size_t i, const ember_output *out) {
     em_server_error err = {0};
     if (finish_error(c, out->error, &err)) {
         j->done = true;
-        return em_server_stream_error(&j->pending, j->req.api, &err);
+        return j->writer ? j->writer->stream_error(j->writer_self, &j->pending, &j->fmt, &err)
+                         : em_server_stream_error(&j->pending, j->req.api, &err);
     }
     if (reader_streams(j)) return stream_read_output(j, i, out);
     if (out->text_len || out->n_tokens || c->finish != EMBER_FINISH_NONE) {
@@ -414,7 +428,7 @@ static bool stream_output(job *j, size_t i, const ember_output *out) {
 /* Produces more events; false when the stream must end abruptly (client gone, out of memory). */
 static bool stream_advance(job *j) {
     const em_server_engine *b = &j->server->engine;
-    if (!j->started && j->req.api != EM_API_ANTHROPIC_MESSAGES) return stream_start(j);
+    if (!j->started && j->req.api != EM_API_ANTHROPIC_MESSAGES && !j->writer) return stream_start(j);
     bool got = false;
     for (size_t i = 0; i < j->n_choices && !j->done; i++) {
         if (j->choices[i].finish != EMBER_FINISH_NONE) continue;
@@ -460,22 +474,31 @@ static void stream_free(void *cls) {
 /* ---- Entry ---- */
 
 struct MHD_Response *em_server_generate(em_server *server, em_server_request *req, int fd, int *status) {
+    return em_server_generate_with(server, req, NULL, NULL, fd, status);
+}
+
+struct MHD_Response *em_server_generate_with(em_server *server, em_server_request *req, const em_server_writer *writer,
+                                             void *writer_self, int fd, int *status) {
     em_server_error err = {0};
     job *j = calloc(1, sizeof *j);
     if (!j) {
         em_server_api api = req->api;
         em_server_error_set(&err, 500, NULL, NULL, NULL, "out of memory");
         em_server_request_clear(req);
+        if (writer) writer->free(writer_self);
         *status = 500;
         return em_server_error_response(api, &err);
     }
+    j->writer = writer;
+    j->writer_self = writer_self;
+    if (writer) req->n = 1;
     j->server = server;
     j->req = *req;
     memset(req, 0, sizeof *req);
     j->fd = fd;
     clock_gettime(CLOCK_MONOTONIC, &j->last_check);
     uint64_t serial = atomic_fetch_add(&server->next_id, 1);
-    const char *prefix = j->req.api == EM_API_OPENAI_CHAT ? "chatcmpl-" : j->req.api == EM_API_OPENAI_COMPLETIONS ? "cmpl-" : "msg_";
+    const char *prefix = writer ? writer->id_prefix : j->req.api == EM_API_OPENAI_CHAT ? "chatcmpl-" : j->req.api == EM_API_OPENAI_COMPLETIONS ? "cmpl-" : "msg_";
     snprintf(j->id, sizeof j->id, "%s%08x%016llx", prefix, server->salt, (unsigned long long)serial);
     j->fmt = (em_server_format){.id = j->id, .created = (int64_t)time(NULL), .model = server->engine.model_id,
                                 .engine = &server->engine};
@@ -498,7 +521,7 @@ struct MHD_Response *em_server_generate(em_server *server, em_server_request *re
         job_free(j);
         return NULL;
     }
-    MHD_add_response_header(response, "Content-Type", "text/event-stream");
+    MHD_add_response_header(response, "Content-Type", writer ? writer->stream_type : "text/event-stream");
     MHD_add_response_header(response, "Cache-Control", "no-cache");
     *status = 200;
     return response;

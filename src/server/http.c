@@ -5,7 +5,9 @@
  *
  * A request is judged as early as possible: key, path, method and Content-Length are checked
  * when the headers arrive, so a rejected upload is never read. Every rejection is an error body
- * in the format of the API the path belongs to (Anthropic for /v1/messages*, OpenAI otherwise). */
+ * in the format of the API the path belongs to (Anthropic for /v1/messages*, Ollama for paths
+ * under /api/, OpenAI otherwise). The Responses API and Ollama's endpoints are served by responses.c
+ * and ollama.c; paths under /api/ need the API key as those under /v1/ do. */
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,7 +48,9 @@ static enum MHD_Result queue_error(struct MHD_Connection *c, em_server *s, conne
     struct MHD_Response *r = em_server_error_response(ctx->api, err);
     if (r && err->status == 405)
         MHD_add_response_header(r, "Allow", ctx->endpoint == EM_EP_MODELS || ctx->endpoint == EM_EP_HEALTH ||
-                                                    ctx->endpoint == EM_EP_METRICS || ctx->endpoint == EM_EP_PAGE
+                                                    ctx->endpoint == EM_EP_METRICS || ctx->endpoint == EM_EP_PAGE ||
+                                                    ctx->endpoint == EM_EP_OLLAMA_TAGS || ctx->endpoint == EM_EP_OLLAMA_PS ||
+                                                    ctx->endpoint == EM_EP_OLLAMA_VERSION
                                                 ? "GET" : "POST");
     return queue(c, s, ctx, err->status, r);
 }
@@ -69,6 +73,16 @@ static const route routes[] = {
     {"/health", "GET", EM_EP_HEALTH, EM_API_OPENAI_CHAT},
     {"/metrics", "GET", EM_EP_METRICS, EM_API_OPENAI_CHAT},
     {"/", "GET", EM_EP_PAGE, EM_API_OPENAI_CHAT}, /* and every other file of the chat page */
+    {"/v1/responses", "POST", EM_EP_RESPONSES, EM_API_OPENAI_RESPONSES},
+    {"/responses", "POST", EM_EP_RESPONSES, EM_API_OPENAI_RESPONSES},
+    {"/api/chat", "POST", EM_EP_OLLAMA_CHAT, EM_API_OLLAMA},
+    {"/api/generate", "POST", EM_EP_OLLAMA_GENERATE, EM_API_OLLAMA},
+    {"/api/tags", "GET", EM_EP_OLLAMA_TAGS, EM_API_OLLAMA},
+    {"/api/show", "POST", EM_EP_OLLAMA_SHOW, EM_API_OLLAMA},
+    {"/api/ps", "GET", EM_EP_OLLAMA_PS, EM_API_OLLAMA},
+    {"/api/version", "GET", EM_EP_OLLAMA_VERSION, EM_API_OLLAMA},
+    {"/api/embed", "POST", EM_EP_OLLAMA_EMBED, EM_API_OLLAMA},
+    {"/api/embeddings", "POST", EM_EP_OLLAMA_EMBED, EM_API_OLLAMA},
 };
 
 /* Finds the route of `url`; NULL for an unknown path. /v1/models/{id} routes to /v1/models, the
@@ -157,7 +171,10 @@ static bool reject_early(struct MHD_Connection *c, em_server *s, connection *ctx
     em_server_error err = {0};
     const route *r = find_route(url);
     ctx->endpoint = r ? r->endpoint : EM_EP_OTHER;
-    ctx->api = r ? r->api : !strncmp(url, "/v1/messages", 12) ? EM_API_ANTHROPIC_MESSAGES : EM_API_OPENAI_CHAT;
+    ctx->api = r                                 ? r->api
+               : !strncmp(url, "/v1/messages", 12) ? EM_API_ANTHROPIC_MESSAGES
+               : !strncmp(url, "/api/", 5)         ? EM_API_OLLAMA
+                                                   : EM_API_OPENAI_CHAT;
     if (ctx->endpoint == EM_EP_MODELS && wants_anthropic(c)) ctx->api = EM_API_ANTHROPIC_MESSAGES;
     check_framing(c, version, &err);
     if (err.status) {
@@ -220,7 +237,7 @@ static enum MHD_Result serve_count_tokens(struct MHD_Connection *c, em_server *s
                                           em_server_request *req) {
     int32_t *ids = NULL;
     size_t n = 0;
-    em_err e = s->engine.chat_prompt(s->engine.self, req->messages, req->tools, &ids, &n, NULL);
+    em_err e = s->engine.chat_prompt(s->engine.self, req->messages, req->tools, NULL, &ids, &n, NULL);
     free(ids);
     if (e) {
         em_server_error err = {0};
@@ -246,6 +263,15 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, em_server *s, connecti
     case EM_EP_MODELS: return serve_models(c, s, ctx, url);
     case EM_EP_PAGE: return queue(c, s, ctx, 200, em_server_asset_response(url));
     default: break;
+    }
+    if (ctx->endpoint >= EM_EP_RESPONSES && ctx->endpoint <= EM_EP_OLLAMA_EMBED) { /* responses.c, ollama.c */
+        int status = 500;
+        const char *data = ctx->body.data ? ctx->body.data : "";
+        struct MHD_Response *r = ctx->endpoint == EM_EP_RESPONSES
+                                     ? em_responses_serve(s, data, ctx->body.len, connection_fd(c), &status)
+                                     : em_ollama_serve(s, ctx->endpoint, data, ctx->body.len, connection_fd(c), &status);
+        em_buf_free(&ctx->body);
+        return queue(c, s, ctx, status, r);
     }
     em_server_request req;
     em_server_error err = {0};
@@ -365,6 +391,11 @@ em_err em_server_start(const em_server_options *options, const em_server_engine 
         em_server_stop(s);
         return em_errorf(EM_ERR_INVALID, "the API key is empty: give a key, or none to serve without one");
     }
+    if (!(s->responses = em_response_store_new(0, 0))) {
+        freeaddrinfo(addr);
+        em_server_stop(s);
+        return em_errorf(EM_ERR_NOMEM, "out of memory starting the server");
+    }
     if (options->api_key && !(s->api_key = strdup(options->api_key))) {
         freeaddrinfo(addr);
         em_server_stop(s);
@@ -416,6 +447,7 @@ void em_server_stop(em_server *server) {
     if (server->daemon) MHD_stop_daemon(server->daemon);
     em_guard_stop(&server->guard);
     em_server_metrics_destroy(&server->metrics);
+    em_response_store_free(server->responses);
     free(server->api_key);
     free(server);
 }

@@ -106,6 +106,18 @@ void em_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 /* The access handler moves a connection from phase to phase. */
 void em_guard_enter(em_guard *guard, struct MHD_Connection *c, em_guard_phase phase);
 
+/* ---- Stored responses (response_store.c): the Responses API's `store` and `previous_response_id` ----
+ * A bounded map from response id to the conversation that response ended (its input and output as
+ * chat messages), least recently used first out. Thread-safe: connection threads share it. */
+typedef struct em_response_store em_response_store;
+
+em_response_store *em_response_store_new(size_t max_entries, size_t max_bytes);
+void em_response_store_free(em_response_store *store);
+/* Keeps a copy of `conversation` (a messages array) under `id`, replacing one of the same id. */
+bool em_response_store_put(em_response_store *store, const char *id, const json_t *conversation);
+/* A copy of the conversation kept under `id` (new reference), or NULL when it is not (or no longer) kept. */
+json_t *em_response_store_get(em_response_store *store, const char *id);
+
 struct em_server {
     struct MHD_Daemon *daemon;
     em_server_engine engine;
@@ -118,6 +130,7 @@ struct em_server {
     atomic_bool stopping;      /* waiting threads give up their requests */
     em_server_metrics metrics;
     em_guard guard;
+    em_response_store *responses; /* the Responses API's stored responses */
 };
 
 /* A JSON response (takes the body's reference) or an error response in `api`'s format (response.c). */
@@ -126,10 +139,47 @@ struct MHD_Response *em_server_error_response(em_server_api api, const em_server
 /* The chat page's file at `url` (web.c), NULL when there is none or memory ran out. */
 struct MHD_Response *em_server_asset_response(const char *url);
 
+/* An API that writes its own answers (responses.c, ollama.c): generate.c runs the request on the
+ * engine and reads the answer (em_answer_reader); the writer turns what was read into the API's
+ * body or stream. `self` is the writer's state for one request. A writer's request has n = 1. */
+typedef struct em_server_writer {
+    const char *id_prefix;   /* of the response id (em_server_format.id) */
+    const char *stream_type; /* Content-Type of a stream */
+    /* The stream's opening events, written once the engine admitted the request (usage: the prompt
+     * and its cached tokens, nothing generated yet). */
+    bool (*stream_start)(void *self, em_buf *out, const em_server_format *f, const em_server_usage *usage);
+    /* An event of the answer as the reader hands it on (the choice has collected it already). */
+    bool (*stream_answer)(void *self, em_buf *out, const em_server_format *f, const em_answer_event *event);
+    /* The closing events of the finished answer. */
+    bool (*stream_end)(void *self, em_buf *out, const em_server_format *f, const em_server_choice *choice,
+                       const em_server_usage *usage);
+    /* An engine failure inside a stream that already started (its last events). */
+    bool (*stream_error)(void *self, em_buf *out, const em_server_format *f, const em_server_error *err);
+    /* The whole response (new reference; NULL when memory ran out). */
+    json_t *(*response)(void *self, const em_server_format *f, const em_server_choice *choice,
+                        const em_server_usage *usage);
+    void (*free)(void *self);
+} em_server_writer;
+
 /* Runs a parsed generation request (chat, completions, messages) on the engine (generate.c).
  * Returns the response to queue with *status set, or NULL when the client went away before it was ready
  * (the connection is then closed). `fd` is the client's socket, polled for a hang-up. Takes
  * ownership of `req`'s contents. */
 struct MHD_Response *em_server_generate(em_server *server, em_server_request *req, int fd, int *status);
+/* The same for an API with its own writer; takes `writer_self` too (freed with writer->free). */
+struct MHD_Response *em_server_generate_with(em_server *server, em_server_request *req, const em_server_writer *writer,
+                                             void *writer_self, int fd, int *status);
+
+/* ---- The Responses API (responses.c) and Ollama's API (ollama.c), served by http.c's dispatch ---- */
+struct MHD_Response *em_responses_serve(em_server *server, const char *body, size_t len, int fd, int *status);
+/* Their parsers alone (the fuzz target's entries): a body into `req` as the endpoints read it
+ * (`store` for previous_response_id; `engine` for what Ollama's think checks). */
+bool em_responses_parse(const char *body, size_t len, em_response_store *store, em_server_request *req,
+                        em_server_error *err);
+bool em_ollama_parse(bool chat, const char *body, size_t len, const em_server_engine *engine, em_server_request *req,
+                     em_server_error *err);
+/* An Ollama endpoint: `endpoint` picks it; GET endpoints have no body. */
+struct MHD_Response *em_ollama_serve(em_server *server, em_server_endpoint endpoint, const char *body, size_t len,
+                                     int fd, int *status);
 
 #endif

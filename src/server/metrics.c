@@ -15,6 +15,14 @@ static const char *const endpoint_paths[EM_EP_COUNT] = {
     [EM_EP_HEALTH] = "/health",
     [EM_EP_METRICS] = "/metrics",
     [EM_EP_PAGE] = "/",
+    [EM_EP_RESPONSES] = "/v1/responses",
+    [EM_EP_OLLAMA_CHAT] = "/api/chat",
+    [EM_EP_OLLAMA_GENERATE] = "/api/generate",
+    [EM_EP_OLLAMA_TAGS] = "/api/tags",
+    [EM_EP_OLLAMA_SHOW] = "/api/show",
+    [EM_EP_OLLAMA_PS] = "/api/ps",
+    [EM_EP_OLLAMA_VERSION] = "/api/version",
+    [EM_EP_OLLAMA_EMBED] = "/api/embed",
     [EM_EP_OTHER] = "other",
 };
 

@@ -1,9 +1,14 @@
 /* The server's real engine: include/ember.h's engine, which also holds the model's one tokenizer
- * and chat template (the server reads the model file through it, never on its own). */
+ * and chat template (the server generates through it, never on its own). What the server tells
+ * about the model (Ollama's /api/tags, /api/show) is read from the file's metadata once, here. */
+#include <openssl/evp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../gguf/gguf.h"
+#include "../model/quantize/quantize.h"
 #include "internal.h"
 
 struct em_server_model {
@@ -11,6 +16,9 @@ struct em_server_model {
     ember_engine *ember;
     char *model_id;
     bool reasons; /* the chat template writes <think> sections */
+    char *architecture;
+    char *chat_template;
+    char digest[80];
 };
 
 /* Whether the prompt's last tokens are an open `<think>` (whitespace after it aside): the template
@@ -30,18 +38,21 @@ static bool ends_in_thinking(const em_server_model *m, const int32_t *ids, size_
     return open;
 }
 
-static em_err model_chat_prompt(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n,
-                                bool *in_thinking) {
+static em_err model_chat_prompt(void *self, const json_t *messages, const json_t *tools, const json_t *kwargs,
+                                int32_t **ids, size_t *n, bool *in_thinking) {
     em_server_model *m = self;
     *ids = NULL;
     *n = 0;
     char *messages_text = json_dumps(messages, JSON_COMPACT);
     char *tools_text = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
-    em_err e = !messages_text || (tools && !tools_text) ? em_errorf(EM_ERR_NOMEM, "out of memory") : NULL;
-    ember_chat chat = {.messages = messages_text, .tools = tools_text, .add_generation_prompt = true};
+    char *kwargs_text = kwargs ? json_dumps(kwargs, JSON_COMPACT) : NULL;
+    em_err e = !messages_text || (tools && !tools_text) || (kwargs && !kwargs_text) ? em_errorf(EM_ERR_NOMEM, "out of memory")
+                                                                                    : NULL;
+    ember_chat chat = {.messages = messages_text, .tools = tools_text, .kwargs = kwargs_text, .add_generation_prompt = true};
     if (!e) e = ember_chat_tokens(m->ember, &chat, ids, n);
     free(messages_text);
     free(tools_text);
+    free(kwargs_text);
     if (!e && in_thinking) *in_thinking = m->reasons && ends_in_thinking(m, *ids, *n);
     return e;
 }
@@ -99,6 +110,58 @@ static char *model_id_of(const char *path) {
     return strndup(base, len);
 }
 
+/* "sha256:<hex>" of the first `n` bytes of `path` (the header and metadata), or "" when unreadable. */
+static void metadata_digest(const char *path, uint64_t n, char *out, size_t size) {
+    out[0] = 0;
+    FILE *f = fopen(path, "rb");
+    EVP_MD_CTX *sha = EVP_MD_CTX_new();
+    bool ok = f && sha && EVP_DigestInit_ex(sha, EVP_sha256(), NULL) == 1;
+    char chunk[65536];
+    while (ok && n) {
+        size_t want = n < sizeof chunk ? (size_t)n : sizeof chunk;
+        ok = fread(chunk, 1, want, f) == want && EVP_DigestUpdate(sha, chunk, want) == 1;
+        n -= want;
+    }
+    unsigned char hash[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (ok && EVP_DigestFinal_ex(sha, hash, &len) == 1 && size >= 8 + 2 * (size_t)len + 1) {
+        size_t at = (size_t)snprintf(out, size, "sha256:");
+        for (unsigned int i = 0; i < len; i++) at += (size_t)snprintf(out + at, size - at, "%02x", hash[i]);
+    }
+    EVP_MD_CTX_free(sha);
+    if (f) fclose(f);
+}
+
+/* The facts of the model file (architecture, size, parameters, quantization, digest). A file
+ * that cannot be read again leaves them unknown: generation does not need them. */
+static void read_facts(em_server_model *m, const char *path, const char *template_text, size_t template_len) {
+    em_server_model_facts *facts = &m->engine.facts;
+    struct stat st;
+    if (!stat(path, &st)) {
+        facts->file_bytes = (uint64_t)st.st_size;
+        facts->modified = (int64_t)st.st_mtime;
+    }
+    if (template_text) facts->chat_template = m->chat_template = strndup(template_text, template_len);
+    em_gguf *gguf = NULL;
+    em_err e = em_gguf_open(path, &gguf);
+    if (e) {
+        em_err_free(e);
+        return;
+    }
+    em_str arch;
+    e = em_gguf_get_str(gguf, "general.architecture", &arch);
+    if (!e) facts->architecture = m->architecture = em_str_dup(arch);
+    em_err_free(e);
+    uint32_t file_type = 0;
+    e = em_gguf_get_u32(gguf, "general.file_type", &file_type);
+    if (!e) facts->quantization = em_recipe_name_of_file_type((int32_t)file_type);
+    em_err_free(e);
+    for (uint64_t i = 0; i < em_gguf_tensor_count(gguf); i++) facts->parameters += em_gguf_tensor_elems(em_gguf_tensor_at(gguf, i));
+    metadata_digest(path, em_gguf_data_offset(gguf), m->digest, sizeof m->digest);
+    facts->digest = m->digest;
+    em_gguf_close(gguf);
+}
+
 em_err em_server_model_open(const ember_options *options, const char *alias, em_server_model **out) {
     *out = NULL;
     if (!options->model_path) return em_errorf(EM_ERR_INVALID, "no model path");
@@ -128,6 +191,7 @@ em_err em_server_model_open(const ember_options *options, const char *alias, em_
                                    .token_bytes = model_token_bytes, .submit = model_submit, .next = model_next,
                                    .cancel = model_cancel, .timings = model_timings, .release = model_release,
                                    .stats = model_stats};
+    read_facts(m, options->model_path, template_text, template_len);
     *out = m;
     return NULL;
 }
@@ -140,5 +204,7 @@ void em_server_model_close(em_server_model *m) {
     if (!m) return;
     if (m->ember) ember_engine_destroy(m->ember);
     free(m->model_id);
+    free(m->architecture);
+    free(m->chat_template);
     free(m);
 }

@@ -52,6 +52,8 @@ char *em_server_error_body(em_server_api api, const em_server_error *err) {
     json_t *message = em_server_json_text(err->message, strlen(err->message));
     if (api == EM_API_ANTHROPIC_MESSAGES || api == EM_API_ANTHROPIC_COUNT) {
         body = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", type, "message", message);
+    } else if (api == EM_API_OLLAMA) {
+        body = json_pack("{s:o}", "error", message);
     } else {
         body = json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", message, "type", type, "param",
                          err->param[0] ? em_server_json_text(err->param, strlen(err->param)) : json_null(), "code",
@@ -345,6 +347,7 @@ void em_server_request_clear(em_server_request *req) {
     em_grammar_free(req->compiled_grammar);
     json_decref(req->tools);
     free(req->tool_name);
+    json_decref(req->template_kwargs);
     memset(req, 0, sizeof *req);
 }
 

@@ -1,12 +1,12 @@
 /*
- * server — `ember serve`: OpenAI- and Anthropic-compatible HTTP APIs over an engine.
+ * server — `ember serve`: OpenAI-, Anthropic- and Ollama-compatible HTTP APIs over an engine.
  *
  * The module is three layers, each testable alone:
- *   1. Request parsers (openai.c, anthropic.c): a JSON body becomes an em_server_request, a
+ *   1. Request parsers (openai.c, anthropic.c, responses.c, ollama.c): a JSON body becomes an em_server_request, a
  *      description of what to generate that knows nothing about HTTP or the engine (messages or
  *      prompts, sampling, stops, limits, stream flags). Any problem is an em_server_error that
  *      carries the HTTP status, the API's error type, and a message naming the field.
- *   2. Response formatters (openai.c, anthropic.c, metrics.c): engine outputs (text, finish
+ *   2. Response formatters (openai.c, anthropic.c, responses.c, ollama.c, metrics.c): engine outputs (text, finish
  *      reason, logprobs, usage, timings) become exact JSON bodies, SSE events and Prometheus text.
  *      They are pure functions of their inputs (ids and times are arguments), so tests compare
  *      bytes.
@@ -23,10 +23,11 @@
  *
  * Ownership: em_server_request owns every string and array it holds (em_server_request_clear
  * frees them). Formatters return malloc'd text or new jansson references the caller frees. An
- * em_server owns its MHD daemon, its metrics and its connections' state; it borrows the engine,
- * which must outlive it.
+ * em_server owns its MHD daemon, its metrics, its stored responses (the Responses API's `store`)
+ * and its connections' state; it borrows the engine, which must outlive it.
  *
- * Depends on base, include/ember.h, grammar, jansson and libmicrohttpd.
+ * Depends on base, include/ember.h, grammar, jansson and libmicrohttpd; model.c also reads the GGUF's
+ * metadata (gguf, quantize's type names) and digests it (libcrypto) for what it tells of the model.
  */
 #ifndef EMBER_SERVER_H
 #define EMBER_SERVER_H
@@ -55,6 +56,19 @@ typedef enum em_tool_format {
     EM_TOOL_FORMAT_MISTRAL_ARGS /* [TOOL_CALLS]name[ARGS]{...}: read as EM_TOOL_FORMAT_MISTRAL, forced in this form */
 } em_tool_format;
 
+/* What the server tells of its model beyond generation (Ollama's /api/tags and /api/show): read
+ * from the file's metadata when it is opened. Strings live as long as the engine; zero / NULL when
+ * unknown. */
+typedef struct em_server_model_facts {
+    const char *architecture;  /* general.architecture ("llama") */
+    const char *quantization;  /* llama.cpp's name of general.file_type ("Q4_K_M") */
+    uint64_t parameters;       /* elements of the file's tensors */
+    uint64_t file_bytes;       /* the file's size (all parts of a split model) */
+    int64_t modified;          /* the file's modification time, seconds since the epoch */
+    const char *digest;        /* "sha256:<hex>" of the file's metadata (the bytes before its tensor data) */
+    const char *chat_template; /* tokenizer.chat_template, NULL when the model has none */
+} em_server_model_facts;
+
 typedef struct em_server_engine {
     void *self;
     const char *model_id; /* the name /v1/models lists and responses report (requests may name any) */
@@ -63,17 +77,19 @@ typedef struct em_server_engine {
                            * output rows, which may be more than the tokenizer's tokens */
     em_tool_format tool_format; /* from the chat template */
     bool reasons;               /* the chat template writes <think> sections (Qwen 3, DeepSeek-R1) */
+    em_server_model_facts facts;
 
     /* Renders `messages` (an OpenAI-style array of {role, content: string}; roles system, user,
      * assistant, tool; assistant messages may carry tool_calls with arguments as objects) and
      * `tools` (OpenAI-style tool definitions, or NULL) with the model's chat template, through the
-     * template's own tool support, generation prompt added, and tokenizes the
+     * template's own tool support, with the extra template variables of `kwargs` (an object, or
+     * NULL: reasoning_effort, enable_thinking), generation prompt added, and tokenizes the
      * result so that only the template's own markup can produce control tokens: message text is
      * tokenized without parsing special-token text. *ids is malloc'd (caller frees). *in_thinking
      * (may be NULL) tells whether the rendered prompt ends inside an open `<think>` (the template
      * opened the model's reasoning itself). */
-    em_err (*chat_prompt)(void *self, const json_t *messages, const json_t *tools, int32_t **ids, size_t *n,
-                          bool *in_thinking);
+    em_err (*chat_prompt)(void *self, const json_t *messages, const json_t *tools, const json_t *kwargs, int32_t **ids,
+                          size_t *n, bool *in_thinking);
     /* Tokenizes plain text as a prompt: BOS as the model asks, special-token text not parsed. */
     em_err (*tokenize)(void *self, const char *text, size_t len, int32_t **ids, size_t *n);
     /* The bytes a token stands for (for logprobs); may be partial UTF-8. Pointer lives as long as
@@ -97,6 +113,8 @@ typedef enum em_server_api {
     EM_API_OPENAI_COMPLETIONS,    /* POST /v1/completions */
     EM_API_ANTHROPIC_MESSAGES,    /* POST /v1/messages */
     EM_API_ANTHROPIC_COUNT,       /* POST /v1/messages/count_tokens */
+    EM_API_OPENAI_RESPONSES,      /* POST /v1/responses (OpenAI's error format) */
+    EM_API_OLLAMA,                /* /api/...: Ollama's API, errors {"error": "..."} */
 } em_server_api;
 
 /* An error to send: HTTP status, the API's error type ("invalid_request_error", ...), an
@@ -172,6 +190,8 @@ typedef struct em_server_request {
     const char *const *grammar_triggers;
     bool grammar_is_raw; /* `grammar` came as GBNF from the client: the server leaves it as it is */
     em_reasoning_format reasoning_format;
+    json_t *template_kwargs; /* extra chat-template variables (the Responses API's reasoning effort,
+                              * Ollama's think as enable_thinking), or NULL */
 } em_server_request;
 
 void em_server_request_init(em_server_request *req, em_server_api api);
@@ -382,6 +402,14 @@ typedef enum em_server_endpoint {
     EM_EP_HEALTH,
     EM_EP_METRICS,
     EM_EP_PAGE, /* the chat page's files (web.c) */
+    EM_EP_RESPONSES,
+    EM_EP_OLLAMA_CHAT,
+    EM_EP_OLLAMA_GENERATE,
+    EM_EP_OLLAMA_TAGS,
+    EM_EP_OLLAMA_SHOW,
+    EM_EP_OLLAMA_PS,
+    EM_EP_OLLAMA_VERSION,
+    EM_EP_OLLAMA_EMBED, /* /api/embed and /api/embeddings: refused, the engine has no pooling */
     EM_EP_OTHER,
     EM_EP_COUNT,
 } em_server_endpoint;

@@ -49,6 +49,9 @@ const char *em_recipe_name(const em_recipe *recipe);
 /* llama.cpp's LLAMA_FTYPE number, written as general.file_type; -1 for `mix`, which has none. */
 int32_t em_recipe_file_type(const em_recipe *recipe);
 
+/* The recipe name of a general.file_type ("Q4_K_M" for 15), or NULL for a number no recipe writes. */
+const char *em_recipe_name_of_file_type(int32_t file_type);
+
 /* The valid names, comma-separated, for messages and help. */
 const char *em_recipe_names(void);
 

@@ -89,6 +89,12 @@ em_err em_recipe_find(const char *name, const em_recipe **out) {
 const char *em_recipe_name(const em_recipe *recipe) { return recipe->name; }
 int32_t em_recipe_file_type(const em_recipe *recipe) { return recipe->file_type; }
 
+const char *em_recipe_name_of_file_type(int32_t file_type) {
+    for (size_t i = 0; i < sizeof recipes / sizeof recipes[0]; i++)
+        if (recipes[i].file_type == file_type && file_type != FTYPE_NONE) return recipes[i].name;
+    return NULL;
+}
+
 /* ---- what a tensor is ---- */
 
 typedef enum category {
