@@ -59,11 +59,11 @@ type_text main "o"
 keys main Enter
 replies main 1
 
-# An empty line is no turn and does not quit; Up brings the last message back
+# An empty line is no turn and does not quit; Up brings the last message back to be edited
 keys main Enter
 keys main Up
-wait_for main ">>> What does dog mean?" && keys main C-u
-type_text main "What is a cat?"
+keys main BSpace BSpace BSpace BSpace BSpace
+type_text main "look like?"
 keys main Enter
 replies main 2
 
@@ -74,15 +74,19 @@ type_text main "What does tree mean?"
 keys main Enter
 replies main 3
 
-# Ctrl-C in a reply: one that would run to the end of the context (sampling at a high temperature
-# with no filters picks almost any token, seldom the end of the turn), stopped once it has begun. Should the model
-# end the reply before the key arrives (the key then clears an empty prompt), it is asked again.
+# Ctrl-C in a reply: one that runs to the end of the context, stopped once it has begun. At a
+# temperature of 50 with no filters the draw is all but decided by the seed's noise (pick.h's
+# Gumbel-max), so a seed fixes the reply: with seeds 2, 3 and 4 it runs past 900 tokens to the end
+# of the context. Should it still end before the key arrives (the key then clears an empty
+# prompt), it is asked again with the next seed.
 keys main Enter
 for setting in "temperature 50" "max_tokens 100000" "top_k 0" "top_p 1" "min_p 0"; do
   type_text main "/set $setting"
   keys main Enter
 done
 for attempt in 1 2 3; do
+  type_text main "/set seed $((attempt + 1))"
+  keys main Enter
   type_text main "Say many words."
   keys main Enter
   sleep 0.2
@@ -132,7 +136,7 @@ m = json.load(open(sys.argv[1]))["messages"]
 users = [x["content"] for x in m if x["role"] == "user"]
 asked = int(sys.argv[2])
 assert [x["role"] for x in m] == ["user", "assistant"] * (6 + asked), [x["role"] for x in m]
-assert users == ["What does dog mean?", "What is a cat?", "What does tree mean?"] + ["Say many words."] * asked + [
+assert users == ["What does dog mean?", "What does dog look like?", "What does tree mean?"] + ["Say many words."] * asked + [
                  "What does sun mean?", "What does\nmoon mean?", "What does\nstar mean?"], users
 assert all(x["content"] for x in m), "an empty reply"
 EOF
