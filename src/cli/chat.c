@@ -163,9 +163,10 @@ static void open_editor(chat_session *s) {
     el_set(s->editor, EL_PROMPT, prompt_text);
     el_set(s->editor, EL_HIST, history, s->history);
     el_set(s->editor, EL_SETTY, "-d", "-isig", NULL); /* Ctrl-C reaches the editor as a key while it reads */
-    el_set(s->editor, EL_ADDFN, "ember-clear-line", "drop the line (Ctrl-C)", clear_line);
+    /* el_wset: the narrow el_set copies a function's name and help and never frees them */
+    el_wset(s->editor, EL_ADDFN, L"ember-clear-line", L"drop the line (Ctrl-C)", clear_line);
     el_set(s->editor, EL_BIND, "^C", "ember-clear-line", NULL);
-    el_set(s->editor, EL_ADDFN, "ember-paste", "a bracketed paste, newlines kept", paste);
+    el_wset(s->editor, EL_ADDFN, L"ember-paste", L"a bracketed paste, newlines kept", paste);
     el_set(s->editor, EL_BIND, "\033[200~", "ember-paste", NULL);
 }
 
