@@ -127,13 +127,16 @@ static unsigned char paste(EditLine *editor, int key) {
     size_t cap = 256, n = 0;
     wchar_t *text = malloc(cap * sizeof *text);
     wchar_t c;
+    bool after_return = false;
     while (text && el_wgetc(editor, &c) == 1) {
         if (n + 2 > cap) {
             wchar_t *grown = realloc(text, 2 * cap * sizeof *text);
             if (!grown) break;
             text = grown, cap *= 2;
         }
-        text[n++] = c == L'\r' ? L'\n' : c;
+        if (c == L'\n' && n && text[n - 1] == L'\n' && after_return) continue; /* CR LF: one newline */
+        after_return = c == L'\r';
+        text[n++] = c == L'\r' ? L'\n' : c; /* terminals send a pasted newline as CR */
         if (n >= end_len && !wmemcmp(text + n - end_len, end, end_len)) {
             n -= end_len;
             break;
