@@ -40,7 +40,7 @@ typedef struct chat_args {
 /* One conversation and the terminal it is held on. */
 typedef struct chat_session {
     ember_engine *engine;
-    em_cli_generate settings; /* the command line's, changed by /set */
+    em_cli_generate settings; /* the command line's, changed by /set; seed: the next reply's */
     json_t *messages;         /* [{role, content}], a system message first when there is one; owned */
     uint32_t ctx_tokens;
     EditLine *editor;         /* NULL when standard input is not a terminal */
@@ -323,6 +323,9 @@ static em_err reply(chat_session *s) {
     err = ember_submit(s->engine, &p, &r);
     free(ids);
     if (err) return err;
+    /* The next reply draws with the next seed: the pick's noise depends on the seed, the token's
+     * index in the reply and its id alone (pick.h), so replies drawn with one seed would share it. */
+    s->settings.seed++;
     em_buf text = {0};
     ember_output o = {.finish = EMBER_FINISH_NONE};
     bool stopped = false;
