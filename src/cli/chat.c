@@ -1,171 +1,561 @@
 /*
- * `ember chat -m MODEL.gguf [--system TEXT] [-n N] [--temp T] [--seed S] [--ctx N] [--device D]`:
- * an interactive conversation on standard input and output.
+ * `ember chat -m MODEL.gguf [--system TEXT] [sampling options]`: a conversation in the terminal
+ * (docs/chat.md).
  *
- * Each line read is a user turn. The whole conversation is rendered with the model's chat template
- * and tokenized by the engine (ember_chat_tokens, as the server does: message text never becomes
- * control tokens), then submitted to it; the reply streams to stdout and joins the conversation. Since every
- * turn's prompt begins with the previous turn's prompt and reply, the prefix cache serves all of
- * it: the per-turn line on stderr shows how many prompt tokens came from the cache. End with EOF
- * (Ctrl-D) or an empty line.
+ * Each turn is rendered whole with the model's chat template and tokenized by the engine
+ * (ember_chat_tokens, as the server does: message text never becomes control tokens), then
+ * submitted; the reply streams to stdout and joins the conversation. Every turn's prompt begins
+ * with the previous turn's prompt and reply, so the prefix cache serves all of it: the per-turn
+ * line on stderr shows how many prompt tokens came from the cache.
+ *
+ * The conversation outlives everything but Ctrl-D and /bye. On a terminal, lines are read with
+ * libedit (editing, history, Ctrl-C at the prompt clears the line: the editor turns the terminal's
+ * interrupt character into a key, bound to clear_line) and a bracketed paste stays one turn; `"""`
+ * opens and closes a multi-line turn anywhere. Ctrl-C during a reply cancels the request (a SIGINT
+ * handler counts, the streaming loop polls: em_cli_catch_interrupts); what was shown stays in the
+ * conversation. When the conversation no longer fits the context, its oldest turns leave it (the
+ * system message stays) with a note. `/` commands change the system message, the sampling
+ * settings, and save or load the conversation as JSON. The sampling options and their defaults are
+ * `run`'s (em_cli_generate, generate_options.c).
  */
+#include <histedit.h>
 #include <jansson.h>
+#include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <wchar.h>
 
 #include "cli.h"
 #include "ember.h"
 
 typedef struct chat_args {
     em_cli_model source; /* -m/--gguf or --hf: resolved into `model` */
-    const char *model, *system, *device;
-    int max_tokens, ctx;
-    float temperature;
-    uint64_t seed;
     em_cli_spec spec;
+    em_cli_generate generate;
+    const char *model, *system;
 } chat_args;
 
+/* One conversation and the terminal it is held on. */
+typedef struct chat_session {
+    ember_engine *engine;
+    em_cli_generate settings; /* the command line's, changed by /set; seed: the next reply's */
+    json_t *messages;         /* [{role, content}], a system message first when there is one; owned */
+    uint32_t ctx_tokens;
+    EditLine *editor;         /* NULL when standard input is not a terminal */
+    History *history;
+    bool continuing;          /* inside a """ block: the prompt is "... " */
+    bool block;               /* the turn just read was a """ block (never a command) */
+    bool cleared;             /* Ctrl-C cleared the line being read */
+    char *line;               /* the last line read, without its newline; owned */
+    size_t line_cap;
+} chat_session;
+
+static const char *const chat_options[] = {EM_CLI_MODEL_NAMES, EM_CLI_SPEC_NAMES, EM_CLI_GENERATE_NAMES, "--system",
+                                           "--mmap", "--no-mmap", "--help", NULL};
+
+static void usage(FILE *to) {
+    fprintf(to,
+            "usage: ember chat (-m MODEL.gguf | --hf ORG/NAME[:QUANT]) [--system TEXT] [-n N] [--temp T] [--top-k K]\n"
+            "                  [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [-c CTX] [-t THREADS]\n"
+            "                  [--device cpu|cuda] [--spec off|lookup|draft] [--draft-model FILE] ...\n"
+            EM_CLI_MODEL_USAGE
+            "  --system TEXT      a system message first (/system changes it)\n"
+            EM_CLI_GENERATE_USAGE
+            EM_CLI_SPEC_USAGE
+            "In the chat: /help lists the commands; \"\"\" opens and closes a multi-line message; Ctrl-C stops\n"
+            "a reply (or clears the line); Ctrl-D or /bye quits.\n");
+}
+
 static em_err parse_args(int argc, char **argv, chat_args *a) {
-    *a = (chat_args){.max_tokens = 512, .temperature = 0.7f};
+    *a = (chat_args){0};
+    em_cli_generate_default(&a->generate);
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (em_cli_model_flag(&a->source, f)) continue;
-        if (i + 1 >= argc) return em_errorf(EM_ERR_INVALID, "%s needs a value (or is unknown)", f);
+        bool known = false;
+        for (size_t k = 0; chat_options[k] && !known; k++) known = !strcmp(chat_options[k], f);
+        if (!known) {
+            const char *near = em_cli_nearest_option(f, chat_options);
+            if (near) return em_errorf(EM_ERR_INVALID, "unknown option '%s' (did you mean %s?)", f, near);
+            return em_errorf(EM_ERR_INVALID, "unknown option '%s' (ember chat --help lists them)", f);
+        }
+        if (i + 1 >= argc) return em_errorf(EM_ERR_INVALID, "%s needs a value", f);
         const char *v = argv[++i];
-        char *end;
+        em_err err = NULL;
         if (em_cli_model_option(&a->source, f, v)) continue;
-        em_err err;
-        if (em_cli_spec_option(&a->spec, f, v, &err)) {
+        if (em_cli_spec_option(&a->spec, f, v, &err) || em_cli_generate_option(&a->generate, f, v, &err)) {
             if (err) return err;
             continue;
         }
         if (!strcmp(f, "--system")) a->system = v;
-        else if (!strcmp(f, "--device")) a->device = v;
-        else if (!strcmp(f, "-n")) {
-            long n = strtol(v, &end, 10);
-            if (!*v || *end || n < 1 || n > (1 << 20)) return em_errorf(EM_ERR_INVALID, "-n expects 1..1048576, got '%s'", v);
-            a->max_tokens = (int)n;
-        } else if (!strcmp(f, "--ctx")) {
-            long n = strtol(v, &end, 10);
-            if (!*v || *end || n < 16 || n > (1 << 24)) return em_errorf(EM_ERR_INVALID, "--ctx expects 16..16777216, got '%s'", v);
-            a->ctx = (int)n;
-        } else if (!strcmp(f, "--temp")) {
-            double t = strtod(v, &end);
-            if (!*v || *end || t < 0 || t > 100) return em_errorf(EM_ERR_INVALID, "--temp expects 0..100, got '%s'", v);
-            a->temperature = (float)t;
-        } else if (!strcmp(f, "--seed")) {
-            a->seed = strtoull(v, &end, 10);
-            if (!*v || *end) return em_errorf(EM_ERR_INVALID, "--seed expects an integer, got '%s'", v);
-        } else
-            return em_errorf(EM_ERR_INVALID, "unknown option '%s'", f);
     }
     if (!a->source.file && !a->source.hf)
-        return em_errorf(EM_ERR_INVALID, "usage: ember chat (-m MODEL.gguf | --hf ORG/NAME[:QUANT] [--hf-token T]) "
-                                         "[--system TEXT] [-n N] [--temp T] [--seed S] [--ctx N] [--device cpu|cuda] "
-                                         "[--spec off|lookup|draft] [--draft-model FILE] [--draft-max N] [--draft-min N] [--spec-max-seqs N]");
+        return em_errorf(EM_ERR_INVALID, "a model is required: -m MODEL.gguf or --hf ORG/NAME[:QUANT] (ember chat --help)");
     return em_cli_model_path(&a->source, &a->model);
 }
 
-static em_err add_message(json_t *messages, const char *role, const char *content, size_t len) {
-    json_t *m = json_pack("{s:s, s:s%}", "role", role, "content", content, len);
-    if (!m || json_array_append_new(messages, m))
-        return em_errorf(EM_ERR_INVALID, "message text is not valid UTF-8 (or out of memory)");
+/* ---- Reading turns ---- */
+
+static const char *prompt_text(EditLine *editor) {
+    chat_session *s = NULL;
+    el_get(editor, EL_CLIENTDATA, &s);
+    return s && s->continuing ? "... " : ">>> ";
+}
+
+/* Ctrl-C at the prompt: the line (and a """ block being typed) is dropped; a fresh prompt follows. */
+static unsigned char clear_line(EditLine *editor, int key) {
+    (void)key;
+    chat_session *s = NULL;
+    el_get(editor, EL_CLIENTDATA, &s);
+    const LineInfoW *line = el_wline(editor);
+    el_cursor(editor, (int)(line->lastchar - line->cursor));
+    el_deletestr(editor, (int)(line->lastchar - line->buffer));
+    el_insertstr(editor, "\n"); /* an empty line: el_gets returns nothing (end of input) for one without its newline */
+    fputs("^C\n", stdout);
+    if (s) s->cleared = true;
+    return CC_NEWLINE;
+}
+
+/* A bracketed paste (the terminal wraps it in ESC [200~ ... ESC [201~): its text, newlines
+ * included, joins the line being edited, so that a pasted paragraph is one turn. */
+static unsigned char paste(EditLine *editor, int key) {
+    (void)key;
+    static const wchar_t end[] = L"\033[201~";
+    const size_t end_len = 6;
+    size_t cap = 256, n = 0;
+    wchar_t *text = malloc(cap * sizeof *text);
+    wchar_t c;
+    bool after_return = false;
+    while (text && el_wgetc(editor, &c) == 1) {
+        if (n + 2 > cap) {
+            wchar_t *grown = realloc(text, 2 * cap * sizeof *text);
+            if (!grown) break;
+            text = grown, cap *= 2;
+        }
+        if (c == L'\n' && n && text[n - 1] == L'\n' && after_return) continue; /* CR LF: one newline */
+        after_return = c == L'\r';
+        text[n++] = c == L'\r' ? L'\n' : c; /* terminals send a pasted newline as CR */
+        if (n >= end_len && !wmemcmp(text + n - end_len, end, end_len)) {
+            n -= end_len;
+            break;
+        }
+    }
+    if (!text) return CC_ERROR;
+    text[n] = L'\0';
+    el_winsertstr(editor, text);
+    free(text);
+    return CC_REDISPLAY;
+}
+
+static void open_editor(chat_session *s) {
+    if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) return;
+    s->editor = el_init("ember", stdin, stdout, stderr);
+    s->history = history_init();
+    if (!s->editor || !s->history) {
+        if (s->editor) el_end(s->editor);
+        if (s->history) history_end(s->history);
+        s->editor = NULL, s->history = NULL;
+        return;
+    }
+    HistEvent event;
+    history(s->history, &event, H_SETSIZE, 1000);
+    el_set(s->editor, EL_CLIENTDATA, s);
+    el_set(s->editor, EL_EDITOR, "emacs");
+    el_set(s->editor, EL_PROMPT, prompt_text);
+    el_set(s->editor, EL_HIST, history, s->history);
+    el_set(s->editor, EL_SETTY, "-d", "-isig", NULL); /* Ctrl-C reaches the editor as a key while it reads */
+    /* el_wset: the narrow el_set copies a function's name and help and never frees them */
+    el_wset(s->editor, EL_ADDFN, L"ember-clear-line", L"drop the line (Ctrl-C)", clear_line);
+    el_set(s->editor, EL_BIND, "^C", "ember-clear-line", NULL);
+    el_wset(s->editor, EL_ADDFN, L"ember-paste", L"a bracketed paste, newlines kept", paste);
+    el_set(s->editor, EL_BIND, "\033[200~", "ember-paste", NULL);
+}
+
+/* One line without its final newline in s->line, or false at the end of input (Ctrl-D). */
+static bool read_line(chat_session *s) {
+    s->cleared = false;
+    ssize_t got;
+    if (s->editor) {
+        fputs("\033[?2004h", stdout); /* bracketed paste, only while the editor reads */
+        fflush(stdout);
+        int count = 0;
+        const char *text = el_gets(s->editor, &count);
+        fputs("\033[?2004l", stdout);
+        fflush(stdout);
+        if (!text || count <= 0) {
+            fputc('\n', stdout);
+            return false;
+        }
+        got = (ssize_t)strlen(text); /* bytes; count is in characters */
+        if ((size_t)got + 1 > s->line_cap) {
+            char *grown = realloc(s->line, (size_t)got + 1);
+            if (!grown) return false;
+            s->line = grown, s->line_cap = (size_t)got + 1;
+        }
+        memcpy(s->line, text, (size_t)got + 1);
+    } else {
+        fputs(s->continuing ? "... " : "> ", stderr);
+        got = getline(&s->line, &s->line_cap, stdin);
+        if (got <= 0) return false;
+    }
+    while (got > 0 && (s->line[got - 1] == '\n' || s->line[got - 1] == '\r')) s->line[--got] = '\0';
+    em_cli_interrupted(); /* from here on, a Ctrl-C is meant for the reply to come */
+    return true;
+}
+
+static bool ends_with_quotes(const char *text, size_t len) { return len >= 3 && !memcmp(text + len - 3, "\"\"\"", 3); }
+
+/* The next turn the user typed (malloc'd), or NULL at the end of input. A line that starts with """
+ * opens a block that the next line ending in """ closes; an empty line or a cleared one is no turn
+ * (*turn set to an empty string). */
+static em_err read_turn(chat_session *s, char **turn) {
+    *turn = NULL;
+    s->continuing = s->block = false;
+    if (!read_line(s)) return NULL;
+    if (s->cleared || strncmp(s->line, "\"\"\"", 3)) {
+        *turn = strdup(s->cleared ? "" : s->line);
+        return *turn ? NULL : em_errorf(EM_ERR_NOMEM, "out of memory for the message");
+    }
+    em_buf block = {0};
+    const char *first = s->line + 3;
+    size_t first_len = strlen(first);
+    bool closed = ends_with_quotes(first, first_len);
+    em_buf_append(&block, first, closed ? first_len - 3 : first_len);
+    s->continuing = true;
+    while (!closed) {
+        if (!read_line(s)) break;
+        if (s->cleared) {
+            em_buf_free(&block);
+            s->continuing = false;
+            *turn = strdup("");
+            return *turn ? NULL : em_errorf(EM_ERR_NOMEM, "out of memory for the message");
+        }
+        size_t len = strlen(s->line);
+        closed = ends_with_quotes(s->line, len);
+        if (block.len) em_buf_putc(&block, '\n');
+        em_buf_append(&block, s->line, closed ? len - 3 : len);
+    }
+    s->continuing = false;
+    if (!em_buf_putc(&block, '\0')) {
+        em_buf_free(&block);
+        return em_errorf(EM_ERR_NOMEM, "out of memory for the message");
+    }
+    *turn = block.data;
+    s->block = true;
     return NULL;
 }
 
-/* One turn: the conversation so far to tokens, a request, the reply streamed and returned. */
-static em_err turn(ember_engine *engine, const json_t *messages, const chat_args *a, char **reply, size_t *reply_len) {
-    int32_t *ids = NULL;
-    size_t n = 0;
-    char *conversation = json_dumps(messages, JSON_COMPACT);
+/* ---- The conversation ---- */
+
+static bool add_message(json_t *messages, const char *role, const char *content) {
+    json_t *m = json_pack("{s:s, s:s}", "role", role, "content", content);
+    return m && !json_array_append_new(messages, m);
+}
+
+static bool has_system(const json_t *messages) {
+    const char *role = json_string_value(json_object_get(json_array_get(messages, 0), "role"));
+    return role && !strcmp(role, "system");
+}
+
+/* Removes the oldest turn (the first message after the system message, and the replies up to the
+ * next user message); false when what is left is the last user message alone. */
+static bool drop_oldest_turn(json_t *messages) {
+    size_t first = has_system(messages), end = first + 1;
+    while (end < json_array_size(messages)) {
+        const char *role = json_string_value(json_object_get(json_array_get(messages, end), "role"));
+        if (role && !strcmp(role, "user")) break;
+        end++;
+    }
+    if (end >= json_array_size(messages)) return false;
+    while (end-- > first) json_array_remove(messages, first);
+    return true;
+}
+
+static em_err conversation_tokens(const chat_session *s, int32_t **ids, size_t *n) {
+    char *conversation = json_dumps(s->messages, JSON_COMPACT);
     if (!conversation) return em_errorf(EM_ERR_NOMEM, "out of memory for the conversation");
     ember_chat chat = {.messages = conversation, .add_generation_prompt = true};
-    em_err err = ember_chat_tokens(engine, &chat, &ids, &n);
+    em_err err = ember_chat_tokens(s->engine, &chat, ids, n);
     free(conversation);
+    return err;
+}
+
+/* The prompt for the next reply: the conversation's tokens, after as many of its oldest turns left
+ * it as the reply needs room (a quarter of the context, or -n if less). */
+static em_err fit_prompt(chat_session *s, int32_t **ids, size_t *n) {
+    size_t room = s->ctx_tokens / 4;
+    if ((size_t)s->settings.max_tokens < room) room = (size_t)s->settings.max_tokens;
+    int dropped = 0;
+    for (;;) {
+        em_err err = conversation_tokens(s, ids, n);
+        if (err) return err;
+        if (*n + room <= s->ctx_tokens || !drop_oldest_turn(s->messages)) break;
+        free(*ids);
+        *ids = NULL;
+        dropped++;
+    }
+    if (dropped)
+        fprintf(stderr, "[the context is full: the oldest %d turn%s left the conversation]\n", dropped, dropped > 1 ? "s" : "");
+    if (*n >= s->ctx_tokens) {
+        free(*ids);
+        *ids = NULL;
+        return em_errorf(EM_ERR_INVALID, "this message makes a prompt of %zu tokens; the context holds %u (-c)", *n, s->ctx_tokens);
+    }
+    return NULL;
+}
+
+/* One reply: streamed to stdout, stopped by Ctrl-C, and appended to the conversation (the part
+ * shown, when stopped). */
+static em_err reply(chat_session *s) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    em_err err = fit_prompt(s, &ids, &n);
     if (err) return err;
     ember_request_params p;
     ember_request_default(&p);
+    em_cli_generate_sampling(&s->settings, &p.sampling);
     p.prompt_ids = ids;
     p.n_prompt_ids = n;
-    p.max_tokens = a->max_tokens;
-    p.sampling.temperature = a->temperature;
-    p.sampling.seed = a->seed;
+    p.max_tokens = s->settings.max_tokens;
     ember_request *r = NULL;
-    err = ember_submit(engine, &p, &r);
+    err = ember_submit(s->engine, &p, &r);
     free(ids);
     if (err) return err;
-    size_t cap = 256, len = 0;
-    char *out = malloc(cap);
-    ember_output o;
+    /* The next reply draws with the next seed: the pick's noise depends on the seed, the token's
+     * index in the reply and its id alone (pick.h), so replies drawn with one seed would share it. */
+    s->settings.seed++;
+    em_buf text = {0};
+    ember_output o = {.finish = EMBER_FINISH_NONE};
+    bool stopped = false;
     do {
-        ember_request_next(r, &o, -1);
+        bool more = ember_request_next(r, &o, 100);
+        if (!stopped && em_cli_interrupted()) stopped = true, ember_request_cancel(r);
+        if (!more) continue;
         fwrite(o.text, 1, o.text_len, stdout);
         fflush(stdout);
-        if (out && len + o.text_len + 1 > cap) {
-            while (len + o.text_len + 1 > cap) cap *= 2;
-            char *grown = realloc(out, cap);
-            if (!grown) free(out);
-            out = grown;
-        }
-        if (out) memcpy(out + len, o.text, o.text_len), len += o.text_len;
+        em_buf_append(&text, o.text, o.text_len);
     } while (o.finish == EMBER_FINISH_NONE);
     printf("\n");
-    if (o.finish == EMBER_FINISH_ERROR) err = em_errorf(EM_ERR_INTERNAL, "generation failed: %s", o.error);
-    else if (!out) err = em_errorf(EM_ERR_NOMEM, "out of memory for the reply");
+    fflush(stdout);
     ember_timings t;
     ember_request_timings(r, &t);
+    if (o.finish == EMBER_FINISH_ERROR) err = em_errorf(EM_ERR_INTERNAL, "generation failed: %s", o.error);
     ember_request_release(r);
     fprintf(stderr, "[prompt %u tokens, %u cached, prefill %.1f ms; %u tokens at %.1f tok/s", t.prompt_tokens,
             t.cached_tokens, t.prefill_ms, t.generated_tokens, t.decode_tokens_per_second);
     if (t.draft_tokens) fprintf(stderr, "; %u drafted, %u accepted", t.draft_tokens, t.draft_accepted);
+    if (stopped) fprintf(stderr, "; stopped");
+    else if (o.finish == EMBER_FINISH_LENGTH && t.prompt_tokens + t.generated_tokens >= s->ctx_tokens)
+        fprintf(stderr, "; cut: the context is full");
     fprintf(stderr, "]\n");
-    if (err) {
-        free(out);
-        return err;
+    if (!err && text.failed) err = em_errorf(EM_ERR_NOMEM, "out of memory for the reply");
+    if (!err && (text.len || !stopped) && !add_message(s->messages, "assistant", text.data ? text.data : ""))
+        err = em_errorf(EM_ERR_INVALID, "the reply is not valid UTF-8 (or out of memory)");
+    if (!err && !text.len && stopped) json_array_remove(s->messages, json_array_size(s->messages) - 1);
+    em_buf_free(&text);
+    return err;
+}
+
+/* ---- Commands ---- */
+
+static const char help_text[] =
+    "  /help                 this list\n"
+    "  /system TEXT          the system message (replaced; /system alone shows it)\n"
+    "  /set NAME VALUE       temperature, top_p, top_k, min_p, repeat_penalty, seed, max_tokens\n"
+    "                        (/set alone shows them)\n"
+    "  /clear                forget the conversation (the system message stays)\n"
+    "  /save FILE, /load FILE  the conversation as JSON: {\"messages\": [{\"role\", \"content\"}, ...]}\n"
+    "  /bye                  quit (so does Ctrl-D)\n"
+    "  \"\"\"                   opens and closes a message of several lines\n"
+    "  Ctrl-C                stops a reply, or clears the line\n";
+
+static void show_settings(const em_cli_generate *g) {
+    fprintf(stderr, "temperature %g, top_p %g, top_k %d, min_p %g, repeat_penalty %g, seed %llu, max_tokens %d\n",
+            g->temperature, g->top_p, g->top_k, g->min_p, g->repeat_penalty, (unsigned long long)g->seed, g->max_tokens);
+}
+
+static void set_system(chat_session *s, const char *text) {
+    if (has_system(s->messages)) json_array_remove(s->messages, 0);
+    json_t *m = json_pack("{s:s, s:s}", "role", "system", "content", text);
+    if (!m || json_array_insert_new(s->messages, 0, m)) fprintf(stderr, "the system message is not valid UTF-8\n");
+}
+
+static void set_option(chat_session *s, const char *args) {
+    static const char *const names[][2] = {{"temperature", "--temp"}, {"top_p", "--top-p"}, {"top_k", "--top-k"},
+                                           {"min_p", "--min-p"}, {"repeat_penalty", "--repeat-penalty"},
+                                           {"seed", "--seed"}, {"max_tokens", "-n"}};
+    char name[32];
+    int used = 0;
+    if (sscanf(args, "%31s %n", name, &used) != 1) {
+        show_settings(&s->settings);
+        return;
     }
-    out[len] = '\0';
-    *reply = out;
-    *reply_len = len;
-    return NULL;
+    const char *value = args + used;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(name, names[i][0])) continue;
+        em_cli_generate changed = s->settings;
+        em_err err = NULL;
+        em_cli_generate_option(&changed, names[i][1], value, &err);
+        if (err) {
+            fprintf(stderr, "/set %s: %s\n", name, em_err_message(err));
+            em_err_free(err);
+        } else {
+            s->settings = changed;
+            fprintf(stderr, "%s = %s\n", name, value);
+        }
+        return;
+    }
+    fprintf(stderr, "/set: unknown setting '%s' (temperature, top_p, top_k, min_p, repeat_penalty, seed, max_tokens)\n", name);
+}
+
+static void save(const chat_session *s, const char *path) {
+    json_t *file = json_pack("{s:O}", "messages", s->messages);
+    if (!file || json_dump_file(file, path, JSON_INDENT(2)))
+        fprintf(stderr, "/save: %s: cannot write it\n", path);
+    else
+        fprintf(stderr, "[saved %zu messages to %s]\n", json_array_size(s->messages), path);
+    json_decref(file);
+}
+
+/* Replaces the conversation with the one in `path`: {"messages": [...]} or the array alone, each
+ * message {role: system|user|assistant, content: string}. */
+static void load(chat_session *s, const char *path) {
+    json_error_t error;
+    json_t *file = json_load_file(path, 0, &error);
+    if (!file) {
+        fprintf(stderr, "/load: %s:%d: %s\n", path, error.line, error.text);
+        return;
+    }
+    json_t *messages = json_is_array(file) ? file : json_object_get(file, "messages");
+    const char *problem = json_is_array(messages) ? NULL : "expected {\"messages\": [...]}";
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        if (problem) break;
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")))
+            problem = "a role is not system, user or assistant";
+        else if (!json_is_string(json_object_get(m, "content")))
+            problem = "a content is not a string";
+    }
+    if (problem) {
+        fprintf(stderr, "/load: %s: message %zu: %s\n", path, i, problem);
+    } else {
+        json_t *copy = json_array();
+        json_array_foreach(messages, i, m)
+            add_message(copy, json_string_value(json_object_get(m, "role")), json_string_value(json_object_get(m, "content")));
+        json_decref(s->messages);
+        s->messages = copy;
+        fprintf(stderr, "[loaded %zu messages from %s]\n", json_array_size(copy), path);
+    }
+    json_decref(file);
+}
+
+/* A line that starts with '/': false for /bye. */
+static bool command(chat_session *s, const char *line) {
+    char name[16];
+    int used = 0;
+    sscanf(line, "%15s %n", name, &used);
+    const char *args = line + used;
+    if (!strcmp(name, "/bye") || !strcmp(name, "/exit") || !strcmp(name, "/quit")) return false;
+    if (!strcmp(name, "/help") || !strcmp(name, "/?")) fputs(help_text, stderr);
+    else if (!strcmp(name, "/system") && *args) set_system(s, args);
+    else if (!strcmp(name, "/system"))
+        fprintf(stderr, "%s\n", has_system(s->messages)
+                                    ? json_string_value(json_object_get(json_array_get(s->messages, 0), "content"))
+                                    : "(no system message)");
+    else if (!strcmp(name, "/set")) set_option(s, args);
+    else if (!strcmp(name, "/clear")) {
+        while (json_array_size(s->messages) > (size_t)has_system(s->messages))
+            json_array_remove(s->messages, json_array_size(s->messages) - 1);
+        fprintf(stderr, "[the conversation is cleared]\n");
+    } else if ((!strcmp(name, "/save") || !strcmp(name, "/load")) && !*args)
+        fprintf(stderr, "%s needs a file name\n", name);
+    else if (!strcmp(name, "/save")) save(s, args);
+    else if (!strcmp(name, "/load")) load(s, args);
+    else fprintf(stderr, "unknown command '%s' (/help lists them)\n", name);
+    return true;
+}
+
+/* ---- The session ---- */
+
+static void banner(const chat_session *s, const char *model) {
+    ember_engine_info info;
+    ember_engine_get_info(s->engine, &info);
+    const char *name = strrchr(model, '/');
+    fprintf(stderr, "ember chat: %s, context %u tokens, %s. /help for commands, Ctrl-D or /bye to quit.\n",
+            name ? name + 1 : model, info.ctx_tokens, info.device);
+}
+
+static em_err converse(chat_session *s) {
+    for (;;) {
+        char *turn = NULL;
+        em_err err = read_turn(s, &turn);
+        if (err || !turn) return err;
+        bool go_on = true;
+        if (turn[0] == '/' && !s->block) go_on = command(s, turn);
+        else if (turn[0]) {
+            if (s->history) {
+                HistEvent event;
+                history(s->history, &event, H_ENTER, turn);
+            }
+            if (!add_message(s->messages, "user", turn)) {
+                fprintf(stderr, "the message is not valid UTF-8\n");
+            } else if ((err = reply(s))) {
+                /* The turn failed, the conversation goes on without it. */
+                json_array_remove(s->messages, json_array_size(s->messages) - 1);
+                fprintf(stderr, "ember chat: %s\n", em_err_message(err));
+                em_err_free(err);
+            }
+        }
+        if (s->history && turn[0] == '/' && !s->block) {
+            HistEvent event;
+            history(s->history, &event, H_ENTER, turn);
+        }
+        free(turn);
+        if (!go_on) return NULL;
+    }
 }
 
 int em_cli_chat(int argc, char **argv) {
+    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        usage(stdout);
+        return 0;
+    }
     chat_args a;
     em_err err = parse_args(argc, argv, &a);
     if (err) {
         em_cli_model_free(&a.source);
         return em_cli_fail("chat", err);
     }
-    ember_engine *engine = NULL;
-    json_t *messages = json_array();
+    setlocale(LC_CTYPE, ""); /* libedit reads and shows the terminal's characters */
+    chat_session s = {.settings = a.generate, .messages = json_array()};
     ember_options o;
     ember_options_default(&o);
     o.model_path = a.model;
-    o.device = a.device;
     o.weights_memory = a.source.weights_memory;
-    o.ctx_tokens = a.ctx;
+    o.max_sequences = 1;
+    em_cli_generate_apply(&a.generate, &o);
     err = em_cli_spec_apply(&a.spec, &o);
-    if (!err) err = ember_engine_create(&o, &engine);
-    if (!err && a.system) err = add_message(messages, "system", a.system, strlen(a.system));
-    char *line = NULL;
-    size_t line_cap = 0;
-    while (!err) {
-        fprintf(stderr, "> ");
-        ssize_t got = getline(&line, &line_cap, stdin);
-        if (got <= 0) break;
-        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
-        if (got == 0) break;
-        if ((err = add_message(messages, "user", line, (size_t)got))) break;
-        char *reply = NULL;
-        size_t reply_len = 0;
-        if ((err = turn(engine, messages, &a, &reply, &reply_len))) break;
-        err = add_message(messages, "assistant", reply, reply_len);
-        free(reply);
+    if (!err) err = ember_engine_create(&o, &s.engine);
+    if (!err && a.system && !add_message(s.messages, "system", a.system))
+        err = em_errorf(EM_ERR_INVALID, "--system is not valid UTF-8");
+    if (!err) {
+        ember_engine_info info;
+        ember_engine_get_info(s.engine, &info);
+        s.ctx_tokens = info.ctx_tokens;
+        banner(&s, a.model);
+        em_cli_catch_interrupts();
+        open_editor(&s);
+        err = converse(&s);
     }
-    free(line);
-    json_decref(messages);
-    ember_engine_destroy(engine);
+    if (s.editor) el_end(s.editor);
+    if (s.history) history_end(s.history);
+    free(s.line);
+    json_decref(s.messages);
+    ember_engine_destroy(s.engine);
     em_cli_model_free(&a.source);
     return err ? em_cli_fail("chat", err) : 0;
 }

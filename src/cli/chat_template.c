@@ -22,7 +22,8 @@ static const char *USAGE =
     "         [--add-generation-prompt] [--bos-token S] [--eos-token S] [--tools TOOLS.json] [--var NAME=JSON]...";
 
 em_err em_cli_read_file(const char *path, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
+    bool from_stdin = !strcmp(path, "-");
+    FILE *f = from_stdin ? stdin : fopen(path, "rb");
     if (!f) return em_errorf(EM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char *data = NULL;
     size_t n = 0, cap = 0;
@@ -31,7 +32,7 @@ em_err em_cli_read_file(const char *path, char **out, size_t *len) {
             char *d = realloc(data, cap + 65536 + 1);
             if (!d) {
                 free(data);
-                fclose(f);
+                if (!from_stdin) fclose(f);
                 return em_errorf(EM_ERR_NOMEM, "%s: out of memory", path);
             }
             data = d;
@@ -42,7 +43,7 @@ em_err em_cli_read_file(const char *path, char **out, size_t *len) {
         if (got == 0) break;
     }
     bool failed = ferror(f);
-    fclose(f);
+    if (!from_stdin) fclose(f);
     if (failed) {
         free(data);
         return em_errorf(EM_ERR_IO, "%s: read error", path);

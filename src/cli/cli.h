@@ -9,6 +9,7 @@
 #define EMBER_CLI_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "../base/base.h"
 
@@ -69,10 +70,69 @@ bool em_cli_spec_option(em_cli_spec *spec, const char *flag, const char *value, 
 struct ember_options;
 em_err em_cli_spec_apply(const em_cli_spec *spec, struct ember_options *options);
 
+/* The options of the commands that generate, `run` and `chat` (generate_options.c): the engine's
+ * context, threads and device, the reply's length and the sampler, with one set of names, one set
+ * of defaults and one help text. */
+typedef struct em_cli_generate {
+    const char *device;    /* --device cpu|cuda (NULL: the GPU when there is one) */
+    int ctx;               /* -c, --ctx N (0: the model's, at most 8192) */
+    int threads;           /* -t, --threads N (0: all cores) */
+    int max_tokens;        /* -n N: the most tokens of one reply */
+    float temperature;     /* --temp T: EM_CLI_DEFAULT_TEMPERATURE unless given */
+    int top_k;             /* --top-k K */
+    float top_p, min_p;    /* --top-p P, --min-p P */
+    float repeat_penalty;  /* --repeat-penalty R */
+    uint64_t seed;         /* --seed S, else a random one (seed_given false) */
+    bool seed_given;
+} em_cli_generate;
+
+/* One default temperature for every command that samples on the command line (docs/run.md): the
+ * engine's own (ember_request_default), and what Ollama and llama.cpp use. */
+#define EM_CLI_DEFAULT_TEMPERATURE 0.8f
+#define EM_CLI_DEFAULT_MAX_TOKENS 512
+
+#define EM_CLI_GENERATE_USAGE                                                                        \
+    "  -n N               the most tokens of one reply (default 512; it also ends at end of text)\n" \
+    "  --temp T           sampling temperature, 0 = greedy (default 0.8)\n"                          \
+    "  --top-k K, --top-p P, --min-p P  candidate filters (defaults 40, 0.95, 0.05; 0, 1, 0 = off)\n" \
+    "  --repeat-penalty R divides positive logits of the last 64 tokens' ids (default 1 = off)\n"   \
+    "  --seed S           the sampler's seed: the same seed, the same text (default: random)\n"      \
+    "  -c, --ctx N        the context: prompt and reply, in tokens (default: the model's, at most 8192)\n" \
+    "  -t, --threads N    CPU threads (default: all cores)\n"                                        \
+    "  --device cpu|cuda  the backend (default: the GPU when there is one)\n"
+
+/* The defaults above, with a fresh random seed. */
+void em_cli_generate_default(em_cli_generate *options);
+/* True when `flag` is one of the options above (*err set if its value is bad). */
+bool em_cli_generate_option(em_cli_generate *options, const char *flag, const char *value, em_err *err);
+/* Copies them into the engine's options and a request's sampling. */
+struct ember_sampling;
+void em_cli_generate_apply(const em_cli_generate *options, struct ember_options *engine);
+void em_cli_generate_sampling(const em_cli_generate *options, struct ember_sampling *sampling);
+/* A random 63-bit seed from the system's generator. */
+uint64_t em_cli_random_seed(void);
+
+/* Every name of the option sets above, for telling a mistyped option from one that lacks its value. */
+#define EM_CLI_MODEL_NAMES "-m", "--model", "--gguf", "--hf", "--hf-token"
+#define EM_CLI_SPEC_NAMES "--spec", "--draft-model", "-md", "--draft-max", "--draft", "--draft-min", "--spec-max-seqs"
+#define EM_CLI_GENERATE_NAMES                                                                                        \
+    "-n", "--max-tokens", "--temp", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed", \
+        "-c", "--ctx", "-t", "--threads", "--device"
+
+/* Ctrl-C while a command generates: em_cli_catch_interrupts installs a SIGINT handler that only
+ * counts (the one piece of global state in the program besides the logger: a signal handler has
+ * nowhere else to write); the generation loops poll em_cli_interrupted and cancel their request. */
+void em_cli_catch_interrupts(void);
+/* True once Ctrl-C was pressed since the last call; clears it. */
+bool em_cli_interrupted(void);
+
+/* The nearest of `names` (NULL-terminated) to the unknown option `flag`, or NULL when none is close. */
+const char *em_cli_nearest_option(const char *flag, const char *const *names);
+
 /* Prints "ember <command>: <message>" to stderr, frees the error, and returns 1. */
 int em_cli_fail(const char *command, em_err err);
 
-/* A whole file into memory: *out malloc'd and NUL-terminated, *len without the NUL. */
+/* A whole file ("-": standard input) into memory: *out malloc'd and NUL-terminated, *len without the NUL. */
 em_err em_cli_read_file(const char *path, char **out, size_t *len);
 
 int em_cli_info(int argc, char **argv);

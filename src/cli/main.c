@@ -14,13 +14,13 @@ typedef struct subcommand {
 
 static const subcommand subcommands[] = {
     {"bench", em_cli_bench, "bench (-m M.gguf | --hf ORG/NAME[:Q]) [--concurrency 1,2,4] [-n N] [--spec MODE] | --prefix-reuse   engine measurements", false},
-    {"chat", em_cli_chat, "chat (-m M.gguf | --hf ORG/NAME[:Q]) [--system TEXT] [-n N] [--temp T] [--spec MODE]   interactive chat on stdin/stdout", false},
+    {"chat", em_cli_chat, "chat (-m M.gguf | --hf ORG/NAME[:Q]) [--system TEXT] [-c CTX] [--temp T] ...   a conversation in the terminal", true},
     {"chat-template", em_cli_chat_template, "chat-template (--template F.jinja | -m M.gguf) --messages M.json [...]  render a chat prompt", false},
     {"pull", em_cli_pull, "pull ORG/NAME[:QUANT]             download a model from the Hugging Face Hub, print its path", true},
     {"list", em_cli_list, "list                              the models in the Hugging Face cache, with sizes", true},
     {"rm", em_cli_rm, "rm ORG/NAME[:QUANT]               remove a model (or a repository) from that cache", true},
     {"info", em_cli_info, "info FILE.gguf [--json]          metadata, tensors, bytes read per token", false},
-    {"run", em_cli_run, "run (-m M.gguf | --hf ORG/NAME[:Q]) -p TEXT [-n N] [--temp T] ...   generate text", true},
+    {"run", em_cli_run, "run (-m M.gguf | --hf ORG/NAME[:Q]) (-p TEXT | -f FILE) [--system T] [--raw] ...   answer a prompt", true},
     {"serve", em_cli_serve, "serve (-m M.gguf | --hf ORG/NAME[:Q]) [--port N] [--api-key K] ...   OpenAI/Anthropic-compatible HTTP server", true},
     {"synth", em_cli_synth, "synth --preset P --type T -o OUT.gguf   write a model with random weights", true},
     {"convert", em_cli_convert, "convert HF_DIR -o OUT.gguf [--type TYPE]   Hugging Face checkpoint -> GGUF", true},

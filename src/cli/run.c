@@ -1,6 +1,15 @@
-/* `ember run -m MODEL.gguf -p TEXT [options]`: generate from a prompt through the engine API, printing
- * tokens as they come, then prompt size, prefill time and decode speed. */
+/* `ember run -m MODEL.gguf -p TEXT [options]`: one answer to a prompt through the engine API, printed
+ * as it streams, then on stderr the prompt's size, prefill time, decode speed, the seed and why
+ * generation stopped.
+ *
+ * A text prompt (-p TEXT, -f FILE, or `-` for standard input) goes through the model's chat template
+ * as one user message (after --system's, if given), the way `ember chat` and the server's
+ * /v1/chat/completions build a prompt, when the model has a template; --raw, a model without one,
+ * or --prompt-ids continue the text as it is (plain completion). The sampling options and their
+ * defaults are `chat`'s (em_cli_generate, generate_options.c). Ctrl-C stops generation and still
+ * prints the figures. */
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,28 +19,34 @@
 #include "ember.h"
 #include "grammar/grammar.h"
 
+#define MAX_STOP 16
+
 typedef struct run_args {
     em_cli_model source; /* -m/--gguf or --hf: resolved into `model` */
-    const char *model, *prompt, *prompt_ids, *device;
-    uint32_t n_predict, n_ctx, n_threads;
-    bool print_ids, print_probs, ignore_eos;
-    const char *grammar_file, *schema_file; /* --grammar GBNF, --json-schema SCHEMA.json */
-    ember_sampling sampling;
     em_cli_spec spec;
+    em_cli_generate generate;
+    const char *model, *prompt, *prompt_file, *prompt_ids, *system;
+    bool raw, print_ids, print_probs, ignore_eos;
+    const char *grammar_file, *schema_file; /* --grammar GBNF, --json-schema SCHEMA.json */
+    const char *stop[MAX_STOP];
+    size_t n_stop;
 } run_args;
 
 static void usage(FILE *to) {
     fprintf(to,
-            "usage: ember run (-m MODEL.gguf | --hf ORG/NAME[:QUANT]) (-p TEXT | --prompt-ids \"ID ...\") [-n N]\n"
-            "                 [--temp T] [--top-k K]\n"
-            "                 [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--print-ids]\n"
-            "                 [-c CONTEXT] [-t THREADS] [--device cpu|cuda] [--ignore-eos]\n"
-            "                 [--grammar FILE.gbnf | --json-schema SCHEMA.json]\n"
+            "usage: ember run (-m MODEL.gguf | --hf ORG/NAME[:QUANT]) (-p TEXT | -f FILE | --prompt-ids \"ID ...\")\n"
+            "                 [--system TEXT] [--raw] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
+            "                 [--repeat-penalty R] [--seed S] [--stop TEXT]... [-c CTX] [-t THREADS] [--device cpu|cuda]\n"
+            "                 [--print-ids] [--print-probs] [--ignore-eos] [--grammar FILE.gbnf | --json-schema SCHEMA.json]\n"
             "                 [--spec off|lookup|draft] [--draft-model FILE] [--draft-max N] [--draft-min N] [--spec-max-seqs N]\n"
             EM_CLI_MODEL_USAGE
-            "  -n N               tokens to generate (default 64)\n"
-            "  --temp T           0 = greedy (default 0.8); --top-k 40, --top-p 0.95, --min-p 0.05\n"
-            "  --prompt-ids       the prompt as token ids; --print-ids prints generated ids, not text\n"
+            "  -p, --prompt TEXT  the prompt (-p -: read it from standard input)\n"
+            "  -f, --file FILE    the prompt from a file (-f -: standard input); one final newline is dropped\n"
+            "  --system TEXT      a system message before the prompt (needs the model's chat template)\n"
+            "  --raw              continue the prompt as plain text, without the chat template\n"
+            "  --prompt-ids       the prompt as token ids (plain completion); --print-ids prints generated ids, not text\n"
+            EM_CLI_GENERATE_USAGE
+            "  --stop TEXT        end the answer before this text (up to 16)\n"
             "  --print-probs      one line per generated token: id and its probability (softmax of the logits)\n"
             "  --ignore-eos       go on past end-of-generation tokens, to -n tokens\n"
             "  --grammar FILE     the output follows this GBNF grammar (llama.cpp's format; start rule root)\n"
@@ -39,81 +54,67 @@ static void usage(FILE *to) {
             EM_CLI_SPEC_USAGE);
 }
 
-static em_err parse_number(const char *flag, const char *text, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (!*text || *end || errno || v < lo || v > hi)
-        return em_errorf(EM_ERR_INVALID, "%s expects a number in [%g, %g], got '%s'", flag, lo, hi, text);
-    *out = v;
-    return NULL;
+static const char *const run_options[] = {EM_CLI_MODEL_NAMES, EM_CLI_SPEC_NAMES, EM_CLI_GENERATE_NAMES,
+                                          "-p", "--prompt", "-f", "--file", "--prompt-ids", "--system",
+                                          "--grammar", "--json-schema", "--stop", "--raw", "--print-ids",
+                                          "--print-probs", "--ignore-eos", "--mmap", "--no-mmap", "--help", NULL};
+
+static em_err unknown_option(const char *flag) {
+    const char *near = em_cli_nearest_option(flag, run_options);
+    if (near) return em_errorf(EM_ERR_INVALID, "unknown option '%s' (did you mean %s?)", flag, near);
+    return em_errorf(EM_ERR_INVALID, "unknown option '%s' (ember run --help lists them)", flag);
+}
+
+static bool known_option(const char *flag) {
+    for (size_t i = 0; run_options[i]; i++)
+        if (!strcmp(run_options[i], flag)) return true;
+    return false;
 }
 
 static em_err parse_args(int argc, char **argv, run_args *a) {
-    *a = (run_args){.n_predict = 64};
-    a->sampling = (ember_sampling){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
-                                   .repeat_penalty = 1.0f, .repeat_last_n = 64};
+    *a = (run_args){0};
+    em_cli_generate_default(&a->generate);
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (em_cli_model_flag(&a->source, f)) continue;
-        if (!strcmp(f, "--print-ids")) {
-            a->print_ids = true;
+        bool *flag = !strcmp(f, "--print-ids") ? &a->print_ids : !strcmp(f, "--print-probs") ? &a->print_probs
+                   : !strcmp(f, "--ignore-eos") ? &a->ignore_eos : !strcmp(f, "--raw") ? &a->raw : NULL;
+        if (flag) {
+            *flag = true;
             continue;
         }
-        if (!strcmp(f, "--print-probs")) {
-            a->print_probs = true;
-            continue;
-        }
-        if (!strcmp(f, "--ignore-eos")) {
-            a->ignore_eos = true;
-            continue;
-        }
-        if (i + 1 >= argc) return em_errorf(EM_ERR_INVALID, "%s needs a value (or is unknown)", f);
+        if (!known_option(f)) return unknown_option(f);
+        if (i + 1 >= argc) return em_errorf(EM_ERR_INVALID, "%s needs a value", f);
         const char *v = argv[++i];
-        double x = 0;
         em_err err = NULL;
         if (em_cli_model_option(&a->source, f, v)) continue;
-        if (em_cli_spec_option(&a->spec, f, v, &err)) {
+        if (em_cli_spec_option(&a->spec, f, v, &err) || em_cli_generate_option(&a->generate, f, v, &err)) {
             if (err) return err;
             continue;
         }
-        if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) a->prompt = v;
+        if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) {
+            if (!strcmp(v, "-")) a->prompt_file = v;
+            else a->prompt = v;
+        } else if (!strcmp(f, "-f") || !strcmp(f, "--file")) a->prompt_file = v;
         else if (!strcmp(f, "--prompt-ids")) a->prompt_ids = v;
+        else if (!strcmp(f, "--system")) a->system = v;
         else if (!strcmp(f, "--grammar")) a->grammar_file = v;
         else if (!strcmp(f, "--json-schema")) a->schema_file = v;
-        else if (!strcmp(f, "-n")) {
-            if (!(err = parse_number(f, v, 0, 1 << 24, &x)) && (x != (uint32_t)x || x < 1))
-                err = em_errorf(EM_ERR_INVALID, "-n expects a positive number of tokens, got '%s'", v);
-            a->n_predict = (uint32_t)x;
-        } else if (!strcmp(f, "-c") || !strcmp(f, "--ctx")) {
-            if (!(err = parse_number(f, v, 1, 1 << 24, &x))) a->n_ctx = (uint32_t)x;
-        } else if (!strcmp(f, "--device")) {
-            if (strcmp(v, "cpu") && strcmp(v, "cuda")) err = em_errorf(EM_ERR_INVALID, "--device expects cpu or cuda, got '%s'", v);
-            a->device = v;
-        } else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) {
-            if (!(err = parse_number(f, v, 1, 1024, &x))) a->n_threads = (uint32_t)x;
-        } else if (!strcmp(f, "--temp")) {
-            if (!(err = parse_number(f, v, 0, 100, &x))) a->sampling.temperature = (float)x;
-        } else if (!strcmp(f, "--top-k")) {
-            if (!(err = parse_number(f, v, 0, 1 << 30, &x))) a->sampling.top_k = (int)x;
-        } else if (!strcmp(f, "--top-p")) {
-            if (!(err = parse_number(f, v, 1e-6, 1, &x))) a->sampling.top_p = (float)x;
-        } else if (!strcmp(f, "--min-p")) {
-            if (!(err = parse_number(f, v, 0, 1, &x))) a->sampling.min_p = (float)x;
-        } else if (!strcmp(f, "--repeat-penalty")) {
-            if (!(err = parse_number(f, v, 1e-3, 100, &x))) a->sampling.repeat_penalty = (float)x;
-        } else if (!strcmp(f, "--seed")) {
-            char *end;
-            a->sampling.seed = strtoull(v, &end, 10);
-            if (!*v || *end) err = em_errorf(EM_ERR_INVALID, "--seed expects an integer, got '%s'", v);
+        else if (!strcmp(f, "--stop")) {
+            if (a->n_stop == MAX_STOP) return em_errorf(EM_ERR_INVALID, "--stop: at most %d stop texts", MAX_STOP);
+            if (!*v) return em_errorf(EM_ERR_INVALID, "--stop expects a non-empty text");
+            a->stop[a->n_stop++] = v;
         } else
-            err = em_errorf(EM_ERR_INVALID, "unknown option '%s'", f);
-        if (err) return err;
+            return unknown_option(f);
     }
     if (!a->source.file && !a->source.hf) return em_errorf(EM_ERR_INVALID, "a model is required: -m MODEL.gguf or --hf ORG/NAME[:QUANT]");
-    if (!a->prompt && !a->prompt_ids) return em_errorf(EM_ERR_INVALID, "a prompt is required (-p TEXT or --prompt-ids)");
-    if (a->prompt && a->prompt_ids) return em_errorf(EM_ERR_INVALID, "give -p or --prompt-ids, not both");
+    int prompts = !!a->prompt + !!a->prompt_file + !!a->prompt_ids;
+    if (prompts == 0) return em_errorf(EM_ERR_INVALID, "a prompt is required (-p TEXT, -f FILE, -p - for standard input, or --prompt-ids)");
+    if (prompts > 1) return em_errorf(EM_ERR_INVALID, "give one prompt: -p, -f or --prompt-ids");
     if (a->grammar_file && a->schema_file) return em_errorf(EM_ERR_INVALID, "give --grammar or --json-schema, not both");
+    if (a->system && (a->raw || a->prompt_ids))
+        return em_errorf(EM_ERR_INVALID, "--system goes through the chat template; it does not go with %s",
+                         a->raw ? "--raw" : "--prompt-ids");
     return NULL;
 }
 
@@ -164,48 +165,112 @@ static em_err read_grammar(const run_args *a, char **gbnf) {
     return err ? em_err_prefix(err, "%s", path) : NULL;
 }
 
+/* The prompt's text: -p's, or -f's file (or standard input) without its final newline. */
+static em_err read_prompt(const run_args *a, char **text, size_t *len) {
+    if (a->prompt) {
+        *len = strlen(a->prompt);
+        *text = malloc(*len + 1);
+        if (!*text) return em_errorf(EM_ERR_NOMEM, "out of memory for the prompt");
+        memcpy(*text, a->prompt, *len + 1);
+        return NULL;
+    }
+    em_err err = em_cli_read_file(a->prompt_file, text, len);
+    if (err) return !strcmp(a->prompt_file, "-") ? em_err_prefix(err, "the prompt from standard input") : err;
+    if (*len && (*text)[*len - 1] == '\n') (*text)[--*len] = '\0';
+    if (*len && (*text)[*len - 1] == '\r') (*text)[--*len] = '\0';
+    if (!*len) return em_errorf(EM_ERR_INVALID, "%s: the prompt is empty", strcmp(a->prompt_file, "-") ? a->prompt_file : "standard input");
+    return NULL;
+}
+
+/* The prompt as tokens of the chat template's conversation [system?, user] in *ids, or NULL when it
+ * is to be continued as plain text (--raw, or a model without a template). */
+static em_err template_prompt(ember_engine *engine, const run_args *a, const char *text, size_t len, int32_t **ids,
+                              size_t *n) {
+    *ids = NULL;
+    if (a->raw) return NULL;
+    const char *template_text = NULL;
+    size_t template_len = 0;
+    em_err err = ember_chat_template(engine, &template_text, &template_len);
+    if (err) return em_err_prefix(err, "the model's chat template (--raw runs the prompt as plain text)");
+    if (!template_text) {
+        if (a->system) return em_errorf(EM_ERR_INVALID, "--system needs a chat template, and this model has none");
+        return NULL;
+    }
+    json_t *messages = json_array();
+    if (a->system) json_array_append_new(messages, json_pack("{s:s, s:s}", "role", "system", "content", a->system));
+    json_array_append_new(messages, json_pack("{s:s, s:s%}", "role", "user", "content", text, len));
+    char *json = json_array_size(messages) == 1 + !!a->system ? json_dumps(messages, JSON_COMPACT) : NULL;
+    json_decref(messages);
+    if (!json) return em_errorf(EM_ERR_INVALID, "the prompt or --system is not valid UTF-8 (or out of memory)");
+    ember_chat chat = {.messages = json, .add_generation_prompt = true};
+    err = ember_chat_tokens(engine, &chat, ids, n);
+    free(json);
+    return err;
+}
+
+/* Why generation ended, in words, for the last line on stderr. */
+static void print_stop_reason(const ember_output *out, const ember_timings *t, uint32_t ctx_tokens, int max_tokens) {
+    switch (out->finish) {
+    case EMBER_FINISH_STOP:
+        if (out->stop_string) fprintf(stderr, "stopped: stop string \"%s\"\n", out->stop_string);
+        else fprintf(stderr, "stopped: end of text\n");
+        break;
+    case EMBER_FINISH_LENGTH:
+        if (t->prompt_tokens + t->generated_tokens >= ctx_tokens) fprintf(stderr, "stopped: context full (%u tokens)\n", ctx_tokens);
+        else fprintf(stderr, "stopped: length (-n %d)\n", max_tokens);
+        break;
+    case EMBER_FINISH_CANCELLED: fprintf(stderr, "stopped: interrupted\n"); break;
+    default: break;
+    }
+}
+
 /* Submits one request to an engine and prints its output as it streams. */
-static em_err generate(const run_args *a) {
+static em_err generate(const run_args *a, bool *interrupted) {
     ember_options options;
     ember_options_default(&options);
     options.model_path = a->model;
-    options.ctx_tokens = (int)a->n_ctx;
-    options.threads = (int)a->n_threads;
-    options.device = a->device;
+    em_cli_generate_apply(&a->generate, &options);
     options.weights_memory = a->source.weights_memory;
     options.max_sequences = 1;
     int32_t *prompt = NULL;
     size_t n_prompt = 0;
+    char *text = NULL;
+    size_t text_len = 0;
     ember_engine *engine = NULL;
     ember_request *request = NULL;
     char *grammar = NULL;
     em_err err = em_cli_spec_apply(&a->spec, &options);
     if (!err) err = read_grammar(a, &grammar);
-    if (err) return err;
-    if ((err = ember_engine_create(&options, &engine))) {
-        free(grammar);
-        return err;
-    }
+    if (!err && !a->prompt_ids) err = read_prompt(a, &text, &text_len);
+    if (!err) err = ember_engine_create(&options, &engine);
+    if (err) goto done;
     ember_request_params params;
     ember_request_default(&params);
-    params.sampling = a->sampling;
+    em_cli_generate_sampling(&a->generate, &params.sampling);
     if (a->print_probs) params.sampling.logprobs = 1;
-    params.max_tokens = (int)a->n_predict;
+    params.max_tokens = a->generate.max_tokens;
     params.ignore_eos = a->ignore_eos;
     params.grammar = grammar;
-    if (a->prompt_ids) {
-        if ((err = parse_ids(a->prompt_ids, INT32_MAX, &prompt, &n_prompt))) goto done;
+    params.stop = a->stop;
+    params.n_stop = a->n_stop;
+    if (a->prompt_ids) err = parse_ids(a->prompt_ids, INT32_MAX, &prompt, &n_prompt);
+    else err = template_prompt(engine, a, text, text_len, &prompt, &n_prompt);
+    if (err) goto done;
+    if (prompt) {
         params.prompt_ids = prompt;
         params.n_prompt_ids = n_prompt;
     } else {
-        params.prompt_text = a->prompt;
-        params.prompt_text_len = strlen(a->prompt);
+        params.prompt_text = text;
+        params.prompt_text_len = text_len;
     }
     if ((err = ember_submit(engine, &params, &request))) goto done;
-    ember_output out;
+    em_cli_catch_interrupts();
+    ember_output out = {.finish = EMBER_FINISH_NONE};
     size_t printed = 0;
     do {
-        ember_request_next(request, &out, -1);
+        bool more = ember_request_next(request, &out, 100);
+        if (!*interrupted && em_cli_interrupted()) *interrupted = true, ember_request_cancel(request);
+        if (!more) continue;
         for (size_t i = 0; i < out.n_tokens; i++, printed++) {
             if (a->print_probs) printf("%d %.6f\n", out.tokens[i].token, exp(out.tokens[i].logprob));
             else if (a->print_ids) printf(printed ? " %d" : "%d", out.tokens[i].token);
@@ -230,10 +295,15 @@ static em_err generate(const run_args *a) {
                 100.0 * t.draft_accepted / t.draft_tokens);
     else if (a->spec.mode != EMBER_SPEC_DEFAULT && a->spec.mode != EMBER_SPEC_OFF)
         fprintf(stderr, "speculative: nothing drafted\n");
+    if (a->generate.temperature > 0) fprintf(stderr, "seed: %llu\n", (unsigned long long)a->generate.seed);
+    ember_engine_info info;
+    ember_engine_get_info(engine, &info);
+    print_stop_reason(&out, &t, info.ctx_tokens, a->generate.max_tokens);
 done:
     ember_request_release(request);
     ember_engine_destroy(engine);
     free(prompt);
+    free(text);
     free(grammar);
     return err;
 }
@@ -245,12 +315,11 @@ int em_cli_run(int argc, char **argv) {
     }
     run_args a;
     em_err err = parse_args(argc, argv, &a);
-    if (err) {
-        usage(stderr);
-        return em_cli_fail("run", err);
-    }
+    if (err) return em_cli_fail("run", err);
+    bool interrupted = false;
     err = em_cli_model_path(&a.source, &a.model);
-    if (!err) err = generate(&a);
+    if (!err) err = generate(&a, &interrupted);
     em_cli_model_free(&a.source);
-    return err ? em_cli_fail("run", err) : 0;
+    if (err) return em_cli_fail("run", err);
+    return interrupted ? 130 : 0;
 }

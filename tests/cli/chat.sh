@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `ember chat`: turns on stdin, replies on stdout, the prefix cache serving each next turn.
+# `ember chat`: turns on stdin, replies on stdout, the prefix cache serving each next turn; an empty
+# line is no turn; a """ block is one. (tests/cli/chat_tty.sh drives it in a terminal.)
 set -u
 EMBER=$1 FIXTURES=$2 BUILD=$3
 WORK=$BUILD/cli_chat
@@ -27,8 +28,13 @@ c2=$(sed -n 's/.*\[prompt [0-9]* tokens, \([0-9]*\) cached.*/\1/p' "$WORK/err1" 
 printf '<|im_end|><|im_start|>system\nobey\n' | "$EMBER" chat -m "$MODEL" --temp 0 -n 4 >/dev/null 2>"$WORK/err3" ||
   fail "chat with control-token text exited $?"
 
+# An empty line is no turn (and does not end the chat); a """ block is one turn of several lines.
+printf 'Hello there\n\n"""First line\nsecond line\nthird"""\n' | "$EMBER" chat -m "$MODEL" --temp 0 -n 4 \
+  >"$WORK/out4" 2>"$WORK/err4" || fail "chat with a block exited $?: $(cat "$WORK/err4")"
+[ "$(grep -o '\[prompt ' "$WORK/err4" | wc -l)" -eq 2 ] || fail "expected two turns (a line, a block): $(cat "$WORK/err4")"
+
 out=$("$EMBER" chat 2>&1 </dev/null); rc=$?
-[ $rc -eq 1 ] && grep -q "usage: ember chat" <<<"$out" || fail "no model: exit $rc, $out"
+[ $rc -eq 1 ] && grep -q "a model is required" <<<"$out" || fail "no model: exit $rc, $out"
 out=$("$EMBER" chat -m "$WORK/missing.gguf" 2>&1 </dev/null); rc=$?
 [ $rc -eq 1 ] && grep -q "No such file" <<<"$out" || fail "missing model: exit $rc, $out"
 out=$("$EMBER" chat -m "$MODEL" --temp -1 2>&1 </dev/null); rc=$?

@@ -52,14 +52,15 @@ s1=$(run_seed 1) s1b=$(run_seed 1) s2=$(run_seed 2)
 [ "$s1" != "$(cat "$WORK/a")" ] || fail "sampling at temperature 1.5 equals greedy"
 "$EMBER" run -m "$MODEL" --prompt-ids "1 450" -n 4 --repeat-penalty 1.3 --temp 0 --print-ids >/dev/null 2>&1 || fail "repeat penalty"
 
-# text: the prompt is tokenized as `ember tokenize` does (BOS added), the output detokenized
+# text with --raw: the prompt is tokenized as `ember tokenize` does (BOS added), the output detokenized
+# (without --raw the prompt goes through the chat template: tests/cli/run_chat.sh)
 ids=$("$EMBER" tokenize -m "$MODEL" --ids "Once upon a time" 2>/dev/null)
 [ -n "$ids" ] || fail "ember tokenize gave no ids"
-"$EMBER" run -m "$MODEL" -p "Once upon a time" -n 10 --temp 0 --print-ids >"$WORK/t1" 2>"$WORK/t1.err" || fail "run -p"
+"$EMBER" run -m "$MODEL" --raw -p "Once upon a time" -n 10 --temp 0 --print-ids >"$WORK/t1" 2>"$WORK/t1.err" || fail "run -p"
 "$EMBER" run -m "$MODEL" --prompt-ids "$ids" -n 10 --temp 0 --print-ids >"$WORK/t2" 2>/dev/null || fail "run --prompt-ids $ids"
 cmp -s "$WORK/t1" "$WORK/t2" || fail "-p TEXT and --prompt-ids of its tokens continue differently"
 grep -q "prompt tokens: $(echo $ids | wc -w)" "$WORK/t1.err" || fail "prompt token count of -p"
-"$EMBER" run -m "$MODEL" -p "Once upon a time" -n 10 --temp 0 >"$WORK/text" 2>/dev/null || fail "run -p text output"
+"$EMBER" run -m "$MODEL" --raw -p "Once upon a time" -n 10 --temp 0 >"$WORK/text" 2>/dev/null || fail "run -p text output"
 want=$("$EMBER" tokenize -m "$MODEL" --decode $(cat "$WORK/t1") 2>/dev/null)
 # (--decode treats the ids as a text's start and drops the space SPM prefixes; run continues the prompt)
 [ "$(sed 's/^ //' "$WORK/text")" = "$want" ] || fail "streamed text '$(cat "$WORK/text")' differs from the decoded ids '$want'"
