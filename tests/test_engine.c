@@ -287,7 +287,7 @@ static void test_memory_pressure(void **state) {
     ember_engine_destroy(e);
     em_model *m;
     assert_null(em_model_load(MODEL, &m));
-    uint64_t block_bytes = em_backend_kv_bytes_per_token(&m->desc) * 16;
+    uint64_t block_bytes = em_backend_kv_bytes_per_token(m) * 16;
     em_model_free(m);
     e = new_engine(20 * block_bytes, 0);
     ember_request *r[N];
@@ -471,7 +471,7 @@ static void test_random_submit_cancel(void **state) {
     result solo[PROMPTS];
     em_model *m;
     assert_null(em_model_load(MODEL, &m));
-    uint64_t block_bytes = em_backend_kv_bytes_per_token(&m->desc) * 16;
+    uint64_t block_bytes = em_backend_kv_bytes_per_token(m) * 16;
     em_model_free(m);
     ember_engine *e = new_engine(0, 0);
     for (int i = 0; i < PROMPTS; i++) {

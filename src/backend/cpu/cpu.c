@@ -684,11 +684,8 @@ static void act_max(cpu_backend *b, const em_weight *w) {
     if (em_dot_group_kernel(w->type) || em_cpu_amx(w->type, w->cols, EM_CPU_AMX_FROM)) b->packs_groups = true;
 }
 
-uint64_t em_backend_kv_bytes_per_token(const em_model_desc *d) {
-    uint64_t floats = 0;
-    for (uint32_t il = 0; il < d->n_layer; il++)
-        floats += (uint64_t)d->layers[il].n_head_kv * (d->layers[il].head_dim + d->layers[il].head_dim_v);
-    return floats * sizeof(float);
+uint64_t em_backend_kv_bytes_per_token(const em_model *model) {
+    return em_program_kv_floats(&model->program) * sizeof(float);
 }
 
 void em_batch_fixed_tables(em_batch_seq *seqs, uint32_t *blocks, uint32_t n, uint32_t per_seq) {
@@ -732,7 +729,7 @@ em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config
         o.n_threads = cores > 0 ? (uint32_t)cores : 1;
     }
     if (!p->n_ops) return em_errorf(EM_ERR_INVALID, "cpu backend: the model has no layer program");
-    uint64_t per_token = em_program_kv_floats(p) * sizeof(float);
+    uint64_t per_token = em_backend_kv_bytes_per_token(model);
     uint64_t tokens = o.kv_bytes ? o.kv_bytes / (per_token ? per_token : 1) : (o.kv_tokens ? o.kv_tokens : 4096);
     uint64_t n_blocks = tokens / o.block_tokens;
     if (n_blocks == 0 || n_blocks > (1u << 28) || o.block_tokens > 4096 || o.n_threads > EM_CPU_MAX_THREADS)
