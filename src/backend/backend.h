@@ -134,7 +134,8 @@ typedef struct em_backend_config {
     uint64_t kv_tokens;    /* used when kv_bytes is 0; 0 = 4096 */
 } em_backend_config;
 
-/* Bytes of KV memory one position takes in the CPU backend's f32 layout (every cache of the model's program, K and V).
+/* Bytes of KV memory one position takes in the CPU backend's f32 layout (every KV cache of the
+ * model's program, K and V).
  * Other backends store KV differently (CUDA: f16): ask a made backend's kv_bytes_per_token. */
 uint64_t em_backend_kv_bytes_per_token(const em_model *model);
 
