@@ -311,20 +311,29 @@ static em_err copy_with(const char *src, const char *dst, change what, const cha
     return err;
 }
 
-static void expect_load_error(change what, const char *name, em_err_code code, const char *needle) {
-    const char *src = model_path("tiny-llama", "f32");
-    char good[512], bad[512];
-    snprintf(good, sizeof good, "%s", src);
-    snprintf(bad, sizeof bad, DIR "/broken-%d.gguf", (int)what);
-    em_err err = copy_with(good, bad, what, name);
-    if (err) fail_msg("copy: %s", em_err_message(err));
+static void expect_error_in(const char *path, em_err_code code, const char *needle) {
     em_model *m = NULL;
-    err = em_model_load(bad, &m);
+    em_err err = em_model_load(path, &m);
     assert_null(m);
     assert_non_null(err);
     if (!strstr(em_err_message(err), needle)) fail_msg("error '%s' does not mention '%s'", em_err_message(err), needle);
     assert_int_equal(em_err_code_of(err), code);
     em_err_free(err);
+}
+
+/* A copy of `preset` at `type` with one thing changed must fail to load with `code`, naming `needle`. */
+static void expect_preset_error(const char *preset, const char *type, change what, const char *name,
+                                em_err_code code, const char *needle) {
+    char good[512], bad[512];
+    snprintf(good, sizeof good, "%s", model_path(preset, type));
+    snprintf(bad, sizeof bad, DIR "/broken-%s-%d.gguf", preset, (int)what);
+    em_err err = copy_with(good, bad, what, name);
+    if (err) fail_msg("copy: %s", em_err_message(err));
+    expect_error_in(bad, code, needle);
+}
+
+static void expect_load_error(change what, const char *name, em_err_code code, const char *needle) {
+    expect_preset_error("tiny-llama", "f32", what, name, code, needle);
 }
 
 static void test_missing_tensor(void **state) {
@@ -367,7 +376,7 @@ static void test_family_registry(void **state) {
         assert_float_equal(f->local_rope_theta, first->local_rope_theta, 0);
         assert_int_equal(f->attn_scale_embd_layers, first->attn_scale_embd_layers);
     }
-    assert_int_equal(n, 9);
+    assert_int_equal(n, 10);
     assert_string_equal(em_family_by_hf_class("MistralForCausalLM")->gguf_arch, "llama");
     assert_string_equal(em_family_by_hf_class("MixtralForCausalLM")->gguf_arch, "llama");
     assert_string_equal(em_family_by_hf_class("Gemma3ForConditionalGeneration")->gguf_arch, "gemma3");
@@ -375,9 +384,91 @@ static void test_family_registry(void **state) {
     assert_null(em_family_by_hf_class("MambaForCausalLM"));
     char list[512];
     em_family_list_gguf_archs(list, sizeof list);
-    assert_string_equal(list, "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, flint");
+    assert_string_equal(list, "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss, flint");
     em_family_list_hf_classes(list, sizeof list);
     assert_non_null(strstr(list, "MistralForCausalLM, MixtralForCausalLM"));
+}
+
+/* gpt-oss as llama.cpp's converter writes it: biases on every projection, a sink per head, even
+ * layers sliding, YaRN, a biased router whose top k logits are softmaxed, biased experts with the
+ * clamped SwiGLU, the pre-FFN norm under the name post_attention_norm, an untied output. */
+static void test_gpt_oss(void **state) {
+    (void)state;
+    em_model *m = load("tiny-gpt-oss", "f32");
+    const em_model_desc *d = &m->desc;
+    assert_string_equal(d->arch, "gpt-oss");
+    assert_false(d->tied_output);
+    assert_int_equal(d->act, EM_ACT_SWIGLU_CLAMPED);
+    assert_float_equal(d->act_limit, 7.0f, 0);
+    assert_float_equal(d->act_alpha, 1.702f, 0);
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        const em_layer_desc *l = &d->layers[il];
+        const em_layer_weights *w = &m->w.layers[il];
+        assert_attention(l, 4, 2, 32, EM_ROPE_NEOX, 150000.0f, false);
+        assert_int_equal(l->attn, il % 2 == 0 ? EM_ATTN_SLIDING : EM_ATTN_FULL);
+        if (il % 2 == 0) assert_int_equal(l->window, 8);
+        assert_int_equal(l->rope.scaling, EM_ROPE_SCALING_YARN);
+        assert_float_equal(l->rope.factor, 32.0f, 0);
+        assert_int_equal(l->rope.orig_ctx, 64);
+        assert_true(l->moe);
+        assert_int_equal(l->n_expert, 8);
+        assert_int_equal(l->n_expert_used, 2);
+        assert_int_equal(l->n_ff, 128);
+        assert_int_equal(l->gating, EM_GATING_SOFTMAX_CHOSEN);
+        assert_false(l->renormalize);
+        assert_true(l->qkv_bias);
+        assert_non_null(w->bo);
+        assert_non_null(w->attn_sinks);
+        assert_non_null(w->ffn_norm);
+        assert_non_null(w->gate_inp_bias);
+        assert_non_null(w->gate_exps_bias);
+        assert_non_null(w->up_exps_bias);
+        assert_non_null(w->down_exps_bias);
+    }
+    em_model_free(m);
+    m = load("tiny-gpt-oss", "mxfp4");
+    assert_int_equal(m->w.layers[0].gate_exps.type, EM_TYPE_MXFP4);
+    assert_int_equal(m->w.layers[3].down_exps.type, EM_TYPE_MXFP4);
+    assert_int_equal(m->w.layers[0].wq.type, EM_TYPE_Q8_0);
+    em_model_free(m);
+}
+
+/* Sets the first dimension of tensor `name` in a GGUF file's header (the u64 after its name and
+ * dimension count) to `ne0`: a file the writer would refuse to make. */
+static void patch_first_dim(const char *path, const char *name, uint64_t ne0) {
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    static uint8_t bytes[1 << 20]; /* the header: the tensor infos of a tiny model fit */
+    const size_t n = fread(bytes, 1, sizeof bytes, f);
+    const size_t len = strlen(name);
+    uint8_t *at = NULL;
+    for (size_t i = 8; i + len + 12 < n && !at; i++) {
+        uint64_t name_len;
+        memcpy(&name_len, bytes + i - 8, 8);
+        if (name_len == len && !memcmp(bytes + i, name, len)) at = bytes + i + len + 4; /* past n_dims */
+    }
+    assert_non_null(at);
+    assert_int_equal(fseek(f, (long)(at - bytes), SEEK_SET), 0);
+    assert_int_equal(fwrite(&ne0, 8, 1, f), 1);
+    fclose(f);
+}
+
+/* Bad gpt-oss files are refused with the tensor named: one without its sinks (attention would
+ * silently be another model's), and an MXFP4 tensor whose rows are not whole 32-value blocks. */
+static void test_gpt_oss_refused(void **state) {
+    (void)state;
+    expect_preset_error("tiny-gpt-oss", "f32", DROP_TENSOR, "blk.1.attn_sinks.weight", EM_ERR_NOT_FOUND,
+                        "missing tensor blk.1.attn_sinks.weight");
+    expect_preset_error("tiny-gpt-oss", "f32", DROP_TENSOR, "blk.0.ffn_down_exps.bias", EM_ERR_NOT_FOUND,
+                        "missing tensor blk.0.ffn_down_exps.bias");
+    char path[512];
+    snprintf(path, sizeof path, DIR "/partial-block-mxfp4.gguf");
+    em_synth_options o = {.preset = "tiny-gpt-oss", .type = "mxfp4", .seed = 7, .vocab_path = VOCAB};
+    em_err err = em_synth_write(&o, path);
+    if (err) fail_msg("synth: %s", em_err_message(err));
+    patch_first_dim(path, "blk.2.ffn_up_exps.weight", 112); /* 3.5 blocks a row */
+    expect_error_in(path, EM_ERR_FORMAT, "blk.2.ffn_up_exps.weight");
+    expect_error_in(path, EM_ERR_FORMAT, "not a multiple of the MXFP4 block");
 }
 
 static void test_unknown_arch(void **state) {
@@ -564,6 +655,7 @@ int main(void) {
         cmocka_unit_test(test_unknown_arch),   cmocka_unit_test(test_missing_key),
         cmocka_unit_test(test_rope_scaling),   cmocka_unit_test(test_synth_errors),
         cmocka_unit_test(test_synth_deterministic), cmocka_unit_test(test_split),
+        cmocka_unit_test(test_gpt_oss),        cmocka_unit_test(test_gpt_oss_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,6 +45,7 @@ static void test_family_blocks(void **state) {
         {"tiny-gemma2", "norm " ATTENTION " norm add norm " GATED_UNIT " norm add"},
         {"tiny-qwen3moe", "norm " QK_NORM_ATTENTION " add norm matmul route experts add"},
         {"tiny-mixtral", "norm " ATTENTION " add norm matmul route experts add"},
+        {"tiny-gpt-oss", "norm " ATTENTION " add norm matmul route experts add"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         em_model *m = load_preset(cases[i].preset);
@@ -106,6 +107,46 @@ static void test_parameters(void **state) {
     char line[160];
     em_program_describe_op(p, 0, line, sizeof line);
     assert_string_equal(line, "embed x = [32000x128 F32][token] x 1");
+    em_model_free(m);
+
+    /* gpt-oss: every projection biased, a sink per head, even layers sliding, the router's bias and
+     * softmax over its chosen four, biased experts with the clamped SwiGLU */
+    m = load_preset("tiny-gpt-oss");
+    p = &m->program;
+    windows = full = biased = 0;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        const em_program_op *op = &p->ops[i];
+        const em_layer_weights *lw = op->layer < m->desc.n_layer ? &m->w.layers[op->layer] : NULL;
+        if (op->kind == EM_PROGRAM_MATMUL && op->u.matmul.bias) biased++;
+        if (op->kind == EM_PROGRAM_ATTENTION) {
+            assert_ptr_equal(op->u.attention.sinks, lw->attn_sinks);
+            assert_non_null(op->u.attention.sinks);
+            assert_int_equal(op->u.attention.window, op->layer % 2 == 0 ? 8 : 0);
+            if (op->u.attention.window) windows++;
+            else full++;
+        }
+        if (op->kind == EM_PROGRAM_ROUTE) {
+            assert_int_equal(op->u.route.gating, EM_GATING_SOFTMAX_CHOSEN);
+            assert_false(op->u.route.renormalize);
+            assert_ptr_equal(p->ops[i - 1].u.matmul.bias, lw->gate_inp_bias);
+        }
+        if (op->kind == EM_PROGRAM_EXPERTS) {
+            const em_program_experts *x = &op->u.experts;
+            assert_int_equal(x->act, EM_ACT_SWIGLU_CLAMPED);
+            assert_true(x->limit == 7.0f && x->alpha == 1.702f);
+            assert_ptr_equal(x->gate_bias, lw->gate_exps_bias);
+            assert_ptr_equal(x->up_bias, lw->up_exps_bias);
+            assert_ptr_equal(x->down_bias, lw->down_exps_bias);
+            assert_non_null(x->down_bias);
+        }
+    }
+    assert_int_equal(windows, 2);
+    assert_int_equal(full, 2);
+    assert_int_equal(biased, 5 * m->desc.n_layer); /* q, k, v, o and the router */
+    em_program_describe_op(p, find(p, EM_PROGRAM_EXPERTS, 0), line, sizeof line);
+    assert_string_equal(line, "layer 0 experts out = chosen by choices of [128x128 F32] clamped silu(xn), biased");
+    em_program_describe_op(p, find(p, EM_PROGRAM_ROUTE, 0), line, sizeof line);
+    assert_string_equal(line, "layer 0 route choices = top 2 of 8 by softmax of the chosen(router)");
     em_model_free(m);
 }
 
@@ -190,6 +231,19 @@ static void test_checker_refuses(void **state) {
     assert_error_has(em_program_check(&p), "(layer 0 matmul): the weight is missing");
     em_program_free(&p);
 
+    em_model_free(m);
+
+    m = load_preset("tiny-gpt-oss");
+    good = &m->program;
+    p = copy_program(good); /* a clamped SwiGLU without its clip */
+    p.ops[find(&p, EM_PROGRAM_EXPERTS, 1)].u.experts.limit = 0.0f;
+    assert_error_has(em_program_check(&p), "(layer 1 experts): a clamped SwiGLU with limit 0 and slope 1.702");
+    em_program_free(&p);
+
+    p = copy_program(good); /* a gating the backends do not know */
+    p.ops[find(&p, EM_PROGRAM_ROUTE, 0)].u.route.gating = (em_gating)7;
+    assert_error_has(em_program_check(&p), "(layer 0 route): gating 7");
+    em_program_free(&p);
     em_model_free(m);
 }
 

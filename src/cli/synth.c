@@ -9,7 +9,8 @@
 static void usage(FILE *to) {
     fprintf(to, "usage: ember synth --preset P [--type T] -o OUT.gguf [--layers N] [--experts N] [--seed S]\n"
                 "                   [--vocab VOCAB.gguf] [--rope-scaling none|linear:F|yarn:F:CTX|llama3:F:CTX]\n"
-                "  --type: f32 (default), f16, bf16, q8_0, q4_k, mix (q6_k with iq3_xxs experts)\n"
+                "  --type: f32 (default), f16, bf16, q8_0, q4_k, mix (q6_k with iq3_xxs experts), mxfp4 (q8_0 with mxfp4\n"
+                "          experts)\n"
                 "  --vocab: GGUF whose tokenizer is copied, e.g. the fixtures' vocab/ggml-vocab-llama-spm.gguf\n"
                 "           (default: $EMBER_VOCAB, else the source tree's reference vocabulary)\n  presets:");
     for (size_t i = 0; em_synth_preset_name(i); i++) fprintf(to, " %s", em_synth_preset_name(i));

@@ -4,8 +4,8 @@
  *   x += [post_norm](attention(norm(x)))
  *   x += [post_norm](ffn(norm(x)))        ffn: a gated unit, or routed experts (+ a shared expert)
  *
- * Every family's traits end here as operations and their parameters (QK-norm, biases, windows,
- * soft-caps, post-norms, routing); the backends read the program, not the family. */
+ * Every family's traits end here as operations and their parameters (QK-norm, biases, windows, sinks,
+ * soft-caps, post-norms, routing, biased experts); the backends read the program, not the family. */
 #include <stdio.h>
 
 #include "model.h"
@@ -79,11 +79,12 @@ static em_err emit_attention(builder *b) {
         return err;
     const em_program_attention attention = {
         .n_head = ld->n_head, .n_head_kv = ld->n_head_kv, .head_dim = ld->head_dim, .head_dim_v = ld->head_dim_v,
-        .window = ld->attn == EM_ATTN_SLIDING ? ld->window : 0, .scale = ld->attn_scale, .softcap = ld->attn_softcap};
+        .window = ld->attn == EM_ATTN_SLIDING ? ld->window : 0, .scale = ld->attn_scale, .softcap = ld->attn_softcap,
+        .sinks = lw->attn_sinks};
     if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_ATTENTION, .dst = s->attn, .src = s->q, .cache = cache,
                                        .u.attention = attention})))
         return err;
-    return emit_matmul(b, s->out, s->attn, &lw->wo, NULL);
+    return emit_matmul(b, s->out, s->attn, &lw->wo, lw->bo);
 }
 
 /* dst = down(act(gate xn) · up xn): a dense feed-forward unit, or a shared expert. */
@@ -93,7 +94,9 @@ static em_err emit_gated_unit(builder *b, uint8_t dst, const em_weight *gate, co
     em_err err;
     if ((err = emit_matmul(b, s->gate, s->xn, gate, NULL))) return err;
     if ((err = emit_matmul(b, s->up, s->xn, up, NULL))) return err;
-    const em_program_glu glu = {.act = b->m->desc.act, .width = (uint32_t)gate->rows};
+    const em_model_desc *d = &b->m->desc;
+    const em_program_glu glu = {.act = d->act, .width = (uint32_t)gate->rows, .limit = d->act_limit,
+                                .alpha = d->act_alpha};
     if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_GLU, .dst = s->gate, .src = s->up, .u.glu = glu})))
         return err;
     return emit_matmul(b, dst, s->gate, down, NULL);
@@ -105,14 +108,17 @@ static em_err emit_experts(builder *b) {
     const em_layer_weights *lw = &b->m->w.layers[b->layer];
     const step_buffers *s = &b->buf;
     em_err err;
-    if ((err = emit_matmul(b, s->router, s->xn, &lw->gate_inp, NULL))) return err;
+    if ((err = emit_matmul(b, s->router, s->xn, &lw->gate_inp, lw->gate_inp_bias))) return err;
     const em_program_route route = {.n_expert = ld->n_expert, .n_used = ld->n_expert_used, .gating = ld->gating,
                                     .renormalize = ld->renormalize, .scale = ld->expert_weights_scale};
     if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_ROUTE, .dst = s->choices, .src = s->router,
                                        .u.route = route})))
         return err;
-    const em_program_experts experts = {.gate = &lw->gate_exps, .up = &lw->up_exps, .down = &lw->down_exps,
-                                        .act = b->m->desc.act};
+    const em_model_desc *d = &b->m->desc;
+    const em_program_experts experts = {
+        .gate = &lw->gate_exps, .up = &lw->up_exps, .down = &lw->down_exps, .gate_bias = lw->gate_exps_bias,
+        .up_bias = lw->up_exps_bias, .down_bias = lw->down_exps_bias, .act = d->act, .limit = d->act_limit,
+        .alpha = d->act_alpha};
     if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_EXPERTS, .dst = s->out, .src = s->xn, .src2 = s->choices,
                                        .u.experts = experts})))
         return err;

@@ -103,6 +103,29 @@ static const em_family families[] = {
                .n_head_kv = 4, .head_dim = 256, .sliding_window_pattern = 6, .n_vocab = 262208},
     },
     {
+        /* llama.cpp names the pre-FFN norm post_attention_norm, after the checkpoint's
+         * post_attention_layernorm; the router takes the top k logits, then a softmax over them */
+        .name = "gpt-oss",
+        .gguf_arch = "gpt-oss",
+        .hf_classes = {"GptOssForCausalLM"},
+        .act = EM_ACT_SWIGLU_CLAMPED,
+        .act_limit = 7.0f,
+        .act_alpha = 1.702f,
+        .qkv_bias = true,
+        .attn_out_bias = true,
+        .attn_sinks = true,
+        .rope = EM_ROPE_NEOX,
+        .window = EM_WINDOW_PATTERN,
+        .window_period = 2,
+        .moe = EM_MOE_GPT_OSS,
+        .gating = EM_GATING_SOFTMAX_CHOSEN,
+        .expert_biases = true,
+        .ffn_norm_tensor = "post_attention_norm",
+        .keys = {.expert_width = true},
+        .hf = {.rope_theta = 150000, .sliding_window = 128, .n_head = 64, .n_head_kv = 8, .head_dim = 64,
+               .n_expert = 128, .n_expert_used = 4, .n_vocab = 201088},
+    },
+    {
         /* Ember's own MoE family, GGUF only: its keys follow deepseek2's style */
         .name = "flint",
         .gguf_arch = "flint",
@@ -194,10 +217,11 @@ size_t em_family_own_keys(const em_family *f, const char **keys, size_t max) {
 
 void em_family_describe(const em_family *f, char *buf, size_t size) {
     if (size) buf[0] = 0;
-    append(buf, size, f->act == EM_ACT_GEGLU ? "GeGLU" : "SwiGLU");
+    append(buf, size, f->act == EM_ACT_GEGLU ? "GeGLU" : f->act == EM_ACT_SWIGLU_CLAMPED ? "clamped SwiGLU" : "SwiGLU");
     append(buf, size, f->rope == EM_ROPE_NEOX ? "neox rope" : "normal rope");
     if (f->qk_norm) append(buf, size, "QK-norm");
-    if (f->qkv_bias) append(buf, size, "QKV biases");
+    if (f->qkv_bias) append(buf, size, f->attn_out_bias ? "QKVO biases" : "QKV biases");
+    if (f->attn_sinks) append(buf, size, "attention sinks");
     if (f->post_norms) append(buf, size, "post-norms");
     if (f->embd_scale_sqrt) append(buf, size, "embeddings x sqrt(d)");
     if (f->tied_output) append(buf, size, "tied output");
@@ -216,4 +240,6 @@ void em_family_describe(const em_family *f, char *buf, size_t size) {
     }
     if (f->moe == EM_MOE_LEADING_DENSE) append(buf, size, "experts after leading dense layers");
     else if (f->moe != EM_MOE_NONE) append(buf, size, "experts in every layer");
+    if (f->expert_biases) append(buf, size, "biased router and experts");
+    if (f->gating == EM_GATING_SOFTMAX_CHOSEN) append(buf, size, "softmax over the chosen experts");
 }

@@ -166,18 +166,20 @@ static em_err keep(em_model *m, float *v) {
     return NULL;
 }
 
-/* A vector of n floats (norm weights, biases), converted to f32 and owned by the model. */
-static em_err get_vector(loader *l, const char *name, bool required, uint64_t n, const float **out) {
+/* `count` vectors of n floats each ([n, count]: per-expert biases; count 0 is one vector), converted
+ * to f32 and owned by the model. */
+static em_err get_vectors(loader *l, const char *name, bool required, uint64_t n, uint64_t count, const float **out) {
     *out = NULL;
     const em_gguf_tensor *t;
-    em_err err = find_tensor(l, name, required, n, 0, 0, &t);
+    em_err err = find_tensor(l, name, required, n, count, 0, &t);
     if (err || !t) return err;
-    float *v = malloc(n * sizeof *v);
+    const uint64_t total = n * (count ? count : 1);
+    float *v = malloc(total * sizeof *v);
     if (!v) return em_errorf(EM_ERR_NOMEM, "out of memory loading %s", name);
     if (t->type == EM_TYPE_F32) {
-        memcpy(v, t->data, n * sizeof *v);
+        memcpy(v, t->data, total * sizeof *v);
     } else {
-        err = em_dequantize(t->type, t->data, v, n);
+        err = em_dequantize(t->type, t->data, v, total);
         if (err) {
             free(v);
             return em_err_prefix(err, "%s: tensor %s", em_gguf_path(l->g), name);
@@ -185,6 +187,11 @@ static em_err get_vector(loader *l, const char *name, bool required, uint64_t n,
     }
     *out = v;
     return keep(l->m, v);
+}
+
+/* A vector of n floats (norm weights, biases). */
+static em_err get_vector(loader *l, const char *name, bool required, uint64_t n, const float **out) {
+    return get_vectors(l, name, required, n, 0, out);
 }
 
 static const char *blk(char *buf, size_t size, uint32_t layer, const char *what) {
@@ -286,6 +293,10 @@ static em_err load_desc(loader *l, const em_family *f) {
     if (gating_func != 1 && gating_func != 2)
         return em_errorf(EM_ERR_UNSUPPORTED, "%s: %s.expert_gating_func = %u (1 softmax, 2 sigmoid)",
                          em_gguf_path(l->g), l->arch, gating_func);
+    em_gating gating = gating_func == 2 ? EM_GATING_SIGMOID : EM_GATING_SOFTMAX;
+    if (!em_gguf_find(l->g, key_of(l, "expert_gating_func"))) gating = f->gating;
+    d->act_limit = f->act_limit;
+    d->act_alpha = f->act_alpha;
 
     d->layers = calloc(d->n_layer, sizeof *d->layers);
     if (!d->layers) return em_errorf(EM_ERR_NOMEM, "out of memory describing %u layers", d->n_layer);
@@ -316,8 +327,9 @@ static em_err load_desc(loader *l, const em_family *f) {
         if (ld->moe) {
             ld->n_expert = n_expert;
             ld->n_expert_used = n_expert_used;
-            ld->gating = gating_func == 2 ? EM_GATING_SIGMOID : EM_GATING_SOFTMAX;
-            ld->renormalize = weights_norm;
+            ld->gating = gating;
+            /* a softmax over the chosen experts already sums to one */
+            ld->renormalize = weights_norm && gating != EM_GATING_SOFTMAX_CHOSEN;
             ld->expert_weights_scale = weights_scale;
             /* Mixtral (llama) keeps the expert width in feed_forward_length. */
             if (em_gguf_find(l->g, key_of(l, "expert_feed_forward_length")))
@@ -362,6 +374,10 @@ static em_err load_layer(loader *l, const em_family *f, uint32_t il) {
     if ((err = get_vector(l, blk(n, sizeof n, il, "attn_k.bias"), f->qkv_bias || w->bq, k, &w->bk))) return err;
     if ((err = get_vector(l, blk(n, sizeof n, il, "attn_v.bias"), f->qkv_bias || w->bq, v, &w->bv))) return err;
     l->m->desc.layers[il].qkv_bias = w->bq != NULL;
+    if ((err = get_vector(l, blk(n, sizeof n, il, "attn_output.bias"), f->attn_out_bias, e, &w->bo))) return err;
+    if (f->attn_sinks &&
+        (err = get_vector(l, blk(n, sizeof n, il, "attn_sinks.weight"), true, ld->n_head, &w->attn_sinks)))
+        return err;
     if (ld->qk_norm) {
         if ((err = get_vector(l, blk(n, sizeof n, il, "attn_q_norm.weight"), true, ld->head_dim, &w->q_norm)))
             return err;
@@ -371,7 +387,9 @@ static em_err load_layer(loader *l, const em_family *f, uint32_t il) {
     if (ld->post_attn_norm &&
         (err = get_vector(l, blk(n, sizeof n, il, "post_attention_norm.weight"), true, e, &w->post_attn_norm)))
         return err;
-    if ((err = get_vector(l, blk(n, sizeof n, il, "ffn_norm.weight"), true, e, &w->ffn_norm))) return err;
+    char ffn_norm[64];
+    snprintf(ffn_norm, sizeof ffn_norm, "%s.weight", f->ffn_norm_tensor ? f->ffn_norm_tensor : "ffn_norm");
+    if ((err = get_vector(l, blk(n, sizeof n, il, ffn_norm), true, e, &w->ffn_norm))) return err;
     if (ld->post_ffn_norm &&
         (err = get_vector(l, blk(n, sizeof n, il, "post_ffw_norm.weight"), true, e, &w->post_ffn_norm)))
         return err;
@@ -390,6 +408,15 @@ static em_err load_layer(loader *l, const em_family *f, uint32_t il) {
     if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_up_exps.weight"), true, e, ff, ne, &w->up_exps))) return err;
     if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_down_exps.weight"), true, ff, e, ne, &w->down_exps)))
         return err;
+    if (f->expert_biases) {
+        if ((err = get_vector(l, blk(n, sizeof n, il, "ffn_gate_inp.bias"), true, ne, &w->gate_inp_bias))) return err;
+        if ((err = get_vectors(l, blk(n, sizeof n, il, "ffn_gate_exps.bias"), true, ff, ne, &w->gate_exps_bias)))
+            return err;
+        if ((err = get_vectors(l, blk(n, sizeof n, il, "ffn_up_exps.bias"), true, ff, ne, &w->up_exps_bias)))
+            return err;
+        if ((err = get_vectors(l, blk(n, sizeof n, il, "ffn_down_exps.bias"), true, e, ne, &w->down_exps_bias)))
+            return err;
+    }
     if (ld->n_ff_shared) {
         const uint64_t fs = ld->n_ff_shared;
         if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_gate_shexp.weight"), true, e, fs, 0, &w->gate_shexp)))

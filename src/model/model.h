@@ -3,7 +3,7 @@
  * weights that go with it (em_model_weights), the family loaders that fill both from a GGUF file,
  * and synthetic models at real shapes. Sampling belongs to the engine (src/engine).
  *
- * A family (llama, mistral, mixtral, qwen2, qwen3, qwen3moe, gemma2, gemma3, flint) is a row of
+ * A family (llama, mistral, mixtral, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss, flint) is a row of
  * the family registry (em_family, family.c): what its checkpoints and GGUF files look like, as
  * separate traits (gated unit, post-norms, embedding scale, QK-norm, sliding-window layout, experts,
  * GGUF keys, ...). One loader reads every family's GGUF metadata keys and tensor names (those
@@ -77,6 +77,7 @@ typedef struct em_model_desc {
     em_norm_kind norm;
     float norm_eps;
     em_activation act;
+    float act_limit, act_alpha; /* EM_ACT_SWIGLU_CLAMPED: its clip and the sigmoid's slope */
     float embd_scale;     /* token embeddings are multiplied by this (Gemma: sqrt(n_embd)) */
     float final_softcap;  /* logits become c·tanh(l/c); 0 = none */
     bool tied_output;     /* the output matrix is token_embd */
@@ -86,11 +87,14 @@ typedef struct em_model_desc {
 /* Per-layer weights. Vectors are f32, owned by the model; NULL when the layer has none. */
 typedef struct em_layer_weights {
     const float *attn_norm, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *post_ffn_norm;
-    const float *bq, *bk, *bv;
+    const float *bq, *bk, *bv, *bo;
+    const float *attn_sinks;                         /* n_head logits, or NULL */
     em_weight wq, wk, wv, wo;
     em_weight ffn_gate, ffn_up, ffn_down;            /* dense */
     em_weight gate_inp;                              /* router: rows = n_expert */
     em_weight gate_exps, up_exps, down_exps;         /* n_mat = n_expert */
+    const float *gate_inp_bias;                      /* n_expert floats, or NULL */
+    const float *gate_exps_bias, *up_exps_bias, *down_exps_bias; /* n_expert rows, or NULL */
     em_weight gate_shexp, up_shexp, down_shexp;      /* shared expert */
 } em_layer_weights;
 
@@ -127,6 +131,8 @@ typedef enum em_family_moe {
     EM_MOE_MIXTRAL,       /* every layer; block_sparse_moe.experts.E.w1/w3/w2 and block_sparse_moe.gate */
     EM_MOE_QWEN,          /* every layer; mlp.experts.E.{gate,up,down}_proj and mlp.gate */
     EM_MOE_LEADING_DENSE, /* after leading_dense_block_count dense layers (flint; no checkpoint class) */
+    EM_MOE_GPT_OSS,       /* every layer; mlp.router and mlp.experts.{gate_up,down}_proj with biases, gate
+                           * and up interleaved in one matrix, in bf16 or MXFP4 (_blocks, _scales) */
 } em_family_moe;
 
 /* GGUF keys ({arch}.*) that some families' files carry and others do not. */
@@ -173,6 +179,12 @@ typedef struct em_family {
     uint32_t attn_scale_embd_layers; /* models of this many layers scale attention by
                                       * 1/sqrt(n_embd / n_head), not 1/sqrt(head_dim) (27B Gemmas) */
     em_family_moe moe;
+    em_gating gating;          /* the router's, where the file has no expert_gating_func */
+    float act_limit, act_alpha; /* EM_ACT_SWIGLU_CLAMPED: its clip and slope (not in GGUF files) */
+    bool attn_out_bias;        /* the attention's output projection has a bias (attn_output.bias) */
+    bool attn_sinks;           /* one learned logit per query head in every softmax (attn_sinks.weight) */
+    bool expert_biases;        /* the router and every expert's gate, up and down have biases */
+    const char *ffn_norm_tensor; /* the pre-FFN norm's GGUF name ("post_attention_norm"); NULL: ffn_norm */
     em_family_keys keys;
     em_family_hf_defaults hf;
 } em_family;
@@ -232,7 +244,7 @@ void em_model_describe_layer(const em_model_desc *desc, uint32_t layer, char *bu
 
 typedef struct em_synth_options {
     const char *preset;   /* see em_synth_preset_name */
-    const char *type;     /* f32, f16, bf16, q8_0, q4_k, mix */
+    const char *type;     /* f32, f16, bf16, q8_0, q4_k, mix, mxfp4 (q8_0 with MXFP4 experts) */
     uint32_t layers;      /* 0 = the preset's */
     uint32_t experts;     /* 0 = the preset's */
     uint64_t seed;

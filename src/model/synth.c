@@ -41,6 +41,10 @@ static const preset presets[] = {
     {"tiny-gemma3", "gemma3", 6, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, true, 1e6f, 1e-6f, 8, 0, 0, NULL},
     {"tiny-mixtral", "mixtral", 2, 128, 4, 2, 32, 128, 32000, 512, 4, 2, 128, 0, false, 1e6f, 1e-5f, 0, 0, 0, NULL},
     {"tiny-flint", "flint", 4, 128, 4, 2, 32, 256, 32000, 512, 8, 3, 64, 2, false, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    {"tiny-gpt-oss", "gpt-oss", 4, 128, 4, 2, 32, 128, 32000, 512, 8, 2, 128, 0, false, 150000.0f, 1e-5f, 8, 0, 0, "yarn:32:64"},
+    /* gpt-oss at its real shapes; `--layers` cuts them down for a machine without the memory */
+    {"gpt-oss-20b", "gpt-oss", 24, 2880, 64, 8, 64, 2880, 201088, 131072, 32, 4, 2880, 0, false, 150000.0f, 1e-5f, 128, 0, 0, "yarn:32:4096"},
+    {"gpt-oss-120b", "gpt-oss", 36, 2880, 64, 8, 64, 2880, 201088, 131072, 128, 4, 2880, 0, false, 150000.0f, 1e-5f, 128, 0, 0, "yarn:32:4096"},
     /* rows of 256: every K-format block divides them, so quantization recipes apply unchanged */
     {"small-llama", "llama", 8, 256, 4, 1, 64, 512, 32000, 512, 0, 0, 0, 0, false, 10000.0f, 1e-5f, 0, 0, 0, NULL},
     {"small-qwen3moe", "qwen3moe", 4, 256, 4, 2, 64, 512, 32000, 512, 8, 2, 256, 0, true, 1e6f, 1e-6f, 0, 0, 0, NULL},
@@ -145,6 +149,18 @@ static void random_block(uint8_t *block, const em_type_info *info, const block_l
         h = to_f16(d * 7.5f);
         memcpy(block + l->dmin_offset, &h, 2);
     }
+}
+
+/* An MXFP4 block of random nibbles whose values have about the RMS `rms`: uniform nibbles have an RMS
+ * of sqrt(34.25) times the block's scale 2^(e - 128) (the doubled E2M1 levels 0..12, squared and
+ * averaged), so the exponent byte is the power of two nearest rms / sqrt(34.25). */
+static void random_mxfp4_block(uint8_t *block, float rms, uint64_t *rng) {
+    for (int i = 0; i < 16; i += 8) {
+        uint64_t r = splitmix64(rng);
+        memcpy(block + 1 + i, &r, 8);
+    }
+    const long e = 128 + lroundf(log2f(rms / sqrtf(34.25f)));
+    block[0] = (uint8_t)(e < 1 ? 1 : e > 254 ? 254 : e);
 }
 
 /* Measures the RMS of dequantized random blocks with d = 1, so a wanted RMS gives d. */
@@ -267,12 +283,18 @@ static em_err plan_all(synth *s) {
         }
         if ((err = plan(s, B("attn_output.weight"), 2, q, e, 1, s->weight_type, INIT_UNIFORM, gain / sqrtf((float)q))))
             return err;
+        if (f->attn_out_bias && (err = plan(s, B("attn_output.bias"), 1, e, 1, 1, 0, INIT_UNIFORM, 0.1f))) return err;
+        /* sinks of about the scores' size: each takes a real share of its head's attention */
+        if (f->attn_sinks && (err = plan(s, B("attn_sinks.weight"), 1, p->n_head, 1, 1, 0, INIT_UNIFORM, 1.0f)))
+            return err;
         if (f->post_norms) {
             if ((err = plan(s, B("post_attention_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f * post_norm_gain)))
                 return err;
             s->tensors[s->n_tensors - 1].center = post_norm_gain;
         }
-        if ((err = plan(s, B("ffn_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f))) return err;
+        char ffn_norm[48];
+        snprintf(ffn_norm, sizeof ffn_norm, "%.32s.weight", f->ffn_norm_tensor ? f->ffn_norm_tensor : "ffn_norm");
+        if ((err = plan(s, B(ffn_norm), 1, e, 1, 1, 0, INIT_NORM, 0.1f))) return err;
         if (!moe) {
             const uint64_t ff = p->n_ff;
             if ((err = plan(s, B("ffn_gate.weight"), 2, e, ff, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
@@ -291,6 +313,12 @@ static em_err plan_all(synth *s) {
             if ((err = plan(s, B("ffn_down_exps.weight"), 3, ff, e, ne, s->expert_type, INIT_UNIFORM,
                             gain / sqrtf((float)ff))))
                 return err;
+            if (f->expert_biases) { /* f32, as llama.cpp's converter writes them */
+                if ((err = plan(s, B("ffn_gate_inp.bias"), 1, ne, 1, 1, 0, INIT_UNIFORM, 0.1f))) return err;
+                if ((err = plan(s, B("ffn_gate_exps.bias"), 2, ff, ne, 1, EM_TYPE_F32, INIT_UNIFORM, 0.1f))) return err;
+                if ((err = plan(s, B("ffn_up_exps.bias"), 2, ff, ne, 1, EM_TYPE_F32, INIT_UNIFORM, 0.1f))) return err;
+                if ((err = plan(s, B("ffn_down_exps.bias"), 2, e, ne, 1, EM_TYPE_F32, INIT_UNIFORM, 0.1f))) return err;
+            }
         }
         if (f->post_norms) {
             if ((err = plan(s, B("post_ffw_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f * post_norm_gain))) return err;
@@ -340,6 +368,10 @@ static em_err fill_tensor(void *user, uint64_t index, void *file_, uint64_t size
         const uint64_t bytes = n / info->block_elems * info->block_bytes;
         uint8_t *out = s->buffer;
         for (uint64_t i = 0; i < n; i += info->block_elems, out += info->block_bytes) {
+            if (t->type == EM_TYPE_MXFP4) {
+                random_mxfp4_block(out, t->rms, &rng);
+                continue;
+            }
             if (layout) {
                 random_block(out, info, layout, t->rms / s->rms_at_unit_d[li], &rng);
                 continue;
@@ -491,6 +523,7 @@ static em_err parse_type(const char *name, uint32_t *weights, uint32_t *experts)
         {"f32", EM_TYPE_F32, EM_TYPE_F32},   {"f16", EM_TYPE_F16, EM_TYPE_F16},
         {"bf16", EM_TYPE_BF16, EM_TYPE_BF16}, {"q8_0", EM_TYPE_Q8_0, EM_TYPE_Q8_0},
         {"q4_k", EM_TYPE_Q4_K, EM_TYPE_Q4_K}, {"mix", EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS},
+        {"mxfp4", EM_TYPE_Q8_0, EM_TYPE_MXFP4}, /* gpt-oss as released: MXFP4 experts */
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (!strcmp(types[i].name, name)) {
@@ -498,7 +531,7 @@ static em_err parse_type(const char *name, uint32_t *weights, uint32_t *experts)
             *experts = types[i].e;
             return NULL;
         }
-    return em_errorf(EM_ERR_INVALID, "unknown type '%s' (f32, f16, bf16, q8_0, q4_k, mix)", name);
+    return em_errorf(EM_ERR_INVALID, "unknown type '%s' (f32, f16, bf16, q8_0, q4_k, mix, mxfp4)", name);
 }
 
 /* "none", "linear:F", "yarn:F:ORIG_CTX", "llama3:F:ORIG_CTX" */

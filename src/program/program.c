@@ -147,6 +147,14 @@ static em_err check_cache(const checker *c, const em_program_op *op) {
     return NULL;
 }
 
+/* A known activation; the clamped SwiGLU with a positive clip and slope. */
+static em_err check_activation(const checker *c, em_activation act, float limit, float alpha) {
+    if ((unsigned)act > EM_ACT_SWIGLU_CLAMPED) return fail(c, "activation %d", (int)act);
+    if (act == EM_ACT_SWIGLU_CLAMPED && !(limit > 0.0f && alpha > 0.0f))
+        return fail(c, "a clamped SwiGLU with limit %g and slope %g", limit, alpha);
+    return NULL;
+}
+
 static em_err check_op(checker *c, const em_program_op *op) {
     const em_program *p = c->p;
     em_err err = NULL;
@@ -197,6 +205,7 @@ static em_err check_op(checker *c, const em_program_op *op) {
         return writes(c, op->dst, EM_PROGRAM_ROWS, a->n_head * a->head_dim_v);
     }
     case EM_PROGRAM_GLU:
+        if ((err = check_activation(c, op->u.glu.act, op->u.glu.limit, op->u.glu.alpha))) return err;
         if ((err = reads(c, op->dst, EM_PROGRAM_ROWS, op->u.glu.width))) return err;
         return reads(c, op->src, EM_PROGRAM_ROWS, op->u.glu.width);
     case EM_PROGRAM_ADD:
@@ -206,6 +215,7 @@ static em_err check_op(checker *c, const em_program_op *op) {
         const em_program_route *r = &op->u.route;
         if (!r->n_used || r->n_used > r->n_expert)
             return fail(c, "chooses %u of %u experts", r->n_used, r->n_expert);
+        if ((unsigned)r->gating > EM_GATING_SOFTMAX_CHOSEN) return fail(c, "gating %d", (int)r->gating);
         if ((err = reads(c, op->src, EM_PROGRAM_ROWS, r->n_expert))) return err;
         if ((err = writes(c, op->dst, EM_PROGRAM_CHOICES, r->n_used))) return err;
         c->buffers[op->dst].n_expert = r->n_expert;
@@ -213,6 +223,7 @@ static em_err check_op(checker *c, const em_program_op *op) {
     }
     case EM_PROGRAM_EXPERTS: {
         const em_program_experts *x = &op->u.experts;
+        if ((err = check_activation(c, x->act, x->limit, x->alpha))) return err;
         if ((err = buffer_index(c, op->src2, EM_PROGRAM_CHOICES))) return err;
         const buffer_state *choices = &c->buffers[op->src2];
         if (!choices->width) return fail(c, "reads choices %s before a route", p->buffers[op->src2].name);
@@ -289,7 +300,8 @@ void em_program_describe_op(const em_program *p, uint32_t i, char *buf, size_t s
     const char *src2 = op->src2 < p->n_buffers ? p->buffers[op->src2].name : "?";
     char layer[24] = "", w[64];
     if (op->layer != EM_PROGRAM_NO_LAYER) snprintf(layer, sizeof layer, "layer %u ", op->layer);
-    const char *act_names[] = {"silu", "gelu"};
+    const char *act_names[] = {"silu", "gelu", "clamped silu"};
+    const char *gating_names[] = {"softmax", "sigmoid", "softmax of the chosen"};
     switch (op->kind) {
     case EM_PROGRAM_EMBED:
         describe_weight(w, sizeof w, op->u.embed.table);
@@ -316,26 +328,28 @@ void em_program_describe_op(const em_program *p, uint32_t i, char *buf, size_t s
         break;
     case EM_PROGRAM_ATTENTION: {
         const em_program_attention *a = &op->u.attention;
-        snprintf(buf, size, "%sattention %s = %s over cache %u: %u/%u heads x %u/%u%s%.0u%s", layer, dst, src,
+        snprintf(buf, size, "%sattention %s = %s over cache %u: %u/%u heads x %u/%u%s%.0u%s%s", layer, dst, src,
                  op->cache, a->n_head, a->n_head_kv, a->head_dim, a->head_dim_v, a->window ? ", window " : "",
-                 a->window, a->softcap > 0 ? ", softcap" : "");
+                 a->window, a->softcap > 0 ? ", softcap" : "", a->sinks ? ", sinks" : "");
         break;
     }
     case EM_PROGRAM_GLU:
-        snprintf(buf, size, "%sglu %s = %s(%s) * %s", layer, dst, act_names[op->u.glu.act & 1], dst, src);
+        snprintf(buf, size, "%sglu %s = %s(%s) * %s", layer, dst, act_names[op->u.glu.act % 3], dst, src);
         break;
     case EM_PROGRAM_ADD:
         snprintf(buf, size, "%sadd %s += %s", layer, dst, src);
         break;
     case EM_PROGRAM_ROUTE:
         snprintf(buf, size, "%sroute %s = top %u of %u by %s(%s)%s", layer, dst, op->u.route.n_used,
-                 op->u.route.n_expert, op->u.route.gating == EM_GATING_SOFTMAX ? "softmax" : "sigmoid", src,
+                 op->u.route.n_expert, gating_names[op->u.route.gating % 3], src,
                  op->u.route.renormalize ? ", renormalized" : "");
         break;
     case EM_PROGRAM_EXPERTS:
         describe_weight(w, sizeof w, op->u.experts.gate);
         snprintf(buf, size, "%sexperts %s = chosen by %s of [%s] %s(%s)", layer, dst, src2, w,
-                 act_names[op->u.experts.act & 1], src);
+                 act_names[op->u.experts.act % 3], src);
+        if (op->u.experts.gate_bias || op->u.experts.up_bias || op->u.experts.down_bias)
+            if (size > strlen(buf) + 1) snprintf(buf + strlen(buf), size - strlen(buf), ", biased");
         break;
     case EM_PROGRAM_OUTPUT:
         describe_weight(w, sizeof w, op->u.output.weight);

@@ -13,7 +13,7 @@
  *   head_norm      each head of q (and k) normalized        (QK-norm families)
  *   rope           each head of q and k rotated at the token's position
  *   kv_write       k, v into the layer's cache
- *   attention      attn = softmax(q·K) V over the cache
+ *   attention      attn = softmax(q·K) V over the cache (with a sink logit per head, a window)
  *   matmul         out = W_o attn
  *   add            x += out
  *   norm, matmul ×2, glu, matmul, add     x += down(act(gate xn) · up xn)
@@ -72,10 +72,12 @@ typedef struct em_rope {
     const float *freq_factors; /* n_rot/2 divisors of the frequencies, or NULL (owned by the model) */
 } em_rope;
 
-/* The activation of a gated unit: act(gate) · up. */
-typedef enum em_activation { EM_ACT_SWIGLU, EM_ACT_GEGLU } em_activation;
-/* How a router turns its logits into probabilities. */
-typedef enum em_gating { EM_GATING_SOFTMAX, EM_GATING_SIGMOID } em_gating;
+/* The activation of a gated unit: act(gate) · up. The clamped SwiGLU (gpt-oss) clips both inputs
+ * first and shifts up by one: g = min(g, limit), u = clamp(u, -limit, limit), (u + 1) · g · σ(alpha g). */
+typedef enum em_activation { EM_ACT_SWIGLU, EM_ACT_GEGLU, EM_ACT_SWIGLU_CLAMPED } em_activation;
+/* How a router turns its logits into probabilities: a softmax over all experts or a sigmoid of each
+ * (then the top k), or the top k logits first and a softmax over those k alone (gpt-oss). */
+typedef enum em_gating { EM_GATING_SOFTMAX, EM_GATING_SIGMOID, EM_GATING_SOFTMAX_CHOSEN } em_gating;
 
 /* ---- Operations ---- */
 
@@ -90,7 +92,8 @@ typedef enum em_program_op_kind {
     EM_PROGRAM_GLU,       /* dst = act(dst) · src: dst holds the gate, src the up projection */
     EM_PROGRAM_ADD,       /* dst += src */
     EM_PROGRAM_ROUTE,     /* dst (choices) = the top experts of gating(src), src being router logits */
-    EM_PROGRAM_EXPERTS,   /* dst = Σ over the choices in src2 of weight · down(act(gate src) · up src) */
+    EM_PROGRAM_EXPERTS,   /* dst = Σ over the choices in src2 of weight · down(act(gate src) · up src),
+                           * each product with its expert's bias where the experts have them */
     EM_PROGRAM_OUTPUT,    /* logits = W · RMSNorm(src) · norm for the rows that want them, soft-capped */
     EM_PROGRAM_OP_KINDS
 } em_program_op_kind;
@@ -123,11 +126,15 @@ typedef struct em_program_attention {
     uint32_t window;      /* a query at p sees keys at p' with p - p' < window; 0 = all before it */
     float scale;          /* multiplies q·k */
     float softcap;        /* scores become c·tanh(s/c); 0 = none */
+    /* n_head logits, one per query head, each one more term of its softmax's denominator (a key
+     * whose value is zero): p_j = e^{s_j} / (Σ_i e^{s_i} + e^{sink}); NULL = none */
+    const float *sinks;
 } em_program_attention;
 
 typedef struct em_program_glu {
     em_activation act;
     uint32_t width;
+    float limit, alpha;   /* EM_ACT_SWIGLU_CLAMPED: the clip and the sigmoid's slope */
 } em_program_glu;
 
 typedef struct em_program_route {
@@ -139,7 +146,11 @@ typedef struct em_program_route {
 
 typedef struct em_program_experts {
     const em_weight *gate, *up, *down; /* stacks of n_expert matrices */
+    /* each expert's biases, added to its products: n_expert rows of gate->rows (down: down->rows)
+     * floats, expert by expert; NULL = none */
+    const float *gate_bias, *up_bias, *down_bias;
     em_activation act;
+    float limit, alpha;   /* EM_ACT_SWIGLU_CLAMPED: the clip and the sigmoid's slope */
 } em_program_experts;
 
 typedef struct em_program_embed {

@@ -1,8 +1,10 @@
 #!/bin/bash
 # Peer comparison with llama.cpp: node-llama-cpp 3.21.1 (CPU build, f32 KV cache, no flash
 # attention) loads the same synthetic GGUF files as ember and continues the same prompt greedily for
-# 32 tokens: every family but flint (which llama.cpp does not know) in f32 and q8_0, and tiny-llama
-# with linear, YaRN and Llama 3 RoPE scaling, and one layer of dense-1b at q4_k.
+# 32 tokens: every family but flint (which llama.cpp does not know) in f32 and q8_0, gpt-oss also
+# with MXFP4 experts (its sinks, 8-token windows, YaRN, biased router and experts and clamped SwiGLU
+# against llama.cpp's own), tiny-llama with linear, YaRN and Llama 3 RoPE scaling, and one layer of
+# dense-1b at q4_k.
 #  - ember's own greedy continuation must be llama.cpp's, token for token, and each token's
 #    probability must agree within 0.005 (observed: about 1e-4). The one legitimate disagreement is a
 #    near-tie (the two most likely tokens within 2% of each other), after which the continuations
@@ -25,7 +27,7 @@ need_llamacpp "$JS" "$WORK/npm.log" || exit 1
 
 PROMPT="1 450 4996 17354 1701 29916 12500 975 278 17366 11203 29889"
 N=32
-PRESETS="tiny-llama tiny-qwen2 tiny-qwen3 tiny-qwen3moe tiny-gemma2 tiny-gemma3 tiny-mixtral"
+PRESETS="tiny-llama tiny-qwen2 tiny-qwen3 tiny-qwen3moe tiny-gemma2 tiny-gemma3 tiny-mixtral tiny-gpt-oss"
 TYPES=${PEER_TYPES:-f32 q8_0}
 status=0
 models=()
@@ -47,6 +49,12 @@ for scaling in linear:4 yarn:4:32 llama3:8:32; do
         --vocab "$FIXTURES/vocab/ggml-vocab-llama-spm.gguf" || { echo "FAIL: synth rope $scaling"; exit 1; }
     models+=("$model")
 done
+# gpt-oss as released: MXFP4 experts (the other matrices q8_0)
+model=$WORK/tiny-gpt-oss-mxfp4.gguf
+rm -f "$model.llama.txt"
+"$EMBER" synth --preset tiny-gpt-oss --type mxfp4 --seed 5 -o "$model" \
+    --vocab "$FIXTURES/vocab/ggml-vocab-llama-spm.gguf" || { echo "FAIL: synth tiny-gpt-oss mxfp4"; exit 1; }
+models+=("$model")
 # a real shape with K-quant blocks: Llama-3.2-1B's (vocabulary padded to 128256, Llama 3 RoPE
 # frequency factors) cut to one layer, at q4_k
 model=$WORK/dense-1b-1layer-q4_k.gguf

@@ -6,7 +6,10 @@ For each architecture that `ember convert` supports this writes, under OUT_DIR/<
   tokenizer_config.json  -- a checkpoint as transformers saves it;
   logits.f32             -- float32 little-endian logits [n_positions, n_vocab] of one forward pass
                             over prompt + greedy continuation (position t predicts token t+1);
-  expected.json          -- prompt ids, the 16 greedy ids, shapes, versions, and feature checks.
+  expected.json          -- prompt ids, the 16 greedy ids, shapes, versions, and feature checks;
+  logits_truncated.f32   -- gpt-oss only: the same weights with YaRN's correction range rounded
+                            (truncate true, as GGUF computes it), over its own greedy continuation
+                            (expected.json: greedy_ids_truncated, truncate_max_abs_change).
 
 The references are computed on the CPU in float64 (float32 for MoE models, whose grouped expert
 matmul in transformers takes nothing wider) with attn_implementation="eager" (so sliding
@@ -164,7 +167,27 @@ def specs(V):
         ("gemma3pattern", T.Gemma3TextConfig, T.Gemma3ForCausalLM, gemma3(V, gemma3pattern_types), "float32", None,
          [("sliding_window", {"sliding_window": 4096}),
           ("layer_types", {"layer_types": ["sliding_attention"] * 4})]),
+        # gpt-oss: sinks, an 8-token window on even layers (the sequence has 40), YaRN as released
+        # (factor 32 over 4096, truncate false), biased attention, router and experts, bf16. The
+        # extra reference with truncate true is what GGUF's (llama.cpp's) rounded YaRN computes.
+        ("gpt-oss", T.GptOssConfig, T.GptOssForCausalLM, gpt_oss(V, truncate=False), "bfloat16", None,
+         [("sliding_window", {"sliding_window": 4096}),
+          ("yarn", rope(150000.0)),
+          ("truncate", gpt_oss_rope(True))]),
     ]
+
+
+def gpt_oss_rope(truncate):
+    return rope(150000.0, {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                           "original_max_position_embeddings": 4096, "truncate": truncate})
+
+
+def gpt_oss(V, truncate):
+    """A GptOss config: 4 layers alternating sliding and full, 4 experts of 96 choosing 2, heads of 16."""
+    return common(V, head_dim=16, intermediate_size=96, num_hidden_layers=4, num_local_experts=4,
+                  num_experts_per_tok=2, sliding_window=8, attention_bias=True, router_aux_loss_coef=0.0,
+                  max_position_embeddings=131072, swiglu_limit=7.0,
+                  layer_types=["sliding_attention", "full_attention"] * 2, **gpt_oss_rope(truncate))
 
 
 def build(cfg_cls, model_cls, kwargs):
@@ -180,10 +203,11 @@ def build(cfg_cls, model_cls, kwargs):
 @torch.no_grad()
 def perturb_vectors(model):
     """transformers initialises biases to 0 and norm weights to 1 (Gemma: 0); random offsets make
-    the fixtures check that these values, not just their shapes, arrive."""
-    for _, p in model.named_parameters():
-        if p.dim() == 1:
-            p.add_(torch.randn_like(p) * 0.1)
+    the fixtures check that these values, not just their shapes, arrive. gpt-oss's experts keep their
+    biases as [experts, width] and its sinks get logits as large as the scores, so they matter."""
+    for name, p in model.named_parameters():
+        if p.dim() == 1 or name.endswith("_bias"):
+            p.add_(torch.randn_like(p) * (1.0 if name.endswith("sinks") else 0.1))
 
 
 @torch.no_grad()
@@ -215,12 +239,17 @@ def fake_q8_0(state):
     dimension, one scale = max|w| / 127 stored as f16), for choosing well-conditioned fixtures."""
     out = {}
     for k, v in state.items():
-        if v.dim() >= 2 and v.shape[-1] % 32 == 0 and not k.endswith("mlp.gate.weight") and "block_sparse_moe.gate" not in k:
+        # gpt-oss's expert matrices are stored [experts, input, output]: blocks run along the input
+        transposed = k.endswith("experts.gate_up_proj") or k.endswith("experts.down_proj")
+        if transposed:
+            v = v.transpose(-1, -2)
+        if (v.dim() >= 2 and v.shape[-1] % 32 == 0 and not k.endswith("mlp.gate.weight") and "block_sparse_moe.gate" not in k
+                and not k.endswith("mlp.router.weight") and not k.endswith("_bias")):
             b = v.reshape(-1, 32)
             d = (b.abs().amax(-1, keepdim=True) / 127).to(torch.float16).to(v.dtype)
             q = torch.where(d > 0, (b / torch.where(d > 0, d, torch.ones_like(d))).round(), torch.zeros_like(b))
             v = (q * d).reshape(v.shape)
-        out[k] = v
+        out[k] = v.transpose(-1, -2).contiguous() if transposed else v
     return out
 
 
@@ -286,6 +315,22 @@ def one(name, cfg_cls, model_cls, kwargs, dtype, shard, checks, tok, out_root):
         diff = float((logits_of(m2, seq) - logits).abs().max())
         check_out[check] = {"max_abs_change_when_off": diff, "exercised": diff > 1e-4}
 
+    truncated = {}
+    if name == "gpt-oss":
+        # The same weights with YaRN's correction range rounded (truncate true), as GGUF computes it:
+        # its own greedy continuation and logits, and how far rounding moves transformers' logits.
+        kw2 = copy.deepcopy(kwargs)
+        kw2.update(gpt_oss_rope(True))
+        m2 = build(cfg_cls, model_cls, kw2).to(compute)
+        m2.load_state_dict(state)
+        gen_t = greedy(m2, prompt, N_GEN)
+        logits_t = logits_of(m2, prompt + gen_t)
+        logits_t.to(torch.float32).numpy().astype("<f4").tofile(os.path.join(out, "logits_truncated.f32"))
+        same_seq = logits_of(m2, seq)
+        truncated = {"greedy_ids_truncated": gen_t, "logits_truncated_file": "logits_truncated.f32",
+                     "truncate_max_abs_change": float((same_seq - logits).abs().max())}
+        print("   gpt-oss truncated: greedy %s, max |change| %.4g" % (gen_t, truncated["truncate_max_abs_change"]))
+
     rng = float(logits.max() - logits.min())
     top2 = logits[N_PROMPT - 1:-1].topk(2, -1).values
     margins = (top2[:, 0] - top2[:, 1]).tolist()
@@ -311,6 +356,7 @@ def one(name, cfg_cls, model_cls, kwargs, dtype, shard, checks, tok, out_root):
         "checks": check_out,
         "safetensors_keys": saved_keys(out),
     }
+    expected.update(truncated)
     with open(os.path.join(out, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1)
     with open(os.path.join(out, "config.json")) as f:

@@ -132,8 +132,12 @@ static void attention_share(void *ctx, uint32_t ith, uint32_t nth) {
             }
             for (uint32_t t = t0; t < t1; t++) {
                 const uint32_t seen = batch->pos[t] + 1 - first_visible(ld, batch->pos[t]);
-                for (uint32_t g = 0; g < group; g++)
-                    em_f32_softmax(scores + ((uint64_t)(t - t0) * group + g) * job->cap_positions, seen);
+                for (uint32_t g = 0; g < group; g++) {
+                    float *head_scores = scores + ((uint64_t)(t - t0) * group + g) * job->cap_positions;
+                    /* a sink is one more logit in the softmax, after the positions; its weight is dropped */
+                    if (ld->sinks) head_scores[seen] = ld->sinks[kvh * group + g];
+                    em_f32_softmax(head_scores, seen + (ld->sinks ? 1 : 0));
+                }
                 float *o = job->out + ((uint64_t)t * ld->n_head + (uint64_t)kvh * group) * ld->head_dim_v;
                 memset(o, 0, (uint64_t)group * ld->head_dim_v * sizeof *o);
             }

@@ -133,6 +133,7 @@ static void add_bias(float *y, const float *bias, uint32_t n_tokens, uint32_t n)
 
 typedef struct glu_job {
     em_activation act;
+    float limit, alpha;
     float *gate;
     const float *up;
     uint64_t n;
@@ -142,28 +143,26 @@ static void glu_share(void *ctx, uint32_t ith, uint32_t nth) {
     const glu_job *job = ctx;
     uint64_t begin, end;
     em_cpu_share(job->n, ith, nth, &begin, &end);
-    if (job->act == EM_ACT_SWIGLU) {
-        em_f32_silu_mul(job->gate + begin, job->up + begin, end - begin);
-        return;
-    }
-    for (uint64_t i = begin; i < end; i++) job->gate[i] = em_cpu_gelu(job->gate[i]) * job->up[i];
+    em_cpu_glu(job->act, job->limit, job->alpha, job->gate + begin, job->up + begin, end - begin);
 }
 
 /* h = act(gate) * up, the gated linear unit of SwiGLU / GeGLU, split over the pool (a prefill's
  * units are many, and one transcendental function each). */
-static void glu(cpu_backend *b, em_activation act, float *gate, const float *up, uint64_t n) {
-    glu_job job = {act, gate, up, n};
+static void glu(cpu_backend *b, em_activation act, float limit, float alpha, float *gate, const float *up,
+                uint64_t n) {
+    glu_job job = {act, limit, alpha, gate, up, n};
     /* a unit's transcendental function counts as about 64 bytes of a product's reading */
     em_cpu_pool_run_sized(&b->pool, glu_share, &job, n * 64);
 }
 
 /* ---- experts ---- */
 
-/* Router: probabilities over experts, the top k, their weights (renormalized and scaled). */
+/* Router: probabilities over experts, the top k, their weights (renormalized and scaled). Softmax
+ * over the chosen: the top k of the logits themselves, then a softmax over those k. */
 static void route(const em_program_route *r, float *p, int32_t *chosen, float *weight) {
     if (r->gating == EM_GATING_SOFTMAX) {
         em_f32_softmax(p, r->n_expert);
-    } else {
+    } else if (r->gating == EM_GATING_SIGMOID) {
         for (uint32_t e = 0; e < r->n_expert; e++) p[e] = 1.0f / (1.0f + em_expf(-p[e]));
     }
     float sum = 0.0f;
@@ -178,6 +177,7 @@ static void route(const em_program_route *r, float *p, int32_t *chosen, float *w
         weight[k] = p[best];
         sum += p[best];
     }
+    if (r->gating == EM_GATING_SOFTMAX_CHOSEN) em_f32_softmax(weight, r->n_used);
     for (uint32_t k = 0; k < r->n_used; k++) {
         if (r->renormalize) weight[k] /= sum;
         weight[k] *= r->scale;
@@ -234,7 +234,11 @@ static em_err experts_few(cpu_backend *b, const em_program_experts *x, const flo
                                                 b->slot_up + s * ff, ff};
     }
     em_cpu_products_run(&b->pool, b->products, count);
-    glu(b, x->act, b->slot_gate, b->slot_up, n_slots * ff);
+    for (uint32_t s = 0; s < n_slots; s++) {
+        if (x->gate_bias) em_cpu_add_bias(b->slot_gate + s * ff, x->gate_bias + b->slot_expert[s] * ff, 1, ff);
+        if (x->up_bias) em_cpu_add_bias(b->slot_up + s * ff, x->up_bias + b->slot_expert[s] * ff, 1, ff);
+    }
+    glu(b, x->act, x->limit, x->alpha, b->slot_gate, b->slot_up, n_slots * ff);
 
     const uint64_t down_bytes = em_cpu_act_bytes(down);
     if ((err = em_cpu_quantize(down, b->slot_gate, ff, n_slots, act))) return err;
@@ -247,6 +251,9 @@ static em_err experts_few(cpu_backend *b, const em_program_experts *x, const flo
     em_cpu_products_run(&b->pool, b->products, count);
 
     const uint64_t width = down->rows;
+    if (x->down_bias)
+        for (uint32_t s = 0; s < n_slots; s++)
+            em_cpu_add_bias(b->slot_out + s * e, x->down_bias + b->slot_expert[s] * width, 1, width);
     memset(out, 0, n * width * sizeof(float));
     for (uint32_t s = 0; s < n_slots; s++) {
         float *o = out + b->slot_token[s] * width;
@@ -262,7 +269,8 @@ static em_err experts(cpu_backend *b, const em_program_experts *x, const float *
                       uint32_t n) {
     if (n < EM_CPU_FEW_TOKENS) return experts_few(b, x, in, c, out, n);
     const em_cpu_experts job = {
-        .gate = x->gate, .up = x->up, .down = x->down, .gelu = x->act == EM_ACT_GEGLU, .x = in, .n_tokens = n,
+        .gate = x->gate, .up = x->up, .down = x->down, .gate_bias = x->gate_bias, .up_bias = x->up_bias,
+        .down_bias = x->down_bias, .act = x->act, .limit = x->limit, .alpha = x->alpha, .x = in, .n_tokens = n,
         .n_embd = (uint32_t)x->gate->cols, .n_expert = (uint32_t)x->gate->n_mat, .n_used = c->n_used,
         .chosen = c->expert, .chosen_weight = c->weight, .out = out};
     return em_cpu_experts_run(&b->pool, &job, &b->experts);
@@ -415,7 +423,7 @@ static em_err run_op(cpu_backend *b, const em_batch *batch, const em_program_op 
         return NULL;
     }
     case EM_PROGRAM_GLU:
-        glu(b, op->u.glu.act, dst, src, (uint64_t)n * op->u.glu.width);
+        glu(b, op->u.glu.act, op->u.glu.limit, op->u.glu.alpha, dst, src, (uint64_t)n * op->u.glu.width);
         return NULL;
     case EM_PROGRAM_ADD:
         for (uint64_t i = 0; i < (uint64_t)n * op->u.add_width; i++) dst[i] += src[i];
@@ -502,12 +510,12 @@ nomem:
     return em_errorf(EM_ERR_NOMEM, "out of memory for scratch of %u tokens", n);
 }
 
-/* Attention scores need one float per visible position, per query head of a KV head's group (the
- * widest group of any attention), per token of a tile, per thread. */
+/* Attention scores need one float per visible position and one for a sink's logit, per query head of
+ * a KV head's group (the widest group of any attention), per token of a tile, per thread. */
 static em_err reserve_positions(cpu_backend *b, const em_batch *batch) {
     uint32_t longest = 0;
     for (uint32_t t = 0; t < batch->n_tokens; t++)
-        if (batch->pos[t] + 1 > longest) longest = batch->pos[t] + 1;
+        if (batch->pos[t] + 2 > longest) longest = batch->pos[t] + 2;
     if (longest <= b->cap_positions) return NULL;
     const uint32_t widest = em_program_widest_group(b->program);
     free(b->scores);

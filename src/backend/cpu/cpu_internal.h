@@ -128,6 +128,13 @@ void em_cpu_rope(float *head, const float *cos_sin, const em_rope *rope);
 /* GELU (tanh approximation); softmax and SiLU are quant's em_f32_softmax and em_f32_silu_mul. */
 float em_cpu_gelu(float x);
 
+/* gate[i] = act(gate[i]) · up[i] for i < n: SwiGLU, GeGLU, or the clamped SwiGLU with its clip
+ * `limit` and slope `alpha` (program.h). */
+void em_cpu_glu(em_activation act, float limit, float alpha, float *gate, const float *up, uint64_t n);
+
+/* rows[r][i] += bias[i] for r < n_rows, i < width (rows `width` floats apart); bias NULL: nothing. */
+void em_cpu_add_bias(float *rows, const float *bias, uint64_t n_rows, uint64_t width);
+
 /* Y[t][r] = W[mat] row r · X[t], for t < n_tokens and all rows of one matrix of the stack: em_dot's
  * numbers bitwise, except BF16 weights against EM_CPU_BF16_TILES_FROM or more tokens where the CPU has
  * AVX512_BF16 (activations rounded to bf16, em_bf16_tiles), and Q4_K and Q8_0 weights against
@@ -237,7 +244,9 @@ void em_cpu_expert_scratch_free(em_cpu_expert_scratch *s);
  * token t's chosen experts, in ascending expert order, of weight * down(act(gate x_t) * up x_t). */
 typedef struct em_cpu_experts {
     const em_weight *gate, *up, *down; /* the layer's stacks of expert matrices */
-    bool gelu;                         /* GeGLU; SwiGLU otherwise */
+    const float *gate_bias, *up_bias, *down_bias; /* per expert, or NULL (em_program_experts) */
+    em_activation act;
+    float limit, alpha;                /* the clamped SwiGLU's */
     const float *x;                    /* n_tokens rows of n_embd */
     uint32_t n_tokens, n_embd, n_expert, n_used;
     const int32_t *chosen;             /* [token][n_used]: expert ids, distinct for each token */

@@ -139,13 +139,14 @@ static em_err run_expert(const em_cpu_experts *job, em_cpu_expert_scratch *s, ui
     em_err err;
     for (int i = 0; i < 2; i++)
         if ((err = em_cpu_matmul_run(NULL, &products[i]))) return err;
-    if (job->gelu)
-        for (uint64_t i = 0; i < count * ff; i++) gate[i] = em_cpu_gelu(gate[i]) * up[i];
-    else
-        em_f32_silu_mul(gate, up, count * ff);
+    if (job->gate_bias) em_cpu_add_bias(gate, job->gate_bias + ex * ff, count, ff);
+    if (job->up_bias) em_cpu_add_bias(up, job->up_bias + ex * ff, count, ff);
+    em_cpu_glu(job->act, job->limit, job->alpha, gate, up, count * ff);
     em_cpu_matmul down = {.w = job->down, .mat = ex, .x = gate, .x_stride = ff, .y = s->slot_out + first * e,
                           .y_stride = e, .n_tokens = count, .scratch = s->act[ith], .groups = s->groups[ith]};
-    return em_cpu_matmul_run(NULL, &down);
+    if ((err = em_cpu_matmul_run(NULL, &down))) return err;
+    if (job->down_bias) em_cpu_add_bias(s->slot_out + first * e, job->down_bias + ex * job->down->rows, count, e);
+    return NULL;
 }
 
 static void experts_share(void *ctx, uint32_t ith, uint32_t nth) {

@@ -71,6 +71,30 @@ float em_cpu_gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
+void em_cpu_glu(em_activation act, float limit, float alpha, float *gate, const float *up, uint64_t n) {
+    switch (act) {
+    case EM_ACT_SWIGLU:
+        em_f32_silu_mul(gate, up, n);
+        return;
+    case EM_ACT_GEGLU:
+        for (uint64_t i = 0; i < n; i++) gate[i] = em_cpu_gelu(gate[i]) * up[i];
+        return;
+    case EM_ACT_SWIGLU_CLAMPED:
+        /* g = min(g, limit), u = clamp(u, ±limit), (u + 1) · g · σ(alpha g) */
+        for (uint64_t i = 0; i < n; i++) {
+            const float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
+            gate[i] = g / (1.0f + em_expf(-alpha * g)) * (u + 1.0f);
+        }
+        return;
+    }
+}
+
+void em_cpu_add_bias(float *rows, const float *bias, uint64_t n_rows, uint64_t width) {
+    if (!bias) return;
+    for (uint64_t r = 0; r < n_rows; r++)
+        for (uint64_t i = 0; i < width; i++) rows[r * width + i] += bias[i];
+}
+
 uint64_t em_cpu_act_bytes(const em_weight *w) {
     uint64_t bytes = 0;
     if (em_type_row_bytes(em_dot_activation_type(w->type), w->cols, &bytes)) return 0;

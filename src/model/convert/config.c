@@ -141,6 +141,7 @@ static em_err parse_rope(const reader *r, const json_t *o, const char *where, em
     if ((err = get_num(r, o, "beta_fast", where, &rope->beta_fast))) return err;
     if ((err = get_num(r, o, "beta_slow", where, &rope->beta_slow))) return err;
     if ((err = get_num(r, o, "attention_factor", where, &rope->attention_factor))) return err;
+    rope->untruncated = json_is_false(json_object_get(o, "truncate"));
     if (rope->factor <= 0 || rope->theta <= 0)
         return em_errorf(EM_ERR_RANGE, "%s: field '%s' has a non-positive factor or rope_theta", r->file, where);
     if (rope->type == EM_HF_ROPE_LLAMA3 && (rope->original_ctx == 0 || rope->high_freq_factor <= rope->low_freq_factor))
@@ -208,6 +209,7 @@ static em_err parse_moe(const reader *r, const json_t *c, em_hf_config *cfg) {
     em_err err;
     if ((err = get_u32(r, c, "num_experts", false, &cfg->n_expert))) return err;       /* 4.x Qwen3-MoE */
     if ((err = get_u32(r, c, "num_local_experts", false, &cfg->n_expert))) return err; /* Mixtral, 5.x */
+    if ((err = get_u32(r, c, "experts_per_token", false, &cfg->n_expert_used))) return err; /* gpt-oss's own */
     if ((err = get_u32(r, c, "num_experts_per_tok", false, &cfg->n_expert_used))) return err;
     if ((err = get_u32(r, c, "moe_intermediate_size", false, &cfg->n_ff_expert))) return err;
     if ((err = get_bool(r, c, "norm_topk_prob", &cfg->norm_topk_prob, &cfg->norm_topk_given))) return err;

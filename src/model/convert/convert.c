@@ -160,7 +160,11 @@ static const em_st_tensor *checkpoint_find(checkpoint *c, const char *name) {
 
 /* ---- the plan ---- */
 
-typedef enum source_kind { SRC_ONE, SRC_EXPERTS, SRC_FUSED_FIRST, SRC_FUSED_SECOND, SRC_GENERATED } source_kind;
+typedef enum source_kind {
+    SRC_ONE, SRC_EXPERTS, SRC_FUSED_FIRST, SRC_FUSED_SECOND, SRC_GENERATED,
+    SRC_STRIDED, /* a transposed or interleaved tensor (gpt-oss's experts): see plan_tensor's strides */
+    SRC_MXFP4,   /* MXFP4 blocks and scales (gpt-oss), repacked into GGML's blocks without rounding */
+} source_kind;
 
 typedef struct plan_tensor {
     char name[96];
@@ -172,6 +176,13 @@ typedef struct plan_tensor {
     uint32_t permute_heads;   /* > 0: rows are permuted within heads of ne[1] / permute_heads rows */
     bool add_one;             /* Gemma norms: stored as 1 + w */
     float *generated;         /* SRC_GENERATED values (owned) */
+    /* SRC_STRIDED: element (mat, row, col) of the output is element
+     * mat * mat_stride + row * row_stride + col * col_stride + first of src[0] */
+    uint64_t mat_stride, row_stride, col_stride, first;
+    /* SRC_MXFP4: src[0] the blocks [mat][source rows][cols / 32][16], scales the exponents
+     * [mat][source rows][cols / 32]; output row r of a matrix is source row r * row_step + row_first */
+    const em_st_tensor *scales;
+    uint32_t row_step, row_first;
 } plan_tensor;
 
 typedef struct plan {
@@ -199,6 +210,10 @@ typedef struct converter {
     float *buf;        /* conversion chunk */
     uint8_t *out;
     size_t buf_elems;
+    /* SRC_STRIDED: one matrix of the source as f32, read whole, since its rows are columns */
+    float *slab;
+    uint64_t slab_cap, slab_start, slab_len;
+    const em_st_tensor *slab_src;
 } converter;
 
 static em_err add_plan(converter *cv, plan_tensor **out) {
@@ -231,6 +246,9 @@ static em_err assign_types(converter *cv) {
                              .n_head_kv = c->n_head_kv, .n_expert = c->n_expert};
     em_err err = em_recipe_apply(cv->recipe, &model, tensors, cv->plan.n);
     for (size_t i = 0; i < cv->plan.n && !err; i++) cv->plan.t[i].type = tensors[i].type;
+    /* MXFP4 experts are copied as they are (llama.cpp's converter does the same whatever the type) */
+    for (size_t i = 0; i < cv->plan.n && !err; i++)
+        if (cv->plan.t[i].kind == SRC_MXFP4) cv->plan.t[i].type = EM_TYPE_MXFP4;
     free(tensors);
     return err;
 }
@@ -328,6 +346,116 @@ static em_err plan_experts(converter *cv, uint32_t il, const char *which, const 
     return NULL;
 }
 
+/* ---- gpt-oss's experts ---- */
+
+/* A plan entry for GGUF tensor `name` of ne[0..2] (n_dims of them). */
+static em_err add_named(converter *cv, const char *name, uint32_t n_dims, uint64_t ne0, uint64_t ne1, uint64_t ne2,
+                        source_kind kind, const em_st_tensor *src, plan_tensor **out) {
+    plan_tensor *t;
+    em_err err = add_plan(cv, &t);
+    if (err) return err;
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = ne2;
+    t->ne[3] = 1;
+    t->kind = kind;
+    if (!(t->src = malloc(sizeof *t->src))) return em_errorf(EM_ERR_NOMEM, "out of memory");
+    t->src[0] = src;
+    *out = t;
+    return NULL;
+}
+
+/* A tensor of raw bytes (MXFP4 blocks or scales) of the given shape. */
+static em_err need_bytes(converter *cv, const char *hf_name, uint32_t n_dims, const uint64_t *shape,
+                         const em_st_tensor **out) {
+    *out = checkpoint_find(&cv->ck, hf_name);
+    if (!*out) return em_errorf(EM_ERR_NOT_FOUND, "%s: missing tensor '%s' (%s)", cv->dir, hf_name, cv->cfg.arch);
+    if ((*out)->dtype != EM_ST_U8)
+        return em_errorf(EM_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (MXFP4 blocks and scales are U8)", cv->dir,
+                         hf_name, em_st_dtype_name((*out)->dtype));
+    em_err err = check_shape(*out, n_dims, shape);
+    return err ? em_err_prefix(err, "%s", cv->dir) : NULL;
+}
+
+/* gpt-oss's experts of layer il. The checkpoint keeps gate and up in one matrix, their output
+ * features interleaved (gate at even indices, up at odd), and its bf16 matrices transposed (input
+ * features outermost: x @ W); MXFP4 checkpoints keep _blocks and _scales with output features
+ * outermost. GGUF wants each of gate, up and down as a stack [expert][output][input], and the biases
+ * as [expert][output]. */
+static em_err plan_gpt_oss_experts(converter *cv, uint32_t il, uint64_t e, uint64_t ff, uint64_t ne) {
+    char hf[256], gg[96], hf2[256];
+#define HF(fmt) (snprintf(hf, sizeof hf, "%slayers.%u.mlp." fmt, cv->prefix, il), hf)
+#define GG(fmt) (snprintf(gg, sizeof gg, "blk.%u." fmt, il), gg)
+    em_err err;
+    plan_tensor *t;
+    const em_st_tensor *s, *scales;
+    if ((err = plan_one(cv, HF("router.weight"), GG("ffn_gate_inp.weight"), e, ne, true, NULL))) return err;
+    if ((err = plan_one(cv, HF("router.bias"), GG("ffn_gate_inp.bias"), ne, 0, true, NULL))) return err;
+    /* biases: gate_up [E][2 ff] interleaved, down [E][e] */
+    if ((err = need(cv, HF("experts.gate_up_proj_bias"), &s))) return err;
+    if ((err = check_shape(s, 2, (uint64_t[]){ne, 2 * ff}))) return em_err_prefix(err, "%s", cv->dir);
+    for (uint64_t k = 0; k < 2; k++) {
+        if ((err = add_named(cv, k ? GG("ffn_up_exps.bias") : GG("ffn_gate_exps.bias"), 2, ff, ne, 1, SRC_STRIDED, s,
+                             &t)))
+            return err;
+        t->row_stride = 2 * ff, t->col_stride = 2, t->first = k;
+    }
+    if ((err = plan_one(cv, HF("experts.down_proj_bias"), GG("ffn_down_exps.bias"), e, ne, true, NULL))) return err;
+
+    snprintf(hf2, sizeof hf2, "%slayers.%u.mlp.experts.gate_up_proj_blocks", cv->prefix, il);
+    if (checkpoint_find(&cv->ck, hf2)) {
+        if (e % 32 || ff % 32)
+            return em_errorf(EM_ERR_FORMAT, "%s: MXFP4 experts of width %llu x %llu are not whole 32-value blocks",
+                             cv->dir, (unsigned long long)e, (unsigned long long)ff);
+        const em_st_tensor *blocks;
+        if ((err = need_bytes(cv, hf2, 4, (uint64_t[]){ne, 2 * ff, e / 32, 16}, &blocks))) return err;
+        if ((err = need_bytes(cv, HF("experts.gate_up_proj_scales"), 3, (uint64_t[]){ne, 2 * ff, e / 32}, &scales)))
+            return err;
+        for (uint32_t k = 0; k < 2; k++) {
+            if ((err = add_named(cv, k ? GG("ffn_up_exps.weight") : GG("ffn_gate_exps.weight"), 3, e, ff, ne,
+                                 SRC_MXFP4, blocks, &t)))
+                return err;
+            t->scales = scales, t->row_step = 2, t->row_first = k;
+        }
+        if ((err = need_bytes(cv, HF("experts.down_proj_blocks"), 4, (uint64_t[]){ne, e, ff / 32, 16}, &blocks)))
+            return err;
+        if ((err = need_bytes(cv, HF("experts.down_proj_scales"), 3, (uint64_t[]){ne, e, ff / 32}, &scales)))
+            return err;
+        if ((err = add_named(cv, GG("ffn_down_exps.weight"), 3, ff, e, ne, SRC_MXFP4, blocks, &t))) return err;
+        t->scales = scales, t->row_step = 1, t->row_first = 0;
+        return NULL;
+    }
+    /* bf16 (or f32): gate_up [E][e][2 ff], down [E][ff][e], input features outermost, as released;
+     * a checkpoint saved with output features outermost ([E][2 ff][e], [E][e][ff]) is read too, where
+     * the shapes tell the two apart */
+    if ((err = need(cv, HF("experts.gate_up_proj"), &s)))
+        return em_err_prefix(err, "no MXFP4 '%s' either", hf2);
+    const bool outputs_outer = e != 2 * ff && s->n_dims == 3 && s->shape[0] == ne && s->shape[1] == 2 * ff &&
+                               s->shape[2] == e;
+    if (!outputs_outer && (err = check_shape(s, 3, (uint64_t[]){ne, e, 2 * ff})))
+        return em_err_prefix(err, "%s", cv->dir);
+    for (uint64_t k = 0; k < 2; k++) {
+        if ((err = add_named(cv, k ? GG("ffn_up_exps.weight") : GG("ffn_gate_exps.weight"), 3, e, ff, ne, SRC_STRIDED,
+                             s, &t)))
+            return err;
+        t->mat_stride = e * 2 * ff;
+        if (outputs_outer) t->row_stride = 2 * e, t->col_stride = 1, t->first = k * e;
+        else t->row_stride = 2, t->col_stride = 2 * ff, t->first = k;
+    }
+    if ((err = need(cv, HF("experts.down_proj"), &s))) return err;
+    if ((err = check_shape(s, 3, outputs_outer ? (uint64_t[]){ne, e, ff} : (uint64_t[]){ne, ff, e})))
+        return em_err_prefix(err, "%s", cv->dir);
+    if ((err = add_named(cv, GG("ffn_down_exps.weight"), 3, ff, e, ne, SRC_STRIDED, s, &t))) return err;
+    t->mat_stride = ff * e;
+    if (outputs_outer) t->row_stride = ff, t->col_stride = 1;
+    else t->row_stride = 1, t->col_stride = e;
+    return NULL;
+#undef HF
+#undef GG
+}
+
 /* Llama 3 rope scaling as one divisor per frequency pair (llama.cpp's rope_freqs.weight): with
  * wavelength λ = 2π/f, high-frequency pairs (λ < L/high) keep f, low-frequency pairs (λ > L/low) are
  * divided by `factor`, and those between are blended with s = (L/λ - low) / (high - low):
@@ -382,8 +510,14 @@ static em_err plan_layer(converter *cv, uint32_t il) {
     if ((err = plan_one(cv, HF("self_attn.k_proj.bias"), GG("attn_k.bias"), kv, 0, bias, &t))) return err;
     if (t && f->permute_qk) t->permute_heads = c->n_head_kv;
     if ((err = plan_one(cv, HF("self_attn.v_proj.bias"), GG("attn_v.bias"), kv, 0, bias, NULL))) return err;
-    if (checkpoint_find(&cv->ck, HF("self_attn.o_proj.bias")))
+    if (f->attn_out_bias) {
+        if ((err = plan_one(cv, HF("self_attn.o_proj.bias"), GG("attn_output.bias"), e, 0, true, NULL))) return err;
+    } else if (checkpoint_find(&cv->ck, HF("self_attn.o_proj.bias"))) {
         return em_errorf(EM_ERR_UNSUPPORTED, "%s: tensor '%s': output projection biases are not supported", cv->dir, hf);
+    }
+    if (f->attn_sinks &&
+        (err = plan_one(cv, HF("self_attn.sinks"), GG("attn_sinks.weight"), c->n_head, 0, true, NULL)))
+        return err;
     if (f->qk_norm) {
         if ((err = plan_one(cv, HF("self_attn.q_norm.weight"), GG("attn_q_norm.weight"), hd, 0, true, NULL)))
             return err;
@@ -397,8 +531,10 @@ static em_err plan_layer(converter *cv, uint32_t il) {
             return err;
         if ((err = plan_one(cv, HF("post_feedforward_layernorm.weight"), GG("post_ffw_norm.weight"), e, 0, true, NULL)))
             return err;
-    } else if ((err = plan_one(cv, HF("post_attention_layernorm.weight"), GG("ffn_norm.weight"), e, 0, true, NULL))) {
-        return err;
+    } else {
+        char ffn_norm[64];
+        snprintf(ffn_norm, sizeof ffn_norm, "blk.%u.%.32s.weight", il, f->ffn_norm_tensor ? f->ffn_norm_tensor : "ffn_norm");
+        if ((err = plan_one(cv, HF("post_attention_layernorm.weight"), ffn_norm, e, 0, true, NULL))) return err;
     }
     if (f->moe == EM_MOE_NONE) {
         const uint64_t ff = c->n_ff;
@@ -408,6 +544,7 @@ static em_err plan_layer(converter *cv, uint32_t il) {
             return err;
         return NULL;
     }
+    if (f->moe == EM_MOE_GPT_OSS) return plan_gpt_oss_experts(cv, il, e, c->n_ff_expert, c->n_expert);
     const uint64_t ff = f->moe == EM_MOE_MIXTRAL ? c->n_ff : c->n_ff_expert, ne = c->n_expert;
     const char *router = f->moe == EM_MOE_MIXTRAL ? HF("block_sparse_moe.gate.weight") : HF("mlp.gate.weight");
     if (f->moe == EM_MOE_MIXTRAL && !checkpoint_find(&cv->ck, router)) router = HF("mlp.gate.weight");
@@ -494,6 +631,13 @@ static em_err check_config(converter *cv) {
     if (f->moe == EM_MOE_QWEN && (c->decoder_sparse_step != 1 || c->has_mlp_only_layers || c->n_ff_expert == 0))
         return em_errorf(EM_ERR_UNSUPPORTED, "%s/%s: only MoE in every layer is supported (decoder_sparse_step 1, no "
                          "mlp_only_layers, moe_intermediate_size given)", cv->dir, file);
+    /* gpt-oss's intermediate_size is its experts' width */
+    if (f->moe == EM_MOE_GPT_OSS && c->n_ff_expert == 0) cv->cfg.n_ff_expert = c->n_ff;
+    if (f->moe == EM_MOE_GPT_OSS && c->n_ff_expert == 0)
+        return em_errorf(EM_ERR_NOT_FOUND, "%s/%s: field 'intermediate_size' is missing", cv->dir, file);
+    if (c->rope.type == EM_HF_ROPE_YARN && c->rope.untruncated)
+        em_log(EM_LOG_WARN, "%s/%s: yarn with truncate = false: GGUF's YaRN (as llama.cpp computes it) rounds its "
+               "correction range to whole dimensions, so logits differ slightly from transformers'", cv->dir, file);
     if (f->moe == EM_MOE_NONE && c->n_ff == 0)
         return em_errorf(EM_ERR_NOT_FOUND, "%s/%s: field 'intermediate_size' is missing", cv->dir, file);
     if (c->rope.type == EM_HF_ROPE_LLAMA3 && c->head_dim % 2)
@@ -636,9 +780,78 @@ static const em_st_tensor *row_source(const plan_tensor *t, uint64_t row, uint64
     }
 }
 
+/* Output row `row` of a SRC_STRIDED tensor into dst: its matrix read whole into the slab first. */
+static em_err read_strided_row(converter *cv, const plan_tensor *t, uint64_t row, float *dst) {
+    const em_st_tensor *s = t->src[0];
+    const uint64_t mat = row / t->ne[1], r = row % t->ne[1];
+    const uint64_t start = mat * t->mat_stride, len = t->mat_stride ? t->mat_stride : s->n_elems;
+    if (start + len > s->n_elems)
+        return em_errorf(EM_ERR_INTERNAL, "tensor %s: matrix %llu past the end of '%s'", t->name,
+                         (unsigned long long)mat, s->name);
+    if (cv->slab_src != s || cv->slab_start != start || cv->slab_len != len) {
+        if (len > cv->slab_cap) {
+            float *grown = realloc(cv->slab, len * sizeof *grown);
+            if (!grown) return em_errorf(EM_ERR_NOMEM, "out of memory for a matrix of '%s'", s->name);
+            cv->slab = grown;
+            cv->slab_cap = len;
+        }
+        cv->slab_src = NULL;
+        em_err err = em_st_read_f32(s, start, len, cv->slab);
+        if (err) return err;
+        cv->slab_src = s, cv->slab_start = start, cv->slab_len = len;
+    }
+    const float *base = cv->slab + r * t->row_stride + t->first;
+    for (uint64_t c = 0; c < t->ne[0]; c++) dst[c] = base[c * t->col_stride];
+    return NULL;
+}
+
+/* The MXFP4 block of 32 values whose E2M1 codes the checkpoint packs two a byte in order (element
+ * 2i in the low nibble of byte i, 2i + 1 in its high one), in GGML's order: the exponent byte, then
+ * byte j holding element j in its low nibble and element j + 16 in its high one. */
+static void repack_mxfp4_block(uint8_t exponent, const uint8_t *packed, uint8_t *out) {
+    uint8_t code[32];
+    for (int i = 0; i < 16; i++) {
+        code[2 * i] = packed[i] & 15;
+        code[2 * i + 1] = packed[i] >> 4;
+    }
+    out[0] = exponent;
+    for (int j = 0; j < 16; j++) out[1 + j] = (uint8_t)(code[j] | code[j + 16] << 4);
+}
+
+static em_err fill_mxfp4(converter *cv, const plan_tensor *t, FILE *file, uint64_t size) {
+    const uint64_t cols = t->ne[0], rows = t->ne[1], n_blocks = cols / 32, row_bytes = n_blocks * 17;
+    const uint64_t source_rows = rows * t->row_step; /* of one matrix */
+    if (row_bytes * rows * t->ne[2] != size)
+        return em_errorf(EM_ERR_INTERNAL, "tensor %s: %llu bytes planned, writer expects %llu", t->name,
+                         (unsigned long long)(row_bytes * rows * t->ne[2]), (unsigned long long)size);
+    if (row_bytes > cv->buf_elems * sizeof(float)) {
+        uint8_t *grown = realloc(cv->out, row_bytes);
+        if (!grown) return em_errorf(EM_ERR_NOMEM, "out of memory converting %s", t->name);
+        cv->out = grown;
+        cv->buf_elems = (row_bytes + sizeof(float) - 1) / sizeof(float);
+        float *buf = realloc(cv->buf, cv->buf_elems * sizeof *buf);
+        if (!buf) return em_errorf(EM_ERR_NOMEM, "out of memory converting %s", t->name);
+        cv->buf = buf;
+    }
+    uint8_t *out = cv->out;
+    for (uint64_t mat = 0; mat < t->ne[2]; mat++)
+        for (uint64_t r = 0; r < rows; r++) {
+            const uint64_t source_row = mat * source_rows + r * t->row_step + t->row_first;
+            const uint8_t *blocks = t->src[0]->data + source_row * n_blocks * 16;
+            const uint8_t *exponents = t->scales->data + source_row * n_blocks;
+            for (uint64_t b = 0; b < n_blocks; b++) repack_mxfp4_block(exponents[b], blocks + b * 16, out + b * 17);
+            if (fwrite(out, 1, row_bytes, file) != row_bytes)
+                return em_errorf(EM_ERR_IO, "writing tensor %s failed", t->name);
+        }
+    em_st_release(t->src[0]);
+    em_st_release(t->scales);
+    return NULL;
+}
+
 static em_err fill(void *user, uint64_t index, void *file, uint64_t size) {
     converter *cv = user;
     const plan_tensor *t = &cv->plan.t[index];
+    if (t->kind == SRC_MXFP4) return fill_mxfp4(cv, t, file, size);
     const uint64_t cols = t->ne[0], n_rows = t->ne[1] * t->ne[2];
     uint64_t row_bytes;
     em_err err = em_type_row_bytes(t->type, cols, &row_bytes);
@@ -662,6 +875,10 @@ static em_err fill(void *user, uint64_t index, void *file, uint64_t size) {
             float *dst = cv->buf + r * cols;
             if (t->kind == SRC_GENERATED) {
                 memcpy(dst, t->generated + (r0 + r) * cols, cols * sizeof *dst);
+                continue;
+            }
+            if (t->kind == SRC_STRIDED) {
+                if ((err = read_strided_row(cv, t, r0 + r, dst))) return em_err_prefix(err, "tensor %s", t->name);
                 continue;
             }
             uint64_t first;
@@ -810,6 +1027,7 @@ em_err em_convert_hf(const char *dir, const char *out_path, const em_convert_opt
                      em_convert_stats *stats) {
     converter cv = {.dir = dir, .prefix = "model."};
     em_err err = run(&cv, out_path, options, stats);
+    free(cv.slab);
     free(cv.buf);
     free(cv.out);
     plan_free(&cv.plan);

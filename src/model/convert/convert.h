@@ -111,6 +111,7 @@ typedef struct em_hf_rope {
     uint32_t original_ctx;         /* llama3, yarn: original_max_position_embeddings (0 = absent) */
     double beta_fast, beta_slow;   /* yarn (0 = absent) */
     double attention_factor;       /* yarn (0 = absent) */
+    bool untruncated;              /* yarn: truncate = false (gpt-oss): the correction range is not rounded */
 } em_hf_rope;
 
 typedef struct em_hf_config {
@@ -132,7 +133,7 @@ typedef struct em_hf_config {
     uint32_t sliding_window_pattern; /* 4.x Gemma 3 (0 = absent) */
     bool *layer_sliding;           /* [n_layer] from layer_types, or NULL when absent (owned) */
 
-    uint32_t n_expert, n_expert_used, n_ff_expert;
+    uint32_t n_expert, n_expert_used, n_ff_expert; /* gpt-oss: n_ff_expert from intermediate_size */
     bool norm_topk_prob, norm_topk_given;
     uint32_t decoder_sparse_step;  /* Qwen3-MoE (1 = every layer) */
     bool has_mlp_only_layers;      /* Qwen3-MoE: a non-empty mlp_only_layers */
