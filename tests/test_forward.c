@@ -1,7 +1,8 @@
 /* The CPU forward pass is one function of (sequence, position): whatever the batch looks like —
  * the whole prompt at once, chunks of any size, several sequences interleaved, decode tokens next
  * to prefill chunks — every token's logits equal those of plain token-by-token decoding, for every
- * family's tiny preset in f32, and for two quantized ones (Q4_K; Q6_K with IQ3_XXS experts). */
+ * family's tiny preset in f32, and for two quantized ones (Q4_K; Q6_K with IQ3_XXS experts). A
+ * hybrid model's recurrent state refuses to roll back, and resumes from a snapshot bit for bit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -54,7 +55,7 @@ static em_batch_seq tables[N_SEQ];
 static em_backend *new_backend(const em_model *m, uint32_t threads) {
     for (uint32_t s = 0; s < N_SEQ; s++) {
         for (uint32_t i = 0; i < PER_SEQ; i++) table_blocks[s][i] = i * N_SEQ + s;
-        tables[s] = (em_batch_seq){table_blocks[s], PER_SEQ};
+        tables[s] = (em_batch_seq){table_blocks[s], PER_SEQ, s};
     }
     em_backend_config o = {.device = "cpu", .n_threads = threads, .block_tokens = BLOCK, .kv_tokens = POOL * BLOCK};
     em_backend *b = NULL;
@@ -223,7 +224,7 @@ static void check_shared_prefix(const fixture *f) {
     const uint32_t spare = POOL - 2, more = POOL - 1;
     assert_null(em_backend_copy_rows(b, table_blocks[0][2], spare, 5));
     uint32_t reuse_blocks[4] = {table_blocks[0][0], table_blocks[0][1], spare, more};
-    em_batch_seq reuse = {reuse_blocks, 4};
+    em_batch_seq reuse = {reuse_blocks, 4, 0};
     for (uint32_t i = 2 * BLOCK + 5; i < 30; i++) {
         int32_t token = f->tokens[0][i];
         uint32_t seq = 0, pos = i;
@@ -246,7 +247,7 @@ static void check_bad_batches(const fixture *f) {
     int32_t token = 5, bad_token = (int32_t)f->n_vocab;
     uint32_t seq = 0, bad_seq = N_SEQ, pos = 0, far = PER_SEQ * BLOCK;
     uint32_t bad_block = POOL;
-    em_batch_seq bad_table = {&bad_block, 1};
+    em_batch_seq bad_table = {&bad_block, 1, 0};
     const struct { em_batch batch; em_err_code code; const char *needle; } cases[] = {
         {make_batch(1, &bad_token, &seq, &pos, NULL), EM_ERR_RANGE, "outside the vocabulary"},
         {make_batch(1, &token, &bad_seq, &pos, NULL), EM_ERR_RANGE, "but the batch has"},
@@ -318,14 +319,75 @@ static void check_plus_one_norm(fixture *f) {
     rebuild_program(m);
 }
 
+/* A hybrid model's recurrent state (Qwen3.5's Gated DeltaNet layers) cannot be rolled back: a
+ * position other than 0 or the next one is refused, and position 0 starts the state afresh. */
+static void check_no_rollback(const fixture *f) {
+    em_backend *b = new_backend(f->model, 2);
+    float *logits = malloc((size_t)f->n_vocab * sizeof(float));
+    for (uint32_t i = 0; i < 12; i++) forward_one(b, f->tokens[0][i], 0, i, logits);
+    int32_t token = f->tokens[0][10];
+    uint32_t seq = 0, pos = 10;
+    em_batch batch = make_batch(1, &token, &seq, &pos, NULL);
+    em_err err = em_backend_forward(b, &batch, logits);
+    assert_int_equal(em_err_code_of(err), EM_ERR_INVALID);
+    if (!strstr(em_err_message(err), "recurrent state of sequence 0 (slot 0) is at 12"))
+        fail_msg("'%s' does not say where the state is", em_err_message(err));
+    em_err_free(err);
+    for (uint32_t i = 0; i < 5; i++) { /* starting over, through the slot sequence 0 left */
+        forward_one(b, f->tokens[1][i], 0, i, logits);
+        assert_close(f, logits, 1, i, "state restarted at 0");
+    }
+    free(logits);
+    em_backend_free(b);
+}
+
+/* A prefix resumed from a snapshot of its state (copy_state) and its KV blocks gives the logits of
+ * the sequence run cold, bit for bit, and the sequence the snapshot was taken from goes on unharmed. */
+static void check_state_snapshot(const fixture *f) {
+    em_backend *b = new_backend(f->model, 2);
+    float *logits = malloc((size_t)f->n_vocab * sizeof(float));
+    const uint32_t prefix = 2 * BLOCK + 5, snapshot = N_SEQ + 1;
+    for (uint32_t i = 0; i < prefix; i++) forward_one(b, f->tokens[0][i], 0, i, logits);
+    assert_null(em_backend_copy_state(b, 0, snapshot));
+    for (uint32_t i = prefix; i < LEN; i++) {
+        forward_one(b, f->tokens[0][i], 0, i, logits);
+        assert_close(f, logits, 0, i, "after a snapshot");
+    }
+    /* sequence 1's slot takes the snapshot; its KV shares sequence 0's blocks as check_shared_prefix does */
+    assert_null(em_backend_copy_state(b, snapshot, 1));
+    const uint32_t spare = POOL - 2, more = POOL - 1;
+    assert_null(em_backend_copy_rows(b, table_blocks[0][2], spare, 5));
+    uint32_t reuse_blocks[4] = {table_blocks[0][0], table_blocks[0][1], spare, more};
+    em_batch_seq reuse = {reuse_blocks, 4, 1};
+    for (uint32_t i = prefix; i < 30; i++) {
+        int32_t token = f->tokens[0][i];
+        uint32_t seq = 0, pos = i;
+        bool want = true;
+        em_batch batch = {1, &token, &seq, &pos, &want, 1, &reuse, NULL, false};
+        assert_null(em_backend_forward(b, &batch, logits));
+        if (memcmp(logits, f->reference[0] + (size_t)i * f->n_vocab, f->n_vocab * sizeof(float)))
+            fail_msg("resumed from a snapshot: pos %u differs from the cold run", i);
+    }
+    em_err err = em_backend_copy_state(b, 0, b->n_state_slots);
+    assert_int_equal(em_err_code_of(err), EM_ERR_RANGE);
+    em_err_free(err);
+    free(logits);
+    em_backend_free(b);
+}
+
 static void check_family(const char *preset, const char *type) {
     fixture *f = setup(preset, type);
     check_chunks(f, LEN, 2); /* the whole sequence at once */
     check_chunks(f, 7, 2);
     check_chunks(f, 3, 1);
     check_mixed(f);
-    check_rollback(f);
-    check_shared_prefix(f);
+    if (em_program_state_floats(&f->model->program)) {
+        check_no_rollback(f);
+        check_state_snapshot(f);
+    } else {
+        check_rollback(f);
+        check_shared_prefix(f);
+    }
     check_bad_batches(f);
     if (!strncmp(preset, "tiny-gemma", 10)) check_plus_one_norm(f);
     teardown(f);
@@ -344,6 +406,7 @@ FAMILY(test_gemma2, "tiny-gemma2", "f32")
 FAMILY(test_gemma3, "tiny-gemma3", "f32")
 FAMILY(test_mixtral, "tiny-mixtral", "f32")
 FAMILY(test_flint, "tiny-flint", "f32")
+FAMILY(test_qwen35, "tiny-qwen35", "f32")
 /* Quantized weights: activations are quantized per token, so batching must not change them either. */
 FAMILY(test_llama_q4_k, "tiny-llama", "q4_k")
 FAMILY(test_flint_mix, "tiny-flint", "mix")
@@ -432,7 +495,7 @@ int main(void) {
         cmocka_unit_test(test_llama),   cmocka_unit_test(test_qwen2),   cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_qwen3moe), cmocka_unit_test(test_gemma2), cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_mixtral), cmocka_unit_test(test_flint),   cmocka_unit_test(test_llama_q4_k),
-        cmocka_unit_test(test_flint_mix),
+        cmocka_unit_test(test_flint_mix), cmocka_unit_test(test_qwen35),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -264,7 +264,10 @@ static void test_types(void **state) {
 
 /* ---- broken files: a copy of a good model with one thing changed ---- */
 
-typedef enum change { DROP_TENSOR, RESHAPE_TENSOR, RETYPE_TENSOR, RENAME_ARCH, DROP_KEY, ADD_YARN, ADD_LINEAR, ADD_FREQS } change;
+typedef enum change {
+    DROP_TENSOR, RESHAPE_TENSOR, RETYPE_TENSOR, RENAME_ARCH, DROP_KEY, ADD_YARN, ADD_LINEAR, ADD_FREQS,
+    SET_U32, /* name is "key=value": the key set (or added) as a u32 */
+} change;
 
 static em_err copy_with(const char *src, const char *dst, change what, const char *name) {
     em_gguf *g;
@@ -275,8 +278,13 @@ static em_err copy_with(const char *src, const char *dst, change what, const cha
         em_gguf_close(g);
         return err;
     }
+    char set_key[128] = "";
+    unsigned set_value = 0;
+    if (what == SET_U32 && sscanf(name, "%127[^=]=%u", set_key, &set_value) != 2) err = em_errorf(EM_ERR_INVALID, "%s", name);
+    if (what == SET_U32 && !err) err = em_gguf_writer_add_u32(w, set_key, set_value);
     for (uint64_t i = 0; i < em_gguf_kv_count(g) && !err; i++) {
         const em_gguf_kv *kv = em_gguf_kv_at(g, i);
+        if (what == SET_U32 && em_str_eq(kv->key, set_key)) continue;
         if (what == RENAME_ARCH && em_str_eq(kv->key, "general.architecture"))
             err = em_gguf_writer_add_str(w, "general.architecture", name);
         else if (!(what == DROP_KEY && em_str_eq(kv->key, name)))
@@ -336,6 +344,66 @@ static void expect_load_error(change what, const char *name, em_err_code code, c
     expect_preset_error("tiny-llama", "f32", what, name, code, needle);
 }
 
+/* Qwen3.5 (qwen35): three Gated DeltaNet layers to one gated attention layer; the ssm.* keys give the
+ * DeltaNet shape, the attention keys the attention layers', of whose head dims rope.dimension_count rotate. */
+static void test_qwen35(void **state) {
+    (void)state;
+    em_model *m = load("tiny-qwen35", "f32");
+    const em_model_desc *d = &m->desc;
+    assert_int_equal(d->n_layer, 4);
+    for (uint32_t il = 0; il < 3; il++) {
+        const em_layer_desc *l = &d->layers[il];
+        assert_int_equal(l->mixer, EM_MIXER_DELTA_NET);
+        assert_int_equal(l->delta_net.conv_kernel, 4);
+        assert_int_equal(l->delta_net.n_head_k, 2);
+        assert_int_equal(l->delta_net.n_head_v, 4);
+        assert_int_equal(l->delta_net.head_dim_k, 32);
+        assert_int_equal(l->delta_net.head_dim_v, 32);
+        assert_true(l->delta_net.v_tiled);
+        const em_layer_weights *w = &m->w.layers[il];
+        assert_non_null(w->ssm_qkv.data);
+        assert_int_equal(w->ssm_qkv.rows, 2 * 2 * 32 + 4 * 32);
+        assert_non_null(w->ssm_conv);
+        assert_non_null(w->ssm_norm);
+        assert_null(w->wq.data);
+    }
+    const em_layer_desc *attn = &d->layers[3];
+    assert_int_equal(attn->mixer, EM_MIXER_ATTENTION);
+    assert_true(attn->attn_output_gate && attn->qk_norm);
+    assert_int_equal(attn->head_dim, 64);
+    assert_int_equal(attn->rope.n_rot, 16);
+    assert_int_equal(attn->rope.style, EM_ROPE_NEOX);
+    assert_int_equal(m->w.layers[3].wq.rows, 2 * 4 * 64); /* [query | gate] per head */
+    em_model_free(m);
+}
+
+/* A qwen35 file whose DeltaNet keys disagree is refused with the key named; multi-token-prediction
+ * layers counted in block_count are left out of the main stack. */
+static void test_qwen35_keys(void **state) {
+    (void)state;
+    expect_preset_error("tiny-qwen35", "f32", SET_U32, "qwen35.ssm.time_step_rank=3", EM_ERR_FORMAT,
+                    "qwen35.ssm.time_step_rank = 3 value heads is not a multiple of qwen35.ssm.group_count = 2");
+    expect_preset_error("tiny-qwen35", "f32", SET_U32, "qwen35.ssm.conv_kernel=0", EM_ERR_RANGE, "qwen35.ssm.conv_kernel = 0");
+    expect_preset_error("tiny-qwen35", "f32", SET_U32, "qwen35.ssm.inner_size=130", EM_ERR_FORMAT,
+                    "qwen35.ssm.inner_size = 130 does not divide into 4 value heads");
+    expect_preset_error("tiny-qwen35", "f32", DROP_KEY, "qwen35.ssm.state_size", EM_ERR_NOT_FOUND, "qwen35.ssm.state_size");
+    expect_preset_error("tiny-qwen35", "f32", SET_U32, "qwen35.nextn_predict_layers=4", EM_ERR_FORMAT,
+                    "qwen35.nextn_predict_layers = 4 leaves none of the 4 blocks");
+    expect_preset_error("tiny-qwen35", "f32", DROP_TENSOR, "blk.1.ssm_a", EM_ERR_NOT_FOUND, "missing tensor blk.1.ssm_a");
+    expect_preset_error("tiny-qwen35", "f32", RESHAPE_TENSOR, "blk.2.ssm_conv1d.weight", EM_ERR_FORMAT,
+                    "tensor blk.2.ssm_conv1d.weight has shape");
+    char path[512];
+    snprintf(path, sizeof path, DIR "/qwen35-nextn.gguf");
+    em_err err = copy_with(model_path("tiny-qwen35", "f32"), path, SET_U32, "qwen35.nextn_predict_layers=1");
+    if (err) fail_msg("copy: %s", em_err_message(err));
+    em_model *m = NULL;
+    if ((err = em_model_load(path, &m))) fail_msg("load: %s", em_err_message(err));
+    assert_int_equal(m->desc.n_layer, 3);
+    assert_int_equal(m->program.n_caches, 0); /* the attention layer was the fourth */
+    assert_int_equal(m->program.n_states, 3);
+    em_model_free(m);
+}
+
 static void test_missing_tensor(void **state) {
     (void)state;
     expect_load_error(DROP_TENSOR, "blk.1.attn_k.weight", EM_ERR_NOT_FOUND, "missing tensor blk.1.attn_k.weight");
@@ -375,8 +443,11 @@ static void test_family_registry(void **state) {
         assert_int_equal(f->window_period, first->window_period);
         assert_float_equal(f->local_rope_theta, first->local_rope_theta, 0);
         assert_int_equal(f->attn_scale_embd_layers, first->attn_scale_embd_layers);
+        assert_int_equal(f->hybrid, first->hybrid);
+        assert_int_equal(f->attn_output_gate, first->attn_output_gate);
+        assert_true(!f->ffn_norm_tensor == !first->ffn_norm_tensor);
     }
-    assert_int_equal(n, 10);
+    assert_int_equal(n, 11);
     assert_string_equal(em_family_by_hf_class("MistralForCausalLM")->gguf_arch, "llama");
     assert_string_equal(em_family_by_hf_class("MixtralForCausalLM")->gguf_arch, "llama");
     assert_string_equal(em_family_by_hf_class("Gemma3ForConditionalGeneration")->gguf_arch, "gemma3");
@@ -384,7 +455,8 @@ static void test_family_registry(void **state) {
     assert_null(em_family_by_hf_class("MambaForCausalLM"));
     char list[512];
     em_family_list_gguf_archs(list, sizeof list);
-    assert_string_equal(list, "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss, flint");
+    assert_string_equal(list, "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss, qwen35, flint");
+    assert_string_equal(em_family_by_hf_class("Qwen3_5ForConditionalGeneration")->gguf_arch, "qwen35");
     em_family_list_hf_classes(list, sizeof list);
     assert_non_null(strstr(list, "MistralForCausalLM, MixtralForCausalLM"));
 }
@@ -654,6 +726,7 @@ int main(void) {
         cmocka_unit_test(test_misshaped_tensor), cmocka_unit_test(test_unsupported_type),
         cmocka_unit_test(test_unknown_arch),   cmocka_unit_test(test_missing_key),
         cmocka_unit_test(test_rope_scaling),   cmocka_unit_test(test_synth_errors),
+        cmocka_unit_test(test_qwen35),         cmocka_unit_test(test_qwen35_keys),
         cmocka_unit_test(test_synth_deterministic), cmocka_unit_test(test_split),
         cmocka_unit_test(test_gpt_oss),        cmocka_unit_test(test_gpt_oss_refused),
     };

@@ -162,12 +162,16 @@ static em_program copy_program(const em_program *p) {
     em_program c = *p;
     c.ops = malloc(p->n_ops * sizeof *c.ops);
     c.caches = malloc(p->n_caches * sizeof *c.caches);
+    c.states = malloc((p->n_states ? p->n_states : 1) * sizeof *c.states);
     assert_non_null(c.ops);
     assert_non_null(c.caches);
+    assert_non_null(c.states);
     memcpy(c.ops, p->ops, p->n_ops * sizeof *c.ops);
     memcpy(c.caches, p->caches, p->n_caches * sizeof *c.caches);
+    if (p->n_states) memcpy(c.states, p->states, p->n_states * sizeof *c.states);
     c.cap_ops = p->n_ops;
     c.cap_caches = p->n_caches;
+    c.cap_states = p->n_states;
     return c;
 }
 
@@ -247,11 +251,74 @@ static void test_checker_refuses(void **state) {
     em_model_free(m);
 }
 
+/* Qwen3.5's hybrid block: three Gated DeltaNet layers, each with a recurrent state of its own,
+ * then a gated attention layer; the pre-FFN norm is the file's post_attention_norm. */
+static void test_hybrid_blocks(void **state) {
+    (void)state;
+    em_model *m = load_preset("tiny-qwen35");
+    const em_program *p = &m->program;
+    assert_null(em_program_check(p));
+    const char *delta_net = "norm matmul matmul matmul matmul delta_net gated_norm matmul add norm " GATED_UNIT " add";
+    for (uint32_t il = 0; il < 3; il++) assert_layer(p, il, delta_net);
+    assert_layer(p, 3, "norm matmul split_gate matmul matmul head_norm rope head_norm rope kv_write attention "
+                       "sigmoid_gate matmul add norm " GATED_UNIT " add");
+    assert_int_equal(p->n_caches, 1);
+    assert_int_equal(p->caches[0].layer, 3);
+    assert_int_equal(p->n_states, 3);
+    /* tiny-qwen35: conv 4 over 2·2·32 + 4·32 channels, 4 value heads of 32 x 32 */
+    const uint32_t conv_dim = 2 * 2 * 32 + 4 * 32;
+    for (uint32_t i = 0; i < 3; i++) {
+        assert_int_equal(p->states[i].layer, i);
+        assert_int_equal(p->states[i].conv_floats, 3 * conv_dim);
+        assert_int_equal(p->states[i].recurrent_floats, 4 * 32 * 32);
+    }
+    assert_int_equal(em_program_state_floats(p), 3 * (3 * conv_dim + 4 * 32 * 32));
+    assert_int_equal(em_program_kv_floats(p), 2 * 2 * 64);
+    const em_program_delta_net *d = &p->ops[find(p, EM_PROGRAM_DELTA_NET, 1)].u.delta_net;
+    assert_true(d->v_tiled);
+    assert_int_equal(d->state, 1);
+    assert_true(d->conv == m->w.layers[1].ssm_conv && d->a == m->w.layers[1].ssm_a);
+    assert_true(m->w.layers[0].ffn_norm && !m->w.layers[0].post_attn_norm);
+    const em_program_op *rope = &p->ops[find(p, EM_PROGRAM_ROPE, 3)];
+    assert_int_equal(rope->u.heads.rope->n_rot, 16);
+    assert_int_equal(rope->u.heads.head_dim, 64);
+    char line[160];
+    em_program_describe_op(p, find(p, EM_PROGRAM_DELTA_NET, 0), line, sizeof line);
+    assert_string_equal(line, "layer 0 delta_net delta = conv4(mixed) with state 0: 4/2 heads x 32/32, tiled");
+
+    em_program c = copy_program(p); /* a state of the wrong size */
+    c.states[0].recurrent_floats--;
+    assert_error_has(em_program_check(&c), "(layer 0 delta_net): state 0 holds 768 + 4095 floats, these heads need 768 + 4096");
+    em_program_free(&c);
+
+    c = copy_program(p); /* two layers updating one state */
+    c.ops[find(&c, EM_PROGRAM_DELTA_NET, 1)].u.delta_net.state = 0;
+    assert_error_has(em_program_check(&c), "(layer 1 delta_net): state 0 is updated by two operations");
+    em_program_free(&c);
+
+    c = copy_program(p); /* the step before its beta is written */
+    swap_ops(&c, find(&c, EM_PROGRAM_DELTA_NET, 0), find(&c, EM_PROGRAM_DELTA_NET, 0) - 2);
+    assert_error_has(em_program_check(&c), "(layer 0 delta_net): reads beta before anything writes it");
+    em_program_free(&c);
+
+    c = copy_program(p); /* value heads that do not divide among the key heads */
+    c.ops[find(&c, EM_PROGRAM_DELTA_NET, 2)].u.delta_net.n_head_k = 3;
+    assert_error_has(em_program_check(&c), "(layer 2 delta_net): 4 value heads over 3 key heads");
+    em_program_free(&c);
+
+    c = copy_program(p); /* the gate multiplied in before the split that writes it */
+    swap_ops(&c, find(&c, EM_PROGRAM_SPLIT_GATE, 3), find(&c, EM_PROGRAM_SIGMOID_GATE, 3));
+    assert_error_has(em_program_check(&c), "(layer 3 sigmoid_gate): reads attn before anything writes it");
+    em_program_free(&c);
+    em_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_family_blocks),
         cmocka_unit_test(test_parameters),
         cmocka_unit_test(test_checker_refuses),
+        cmocka_unit_test(test_hybrid_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

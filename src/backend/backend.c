@@ -14,6 +14,15 @@ em_err em_backend_create(const em_model *model, const em_backend_config *config,
         return em_errorf(EM_ERR_INVALID, "unknown device '%s' (cpu or cuda)", device);
     if (device && !strcmp(device, "cpu")) return em_backend_cpu_new(model, config, out);
 #ifdef EM_HAVE_CUDA
+    /* The CUDA backend keeps no recurrent state yet (hybrid models' Gated DeltaNet layers). */
+    if (em_program_state_floats(&model->program)) {
+        if (device)
+            return em_errorf(EM_ERR_UNSUPPORTED, "--device cuda: the CUDA backend cannot run %s's recurrent layers yet",
+                             model->desc.arch);
+        em_log(EM_LOG_WARN, "%s: the CUDA backend cannot run its recurrent layers yet: using the CPU backend",
+               model->desc.arch);
+        return em_backend_cpu_new(model, config, out);
+    }
     if (em_cuda_device_count() > 0) {
         em_err err = em_backend_cuda_new(model, config, out);
         if (!err || device) return err;

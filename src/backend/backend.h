@@ -17,6 +17,13 @@
  * engine's business (src/engine); the backend only reads and writes the rows a batch names, and
  * copies rows between blocks when the engine asks (token-exact prefix reuse).
  *
+ * Recurrent state (hybrid models, whose program declares em_program_state): besides KV, each
+ * sequence carries a fixed-size state through the step, kept by the backend in `n_state_slots`
+ * slots. A batch's sequence names its slot (em_batch_seq.state). A state cannot be rolled back: a
+ * token of such a model comes at position 0 (its slot starts from zeros) or at the position after the
+ * last one its slot has seen; anything else is refused before any work. Snapshots of a state (the
+ * engine's prefix cache) are slots too, filled and restored with copy_state.
+ *
  * Ownership: a backend borrows the em_model (which must outlive it) and owns its KV memory, its
  * scratch buffers and its threads. Batches, block tables and logits buffers belong to the caller.
  */
@@ -34,6 +41,7 @@
 typedef struct em_batch_seq {
     const uint32_t *blocks;
     uint32_t n_blocks;
+    uint32_t state;         /* its recurrent-state slot (models with recurrent state only) */
 } em_batch_seq;
 
 typedef struct em_batch {
@@ -86,6 +94,9 @@ typedef struct em_backend_ops {
      * device runs the step's forward meanwhile, while the host reads the step before it and works
      * out the grammar masks from its tokens. */
     em_err (*pick_masks)(em_backend *backend, const uint32_t *const *masks);
+    /* Copies recurrent-state slot `from` (with the position it has reached) into slot `to`; NULL in a
+     * backend that runs no model with recurrent state. Called only when no step is begun. */
+    em_err (*copy_state)(em_backend *backend, uint32_t from, uint32_t to);
 } em_backend_ops;
 
 /* A batch token that is the previous begun step's pick for logits row r (pick_begin). */
@@ -98,6 +109,7 @@ struct em_backend {
     uint32_t n_blocks;     /* KV blocks in the pool */
     uint32_t block_tokens; /* positions per block */
     uint64_t kv_bytes_per_token; /* KV memory one position takes in this backend (all layers, K and V) */
+    uint32_t n_state_slots;      /* recurrent-state slots (0 for a model without recurrent state) */
 };
 
 static inline em_err em_backend_forward(em_backend *b, const em_batch *batch, float *logits) {
@@ -121,6 +133,10 @@ static inline em_err em_backend_pick_masks(em_backend *b, const uint32_t *const 
 static inline em_err em_backend_copy_rows(em_backend *b, uint32_t from, uint32_t to, uint32_t rows) {
     return b->ops->copy_rows(b, from, to, rows);
 }
+static inline em_err em_backend_copy_state(em_backend *b, uint32_t from, uint32_t to) {
+    if (!b->ops->copy_state) return em_errorf(EM_ERR_UNSUPPORTED, "the %s backend keeps no recurrent state", b->ops->name);
+    return b->ops->copy_state(b, from, to);
+}
 static inline void em_backend_free(em_backend *b) {
     if (b) b->ops->free(b);
 }
@@ -132,6 +148,7 @@ typedef struct em_backend_config {
     uint32_t block_tokens; /* 0 = 16 */
     uint64_t kv_bytes;     /* KV memory budget; 0 = kv_tokens positions */
     uint64_t kv_tokens;    /* used when kv_bytes is 0; 0 = 4096 */
+    uint32_t state_slots;  /* recurrent-state slots, for models with recurrent state; 0 = 16 */
 } em_backend_config;
 
 /* Bytes of KV memory one position takes in the CPU backend's f32 layout (every KV cache of the
@@ -150,7 +167,8 @@ em_err em_backend_create(const em_model *model, const em_backend_config *config,
 bool em_backend_picks_cpu(const char *device);
 
 /* For callers without an engine (tests, tools): `n` sequences, each owning the consecutive blocks
- * [i * per_seq, (i + 1) * per_seq) of the pool. `blocks` holds n * per_seq entries. */
+ * [i * per_seq, (i + 1) * per_seq) of the pool and recurrent-state slot i. `blocks` holds n * per_seq
+ * entries. */
 void em_batch_fixed_tables(em_batch_seq *seqs, uint32_t *blocks, uint32_t n, uint32_t per_seq);
 
 /* Number of logits rows the batch asks for. */

@@ -346,6 +346,7 @@ static em_err prepare_speculation(const ember_engine *e, ember_request *r, const
     if (r->spec == EMBER_SPEC_DRAFT && !e->drafter)
         return em_errorf(EM_ERR_INVALID, "request: speculative decoding with a draft model, but the engine has none");
     if (p->grammar || p->compiled_grammar) r->spec = EMBER_SPEC_OFF; /* a draft's mask would need the grammar run ahead */
+    if (e->recurrent) r->spec = EMBER_SPEC_OFF; /* a rejected draft would have advanced the recurrent state */
     if (r->spec == EMBER_SPEC_OFF) return NULL;
     /* A short first draft: a miss costs a step of draft + 1 tokens, and hits double the length. */
     r->draft_length = e->draft_max < EM_SPEC_FIRST_DRAFT ? e->draft_max : EM_SPEC_FIRST_DRAFT;
@@ -468,6 +469,7 @@ static em_err allocate_scratch(ember_engine *e) {
 static void free_engine(ember_engine *e) {
     em_spec_free(e);
     em_prefix_free(&e->cache);
+    em_states_free(&e->states);
     em_kv_pool_free(&e->pool);
     em_backend_free(e->backend);
     em_text_free(e->text);
@@ -550,6 +552,7 @@ static em_err create_backend(ember_engine *e, const ember_options *o) {
         .block_tokens = e->block_tokens,
         .kv_bytes = o->kv_mem_bytes,
         .kv_tokens = (uint64_t)(o->kv_sequences ? o->kv_sequences : 4) * e->ctx_tokens,
+        .state_slots = e->max_sequences + EM_STATE_SNAPSHOTS, /* read for models with recurrent state */
     };
     if (config.kv_tokens < 2 * (uint64_t)e->block_tokens) config.kv_tokens = 2 * (uint64_t)e->block_tokens;
     em_err err = em_backend_create(e->model, &config, &e->backend);
@@ -559,6 +562,12 @@ static em_err create_backend(ember_engine *e, const ember_options *o) {
                          e->backend->n_blocks);
     uint64_t pool_tokens = (uint64_t)e->backend->n_blocks * e->block_tokens;
     if (e->ctx_tokens > pool_tokens) e->ctx_tokens = (uint32_t)pool_tokens;
+    e->recurrent = e->backend->n_state_slots > 0;
+    if (e->recurrent && e->backend->n_state_slots <= e->max_sequences)
+        return em_errorf(EM_ERR_INTERNAL, "engine: the backend keeps %u state slots for %u sequences",
+                         e->backend->n_state_slots, e->max_sequences);
+    if (e->recurrent && (err = em_states_init(&e->states, e->max_sequences, e->backend->n_state_slots - e->max_sequences)))
+        return err;
     return em_kv_pool_init(&e->pool, e->backend->n_blocks, e->block_tokens);
 }
 

@@ -6,6 +6,8 @@
  *   kv.c      the block pool: block numbers and reference counts (the memory behind a block
  *             belongs to the backend, which indexes its KV storage by block number);
  *   prefix.c  the prefix cache: a radix tree over token ids whose nodes each own one KV block;
+ *   states.c  hybrid models' recurrent states: a slot per running request, and the snapshots
+ *             that let a cached prefix be resumed;
  *   sample.c  per-request sampling (penalties, bias, temperature, top-k/p, min-p, seed) and
  *             logprobs, and a grammar's token mask (constrained requests: src/grammar; the mask
  *             is computed per step in sched.c and applied by the host or by a backend that can);
@@ -119,6 +121,45 @@ uint32_t em_prefix_evict(em_prefix_cache *cache, uint32_t want);
 /* Blocks the cache references (some may be shared with running sequences). */
 static inline uint32_t em_prefix_cached_blocks(const em_prefix_cache *cache) { return cache->n_nodes; }
 
+
+/* ---- Recurrent states (states.c) ----
+ * A hybrid model (program.h's em_program_state) carries a state per sequence besides its KV, kept by
+ * the backend in slots (backend.h). Slots [0, first_snapshot) are the running requests', one each
+ * while it runs; the others hold snapshots: the state after exactly the tokens a snapshot records,
+ * taken where a request's prompt has been computed and where it retires (finished or preempted).
+ * A state cannot be rebuilt from KV and cannot be rolled back, so a cached prefix is resumed only
+ * up to the deepest snapshot that matches it token for token, the rest is recomputed (from the start
+ * where none matches), and such models do not speculate (rejected drafts would have advanced the
+ * state). Snapshots are replaced least recently used first. */
+
+typedef struct em_state_snapshot {
+    int32_t *tokens;      /* owned; n_tokens 0 = an empty slot */
+    uint32_t n_tokens;
+    uint64_t last_used;
+} em_state_snapshot;
+
+typedef struct em_state_cache {
+    uint32_t first_snapshot;   /* backend slot of snapshot 0; the running slots come before it */
+    uint32_t n_snapshots;
+    em_state_snapshot *snapshots;
+    bool *running_used;        /* per running slot */
+    uint64_t clock;
+    uint64_t stored, restored; /* snapshots taken, and matched at admission */
+} em_state_cache;
+
+em_err em_states_init(em_state_cache *cache, uint32_t running_slots, uint32_t snapshot_slots);
+void em_states_free(em_state_cache *cache);
+/* A free running slot; false when every one is taken. */
+bool em_states_take_slot(em_state_cache *cache, uint32_t *slot);
+void em_states_give_slot(em_state_cache *cache, uint32_t slot);
+/* The length of the longest snapshot that is a prefix of tokens, at most max_tokens long (0: none),
+ * and its backend slot in *slot. */
+uint32_t em_states_match(em_state_cache *cache, const int32_t *tokens, uint32_t max_tokens, uint32_t *slot);
+/* Keeps the state in backend slot `from` as the state after tokens[0..n). */
+em_err em_states_store(em_state_cache *cache, em_backend *backend, uint32_t from, const int32_t *tokens, uint32_t n);
+
+/* Snapshot slots the engine keeps for a hybrid model, beside one slot per running request. */
+#define EM_STATE_SNAPSHOTS 16
 
 /* ---- Sampling (sample.c) ----
  * Order of operations, per step: logit bias, then repetition/presence/frequency penalties over the
@@ -358,6 +399,8 @@ struct ember_request {
     uint32_t n_computed; /* tokens whose KV is in the cache: tokens[n_computed..n_tokens) are pending */
     uint32_t *blocks;    /* block table */
     uint32_t n_blocks;
+    uint32_t state_slot; /* hybrid models: its recurrent-state slot while it runs (holds_state) */
+    bool holds_state;
     uint64_t admitted_order; /* larger = younger (preempted first) */
     uint32_t scheduled;      /* pending tokens computed in the current step */
     uint32_t flight_row;     /* its logits row in the step in flight (sched.c), when it has one */
@@ -382,6 +425,8 @@ struct ember_engine {
     uint32_t n_vocab, ctx_tokens, block_tokens, batch_tokens, max_sequences;
     em_kv_pool pool;
     em_prefix_cache cache;
+    em_state_cache states; /* hybrid models only (recurrent: the backend keeps state slots) */
+    bool recurrent;
 
     pthread_t thread;
     bool thread_started;

@@ -56,8 +56,23 @@ static void release_blocks(ember_engine *e, ember_request *r) {
     r->n_blocks = 0;
 }
 
-/* Remembers the request's computed tokens in the prefix cache, then drops its own references. */
+/* Keeps a hybrid model's state after the request's computed tokens as a snapshot (not while a
+ * step is begun: the backend may still be advancing it). */
+static void snapshot_state(ember_engine *e, ember_request *r) {
+    if (!e->recurrent || !r->holds_state || !r->n_computed || e->in_flight) return;
+    em_err err = em_states_store(&e->states, e->backend, r->state_slot, r->tokens, r->n_computed);
+    if (err) {
+        em_log(EM_LOG_WARN, "state snapshot: %s", em_err_message(err));
+        em_err_free(err);
+    }
+}
+
+/* Remembers the request's computed tokens in the prefix cache (and a hybrid model's state), then
+ * drops its own references (and its state slot). */
 static void retire_blocks(ember_engine *e, ember_request *r) {
+    snapshot_state(e, r);
+    if (r->holds_state) em_states_give_slot(&e->states, r->state_slot);
+    r->holds_state = false;
     if (r->n_computed) {
         em_err err = em_prefix_insert(&e->cache, r->tokens, r->n_computed, r->blocks);
         if (err) {
@@ -143,6 +158,28 @@ static void count_prompt(ember_stats *s, const void *arg) {
     s->cached_tokens += r->n_cached;
 }
 
+/* A hybrid model's prefix hit cut back to `keep` tokens, where a state snapshot matches: the
+ * whole blocks past it are released, and the block it ends in becomes the one whose first rows are
+ * copied. The prefix cache's counters then count what is reused. */
+static void trim_hit(ember_engine *e, const uint32_t *blocks, em_prefix_hit *hit, uint32_t keep) {
+    if (keep == hit->n_tokens) return;
+    const uint32_t whole = keep / e->block_tokens, rows = keep % e->block_tokens;
+    uint32_t source = EM_PREFIX_NO_BLOCK;
+    if (whole < hit->n_blocks) {
+        if (rows) source = blocks[whole];
+        else em_kv_release(&e->pool, blocks[whole]);
+        for (uint32_t i = whole + 1; i < hit->n_blocks; i++) em_kv_release(&e->pool, blocks[i]);
+        if (hit->copy_block != EM_PREFIX_NO_BLOCK) em_kv_release(&e->pool, hit->copy_block);
+    } else if (rows) {
+        source = hit->copy_block; /* keep < n_tokens: rows < copy_rows */
+    } else if (hit->copy_block != EM_PREFIX_NO_BLOCK) {
+        em_kv_release(&e->pool, hit->copy_block);
+    }
+    e->cache.tokens_reused -= hit->n_tokens - keep;
+    if (!keep) e->cache.hits--;
+    *hit = (em_prefix_hit){.n_tokens = keep, .n_blocks = whole, .copy_block = source, .copy_rows = rows};
+}
+
 static admit_result admit(ember_engine *e, ember_request *r) {
     uint32_t n = r->n_tokens;
     uint32_t total_blocks = blocks_for(e, n);
@@ -150,6 +187,11 @@ static admit_result admit(ember_engine *e, ember_request *r) {
     const uint64_t lookups = e->cache.lookups, hits = e->cache.hits, reused = e->cache.tokens_reused;
     em_prefix_hit hit;
     em_prefix_match(&e->cache, r->tokens, n, n - 1, r->blocks, &hit);
+    uint32_t snapshot = 0, resumed = 0;
+    if (e->recurrent) {
+        resumed = em_states_match(&e->states, r->tokens, hit.n_tokens, &snapshot);
+        trim_hit(e, r->blocks, &hit, resumed);
+    }
     uint32_t need = total_blocks - hit.n_blocks;
     /* Keep one block of headroom per running request, so admissions don't force preemptions. */
     uint32_t headroom = e->n_running < e->pool.n_blocks / 4 ? e->n_running : e->pool.n_blocks / 4;
@@ -170,6 +212,17 @@ static admit_result admit(ember_engine *e, ember_request *r) {
             em_log(EM_LOG_WARN, "KV copy: %s", em_err_message(err));
             em_err_free(err);
             hit.n_tokens -= hit.copy_rows;
+        }
+    }
+    if (e->recurrent) {
+        /* a slot is free: there are as many as running requests, and this one is not running yet */
+        em_states_take_slot(&e->states, &r->state_slot);
+        r->holds_state = true;
+        em_err err = hit.n_tokens ? em_backend_copy_state(e->backend, snapshot, r->state_slot) : NULL;
+        if (err) { /* recompute from the start: position 0 clears the slot */
+            em_log(EM_LOG_WARN, "state restore: %s", em_err_message(err));
+            em_err_free(err);
+            hit.n_tokens = 0;
         }
     }
     r->n_computed = hit.n_tokens;
@@ -608,6 +661,7 @@ static em_err begin_chained(ember_engine *e, uint32_t *rows, bool *late) {
         r->drafts_chained = n_draft > 0; /* counted as such once verified (em_spec_verified) */
         e->batch_seqs[i].blocks = r->blocks;
         e->batch_seqs[i].n_blocks = r->n_blocks;
+        e->batch_seqs[i].state = r->state_slot;
         for (uint32_t j = 0; j <= n_draft; j++, n++) {
             e->batch_tokens_buf[n] = j ? r->draft[j - 1] : EM_TOKEN_PICKED(r->flight_row);
             e->batch_seq[n] = i;
@@ -787,6 +841,7 @@ static bool step(ember_engine *e) {
         ember_request *r = e->running[i];
         e->batch_seqs[i].blocks = r->blocks;
         e->batch_seqs[i].n_blocks = r->n_blocks;
+        e->batch_seqs[i].state = r->state_slot;
         /* A decoding request's drafts follow its last token, each with a row (its pick is checked
          * against the next draft). */
         for (uint32_t k = 0; k < r->scheduled; k++) {
@@ -826,8 +881,12 @@ static bool step(ember_engine *e) {
     }
     /* A constrained step is begun only where the next one can take its masks late (else the next
      * step waits for its tokens anyway). */
+    /* A hybrid model's step that completes a prompt is not begun: its state is snapshot after it. */
+    bool prompt_ends = false;
+    for (uint32_t i = 0; i < e->n_running && e->recurrent; i++)
+        prompt_ends |= e->running[i]->scheduled && e->running[i]->n_computed + e->running[i]->scheduled == e->running[i]->n_prompt;
     const bool begin = backend_picks && em_backend_can_overlap(e->backend) && !speculating &&
-                       (!constrained || em_backend_picks_late(e->backend));
+                       (!constrained || em_backend_picks_late(e->backend)) && !prompt_ends;
     em_batch batch = step_batch(e, n, backend_picks && constrained ? e->pick_masks : NULL);
     em_err err = begin          ? em_backend_pick_begin(e->backend, &batch, e->pick)
                  : backend_picks ? em_backend_forward_pick(e->backend, &batch, e->pick, e->picked)
@@ -840,6 +899,12 @@ static bool step(ember_engine *e) {
     }
     /* Drafts count as computed only once accepted (accept_rows). */
     for (uint32_t i = 0; i < e->n_running; i++) e->running[i]->n_computed += e->running[i]->scheduled - e->running[i]->n_draft;
+    /* A hybrid model's state where a prompt has just been computed: the next turn of a conversation
+     * resumes there even when this one's output is not kept. */
+    for (uint32_t i = 0; i < e->n_running && !begin; i++) {
+        ember_request *r = e->running[i];
+        if (r->scheduled && r->n_computed == r->n_prompt) snapshot_state(e, r);
+    }
     if (begin) { /* the tokens are read by the next step (advance_flight) */
         finish_stuck(e, rows);
         e->flight_mark = start;

@@ -305,7 +305,8 @@ static void run_draft_model(ember_engine *e, uint32_t n) {
             d->pick[rows++] = em_sampler_pick_params_at(&r->sampler, j);
         }
         if (tokens == 0) break;
-        for (uint32_t s = 0; s < n; s++) d->seqs[s] = (em_batch_seq){d->owner[s]->draft_blocks, d->owner[s]->n_draft_blocks};
+        for (uint32_t s = 0; s < n; s++) d->seqs[s] = (em_batch_seq){.blocks = d->owner[s]->draft_blocks,
+                                                                  .n_blocks = d->owner[s]->n_draft_blocks};
         const em_batch batch = {.n_tokens = tokens, .tokens = d->tokens, .seq = d->seq, .pos = d->pos,
                                 .logits = d->logits, .n_seqs = n, .seqs = d->seqs};
         em_err err = em_backend_forward_pick(d->backend, &batch, d->pick, d->picked);

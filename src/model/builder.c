@@ -1,7 +1,8 @@
 /* The layer program of a loaded model (program.h), built from its description and weights: the one
  * definition of a forward step that every backend executes. A block reads as the math it computes:
  *
- *   x += [post_norm](attention(norm(x)))
+ *   x += [post_norm](mixer(norm(x)))      mixer: attention (its output gated by σ(gate) where the
+ *                                         query projection gives gates), or Gated DeltaNet
  *   x += [post_norm](ffn(norm(x)))        ffn: a gated unit, or routed experts (+ a shared expert)
  *
  * Every family's traits end here as operations and their parameters (QK-norm, biases, windows, sinks,
@@ -13,6 +14,8 @@
 /* The buffers of a step, declared with the widest row any layer gives them. */
 typedef struct step_buffers {
     uint8_t x, xn, q, k, v, attn, out, gate, up, router, choices, shared;
+    /* hybrid models only: gated attention's [q | gate] and gates; DeltaNet's inputs and output */
+    uint8_t qgate, attn_gate, mixed, z, beta, alpha, delta;
 } step_buffers;
 
 typedef struct builder {
@@ -70,7 +73,15 @@ static em_err emit_attention(builder *b) {
     em_err err = em_program_cache_declare(b->p, b->layer, ld->n_head_kv * ld->head_dim, ld->n_head_kv * ld->head_dim_v,
                                           &cache);
     if (err) return err;
-    if ((err = emit_matmul(b, s->q, s->xn, &lw->wq, lw->bq))) return err;
+    if (ld->attn_output_gate) {
+        const em_program_split_gate split = {.n_head = ld->n_head, .head_dim = ld->head_dim, .gate = s->attn_gate};
+        if ((err = emit_matmul(b, s->qgate, s->xn, &lw->wq, lw->bq))) return err;
+        if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_SPLIT_GATE, .dst = s->q, .src = s->qgate,
+                                           .u.split_gate = split})))
+            return err;
+    } else if ((err = emit_matmul(b, s->q, s->xn, &lw->wq, lw->bq))) {
+        return err;
+    }
     if ((err = emit_matmul(b, s->k, s->xn, &lw->wk, lw->bk))) return err;
     if ((err = emit_matmul(b, s->v, s->xn, &lw->wv, lw->bv))) return err;
     if ((err = emit_heads(b, s->q, ld->n_head, lw->q_norm))) return err;
@@ -84,7 +95,41 @@ static em_err emit_attention(builder *b) {
     if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_ATTENTION, .dst = s->attn, .src = s->q, .cache = cache,
                                        .u.attention = attention})))
         return err;
+    if (ld->attn_output_gate &&
+        (err = emit(b, (em_program_op){.kind = EM_PROGRAM_SIGMOID_GATE, .dst = s->attn, .src = s->attn_gate,
+                                       .u.gate_width = ld->n_head * ld->head_dim_v})))
+        return err;
     return emit_matmul(b, s->out, s->attn, &lw->wo, lw->bo);
+}
+
+/* out = W_out gated_norm(delta_net(W_qkv xn), W_z xn): a Gated DeltaNet layer, whose sequence state
+ * (the last conv inputs and every head's matrix) is declared here. */
+static em_err emit_delta_net(builder *b) {
+    const em_layer_desc *ld = &b->m->desc.layers[b->layer];
+    const em_layer_weights *lw = &b->m->w.layers[b->layer];
+    const em_delta_net_desc *dn = &ld->delta_net;
+    const step_buffers *s = &b->buf;
+    const uint32_t conv_dim = 2 * dn->n_head_k * dn->head_dim_k + dn->n_head_v * dn->head_dim_v;
+    uint32_t state;
+    em_err err = em_program_state_declare(b->p, b->layer, (dn->conv_kernel - 1) * conv_dim,
+                                          dn->n_head_v * dn->head_dim_k * dn->head_dim_v, &state);
+    if (err) return err;
+    if ((err = emit_matmul(b, s->mixed, s->xn, &lw->ssm_qkv, NULL))) return err;
+    if ((err = emit_matmul(b, s->z, s->xn, &lw->ssm_gate, NULL))) return err;
+    if ((err = emit_matmul(b, s->beta, s->xn, &lw->ssm_beta, NULL))) return err;
+    if ((err = emit_matmul(b, s->alpha, s->xn, &lw->ssm_alpha, NULL))) return err;
+    const em_program_delta_net delta_net = {
+        .n_head_k = dn->n_head_k, .n_head_v = dn->n_head_v, .head_dim_k = dn->head_dim_k, .head_dim_v = dn->head_dim_v,
+        .conv_kernel = dn->conv_kernel, .v_tiled = dn->v_tiled, .conv = lw->ssm_conv, .dt_bias = lw->ssm_dt_bias,
+        .a = lw->ssm_a, .eps = b->m->desc.norm_eps, .beta = s->beta, .alpha = s->alpha, .state = state};
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_DELTA_NET, .dst = s->delta, .src = s->mixed,
+                                       .u.delta_net = delta_net})))
+        return err;
+    const em_program_heads heads = {.n_head = dn->n_head_v, .head_dim = dn->head_dim_v,
+                                    .norm = norm_of(&b->m->desc, lw->ssm_norm, dn->head_dim_v)};
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_GATED_NORM, .dst = s->delta, .src = s->z, .u.heads = heads})))
+        return err;
+    return emit_matmul(b, s->out, s->delta, &lw->ssm_out, NULL);
 }
 
 /* dst = down(act(gate xn) · up xn): a dense feed-forward unit, or a shared expert. */
@@ -134,7 +179,7 @@ static em_err emit_layer(builder *b) {
     em_err err;
     /* x += [post_norm](attention(norm(x))) */
     if ((err = emit_norm(b, s->xn, s->x, lw->attn_norm))) return err;
-    if ((err = emit_attention(b))) return err;
+    if ((err = ld->mixer == EM_MIXER_DELTA_NET ? emit_delta_net(b) : emit_attention(b))) return err;
     if (lw->post_attn_norm && (err = emit_norm(b, s->out, s->out, lw->post_attn_norm))) return err;
     if ((err = emit_add(b, s->x, s->out))) return err;
     /* x += [post_norm](ffn(norm(x))) */
@@ -146,6 +191,38 @@ static em_err emit_layer(builder *b) {
     if (err) return err;
     if (lw->post_ffn_norm && (err = emit_norm(b, s->out, s->out, lw->post_ffn_norm))) return err;
     return emit_add(b, s->x, s->out);
+}
+
+/* The buffers of gated attention and Gated DeltaNet, declared only in models that have such layers. */
+static em_err declare_hybrid_buffers(builder *b) {
+    const em_model_desc *d = &b->m->desc;
+    uint32_t qgate = 0, mixed = 0, value = 0, heads = 0;
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        const em_layer_desc *ld = &d->layers[il];
+        const em_delta_net_desc *dn = &ld->delta_net;
+        if (ld->mixer == EM_MIXER_ATTENTION && ld->attn_output_gate && 2 * ld->n_head * ld->head_dim > qgate)
+            qgate = 2 * ld->n_head * ld->head_dim;
+        if (ld->mixer != EM_MIXER_DELTA_NET) continue;
+        if (2 * dn->n_head_k * dn->head_dim_k + dn->n_head_v * dn->head_dim_v > mixed)
+            mixed = 2 * dn->n_head_k * dn->head_dim_k + dn->n_head_v * dn->head_dim_v;
+        if (dn->n_head_v * dn->head_dim_v > value) value = dn->n_head_v * dn->head_dim_v;
+        if (dn->n_head_v > heads) heads = dn->n_head_v;
+    }
+    step_buffers *s = &b->buf;
+    em_err err = NULL;
+    if (qgate && ((err = em_program_buffer_declare(b->p, "qgate", EM_PROGRAM_ROWS, qgate, &s->qgate)) ||
+                  (err = em_program_buffer_declare(b->p, "attn_gate", EM_PROGRAM_ROWS, qgate / 2, &s->attn_gate))))
+        return err;
+    if (!mixed) return NULL;
+    const struct {
+        const char *name;
+        uint8_t *index;
+        uint32_t width;
+    } buffers[] = {{"mixed", &s->mixed, mixed}, {"z", &s->z, value},         {"beta", &s->beta, heads},
+                   {"alpha", &s->alpha, heads}, {"delta", &s->delta, value}};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0] && !err; i++)
+        err = em_program_buffer_declare(b->p, buffers[i].name, EM_PROGRAM_ROWS, buffers[i].width, buffers[i].index);
+    return err;
 }
 
 /* Every buffer at the widest row any layer gives it. */
@@ -188,7 +265,7 @@ static em_err declare_buffers(builder *b) {
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if ((err = em_program_buffer_declare(p, buffers[i].name, buffers[i].kind, buffers[i].width, buffers[i].index)))
             return err;
-    return NULL;
+    return declare_hybrid_buffers(b);
 }
 
 em_err em_model_build_program(const em_model *m, em_program *out) {

@@ -126,6 +126,21 @@ static const em_family families[] = {
                .n_expert = 128, .n_expert_used = 4, .n_vocab = 201088},
     },
     {
+        /* Qwen3.5 / Qwen3.6 dense: three Gated DeltaNet layers to one gated attention layer (the
+         * multimodal class's text part; its vision tower is left out) */
+        .name = "qwen35",
+        .gguf_arch = "qwen35",
+        .hf_classes = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"},
+        .act = EM_ACT_SWIGLU,
+        .norm_plus_one = true,
+        .qk_norm = true,
+        .rope = EM_ROPE_NEOX,
+        .hybrid = EM_HYBRID_DELTA_NET_TILED,
+        .attn_output_gate = true,
+        .ffn_norm_tensor = "post_attention_norm",
+        .hf = {.rope_theta = 1e7},
+    },
+    {
         /* Ember's own MoE family, GGUF only: its keys follow deepseek2's style */
         .name = "flint",
         .gguf_arch = "flint",
@@ -193,7 +208,7 @@ uint32_t em_model_attn_scale_dim(const char *arch, uint32_t n_layer, uint32_t n_
 }
 
 size_t em_family_own_keys(const em_family *f, const char **keys, size_t max) {
-    const char *all[12];
+    const char *all[24];
     size_t n = 0;
     if (f->keys.vocab_and_rope_dims) {
         all[n++] = "vocab_size";
@@ -211,6 +226,11 @@ size_t em_family_own_keys(const em_family *f, const char **keys, size_t max) {
     }
     if (f->window != EM_WINDOW_NONE) all[n++] = "attention.sliding_window";
     if (f->window_pattern_key) all[n++] = "attention.sliding_window_pattern";
+    if (f->hybrid != EM_HYBRID_NONE) {
+        static const char *const ssm[] = {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
+                                          "ssm.inner_size", "full_attention_interval", "nextn_predict_layers"};
+        for (size_t i = 0; i < sizeof ssm / sizeof ssm[0]; i++) all[n++] = ssm[i];
+    }
     for (size_t i = 0; i < n && i < max; i++) keys[i] = all[i];
     return n < max ? n : max;
 }
@@ -238,6 +258,10 @@ void em_family_describe(const em_family *f, char *buf, size_t size) {
         snprintf(text, sizeof text, "local layers rope %g", f->local_rope_theta);
         append(buf, size, text);
     }
+    if (f->hybrid != EM_HYBRID_NONE)
+        append(buf, size, f->hybrid == EM_HYBRID_DELTA_NET_TILED ? "Gated DeltaNet layers (tiled value heads)"
+                                                                 : "Gated DeltaNet layers (grouped value heads)");
+    if (f->attn_output_gate) append(buf, size, "gated attention");
     if (f->moe == EM_MOE_LEADING_DENSE) append(buf, size, "experts after leading dense layers");
     else if (f->moe != EM_MOE_NONE) append(buf, size, "experts in every layer");
     if (f->expert_biases) append(buf, size, "biased router and experts");

@@ -255,11 +255,67 @@ static em_err load_rope(loader *l, const em_family *f, em_layer_desc *ld, const 
     return NULL;
 }
 
+/* Real files of hybrid families append their multi-token-prediction layers (blk.L.nextn.*) after the
+ * main stack and count them in block_count; the forward step runs the main stack alone. */
+static em_err skip_next_token_layers(loader *l, const em_family *f, uint32_t *n_layer) {
+    uint32_t next = 0;
+    em_err err;
+    if (f->hybrid == EM_HYBRID_NONE) return NULL;
+    if ((err = opt_u32(l, "nextn_predict_layers", 0, &next))) return err;
+    if (next >= *n_layer)
+        return em_errorf(EM_ERR_FORMAT, "%s: %s.nextn_predict_layers = %u leaves none of the %u blocks", em_gguf_path(l->g),
+                         l->arch, next, *n_layer);
+    *n_layer -= next;
+    return NULL;
+}
+
+/* A ssm.* key of a hybrid family, which must be at least 1 and at most `max`. */
+static em_err ssm_u32(loader *l, const char *suffix, uint32_t max, uint32_t *out) {
+    em_err err = need_u32(l, suffix, out);
+    if (err) return err;
+    if (*out == 0 || *out > max)
+        return em_errorf(EM_ERR_RANGE, "%s: %s = %u is out of range (1 to %u)", em_gguf_path(l->g), l->key, *out, max);
+    return NULL;
+}
+
+/* Which layers of a hybrid family are Gated DeltaNet (all but every full_attention_interval-th), and
+ * their shape from the ssm.* keys, each checked against the others. */
+static em_err load_hybrid_desc(loader *l, const em_family *f) {
+    em_model_desc *d = &l->m->desc;
+    em_delta_net_desc dn = {.v_tiled = f->hybrid == EM_HYBRID_DELTA_NET_TILED};
+    uint32_t interval, inner;
+    em_err err;
+    if ((err = opt_u32(l, "full_attention_interval", 4, &interval))) return err;
+    if (interval == 0)
+        return em_errorf(EM_ERR_RANGE, "%s: %s.full_attention_interval = 0", em_gguf_path(l->g), l->arch);
+    if ((err = ssm_u32(l, "ssm.conv_kernel", 16, &dn.conv_kernel))) return err;
+    if ((err = ssm_u32(l, "ssm.state_size", 1024, &dn.head_dim_k))) return err;
+    if ((err = ssm_u32(l, "ssm.group_count", 1024, &dn.n_head_k))) return err;
+    if ((err = ssm_u32(l, "ssm.time_step_rank", 1024, &dn.n_head_v))) return err;
+    if ((err = ssm_u32(l, "ssm.inner_size", 1u << 20, &inner))) return err;
+    if (dn.n_head_v % dn.n_head_k)
+        return em_errorf(EM_ERR_FORMAT, "%s: %s.ssm.time_step_rank = %u value heads is not a multiple of "
+                         "%s.ssm.group_count = %u key heads", em_gguf_path(l->g), l->arch, dn.n_head_v, l->arch, dn.n_head_k);
+    if (inner % dn.n_head_v)
+        return em_errorf(EM_ERR_FORMAT, "%s: %s.ssm.inner_size = %u does not divide into %u value heads",
+                         em_gguf_path(l->g), l->arch, inner, dn.n_head_v);
+    dn.head_dim_v = inner / dn.n_head_v;
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        em_layer_desc *ld = &d->layers[il];
+        ld->attn_output_gate = f->attn_output_gate;
+        if ((il + 1) % interval == 0) continue;
+        ld->mixer = EM_MIXER_DELTA_NET;
+        ld->delta_net = dn;
+    }
+    return NULL;
+}
+
 static em_err load_desc(loader *l, const em_family *f) {
     em_model_desc *d = &l->m->desc;
     em_err err;
     snprintf(d->arch, sizeof d->arch, "%s", l->arch);
     if ((err = need_u32(l, "block_count", &d->n_layer))) return err;
+    if ((err = skip_next_token_layers(l, f, &d->n_layer))) return err;
     if ((err = need_u32(l, "embedding_length", &d->n_embd))) return err;
     if ((err = opt_u32(l, "context_length", 4096, &d->n_ctx_train))) return err;
     if (d->n_layer == 0 || d->n_layer > 4096 || d->n_embd == 0 || d->n_embd > (1u << 20))
@@ -343,7 +399,7 @@ static em_err load_desc(loader *l, const em_family *f) {
         }
         if (ld->n_ff == 0) return em_errorf(EM_ERR_FORMAT, "%s: layer %u has FF width 0", em_gguf_path(l->g), il);
     }
-    return NULL;
+    return f->hybrid != EM_HYBRID_NONE ? load_hybrid_desc(l, f) : NULL;
 }
 
 /* Sliding layers with their own RoPE base (Gemma 3: 10000) rotate without scaling; llama.cpp fixes
@@ -355,7 +411,8 @@ static void local_rope(em_layer_desc *ld, float theta) {
     ld->rope.freq_factors = NULL;
 }
 
-static em_err load_layer(loader *l, const em_family *f, uint32_t il) {
+/* The weights of an attention layer's mixer. */
+static em_err load_attention(loader *l, const em_family *f, uint32_t il) {
     const em_model_desc *d = &l->m->desc;
     const em_layer_desc *ld = &d->layers[il];
     em_layer_weights *w = &l->m->w.layers[il];
@@ -365,8 +422,8 @@ static em_err load_layer(loader *l, const em_family *f, uint32_t il) {
     const uint64_t k = (uint64_t)ld->n_head_kv * ld->head_dim, v = (uint64_t)ld->n_head_kv * ld->head_dim_v;
     const uint64_t o = (uint64_t)ld->n_head * ld->head_dim_v;
 
-    if ((err = get_vector(l, blk(n, sizeof n, il, "attn_norm.weight"), true, e, &w->attn_norm))) return err;
-    if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_q.weight"), true, e, q, 0, &w->wq))) return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_q.weight"), true, e, ld->attn_output_gate ? 2 * q : q, 0, &w->wq)))
+        return err;
     if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_k.weight"), true, e, k, 0, &w->wk))) return err;
     if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_v.weight"), true, e, v, 0, &w->wv))) return err;
     if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_output.weight"), true, o, e, 0, &w->wo))) return err;
@@ -384,6 +441,57 @@ static em_err load_layer(loader *l, const em_family *f, uint32_t il) {
         if ((err = get_vector(l, blk(n, sizeof n, il, "attn_k_norm.weight"), true, ld->head_dim, &w->k_norm)))
             return err;
     }
+    return NULL;
+}
+
+/* A conv kernel of rows x cols f32 values (GGUF ne = {cols, rows}), owned by the model. */
+static em_err get_kernel(loader *l, const char *name, uint64_t cols, uint64_t rows, const float **out) {
+    const em_gguf_tensor *t;
+    em_err err = find_tensor(l, name, true, cols, rows, 0, &t);
+    if (err) return err;
+    float *v = malloc(cols * rows * sizeof *v);
+    if (!v) return em_errorf(EM_ERR_NOMEM, "out of memory loading %s", name);
+    if (t->type == EM_TYPE_F32) memcpy(v, t->data, cols * rows * sizeof *v);
+    else if ((err = em_dequantize(t->type, t->data, v, cols * rows))) {
+        free(v);
+        return em_err_prefix(err, "%s: tensor %s", em_gguf_path(l->g), name);
+    }
+    *out = v;
+    return keep(l->m, v);
+}
+
+/* The weights of a Gated DeltaNet layer's mixer (llama.cpp's names: attn_qkv, attn_gate, ssm_*). */
+static em_err load_delta_net(loader *l, uint32_t il) {
+    const em_model_desc *d = &l->m->desc;
+    const em_delta_net_desc *dn = &d->layers[il].delta_net;
+    em_layer_weights *w = &l->m->w.layers[il];
+    char n[96];
+    em_err err;
+    const uint64_t e = d->n_embd, value = (uint64_t)dn->n_head_v * dn->head_dim_v;
+    const uint64_t conv_dim = 2 * (uint64_t)dn->n_head_k * dn->head_dim_k + value;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_qkv.weight"), true, e, conv_dim, 0, &w->ssm_qkv))) return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_gate.weight"), true, e, value, 0, &w->ssm_gate))) return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "ssm_beta.weight"), true, e, dn->n_head_v, 0, &w->ssm_beta))) return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "ssm_alpha.weight"), true, e, dn->n_head_v, 0, &w->ssm_alpha)))
+        return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "ssm_out.weight"), true, value, e, 0, &w->ssm_out))) return err;
+    if ((err = get_kernel(l, blk(n, sizeof n, il, "ssm_conv1d.weight"), dn->conv_kernel, conv_dim, &w->ssm_conv)))
+        return err;
+    if ((err = get_vector(l, blk(n, sizeof n, il, "ssm_dt.bias"), true, dn->n_head_v, &w->ssm_dt_bias))) return err;
+    if ((err = get_vector(l, blk(n, sizeof n, il, "ssm_a"), true, dn->n_head_v, &w->ssm_a))) return err;
+    return get_vector(l, blk(n, sizeof n, il, "ssm_norm.weight"), true, dn->head_dim_v, &w->ssm_norm);
+}
+
+static em_err load_layer(loader *l, const em_family *f, uint32_t il) {
+    const em_model_desc *d = &l->m->desc;
+    const em_layer_desc *ld = &d->layers[il];
+    em_layer_weights *w = &l->m->w.layers[il];
+    char n[96];
+    em_err err;
+    const uint64_t e = d->n_embd;
+
+    if ((err = get_vector(l, blk(n, sizeof n, il, "attn_norm.weight"), true, e, &w->attn_norm))) return err;
+    if ((err = ld->mixer == EM_MIXER_DELTA_NET ? load_delta_net(l, il) : load_attention(l, f, il))) return err;
     if (ld->post_attn_norm &&
         (err = get_vector(l, blk(n, sizeof n, il, "post_attention_norm.weight"), true, e, &w->post_attn_norm)))
         return err;
@@ -534,6 +642,12 @@ void em_model_describe_layer(const em_model_desc *d, uint32_t layer, char *buf, 
     }
     const em_layer_desc *ld = &d->layers[layer];
     char attn[32] = "full", ffn[64];
+    if (ld->mixer == EM_MIXER_DELTA_NET) {
+        const em_delta_net_desc *dn = &ld->delta_net;
+        snprintf(buf, size, "delta_net %u/%u heads x %u/%u, conv %u, %s, dense %u", dn->n_head_v, dn->n_head_k,
+                 dn->head_dim_k, dn->head_dim_v, dn->conv_kernel, dn->v_tiled ? "tiled" : "grouped", ld->n_ff);
+        return;
+    }
     if (ld->attn == EM_ATTN_SLIDING) snprintf(attn, sizeof attn, "sliding %u", ld->window);
     if (ld->moe)
         snprintf(ffn, sizeof ffn, "moe %u/%u x %u%s", ld->n_expert_used, ld->n_expert, ld->n_ff,

@@ -3,7 +3,7 @@
  * weights that go with it (em_model_weights), the family loaders that fill both from a GGUF file,
  * and synthetic models at real shapes. Sampling belongs to the engine (src/engine).
  *
- * A family (llama, mistral, mixtral, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss, flint) is a row of
+ * A family (llama, mistral, mixtral, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss, qwen35, flint) is a row of
  * the family registry (em_family, family.c): what its checkpoints and GGUF files look like, as
  * separate traits (gated unit, post-norms, embedding scale, QK-norm, sliding-window layout, experts,
  * GGUF keys, ...). One loader reads every family's GGUF metadata keys and tensor names (those
@@ -44,8 +44,19 @@
 #define EM_MODEL_ARCH_MAX 32
 
 typedef enum em_attn_kind { EM_ATTN_FULL, EM_ATTN_SLIDING } em_attn_kind;
+/* What mixes a layer's tokens: attention over the KV cache, or Gated DeltaNet's recurrence
+ * (program.h's delta_net) over a state each sequence carries. */
+typedef enum em_layer_mixer { EM_MIXER_ATTENTION, EM_MIXER_DELTA_NET } em_layer_mixer;
 typedef enum em_norm_kind { EM_NORM_RMS, EM_NORM_RMS_PLUS_ONE } em_norm_kind;
 /* em_weight, em_rope, em_activation and em_gating are the program's operands (program.h). */
+
+/* A Gated DeltaNet layer's shape (GGUF ssm.* keys). */
+typedef struct em_delta_net_desc {
+    uint32_t conv_kernel;           /* ssm.conv_kernel */
+    uint32_t n_head_k, head_dim_k;  /* ssm.group_count, ssm.state_size */
+    uint32_t n_head_v, head_dim_v;  /* ssm.time_step_rank, ssm.inner_size / time_step_rank */
+    bool v_tiled;                   /* value head j reads key head j mod n_head_k (else j / (n_head_v / n_head_k)) */
+} em_delta_net_desc;
 
 /* One transformer block. */
 typedef struct em_layer_desc {
@@ -61,6 +72,9 @@ typedef struct em_layer_desc {
     em_rope rope;
     float attn_scale;     /* multiplies Q·K (usually 1/sqrt(head_dim)) */
     float attn_softcap;   /* scores become c·tanh(s/c); 0 = none */
+    bool attn_output_gate; /* attn_q gives [query | gate] per head; the attention is multiplied by σ(gate) */
+    em_layer_mixer mixer; /* the attention fields above describe EM_MIXER_ATTENTION layers only */
+    em_delta_net_desc delta_net;
 
     bool moe;
     uint32_t n_ff;        /* dense FF width, or the FF width of one expert */
@@ -96,6 +110,11 @@ typedef struct em_layer_weights {
     const float *gate_inp_bias;                      /* n_expert floats, or NULL */
     const float *gate_exps_bias, *up_exps_bias, *down_exps_bias; /* n_expert rows, or NULL */
     em_weight gate_shexp, up_shexp, down_shexp;      /* shared expert */
+    /* Gated DeltaNet: the mixed q|k|v, z, beta and alpha projections, the output projection; the
+     * conv weights (conv_dim rows of conv_kernel), dt_bias and a = −exp(A_log) per value head, and the
+     * output norm over head_dim_v */
+    em_weight ssm_qkv, ssm_gate, ssm_beta, ssm_alpha, ssm_out;
+    const float *ssm_conv, *ssm_dt_bias, *ssm_a, *ssm_norm;
 } em_layer_weights;
 
 typedef struct em_model_weights {
@@ -134,6 +153,15 @@ typedef enum em_family_moe {
     EM_MOE_GPT_OSS,       /* every layer; mlp.router and mlp.experts.{gate_up,down}_proj with biases, gate
                            * and up interleaved in one matrix, in bf16 or MXFP4 (_blocks, _scales) */
 } em_family_moe;
+
+/* Hybrid families: which layers are Gated DeltaNet, and the order of their value heads in GGUF files. */
+typedef enum em_family_hybrid {
+    EM_HYBRID_NONE,
+    /* layer i is DeltaNet unless (i + 1) % full_attention_interval == 0; the value heads are tiled
+     * (llama.cpp's converter reorders qwen35 / qwen35moe files so) or grouped by key head (qwen3next) */
+    EM_HYBRID_DELTA_NET_TILED,
+    EM_HYBRID_DELTA_NET_GROUPED,
+} em_family_hybrid;
 
 /* GGUF keys ({arch}.*) that some families' files carry and others do not. */
 typedef struct em_family_keys {
@@ -187,6 +215,8 @@ typedef struct em_family {
     const char *ffn_norm_tensor; /* the pre-FFN norm's GGUF name ("post_attention_norm"); NULL: ffn_norm */
     em_family_keys keys;
     em_family_hf_defaults hf;
+    em_family_hybrid hybrid;
+    bool attn_output_gate;     /* attn_q gives [query | gate] per head (Qwen3.5's gated attention) */
 } em_family;
 
 /* The rows in order, NULL past the end. */

@@ -28,6 +28,16 @@ typedef struct preset {
     const char *rope_scaling;          /* as em_synth_options.rope_scaling; NULL = none */
 } preset;
 
+/* What a hybrid family's preset adds: the rotated dimensions per head, and the Gated DeltaNet layers'
+ * conv kernel, key and value heads and head dim (one for keys and values). */
+typedef struct hybrid_shape {
+    const char *preset;
+    uint32_t rope_dims, ssm_kernel, ssm_heads_k, ssm_heads_v, ssm_head_dim;
+} hybrid_shape;
+
+/* Hybrid layouts: every FULL_ATTENTION_INTERVAL-th layer attends, the others are Gated DeltaNet. */
+#define FULL_ATTENTION_INTERVAL 4
+
 static const preset presets[] = {
     /* name          family      L   d     H   KV  hd   ff     vocab   ctx     E    k  ffE   lead tied  theta   eps  win  caps */
     {"dense-1b", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 0, 0, 0, 0, true, 500000.0f, 1e-5f, 0, 0, 0, "llama3:32:8192"},
@@ -48,6 +58,16 @@ static const preset presets[] = {
     /* rows of 256: every K-format block divides them, so quantization recipes apply unchanged */
     {"small-llama", "llama", 8, 256, 4, 1, 64, 512, 32000, 512, 0, 0, 0, 0, false, 10000.0f, 1e-5f, 0, 0, 0, NULL},
     {"small-qwen3moe", "qwen3moe", 4, 256, 4, 2, 64, 512, 32000, 512, 8, 2, 256, 0, true, 1e6f, 1e-6f, 0, 0, 0, NULL},
+    /* Qwen3.6-27B's shape cut to 8 of its 64 layers (--layers gives more) */
+    {"qwen3.6-27b", "qwen35", 8, 5120, 24, 4, 256, 17408, 248320, 262144, 0, 0, 0, 0, false, 1e7f, 1e-6f, 0, 0, 0, NULL},
+    {"tiny-qwen35", "qwen35", 4, 128, 4, 2, 64, 256, 32000, 512, 0, 0, 0, 0, false, 1e7f, 1e-6f, 0, 0, 0, NULL},
+};
+
+/* The hybrid presets' own shape; both have more value heads than key heads, as the real models do. */
+static const hybrid_shape hybrid_shapes[] = {
+    /* preset        rot  K  Hk  Hv  dk */
+    {"qwen3.6-27b", 64, 4, 16, 48, 128},
+    {"tiny-qwen35", 16, 4, 2, 4, 32},
 };
 
 enum { N_PRESETS = sizeof presets / sizeof presets[0] };
@@ -204,6 +224,7 @@ typedef struct tensor_plan {
 
 typedef struct synth {
     preset p;
+    hybrid_shape hybrid; /* hybrid families only */
     const em_family *family;
     uint32_t weight_type, expert_type;
     uint64_t seed;
@@ -248,6 +269,29 @@ static em_err plan(synth *s, const char *name, uint32_t n_dims, uint64_t ne0, ui
     return NULL;
 }
 
+/* A Gated DeltaNet layer's mixer, named as llama.cpp's converter names it: the conv kernel {K, conv_dim},
+ * dt_bias, and a = −exp(A_log) in [−1.9, −0.1] so the state decays at a moderate rate. */
+static em_err plan_delta_net(synth *s, uint32_t il, float gain) {
+    const hybrid_shape *p = &s->hybrid;
+    const uint64_t e = s->p.n_embd, value = (uint64_t)p->ssm_heads_v * p->ssm_head_dim;
+    const uint64_t conv_dim = 2 * (uint64_t)p->ssm_heads_k * p->ssm_head_dim + value;
+    const float in_rms = 1.0f / sqrtf((float)e);
+    char n[64];
+    em_err err;
+#define B(what) (snprintf(n, sizeof n, "blk.%u.%s", il, what), n)
+    if ((err = plan(s, B("attn_qkv.weight"), 2, e, conv_dim, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+    if ((err = plan(s, B("attn_gate.weight"), 2, e, value, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+    if ((err = plan(s, B("ssm_conv1d.weight"), 2, p->ssm_kernel, conv_dim, 1, EM_TYPE_F32, INIT_UNIFORM, 0.5f))) return err;
+    if ((err = plan(s, B("ssm_dt.bias"), 1, p->ssm_heads_v, 1, 1, 0, INIT_NORM, 0.5f))) return err;
+    if ((err = plan(s, B("ssm_a"), 1, p->ssm_heads_v, 1, 1, 0, INIT_NORM, 0.9f))) return err;
+    s->tensors[s->n_tensors - 1].center = -1.0f;
+    if ((err = plan(s, B("ssm_beta.weight"), 2, e, p->ssm_heads_v, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+    if ((err = plan(s, B("ssm_alpha.weight"), 2, e, p->ssm_heads_v, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+    if ((err = plan(s, B("ssm_norm.weight"), 1, p->ssm_head_dim, 1, 1, 0, INIT_NORM, 0.1f))) return err;
+    return plan(s, B("ssm_out.weight"), 2, value, e, 1, s->weight_type, INIT_UNIFORM, gain / sqrtf((float)value));
+#undef B
+}
+
 static em_err plan_all(synth *s) {
     const preset *p = &s->p;
     const em_family *f = s->family;
@@ -269,7 +313,13 @@ static em_err plan_all(synth *s) {
 #define B(what) (snprintf(n, sizeof n, "blk.%u.%s", il, what), n)
         const bool moe = p->n_expert > 0 && il >= p->n_dense_lead;
         if ((err = plan(s, B("attn_norm.weight"), 1, e, 1, 1, 0, INIT_NORM, 0.1f))) return err;
-        if ((err = plan(s, B("attn_q.weight"), 2, e, q, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+        if (f->hybrid != EM_HYBRID_NONE && (il + 1) % FULL_ATTENTION_INTERVAL) {
+            if ((err = plan_delta_net(s, il, gain))) return err;
+            goto ffn;
+        }
+        if ((err = plan(s, B("attn_q.weight"), 2, e, f->attn_output_gate ? 2 * q : q, 1, s->weight_type, INIT_UNIFORM,
+                        in_rms)))
+            return err;
         if ((err = plan(s, B("attn_k.weight"), 2, e, kv, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
         if ((err = plan(s, B("attn_v.weight"), 2, e, kv, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
         if (f->qkv_bias) {
@@ -292,6 +342,7 @@ static em_err plan_all(synth *s) {
                 return err;
             s->tensors[s->n_tensors - 1].center = post_norm_gain;
         }
+    ffn:;
         char ffn_norm[48];
         snprintf(ffn_norm, sizeof ffn_norm, "%.32s.weight", f->ffn_norm_tensor ? f->ffn_norm_tensor : "ffn_norm");
         if ((err = plan(s, B(ffn_norm), 1, e, 1, 1, 0, INIT_NORM, 0.1f))) return err;
@@ -418,7 +469,8 @@ static em_err add_hparams(em_gguf_writer *w, const synth *s) {
     if ((err = em_gguf_writer_add_u32(w, KEY("attention.value_length"), p->head_dim))) return err;
     if ((err = em_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->eps))) return err;
     if ((err = em_gguf_writer_add_f32(w, KEY("rope.freq_base"), p->theta))) return err;
-    if ((err = em_gguf_writer_add_u32(w, KEY("rope.dimension_count"), p->head_dim))) return err;
+    if ((err = em_gguf_writer_add_u32(w, KEY("rope.dimension_count"), s->hybrid.rope_dims ? s->hybrid.rope_dims : p->head_dim)))
+        return err;
     if (!strcmp(s->scaling, "linear") || !strcmp(s->scaling, "yarn")) {
         if ((err = em_gguf_writer_add_str(w, KEY("rope.scaling.type"), s->scaling))) return err;
         if ((err = em_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), s->scaling_factor))) return err;
@@ -437,6 +489,19 @@ static em_err add_hparams(em_gguf_writer *w, const synth *s) {
         if (f->keys.expert_width &&
             (err = em_gguf_writer_add_u32(w, KEY("expert_feed_forward_length"), p->n_ff_expert)))
             return err;
+    }
+    if (f->hybrid != EM_HYBRID_NONE) {
+        /* Text positions are the same in every section of the multi-section RoPE, so any split of
+         * the rotated pairs computes plain RoPE; llama.cpp's loader requires the key. */
+        const uint32_t pairs = (s->hybrid.rope_dims ? s->hybrid.rope_dims : p->head_dim) / 2, third = (pairs + 2) / 3;
+        const int32_t sections[4] = {(int32_t)third, (int32_t)third, (int32_t)(pairs - 2 * third), 0};
+        if ((err = em_gguf_writer_add_array(w, KEY("rope.dimension_sections"), EM_GGUF_INT32, sections, 4))) return err;
+        if ((err = em_gguf_writer_add_u32(w, KEY("full_attention_interval"), FULL_ATTENTION_INTERVAL))) return err;
+        if ((err = em_gguf_writer_add_u32(w, KEY("ssm.conv_kernel"), s->hybrid.ssm_kernel))) return err;
+        if ((err = em_gguf_writer_add_u32(w, KEY("ssm.state_size"), s->hybrid.ssm_head_dim))) return err;
+        if ((err = em_gguf_writer_add_u32(w, KEY("ssm.group_count"), s->hybrid.ssm_heads_k))) return err;
+        if ((err = em_gguf_writer_add_u32(w, KEY("ssm.time_step_rank"), s->hybrid.ssm_heads_v))) return err;
+        if ((err = em_gguf_writer_add_u32(w, KEY("ssm.inner_size"), s->hybrid.ssm_heads_v * s->hybrid.ssm_head_dim))) return err;
     }
     if (f->keys.dense_lead_and_gating) {
         /* flint's own keys, in the style of deepseek2's: dense layers first, softmax gating (1),
@@ -561,6 +626,10 @@ em_err em_synth_write(const em_synth_options *o, const char *out_path) {
     if (!found) return em_errorf(EM_ERR_INVALID, "unknown preset '%s'", o->preset ? o->preset : "(none)");
     synth s = {.p = *found, .family = em_family_by_name(found->family), .seed = o->seed};
     if (!s.family) return em_errorf(EM_ERR_INTERNAL, "preset %s: no family '%s'", found->name, found->family);
+    for (size_t i = 0; i < sizeof hybrid_shapes / sizeof hybrid_shapes[0]; i++)
+        if (!strcmp(hybrid_shapes[i].preset, found->name)) s.hybrid = hybrid_shapes[i];
+    if (s.family->hybrid != EM_HYBRID_NONE && !s.hybrid.preset)
+        return em_errorf(EM_ERR_INTERNAL, "preset %s: no Gated DeltaNet shape", found->name);
     em_err err = parse_type(o->type ? o->type : "f32", &s.weight_type, &s.expert_type);
     if (err) return err;
     if ((err = parse_scaling(o->rope_scaling ? o->rope_scaling : s.p.rope_scaling, &s))) return err;

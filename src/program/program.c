@@ -11,7 +11,7 @@
 
 static const char *const op_names[EM_PROGRAM_OP_KINDS] = {
     "embed", "norm", "matmul", "head_norm", "rope", "kv_write", "attention", "glu", "add", "route", "experts",
-    "output"};
+    "output", "split_gate", "sigmoid_gate", "delta_net", "gated_norm"};
 
 const char *em_program_op_name(em_program_op_kind kind) {
     return (unsigned)kind < EM_PROGRAM_OP_KINDS ? op_names[kind] : "?";
@@ -54,6 +54,21 @@ em_err em_program_cache_declare(em_program *p, uint32_t layer, uint32_t key_widt
     return NULL;
 }
 
+em_err em_program_state_declare(em_program *p, uint32_t layer, uint32_t conv_floats, uint32_t recurrent_floats,
+                                uint32_t *index) {
+    if (p->n_states == p->cap_states) {
+        const uint32_t cap = p->cap_states ? 2 * p->cap_states : 16;
+        em_program_state *grown = realloc(p->states, cap * sizeof *grown);
+        if (!grown) return em_errorf(EM_ERR_NOMEM, "program: out of memory for %u recurrent states", cap);
+        p->states = grown;
+        p->cap_states = cap;
+    }
+    p->states[p->n_states] =
+        (em_program_state){.layer = layer, .conv_floats = conv_floats, .recurrent_floats = recurrent_floats};
+    *index = p->n_states++;
+    return NULL;
+}
+
 em_err em_program_append(em_program *p, const em_program_op *op) {
     if (p->n_ops == p->cap_ops) {
         const uint32_t cap = p->cap_ops ? 2 * p->cap_ops : 64;
@@ -69,6 +84,7 @@ em_err em_program_append(em_program *p, const em_program_op *op) {
 void em_program_free(em_program *p) {
     free(p->ops);
     free(p->caches);
+    free(p->states);
     *p = (em_program){0};
 }
 
@@ -85,6 +101,7 @@ typedef struct checker {
     const em_program *p;
     buffer_state buffers[EM_PROGRAM_MAX_BUFFERS];
     bool *cache_written;
+    bool *state_used;
     uint32_t i; /* the operation being checked */
 } checker;
 
@@ -153,6 +170,34 @@ static em_err check_activation(const checker *c, em_activation act, float limit,
     if (act == EM_ACT_SWIGLU_CLAMPED && !(limit > 0.0f && alpha > 0.0f))
         return fail(c, "a clamped SwiGLU with limit %g and slope %g", limit, alpha);
     return NULL;
+}
+
+/* A delta_net step: its heads divide, its vectors are there, its state is its own and of the size its
+ * shapes give, and it reads the mixed channels, beta and alpha an earlier operation wrote. */
+static em_err check_delta_net(checker *c, const em_program_op *op) {
+    const em_program_delta_net *d = &op->u.delta_net;
+    em_err err;
+    if (!d->n_head_k || !d->n_head_v || d->n_head_v % d->n_head_k || !d->head_dim_k || !d->head_dim_v)
+        return fail(c, "%u value heads over %u key heads (dims %u/%u)", d->n_head_v, d->n_head_k, d->head_dim_k,
+                    d->head_dim_v);
+    if (!d->conv_kernel || !d->conv || !d->dt_bias || !d->a)
+        return fail(c, "a conv of %u taps%s", d->conv_kernel,
+                    d->conv && d->dt_bias && d->a ? "" : " or its weights, dt_bias or a missing");
+    if (d->state >= c->p->n_states) return fail(c, "state %u of %u", d->state, c->p->n_states);
+    if (c->state_used[d->state]) return fail(c, "state %u is updated by two operations", d->state);
+    c->state_used[d->state] = true;
+    const uint32_t conv_dim = 2 * d->n_head_k * d->head_dim_k + d->n_head_v * d->head_dim_v;
+    const em_program_state *s = &c->p->states[d->state];
+    if (s->conv_floats != (d->conv_kernel - 1) * conv_dim ||
+        s->recurrent_floats != d->n_head_v * d->head_dim_k * d->head_dim_v)
+        return fail(c, "state %u holds %u + %u floats, these heads need %u + %u", d->state, s->conv_floats,
+                    s->recurrent_floats, (d->conv_kernel - 1) * conv_dim, d->n_head_v * d->head_dim_k * d->head_dim_v);
+    if (op->dst == op->src || op->dst == d->beta || op->dst == d->alpha)
+        return fail(c, "writes a buffer it reads");
+    if ((err = reads(c, op->src, EM_PROGRAM_ROWS, conv_dim))) return err;
+    if ((err = reads(c, d->beta, EM_PROGRAM_ROWS, d->n_head_v))) return err;
+    if ((err = reads(c, d->alpha, EM_PROGRAM_ROWS, d->n_head_v))) return err;
+    return writes(c, op->dst, EM_PROGRAM_ROWS, d->n_head_v * d->head_dim_v);
 }
 
 static em_err check_op(checker *c, const em_program_op *op) {
@@ -241,6 +286,28 @@ static em_err check_op(checker *c, const em_program_op *op) {
         if ((err = reads(c, op->src, EM_PROGRAM_ROWS, o->norm.width))) return err;
         return weight_shape(c, "the output matrix", o->weight, o->norm.width, p->n_vocab, 1);
     }
+    case EM_PROGRAM_SPLIT_GATE: {
+        const em_program_split_gate *g = &op->u.split_gate;
+        const uint32_t width = g->n_head * g->head_dim;
+        if (g->gate == op->dst || g->gate == op->src || op->dst == op->src)
+            return fail(c, "queries, gates and their source must be three buffers");
+        if ((err = reads(c, op->src, EM_PROGRAM_ROWS, 2 * width))) return err;
+        if ((err = writes(c, op->dst, EM_PROGRAM_ROWS, width))) return err;
+        return writes(c, g->gate, EM_PROGRAM_ROWS, width);
+    }
+    case EM_PROGRAM_SIGMOID_GATE:
+        if ((err = reads(c, op->dst, EM_PROGRAM_ROWS, op->u.gate_width))) return err;
+        return reads(c, op->src, EM_PROGRAM_ROWS, op->u.gate_width);
+    case EM_PROGRAM_DELTA_NET:
+        return check_delta_net(c, op);
+    case EM_PROGRAM_GATED_NORM: {
+        const em_program_heads *h = &op->u.heads;
+        if (h->norm.width != h->head_dim || !h->norm.weight)
+            return fail(c, "a norm of width %u%s over heads of %u", h->norm.width, h->norm.weight ? "" : " without weights",
+                        h->head_dim);
+        if ((err = reads(c, op->dst, EM_PROGRAM_ROWS, h->n_head * h->head_dim))) return err;
+        return reads(c, op->src, EM_PROGRAM_ROWS, h->n_head * h->head_dim);
+    }
     default:
         return fail(c, "unknown kind %d", (int)op->kind);
     }
@@ -251,13 +318,17 @@ em_err em_program_check(const em_program *p) {
     if (p->ops[0].kind != EM_PROGRAM_EMBED) return em_errorf(EM_ERR_INTERNAL, "program: does not begin with embed");
     if (p->ops[p->n_ops - 1].kind != EM_PROGRAM_OUTPUT)
         return em_errorf(EM_ERR_INTERNAL, "program: does not end with output");
-    checker c = {.p = p, .cache_written = calloc(p->n_caches ? p->n_caches : 1, sizeof(bool))};
-    if (!c.cache_written) return em_errorf(EM_ERR_NOMEM, "program check: out of memory");
+    checker c = {.p = p, .cache_written = calloc(p->n_caches ? p->n_caches : 1, sizeof(bool)),
+                 .state_used = calloc(p->n_states ? p->n_states : 1, sizeof(bool))};
     em_err err = NULL;
+    if (!c.cache_written || !c.state_used) err = em_errorf(EM_ERR_NOMEM, "program check: out of memory");
     for (c.i = 0; c.i < p->n_ops && !err; c.i++) err = check_op(&c, &p->ops[c.i]);
     for (uint32_t i = 0; i < p->n_caches && !err; i++)
         if (!c.cache_written[i]) err = em_errorf(EM_ERR_INTERNAL, "program: no operation writes cache %u", i);
+    for (uint32_t i = 0; i < p->n_states && !err; i++)
+        if (!c.state_used[i]) err = em_errorf(EM_ERR_INTERNAL, "program: no operation updates state %u", i);
     free(c.cache_written);
+    free(c.state_used);
     return err;
 }
 
@@ -277,6 +348,17 @@ uint32_t em_program_widest_group(const em_program *p) {
 uint64_t em_program_kv_floats(const em_program *p) {
     uint64_t floats = 0;
     for (uint32_t i = 0; i < p->n_caches; i++) floats += (uint64_t)p->caches[i].key_width + p->caches[i].value_width;
+    return floats;
+}
+
+uint64_t em_program_state_floats(const em_program *p) {
+    return em_program_state_offset(p, p->n_states);
+}
+
+uint64_t em_program_state_offset(const em_program *p, uint32_t state) {
+    uint64_t floats = 0;
+    for (uint32_t i = 0; i < state && i < p->n_states; i++)
+        floats += (uint64_t)p->states[i].conv_floats + p->states[i].recurrent_floats;
     return floats;
 }
 
@@ -354,6 +436,26 @@ void em_program_describe_op(const em_program *p, uint32_t i, char *buf, size_t s
     case EM_PROGRAM_OUTPUT:
         describe_weight(w, sizeof w, op->u.output.weight);
         snprintf(buf, size, "output logits = [%s] rmsnorm(%s)%s", w, src, op->u.output.softcap > 0 ? ", softcap" : "");
+        break;
+    case EM_PROGRAM_SPLIT_GATE: {
+        const em_program_split_gate *g = &op->u.split_gate;
+        snprintf(buf, size, "%ssplit_gate %s, %s = %s: %u heads x %u", layer, dst,
+                 g->gate < p->n_buffers ? p->buffers[g->gate].name : "?", src, g->n_head, g->head_dim);
+        break;
+    }
+    case EM_PROGRAM_SIGMOID_GATE:
+        snprintf(buf, size, "%ssigmoid_gate %s *= sigmoid(%s)", layer, dst, src);
+        break;
+    case EM_PROGRAM_DELTA_NET: {
+        const em_program_delta_net *d = &op->u.delta_net;
+        snprintf(buf, size, "%sdelta_net %s = conv%u(%s) with state %u: %u/%u heads x %u/%u, %s", layer, dst,
+                 d->conv_kernel, src, d->state, d->n_head_v, d->n_head_k, d->head_dim_k, d->head_dim_v,
+                 d->v_tiled ? "tiled" : "grouped");
+        break;
+    }
+    case EM_PROGRAM_GATED_NORM:
+        snprintf(buf, size, "%sgated_norm %s = rmsnorm(%s) w * silu(%s): %u heads x %u", layer, dst, dst, src,
+                 op->u.heads.n_head, op->u.heads.head_dim);
         break;
     default:
         snprintf(buf, size, "op kind %d", (int)op->kind);

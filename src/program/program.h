@@ -18,6 +18,17 @@
  *   add            x += out
  *   norm, matmul ×2, glu, matmul, add     x += down(act(gate xn) · up xn)
  *   or route + experts (+ a shared expert) for a mixture-of-experts layer
+ *
+ * A hybrid model's linear-attention layers (Qwen3.5's Gated DeltaNet) mix tokens through a state
+ * that each sequence carries (em_program_state) instead of a KV cache:
+ *
+ *   matmul ×4      qkv, z, beta, alpha = W xn
+ *   delta_net      o = the gated delta rule over conv(qkv), updating the sequence's state
+ *   gated_norm     o = RMSNorm(o) · w ⊙ SiLU(z), head by head
+ *   matmul         out = W_out o
+ *
+ * and its gated full-attention layers split [q | gate] per head (split_gate) and multiply the
+ * attention by σ(gate) (sigmoid_gate) before W_o.
  *   output         logits = W_out RMSNorm(x) of the rows that want logits, soft-capped
  *
  * Buffers hold one row per token of the batch, in f32; each is declared once with the widest row any
@@ -26,7 +37,7 @@
  * wrote, at the width it expects, from weights of the right shape. A backend may fuse a sequence of
  * operations into one kernel (a rewrite); the program stays the definition of what the step computes.
  *
- * Ownership: a program owns its arrays of operations, buffers and caches; the weights, vectors and
+ * Ownership: a program owns its arrays of operations, buffers, caches and states; the weights, vectors and
  * RoPE parameters an operation points to belong to the model it was built from, which must outlive it.
  * Depends on base only.
  */
@@ -95,6 +106,12 @@ typedef enum em_program_op_kind {
     EM_PROGRAM_EXPERTS,   /* dst = Σ over the choices in src2 of weight · down(act(gate src) · up src),
                            * each product with its expert's bias where the experts have them */
     EM_PROGRAM_OUTPUT,    /* logits = W · RMSNorm(src) · norm for the rows that want them, soft-capped */
+    /* Gated attention (Qwen3.5's full layers): the query projection gives [query | gate] per head. */
+    EM_PROGRAM_SPLIT_GATE,   /* dst = the query half of each head of src, u.split_gate.gate = the gate half */
+    EM_PROGRAM_SIGMOID_GATE, /* dst ⊙= σ(src) */
+    /* Gated DeltaNet (linear attention with a recurrent state per sequence; delta_net.c on the CPU). */
+    EM_PROGRAM_DELTA_NET,    /* dst = the gated delta rule over src's mixed q, k, v, with `state` */
+    EM_PROGRAM_GATED_NORM,   /* every head of dst: RMSNorm over head_dim · weight ⊙ SiLU(src) */
     EM_PROGRAM_OP_KINDS
 } em_program_op_kind;
 
@@ -164,6 +181,33 @@ typedef struct em_program_output {
     float softcap;        /* logits become c·tanh(l/c); 0 = none */
 } em_program_output;
 
+/* The query projection of gated attention holds, per head, head_dim queries then head_dim gates. */
+typedef struct em_program_split_gate {
+    uint32_t n_head, head_dim;
+    uint8_t gate;         /* the buffer the gates go to (n_head * head_dim per token) */
+} em_program_split_gate;
+
+/* One step of Gated DeltaNet for each token, in batch order. src holds per token the conv_dim =
+ * 2·n_head_k·head_dim_k + n_head_v·head_dim_v mixed channels [q | k | v] before the convolution;
+ * the buffers `beta` and `alpha` hold n_head_v values per token. Per token and channel:
+ *   x = SiLU(Σ_j conv[c][j] · input[t − (K−1) + j])        causal depthwise conv over the last K inputs
+ * then q, k = L2-normalized heads (q also times 1/√head_dim_k), β = σ(beta), g = a · softplus(alpha + dt_bias),
+ * and per value head h (reading key head h mod n_head_k when v_tiled, h / (n_head_v / n_head_k) otherwise),
+ * with its state S (head_dim_k x head_dim_v):
+ *   S ← e^g S;  u = Sᵀk;  S ← S + k (β (v − u))ᵀ;  dst_h = Sᵀq.
+ * A sequence's state is its last K − 1 inputs and every head's S (em_program_state); a token at
+ * position 0 starts from zeros, any other continues the state its sequence left. */
+typedef struct em_program_delta_net {
+    uint32_t n_head_k, n_head_v, head_dim_k, head_dim_v;
+    uint32_t conv_kernel;     /* K */
+    bool v_tiled;
+    const float *conv;        /* conv_dim rows of K weights; the last weights the current input */
+    const float *dt_bias, *a; /* n_head_v each; a = −exp(A_log) */
+    float eps;                /* of the L2 norms: x / √(Σx² + eps) */
+    uint8_t beta, alpha;      /* buffers */
+    uint32_t state;           /* the program's recurrent state it reads and updates */
+} em_program_delta_net;
+
 typedef struct em_program_op {
     em_program_op_kind kind;
     uint32_t layer;       /* the layer it belongs to (messages, per-layer backends), or EM_PROGRAM_NO_LAYER */
@@ -180,6 +224,9 @@ typedef struct em_program_op {
         em_program_embed embed;
         em_program_output output;
         uint32_t add_width;
+        em_program_split_gate split_gate;
+        uint32_t gate_width;          /* sigmoid_gate */
+        em_program_delta_net delta_net;
     } u;
 } em_program_op;
 
@@ -205,6 +252,14 @@ typedef struct em_program_cache {
     uint32_t layer;       /* the layer that writes it */
 } em_program_cache;
 
+/* A recurrent state: what one sequence carries from token to token through a delta_net operation,
+ * conv_floats then recurrent_floats f32 values. Backends keep one per sequence slot (backend.h). */
+typedef struct em_program_state {
+    uint32_t layer;
+    uint32_t conv_floats;      /* (K − 1) inputs of conv_dim channels */
+    uint32_t recurrent_floats; /* n_head_v · head_dim_k · head_dim_v */
+} em_program_state;
+
 typedef struct em_program {
     em_program_op *ops;
     uint32_t n_ops, cap_ops;
@@ -212,6 +267,8 @@ typedef struct em_program {
     uint32_t n_buffers;
     em_program_cache *caches;
     uint32_t n_caches, cap_caches;
+    em_program_state *states;
+    uint32_t n_states, cap_states;
     uint32_t n_vocab;     /* the logits' width */
     uint32_t n_layer;
 } em_program;
@@ -223,6 +280,9 @@ em_err em_program_buffer_declare(em_program *p, const char *name, em_program_buf
                                  uint8_t *index);
 /* Declares a KV cache written by `layer`; its index in *index. */
 em_err em_program_cache_declare(em_program *p, uint32_t layer, uint32_t key_width, uint32_t value_width,
+                                uint32_t *index);
+/* Declares a recurrent state written by `layer`; its index in *index. */
+em_err em_program_state_declare(em_program *p, uint32_t layer, uint32_t conv_floats, uint32_t recurrent_floats,
                                 uint32_t *index);
 /* Appends an operation (copied). */
 em_err em_program_append(em_program *p, const em_program_op *op);
@@ -243,5 +303,9 @@ void em_program_describe_op(const em_program *p, uint32_t i, char *buf, size_t s
 uint32_t em_program_widest_group(const em_program *p);
 /* KV floats per position over all caches. */
 uint64_t em_program_kv_floats(const em_program *p);
+/* Recurrent-state floats one sequence carries over all states (0: the step keeps nothing but KV),
+ * and where state i starts among them. */
+uint64_t em_program_state_floats(const em_program *p);
+uint64_t em_program_state_offset(const em_program *p, uint32_t state);
 
 #endif

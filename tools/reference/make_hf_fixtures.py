@@ -120,6 +120,29 @@ def gemma3(V, layer_types):
                   rms_norm_eps=1e-6, **rope(1000000.0, {"rope_type": "linear", "factor": 4.0}, 10000.0))
 
 
+def qwen35(V):
+    """(config class, model class, kwargs) of a tiny Qwen3.5 text model: three Gated DeltaNet layers
+    then a gated attention layer, with twice as many value heads as key heads (so the order of the
+    value heads matters), 16 of 64 head dims rotated. The text-only class where transformers has one,
+    else the multimodal class with a one-block vision tower (whose text part is what gets converted)."""
+    T = transformers
+    text = common(V, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=64, rms_norm_eps=1e-6, hidden_act="silu",
+                  layer_types=["linear_attention"] * 3 + ["full_attention"], full_attention_interval=4,
+                  linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                  linear_num_key_heads=2, linear_num_value_heads=4,
+                  **rope(10000000.0, {"partial_rotary_factor": 0.25, "mrope_section": [3, 3, 2],
+                                      "mrope_interleaved": True}))
+    if hasattr(T, "Qwen3_5ForCausalLM") and hasattr(T, "Qwen3_5TextConfig"):
+        return T.Qwen3_5TextConfig, T.Qwen3_5ForCausalLM, text
+    del text["attn_implementation"]
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3, num_position_embeddings=16)
+    return T.Qwen3_5Config, T.Qwen3_5ForConditionalGeneration, dict(
+        text_config=text, vision_config=vision, attn_implementation="eager", initializer_range=0.1,
+        tie_word_embeddings=False)
+
+
 def specs(V):
     """(name, config class, model class, kwargs, saved dtype, shard size, [(check, kwargs that turn it off)])"""
     T = transformers
@@ -127,7 +150,10 @@ def specs(V):
     gemma3pattern_types = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"]
     gemma3_text = gemma3(V, gemma3_types)
     del gemma3_text["attn_implementation"]
-    return [
+    qwen35_specs = []
+    if hasattr(T, "Qwen3_5Config"):  # transformers 5.x
+        qwen35_specs.append(("qwen35", *qwen35(V), "float32", None, []))
+    return qwen35_specs + [
         ("llama", T.LlamaConfig, T.LlamaForCausalLM,
          common(V, **rope(500000.0, LLAMA3)), "float32", "100KB",
          [("llama3_rope_scaling", rope(500000.0))]),

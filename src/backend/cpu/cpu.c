@@ -6,7 +6,8 @@
  * products of one input (Q, K, V; gate and up) quantize that input once and run as one job, and a
  * decode step's experts run as two jobs over all chosen experts. The KV cache is paged: each cache
  * of the program has one f32 region of n_blocks * block_tokens rows, and a sequence's block table
- * says which row holds which position. */
+ * says which row holds which position. A hybrid model's recurrent states (delta_net.c) live in
+ * n_state_slots slots of em_program_state_floats floats each, one per sequence or snapshot. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,13 @@ typedef struct cpu_backend {
     /* KV cache: for each of the program's caches, n_blocks * block_tokens rows of its key (value) width. */
     float *keys, *values;
     uint64_t *cache_key_offset, *cache_value_offset; /* start of each cache's rows, in floats */
+
+    /* Recurrent states: slot s at states + s * state_floats; state_pos[s] = the positions it has seen. */
+    float *states;
+    uint64_t state_floats;
+    uint32_t *state_pos;
+    float *conv_out, *gates, *delta_scratch; /* delta_net's scratch (em_cpu_delta_net) */
+    uint32_t max_conv_dim, max_head_v, max_head_dim_v;
 
     /* The program's buffers, cap_tokens rows each, grown on demand. */
     uint32_t cap_tokens;
@@ -441,6 +449,31 @@ static em_err run_op(cpu_backend *b, const em_batch *batch, const em_program_op 
         return experts(b, &op->u.experts, src, &b->choices[op->src2], dst, n);
     case EM_PROGRAM_OUTPUT:
         return output(b, batch, &op->u.output, src, logits, rows);
+    case EM_PROGRAM_SPLIT_GATE: {
+        const em_program_split_gate *g = &op->u.split_gate;
+        const uint64_t hd = g->head_dim, width = (uint64_t)g->n_head * hd;
+        for (uint64_t t = 0; t < n; t++)
+            for (uint64_t h = 0; h < g->n_head; h++) {
+                memcpy(dst + t * width + h * hd, src + t * 2 * width + 2 * h * hd, hd * sizeof(float));
+                memcpy(b->rows[g->gate] + t * width + h * hd, src + t * 2 * width + (2 * h + 1) * hd, hd * sizeof(float));
+            }
+        return NULL;
+    }
+    case EM_PROGRAM_SIGMOID_GATE:
+        for (uint64_t i = 0; i < (uint64_t)n * op->u.gate_width; i++) dst[i] /= 1.0f + em_expf(-src[i]);
+        return NULL;
+    case EM_PROGRAM_DELTA_NET: {
+        const em_program_delta_net *d = &op->u.delta_net;
+        const em_cpu_delta_net job = {
+            .op = d, .batch = batch, .mixed = src, .beta = b->rows[d->beta], .alpha = b->rows[d->alpha], .out = dst,
+            .states = b->states, .slot_floats = b->state_floats, .offset = em_program_state_offset(b->program, d->state),
+            .conv_out = b->conv_out, .gates = b->gates, .scratch = b->delta_scratch};
+        em_cpu_delta_net_run(&b->pool, &job);
+        return NULL;
+    }
+    case EM_PROGRAM_GATED_NORM:
+        em_cpu_gated_norm(&op->u.heads, dst, src, n);
+        return NULL;
     default:
         return em_errorf(EM_ERR_INTERNAL, "cpu: program operation of kind %d", (int)op->kind);
     }
@@ -499,6 +532,13 @@ static em_err reserve(cpu_backend *b, uint32_t n) {
     b->act = malloc(b->act_per_token * (n > few_act_rows ? n : few_act_rows));
     b->act_groups = b->packs_groups ? malloc(b->act_per_token * em_cpu_group_scratch_tokens(n)) : NULL;
     if (!b->logits_in || !b->rope_angles || !b->act || (b->packs_groups && !b->act_groups)) goto nomem;
+    if (b->max_conv_dim) {
+        free(b->conv_out);
+        free(b->gates);
+        b->conv_out = malloc((uint64_t)b->max_conv_dim * n * sizeof(float));
+        b->gates = malloc(2 * (uint64_t)b->max_head_v * n * sizeof(float));
+        if (!b->conv_out || !b->gates) goto nomem;
+    }
     em_err err;
     if (b->max_expert_used &&
         (err = em_cpu_expert_scratch_reserve(&b->experts, b->pool.n_threads, n, b->max_expert_used, b->max_expert,
@@ -546,11 +586,42 @@ static void pick_rows(cpu_backend *b, float *logits, uint32_t rows, const uint32
     }
 }
 
+/* A batch of a model with recurrent state: every sequence names a slot, and each of its tokens comes
+ * at position 0 or right after the last position the slot has seen (backend.h). Checked before any
+ * work; `commit` then records the positions the slots reach. */
+static em_err check_states(cpu_backend *b, const em_batch *batch, bool commit) {
+    if (!b->state_floats) return NULL;
+    for (uint32_t s = 0; s < batch->n_seqs; s++)
+        if (batch->seqs[s].state >= b->base.n_state_slots)
+            return em_errorf(EM_ERR_RANGE, "batch sequence %u: state slot %u, but the backend has %u", s,
+                             batch->seqs[s].state, b->base.n_state_slots);
+    uint32_t *reached = malloc(batch->n_seqs * sizeof *reached);
+    if (!reached) return em_errorf(EM_ERR_NOMEM, "out of memory checking a batch's states");
+    for (uint32_t s = 0; s < batch->n_seqs; s++) reached[s] = b->state_pos[batch->seqs[s].state];
+    em_err err = NULL;
+    for (uint32_t t = 0; t < batch->n_tokens && !err; t++) {
+        const uint32_t s = batch->seq[t], pos = batch->pos[t];
+        if (pos != 0 && pos != reached[s])
+            err = em_errorf(EM_ERR_INVALID, "batch token %u: position %u, but the recurrent state of sequence %u (slot %u) "
+                            "is at %u (a state continues or starts at 0)", t, pos, s, batch->seqs[s].state, reached[s]);
+        reached[s] = pos + 1;
+    }
+    for (uint32_t s = 0; s < batch->n_seqs && !err; s++)
+        for (uint32_t o = s + 1; o < batch->n_seqs; o++)
+            if (batch->seqs[o].state == batch->seqs[s].state)
+                err = em_errorf(EM_ERR_INVALID, "batch sequences %u and %u share state slot %u", s, o, batch->seqs[s].state);
+    if (!err && commit)
+        for (uint32_t s = 0; s < batch->n_seqs; s++) b->state_pos[batch->seqs[s].state] = reached[s];
+    free(reached);
+    return err;
+}
+
 /* The forward pass; with `pick`, the logits rows go to scratch and only the picked tokens leave. */
 static em_err forward(cpu_backend *b, const em_batch *batch, float *logits, const em_pick_params *pick,
                       int32_t *picked) {
     em_err err = em_batch_validate(batch, pick ? (const void *)picked : logits, b->n_vocab, &b->base);
     if (err) return err;
+    if ((err = check_states(b, batch, false))) return err;
     if (pick) {
         if ((err = reserve_pick(b, em_batch_logits_rows(batch)))) return err;
         logits = b->pick_logits;
@@ -559,6 +630,7 @@ static em_err forward(cpu_backend *b, const em_batch *batch, float *logits, cons
     if ((err = reserve_positions(b, batch))) return err;
     uint32_t rows = 0;
     b->angles_valid = false; /* new positions */
+    check_states(b, batch, true); /* checked above: cannot fail */
     if ((err = run_program(b, batch, logits, &rows))) return err;
     if (pick && !batch->pick_masks_later) pick_rows(b, logits, rows, batch->pick_masks, pick, picked);
     return NULL;
@@ -588,11 +660,22 @@ static em_err cpu_copy_rows(em_backend *base, uint32_t from, uint32_t to, uint32
     return NULL;
 }
 
+static em_err cpu_copy_state(em_backend *base, uint32_t from, uint32_t to) {
+    cpu_backend *b = (cpu_backend *)base;
+    if (from >= base->n_state_slots || to >= base->n_state_slots)
+        return em_errorf(EM_ERR_RANGE, "copy of state slot %u to slot %u (the backend has %u)", from, to,
+                         base->n_state_slots);
+    if (from != to)
+        memcpy(b->states + to * b->state_floats, b->states + from * b->state_floats, b->state_floats * sizeof(float));
+    b->state_pos[to] = b->state_pos[from];
+    return NULL;
+}
+
 static void cpu_free(em_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
     em_cpu_pool_destroy(&b->pool);
     float *bufs[] = {b->keys, b->values, b->logits_in, b->scores, b->rope_angles, b->slot_weight, b->slot_gate,
-                     b->slot_up, b->slot_out};
+                     b->slot_up, b->slot_out, b->states, b->conv_out, b->gates, b->delta_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     for (uint32_t i = 0; i < EM_PROGRAM_MAX_BUFFERS; i++) {
         free(b->rows[i]);
@@ -613,6 +696,7 @@ static void cpu_free(em_backend *base) {
     free(b->late_pick);
     free(b->cache_key_offset);
     free(b->cache_value_offset);
+    free(b->state_pos);
     free(b);
 }
 
@@ -680,9 +764,11 @@ static em_err cpu_pick_end(em_backend *base, int32_t *picked) {
     return NULL;
 }
 
-static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows, cpu_free, NULL, NULL, true, NULL};
+static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows, cpu_free, NULL, NULL, true, NULL,
+                                       cpu_copy_state};
 static const em_backend_ops cpu_overlap_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows,
-                                               cpu_free, cpu_pick_begin, cpu_pick_end, true, cpu_pick_masks};
+                                               cpu_free, cpu_pick_begin, cpu_pick_end, true, cpu_pick_masks,
+                                               cpu_copy_state};
 
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
@@ -698,7 +784,7 @@ uint64_t em_backend_kv_bytes_per_token(const em_model *model) {
 
 void em_batch_fixed_tables(em_batch_seq *seqs, uint32_t *blocks, uint32_t n, uint32_t per_seq) {
     for (uint32_t i = 0; i < n * per_seq; i++) blocks[i] = i;
-    for (uint32_t s = 0; s < n; s++) seqs[s] = (em_batch_seq){blocks + (uint64_t)s * per_seq, per_seq};
+    for (uint32_t s = 0; s < n; s++) seqs[s] = (em_batch_seq){blocks + (uint64_t)s * per_seq, per_seq, s};
 }
 
 /* The widest rows and most experts the program's operations take, and the activation bytes of its
@@ -724,6 +810,12 @@ static void measure_program(cpu_backend *b) {
             b->max_ff = (uint32_t)max_u64(b->max_ff, x->gate->rows);
             b->max_embd = (uint32_t)max_u64(b->max_embd, max_u64(x->gate->cols, x->down->rows));
         }
+        if (op->kind == EM_PROGRAM_DELTA_NET) {
+            const em_program_delta_net *d = &op->u.delta_net;
+            b->max_conv_dim = (uint32_t)max_u64(b->max_conv_dim, 2 * d->n_head_k * d->head_dim_k + d->n_head_v * d->head_dim_v);
+            b->max_head_v = (uint32_t)max_u64(b->max_head_v, d->n_head_v);
+            b->max_head_dim_v = (uint32_t)max_u64(b->max_head_dim_v, d->head_dim_v);
+        }
     }
 }
 
@@ -747,7 +839,7 @@ em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config
     if (!b) return em_errorf(EM_ERR_NOMEM, "out of memory creating the cpu backend");
     const char *overlap = getenv("EMBER_CPU_OVERLAP");
     b->base = (em_backend){overlap && !strcmp(overlap, "1") ? &cpu_overlap_ops : &cpu_ops, model, (uint32_t)n_blocks,
-                           o.block_tokens, per_token};
+                           o.block_tokens, per_token, 0};
     b->program = p;
     b->n_vocab = p->n_vocab;
     em_err err = em_cpu_pool_init(&b->pool, o.n_threads);
@@ -765,6 +857,18 @@ em_err em_backend_cpu_new(const em_model *model, const em_backend_config *config
         value_floats += rows * p->caches[i].value_width;
     }
     measure_program(b);
+    b->state_floats = em_program_state_floats(p);
+    if (b->state_floats) {
+        b->base.n_state_slots = o.state_slots ? o.state_slots : 16;
+        b->states = calloc((uint64_t)b->base.n_state_slots * b->state_floats, sizeof(float));
+        b->state_pos = calloc(b->base.n_state_slots, sizeof *b->state_pos);
+        b->delta_scratch = malloc((uint64_t)b->pool.n_threads * b->max_head_dim_v * sizeof(float));
+        if (!b->states || !b->state_pos || !b->delta_scratch) {
+            err = em_errorf(EM_ERR_NOMEM, "out of memory for %u recurrent states of %llu floats", b->base.n_state_slots,
+                            (unsigned long long)b->state_floats);
+            goto fail;
+        }
+    }
     /* calloc: pages are only touched when rows are written, so a large budget costs nothing up front. */
     b->keys = calloc(key_floats ? key_floats : 1, sizeof(float));
     b->values = calloc(value_floats ? value_floats : 1, sizeof(float));

@@ -283,4 +283,27 @@ typedef struct em_cpu_attention {
 
 void em_cpu_attention_run(em_cpu_pool *pool, const em_cpu_attention *job);
 
+/* ---- Gated DeltaNet (delta_net.c) ---- */
+
+/* One delta_net operation over a batch. A token's state is in the slot its sequence names
+ * (em_batch_seq.state): slot s's floats start at s * slot_floats in `states`, this operation's at
+ * `offset` among them (em_program_state_offset). */
+typedef struct em_cpu_delta_net {
+    const em_program_delta_net *op;
+    const em_batch *batch;
+    const float *mixed;          /* [token][conv_dim]: q, k, v channels before the convolution */
+    const float *beta, *alpha;   /* [token][n_head_v] */
+    float *out;                  /* [token][n_head_v * head_dim_v] */
+    float *states;
+    uint64_t slot_floats, offset;
+    float *conv_out;             /* scratch: [token][conv_dim] */
+    float *gates;                /* scratch: [token][n_head_v] pairs (g, β) */
+    float *scratch;              /* head_dim_v floats per thread of the pool */
+} em_cpu_delta_net;
+
+void em_cpu_delta_net_run(em_cpu_pool *pool, const em_cpu_delta_net *job);
+
+/* Every head of each of n_tokens rows: RMSNorm(head) · weight ⊙ SiLU(gate), in place. */
+void em_cpu_gated_norm(const em_program_heads *heads, float *rows, const float *gate, uint32_t n_tokens);
+
 #endif
