@@ -214,7 +214,12 @@ static bool tools_active(const job *j) {
 /* How a chat answer is read (answer.c): where its reasoning goes, and whether it holds calls. */
 static em_answer_options answer_options(const job *j) {
     const bool reasons = j->server->engine.reasons || j->in_thinking;
+    const em_tool_format format = j->server->engine.tool_format;
     em_answer_reasoning split = EM_REASONING_OFF;
+    if (format == EM_TOOL_FORMAT_HARMONY) /* the analysis channel is reasoning, whatever the template's tags */
+        return (em_answer_options){.split_reasoning = j->req.reasoning_format == EM_REASONING_FORMAT_NONE ? EM_REASONING_INLINE
+                                                                                                         : EM_REASONING_SPLIT,
+                                   .read_calls = tools_active(j), .format = format, .tools = j->req.tools};
     switch (j->req.reasoning_format) {
     case EM_REASONING_FORMAT_AUTO: split = reasons ? EM_REASONING_SPLIT : EM_REASONING_OFF; break;
     case EM_REASONING_FORMAT_DEEPSEEK: split = EM_REASONING_SPLIT; break;
@@ -228,7 +233,8 @@ static em_answer_options answer_options(const job *j) {
 /* Whether streamed chat answers go through the reader (else their text is sent as it comes). */
 static bool reader_streams(const job *j) {
     const em_answer_options o = answer_options(j);
-    return j->writer || j->req.api == EM_API_ANTHROPIC_MESSAGES || o.read_calls || o.split_reasoning != EM_REASONING_OFF;
+    return j->writer || j->req.api == EM_API_ANTHROPIC_MESSAGES || o.read_calls || o.split_reasoning != EM_REASONING_OFF ||
+           o.format == EM_TOOL_FORMAT_HARMONY;
 }
 
 static bool start_readers(job *j, em_server_error *err) {

@@ -52,6 +52,23 @@ bool em_server_tool_grammar(em_server_request *req, em_tool_format format, em_se
  * string itself when it is not a JSON object. */
 json_t *em_server_arguments_object(const char *text);
 
+/* ---- What answer.c shares with the reader of harmony answers (harmony.c) ---- */
+
+/* Hands one event to the sink (empty text is no event, except a call's beginning). */
+bool em_answer_emit(em_answer_reader *r, em_answer_kind kind, const char *text, size_t len, em_answer_sink sink, void *self);
+/* A call of tool `name` (malloc'd; the reader takes it) begins. */
+bool em_answer_begin_call(em_answer_reader *r, char *name, em_answer_sink sink, void *self);
+/* The current call ends; arguments that never came are {}. */
+bool em_answer_end_call(em_answer_reader *r, em_answer_sink sink, void *self);
+/* Drops the first n bytes the reader holds. */
+void em_answer_consume(em_answer_reader *r, size_t n);
+/* The longest suffix of text[0..len) that is a proper prefix of `marker`. */
+size_t em_answer_partial_suffix(const char *text, size_t len, const char *marker);
+/* Reads what a harmony answer's reader holds (finished: the answer has ended). */
+bool em_harmony_read(em_answer_reader *r, bool finished, em_answer_sink sink, void *self);
+/* The harmony markup the reader needs to see as text (em_answer_markers). */
+size_t em_harmony_markers(const char *out[EM_ANSWER_MAX_MARKERS]);
+
 /* The grammar of a JSON schema (NULL: any JSON object) into req->grammar; errors name `param`. */
 bool em_server_grammar_from_schema(em_server_request *req, const json_t *schema, const char *param, em_server_error *err);
 
