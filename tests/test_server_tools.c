@@ -462,6 +462,147 @@ static void test_harmony_grammars(void **state) {
     em_server_request_clear(&req);
 }
 
+/* Parses an Anthropic body (failing the test when it does not parse). */
+static void parse_messages(const char *body, em_server_request *req) {
+    em_server_error err = {0};
+    if (!em_anthropic_parse_messages(body, strlen(body), req, &err)) fail_msg("%s: %s", body, err.message);
+}
+
+static char *kwargs_of(const em_server_request *req) {
+    return req->template_kwargs ? json_dumps(req->template_kwargs, JSON_COMPACT | JSON_SORT_KEYS) : strdup("");
+}
+
+/* reasoning_effort reaches the template (OpenAI's grades in the three gpt-oss knows), and so does
+ * Anthropic's thinking budget; earlier reasoning goes back to the template under both its names. */
+static void test_reasoning_to_template(void **state) {
+    (void)state;
+    static const struct { const char *given, *expected; } efforts[] = {
+        {"\"reasoning_effort\":\"high\"", "{\"reasoning_effort\":\"high\"}"},
+        {"\"reasoning_effort\":\"minimal\"", "{\"reasoning_effort\":\"low\"}"},
+        {"\"reasoning_effort\":\"xhigh\"", "{\"reasoning_effort\":\"high\"}"},
+        {"\"reasoning_effort\":null", ""},
+        {"\"chat_template_kwargs\":{\"reasoning_effort\":\"medium\",\"enable_thinking\":false}",
+         "{\"enable_thinking\":false,\"reasoning_effort\":\"medium\"}"},
+        {"\"chat_template_kwargs\":{\"reasoning_effort\":\"medium\"},\"reasoning_effort\":\"low\"", "{\"reasoning_effort\":\"low\"}"},
+    };
+    em_server_request req;
+    char body[512];
+    for (size_t i = 0; i < sizeof efforts / sizeof efforts[0]; i++) {
+        snprintf(body, sizeof body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}", efforts[i].given);
+        parse_chat(body, &req);
+        char *kwargs = kwargs_of(&req);
+        assert_string_equal(kwargs, efforts[i].expected);
+        free(kwargs);
+        em_server_request_clear(&req);
+    }
+    em_server_error err = {0};
+    const char *bad[] = {"\"reasoning_effort\":\"extreme\"", "\"reasoning_effort\":3", "\"chat_template_kwargs\":[1]"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(body, sizeof body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}", bad[i]);
+        assert_false(em_openai_parse_chat(body, strlen(body), 1000, &req, &err));
+        assert_int_equal(err.status, 400);
+        assert_non_null(strstr(err.message, i < 2 ? "reasoning_effort" : "chat_template_kwargs"));
+        em_server_request_clear(&req);
+    }
+
+    static const struct { const char *thinking, *expected; } budgets[] = {
+        {"{\"type\":\"enabled\",\"budget_tokens\":1024}", "{\"enable_thinking\":true,\"reasoning_effort\":\"low\"}"},
+        {"{\"type\":\"enabled\",\"budget_tokens\":10000}", "{\"enable_thinking\":true,\"reasoning_effort\":\"medium\"}"},
+        {"{\"type\":\"enabled\",\"budget_tokens\":31999}", "{\"enable_thinking\":true,\"reasoning_effort\":\"high\"}"},
+        {"{\"type\":\"disabled\"}", "{\"enable_thinking\":false,\"reasoning_effort\":\"low\"}"},
+        {"{\"type\":\"adaptive\"}", ""},
+    };
+    for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+        snprintf(body, sizeof body, "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                                    "\"thinking\":%s}", budgets[i].thinking);
+        parse_messages(body, &req);
+        char *kwargs = kwargs_of(&req);
+        assert_string_equal(kwargs, budgets[i].expected);
+        free(kwargs);
+        em_server_request_clear(&req);
+    }
+    const char *bad_thinking[] = {"{\"type\":\"enabled\"}", "{\"type\":\"on\"}", "true"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(body, sizeof body, "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                                    "\"thinking\":%s}", bad_thinking[i]);
+        assert_false(em_anthropic_parse_messages(body, strlen(body), &req, &err));
+        assert_int_equal(err.status, 400);
+        assert_non_null(strstr(err.param, "thinking"));
+        em_server_request_clear(&req);
+    }
+
+    /* the reasoning of an earlier answer, on both APIs */
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"time?\"},{\"role\":\"assistant\",\"content\":null,"
+               "\"reasoning_content\":\"Ask the clock.\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":"
+               "{\"name\":\"get_time\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"noon\"}]}",
+               &req);
+    json_t *assistant = json_array_get(req.messages, 1);
+    assert_string_equal(json_string_value(json_object_get(assistant, "thinking")), "Ask the clock.");
+    assert_string_equal(json_string_value(json_object_get(assistant, "reasoning_content")), "Ask the clock.");
+    em_server_request_clear(&req);
+    parse_messages("{\"model\":\"m\",\"max_tokens\":5,\"tools\":[{\"name\":\"get_time\",\"input_schema\":{\"type\":\"object\"}}],"
+                   "\"messages\":[{\"role\":\"user\",\"content\":\"time?\"},{\"role\":\"assistant\",\"content\":["
+                   "{\"type\":\"thinking\",\"thinking\":\"Ask the clock.\",\"signature\":\"\"},"
+                   "{\"type\":\"redacted_thinking\",\"data\":\"xyz\"},"
+                   "{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"get_time\",\"input\":{}}]},"
+                   "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"noon\"}]}]}",
+                   &req);
+    assistant = json_array_get(req.messages, 1);
+    assert_string_equal(json_string_value(json_object_get(assistant, "thinking")), "Ask the clock.");
+    assert_int_equal(json_array_size(json_object_get(assistant, "tool_calls")), 1);
+    em_server_request_clear(&req);
+}
+
+/* A turn with several calls becomes one message a call, each followed by its result; tools without
+ * a description get an empty one (gpt-oss's template takes one call a message, and needs both). */
+static void test_harmony_conversations(void **state) {
+    (void)state;
+    json_t *messages = json_loads(
+        "[{\"role\":\"user\",\"content\":\"Oslo weather and the time?\"},"
+        "{\"role\":\"assistant\",\"content\":\"\",\"thinking\":\"Two calls.\",\"reasoning_content\":\"Two calls.\",\"tool_calls\":["
+        "{\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\",\"days\":1}}},"
+        "{\"id\":\"b\",\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"arguments\":{}}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"b\",\"content\":\"noon\"},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"sunny\"},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"zz\",\"content\":\"extra\"},"
+        "{\"role\":\"user\",\"content\":\"thanks\"}]",
+        0, NULL);
+    json_t *split = em_harmony_messages(messages);
+    assert_non_null(split);
+    static const char *const expected[][3] = {
+        /* role, the call's name or the result's content, reasoning */
+        {"user", "", ""},   {"assistant", "get_weather", "Two calls."}, {"tool", "sunny", ""},
+        {"assistant", "get_time", ""}, {"tool", "noon", ""}, {"tool", "extra", ""}, {"user", "", ""},
+    };
+    assert_int_equal(json_array_size(split), 7);
+    for (size_t i = 0; i < 7; i++) {
+        json_t *m = json_array_get(split, i);
+        assert_string_equal(json_string_value(json_object_get(m, "role")), expected[i][0]);
+        if (!strcmp(expected[i][0], "assistant")) {
+            json_t *calls = json_object_get(m, "tool_calls");
+            assert_int_equal(json_array_size(calls), 1);
+            assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"), "name")),
+                                expected[i][1]);
+            const char *thinking = json_string_value(json_object_get(m, "thinking"));
+            assert_string_equal(thinking ? thinking : "", expected[i][2]);
+            assert_string_equal(json_string_value(json_object_get(m, "content")), "");
+        } else if (!strcmp(expected[i][0], "tool")) {
+            assert_string_equal(json_string_value(json_object_get(m, "content")), expected[i][1]);
+        }
+    }
+    json_decref(split);
+    json_decref(messages);
+
+    json_t *tools = json_loads("[" WEATHER "," CLOCK "]", 0, NULL);
+    json_t *described = em_harmony_tools(tools);
+    for (size_t i = 0; i < 2; i++)
+        assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(described, i), "function"),
+                                                              "description")), "");
+    assert_null(json_object_get(json_object_get(json_array_get(tools, 0), "function"), "description")); /* a copy */
+    json_decref(described);
+    json_decref(tools);
+}
+
 /* Conversations with calls and results, on both APIs, become the shapes templates render. */
 static void test_conversations(void **state) {
     (void)state;
@@ -598,6 +739,7 @@ int main(void) {
         cmocka_unit_test(test_conversations), cmocka_unit_test(test_response_shapes),
         cmocka_unit_test(test_reading_harmony), cmocka_unit_test(test_reading_bad_harmony),
         cmocka_unit_test(test_harmony_markers), cmocka_unit_test(test_harmony_grammars),
+        cmocka_unit_test(test_reasoning_to_template), cmocka_unit_test(test_harmony_conversations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

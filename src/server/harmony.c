@@ -18,7 +18,10 @@
  * (reasoning_format none) the analysis messages are content as written, markup and all.
  *
  * Text that could still become a marker is held back until the next piece tells, as answer.c does,
- * so a stream hands on the same events as a whole answer. */
+ * so a stream hands on the same events as a whole answer.
+ *
+ * The end of the file shapes conversations for the harmony template (em_harmony_messages,
+ * em_harmony_tools): one call a message, each followed by its result, and every tool described. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -245,4 +248,106 @@ bool em_harmony_read(em_answer_reader *r, bool finished, em_answer_sink sink, vo
         if (finished && !r->held.len && r->harmony.part != EM_HARMONY_BODY) break;
     }
     return ok;
+}
+
+/* ---- Conversations for the harmony template ----
+ * gpt-oss's template writes one call a message (it takes tool_calls[0]) and names a tool result
+ * after the call before it, so an assistant turn with several calls becomes one message a call,
+ * each followed by its result (the result whose tool_call_id is the call's id, else the next one
+ * in order); the first keeps the turn's text and reasoning. A tool without a description would
+ * stop the template (it adds the description to a string), so it gets an empty one. */
+
+/* The message `m` with only its k-th call (and, after the first, no text or reasoning). */
+static json_t *one_call(const json_t *m, size_t k) {
+    json_t *part = json_copy((json_t *)m);
+    json_t *call = json_array_get(json_object_get(m, "tool_calls"), k);
+    if (!part || json_object_set_new(part, "tool_calls", json_pack("[O]", call))) {
+        json_decref(part);
+        return NULL;
+    }
+    if (k > 0) {
+        json_object_del(part, "thinking");
+        json_object_del(part, "reasoning_content");
+        if (json_object_set_new(part, "content", json_string(""))) {
+            json_decref(part);
+            return NULL;
+        }
+    }
+    return part;
+}
+
+/* The result in results[0..n) (not yet used) that answers `call`: by its id, else the first unused. */
+static size_t result_of(const json_t *call, const json_t *results, const bool *used, size_t n) {
+    const char *id = json_string_value(json_object_get(call, "id"));
+    for (size_t r = 0; id && r < n; r++) {
+        const char *answers = json_string_value(json_object_get(json_array_get(results, r), "tool_call_id"));
+        if (!used[r] && answers && !strcmp(id, answers)) return r;
+    }
+    for (size_t r = 0; r < n; r++)
+        if (!used[r]) return r;
+    return n;
+}
+
+static bool is_role(const json_t *m, const char *role) {
+    const char *given = json_string_value(json_object_get(m, "role"));
+    return given && !strcmp(given, role);
+}
+
+static bool append(json_t *list, json_t *item) {
+    return item && json_array_append_new(list, item) == 0;
+}
+
+json_t *em_harmony_messages(const json_t *messages) {
+    json_t *out = json_array();
+    const size_t n = json_array_size(messages);
+    bool ok = out != NULL;
+    for (size_t i = 0; ok && i < n;) {
+        json_t *m = json_array_get(messages, i);
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (!is_role(m, "assistant") || json_array_size(calls) < 2) {
+            ok = append(out, json_incref(m));
+            i++;
+            continue;
+        }
+        size_t end = i + 1;
+        while (end < n && is_role(json_array_get(messages, end), "tool")) end++;
+        json_t *results = json_array();
+        for (size_t r = i + 1; results && r < end; r++) json_array_append(results, json_array_get(messages, r));
+        const size_t n_results = end - i - 1;
+        bool *used = calloc(n_results + 1, sizeof *used);
+        ok = results && used;
+        for (size_t k = 0; ok && k < json_array_size(calls); k++) {
+            ok = append(out, one_call(m, k));
+            size_t r = result_of(json_array_get(calls, k), results, used, n_results);
+            if (ok && r < n_results) {
+                used[r] = true;
+                ok = append(out, json_incref(json_array_get(results, r)));
+            }
+        }
+        for (size_t r = 0; ok && r < n_results; r++) /* results of no call follow the last one */
+            if (!used[r]) ok = append(out, json_incref(json_array_get(results, r)));
+        free(used);
+        json_decref(results);
+        i = end;
+    }
+    if (!ok) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+json_t *em_harmony_tools(const json_t *tools) {
+    json_t *out = json_deep_copy(tools);
+    size_t i;
+    json_t *t;
+    json_array_foreach(out, i, t) {
+        json_t *function = json_object_get(t, "function");
+        if (json_is_object(function) && !json_is_string(json_object_get(function, "description")) &&
+            json_object_set_new(function, "description", json_string(""))) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    return out;
 }
