@@ -1,6 +1,8 @@
 /* A fake em_server_engine for the server's tests: byte tokens (id = byte value), a scripted
  * reply ("Hello, world!", 400 letters at 20 ms a token when the prompt contains "slow", reasoning and
- * a tool call when it contains "think-and-call"), stop
+ * a tool call when it contains "think-and-call"; gpt-oss's harmony answers, as the model writes
+ * them, when it contains "harmony": a call after reasoning for "harmony-call" until a tool result
+ * is in the conversation, else reasoning and a final answer), stop
  * strings and max_tokens applied as the engine would, and counters of submitted, cancelled and
  * released requests so tests can check that nothing leaks and disconnects cancel. */
 #ifndef EMBER_TEST_SERVER_FAKE_H
@@ -20,6 +22,13 @@
 #define FAKE_REPLY "Hello, world!"
 /* the reply to a prompt that contains "think-and-call": reasoning, then a call in the JSON format */
 #define FAKE_THINK_AND_CALL "<think>Let me see.</think>{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}"
+/* harmony: the generation prompt ends with <|start|>assistant; <|call|> and <|return|> end generation */
+#define FAKE_HARMONY_CALL                                                                                          \
+    "<|channel|>analysis<|message|>The user wants the weather in Oslo. Call get_weather.<|end|>"                  \
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"                \
+    "{\"city\":\"Oslo\",\"days\":3}"
+#define FAKE_HARMONY_ANSWER                                                                                        \
+    "<|channel|>analysis<|message|>Sunny, say so.<|end|><|start|>assistant<|channel|>final<|message|>It will be sunny."
 #define FAKE_SLOW_REPLY_LEN 400
 
 typedef struct fake_request {
@@ -110,6 +119,10 @@ static em_err fake_submit(void *self, const ember_request_params *p, void **out)
         r->delay_ms = 20;
     } else if (contains(p->prompt_ids, p->n_prompt_ids, "think-and-call")) {
         strcpy(r->reply, FAKE_THINK_AND_CALL);
+    } else if (contains(p->prompt_ids, p->n_prompt_ids, "harmony")) {
+        const bool call = contains(p->prompt_ids, p->n_prompt_ids, "harmony-call") &&
+                          !contains(p->prompt_ids, p->n_prompt_ids, "\ntool:");
+        strcpy(r->reply, call ? FAKE_HARMONY_CALL : FAKE_HARMONY_ANSWER);
     } else {
         strcpy(r->reply, FAKE_REPLY);
     }

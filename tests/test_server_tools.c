@@ -1,6 +1,8 @@
 /* Tool calls in the server, below HTTP: tool definitions and conversations with calls and results
  * on both APIs into the template's shapes, the grammars that force or lazily constrain a call (in
- * the Hermes and the JSON format), reading calls back out of answers, and the response shapes. */
+ * the Hermes and the JSON format), reading calls back out of answers, and the response shapes.
+ * Harmony (gpt-oss): recorded answers read into reasoning, content and calls, malformed and
+ * truncated ones into text, and its grammars. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -299,6 +301,308 @@ static void test_formats_of_templates(void **state) {
         assert_int_equal(em_server_tool_format_of(cases[i].text, strlen(cases[i].text)), cases[i].format);
 }
 
+/* ---- Harmony (gpt-oss): recorded answers, as the model writes them ---- */
+
+#define H_ANALYSIS "<|channel|>analysis<|message|>"
+#define H_NEXT "<|end|><|start|>assistant"
+#define H_CALL(name) "<|channel|>commentary to=functions." name " <|constrain|>json<|message|>"
+
+/* Reasoning, content and calls out of harmony messages, whole and streamed in pieces. */
+static void test_reading_harmony(void **state) {
+    (void)state;
+    json_t *tools = json_loads("[" WEATHER "," CLOCK "]", 0, NULL);
+    em_answer_options o = {.split_reasoning = EM_REASONING_SPLIT, .read_calls = true, .format = EM_TOOL_FORMAT_HARMONY,
+                           .tools = tools};
+    const char *none[] = {NULL};
+    /* reasoning, then the final answer (<|return|> ends generation: it reaches the text only with ignore_eos) */
+    const char *answer = H_ANALYSIS "The user asks for 2+2. That is 4." H_NEXT "<|channel|>final<|message|>2 + 2 = 4.";
+    expect_answer(answer, &o, "2 + 2 = 4.", "The user asks for 2+2. That is 4.", none);
+    expect_answer("<|channel|>final<|message|>Done.<|return|>", &o, "Done.", "", none);
+    /* reasoning only: cut by max_tokens inside the analysis */
+    expect_answer(H_ANALYSIS "We need to think about ", &o, "", "We need to think about ", none);
+    /* a call, as the model writes it, and as the template writes calls back */
+    expect_answer(H_CALL("get_weather") "{\"city\":\"Oslo\",\"days\":3}", &o, "", "",
+                  (const char *[]){"get_weather", "{\"city\":\"Oslo\",\"days\":3}", NULL});
+    expect_answer(" to=functions.get_time<|channel|>commentary json<|message|>{\"zone\": \"UTC\"}<|call|>", &o, "", "",
+                  (const char *[]){"get_time", "{\"zone\": \"UTC\"}", NULL});
+    /* a call after reasoning */
+    expect_answer(H_ANALYSIS "Need the weather in Oslo; call get_weather." H_NEXT H_CALL("get_weather")
+                  "{\"city\":\"Oslo\",\"days\":2}<|call|>",
+                  &o, "", "Need the weather in Oslo; call get_weather.",
+                  (const char *[]){"get_weather", "{\"city\":\"Oslo\",\"days\":2}", NULL});
+    /* several calls (a recorded turn that went on past <|call|>), and a preamble to the user first */
+    expect_answer(H_ANALYSIS "Two lookups." H_NEXT "<|channel|>commentary<|message|>Let me check both." H_NEXT
+                  " to=functions.get_weather<|channel|>commentary json<|message|>{\"city\":\"Oslo\",\"days\":1}<|call|>"
+                  "<|start|>assistant" H_CALL("get_time") "{}<|call|>",
+                  &o, "Let me check both.", "Two lookups.",
+                  (const char *[]){"get_weather", "{\"city\":\"Oslo\",\"days\":1}", "get_time", "{}", NULL});
+    /* a call without arguments has {} */
+    expect_answer(H_CALL("get_time"), &o, "", "", (const char *[]){"get_time", "{}", NULL});
+    /* kept inline (reasoning_format none): the analysis is content as written */
+    o.split_reasoning = EM_REASONING_INLINE;
+    expect_answer(answer, &o, H_ANALYSIS "The user asks for 2+2. That is 4.<|end|>2 + 2 = 4.", "", none);
+    json_decref(tools);
+}
+
+/* Malformed and truncated harmony: text, never a crash or a lost message. */
+static void test_reading_bad_harmony(void **state) {
+    (void)state;
+    json_t *tools = json_loads("[" WEATHER "," CLOCK "]", 0, NULL);
+    em_answer_options o = {.split_reasoning = EM_REASONING_SPLIT, .read_calls = true, .format = EM_TOOL_FORMAT_HARMONY,
+                           .tools = tools};
+    const char *none[] = {NULL};
+    /* no harmony at all */
+    expect_answer("Hello, world!", &o, "Hello, world!", "", none);
+    expect_answer("Hello there", &o, "Hello there", "", none);
+    /* a call of a tool the request does not offer, and a built-in tool's: the message as written */
+    const char *unknown = H_CALL("rm") "{\"path\":\"/\"}<|call|>";
+    expect_answer(unknown, &o, unknown, "", none);
+    const char *browser = "<|channel|>analysis to=browser.search code<|message|>{\"query\":\"x\"}";
+    expect_answer(browser, &o, browser, "", none);
+    /* without tools in the request a call is text too */
+    em_answer_options no_tools = o;
+    no_tools.read_calls = false;
+    const char *call = H_CALL("get_time") "{}";
+    expect_answer(call, &no_tools, call, "", none);
+    /* headers that cannot be headers */
+    expect_answer("<|channel|>final!!<|message|>hi", &o, "<|channel|>final!!<|message|>hi", "", none);
+    expect_answer("<|channel|>analysis<|end|><|start|>assistant<|channel|>final<|message|>ok", &o,
+                  "<|channel|>analysis<|end|>ok", "", none);
+    /* another role, and text between messages */
+    expect_answer("<|channel|>final<|message|>Hi<|end|><|start|>user<|message|>more", &o,
+                  "Hi<|start|>user<|message|>more", "", none);
+    expect_answer("<|channel|>final<|message|>A<|end|>stray<|start|>assistant<|channel|>final<|message|>B", &o,
+                  "AstrayB", "", none);
+    expect_answer("<|channel|>final<|message|>A<|end|>\n<|start|>assistant<|channel|>final<|message|>B", &o, "AB", "", none);
+    /* a message whose <|end|> the model left out ends at the next <|start|> */
+    expect_answer(H_ANALYSIS "x<|start|>assistant<|channel|>final<|message|>y", &o, "y", "x", none);
+    /* the model repeats the generation prompt's opening */
+    expect_answer("<|start|>assistant<|channel|>final<|message|>z", &o, "z", "", none);
+    /* truncated: in the first header, in a later one, in a call's arguments */
+    expect_answer("<|channel|>analy", &o, "<|channel|>analy", "", none);
+    expect_answer(H_ANALYSIS "x" H_NEXT, &o, "<|start|>assistant", "x", none);
+    expect_answer(H_CALL("get_weather") "{\"city\":\"Os", &o, "", "", (const char *[]){"get_weather", "{\"city\":\"Os", NULL});
+    /* a header longer than any */
+    char long_header[600] = "<|channel|>final to=";
+    memset(long_header + strlen(long_header), 'a', 300);
+    strcat(long_header, "<|message|>b");
+    expect_answer(long_header, &o, long_header, "", none);
+    json_decref(tools);
+}
+
+/* What harmony needs from the engine and the template: its markup as text, told from the template. */
+static void test_harmony_markers(void **state) {
+    (void)state;
+    em_answer_options o = {.format = EM_TOOL_FORMAT_HARMONY};
+    const char *markers[EM_ANSWER_MAX_MARKERS];
+    size_t n = em_answer_markers(&o, markers);
+    const char *want[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|call|>", "<|return|>"};
+    assert_int_equal(n, 7);
+    for (size_t i = 0; i < n; i++) assert_string_equal(markers[i], want[i]);
+    const char *gpt_oss = "{{- \"<|start|>system<|message|>\" }}{{- \"<|start|>assistant<|channel|>final<|message|>\" + "
+                          "message.content + \"<|end|>\" }}";
+    assert_int_equal(em_server_tool_format_of(gpt_oss, strlen(gpt_oss)), EM_TOOL_FORMAT_HARMONY);
+}
+
+/* Forced calls, the lazy grammar of `auto`, and response_format in harmony's messages. */
+static void test_harmony_grammars(void **state) {
+    (void)state;
+    em_server_request req;
+    em_server_error err = {0};
+    const char *required = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" WEATHER
+                           "," CLOCK "],\"tool_choice\":\"required\"}";
+    parse_chat(required, &req);
+    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HARMONY, false, false, &err));
+    assert_null(req.grammar_triggers);
+    assert_true(grammar_takes(&req, H_CALL("get_weather") "{\"city\":\"Oslo\",\"days\":3}"));
+    assert_true(grammar_takes(&req, " to=functions.get_time<|channel|>commentary json<|message|>{}"));
+    assert_true(grammar_takes(&req, H_ANALYSIS "Think <|en d <|end <|start|>." H_NEXT H_CALL("get_time") "{\"zone\":\"UTC\"}"));
+    assert_false(grammar_takes(&req, H_CALL("get_weather") "{\"city\":\"Oslo\",\"days\":9}"));
+    assert_false(grammar_takes(&req, H_CALL("rm") "{}"));
+    assert_false(grammar_takes(&req, "<|channel|>final<|message|>no call"));
+    assert_false(grammar_takes(&req, H_ANALYSIS "a<|end|>b" H_NEXT H_CALL("get_time") "{}")); /* one analysis message */
+    em_server_request_clear(&req);
+
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" WEATHER "," CLOCK
+               "],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}}",
+               &req);
+    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HARMONY, false, false, &err));
+    assert_true(grammar_takes(&req, H_CALL("get_time") "{}"));
+    assert_false(grammar_takes(&req, H_CALL("get_weather") "{\"city\":\"Oslo\",\"days\":3}"));
+    em_server_request_clear(&req);
+
+    /* auto: free until the recipient, then the call */
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" WEATHER "]}", &req);
+    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HARMONY, false, false, &err));
+    assert_string_equal(req.grammar_triggers[0], "to=functions.");
+    assert_null(req.grammar_triggers[1]);
+    assert_true(grammar_takes(&req, "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"x\",\"days\":1}"));
+    assert_true(grammar_takes(&req, "to=functions.get_weather<|channel|>commentary json<|message|>{\"city\":\"x\",\"days\":1}"));
+    assert_false(grammar_takes(&req, "to=functions.get_weather <|constrain|>json<|message|>{\"town\":\"x\"}"));
+    em_server_request_clear(&req);
+
+    /* response_format: the final message's body, after an optional analysis */
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":"
+               "{\"type\":\"json_object\"}}", &req);
+    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HARMONY, false, false, &err));
+    assert_true(grammar_takes(&req, "<|channel|>final<|message|>{\"a\": 1}"));
+    assert_true(grammar_takes(&req, H_ANALYSIS "JSON it is." H_NEXT "<|channel|>final<|message|>{\"a\": 1}"));
+    assert_false(grammar_takes(&req, "{\"a\": 1}"));
+    em_server_request_clear(&req);
+
+    /* a forced call with a response format is refused; a raw grammar stays as written */
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" WEATHER
+               "],\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}", &req);
+    assert_false(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HARMONY, false, false, &err));
+    assert_int_equal(err.status, 400);
+    em_server_request_clear(&req);
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"grammar\":\"root ::= \\\"yes\\\"\"}", &req);
+    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HARMONY, false, false, &err));
+    assert_true(grammar_takes(&req, "yes"));
+    em_server_request_clear(&req);
+}
+
+/* Parses an Anthropic body (failing the test when it does not parse). */
+static void parse_messages(const char *body, em_server_request *req) {
+    em_server_error err = {0};
+    if (!em_anthropic_parse_messages(body, strlen(body), req, &err)) fail_msg("%s: %s", body, err.message);
+}
+
+static char *kwargs_of(const em_server_request *req) {
+    return req->template_kwargs ? json_dumps(req->template_kwargs, JSON_COMPACT | JSON_SORT_KEYS) : strdup("");
+}
+
+/* reasoning_effort reaches the template (OpenAI's grades in the three gpt-oss knows), and so does
+ * Anthropic's thinking budget; earlier reasoning goes back to the template under both its names. */
+static void test_reasoning_to_template(void **state) {
+    (void)state;
+    static const struct { const char *given, *expected; } efforts[] = {
+        {"\"reasoning_effort\":\"high\"", "{\"reasoning_effort\":\"high\"}"},
+        {"\"reasoning_effort\":\"minimal\"", "{\"reasoning_effort\":\"low\"}"},
+        {"\"reasoning_effort\":\"xhigh\"", "{\"reasoning_effort\":\"high\"}"},
+        {"\"reasoning_effort\":null", ""},
+        {"\"chat_template_kwargs\":{\"reasoning_effort\":\"medium\",\"enable_thinking\":false}",
+         "{\"enable_thinking\":false,\"reasoning_effort\":\"medium\"}"},
+        {"\"chat_template_kwargs\":{\"reasoning_effort\":\"medium\"},\"reasoning_effort\":\"low\"", "{\"reasoning_effort\":\"low\"}"},
+    };
+    em_server_request req;
+    char body[512];
+    for (size_t i = 0; i < sizeof efforts / sizeof efforts[0]; i++) {
+        snprintf(body, sizeof body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}", efforts[i].given);
+        parse_chat(body, &req);
+        char *kwargs = kwargs_of(&req);
+        assert_string_equal(kwargs, efforts[i].expected);
+        free(kwargs);
+        em_server_request_clear(&req);
+    }
+    em_server_error err = {0};
+    const char *bad[] = {"\"reasoning_effort\":\"extreme\"", "\"reasoning_effort\":3", "\"chat_template_kwargs\":[1]"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(body, sizeof body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}", bad[i]);
+        assert_false(em_openai_parse_chat(body, strlen(body), 1000, &req, &err));
+        assert_int_equal(err.status, 400);
+        assert_non_null(strstr(err.message, i < 2 ? "reasoning_effort" : "chat_template_kwargs"));
+        em_server_request_clear(&req);
+    }
+
+    static const struct { const char *thinking, *expected; } budgets[] = {
+        {"{\"type\":\"enabled\",\"budget_tokens\":1024}", "{\"enable_thinking\":true,\"reasoning_effort\":\"low\"}"},
+        {"{\"type\":\"enabled\",\"budget_tokens\":10000}", "{\"enable_thinking\":true,\"reasoning_effort\":\"medium\"}"},
+        {"{\"type\":\"enabled\",\"budget_tokens\":31999}", "{\"enable_thinking\":true,\"reasoning_effort\":\"high\"}"},
+        {"{\"type\":\"disabled\"}", "{\"enable_thinking\":false,\"reasoning_effort\":\"low\"}"},
+        {"{\"type\":\"adaptive\"}", ""},
+    };
+    for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+        snprintf(body, sizeof body, "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                                    "\"thinking\":%s}", budgets[i].thinking);
+        parse_messages(body, &req);
+        char *kwargs = kwargs_of(&req);
+        assert_string_equal(kwargs, budgets[i].expected);
+        free(kwargs);
+        em_server_request_clear(&req);
+    }
+    const char *bad_thinking[] = {"{\"type\":\"enabled\"}", "{\"type\":\"on\"}", "true"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(body, sizeof body, "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                                    "\"thinking\":%s}", bad_thinking[i]);
+        assert_false(em_anthropic_parse_messages(body, strlen(body), &req, &err));
+        assert_int_equal(err.status, 400);
+        assert_non_null(strstr(err.param, "thinking"));
+        em_server_request_clear(&req);
+    }
+
+    /* the reasoning of an earlier answer, on both APIs */
+    parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"time?\"},{\"role\":\"assistant\",\"content\":null,"
+               "\"reasoning_content\":\"Ask the clock.\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":"
+               "{\"name\":\"get_time\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"noon\"}]}",
+               &req);
+    json_t *assistant = json_array_get(req.messages, 1);
+    assert_string_equal(json_string_value(json_object_get(assistant, "thinking")), "Ask the clock.");
+    assert_string_equal(json_string_value(json_object_get(assistant, "reasoning_content")), "Ask the clock.");
+    em_server_request_clear(&req);
+    parse_messages("{\"model\":\"m\",\"max_tokens\":5,\"tools\":[{\"name\":\"get_time\",\"input_schema\":{\"type\":\"object\"}}],"
+                   "\"messages\":[{\"role\":\"user\",\"content\":\"time?\"},{\"role\":\"assistant\",\"content\":["
+                   "{\"type\":\"thinking\",\"thinking\":\"Ask the clock.\",\"signature\":\"\"},"
+                   "{\"type\":\"redacted_thinking\",\"data\":\"xyz\"},"
+                   "{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"get_time\",\"input\":{}}]},"
+                   "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"noon\"}]}]}",
+                   &req);
+    assistant = json_array_get(req.messages, 1);
+    assert_string_equal(json_string_value(json_object_get(assistant, "thinking")), "Ask the clock.");
+    assert_int_equal(json_array_size(json_object_get(assistant, "tool_calls")), 1);
+    em_server_request_clear(&req);
+}
+
+/* A turn with several calls becomes one message a call, each followed by its result; tools without
+ * a description get an empty one (gpt-oss's template takes one call a message, and needs both). */
+static void test_harmony_conversations(void **state) {
+    (void)state;
+    json_t *messages = json_loads(
+        "[{\"role\":\"user\",\"content\":\"Oslo weather and the time?\"},"
+        "{\"role\":\"assistant\",\"content\":\"\",\"thinking\":\"Two calls.\",\"reasoning_content\":\"Two calls.\",\"tool_calls\":["
+        "{\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\",\"days\":1}}},"
+        "{\"id\":\"b\",\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"arguments\":{}}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"b\",\"content\":\"noon\"},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"sunny\"},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"zz\",\"content\":\"extra\"},"
+        "{\"role\":\"user\",\"content\":\"thanks\"}]",
+        0, NULL);
+    json_t *split = em_harmony_messages(messages);
+    assert_non_null(split);
+    static const char *const expected[][3] = {
+        /* role, the call's name or the result's content, reasoning */
+        {"user", "", ""},   {"assistant", "get_weather", "Two calls."}, {"tool", "sunny", ""},
+        {"assistant", "get_time", ""}, {"tool", "noon", ""}, {"tool", "extra", ""}, {"user", "", ""},
+    };
+    assert_int_equal(json_array_size(split), 7);
+    for (size_t i = 0; i < 7; i++) {
+        json_t *m = json_array_get(split, i);
+        assert_string_equal(json_string_value(json_object_get(m, "role")), expected[i][0]);
+        if (!strcmp(expected[i][0], "assistant")) {
+            json_t *calls = json_object_get(m, "tool_calls");
+            assert_int_equal(json_array_size(calls), 1);
+            assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"), "name")),
+                                expected[i][1]);
+            const char *thinking = json_string_value(json_object_get(m, "thinking"));
+            assert_string_equal(thinking ? thinking : "", expected[i][2]);
+            assert_string_equal(json_string_value(json_object_get(m, "content")), "");
+        } else if (!strcmp(expected[i][0], "tool")) {
+            assert_string_equal(json_string_value(json_object_get(m, "content")), expected[i][1]);
+        }
+    }
+    json_decref(split);
+    json_decref(messages);
+
+    json_t *tools = json_loads("[" WEATHER "," CLOCK "]", 0, NULL);
+    json_t *described = em_harmony_tools(tools);
+    for (size_t i = 0; i < 2; i++)
+        assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(described, i), "function"),
+                                                              "description")), "");
+    assert_null(json_object_get(json_object_get(json_array_get(tools, 0), "function"), "description")); /* a copy */
+    json_decref(described);
+    json_decref(tools);
+}
+
 /* Conversations with calls and results, on both APIs, become the shapes templates render. */
 static void test_conversations(void **state) {
     (void)state;
@@ -433,6 +737,9 @@ int main(void) {
         cmocka_unit_test(test_reading_reasoning), cmocka_unit_test(test_formats_of_templates),
         cmocka_unit_test(test_reasoning_grammars), cmocka_unit_test(test_format_grammars),
         cmocka_unit_test(test_conversations), cmocka_unit_test(test_response_shapes),
+        cmocka_unit_test(test_reading_harmony), cmocka_unit_test(test_reading_bad_harmony),
+        cmocka_unit_test(test_harmony_markers), cmocka_unit_test(test_harmony_grammars),
+        cmocka_unit_test(test_reasoning_to_template), cmocka_unit_test(test_harmony_conversations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

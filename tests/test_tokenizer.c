@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "gguf/gguf.h"
 #include "tokenizer/internal.h" /* the pre-tokenizer, tested on its own below */
 #include "tokenizer/tokenizer.h"
 
@@ -200,6 +202,62 @@ static void test_special_parse_and_raw(void **state) {
     assert_int_equal(ids[n - 1], 2);
     for (size_t i = 0; i + 1 < n; i++) assert_int_not_equal(ids[i], 1); /* <s> is control: text */
     free(ids);
+    em_tokenizer_free(t);
+}
+
+/* o200k_harmony (gpt-oss): <|end|> closes a message inside an answer, <|return|> and <|call|> end
+ * it. A copy of the GPT-2 vocabulary with harmony's markup as control tokens stands in for it. */
+static void test_harmony_end_of_generation(void **state) {
+    (void)state;
+    static const char *const markup[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>",
+                                         "<|constrain|>"};
+    const size_t n_markup = sizeof markup / sizeof markup[0], first = 50000;
+    em_gguf *in;
+    assert_null(em_gguf_open(VOCAB_DIR "ggml-vocab-gpt-2.gguf", &in));
+    em_gguf_writer *w;
+    assert_null(em_gguf_writer_new(3, &w));
+    for (uint64_t i = 0; i < em_gguf_kv_count(in); i++) {
+        const em_gguf_kv *kv = em_gguf_kv_at(in, i);
+        if (em_str_eq(kv->key, "tokenizer.ggml.tokens")) {
+            const char **strings = malloc(kv->array_len * sizeof *strings);
+            uint64_t *lengths = malloc(kv->array_len * sizeof *lengths);
+            assert_true(strings && lengths);
+            for (uint64_t t = 0; t < kv->array_len; t++) strings[t] = kv->strings[t].ptr, lengths[t] = kv->strings[t].len;
+            for (size_t m = 0; m < n_markup; m++) strings[first + m] = markup[m], lengths[first + m] = strlen(markup[m]);
+            assert_null(em_gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", strings, lengths, kv->array_len));
+            free(strings);
+            free(lengths);
+        } else if (em_str_eq(kv->key, "tokenizer.ggml.token_type")) {
+            int32_t *types = malloc(kv->array_len * sizeof *types);
+            assert_non_null(types);
+            for (uint64_t t = 0; t < kv->array_len; t++) types[t] = (int32_t)em_gguf_array_int(kv, t);
+            for (size_t m = 0; m < n_markup; m++) types[first + m] = EM_TOKEN_CONTROL;
+            assert_null(em_gguf_writer_add_array(w, "tokenizer.ggml.token_type", EM_GGUF_INT32, types, kv->array_len));
+            free(types);
+        } else {
+            assert_null(em_gguf_writer_copy_kv(w, kv));
+        }
+    }
+    char path[] = "/tmp/ember-harmony-vocab-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_null(em_gguf_writer_write(w, path));
+    em_gguf_writer_free(w);
+    em_gguf_close(in);
+    assert_null(em_gguf_open(path, &in));
+    em_tokenizer *t;
+    assert_null(em_tokenizer_from_gguf(in, &t));
+    em_gguf_close(in);
+    unlink(path);
+    const int32_t end = em_tokenizer_find(t, "<|end|>", 7), answer_end = em_tokenizer_find(t, "<|return|>", 10),
+                  call = em_tokenizer_find(t, "<|call|>", 8);
+    assert_int_equal(end, (int32_t)first + 3);
+    assert_false(em_tokenizer_is_eog(t, end));
+    assert_true(em_tokenizer_is_control(t, end));
+    assert_true(em_tokenizer_is_eog(t, answer_end));
+    assert_true(em_tokenizer_is_eog(t, call));
+    assert_true(em_tokenizer_is_eog(t, 50256)); /* <|endoftext|> still ends */
     em_tokenizer_free(t);
 }
 
@@ -474,6 +532,7 @@ int main(void) {
         cmocka_unit_test(test_golden_deepseek_coder),
         cmocka_unit_test(test_golden_bert_bge),
         cmocka_unit_test(test_special_parse_and_raw),
+        cmocka_unit_test(test_harmony_end_of_generation),
         cmocka_unit_test(test_wordpiece_special),
         cmocka_unit_test(test_detok_streaming_split_utf8),
         cmocka_unit_test(test_detok_spm_leading_space),

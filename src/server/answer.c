@@ -22,7 +22,8 @@
  * "parameters": ...}` (opened by `{"name"` anywhere or `<|python_tag|>`); Mistral `[TOOL_CALLS]`
  * then a JSON list of calls, or `[TOOL_CALLS]name[ARGS]{...}`; the JSON fallback. In the JSON-based
  * formats an answer that starts with `{` (or, for a list of calls, `[`) is read as calls too: a
- * model's control-token opener does not reach the text. */
+ * model's control-token opener does not reach the text. A harmony answer (gpt-oss) is messages,
+ * not text with markers in it: harmony.c reads it, handing on the same events. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +49,7 @@ void em_answer_clear(em_answer_reader *r) {
     memset(r, 0, sizeof *r);
 }
 
-static bool emit(em_answer_reader *r, em_answer_kind kind, const char *text, size_t len, em_answer_sink sink, void *self) {
+bool em_answer_emit(em_answer_reader *r, em_answer_kind kind, const char *text, size_t len, em_answer_sink sink, void *self) {
     if (!len && kind != EM_ANSWER_CALL_BEGIN) return true;
     em_answer_event ev = {.kind = kind, .text = text, .len = len, .call_index = r->n_calls ? r->n_calls - 1 : 0};
     return sink(self, &ev);
@@ -61,8 +62,11 @@ const char *const *em_tool_call_openers(em_tool_format format) {
     /* Llama 3.1 writes `<|python_tag|>` before some calls and none before others */
     static const char *const llama[] = {"{\"name\"", "<|python_tag|>", NULL};
     static const char *const mistral[] = {"[TOOL_CALLS]", NULL};
+    /* a harmony call is the message addressed to a function (the header's recipient) */
+    static const char *const harmony[] = {"to=functions.", NULL};
     static const char *const none[] = {NULL};
     switch (format) {
+    case EM_TOOL_FORMAT_HARMONY: return harmony;
     case EM_TOOL_FORMAT_HERMES: return hermes;
     case EM_TOOL_FORMAT_LLAMA3: return llama;
     case EM_TOOL_FORMAT_MISTRAL:
@@ -73,6 +77,7 @@ const char *const *em_tool_call_openers(em_tool_format format) {
 
 size_t em_answer_markers(const em_answer_options *options, const char *out[EM_ANSWER_MAX_MARKERS]) {
     size_t n = 0;
+    if (options->format == EM_TOOL_FORMAT_HARMONY) return em_harmony_markers(out);
     if (options->split_reasoning != EM_REASONING_OFF || options->starts_in_reasoning) {
         out[n++] = THINK_OPEN;
         out[n++] = THINK_CLOSE;
@@ -87,7 +92,7 @@ size_t em_answer_markers(const em_answer_options *options, const char *out[EM_AN
 }
 
 /* The longest suffix of text[0..len) that is a proper prefix of `marker`. */
-static size_t partial_suffix(const char *text, size_t len, const char *marker) {
+size_t em_answer_partial_suffix(const char *text, size_t len, const char *marker) {
     size_t m = strlen(marker);
     for (size_t k = m - 1 < len ? m - 1 : len; k > 0; k--)
         if (!memcmp(text + len - k, marker, k)) return k;
@@ -208,13 +213,13 @@ static char *known_tool(const em_answer_reader *r, const char *quoted, size_t le
 
 /* ---- Calls ---- */
 
-static bool begin_call(em_answer_reader *r, char *name, em_answer_sink sink, void *self) {
+bool em_answer_begin_call(em_answer_reader *r, char *name, em_answer_sink sink, void *self) {
     free(r->call_name);
     r->call_name = name;
     r->call_begun = true;
     r->args_sent = 0;
     r->n_calls++;
-    return emit(r, EM_ANSWER_CALL_BEGIN, name, strlen(name), sink, self);
+    return em_answer_emit(r, EM_ANSWER_CALL_BEGIN, name, strlen(name), sink, self);
 }
 
 /* Hands on the arguments of the call object in held[from..) seen so far. An arguments value that
@@ -225,27 +230,27 @@ static bool send_arguments(em_answer_reader *r, const char *s, const call_scan *
     if (args[0] == '"') {
         if (!c->args_done || r->args_sent) return true;
         json_t *value = json_loadb(args, c->args_len, JSON_DECODE_ANY, NULL);
-        bool ok = emit(r, EM_ANSWER_CALL_ARGUMENTS, json_string_value(value), json_string_length(value), sink, self);
+        bool ok = em_answer_emit(r, EM_ANSWER_CALL_ARGUMENTS, json_string_value(value), json_string_length(value), sink, self);
         json_decref(value);
         r->args_sent = c->args_len;
         return ok;
     }
     if (c->args_len <= r->args_sent) return true;
-    bool ok = emit(r, EM_ANSWER_CALL_ARGUMENTS, args + r->args_sent, c->args_len - r->args_sent, sink, self);
+    bool ok = em_answer_emit(r, EM_ANSWER_CALL_ARGUMENTS, args + r->args_sent, c->args_len - r->args_sent, sink, self);
     r->args_sent = c->args_len;
     return ok;
 }
 
 /* Ends the current call: arguments that never came are {}. */
-static bool end_call(em_answer_reader *r, em_answer_sink sink, void *self) {
-    bool ok = r->args_sent || emit(r, EM_ANSWER_CALL_ARGUMENTS, "{}", 2, sink, self);
+bool em_answer_end_call(em_answer_reader *r, em_answer_sink sink, void *self) {
+    bool ok = r->args_sent || em_answer_emit(r, EM_ANSWER_CALL_ARGUMENTS, "{}", 2, sink, self);
     r->call_begun = false;
     return ok;
 }
 
 /* A region that turned out not to hold a call: its text is content. */
 static bool region_is_text(em_answer_reader *r, em_answer_sink sink, void *self) {
-    bool ok = emit(r, EM_ANSWER_CONTENT, r->held.data, r->held.len, sink, self);
+    bool ok = em_answer_emit(r, EM_ANSWER_CONTENT, r->held.data, r->held.len, sink, self);
     r->held.len = 0;
     r->state = EM_ANSWER_TEXT;
     r->at_start = false;
@@ -253,7 +258,7 @@ static bool region_is_text(em_answer_reader *r, em_answer_sink sink, void *self)
 }
 
 /* Drops held[0..n). */
-static void consume(em_answer_reader *r, size_t n) {
+void em_answer_consume(em_answer_reader *r, size_t n) {
     if (n == 0) return; /* held may be empty and unallocated */
     memmove(r->held.data, r->held.data + n, r->held.len - n);
     r->held.len -= n;
@@ -276,19 +281,19 @@ static bool read_named_call(em_answer_reader *r, size_t at, bool finished, em_an
         json_decref(quoted);
         free(name);
         if (!known) return region_is_text(r, sink, self);
-        if (!begin_call(r, known, sink, self)) return false;
+        if (!em_answer_begin_call(r, known, sink, self)) return false;
         r->call_at = (size_t)(mark - s) + 6;
         r->named_call = true;
     }
     size_t len = value_end(s + r->call_at, n - r->call_at);
     size_t upto = len && len != (size_t)-1 ? len : n - r->call_at;
-    if (upto > r->args_sent && !emit(r, EM_ANSWER_CALL_ARGUMENTS, s + r->call_at + r->args_sent, upto - r->args_sent, sink, self))
+    if (upto > r->args_sent && !em_answer_emit(r, EM_ANSWER_CALL_ARGUMENTS, s + r->call_at + r->args_sent, upto - r->args_sent, sink, self))
         return false;
     r->args_sent = upto;
     if (!len && !finished) return true;
-    if (!end_call(r, sink, self)) return false;
+    if (!em_answer_end_call(r, sink, self)) return false;
     r->named_call = false;
-    consume(r, r->call_at + upto);
+    em_answer_consume(r, r->call_at + upto);
     r->state = EM_ANSWER_AFTER_CALL;
     *progress = true;
     return true;
@@ -306,7 +311,7 @@ static bool read_region(em_answer_reader *r, bool finished, em_answer_sink sink,
         if (at == n) return finished ? region_is_text(r, sink, self) : true;
         if (r->in_list && !r->call_begun && r->list_items && (s[at] == ',' || s[at] == ']')) {
             if (s[at] == ']') { /* the list ends the region */
-                consume(r, at + 1);
+                em_answer_consume(r, at + 1);
                 r->state = EM_ANSWER_AFTER_CALL;
                 return true;
             }
@@ -324,23 +329,23 @@ static bool read_region(em_answer_reader *r, bool finished, em_answer_sink sink,
             const bool mistral = r->options.format == EM_TOOL_FORMAT_MISTRAL || r->options.format == EM_TOOL_FORMAT_MISTRAL_ARGS;
             if (mistral && !r->in_list && !r->call_begun && r->call_at)
                 return read_named_call(r, at, finished, sink, self, &progress);
-            return r->call_begun ? end_call(r, sink, self) && region_is_text(r, sink, self) : region_is_text(r, sink, self);
+            return r->call_begun ? em_answer_end_call(r, sink, self) && region_is_text(r, sink, self) : region_is_text(r, sink, self);
         }
         r->call_at = at;
         call_scan c = scan_call(s + at, n - at);
         if (c.bad || (finished && !c.end && !r->call_begun)) {
-            if (r->call_begun && !end_call(r, sink, self)) return false;
+            if (r->call_begun && !em_answer_end_call(r, sink, self)) return false;
             return region_is_text(r, sink, self);
         }
         if (!r->call_begun && c.name) {
             char *known = known_tool(r, c.name, c.name_len);
             if (!known) return region_is_text(r, sink, self);
-            if (!begin_call(r, known, sink, self)) return false;
+            if (!em_answer_begin_call(r, known, sink, self)) return false;
         }
         if (r->call_begun && !send_arguments(r, s + at, &c, sink, self)) return false;
         if (!c.end && !finished) return true;
         if (!r->call_begun) return region_is_text(r, sink, self); /* a whole object without a known name */
-        if (!end_call(r, sink, self)) return false;
+        if (!em_answer_end_call(r, sink, self)) return false;
         r->list_items++;
         if (!c.end) { /* cut short by the end of the answer */
             r->held.len = 0;
@@ -352,7 +357,7 @@ static bool read_region(em_answer_reader *r, bool finished, em_answer_sink sink,
             progress = true;
             continue;
         }
-        consume(r, at + c.end);
+        em_answer_consume(r, at + c.end);
         r->state = EM_ANSWER_AFTER_CALL;
     }
     return true;
@@ -363,8 +368,8 @@ static bool read_region(em_answer_reader *r, bool finished, em_answer_sink sink,
 /* Starts a call region at held[at..) after an opener of `opener_len` bytes (0: the answer itself
  * starts with the JSON); the text before it is content. */
 static bool open_region(em_answer_reader *r, size_t at, size_t opener_len, em_answer_sink sink, void *self) {
-    if (at && !emit(r, EM_ANSWER_CONTENT, r->held.data, at, sink, self)) return false;
-    consume(r, at); /* the opener stays in the region: a region that holds no call is text, opener and all */
+    if (at && !em_answer_emit(r, EM_ANSWER_CONTENT, r->held.data, at, sink, self)) return false;
+    em_answer_consume(r, at); /* the opener stays in the region: a region that holds no call is text, opener and all */
     r->state = EM_ANSWER_CALL;
     r->call_at = opener_len;
     r->in_list = false;
@@ -385,9 +390,9 @@ static bool read_text(em_answer_reader *r, bool finished, em_answer_sink sink, v
                 if (k < strlen(THINK_OPEN) && !finished) return true;
                 if (k == strlen(THINK_OPEN)) {
                     if (r->options.split_reasoning == EM_REASONING_INLINE &&
-                        !emit(r, EM_ANSWER_CONTENT, s, at + k, sink, self))
+                        !em_answer_emit(r, EM_ANSWER_CONTENT, s, at + k, sink, self))
                         return false;
-                    consume(r, at + k);
+                    em_answer_consume(r, at + k);
                     r->state = EM_ANSWER_THINK;
                     r->think_start = true;
                     *progress = true;
@@ -405,13 +410,13 @@ static bool read_text(em_answer_reader *r, bool finished, em_answer_sink sink, v
         }
         if (at < n && r->options.read_calls && !opener_here && r->options.format != EM_TOOL_FORMAT_HERMES &&
             (s[at] == '{' || s[at] == '[')) {
-            consume(r, at);
+            em_answer_consume(r, at);
             r->at_start = false;
             *progress = true;
             return open_region(r, 0, 0, sink, self);
         }
         if (r->thought && r->options.split_reasoning == EM_REASONING_SPLIT) { /* whitespace after </think> */
-            consume(r, at);
+            em_answer_consume(r, at);
             s = r->held.data;
             n = r->held.len;
         }
@@ -422,7 +427,7 @@ static bool read_text(em_answer_reader *r, bool finished, em_answer_sink sink, v
         for (const char *const *o = em_tool_call_openers(r->options.format); *o; o++) {
             const char *at = memmem(s, n, *o, strlen(*o));
             if (at && (size_t)(at - s) < first) first = (size_t)(at - s), first_len = strlen(*o);
-            size_t k = partial_suffix(s, n, *o);
+            size_t k = em_answer_partial_suffix(s, n, *o);
             if (k > keep) keep = k;
         }
     }
@@ -433,8 +438,8 @@ static bool read_text(em_answer_reader *r, bool finished, em_answer_sink sink, v
         return open_region(r, first, opener, sink, self);
     }
     if (finished) keep = 0;
-    if (!emit(r, EM_ANSWER_CONTENT, s, n - keep, sink, self)) return false;
-    consume(r, n - keep);
+    if (!em_answer_emit(r, EM_ANSWER_CONTENT, s, n - keep, sink, self)) return false;
+    em_answer_consume(r, n - keep);
     return true;
 }
 
@@ -444,7 +449,7 @@ static bool read_think(em_answer_reader *r, bool finished, em_answer_sink sink, 
     const em_answer_kind kind = inline_ ? EM_ANSWER_CONTENT : EM_ANSWER_REASONING;
     if (r->think_start && !inline_) {
         size_t at = skip_space(r->held.data, r->held.len, 0);
-        consume(r, at);
+        em_answer_consume(r, at);
         if (!r->held.len) return true;
         r->think_start = false;
     }
@@ -457,20 +462,20 @@ static bool read_think(em_answer_reader *r, bool finished, em_answer_sink sink, 
             while (body && is_space(s[body - 1])) body--;
         else
             end += strlen(THINK_CLOSE), body = end;
-        if (!emit(r, kind, s, body, sink, self)) return false;
-        consume(r, inline_ ? end : end + strlen(THINK_CLOSE));
+        if (!em_answer_emit(r, kind, s, body, sink, self)) return false;
+        em_answer_consume(r, inline_ ? end : end + strlen(THINK_CLOSE));
         r->state = EM_ANSWER_TEXT;
         r->at_start = true;
         r->thought = true;
         *progress = true;
         return true;
     }
-    size_t keep = finished ? 0 : partial_suffix(s, n, THINK_CLOSE);
+    size_t keep = finished ? 0 : em_answer_partial_suffix(s, n, THINK_CLOSE);
     size_t body = n - keep;
     if (!inline_)
         while (body && is_space(s[body - 1])) body--;
-    if (!emit(r, kind, s, body, sink, self)) return false;
-    consume(r, finished ? n : body); /* at the end, trailing whitespace goes */
+    if (!em_answer_emit(r, kind, s, body, sink, self)) return false;
+    em_answer_consume(r, finished ? n : body); /* at the end, trailing whitespace goes */
     return true;
 }
 
@@ -489,7 +494,7 @@ static bool read_after_call(em_answer_reader *r, bool finished, bool *progress) 
         }
     }
     if (at == r->held.len && !finished) return true;
-    consume(r, at);
+    em_answer_consume(r, at);
     r->state = EM_ANSWER_TEXT;
     *progress = true;
     return true;
@@ -519,10 +524,12 @@ static bool run(em_answer_reader *r, bool finished, em_answer_sink sink, void *s
 
 bool em_answer_feed(em_answer_reader *r, const char *text, size_t len, em_answer_sink sink, void *self) {
     if (len && !em_buf_append(&r->held, text, len)) return false;
+    if (r->options.format == EM_TOOL_FORMAT_HARMONY) return em_harmony_read(r, false, sink, self);
     return run(r, false, sink, self);
 }
 
 bool em_answer_finish(em_answer_reader *r, em_answer_sink sink, void *self) {
+    if (r->options.format == EM_TOOL_FORMAT_HARMONY) return em_harmony_read(r, true, sink, self);
     return run(r, true, sink, self);
 }
 

@@ -19,7 +19,7 @@ static bool oom(em_server_error *err) {
  * tool_result becomes a `tool` message (before the user's own text, which answers after them). */
 static bool read_tool_blocks(const json_t *content, const char *role, const char *param, em_server_request *req,
                              em_server_error *err) {
-    em_buf text = {0};
+    em_buf text = {0}, thinking = {0};
     json_t *calls = json_array();
     size_t i;
     json_t *block;
@@ -40,8 +40,14 @@ static bool read_tool_blocks(const json_t *content, const char *role, const char
                 json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function",
                                                        "name", name, "arguments", input));
             }
-        } else if (type && (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking")) && !strcmp(role, "assistant")) {
-            continue; /* earlier reasoning: templates leave it out of the conversation */
+        } else if (type && !strcmp(type, "thinking") && !strcmp(role, "assistant")) {
+            json_t *thought = json_object_get(block, "thinking"); /* earlier reasoning: the template decides */
+            if (json_is_string(thought))
+                ok = (!thinking.len || em_buf_append(&thinking, "\n", 1)) &&
+                     em_buf_append(&thinking, json_string_value(thought), json_string_length(thought));
+            if (!ok) oom(err);
+        } else if (type && !strcmp(type, "redacted_thinking") && !strcmp(role, "assistant")) {
+            continue; /* encrypted: nothing a template can show */
         } else if (type && !strcmp(type, "tool_result") && !strcmp(role, "user")) {
             json_t *id = json_object_get(block, "tool_use_id"), *result = json_object_get(block, "content");
             em_buf answer = {0};
@@ -67,10 +73,12 @@ static bool read_tool_blocks(const json_t *content, const char *role, const char
     }
     bool keep = ok && (text.len || json_array_size(calls) || !strcmp(role, "assistant"));
     if (keep) ok = em_server_add_message(req, role, &text, err);
-    if (keep && ok && json_array_size(calls))
-        json_object_set(json_array_get(req->messages, json_array_size(req->messages) - 1), "tool_calls", calls);
+    json_t *added = json_array_get(req->messages, json_array_size(req->messages) - 1);
+    if (keep && ok && json_array_size(calls)) json_object_set(added, "tool_calls", calls);
+    if (keep && ok) ok = em_server_set_reasoning(added, thinking.data, thinking.len, err);
     json_decref(calls);
     em_buf_free(&text);
+    em_buf_free(&thinking);
     return ok;
 }
 
@@ -150,6 +158,37 @@ static bool read_model(const json_t *root, em_server_request *req, em_server_err
     return true;
 }
 
+/* `thinking`: {type: enabled, budget_tokens} or {type: disabled} (or adaptive: the model decides)
+ * reaches templates as enable_thinking (Qwen 3's switch) and as reasoning_effort (gpt-oss's grade,
+ * by the budget: under 4000 tokens low, under 16000 medium, more high; disabled is low, since
+ * gpt-oss always reasons). */
+static bool read_thinking(const json_t *root, em_server_request *req, em_server_error *err) {
+    json_t *thinking = json_object_get(root, "thinking");
+    if (!thinking || json_is_null(thinking)) return true;
+    const char *type = json_string_value(json_object_get(thinking, "type"));
+    if (!json_is_object(thinking) || !type) {
+        em_server_error_set(err, 400, NULL, NULL, "thinking", "thinking: must be an object with a 'type'");
+        return false;
+    }
+    if (!strcmp(type, "adaptive")) return true;
+    if (!strcmp(type, "disabled"))
+        return em_server_set_template_variable(req, "enable_thinking", json_false(), err) &&
+               em_server_set_template_variable(req, "reasoning_effort", json_string("low"), err);
+    if (strcmp(type, "enabled")) {
+        em_server_error_set(err, 400, NULL, NULL, "thinking.type", "thinking.type: must be enabled, disabled or adaptive");
+        return false;
+    }
+    int64_t budget = 0;
+    if (!em_server_read_int(thinking, "budget_tokens", 1, INT_MAX, &budget, err)) return false;
+    if (!budget) {
+        em_server_error_set(err, 400, NULL, NULL, "thinking.budget_tokens", "thinking.budget_tokens: field required");
+        return false;
+    }
+    const char *effort = budget < 4000 ? "low" : budget < 16000 ? "medium" : "high";
+    return em_server_set_template_variable(req, "enable_thinking", json_true(), err) &&
+           em_server_set_template_variable(req, "reasoning_effort", json_string(effort), err);
+}
+
 bool em_anthropic_parse_messages(const char *body, size_t len, em_server_request *req, em_server_error *err) {
     em_server_request_init(req, EM_API_ANTHROPIC_MESSAGES);
     json_t *root = em_server_parse_body(body, len, err);
@@ -175,7 +214,8 @@ bool em_anthropic_parse_messages(const char *body, size_t len, em_server_request
          em_server_read_bool(root, "stream", &req->stream, err) &&
          em_server_read_bool(root, "ignore_eos", &req->ignore_eos, err) && /* llama-server's extension */
          em_server_read_speculative(root, req, err) &&
-         em_server_read_anthropic_tools(root, req, err) && em_server_read_reasoning_format(root, req, err);
+         em_server_read_anthropic_tools(root, req, err) && em_server_read_reasoning_format(root, req, err) &&
+         read_thinking(root, req, err);
     json_t *metadata = json_object_get(root, "metadata"); /* user_id: accepted, not used */
     if (ok && metadata && !json_is_null(metadata) && !json_is_object(metadata)) {
         em_server_error_set(err, 400, NULL, NULL, "metadata", "metadata: must be an object");
@@ -193,7 +233,8 @@ bool em_anthropic_parse_count_tokens(const char *body, size_t len, em_server_req
     em_server_request_init(req, EM_API_ANTHROPIC_COUNT);
     json_t *root = em_server_parse_body(body, len, err);
     if (!root) return false;
-    bool ok = read_model(root, req, err) && read_conversation(root, req, err) && em_server_read_anthropic_tools(root, req, err);
+    bool ok = read_model(root, req, err) && read_conversation(root, req, err) && em_server_read_anthropic_tools(root, req, err) &&
+              read_thinking(root, req, err);
     json_decref(root);
     return ok;
 }

@@ -112,6 +112,20 @@ static void engine_error(em_err e, const char *what, em_server_error *err) {
     em_err_free(e);
 }
 
+em_err em_server_chat_prompt(const em_server_engine *b, const em_server_request *req, int32_t **ids, size_t *n,
+                             bool *in_thinking) {
+    if (b->tool_format != EM_TOOL_FORMAT_HARMONY)
+        return b->chat_prompt(b->self, req->messages, req->tools, req->template_kwargs, ids, n, in_thinking);
+    json_t *messages = em_harmony_messages(req->messages);
+    json_t *tools = req->tools ? em_harmony_tools(req->tools) : NULL;
+    em_err e = !messages || (req->tools && !tools)
+                   ? em_errorf(EM_ERR_NOMEM, "out of memory")
+                   : b->chat_prompt(b->self, messages, tools, req->template_kwargs, ids, n, in_thinking);
+    json_decref(messages);
+    json_decref(tools);
+    return e;
+}
+
 static bool tokenize_prompts(job *j, em_server_error *err) {
     const em_server_engine *b = &j->server->engine;
     j->n_prompts = j->req.messages ? 1 : j->req.n_prompts;
@@ -124,8 +138,7 @@ static bool tokenize_prompts(job *j, em_server_error *err) {
     for (size_t p = 0; p < j->n_prompts; p++) {
         em_err e = NULL;
         if (j->req.messages) {
-            e = b->chat_prompt(b->self, j->req.messages, j->req.tools, j->req.template_kwargs, &j->prompt_ids[p],
-                               &j->prompt_len[p], &j->in_thinking);
+            e = em_server_chat_prompt(b, &j->req, &j->prompt_ids[p], &j->prompt_len[p], &j->in_thinking);
         } else if (j->req.prompts[p].is_ids) {
             /* the ids are handed to the engine as they are: move them out of the request */
             j->prompt_ids[p] = j->req.prompts[p].ids;
@@ -214,7 +227,12 @@ static bool tools_active(const job *j) {
 /* How a chat answer is read (answer.c): where its reasoning goes, and whether it holds calls. */
 static em_answer_options answer_options(const job *j) {
     const bool reasons = j->server->engine.reasons || j->in_thinking;
+    const em_tool_format format = j->server->engine.tool_format;
     em_answer_reasoning split = EM_REASONING_OFF;
+    if (format == EM_TOOL_FORMAT_HARMONY) /* the analysis channel is reasoning, whatever the template's tags */
+        return (em_answer_options){.split_reasoning = j->req.reasoning_format == EM_REASONING_FORMAT_NONE ? EM_REASONING_INLINE
+                                                                                                         : EM_REASONING_SPLIT,
+                                   .read_calls = tools_active(j), .format = format, .tools = j->req.tools};
     switch (j->req.reasoning_format) {
     case EM_REASONING_FORMAT_AUTO: split = reasons ? EM_REASONING_SPLIT : EM_REASONING_OFF; break;
     case EM_REASONING_FORMAT_DEEPSEEK: split = EM_REASONING_SPLIT; break;
@@ -228,7 +246,8 @@ static em_answer_options answer_options(const job *j) {
 /* Whether streamed chat answers go through the reader (else their text is sent as it comes). */
 static bool reader_streams(const job *j) {
     const em_answer_options o = answer_options(j);
-    return j->writer || j->req.api == EM_API_ANTHROPIC_MESSAGES || o.read_calls || o.split_reasoning != EM_REASONING_OFF;
+    return j->writer || j->req.api == EM_API_ANTHROPIC_MESSAGES || o.read_calls || o.split_reasoning != EM_REASONING_OFF ||
+           o.format == EM_TOOL_FORMAT_HARMONY;
 }
 
 static bool start_readers(job *j, em_server_error *err) {

@@ -237,7 +237,7 @@ static enum MHD_Result serve_count_tokens(struct MHD_Connection *c, em_server *s
                                           em_server_request *req) {
     int32_t *ids = NULL;
     size_t n = 0;
-    em_err e = s->engine.chat_prompt(s->engine.self, req->messages, req->tools, NULL, &ids, &n, NULL);
+    em_err e = em_server_chat_prompt(&s->engine, req, &ids, &n, NULL);
     free(ids);
     if (e) {
         em_server_error err = {0};

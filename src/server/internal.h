@@ -25,6 +25,22 @@ bool em_server_read_stops(const json_t *obj, const char *key, bool allow_string,
 bool em_server_read_content(const json_t *content, const char *param, em_buf *text, em_server_error *err);
 bool em_server_add_message(em_server_request *req, const char *role, const em_buf *text, em_server_error *err);
 
+/* Sets the chat-template variable `name` (req->template_kwargs, made when absent) to `value` (taken;
+ * NULL: out of memory, a 500). */
+bool em_server_set_template_variable(em_server_request *req, const char *name, json_t *value, em_server_error *err);
+/* A reasoning effort as OpenAI's APIs name it (none, minimal, low, medium, high, xhigh) into the
+ * template variable reasoning_effort, in the grades reasoning templates know (gpt-oss's low, medium,
+ * high: none and minimal are low, xhigh is high). Absent or null: nothing; anything else is a 400
+ * naming `param`. */
+bool em_server_read_reasoning_effort(const json_t *obj, const char *key, const char *param, em_server_request *req,
+                                     em_server_error *err);
+
+/* An assistant message's earlier reasoning (non-empty) for the template, under the names templates
+ * read it by: reasoning_content (Qwen 3, DeepSeek) and thinking (gpt-oss). Each template keeps or
+ * drops it as its model was trained to (gpt-oss keeps the reasoning that led to a call until a
+ * final answer follows). */
+bool em_server_set_reasoning(json_t *message, const char *text, size_t len, em_server_error *err);
+
 /* Structured output (structured.c): `grammar` (GBNF, llama-server's field) or `response_format`
  * (json_object, json_schema) of an OpenAI body into req->grammar, checked to compile (400 with
  * the reason otherwise). */
@@ -51,6 +67,34 @@ bool em_server_tool_grammar(em_server_request *req, em_tool_format format, em_se
 /* A call's arguments as given in a request (a JSON string) → an object for the template, or the
  * string itself when it is not a JSON object. */
 json_t *em_server_arguments_object(const char *text);
+
+/* ---- What answer.c shares with the reader of harmony answers (harmony.c) ---- */
+
+/* Hands one event to the sink (empty text is no event, except a call's beginning). */
+bool em_answer_emit(em_answer_reader *r, em_answer_kind kind, const char *text, size_t len, em_answer_sink sink, void *self);
+/* A call of tool `name` (malloc'd; the reader takes it) begins. */
+bool em_answer_begin_call(em_answer_reader *r, char *name, em_answer_sink sink, void *self);
+/* The current call ends; arguments that never came are {}. */
+bool em_answer_end_call(em_answer_reader *r, em_answer_sink sink, void *self);
+/* Drops the first n bytes the reader holds. */
+void em_answer_consume(em_answer_reader *r, size_t n);
+/* The longest suffix of text[0..len) that is a proper prefix of `marker`. */
+size_t em_answer_partial_suffix(const char *text, size_t len, const char *marker);
+/* Reads what a harmony answer's reader holds (finished: the answer has ended). */
+bool em_harmony_read(em_answer_reader *r, bool finished, em_answer_sink sink, void *self);
+/* The harmony markup the reader needs to see as text (em_answer_markers). */
+size_t em_harmony_markers(const char *out[EM_ANSWER_MAX_MARKERS]);
+/* A conversation as gpt-oss's template takes it: one call a message, each followed by its result
+ * (new reference; NULL: out of memory). */
+json_t *em_harmony_messages(const json_t *messages);
+/* Tool definitions with an empty description where one has none (new reference; NULL: out of memory). */
+json_t *em_harmony_tools(const json_t *tools);
+
+/* The chat prompt of a request (chat_prompt with its messages, tools and template variables, in
+ * the shape the model's format needs: em_harmony_messages and em_harmony_tools for harmony).
+ * *in_thinking may be NULL. */
+em_err em_server_chat_prompt(const em_server_engine *engine, const em_server_request *req, int32_t **ids, size_t *n,
+                             bool *in_thinking);
 
 /* The grammar of a JSON schema (NULL: any JSON object) into req->grammar; errors name `param`. */
 bool em_server_grammar_from_schema(em_server_request *req, const json_t *schema, const char *param, em_server_error *err);

@@ -195,6 +195,11 @@ static bool read_messages(const json_t *root, em_server_request *req, em_server_
         json_t *added = json_array_get(req->messages, json_array_size(req->messages) - 1);
         snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
         if (tool_calls && !read_tool_calls(tool_calls, param, added, err)) return false;
+        /* the reasoning an earlier answer came back with (reasoning_content, as Ember sends it) */
+        json_t *reasoning = json_object_get(m, "reasoning_content");
+        if (json_is_string(reasoning) && !strcmp(role, "assistant") &&
+            !em_server_set_reasoning(added, json_string_value(reasoning), json_string_length(reasoning), err))
+            return false;
         json_t *call_id = json_object_get(m, "tool_call_id");
         if (!strcmp(role, "tool") && !json_is_string(call_id)) {
             snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
@@ -206,13 +211,32 @@ static bool read_messages(const json_t *root, em_server_request *req, em_server_
     return true;
 }
 
+/* Extra chat-template variables: llama-server's chat_template_kwargs (an object), then
+ * reasoning_effort (gpt-oss's "Reasoning: ..." line; templates that do not read it are unchanged). */
+static bool read_template_variables(const json_t *root, em_server_request *req, em_server_error *err) {
+    json_t *given = json_object_get(root, "chat_template_kwargs");
+    if (given && !json_is_null(given)) {
+        if (!json_is_object(given)) {
+            em_server_error_set(err, 400, NULL, "invalid_type", "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+            return false;
+        }
+        const char *name;
+        json_t *value;
+        json_object_foreach(given, name, value) {
+            if (!em_server_set_template_variable(req, name, json_deep_copy(value), err)) return false;
+        }
+    }
+    return em_server_read_reasoning_effort(root, "reasoning_effort", "reasoning_effort", req, err);
+}
+
 bool em_openai_parse_chat(const char *body, size_t len, int32_t n_vocab, em_server_request *req,
                           em_server_error *err) {
     em_server_request_init(req, EM_API_OPENAI_CHAT);
     json_t *root = em_server_parse_body(body, len, err);
     if (!root) return false;
     bool ok = read_common(root, n_vocab, req, err) && read_messages(root, req, err) &&
-              em_server_read_openai_tools(root, req, err) && em_server_read_reasoning_format(root, req, err);
+              em_server_read_openai_tools(root, req, err) && em_server_read_reasoning_format(root, req, err) &&
+              read_template_variables(root, req, err);
     int64_t top = 0;
     ok = ok && em_server_read_bool(root, "logprobs", &req->logprobs, err) &&
          em_server_read_int(root, "top_logprobs", 0, EM_SERVER_MAX_TOP, &top, err);

@@ -202,6 +202,31 @@ bool em_server_read_speculative(const json_t *obj, em_server_request *req, em_se
     return true;
 }
 
+bool em_server_set_template_variable(em_server_request *req, const char *name, json_t *value, em_server_error *err) {
+    if (!value || (!req->template_kwargs && !(req->template_kwargs = json_object())) ||
+        json_object_set_new(req->template_kwargs, name, value)) {
+        json_decref(value);
+        em_server_error_set(err, 500, NULL, NULL, NULL, "out of memory");
+        return false;
+    }
+    return true;
+}
+
+bool em_server_read_reasoning_effort(const json_t *obj, const char *key, const char *param, em_server_request *req,
+                                     em_server_error *err) {
+    json_t *v = member(obj, key);
+    if (!v) return true;
+    /* OpenAI's grades, and the three that reasoning templates know (gpt-oss: low, medium, high) */
+    static const char *const given[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+    static const char *const known[] = {"low", "low", "low", "medium", "high", "high"};
+    const char *effort = json_string_value(v);
+    for (size_t i = 0; effort && i < sizeof given / sizeof given[0]; i++)
+        if (!strcmp(effort, given[i])) return em_server_set_template_variable(req, "reasoning_effort", json_string(known[i]), err);
+    em_server_error_set(err, 400, NULL, "invalid_value", param, "'%s' must be one of none, minimal, low, medium, high, xhigh",
+                        param);
+    return false;
+}
+
 /* A string field; NULL stays NULL when absent. */
 bool em_server_read_string(const json_t *obj, const char *key, const char **out, em_server_error *err) {
     json_t *v = member(obj, key);
@@ -296,6 +321,18 @@ bool em_server_add_message(em_server_request *req, const char *role, const em_bu
         em_server_error_set(err, 500, NULL, NULL, NULL, "out of memory");
         return false;
     }
+    return true;
+}
+
+bool em_server_set_reasoning(json_t *message, const char *text, size_t len, em_server_error *err) {
+    if (!len) return true;
+    json_t *value = json_stringn(text, len);
+    if (!value || json_object_set(message, "reasoning_content", value) || json_object_set(message, "thinking", value)) {
+        json_decref(value);
+        em_server_error_set(err, 500, NULL, NULL, NULL, "out of memory");
+        return false;
+    }
+    json_decref(value);
     return true;
 }
 

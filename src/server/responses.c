@@ -396,8 +396,7 @@ static bool parse(const char *body, size_t len, em_response_store *store, em_ser
     }
     if (ok && json_array_extend(req->messages, self->conversation)) ok = oom(err);
     /* reasoning.effort reaches templates that take it (gpt-oss's reasoning_effort) */
-    const char *effort = json_string_value(json_object_get(json_object_get(root, "reasoning"), "effort"));
-    if (ok && effort && !(req->template_kwargs = json_pack("{s:s}", "reasoning_effort", effort))) ok = oom(err);
+    ok = ok && em_server_read_reasoning_effort(json_object_get(root, "reasoning"), "effort", "reasoning.effort", req, err);
     ok = ok && read_tools(root, req, self, err) && read_text_format(root, req, err) &&
          em_server_read_reasoning_format(root, req, err) && em_server_read_speculative(root, req, err);
     if (ok && !(self->echo = echo_of(root, req))) ok = oom(err);

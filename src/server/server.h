@@ -47,13 +47,16 @@
  * `<tool_call>{"name", "arguments"}</tool_call>`; Llama 3.x `{"name", "parameters"}` (after
  * `<|python_tag|>` or alone); Mistral `[TOOL_CALLS][{"name", "arguments"}, ...]` or, in its newer
  * templates, `[TOOL_CALLS]name[ARGS]{...}`; or a bare JSON object {"name", "arguments"} (the
- * fallback for templates that teach none of them). */
+ * fallback for templates that teach none of them). Harmony (gpt-oss) is more than a call format:
+ * the whole answer is messages `<|channel|>analysis|commentary|final<|message|>...<|end|>`, a call
+ * one addressed `to=functions.NAME` (harmony.c reads it). */
 typedef enum em_tool_format {
     EM_TOOL_FORMAT_JSON = 0,
     EM_TOOL_FORMAT_HERMES,
     EM_TOOL_FORMAT_LLAMA3,
-    EM_TOOL_FORMAT_MISTRAL,     /* [TOOL_CALLS][{...}] */
-    EM_TOOL_FORMAT_MISTRAL_ARGS /* [TOOL_CALLS]name[ARGS]{...}: read as EM_TOOL_FORMAT_MISTRAL, forced in this form */
+    EM_TOOL_FORMAT_MISTRAL,      /* [TOOL_CALLS][{...}] */
+    EM_TOOL_FORMAT_MISTRAL_ARGS, /* [TOOL_CALLS]name[ARGS]{...}: read as EM_TOOL_FORMAT_MISTRAL, forced in this form */
+    EM_TOOL_FORMAT_HARMONY       /* gpt-oss's channels and messages */
 } em_tool_format;
 
 /* What the server tells of its model beyond generation (Ollama's /api/tags and /api/show): read
@@ -254,6 +257,20 @@ typedef struct em_answer_options {
 
 typedef enum em_answer_state { EM_ANSWER_TEXT = 0, EM_ANSWER_THINK, EM_ANSWER_CALL, EM_ANSWER_AFTER_CALL } em_answer_state;
 
+/* Where a harmony answer is (harmony.c): in a message's header (up to `<|message|>`), in its body,
+ * or between messages (after `<|end|>`, before the next `<|start|>`). */
+typedef enum em_harmony_part { EM_HARMONY_HEADER = 0, EM_HARMONY_BODY, EM_HARMONY_BETWEEN } em_harmony_part;
+/* What a harmony message's body is: reasoning (the analysis channel), content (final, or
+ * commentary to the user), a call's arguments, or text handed on as written, markup and all (a
+ * message the reader cannot take as any of those, or analysis kept inline). */
+typedef enum em_harmony_body { EM_HARMONY_REASONING = 0, EM_HARMONY_CONTENT, EM_HARMONY_CALL, EM_HARMONY_RAW } em_harmony_body;
+
+typedef struct em_harmony_reader {
+    em_harmony_part part;
+    em_harmony_body body;
+    bool with_role; /* the header held starts with `<|start|>` and a role (the first message's is in the prompt) */
+} em_harmony_reader;
+
 typedef struct em_answer_reader {
     em_answer_options options;
     em_answer_state state;
@@ -269,6 +286,7 @@ typedef struct em_answer_reader {
     char *call_name;
     size_t args_sent; /* bytes of the current call's arguments handed on */
     size_t n_calls;
+    em_harmony_reader harmony; /* the state of a harmony answer (format EM_TOOL_FORMAT_HARMONY) */
 } em_answer_reader;
 
 void em_answer_init(em_answer_reader *reader, const em_answer_options *options);
@@ -454,7 +472,8 @@ void em_server_stop(em_server *server);
 
 /* ---- Tool calls (tools.c) ---- */
 
-/* The call format a chat template's text teaches: Mistral when it writes `[TOOL_CALLS]` (the newer
+/* The call format a chat template's text teaches: harmony when it writes messages with channels
+ * (`<|start|>`, `<|channel|>`, `<|message|>`), Mistral when it writes `[TOOL_CALLS]` (the newer
  * form when `[ARGS]` too), Hermes for `<tool_call>`, Llama 3 for `<|python_tag|>` or its header
  * tokens with calls written as "parameters", the JSON fallback otherwise. */
 em_tool_format em_server_tool_format_of(const char *template_text, size_t len);

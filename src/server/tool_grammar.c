@@ -15,7 +15,9 @@
  * opened it, begin inside one. The lazy grammar cannot see where thinking ends (a `<tool_call>`
  * inside the reasoning would switch it on), so for a model that reasons `auto` becomes a whole-answer
  * grammar instead: thinking, free text without the format's marker, then optionally the call. A
- * client's raw `grammar` is left as it is (it speaks for the whole output). */
+ * client's raw `grammar` is left as it is (it speaks for the whole output).
+ *
+ * Harmony (gpt-oss) answers are messages with channels: harmony_grammar builds theirs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +182,81 @@ static bool call_rules(em_buf *out, const em_server_request *req, em_tool_format
 }
 
 
+/* ---- Harmony (gpt-oss) ----
+ * The answer is messages, the first one's `<|start|>assistant` already in the prompt: an analysis
+ * message may come first (the model's reasoning, up to `<|end|>`), then the message the grammar is
+ * about. A call is addressed `to=functions.NAME`, before the channel (as the template writes calls
+ * back) or after it (as the model mostly writes them), its arguments' type `json` or
+ * `<|constrain|>json`, then the arguments; the grammar ends there, as the model's `<|call|>` would
+ * end the turn. Structured output is the final message's body. */
+
+/* Rule `call` (from "to=functions." on) for the tools the request may call, and their schemas. */
+static bool harmony_call_rules(em_buf *out, const em_server_request *req, em_server_error *err) {
+    size_t i, n = 0;
+    json_t *t;
+    bool ok = em_buf_printf(out, "call ::= ") && literal(out, "to=functions.") && em_buf_printf(out, " (");
+    json_array_foreach(req->tools, i, t) {
+        if (!ok || !may_call(req, t)) continue;
+        ok = em_buf_printf(out, "%s", n++ ? " | " : "") &&
+             literal(out, json_string_value(json_object_get(json_object_get(t, "function"), "name"))) &&
+             em_buf_printf(out, " call-type tool%zu-root", i);
+    }
+    ok = ok && em_buf_printf(out, ")\ncall-type ::= ") && literal(out, "<|channel|>commentary") &&
+         em_buf_printf(out, "? \" \"? ") && literal(out, "<|constrain|>") && em_buf_printf(out, "? \"json\"? ") &&
+         literal(out, "<|message|>") && em_buf_printf(out, "\n");
+    if (!ok) return oom(err);
+    json_array_foreach(req->tools, i, t) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "tool%zu-", i);
+        json_t *parameters = json_object_get(json_object_get(t, "function"), "parameters");
+        if (may_call(req, t) && !schema_rules(out, json_deep_copy(parameters), prefix, err)) return false;
+    }
+    return true;
+}
+
+/* Rule `analysis`: an optional analysis message, and the next message's opening. */
+static bool harmony_analysis_rules(em_buf *out) {
+    return exclusion_rules(out, "thought", "<|end|>") && em_buf_printf(out, "analysis ::= (") &&
+           literal(out, "<|channel|>analysis<|message|>") && em_buf_printf(out, " thought-0 ") &&
+           literal(out, "<|end|><|start|>assistant") && em_buf_printf(out, ")?\n");
+}
+
+static bool harmony_grammar(em_server_request *req, em_server_error *err) {
+    const bool forced = req->tool_choice == EM_TOOL_REQUIRED || req->tool_choice == EM_TOOL_NAMED;
+    const bool lazy = req->tools && req->tool_choice == EM_TOOL_AUTO && !req->grammar;
+    const bool format = req->grammar && !req->grammar_is_raw && req->api != EM_API_OPENAI_COMPLETIONS;
+    if (forced && req->grammar)
+        return em_server_error_set(err, 400, NULL, "invalid_value", "tool_choice",
+                                   "'tool_choice' cannot force a tool call together with response_format or grammar"),
+               false;
+    if (!forced && !lazy && !format) return true;
+    em_buf out = {0};
+    bool ok = true;
+    if (forced || lazy) {
+        if (!harmony_call_rules(&out, req, err)) {
+            em_buf_free(&out);
+            return false;
+        }
+    }
+    if (forced) { /* the call's message opens with its channel, or with the recipient */
+        ok = harmony_analysis_rules(&out) && em_buf_printf(&out, "root ::= analysis (") &&
+             literal(&out, "<|channel|>commentary ") && em_buf_printf(&out, " | \" \"?) call\n");
+    } else if (lazy) {
+        req->grammar_triggers = em_tool_call_openers(EM_TOOL_FORMAT_HARMONY);
+        ok = em_buf_printf(&out, "root ::= call\n");
+    } else {
+        char *renamed = prefix_rules(req->grammar, "format-");
+        ok = renamed && harmony_analysis_rules(&out) && em_buf_printf(&out, "%s\nroot ::= analysis ", renamed) &&
+             literal(&out, "<|channel|>final<|message|>") && em_buf_printf(&out, " format-root\n");
+        free(renamed);
+    }
+    if (!ok || !out.data) {
+        em_buf_free(&out);
+        return oom(err);
+    }
+    return em_server_set_grammar(req, out.data, "tools", err);
+}
+
 /* `answer` ::= thinking first (optional, or already open), then `body`. */
 static bool think_rules(em_buf *out, bool in_thinking) {
     return exclusion_rules(out, "thought", "</think>") &&
@@ -194,6 +271,7 @@ bool em_server_tool_grammar(em_server_request *req, em_tool_format format, em_se
 
 bool em_server_answer_grammar(em_server_request *req, em_tool_format format, bool reasons, bool in_thinking,
                               em_server_error *err) {
+    if (format == EM_TOOL_FORMAT_HARMONY) return harmony_grammar(req, err);
     const bool think = reasons || in_thinking;
     const bool forced = req->tool_choice == EM_TOOL_REQUIRED || req->tool_choice == EM_TOOL_NAMED;
     const bool lazy = req->tools && req->tool_choice == EM_TOOL_AUTO && *em_tool_call_openers(format) && !req->grammar;

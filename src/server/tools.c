@@ -139,6 +139,8 @@ json_t *em_server_arguments_object(const char *text) {
 em_tool_format em_server_tool_format_of(const char *template_text, size_t len) {
 #define HAS(s) (memmem(template_text, len, s, strlen(s)) != NULL)
     if (!template_text) return EM_TOOL_FORMAT_JSON;
+    /* harmony: every message's header names its channel before the body */
+    if (HAS("<|channel|>") && HAS("<|message|>") && HAS("<|start|>")) return EM_TOOL_FORMAT_HARMONY;
     if (HAS("[TOOL_CALLS]")) return HAS("[ARGS]") ? EM_TOOL_FORMAT_MISTRAL_ARGS : EM_TOOL_FORMAT_MISTRAL;
     if (HAS("<tool_call>")) return EM_TOOL_FORMAT_HERMES;
     /* Llama 3.x: calls written back as {"name": ..., "parameters": ...} between its header tokens */

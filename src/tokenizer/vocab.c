@@ -387,6 +387,14 @@ static void mark_special(em_tokenizer *t, const em_gguf *g) {
     int32_t ends[] = {t->eos, t->eot, t->eom};
     for (size_t i = 0; i < 3; i++)
         if (ends[i] >= 0) t->tokens[ends[i]].attr |= EM_ATTR_EOG;
+    /* Harmony (gpt-oss's o200k_harmony): <|end|> closes one message of an answer that goes on (its
+     * reasoning, then the final message); <|return|> and <|call|> end it. */
+    int32_t message_end = em_strmap_find(&t->map, "<|end|>", strlen("<|end|>"));
+    int32_t answer_end = em_strmap_find(&t->map, "<|return|>", strlen("<|return|>"));
+    if (message_end >= 0 && answer_end >= 0 && em_strmap_find(&t->map, "<|call|>", strlen("<|call|>")) >= 0) {
+        t->tokens[message_end].attr &= (uint16_t)~EM_ATTR_EOG;
+        if (t->eot == message_end) t->eot = answer_end;
+    }
 
     /* Phi-3 was trained with its special tokens eating the whitespace after them. */
     em_str name;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the client tests in this folder against a running server:
-#   tests/js/run.sh BASE_URL MODEL API_KEY WORK_DIR
+#   tests/js/run.sh BASE_URL MODEL API_KEY WORK_DIR [SCRIPT...]
+# (the scripts by name without .mjs; openai_client, anthropic_client and raw_http when none are given)
 # The official client packages (pinned) are installed by npm into WORK_DIR/node_modules (an
 # ignored build folder), and the scripts are copied beside them so that Node resolves them there.
 set -u
@@ -19,7 +20,9 @@ if ! installed openai 6.30.1 || ! installed @anthropic-ai/sdk 1.14.0; then
 fi
 cp "$here"/*.mjs "$work"/
 status=0
-for script in openai_client anthropic_client raw_http; do
+scripts=("${@:5}")
+[ ${#scripts[@]} -gt 0 ] || scripts=(openai_client anthropic_client raw_http)
+for script in "${scripts[@]}"; do
   echo "== $script"
   node "$work/$script.mjs" "$url" "$model" "$key" || status=1
 done
