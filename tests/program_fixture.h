@@ -44,4 +44,37 @@ static void assert_error_has(em_err err, const char *text) {
     em_err_free(err);
 }
 
+/* The index of the buffer named `name`. */
+static uint8_t buffer_named(const em_program *p, const char *name) {
+    for (uint8_t i = 0; i < p->n_buffers; i++)
+        if (!strcmp(p->buffers[i].name, name)) return i;
+    fail_msg("no buffer %s", name);
+    return 0;
+}
+
+/* A copy of a MoE program with a shared gated unit added to layer `layer`'s experts, as the builder
+ * emits one: out += down(act(gate xn) · up xn). */
+static em_program with_shared_expert(const em_program *p, uint32_t layer) {
+    em_program c = *p;
+    c.ops = malloc((p->n_ops + 5) * sizeof *c.ops);
+    assert_non_null(c.ops);
+    const uint32_t at = find(p, EM_PROGRAM_EXPERTS, layer) + 1;
+    const em_program_op *experts = &p->ops[at - 1];
+    memcpy(c.ops, p->ops, at * sizeof *c.ops);
+    const uint8_t gate = buffer_named(p, "gate"), up = buffer_named(p, "up"), shared = buffer_named(p, "shared");
+    const em_program_op unit[5] = {
+        {.kind = EM_PROGRAM_MATMUL, .layer = layer, .dst = gate, .src = experts->src, .u.matmul.weight = experts->u.experts.gate},
+        {.kind = EM_PROGRAM_MATMUL, .layer = layer, .dst = up, .src = experts->src, .u.matmul.weight = experts->u.experts.up},
+        {.kind = EM_PROGRAM_GLU, .layer = layer, .dst = gate, .src = up, .u.glu.act = experts->u.experts.act},
+        {.kind = EM_PROGRAM_MATMUL, .layer = layer, .dst = shared, .src = gate, .u.matmul.weight = experts->u.experts.down},
+        {.kind = EM_PROGRAM_ADD, .layer = layer, .dst = experts->dst, .src = shared},
+    };
+    memcpy(&c.ops[at], unit, sizeof unit);
+    memcpy(&c.ops[at + 5], &p->ops[at], (p->n_ops - at) * sizeof *c.ops);
+    c.n_ops = c.cap_ops = p->n_ops + 5;
+    c.caches = NULL;
+    c.n_caches = c.cap_caches = 0;
+    return c;
+}
+
 #endif

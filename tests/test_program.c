@@ -150,13 +150,6 @@ static void test_parameters(void **state) {
     em_model_free(m);
 }
 
-static uint8_t buffer_named(const em_program *p, const char *name) {
-    for (uint32_t i = 0; i < p->n_buffers; i++)
-        if (!strcmp(p->buffers[i].name, name)) return (uint8_t)i;
-    fail_msg("no buffer %s", name);
-    return 0;
-}
-
 /* A copy of the model's program to break. */
 static em_program copy_program(const em_program *p) {
     em_program c = *p;
@@ -313,12 +306,91 @@ static void test_hybrid_blocks(void **state) {
     em_model_free(m);
 }
 
+/* The program read as blocks: each layer an attention block, then a gated unit or experts, with
+ * the parameters of the operations each covers; a program whose data flow is not a block's is
+ * refused, naming the layer and the operation. */
+static void test_blocks(void **state) {
+    (void)state;
+    em_block *blocks;
+    uint32_t n;
+    em_model *m = load_preset("tiny-llama");
+    const em_program *p = &m->program;
+    assert_null(em_program_blocks(p, &blocks, &n));
+    assert_int_equal(n, 2 * p->n_layer);
+    for (uint32_t i = 0; i < n; i++) {
+        const em_block *b = &blocks[i];
+        assert_int_equal(b->layer, i / 2);
+        assert_int_equal(b->kind, i % 2 ? EM_BLOCK_GATED_UNIT : EM_BLOCK_ATTENTION);
+        assert_ptr_equal(b->norm, &p->ops[find(p, EM_PROGRAM_NORM, b->layer) + (i % 2 ? 10 : 0)].u.norm);
+        assert_null(b->post_norm);
+    }
+    const uint32_t q = find(p, EM_PROGRAM_MATMUL, 1);
+    assert_ptr_equal(blocks[2].q, &p->ops[q].u.matmul);
+    assert_ptr_equal(blocks[2].o, &p->ops[find(p, EM_PROGRAM_ATTENTION, 1) + 1].u.matmul);
+    assert_ptr_equal(blocks[2].attention, &p->ops[find(p, EM_PROGRAM_ATTENTION, 1)].u.attention);
+    assert_ptr_equal(blocks[2].rope, p->ops[find(p, EM_PROGRAM_ROPE, 1)].u.heads.rope);
+    assert_null(blocks[2].q_norm);
+    assert_int_equal(blocks[2].first_op, find(p, EM_PROGRAM_NORM, 1));
+    assert_int_equal(blocks[2].n_ops, 10); /* norm, q, k, v, rope ×2, kv_write, attention, o, add */
+    assert_ptr_equal(blocks[3].down->weight, &m->w.layers[1].ffn_down);
+    assert_int_equal(blocks[3].act, EM_ACT_SWIGLU);
+    free(blocks);
+
+    em_program edited = copy_program(p); /* attention over k's rows, not q's */
+    edited.ops[find(&edited, EM_PROGRAM_ATTENTION, 1)].src = buffer_named(&edited, "k");
+    assert_error_has(em_program_blocks(&edited, &blocks, &n), "layer 1, op 24 (attention): expected the attention of q");
+    assert_null(blocks);
+    em_program_free(&edited);
+
+    edited = copy_program(p); /* k's rotation applied to q a second time */
+    edited.ops[find(&edited, EM_PROGRAM_ROPE, 0) + 1].dst = buffer_named(&edited, "q");
+    assert_error_has(em_program_blocks(&edited, &blocks, &n), "layer 0, op 6 (rope): q and k rotated differently");
+    em_program_free(&edited);
+
+    edited = copy_program(p); /* the residual add of the wrong buffer */
+    edited.ops[find(&edited, EM_PROGRAM_ADD, 0)].src = buffer_named(&edited, "xn");
+    assert_error_has(em_program_blocks(&edited, &blocks, &n), "layer 0, op 10 (add): expected the residual add");
+    em_program_free(&edited);
+    em_model_free(m);
+
+    m = load_preset("tiny-gemma2"); /* post-norms and soft-caps */
+    assert_null(em_program_blocks(&m->program, &blocks, &n));
+    assert_ptr_equal(blocks[0].post_norm->weight, m->w.layers[0].post_attn_norm);
+    assert_ptr_equal(blocks[1].post_norm->weight, m->w.layers[0].post_ffn_norm);
+    assert_float_equal(blocks[0].attention->softcap, 50.0f, 0.0f);
+    assert_int_equal(blocks[1].act, EM_ACT_GEGLU);
+    free(blocks);
+    em_model_free(m);
+
+    m = load_preset("tiny-qwen3moe"); /* routed experts, then with a shared one beside them */
+    assert_null(em_program_blocks(&m->program, &blocks, &n));
+    assert_int_equal(blocks[3].kind, EM_BLOCK_EXPERTS);
+    assert_int_equal(blocks[3].route->n_expert, 8);
+    assert_ptr_equal(blocks[3].experts->down, &m->w.layers[1].down_exps);
+    assert_ptr_equal(blocks[3].router->weight, &m->w.layers[1].gate_inp);
+    assert_null(blocks[3].gate);
+    assert_non_null(blocks[0].q_norm);
+    free(blocks);
+    edited = with_shared_expert(&m->program, 1);
+    assert_null(em_program_blocks(&edited, &blocks, &n));
+    assert_ptr_equal(blocks[3].gate->weight, &m->w.layers[1].gate_exps);
+    assert_null(blocks[1].gate);
+    free(blocks);
+    free(edited.ops);
+    em_model_free(m);
+
+    m = load_preset("tiny-qwen35"); /* a Gated DeltaNet layer is no block yet: refused, not misread */
+    assert_error_has(em_program_blocks(&m->program, &blocks, &n), "blocks: layer 0, op 5 (matmul): expected k and v");
+    em_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_family_blocks),
         cmocka_unit_test(test_parameters),
         cmocka_unit_test(test_checker_refuses),
         cmocka_unit_test(test_hybrid_blocks),
+        cmocka_unit_test(test_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

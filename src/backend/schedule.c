@@ -15,92 +15,40 @@ static void add(em_schedule *s, em_op_kind kind, uint32_t layer, uint32_t reads,
     s->n_barriers++;
 }
 
-/* The operations of one layer of the program, matched in order against the shapes the kernel runs. */
-typedef struct layer_ops {
-    const em_program *p;
-    uint32_t at, end; /* the next operation, and the layer's end */
-    uint32_t layer;
-} layer_ops;
-
-static const em_program_op *peek(const layer_ops *l, uint32_t ahead) {
-    return l->at + ahead < l->end ? &l->p->ops[l->at + ahead] : NULL;
-}
-
-/* The next operation if it is of `kind` (taken), else NULL. */
-static const em_program_op *take(layer_ops *l, em_program_op_kind kind) {
-    const em_program_op *op = peek(l, 0);
-    if (!op || op->kind != kind) return NULL;
-    l->at++;
-    return op;
-}
-
-static em_err expected(const layer_ops *l, const char *what) {
-    const em_program_op *op = peek(l, 0);
-    return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: %s where the schedule expects %s", l->layer,
-                     op ? em_program_op_name(op->kind) : "the layer's end", what);
-}
-
-/* A norm of a block's output before its residual add (Gemma's post-norms): dst and src the same. */
-static bool post_norm_next(const layer_ops *l) {
-    const em_program_op *op = peek(l, 0);
-    return op && op->kind == EM_PROGRAM_NORM && op->dst == op->src;
-}
-
 /* x += W_o attention(QKV norm(x)): QK-norm and RoPE are the attention instruction's to finish. */
-static em_err match_attention(layer_ops *l, em_schedule *s) {
-    if (!take(l, EM_PROGRAM_NORM)) return expected(l, "the attention's norm");
-    for (int i = 0; i < 3; i++)
-        if (!take(l, EM_PROGRAM_MATMUL)) return expected(l, "the q, k and v products");
-    for (int i = 0; i < 2; i++) {
-        take(l, EM_PROGRAM_HEAD_NORM);
-        take(l, EM_PROGRAM_ROPE);
-    }
-    if (!take(l, EM_PROGRAM_KV_WRITE)) return expected(l, "kv_write");
-    const em_program_op *op = take(l, EM_PROGRAM_ATTENTION);
-    if (!op) return expected(l, "attention");
-    const em_program_attention *a = &op->u.attention;
+static em_err schedule_attention(const em_block *b, em_schedule *s) {
+    const em_program_attention *a = b->attention;
     if (a->head_dim != a->head_dim_v || a->head_dim < 32 || a->head_dim > 256 || a->head_dim % 32)
-        return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: head sizes %u/%u (32-256, keys and values alike)", l->layer,
+        return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: head sizes %u/%u (32-256, keys and values alike)", b->layer,
                          a->head_dim, a->head_dim_v);
     if (!a->n_head_kv || a->n_head % a->n_head_kv)
-        return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: %u query heads over %u key heads", l->layer, a->n_head,
+        return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: %u query heads over %u key heads", b->layer, a->n_head,
                          a->n_head_kv);
-    if (!take(l, EM_PROGRAM_MATMUL)) return expected(l, "the output projection");
-    if (post_norm_next(l)) return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: post-norms are not scheduled yet", l->layer);
-    if (!take(l, EM_PROGRAM_ADD)) return expected(l, "the residual add");
-    add(s, EM_OP_QKV, l->layer, EM_BUF_X, EM_BUF_QKV);
-    add(s, EM_OP_ATTENTION, l->layer, EM_BUF_QKV | EM_BUF_KV, EM_BUF_KV | EM_BUF_PARTS);
-    add(s, EM_OP_OUT_PROJ, l->layer, EM_BUF_PARTS | EM_BUF_X, EM_BUF_X);
+    if (b->post_norm) return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: post-norms are not scheduled yet", b->layer);
+    add(s, EM_OP_QKV, b->layer, EM_BUF_X, EM_BUF_QKV);
+    add(s, EM_OP_ATTENTION, b->layer, EM_BUF_QKV | EM_BUF_KV, EM_BUF_KV | EM_BUF_PARTS);
+    add(s, EM_OP_OUT_PROJ, b->layer, EM_BUF_PARTS | EM_BUF_X, EM_BUF_X);
     return NULL;
 }
 
 /* x += down(act(gate norm(x)) * up norm(x)), or the same through each token's chosen experts. */
-static em_err match_feed_forward(layer_ops *l, em_schedule *s) {
-    if (!take(l, EM_PROGRAM_NORM)) return expected(l, "the feed-forward norm");
-    const em_program_op *next = peek(l, 1);
-    if (next && next->kind == EM_PROGRAM_ROUTE) {
-        take(l, EM_PROGRAM_MATMUL);
-        const em_program_route *r = &take(l, EM_PROGRAM_ROUTE)->u.route;
+static em_err schedule_feed_forward(const em_block *b, em_schedule *s) {
+    if (b->kind == EM_BLOCK_EXPERTS) {
+        const em_program_route *r = b->route;
         if (r->n_expert > EM_SCHEDULE_MAX_EXPERTS || !r->n_used || r->n_used > EM_SCHEDULE_MAX_USED ||
             r->n_used > r->n_expert)
-            return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: %u of %u experts a token (at most %u of %u)", l->layer,
+            return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: %u of %u experts a token (at most %u of %u)", b->layer,
                              r->n_used, r->n_expert, EM_SCHEDULE_MAX_USED, EM_SCHEDULE_MAX_EXPERTS);
-        if (!take(l, EM_PROGRAM_EXPERTS)) return expected(l, "experts");
-        if (peek(l, 0) && peek(l, 0)->kind == EM_PROGRAM_MATMUL)
-            return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: shared experts are not scheduled yet", l->layer);
-        add(s, EM_OP_ROUTE, l->layer, EM_BUF_X, EM_BUF_ROUTER);
-        add(s, EM_OP_EXPERT_UP, l->layer, EM_BUF_X | EM_BUF_ROUTER, EM_BUF_H);
-        add(s, EM_OP_EXPERT_DOWN, l->layer, EM_BUF_H | EM_BUF_ROUTER | EM_BUF_X, EM_BUF_X);
+        if (b->gate)
+            return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: shared experts are not scheduled yet", b->layer);
+        add(s, EM_OP_ROUTE, b->layer, EM_BUF_X, EM_BUF_ROUTER);
+        add(s, EM_OP_EXPERT_UP, b->layer, EM_BUF_X | EM_BUF_ROUTER, EM_BUF_H);
+        add(s, EM_OP_EXPERT_DOWN, b->layer, EM_BUF_H | EM_BUF_ROUTER | EM_BUF_X, EM_BUF_X);
     } else {
-        if (!take(l, EM_PROGRAM_MATMUL) || !take(l, EM_PROGRAM_MATMUL)) return expected(l, "the gate and up products");
-        if (!take(l, EM_PROGRAM_GLU)) return expected(l, "glu");
-        if (!take(l, EM_PROGRAM_MATMUL)) return expected(l, "the down product");
-        add(s, EM_OP_FFN_UP, l->layer, EM_BUF_X, EM_BUF_H);
-        add(s, EM_OP_FFN_DOWN, l->layer, EM_BUF_H | EM_BUF_X, EM_BUF_X);
+        add(s, EM_OP_FFN_UP, b->layer, EM_BUF_X, EM_BUF_H);
+        add(s, EM_OP_FFN_DOWN, b->layer, EM_BUF_H | EM_BUF_X, EM_BUF_X);
     }
-    if (post_norm_next(l)) return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: post-norms are not scheduled yet", l->layer);
-    if (!take(l, EM_PROGRAM_ADD)) return expected(l, "the residual add");
-    if (peek(l, 0)) return expected(l, "the layer's end");
+    if (b->post_norm) return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: post-norms are not scheduled yet", b->layer);
     return NULL;
 }
 
@@ -108,27 +56,21 @@ em_err em_schedule_build(const em_program *p, em_schedule *out) {
     *out = (em_schedule){0};
     if (p->n_layer == 0 || p->n_layer > UINT16_MAX)
         return em_errorf(EM_ERR_UNSUPPORTED, "schedule: %u layers", p->n_layer);
-    if (p->n_ops < 2 || p->ops[0].kind != EM_PROGRAM_EMBED || p->ops[p->n_ops - 1].kind != EM_PROGRAM_OUTPUT)
-        return em_errorf(EM_ERR_UNSUPPORTED, "schedule: a program that does not run from embed to output");
+    em_block *blocks;
+    uint32_t n_blocks;
+    em_err err = em_program_blocks(p, &blocks, &n_blocks);
+    if (err) return em_err_prefix(err, "schedule");
     em_schedule s = {0};
     s.ops = calloc((size_t)p->n_layer * 6 + 1, sizeof *s.ops);
-    if (!s.ops) return em_errorf(EM_ERR_NOMEM, "schedule: out of memory for %u layers", p->n_layer);
-    /* Each layer's operations are one run of the program, in layer order, between embed and output:
-     * the kernel's instructions are a rewrite of each run. */
-    em_err err = NULL;
-    layer_ops l = {.p = p, .at = 1};
-    for (uint32_t il = 0; il < p->n_layer && !err; il++) {
-        l.layer = il;
-        for (l.end = l.at; l.end < p->n_ops - 1 && p->ops[l.end].layer == il;) l.end++;
-        if (l.end == l.at) {
-            err = em_errorf(EM_ERR_UNSUPPORTED, "layer %u: no operations at op %u", il, l.at);
-            break;
-        }
-        if (!(err = match_attention(&l, &s))) err = match_feed_forward(&l, &s);
+    if (!s.ops) {
+        free(blocks);
+        return em_errorf(EM_ERR_NOMEM, "schedule: out of memory for %u layers", p->n_layer);
     }
-    if (!err && l.at != p->n_ops - 1)
-        err = em_errorf(EM_ERR_UNSUPPORTED, "schedule: op %u (%s) after the last layer", l.at,
-                        em_program_op_name(p->ops[l.at].kind));
+    /* The kernel's instructions are a rewrite of each block. */
+    for (uint32_t i = 0; i < n_blocks && !err; i++)
+        err = blocks[i].kind == EM_BLOCK_ATTENTION ? schedule_attention(&blocks[i], &s)
+                                                   : schedule_feed_forward(&blocks[i], &s);
+    free(blocks);
     if (err) {
         free(s.ops);
         return em_err_prefix(err, "schedule");

@@ -308,4 +308,39 @@ uint64_t em_program_kv_floats(const em_program *p);
 uint64_t em_program_state_floats(const em_program *p);
 uint64_t em_program_state_offset(const em_program *p, uint32_t state);
 
+/* ---- Blocks: the runs of operations a backend rewrites into fused kernels ---- */
+
+typedef enum em_block_kind {
+    EM_BLOCK_ATTENTION,  /* x += [post_norm](W_o attention(rope(head_norm(W_q, W_k, W_v norm(x))))) */
+    EM_BLOCK_GATED_UNIT, /* x += [post_norm](down(act(gate norm(x)) · up norm(x))) */
+    EM_BLOCK_EXPERTS,    /* x += [post_norm](the chosen experts of norm(x) [+ a shared gated unit]) */
+} em_block_kind;
+
+/* One block: pointers to the parameters of the operations it covers (inside the program). */
+typedef struct em_block {
+    em_block_kind kind;
+    uint32_t layer, first_op, n_ops;
+    const em_program_norm *norm;       /* the input norm: xn = norm(x) */
+    const em_program_norm *post_norm;  /* of the result before the residual add, or NULL */
+    /* attention */
+    const em_program_matmul *q, *k, *v, *o;
+    const em_program_norm *q_norm, *k_norm; /* per head, or NULL */
+    const em_rope *rope;               /* of q and k alike, or NULL */
+    const em_program_attention *attention;
+    uint32_t cache;
+    /* the gated unit, or the experts block's shared one (gate NULL: none) */
+    const em_program_matmul *gate, *up, *down;
+    em_activation act;                 /* of the gated unit and the experts */
+    /* experts */
+    const em_program_matmul *router;
+    const em_program_route *route;
+    const em_program_experts *experts;
+} em_block;
+
+/* The program as blocks: every layer an attention block, then a gated-unit or experts block, with
+ * the data flow between their operations checked (each reads what the one before it wrote). NULL,
+ * with *blocks (the caller frees it) and their number; or an error naming the layer and the first
+ * operation no block takes. A backend that runs blocks refuses a program this refuses. */
+em_err em_program_blocks(const em_program *p, em_block **blocks, uint32_t *n_blocks);
+
 #endif

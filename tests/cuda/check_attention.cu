@@ -59,8 +59,6 @@ typedef struct run_part {
 /* A device-side test setup: the fake backend, one layer, the cache and the batch arrays. */
 typedef struct setup {
     cuda_backend b;
-    em_model_desc desc;
-    em_layer_desc layer;
     cuda_layer lw;
     cuda_batch batch;
     uint32_t n_tokens, n_seqs, kv_row; /* kv_row: n_head_kv * dim */
@@ -123,19 +121,18 @@ static void make_setup(setup *s, const shape *sh, const run_part *parts, uint32_
     uint32_t max_pos = 0;
     for (uint32_t t = 0; t < n; t++) max_pos = s->pos[t] > max_pos ? s->pos[t] : max_pos;
 
-    s->layer.attn = sh->window ? EM_ATTN_SLIDING : EM_ATTN_FULL;
-    s->layer.window = sh->window;
-    s->layer.n_head = sh->n_head, s->layer.n_head_kv = sh->n_head_kv;
-    s->layer.head_dim = s->layer.head_dim_v = sh->dim;
-    s->layer.attn_scale = 1.0f / sqrtf((float)sh->dim);
-    s->layer.attn_softcap = sh->softcap;
-    s->desc.n_layer = 1, s->desc.layers = &s->layer;
+    em_program_attention *at = &s->lw.att;
+    at->window = sh->window;
+    at->n_head = sh->n_head, at->n_head_kv = sh->n_head_kv;
+    at->head_dim = at->head_dim_v = sh->dim;
+    at->scale = 1.0f / sqrtf((float)sh->dim);
+    at->softcap = sh->softcap;
     s->lw.keys = (uint8_t *)dev_copy(s->keys, cache * 2);
     s->lw.values = (uint8_t *)dev_copy(s->values, cache * 2);
 
     cuda_backend *b = &s->b;
     b->base.block_tokens = bt;
-    b->d = &s->desc;
+    b->step.n_layer = 1;
     b->layers = &s->lw;
     b->kv_elem = 2;
     must(em_cuda_tuning_read(&b->tuning), "tuning"); /* as em_backend_cuda_new (decode splits merge in a cluster) */
@@ -178,7 +175,7 @@ static void free_setup(setup *s) {
 
 /* Host reference of token t, head h, in double, from the cached f16 keys and values. */
 static void reference(const setup *s, uint32_t t, uint32_t h, double *out) {
-    const em_layer_desc *ld = &s->layer;
+    const em_program_attention *ld = &s->lw.att;
     const uint32_t D = ld->head_dim, kvh = h / (ld->n_head / ld->n_head_kv), p = s->pos[t], bt = 16;
     const uint32_t first = ld->window && p + 1 > ld->window ? p + 1 - ld->window : 0;
     const uint32_t *table = s->blocks + s->table_start[s->seq[t]];
@@ -189,8 +186,8 @@ static void reference(const setup *s, uint32_t t, uint32_t h, double *out) {
         const __half *key = s->keys + row * s->kv_row + kvh * D;
         double dot = 0;
         for (uint32_t d = 0; d < D; d++) dot += (double)q[d] * (double)__half2float(key[d]);
-        dot *= ld->attn_scale;
-        if (ld->attn_softcap > 0) dot = ld->attn_softcap * tanh(dot / ld->attn_softcap);
+        dot *= ld->scale;
+        if (ld->softcap > 0) dot = ld->softcap * tanh(dot / ld->softcap);
         w[k] = dot, mx = dot > mx ? dot : mx;
     }
     for (uint32_t k = first; k <= p; k++) w[k] = exp(w[k] - mx), sum += w[k];
@@ -204,7 +201,7 @@ static void reference(const setup *s, uint32_t t, uint32_t h, double *out) {
 }
 
 static float *run_attention(setup *s, int mode) { /* 0: decode-style only, 1: both, 2: prefill only */
-    const uint64_t n = (uint64_t)s->n_tokens * s->layer.n_head * s->layer.head_dim;
+    const uint64_t n = (uint64_t)s->n_tokens * s->lw.att.n_head * s->lw.att.head_dim;
     CHECK(cudaMemset(s->b.attn, 0xff, n * 4)); /* NaN: rows nobody writes stay NaN */
     if (mode == 2)
         must(em_cuda_prefill_attention(&s->b, &s->batch, 0), "prefill attention");
@@ -239,7 +236,7 @@ static int check_shape(const shape *sh, const run_part *parts, uint32_t n_parts,
     setup s;
     make_setup(&s, sh, parts, n_parts, n_seqs, seq_len, 3.0f);
     const uint32_t D = sh->dim, H = sh->n_head;
-    const bool prefill_used = s.batch.n_segments > 0 && em_cuda_prefill_supported(&s.b, &s.layer);
+    const bool prefill_used = s.batch.n_segments > 0 && em_cuda_prefill_supported(&s.b, &s.lw);
     float *old_out = run_attention(&s, 0), *both = run_attention(&s, 1);
     float *pre = prefill_used ? run_attention(&s, 2) : NULL;
     /* and the prefill kernel without splits of the context */

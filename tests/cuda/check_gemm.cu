@@ -67,7 +67,6 @@ static void *dev_alloc(size_t bytes) {
     return p;
 }
 
-static em_model_desc desc;
 static cuda_backend backend;
 
 static void make_backend(void) {
@@ -75,7 +74,6 @@ static void make_backend(void) {
     CUDA_CHECK(cudaSetDevice(0));
     CUDA_CHECK(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaDeviceGetAttribute(&b->n_sm, cudaDevAttrMultiProcessorCount, 0));
-    b->d = &desc;
     check_err(em_cuda_tuning_read(&b->tuning), "tuning"); /* as em_backend_cuda_new: the environment's */
     check_err(em_cuda_products_setup(b), "product kernels' setup");
     /* split-K scratch of the decode tensor-core products, for products of up to 16384 rows */
@@ -187,7 +185,7 @@ typedef struct case_result {
 /* Runs `c` with weights of `type`; the worst errors over the tile sizes. */
 static bool run_case(uint32_t type, const test_case *c) {
     cuda_backend *b = &backend;
-    desc.act = c->act;
+    backend.step.act = c->act;
     const uint32_t K = c->cols, parts = c->n_parts;
     const uint32_t groups = c->moe ? MOE_EXPERTS : 1;
     test_weight w[3], up = {};
@@ -634,7 +632,7 @@ static void bench_all(void) {
     static const uint32_t ms_bf16[] = {8, 16, 24, 32, 48, 64, 128, 256, 512, 2048, 4096, 8192};
     static const uint32_t ms_quant[] = {16, 32, 64, 256, 2048, 8192};
     static const uint32_t quant[] = {EM_TYPE_F16, EM_TYPE_Q8_0, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS};
-    desc.act = EM_ACT_SWIGLU;
+    backend.step.act = EM_ACT_SWIGLU;
     printf("TFLOP/s: auto (ms) | staged tiles 32 64 128 | pipelined tiles 32 64 128 | wgmma | matvec (ms)\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         bench_dense(EM_TYPE_BF16, &shapes[s], ms_bf16, sizeof ms_bf16 / sizeof ms_bf16[0]);
@@ -657,7 +655,7 @@ static void bench_decode(void) {
     static const uint32_t types[] = {EM_TYPE_BF16, EM_TYPE_Q8_0, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS};
     static const uint32_t items[] = {1, 2, 4, 8, 16};
     cuda_backend *b = &backend;
-    desc.act = EM_ACT_SWIGLU;
+    backend.step.act = EM_ACT_SWIGLU;
     printf("decode products: us per call (TB/s of weights), f32 kernel | tensor-core kernel [| dp4a kernel on 8-bit "
            "activations, matvec_dp4a.cu]\n");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
@@ -702,7 +700,7 @@ static void bench_moe_decode(void) {
     static const uint32_t types[] = {EM_TYPE_IQ3_XXS, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_Q8_0, EM_TYPE_BF16};
     static const uint32_t token_counts[] = {1, 2, 4, 8, 16};
     cuda_backend *b = &backend;
-    desc.act = EM_ACT_SWIGLU;
+    backend.step.act = EM_ACT_SWIGLU;
     uint32_t *counts_dev = (uint32_t *)dev_alloc(EXPERTS * 4), *starts_dev = (uint32_t *)dev_alloc(EXPERTS * 4);
     uint32_t *index_dev = (uint32_t *)dev_alloc(MAX_TOKENS * USED * 4), *active_dev = (uint32_t *)dev_alloc((EXPERTS + 1) * 4);
     float *x = random_dev((uint64_t)MAX_TOKENS * EMBD, 17), *h = random_dev((uint64_t)MAX_TOKENS * USED * FF, 19);

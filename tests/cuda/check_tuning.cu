@@ -117,9 +117,7 @@ static em_cuda_matvec_kernel choice(const cuda_backend *b, uint32_t type, uint32
 }
 
 static void check_choice(void) {
-    static em_model_desc desc;
     cuda_backend b = {};
-    b.d = &desc;
     b.n_sm = 132;
     b.tuning = read_with(NULL, NULL, NULL, 0);
     /* scratch as em_cuda_reserve sizes it for 512 tokens (pointers only tested for NULL here) */

@@ -200,9 +200,9 @@ static uint32_t n_splits(const cuda_backend *b, uint32_t n_tokens, uint32_t max_
 static_assert(EM_ATT_SEGMENT_MIN > EM_CUDA_GRAPH_TOKENS, "captured batches must have no prefill segments");
 
 em_err em_cuda_attention_with(cuda_backend *b, const cuda_batch *batch, uint32_t il, bool use_segments) {
-    const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
-    const bool prefill = use_segments && batch->n_segments > 0 && !b->capturing && em_cuda_prefill_supported(b, ld);
+    const em_program_attention *at = &lw->att;
+    const bool prefill = use_segments && batch->n_segments > 0 && !b->capturing && em_cuda_prefill_supported(b, lw);
     if (prefill) {
         em_err err = em_cuda_prefill_attention(b, batch, il);
         if (err) return err;
@@ -212,12 +212,12 @@ em_err em_cuda_attention_with(cuda_backend *b, const cuda_batch *batch, uint32_t
     const uint32_t max_pos = prefill ? batch->other_max_pos : batch->max_pos;
     if (em_cuda_attention_decode_fits(b, il))
         return em_cuda_attention_decode(b, batch, il, prefill ? batch->other_tokens : NULL, n_tokens, max_pos);
-    att_args a = {b->q, b->attn, lw->keys, lw->values, ld->n_head, ld->n_head_kv, ld->head_dim, ld->head_dim_v,
-                  ld->attn_scale, ld->attn_softcap, ld->attn == EM_ATTN_SLIDING ? ld->window : 0, batch->pos,
+    att_args a = {b->q, b->attn, lw->keys, lw->values, at->n_head, at->n_head_kv, at->head_dim, at->head_dim_v,
+                  at->scale, at->softcap, at->window, batch->pos,
                   batch->seq, batch->table_start, batch->blocks, b->base.block_tokens,
-                  n_splits(b, n_tokens, max_pos, ld->n_head), prefill ? batch->other_tokens : NULL, b->att_part,
+                  n_splits(b, n_tokens, max_pos, at->n_head), prefill ? batch->other_tokens : NULL, b->att_part,
                   b->att_counter};
-    dim3 grid(ld->n_head, n_tokens, a.n_split);
+    dim3 grid(at->n_head, n_tokens, a.n_split);
     if (b->kv_elem == 4)
         em_cuda_launch(b, attention_kernel<float>, grid, ATT_WARPS * 32, 0, a);
     else

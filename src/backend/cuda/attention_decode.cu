@@ -314,10 +314,10 @@ template <int HD> __global__ void __launch_bounds__(DEC_WARPS * 32, 1) decode_at
 }
 
 bool em_cuda_attention_decode_fits(const cuda_backend *b, uint32_t il) {
-    const em_layer_desc *ld = &b->d->layers[il];
-    const uint32_t hd = ld->head_dim;
-    return b->kv_elem == 2 && hd == ld->head_dim_v && (hd == 32 || hd == 64 || hd == 128 || hd == 256) &&
-           ld->n_head % ld->n_head_kv == 0 && ld->n_head / ld->n_head_kv <= DEC_WARPS * DEC_HEADS_PER_WARP;
+    const em_program_attention *at = &b->layers[il].att;
+    const uint32_t hd = at->head_dim;
+    return b->kv_elem == 2 && hd == at->head_dim_v && (hd == 32 || hd == 64 || hd == 128 || hd == 256) &&
+           at->n_head % at->n_head_kv == 0 && at->n_head / at->n_head_kv <= DEC_WARPS * DEC_HEADS_PER_WARP;
 }
 
 bool em_cuda_attention_finishes(const cuda_backend *b, const cuda_batch *batch, uint32_t il) {
@@ -329,9 +329,9 @@ bool em_cuda_attention_finishes(const cuda_backend *b, const cuda_batch *batch, 
  * (not replayed from a graph, so the longest context is known) also enough that no block walks
  * more than DEC_SPAN positions; never more than `most` (DEC_MAX_SPLIT, or a cluster's
  * DEC_CLUSTER_MAX) nor than the scratch holds (partials are per query head). */
-static uint32_t dec_splits(const cuda_backend *b, uint32_t n_tokens, uint32_t max_pos, const em_layer_desc *ld,
+static uint32_t dec_splits(const cuda_backend *b, uint32_t n_tokens, uint32_t max_pos, const em_program_attention *at,
                            uint32_t parts, uint32_t most) {
-    const uint64_t blocks = (uint64_t)n_tokens * ld->n_head_kv * parts, heads = (uint64_t)n_tokens * ld->n_head;
+    const uint64_t blocks = (uint64_t)n_tokens * at->n_head_kv * parts, heads = (uint64_t)n_tokens * at->n_head;
     uint64_t s = (2 * (uint64_t)b->n_sm + blocks - 1) / blocks;
     if (!b->capturing) {
         const uint64_t by_len = ((uint64_t)max_pos + DEC_SPAN) / DEC_SPAN;
@@ -346,36 +346,36 @@ static uint32_t dec_splits(const cuda_backend *b, uint32_t n_tokens, uint32_t ma
 em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32_t il, const uint32_t *tokens,
                                 uint32_t n_tokens, uint32_t max_pos) {
     if (n_tokens == 0) return NULL;
-    const em_layer_desc *ld = &b->d->layers[il];
+    const em_program_attention *at = &b->layers[il].att;
     const cuda_layer *lw = &b->layers[il];
     /* one query head per warp where the group allows (fits: at most DEC_WARPS * DEC_HEADS_PER_WARP) */
-    const uint32_t group = ld->n_head / ld->n_head_kv;
+    const uint32_t group = at->n_head / at->n_head_kv;
     const uint32_t parts_log2 = group == 2 * DEC_WARPS ? 1 : 0, parts = 1u << parts_log2;
     /* each token's splits as one cluster up to dec_cluster_max tokens (EMBER_CUDA_DEC_CLUSTER): the
      * merge in the cluster's shared memory saves a pass through global memory, which pays while
      * the splits of few tokens are what fills the device, and costs more than it saves once many
      * tokens' blocks compete for the multiprocessors (bench/RESULTS.md) */
     const bool clusters = n_tokens <= b->tuning.dec_cluster_max;
-    dec_args a = {b->q, b->attn, (const __half *)lw->keys, (const __half *)lw->values, ld->n_head, ld->n_head_kv,
-                  ld->attn_scale, ld->attn_softcap, ld->attn == EM_ATTN_SLIDING ? ld->window : 0, batch->pos,
+    dec_args a = {b->q, b->attn, (const __half *)lw->keys, (const __half *)lw->values, at->n_head, at->n_head_kv,
+                  at->scale, at->softcap, at->window, batch->pos,
                   batch->seq, batch->table_start, batch->blocks, b->base.block_tokens, tokens,
-                  dec_splits(b, n_tokens, max_pos, ld, parts, clusters ? DEC_CLUSTER_MAX : DEC_MAX_SPLIT), b->att_part,
+                  dec_splits(b, n_tokens, max_pos, at, parts, clusters ? DEC_CLUSTER_MAX : DEC_MAX_SPLIT), b->att_part,
                   b->att_counter, parts_log2};
     a.clustered = clusters && a.n_split > 1;
     if (!tokens && em_cuda_attention_finishes(b, batch, il)) {
         a.finish = true;
         a.k_new = b->k, a.v_new = b->v, a.bq = lw->bq, a.bk = lw->bk, a.bv = lw->bv;
-        a.q_norm = lw->q_norm, a.k_norm = lw->k_norm, a.eps = b->d->norm_eps;
-        a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE, a.rope = em_cuda_rope_args(b, il);
+        a.q_norm = lw->q_norm, a.k_norm = lw->k_norm, a.eps = b->step.eps;
+        a.plus_one = b->step.plus_one, a.rope = em_cuda_rope_args(b, il);
     }
-    const dim3 grid(ld->n_head_kv * parts, n_tokens, a.n_split);
+    const dim3 grid(at->n_head_kv * parts, n_tokens, a.n_split);
     const uint32_t cluster_z = a.clustered ? a.n_split : 1;
-    switch (ld->head_dim) {
+    switch (at->head_dim) {
     case 32: em_cuda_launch_clusters(b, decode_attention_kernel<32>, grid, DEC_WARPS * 32, 0, cluster_z, a); break;
     case 64: em_cuda_launch_clusters(b, decode_attention_kernel<64>, grid, DEC_WARPS * 32, 0, cluster_z, a); break;
     case 128: em_cuda_launch_clusters(b, decode_attention_kernel<128>, grid, DEC_WARPS * 32, 0, cluster_z, a); break;
     case 256: em_cuda_launch_clusters(b, decode_attention_kernel<256>, grid, DEC_WARPS * 32, 0, cluster_z, a); break;
-    default: return em_errorf(EM_ERR_INTERNAL, "cuda decode attention: head_dim %u", ld->head_dim);
+    default: return em_errorf(EM_ERR_INTERNAL, "cuda decode attention: head_dim %u", at->head_dim);
     }
     CU_LAUNCHED();
     return NULL;

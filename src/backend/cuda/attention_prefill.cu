@@ -396,10 +396,11 @@ template <int D, int WARPS> __global__ void __launch_bounds__(MERGE_THREADS) mer
     *(float4 *)(a.out + row * D + 4 * c) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
 }
 
-bool em_cuda_prefill_supported(const cuda_backend *b, const em_layer_desc *ld) {
-    const uint32_t dim = ld->head_dim;
-    return b->kv_elem == 2 && ld->head_dim_v == dim && (dim == 32 || dim == 64 || dim == 128 || dim == 256) &&
-           ld->n_head_kv && ld->n_head % ld->n_head_kv == 0 && ld->n_head / ld->n_head_kv <= PF_MAX_GROUP;
+bool em_cuda_prefill_supported(const cuda_backend *b, const cuda_layer *layer) {
+    const em_program_attention *at = &layer->att;
+    const uint32_t dim = at->head_dim;
+    return b->kv_elem == 2 && at->head_dim_v == dim && (dim == 32 || dim == 64 || dim == 128 || dim == 256) &&
+           at->n_head_kv && at->n_head % at->n_head_kv == 0 && at->n_head / at->n_head_kv <= PF_MAX_GROUP;
 }
 
 /* Splits of the context for a launch of `blocks` blocks whose longest tile sees up to `positions`
@@ -445,18 +446,18 @@ template <int D, int WARPS> static em_err launch(cuda_backend *b, prefill_args a
 
 /* `warps`: 4 or 8 per block (0: the default), for measurements. */
 em_err em_cuda_prefill_attention_warps(cuda_backend *b, const cuda_batch *batch, uint32_t il, uint32_t warps) {
-    const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
-    if (!em_cuda_prefill_supported(b, ld) || batch->n_segments == 0)
+    const em_program_attention *at = &lw->att;
+    if (!em_cuda_prefill_supported(b, lw) || batch->n_segments == 0)
         return em_errorf(EM_ERR_INTERNAL, "prefill attention: unsupported layer or no segment");
-    if (warps != 4 && warps != 8) warps = default_warps(ld->head_dim);
+    if (warps != 4 && warps != 8) warps = default_warps(at->head_dim);
     prefill_args a = {};
     a.q = b->q, a.out = b->attn, a.keys = (const __half *)lw->keys, a.values = (const __half *)lw->values;
-    a.n_head = ld->n_head, a.n_head_kv = ld->n_head_kv, a.group = ld->n_head / ld->n_head_kv;
+    a.n_head = at->n_head, a.n_head_kv = at->n_head_kv, a.group = at->n_head / at->n_head_kv;
     a.tile_tokens = 16 * warps / a.group;
     const float log2e = 1.4426950408889634f;
-    a.scale = ld->attn_scale * log2e, a.softcap = ld->attn_softcap * log2e;
-    a.window = ld->attn == EM_ATTN_SLIDING ? ld->window : 0;
+    a.scale = at->scale * log2e, a.softcap = at->softcap * log2e;
+    a.window = at->window;
     a.pos = batch->pos, a.seq = batch->seq, a.table_start = batch->table_start, a.blocks = batch->blocks;
     a.block_tokens = b->base.block_tokens;
     a.segments = batch->segments, a.n_segments = batch->n_segments;
@@ -465,7 +466,7 @@ em_err em_cuda_prefill_attention_warps(cuda_backend *b, const cuda_batch *batch,
     /* the most positions a tile sees: up to the batch's last, or a window and a tile */
     uint32_t positions = batch->max_pos + 1;
     if (a.window && a.window + a.tile_tokens < positions) positions = a.window + a.tile_tokens;
-    switch (ld->head_dim * 16 + warps) {
+    switch (at->head_dim * 16 + warps) {
     case 32 * 16 + 4: return launch<32, 4>(b, a, positions);
     case 64 * 16 + 4: return launch<64, 4>(b, a, positions);
     case 128 * 16 + 4: return launch<128, 4>(b, a, positions);

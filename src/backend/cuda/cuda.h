@@ -40,9 +40,6 @@ int em_cuda_device_count(void);
 /* Writes a one-line description of device `index` (name, compute capability, memory). */
 em_err em_cuda_describe(int index, char *buffer, size_t size);
 
-/* Bytes of KV memory one position takes on the device (f16 keys and values, all layers). */
-uint64_t em_cuda_kv_bytes_per_token(const em_model_desc *desc);
-
 /* The CUDA backend for `model` on device 0 (backend.h). */
 em_err em_backend_cuda_new(const em_model *model, const em_backend_config *config, em_backend **out);
 

@@ -25,14 +25,9 @@ extern "C" em_err em_cuda_describe(int index, char *buffer, size_t size) {
     return NULL;
 }
 
-static uint64_t kv_values_per_token(const em_model_desc *d) {
-    uint64_t values = 0;
-    for (uint32_t il = 0; il < d->n_layer; il++)
-        values += (uint64_t)d->layers[il].n_head_kv * (d->layers[il].head_dim + d->layers[il].head_dim_v);
-    return values;
-}
-
-extern "C" uint64_t em_cuda_kv_bytes_per_token(const em_model_desc *d) { return kv_values_per_token(d) * 2; }
+/* Keys and values a position takes in layer il's cache. */
+static uint64_t key_values(const cuda_layer *l) { return (uint64_t)l->att.n_head_kv * l->att.head_dim; }
+static uint64_t value_values(const cuda_layer *l) { return (uint64_t)l->att.n_head_kv * l->att.head_dim_v; }
 
 static uint32_t max_u(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
@@ -42,9 +37,8 @@ static em_err cuda_copy_rows(em_backend *base, uint32_t from, uint32_t to, uint3
         return em_errorf(EM_ERR_RANGE, "copy of %u rows from block %u to block %u (pool of %u blocks of %u)", rows, from,
                          to, base->n_blocks, base->block_tokens);
     if (rows == 0 || from == to) return NULL;
-    for (uint32_t il = 0; il < b->d->n_layer; il++) {
-        const em_layer_desc *ld = &b->d->layers[il];
-        const uint64_t nk = (uint64_t)ld->n_head_kv * ld->head_dim, nv = (uint64_t)ld->n_head_kv * ld->head_dim_v;
+    for (uint32_t il = 0; il < b->step.n_layer; il++) {
+        const uint64_t nk = key_values(&b->layers[il]), nv = value_values(&b->layers[il]);
         uint8_t *keys = b->layers[il].keys, *values = b->layers[il].values;
         const uint64_t kb = nk * b->kv_elem, vb = nv * b->kv_elem, bt = base->block_tokens;
         CU_TRY(cudaMemcpyAsync(keys + to * bt * kb, keys + from * bt * kb, rows * kb, cudaMemcpyDeviceToDevice,
@@ -91,7 +85,6 @@ static const em_backend_ops cuda_ops_no_overlap = {"cuda", em_cuda_forward, em_c
                                                    cuda_free, NULL, NULL, true, NULL};
 
 static em_err setup(cuda_backend *b, const em_model *model, const em_backend_config *o) {
-    const em_model_desc *d = &model->desc;
     /* Blocking sync: the host sleeps while it waits for the GPU. Only possible before the context
      * exists; when another part of the process made it already, keep its flags. */
     if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess) cudaGetLastError();
@@ -100,26 +93,32 @@ static em_err setup(cuda_backend *b, const em_model *model, const em_backend_con
     CU_TRY(cudaDeviceGetAttribute(&b->n_sm, cudaDevAttrMultiProcessorCount, 0));
     em_err err = em_cuda_products_setup(b);
     if (err) return err;
-    if ((err = em_cuda_upload_weights(b, model))) return err;
+    if ((err = em_cuda_upload_weights(b, &model->program))) return err;
 
-    for (uint32_t il = 0; il < d->n_layer; il++) {
-        const em_layer_desc *ld = &d->layers[il];
-        b->max_q = max_u(b->max_q, ld->n_head * ld->head_dim);
-        b->max_k = max_u(b->max_k, ld->n_head_kv * ld->head_dim);
-        b->max_v = max_u(b->max_v, ld->n_head_kv * ld->head_dim_v);
-        b->max_attn = max_u(b->max_attn, ld->n_head * ld->head_dim_v);
-        b->max_ff = max_u(b->max_ff, max_u(ld->n_ff, ld->n_ff_shared));
-        b->max_head = max_u(b->max_head, ld->n_head);
-        b->max_dim_v = max_u(b->max_dim_v, ld->head_dim_v);
-        if (ld->moe) {
-            b->max_expert = max_u(b->max_expert, ld->n_expert);
-            b->max_used = max_u(b->max_used, ld->n_expert_used);
+    uint64_t kv_values = 0;
+    for (uint32_t il = 0; il < b->step.n_layer; il++) {
+        const cuda_layer *l = &b->layers[il];
+        const em_program_attention *at = &l->att;
+        b->max_q = max_u(b->max_q, at->n_head * at->head_dim);
+        b->max_k = max_u(b->max_k, at->n_head_kv * at->head_dim);
+        b->max_v = max_u(b->max_v, at->n_head_kv * at->head_dim_v);
+        b->max_attn = max_u(b->max_attn, at->n_head * at->head_dim_v);
+        /* a gated unit's, an expert's and a shared expert's hidden rows (absent weights have no data) */
+        const cuda_weight *units[] = {&l->ffn_gate, &l->gate_exps, &l->gate_shexp};
+        for (const cuda_weight *w : units)
+            if (w->data) b->max_ff = max_u(b->max_ff, w->rows);
+        b->max_head = max_u(b->max_head, at->n_head);
+        b->max_dim_v = max_u(b->max_dim_v, at->head_dim_v);
+        if (l->moe) {
+            b->max_expert = max_u(b->max_expert, l->route.n_expert);
+            b->max_used = max_u(b->max_used, l->route.n_used);
         }
+        kv_values += key_values(l) + value_values(l);
     }
 
     /* The KV cache: one allocation, each layer's keys then values. */
     b->kv_elem = b->tuning.kv_f32 ? 4 : 2;
-    const uint64_t per_token = kv_values_per_token(d) * b->kv_elem;
+    const uint64_t per_token = kv_values * b->kv_elem;
     const uint64_t tokens = o->kv_bytes ? o->kv_bytes / (per_token ? per_token : 1) : (o->kv_tokens ? o->kv_tokens : 4096);
     const uint64_t n_blocks = tokens / o->block_tokens;
     if (n_blocks == 0 || n_blocks > (1u << 28) || o->block_tokens > 4096)
@@ -134,12 +133,11 @@ static em_err setup(cuda_backend *b, const em_model *model, const em_backend_con
     CU_TRY(cudaMalloc((void **)&b->kv, bytes));
     CU_TRY(cudaMemset(b->kv, 0, bytes));
     uint8_t *at = b->kv;
-    for (uint32_t il = 0; il < d->n_layer; il++) {
-        const em_layer_desc *ld = &d->layers[il];
+    for (uint32_t il = 0; il < b->step.n_layer; il++) {
         b->layers[il].keys = at;
-        at += rows * ld->n_head_kv * ld->head_dim * b->kv_elem;
+        at += rows * key_values(&b->layers[il]) * b->kv_elem;
         b->layers[il].values = at;
-        at += rows * ld->n_head_kv * ld->head_dim_v * b->kv_elem;
+        at += rows * value_values(&b->layers[il]) * b->kv_elem;
     }
     const em_backend_ops *ops = !b->tuning.overlap ? &cuda_ops_no_overlap
                                 : b->tuning.late_masks ? &cuda_ops_late_masks
@@ -157,7 +155,6 @@ extern "C" em_err em_backend_cuda_new(const em_model *model, const em_backend_co
     if (!o.block_tokens) o.block_tokens = 16;
     cuda_backend *b = (cuda_backend *)calloc(1, sizeof *b);
     if (!b) return em_errorf(EM_ERR_NOMEM, "out of memory creating the cuda backend");
-    b->d = &model->desc;
     b->base.ops = &cuda_ops_no_overlap;
     em_err err = em_cuda_tuning_read(&b->tuning);
     if (!err) err = setup(b, model, &o);

@@ -56,7 +56,7 @@ static em_err alloc(void **p, uint64_t bytes) {
 em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
     if (n <= b->cap_tokens) return NULL;
     em_cuda_free_scratch(b);
-    const uint64_t e = b->d->n_embd, pairs = (uint64_t)n * max_u32(b->max_used, 1);
+    const uint64_t e = b->step.n_embd, pairs = (uint64_t)n * max_u32(b->max_used, 1);
     /* attention partials: up to 4 splits per (token, head) beyond the ones that fill the GPU */
     const uint64_t att_slots = em_cuda_att_slots(b, n);
     /* split-K partials of the decode tensor-core products: rows of the widest dense product, up to
@@ -82,7 +82,7 @@ em_err em_cuda_reserve(cuda_backend *b, uint32_t n) {
         {(void **)&b->expert_count, (uint64_t)max_u32(b->max_expert, 1) * 4},
         {(void **)&b->expert_start, (uint64_t)max_u32(b->max_expert, 1) * 4},
         {(void **)&b->expert_active, ((uint64_t)b->max_expert + 1) * 4},
-        {(void **)&b->logits, (uint64_t)n * b->d->n_vocab * 4},
+        {(void **)&b->logits, (uint64_t)n * b->step.n_vocab * 4},
         {(void **)&b->att_part, att_slots * (b->max_dim_v + 2) * 4},
         {(void **)&b->pf_part, em_cuda_prefill_part_floats(b) * 4},
         {(void **)&b->att_counter, (uint64_t)n * b->max_head * 4},
@@ -250,7 +250,7 @@ static layer_in input_of(const cuda_backend *b, bool fused) {
  * next fused norm with next_norm_w): gate and up in one pass when they share a type. */
 static em_err mlp(cuda_backend *b, const cuda_weight *gate, const cuda_weight *up, const cuda_weight *down,
                   layer_in in, float *y, bool accumulate, const float *next_norm_w, uint32_t n) {
-    const uint64_t e = b->d->n_embd, ff = gate->rows;
+    const uint64_t e = b->step.n_embd, ff = gate->rows;
     em_err err;
     if (em_cuda_matvec_can_fuse(gate, up) && gate->rows == up->rows) {
         cuda_matvec mv = {};
@@ -272,7 +272,7 @@ static em_err mlp(cuda_backend *b, const cuda_weight *gate, const cuda_weight *u
 /* Q, K and V of n rows: one launch when the three matrices share a type. */
 static em_err qkv(cuda_backend *b, const cuda_layer *lw, layer_in in, uint32_t n, uint64_t nq, uint64_t nk,
                   uint64_t nv) {
-    const uint64_t e = b->d->n_embd;
+    const uint64_t e = b->step.n_embd;
     em_err err;
     if (em_cuda_matvec_can_fuse(&lw->wq, &lw->wk) && em_cuda_matvec_can_fuse(&lw->wq, &lw->wv)) {
         cuda_matvec mv = {};
@@ -293,25 +293,25 @@ static em_err qkv(cuda_backend *b, const cuda_layer *lw, layer_in in, uint32_t n
  * each chosen expert once on its pairs (grid rows for the experts that have pairs only), combine
  * into out (or x += , then also the producer of the next fused norm with next_norm_w). */
 static em_err moe(cuda_backend *b, uint32_t il, layer_in in, uint32_t n, bool into_x, const float *next_norm_w) {
-    const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
-    const uint64_t e = b->d->n_embd, ff = lw->gate_exps.rows;
+    const em_program_route *route = &lw->route;
+    const uint64_t e = b->step.n_embd, ff = lw->gate_exps.rows;
     em_err err;
     cuda_matvec router = {};
     router.w = &lw->gate_inp, router.x = in.x, router.x_stride = e;
-    router.y = b->router, router.y_stride = ld->n_expert;
+    router.y = b->router, router.y_stride = route->n_expert;
     router.n_items = n, router.n_groups = 1, router.norm_ss = in.ss, router.norm_n = in.ss_n;
     if ((err = em_cuda_matvec(b, &router))) return err;
     if ((err = em_cuda_route(b, il, n, in.ss))) return err;
-    const uint32_t pairs = n * ld->n_expert_used;
+    const uint32_t pairs = n * route->n_used;
     cuda_matvec mv = {};
     mv.w = &lw->gate_exps, mv.x = b->xn, mv.x_stride = e, mv.x_index = b->pair_token, mv.y = b->moe_h;
     mv.y_stride = ff;
-    mv.n_items = (pairs + ld->n_expert - 1) / ld->n_expert; /* a guess at the pairs per expert, for sizing */
+    mv.n_items = (pairs + route->n_expert - 1) / route->n_expert; /* a guess at the pairs per expert, for sizing */
     mv.max_items = n, mv.x_rows = n;
-    mv.counts = b->expert_count, mv.starts = b->expert_start, mv.n_groups = ld->n_expert;
+    mv.counts = b->expert_count, mv.starts = b->expert_start, mv.n_groups = route->n_expert;
     mv.active = b->expert_active, mv.n_active = b->expert_active + b->max_expert;
-    mv.n_active_max = pairs < ld->n_expert ? pairs : ld->n_expert;
+    mv.n_active_max = pairs < route->n_expert ? pairs : route->n_expert;
     if (em_cuda_matvec_can_fuse(&lw->gate_exps, &lw->up_exps) && lw->gate_exps.rows == lw->up_exps.rows &&
         lw->gate_exps.n_mat == lw->up_exps.n_mat) {
         mv.up = &lw->up_exps;
@@ -325,21 +325,22 @@ static em_err moe(cuda_backend *b, uint32_t il, layer_in in, uint32_t n, bool in
     mv.w = &lw->down_exps, mv.up = NULL, mv.x = b->moe_h, mv.x_stride = ff, mv.x_index = NULL, mv.y = b->moe_y;
     mv.y_stride = e, mv.x_rows = pairs;
     if ((err = em_cuda_matvec(b, &mv))) return err;
-    if (ld->n_ff_shared &&
+    const bool shared = lw->gate_shexp.data != NULL;
+    if (shared &&
         (err = mlp(b, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp, input_of(b, false), b->tmp, false, NULL, n)))
         return err;
-    return em_cuda_moe_combine(b, il, n, ld->n_ff_shared > 0, into_x, next_norm_w, b->xn);
+    return em_cuda_moe_combine(b, il, n, shared, into_x, next_norm_w, b->xn);
 }
 
 /* Whether a batch of n tokens runs fused (layer_in): small batches of models whose layers have
  * no post-norms and whose products can take the fusions. */
 static bool forward_fuses(const cuda_backend *b, uint32_t n) {
     if (n > EM_CUDA_GRAPH_TOKENS || !b->output_norm) return false;
-    for (uint32_t il = 0; il < b->d->n_layer; il++) {
+    for (uint32_t il = 0; il < b->step.n_layer; il++) {
         const cuda_layer *lw = &b->layers[il];
         if (!lw->attn_norm || !lw->ffn_norm || lw->post_attn_norm || lw->post_ffn_norm ||
             !em_cuda_matvec_can_fuse(&lw->wq, &lw->wk) || !em_cuda_matvec_can_fuse(&lw->wq, &lw->wv) ||
-            (!b->d->layers[il].moe && !em_cuda_matvec_can_fuse(&lw->ffn_gate, &lw->ffn_up)))
+            (!lw->moe && !em_cuda_matvec_can_fuse(&lw->ffn_gate, &lw->ffn_up)))
             return false;
     }
     return true;
@@ -347,17 +348,17 @@ static bool forward_fuses(const cuda_backend *b, uint32_t n) {
 
 /* The norm weights that start what follows layer il: the next layer's attention, or the output. */
 static const float *next_norm(const cuda_backend *b, uint32_t il) {
-    return il + 1 < b->d->n_layer ? b->layers[il + 1].attn_norm : b->output_norm;
+    return il + 1 < b->step.n_layer ? b->layers[il + 1].attn_norm : b->output_norm;
 }
 
 /* Unfused: *xn_ready says whether xn holds norm(x) * attn_norm of this layer (an unfused layer
  * leaves it for the next one). */
 static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t il, bool fused, bool *xn_ready) {
-    const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
-    const uint32_t n = batch->n_tokens, e = b->d->n_embd;
-    const uint64_t nq = (uint64_t)ld->n_head * ld->head_dim, nk = (uint64_t)ld->n_head_kv * ld->head_dim,
-                   nv = (uint64_t)ld->n_head_kv * ld->head_dim_v, na = (uint64_t)ld->n_head * ld->head_dim_v;
+    const em_program_attention *at = &lw->att;
+    const uint32_t n = batch->n_tokens, e = b->step.n_embd;
+    const uint64_t nq = (uint64_t)at->n_head * at->head_dim, nk = (uint64_t)at->n_head_kv * at->head_dim,
+                   nv = (uint64_t)at->n_head_kv * at->head_dim_v, na = (uint64_t)at->n_head * at->head_dim_v;
     em_err err;
     /* x += [post_norm](attention(norm(x))) */
     if (!fused && !*xn_ready && (err = em_cuda_rmsnorm(b, b->xn, b->x, lw->attn_norm, n, e, NULL))) return err;
@@ -369,26 +370,26 @@ static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t i
     mv.n_items = n, mv.n_groups = 1, mv.accumulate = fused;
     /* a MoE layer's norm: folded into the router product and the routing up to moe_norm_max
      * tokens where em_cuda_route can, else its own kernel */
-    const bool moe_norm_fused = ld->moe && n <= b->tuning.moe_norm_max && em_cuda_route_can_fold(b, il, n);
-    if (fused && (!ld->moe || moe_norm_fused)) mv.next_norm_w = lw->ffn_norm, mv.next_xw = b->xn;
+    const bool moe_norm_fused = lw->moe && n <= b->tuning.moe_norm_max && em_cuda_route_can_fold(b, il, n);
+    if (fused && (!lw->moe || moe_norm_fused)) mv.next_norm_w = lw->ffn_norm, mv.next_xw = b->xn;
     if ((err = em_cuda_matvec(b, &mv))) return err;
     /* x += [post_norm](ffn(norm(x))) */
     *xn_ready = false;
     if (fused) {
         if (moe_norm_fused) return moe(b, il, input_of(b, true), n, true, next_norm(b, il));
-        if (ld->moe) {
+        if (lw->moe) {
             if ((err = em_cuda_rmsnorm(b, b->xn, b->x, lw->ffn_norm, n, e, NULL))) return err;
             return moe(b, il, input_of(b, false), n, true, next_norm(b, il));
         }
         return mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, input_of(b, true), b->x, true, next_norm(b, il), n);
     }
     if ((err = em_cuda_add_norm(b, b->x, b->out, lw->post_attn_norm, n, e, b->xn, lw->ffn_norm))) return err;
-    if (ld->moe)
+    if (lw->moe)
         err = moe(b, il, input_of(b, false), n, false, NULL);
     else
         err = mlp(b, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, input_of(b, false), b->out, false, NULL, n);
     if (err) return err;
-    const bool last = il + 1 == b->d->n_layer;
+    const bool last = il + 1 == b->step.n_layer;
     *xn_ready = !last;
     return em_cuda_add_norm(b, b->x, b->out, lw->post_ffn_norm, n, e, last ? NULL : b->xn,
                             last ? NULL : b->layers[il + 1].attn_norm);
@@ -396,7 +397,7 @@ static em_err forward_layer(cuda_backend *b, const cuda_batch *batch, uint32_t i
 
 /* Every kernel of one forward pass, from the uploaded batch to the logits on the device. */
 static em_err enqueue(cuda_backend *b, const cuda_batch *cb) {
-    const em_model_desc *d = b->d;
+    const cuda_step *d = &b->step;
     const bool fused = forward_fuses(b, cb->n_tokens);
     em_err err;
     if ((err = em_cuda_embed(b, cb, b->x, fused ? b->layers[0].attn_norm : NULL, fused ? b->xn : NULL))) return err;
@@ -495,7 +496,7 @@ static void profile_range(cuda_backend *b) {
  * logits rows are then in b->logits. `picked_rows`: rows EM_TOKEN_PICKED may name (pick_begin). */
 static em_err enqueue_forward(cuda_backend *b, const em_batch *batch, const void *out, uint32_t picked_rows,
                               cuda_batch *cb) {
-    em_err err = em_batch_validate_picked(batch, out, b->d->n_vocab, &b->base, picked_rows);
+    em_err err = em_batch_validate_picked(batch, out, b->step.n_vocab, &b->base, picked_rows);
     if (err) return err;
     profile_range(b);
     if (b->cap_tokens < batch->n_tokens) em_cuda_drop_graphs(b);
@@ -523,7 +524,7 @@ static em_err forward(em_backend *base, const em_batch *batch, float *logits, co
         return NULL;
     }
     if (pick) return em_cuda_pick(b, pick, batch->pick_masks, cb.n_rows, picked);
-    const uint64_t n_logits = (uint64_t)cb.n_rows * b->d->n_vocab;
+    const uint64_t n_logits = (uint64_t)cb.n_rows * b->step.n_vocab;
     if ((err = grow_pinned((void **)&b->logits_host, &b->cap_logits, n_logits * 4))) return err;
     CU_TRY(cudaMemcpyAsync(b->logits_host, b->logits, n_logits * 4, cudaMemcpyDeviceToHost, b->stream));
     CU_TRY(cudaStreamSynchronize(b->stream));

@@ -30,6 +30,7 @@
 #include <string.h>
 
 extern "C" {
+#include "../../program/program.h"
 #include "../../quant/quant.h"
 #include "cuda.h"
 }
@@ -86,7 +87,13 @@ typedef struct cuda_weight {
     uint64_t row_bytes;
 } cuda_weight;
 
+/* A layer on the device: what it computes, read from its blocks of the layer program
+ * (em_program_blocks: an attention block, then a gated unit or experts), and its weights. */
 typedef struct cuda_layer {
+    em_program_attention att;
+    em_rope rope;           /* of q and k; n_rot 0: none */
+    bool moe;               /* experts (route, gate_exps...), else a gated unit (ffn_gate...) */
+    em_program_route route;
     const float *attn_norm, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *post_ffn_norm;
     const float *bq, *bk, *bv;
     const double *inv_freq; /* RoPE: base^(-2i/n_rot), divided by the frequency factors (n_rot/2) */
@@ -206,9 +213,20 @@ typedef struct cuda_trace {
     uint32_t n_seen, cap_seen;
 } cuda_trace;
 
+/* What the whole step computes besides its layers, from the program's embed and output, and what
+ * every layer shares: the kernels take one norm epsilon and one activation (setup refuses a
+ * program whose operations differ in them). */
+typedef struct cuda_step {
+    uint32_t n_embd, n_vocab, n_layer;
+    float eps;
+    bool plus_one;          /* norms multiply by 1 + w */
+    em_activation act;      /* of every gated unit and expert */
+    float embd_scale, final_softcap;
+} cuda_step;
+
 typedef struct cuda_backend {
     em_backend base;
-    const em_model_desc *d;
+    cuda_step step;
     cudaStream_t stream;
     int device;
     cuda_weight token_embd, output;
@@ -331,7 +349,9 @@ static inline void em_cuda_launch(const cuda_backend *b, void (*kernel)(P...), d
 }
 
 /* ---- weights.cu ---- */
-em_err em_cuda_upload_weights(cuda_backend *b, const em_model *model);
+/* b->step and b->layers from the model's program, every weight uploaded; an error names the layer and
+ * the operation the kernels cannot run. */
+em_err em_cuda_upload_weights(cuda_backend *b, const em_program *program);
 bool em_cuda_type_supported(uint32_t type);
 
 /* ---- matvec.cu ---- */
@@ -511,7 +531,7 @@ em_err em_cuda_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il);
 em_err em_cuda_attention_with(cuda_backend *b, const cuda_batch *batch, uint32_t il, bool use_segments);
 
 /* ---- attention_prefill.cu ---- */
-bool em_cuda_prefill_supported(const cuda_backend *b, const em_layer_desc *ld);
+bool em_cuda_prefill_supported(const cuda_backend *b, const cuda_layer *layer);
 em_err em_cuda_prefill_attention(cuda_backend *b, const cuda_batch *batch, uint32_t il);
 /* Floats of scratch (cuda_backend.pf_part) its splits of the context need. */
 uint64_t em_cuda_prefill_part_floats(const cuda_backend *b);

@@ -306,7 +306,7 @@ em_err em_cuda_product_args(const cuda_backend *b, const cuda_matvec *mv, cuda_p
     a->n_items = mv->n_items;
     a->counts = mv->counts;
     a->starts = mv->starts;
-    a->act = b->d->act;
+    a->act = b->step.act;
     a->accumulate = mv->accumulate;
     return NULL;
 }
@@ -340,7 +340,7 @@ em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matve
         return em_errorf(EM_ERR_INTERNAL, "cuda matvec: %u parts", n_parts);
     if ((mv->norm_ss || mv->next_norm_w) && mv->counts)
         return em_errorf(EM_ERR_INTERNAL, "cuda matvec: a fused norm on expert products");
-    if (mv->next_norm_w && (n_parts > 1 || !mv->accumulate || w->rows != b->d->n_embd))
+    if (mv->next_norm_w && (n_parts > 1 || !mv->accumulate || w->rows != b->step.n_embd))
         return em_errorf(EM_ERR_INTERNAL, "cuda matvec: a norm producer must add into x");
     mv_args a = {};
     em_err err = em_cuda_product_args(b, mv, &a);
@@ -363,8 +363,8 @@ em_err em_cuda_matvec_with(cuda_backend *b, const cuda_matvec *mv, em_cuda_matve
      * depend on the batch) */
     while (!mv->counts && a.ks < MV_WARPS && rows * a.ks < MV_WARPS * (uint32_t)b->n_sm && a.groups / (2 * a.ks) >= 32)
         a.ks *= 2;
-    a.eps = b->d->norm_eps;
-    a.plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
+    a.eps = b->step.eps;
+    a.plus_one = b->step.plus_one;
     if (kernel == EM_CUDA_MATVEC_IMMA) return em_cuda_imma(b, mv, a);
     if (kernel == EM_CUDA_MATVEC_DP4A) return em_cuda_dq(b, mv, a);
     if (kernel == EM_CUDA_MATVEC_TC) return em_cuda_mvt(b, mv, a);
@@ -429,8 +429,8 @@ __global__ void __launch_bounds__(EMBED_THREADS)
 em_err em_cuda_embed(cuda_backend *b, const cuda_batch *batch, float *x, const float *norm_w, float *xw) {
     const cuda_weight *w = &b->token_embd;
     const uint32_t n = batch->n_tokens, groups = w->cols / 8;
-    const float scale = b->d->embd_scale;
-    const bool plus_one = b->d->norm == EM_NORM_RMS_PLUS_ONE;
+    const float scale = b->step.embd_scale;
+    const bool plus_one = b->step.plus_one;
     if (norm_w) b->ss_n = 1;
 #define EMBED(T)                                                                                                     \
     em_cuda_launch(b, embed_kernel<T>, n, EMBED_THREADS, 0, w->data, w->row_bytes, groups, batch->tokens,        \

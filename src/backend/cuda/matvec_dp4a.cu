@@ -353,7 +353,7 @@ em_err em_cuda_dq_round_rows(cuda_backend *b, const cuda_matvec *mv, bool imma) 
     const uint64_t warps = (uint64_t)q_rows * (cols / DQ_CHUNK);
     em_cuda_launch(b, dq_quantize_kernel, (uint32_t)((warps + 7) / 8), 256, 0, mv->x, mv->x_stride,
                    mv->counts ? (const uint32_t *)NULL : mv->x_index, cols, q_rows, mv->norm_ss, mv->norm_n,
-                   b->ss_stride, b->d->norm_eps, imma, b->xq, b->xd);
+                   b->ss_stride, b->step.eps, imma, b->xq, b->xd);
     CU_LAUNCHED();
     return NULL;
 }

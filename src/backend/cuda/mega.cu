@@ -595,17 +595,17 @@ static em_err matrix_of(const cuda_weight *w, const char *what, uint32_t il, meg
 }
 
 static em_err build_layers(const cuda_backend *b, mega_layer *out) {
-    const em_model_desc *d = b->d;
+    const cuda_step *d = &b->step;
     for (uint32_t il = 0; il < d->n_layer; il++) {
-        const em_layer_desc *ld = &d->layers[il];
         const cuda_layer *lw = &b->layers[il];
+        const em_program_attention *at = &lw->att;
         mega_layer L = {};
         em_err err;
         if ((err = matrix_of(&lw->wq, "q", il, &L.wq)) || (err = matrix_of(&lw->wk, "k", il, &L.wk)) ||
             (err = matrix_of(&lw->wv, "v", il, &L.wv)) || (err = matrix_of(&lw->wo, "output", il, &L.wo)))
             return err;
-        if (ld->moe) {
-            const uint32_t n = ld->n_expert;
+        if (lw->moe) {
+            const uint32_t n = lw->route.n_expert;
             if ((err = matrix_of(&lw->gate_inp, "router", il, &L.router)) ||
                 (err = matrix_of(&lw->gate_exps, "expert gate", il, &L.gate, n)) ||
                 (err = matrix_of(&lw->up_exps, "expert up", il, &L.up, n)) ||
@@ -615,9 +615,9 @@ static em_err build_layers(const cuda_backend *b, mega_layer *out) {
                 return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: a router of %u x %u", il, L.router.rows, L.router.cols);
             L.expert_bytes = (uint64_t)L.gate.rows * L.gate.row_bytes;
             L.down_expert_bytes = (uint64_t)L.down.rows * L.down.row_bytes;
-            L.n_expert = n, L.n_used = ld->n_expert_used;
-            L.sigmoid = ld->gating == EM_GATING_SIGMOID, L.renormalize = ld->renormalize;
-            L.expert_scale = ld->expert_weights_scale;
+            L.n_expert = n, L.n_used = lw->route.n_used;
+            L.sigmoid = lw->route.gating == EM_GATING_SIGMOID, L.renormalize = lw->route.renormalize;
+            L.expert_scale = lw->route.scale;
         } else if ((err = matrix_of(&lw->ffn_gate, "gate", il, &L.gate)) ||
                    (err = matrix_of(&lw->ffn_up, "up", il, &L.up)) ||
                    (err = matrix_of(&lw->ffn_down, "down", il, &L.down)))
@@ -626,17 +626,17 @@ static em_err build_layers(const cuda_backend *b, mega_layer *out) {
             return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: gate and up matrices differ in type or shape", il);
         if (L.wq.cols != d->n_embd || L.wk.cols != d->n_embd || L.wv.cols != d->n_embd || L.gate.cols != d->n_embd ||
             L.wo.rows != d->n_embd || L.down.rows != d->n_embd || L.down.cols != L.gate.rows ||
-            L.wq.rows != ld->n_head * ld->head_dim || L.wk.rows != ld->n_head_kv * ld->head_dim ||
-            L.wv.rows != ld->n_head_kv * ld->head_dim || L.wo.cols != ld->n_head * ld->head_dim)
+            L.wq.rows != at->n_head * at->head_dim || L.wk.rows != at->n_head_kv * at->head_dim ||
+            L.wv.rows != at->n_head_kv * at->head_dim || L.wo.cols != at->n_head * at->head_dim)
             return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: matrix shapes the schedule does not expect", il);
         if (!lw->attn_norm || !lw->ffn_norm) return em_errorf(EM_ERR_UNSUPPORTED, "layer %u: no norm weights", il);
         L.attn_norm = lw->attn_norm, L.ffn_norm = lw->ffn_norm;
         L.bq = lw->bq, L.bk = lw->bk, L.bv = lw->bv, L.q_norm = lw->q_norm, L.k_norm = lw->k_norm;
         L.keys = (__half *)lw->keys, L.values = (__half *)lw->values;
         L.rope = em_cuda_rope_args(b, il);
-        L.n_head = ld->n_head, L.n_head_kv = ld->n_head_kv, L.head_dim = ld->head_dim;
-        L.window = ld->attn == EM_ATTN_SLIDING ? ld->window : 0;
-        L.scale = ld->attn_scale, L.softcap = ld->attn_softcap;
+        L.n_head = at->n_head, L.n_head_kv = at->n_head_kv, L.head_dim = at->head_dim;
+        L.window = at->window;
+        L.scale = at->scale, L.softcap = at->softcap;
         out[il] = L;
     }
     return NULL;
@@ -697,10 +697,10 @@ static void log_profile(const cuda_backend *b, const cuda_mega *m) {
         case EM_OP_HEAD: bytes = (double)b->output.rows * b->output.row_bytes; break;
         case EM_OP_ROUTE: bytes = (double)lw->gate_inp.rows * lw->gate_inp.row_bytes; break;
         case EM_OP_EXPERT_UP: /* at one sequence: its chosen experts */
-            bytes = (double)b->d->layers[op->layer].n_expert_used * 2 * lw->gate_exps.rows * lw->gate_exps.row_bytes;
+            bytes = (double)lw->route.n_used * 2 * lw->gate_exps.rows * lw->gate_exps.row_bytes;
             break;
         case EM_OP_EXPERT_DOWN:
-            bytes = (double)b->d->layers[op->layer].n_expert_used * lw->down_exps.rows * lw->down_exps.row_bytes;
+            bytes = (double)lw->route.n_used * lw->down_exps.rows * lw->down_exps.row_bytes;
             break;
         }
         for (int k = 0; k < 3; k++) {
@@ -737,7 +737,7 @@ void em_cuda_mega_free(cuda_backend *b) {
 }
 
 static em_err setup(cuda_backend *b, cuda_mega *m) {
-    const em_model_desc *d = b->d;
+    const cuda_step *d = &b->step;
     em_err err = em_schedule_build(&b->base.model->program, &m->schedule);
     if (err) return err;
     if ((err = em_schedule_check(&m->schedule))) return err;
@@ -873,7 +873,7 @@ uint64_t em_cuda_mega_steps(const em_backend *base) {
 
 em_err em_cuda_mega_run(cuda_backend *b, const cuda_batch *cb) {
     cuda_mega *m = b->mega;
-    const em_model_desc *d = b->d;
+    const cuda_step *d = &b->step;
     em_err err = em_cuda_embed(b, cb, b->x, NULL, NULL);
     if (err) return err;
     mega_args a = {};
@@ -885,7 +885,7 @@ em_err em_cuda_mega_run(cuda_backend *b, const cuda_batch *cb) {
     a.parts = m->parts, a.att_done = m->att_done, a.attention_warps = m->attention_warps;
     a.pos = cb->pos, a.seq = cb->seq, a.table_start = cb->table_start, a.blocks = cb->blocks;
     a.block_tokens = b->base.block_tokens, a.n_embd = d->n_embd, a.n_vocab = d->n_vocab;
-    a.eps = d->norm_eps, a.final_softcap = d->final_softcap, a.plus_one = d->norm == EM_NORM_RMS_PLUS_ONE;
+    a.eps = d->eps, a.final_softcap = d->final_softcap, a.plus_one = d->plus_one;
     a.act = d->act;
     a.barrier = m->barrier, a.barrier_base = m->barriers_passed;
     a.op_ns = m->op_ns;

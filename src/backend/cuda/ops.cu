@@ -49,8 +49,8 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, uint3
 em_err em_cuda_rmsnorm(cuda_backend *b, float *out, const float *x, const float *w, uint32_t n_rows, uint32_t n,
                        const uint32_t *row_index) {
     if (n_rows == 0) return NULL;
-    em_cuda_launch(b, rmsnorm_kernel, n_rows, NORM_THREADS, 0, out, x, w, n, b->d->norm_eps,
-                   b->d->norm == EM_NORM_RMS_PLUS_ONE, row_index);
+    em_cuda_launch(b, rmsnorm_kernel, n_rows, NORM_THREADS, 0, out, x, w, n, b->step.eps,
+                   b->step.plus_one, row_index);
     CU_LAUNCHED();
     return NULL;
 }
@@ -85,8 +85,8 @@ __global__ void add_norm_kernel(float *x, const float *out, const float *w, uint
 
 em_err em_cuda_add_norm(cuda_backend *b, float *x, float *out, const float *w, uint32_t n_rows, uint32_t n, float *xn,
                         const float *w_next) {
-    em_cuda_launch(b, add_norm_kernel, n_rows, NORM_THREADS, 0, x, (const float *)out, w, n, b->d->norm_eps,
-                   b->d->norm == EM_NORM_RMS_PLUS_ONE, xn, w_next);
+    em_cuda_launch(b, add_norm_kernel, n_rows, NORM_THREADS, 0, x, (const float *)out, w, n, b->step.eps,
+                   b->step.plus_one, xn, w_next);
     CU_LAUNCHED();
     return NULL;
 }
@@ -143,7 +143,7 @@ static double yarn_corr_dim(uint32_t n_dims, uint32_t orig_ctx, double beta, dou
 }
 
 rope_args em_cuda_rope_args(const cuda_backend *b, uint32_t il) {
-    const em_rope *rope = &b->d->layers[il].rope;
+    const em_rope *rope = &b->layers[il].rope;
     rope_args r = {rope->style == EM_ROPE_NEOX, rope->theta, 1.0, 0.0, 0.0, 1.0, 0.0, rope->n_rot,
                    b->layers[il].inv_freq};
     if (rope->scaling == EM_ROPE_SCALING_LINEAR || rope->scaling == EM_ROPE_SCALING_YARN)
@@ -161,15 +161,15 @@ rope_args em_cuda_rope_args(const cuda_backend *b, uint32_t il) {
 }
 
 em_err em_cuda_qkv_finish(cuda_backend *b, const cuda_batch *batch, uint32_t il) {
-    const em_layer_desc *ld = &b->d->layers[il];
     const cuda_layer *lw = &b->layers[il];
+    const em_program_attention *at = &lw->att;
     const rope_args r = em_cuda_rope_args(b, il);
     qkv_args a = {b->q, b->k, b->v, lw->bq, lw->bk, lw->bv, lw->q_norm, lw->k_norm, lw->keys, lw->values,
-                  ld->n_head, ld->n_head_kv, ld->head_dim, ld->head_dim_v, b->d->norm_eps,
-                  b->d->norm == EM_NORM_RMS_PLUS_ONE, r, batch->pos, batch->seq, batch->table_start, batch->blocks,
+                  at->n_head, at->n_head_kv, at->head_dim, at->head_dim_v, b->step.eps,
+                  b->step.plus_one, r, batch->pos, batch->seq, batch->table_start, batch->blocks,
                   b->base.block_tokens};
-    const uint32_t warps = 4, hd = ld->head_dim > ld->head_dim_v ? ld->head_dim : ld->head_dim_v;
-    const dim3 grid(batch->n_tokens, (ld->n_head + 2 * ld->n_head_kv + warps - 1) / warps);
+    const uint32_t warps = 4, hd = at->head_dim > at->head_dim_v ? at->head_dim : at->head_dim_v;
+    const dim3 grid(batch->n_tokens, (at->n_head + 2 * at->n_head_kv + warps - 1) / warps);
     if (b->kv_elem == 4)
         em_cuda_launch(b, qkv_kernel<float>, grid, warps * 32, warps * hd * sizeof(float), a);
     else
@@ -201,7 +201,7 @@ static unsigned elementwise_blocks(uint64_t n) {
 }
 
 em_err em_cuda_glu(cuda_backend *b, float *gate, const float *up, uint64_t n) {
-    em_cuda_launch(b, glu_kernel, elementwise_blocks(n), 256, 0, gate, up, n, b->d->act == EM_ACT_GEGLU);
+    em_cuda_launch(b, glu_kernel, elementwise_blocks(n), 256, 0, gate, up, n, b->step.act == EM_ACT_GEGLU);
     CU_LAUNCHED();
     return NULL;
 }
@@ -375,40 +375,40 @@ __global__ void route_group_kernel(const float *router, int32_t *chosen, float *
 }
 
 /* Whether route_group_kernel takes the step: a warp per token in one block, 8 experts a lane. */
-static bool route_in_one_block(const em_layer_desc *ld, uint32_t n_tokens) {
-    return n_tokens <= 32 && ld->n_expert <= 256;
+static bool route_in_one_block(const em_program_route *route, uint32_t n_tokens) {
+    return n_tokens <= 32 && route->n_expert <= 256;
 }
 
 bool em_cuda_route_can_fold(const cuda_backend *b, uint32_t il, uint32_t n_tokens) {
-    return route_in_one_block(&b->d->layers[il], n_tokens) && b->d->n_embd % 4 == 0;
+    return route_in_one_block(&b->layers[il].route, n_tokens) && b->step.n_embd % 4 == 0;
 }
 
 em_err em_cuda_route(cuda_backend *b, uint32_t il, uint32_t n_tokens, const float *norm_ss) {
-    const em_layer_desc *ld = &b->d->layers[il];
-    const bool sigmoid = ld->gating == EM_GATING_SIGMOID, few = ld->n_expert <= 128;
-    const uint32_t k = ld->n_expert_used;
-    const group_args g = {b->chosen, n_tokens * k, k, ld->n_expert, b->expert_count, b->expert_start,
+    const em_program_route *route = &b->layers[il].route;
+    const bool sigmoid = route->gating == EM_GATING_SIGMOID, few = route->n_expert <= 128;
+    const uint32_t k = route->n_used;
+    const group_args g = {b->chosen, n_tokens * k, k, route->n_expert, b->expert_count, b->expert_start,
                           b->pair_token, b->pair_slot, b->expert_active, b->expert_active + b->max_expert};
-    const size_t fill_bytes = ld->n_expert * sizeof(uint32_t);
+    const size_t fill_bytes = route->n_expert * sizeof(uint32_t);
     if (norm_ss && !em_cuda_route_can_fold(b, il, n_tokens))
         return em_errorf(EM_ERR_INTERNAL, "cuda route: a fused norm for %u tokens of %u experts", n_tokens,
-                         ld->n_expert);
-    if (route_in_one_block(ld, n_tokens)) {
-        const route_norm norm = {norm_ss ? b->xn : NULL, norm_ss, b->ss_n, b->ss_stride, b->d->n_embd, b->d->norm_eps};
+                         route->n_expert);
+    if (route_in_one_block(route, n_tokens)) {
+        const route_norm norm = {norm_ss ? b->xn : NULL, norm_ss, b->ss_n, b->ss_stride, b->step.n_embd, b->step.eps};
         em_cuda_launch(b, few ? route_group_kernel<4> : route_group_kernel<8>, 1, norm_ss ? 1024 : 32 * n_tokens,
-                       fill_bytes, (const float *)b->router, b->chosen, b->chosen_weight, n_tokens, ld->n_expert,
-                       sigmoid, ld->renormalize, ld->expert_weights_scale, norm, g);
+                       fill_bytes, (const float *)b->router, b->chosen, b->chosen_weight, n_tokens, route->n_expert,
+                       sigmoid, route->renormalize, route->scale, norm, g);
         CU_LAUNCHED();
         return NULL;
     }
-    if (ld->n_expert <= 256) {
+    if (route->n_expert <= 256) {
         const uint32_t warps = 4, blocks = (n_tokens + warps - 1) / warps;
         em_cuda_launch(b, few ? route_warp_kernel<4> : route_warp_kernel<8>, blocks, warps * 32, 0,
-                       (const float *)b->router, b->chosen, b->chosen_weight, n_tokens, ld->n_expert, k, sigmoid,
-                       ld->renormalize, ld->expert_weights_scale);
+                       (const float *)b->router, b->chosen, b->chosen_weight, n_tokens, route->n_expert, k, sigmoid,
+                       route->renormalize, route->scale);
     } else {
         em_cuda_launch(b, route_kernel, (n_tokens + 127) / 128, 128, 0, b->router, b->chosen, b->chosen_weight,
-                       n_tokens, ld->n_expert, k, sigmoid, ld->renormalize, ld->expert_weights_scale);
+                       n_tokens, route->n_expert, k, sigmoid, route->renormalize, route->scale);
     }
     CU_LAUNCHED();
     em_cuda_launch(b, group_kernel, 1, 1024, fill_bytes, g);
@@ -458,18 +458,18 @@ __global__ void combine_kernel(float *out, const float *y, const float *shared, 
 
 em_err em_cuda_moe_combine(cuda_backend *b, uint32_t il, uint32_t n_tokens, bool add_shared, bool into_x,
                            const float *next_norm_w, float *xw) {
-    const em_layer_desc *ld = &b->d->layers[il];
-    const dim3 grid((b->d->n_embd + 255) / 256, n_tokens);
+    const uint32_t n_used = b->layers[il].route.n_used;
+    const dim3 grid((b->step.n_embd + 255) / 256, n_tokens);
     if (next_norm_w && (!into_x || grid.x > b->ss_stride))
         return em_errorf(EM_ERR_INTERNAL, "cuda moe combine: a norm producer must add into x");
-    if (ld->n_expert_used > 256) /* a thread of the block per choice */
-        return em_errorf(EM_ERR_UNSUPPORTED, "cuda moe combine: %u experts per token", ld->n_expert_used);
+    if (n_used > 256) /* a thread of the block per choice */
+        return em_errorf(EM_ERR_UNSUPPORTED, "cuda moe combine: %u experts per token", n_used);
     if (next_norm_w) b->ss_n = grid.x;
-    em_cuda_launch(b, combine_kernel, grid, 256, 3 * ld->n_expert_used * sizeof(uint32_t), into_x ? b->x : b->out,
+    em_cuda_launch(b, combine_kernel, grid, 256, 3 * n_used * sizeof(uint32_t), into_x ? b->x : b->out,
                    (const float *)b->moe_y,
                    (const float *)(add_shared ? b->tmp : NULL), (const int32_t *)b->chosen,
-                   (const float *)b->chosen_weight, (const uint32_t *)b->pair_slot, ld->n_expert_used, b->d->n_embd, into_x, next_norm_w,
-                   b->d->norm == EM_NORM_RMS_PLUS_ONE, xw, b->ss, b->ss_stride);
+                   (const float *)b->chosen_weight, (const uint32_t *)b->pair_slot, n_used, b->step.n_embd, into_x, next_norm_w,
+                   b->step.plus_one, xw, b->ss, b->ss_stride);
     CU_LAUNCHED();
     return NULL;
 }

@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(MASK_THREADS) mask_kernel(float *logits, uint3
 /* Pinned staging (one per pick slot, a slot's copy may not have run when the other is written) and
  * the device copy of up to cap rows of masks: the masked rows' ids, then their mask words. */
 static uint64_t mask_slot_words(const cuda_backend *b, uint32_t cap) {
-    return (uint64_t)cap * (1 + (b->d->n_vocab + 31) / 32);
+    return (uint64_t)cap * (1 + (b->step.n_vocab + 31) / 32);
 }
 
 static em_err reserve_masks(cuda_backend *b, uint32_t rows) {
@@ -398,14 +398,14 @@ static em_err enqueue_masks(cuda_backend *b, const uint32_t *const *masks, uint3
     if (!n_masked) return NULL;
     em_err err = reserve_masks(b, rows);
     if (err) return err;
-    const uint32_t words = (b->d->n_vocab + 31) / 32;
+    const uint32_t words = (b->step.n_vocab + 31) / 32;
     uint32_t *h = b->mask_host + slot * mask_slot_words(b, b->cap_mask_rows), *ids = h, *bits = h + n_masked;
     for (uint32_t r = 0, k = 0; r < rows; r++)
         if (masks[r]) ids[k] = r, memcpy(bits + (uint64_t)k++ * words, masks[r], words * sizeof(uint32_t));
     CU_TRY(cudaMemcpyAsync(b->mask_dev, h, ((uint64_t)n_masked * (1 + words)) * sizeof(uint32_t),
                            cudaMemcpyHostToDevice, b->stream));
-    const dim3 grid((b->d->n_vocab + MASK_CHUNK - 1) / MASK_CHUNK, n_masked);
-    em_cuda_launch(b, mask_kernel, grid, dim3(MASK_THREADS), 0, b->logits, b->d->n_vocab,
+    const dim3 grid((b->step.n_vocab + MASK_CHUNK - 1) / MASK_CHUNK, n_masked);
+    em_cuda_launch(b, mask_kernel, grid, dim3(MASK_THREADS), 0, b->logits, b->step.n_vocab,
                    (const uint32_t *)b->mask_dev, (const uint32_t *)(b->mask_dev + n_masked), words);
     CU_LAUNCHED();
     return NULL;
@@ -471,7 +471,7 @@ static em_err reserve_pick(cuda_backend *b, uint32_t rows) {
         cudaMalloc((void **)&b->pick_counter, cap * sizeof(uint32_t)) != cudaSuccess ||
         cudaMemset(b->pick_counter, 0, cap * sizeof(uint32_t)) != cudaSuccess ||
         cudaMalloc((void **)&b->picked, cap * sizeof(int32_t)) != cudaSuccess ||
-        cudaMalloc((void **)&b->pick_mass, (uint64_t)cap * b->d->n_vocab * sizeof(uint64_t)) != cudaSuccess ||
+        cudaMalloc((void **)&b->pick_mass, (uint64_t)cap * b->step.n_vocab * sizeof(uint64_t)) != cudaSuccess ||
         cudaMallocHost((void **)&b->pick_host, 2 * pick_slot_bytes(cap)) != cudaSuccess)
         err = em_errorf(EM_ERR_NOMEM, "cuda pick: no memory for %u rows", cap);
     if (!err) {
@@ -500,9 +500,9 @@ em_err em_cuda_pick_enqueue(cuda_backend *b, const em_pick_params *params, const
     CU_TRY(cudaMemcpyAsync(b->pick_params, ph, rows * sizeof *params, cudaMemcpyHostToDevice, b->stream));
     if (all_greedy(params, rows))
         em_cuda_launch(b, argmax_kernel, dim3(ARGMAX_SPLITS, rows), dim3(ARGMAX_THREADS), 0, (const float *)b->logits,
-                       b->d->n_vocab, b->picked, b->pick_partial, b->pick_counter);
+                       b->step.n_vocab, b->picked, b->pick_partial, b->pick_counter);
     else
-        em_cuda_launch(b, pick_kernel, dim3(rows), dim3(PICK_THREADS), 0, (const float *)b->logits, b->d->n_vocab,
+        em_cuda_launch(b, pick_kernel, dim3(rows), dim3(PICK_THREADS), 0, (const float *)b->logits, b->step.n_vocab,
                        (const em_pick_params *)b->pick_params, b->picked, b->pick_mass);
     CU_LAUNCHED();
     CU_TRY(cudaMemcpyAsync((void *)em_cuda_picked_host(b, slot), b->picked, rows * sizeof(int32_t),
