@@ -22,8 +22,8 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-    const uint32_t types[] = {EM_TYPE_Q4_K, EM_TYPE_Q8_0, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS, EM_TYPE_BF16};
-    const char *names[] = {"q4_k", "q8_0", "q6_k", "iq3_xxs", "bf16"};
+    const uint32_t types[] = {EM_TYPE_Q4_K, EM_TYPE_Q8_0, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS, EM_TYPE_BF16, EM_TYPE_MXFP4};
+    const char *names[] = {"q4_k", "q8_0", "q6_k", "iq3_xxs", "bf16", "mxfp4"};
     const uint64_t cols = 2048, rows = argc > 1 ? strtoull(argv[1], NULL, 10) : 768;
     if (rows < 1 || rows > 1000000) {
         fprintf(stderr, "usage: dot_rows [ROWS (1-1000000)]\n");

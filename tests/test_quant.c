@@ -796,6 +796,74 @@ static void test_dot_neon_equals_scalar(void **state) {
     free(aq);
 }
 
+/* MXFP4 on x86 with AVX-512 VNNI: em_dot's, em_dot_rows' and em_dot_weights' kernels keep the scalar
+ * path's f32 steps in its order (dot_mxfp4_avx512.c), so each must equal em_dot_scalar bitwise: rows
+ * of 1 to 100 blocks (on and off the kernels' 16-block tiles and 4-block steps, gpt-oss's 90),
+ * quantized Gaussian weights against activations at 1e-3 to 1e3, the constant and alternating-sign
+ * blocks of test_dot_extreme_values, and random-byte blocks with every level and exponents from 0
+ * (subnormal scales) to 150; 1 to 9 activation rows of one weight row, 1 to 9 weight rows of one
+ * token. Where the AVX2 kernels run instead (EMBER_CPU_ISA=avx2, ctest's quant_avx2), they sum in
+ * another order: held to 1e-5 of sum |w a| of the scalar path. */
+static void test_dot_mxfp4_equals_scalar(void **state) {
+    (void)state;
+    enum { MAX_N = 100 * 32, ROWS = 9, WSTRIDE = MAX_N / 32 * 17 + 5, ASTRIDE = MAX_N / 32 * 34 + 6 };
+    const bool avx512 = strcmp(em_dot_isa(), "avx512-vnni") == 0;
+    if (!avx512) print_message("em_dot runs %s kernels here: MXFP4 held to 1e-5 of the scalar path\n", em_dot_isa());
+    static const uint32_t blocks[] = {1, 3, 4, 15, 16, 17, 31, 32, 33, 90, 100};
+    float *w = malloc(MAX_N * sizeof(float)), *x = malloc(MAX_N * sizeof(float));
+    float *wd = malloc(MAX_N * sizeof(float)), *ad = malloc(MAX_N * sizeof(float));
+    uint8_t *wq = malloc((size_t)ROWS * WSTRIDE), *aq = malloc((size_t)ROWS * ASTRIDE);
+    assert_true(w && x && wd && ad && wq && aq);
+    uint64_t seed = 77;
+    for (int c = 0; c < 8; c++) { /* 0-3: Gaussian at 1e-3..1e3; 4-6: extreme patterns; 7: random bytes */
+        for (int r = 0; r < ROWS; r++) {
+            uint8_t *wr = wq + (size_t)r * WSTRIDE, *ar = aq + (size_t)r * ASTRIDE;
+            for (int i = 0; i < MAX_N; i++) {
+                const float sign = c == 4 ? 1.0f : c == 5 ? ((i / 32) % 2 ? -1.0f : 1.0f) : (i % 2 ? -1.0f : 1.0f);
+                w[i] = c < 4 || c == 7 ? (float)(rng_uniform(&seed) - 0.5) * (float)(r + 1) : sign;
+                x[i] = c < 4 || c == 7 ? (float)(rng_uniform(&seed) - 0.5) * powf(10.0f, 2.0f * (float)(c % 4) - 3.0f)
+                                       : (c == 6 ? -sign : sign);
+            }
+            assert_ok(em_quantize(EM_TYPE_MXFP4, w, wr, MAX_N));
+            assert_ok(em_quantize_activation(EM_TYPE_MXFP4, x, ar, MAX_N));
+            if (c == 7)
+                for (int b = 0; b < MAX_N / 32; b++) {
+                    for (int j = 1; j < 17; j++) wr[17 * b + j] = (uint8_t)(rng_next(&seed) >> 56);
+                    wr[17 * b] = (uint8_t)(b % 7 == 0 ? (uint64_t)(b % 3) : 100 + rng_next(&seed) % 51);
+                }
+        }
+        for (size_t l = 0; l < sizeof blocks / sizeof *blocks; l++) {
+            const uint64_t n = 32 * (uint64_t)blocks[l];
+            float rows[ROWS], weights[ROWS];
+            for (uint32_t k = 1; k <= ROWS; k++) {
+                em_dot_rows(EM_TYPE_MXFP4, wq, aq, ASTRIDE, k, n, rows);
+                em_dot_weights(EM_TYPE_MXFP4, wq, WSTRIDE, k, aq, ASTRIDE, 1, n, weights, ROWS);
+                for (uint32_t i = 0; i < k; i++) {
+                    const uint8_t *wr = wq + (size_t)i * WSTRIDE, *ar = aq + (size_t)i * ASTRIDE;
+                    const float scalar_row = em_dot_scalar(EM_TYPE_MXFP4, wq, ar, n);
+                    const float scalar_weight = em_dot_scalar(EM_TYPE_MXFP4, wr, aq, n);
+                    const float one = em_dot(EM_TYPE_MXFP4, wr, ar, n), scalar_one = em_dot_scalar(EM_TYPE_MXFP4, wr, ar, n);
+                    if (avx512) {
+                        if (memcmp(&one, &scalar_one, 4) || memcmp(&rows[i], &scalar_row, 4) ||
+                            memcmp(&weights[i], &scalar_weight, 4))
+                            fail_msg("case %d, %u blocks, %u rows, row %u: em_dot %.9g (scalar %.9g), em_dot_rows "
+                                     "%.9g (%.9g), em_dot_weights %.9g (%.9g)",
+                                     c, blocks[l], k, i, one, scalar_one, rows[i], scalar_row, weights[i], scalar_weight);
+                        continue;
+                    }
+                    assert_ok(em_dequantize(EM_TYPE_MXFP4, wr, wd, n));
+                    assert_ok(em_dequantize(EM_TYPE_Q8_0, ar, ad, n));
+                    double abs_wa = 1e-30;
+                    for (uint64_t j = 0; j < n; j++) abs_wa += fabs((double)wd[j] * ad[j]);
+                    if (!(fabs((double)one - scalar_one) <= 1e-5 * abs_wa))
+                        fail_msg("case %d, %u blocks: em_dot %.9g, em_dot_scalar %.9g", c, blocks[l], one, scalar_one);
+                }
+            }
+        }
+    }
+    free(w), free(x), free(wd), free(ad), free(wq), free(aq);
+}
+
 /* Weight rows of random bytes: every bit pattern of levels, scales, grid indices and signs the
  * format can hold, with the block's f16 scales replaced by finite values from 2^-9 to 2^-2 (a random
  * f16 could be infinite or NaN, which no kernel promises to sum alike). */
@@ -1248,6 +1316,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_tiles_within_bound),
         cmocka_unit_test(test_amx_product_equals_scalar),
         cmocka_unit_test(test_dot_neon_equals_scalar),
+        cmocka_unit_test(test_dot_mxfp4_equals_scalar),
         cmocka_unit_test(test_dot_groups_equal_single_rows),
         cmocka_unit_test(test_q8_0_levels_by_definition),
         cmocka_unit_test(test_f32_dot_rows_equal_em_dot),

@@ -20,7 +20,9 @@
  * weight rows against a decode step's activation rows, AVX-512 for Q4_K (one to four tokens), Q6_K,
  * Q8_0 and BF16 (one); bf16_tiles.c: BF16 weights against many bf16 tokens with AVX512_BF16;
  * dot_group_vnni.c: packed token groups and their AVX-512 VNNI kernels for Q4_K, Q8_0, Q6_K and
- * IQ3_XXS; amx.c: Q4_K and Q8_0 weights against many tokens with AMX-INT8 tiles; rows_f32.c:
+ * IQ3_XXS; dot_mxfp4_avx512.c: MXFP4's one-row, several-activation-row and several-weight-row
+ * kernels with AVX-512 VNNI, bitwise the scalar path; amx.c: Q4_K and Q8_0 weights against many
+ * tokens with AMX-INT8 tiles; rows_f32.c:
  * weighted sums of f32 rows, attention's sum of values), arm/ (AArch64 NEON kernels, one to four activation rows a call:
  * kernels.h compiled plain in dot_neon.c, which also picks the family at run time, and with the
  * dot-product instructions in dot_dotprod.c).
@@ -151,7 +153,8 @@ em_err em_quantize_activation(uint32_t weight_type, const float *x, void *out, u
  * elements. The caller has validated the type and `n` (a multiple of the block). Uses AVX2 kernels
  * when the CPU has AVX2+FMA+F16C, NEON kernels on AArch64 (with SDOT where the CPU reports it;
  * EMBER_CPU_ISA=neon keeps plain NEON), for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
- * MXFP4, Q2_K..Q6_K, IQ4_XS and IQ3_XXS, and integer scalar code otherwise. Activation rows must come from
+ * MXFP4, Q2_K..Q6_K, IQ4_XS and IQ3_XXS (MXFP4 with AVX-512 VNNI where the CPU has it, bitwise the
+ * scalar path), and integer scalar code otherwise. Activation rows must come from
  * em_quantize_activation (its 8-bit levels never take -128, which the SIMD sign tricks rely on).
  * Returns 0 for a type it does not know. Thread-safe; reads only its arguments. */
 float em_dot(uint32_t weight_type, const void *weight_row, const void *activation_row, uint64_t n);
@@ -167,8 +170,8 @@ em_dot_fn em_dot_kernel(uint32_t weight_type);
  * row t, n), bitwise equal. Batched work (several tokens per matrix product) calls this so the
  * weight block is unpacked once for up to four activation rows: AVX2 kernels for F32, F16, BF16,
  * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS and IQ3_XXS,
- * and for Q4_K and Q8_0 AVX-512 VNNI kernels taking up to eight rows where the CPU has them (the
- * environment variable EMBER_CPU_ISA=avx2 keeps AVX2); NEON kernels for the same types as the
+ * and for Q4_K, Q8_0, IQ3_XXS and MXFP4 AVX-512 VNNI kernels taking up to eight rows (MXFP4: four)
+ * where the CPU has them (the environment variable EMBER_CPU_ISA=avx2 keeps AVX2); NEON kernels for the same types as the
  * AVX2 ones on AArch64; TQ1_0, TQ2_0 and other CPUs loop over em_dot. Same contract as em_dot otherwise. */
 void em_dot_rows(uint32_t weight_type, const void *weight_row, const void *activation_rows,
                  uint64_t activation_stride, uint32_t n_rows, uint64_t n, float *out);
@@ -187,8 +190,8 @@ em_dot_rows_fn em_dot_rows_kernel(uint32_t weight_type);
  * activation_rows + t * activation_stride, n), bitwise equal, for i < n_weight_rows and t <
  * n_tokens. The kernels load each activation block once for up to four weight rows and keep the
  * rows' sums in independent chains, and unpack each weight block once for all the tokens: AVX-512
- * kernels for Q4_K (one to four tokens), Q8_0, Q6_K (VNNI) and BF16 (one token) where the AVX-512
- * VNNI kernels run; other types, token counts and CPUs loop over em_dot_rows' kernel or em_dot. */
+ * kernels for Q4_K (one to four tokens), Q8_0, Q6_K, MXFP4 (VNNI) and BF16 (one token) where the
+ * AVX-512 VNNI kernels run; other types, token counts and CPUs loop over em_dot_rows' kernel or em_dot. */
 void em_dot_weights(uint32_t weight_type, const void *weight_rows, uint64_t row_stride, uint32_t n_weight_rows,
                     const void *activation_rows, uint64_t activation_stride, uint32_t n_tokens, uint64_t n,
                     float *out, uint64_t out_stride);
@@ -204,7 +207,8 @@ em_dot_weights_fn em_dot_weights_kernel(uint32_t weight_type, uint32_t n_tokens)
 /* The SIMD family em_dot and em_dot_rows use on this CPU: "avx512-vnni" (AVX2 kernels, and AVX-512
  * VNNI multi-row kernels for Q4_K and Q8_0), "avx2", "neon-dotprod" (AArch64 with the dot-product
  * instructions), "neon" (AArch64 without them, or EMBER_CPU_ISA=neon), or "scalar". The NEON
- * kernels are bitwise equal to em_dot_scalar; the x86 ones equal it up to f32 summation order. */
+ * kernels are bitwise equal to em_dot_scalar, and so are the AVX-512 ones for MXFP4; the other x86
+ * ones equal it up to f32 summation order. */
 const char *em_dot_isa(void);
 
 /* ---- Token groups: one weight row against several tokens whose activations were packed once ----

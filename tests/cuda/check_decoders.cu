@@ -6,9 +6,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/internal.cuh"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/dq_unit.cuh"
 #include "quant/quant.h"
 
 /* The decoders' result for group g against the reference's 8 elements there. The float decoders
@@ -54,6 +56,69 @@ template <int TYPE> static int check_type(const char *name, uint32_t cols, uint3
     return bad;
 }
 
+/* MXFP4 on blocks no quantizer would write: rows of random bytes (every level, every exponent from
+ * 0 to 255, the subnormal scales of e = 0 and 1 included) must decode as quant's decoder does, bit
+ * for bit; that decoder equals llama.cpp's on its reference blocks (tests/test_quant.c's golden
+ * test), so the device's does too. */
+static int check_mxfp4_blocks(void) {
+    enum { BLOCKS = 4096 };
+    static uint8_t row[BLOCKS * 17];
+    static float want[BLOCKS * 32];
+    uint64_t state = 0x2545F4914F6CDD1Dull;
+    for (size_t i = 0; i < sizeof row; i++) {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        row[i] = (uint8_t)(state >> 24);
+    }
+    for (uint32_t b = 0; b < 256; b++) row[17 * b] = (uint8_t)b; /* every exponent */
+    if (em_dequantize(EM_TYPE_MXFP4, row, want, BLOCKS * 32)) return fprintf(stderr, "mxfp4: reference decoder failed\n"), 1;
+    uint32_t bad = 0;
+    for (uint32_t g = 0; g < BLOCKS * 4; g++) {
+        float v[8];
+        deq<EM_TYPE_MXFP4>::get(row, g, v);
+        for (int i = 0; i < 8; i++)
+            if (memcmp(&v[i], &want[8 * g + i], sizeof(float)) && bad++ < 5)
+                fprintf(stderr, "mxfp4 random blocks: element %u: device decoder %.9g, reference %.9g\n", 8 * g + i,
+                        v[i], want[8 * g + i]);
+    }
+    printf("mxfp4   %u random blocks, every exponent: %s\n", (unsigned)BLOCKS, bad ? "FAIL" : "PASS");
+    return bad != 0;
+}
+
+/* The DP4A kernel's MXFP4 unit (dq_unit.cuh: 64 values as 16 words of signed bytes and two block
+ * scales, loaded from a 2-byte aligned address as whole words) against quant's decoder: each level
+ * times its block's scale must be the reference value bit for bit, for rows of an odd number of
+ * units (every second row then starts 2 bytes into a word, so both of the loader's alignments are
+ * taken) of random bytes. The buffer is 4-byte aligned, as a device allocation is. */
+static int check_mxfp4_unit(void) {
+    enum { UNITS = 63, ROWS = 16, ROW_BYTES = 34 * UNITS };
+    static uint32_t words[(ROWS * ROW_BYTES + 3) / 4];
+    static float want[ROWS * UNITS * 64];
+    uint8_t *rows = (uint8_t *)words;
+    uint64_t state = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < (size_t)ROWS * ROW_BYTES; i++) {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        rows[i] = (uint8_t)(state >> 24);
+    }
+    if (em_dequantize(EM_TYPE_MXFP4, rows, want, (uint64_t)ROWS * UNITS * 64))
+        return fprintf(stderr, "mxfp4: reference decoder failed\n"), 1;
+    uint32_t bad = 0;
+    for (uint32_t r = 0; r < ROWS; r++)
+        for (uint32_t u = 0; u < UNITS; u++) {
+            dq_unit<EM_TYPE_MXFP4> unit;
+            unit.load(rows + (uint64_t)r * ROW_BYTES, u, NULL);
+            for (int i = 0; i < 64; i++) {
+                const float got = unit.d[i / 32] * (float)(int8_t)(unit.q[i / 4] >> (8 * (i % 4)));
+                const float ref = want[((uint64_t)r * UNITS + u) * 64 + i];
+                if (memcmp(&got, &ref, sizeof got) && bad++ < 5)
+                    fprintf(stderr, "mxfp4 dp4a unit: row %u unit %u value %d: %.9g, reference %.9g\n", r, u, i, got,
+                            ref);
+            }
+        }
+    printf("mxfp4   dp4a units, %u rows of %u (both alignments): %s\n", (unsigned)ROWS, (unsigned)UNITS,
+           bad ? "FAIL" : "PASS");
+    return bad != 0;
+}
+
 int main(void) {
     int failed = 0;
     failed += check_type<EM_TYPE_Q8_0>("q8_0", 1024, 16);
@@ -63,5 +128,8 @@ int main(void) {
     failed += check_type<EM_TYPE_Q2_K>("q2_k", 1024, 16);
     failed += check_type<EM_TYPE_IQ4_XS>("iq4_xs", 1024, 16);
     failed += check_type<EM_TYPE_Q6_K>("q6_k", 1024, 16);
+    failed += check_type<EM_TYPE_MXFP4>("mxfp4", 1024, 16);
+    failed += check_mxfp4_blocks();
+    failed += check_mxfp4_unit();
     return failed ? 1 : 0;
 }

@@ -7,7 +7,8 @@
  *                         the dp4a kernel, dense (dense-1b's and moe-30b-a3b's attention shapes)
  *                         and MoE experts
  *
- * Correctness: for every weight type the GEMM reads, descriptors of each kind em_cuda_matvec
+ * Correctness: for every weight type the GEMM reads (MXFP4 included: gpt-oss's experts, at its
+ * width of 2880 as well), descriptors of each kind em_cuda_matvec
  * takes (plain, Q/K/V parts, the gated unit with SwiGLU and GeGLU, MoE groups with an activation
  * index and uneven counts including empty experts, the residual add), with item counts and row
  * counts that are not multiples of the tiles and K of 768, 2048 and 8192, run with both kernels
@@ -439,8 +440,13 @@ static int check_all(void) {
         /* more row blocks than 8 per multiprocessor: the dp4a kernel's staged launch (its blocks
          * loop over row blocks and round the activations themselves, as for the output heads) */
         {"plain (head-sized: staged dp4a)", 2048, {9000}, 1, false, EM_ACT_SWIGLU, 4, false, false},
+        /* gpt-oss's width (2880: 90 blocks of 32, not of 256), its experts' gated unit and down */
+        {"moe glu swiglu (2880)", 2880, {200}, 1, true, EM_ACT_SWIGLU, 40, true, false},
+        {"moe (2880)", 2880, {136}, 1, false, EM_ACT_SWIGLU, 12, true, false},
+        {"plain (2880)", 2880, {136}, 1, false, EM_ACT_SWIGLU, 3, false, false},
     };
-    static const uint32_t types[] = {EM_TYPE_BF16, EM_TYPE_F16, EM_TYPE_Q8_0, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS};
+    static const uint32_t types[] = {EM_TYPE_BF16, EM_TYPE_F16,     EM_TYPE_Q8_0, EM_TYPE_Q4_K,
+                                     EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS, EM_TYPE_MXFP4};
     int failed = 0;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -639,6 +645,7 @@ static void bench_all(void) {
     bench_moe(EM_TYPE_BF16);
     bench_moe(EM_TYPE_Q4_K);
     bench_moe(EM_TYPE_Q8_0);
+    bench_moe(EM_TYPE_MXFP4);
     for (size_t q = 0; q < sizeof quant / sizeof quant[0]; q++)
         for (size_t s = 0; s < 4; s++) bench_dense(quant[q], &shapes[s], ms_quant, sizeof ms_quant / sizeof ms_quant[0]);
 }
@@ -652,7 +659,7 @@ static void bench_decode(void) {
         {"head 2048->128256", 2048, 128256, false},
         {"moe qkv 2048->5120", 2048, 5120, false}, {"moe o 4096->2048", 4096, 2048, false},
     };
-    static const uint32_t types[] = {EM_TYPE_BF16, EM_TYPE_Q8_0, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS};
+    static const uint32_t types[] = {EM_TYPE_BF16, EM_TYPE_Q8_0, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_IQ3_XXS, EM_TYPE_MXFP4};
     static const uint32_t items[] = {1, 2, 4, 8, 16};
     cuda_backend *b = &backend;
     backend.step.act = EM_ACT_SWIGLU;
@@ -697,7 +704,7 @@ static void bench_decode(void) {
  * bytes per second, with the automatic pick, the f32 kernel and the tensor-core kernel. */
 static void bench_moe_decode(void) {
     enum { EXPERTS = ROUTE_EXPERTS, USED = ROUTE_USED, EMBD = 2048, FF = 768, MAX_TOKENS = 16 };
-    static const uint32_t types[] = {EM_TYPE_IQ3_XXS, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_Q8_0, EM_TYPE_BF16};
+    static const uint32_t types[] = {EM_TYPE_IQ3_XXS, EM_TYPE_Q4_K, EM_TYPE_Q6_K, EM_TYPE_Q8_0, EM_TYPE_BF16, EM_TYPE_MXFP4};
     static const uint32_t token_counts[] = {1, 2, 4, 8, 16};
     cuda_backend *b = &backend;
     backend.step.act = EM_ACT_SWIGLU;

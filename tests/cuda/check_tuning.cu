@@ -155,6 +155,16 @@ static void check_choice(void) {
         {EM_TYPE_Q2_K, 2048, 2048, 512, false, 0, 0, EM_CUDA_MATVEC_WGMMA},
         {EM_TYPE_Q2_K, 768, 2048, 1, true, 128, 8, EM_CUDA_MATVEC_F32},
         {EM_TYPE_Q2_K, 768, 2048, 16, true, 128, 8, EM_CUDA_MATVEC_TC},
+        /* MXFP4 experts of gpt-oss-20b's shape (32 of 2880 x 2880, 4 a token): DP4A up to T = 16, then
+         * TC while the mean is under 16, the GEMM's tiles past it; a dense MXFP4 product as the other
+         * DP4A types without a row of their own (up to 4 tokens, then TC) */
+        {EM_TYPE_MXFP4, 2880, 2880, 1, true, 32, 4, EM_CUDA_MATVEC_DP4A},
+        {EM_TYPE_MXFP4, 2880, 2880, 16, false, 32, 4, EM_CUDA_MATVEC_DP4A},
+        {EM_TYPE_MXFP4, 2880, 2880, 64, true, 32, 4, EM_CUDA_MATVEC_TC},
+        {EM_TYPE_MXFP4, 2880, 2880, 160, true, 32, 4, EM_CUDA_MATVEC_GEMM},
+        {EM_TYPE_MXFP4, 2880, 2880, 512, true, 32, 4, EM_CUDA_MATVEC_WGMMA},
+        {EM_TYPE_MXFP4, 2880, 2880, 4, false, 0, 0, EM_CUDA_MATVEC_DP4A},
+        {EM_TYPE_MXFP4, 2880, 2880, 8, false, 0, 0, EM_CUDA_MATVEC_TC},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const em_cuda_matvec_kernel got = choice(&b, cases[i].type, cases[i].rows, cases[i].cols, cases[i].tokens,

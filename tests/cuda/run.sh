@@ -53,10 +53,11 @@ done
 for type in bf16 q8_0 q4_k mix; do check "dense-1b/L2" "$type" --preset dense-1b --layers 2; done
 # llama.cpp's file types through `ember quantize` (Q5_K, Q3_K, IQ4_XS and Q2_K tensors beside Q4_K, Q6_K
 # and IQ3_XXS), on a preset whose rows the K blocks divide.
-checkq() { # LABEL TYPE PRESET
+checkq() { # LABEL TYPE PRESET [SYNTH-ARGS...]
   local label=$1 type=$2 preset=$3
+  shift 3
   [ -n "${ONLY:-}" ] && ! [[ "$label $type" =~ $ONLY ]] && return
-  if ! "$build/ember" synth --preset "$preset" --type f32 -o "$models/f.gguf" --vocab "$vocab" >/dev/null 2>"$models/err" ||
+  if ! "$build/ember" synth --preset "$preset" "$@" --type f32 -o "$models/f.gguf" --vocab "$vocab" >/dev/null 2>"$models/err" ||
     ! "$build/ember" quantize "$models/f.gguf" "$models/q.gguf" "$type" >/dev/null 2>"$models/err"; then
     failed_to_make "$label" "$type" quantize
     return
@@ -65,6 +66,12 @@ checkq() { # LABEL TYPE PRESET
 }
 for type in Q5_K_M Q5_K_S Q4_K_S Q3_K_M IQ4_XS Q4_K_M IQ3_XXS Q2_K; do checkq small-llama "$type" small-llama; done
 checkq small-moe Q4_K_S small-qwen3moe
+# MXFP4 experts (llama.cpp's MXFP4_MOE: the expert stacks in MXFP4, the other matrices Q8_0), as
+# gpt-oss keeps them: tiny and small shapes, and two layers of moe-30b-a3b cut to 32 experts (a
+# served prefill of LONG tokens then gives each expert enough tokens for the wgmma tiles).
+checkq tiny-moe MXFP4_MOE tiny-qwen3moe
+checkq small-moe MXFP4_MOE small-qwen3moe
+checkq moe-30b/L2 MXFP4_MOE moe-30b-a3b --layers 2 --experts 32
 check "flint/L3" mix --preset flint --layers 3
 check "moe-30b/L2" mix --preset moe-30b-a3b --layers 2
 # Speculative decoding through the engine on the GPU: outputs with drafts equal those without.

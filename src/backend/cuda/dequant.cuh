@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../../quant/iq3xxs_grid.h"
 
@@ -173,6 +174,40 @@ template <> struct deq<EM_TYPE_IQ4_XS> {
         const int shift = 4 * (part >> 1);
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = dl * iq4nl_level((byte_of(q, i) >> shift) & 15);
+    }
+};
+
+/* MXFP4's 16 levels (the E2M1 code points doubled, so integers: 0, 1, 2, 3, 4, 6, 8, 12 and their
+ * negatives), as bytes of two words (no memory lookup). */
+EM_HD float mxfp4_level(uint32_t q) {
+    const uint64_t low = 0x0C08060403020100ull, high = 0xF4F8FAFCFDFEFF00ull; /* 0..12, -0..-12 */
+    return (float)(int8_t)((q < 8 ? low : high) >> (8 * (q & 7)));
+}
+
+/* An E8M0 exponent byte as MXFP4 scales by it: 2^(e - 128) (half of 2^(e - 127), which makes the
+ * doubled levels right), e < 2 a subnormal float; quant's em_e8m0_half. */
+EM_HD float e8m0_half(uint32_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (e - 1) << 23;
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(bits);
+#else
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+#endif
+}
+
+/* MXFP4: 17-byte blocks of 32: an E8M0 exponent e, then 16 bytes whose low nibbles are elements
+ * 0..15 and high nibbles 16..31. Group g is the low (g & 3 < 2) or high nibbles of 8 bytes; blocks
+ * sit at any byte offset, so bytes are loaded one by one. Value = level * 2^(e - 128). */
+template <> struct deq<EM_TYPE_MXFP4> {
+    EM_HD static void get(const uint8_t *row, uint32_t g, float v[8]) {
+        const uint8_t *b = row + 17 * (uint64_t)(g >> 2);
+        const uint8_t *q = b + 1 + 8 * (g & 1);
+        const int shift = 4 * ((g >> 1) & 1);
+        const float d = e8m0_half(b[0]);
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = d * mxfp4_level((q[i] >> shift) & 15);
     }
 };
 
@@ -469,11 +504,12 @@ template <int TYPE> struct em_type_tag {
 };
 
 /* Calls f(em_type_tag<T>()) for each weight type T the device decoders read: F16, BF16, Q8_0,
- * Q4_K, Q6_K, IQ3_XXS, Q5_K, Q3_K, IQ4_XS and Q2_K, and F32 first when WITH_F32 (the f32 kernels).
- * The last four go through the generic decoders above (deq<T>::get), for the mixed recipes of
+ * Q4_K, Q6_K, IQ3_XXS, MXFP4, Q5_K, Q3_K, IQ4_XS and Q2_K, and F32 first when WITH_F32 (the f32
+ * kernels). MXFP4 (the experts of gpt-oss and of llama.cpp's MXFP4_MOE files) and the last four go
+ * through the generic decoders above (deq<T>::get), the last four for the mixed recipes of
  * llama.cpp's file types: the f32, TC and GEMM kernels take them; DP4A, IMMA and the persistent
- * kernel read only their own lists of types. The one list of the types the kernels are built for,
- * so that every launch and every "supported" check agree. */
+ * kernel read only their own lists of types (DP4A's includes MXFP4). The one list of the types the
+ * kernels are built for, so that every launch and every "supported" check agree. */
 template <bool WITH_F32, typename F> static inline void em_cuda_each_type(F &&f) {
     if constexpr (WITH_F32) f(em_type_tag<EM_TYPE_F32>());
     f(em_type_tag<EM_TYPE_F16>());
@@ -482,6 +518,7 @@ template <bool WITH_F32, typename F> static inline void em_cuda_each_type(F &&f)
     f(em_type_tag<EM_TYPE_Q4_K>());
     f(em_type_tag<EM_TYPE_Q6_K>());
     f(em_type_tag<EM_TYPE_IQ3_XXS>());
+    f(em_type_tag<EM_TYPE_MXFP4>());
     f(em_type_tag<EM_TYPE_Q5_K>());
     f(em_type_tag<EM_TYPE_Q3_K>());
     f(em_type_tag<EM_TYPE_IQ4_XS>());

@@ -209,6 +209,88 @@ template <> struct dq_unit<EM_TYPE_IQ3_XXS> {
     }
 };
 
+/* __byte_perm and the funnel shifts, also for the host, so that tests/cuda/check_decoders.cu can
+ * hold MXFP4's unit (below) against the CPU reference on a machine without a GPU. Byte n of
+ * dq_perm is byte (s >> 4n) & 7 of y:x (a selector's fourth bit is never set here). */
+EM_HD uint32_t dq_perm(uint32_t x, uint32_t y, uint32_t s) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, s);
+#else
+    const uint64_t v = x | (uint64_t)y << 32;
+    uint32_t r = 0;
+    for (int n = 0; n < 4; n++) r |= (uint32_t)(v >> (8 * ((s >> (4 * n)) & 7)) & 0xff) << (8 * n);
+    return r;
+#endif
+}
+/* The low word of hi:lo shifted right by shift & 31 (funnel_r) or by min(shift, 32) (funnel_rc). */
+EM_HD uint32_t dq_funnel_r(uint32_t lo, uint32_t hi, uint32_t shift) {
+#ifdef __CUDA_ARCH__
+    return __funnelshift_r(lo, hi, shift);
+#else
+    return (uint32_t)((lo | (uint64_t)hi << 32) >> (shift & 31));
+#endif
+}
+EM_HD uint32_t dq_funnel_rc(uint32_t lo, uint32_t hi, uint32_t shift) {
+#ifdef __CUDA_ARCH__
+    return __funnelshift_rc(lo, hi, shift);
+#else
+    return (uint32_t)((lo | (uint64_t)hi << 32) >> (shift < 32 ? shift : 32));
+#endif
+}
+
+/* MXFP4's levels of the eight nibbles of w (byte i: low nibble element i, high nibble element
+ * i + 16 of its block), as signed bytes: those of the low nibbles in *lo, of the high ones in *hi,
+ * each in the order of w's bytes. A nibble's low three bits pick its entry among eight bytes, with
+ * two byte permutes (the non-negative levels and the negative ones); its top bit picks which of
+ * the two it takes. */
+EM_HD void dq_mxfp4_levels(uint32_t w, uint32_t *lo, uint32_t *hi) {
+    const uint32_t pos_lo = 0x03020100u, pos_hi = 0x0c080604u; /* levels 0, 1, 2, 3 | 4, 6, 8, 12 */
+    const uint32_t neg_lo = 0xfdfeff00u, neg_hi = 0xf4f8fafcu; /* -0, -1, -2, -3 | -4, -6, -8, -12 */
+    const uint32_t index = w & 0x77777777u;
+    /* selector nibble n: byte n of the non-negative (n) or the negative (n + 4) permute */
+    const uint32_t pick = 0x32103210u | ((w & 0x88888888u) >> 1);
+    /* nibbles 0-3 of w (bytes 0 and 1, low then high), then 4-7 (bytes 2 and 3) */
+    const uint32_t a = dq_perm(dq_perm(pos_lo, pos_hi, index), dq_perm(neg_lo, neg_hi, index), pick);
+    const uint32_t b = dq_perm(dq_perm(pos_lo, pos_hi, index >> 16), dq_perm(neg_lo, neg_hi, index >> 16), pick >> 16);
+    *lo = dq_perm(a, b, 0x6420);
+    *hi = dq_perm(a, b, 0x7531);
+}
+
+/* MXFP4: blocks of 32 in 17 bytes (an E8M0 exponent e, then 16 bytes: low nibbles elements 0..15,
+ * high nibbles 16..31); unit u is blocks 2u and 2u + 1, 34 bytes at 34u. Rows of whole units
+ * (DP4A's) are an even number of bytes long, so a unit starts on a 2-byte boundary: nine words
+ * from the 4-byte boundary at or before it cover it (when it is 4-byte aligned, the ninth is read
+ * as 2 bytes, the unit's last), funnel-shifted into place. Value = level * 2^(e - 128), levels
+ * twice the E2M1 values (0, 1, 2, 3, 4, 6, 8, 12 and negatives), so the block's scale is d[h]. */
+template <> struct dq_unit<EM_TYPE_MXFP4> {
+    uint32_t q[16];
+    float d[2];
+    EM_HD void load(const uint8_t *row, uint32_t u, const uint32_t *lut) {
+        (void)lut;
+        const uint8_t *p = row + 34 * (uint64_t)u;
+        const uint32_t off = (uint32_t)(uintptr_t)p & 2; /* 0 or 2: bytes of the first word before p */
+        const uint32_t *base = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+        uint32_t wd[9];
+#pragma unroll
+        for (int k = 0; k < 8; k++) wd[k] = base[k];
+        wd[8] = off ? base[8] : (uint32_t) * (const uint16_t *)(base + 8);
+        /* block 0: e at byte off of wd, nibbles at off + 1..; block 1: e at off + 17, nibbles at
+         * off + 18.. (a whole word boundary when off is 2: the clamped shift of 32 takes wd[5 + j]) */
+        const uint32_t shift0 = 8 + 8 * off, shift1 = 16 + 8 * off;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            dq_mxfp4_levels(dq_funnel_r(wd[j], wd[j + 1], shift0), &q[j], &q[4 + j]);
+            dq_mxfp4_levels(dq_funnel_rc(wd[4 + j], wd[5 + j], shift1), &q[8 + j], &q[12 + j]);
+        }
+        d[0] = e8m0_half((wd[0] >> (8 * off)) & 0xff);
+        d[1] = e8m0_half((wd[4] >> (8 + 8 * off)) & 0xff);
+    }
+    static __device__ __forceinline__ uint32_t chunk(uint32_t u, int h) { return 2 * u + h; }
+    __device__ __forceinline__ float dot(const int8_t *x, const float2 *xd, uint32_t u) const {
+        return dq_dot_pair(q, d, x, xd, u);
+    }
+};
+
 /* The rounding of a chunk of 32 activations, one definition for dq_quantize_kernel and dq_stage
  * (the same bits either way): d = max|x| / 127 and q = round(x / d), Q8_0's rounding; the chunk's
  * scales {d f, d f * sum of its q}, f the item's RMS factor with a fused norm (em_warp_rms_factor;

@@ -10,7 +10,7 @@
  *    backend's f32 cache. f16 halves the memory of the CPU layout (kv_bytes_per_token).
  *    EMBER_CUDA_KV=f32 keeps it in f32 instead (for comparisons that must exclude f16 rounding).
  *  - weights are decoded in registers. Decode products of quantized weights (Q8_0, Q4_K, Q6_K,
- *    IQ3_XXS) round the activations to 8 bits as the CPU's integer dot products do and multiply
+ *    IQ3_XXS, MXFP4) round the activations to 8 bits as the CPU's integer dot products do and multiply
  *    with __dp4a (matvec_dp4a.cu), dense Q8_0 ones of 2-16 tokens on the integer tensor cores
  *    (matvec_imma.cu); other decode products multiply with the f32 activations (matvec.cu) or,
  *    at 2-16 tokens, round both operands to f16 for the tensor cores (dense BF16 / F16 ones in
@@ -433,8 +433,8 @@ void em_cuda_trace_step(cuda_backend *b, uint32_t n_tokens, const char *how);
 void em_cuda_trace_free(cuda_backend *b);
 
 /* What each family can take, whatever the thresholds say: */
-/* DP4A: Q8_0, Q4_K, Q6_K or IQ3_XXS weights, rows of whole 64-value units, rounded activations
- * that fit b->xq (the output heads: a block's shared memory). */
+/* DP4A: Q8_0, Q4_K, Q6_K, IQ3_XXS or MXFP4 weights, rows of whole 64-value units, rounded
+ * activations that fit b->xq (the output heads: a block's shared memory). */
 bool em_cuda_dq_takes(const cuda_backend *b, const cuda_matvec *mv);
 /* Whether DP4A's launch for `mv` is staged: blocks that loop over row blocks and round their
  * items' activations themselves (more row blocks than 8 per multiprocessor: the output heads). */
@@ -444,8 +444,8 @@ bool em_cuda_imma_takes(const cuda_backend *b, const cuda_matvec *mv);
 /* TC: the types it decodes (not F32), aligned rows, dense products of up to EM_CUDA_TC_ITEMS items,
  * a split of K its scratch holds. */
 bool em_cuda_mvt_takes(const cuda_backend *b, const cuda_matvec *mv);
-/* GEMM: F16, BF16, Q8_0, Q4_K, Q6_K, IQ3_XXS with a multiple of 32 columns, aligned activations,
- * no fused norm. */
+/* GEMM: the types of dequant.cuh's em_cuda_each_type but F32, with a multiple of 32 columns,
+ * aligned activations, no fused norm. */
 bool em_cuda_gemm_takes(const cuda_backend *b, const cuda_matvec *mv);
 /* WGMMA, besides: the sm_90a code loaded, K a multiple of its step, room in b->x16. */
 bool em_cuda_wgmma_takes(const cuda_backend *b, const cuda_matvec *mv);

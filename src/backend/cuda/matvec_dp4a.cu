@@ -1,4 +1,4 @@
-/* Decode products of quantized weights (Q8_0, Q4_K, Q6_K, IQ3_XXS) on activations rounded to 8
+/* Decode products of quantized weights (Q8_0, Q4_K, Q6_K, IQ3_XXS, MXFP4) on activations rounded to 8
  * bits, with integer dot products (__dp4a: four byte products and their sum in one instruction).
  *
  * Why: the f32 kernel (matvec.cu) decodes every weight to f32 and multiplies it with an f32
@@ -18,8 +18,8 @@
  * norm code. Items read their rows of X through x_index when given (the output head's gathered
  * rows, MoE pairs).
  *
- * The products: a lane takes 64-value units of a row (a Q8_0 pair of blocks, a quarter of a K-quant
- * or IQ3_XXS super-block); `lanes` lanes (a power of two, 4-32, the fewest that cover a row's
+ * The products: a lane takes 64-value units of a row (a Q8_0 or MXFP4 pair of blocks, a quarter of
+ * a K-quant or IQ3_XXS super-block); `lanes` lanes (a power of two, 4-32, the fewest that cover a row's
  * units) share a row, so a warp takes 32 / lanes rows. It reads each unit once for up to NT = 8
  * items. Fusions as in matvec.cu: Q, K and V as parts of one grid, a gated unit's two matrices in
  * one pass, the residual add, a fused norm's producer (next_ss), MoE groups. Each item's result
@@ -284,7 +284,8 @@ static void dq_launch_nt(cuda_backend *b, const dq_args &a, dim3 grid, uint32_t 
 
 /* The weight types this kernel reads (those with a dq_unit), of em_cuda_each_type's. */
 template <int TYPE> constexpr bool dq_reads =
-    TYPE == EM_TYPE_Q8_0 || TYPE == EM_TYPE_Q4_K || TYPE == EM_TYPE_Q6_K || TYPE == EM_TYPE_IQ3_XXS;
+    TYPE == EM_TYPE_Q8_0 || TYPE == EM_TYPE_Q4_K || TYPE == EM_TYPE_Q6_K || TYPE == EM_TYPE_IQ3_XXS ||
+    TYPE == EM_TYPE_MXFP4;
 
 /* Calls f(em_type_tag<T>()) for T == type when this kernel reads T; false otherwise. */
 template <typename F> static bool dq_with_type(uint32_t type, F &&f) {
@@ -429,6 +430,7 @@ em_err em_cuda_dq_setup(cuda_backend *b) {
     dq_allow_smem<EM_TYPE_Q4_K>(optin, &most);
     dq_allow_smem<EM_TYPE_Q6_K>(optin, &most);
     dq_allow_smem<EM_TYPE_IQ3_XXS>(optin, &most);
+    dq_allow_smem<EM_TYPE_MXFP4>(optin, &most);
     b->dp4a_smem_max = most;
     return NULL;
 }

@@ -373,7 +373,10 @@ em_dot_fn em_quant_dot_x86(uint32_t weight_type) {
     case EM_TYPE_Q2_K: return dot_q2_k;
     case EM_TYPE_IQ4_NL: return dot_iq4_nl;
     case EM_TYPE_IQ4_XS: return dot_iq4_xs;
-    case EM_TYPE_MXFP4: return dot_mxfp4;
+    case EM_TYPE_MXFP4: { /* AVX-512 where the VNNI kernels run: the scalar path's bits */
+        const em_dot_fn avx512 = em_quant_dot_mxfp4_avx512();
+        return avx512 ? avx512 : dot_mxfp4;
+    }
     case EM_TYPE_Q4_1: return dot_q4_1;
     case EM_TYPE_Q5_0: return dot_q5_0;
     case EM_TYPE_Q5_1: return dot_q5_1;

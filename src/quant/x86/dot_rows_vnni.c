@@ -337,6 +337,7 @@ em_dot_rows_fn em_quant_dot_rows_vnni(uint32_t weight_type) {
     case EM_TYPE_Q4_K: return dot_rows_q4_k_vnni;
     case EM_TYPE_Q8_0: return dot_rows_q8_0_vnni;
     case EM_TYPE_IQ3_XXS: return has_vbmi() ? dot_rows_iq3_xxs_vbmi : dot_rows_iq3_xxs_vnni;
+    case EM_TYPE_MXFP4: return em_quant_dot_rows_mxfp4_avx512();
     default: return NULL;
     }
 }

@@ -450,6 +450,7 @@ em_dot_weights_fn em_quant_dot_weights_vnni(uint32_t weight_type, uint32_t n_tok
     }
     if (n_tokens > 1) return NULL;
     switch (weight_type) {
+    case EM_TYPE_MXFP4: return em_quant_dot_weights_mxfp4_avx512(n_tokens);
     case EM_TYPE_Q8_0: return dot_weights_q8_0;
     case EM_TYPE_Q6_K: return dot_weights_q6_k;
     case EM_TYPE_BF16: return dot_weights_bf16;

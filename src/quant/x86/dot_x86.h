@@ -36,6 +36,12 @@ uint64_t em_quant_group_bytes(uint32_t weight_type, uint64_t n);
 void em_quant_group_pack(uint32_t weight_type, const void *activation_rows, uint64_t stride, uint32_t n_rows,
                          uint64_t n, void *group);
 
+/* MXFP4 with AVX-512 VNNI, bitwise equal to the scalar path (dot_mxfp4_avx512.c): em_dot's, em_dot_rows'
+ * and (one token) em_dot_weights' kernels where the VNNI kernels run, or NULL. */
+em_dot_fn em_quant_dot_mxfp4_avx512(void);
+em_dot_rows_fn em_quant_dot_rows_mxfp4_avx512(void);
+em_dot_weights_fn em_quant_dot_weights_mxfp4_avx512(uint32_t n_tokens);
+
 /* The SIMD em_f32_add_weighted_rows for this CPU (AVX-512F where the VNNI kernels run, else AVX2),
  * or NULL. See rows_f32.c. */
 em_weighted_rows_fn em_quant_weighted_rows_x86(void);
