@@ -71,6 +71,21 @@ static bool give_up(job *j, bool now) {
     return peer_gone(j->fd);
 }
 
+/* The watch of the request's grammar work: it stops when the client hangs up or the server stops. */
+static bool grammar_work_stops(void *self) { return give_up(self, false); }
+
+/* Makes the request's grammar (structured.c) on this connection's thread, through the server's
+ * cache. False with `err` set, or with *gone when the client went away meanwhile. */
+static bool make_grammar(job *j, em_server_error *err, bool *gone) {
+    em_server *s = j->server;
+    em_grammar_watch watch;
+    em_grammar_watch_init(&watch, s->grammar_seconds, grammar_work_stops, j);
+    const em_server_grammar_maker maker = {.cache = s->grammars, .watch = &watch};
+    if (em_server_make_grammar(&j->req, &maker, s->engine.tool_format, s->engine.reasons, j->in_thinking, err)) return true;
+    *gone = !atomic_load(&s->stopping) && peer_gone(j->fd);
+    return false;
+}
+
 static void job_free(job *j) {
     if (!j) return;
     for (size_t i = 0; i < j->n_choices; i++) {
@@ -522,13 +537,12 @@ struct MHD_Response *em_server_generate_with(em_server *server, em_server_reques
     j->fmt = (em_server_format){.id = j->id, .created = (int64_t)time(NULL), .model = server->engine.model_id,
                                 .engine = &server->engine};
 
-    if (!tokenize_prompts(j, &err) ||
-        !em_server_answer_grammar(&j->req, server->engine.tool_format, server->engine.reasons, j->in_thinking, &err) ||
-        !submit_all(j, &err) || !start_readers(j, &err)) {
+    bool gone = false;
+    if (!tokenize_prompts(j, &err) || !make_grammar(j, &err, &gone) || !submit_all(j, &err) || !start_readers(j, &err)) {
         em_server_api api = j->req.api;
         job_free(j);
         *status = err.status;
-        return em_server_error_response(api, &err);
+        return gone ? NULL : em_server_error_response(api, &err); /* nobody to answer: the connection closes */
     }
     if (!j->req.stream) {
         struct MHD_Response *response = run_blocking(j, status);
