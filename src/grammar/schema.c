@@ -446,7 +446,7 @@ static bool write_object(em_schema_writer *w, json_t *schema, FILE *f) {
     }
     /* Each member's value as a rule, in the schema's order. */
     size_t n = properties ? json_object_size(properties) : 0;
-    if (w->next_rule + 6 * n > EM_GRAMMAR_MAX_RULES) { /* a property costs four rules and one or two of the trie */
+    if (w->next_rule + w->trie_rules + 6 * n > EM_GRAMMAR_MAX_RULES) { /* a property costs four rules and one or two of the trie */
         json_decref(required_set);
         return em_schema_fail(w, EM_ERR_INVALID, "an object of %zu properties needs more than %d rules (the limit)", n,
                               EM_GRAMMAR_MAX_RULES);
@@ -707,7 +707,7 @@ static bool visit(em_schema_writer *w, json_t *schema, FILE *f) {
     if (!em_schema_spend(w)) return false;
     if (w->depth >= EM_SCHEMA_MAX_DEPTH)
         return em_schema_fail(w, EM_ERR_INVALID, "schemas nested deeper than %d levels (the limit)", EM_SCHEMA_MAX_DEPTH);
-    if (w->next_rule > EM_GRAMMAR_MAX_RULES) /* the compiler would refuse it: stop converting now */
+    if (w->next_rule + w->trie_rules > EM_GRAMMAR_MAX_RULES) /* the compiler would refuse it: stop converting now */
         return em_schema_fail(w, EM_ERR_INVALID, "more than %d rules (the limit)", EM_GRAMMAR_MAX_RULES);
     w->depth++;
     bool ok;

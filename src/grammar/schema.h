@@ -18,6 +18,7 @@ typedef struct em_schema_writer {
     json_t *ref_rules; /* "$ref" string → the rule name made for it (recursion ends there) */
     json_t *ref_queue; /* the "$ref" strings whose rules are still to write, in order */
     unsigned next_rule;
+    size_t trie_rules; /* rules the tries of choices wrote (choice.c), counted with next_rule against the limit */
     unsigned depth; /* schemas open around the one being converted (EM_SCHEMA_MAX_DEPTH) */
     unsigned written; /* EM_SCHEMA_*_RULE: shared rules already written */
     char path[512]; /* JSON pointer of the schema being converted, for errors */
