@@ -299,10 +299,20 @@ static void usage_of(const job *j, em_server_usage *u) {
     }
 }
 
-/* An engine finish that is not a normal end of generation, as an HTTP error. */
-static bool finish_error(const em_server_choice *c, const char *message, em_server_error *err) {
+/* An engine finish that is not a normal end of generation, as an HTTP error. A grammar that turns
+ * out too ambiguous to follow partway through the answer is the request's fault, as it would have
+ * been had it shown at the start: a 400 naming the grammar's field (in a stream, the error event
+ * after the text the grammar took so far). */
+static bool finish_error(const job *j, const em_server_choice *c, const ember_output *out, em_server_error *err) {
+    if (c->finish == EMBER_FINISH_ERROR && out->invalid_request) {
+        const char *param = j->req.grammar_param ? j->req.grammar_param : "grammar";
+        em_server_error_set(err, 400, NULL, "grammar_too_ambiguous", param,
+                            "'%s': the answer could not go on inside the grammar after %zu bytes: %s", param, c->text.len,
+                            out->error ? out->error : "too ambiguous");
+        return true;
+    }
     if (c->finish == EMBER_FINISH_ERROR) {
-        em_server_error_set(err, 500, NULL, NULL, NULL, "the engine failed: %s", message ? message : "unknown error");
+        em_server_error_set(err, 500, NULL, NULL, NULL, "the engine failed: %s", out->error ? out->error : "unknown error");
         return true;
     }
     if (c->finish == EMBER_FINISH_CANCELLED) {
@@ -332,7 +342,7 @@ static struct MHD_Response *run_blocking(job *j, int *status) {
                 em_server_error_set(&err, 500, NULL, NULL, NULL, "out of memory");
                 goto fail;
             }
-            if (finish_error(c, out.error, &err)) goto fail;
+            if (finish_error(j, c, &out, &err)) goto fail;
         }
         b->timings(j->handles[i], &c->timings);
         clamp_top(j, c->tokens, c->n_tokens);
@@ -444,7 +454,7 @@ static bool stream_output(job *j, size_t i, const ember_output *out) {
     if (!em_server_choice_add(c, out, false)) return false;
     if (c->finish != EMBER_FINISH_NONE) b->timings(j->handles[i], &c->timings);
     em_server_error err = {0};
-    if (finish_error(c, out->error, &err)) {
+    if (finish_error(j, c, out, &err)) {
         j->done = true;
         return j->writer ? j->writer->stream_error(j->writer_self, &j->pending, &j->fmt, &err)
                          : em_server_stream_error(&j->pending, j->req.api, &err);
