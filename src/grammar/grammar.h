@@ -36,6 +36,11 @@
  * only when the grammar is complete (the empty stack is in the state); tokens without bytes
  * (control tokens) never are.
  *
+ * Grammars come from requests: compiling one is bounded (limits on nesting, rules and elements)
+ * and watched (em_grammar_watch: its caller may stop it, and work past a CPU-time bound is refused),
+ * and a server keeps compiled grammars by their text (em_grammar_cache, compiled.c) so that the
+ * grammars requests repeat are compiled once.
+ *
  * Ownership and threads: an em_grammar is immutable once compiled (any thread may read it, many
  * states may share it; it must outlive them). An em_grammar_vocab is immutable too and belongs to
  * whoever built it (the engine: one per model). An em_grammar_state belongs to one request and is
