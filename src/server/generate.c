@@ -219,7 +219,7 @@ static bool submit_all(job *j, em_server_error *err) {
         params.speculative = j->req.speculative;
         params.n_stop = j->req.n_stop;
         params.grammar = j->req.grammar;
-        params.compiled_grammar = j->req.compiled_grammar; /* compiled once, while the request was read */
+        params.compiled_grammar = j->req.compiled_grammar; /* made once, before submission (make_grammar) */
         params.grammar_triggers = j->req.grammar_triggers;
         for (params.n_grammar_triggers = 0; j->req.grammar_triggers && j->req.grammar_triggers[params.n_grammar_triggers];)
             params.n_grammar_triggers++;

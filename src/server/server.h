@@ -11,7 +11,8 @@
  *      They are pure functions of their inputs (ids and times are arguments), so tests compare
  *      bytes.
  *   3. HTTP (http.c): libmicrohttpd with one thread per connection. A connection thread parses,
- *      submits to the engine and then waits on its own request (blocking with a timeout, polling
+ *      makes the request's grammar (structured.c: through the server's cache of compiled grammars,
+ *      stopped by a hang-up or the server stopping), submits to the engine and then waits on its own request (blocking with a timeout, polling
  *      its socket for a hang-up in between): a client that goes away cancels its request. HTTP
  *      threads never touch model state; the engine runs on its own thread. guard.c bounds how long
  *      and how many connections may take to send a request (libmicrohttpd cannot).
@@ -23,8 +24,9 @@
  *
  * Ownership: em_server_request owns every string and array it holds (em_server_request_clear
  * frees them). Formatters return malloc'd text or new jansson references the caller frees. An
- * em_server owns its MHD daemon, its metrics, its stored responses (the Responses API's `store`)
- * and its connections' state; it borrows the engine, which must outlive it.
+ * em_server owns its MHD daemon, its metrics, its stored responses (the Responses API's `store`),
+ * its cache of compiled grammars and its connections' state; it borrows the engine, which must
+ * outlive it.
  *
  * Depends on base, include/ember.h, grammar, jansson and libmicrohttpd; model.c also reads the GGUF's
  * metadata (gguf, quantize's type names) and digests it (libcrypto) for what it tells of the model.
