@@ -1,6 +1,7 @@
 /* libFuzzer target: the server's request parsers (OpenAI chat and completions, Anthropic, the
- * Responses API with a store holding one response, Ollama's chat and generate). The first byte
- * picks the endpoint; the rest is the body. Every input must give either a request or a 4xx/5xx error with a message, and a parsed
+ * Responses API with a store holding one response, Ollama's chat and generate), and the making of
+ * a parsed request's grammar. The first byte picks the endpoint and the tool-call format; the rest
+ * is the body. Every input must give either a request or a 4xx/5xx error with a message, and a parsed
  * request must format (error bodies, chat-prompt splitting) without touching memory it does not own. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -54,6 +55,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 4: ok = em_responses_parse(body, len, store, &req, &err); break;
     case 5: ok = em_ollama_parse(true, body, len, &engine, &req, &err); break;
     default: ok = em_ollama_parse(false, body, len, &engine, &req, &err); break;
+    }
+    if (ok && req.api != EM_API_OPENAI_COMPLETIONS) {
+        /* The request's grammar, made as generate.c makes it (a model that reasons when the first
+         * byte's high bit is set), through a cache that the inputs share, under a CPU-time bound. */
+        static em_grammar_cache *grammars;
+        if (!grammars && em_grammar_cache_new(64, 64 << 20, &grammars)) abort();
+        em_grammar_watch watch;
+        em_grammar_watch_init(&watch, 1.0, NULL, NULL);
+        const em_server_grammar_maker maker = {.cache = grammars, .watch = &watch};
+        ok = em_server_make_grammar(&req, &maker, (em_tool_format)(data[0] / 7 % 5), data[0] & 0x80, false, &err);
     }
     if (!ok) {
         if (err.status < 400 || err.status > 599 || !err.message[0]) abort();

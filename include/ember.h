@@ -291,6 +291,11 @@ struct ember_output {
     ember_finish_reason finish; /* != NONE on the last output */
     const char *stop_string;    /* the stop string that ended generation, if one did */
     const char *error;          /* message when finish == EMBER_FINISH_ERROR */
+    /* With EMBER_FINISH_ERROR: the request itself could not be followed, not the engine failing
+     * (its grammar turned out too ambiguous to follow at this point of the output: more parses
+     * at once than the grammar module allows). The output so far is a prefix the grammar takes;
+     * the same request fails the same way again, so a server answers it as the client's error. */
+    bool invalid_request;
 };
 
 /* Waits up to timeout_ms (-1 = forever) for new output. Returns true with `out` filled when there

@@ -2,7 +2,9 @@
  * reply ("Hello, world!", 400 letters at 20 ms a token when the prompt contains "slow", reasoning and
  * a tool call when it contains "think-and-call"; gpt-oss's harmony answers, as the model writes
  * them, when it contains "harmony": a call after reasoning for "harmony-call" until a tool result
- * is in the conversation, else reasoning and a final answer), stop
+ * is in the conversation, else reasoning and a final answer; "Hel" and then a grammar too
+ * ambiguous to follow, as the real engine reports it, when it contains "ambiguous" and a grammar
+ * is given), stop
  * strings and max_tokens applied as the engine would, and counters of submitted, cancelled and
  * released requests so tests can check that nothing leaks and disconnects cancel. */
 #ifndef EMBER_TEST_SERVER_FAKE_H
@@ -48,6 +50,7 @@ typedef struct fake_request {
     char text[2];
     ember_sampling sampling;
     int max_tokens;
+    bool grammar_gives_up; /* ends with the real engine's error for a grammar too ambiguous to follow */
 } fake_request;
 
 static atomic_int fake_submitted, fake_released, fake_cancelled;
@@ -55,6 +58,7 @@ static ember_sampling fake_last_sampling;
 static int fake_last_max_tokens;
 static bool fake_last_ignore_eos;
 static int fake_last_speculative; /* the ember_spec of the last request */
+static const ember_grammar *fake_last_grammar; /* the compiled grammar the last request was given */
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static char fake_token_bytes_table[256];
 
@@ -123,11 +127,14 @@ static em_err fake_submit(void *self, const ember_request_params *p, void **out)
         const bool call = contains(p->prompt_ids, p->n_prompt_ids, "harmony-call") &&
                           !contains(p->prompt_ids, p->n_prompt_ids, "\ntool:");
         strcpy(r->reply, call ? FAKE_HARMONY_CALL : FAKE_HARMONY_ANSWER);
+    } else if (contains(p->prompt_ids, p->n_prompt_ids, "ambiguous") && p->compiled_grammar) {
+        strcpy(r->reply, "Hel");
+        r->grammar_gives_up = true;
     } else {
         strcpy(r->reply, FAKE_REPLY);
     }
     r->len = strlen(r->reply);
-    r->finish = EMBER_FINISH_STOP;
+    r->finish = r->grammar_gives_up ? EMBER_FINISH_ERROR : EMBER_FINISH_STOP;
     /* the first stop string in the reply cuts it; then max_tokens */
     size_t cut = r->len;
     for (size_t s = 0; s < p->n_stop; s++) {
@@ -153,10 +160,17 @@ static em_err fake_submit(void *self, const ember_request_params *p, void **out)
     fake_last_max_tokens = p->max_tokens;
     fake_last_ignore_eos = p->ignore_eos;
     fake_last_speculative = p->speculative;
+    fake_last_grammar = p->compiled_grammar;
     pthread_mutex_unlock(&fake_lock);
     atomic_fetch_add(&fake_submitted, 1);
     *out = r;
     return NULL;
+}
+
+static void fake_error_of(const fake_request *r, ember_output *out) {
+    if (!r->grammar_gives_up) return;
+    out->error = "grammar: the grammar is too ambiguous to follow (more than 256 parse stacks at once)";
+    out->invalid_request = true;
 }
 
 static bool fake_next(void *request, ember_output *out, int timeout_ms) {
@@ -169,6 +183,7 @@ static bool fake_next(void *request, ember_output *out, int timeout_ms) {
     if (r->finished_sent) {
         out->finish = r->finish;
         out->stop_string = r->stop_string;
+        fake_error_of(r, out);
         return true;
     }
     if (r->delay_ms) {
@@ -195,6 +210,7 @@ static bool fake_next(void *request, ember_output *out, int timeout_ms) {
         r->finished_sent = true;
         out->finish = r->finish;
         out->stop_string = r->stop_string;
+        fake_error_of(r, out);
     }
     return true;
 }

@@ -140,6 +140,7 @@ static void collect(ember_request *r, result *res) {
     res->finish = out.finish;
     if (out.stop_string) snprintf(res->stop_string, sizeof res->stop_string, "%s", out.stop_string);
     if (out.finish == EMBER_FINISH_ERROR) fail_msg("request failed: %s", out.error);
+    assert_false(out.invalid_request);
     ember_request_release(r);
 }
 
@@ -431,7 +432,8 @@ static void test_control_token_marker(void **state) {
     ember_engine_destroy(e);
 }
 
-/* A grammar too ambiguous to follow fails its own request, with the reason; a neighbour in the
+/* A grammar too ambiguous to follow fails its own request, with the reason, as the request's fault
+ * (invalid_request: a server answers it as the client's error, not its own); a neighbour in the
  * same steps finishes as it would alone. */
 static void test_ambiguous_grammar_fails_alone(void **state) {
     (void)state;
@@ -448,6 +450,7 @@ static void test_ambiguous_grammar_fails_alone(void **state) {
     while (out.finish == EMBER_FINISH_NONE);
     assert_int_equal(out.finish, EMBER_FINISH_ERROR);
     assert_non_null(strstr(out.error, "too ambiguous"));
+    assert_true(out.invalid_request);
     ember_request_release(rb);
     collect(rp, &beside);
     assert_int_equal(alone.n, beside.n);

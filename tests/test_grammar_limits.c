@@ -332,6 +332,13 @@ static void test_wide_objects(void **state) {
     assert_true(em_buf_printf(&b, "}}"));
     expect_refused(b.data, true, "an object of 100000 properties needs more than 262144 rules (the limit)");
     em_buf_free(&b);
+    /* 30,000 properties whose names share long prefixes: the rules of their tries count too, so
+     * the converter refuses it rather than write tens of megabytes of GBNF for the compiler to refuse. */
+    assert_true(em_buf_printf(&b, "{\"type\":\"object\",\"properties\":{"));
+    for (int i = 0; i < 30000; i++) assert_true(em_buf_printf(&b, "%s\"property_%d\":{\"type\":\"string\"}", i ? "," : "", i));
+    assert_true(em_buf_printf(&b, "}}"));
+    expect_refused(b.data, true, "json schema at '/': more than 262144 rules (the limit)");
+    em_buf_free(&b);
 }
 
 static void test_wide_any_of(void **state) {

@@ -103,8 +103,11 @@ static void check_bad(const bad_case *c, bool (*parse)(const char *, size_t, em_
         fail_msg("%s\n  got %d param '%s' message '%s'", c->body, err.status, err.param, err.message);
 }
 
-static bool parse_chat_1000(const char *b, size_t n, em_server_request *r, em_server_error *e) {
-    return em_openai_parse_chat(b, n, 1000, r, e);
+/* Parsing, then making the grammar as a request to a model without reasoning would: a grammar's
+ * errors are found there. */
+static bool parse_chat_made(const char *b, size_t n, em_server_request *r, em_server_error *e) {
+    const em_server_grammar_maker unshared = {0};
+    return em_openai_parse_chat(b, n, 1000, r, e) && em_server_make_grammar(r, &unshared, EM_TOOL_FORMAT_JSON, false, false, e);
 }
 static bool parse_completions_1000(const char *b, size_t n, em_server_request *r, em_server_error *e) {
     return em_openai_parse_completions(b, n, 1000, r, e);
@@ -163,7 +166,7 @@ static void test_parse_chat_errors(void **state) {
         {"{\"model\":\"m\"," HI ",\"grammar\":\"root ::= \\\"a\\\"\",\"response_format\":{\"type\":\"json_object\"}}", 400,
          "grammar", "exclude each other"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_bad(&cases[i], parse_chat_1000);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_bad(&cases[i], parse_chat_made);
 }
 
 static void test_parse_completions(void **state) {
@@ -484,7 +487,8 @@ static void test_metrics_text(void **state) {
     em_server_metrics_count(&m, EM_EP_MESSAGES, 401);
     ember_stats stats;
     fake_stats(NULL, &stats);
-    char *text = em_server_metrics_text(&m, &stats);
+    const em_grammar_cache_stats grammars = {.compiled = 3, .reused = 5, .stopped = 1, .entries = 2, .bytes = 4096};
+    char *text = em_server_metrics_text(&m, &stats, &grammars);
     assert_string_equal(text,
                         "# HELP ember_http_requests_total HTTP requests by endpoint and status.\n"
                         "# TYPE ember_http_requests_total counter\n"
@@ -504,6 +508,16 @@ static void test_metrics_text(void **state) {
                         "# HELP ember_kv_blocks_used KV cache blocks in use (running or cached).\n# TYPE ember_kv_blocks_used gauge\nember_kv_blocks_used 10\n"
                         "# HELP ember_kv_blocks_free KV cache blocks free.\n# TYPE ember_kv_blocks_free gauge\nember_kv_blocks_free 54\n"
                         "# HELP ember_kv_blocks_cached KV cache blocks held only by the prefix cache.\n# TYPE ember_kv_blocks_cached gauge\nember_kv_blocks_cached 4\n"
+                        "# HELP ember_grammar_compiles_total Request grammars and schemas compiled (refusals included); the rest came from the cache.\n"
+                        "# TYPE ember_grammar_compiles_total counter\nember_grammar_compiles_total 3\n"
+                        "# HELP ember_grammar_cache_hits_total Request grammars and schemas found compiled.\n"
+                        "# TYPE ember_grammar_cache_hits_total counter\nember_grammar_cache_hits_total 5\n"
+                        "# HELP ember_grammar_compiles_stopped_total Grammar compilations stopped because their client hung up or the server stopped.\n"
+                        "# TYPE ember_grammar_compiles_stopped_total counter\nember_grammar_compiles_stopped_total 1\n"
+                        "# HELP ember_grammar_cache_entries Compiled grammars and schemas kept.\n"
+                        "# TYPE ember_grammar_cache_entries gauge\nember_grammar_cache_entries 2\n"
+                        "# HELP ember_grammar_cache_bytes Memory of the compiled grammars and schemas kept.\n"
+                        "# TYPE ember_grammar_cache_bytes gauge\nember_grammar_cache_bytes 4096\n"
                         "# HELP ember_step_seconds Time of one engine step.\n# TYPE ember_step_seconds histogram\n"
                         "ember_step_seconds_bucket{le=\"0.001\"} 5\nember_step_seconds_bucket{le=\"0.002\"} 5\n"
                         "ember_step_seconds_bucket{le=\"0.005\"} 5\nember_step_seconds_bucket{le=\"0.01\"} 7\n"

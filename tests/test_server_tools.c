@@ -128,11 +128,12 @@ static void test_reasoning_grammars(void **state) {
     (void)state;
     em_server_request req;
     em_server_error err = {0};
+    const em_server_grammar_maker unshared = {0};
     const char *call = "<tool_call>\n{\"name\":\"get_time\",\"arguments\":{}}\n</tool_call>";
     char text[512];
     parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" CLOCK
                "],\"tool_choice\":\"required\"}", &req);
-    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HERMES, true, false, &err));
+    assert_true(em_server_answer_grammar(&req, &unshared, EM_TOOL_FORMAT_HERMES, true, false, &err));
     assert_true(grammar_takes(&req, call));
     snprintf(text, sizeof text, "<think>\nA </thin <</thinkk, <tool_call> even.\n</think>\n\n%s", call);
     assert_true(grammar_takes(&req, text));
@@ -142,14 +143,14 @@ static void test_reasoning_grammars(void **state) {
 
     parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" CLOCK
                "],\"tool_choice\":\"required\"}", &req);
-    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HERMES, true, true, &err)); /* the prompt opened <think> */
+    assert_true(em_server_answer_grammar(&req, &unshared, EM_TOOL_FORMAT_HERMES, true, true, &err)); /* the prompt opened <think> */
     snprintf(text, sizeof text, "so </think>%s", call);
     assert_true(grammar_takes(&req, text));
     assert_false(grammar_takes(&req, call));
     em_server_request_clear(&req);
 
     parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" CLOCK "]}", &req);
-    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HERMES, true, false, &err));
+    assert_true(em_server_answer_grammar(&req, &unshared, EM_TOOL_FORMAT_HERMES, true, false, &err));
     assert_null(req.grammar_triggers);
     assert_true(grammar_takes(&req, "<think>maybe <tool_call> x</think>Just text."));
     assert_true(grammar_takes(&req, "Just text <tool_ca"));
@@ -161,12 +162,12 @@ static void test_reasoning_grammars(void **state) {
     /* response_format after thinking; a raw grammar stays as the client wrote it */
     parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":"
                "{\"type\":\"json_object\"}}", &req);
-    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_JSON, true, false, &err));
+    assert_true(em_server_answer_grammar(&req, &unshared, EM_TOOL_FORMAT_JSON, true, false, &err));
     assert_true(grammar_takes(&req, "<think>{no}</think>\n{\"a\": 1}"));
     assert_true(grammar_takes(&req, "{\"a\": 1}"));
     em_server_request_clear(&req);
     parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"grammar\":\"root ::= \\\"yes\\\"\"}", &req);
-    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_JSON, true, false, &err));
+    assert_true(em_server_answer_grammar(&req, &unshared, EM_TOOL_FORMAT_JSON, true, false, &err));
     assert_true(grammar_takes(&req, "yes"));
     assert_false(grammar_takes(&req, "<think>x</think>yes"));
     em_server_request_clear(&req);
@@ -409,10 +410,11 @@ static void test_harmony_grammars(void **state) {
     (void)state;
     em_server_request req;
     em_server_error err = {0};
+    const em_server_grammar_maker unshared = {0};
     const char *required = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" WEATHER
                            "," CLOCK "],\"tool_choice\":\"required\"}";
     parse_chat(required, &req);
-    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HARMONY, false, false, &err));
+    assert_true(em_server_answer_grammar(&req, &unshared, EM_TOOL_FORMAT_HARMONY, false, false, &err));
     assert_null(req.grammar_triggers);
     assert_true(grammar_takes(&req, H_CALL("get_weather") "{\"city\":\"Oslo\",\"days\":3}"));
     assert_true(grammar_takes(&req, " to=functions.get_time<|channel|>commentary json<|message|>{}"));
@@ -426,14 +428,14 @@ static void test_harmony_grammars(void **state) {
     parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" WEATHER "," CLOCK
                "],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}}",
                &req);
-    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HARMONY, false, false, &err));
+    assert_true(em_server_answer_grammar(&req, &unshared, EM_TOOL_FORMAT_HARMONY, false, false, &err));
     assert_true(grammar_takes(&req, H_CALL("get_time") "{}"));
     assert_false(grammar_takes(&req, H_CALL("get_weather") "{\"city\":\"Oslo\",\"days\":3}"));
     em_server_request_clear(&req);
 
     /* auto: free until the recipient, then the call */
     parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" WEATHER "]}", &req);
-    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HARMONY, false, false, &err));
+    assert_true(em_server_answer_grammar(&req, &unshared, EM_TOOL_FORMAT_HARMONY, false, false, &err));
     assert_string_equal(req.grammar_triggers[0], "to=functions.");
     assert_null(req.grammar_triggers[1]);
     assert_true(grammar_takes(&req, "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"x\",\"days\":1}"));
@@ -444,7 +446,7 @@ static void test_harmony_grammars(void **state) {
     /* response_format: the final message's body, after an optional analysis */
     parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":"
                "{\"type\":\"json_object\"}}", &req);
-    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HARMONY, false, false, &err));
+    assert_true(em_server_answer_grammar(&req, &unshared, EM_TOOL_FORMAT_HARMONY, false, false, &err));
     assert_true(grammar_takes(&req, "<|channel|>final<|message|>{\"a\": 1}"));
     assert_true(grammar_takes(&req, H_ANALYSIS "JSON it is." H_NEXT "<|channel|>final<|message|>{\"a\": 1}"));
     assert_false(grammar_takes(&req, "{\"a\": 1}"));
@@ -453,11 +455,11 @@ static void test_harmony_grammars(void **state) {
     /* a forced call with a response format is refused; a raw grammar stays as written */
     parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" WEATHER
                "],\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}", &req);
-    assert_false(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HARMONY, false, false, &err));
+    assert_false(em_server_answer_grammar(&req, &unshared, EM_TOOL_FORMAT_HARMONY, false, false, &err));
     assert_int_equal(err.status, 400);
     em_server_request_clear(&req);
     parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"grammar\":\"root ::= \\\"yes\\\"\"}", &req);
-    assert_true(em_server_answer_grammar(&req, EM_TOOL_FORMAT_HARMONY, false, false, &err));
+    assert_true(em_server_answer_grammar(&req, &unshared, EM_TOOL_FORMAT_HARMONY, false, false, &err));
     assert_true(grammar_takes(&req, "yes"));
     em_server_request_clear(&req);
 }

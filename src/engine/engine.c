@@ -188,6 +188,7 @@ bool ember_request_next(ember_request *r, ember_output *out, int timeout_ms) {
                            ? r->stop_strings[r->stop_index]
                            : NULL;
     out->error = r->error;
+    out->invalid_request = r->finish == EMBER_FINISH_ERROR && r->grammar_too_ambiguous && !r->output_lost;
     pthread_mutex_unlock(&r->lock);
     return true;
 }

@@ -378,6 +378,10 @@ struct ember_request {
     uint32_t *grammar_mask;
     uint32_t grammar_allowed;
     char *grammar_error; /* why its grammar failed (the request then ends with an error) */
+    /* The grammar failed for being too ambiguous to follow here: the request's own fault
+     * (ember_output.invalid_request), not the engine's. Written by the engine thread before the
+     * finish is published. */
+    bool grammar_too_ambiguous;
     /* A lazy grammar (ember_request_params.grammar_triggers): inactive until the output contains a
      * trigger; trigger_window keeps the output's last trigger_len - 1 bytes until then (trigger_len:
      * the longest trigger's). */

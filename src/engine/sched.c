@@ -372,6 +372,7 @@ static void accept_token(ember_engine *e, ember_request *r, int32_t token, float
             /* A mask made from position tables does not step the state through every allowed
              * token, so a grammar too ambiguous to follow can show here first. */
             const char *why = em_grammar_failure(r->grammar_state);
+            r->grammar_too_ambiguous = em_grammar_too_ambiguous(r->grammar_state);
             finish_request(e, r, EMBER_FINISH_ERROR, -1,
                            why ? why : "internal: a token outside the grammar's mask was picked");
             return;
@@ -801,6 +802,7 @@ static bool compute_grammar_masks(ember_engine *e, uint32_t rows, bool *constrai
         }
         if (err) { /* this request's grammar failed (too ambiguous, out of memory): it alone ends */
             r->grammar_allowed = 0;
+            r->grammar_too_ambiguous = em_grammar_too_ambiguous(r->grammar_state);
             free(r->grammar_error);
             r->grammar_error = strdup(em_err_message(err));
             em_err_free(err);

@@ -173,6 +173,13 @@ bool em_schema_choice_write(em_schema_choice *c, em_schema_writer *w, uint32_t v
     snprintf(name, 64, "%sn%u", c->prefix, root->rule);
     bool ok = true;
     for (size_t t = 0; ok && t < n_todo; t++) { /* the to-do list grows while it is worked through */
+        /* The tries of an object's members share nodes between versions, but not every rule: many
+         * properties with long common prefixes cost more rules than properties. */
+        if (!em_schema_spend(w) || (++w->trie_rules + w->next_rule > EM_GRAMMAR_MAX_RULES &&
+                                    !em_schema_fail(w, EM_ERR_INVALID, "more than %d rules (the limit)", EM_GRAMMAR_MAX_RULES))) {
+            free(todo);
+            return false;
+        }
         const uint32_t id = todo[t];
         fprintf(w->out, "%sn%u ::=", c->prefix, c->nodes[id].rule);
         for (uint32_t e = 0; ok && e < c->nodes[id].n_edges; e++) {

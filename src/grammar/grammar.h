@@ -36,6 +36,11 @@
  * only when the grammar is complete (the empty stack is in the state); tokens without bytes
  * (control tokens) never are.
  *
+ * Grammars come from requests: compiling one is bounded (limits on nesting, rules and elements)
+ * and watched (em_grammar_watch: its caller may stop it, and work past a CPU-time bound is refused),
+ * and a server keeps compiled grammars by their text (em_grammar_cache, compiled.c) so that the
+ * grammars requests repeat are compiled once.
+ *
  * Ownership and threads: an em_grammar is immutable once compiled (any thread may read it, many
  * states may share it; it must outlive them). An em_grammar_vocab is immutable too and belongs to
  * whoever built it (the engine: one per model). An em_grammar_state belongs to one request and is
@@ -85,11 +90,60 @@ void em_grammar_free(em_grammar *grammar);
  * rather than the engine's at submission. */
 em_err em_grammar_compile_checked(const char *gbnf, size_t len, em_grammar **out);
 
+/* ---- Compiling what requests send ----
+ * A grammar or schema from a request may be as large as the request, so its compilation is
+ * watched: every few thousand units of work (rules, elements, schema nodes) the compiling thread
+ * asks whether to go on. Work past the watch's CPU time is refused (EM_ERR_RANGE, naming the
+ * limit: a client's error, as a grammar too large is); work whose `stop` says so ends at once
+ * (EM_ERR_IO: its caller went away, a client that hung up or a server that stops). */
+typedef struct em_grammar_watch {
+    double cpu_seconds;  /* the CPU time allowed (for the message); 0: no limit */
+    double cpu_deadline; /* on the compiling thread's CPU clock (em_grammar_thread_seconds) */
+    bool (*stop)(void *self); /* NULL: never */
+    void *self;
+} em_grammar_watch;
+/* A watch that allows cpu_seconds (0: no limit) of the calling thread's CPU time from now. */
+void em_grammar_watch_init(em_grammar_watch *watch, double cpu_seconds, bool (*stop)(void *self), void *self);
+/* The calling thread's CPU time in seconds. */
+double em_grammar_thread_seconds(void);
+
 /* A JSON Schema (text) → GBNF text (malloc'd, NUL-terminated). Supported keywords and the regex
  * subset of `pattern` are listed in schema.c; any other keyword is an EM_ERR_UNSUPPORTED naming
  * it and where it is (a JSON pointer), never ignored. `schema` NULL means "any JSON object"
  * (OpenAI's json_object mode). */
 em_err em_grammar_from_json_schema(const char *schema, size_t len, char **gbnf);
+
+/* ---- Compiled grammars shared by content ----
+ * Requests repeat their grammars (an agent sends the same tools with every turn), so compiled
+ * grammars are kept by the text they came from: a GBNF text → its compiled grammar (checked as
+ * em_grammar_compile_checked does), a JSON schema's text → its GBNF. Both are byte-level, so no
+ * vocabulary is part of the key (the masks, which depend on one, are em_grammar_masks'). A text
+ * is compiled once however many requests send it, at once or one after another: a thread asking
+ * for a text another is compiling waits for it (watching its own `stop`), and compiles it itself
+ * if that one gives up. Refusals are kept too (a grammar too large is refused at the cost of a
+ * lookup the second time); work stopped by its watch and work that ran out of memory are not.
+ * At most max_entries texts and max_bytes (keys and what they compiled to); past either, the
+ * least recently used go. A compiled grammar is immutable and reference-counted, so one dropped
+ * from the cache lives on in the requests that hold it. Any thread may use the cache. */
+typedef struct em_grammar_cache em_grammar_cache;
+em_err em_grammar_cache_new(size_t max_entries, size_t max_bytes, em_grammar_cache **out);
+/* Frees the cache; the grammars it handed out stay with their holders. */
+void em_grammar_cache_free(em_grammar_cache *cache);
+/* The compiled grammar of `gbnf` (a reference for the caller: em_grammar_free), from the cache or
+ * compiled now under `watch` (NULL: unwatched). `cache` NULL: compiled now, kept nowhere. */
+em_err em_grammar_cache_compile(em_grammar_cache *cache, const char *gbnf, size_t len, const em_grammar_watch *watch,
+                                em_grammar **out);
+/* The GBNF of a JSON schema's text (as em_grammar_from_json_schema; malloc'd for the caller),
+ * from the cache or converted now under `watch`. `cache` NULL: converted now, kept nowhere. */
+em_err em_grammar_cache_schema(em_grammar_cache *cache, const char *schema, size_t len, const em_grammar_watch *watch,
+                               char **gbnf);
+typedef struct em_grammar_cache_stats {
+    uint64_t compiled; /* texts compiled or converted (refusals included) */
+    uint64_t reused;   /* answers from the cache (a wait for another thread's compilation included) */
+    uint64_t stopped;  /* compilations their watch stopped (their caller went away) */
+    size_t entries, bytes;
+} em_grammar_cache_stats;
+void em_grammar_cache_stats_get(em_grammar_cache *cache, em_grammar_cache_stats *out);
 
 /* ---- Vocabulary ---- */
 
@@ -126,6 +180,9 @@ bool em_grammar_accept_token(em_grammar_state *state, const em_grammar_vocab *vo
 /* Why the state stopped working (out of memory, or a grammar too ambiguous to follow: a mask, or
  * a token it allowed, needed more than 256 parse stacks), or NULL while it works. */
 const char *em_grammar_failure(const em_grammar_state *state);
+/* The state stopped working because the grammar is too ambiguous to follow here (more than
+ * EM_GRAMMAR_MAX_STACKS stacks): the grammar's fault, not the machine's (see em_grammar_failure). */
+bool em_grammar_too_ambiguous(const em_grammar_state *state);
 /* The text so far is a whole sentence of the grammar (end of generation would be allowed). */
 bool em_grammar_complete(const em_grammar_state *state);
 /* Some byte may still follow (false: only the end is left, or nothing at all). */

@@ -118,6 +118,36 @@ const em_grammar_vocab *em_grammar_masks_vocab(const em_grammar_masks *cache);
  * time, and when out of memory). */
 const em_position_table *em_grammar_masks_table(em_grammar_masks *cache, em_grammar_state *state, uint32_t position);
 
+/* ---- Watched compilation (watch.c) ----
+ * The work of one compilation, counted so that its em_grammar_watch is asked every
+ * EM_GRAMMAR_WATCH_EVERY units (a rule, an element, a schema node) rather than at each. */
+#define EM_GRAMMAR_WATCH_EVERY 4096u
+typedef enum { EM_GRAMMAR_GOING = 0, EM_GRAMMAR_STOPPED, EM_GRAMMAR_OUT_OF_TIME } em_grammar_verdict;
+typedef struct em_grammar_budget {
+    const em_grammar_watch *watch; /* NULL: unwatched */
+    uint32_t spent;
+    em_grammar_verdict verdict;
+} em_grammar_budget;
+
+/* Asks the watch when its turn comes; false (and for good) once it said to stop or time is up. */
+bool em_grammar_budget_check(em_grammar_budget *budget);
+static inline bool em_grammar_budget_spend(em_grammar_budget *budget) {
+    if (!budget || !budget->watch) return true;
+    if (budget->verdict) return false;
+    if (++budget->spent % EM_GRAMMAR_WATCH_EVERY) return true;
+    return em_grammar_budget_check(budget);
+}
+/* The error of a budget that ran out (EM_ERR_RANGE for time, EM_ERR_IO for a stop). */
+em_err em_grammar_budget_error(const em_grammar_budget *budget);
+
+/* em_grammar_compile and em_grammar_from_json_schema under a budget (NULL: unwatched); `checked`
+ * also makes the start state, as em_grammar_compile_checked. */
+em_err em_grammar_compile_budgeted(const char *gbnf, size_t len, em_grammar_budget *budget, bool checked,
+                                   em_grammar **out);
+em_err em_grammar_schema_budgeted(const char *schema, size_t len, em_grammar_budget *budget, char **gbnf);
+/* The memory a compiled grammar holds. */
+size_t em_grammar_bytes(const em_grammar *grammar);
+
 /* ---- Small helpers ---- */
 
 /* Makes room for `need` items of `size` bytes in *array (capacity *cap, doubled as needed). */

@@ -5,7 +5,9 @@
  * The text comes from requests, so its cost is bounded (grammar.h's EM_GRAMMAR_MAX_*): rules and
  * byte sets are found by hash, the fewest bytes of each rule come from one pass of Knuth's
  * shortest-derivation algorithm, the left-recursion search keeps its own stack, and the one
- * recursion of the parser (a group inside a group) stops at EM_GRAMMAR_MAX_NESTING levels. */
+ * recursion of the parser (a group inside a group) stops at EM_GRAMMAR_MAX_NESTING levels. Under a
+ * watch (watch.c) every rule and element made, and every step of the passes after parsing, counts
+ * as work, so a compilation stops soon after its caller goes away or its time is up. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,7 @@ typedef struct parser {
     id_index byte_set_index; /* byte sets by content */
     size_t n_elements;       /* emitted so far, for EM_GRAMMAR_MAX_ELEMENTS */
     unsigned nesting;        /* groups open around the parser's position */
+    em_grammar_budget *budget; /* NULL: unwatched */
     em_err err;
 } parser;
 
@@ -106,6 +109,13 @@ static bool fail_nomem(parser *p) {
     return false;
 }
 
+/* One unit of work; false (with the budget's error) once the watch said to stop. */
+static bool spend(parser *p) {
+    if (em_grammar_budget_spend(p->budget)) return true;
+    if (!p->err) p->err = em_grammar_budget_error(p->budget);
+    return false;
+}
+
 /* ---- Rules and elements ---- */
 
 static bool is_name_char(char c) {
@@ -142,6 +152,7 @@ static bool index_reserve(parser *p, id_index *index, size_t n, uint64_t (*hash)
 
 /* A new rule (the caller fills its name); false past EM_GRAMMAR_MAX_RULES. */
 static rule_builder *new_rule(parser *p, size_t at) {
+    if (!spend(p)) return NULL;
     if (p->n_rules >= EM_GRAMMAR_MAX_RULES) {
         fail_at(p, at, "more than %d rules (the limit), counting those that groups and repetitions make", EM_GRAMMAR_MAX_RULES);
         return NULL;
@@ -193,6 +204,7 @@ static bool helper_rule(parser *p, uint32_t parent, uint32_t *id) {
 }
 
 static bool emit(parser *p, uint32_t rule, uint32_t element) {
+    if (!spend(p)) return false;
     if (++p->n_elements > EM_GRAMMAR_MAX_ELEMENTS)
         return fail_at(p, p->pos, "more than %d elements (the limit): terminals and rule references, repetitions written out",
                        EM_GRAMMAR_MAX_ELEMENTS);
@@ -646,8 +658,9 @@ static bool shorter(const void *a, const void *b) {
 /* rule_min of every rule, then min_rest of every position. Each alternative waits for the rules
  * it references (counted with repeats); once the last one is final, its length is a candidate for
  * its own rule, and the shortest candidate of a rule not yet final is final. Rules never final
- * cannot end (EM_GRAMMAR_INFINITE). Linear in the grammar, times the heap's log. */
-static bool compute_min_lengths(em_grammar *g) {
+ * cannot end (EM_GRAMMAR_INFINITE). Linear in the grammar, times the heap's log. False when out of
+ * memory or when the budget ran out (its verdict says which). */
+static bool compute_min_lengths(em_grammar *g, em_grammar_budget *budget) {
     uint32_t n_alts = 0;
     for (uint32_t r = 0; r < g->n_rules; r++) n_alts += g->rule_count[r];
     uint32_t *rule_min = g->rule_min = malloc(g->n_rules * sizeof *rule_min);
@@ -681,6 +694,10 @@ static bool compute_min_lengths(em_grammar *g) {
     for (uint32_t r = g->n_rules; ok && r-- > 0;) users_start[r + 1] = users_start[r];
     if (ok) users_start[0] = 0;
     while (ok && heap.n) {
+        if (!em_grammar_budget_spend(budget)) {
+            ok = false;
+            break;
+        }
         length_candidate c;
         em_heap_pop(&heap, &c, sizeof c, shorter);
         if (rule_min[c.rule] != EM_GRAMMAR_INFINITE) continue; /* final already, with less */
@@ -711,7 +728,7 @@ static bool compute_min_lengths(em_grammar *g) {
  * search over "starts with" edges (a rule reference preceded only by rules that can be empty),
  * with an explicit stack. Each frame keeps its place (alternative, element), so every edge is
  * looked at once. */
-static em_err check_left_recursion(const em_grammar *g) {
+static em_err check_left_recursion(const em_grammar *g, em_grammar_budget *budget) {
     uint8_t *mark = calloc(g->n_rules, 1); /* 0 new, 1 on the path, 2 done */
     uint32_t *path = malloc(g->n_rules * sizeof *path), *next_alt = malloc(g->n_rules * sizeof *next_alt);
     uint32_t *next_element = malloc(g->n_rules * sizeof *next_element); /* UINT32_MAX: the alternative's start */
@@ -725,6 +742,10 @@ static em_err check_left_recursion(const em_grammar *g) {
         next_element[depth++] = UINT32_MAX;
         mark[start] = 1;
         while (depth && !err) {
+            if (!em_grammar_budget_spend(budget)) {
+                err = em_grammar_budget_error(budget);
+                break;
+            }
             const size_t top = depth - 1;
             const uint32_t r = path[top];
             /* r's next edge: the rule reference at the frame's place, if its alternative gets there */
@@ -805,8 +826,15 @@ static bool flatten(parser *p, em_grammar *g) {
 }
 
 em_err em_grammar_compile(const char *gbnf, size_t len, em_grammar **out) {
+    return em_grammar_compile_budgeted(gbnf, len, NULL, false, out);
+}
+
+/* Parses and checks; with `checked`, also makes the start state (a grammar too ambiguous to start
+ * is refused here rather than when a request begins to follow it). */
+em_err em_grammar_compile_budgeted(const char *gbnf, size_t len, em_grammar_budget *budget, bool checked,
+                                   em_grammar **out) {
     *out = NULL;
-    parser p = {.text = gbnf, .len = len};
+    parser p = {.text = gbnf, .len = len, .budget = budget};
     em_grammar *g = calloc(1, sizeof *g);
     if (!g) return em_errorf(EM_ERR_NOMEM, "grammar: out of memory");
     atomic_init(&g->refs, 1);
@@ -821,8 +849,11 @@ em_err em_grammar_compile(const char *gbnf, size_t len, em_grammar **out) {
         }
         if (!p.err && root == UINT32_MAX) p.err = em_errorf(EM_ERR_INVALID, "grammar: no 'root' rule");
         g->root = root;
-        if (!p.err && flatten(&p, g) && !compute_min_lengths(g)) fail_nomem(&p);
-        if (!p.err) p.err = check_left_recursion(g);
+        if (!p.err && flatten(&p, g) && !compute_min_lengths(g, budget)) {
+            if (budget && budget->verdict) p.err = em_grammar_budget_error(budget);
+            else fail_nomem(&p);
+        }
+        if (!p.err) p.err = check_left_recursion(g, budget);
         if (!p.err && g->min_rest[g->alternatives[g->rule_first[root]]] == EM_GRAMMAR_INFINITE) {
             bool any = false;
             for (uint32_t a = 0; a < g->rule_count[root]; a++)
@@ -838,6 +869,9 @@ em_err em_grammar_compile(const char *gbnf, size_t len, em_grammar **out) {
     free(p.byte_sets);
     free(p.rule_index.slots);
     free(p.byte_set_index.slots);
+    em_grammar_state *start = NULL;
+    if (!p.err && checked) p.err = em_grammar_state_new(g, &start);
+    em_grammar_state_free(start);
     if (p.err) {
         em_grammar_free(g);
         return p.err;
@@ -852,15 +886,15 @@ em_grammar *em_grammar_retain(em_grammar *g) {
 }
 
 em_err em_grammar_compile_checked(const char *gbnf, size_t len, em_grammar **out) {
-    em_err err = em_grammar_compile(gbnf, len, out);
-    em_grammar_state *state = NULL;
-    if (!err) err = em_grammar_state_new(*out, &state);
-    em_grammar_state_free(state);
-    if (err && *out) {
-        em_grammar_free(*out);
-        *out = NULL;
-    }
-    return err;
+    return em_grammar_compile_budgeted(gbnf, len, NULL, true, out);
+}
+
+size_t em_grammar_bytes(const em_grammar *g) {
+    const size_t n_alternatives = g->n_rules ? g->rule_first[g->n_rules - 1] + g->rule_count[g->n_rules - 1] : 0;
+    size_t bytes = sizeof *g + 2 * ((size_t)g->n_elements + 1) * sizeof(uint32_t) + g->n_byte_sets * sizeof(em_byte_set) +
+                   (n_alternatives + 1) * sizeof(uint32_t) + (size_t)g->n_rules * (3 * sizeof(uint32_t) + sizeof(char *));
+    for (uint32_t r = 0; r < g->n_rules; r++) bytes += strlen(g->rule_names[r]) + 1;
+    return bytes;
 }
 
 void em_grammar_free(em_grammar *g) {

@@ -70,6 +70,12 @@ void em_schema_write_literal(FILE *f, const char *bytes, size_t len) {
     fputc('"', f);
 }
 
+bool em_schema_spend(em_schema_writer *w) {
+    if (em_grammar_budget_spend(w->budget)) return true;
+    if (!w->err) w->err = em_grammar_budget_error(w->budget);
+    return false;
+}
+
 bool em_schema_fail(em_schema_writer *w, em_err_code code, const char *fmt, ...) {
     if (w->err) return false;
     char what[512];
@@ -388,6 +394,7 @@ static bool write_members(em_schema_writer *w, size_t n, char (*names)[64], cons
     }
     bool rest_optional = true; /* members k.. are all optional */
     for (size_t k = n; ok && k-- > 0;) {
+        if (!(ok = em_schema_spend(w))) break;
         char tail[64], trie[64];
         em_schema_rule_name(w, "member", tail); /* the value of k, then what may follow it */
         fprintf(w->out, "%s ::= %s ws %s\n", tail, names[k], after[k + 1]);
@@ -439,7 +446,7 @@ static bool write_object(em_schema_writer *w, json_t *schema, FILE *f) {
     }
     /* Each member's value as a rule, in the schema's order. */
     size_t n = properties ? json_object_size(properties) : 0;
-    if (w->next_rule + 6 * n > EM_GRAMMAR_MAX_RULES) { /* a property costs four rules and one or two of the trie */
+    if (w->next_rule + w->trie_rules + 6 * n > EM_GRAMMAR_MAX_RULES) { /* a property costs four rules and one or two of the trie */
         json_decref(required_set);
         return em_schema_fail(w, EM_ERR_INVALID, "an object of %zu properties needs more than %d rules (the limit)", n,
                               EM_GRAMMAR_MAX_RULES);
@@ -697,9 +704,10 @@ static bool visit_keywords(em_schema_writer *w, json_t *schema, FILE *f) {
  * levels its text goes into a rule of its own, so that no rule's groups nest deeper than 16
  * schemas' worth (grammar.h's EM_GRAMMAR_MAX_NESTING bounds those). */
 static bool visit(em_schema_writer *w, json_t *schema, FILE *f) {
+    if (!em_schema_spend(w)) return false;
     if (w->depth >= EM_SCHEMA_MAX_DEPTH)
         return em_schema_fail(w, EM_ERR_INVALID, "schemas nested deeper than %d levels (the limit)", EM_SCHEMA_MAX_DEPTH);
-    if (w->next_rule > EM_GRAMMAR_MAX_RULES) /* the compiler would refuse it: stop converting now */
+    if (w->next_rule + w->trie_rules > EM_GRAMMAR_MAX_RULES) /* the compiler would refuse it: stop converting now */
         return em_schema_fail(w, EM_ERR_INVALID, "more than %d rules (the limit)", EM_GRAMMAR_MAX_RULES);
     w->depth++;
     bool ok;
@@ -748,6 +756,10 @@ static bool write_queued_refs(em_schema_writer *w) {
 }
 
 em_err em_grammar_from_json_schema(const char *schema, size_t len, char **gbnf) {
+    return em_grammar_schema_budgeted(schema, len, NULL, gbnf);
+}
+
+em_err em_grammar_schema_budgeted(const char *schema, size_t len, em_grammar_budget *budget, char **gbnf) {
     *gbnf = NULL;
     json_error_t parse_error;
     json_t *root = NULL;
@@ -757,7 +769,7 @@ em_err em_grammar_from_json_schema(const char *schema, size_t len, char **gbnf) 
     }
     char *text = NULL;
     size_t text_len = 0;
-    em_schema_writer w = {.root = root, .ref_rules = json_object(), .ref_queue = json_array()};
+    em_schema_writer w = {.root = root, .ref_rules = json_object(), .ref_queue = json_array(), .budget = budget};
     w.out = open_memstream(&text, &text_len);
     if (!w.out || !w.ref_rules || !w.ref_queue) {
         if (w.out) fclose(w.out);

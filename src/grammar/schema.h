@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "../base/base.h"
+#include "internal.h"
 
 typedef struct em_schema_writer {
     FILE *out; /* the GBNF text (an open_memstream) */
@@ -17,9 +18,11 @@ typedef struct em_schema_writer {
     json_t *ref_rules; /* "$ref" string → the rule name made for it (recursion ends there) */
     json_t *ref_queue; /* the "$ref" strings whose rules are still to write, in order */
     unsigned next_rule;
+    size_t trie_rules; /* rules the tries of choices wrote (choice.c), counted with next_rule against the limit */
     unsigned depth; /* schemas open around the one being converted (EM_SCHEMA_MAX_DEPTH) */
     unsigned written; /* EM_SCHEMA_*_RULE: shared rules already written */
     char path[512]; /* JSON pointer of the schema being converted, for errors */
+    em_grammar_budget *budget; /* the conversion's watch (NULL: unwatched) */
     em_err err;
 } em_schema_writer;
 
@@ -42,6 +45,10 @@ bool em_schema_fail(em_schema_writer *w, em_err_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+/* One unit of work (a schema, a member, a rule of a trie): false, with w->err the budget's error,
+ * once the watch said to stop. */
+bool em_schema_spend(em_schema_writer *w);
 
 /* The characters a JSON string may hold unescaped, as a GBNF class, and the escapes. */
 #define EM_SCHEMA_CHAR_RULE "char"

@@ -409,6 +409,8 @@ const char *em_grammar_failure(const em_grammar_state *s) {
     return s->too_ambiguous ? "the grammar is too ambiguous to follow (more than 256 parse stacks at once)" : "out of memory";
 }
 
+bool em_grammar_too_ambiguous(const em_grammar_state *s) { return s->failed && s->too_ambiguous; }
+
 uint32_t em_grammar_current(const em_grammar_state *s) { return s->ended ? EM_GRAMMAR_DEAD : s->current; }
 
 bool em_grammar_set_complete(const em_grammar_state *s, uint32_t set) {

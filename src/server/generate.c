@@ -71,6 +71,21 @@ static bool give_up(job *j, bool now) {
     return peer_gone(j->fd);
 }
 
+/* The watch of the request's grammar work: it stops when the client hangs up or the server stops. */
+static bool grammar_work_stops(void *self) { return give_up(self, false); }
+
+/* Makes the request's grammar (structured.c) on this connection's thread, through the server's
+ * cache. False with `err` set, or with *gone when the client went away meanwhile. */
+static bool make_grammar(job *j, em_server_error *err, bool *gone) {
+    em_server *s = j->server;
+    em_grammar_watch watch;
+    em_grammar_watch_init(&watch, s->grammar_seconds, grammar_work_stops, j);
+    const em_server_grammar_maker maker = {.cache = s->grammars, .watch = &watch};
+    if (em_server_make_grammar(&j->req, &maker, s->engine.tool_format, s->engine.reasons, j->in_thinking, err)) return true;
+    *gone = !atomic_load(&s->stopping) && peer_gone(j->fd);
+    return false;
+}
+
 static void job_free(job *j) {
     if (!j) return;
     for (size_t i = 0; i < j->n_choices; i++) {
@@ -204,7 +219,7 @@ static bool submit_all(job *j, em_server_error *err) {
         params.speculative = j->req.speculative;
         params.n_stop = j->req.n_stop;
         params.grammar = j->req.grammar;
-        params.compiled_grammar = j->req.compiled_grammar; /* compiled once, while the request was read */
+        params.compiled_grammar = j->req.compiled_grammar; /* made once, before submission (make_grammar) */
         params.grammar_triggers = j->req.grammar_triggers;
         for (params.n_grammar_triggers = 0; j->req.grammar_triggers && j->req.grammar_triggers[params.n_grammar_triggers];)
             params.n_grammar_triggers++;
@@ -284,10 +299,20 @@ static void usage_of(const job *j, em_server_usage *u) {
     }
 }
 
-/* An engine finish that is not a normal end of generation, as an HTTP error. */
-static bool finish_error(const em_server_choice *c, const char *message, em_server_error *err) {
+/* An engine finish that is not a normal end of generation, as an HTTP error. A grammar that turns
+ * out too ambiguous to follow partway through the answer is the request's fault, as it would have
+ * been had it shown at the start: a 400 naming the grammar's field (in a stream, the error event
+ * after the text the grammar took so far). */
+static bool finish_error(const job *j, const em_server_choice *c, const ember_output *out, em_server_error *err) {
+    if (c->finish == EMBER_FINISH_ERROR && out->invalid_request) {
+        const char *param = j->req.grammar_param ? j->req.grammar_param : "grammar";
+        em_server_error_set(err, 400, NULL, "grammar_too_ambiguous", param,
+                            "'%s': the answer could not go on inside the grammar after %zu bytes: %s", param, c->text.len,
+                            out->error ? out->error : "too ambiguous");
+        return true;
+    }
     if (c->finish == EMBER_FINISH_ERROR) {
-        em_server_error_set(err, 500, NULL, NULL, NULL, "the engine failed: %s", message ? message : "unknown error");
+        em_server_error_set(err, 500, NULL, NULL, NULL, "the engine failed: %s", out->error ? out->error : "unknown error");
         return true;
     }
     if (c->finish == EMBER_FINISH_CANCELLED) {
@@ -317,7 +342,7 @@ static struct MHD_Response *run_blocking(job *j, int *status) {
                 em_server_error_set(&err, 500, NULL, NULL, NULL, "out of memory");
                 goto fail;
             }
-            if (finish_error(c, out.error, &err)) goto fail;
+            if (finish_error(j, c, &out, &err)) goto fail;
         }
         b->timings(j->handles[i], &c->timings);
         clamp_top(j, c->tokens, c->n_tokens);
@@ -429,7 +454,7 @@ static bool stream_output(job *j, size_t i, const ember_output *out) {
     if (!em_server_choice_add(c, out, false)) return false;
     if (c->finish != EMBER_FINISH_NONE) b->timings(j->handles[i], &c->timings);
     em_server_error err = {0};
-    if (finish_error(c, out->error, &err)) {
+    if (finish_error(j, c, out, &err)) {
         j->done = true;
         return j->writer ? j->writer->stream_error(j->writer_self, &j->pending, &j->fmt, &err)
                          : em_server_stream_error(&j->pending, j->req.api, &err);
@@ -522,13 +547,12 @@ struct MHD_Response *em_server_generate_with(em_server *server, em_server_reques
     j->fmt = (em_server_format){.id = j->id, .created = (int64_t)time(NULL), .model = server->engine.model_id,
                                 .engine = &server->engine};
 
-    if (!tokenize_prompts(j, &err) ||
-        !em_server_answer_grammar(&j->req, server->engine.tool_format, server->engine.reasons, j->in_thinking, &err) ||
-        !submit_all(j, &err) || !start_readers(j, &err)) {
+    bool gone = false;
+    if (!tokenize_prompts(j, &err) || !make_grammar(j, &err, &gone) || !submit_all(j, &err) || !start_readers(j, &err)) {
         em_server_api api = j->req.api;
         job_free(j);
         *status = err.status;
-        return em_server_error_response(api, &err);
+        return gone ? NULL : em_server_error_response(api, &err); /* nobody to answer: the connection closes */
     }
     if (!j->req.stream) {
         struct MHD_Response *response = run_blocking(j, status);

@@ -225,7 +225,9 @@ static enum MHD_Result serve_metrics(struct MHD_Connection *c, em_server *s, con
     ember_stats stats;
     memset(&stats, 0, sizeof stats);
     s->engine.stats(s->engine.self, &stats);
-    char *text = em_server_metrics_text(&s->metrics, &stats);
+    em_grammar_cache_stats grammars;
+    em_grammar_cache_stats_get(s->grammars, &grammars);
+    char *text = em_server_metrics_text(&s->metrics, &stats, &grammars);
     if (!text) return queue(c, s, ctx, 500, NULL);
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     if (!r) free(text);
@@ -363,6 +365,10 @@ static void mhd_log(void *cls, const char *fmt, va_list args) {
 
 /* ---- Start and stop ---- */
 
+/* The compiled grammars kept: an agent's tools, schemas and their GBNF; few, some large. */
+#define GRAMMAR_CACHE_ENTRIES 256
+#define GRAMMAR_CACHE_BYTES ((size_t)256 << 20)
+
 em_err em_server_start(const em_server_options *options, const em_server_engine *engine, em_server **out) {
     *out = NULL;
     const char *host = options->host ? options->host : "127.0.0.1";
@@ -390,6 +396,13 @@ em_err em_server_start(const em_server_options *options, const em_server_engine 
         freeaddrinfo(addr);
         em_server_stop(s);
         return em_errorf(EM_ERR_INVALID, "the API key is empty: give a key, or none to serve without one");
+    }
+    s->grammar_seconds = options->grammar_seconds > 0 ? options->grammar_seconds : 1.5;
+    em_err grammar_err = em_grammar_cache_new(GRAMMAR_CACHE_ENTRIES, GRAMMAR_CACHE_BYTES, &s->grammars);
+    if (grammar_err) {
+        freeaddrinfo(addr);
+        em_server_stop(s);
+        return grammar_err;
     }
     if (!(s->responses = em_response_store_new(0, 0))) {
         freeaddrinfo(addr);
@@ -448,6 +461,7 @@ void em_server_stop(em_server *server) {
     em_guard_stop(&server->guard);
     em_server_metrics_destroy(&server->metrics);
     em_response_store_free(server->responses);
+    em_grammar_cache_free(server->grammars);
     free(server->api_key);
     free(server);
 }

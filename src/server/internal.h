@@ -42,13 +42,30 @@ bool em_server_read_reasoning_effort(const json_t *obj, const char *key, const c
 bool em_server_set_reasoning(json_t *message, const char *text, size_t len, em_server_error *err);
 
 /* Structured output (structured.c): `grammar` (GBNF, llama-server's field) or `response_format`
- * (json_object, json_schema) of an OpenAI body into req->grammar, checked to compile (400 with
- * the reason otherwise). */
+ * (json_object, json_schema) of an OpenAI body into req->grammar or req->grammar_schema, kept as
+ * text until the grammar is made (em_server_make_grammar). */
 bool em_server_read_constraints(const json_t *root, em_server_request *req, em_server_error *err);
 /* reasoning_format (auto, deepseek, none; absent = auto) into req->reasoning_format. */
 bool em_server_read_reasoning_format(const json_t *root, em_server_request *req, em_server_error *err);
-/* Takes `gbnf` (malloc'd) as req->grammar once it compiles; a 400 naming `param` otherwise. */
+/* Takes `gbnf` (malloc'd, may be NULL) as req->grammar, from field `param`, dropping what was there. */
 bool em_server_set_grammar(em_server_request *req, char *gbnf, const char *param, em_server_error *err);
+
+/* How a request's grammars are made: through the server's cache of compiled grammars (NULL:
+ * none, as in tests), under a watch (NULL: none) that stops the work when the client goes away or
+ * the server stops, and refuses it past its CPU time. */
+typedef struct em_server_grammar_maker {
+    em_grammar_cache *cache;
+    const em_grammar_watch *watch;
+} em_server_grammar_maker;
+/* The request's grammar made (structured.c): the schema converted, the answer's grammar built
+ * (em_server_answer_grammar), the whole compiled into req->compiled_grammar. A grammar refused is
+ * a 400 naming its field; out of memory or stopped by the watch a 503. */
+bool em_server_make_grammar(em_server_request *req, const em_server_grammar_maker *maker, em_tool_format format,
+                            bool reasons, bool in_thinking, em_server_error *err);
+/* req->grammar_schema, if any, converted into req->grammar. */
+bool em_server_schema_grammar(em_server_request *req, const em_server_grammar_maker *maker, em_server_error *err);
+/* `e` (taken) from making the grammar of field `param` as an HTTP error; returns false. */
+bool em_server_grammar_failed(em_err e, const char *param, em_server_error *err);
 
 /* Tools (tools.c): definitions and tool_choice into req->tools / tool_choice / tool_name (OpenAI's
  * shape; Anthropic's converted). */
@@ -60,8 +77,8 @@ const json_t *em_server_find_tool(const json_t *tools, const char *name);
  * grammar of `auto` in `format`, and when the template `reasons` (or the prompt is `in_thinking`)
  * a <think> section first, ahead of a response_format too. Nothing for none, or auto in the JSON
  * format. A forced call with response_format or grammar is a 400. */
-bool em_server_answer_grammar(em_server_request *req, em_tool_format format, bool reasons, bool in_thinking,
-                              em_server_error *err);
+bool em_server_answer_grammar(em_server_request *req, const em_server_grammar_maker *maker, em_tool_format format,
+                              bool reasons, bool in_thinking, em_server_error *err);
 /* The same for a model that does not reason. */
 bool em_server_tool_grammar(em_server_request *req, em_tool_format format, em_server_error *err);
 /* A call's arguments as given in a request (a JSON string) → an object for the template, or the
@@ -96,7 +113,8 @@ json_t *em_harmony_tools(const json_t *tools);
 em_err em_server_chat_prompt(const em_server_engine *engine, const em_server_request *req, int32_t **ids, size_t *n,
                              bool *in_thinking);
 
-/* The grammar of a JSON schema (NULL: any JSON object) into req->grammar; errors name `param`. */
+/* A JSON schema (NULL: any JSON object) as the request's grammar: its text into req->grammar_schema
+ * (any object: its GBNF into req->grammar); errors name `param`. */
 bool em_server_grammar_from_schema(em_server_request *req, const json_t *schema, const char *param, em_server_error *err);
 
 /* A value JSON can hold: NaN and infinities (a banned token's logprob) become -9999, as OpenAI
@@ -175,6 +193,8 @@ struct em_server {
     em_server_metrics metrics;
     em_guard guard;
     em_response_store *responses; /* the Responses API's stored responses */
+    em_grammar_cache *grammars;   /* requests' compiled grammars, shared by content */
+    double grammar_seconds;       /* CPU time to make one request's grammar */
 };
 
 /* A JSON response (takes the body's reference) or an error response in `api`'s format (response.c). */

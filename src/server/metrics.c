@@ -56,7 +56,7 @@ static bool metric(em_buf *out, const char *name, const char *type, const char *
                          (unsigned long long)value);
 }
 
-char *em_server_metrics_text(em_server_metrics *m, const ember_stats *s) {
+char *em_server_metrics_text(em_server_metrics *m, const ember_stats *s, const em_grammar_cache_stats *g) {
     em_buf out = {0};
     bool ok = em_buf_printf(&out, "# HELP ember_http_requests_total HTTP requests by endpoint and status.\n"
                                   "# TYPE ember_http_requests_total counter\n");
@@ -84,6 +84,16 @@ char *em_server_metrics_text(em_server_metrics *m, const ember_stats *s) {
          metric(&out, "ember_kv_blocks_free", "gauge", "KV cache blocks free.",
                 s->kv_blocks_total >= s->kv_blocks_used ? s->kv_blocks_total - s->kv_blocks_used : 0) &&
          metric(&out, "ember_kv_blocks_cached", "gauge", "KV cache blocks held only by the prefix cache.", s->kv_blocks_cached);
+    if (g)
+        ok = ok &&
+             metric(&out, "ember_grammar_compiles_total", "counter",
+                    "Request grammars and schemas compiled (refusals included); the rest came from the cache.", g->compiled) &&
+             metric(&out, "ember_grammar_cache_hits_total", "counter", "Request grammars and schemas found compiled.",
+                    g->reused) &&
+             metric(&out, "ember_grammar_compiles_stopped_total", "counter",
+                    "Grammar compilations stopped because their client hung up or the server stopped.", g->stopped) &&
+             metric(&out, "ember_grammar_cache_entries", "gauge", "Compiled grammars and schemas kept.", g->entries) &&
+             metric(&out, "ember_grammar_cache_bytes", "gauge", "Memory of the compiled grammars and schemas kept.", g->bytes);
 
     ok = ok && em_buf_printf(&out, "# HELP ember_step_seconds Time of one engine step.\n"
                                    "# TYPE ember_step_seconds histogram\n");

@@ -381,6 +381,7 @@ void em_server_request_clear(em_server_request *req) {
     free(req->stop);
     free(req->logit_bias);
     free(req->grammar);
+    free(req->grammar_schema);
     em_grammar_free(req->compiled_grammar);
     json_decref(req->tools);
     free(req->tool_name);

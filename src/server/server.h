@@ -11,7 +11,8 @@
  *      They are pure functions of their inputs (ids and times are arguments), so tests compare
  *      bytes.
  *   3. HTTP (http.c): libmicrohttpd with one thread per connection. A connection thread parses,
- *      submits to the engine and then waits on its own request (blocking with a timeout, polling
+ *      makes the request's grammar (structured.c: through the server's cache of compiled grammars,
+ *      stopped by a hang-up or the server stopping), submits to the engine and then waits on its own request (blocking with a timeout, polling
  *      its socket for a hang-up in between): a client that goes away cancels its request. HTTP
  *      threads never touch model state; the engine runs on its own thread. guard.c bounds how long
  *      and how many connections may take to send a request (libmicrohttpd cannot).
@@ -23,8 +24,9 @@
  *
  * Ownership: em_server_request owns every string and array it holds (em_server_request_clear
  * frees them). Formatters return malloc'd text or new jansson references the caller frees. An
- * em_server owns its MHD daemon, its metrics, its stored responses (the Responses API's `store`)
- * and its connections' state; it borrows the engine, which must outlive it.
+ * em_server owns its MHD daemon, its metrics, its stored responses (the Responses API's `store`),
+ * its cache of compiled grammars and its connections' state; it borrows the engine, which must
+ * outlive it.
  *
  * Depends on base, include/ember.h, grammar, jansson and libmicrohttpd; model.c also reads the GGUF's
  * metadata (gguf, quantize's type names) and digests it (libcrypto) for what it tells of the model.
@@ -39,6 +41,7 @@
 #include <stdint.h>
 
 #include "../base/base.h"
+#include "../grammar/grammar.h"
 #include "ember.h"
 
 /* ---- The server's view of the engine: generation, tokenizer and chat template ---- */
@@ -185,7 +188,11 @@ typedef struct em_server_request {
     bool ignore_eos;    /* ignore_eos (llama-server's field): go on past end-of-generation tokens */
     int speculative;    /* an ember_spec: "speculative" (false/true or a mode), "speculative.n_max": 0 = off */
     char *grammar;      /* GBNF the answer must follow (response_format, grammar, tool_choice), or NULL */
-    ember_grammar *compiled_grammar; /* `grammar` compiled, once, as it was set; handed to the engine */
+    char *grammar_schema; /* or a JSON schema's text, whose GBNF `grammar` becomes when the grammar is made */
+    const char *grammar_param; /* the request field the grammar came from, for errors (a static string) */
+    /* `grammar` compiled, once, when the request's grammar is made (structured.c, through the
+     * server's cache); handed to the engine */
+    ember_grammar *compiled_grammar;
     json_t *tools;      /* OpenAI-style tool definitions (Anthropic's are converted), or NULL */
     em_tool_choice tool_choice;
     char *tool_name;    /* the tool a named choice forces */
@@ -444,7 +451,8 @@ void em_server_metrics_init(em_server_metrics *m);
 void em_server_metrics_destroy(em_server_metrics *m);
 void em_server_metrics_count(em_server_metrics *m, em_server_endpoint endpoint, int status);
 /* Prometheus text exposition (version 0.0.4) of the counters and the engine's stats. */
-char *em_server_metrics_text(em_server_metrics *m, const ember_stats *stats);
+/* `grammars` (may be NULL): the counters of the server's cache of compiled grammars. */
+char *em_server_metrics_text(em_server_metrics *m, const ember_stats *stats, const em_grammar_cache_stats *grammars);
 
 /* ---- The server ---- */
 
@@ -459,6 +467,7 @@ typedef struct em_server_options {
     double body_seconds;     /* and its body within this after them; 0 = 30 */
     int receiving_per_client; /* connections of one client sending a request at once (more: the
                                * oldest is cut); 0 = 64 */
+    double grammar_seconds;  /* CPU time to make one request's grammar (more: a 400); 0 = 1.5 */
 } em_server_options;
 
 typedef struct em_server em_server;

@@ -1,53 +1,85 @@
 /* Structured output: the request fields that constrain an answer to a grammar (OpenAI's
- * `response_format`, llama-server's raw `grammar`), turned into the GBNF the engine follows
- * (src/grammar). A schema or grammar that cannot be compiled is a 400 with the compiler's reason,
- * found here at parse time rather than at submission: a syntax error, nesting or size past the
- * grammar's limits (grammar.h, schema.h), or a grammar too ambiguous to follow from its start. The
- * grammar is compiled once, here; the engine takes the compiled form (generate.c). */
+ * `response_format`, llama-server's raw `grammar`, and the other APIs' equivalents), and the making
+ * of the grammar the engine follows (src/grammar).
+ *
+ * Reading a request only keeps the field's text: GBNF, or a schema's JSON. The grammar is made
+ * once the prompt is known (the answer's grammar may wrap it in a thinking section or join it to
+ * tool calls): em_server_make_grammar converts the schema, builds the answer's grammar
+ * (tool_grammar.c) and compiles it, each step through the server's cache of compiled grammars
+ * (so a schema or a set of tools that requests repeat is compiled once) and under a watch that
+ * stops it when its client hangs up or the server stops, and refuses it past its CPU time. That
+ * runs on the connection's thread, never the engine's; the engine takes the compiled form
+ * (generate.c). A schema or grammar that cannot be compiled is a 400 with the compiler's reason,
+ * before anything reaches the engine: a syntax error, nesting or size past the grammar's limits
+ * (grammar.h, schema.h), compile time past its limit, or a grammar too ambiguous to follow from its
+ * start. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "../grammar/grammar.h"
 #include "internal.h"
 
-/* Takes `gbnf` (malloc'd) as the request's grammar once it compiles, with its compiled form. */
 bool em_server_set_grammar(em_server_request *req, char *gbnf, const char *param, em_server_error *err) {
-    em_grammar *g = NULL;
-    em_err e = em_grammar_compile_checked(gbnf, strlen(gbnf), &g);
-    if (e && em_err_code_of(e) == EM_ERR_NOMEM) {
-        em_server_error_set(err, 503, NULL, NULL, NULL, "'%s': %s", param, em_err_message(e));
-        em_err_free(e);
-        free(gbnf);
-        return false;
-    }
-    if (e) {
-        em_server_error_set(err, 400, NULL, "invalid_value", param, "'%s': %s", param, em_err_message(e));
-        em_err_free(e);
-        free(gbnf);
-        return false;
-    }
+    (void)err;
     free(req->grammar);
+    free(req->grammar_schema);
     em_grammar_free(req->compiled_grammar);
     req->grammar = gbnf;
-    req->compiled_grammar = g;
+    req->grammar_schema = NULL;
+    req->compiled_grammar = NULL;
+    req->grammar_param = param;
     return true;
 }
 
 bool em_server_grammar_from_schema(em_server_request *req, const json_t *schema, const char *param, em_server_error *err) {
-    char *text = schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-    if (schema && !text) {
+    if (!schema) { /* any JSON object: a fixed grammar, made at once */
+        char *gbnf = NULL;
+        em_err e = em_grammar_from_json_schema(NULL, 0, &gbnf);
+        if (e) {
+            em_server_error_set(err, 503, NULL, NULL, NULL, "'%s': %s", param, em_err_message(e));
+            em_err_free(e);
+            return false;
+        }
+        return em_server_set_grammar(req, gbnf, param, err);
+    }
+    char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text) {
         em_server_error_set(err, 500, NULL, NULL, NULL, "out of memory");
         return false;
     }
-    char *gbnf = NULL;
-    em_err e = em_grammar_from_json_schema(text, text ? strlen(text) : 0, &gbnf);
-    free(text);
-    if (e) {
+    em_server_set_grammar(req, NULL, param, err);
+    req->grammar_schema = text;
+    return true;
+}
+
+bool em_server_grammar_failed(em_err e, const char *param, em_server_error *err) {
+    const em_err_code code = em_err_code_of(e);
+    if (code == EM_ERR_IO || code == EM_ERR_NOMEM) { /* stopped (the client is gone, the server stops), or no memory */
+        em_server_error_set(err, 503, NULL, NULL, NULL, "'%s': %s", param, em_err_message(e));
+    } else {
         em_server_error_set(err, 400, NULL, "invalid_value", param, "'%s': %s", param, em_err_message(e));
-        em_err_free(e);
-        return false;
     }
-    return em_server_set_grammar(req, gbnf, param, err);
+    em_err_free(e);
+    return false;
+}
+
+bool em_server_schema_grammar(em_server_request *req, const em_server_grammar_maker *maker, em_server_error *err) {
+    if (!req->grammar_schema) return true;
+    char *gbnf = NULL;
+    em_err e = em_grammar_cache_schema(maker->cache, req->grammar_schema, strlen(req->grammar_schema), maker->watch, &gbnf);
+    if (e) return em_server_grammar_failed(e, req->grammar_param, err);
+    free(req->grammar_schema);
+    req->grammar_schema = NULL;
+    free(req->grammar);
+    req->grammar = gbnf;
+    return true;
+}
+
+bool em_server_make_grammar(em_server_request *req, const em_server_grammar_maker *maker, em_tool_format format,
+                            bool reasons, bool in_thinking, em_server_error *err) {
+    if (!em_server_answer_grammar(req, maker, format, reasons, in_thinking, err)) return false;
+    if (!req->grammar || req->compiled_grammar) return true;
+    em_err e = em_grammar_cache_compile(maker->cache, req->grammar, strlen(req->grammar), maker->watch, &req->compiled_grammar);
+    return !e || em_server_grammar_failed(e, req->grammar_param ? req->grammar_param : "grammar", err);
 }
 
 /* response_format: {"type": "text"} (nothing), {"type": "json_object"} (any JSON object), or

@@ -115,15 +115,20 @@ static json_t *call_schema(const json_t *tool, const char *arguments_key) {
                      "required", "name", arguments_key, "additionalProperties", 0);
 }
 
-/* A schema's grammar with its rules prefixed (`<prefix>root` is its start), appended to `out`. */
-static bool schema_rules(em_buf *out, json_t *schema, const char *prefix, em_server_error *err) {
+/* A schema's grammar with its rules prefixed (`<prefix>root` is its start), appended to `out`
+ * (the schema converted through the maker's cache: requests repeat their tools). */
+static bool schema_rules(em_buf *out, json_t *schema, const char *prefix, const em_server_grammar_maker *maker,
+                         em_server_error *err) {
     char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
     json_decref(schema);
     if (!text) return oom(err);
     char *gbnf = NULL;
-    em_err e = em_grammar_from_json_schema(text, strlen(text), &gbnf);
+    em_err e = em_grammar_cache_schema(maker->cache, text, strlen(text), maker->watch, &gbnf);
     free(text);
     if (e) {
+        if (em_err_code_of(e) != EM_ERR_INVALID && em_err_code_of(e) != EM_ERR_UNSUPPORTED &&
+            em_err_code_of(e) != EM_ERR_RANGE)
+            return em_server_grammar_failed(e, "tools", err);
         em_server_error_set(err, 400, NULL, "invalid_value", "tools", "tool parameters: %s", em_err_message(e));
         em_err_free(e);
         return false;
@@ -142,7 +147,8 @@ static bool may_call(const em_server_request *req, const json_t *tool) {
 }
 
 /* Rule `call` (one call in the format, its marker included) and what it needs, into `out`. */
-static bool call_rules(em_buf *out, const em_server_request *req, em_tool_format format, em_server_error *err) {
+static bool call_rules(em_buf *out, const em_server_request *req, em_tool_format format,
+                       const em_server_grammar_maker *maker, em_server_error *err) {
     size_t i;
     json_t *t;
     if (format == EM_TOOL_FORMAT_MISTRAL_ARGS) { /* [TOOL_CALLS]name[ARGS]{arguments} */
@@ -159,7 +165,7 @@ static bool call_rules(em_buf *out, const em_server_request *req, em_tool_format
             char prefix[32];
             snprintf(prefix, sizeof prefix, "tool%zu-", i);
             json_t *parameters = json_object_get(json_object_get(t, "function"), "parameters");
-            if (may_call(req, t) && !schema_rules(out, json_deep_copy(parameters), prefix, err)) return false;
+            if (may_call(req, t) && !schema_rules(out, json_deep_copy(parameters), prefix, maker, err)) return false;
         }
         return true;
     }
@@ -168,7 +174,7 @@ static bool call_rules(em_buf *out, const em_server_request *req, em_tool_format
     json_array_foreach(req->tools, i, t) if (may_call(req, t)) json_array_append_new(choices, call_schema(t, key));
     json_t *schema = json_array_size(choices) == 1 ? json_incref(json_array_get(choices, 0)) : json_pack("{s:O}", "anyOf", choices);
     json_decref(choices);
-    if (!schema_rules(out, schema, "object-", err)) return false;
+    if (!schema_rules(out, schema, "object-", maker, err)) return false;
     bool ok;
     switch (format) {
     case EM_TOOL_FORMAT_HERMES: ok = em_buf_printf(out, "call ::= \"<tool_call>\\n\" object-root \"\\n</tool_call>\"\n"); break;
@@ -191,7 +197,8 @@ static bool call_rules(em_buf *out, const em_server_request *req, em_tool_format
  * end the turn. Structured output is the final message's body. */
 
 /* Rule `call` (from "to=functions." on) for the tools the request may call, and their schemas. */
-static bool harmony_call_rules(em_buf *out, const em_server_request *req, em_server_error *err) {
+static bool harmony_call_rules(em_buf *out, const em_server_request *req, const em_server_grammar_maker *maker,
+                               em_server_error *err) {
     size_t i, n = 0;
     json_t *t;
     bool ok = em_buf_printf(out, "call ::= ") && literal(out, "to=functions.") && em_buf_printf(out, " (");
@@ -209,7 +216,7 @@ static bool harmony_call_rules(em_buf *out, const em_server_request *req, em_ser
         char prefix[32];
         snprintf(prefix, sizeof prefix, "tool%zu-", i);
         json_t *parameters = json_object_get(json_object_get(t, "function"), "parameters");
-        if (may_call(req, t) && !schema_rules(out, json_deep_copy(parameters), prefix, err)) return false;
+        if (may_call(req, t) && !schema_rules(out, json_deep_copy(parameters), prefix, maker, err)) return false;
     }
     return true;
 }
@@ -221,19 +228,21 @@ static bool harmony_analysis_rules(em_buf *out) {
            literal(out, "<|end|><|start|>assistant") && em_buf_printf(out, ")?\n");
 }
 
-static bool harmony_grammar(em_server_request *req, em_server_error *err) {
+static bool harmony_grammar(em_server_request *req, const em_server_grammar_maker *maker, em_server_error *err) {
     const bool forced = req->tool_choice == EM_TOOL_REQUIRED || req->tool_choice == EM_TOOL_NAMED;
-    const bool lazy = req->tools && req->tool_choice == EM_TOOL_AUTO && !req->grammar;
-    const bool format = req->grammar && !req->grammar_is_raw && req->api != EM_API_OPENAI_COMPLETIONS;
-    if (forced && req->grammar)
+    const bool given = req->grammar || req->grammar_schema; /* response_format or grammar */
+    const bool lazy = req->tools && req->tool_choice == EM_TOOL_AUTO && !given;
+    const bool format = given && !req->grammar_is_raw && req->api != EM_API_OPENAI_COMPLETIONS;
+    if (forced && given)
         return em_server_error_set(err, 400, NULL, "invalid_value", "tool_choice",
                                    "'tool_choice' cannot force a tool call together with response_format or grammar"),
                false;
+    if (!em_server_schema_grammar(req, maker, err)) return false;
     if (!forced && !lazy && !format) return true;
     em_buf out = {0};
     bool ok = true;
     if (forced || lazy) {
-        if (!harmony_call_rules(&out, req, err)) {
+        if (!harmony_call_rules(&out, req, maker, err)) {
             em_buf_free(&out);
             return false;
         }
@@ -254,7 +263,7 @@ static bool harmony_grammar(em_server_request *req, em_server_error *err) {
         em_buf_free(&out);
         return oom(err);
     }
-    return em_server_set_grammar(req, out.data, "tools", err);
+    return em_server_set_grammar(req, out.data, forced || lazy ? "tools" : req->grammar_param, err);
 }
 
 /* `answer` ::= thinking first (optional, or already open), then `body`. */
@@ -266,23 +275,26 @@ static bool think_rules(em_buf *out, bool in_thinking) {
 }
 
 bool em_server_tool_grammar(em_server_request *req, em_tool_format format, em_server_error *err) {
-    return em_server_answer_grammar(req, format, false, false, err);
+    const em_server_grammar_maker unshared = {0};
+    return em_server_answer_grammar(req, &unshared, format, false, false, err);
 }
 
-bool em_server_answer_grammar(em_server_request *req, em_tool_format format, bool reasons, bool in_thinking,
-                              em_server_error *err) {
-    if (format == EM_TOOL_FORMAT_HARMONY) return harmony_grammar(req, err);
+bool em_server_answer_grammar(em_server_request *req, const em_server_grammar_maker *maker, em_tool_format format,
+                              bool reasons, bool in_thinking, em_server_error *err) {
+    if (format == EM_TOOL_FORMAT_HARMONY) return harmony_grammar(req, maker, err);
     const bool think = reasons || in_thinking;
     const bool forced = req->tool_choice == EM_TOOL_REQUIRED || req->tool_choice == EM_TOOL_NAMED;
-    const bool lazy = req->tools && req->tool_choice == EM_TOOL_AUTO && *em_tool_call_openers(format) && !req->grammar;
-    if (forced && req->grammar)
+    const bool given = req->grammar || req->grammar_schema; /* response_format or grammar */
+    const bool lazy = req->tools && req->tool_choice == EM_TOOL_AUTO && *em_tool_call_openers(format) && !given;
+    if (forced && given)
         return em_server_error_set(err, 400, NULL, "invalid_value", "tool_choice",
                                    "'tool_choice' cannot force a tool call together with response_format or grammar"),
                false;
+    if (!em_server_schema_grammar(req, maker, err)) return false;
     em_buf out = {0};
     bool ok = true;
     if (forced || lazy) {
-        ok = call_rules(&out, req, format, err);
+        ok = call_rules(&out, req, format, maker, err);
         if (!ok) {
             em_buf_free(&out);
             return false;
@@ -309,5 +321,5 @@ bool em_server_answer_grammar(em_server_request *req, em_tool_format format, boo
         em_buf_free(&out);
         return oom(err);
     }
-    return em_server_set_grammar(req, out.data, "tools", err);
+    return em_server_set_grammar(req, out.data, forced || lazy ? "tools" : req->grammar_param, err);
 }

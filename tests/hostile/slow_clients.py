@@ -5,9 +5,9 @@ usage: slow_clients.py EMBER MODEL WORK_DIR [SOCKETS]
 
 From one address (127.0.0.1), SOCKETS (300) connections trickle their request a byte at a time:
 half of them their headers, half a body far shorter than the Content-Length they announced. While
-they trickle, /health and a normal chat request (max_tokens 4) must still be answered (within
-LIMIT seconds: generous for a sanitizer build; the times are printed, not asserted tightly). Then
-the server must stop cleanly on SIGTERM, with no sanitizer report.
+they trickle, /health and a normal chat request (max_tokens 4) must still be answered within
+ANSWER_LIMIT (issue #62's "within a second"; a sanitizer build answers both in a tenth of that).
+Then the server must stop cleanly on SIGTERM, with no sanitizer report.
 """
 import os
 import re
@@ -18,7 +18,8 @@ import sys
 import threading
 import time
 
-LIMIT = 10.0
+LIMIT = 10.0  # seconds for a connection to give up
+ANSWER_LIMIT = 1.0
 
 
 def main():
@@ -103,10 +104,10 @@ def main():
         failures += 1
     print("%d slow sockets opened (%d cut by the server so far); /health %d in %.3f s; chat %d in %.3f s"
           % (opened[0], cut[0], health, health_s, chat, chat_s))
-    if health != 200 or health_s > LIMIT:
+    if health != 200 or health_s > ANSWER_LIMIT:
         print("FAIL /health during the trickle: %d after %.1f s" % (health, health_s))
         failures += 1
-    if chat != 200 or chat_s > LIMIT:
+    if chat != 200 or chat_s > ANSWER_LIMIT:
         print("FAIL chat during the trickle: %d after %.1f s" % (chat, chat_s))
         failures += 1
     stop.set()
