@@ -625,7 +625,10 @@ static em_err create_tiers(ember_engine *e, const ember_options *o) {
         return NULL;
     }
     e->cache.tiers = e->tiers;
-    return em_prefix_load_disk(&e->cache);
+    err = em_prefix_load_disk(&e->cache);
+    e->stats.cache_ram = e->tiers->ram; /* what the disk held at start, before the first step */
+    e->stats.cache_disk = e->tiers->disk_stats;
+    return err;
 }
 
 ember_error *ember_engine_create(const ember_options *o, ember_engine **out) {

@@ -193,8 +193,11 @@ em_err em_tiers_load(em_kv_tiers *tiers, em_prefix_node *node, uint32_t block, d
 /* `evicted`: the tier gave the node up (counted as its eviction), rather than a restore or an
  * error dropping it. */
 void em_tiers_forget(em_kv_tiers *tiers, em_prefix_node *node, bool evicted);
-/* Whether the tier holds more than its bound. */
-bool em_tiers_over(const em_kv_tiers *tiers, em_tier tier);
+/* Whether the tier would hold more than its bound with `incoming` more bytes. */
+bool em_tiers_over(const em_kv_tiers *tiers, em_tier tier, uint64_t incoming);
+/* The tier a node goes to when it leaves its own, and the bytes it takes there; false: none (it is
+ * dropped). */
+bool em_tiers_below(const em_kv_tiers *tiers, const em_prefix_node *node, em_tier *tier, uint64_t *bytes);
 
 /* The disk slot's nodes, read at start-up into the tree (prefix.c, on top of the files' index). */
 em_err em_prefix_load_disk(em_prefix_cache *cache);

@@ -257,27 +257,38 @@ static bool push_leaves(em_prefix_cache *cache, em_heap *heap, em_tier tier) {
     return true;
 }
 
-/* Moves a node one tier down, or drops it (and what hangs below it) where there is no room. */
+static void trim_tier(em_prefix_cache *cache, em_tier tier, uint64_t incoming, bool all);
+
+/* Moves a node one tier down, after making room there (so no tier ever holds more than its
+ * bound), or drops it, with what hangs below it, where there is no room. */
 static void move_down(em_prefix_cache *cache, em_prefix_node *node) {
     const bool on_device = node->tier == EM_TIER_DEVICE;
-    if (!cache->tiers || !em_tiers_to_lower(cache->tiers, cache->pool, node)) drop_subtree(cache, node, true);
+    em_tier below;
+    uint64_t bytes = 0;
+    bool room = em_tiers_below(cache->tiers, node, &below, &bytes);
+    if (room && em_tiers_over(cache->tiers, below, bytes)) {
+        node->pinned = true; /* never taken for the room it waits for */
+        trim_tier(cache, below, bytes, false);
+        node->pinned = false;
+        room = !em_tiers_over(cache->tiers, below, bytes);
+    }
+    if (!room || !em_tiers_to_lower(cache->tiers, cache->pool, node)) drop_subtree(cache, node, true);
     else if (on_device) cache->n_nodes--; /* it holds no block now */
 }
 
-/* Brings a lower tier back within its bound (`all`: empties it into the one below), least
- * recently used leaves first. */
-static void trim_tier(em_prefix_cache *cache, em_tier tier, bool all) {
+/* Gives up a lower tier's least recently used leaves until `incoming` more bytes fit (`all`:
+ * every one of them, into the tier below). */
+static void trim_tier(em_prefix_cache *cache, em_tier tier, uint64_t incoming, bool all) {
     em_kv_tiers *t = cache->tiers;
-    if (!t || !(all || em_tiers_over(t, tier))) return;
+    if (!t || !(all || em_tiers_over(t, tier, incoming))) return;
     em_heap heap = {0};
     push_leaves(cache, &heap, tier);
-    while (heap.n && (all || em_tiers_over(t, tier))) {
+    while (heap.n && (all || em_tiers_over(t, tier, incoming))) {
         em_prefix_node *leaf;
         em_heap_pop(&heap, &leaf, sizeof leaf, used_before);
         em_prefix_node *parent = leaf->parent;
         if (tier == EM_TIER_DISK) drop_subtree(cache, leaf, true);
         else move_down(cache, leaf);
-        if (tier == EM_TIER_RAM && em_tiers_over(t, EM_TIER_DISK)) trim_tier(cache, EM_TIER_DISK, false);
         if (leaf_of(cache, parent, tier) && !em_heap_push(&heap, &parent, sizeof parent, used_before)) break;
     }
     em_heap_free(&heap);
@@ -297,16 +308,13 @@ uint32_t em_prefix_evict(em_prefix_cache *cache, uint32_t want) {
         if (leaf_of(cache, parent, EM_TIER_DEVICE) && !em_heap_push(&heap, &parent, sizeof parent, used_before)) break;
     }
     em_heap_free(&heap);
-    trim_tier(cache, EM_TIER_RAM, false);
-    trim_tier(cache, EM_TIER_DISK, false);
     return freed;
 }
 
 void em_prefix_flush(em_prefix_cache *cache) {
     if (!em_tiers_disk_on(cache->tiers)) return;
     while (cache->n_nodes && em_prefix_evict(cache, cache->n_nodes)) {}
-    trim_tier(cache, EM_TIER_RAM, true);
-    trim_tier(cache, EM_TIER_DISK, false);
+    trim_tier(cache, EM_TIER_RAM, 0, true);
 }
 
 void em_prefix_free(em_prefix_cache *cache) {
@@ -446,6 +454,6 @@ em_err em_prefix_load_disk(em_prefix_cache *cache) {
     free(parent);
     free(state);
     em_disk_entries_free(e, n);
-    if (!err && em_tiers_over(t, EM_TIER_DISK)) trim_tier(cache, EM_TIER_DISK, false); /* a smaller bound than last time */
+    if (!err) trim_tier(cache, EM_TIER_DISK, 0, false); /* a smaller bound than last time */
     return err;
 }

@@ -58,10 +58,23 @@ void em_tiers_key(const em_prefix_node *node) {
     em_disk_key(n->parent->key, n->tokens, n->n_tokens, n->key);
 }
 
-bool em_tiers_over(const em_kv_tiers *t, em_tier tier) {
-    if (tier == EM_TIER_RAM) return t->ram.bytes > t->ram_limit;
-    if (tier == EM_TIER_DISK) return t->disk && t->disk_stats.bytes > t->disk_stats.limit_bytes;
+bool em_tiers_over(const em_kv_tiers *t, em_tier tier, uint64_t incoming) {
+    if (tier == EM_TIER_RAM) return t->ram.bytes + incoming > t->ram_limit;
+    if (tier == EM_TIER_DISK) return t->disk && t->disk_stats.bytes + incoming > t->disk_stats.limit_bytes;
     return false;
+}
+
+bool em_tiers_below(const em_kv_tiers *t, const em_prefix_node *node, em_tier *tier, uint64_t *bytes) {
+    if (!t) return false;
+    if (node->tier == EM_TIER_DEVICE && t->ram_limit) {
+        *tier = EM_TIER_RAM;
+        *bytes = node->n_tokens * t->row_bytes;
+        return true;
+    }
+    if (node->tier == EM_TIER_DISK || !em_tiers_disk_on(t)) return false;
+    *tier = EM_TIER_DISK;
+    *bytes = em_disk_file_bytes(t->disk, node->n_tokens);
+    return true;
 }
 
 /* A failed write: the disk tier takes nothing more (what it holds can still be read back). */
