@@ -56,7 +56,18 @@ typedef struct ember_options {
     int draft_min;                /* the adaptive draft length never drops below this; default 0 */
     int spec_max_seqs;            /* requests draft only while at most this many run; 0 = 4 */
     int weights_memory;           /* an ember_weights_memory: where the weights live on the host */
+    /* The prefix cache's lower tiers (docs/serve.md, "Prefix cache tiers"): KV blocks the pool evicts
+     * go to host RAM, from there to disk, and come back when a prompt matches them. A backend that
+     * cannot copy KV blocks to the host, and a model with recurrent state, keep none. */
+    uint64_t cache_ram_bytes;  /* host-RAM tier bound; 0 = off; EMBER_CACHE_RAM_AUTO (the default) = a
+                                  quarter of the memory available at start, at most 8 GiB */
+    const char *cache_dir;     /* disk tier directory (created if missing), or NULL for none; it survives
+                                  restarts, and servers sharing it each take a slot of their own */
+    uint64_t cache_disk_bytes; /* disk tier bound; 0 = half the free space of cache_dir's file system,
+                                  at most 16 GiB */
 } ember_options;
+
+#define EMBER_CACHE_RAM_AUTO UINT64_MAX
 
 /* Where the model's weights (and the draft model's) live in host memory. Read into the process's own
  * memory, a CPU decode streamed them faster on the machine measured than from the file's page cache
@@ -101,9 +112,27 @@ typedef struct ember_engine_info {
     uint32_t max_sequences; /* requests running at once */
     const char *device;     /* "cpu" or "cuda" */
     bool weights_in_memory; /* the model's files were read into memory (else mapped) */
+    /* The prefix cache's lower tiers as settled (0: off). cache_dir is this engine's slot of
+     * ember_options.cache_dir; cache_tiers_off says why an asked-for tier is off, or is NULL. */
+    uint64_t cache_ram_bytes, cache_disk_bytes;
+    const char *cache_dir;
+    const char *cache_tiers_off;
 } ember_engine_info;
 
 void ember_engine_get_info(const ember_engine *engine, ember_engine_info *out);
+
+/* One lower tier of the prefix cache (host RAM or disk). Blocks are KV blocks of block_tokens
+ * positions (a conversation's last one may hold fewer). */
+typedef struct ember_tier_stats {
+    bool enabled;                        /* false: off, or turned off by an error (a full disk) */
+    uint64_t limit_bytes, bytes, blocks; /* its bound, and what it holds now */
+    uint64_t stored;                     /* blocks moved in (evicted from the tier above) */
+    uint64_t hits, hit_tokens;           /* blocks restored from it into the KV pool, and their tokens */
+    uint64_t evictions;                  /* blocks it gave up: passed down to the next tier, or dropped */
+    uint64_t bytes_written, bytes_read;  /* bytes moved in and out */
+    double restore_ms;                   /* time spent restoring blocks from it */
+    uint64_t files_skipped;              /* disk: files found corrupt, truncated or of another model */
+} ember_tier_stats;
 
 typedef struct ember_stats {
     uint64_t requests_submitted, requests_finished, requests_cancelled, requests_rejected;
@@ -127,6 +156,7 @@ typedef struct ember_stats {
     /* Of draft_tokens, those in steps begun before the previous step's tokens were read (prompt
      * lookup's drafts ride in chained steps, after a guess at the token in flight). */
     uint64_t draft_tokens_overlapped;
+    ember_tier_stats cache_ram, cache_disk; /* the prefix cache's lower tiers */
 } ember_stats;
 
 void ember_engine_stats(ember_engine *engine, ember_stats *out);
@@ -314,6 +344,10 @@ typedef struct ember_timings {
     double decode_tokens_per_second;
     uint32_t prompt_tokens, cached_tokens, generated_tokens;
     uint32_t draft_tokens, draft_accepted; /* speculative decoding: drafted, and accepted of those */
+    /* Of cached_tokens, those restored from the prefix cache's host-RAM and disk tiers, and the
+     * time their restore took (at admission: within queued_ms). */
+    uint32_t ram_tokens, disk_tokens;
+    double restore_ms;
 } ember_timings;
 
 void ember_request_timings(ember_request *request, ember_timings *out);

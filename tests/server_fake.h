@@ -252,6 +252,12 @@ static void fake_stats(void *self, ember_stats *s) {
     s->step_histogram[3] = 2;
     s->step_histogram[11] = 1;
     s->step_seconds_total = 2.5;
+    s->cache_ram = (ember_tier_stats){.enabled = true, .limit_bytes = 8192, .bytes = 4096, .blocks = 2, .stored = 5,
+                                      .hits = 3, .hit_tokens = 48, .evictions = 3, .bytes_written = 10240,
+                                      .bytes_read = 6144, .restore_ms = 0.25};
+    s->cache_disk = (ember_tier_stats){.limit_bytes = 65536, .stored = 3, .hits = 1, .hit_tokens = 16, .evictions = 2,
+                                       .bytes_written = 6400, .bytes_read = 2100, .restore_ms = 1.5,
+                                       .files_skipped = 2};
 }
 
 static em_server_engine fake_engine(void) {

@@ -276,12 +276,13 @@ static void test_parse_anthropic(void **state) {
 #define TIMINGS_JSON                                                                                          \
     "\"timings\":{\"queued_ms\":0.5,\"prefill_ms\":1.25,\"first_token_ms\":2.0,\"decode_ms\":10.0,"           \
     "\"decode_tokens_per_second\":100.0,\"prompt_tokens\":10,\"cached_tokens\":4,\"generated_tokens\":2,"    \
-    "\"draft_n\":3,\"draft_n_accepted\":1}"
+    "\"draft_n\":3,\"draft_n_accepted\":1,\"cache_ram_n\":2,\"cache_disk_n\":1,\"cache_restore_ms\":0.75}"
 
 static ember_timings test_timings(void) {
     return (ember_timings){.queued_ms = 0.5, .prefill_ms = 1.25, .first_token_ms = 2, .decode_ms = 10,
                            .decode_tokens_per_second = 100, .prompt_tokens = 10, .cached_tokens = 4,
-                           .generated_tokens = 2, .draft_tokens = 3, .draft_accepted = 1};
+                           .generated_tokens = 2, .draft_tokens = 3, .draft_accepted = 1, .ram_tokens = 2,
+                           .disk_tokens = 1, .restore_ms = 0.75};
 }
 
 static void assert_json(json_t *value, const char *expected) {
@@ -489,43 +490,72 @@ static void test_metrics_text(void **state) {
     fake_stats(NULL, &stats);
     const em_grammar_cache_stats grammars = {.compiled = 3, .reused = 5, .stopped = 1, .entries = 2, .bytes = 4096};
     char *text = em_server_metrics_text(&m, &stats, &grammars);
-    assert_string_equal(text,
-                        "# HELP ember_http_requests_total HTTP requests by endpoint and status.\n"
-                        "# TYPE ember_http_requests_total counter\n"
-                        "ember_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2\n"
-                        "ember_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"} 1\n"
-                        "ember_http_requests_total{endpoint=\"/v1/messages\",status=\"401\"} 1\n"
-                        "# HELP ember_prompt_tokens_total Prompt tokens of admitted requests.\n# TYPE ember_prompt_tokens_total counter\nember_prompt_tokens_total 100\n"
-                        "# HELP ember_generated_tokens_total Tokens generated.\n# TYPE ember_generated_tokens_total counter\nember_generated_tokens_total 50\n"
-                        "# HELP ember_cached_tokens_total Prompt tokens reused from the prefix cache.\n# TYPE ember_cached_tokens_total counter\nember_cached_tokens_total 30\n"
-                        "# HELP ember_requests_finished_total Engine requests finished.\n# TYPE ember_requests_finished_total counter\nember_requests_finished_total 0\n"
-                        "# HELP ember_requests_cancelled_total Engine requests cancelled.\n# TYPE ember_requests_cancelled_total counter\nember_requests_cancelled_total 0\n"
-                        "# HELP ember_preemptions_total Sequences preempted for memory.\n# TYPE ember_preemptions_total counter\nember_preemptions_total 0\n"
-                        "# HELP ember_draft_tokens_total Speculative decoding: tokens drafted and verified.\n# TYPE ember_draft_tokens_total counter\nember_draft_tokens_total 40\n"
-                        "# HELP ember_draft_accepted_tokens_total Speculative decoding: drafted tokens accepted.\n# TYPE ember_draft_accepted_tokens_total counter\nember_draft_accepted_tokens_total 25\n"
-                        "# HELP ember_queue_length Requests waiting for admission.\n# TYPE ember_queue_length gauge\nember_queue_length 1\n"
-                        "# HELP ember_running_sequences Sequences in the running batch.\n# TYPE ember_running_sequences gauge\nember_running_sequences 2\n"
-                        "# HELP ember_kv_blocks_used KV cache blocks in use (running or cached).\n# TYPE ember_kv_blocks_used gauge\nember_kv_blocks_used 10\n"
-                        "# HELP ember_kv_blocks_free KV cache blocks free.\n# TYPE ember_kv_blocks_free gauge\nember_kv_blocks_free 54\n"
-                        "# HELP ember_kv_blocks_cached KV cache blocks held only by the prefix cache.\n# TYPE ember_kv_blocks_cached gauge\nember_kv_blocks_cached 4\n"
-                        "# HELP ember_grammar_compiles_total Request grammars and schemas compiled (refusals included); the rest came from the cache.\n"
-                        "# TYPE ember_grammar_compiles_total counter\nember_grammar_compiles_total 3\n"
-                        "# HELP ember_grammar_cache_hits_total Request grammars and schemas found compiled.\n"
-                        "# TYPE ember_grammar_cache_hits_total counter\nember_grammar_cache_hits_total 5\n"
-                        "# HELP ember_grammar_compiles_stopped_total Grammar compilations stopped because their client hung up or the server stopped.\n"
-                        "# TYPE ember_grammar_compiles_stopped_total counter\nember_grammar_compiles_stopped_total 1\n"
-                        "# HELP ember_grammar_cache_entries Compiled grammars and schemas kept.\n"
-                        "# TYPE ember_grammar_cache_entries gauge\nember_grammar_cache_entries 2\n"
-                        "# HELP ember_grammar_cache_bytes Memory of the compiled grammars and schemas kept.\n"
-                        "# TYPE ember_grammar_cache_bytes gauge\nember_grammar_cache_bytes 4096\n"
-                        "# HELP ember_step_seconds Time of one engine step.\n# TYPE ember_step_seconds histogram\n"
-                        "ember_step_seconds_bucket{le=\"0.001\"} 5\nember_step_seconds_bucket{le=\"0.002\"} 5\n"
-                        "ember_step_seconds_bucket{le=\"0.005\"} 5\nember_step_seconds_bucket{le=\"0.01\"} 7\n"
-                        "ember_step_seconds_bucket{le=\"0.02\"} 7\nember_step_seconds_bucket{le=\"0.05\"} 7\n"
-                        "ember_step_seconds_bucket{le=\"0.1\"} 7\nember_step_seconds_bucket{le=\"0.2\"} 7\n"
-                        "ember_step_seconds_bucket{le=\"0.5\"} 7\nember_step_seconds_bucket{le=\"1\"} 7\n"
-                        "ember_step_seconds_bucket{le=\"2\"} 7\nember_step_seconds_bucket{le=\"+Inf\"} 8\n"
-                        "ember_step_seconds_sum 2.500000\nember_step_seconds_count 8\n");
+    static const char engine_part[] =
+        "# HELP ember_http_requests_total HTTP requests by endpoint and status.\n"
+        "# TYPE ember_http_requests_total counter\n"
+        "ember_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2\n"
+        "ember_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"} 1\n"
+        "ember_http_requests_total{endpoint=\"/v1/messages\",status=\"401\"} 1\n"
+        "# HELP ember_prompt_tokens_total Prompt tokens of admitted requests.\n# TYPE ember_prompt_tokens_total counter\nember_prompt_tokens_total 100\n"
+        "# HELP ember_generated_tokens_total Tokens generated.\n# TYPE ember_generated_tokens_total counter\nember_generated_tokens_total 50\n"
+        "# HELP ember_cached_tokens_total Prompt tokens reused from the prefix cache.\n# TYPE ember_cached_tokens_total counter\nember_cached_tokens_total 30\n"
+        "# HELP ember_requests_finished_total Engine requests finished.\n# TYPE ember_requests_finished_total counter\nember_requests_finished_total 0\n"
+        "# HELP ember_requests_cancelled_total Engine requests cancelled.\n# TYPE ember_requests_cancelled_total counter\nember_requests_cancelled_total 0\n"
+        "# HELP ember_preemptions_total Sequences preempted for memory.\n# TYPE ember_preemptions_total counter\nember_preemptions_total 0\n"
+        "# HELP ember_draft_tokens_total Speculative decoding: tokens drafted and verified.\n# TYPE ember_draft_tokens_total counter\nember_draft_tokens_total 40\n"
+        "# HELP ember_draft_accepted_tokens_total Speculative decoding: drafted tokens accepted.\n# TYPE ember_draft_accepted_tokens_total counter\nember_draft_accepted_tokens_total 25\n"
+        "# HELP ember_queue_length Requests waiting for admission.\n# TYPE ember_queue_length gauge\nember_queue_length 1\n"
+        "# HELP ember_running_sequences Sequences in the running batch.\n# TYPE ember_running_sequences gauge\nember_running_sequences 2\n"
+        "# HELP ember_kv_blocks_used KV cache blocks in use (running or cached).\n# TYPE ember_kv_blocks_used gauge\nember_kv_blocks_used 10\n"
+        "# HELP ember_kv_blocks_free KV cache blocks free.\n# TYPE ember_kv_blocks_free gauge\nember_kv_blocks_free 54\n"
+        "# HELP ember_kv_blocks_cached KV cache blocks held only by the prefix cache.\n# TYPE ember_kv_blocks_cached gauge\nember_kv_blocks_cached 4\n";
+    static const char grammar_part[] =
+        "# HELP ember_grammar_compiles_total Request grammars and schemas compiled (refusals included); the rest came from the cache.\n"
+        "# TYPE ember_grammar_compiles_total counter\nember_grammar_compiles_total 3\n"
+        "# HELP ember_grammar_cache_hits_total Request grammars and schemas found compiled.\n"
+        "# TYPE ember_grammar_cache_hits_total counter\nember_grammar_cache_hits_total 5\n"
+        "# HELP ember_grammar_compiles_stopped_total Grammar compilations stopped because their client hung up or the server stopped.\n"
+        "# TYPE ember_grammar_compiles_stopped_total counter\nember_grammar_compiles_stopped_total 1\n"
+        "# HELP ember_grammar_cache_entries Compiled grammars and schemas kept.\n"
+        "# TYPE ember_grammar_cache_entries gauge\nember_grammar_cache_entries 2\n"
+        "# HELP ember_grammar_cache_bytes Memory of the compiled grammars and schemas kept.\n"
+        "# TYPE ember_grammar_cache_bytes gauge\nember_grammar_cache_bytes 4096\n";
+    static const char tier_part[] =
+        "# HELP ember_cache_tier_enabled Prefix cache tier on (1) or off (0).\n# TYPE ember_cache_tier_enabled gauge\n"
+        "ember_cache_tier_enabled{tier=\"ram\"} 1\nember_cache_tier_enabled{tier=\"disk\"} 0\n"
+        "# HELP ember_cache_tier_limit_bytes Prefix cache tier bound in bytes.\n# TYPE ember_cache_tier_limit_bytes gauge\n"
+        "ember_cache_tier_limit_bytes{tier=\"ram\"} 8192\nember_cache_tier_limit_bytes{tier=\"disk\"} 65536\n"
+        "# HELP ember_cache_tier_bytes Bytes a prefix cache tier holds.\n# TYPE ember_cache_tier_bytes gauge\n"
+        "ember_cache_tier_bytes{tier=\"ram\"} 4096\nember_cache_tier_bytes{tier=\"disk\"} 0\n"
+        "# HELP ember_cache_tier_blocks KV blocks a prefix cache tier holds.\n# TYPE ember_cache_tier_blocks gauge\n"
+        "ember_cache_tier_blocks{tier=\"ram\"} 2\nember_cache_tier_blocks{tier=\"disk\"} 0\n"
+        "# HELP ember_cache_tier_stored_blocks_total KV blocks moved into a prefix cache tier from the one above.\n# TYPE ember_cache_tier_stored_blocks_total counter\n"
+        "ember_cache_tier_stored_blocks_total{tier=\"ram\"} 5\nember_cache_tier_stored_blocks_total{tier=\"disk\"} 3\n"
+        "# HELP ember_cache_tier_hits_total KV blocks restored from a prefix cache tier into the KV pool.\n# TYPE ember_cache_tier_hits_total counter\n"
+        "ember_cache_tier_hits_total{tier=\"ram\"} 3\nember_cache_tier_hits_total{tier=\"disk\"} 1\n"
+        "# HELP ember_cache_tier_hit_tokens_total Tokens of the KV blocks restored from a prefix cache tier.\n# TYPE ember_cache_tier_hit_tokens_total counter\n"
+        "ember_cache_tier_hit_tokens_total{tier=\"ram\"} 48\nember_cache_tier_hit_tokens_total{tier=\"disk\"} 16\n"
+        "# HELP ember_cache_tier_evictions_total KV blocks a prefix cache tier gave up (moved down or dropped).\n# TYPE ember_cache_tier_evictions_total counter\n"
+        "ember_cache_tier_evictions_total{tier=\"ram\"} 3\nember_cache_tier_evictions_total{tier=\"disk\"} 2\n"
+        "# HELP ember_cache_tier_written_bytes_total Bytes moved into a prefix cache tier.\n# TYPE ember_cache_tier_written_bytes_total counter\n"
+        "ember_cache_tier_written_bytes_total{tier=\"ram\"} 10240\nember_cache_tier_written_bytes_total{tier=\"disk\"} 6400\n"
+        "# HELP ember_cache_tier_read_bytes_total Bytes restored from a prefix cache tier.\n# TYPE ember_cache_tier_read_bytes_total counter\n"
+        "ember_cache_tier_read_bytes_total{tier=\"ram\"} 6144\nember_cache_tier_read_bytes_total{tier=\"disk\"} 2100\n"
+        "# HELP ember_cache_tier_restore_seconds_total Time spent restoring KV blocks from a prefix cache tier.\n# TYPE ember_cache_tier_restore_seconds_total counter\n"
+        "ember_cache_tier_restore_seconds_total{tier=\"ram\"} 0.000250\nember_cache_tier_restore_seconds_total{tier=\"disk\"} 0.001500\n"
+        "# HELP ember_cache_disk_files_skipped_total Disk cache files skipped: corrupt, truncated, of another model or unreachable.\n# TYPE ember_cache_disk_files_skipped_total counter\nember_cache_disk_files_skipped_total 2\n";
+    static const char step_part[] =
+        "# HELP ember_step_seconds Time of one engine step.\n# TYPE ember_step_seconds histogram\n"
+        "ember_step_seconds_bucket{le=\"0.001\"} 5\nember_step_seconds_bucket{le=\"0.002\"} 5\n"
+        "ember_step_seconds_bucket{le=\"0.005\"} 5\nember_step_seconds_bucket{le=\"0.01\"} 7\n"
+        "ember_step_seconds_bucket{le=\"0.02\"} 7\nember_step_seconds_bucket{le=\"0.05\"} 7\n"
+        "ember_step_seconds_bucket{le=\"0.1\"} 7\nember_step_seconds_bucket{le=\"0.2\"} 7\n"
+        "ember_step_seconds_bucket{le=\"0.5\"} 7\nember_step_seconds_bucket{le=\"1\"} 7\n"
+        "ember_step_seconds_bucket{le=\"2\"} 7\nember_step_seconds_bucket{le=\"+Inf\"} 8\n"
+        "ember_step_seconds_sum 2.500000\nember_step_seconds_count 8\n";
+    char expected[sizeof engine_part + sizeof grammar_part + sizeof tier_part + sizeof step_part];
+    snprintf(expected, sizeof expected, "%s%s%s%s", engine_part, grammar_part, tier_part, step_part);
+    assert_string_equal(text, expected);
     free(text);
     em_server_metrics_destroy(&m);
 }

@@ -97,6 +97,15 @@ typedef struct em_backend_ops {
     /* Copies recurrent-state slot `from` (with the position it has reached) into slot `to`; NULL in a
      * backend that runs no model with recurrent state. Called only when no step is begun. */
     em_err (*copy_state)(em_backend *backend, uint32_t from, uint32_t to);
+    /* The prefix cache's lower tiers (host RAM, disk: src/engine): a cached block's first `rows` rows
+     * (all layers, keys and values) copied out to host memory, and back into a block. The host
+     * bytes are rows * kv_bytes_per_token, laid out as kv_format says; only a backend with the same
+     * kv_format and model reads them back. kv_save reads a cached block, which no step writes, so it
+     * may come while steps are begun (the backend orders the copy after them); kv_load only when
+     * none is. All three NULL in a backend without them: its prefix cache has no lower tiers. */
+    em_err (*kv_save)(em_backend *backend, uint32_t block, uint32_t rows, void *host);
+    em_err (*kv_load)(em_backend *backend, uint32_t block, uint32_t rows, const void *host);
+    const char *kv_format; /* names the layout of kv_save's bytes, e.g. "cpu f32 rows, per cache K then V" */
 } em_backend_ops;
 
 /* A batch token that is the previous begun step's pick for logits row r (pick_begin). */
@@ -136,6 +145,15 @@ static inline em_err em_backend_copy_rows(em_backend *b, uint32_t from, uint32_t
 static inline em_err em_backend_copy_state(em_backend *b, uint32_t from, uint32_t to) {
     if (!b->ops->copy_state) return em_errorf(EM_ERR_UNSUPPORTED, "the %s backend keeps no recurrent state", b->ops->name);
     return b->ops->copy_state(b, from, to);
+}
+static inline bool em_backend_can_tier(const em_backend *b) {
+    return b->ops->kv_save && b->ops->kv_load && b->ops->kv_format;
+}
+static inline em_err em_backend_kv_save(em_backend *b, uint32_t block, uint32_t rows, void *host) {
+    return b->ops->kv_save(b, block, rows, host);
+}
+static inline em_err em_backend_kv_load(em_backend *b, uint32_t block, uint32_t rows, const void *host) {
+    return b->ops->kv_load(b, block, rows, host);
 }
 static inline void em_backend_free(em_backend *b) {
     if (b) b->ops->free(b);

@@ -70,6 +70,29 @@ bool em_cli_spec_option(em_cli_spec *spec, const char *flag, const char *value, 
 struct ember_options;
 em_err em_cli_spec_apply(const em_cli_spec *spec, struct ember_options *options);
 
+/* The prefix cache's lower tiers (generate_options.c; docs/serve.md, "Prefix cache tiers"), read
+ * alike by `serve`, `run` and `chat`: --cache-ram BYTES, --cache-dir DIR, --cache-disk BYTES. */
+typedef struct em_cli_cache {
+    uint64_t ram;    /* EMBER_CACHE_RAM_AUTO unless given; 0 = off */
+    const char *dir; /* NULL: no disk tier */
+    uint64_t disk;   /* 0: the default */
+} em_cli_cache;
+
+#define EM_CLI_CACHE_USAGE                                                                              \
+    "  --cache-ram BYTES  host RAM for KV blocks evicted from the cache, restored when a prompt\n"     \
+    "                     matches them (suffixes K, M, G; 0 = off; default: a quarter of the free\n"   \
+    "                     memory, at most 8G)\n"                                                        \
+    "  --cache-dir DIR    keep evicted KV blocks on disk too, across restarts (a slot of DIR per\n"     \
+    "                     process); --cache-disk BYTES bounds it (default: half the free space, at\n" \
+    "                     most 16G)\n"
+#define EM_CLI_CACHE_NAMES "--cache-ram", "--cache-dir", "--cache-disk"
+
+void em_cli_cache_default(em_cli_cache *cache);
+/* True when `flag` is one of the options above (*err set if its value is bad). */
+bool em_cli_cache_option(em_cli_cache *cache, const char *flag, const char *value, em_err *err);
+struct ember_options;
+void em_cli_cache_apply(const em_cli_cache *cache, struct ember_options *engine);
+
 /* The options of the commands that generate, `run` and `chat` (generate_options.c): the engine's
  * context, threads and device, the reply's length and the sampler, with one set of names, one set
  * of defaults and one help text. */
@@ -84,6 +107,7 @@ typedef struct em_cli_generate {
     float repeat_penalty;  /* --repeat-penalty R */
     uint64_t seed;         /* --seed S, else a random one (seed_given false) */
     bool seed_given;
+    em_cli_cache cache;    /* --cache-ram, --cache-dir, --cache-disk */
 } em_cli_generate;
 
 /* One default temperature for every command that samples on the command line (docs/run.md): the
@@ -99,7 +123,8 @@ typedef struct em_cli_generate {
     "  --seed S           the sampler's seed: the same seed, the same text (default: random)\n"      \
     "  -c, --ctx N        the context: prompt and reply, in tokens (default: the model's, at most 8192)\n" \
     "  -t, --threads N    CPU threads (default: all cores)\n"                                        \
-    "  --device cpu|cuda  the backend (default: the GPU when there is one)\n"
+    "  --device cpu|cuda  the backend (default: the GPU when there is one)\n"                          \
+    EM_CLI_CACHE_USAGE
 
 /* The defaults above, with a fresh random seed. */
 void em_cli_generate_default(em_cli_generate *options);
@@ -117,7 +142,7 @@ uint64_t em_cli_random_seed(void);
 #define EM_CLI_SPEC_NAMES "--spec", "--draft-model", "-md", "--draft-max", "--draft", "--draft-min", "--spec-max-seqs"
 #define EM_CLI_GENERATE_NAMES                                                                                        \
     "-n", "--max-tokens", "--temp", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed", \
-        "-c", "--ctx", "-t", "--threads", "--device"
+        "-c", "--ctx", "-t", "--threads", "--device", EM_CLI_CACHE_NAMES
 
 /* Ctrl-C while a command generates: em_cli_catch_interrupts installs a SIGINT handler that only
  * counts (the one piece of global state in the program besides the logger: a signal handler has

@@ -1,6 +1,7 @@
 /* The options of the commands that generate (cli.h's em_cli_generate), read alike by `run` and
  * `chat`: -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed, -c/--ctx, -t/--threads,
- * --device. One parser and one help text (EM_CLI_GENERATE_USAGE), so that the two commands cannot
+ * --device, and the prefix cache's tiers (--cache-ram, --cache-dir, --cache-disk, which `serve` reads
+ * here too). One parser and one help text (EM_CLI_GENERATE_USAGE), so that the two commands cannot
  * drift apart in names, ranges or defaults. Also the nearest-option suggestion for a mistyped flag. */
 #include <errno.h>
 #include <signal.h>
@@ -23,6 +24,48 @@ uint64_t em_cli_random_seed(void) {
     return seed >> 1; /* printed and typed back as --seed: keep it clear of signed readers */
 }
 
+void em_cli_cache_default(em_cli_cache *c) {
+    *c = (em_cli_cache){.ram = EMBER_CACHE_RAM_AUTO};
+}
+
+/* "512", "64K", "2G", "1T" → bytes. */
+static bool parse_bytes(const char *text, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || end == text || text[0] == '-') return false;
+    unsigned shift = 0;
+    if (*end && strchr("kK", *end)) shift = 10;
+    else if (*end && strchr("mM", *end)) shift = 20;
+    else if (*end && strchr("gG", *end)) shift = 30;
+    else if (*end && strchr("tT", *end)) shift = 40;
+    if (shift) end++;
+    if (*end || (shift && v > (UINT64_MAX >> shift))) return false;
+    *out = (uint64_t)v << shift;
+    return *out != EMBER_CACHE_RAM_AUTO;
+}
+
+bool em_cli_cache_option(em_cli_cache *c, const char *flag, const char *value, em_err *err) {
+    *err = NULL;
+    if (!strcmp(flag, "--cache-ram") || !strcmp(flag, "--cache-disk")) {
+        uint64_t *to = !strcmp(flag, "--cache-ram") ? &c->ram : &c->disk;
+        if (!parse_bytes(value, to))
+            *err = em_errorf(EM_ERR_INVALID, "%s expects a size in bytes (suffixes K, M, G, T), got '%s'", flag, value);
+    } else if (!strcmp(flag, "--cache-dir")) {
+        if (!*value) *err = em_errorf(EM_ERR_INVALID, "--cache-dir expects a directory");
+        c->dir = value;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+void em_cli_cache_apply(const em_cli_cache *c, ember_options *engine) {
+    engine->cache_ram_bytes = c->ram;
+    engine->cache_dir = c->dir;
+    engine->cache_disk_bytes = c->disk;
+}
+
 void em_cli_generate_default(em_cli_generate *o) {
     *o = (em_cli_generate){.max_tokens = EM_CLI_DEFAULT_MAX_TOKENS,
                            .temperature = EM_CLI_DEFAULT_TEMPERATURE,
@@ -31,6 +74,7 @@ void em_cli_generate_default(em_cli_generate *o) {
                            .min_p = 0.05f,
                            .repeat_penalty = 1.0f,
                            .seed = em_cli_random_seed()};
+    em_cli_cache_default(&o->cache);
 }
 
 static em_err parse_number(const char *flag, const char *text, double lo, double hi, bool integer, double *out) {
@@ -79,7 +123,7 @@ bool em_cli_generate_option(em_cli_generate *o, const char *flag, const char *va
             *err = em_errorf(EM_ERR_INVALID, "--device expects cpu or cuda, got '%s'", value);
         o->device = value;
     } else {
-        return false;
+        return em_cli_cache_option(&o->cache, flag, value, err);
     }
     return true;
 }
@@ -88,6 +132,7 @@ void em_cli_generate_apply(const em_cli_generate *o, ember_options *engine) {
     engine->device = o->device;
     engine->ctx_tokens = o->ctx;
     engine->threads = o->threads;
+    em_cli_cache_apply(&o->cache, engine);
 }
 
 void em_cli_generate_sampling(const em_cli_generate *o, ember_sampling *s) {

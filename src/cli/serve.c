@@ -29,6 +29,7 @@ static const char usage_text[] =
     "  --threads N          CPU threads for the CPU backend (default: all cores)\n"
     "  --alias NAME         the model id /v1/models lists and responses report (default: the file's\n"
     "                       name without .gguf); requests naming any model are served by this one\n"
+    EM_CLI_CACHE_USAGE
     EM_CLI_SPEC_USAGE
     "                     (the default of requests; a request may turn it off: docs/speculative.md)\n";
 
@@ -56,6 +57,17 @@ static bool parse_int(const char *text, int min, int max, int *out) {
     return true;
 }
 
+/* One line on the prefix cache's lower tiers: their bounds, or why there are none. */
+static void report_cache_tiers(const em_server_model *model) {
+    ember_engine_info info;
+    em_server_model_info(model, &info);
+    if (info.cache_tiers_off) fprintf(stderr, "ember serve: prefix cache: %s\n", info.cache_tiers_off);
+    if (!info.cache_ram_bytes && !info.cache_dir) return;
+    fprintf(stderr, "ember serve: prefix cache tiers: host RAM %.1f GiB", info.cache_ram_bytes / (double)(1u << 30));
+    if (info.cache_dir) fprintf(stderr, ", disk %.1f GiB in %s", info.cache_disk_bytes / (double)(1u << 30), info.cache_dir);
+    fputc('\n', stderr);
+}
+
 int em_cli_serve(int argc, char **argv) {
     ember_options options;
     ember_options_default(&options);
@@ -63,6 +75,8 @@ int em_cli_serve(int argc, char **argv) {
     em_server_options server = {.host = "127.0.0.1", .port = 11435, .api_key = getenv("EMBER_API_KEY")};
     const char *alias = NULL, *key_flag = NULL;
     em_cli_spec spec = {0};
+    em_cli_cache cache;
+    em_cli_cache_default(&cache);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -79,7 +93,7 @@ int em_cli_serve(int argc, char **argv) {
         }
         em_err spec_err = NULL;
         if (em_cli_model_option(&source, a, v)) ok = true;
-        else if (em_cli_spec_option(&spec, a, v, &spec_err)) {
+        else if (em_cli_spec_option(&spec, a, v, &spec_err) || em_cli_cache_option(&cache, a, v, &spec_err)) {
             if (spec_err) return em_cli_fail("serve", spec_err);
         }
         else if (!strcmp(a, "--host")) server.host = v;
@@ -121,6 +135,7 @@ int em_cli_serve(int argc, char **argv) {
         return 1;
     }
     options.weights_memory = source.weights_memory;
+    em_cli_cache_apply(&cache, &options);
     em_err err = em_cli_spec_apply(&spec, &options);
     if (!err) err = em_cli_model_path(&source, &options.model_path);
     if (err) return em_cli_fail("serve", err);
@@ -147,6 +162,7 @@ int em_cli_serve(int argc, char **argv) {
         em_cli_model_free(&source);
         return em_cli_fail("serve", err);
     }
+    report_cache_tiers(model);
     const em_server_engine *b = em_server_model_engine(model);
     printf("ember serve: listening on http://%s:%d (model %s, context %d tokens%s)\n", server.host, em_server_port(s),
            b->model_id, b->ctx_tokens, server.api_key ? ", API key required" : "");

@@ -219,6 +219,9 @@ void ember_request_timings(ember_request *r, ember_timings *t) {
     t->generated_tokens = r->n_generated;
     t->draft_tokens = r->n_drafted;
     t->draft_accepted = r->n_accepted;
+    t->ram_tokens = r->n_restored_ram;
+    t->disk_tokens = r->n_restored_disk;
+    t->restore_ms = r->restore_ms;
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -436,6 +439,10 @@ void ember_engine_get_info(const ember_engine *e, ember_engine_info *out) {
         .max_sequences = e->max_sequences,
         .device = e->backend->ops->name,
         .weights_in_memory = em_gguf_is_private(e->model->gguf),
+        .cache_ram_bytes = e->tiers ? e->tiers->ram_limit : 0,
+        .cache_disk_bytes = e->tiers && e->tiers->disk ? e->tiers->disk_stats.limit_bytes : 0,
+        .cache_dir = em_tiers_disk_dir(e->tiers),
+        .cache_tiers_off = e->tiers_off[0] ? e->tiers_off : NULL,
     };
 }
 
@@ -469,7 +476,9 @@ static em_err allocate_scratch(ember_engine *e) {
 
 static void free_engine(ember_engine *e) {
     em_spec_free(e);
+    em_prefix_flush(&e->cache); /* what fits goes to disk, for the next start */
     em_prefix_free(&e->cache);
+    em_tiers_free(e->tiers);
     em_states_free(&e->states);
     em_kv_pool_free(&e->pool);
     em_backend_free(e->backend);
@@ -572,6 +581,57 @@ static em_err create_backend(ember_engine *e, const ember_options *o) {
     return em_kv_pool_init(&e->pool, e->backend->n_blocks, e->block_tokens);
 }
 
+/* The RAM tier's default bound: a quarter of the memory available now, at most 8 GiB (blocks take
+ * their memory only as they are evicted into it). */
+static uint64_t default_ram_limit(void) {
+    char meminfo[4096] = "";
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        meminfo[fread(meminfo, 1, sizeof meminfo - 1, f)] = 0;
+        fclose(f);
+    }
+    const char *line = strstr(meminfo, "MemAvailable:");
+    unsigned long long kib = 0;
+    if (!line || sscanf(line, "MemAvailable: %llu kB", &kib) != 1) return 0;
+    const uint64_t quarter = kib * 1024 / 4, most = (uint64_t)8 << 30;
+    return quarter < most ? quarter : most;
+}
+
+/* The prefix cache's lower tiers (engine.h): off where the backend cannot copy blocks out, and for
+ * a model with recurrent state, whose cached prefixes resume only from state snapshots that live
+ * in backend slots and are not tiered (a tiered block past the last snapshot could never be used,
+ * and none could after a restart). Nothing here stops the engine: a tier that cannot be had is
+ * left out with a warning. */
+static em_err create_tiers(ember_engine *e, const ember_options *o) {
+    const uint64_t ram = o->cache_ram_bytes == EMBER_CACHE_RAM_AUTO ? default_ram_limit() : o->cache_ram_bytes;
+    const bool asked = (o->cache_ram_bytes != EMBER_CACHE_RAM_AUTO && o->cache_ram_bytes > 0) || o->cache_dir;
+    if (!ram && !o->cache_dir) return NULL;
+    if (e->recurrent) {
+        snprintf(e->tiers_off, sizeof e->tiers_off,
+                 "%s keeps recurrent state, whose snapshots are not tiered: no RAM or disk cache tier", e->model->desc.arch);
+    } else if (!em_backend_can_tier(e->backend)) {
+        snprintf(e->tiers_off, sizeof e->tiers_off,
+                 "the %s backend cannot copy KV blocks to host memory: no RAM or disk cache tier", e->backend->ops->name);
+    }
+    if (e->tiers_off[0]) {
+        if (asked) em_log(EM_LOG_WARN, "%s", e->tiers_off);
+        return NULL;
+    }
+    em_err err = em_tiers_new(e->backend, e->model, ram, o->cache_dir, o->cache_disk_bytes, &e->tiers);
+    if (err) return err;
+    if (o->cache_dir && !e->tiers->disk) snprintf(e->tiers_off, sizeof e->tiers_off, "the disk cache tier could not be opened");
+    if (!ram && !e->tiers->disk) {
+        em_tiers_free(e->tiers);
+        e->tiers = NULL;
+        return NULL;
+    }
+    e->cache.tiers = e->tiers;
+    err = em_prefix_load_disk(&e->cache);
+    e->stats.cache_ram = e->tiers->ram; /* what the disk held at start, before the first step */
+    e->stats.cache_disk = e->tiers->disk_stats;
+    return err;
+}
+
 ember_error *ember_engine_create(const ember_options *o, ember_engine **out) {
     *out = NULL;
     if (!o || !o->model_path) return em_errorf(EM_ERR_INVALID, "engine: no model path");
@@ -590,6 +650,7 @@ ember_error *ember_engine_create(const ember_options *o, ember_engine **out) {
     if (!err) err = choose_sizes(e, o);
     if (!err) err = create_backend(e, o);
     if (!err) em_prefix_init(&e->cache, &e->pool);
+    if (!err) err = create_tiers(e, o);
     if (!err) err = allocate_scratch(e);
     if (!err) err = em_spec_init(e, o);
     if (!err && pthread_create(&e->thread, NULL, em_engine_thread, e) != 0)

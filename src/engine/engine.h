@@ -6,6 +6,8 @@
  *   kv.c      the block pool: block numbers and reference counts (the memory behind a block
  *             belongs to the backend, which indexes its KV storage by block number);
  *   prefix.c  the prefix cache: a radix tree over token ids whose nodes each own one KV block;
+ *   tiers.c   the prefix cache's lower tiers: blocks the pool evicts kept in host RAM, then on disk
+ *             (disk.c: the files, their checks and the directory), and restored when matched;
  *   states.c  hybrid models' recurrent states: a slot per running request, and the snapshots
  *             that let a cached prefix be resumed;
  *   sample.c  per-request sampling (penalties, bias, temperature, top-k/p, min-p, seed) and
@@ -74,20 +76,36 @@ static inline uint32_t em_kv_free_count(const em_kv_pool *pool) { return pool->n
  * the caller copies that block's first rows into a fresh block, so reuse is token-exact.
  * Cached blocks are immutable: sequences write only into blocks they allocated themselves. */
 
+/* Where a node's KV is (tiers.c). A node's children are never in a higher tier than itself (a
+ * child on the device has its parent on the device), so a match restores a path top down and each
+ * tier gives up its leaves first. */
+typedef enum em_tier { EM_TIER_DEVICE, EM_TIER_RAM, EM_TIER_DISK } em_tier;
+
+/* The identity of a cached prefix: a hash of its parent's key and its own tokens (tiers.c), so a
+ * node found on disk after a restart knows its place in the tree. All zero: the root. */
+#define EM_PREFIX_KEY_BYTES 16
+
 typedef struct em_prefix_node {
     struct em_prefix_node *parent, *first_child, *next_sibling;
     int32_t *tokens; /* block_tokens capacity, n_tokens used */
     uint32_t n_tokens;
-    uint32_t block;
+    uint32_t block;     /* EM_TIER_DEVICE: its KV block, on which the cache holds one reference */
     uint64_t last_used; /* logical clock of the last match or insert through this node */
+    uint8_t tier;       /* an em_tier */
+    bool pinned;        /* being restored: no tier moves or drops it meanwhile */
+    void *host;         /* EM_TIER_RAM: its rows as the backend's kv_save wrote them (owned) */
+    uint8_t key[EM_PREFIX_KEY_BYTES]; /* with tiers only; EM_TIER_DISK: its file's name */
 } em_prefix_node;
+
+typedef struct em_kv_tiers em_kv_tiers;
 
 typedef struct em_prefix_cache {
     em_kv_pool *pool;
     em_prefix_node root; /* holds no block */
     uint64_t clock;
-    uint32_t n_nodes;
+    uint32_t n_nodes; /* nodes on the device, each holding a block */
     uint64_t lookups, hits, tokens_reused, tokens_evicted;
+    em_kv_tiers *tiers; /* NULL: evicted blocks are dropped (owned by the engine) */
 } em_prefix_cache;
 
 /* What a match found. The caller receives a reference on every block listed. */
@@ -96,6 +114,8 @@ typedef struct em_prefix_hit {
     uint32_t n_blocks;   /* whole blocks shared, written to the caller's array */
     uint32_t copy_block; /* EM_PREFIX_NO_BLOCK, or a block whose first copy_rows rows the caller copies */
     uint32_t copy_rows;  /* (then releases copy_block) */
+    uint32_t ram_tokens, disk_tokens; /* of n_tokens, those restored from the lower tiers */
+    double restore_ms;
 } em_prefix_hit;
 
 #define EM_PREFIX_NO_BLOCK UINT32_MAX
@@ -105,7 +125,8 @@ void em_prefix_init(em_prefix_cache *cache, em_kv_pool *pool);
 void em_prefix_free(em_prefix_cache *cache);
 
 /* Finds the longest cached prefix of tokens[0..n) no longer than max_tokens. `blocks` has room for
- * max_tokens / block_tokens entries. */
+ * max_tokens / block_tokens entries. Nodes of the path held in a lower tier are restored into
+ * blocks of the pool (evicting others if needed); the match ends where that fails. */
 void em_prefix_match(em_prefix_cache *cache, const int32_t *tokens, uint32_t n, uint32_t max_tokens,
                      uint32_t *blocks, em_prefix_hit *hit);
 
@@ -114,12 +135,112 @@ void em_prefix_match(em_prefix_cache *cache, const int32_t *tokens, uint32_t n, 
  * twice; the cache takes a reference on each block it adds. */
 em_err em_prefix_insert(em_prefix_cache *cache, const int32_t *tokens, uint32_t n, const uint32_t *blocks);
 
-/* Frees up to `want` blocks by dropping least-recently-used leaves that no sequence uses.
- * Returns the number of blocks freed. */
+/* Frees up to `want` blocks by evicting least-recently-used leaves that no sequence uses: down to
+ * the next tier where there is one (then each tier is brought back within its bound, least
+ * recently used first), else dropped. Returns the number of blocks freed. */
 uint32_t em_prefix_evict(em_prefix_cache *cache, uint32_t want);
 
 /* Blocks the cache references (some may be shared with running sequences). */
 static inline uint32_t em_prefix_cached_blocks(const em_prefix_cache *cache) { return cache->n_nodes; }
+
+/* ---- Prefix cache tiers (tiers.c, disk.c) ----
+ * Below the pool, the prefix cache keeps evicted nodes in host RAM (their rows copied out by the
+ * backend's kv_save), and below RAM on disk, one file a node (a block group of one block: the
+ * tree's unit, evicted and restored alone) named by its key. Each tier is bounded in bytes and gives
+ * up its least recently used leaves first. A match that meets a node in a lower tier copies it back
+ * into a block (kv_load) and the node is on the device again; its lower copy is dropped.
+ *
+ * The disk tier lives in a slot of the cache directory for the model's identity
+ * (DIR/<identity>/slot-N), which one process holds at a time by a lock (flock), so two servers on
+ * one directory never write the same files, and a restarted one takes a free slot back with its
+ * files. At start-up the slot is indexed (headers only: identity, key, parent key, tokens, sizes),
+ * and its nodes join the tree; a file's checksum is checked when it is restored. A file that does
+ * not belong (another model or KV layout, truncated, corrupt, torn, unreachable) is skipped with a
+ * log line and removed from the slot. A write that fails (a full disk) turns the tier off with a
+ * warning; the engine keeps serving. At shutdown the cache is written down to disk, within its
+ * bound, so conversations survive a restart. */
+
+typedef struct em_disk_tier em_disk_tier;
+
+struct em_kv_tiers {
+    em_backend *backend;          /* borrowed: its kv_save / kv_load move the rows */
+    uint64_t row_bytes;           /* one position's KV as kv_save writes it */
+    uint64_t ram_limit;           /* 0: no RAM tier (blocks go straight to disk) */
+    em_disk_tier *disk;           /* NULL: no disk tier (owned) */
+    bool disk_writable;           /* false after a failed write: the disk tier takes nothing more */
+    ember_tier_stats ram, disk_stats; /* bytes and blocks held now, and the counters */
+    uint8_t *scratch;             /* one block's rows, for disk transfers */
+};
+
+/* Makes the tiers for the engine's backend: a RAM bound (0: none) and, with `dir`, the disk tier
+ * (0 bound: the default); a disk tier that cannot be opened is left out with a warning. */
+em_err em_tiers_new(em_backend *backend, const em_model *model, uint64_t ram_limit, const char *dir,
+                    uint64_t disk_limit, em_kv_tiers **out);
+void em_tiers_free(em_kv_tiers *tiers);
+/* The disk tier's slot directory, or NULL without one. */
+const char *em_tiers_disk_dir(const em_kv_tiers *tiers);
+bool em_tiers_disk_on(const em_kv_tiers *tiers);
+/* The node's key from its parent's key and its tokens. */
+void em_tiers_key(const em_prefix_node *node);
+
+/* One node's moves between tiers (prefix.c decides which; these do the copying and the
+ * accounting). to_lower: from the device (its block released) or RAM, one tier down (RAM → disk,
+ * or the device → disk without a RAM tier); false when there is no room or the copy failed: the
+ * caller drops the node. load: its rows from RAM or disk into `block`, the lower copy dropped; an
+ * error when the copy is unreadable (the caller drops the node). forget: its lower copy dropped. */
+bool em_tiers_to_lower(em_kv_tiers *tiers, em_kv_pool *pool, em_prefix_node *node);
+em_err em_tiers_load(em_kv_tiers *tiers, em_prefix_node *node, uint32_t block, double *ms);
+/* `evicted`: the tier gave the node up (counted as its eviction), rather than a restore or an
+ * error dropping it. */
+void em_tiers_forget(em_kv_tiers *tiers, em_prefix_node *node, bool evicted);
+/* Whether the tier would hold more than its bound with `incoming` more bytes. */
+bool em_tiers_over(const em_kv_tiers *tiers, em_tier tier, uint64_t incoming);
+/* The tier a node goes to when it leaves its own, and the bytes it takes there; false: none (it is
+ * dropped). */
+bool em_tiers_below(const em_kv_tiers *tiers, const em_prefix_node *node, em_tier *tier, uint64_t *bytes);
+
+/* The disk slot's nodes, read at start-up into the tree (prefix.c, on top of the files' index). */
+em_err em_prefix_load_disk(em_prefix_cache *cache);
+/* At shutdown: every cached node that fits written down to the lowest tier. */
+void em_prefix_flush(em_prefix_cache *cache);
+
+/* The disk tier's files (disk.c). */
+typedef struct em_disk_entry {
+    uint8_t key[EM_PREFIX_KEY_BYTES], parent[EM_PREFIX_KEY_BYTES];
+    int32_t *tokens; /* owned */
+    uint32_t n_tokens;
+    uint64_t file_bytes;
+    int64_t modified_ns;
+} em_disk_entry;
+
+/* Takes a free slot of dir for this identity (created if missing) with `limit` bytes (0: the
+ * default). An error when the directory cannot be made or locked. */
+em_err em_disk_open(const char *dir, const uint8_t identity[32], uint32_t block_tokens, uint64_t row_bytes,
+                    uint64_t limit, em_disk_tier **out);
+void em_disk_close(em_disk_tier *disk);
+const char *em_disk_dir(const em_disk_tier *disk);
+uint64_t em_disk_limit(const em_disk_tier *disk);
+/* The slot's files that pass the header checks (the others are skipped, counted in *skipped and
+ * removed); entries are the caller's (em_disk_entries_free). */
+em_err em_disk_index(em_disk_tier *disk, em_disk_entry **entries, size_t *n, uint64_t *skipped);
+void em_disk_entries_free(em_disk_entry *entries, size_t n);
+/* Writes a node's file; its size in *file_bytes. */
+em_err em_disk_write(em_disk_tier *disk, const uint8_t key[EM_PREFIX_KEY_BYTES], const uint8_t parent[EM_PREFIX_KEY_BYTES],
+                     const int32_t *tokens, uint32_t n_tokens, const void *rows, uint64_t *file_bytes);
+/* Reads a node's rows, checking the whole file (identity, key, tokens, sizes, checksum). */
+em_err em_disk_read(em_disk_tier *disk, const uint8_t key[EM_PREFIX_KEY_BYTES], const int32_t *tokens,
+                    uint32_t n_tokens, void *rows);
+/* The key of a node under `parent` holding tokens[0..n) (SHA-256 of both, cut to the key's size). */
+void em_disk_key(const uint8_t parent[EM_PREFIX_KEY_BYTES], const int32_t *tokens, uint32_t n,
+                 uint8_t out[EM_PREFIX_KEY_BYTES]);
+/* Removes a node's file. */
+void em_disk_remove(em_disk_tier *disk, const uint8_t key[EM_PREFIX_KEY_BYTES]);
+/* The size of the file of a node of n_tokens tokens. */
+uint64_t em_disk_file_bytes(const em_disk_tier *disk, uint32_t n_tokens);
+/* The identity of a model's KV as a backend keeps it: the model file's metadata and tensor
+ * descriptions, samples of every tensor's data, the backend's kv_format, row bytes and block size,
+ * and the file format's version. */
+em_err em_disk_identity(const em_model *model, const em_backend *backend, uint8_t out[32]);
 
 
 /* ---- Recurrent states (states.c) ----
@@ -362,6 +483,8 @@ struct ember_request {
     char *error;
     double t_submitted, t_admitted, t_first_token, t_last_token, t_finished;
     uint32_t n_prompt, n_cached, n_generated;
+    uint32_t n_restored_ram, n_restored_disk; /* of n_cached, restored from the lower tiers */
+    double restore_ms;
 
     /* Engine-thread state (immutable or only touched by the engine thread after submission). */
     ember_request_params params; /* stop/stop_tokens point nowhere: see the copies below */
@@ -431,6 +554,8 @@ struct ember_engine {
     em_prefix_cache cache;
     em_state_cache states; /* hybrid models only (recurrent: the backend keeps state slots) */
     bool recurrent;
+    em_kv_tiers *tiers;     /* the prefix cache's lower tiers, or NULL (cache.tiers points here) */
+    char tiers_off[160];    /* why an asked-for tier is off ("" when none is) */
 
     pthread_t thread;
     bool thread_started;

@@ -8,6 +8,7 @@ void ember_options_default(ember_options *options) {
     options->batch_tokens = 2048;
     options->block_tokens = 16;
     options->max_sequences = 256;
+    options->cache_ram_bytes = EMBER_CACHE_RAM_AUTO;
 }
 
 void ember_request_default(ember_request_params *params) {

@@ -48,6 +48,10 @@ static void publish_gauges(ember_engine *e) {
     s->prefix_hits = e->cache.hits;
     s->prefix_tokens_reused = e->cache.tokens_reused;
     s->prefix_tokens_evicted = e->cache.tokens_evicted;
+    if (e->tiers) {
+        s->cache_ram = e->tiers->ram;
+        s->cache_disk = e->tiers->disk_stats;
+    }
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -230,6 +234,9 @@ static admit_result admit(ember_engine *e, ember_request *r) {
         pthread_mutex_lock(&r->lock);
         r->t_admitted = em_engine_now_ms();
         r->n_cached = hit.n_tokens;
+        r->n_restored_ram = hit.ram_tokens;
+        r->n_restored_disk = hit.disk_tokens;
+        r->restore_ms = hit.restore_ms;
         pthread_mutex_unlock(&r->lock);
         stats_update(e, count_prompt, r);
     }

@@ -56,6 +56,42 @@ static bool metric(em_buf *out, const char *name, const char *type, const char *
                          (unsigned long long)value);
 }
 
+/* One family of samples labelled by tier (the prefix cache's host-RAM and disk tiers). */
+static bool tier_family(em_buf *out, const char *name, const char *type, const char *help, uint64_t ram, uint64_t disk) {
+    return em_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n%s{tier=\"ram\"} %llu\n%s{tier=\"disk\"} %llu\n", name, help,
+                         name, type, name, (unsigned long long)ram, name, (unsigned long long)disk);
+}
+
+static bool tier_metrics(em_buf *out, const ember_tier_stats *r, const ember_tier_stats *d) {
+    return tier_family(out, "ember_cache_tier_enabled", "gauge", "Prefix cache tier on (1) or off (0).", r->enabled,
+                       d->enabled) &&
+           tier_family(out, "ember_cache_tier_limit_bytes", "gauge", "Prefix cache tier bound in bytes.", r->limit_bytes,
+                       d->limit_bytes) &&
+           tier_family(out, "ember_cache_tier_bytes", "gauge", "Bytes a prefix cache tier holds.", r->bytes, d->bytes) &&
+           tier_family(out, "ember_cache_tier_blocks", "gauge", "KV blocks a prefix cache tier holds.", r->blocks,
+                       d->blocks) &&
+           tier_family(out, "ember_cache_tier_stored_blocks_total", "counter",
+                       "KV blocks moved into a prefix cache tier from the one above.", r->stored, d->stored) &&
+           tier_family(out, "ember_cache_tier_hits_total", "counter",
+                       "KV blocks restored from a prefix cache tier into the KV pool.", r->hits, d->hits) &&
+           tier_family(out, "ember_cache_tier_hit_tokens_total", "counter",
+                       "Tokens of the KV blocks restored from a prefix cache tier.", r->hit_tokens, d->hit_tokens) &&
+           tier_family(out, "ember_cache_tier_evictions_total", "counter",
+                       "KV blocks a prefix cache tier gave up (moved down or dropped).", r->evictions, d->evictions) &&
+           tier_family(out, "ember_cache_tier_written_bytes_total", "counter", "Bytes moved into a prefix cache tier.",
+                       r->bytes_written, d->bytes_written) &&
+           tier_family(out, "ember_cache_tier_read_bytes_total", "counter", "Bytes restored from a prefix cache tier.",
+                       r->bytes_read, d->bytes_read) &&
+           em_buf_printf(out,
+                         "# HELP ember_cache_tier_restore_seconds_total Time spent restoring KV blocks from a prefix "
+                         "cache tier.\n# TYPE ember_cache_tier_restore_seconds_total counter\n"
+                         "ember_cache_tier_restore_seconds_total{tier=\"ram\"} %.6f\n"
+                         "ember_cache_tier_restore_seconds_total{tier=\"disk\"} %.6f\n",
+                         r->restore_ms / 1e3, d->restore_ms / 1e3) &&
+           metric(out, "ember_cache_disk_files_skipped_total", "counter",
+                  "Disk cache files skipped: corrupt, truncated, of another model or unreachable.", d->files_skipped);
+}
+
 char *em_server_metrics_text(em_server_metrics *m, const ember_stats *s, const em_grammar_cache_stats *g) {
     em_buf out = {0};
     bool ok = em_buf_printf(&out, "# HELP ember_http_requests_total HTTP requests by endpoint and status.\n"
@@ -94,6 +130,8 @@ char *em_server_metrics_text(em_server_metrics *m, const ember_stats *s, const e
                     "Grammar compilations stopped because their client hung up or the server stopped.", g->stopped) &&
              metric(&out, "ember_grammar_cache_entries", "gauge", "Compiled grammars and schemas kept.", g->entries) &&
              metric(&out, "ember_grammar_cache_bytes", "gauge", "Memory of the compiled grammars and schemas kept.", g->bytes);
+
+    ok = ok && tier_metrics(&out, &s->cache_ram, &s->cache_disk);
 
     ok = ok && em_buf_printf(&out, "# HELP ember_step_seconds Time of one engine step.\n"
                                    "# TYPE ember_step_seconds histogram\n");

@@ -200,6 +200,10 @@ const em_server_engine *em_server_model_engine(const em_server_model *m) {
     return &m->engine;
 }
 
+void em_server_model_info(const em_server_model *m, ember_engine_info *info) {
+    ember_engine_get_info(m->ember, info);
+}
+
 void em_server_model_close(em_server_model *m) {
     if (!m) return;
     if (m->ember) ember_engine_destroy(m->ember);

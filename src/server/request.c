@@ -115,13 +115,18 @@ static double finite_or_zero(double x) {
 
 json_t *em_server_timings_json(const ember_timings *t) {
     /* draft_n and draft_n_accepted: llama-server's names for the speculative decoding counts. */
-    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I}", "queued_ms", finite_or_zero(t->queued_ms),
+    /* cache_ram_n, cache_disk_n, cache_restore_ms: of cached_tokens, those restored from the prefix
+     * cache's lower tiers, and the restore's time. */
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "queued_ms",
+                     finite_or_zero(t->queued_ms),
                      "prefill_ms", finite_or_zero(t->prefill_ms), "first_token_ms", finite_or_zero(t->first_token_ms),
                      "decode_ms", finite_or_zero(t->decode_ms), "decode_tokens_per_second",
                      finite_or_zero(t->decode_tokens_per_second),
                      "prompt_tokens", (json_int_t)t->prompt_tokens, "cached_tokens",
                      (json_int_t)t->cached_tokens, "generated_tokens", (json_int_t)t->generated_tokens, "draft_n",
-                     (json_int_t)t->draft_tokens, "draft_n_accepted", (json_int_t)t->draft_accepted);
+                     (json_int_t)t->draft_tokens, "draft_n_accepted", (json_int_t)t->draft_accepted, "cache_ram_n",
+                     (json_int_t)t->ram_tokens, "cache_disk_n", (json_int_t)t->disk_tokens, "cache_restore_ms",
+                     finite_or_zero(t->restore_ms));
 }
 
 /* ---- Field readers: absent fields keep their default; wrong types and ranges are 400s. ---- */

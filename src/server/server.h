@@ -498,6 +498,8 @@ typedef struct em_server_model em_server_model;
  * serves completions only. */
 em_err em_server_model_open(const ember_options *options, const char *alias, em_server_model **out);
 const em_server_engine *em_server_model_engine(const em_server_model *model);
+/* What the engine settled on at creation (its KV pool, its prefix cache's tiers). */
+void em_server_model_info(const em_server_model *model, ember_engine_info *info);
 /* Stops the engine and frees everything (stop the server first). */
 void em_server_model_close(em_server_model *model);
 

@@ -7,7 +7,9 @@
 # vocabulary). TIE is a gap in log-probability; the kernels' stated bound for the file's types
 # (tests/cuda/run.sh prints it) is relative to a row's largest logit, so the TIE it allows is that
 # bound times the largest logit (the bound alone is stricter). make test runs it on the CPU with
-# tiny-llama and short documents (tests/cli/serve_pressure.sh).
+# tiny-llama and short documents (tests/cli/serve_pressure.sh). The prefix cache's RAM tier is off
+# (--cache-ram 0): it would turn evictions into restores and the pressure into none
+# (tests/cli/cache_tiers.sh and tests/test_tiers.c test the tiers).
 set -u
 ember=$1 model=$2 device=$3 clients=${4:-32} words=${5:-7900} ctx=${6:-10240} kvseq=${7:-4} turns=${8:-2} tie=${9:-0.05}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,7 +17,7 @@ command -v python3 >/dev/null || { echo "FAIL: python3 is needed (tools/deps.sh 
 work=$(mktemp -d)
 . "$here/../../tools/serve_lib.sh"
 start_server "$work/serve.log" "$ember" serve -m "$model" --port 0 --api-key sk-pressure --alias m --device "$device" \
-  --ctx "$ctx" --kv-sequences "$kvseq" || exit 1
+  --ctx "$ctx" --kv-sequences "$kvseq" --cache-ram 0 || exit 1
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT
 python3 "$here/pressure.py" "$url" m sk-pressure "$clients" "$words" "$turns" "$tie"
 status=$?

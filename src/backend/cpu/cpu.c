@@ -671,6 +671,34 @@ static em_err cpu_copy_state(em_backend *base, uint32_t from, uint32_t to) {
     return NULL;
 }
 
+/* One block's rows to the host and back (backend.h, kv_save / kv_load): for each cache of the
+ * program, the keys of the rows then their values, f32, as the pool keeps them. */
+static em_err cpu_kv_move(cpu_backend *b, uint32_t block, uint32_t rows, float *host, bool save) {
+    if (block >= b->base.n_blocks || rows == 0 || rows > b->base.block_tokens)
+        return em_errorf(EM_ERR_RANGE, "cpu backend: %s of %u rows of block %u (pool of %u blocks of %u)",
+                         save ? "save" : "load", rows, block, b->base.n_blocks, b->base.block_tokens);
+    for (uint32_t i = 0; i < b->program->n_caches; i++) {
+        const uint64_t widths[2] = {b->program->caches[i].key_width, b->program->caches[i].value_width};
+        float *regions[2] = {b->keys + b->cache_key_offset[i], b->values + b->cache_value_offset[i]};
+        for (int kv = 0; kv < 2; kv++) {
+            float *pool = regions[kv] + (uint64_t)block * b->base.block_tokens * widths[kv];
+            const uint64_t floats = rows * widths[kv];
+            if (save) memcpy(host, pool, floats * sizeof(float));
+            else memcpy(pool, host, floats * sizeof(float));
+            host += floats;
+        }
+    }
+    return NULL;
+}
+
+static em_err cpu_kv_save(em_backend *base, uint32_t block, uint32_t rows, void *host) {
+    return cpu_kv_move((cpu_backend *)base, block, rows, host, true);
+}
+
+static em_err cpu_kv_load(em_backend *base, uint32_t block, uint32_t rows, const void *host) {
+    return cpu_kv_move((cpu_backend *)base, block, rows, (float *)host, false);
+}
+
 static void cpu_free(em_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
     em_cpu_pool_destroy(&b->pool);
@@ -764,11 +792,16 @@ static em_err cpu_pick_end(em_backend *base, int32_t *picked) {
     return NULL;
 }
 
-static const em_backend_ops cpu_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows, cpu_free, NULL, NULL, true, NULL,
-                                       cpu_copy_state};
-static const em_backend_ops cpu_overlap_ops = {"cpu", cpu_forward, cpu_forward_pick, cpu_copy_rows,
-                                               cpu_free, cpu_pick_begin, cpu_pick_end, true, cpu_pick_masks,
-                                               cpu_copy_state};
+#define CPU_KV_FORMAT "cpu: f32 rows, each cache's keys then its values"
+static const em_backend_ops cpu_ops = {
+    .name = "cpu", .forward = cpu_forward, .forward_pick = cpu_forward_pick, .copy_rows = cpu_copy_rows,
+    .free = cpu_free, .picks_masked = true, .copy_state = cpu_copy_state, .kv_save = cpu_kv_save,
+    .kv_load = cpu_kv_load, .kv_format = CPU_KV_FORMAT};
+static const em_backend_ops cpu_overlap_ops = {
+    .name = "cpu", .forward = cpu_forward, .forward_pick = cpu_forward_pick, .copy_rows = cpu_copy_rows,
+    .free = cpu_free, .pick_begin = cpu_pick_begin, .pick_end = cpu_pick_end, .picks_masked = true,
+    .pick_masks = cpu_pick_masks, .copy_state = cpu_copy_state, .kv_save = cpu_kv_save, .kv_load = cpu_kv_load,
+    .kv_format = CPU_KV_FORMAT};
 
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
