@@ -44,27 +44,6 @@ static uint32_t next_random(void) {
 }
 static float random_float(float scale) { return scale * ((float)(next_random() % 2001) / 1000.0f - 1.0f); }
 
-/* A checkpoint being written: its header and data. */
-typedef struct checkpoint_writer {
-    json_t *header;
-    uint8_t *data;
-    size_t used, cap;
-} checkpoint_writer;
-
-static void *put(checkpoint_writer *w, const char *name, const char *dtype, json_t *shape, size_t bytes) {
-    if (w->used + bytes > w->cap) {
-        w->cap = 2 * (w->used + bytes);
-        w->data = realloc(w->data, w->cap);
-        assert_non_null(w->data);
-    }
-    json_object_set_new(w->header, name,
-                        json_pack("{s:s,s:o,s:[I,I]}", "dtype", dtype, "shape", shape, "data_offsets",
-                                  (json_int_t)w->used, (json_int_t)(w->used + bytes)));
-    void *at = w->data + w->used;
-    w->used += bytes;
-    return at;
-}
-
 static void put_random(checkpoint_writer *w, const char *name, json_t *shape, size_t count, float scale) {
     float *v = put(w, name, "F32", shape, count * sizeof(float));
     for (size_t i = 0; i < count; i++) v[i] = random_float(scale);

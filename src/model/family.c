@@ -138,7 +138,7 @@ static const em_family families[] = {
         .hybrid = EM_HYBRID_DELTA_NET_TILED,
         .attn_output_gate = true,
         .ffn_norm_tensor = "post_attention_norm",
-        .hf = {.rope_theta = 1e7},
+        .hf = {.rope_theta = 1e7, .partial_rotary_factor = 0.25},
     },
     {
         /* Ember's own MoE family, GGUF only: its keys follow deepseek2's style */

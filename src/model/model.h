@@ -179,6 +179,7 @@ typedef struct em_family_hf_defaults {
     double rope_theta, attn_softcap, final_softcap, query_pre_attn_scalar;
     uint32_t sliding_window, n_head, n_head_kv, head_dim, sliding_window_pattern;
     uint32_t n_expert, n_expert_used, n_ff_expert, n_vocab;
+    double partial_rotary_factor; /* the share of each head RoPE rotates */
 } em_family_hf_defaults;
 
 #define EM_FAMILY_HF_CLASSES 3

@@ -5,6 +5,7 @@
  *   5.x: rope_parameters {rope_type, rope_theta, factor, ...}, or one such object per layer type
  *        {"full_attention": {...}, "sliding_attention": {...}}, layer_types, num_local_experts. */
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,7 @@ static void apply_class_defaults(em_hf_config *cfg) {
     cfg->n_expert_used = d->n_expert_used;
     cfg->n_ff_expert = d->n_ff_expert;
     cfg->n_vocab = d->n_vocab;
+    cfg->partial_rotary_factor = d->partial_rotary_factor;
     snprintf(cfg->act, sizeof cfg->act, "%s", em_family_hf_activation(f));
 }
 
@@ -194,13 +196,21 @@ static em_err parse_layer_types(const reader *r, const json_t *c, em_hf_config *
     if (!json_is_array(types) || json_array_size(types) != cfg->n_layer)
         return em_errorf(EM_ERR_FORMAT, "%s: field 'layer_types' is not an array of %u entries", r->file, cfg->n_layer);
     cfg->layer_sliding = calloc(cfg->n_layer ? cfg->n_layer : 1, sizeof *cfg->layer_sliding);
-    if (!cfg->layer_sliding) return em_errorf(EM_ERR_NOMEM, "%s: out of memory", r->file);
+    cfg->layer_linear = calloc(cfg->n_layer ? cfg->n_layer : 1, sizeof *cfg->layer_linear);
+    if (!cfg->layer_sliding || !cfg->layer_linear) return em_errorf(EM_ERR_NOMEM, "%s: out of memory", r->file);
+    bool linear = false;
     for (uint32_t i = 0; i < cfg->n_layer; i++) {
         const char *t = json_string_value(json_array_get(types, i));
         if (t && !strcmp(t, "sliding_attention")) cfg->layer_sliding[i] = true;
+        else if (t && !strcmp(t, "linear_attention")) cfg->layer_linear[i] = linear = true;
         else if (!t || strcmp(t, "full_attention"))
-            return em_errorf(EM_ERR_UNSUPPORTED, "%s: field 'layer_types[%u]' = '%s' (full_attention or sliding_attention)",
+            return em_errorf(EM_ERR_UNSUPPORTED,
+                             "%s: field 'layer_types[%u]' = '%s' (full_attention, sliding_attention or linear_attention)",
                              r->file, i, t ? t : "(not a string)");
+    }
+    if (!linear) {
+        free(cfg->layer_linear);
+        cfg->layer_linear = NULL;
     }
     return NULL;
 }
@@ -220,6 +230,57 @@ static em_err parse_moe(const reader *r, const json_t *c, em_hf_config *cfg) {
     if (cfg->n_expert && (cfg->n_expert_used == 0 || cfg->n_expert_used > cfg->n_expert))
         return em_errorf(EM_ERR_FORMAT, "%s: field 'num_experts_per_tok' = %u does not fit %u experts", r->file,
                          cfg->n_expert_used, cfg->n_expert);
+    return NULL;
+}
+
+/* mrope_section: three counts of rotated pairs (temporal, height, width), in the rope object. */
+static em_err parse_mrope(const reader *r, const json_t *rope, const char *where, em_hf_config *cfg) {
+    json_t *v = json_object_get(rope, "mrope_section");
+    if (is_null_or_absent(v)) return NULL;
+    if (!json_is_array(v) || json_array_size(v) != 3)
+        return em_errorf(EM_ERR_FORMAT, "%s: field '%smrope_section' is not an array of 3 integers", r->file, where);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *n = json_array_get(v, i);
+        if (!json_is_integer(n) || json_integer_value(n) < 0 || json_integer_value(n) > 65536)
+            return em_errorf(EM_ERR_FORMAT, "%s: field '%smrope_section[%zu]' is not a count of pairs", r->file, where, i);
+        cfg->mrope_section[i] = (uint32_t)json_integer_value(n);
+    }
+    cfg->mrope_given = true;
+    return NULL;
+}
+
+/* The Gated DeltaNet fields of a hybrid model, where config.json has them, and its RoPE's share and
+ * sections (5.x keeps them in rope_parameters, 4.x beside rope_theta or in rope_scaling). */
+static em_err parse_linear_attention(const reader *r, const json_t *c, em_hf_config *cfg) {
+    static const struct {
+        const char *key;
+        size_t offset;
+    } fields[] = {
+        {"linear_conv_kernel_dim", offsetof(em_hf_config, linear_conv_kernel)},
+        {"linear_key_head_dim", offsetof(em_hf_config, linear_key_head_dim)},
+        {"linear_value_head_dim", offsetof(em_hf_config, linear_value_head_dim)},
+        {"linear_num_key_heads", offsetof(em_hf_config, linear_key_heads)},
+        {"linear_num_value_heads", offsetof(em_hf_config, linear_value_heads)},
+        {"full_attention_interval", offsetof(em_hf_config, full_attention_interval)},
+        {"shared_expert_intermediate_size", offsetof(em_hf_config, n_ff_shared)},
+        {"mtp_num_hidden_layers", offsetof(em_hf_config, mtp_layers)},
+    };
+    em_err err;
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if ((err = get_u32(r, c, fields[i].key, false, (uint32_t *)((char *)cfg + fields[i].offset)))) return err;
+    if ((err = get_num(r, c, "partial_rotary_factor", "", &cfg->partial_rotary_factor))) return err;
+    const char *where[] = {"rope_parameters", "rope_scaling"};
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *rope = json_object_get(c, where[i]);
+        if (!json_is_object(rope)) continue;
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "%s.", where[i]);
+        if ((err = get_num(r, rope, "partial_rotary_factor", prefix, &cfg->partial_rotary_factor))) return err;
+        if ((err = parse_mrope(r, rope, prefix, cfg))) return err;
+    }
+    if (cfg->partial_rotary_factor < 0 || cfg->partial_rotary_factor > 1)
+        return em_errorf(EM_ERR_RANGE, "%s: field 'partial_rotary_factor' = %g is not in [0, 1]", r->file,
+                         cfg->partial_rotary_factor);
     return NULL;
 }
 
@@ -279,6 +340,7 @@ static em_err parse_all(const reader *r, em_hf_config *cfg) {
         return err;
     if ((err = parse_layer_types(r, c, cfg))) return err;
     if ((err = parse_moe(r, c, cfg))) return err;
+    if ((err = parse_linear_attention(r, c, cfg))) return err;
     if ((err = get_nullable(r, c, "attn_logit_softcapping", &cfg->attn_softcap))) return err;
     if ((err = get_nullable(r, c, "final_logit_softcapping", &cfg->final_softcap))) return err;
     if ((err = get_num(r, c, "query_pre_attn_scalar", "", &cfg->query_pre_attn_scalar))) return err;
@@ -339,5 +401,7 @@ em_err em_hf_config_load(const char *path, em_hf_config *out) {
 void em_hf_config_free(em_hf_config *cfg) {
     if (!cfg) return;
     free(cfg->layer_sliding);
+    free(cfg->layer_linear);
     cfg->layer_sliding = NULL;
+    cfg->layer_linear = NULL;
 }

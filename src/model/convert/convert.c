@@ -1,9 +1,11 @@
-/* Hugging Face checkpoint → GGUF. A conversion is a plan: one entry per output tensor saying
- * where its rows come from (one source tensor, one matrix per expert, or half of a fused expert
- * matrix), how they are transformed (Q/K row permutation, Gemma's +1 on norms) and in which type
- * they are stored. The header is written from the plan; the writer then asks for each tensor's
- * bytes in order, and rows are converted a chunk at a time straight from the mapped source files,
- * so memory stays at a few chunks whatever the checkpoint's size. */
+/* Hugging Face checkpoint → GGUF. A conversion is a plan (internal.h): one entry per output tensor
+ * saying where its rows come from (one source tensor, one matrix per expert, or half of a fused
+ * expert matrix), how they are transformed (Q/K row permutation, Gemma's +1 on norms, a hybrid
+ * model's value heads reordered) and in which type they are stored. This file reads config.json
+ * and the checkpoint, makes the plan and writes the metadata; the writer then asks stream.c for
+ * each tensor's bytes in order, converted a chunk of rows at a time straight from the mapped source
+ * files, so memory stays at a few chunks whatever the checkpoint's size. hybrid.c knows the Gated
+ * DeltaNet layers of Qwen3.5. */
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
@@ -18,16 +20,9 @@
 #include "../model.h"
 #include "../quantize/quantize.h"
 #include "convert.h"
+#include "internal.h"
 
 /* ---- the checkpoint: every safetensors file of the directory ---- */
-
-typedef struct checkpoint {
-    em_safetensors **files;
-    size_t n_files;
-    size_t n_tensors;
-    bool *used; /* per (file, tensor) flattened, to report leftovers */
-    size_t *base; /* index of each file's first tensor in `used` */
-} checkpoint;
 
 static void checkpoint_close(checkpoint *c) {
     for (size_t i = 0; i < c->n_files; i++) em_safetensors_close(c->files[i]);
@@ -160,37 +155,6 @@ static const em_st_tensor *checkpoint_find(checkpoint *c, const char *name) {
 
 /* ---- the plan ---- */
 
-typedef enum source_kind {
-    SRC_ONE, SRC_EXPERTS, SRC_FUSED_FIRST, SRC_FUSED_SECOND, SRC_GENERATED,
-    SRC_STRIDED, /* a transposed or interleaved tensor (gpt-oss's experts): see plan_tensor's strides */
-    SRC_MXFP4,   /* MXFP4 blocks and scales (gpt-oss), repacked into GGML's blocks without rounding */
-} source_kind;
-
-typedef struct plan_tensor {
-    char name[96];
-    uint32_t n_dims;
-    uint64_t ne[4];           /* GGUF order: ne[0] = row length */
-    uint32_t type;
-    source_kind kind;
-    const em_st_tensor **src; /* SRC_ONE / fused: [1]; SRC_EXPERTS: [ne[2]] */
-    uint32_t permute_heads;   /* > 0: rows are permuted within heads of ne[1] / permute_heads rows */
-    bool add_one;             /* Gemma norms: stored as 1 + w */
-    float *generated;         /* SRC_GENERATED values (owned) */
-    /* SRC_STRIDED: element (mat, row, col) of the output is element
-     * mat * mat_stride + row * row_stride + col * col_stride + first of src[0] */
-    uint64_t mat_stride, row_stride, col_stride, first;
-    /* SRC_MXFP4: src[0] the blocks [mat][source rows][cols / 32][16], scales the exponents
-     * [mat][source rows][cols / 32]; output row r of a matrix is source row r * row_step + row_first */
-    const em_st_tensor *scales;
-    uint32_t row_step, row_first;
-} plan_tensor;
-
-typedef struct plan {
-    plan_tensor *t;
-    size_t n, cap;
-    uint64_t bytes;
-} plan;
-
 static void plan_free(plan *p) {
     for (size_t i = 0; i < p->n; i++) {
         free(p->t[i].src);
@@ -198,23 +162,6 @@ static void plan_free(plan *p) {
     }
     free(p->t);
 }
-
-typedef struct converter {
-    const char *dir;
-    const char *prefix; /* of the text model's tensor names */
-    const em_family *f;
-    em_hf_config cfg;
-    checkpoint ck;
-    plan plan;
-    const em_recipe *recipe; /* --type */
-    float *buf;        /* conversion chunk */
-    uint8_t *out;
-    size_t buf_elems;
-    /* SRC_STRIDED: one matrix of the source as f32, read whole, since its rows are columns */
-    float *slab;
-    uint64_t slab_cap, slab_start, slab_len;
-    const em_st_tensor *slab_src;
-} converter;
 
 static em_err add_plan(converter *cv, plan_tensor **out) {
     plan *p = &cv->plan;
@@ -487,7 +434,9 @@ static em_err plan_rope_freqs(converter *cv) {
     return NULL;
 }
 
-static em_err plan_layer(converter *cv, uint32_t il) {
+/* The attention of layer il: Q (with a gate per head where the family gates attention), K, V, the
+ * output projection, their biases, sinks and QK-norm. */
+static em_err plan_attention(converter *cv, uint32_t il) {
     const em_hf_config *c = &cv->cfg;
     const em_family *f = cv->f;
     char hf[256], gg[96];
@@ -496,8 +445,8 @@ static em_err plan_layer(converter *cv, uint32_t il) {
 #define HF(fmt) (snprintf(hf, sizeof hf, "%slayers.%u." fmt, cv->prefix, il), hf)
 #define GG(fmt) (snprintf(gg, sizeof gg, "blk.%u." fmt, il), gg)
     plan_tensor *t;
-    if ((err = plan_one(cv, HF("input_layernorm.weight"), GG("attn_norm.weight"), e, 0, true, NULL))) return err;
-    if ((err = plan_one(cv, HF("self_attn.q_proj.weight"), GG("attn_q.weight"), e, q, true, &t))) return err;
+    const uint64_t q_rows = f->attn_output_gate ? 2 * q : q; /* [query | gate] per head */
+    if ((err = plan_one(cv, HF("self_attn.q_proj.weight"), GG("attn_q.weight"), e, q_rows, true, &t))) return err;
     if (f->permute_qk) t->permute_heads = c->n_head;
     if ((err = plan_one(cv, HF("self_attn.k_proj.weight"), GG("attn_k.weight"), e, kv, true, &t))) return err;
     if (f->permute_qk) t->permute_heads = c->n_head_kv;
@@ -524,6 +473,55 @@ static em_err plan_layer(converter *cv, uint32_t il) {
         if ((err = plan_one(cv, HF("self_attn.k_norm.weight"), GG("attn_k_norm.weight"), hd, 0, true, NULL)))
             return err;
     }
+    return NULL;
+#undef HF
+#undef GG
+}
+
+/* The Gated DeltaNet mixer of layer il (hybrid.c lists its tensors and what becomes of them). */
+static em_err plan_delta_net(converter *cv, uint32_t il) {
+    delta_net_tensor tensors[DELTA_NET_TENSORS];
+    const size_t n = em_convert_delta_net_tensors(cv->f, &cv->cfg, tensors);
+    char hf[256];
+    for (size_t i = 0; i < n; i++) {
+        const delta_net_tensor *d = &tensors[i];
+        snprintf(hf, sizeof hf, "%slayers.%u.%s", cv->prefix, il, d->hf);
+        const em_st_tensor *s;
+        plan_tensor *t;
+        em_err err = need(cv, hf, &s);
+        if (!err && (err = check_shape(s, d->hf_dims, d->hf_shape))) err = em_err_prefix(err, "%s", cv->dir);
+        if (!err) err = add_plan(cv, &t);
+        if (!err && !(t->src = malloc(sizeof *t->src))) err = em_errorf(EM_ERR_NOMEM, "out of memory");
+        if (err) return err;
+        snprintf(t->name, sizeof t->name, "blk.%u.%s", il, d->gguf);
+        t->n_dims = d->n_dims;
+        t->ne[0] = d->ne[0];
+        t->ne[1] = d->ne[1];
+        t->ne[2] = t->ne[3] = 1;
+        t->kind = SRC_ONE;
+        t->src[0] = s;
+        t->add_one = cv->f->norm_plus_one && ends_with(d->hf, "norm.weight") && !d->plain_norm;
+        t->negative_exp = d->negative_exp;
+        t->values = d->values;
+        t->value_first = d->value_first;
+        t->value_head = d->value_head;
+        t->value_groups = cv->cfg.linear_key_heads;
+        t->value_per_group = cv->cfg.linear_value_heads / cv->cfg.linear_key_heads;
+    }
+    return NULL;
+}
+
+static em_err plan_layer(converter *cv, uint32_t il) {
+    const em_hf_config *c = &cv->cfg;
+    const em_family *f = cv->f;
+    char hf[256], gg[96];
+    em_err err;
+    const uint64_t e = c->n_embd;
+#define HF(fmt) (snprintf(hf, sizeof hf, "%slayers.%u." fmt, cv->prefix, il), hf)
+#define GG(fmt) (snprintf(gg, sizeof gg, "blk.%u." fmt, il), gg)
+    if ((err = plan_one(cv, HF("input_layernorm.weight"), GG("attn_norm.weight"), e, 0, true, NULL))) return err;
+    err = em_convert_layer_is_linear(c, il) ? plan_delta_net(cv, il) : plan_attention(cv, il);
+    if (err) return err;
     if (f->post_norms) {
         if ((err = plan_one(cv, HF("post_attention_layernorm.weight"), GG("post_attention_norm.weight"), e, 0, true, NULL)))
             return err;
@@ -670,6 +668,10 @@ static em_err check_config(converter *cv) {
         em_log(EM_LOG_WARN, "%s/%s: local rope base %g (scaled: %s); GGUF %s assumes %g unscaled", cv->dir, file,
                c->rope_local.theta, c->rope_local.type == EM_HF_ROPE_DEFAULT ? "no" : "yes", f->gguf_arch,
                f->local_rope_theta);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", cv->dir, file);
+    em_err err = em_convert_check_hybrid(f, c, path);
+    if (err) return err;
     if (c->rope.type == EM_HF_ROPE_YARN && c->rope.attention_factor > 0)
         em_log(EM_LOG_WARN, "%s/%s: yarn attention_factor %g is not carried into GGUF", cv->dir, file,
                c->rope.attention_factor);
@@ -751,6 +753,7 @@ static em_err write_metadata(converter *cv, em_gguf_writer *w, const char *name)
         if (c->rope.beta_fast > 0) TRY(em_gguf_writer_add_f32(w, K("rope.scaling.yarn_beta_fast"), (float)c->rope.beta_fast));
         if (c->rope.beta_slow > 0) TRY(em_gguf_writer_add_f32(w, K("rope.scaling.yarn_beta_slow"), (float)c->rope.beta_slow));
     }
+    TRY(em_convert_write_hybrid_metadata(cv->f, c, w));
     if (em_recipe_file_type(cv->recipe) >= 0)
         TRY(em_gguf_writer_add_u32(w, "general.file_type", (uint32_t)em_recipe_file_type(cv->recipe)));
     const char *recipe = em_recipe_name(cv->recipe);
@@ -759,155 +762,6 @@ static em_err write_metadata(converter *cv, em_gguf_writer *w, const char *name)
     return NULL;
 #undef K
 #undef TRY
-}
-
-/* ---- streaming the tensor data ---- */
-
-/* Element offset, in its source tensor, of output row `row` (0 ≤ row < ne[1] * ne[2]). */
-static const em_st_tensor *row_source(const plan_tensor *t, uint64_t row, uint64_t *first) {
-    const uint64_t rows = t->ne[1], cols = t->ne[0];
-    uint64_t mat = row / rows, r = row % rows;
-    if (t->permute_heads) {
-        /* llama.cpp's permute: rows of a head are (half, i) in HF order, (i, half) in GGUF order. */
-        uint64_t per = rows / t->permute_heads, h = r / per, i = (r % per) / 2, half = r % 2;
-        r = h * per + half * (per / 2) + i;
-    }
-    switch (t->kind) {
-    case SRC_EXPERTS: *first = r * cols; return t->src[mat];
-    case SRC_FUSED_FIRST: *first = (mat * 2 * rows + r) * cols; return t->src[0];
-    case SRC_FUSED_SECOND: *first = (mat * 2 * rows + rows + r) * cols; return t->src[0];
-    default: *first = (mat * rows + r) * cols; return t->src[0];
-    }
-}
-
-/* Output row `row` of a SRC_STRIDED tensor into dst: its matrix read whole into the slab first. */
-static em_err read_strided_row(converter *cv, const plan_tensor *t, uint64_t row, float *dst) {
-    const em_st_tensor *s = t->src[0];
-    const uint64_t mat = row / t->ne[1], r = row % t->ne[1];
-    const uint64_t start = mat * t->mat_stride, len = t->mat_stride ? t->mat_stride : s->n_elems;
-    if (start + len > s->n_elems)
-        return em_errorf(EM_ERR_INTERNAL, "tensor %s: matrix %llu past the end of '%s'", t->name,
-                         (unsigned long long)mat, s->name);
-    if (cv->slab_src != s || cv->slab_start != start || cv->slab_len != len) {
-        if (len > cv->slab_cap) {
-            float *grown = realloc(cv->slab, len * sizeof *grown);
-            if (!grown) return em_errorf(EM_ERR_NOMEM, "out of memory for a matrix of '%s'", s->name);
-            cv->slab = grown;
-            cv->slab_cap = len;
-        }
-        cv->slab_src = NULL;
-        em_err err = em_st_read_f32(s, start, len, cv->slab);
-        if (err) return err;
-        cv->slab_src = s, cv->slab_start = start, cv->slab_len = len;
-    }
-    const float *base = cv->slab + r * t->row_stride + t->first;
-    for (uint64_t c = 0; c < t->ne[0]; c++) dst[c] = base[c * t->col_stride];
-    return NULL;
-}
-
-/* The MXFP4 block of 32 values whose E2M1 codes the checkpoint packs two a byte in order (element
- * 2i in the low nibble of byte i, 2i + 1 in its high one), in GGML's order: the exponent byte, then
- * byte j holding element j in its low nibble and element j + 16 in its high one. */
-static void repack_mxfp4_block(uint8_t exponent, const uint8_t *packed, uint8_t *out) {
-    uint8_t code[32];
-    for (int i = 0; i < 16; i++) {
-        code[2 * i] = packed[i] & 15;
-        code[2 * i + 1] = packed[i] >> 4;
-    }
-    out[0] = exponent;
-    for (int j = 0; j < 16; j++) out[1 + j] = (uint8_t)(code[j] | code[j + 16] << 4);
-}
-
-static em_err fill_mxfp4(converter *cv, const plan_tensor *t, FILE *file, uint64_t size) {
-    const uint64_t cols = t->ne[0], rows = t->ne[1], n_blocks = cols / 32, row_bytes = n_blocks * 17;
-    const uint64_t source_rows = rows * t->row_step; /* of one matrix */
-    if (row_bytes * rows * t->ne[2] != size)
-        return em_errorf(EM_ERR_INTERNAL, "tensor %s: %llu bytes planned, writer expects %llu", t->name,
-                         (unsigned long long)(row_bytes * rows * t->ne[2]), (unsigned long long)size);
-    if (row_bytes > cv->buf_elems * sizeof(float)) {
-        uint8_t *grown = realloc(cv->out, row_bytes);
-        if (!grown) return em_errorf(EM_ERR_NOMEM, "out of memory converting %s", t->name);
-        cv->out = grown;
-        cv->buf_elems = (row_bytes + sizeof(float) - 1) / sizeof(float);
-        float *buf = realloc(cv->buf, cv->buf_elems * sizeof *buf);
-        if (!buf) return em_errorf(EM_ERR_NOMEM, "out of memory converting %s", t->name);
-        cv->buf = buf;
-    }
-    uint8_t *out = cv->out;
-    for (uint64_t mat = 0; mat < t->ne[2]; mat++)
-        for (uint64_t r = 0; r < rows; r++) {
-            const uint64_t source_row = mat * source_rows + r * t->row_step + t->row_first;
-            const uint8_t *blocks = t->src[0]->data + source_row * n_blocks * 16;
-            const uint8_t *exponents = t->scales->data + source_row * n_blocks;
-            for (uint64_t b = 0; b < n_blocks; b++) repack_mxfp4_block(exponents[b], blocks + b * 16, out + b * 17);
-            if (fwrite(out, 1, row_bytes, file) != row_bytes)
-                return em_errorf(EM_ERR_IO, "writing tensor %s failed", t->name);
-        }
-    em_st_release(t->src[0]);
-    em_st_release(t->scales);
-    return NULL;
-}
-
-static em_err fill(void *user, uint64_t index, void *file, uint64_t size) {
-    converter *cv = user;
-    const plan_tensor *t = &cv->plan.t[index];
-    if (t->kind == SRC_MXFP4) return fill_mxfp4(cv, t, file, size);
-    const uint64_t cols = t->ne[0], n_rows = t->ne[1] * t->ne[2];
-    uint64_t row_bytes;
-    em_err err = em_type_row_bytes(t->type, cols, &row_bytes);
-    if (err) return err;
-    if (row_bytes * n_rows != size)
-        return em_errorf(EM_ERR_INTERNAL, "tensor %s: %llu bytes planned, writer expects %llu", t->name,
-                         (unsigned long long)(row_bytes * n_rows), (unsigned long long)size);
-    if (cols > cv->buf_elems) {
-        float *grown = realloc(cv->buf, cols * sizeof *grown);
-        uint8_t *out = grown ? realloc(cv->out, row_bytes > cols * 4 ? row_bytes : cols * 4) : NULL;
-        if (grown) cv->buf = grown;
-        if (!out) return em_errorf(EM_ERR_NOMEM, "out of memory converting %s", t->name);
-        cv->out = out;
-        cv->buf_elems = cols;
-    }
-    /* Rows per chunk: as many as fit the buffer (at least one). */
-    const uint64_t chunk = cv->buf_elems / cols;
-    for (uint64_t r0 = 0; r0 < n_rows; r0 += chunk) {
-        uint64_t nr = n_rows - r0 < chunk ? n_rows - r0 : chunk;
-        for (uint64_t r = 0; r < nr; r++) {
-            float *dst = cv->buf + r * cols;
-            if (t->kind == SRC_GENERATED) {
-                memcpy(dst, t->generated + (r0 + r) * cols, cols * sizeof *dst);
-                continue;
-            }
-            if (t->kind == SRC_STRIDED) {
-                if ((err = read_strided_row(cv, t, r0 + r, dst))) return em_err_prefix(err, "tensor %s", t->name);
-                continue;
-            }
-            uint64_t first;
-            const em_st_tensor *s = row_source(t, r0 + r, &first);
-            if (t->permute_heads && t->n_dims == 1) {
-                /* a Q/K bias: its elements are the rows of the matching weight, permuted alike */
-                plan_tensor as_rows = *t;
-                as_rows.ne[0] = 1;
-                as_rows.ne[1] = cols;
-                for (uint64_t i = 0; i < cols && !err; i++) {
-                    s = row_source(&as_rows, i, &first);
-                    err = em_st_read_f32(s, first, 1, dst + i);
-                }
-            } else {
-                err = em_st_read_f32(s, first, cols, dst);
-            }
-            if (err) return em_err_prefix(err, "tensor %s", t->name);
-            if (t->add_one)
-                for (uint64_t i = 0; i < cols; i++) dst[i] += 1.0f;
-        }
-        if ((err = em_quantize(t->type, cv->buf, cv->out, nr * cols))) return em_err_prefix(err, "tensor %s", t->name);
-        if (fwrite(cv->out, 1, nr * row_bytes, (FILE *)file) != nr * row_bytes)
-            return em_errorf(EM_ERR_IO, "writing tensor %s failed", t->name);
-    }
-    if (t->kind == SRC_EXPERTS)
-        for (uint64_t e = 0; e < t->ne[2]; e++) em_st_release(t->src[e]);
-    else if (t->kind != SRC_GENERATED)
-        em_st_release(t->src[0]);
-    return NULL;
 }
 
 /* The chat template of tokenizer_config.json is written by the tokenizer module with the rest of the
@@ -975,13 +829,18 @@ static em_err run(converter *cv, const char *out_path, const em_convert_options 
     if ((err = checkpoint_open(cv->dir, &cv->ck))) return err;
     if ((err = plan_all(cv))) return err;
     /* Tensors left over: the first few by name, then a count (a vision tower has hundreds). */
-    size_t unused = 0, vision = 0;
+    size_t unused = 0, vision = 0, next_token = 0;
     for (size_t i = 0; i < cv->ck.n_files; i++)
         for (size_t t = 0; t < em_safetensors_count(cv->ck.files[i]); t++) {
             const char *tn = em_safetensors_at(cv->ck.files[i], t)->name;
             if (cv->ck.used[cv->ck.base[i] + t] || ends_with(tn, "rotary_emb.inv_freq")) continue;
-            if (strcmp(cv->prefix, "model.") && (strstr(tn, "vision_tower.") || strstr(tn, "multi_modal_projector."))) {
+            if (strcmp(cv->prefix, "model.") &&
+                (strstr(tn, "vision_tower.") || strstr(tn, "multi_modal_projector.") || strstr(tn, "visual."))) {
                 vision++; /* a multimodal checkpoint's image half, left out on purpose */
+                continue;
+            }
+            if (!strncmp(tn, "mtp.", 4) || strstr(tn, ".mtp.")) {
+                next_token++; /* multi-token prediction, which the forward step does not run */
                 continue;
             }
             if (unused++ < 4)
@@ -991,6 +850,8 @@ static em_err run(converter *cv, const char *out_path, const em_convert_options 
     if (unused > 4)
         em_log(EM_LOG_WARN, "%s: %zu more tensors are not used by GGUF %s", cv->dir, unused - 4, cv->f->gguf_arch);
     if (vision) em_log(EM_LOG_INFO, "%s: the text model only: %zu vision tensors left out", cv->dir, vision);
+    if (next_token)
+        em_log(EM_LOG_INFO, "%s: %zu multi-token prediction tensors left out", cv->dir, next_token);
 
     em_gguf_writer *w;
     if ((err = em_gguf_writer_new(3, &w))) return err;
@@ -1009,7 +870,7 @@ static em_err run(converter *cv, const char *out_path, const em_convert_options 
     cv->buf = malloc(cv->buf_elems * sizeof *cv->buf);
     cv->out = malloc(cv->buf_elems * sizeof *cv->buf);
     if (!err && (!cv->buf || !cv->out)) err = em_errorf(EM_ERR_NOMEM, "out of memory");
-    if (!err) err = em_gguf_writer_write_streaming(w, out_path, fill, cv);
+    if (!err) err = em_gguf_writer_write_streaming(w, out_path, em_convert_fill, cv);
     em_gguf_writer_free(w);
     if (err) {
         remove(out_path);

@@ -14,8 +14,10 @@
  *    llama.cpp's converter writes (LlamaForCausalLM, MistralForCausalLM and MixtralForCausalLM as
  *    `llama`, with Q and K rows permuted for the interleaved-pair RoPE of GGUF llama;
  *    Qwen2/Qwen3/Qwen3Moe; Gemma2/Gemma3 text, with 1 added to every RMSNorm weight because GGUF
- *    Gemma stores (1 + w)), stacks experts into ffn_*_exps, writes rope_freqs.weight for llama3 rope
- *    scaling, and streams tensors one at a time through em_gguf_writer_write_streaming.
+ *    Gemma stores (1 + w); Qwen3.5's text model, whose Gated DeltaNet layers hybrid.c maps, value
+ *    heads reordered as GGUF qwen35 keeps them), stacks experts into ffn_*_exps, writes
+ *    rope_freqs.weight for llama3 rope scaling, and streams tensors one at a time through
+ *    em_gguf_writer_write_streaming (stream.c).
  *    A Gemma 3 layer pattern other than five sliding layers then one global is written as
  *    {arch}.attention.sliding_window_pattern (llama.cpp's key: a period, or a bool per layer).
  *    Tokenizer metadata comes from the tokenizer module's tokenizer.json converter (BPE models:
@@ -134,6 +136,7 @@ typedef struct em_hf_config {
     bool *layer_sliding;           /* [n_layer] from layer_types, or NULL when absent (owned) */
 
     uint32_t n_expert, n_expert_used, n_ff_expert; /* gpt-oss: n_ff_expert from intermediate_size */
+    uint32_t n_ff_shared;          /* shared_expert_intermediate_size (Qwen3.5 MoE, Qwen3-Next); 0 = none */
     bool norm_topk_prob, norm_topk_given;
     uint32_t decoder_sparse_step;  /* Qwen3-MoE (1 = every layer) */
     bool has_mlp_only_layers;      /* Qwen3-MoE: a non-empty mlp_only_layers */
@@ -142,6 +145,19 @@ typedef struct em_hf_config {
     double query_pre_attn_scalar;  /* 0 = absent */
 
     int64_t bos_id, eos_id, pad_id; /* -1 = absent */
+
+    /* Hybrid models (Qwen3.5, Qwen3-Next): the Gated DeltaNet layers' shape (linear_conv_kernel_dim,
+     * linear_{key,value}_head_dim, linear_num_{key,value}_heads; 0 = absent), which layers they are
+     * (layer_types' "linear_attention", else all but every full_attention_interval-th), the rotated
+     * share of a head (partial_rotary_factor, in rope_parameters or beside it) and the sections of
+     * the multimodal RoPE (mrope_section), and the multi-token-prediction layers (mtp_num_hidden_layers) */
+    uint32_t linear_conv_kernel, linear_key_head_dim, linear_value_head_dim, linear_key_heads, linear_value_heads;
+    uint32_t full_attention_interval;
+    bool *layer_linear;            /* [n_layer] from layer_types, or NULL when absent (owned) */
+    double partial_rotary_factor;  /* 0 = absent */
+    uint32_t mrope_section[3];
+    bool mrope_given;
+    uint32_t mtp_layers;
 } em_hf_config;
 
 /* Parses config.json text. `name` is used in messages. */
