@@ -25,7 +25,7 @@ serve() { # LOG: the server on a pool of 2 x 128 positions, with both tiers
 # complete SEED: 100 token ids (a conversation's prompt) and 8 greedy tokens after them
 complete() {
   local ids
-  ids=$(awk -v s="$1" 'BEGIN { srand(s); printf "["; for (i = 0; i < 100; i++) printf "%s%d", i ? "," : "", 100 + int(rand() * 4000); printf "]" }')
+  ids=$(awk -v s="$1" 'BEGIN { srand(s); printf "["; for (i = 0; i < 100; i++) printf "%s%d", i ? "," : "", 100 + int(rand() * 3900); printf "]" }')
   curl -s "$url/v1/completions" -H 'content-type: application/json' \
     -d "{\"model\":\"x\",\"prompt\":$ids,\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true}"
 }
