@@ -12,102 +12,17 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "backend/backend.h"
-#include "ember.h"
-#include "model/model.h"
 
-#define VOCAB EM_FIXTURES_DIR "/vocab/ggml-vocab-llama-spm.gguf"
-#define DIR EM_BINARY_DIR "/test_engine_hybrid_files"
-#define MODEL DIR "/tiny-qwen35.gguf"
+#define ENGINE_TEST_PRESET "tiny-qwen35"
+#define ENGINE_TEST_DIR EM_BINARY_DIR "/test_engine_hybrid_files"
 #define MAX_OUT 64
-
-static uint32_t n_vocab;
-
-static int setup(void **state) {
-    (void)state;
-    mkdir(DIR, 0755);
-    em_synth_options o = {.preset = "tiny-qwen35", .type = "f32", .seed = 5, .vocab_path = VOCAB};
-    em_err err = em_synth_write(&o, MODEL);
-    if (err) fail_msg("synth: %s", em_err_message(err));
-    em_model *m;
-    if ((err = em_model_load(MODEL, &m))) fail_msg("load: %s", em_err_message(err));
-    n_vocab = m->desc.n_vocab;
-    em_model_free(m);
-    return 0;
-}
-
-static void make_prompt(int32_t *tokens, uint32_t n, uint64_t seed) {
-    for (uint32_t i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        tokens[i] = 3 + (int32_t)((seed >> 33) % (n_vocab - 3)); /* no control tokens */
-    }
-}
-
-/* Greedy continuation straight from the backend, token by token: the reference. */
-static void reference_greedy(const int32_t *prompt, uint32_t n_prompt, uint32_t n_out, int32_t *out) {
-    em_model *m;
-    assert_null(em_model_load(MODEL, &m));
-    em_backend_config config = {.device = "cpu", .n_threads = 1, .block_tokens = 16, .kv_tokens = 1024};
-    em_backend *b;
-    assert_null(em_backend_cpu_new(m, &config, &b));
-    static uint32_t blocks[64];
-    em_batch_seq seq;
-    em_batch_fixed_tables(&seq, blocks, 1, 64);
-    float *logits = malloc(n_vocab * sizeof *logits);
-    for (uint32_t pos = 0; pos < n_prompt + n_out - 1; pos++) {
-        int32_t token = pos < n_prompt ? prompt[pos] : out[pos - n_prompt];
-        uint32_t s = 0;
-        bool want = true;
-        em_batch batch = {1, &token, &s, &pos, &want, 1, &seq, NULL, false};
-        assert_null(em_backend_forward(b, &batch, logits));
-        if (pos + 1 >= n_prompt) {
-            uint32_t best = 0;
-            for (uint32_t v = 1; v < n_vocab; v++)
-                if (logits[v] > logits[best]) best = v;
-            out[pos + 1 - n_prompt] = (int32_t)best;
-        }
-    }
-    free(logits);
-    em_backend_free(b);
-    em_model_free(m);
-}
-
-static ember_engine *new_engine(uint64_t kv_mem, int max_sequences) {
-    ember_options o;
-    ember_options_default(&o);
-    o.model_path = MODEL;
-    o.device = "cpu";
-    o.threads = 2;
-    o.ctx_tokens = 512;
-    o.kv_mem_bytes = kv_mem;
-    if (max_sequences) o.max_sequences = max_sequences;
-    ember_engine *e;
-    ember_error *err = ember_engine_create(&o, &e);
-    if (err) fail_msg("engine: %s", ember_error_message(err));
-    return e;
-}
+#include "engine_fixture.h"
 
 typedef struct result {
     int32_t tokens[MAX_OUT];
     uint32_t n;
     ember_timings timings;
 } result;
-
-static ember_request *submit(ember_engine *e, const int32_t *prompt, uint32_t n, int max_tokens, float temp,
-                             uint64_t seed) {
-    ember_request_params p;
-    ember_request_default(&p);
-    p.prompt_ids = prompt;
-    p.n_prompt_ids = n;
-    p.max_tokens = max_tokens;
-    p.sampling.temperature = temp;
-    p.sampling.seed = seed;
-    p.ignore_eos = true;
-    ember_request *r;
-    ember_error *err = ember_submit(e, &p, &r);
-    if (err) fail_msg("submit: %s", ember_error_message(err));
-    return r;
-}
 
 static void collect(ember_request *r, result *res) {
     memset(res, 0, sizeof *res);
@@ -128,7 +43,7 @@ static void test_greedy_matches_backend(void **state) {
     reference_greedy(prompt, 37, 12, want);
     ember_engine *e = new_engine(0, 0);
     result res;
-    collect(submit(e, prompt, 37, 12, 0.0f, 0), &res);
+    collect(submit_ids(e, prompt, 37, 12, 0.0f, 0), &res);
     assert_int_equal(res.n, 12);
     assert_memory_equal(res.tokens, want, sizeof want);
     ember_engine_destroy(e);
@@ -147,11 +62,11 @@ static void test_batched_equals_solo(void **state) {
     }
     ember_engine *e = new_engine(0, 0);
     for (int i = 0; i < N; i++)
-        collect(submit(e, prompts[i], lengths[i], 10 + i, i % 2 ? 0.9f : 0.0f, 7 + (uint64_t)i), &solo[i]);
+        collect(submit_ids(e, prompts[i], lengths[i], 10 + i, i % 2 ? 0.9f : 0.0f, 7 + (uint64_t)i), &solo[i]);
     ember_engine_destroy(e);
     e = new_engine(0, 0);
     ember_request *r[N];
-    for (int i = 0; i < N; i++) r[i] = submit(e, prompts[i], lengths[i], 10 + i, i % 2 ? 0.9f : 0.0f, 7 + (uint64_t)i);
+    for (int i = 0; i < N; i++) r[i] = submit_ids(e, prompts[i], lengths[i], 10 + i, i % 2 ? 0.9f : 0.0f, 7 + (uint64_t)i);
     for (int i = 0; i < N; i++) collect(r[i], &together[i]);
     for (int i = 0; i < N; i++) {
         assert_int_equal(together[i].n, 10 + i);
@@ -174,32 +89,32 @@ static void test_conversation_resumes(void **state) {
     make_prompt(b, 150, 12);
     ember_engine *e = new_engine(0, 0);
     result r1, r2, r3, r4, fresh;
-    collect(submit(e, a, 120, 8, 0.0f, 0), &r1);
+    collect(submit_ids(e, a, 120, 8, 0.0f, 0), &r1);
     assert_int_equal(r1.timings.cached_tokens, 0);
     memcpy(a + 120, r1.tokens, 8 * sizeof(int32_t));
-    collect(submit(e, a, 168, 8, 0.0f, 0), &r2);
+    collect(submit_ids(e, a, 168, 8, 0.0f, 0), &r2);
     assert_int_equal(r2.timings.cached_tokens, 120 + 8 - 1);
-    collect(submit(e, b, 150, 8, 0.0f, 0), &r3);
+    collect(submit_ids(e, b, 150, 8, 0.0f, 0), &r3);
     assert_int_equal(r3.timings.cached_tokens, 0);
     memcpy(a + 168, r2.tokens, 8 * sizeof(int32_t));
-    collect(submit(e, a, 216, 8, 0.0f, 0), &r4);
+    collect(submit_ids(e, a, 216, 8, 0.0f, 0), &r4);
     assert_int_equal(r4.timings.cached_tokens, 168 + 8 - 1);
     /* A's first prompt again, with another ending: the snapshot at A's prompt end (120) serves it */
     int32_t again[130];
     memcpy(again, a, 120 * sizeof(int32_t));
     make_prompt(again + 120, 10, 13);
     result r5, fresh5;
-    collect(submit(e, again, 130, 8, 0.0f, 0), &r5);
+    collect(submit_ids(e, again, 130, 8, 0.0f, 0), &r5);
     assert_int_equal(r5.timings.cached_tokens, 120);
     ember_engine_destroy(e);
 
     e = new_engine(0, 0);
-    collect(submit(e, a, 216, 8, 0.0f, 0), &fresh);
+    collect(submit_ids(e, a, 216, 8, 0.0f, 0), &fresh);
     assert_int_equal(fresh.timings.cached_tokens, 0);
     assert_memory_equal(fresh.tokens, r4.tokens, 8 * sizeof(int32_t));
     ember_engine_destroy(e);
     e = new_engine(0, 0);
-    collect(submit(e, again, 130, 8, 0.0f, 0), &fresh5);
+    collect(submit_ids(e, again, 130, 8, 0.0f, 0), &fresh5);
     assert_memory_equal(fresh5.tokens, r5.tokens, 8 * sizeof(int32_t));
     ember_engine_destroy(e);
 }
@@ -214,7 +129,7 @@ static void test_memory_pressure(void **state) {
     result solo[N], squeezed[N];
     for (int i = 0; i < N; i++) make_prompt(prompts[i], 70, 300 + (uint64_t)i);
     ember_engine *e = new_engine(0, 0);
-    for (int i = 0; i < N; i++) collect(submit(e, prompts[i], 70, 30, 0.0f, 0), &solo[i]);
+    for (int i = 0; i < N; i++) collect(submit_ids(e, prompts[i], 70, 30, 0.0f, 0), &solo[i]);
     ember_engine_destroy(e);
     em_model *m;
     assert_null(em_model_load(MODEL, &m));
@@ -222,7 +137,7 @@ static void test_memory_pressure(void **state) {
     em_model_free(m);
     e = new_engine(20 * block_bytes, 0);
     ember_request *r[N];
-    for (int i = 0; i < N; i++) r[i] = submit(e, prompts[i], 70, 30, 0.0f, 0);
+    for (int i = 0; i < N; i++) r[i] = submit_ids(e, prompts[i], 70, 30, 0.0f, 0);
     for (int i = 0; i < N; i++) collect(r[i], &squeezed[i]);
     for (int i = 0; i < N; i++) assert_memory_equal(squeezed[i].tokens, solo[i].tokens, 30 * sizeof(int32_t));
     ember_stats stats;
