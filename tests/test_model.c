@@ -499,6 +499,9 @@ static void test_gemma4(void **state) {
         assert_non_null(w->output_scale);
         assert_true(il < 4 ? w->wk.data && w->k_norm : !w->wk.data && !w->k_norm && !w->wv.data);
     }
+    char line[160];
+    em_model_describe_layer(d, 5, line, sizeof line);
+    assert_string_equal(line, "sliding 8 attn 4/2 heads x 32 qk-norm v-norm kv of layer 2, neox rope 10000 (32 dims), dense 512");
     assert_int_equal(m->w.per_layer_embd.cols, 8 * 32);
     assert_int_equal(m->w.per_layer_proj.rows, 8 * 32);
     assert_float_equal(d->final_softcap, 30.0f, 0);
@@ -522,6 +525,8 @@ static void test_gemma4(void **state) {
         assert_true(w->pre_ffn_norm_2 && w->post_ffn_norm_1 && w->post_ffn_norm_2 && w->router_norm);
         assert_int_equal(w->ffn_gate.rows, 128);
     }
+    em_model_describe_layer(d, 2, line, sizeof line);
+    assert_string_equal(line, "full attn 4/1 heads x 64 qk-norm v-norm k=v, neox rope 1e+06 (64 dims), dense 128 + moe 2/8 x 64");
     em_model_free(m);
 }
 

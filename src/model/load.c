@@ -781,12 +781,17 @@ void em_model_describe_layer(const em_model_desc *d, uint32_t layer, char *buf, 
         return;
     }
     if (ld->attn == EM_ATTN_SLIDING) snprintf(attn, sizeof attn, "sliding %u", ld->window);
-    if (ld->moe)
+    if (ld->moe && ld->n_ff_dense)
+        snprintf(ffn, sizeof ffn, "dense %u + moe %u/%u x %u", ld->n_ff_dense, ld->n_expert_used, ld->n_expert, ld->n_ff);
+    else if (ld->moe)
         snprintf(ffn, sizeof ffn, "moe %u/%u x %u%s", ld->n_expert_used, ld->n_expert, ld->n_ff,
                  ld->renormalize ? " renorm" : "");
     else
         snprintf(ffn, sizeof ffn, "dense %u", ld->n_ff);
-    snprintf(buf, size, "%s attn %u/%u heads x %u%s%s, %s rope %g (%u dims), %s", attn, ld->n_head, ld->n_head_kv,
-             ld->head_dim, ld->qk_norm ? " qk-norm" : "", ld->qkv_bias ? " bias" : "",
+    char kv[32] = "";
+    if (ld->kv_layer != layer) snprintf(kv, sizeof kv, " kv of layer %u", ld->kv_layer);
+    else if (ld->values_from_keys) snprintf(kv, sizeof kv, " k=v");
+    snprintf(buf, size, "%s attn %u/%u heads x %u%s%s%s%s, %s rope %g (%u dims), %s", attn, ld->n_head, ld->n_head_kv,
+             ld->head_dim, ld->qk_norm ? " qk-norm" : "", ld->qkv_bias ? " bias" : "", ld->value_norm ? " v-norm" : "", kv,
              ld->rope.style == EM_ROPE_NEOX ? "neox" : "normal", ld->rope.theta, ld->rope.n_rot, ffn);
 }
