@@ -389,7 +389,9 @@ static void check_family(const char *preset, const char *type) {
         check_shared_prefix(f);
     }
     check_bad_batches(f);
-    if (!strncmp(preset, "tiny-gemma", 10)) check_plus_one_norm(f);
+    /* Gemma 2 and 3, whose checkpoints store norms as w of (1 + w) (Gemma 4's are plain) */
+    const em_family *family = em_family_by_gguf_arch(f->model->desc.arch);
+    if (family && family->norm_plus_one && family->post_norms) check_plus_one_norm(f);
     teardown(f);
 }
 
@@ -407,6 +409,12 @@ FAMILY(test_gemma3, "tiny-gemma3", "f32")
 FAMILY(test_mixtral, "tiny-mixtral", "f32")
 FAMILY(test_flint, "tiny-flint", "f32")
 FAMILY(test_qwen35, "tiny-qwen35", "f32")
+/* Gemma 4's three layouts: K = V in the full layers, experts beside a dense unit, shared KV with
+ * per-layer inputs; and the experts' fused gate and up stack quantized */
+FAMILY(test_gemma4, "tiny-gemma4", "f32")
+FAMILY(test_gemma4_moe, "tiny-gemma4-moe", "f32")
+FAMILY(test_gemma4_per_layer, "tiny-gemma4-ple", "f32")
+FAMILY(test_gemma4_moe_q8_0, "tiny-gemma4-moe", "q8_0")
 /* Quantized weights: activations are quantized per token, so batching must not change them either. */
 FAMILY(test_llama_q4_k, "tiny-llama", "q4_k")
 FAMILY(test_flint_mix, "tiny-flint", "mix")
@@ -495,7 +503,9 @@ int main(void) {
         cmocka_unit_test(test_llama),   cmocka_unit_test(test_qwen2),   cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_qwen3moe), cmocka_unit_test(test_gemma2), cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_mixtral), cmocka_unit_test(test_flint),   cmocka_unit_test(test_llama_q4_k),
-        cmocka_unit_test(test_flint_mix), cmocka_unit_test(test_qwen35),
+        cmocka_unit_test(test_flint_mix), cmocka_unit_test(test_qwen35), cmocka_unit_test(test_gemma4),
+        cmocka_unit_test(test_gemma4_moe), cmocka_unit_test(test_gemma4_per_layer),
+        cmocka_unit_test(test_gemma4_moe_q8_0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -446,8 +446,14 @@ static void test_family_registry(void **state) {
         assert_int_equal(f->hybrid, first->hybrid);
         assert_int_equal(f->attn_output_gate, first->attn_output_gate);
         assert_true(!f->ffn_norm_tensor == !first->ffn_norm_tensor);
+        assert_int_equal(f->swa_keys, first->swa_keys);
+        assert_int_equal(f->value_norm, first->value_norm);
+        assert_int_equal(f->unit_attn_scale, first->unit_attn_scale);
+        assert_int_equal(f->shared_kv, first->shared_kv);
+        assert_int_equal(f->per_layer_inputs, first->per_layer_inputs);
+        assert_float_equal(f->default_final_softcap, first->default_final_softcap, 0);
     }
-    assert_int_equal(n, 11);
+    assert_int_equal(n, 12);
     assert_string_equal(em_family_by_hf_class("MistralForCausalLM")->gguf_arch, "llama");
     assert_string_equal(em_family_by_hf_class("MixtralForCausalLM")->gguf_arch, "llama");
     assert_string_equal(em_family_by_hf_class("Gemma3ForConditionalGeneration")->gguf_arch, "gemma3");
@@ -455,10 +461,90 @@ static void test_family_registry(void **state) {
     assert_null(em_family_by_hf_class("MambaForCausalLM"));
     char list[512];
     em_family_list_gguf_archs(list, sizeof list);
-    assert_string_equal(list, "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss, qwen35, flint");
+    assert_string_equal(list, "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gemma4, gpt-oss, qwen35, flint");
     assert_string_equal(em_family_by_hf_class("Qwen3_5ForConditionalGeneration")->gguf_arch, "qwen35");
     em_family_list_hf_classes(list, sizeof list);
     assert_non_null(strstr(list, "MistralForCausalLM, MixtralForCausalLM"));
+}
+
+
+/* Gemma 4 as llama.cpp's converter writes it: sliding layers with the `_swa` head size and RoPE, full
+ * layers with their own, KV heads and FF widths per layer, attention scale 1, V normalized; the
+ * last layers sharing KV; per-layer inputs; experts beside a dense unit, gate and up in one stack. */
+static void test_gemma4(void **state) {
+    (void)state;
+    em_model *m = load("tiny-gemma4-ple", "f32");
+    const em_model_desc *d = &m->desc;
+    assert_int_equal(d->n_layer, 8);
+    assert_int_equal(d->n_embd_per_layer, 32);
+    assert_float_equal(d->embd_scale, sqrtf(128.0f), 1e-5);
+    assert_int_equal(d->norm, EM_NORM_RMS);
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        const em_layer_desc *l = &d->layers[il];
+        const bool full = il == 3 || il == 7;
+        assert_int_equal(l->attn, full ? EM_ATTN_FULL : EM_ATTN_SLIDING);
+        assert_int_equal(l->window, full ? 0 : 8);
+        assert_int_equal(l->head_dim, full ? 64 : 32);
+        assert_int_equal(l->head_dim_v, full ? 64 : 32);
+        assert_int_equal(l->n_head_kv, 2);
+        assert_float_equal(l->attn_scale, 1.0f, 0);
+        assert_true(l->value_norm && l->qk_norm && l->post_attn_norm && l->post_ffn_norm);
+        assert_false(l->values_from_keys);
+        assert_int_equal(l->n_ff, il < 4 ? 256 : 512);
+        assert_int_equal(l->rope.n_rot, full ? 64 : 32);
+        assert_float_equal(l->rope.theta, full ? 1e6f : 1e4f, 0);
+        assert_int_equal(l->rope.style, EM_ROPE_NEOX);
+        const em_layer_weights *w = &m->w.layers[il];
+        assert_non_null(w->per_layer_gate.data);
+        assert_non_null(w->output_scale);
+        assert_true(il < 4 ? w->wk.data && w->k_norm : !w->wk.data && !w->k_norm && !w->wv.data);
+    }
+    char line[160];
+    em_model_describe_layer(d, 5, line, sizeof line);
+    assert_string_equal(line, "sliding 8 attn 4/2 heads x 32 qk-norm v-norm kv of layer 2, neox rope 10000 (32 dims), dense 512");
+    assert_int_equal(m->w.per_layer_embd.cols, 8 * 32);
+    assert_int_equal(m->w.per_layer_proj.rows, 8 * 32);
+    assert_float_equal(d->final_softcap, 30.0f, 0);
+    em_model_free(m);
+
+    m = load("tiny-gemma4-moe", "q8_0");
+    d = &m->desc;
+    for (uint32_t il = 0; il < d->n_layer; il++) {
+        const em_layer_desc *l = &d->layers[il];
+        assert_true(l->moe);
+        assert_int_equal(l->n_expert, 8);
+        assert_int_equal(l->n_expert_used, 2);
+        assert_int_equal(l->n_ff, 64);
+        assert_int_equal(l->n_ff_dense, 128);
+        assert_int_equal(l->n_head_kv, l->attn == EM_ATTN_FULL ? 1 : 2);
+        assert_int_equal(l->values_from_keys, l->attn == EM_ATTN_FULL);
+        const em_layer_weights *w = &m->w.layers[il];
+        assert_int_equal(w->gate_exps.type, EM_TYPE_Q8_0);
+        assert_int_equal(w->gate_exps.mat_bytes, 2 * 64 * w->gate_exps.row_bytes);
+        assert_non_null(w->expert_scale);
+        assert_true(w->pre_ffn_norm_2 && w->post_ffn_norm_1 && w->post_ffn_norm_2 && w->router_norm);
+        assert_int_equal(w->ffn_gate.rows, 128);
+    }
+    em_model_describe_layer(d, 2, line, sizeof line);
+    assert_string_equal(line, "full attn 4/1 heads x 64 qk-norm v-norm k=v, neox rope 1e+06 (64 dims), dense 128 + moe 2/8 x 64");
+    em_model_free(m);
+}
+
+/* A Gemma 4 file whose sharing or per-layer inputs cannot be read is refused with the key named. */
+static void test_gemma4_refused(void **state) {
+    (void)state;
+    expect_preset_error("tiny-gemma4-ple", "f32", SET_U32, "gemma4.attention.shared_kv_layers=8", EM_ERR_RANGE,
+                        "gemma4.attention.shared_kv_layers = 8 leaves none of the 8 layers its own KV");
+    expect_preset_error("tiny-gemma4-ple", "f32", SET_U32, "gemma4.attention.shared_kv_layers=6", EM_ERR_FORMAT,
+                        "gemma4.attention.shared_kv_layers = 6: layer 3 has no earlier full layer to share KV with");
+    expect_preset_error("tiny-gemma4-ple", "f32", SET_U32, "gemma4.embedding_length_per_layer_input=0", EM_ERR_FORMAT,
+                        "per_layer_token_embd.weight, but gemma4.embedding_length_per_layer_input is 0");
+    expect_preset_error("tiny-gemma4-ple", "f32", SET_U32, "gemma4.attention.key_length_swa=16", EM_ERR_FORMAT,
+                        "gemma4.rope.dimension_count_swa = 32 does not fit head dim 16");
+    expect_preset_error("tiny-gemma4-moe", "f32", DROP_TENSOR, "blk.1.ffn_gate_inp.scale", EM_ERR_NOT_FOUND,
+                        "missing tensor blk.1.ffn_gate_inp.scale");
+    expect_preset_error("tiny-gemma4-moe", "f32", DROP_TENSOR, "blk.2.attn_k.weight", EM_ERR_NOT_FOUND,
+                        "missing tensor blk.2.attn_k.weight");
 }
 
 /* gpt-oss as llama.cpp's converter writes it: biases on every projection, a sink per head, even
@@ -727,6 +813,7 @@ int main(void) {
         cmocka_unit_test(test_unknown_arch),   cmocka_unit_test(test_missing_key),
         cmocka_unit_test(test_rope_scaling),   cmocka_unit_test(test_synth_errors),
         cmocka_unit_test(test_qwen35),         cmocka_unit_test(test_qwen35_keys),
+        cmocka_unit_test(test_gemma4),         cmocka_unit_test(test_gemma4_refused),
         cmocka_unit_test(test_synth_deterministic), cmocka_unit_test(test_split),
         cmocka_unit_test(test_gpt_oss),        cmocka_unit_test(test_gpt_oss_refused),
     };

@@ -6,11 +6,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "program_fixture.h"
 
 /* The kinds of the operations of one layer, as a string ("norm matmul matmul ..."). */
@@ -384,6 +386,190 @@ static void test_blocks(void **state) {
     em_model_free(m);
 }
 
+
+#define GEMMA4_ATTENTION "norm matmul matmul matmul head_norm rope head_norm rope head_norm kv_write attention matmul norm add"
+#define GEMMA4_SHARED_ATTENTION "norm matmul head_norm rope attention matmul norm add"
+#define GEMMA4_DENSE "norm " GATED_UNIT " norm add"
+#define GEMMA4_LAYER_INPUT "matmul slice glu matmul norm add"
+
+/* Gemma 4's dense layout (31B): plain norms, attention scale 1 over QK-norm, V normalized without a
+ * weight, full layers with their own head size, KV heads and proportional RoPE, and K = V (the
+ * values from the key projection) where they have no V projection; every layer scaled at its end. */
+static void test_gemma4_blocks(void **state) {
+    (void)state;
+    em_model *m = load_preset("tiny-gemma4");
+    const em_program *p = &m->program;
+    assert_null(em_program_check(p));
+    for (uint32_t il = 0; il < m->desc.n_layer; il++) assert_layer(p, il, GEMMA4_ATTENTION " " GEMMA4_DENSE " scale");
+    assert_int_equal(p->n_caches, 6);
+    for (uint32_t il = 0; il < m->desc.n_layer; il++) {
+        const bool full = il == 2 || il == 5;
+        const em_layer_weights *lw = &m->w.layers[il];
+        const uint32_t q = find(p, EM_PROGRAM_MATMUL, il);
+        assert_ptr_equal(p->ops[q + 1].u.matmul.weight, &lw->wk);
+        assert_ptr_equal(p->ops[q + 2].u.matmul.weight, full ? &lw->wk : &lw->wv); /* K = V in the full layers */
+        const em_program_op *v_norm = &p->ops[q + 7];
+        assert_int_equal(v_norm->kind, EM_PROGRAM_HEAD_NORM);
+        assert_int_equal(v_norm->dst, p->ops[q + 2].dst);
+        assert_null(v_norm->u.heads.norm.weight);
+        assert_int_equal(v_norm->u.heads.n_head, full ? 1 : 2);
+        assert_int_equal(v_norm->u.heads.head_dim, full ? 64 : 32);
+        const em_program_attention *a = &p->ops[find(p, EM_PROGRAM_ATTENTION, il)].u.attention;
+        assert_float_equal(a->scale, 1.0f, 0.0f);
+        assert_int_equal(a->window, full ? 0 : 8);
+        assert_int_equal(a->head_dim, full ? 64 : 32);
+        assert_int_equal(a->n_head_kv, full ? 1 : 2);
+        const em_rope *rope = p->ops[find(p, EM_PROGRAM_ROPE, il)].u.heads.rope;
+        assert_int_equal(rope->n_rot, full ? 64 : 32);
+        assert_float_equal(rope->theta, full ? 1e6f : 1e4f, 0.0f);
+        if (full) { /* proportional: the first quarter of the pairs rotates, the others are divided by 1e30 */
+            for (uint32_t i = 0; i < 32; i++) assert_float_equal(rope->freq_factors[i], i < 8 ? 1.0f : 1e30f, 0.0f);
+        } else {
+            assert_null(rope->freq_factors);
+        }
+        const em_program_op *scale = &p->ops[find(p, EM_PROGRAM_SCALE, il)];
+        assert_int_equal(scale->dst, p->ops[0].dst);
+        assert_float_equal(scale->u.scale.factor, lw->output_scale[0], 0.0f);
+    }
+    assert_float_equal(p->ops[p->n_ops - 1].u.output.softcap, 30.0f, 0.0f);
+    assert_int_equal(em_program_kv_floats(p), 6 * 2 * 64);
+    char line[160];
+    em_program_describe_op(p, find(p, EM_PROGRAM_HEAD_NORM, 0) + 4, line, sizeof line);
+    assert_string_equal(line, "layer 0 head_norm v: 2 heads x 32, no weight");
+    em_block *blocks;
+    uint32_t n;
+    assert_error_has(em_program_blocks(p, &blocks, &n),
+                     "blocks: layer 0, op 9 (head_norm): a head norm without a weight, which no block takes");
+    assert_null(blocks);
+    em_model_free(m);
+}
+
+/* Gemma 4's MoE layout (26B-A4B): a dense unit and the experts side by side on the same x, each on
+ * its own norms, routed on a norm of x scaled per column (the router's scale over sqrt(n_embd)),
+ * the chosen weights times each expert's factor, gate and up read from one stack. */
+static void test_gemma4_moe_blocks(void **state) {
+    (void)state;
+    em_model *m = load_preset("tiny-gemma4-moe");
+    const em_program *p = &m->program;
+    assert_null(em_program_check(p));
+    for (uint32_t il = 0; il < m->desc.n_layer; il++)
+        assert_layer(p, il, GEMMA4_ATTENTION " norm " GATED_UNIT " norm norm matmul route norm experts norm add norm add scale");
+    const em_layer_weights *lw = &m->w.layers[1];
+    const uint32_t route = find(p, EM_PROGRAM_ROUTE, 1);
+    assert_ptr_equal(p->ops[route - 2].u.norm.weight, lw->router_norm);
+    assert_ptr_equal(p->ops[route + 1].u.norm.weight, lw->pre_ffn_norm_2);
+    assert_ptr_equal(p->ops[route].u.route.expert_scale, lw->expert_scale);
+    assert_true(p->ops[route].u.route.renormalize);
+    assert_int_equal(p->ops[route].u.route.gating, EM_GATING_SOFTMAX);
+    const em_program_experts *x = &p->ops[find(p, EM_PROGRAM_EXPERTS, 1)].u.experts;
+    assert_int_equal(x->act, EM_ACT_GEGLU);
+    /* ffn_gate_up_exps: each expert's 64 gate rows, then its 64 up rows */
+    assert_int_equal(x->gate->rows, 64);
+    assert_int_equal(x->gate->mat_bytes, 2 * 64 * x->gate->row_bytes);
+    assert_int_equal(x->up->mat_bytes, x->gate->mat_bytes);
+    assert_ptr_equal(x->up->data, (const uint8_t *)x->gate->data + 64 * x->gate->row_bytes);
+    assert_ptr_equal(em_weight_matrix(x->up, 3), (const uint8_t *)x->gate->data + (2 * 3 + 1) * 64 * x->gate->row_bytes);
+    /* the router's input norm: its scale over sqrt(128), from the file's ffn_gate_inp.scale */
+    const em_gguf_tensor *t = em_gguf_find_tensor(m->gguf, "blk.1.ffn_gate_inp.scale");
+    assert_non_null(t);
+    for (uint32_t i = 0; i < 128; i++)
+        assert_float_equal(lw->router_norm[i], ((const float *)t->data)[i] / sqrtf(128.0f), 1e-6f);
+    /* a file without final_logit_softcapping is capped at 30, as llama.cpp and transformers assume */
+    assert_float_equal(p->ops[p->n_ops - 1].u.output.softcap, 30.0f, 0.0f);
+    char line[160];
+    em_program_describe_op(p, route, line, sizeof line);
+    assert_string_equal(line, "layer 1 route choices = top 2 of 8 by softmax(router), renormalized, scaled per expert");
+    em_block *blocks;
+    uint32_t n;
+    assert_error_has(em_program_blocks(p, &blocks, &n), "blocks: layer 0, op 9 (head_norm)");
+    em_model_free(m);
+}
+
+/* Gemma 4's small models: per-layer inputs computed once from the token and its embedding, each
+ * layer's slice gating a projection added to x; the last layers attend over the cache of the last
+ * earlier layer of their kind, computing queries alone and keeping no cache of their own. */
+static void test_gemma4_per_layer_blocks(void **state) {
+    (void)state;
+    em_model *m = load_preset("tiny-gemma4-ple");
+    const em_program *p = &m->program;
+    assert_null(em_program_check(p));
+    const char *prologue[] = {"embed", "embed", "matmul", "scale", "head_norm", "add", "scale"};
+    for (uint32_t i = 0; i < 7; i++) {
+        assert_string_equal(em_program_op_name(p->ops[i].kind), prologue[i]);
+        assert_int_equal(p->ops[i].layer, EM_PROGRAM_NO_LAYER);
+    }
+    assert_float_equal(p->ops[1].u.embed.scale, sqrtf(32.0f), 0.0f);
+    assert_ptr_equal(p->ops[1].u.embed.table, &m->w.per_layer_embd);
+    assert_float_equal(p->ops[3].u.scale.factor, 1.0f / sqrtf(128.0f), 0.0f);
+    assert_int_equal(p->ops[4].u.heads.n_head, 8);
+    assert_int_equal(p->ops[4].u.heads.head_dim, 32);
+    assert_float_equal(p->ops[6].u.scale.factor, 1.0f / sqrtf(2.0f), 0.0f);
+    for (uint32_t il = 0; il < 8; il++)
+        assert_layer(p, il, il < 4 ? GEMMA4_ATTENTION " " GEMMA4_DENSE " " GEMMA4_LAYER_INPUT " scale"
+                                   : GEMMA4_SHARED_ATTENTION " " GEMMA4_DENSE " " GEMMA4_LAYER_INPUT " scale");
+    /* layers 0-3 keep KV (3 sliding: 2 heads x 32, 1 full: 2 heads x 64), 4-7 share it */
+    assert_int_equal(p->n_caches, 4);
+    for (uint32_t i = 0; i < 4; i++) assert_int_equal(p->caches[i].layer, i);
+    const uint32_t from[8] = {0, 1, 2, 3, 2, 2, 2, 3};
+    for (uint32_t il = 0; il < 8; il++) {
+        assert_int_equal(m->desc.layers[il].kv_layer, from[il]);
+        assert_int_equal(p->ops[find(p, EM_PROGRAM_ATTENTION, il)].cache, from[il]);
+        /* the shared layers' gated units are twice as wide */
+        assert_int_equal(p->ops[find(p, EM_PROGRAM_GLU, il)].u.glu.width, il < 4 ? 256 : 512);
+        const em_program_slice *slice = &p->ops[find(p, EM_PROGRAM_SLICE, il)].u.slice;
+        assert_int_equal(slice->offset, il * 32);
+        assert_int_equal(slice->width, 32);
+        assert_int_equal(slice->src_width, 8 * 32);
+    }
+    assert_int_equal(em_program_kv_floats(p), 3 * 2 * 64 + 2 * 128);
+    assert_int_equal(em_backend_kv_bytes_per_token(m), (3 * 2 * 64 + 2 * 128) * sizeof(float));
+    char line[160];
+    em_program_describe_op(p, find(p, EM_PROGRAM_SLICE, 5), line, sizeof line);
+    assert_string_equal(line, "layer 5 slice layer_slice = per_layer[160:192]");
+    em_block *blocks;
+    uint32_t n;
+    assert_error_has(em_program_blocks(p, &blocks, &n),
+                     "blocks: op 1 (embed): a second embedding table (per-layer inputs), which no block takes");
+
+    em_program c = copy_program(p); /* a slice past the end of its rows */
+    c.ops[find(&c, EM_PROGRAM_SLICE, 7)].u.slice.offset = 240;
+    assert_error_has(em_program_check(&c), "(layer 7 slice): columns 240 to 272 of rows of 256");
+    em_program_free(&c);
+    c = copy_program(p); /* a slice of a row narrower than it reads */
+    c.ops[find(&c, EM_PROGRAM_SLICE, 0)].u.slice.src_width = 128;
+    assert_error_has(em_program_check(&c), "(layer 0 slice): reads per_layer at width 128, last written at 256");
+    em_program_free(&c);
+    c = copy_program(p); /* a factor that is no number */
+    c.ops[3].u.scale.factor = NAN;
+    assert_error_has(em_program_check(&c), "op 3 (scale): a factor of nan");
+    em_program_free(&c);
+    c = copy_program(p); /* the per-layer table embedded over the tokens' embeddings */
+    c.ops[1].dst = c.ops[0].dst;
+    assert_error_has(em_program_check(&c), "op 1 (embed): embeds into x again");
+    em_program_free(&c);
+    c = copy_program(p); /* a cache said to be written by a layer after those that read it */
+    c.caches[2].layer = 6;
+    assert_error_has(em_program_check(&c), "(layer 2 attention): reads cache 2 of a later layer (6)");
+    em_program_free(&c);
+    em_model_free(m);
+
+    /* what a backend that runs blocks cannot take is named, whichever family brings it */
+    m = load_preset("tiny-llama");
+    c = copy_program(&m->program); /* layer 1 attending over layer 0's cache */
+    c.ops[find(&c, EM_PROGRAM_ATTENTION, 1)].cache = 0;
+    assert_error_has(em_program_blocks(&c, &blocks, &n),
+                     "layer 1, op 24 (attention): attention over an earlier layer's cache (shared KV)");
+    em_program_free(&c);
+    em_model_free(m);
+    m = load_preset("tiny-qwen3moe");
+    c = copy_program(&m->program);
+    const float factors[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    c.ops[find(&c, EM_PROGRAM_ROUTE, 1)].u.route.expert_scale = factors;
+    assert_error_has(em_program_blocks(&c, &blocks, &n), "(route): a router with a factor per expert");
+    em_program_free(&c);
+    em_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_family_blocks),
@@ -391,6 +577,9 @@ int main(void) {
         cmocka_unit_test(test_checker_refuses),
         cmocka_unit_test(test_hybrid_blocks),
         cmocka_unit_test(test_blocks),
+        cmocka_unit_test(test_gemma4_blocks),
+        cmocka_unit_test(test_gemma4_moe_blocks),
+        cmocka_unit_test(test_gemma4_per_layer_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,9 @@
  *
  * Every family's traits end here as operations and their parameters (QK-norm, biases, windows, sinks,
  * soft-caps, post-norms, routing, biased experts); the backends read the program, not the family. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "model.h"
 
@@ -16,6 +18,9 @@ typedef struct step_buffers {
     uint8_t x, xn, q, k, v, attn, out, gate, up, router, choices, shared;
     /* hybrid models only: gated attention's [q | gate] and gates; DeltaNet's inputs and output */
     uint8_t qgate, attn_gate, mixed, z, beta, alpha, delta;
+    /* per-layer inputs only: every layer's inputs, the projection they start from, one layer's slice
+     * and its gate */
+    uint8_t per_layer, per_layer_proj, per_layer_slice, per_layer_gate;
 } step_buffers;
 
 typedef struct builder {
@@ -23,6 +28,7 @@ typedef struct builder {
     em_program *p;
     step_buffers buf;
     uint32_t layer;
+    uint32_t *cache_of; /* each layer's KV cache, once its owner declared it */
 } builder;
 
 static em_err emit(builder *b, em_program_op op) {
@@ -64,15 +70,27 @@ static em_err emit_heads(builder *b, uint8_t buffer, uint32_t n_head, const floa
     return emit(b, (em_program_op){.kind = EM_PROGRAM_ROPE, .dst = buffer, .u.heads = heads});
 }
 
-/* out = W_o attention(q, k, v of xn), with this layer's cache. */
+/* A normalized V: each head of v RMS-normalized without a weight. */
+static em_err emit_value_norm(builder *b) {
+    const em_layer_desc *ld = &b->m->desc.layers[b->layer];
+    if (!ld->value_norm) return NULL;
+    const em_program_heads heads = {.n_head = ld->n_head_kv, .head_dim = ld->head_dim_v,
+                                    .norm = norm_of(&b->m->desc, NULL, ld->head_dim_v)};
+    return emit(b, (em_program_op){.kind = EM_PROGRAM_HEAD_NORM, .dst = b->buf.v, .u.heads = heads});
+}
+
+/* out = W_o attention(q, k, v of xn), with this layer's cache, or with the cache of the earlier
+ * layer it shares KV with (then it computes queries alone). */
 static em_err emit_attention(builder *b) {
     const em_layer_desc *ld = &b->m->desc.layers[b->layer];
     const em_layer_weights *lw = &b->m->w.layers[b->layer];
     const step_buffers *s = &b->buf;
-    uint32_t cache;
-    em_err err = em_program_cache_declare(b->p, b->layer, ld->n_head_kv * ld->head_dim, ld->n_head_kv * ld->head_dim_v,
-                                          &cache);
+    em_err err = NULL;
+    if (ld->kv_layer == b->layer)
+        err = em_program_cache_declare(b->p, b->layer, ld->n_head_kv * ld->head_dim, ld->n_head_kv * ld->head_dim_v,
+                                       &b->cache_of[b->layer]);
     if (err) return err;
+    const uint32_t cache = b->cache_of[ld->kv_layer];
     if (ld->attn_output_gate) {
         const em_program_split_gate split = {.n_head = ld->n_head, .head_dim = ld->head_dim, .gate = s->attn_gate};
         if ((err = emit_matmul(b, s->qgate, s->xn, &lw->wq, lw->bq))) return err;
@@ -82,12 +100,20 @@ static em_err emit_attention(builder *b) {
     } else if ((err = emit_matmul(b, s->q, s->xn, &lw->wq, lw->bq))) {
         return err;
     }
-    if ((err = emit_matmul(b, s->k, s->xn, &lw->wk, lw->bk))) return err;
-    if ((err = emit_matmul(b, s->v, s->xn, &lw->wv, lw->bv))) return err;
-    if ((err = emit_heads(b, s->q, ld->n_head, lw->q_norm))) return err;
-    if ((err = emit_heads(b, s->k, ld->n_head_kv, lw->k_norm))) return err;
-    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_KV_WRITE, .src = s->k, .src2 = s->v, .cache = cache})))
-        return err;
+    if (ld->kv_layer != b->layer) {
+        if ((err = emit_heads(b, s->q, ld->n_head, lw->q_norm))) return err;
+    } else {
+        /* q, k, v products first: one input, read once */
+        if ((err = emit_matmul(b, s->k, s->xn, &lw->wk, lw->bk))) return err;
+        if ((err = emit_matmul(b, s->v, s->xn, ld->values_from_keys ? &lw->wk : &lw->wv,
+                               ld->values_from_keys ? lw->bk : lw->bv)))
+            return err;
+        if ((err = emit_heads(b, s->q, ld->n_head, lw->q_norm))) return err;
+        if ((err = emit_heads(b, s->k, ld->n_head_kv, lw->k_norm))) return err;
+        if ((err = emit_value_norm(b))) return err;
+        if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_KV_WRITE, .src = s->k, .src2 = s->v, .cache = cache})))
+            return err;
+    }
     const em_program_attention attention = {
         .n_head = ld->n_head, .n_head_kv = ld->n_head_kv, .head_dim = ld->head_dim, .head_dim_v = ld->head_dim_v,
         .window = ld->attn == EM_ATTN_SLIDING ? ld->window : 0, .scale = ld->attn_scale, .softcap = ld->attn_softcap,
@@ -172,6 +198,81 @@ static em_err emit_experts(builder *b) {
     return emit_add(b, s->out, s->shared);
 }
 
+/* out = post(post_1(unit(norm(x))) + post_2(experts(norm_2(x)))), the experts routed on their own norm
+ * of x: a dense gated unit and the experts side by side (Gemma 4's MoE layers). */
+static em_err emit_experts_beside_dense(builder *b) {
+    const em_layer_desc *ld = &b->m->desc.layers[b->layer];
+    const em_layer_weights *lw = &b->m->w.layers[b->layer];
+    const step_buffers *s = &b->buf;
+    const em_model_desc *d = &b->m->desc;
+    em_err err;
+    if ((err = emit_norm(b, s->xn, s->x, lw->ffn_norm))) return err;
+    if ((err = emit_gated_unit(b, s->out, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down))) return err;
+    if ((err = emit_norm(b, s->out, s->out, lw->post_ffn_norm_1))) return err;
+    if ((err = emit_norm(b, s->xn, s->x, lw->router_norm))) return err;
+    if ((err = emit_matmul(b, s->router, s->xn, &lw->gate_inp, NULL))) return err;
+    const em_program_route route = {.n_expert = ld->n_expert, .n_used = ld->n_expert_used, .gating = ld->gating,
+                                    .renormalize = ld->renormalize, .scale = ld->expert_weights_scale,
+                                    .expert_scale = lw->expert_scale};
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_ROUTE, .dst = s->choices, .src = s->router,
+                                       .u.route = route})))
+        return err;
+    if ((err = emit_norm(b, s->xn, s->x, lw->pre_ffn_norm_2))) return err;
+    const em_program_experts experts = {.gate = &lw->gate_exps, .up = &lw->up_exps, .down = &lw->down_exps,
+                                        .act = d->act, .limit = d->act_limit, .alpha = d->act_alpha};
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_EXPERTS, .dst = s->shared, .src = s->xn, .src2 = s->choices,
+                                       .u.experts = experts})))
+        return err;
+    if ((err = emit_norm(b, s->shared, s->shared, lw->post_ffn_norm_2))) return err;
+    return emit_add(b, s->out, s->shared);
+}
+
+/* x += post_norm(W_proj(act(W_gate x) · this layer's slice of the per-layer inputs)) */
+static em_err emit_layer_input(builder *b) {
+    const em_model_desc *d = &b->m->desc;
+    const em_layer_weights *lw = &b->m->w.layers[b->layer];
+    const step_buffers *s = &b->buf;
+    const uint32_t width = d->n_embd_per_layer;
+    em_err err;
+    if ((err = emit_matmul(b, s->per_layer_gate, s->x, &lw->per_layer_gate, NULL))) return err;
+    const em_program_slice slice = {.offset = b->layer * width, .width = width, .src_width = d->n_layer * width};
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_SLICE, .dst = s->per_layer_slice, .src = s->per_layer,
+                                       .u.slice = slice})))
+        return err;
+    const em_program_glu glu = {.act = d->act, .width = width, .limit = d->act_limit, .alpha = d->act_alpha};
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_GLU, .dst = s->per_layer_gate, .src = s->per_layer_slice,
+                                       .u.glu = glu})))
+        return err;
+    if ((err = emit_matmul(b, s->out, s->per_layer_gate, &lw->per_layer_proj, NULL))) return err;
+    if ((err = emit_norm(b, s->out, s->out, lw->per_layer_post_norm))) return err;
+    return emit_add(b, s->x, s->out);
+}
+
+/* Every layer's inputs from the token and its embedding, once a step:
+ *   inputs = (table[token] · sqrt(width) + norm_per_layer(W x / sqrt(n_embd))) / sqrt(2)
+ * with the norm over each layer's slice. */
+static em_err emit_per_layer_inputs(builder *b) {
+    const em_model *m = b->m;
+    const em_model_desc *d = &m->desc;
+    const step_buffers *s = &b->buf;
+    const uint32_t width = d->n_embd_per_layer, all = d->n_layer * width;
+    em_err err;
+    const em_program_embed embed = {.table = &m->w.per_layer_embd, .scale = sqrtf((float)width)};
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_EMBED, .dst = s->per_layer, .u.embed = embed}))) return err;
+    if ((err = emit_matmul(b, s->per_layer_proj, s->x, &m->w.per_layer_proj, NULL))) return err;
+    const em_program_scale down = {.width = all, .factor = 1.0f / sqrtf((float)d->n_embd)};
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_SCALE, .dst = s->per_layer_proj, .u.scale = down}))) return err;
+    const em_program_heads slices = {.n_head = d->n_layer, .head_dim = width,
+                                     .norm = norm_of(d, m->w.per_layer_proj_norm, width)};
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_HEAD_NORM, .dst = s->per_layer_proj, .u.heads = slices})))
+        return err;
+    if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_ADD, .dst = s->per_layer, .src = s->per_layer_proj,
+                                       .u.add_width = all})))
+        return err;
+    const em_program_scale half = {.width = all, .factor = 1.0f / sqrtf(2.0f)};
+    return emit(b, (em_program_op){.kind = EM_PROGRAM_SCALE, .dst = s->per_layer, .u.scale = half});
+}
+
 static em_err emit_layer(builder *b) {
     const em_layer_desc *ld = &b->m->desc.layers[b->layer];
     const em_layer_weights *lw = &b->m->w.layers[b->layer];
@@ -183,14 +284,23 @@ static em_err emit_layer(builder *b) {
     if (lw->post_attn_norm && (err = emit_norm(b, s->out, s->out, lw->post_attn_norm))) return err;
     if ((err = emit_add(b, s->x, s->out))) return err;
     /* x += [post_norm](ffn(norm(x))) */
-    if ((err = emit_norm(b, s->xn, s->x, lw->ffn_norm))) return err;
-    if (ld->moe)
-        err = emit_experts(b);
-    else
-        err = emit_gated_unit(b, s->out, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down);
+    if (ld->moe && ld->n_ff_dense) {
+        err = emit_experts_beside_dense(b);
+    } else {
+        if ((err = emit_norm(b, s->xn, s->x, lw->ffn_norm))) return err;
+        if (ld->moe)
+            err = emit_experts(b);
+        else
+            err = emit_gated_unit(b, s->out, &lw->ffn_gate, &lw->ffn_up, &lw->ffn_down);
+    }
     if (err) return err;
     if (lw->post_ffn_norm && (err = emit_norm(b, s->out, s->out, lw->post_ffn_norm))) return err;
-    return emit_add(b, s->x, s->out);
+    if ((err = emit_add(b, s->x, s->out))) return err;
+    /* x += post_norm(proj(act(gate x) · inputs)) ; x *= the layer's factor */
+    if (b->m->desc.n_embd_per_layer && (err = emit_layer_input(b))) return err;
+    if (!lw->output_scale) return NULL;
+    const em_program_scale scale = {.width = b->m->desc.n_embd, .factor = lw->output_scale[0]};
+    return emit(b, (em_program_op){.kind = EM_PROGRAM_SCALE, .dst = s->x, .u.scale = scale});
 }
 
 /* The buffers of gated attention and Gated DeltaNet, declared only in models that have such layers. */
@@ -212,6 +322,14 @@ static em_err declare_hybrid_buffers(builder *b) {
     em_err err = NULL;
     if (qgate && ((err = em_program_buffer_declare(b->p, "qgate", EM_PROGRAM_ROWS, qgate, &s->qgate)) ||
                   (err = em_program_buffer_declare(b->p, "attn_gate", EM_PROGRAM_ROWS, qgate / 2, &s->attn_gate))))
+        return err;
+    const uint32_t per_layer = d->n_embd_per_layer;
+    if (per_layer &&
+        ((err = em_program_buffer_declare(b->p, "per_layer", EM_PROGRAM_ROWS, d->n_layer * per_layer, &s->per_layer)) ||
+         (err = em_program_buffer_declare(b->p, "per_layer_proj", EM_PROGRAM_ROWS, d->n_layer * per_layer,
+                                          &s->per_layer_proj)) ||
+         (err = em_program_buffer_declare(b->p, "layer_slice", EM_PROGRAM_ROWS, per_layer, &s->per_layer_slice)) ||
+         (err = em_program_buffer_declare(b->p, "layer_gate", EM_PROGRAM_ROWS, per_layer, &s->per_layer_gate))))
         return err;
     if (!mixed) return NULL;
     const struct {
@@ -239,7 +357,7 @@ static em_err declare_buffers(builder *b) {
         WIDEN(k, ld->n_head_kv * ld->head_dim);
         WIDEN(v, ld->n_head_kv * ld->head_dim_v);
         WIDEN(attn, ld->n_head * ld->head_dim_v);
-        WIDEN(ff, ld->moe ? ld->n_ff_shared : ld->n_ff);
+        WIDEN(ff, ld->moe ? (ld->n_ff_shared > ld->n_ff_dense ? ld->n_ff_shared : ld->n_ff_dense) : ld->n_ff);
         if (ld->moe) {
             WIDEN(experts, ld->n_expert);
             WIDEN(used, ld->n_expert_used);
@@ -271,11 +389,13 @@ static em_err declare_buffers(builder *b) {
 em_err em_model_build_program(const em_model *m, em_program *out) {
     *out = (em_program){.n_vocab = m->desc.n_vocab, .n_layer = m->desc.n_layer};
     const em_model_desc *d = &m->desc;
-    builder b = {.m = m, .p = out, .layer = EM_PROGRAM_NO_LAYER};
-    em_err err = declare_buffers(&b);
+    builder b = {.m = m, .p = out, .layer = EM_PROGRAM_NO_LAYER, .cache_of = calloc(d->n_layer, sizeof(uint32_t))};
+    em_err err = b.cache_of ? declare_buffers(&b) : em_errorf(EM_ERR_NOMEM, "out of memory building a program");
     const em_program_embed embed = {.table = &m->w.token_embd, .scale = d->embd_scale};
     if (!err) err = emit(&b, (em_program_op){.kind = EM_PROGRAM_EMBED, .dst = b.buf.x, .u.embed = embed});
+    if (!err && d->n_embd_per_layer) err = emit_per_layer_inputs(&b);
     for (b.layer = 0; b.layer < d->n_layer && !err; b.layer++) err = emit_layer(&b);
+    free(b.cache_of);
     b.layer = EM_PROGRAM_NO_LAYER;
     const em_program_output output = {.norm = norm_of(d, m->w.output_norm, d->n_embd), .weight = &m->w.output,
                                       .softcap = d->final_softcap};

@@ -103,6 +103,35 @@ static const em_family families[] = {
                .n_head_kv = 4, .head_dim = 256, .sliding_window_pattern = 6, .n_vocab = 262208},
     },
     {
+        /* Gemma 4 (the multimodal class's text part): plain norms, attention of scale 1 over QK-norm
+         * and a normalized V, sliding and full layers of their own shapes (the full ones with
+         * proportional RoPE and, in the MoE model, K = V), the last layers sharing KV, per-layer
+         * inputs in the small models, experts beside a dense unit in the MoE one */
+        .name = "gemma4",
+        .gguf_arch = "gemma4",
+        .hf_classes = {"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM"},
+        .act = EM_ACT_GEGLU,
+        .post_norms = true,
+        .embd_scale_sqrt = true,
+        .qk_norm = true,
+        .rope = EM_ROPE_NEOX,
+        .window = EM_WINDOW_PATTERN,
+        .window_period = 6,
+        .window_pattern_key = true,
+        .moe = EM_MOE_BESIDE_DENSE,
+        .keys = {.expert_width = true},
+        .swa_keys = true,
+        .value_norm = true,
+        .unit_attn_scale = true,
+        .values_from_keys = true,
+        .shared_kv = true,
+        .per_layer_inputs = true,
+        .layer_output_scale = true,
+        .default_final_softcap = 30.0f,
+        .hf = {.rope_theta = 1e6, .final_softcap = 30, .sliding_window = 512, .head_dim = 256, .sliding_window_pattern = 6,
+               .n_vocab = 262144},
+    },
+    {
         /* llama.cpp names the pre-FFN norm post_attention_norm, after the checkpoint's
          * post_attention_layernorm; the router takes the top k logits, then a softmax over them */
         .name = "gpt-oss",
@@ -208,7 +237,7 @@ uint32_t em_model_attn_scale_dim(const char *arch, uint32_t n_layer, uint32_t n_
 }
 
 size_t em_family_own_keys(const em_family *f, const char **keys, size_t max) {
-    const char *all[24];
+    const char *all[32];
     size_t n = 0;
     if (f->keys.vocab_and_rope_dims) {
         all[n++] = "vocab_size";
@@ -226,6 +255,13 @@ size_t em_family_own_keys(const em_family *f, const char **keys, size_t max) {
     }
     if (f->window != EM_WINDOW_NONE) all[n++] = "attention.sliding_window";
     if (f->window_pattern_key) all[n++] = "attention.sliding_window_pattern";
+    if (f->swa_keys) {
+        static const char *const swa[] = {"attention.key_length_swa", "attention.value_length_swa",
+                                          "rope.dimension_count_swa", "rope.freq_base_swa"};
+        for (size_t i = 0; i < sizeof swa / sizeof swa[0]; i++) all[n++] = swa[i];
+    }
+    if (f->shared_kv) all[n++] = "attention.shared_kv_layers";
+    if (f->per_layer_inputs) all[n++] = "embedding_length_per_layer_input";
     if (f->hybrid != EM_HYBRID_NONE) {
         static const char *const ssm[] = {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
                                           "ssm.inner_size", "full_attention_interval", "nextn_predict_layers"};
@@ -262,8 +298,15 @@ void em_family_describe(const em_family *f, char *buf, size_t size) {
         append(buf, size, f->hybrid == EM_HYBRID_DELTA_NET_TILED ? "Gated DeltaNet layers (tiled value heads)"
                                                                  : "Gated DeltaNet layers (grouped value heads)");
     if (f->attn_output_gate) append(buf, size, "gated attention");
+    if (f->swa_keys) append(buf, size, "sliding and full layers of their own shapes");
+    if (f->value_norm) append(buf, size, "V normalized");
+    if (f->unit_attn_scale) append(buf, size, "attention scale 1");
+    if (f->values_from_keys) append(buf, size, "K = V where a layer has no V projection");
+    if (f->shared_kv) append(buf, size, "last layers share KV");
+    if (f->per_layer_inputs) append(buf, size, "per-layer inputs");
+    if (f->moe == EM_MOE_BESIDE_DENSE) append(buf, size, "experts beside a dense unit");
     if (f->moe == EM_MOE_LEADING_DENSE) append(buf, size, "experts after leading dense layers");
-    else if (f->moe != EM_MOE_NONE) append(buf, size, "experts in every layer");
+    else if (f->moe != EM_MOE_NONE && f->moe != EM_MOE_BESIDE_DENSE) append(buf, size, "experts in every layer");
     if (f->expert_biases) append(buf, size, "biased router and experts");
     if (f->gating == EM_GATING_SOFTMAX_CHOSEN) append(buf, size, "softmax over the chosen experts");
 }

@@ -201,14 +201,20 @@ static const char *blk(char *buf, size_t size, uint32_t layer, const char *what)
 
 /* ---- the description ---- */
 
-static em_err load_rope(loader *l, const em_family *f, em_layer_desc *ld, const float *freq_factors) {
+/* A layer's RoPE; `swa`: a sliding layer of a family with `_swa` keys, whose base and rotated
+ * dimensions are rope.freq_base_swa and rope.dimension_count_swa (when present). */
+static em_err load_rope(loader *l, const em_family *f, em_layer_desc *ld, const float *freq_factors, bool swa) {
     em_err err;
     ld->rope.style = f->rope;
     if ((err = opt_f32(l, "rope.freq_base", 10000.0f, &ld->rope.theta))) return err;
-    if ((err = opt_u32(l, "rope.dimension_count", ld->head_dim, &ld->rope.n_rot))) return err;
+    if (swa && (err = opt_f32(l, "rope.freq_base_swa", ld->rope.theta, &ld->rope.theta))) return err;
+    const char *dims = swa && em_gguf_find(l->g, key_of(l, "rope.dimension_count_swa")) ? "rope.dimension_count_swa"
+                                                                                       : "rope.dimension_count";
+    if ((err = opt_u32(l, dims, ld->head_dim, &ld->rope.n_rot))) return err;
+    if (swa && !em_gguf_find(l->g, key_of(l, "rope.dimension_count_swa"))) ld->rope.n_rot = ld->head_dim;
     if (ld->rope.n_rot > ld->head_dim || ld->rope.n_rot % 2)
-        return em_errorf(EM_ERR_FORMAT, "%s: %s.rope.dimension_count = %u does not fit head dim %u",
-                         em_gguf_path(l->g), l->arch, ld->rope.n_rot, ld->head_dim);
+        return em_errorf(EM_ERR_FORMAT, "%s: %s.%s = %u does not fit head dim %u", em_gguf_path(l->g), l->arch, dims,
+                         ld->rope.n_rot, ld->head_dim);
     ld->rope.scaling = EM_ROPE_SCALING_NONE;
     ld->rope.factor = 1.0f;
     ld->rope.yarn_ext_factor = 0.0f;
@@ -247,8 +253,9 @@ static em_err load_rope(loader *l, const em_family *f, em_layer_desc *ld, const 
         free(name);
         return err;
     }
-    if (freq_factors) {
-        /* Llama 3 scaling: the converter precomputes one divisor per frequency. */
+    if (freq_factors && !swa) {
+        /* Llama 3 scaling, or proportional RoPE (Gemma 4's full layers: the pairs that do not rotate
+         * divided by 1e30): the converter precomputes one divisor per frequency. */
         ld->rope.scaling = EM_ROPE_SCALING_LLAMA3;
         ld->rope.freq_factors = freq_factors;
     }
@@ -310,6 +317,36 @@ static em_err load_hybrid_desc(loader *l, const em_family *f) {
     return NULL;
 }
 
+/* The last attention.shared_kv_layers layers attend over the cache of the last earlier layer of their
+ * kind (sliding or full), which must have their shape; they write no cache of their own. */
+static em_err load_shared_kv(loader *l) {
+    em_model_desc *d = &l->m->desc;
+    uint32_t shared;
+    em_err err = opt_u32(l, "attention.shared_kv_layers", 0, &shared);
+    if (err) return err;
+    if (shared >= d->n_layer && shared)
+        return em_errorf(EM_ERR_RANGE, "%s: %s.attention.shared_kv_layers = %u leaves none of the %u layers its own KV",
+                         em_gguf_path(l->g), l->arch, shared, d->n_layer);
+    const uint32_t first = d->n_layer - shared;
+    for (uint32_t il = first; il < d->n_layer; il++) {
+        em_layer_desc *ld = &d->layers[il];
+        uint32_t from = first;
+        while (from > 0 && d->layers[from - 1].attn != ld->attn) from--;
+        if (from == 0)
+            return em_errorf(EM_ERR_FORMAT, "%s: %s.attention.shared_kv_layers = %u: layer %u has no earlier %s layer "
+                             "to share KV with", em_gguf_path(l->g), l->arch, shared, il,
+                             ld->attn == EM_ATTN_SLIDING ? "sliding" : "full");
+        const em_layer_desc *src = &d->layers[from - 1];
+        if (src->n_head_kv != ld->n_head_kv || src->head_dim != ld->head_dim || src->head_dim_v != ld->head_dim_v ||
+            src->window != ld->window)
+            return em_errorf(EM_ERR_FORMAT, "%s: %s.attention.shared_kv_layers = %u: layer %u (%u KV heads x %u) cannot "
+                             "read layer %u's cache (%u KV heads x %u)", em_gguf_path(l->g), l->arch, shared, il,
+                             ld->n_head_kv, ld->head_dim, from - 1, src->n_head_kv, src->head_dim);
+        ld->kv_layer = from - 1;
+    }
+    return NULL;
+}
+
 static em_err load_desc(loader *l, const em_family *f) {
     em_model_desc *d = &l->m->desc;
     em_err err;
@@ -325,7 +362,7 @@ static em_err load_desc(loader *l, const em_family *f) {
     d->norm = EM_NORM_RMS; /* Gemma's +1 is already in the stored weights (see model.h) */
     d->act = f->act;
     d->embd_scale = f->embd_scale_sqrt ? sqrtf((float)d->n_embd) : 1.0f;
-    if ((err = opt_f32(l, "final_logit_softcapping", 0.0f, &d->final_softcap))) return err;
+    if ((err = opt_f32(l, "final_logit_softcapping", f->default_final_softcap, &d->final_softcap))) return err;
 
     uint32_t n_expert = 0, n_expert_used = 0, n_dense_lead = 0, window = 0, gating_func = 1;
     bool weights_norm = true;
@@ -341,7 +378,7 @@ static em_err load_desc(loader *l, const em_family *f) {
     if ((err = opt_f32(l, "attn_logit_softcapping", 0.0f, &attn_softcap))) return err;
     /* A window on every layer (Mistral): llama.cpp's converter omits the key, Ember's writes it. */
     if (f->window != EM_WINDOW_NONE && (err = opt_u32(l, "attention.sliding_window", 0, &window))) return err;
-    if (f->moe != EM_MOE_NONE && n_expert == 0)
+    if (f->moe != EM_MOE_NONE && f->moe != EM_MOE_BESIDE_DENSE && n_expert == 0)
         return em_errorf(EM_ERR_NOT_FOUND, "%s: missing metadata key %s.expert_count", em_gguf_path(l->g), l->arch);
     if (n_expert > 0 && (n_expert_used == 0 || n_expert_used > n_expert || n_expert > 4096))
         return em_errorf(EM_ERR_RANGE, "%s: %u of %u experts per token is not valid", em_gguf_path(l->g),
@@ -363,15 +400,6 @@ static em_err load_desc(loader *l, const em_family *f) {
         if (ld->n_head == 0 || ld->n_head_kv == 0 || ld->n_head % ld->n_head_kv)
             return em_errorf(EM_ERR_FORMAT, "%s: layer %u has %u query heads and %u KV heads", em_gguf_path(l->g),
                              il, ld->n_head, ld->n_head_kv);
-        if ((err = opt_u32(l, "attention.key_length", d->n_embd / ld->n_head, &ld->head_dim))) return err;
-        if ((err = opt_u32(l, "attention.value_length", ld->head_dim, &ld->head_dim_v))) return err;
-        if (ld->head_dim == 0 || ld->head_dim_v == 0)
-            return em_errorf(EM_ERR_FORMAT, "%s: layer %u has head dim 0", em_gguf_path(l->g), il);
-        ld->qk_norm = f->qk_norm;
-        ld->post_attn_norm = ld->post_ffn_norm = f->post_norms;
-        ld->attn_scale = 1.0f / sqrtf((float)em_model_attn_scale_dim(f->gguf_arch, d->n_layer, d->n_embd,
-                                                                     ld->n_head, ld->head_dim));
-        ld->attn_softcap = attn_softcap;
         ld->attn = EM_ATTN_FULL;
         bool slides = f->window == EM_WINDOW_EVERY_LAYER;
         if (f->window == EM_WINDOW_PATTERN && (err = layer_slides(l, f, il, &slides))) return err;
@@ -379,7 +407,28 @@ static em_err load_desc(loader *l, const em_family *f) {
             ld->attn = EM_ATTN_SLIDING;
             ld->window = window;
         }
+        /* sliding layers of a family with `_swa` keys have their own head size */
+        const bool swa = f->swa_keys && ld->attn == EM_ATTN_SLIDING;
+        if ((err = opt_u32(l, "attention.key_length", d->n_embd / ld->n_head, &ld->head_dim))) return err;
+        if (swa && (err = opt_u32(l, "attention.key_length_swa", ld->head_dim, &ld->head_dim))) return err;
+        if ((err = opt_u32(l, swa ? "attention.value_length_swa" : "attention.value_length", ld->head_dim,
+                           &ld->head_dim_v)))
+            return err;
+        if (ld->head_dim == 0 || ld->head_dim_v == 0)
+            return em_errorf(EM_ERR_FORMAT, "%s: layer %u has head dim 0", em_gguf_path(l->g), il);
+        ld->qk_norm = f->qk_norm;
+        ld->value_norm = f->value_norm;
+        ld->kv_layer = il;
+        ld->post_attn_norm = ld->post_ffn_norm = f->post_norms;
+        ld->attn_scale = f->unit_attn_scale ? 1.0f
+                                            : 1.0f / sqrtf((float)em_model_attn_scale_dim(f->gguf_arch, d->n_layer,
+                                                                                          d->n_embd, ld->n_head,
+                                                                                          ld->head_dim));
+        ld->attn_softcap = attn_softcap;
         ld->moe = n_expert > 0 && il >= n_dense_lead;
+        if (ld->moe && f->moe == EM_MOE_BESIDE_DENSE &&
+            (err = layer_u32(l, "feed_forward_length", il, true, 0, &ld->n_ff_dense)))
+            return err;
         if (ld->moe) {
             ld->n_expert = n_expert;
             ld->n_expert_used = n_expert_used;
@@ -399,6 +448,12 @@ static em_err load_desc(loader *l, const em_family *f) {
         }
         if (ld->n_ff == 0) return em_errorf(EM_ERR_FORMAT, "%s: layer %u has FF width 0", em_gguf_path(l->g), il);
     }
+    if (f->shared_kv && (err = load_shared_kv(l))) return err;
+    if (f->per_layer_inputs && (err = opt_u32(l, "embedding_length_per_layer_input", 0, &d->n_embd_per_layer)))
+        return err;
+    if (d->n_embd_per_layer > (1u << 16))
+        return em_errorf(EM_ERR_RANGE, "%s: %s.embedding_length_per_layer_input = %u is out of range",
+                         em_gguf_path(l->g), l->arch, d->n_embd_per_layer);
     return f->hybrid != EM_HYBRID_NONE ? load_hybrid_desc(l, f) : NULL;
 }
 
@@ -424,9 +479,21 @@ static em_err load_attention(loader *l, const em_family *f, uint32_t il) {
 
     if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_q.weight"), true, e, ld->attn_output_gate ? 2 * q : q, 0, &w->wq)))
         return err;
-    if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_k.weight"), true, e, k, 0, &w->wk))) return err;
-    if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_v.weight"), true, e, v, 0, &w->wv))) return err;
     if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_output.weight"), true, o, e, 0, &w->wo))) return err;
+    if (ld->kv_layer != il) { /* shared KV: queries alone */
+        if (ld->qk_norm &&
+            (err = get_vector(l, blk(n, sizeof n, il, "attn_q_norm.weight"), true, ld->head_dim, &w->q_norm)))
+            return err;
+        return NULL;
+    }
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_k.weight"), true, e, k, 0, &w->wk))) return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "attn_v.weight"), !f->values_from_keys, e, v, 0, &w->wv))) return err;
+    if (!w->wv.data) { /* K = V: the values are the key projection's output */
+        if (ld->head_dim_v != ld->head_dim)
+            return em_errorf(EM_ERR_FORMAT, "%s: layer %u has no attn_v.weight, and its values (%u) are not its keys (%u)",
+                             em_gguf_path(l->g), il, ld->head_dim_v, ld->head_dim);
+        l->m->desc.layers[il].values_from_keys = true;
+    }
     if ((err = get_vector(l, blk(n, sizeof n, il, "attn_q.bias"), f->qkv_bias, q, &w->bq))) return err;
     if ((err = get_vector(l, blk(n, sizeof n, il, "attn_k.bias"), f->qkv_bias || w->bq, k, &w->bk))) return err;
     if ((err = get_vector(l, blk(n, sizeof n, il, "attn_v.bias"), f->qkv_bias || w->bq, v, &w->bv))) return err;
@@ -482,6 +549,55 @@ static em_err load_delta_net(loader *l, uint32_t il) {
     return get_vector(l, blk(n, sizeof n, il, "ssm_norm.weight"), true, dn->head_dim_v, &w->ssm_norm);
 }
 
+/* What a layer adds to its output in families with per-layer inputs, and the factor on its output. */
+static em_err load_layer_inputs(loader *l, const em_family *f, uint32_t il) {
+    const em_model_desc *d = &l->m->desc;
+    em_layer_weights *w = &l->m->w.layers[il];
+    const uint64_t e = d->n_embd, per_layer = d->n_embd_per_layer;
+    char n[96];
+    em_err err;
+    if (f->layer_output_scale &&
+        (err = get_vector(l, blk(n, sizeof n, il, "layer_output_scale.weight"), false, 1, &w->output_scale)))
+        return err;
+    if (!per_layer) return NULL;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "inp_gate.weight"), true, e, per_layer, 0, &w->per_layer_gate)))
+        return err;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "proj.weight"), true, per_layer, e, 0, &w->per_layer_proj))) return err;
+    return get_vector(l, blk(n, sizeof n, il, "post_norm.weight"), true, e, &w->per_layer_post_norm);
+}
+
+/* Experts beside a dense unit: the router's input norm (its scale over sqrt(n_embd), folded at
+ * load), each expert's factor, the three extra norms, and gate and up as two stacks or as one
+ * (ffn_gate_up_exps: each expert's gate rows, then its up rows), read in place as two views. */
+static em_err load_experts_beside_dense(loader *l, uint32_t il) {
+    const em_model_desc *d = &l->m->desc;
+    const em_layer_desc *ld = &d->layers[il];
+    em_layer_weights *w = &l->m->w.layers[il];
+    const uint64_t e = d->n_embd, ff = ld->n_ff, ne = ld->n_expert;
+    char n[96];
+    em_err err;
+    const float *router_scale;
+    if ((err = get_vector(l, blk(n, sizeof n, il, "ffn_gate_inp.scale"), true, e, &router_scale))) return err;
+    float *router_norm = malloc(e * sizeof *router_norm);
+    if (!router_norm) return em_errorf(EM_ERR_NOMEM, "out of memory loading %s", n);
+    for (uint64_t i = 0; i < e; i++) router_norm[i] = router_scale[i] / sqrtf((float)e);
+    if ((err = keep(l->m, router_norm))) return err;
+    w->router_norm = router_norm;
+    if ((err = get_vector(l, blk(n, sizeof n, il, "ffn_down_exps.scale"), false, ne, &w->expert_scale))) return err;
+    if ((err = get_vector(l, blk(n, sizeof n, il, "pre_ffw_norm_2.weight"), true, e, &w->pre_ffn_norm_2))) return err;
+    if ((err = get_vector(l, blk(n, sizeof n, il, "post_ffw_norm_1.weight"), true, e, &w->post_ffn_norm_1))) return err;
+    if ((err = get_vector(l, blk(n, sizeof n, il, "post_ffw_norm_2.weight"), true, e, &w->post_ffn_norm_2))) return err;
+    em_weight fused;
+    if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_gate_up_exps.weight"), false, e, 2 * ff, ne, &fused))) return err;
+    if (!fused.data)
+        return get_matrix(l, blk(n, sizeof n, il, "ffn_gate_exps.weight"), true, e, ff, ne, &w->gate_exps);
+    w->gate_exps = w->up_exps = fused;
+    w->gate_exps.rows = w->up_exps.rows = ff;
+    w->gate_exps.mat_bytes = w->up_exps.mat_bytes = 2 * ff * fused.row_bytes;
+    w->up_exps.data = (const uint8_t *)fused.data + ff * fused.row_bytes;
+    return NULL;
+}
+
 static em_err load_layer(loader *l, const em_family *f, uint32_t il) {
     const em_model_desc *d = &l->m->desc;
     const em_layer_desc *ld = &d->layers[il];
@@ -502,18 +618,24 @@ static em_err load_layer(loader *l, const em_family *f, uint32_t il) {
         (err = get_vector(l, blk(n, sizeof n, il, "post_ffw_norm.weight"), true, e, &w->post_ffn_norm)))
         return err;
 
+    if ((err = load_layer_inputs(l, f, il))) return err;
     const uint64_t ff = ld->n_ff;
-    if (!ld->moe) {
-        if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_gate.weight"), true, e, ff, 0, &w->ffn_gate))) return err;
-        if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_up.weight"), true, e, ff, 0, &w->ffn_up))) return err;
-        if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_down.weight"), true, ff, e, 0, &w->ffn_down))) return err;
-        return NULL;
+    if (!ld->moe || ld->n_ff_dense) {
+        const uint64_t dense = ld->moe ? ld->n_ff_dense : ff;
+        if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_gate.weight"), true, e, dense, 0, &w->ffn_gate))) return err;
+        if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_up.weight"), true, e, dense, 0, &w->ffn_up))) return err;
+        if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_down.weight"), true, dense, e, 0, &w->ffn_down))) return err;
+        if (!ld->moe) return NULL;
     }
     const uint64_t ne = ld->n_expert;
     if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_gate_inp.weight"), true, e, ne, 0, &w->gate_inp))) return err;
-    if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_gate_exps.weight"), true, e, ff, ne, &w->gate_exps)))
+    if (ld->n_ff_dense && (err = load_experts_beside_dense(l, il))) return err;
+    else if (!ld->n_ff_dense &&
+             (err = get_matrix(l, blk(n, sizeof n, il, "ffn_gate_exps.weight"), true, e, ff, ne, &w->gate_exps)))
         return err;
-    if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_up_exps.weight"), true, e, ff, ne, &w->up_exps))) return err;
+    if (!w->up_exps.data &&
+        (err = get_matrix(l, blk(n, sizeof n, il, "ffn_up_exps.weight"), true, e, ff, ne, &w->up_exps)))
+        return err;
     if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_down_exps.weight"), true, ff, e, ne, &w->down_exps)))
         return err;
     if (f->expert_biases) {
@@ -567,6 +689,16 @@ static em_err load_all(loader *l) {
     if ((err = get_matrix(l, "output.weight", false, d->n_embd, n_vocab, 0, &w->output))) return err;
     d->tied_output = w->output.data == NULL;
     if (d->tied_output) w->output = w->token_embd;
+    if (!d->n_embd_per_layer && tensor_in_parts(l, "per_layer_token_embd.weight"))
+        return em_errorf(EM_ERR_FORMAT, "%s: per_layer_token_embd.weight, but %s.embedding_length_per_layer_input is 0 "
+                         "or missing", em_gguf_path(l->g), l->arch);
+    if (d->n_embd_per_layer) {
+        const uint64_t all = (uint64_t)d->n_embd_per_layer * d->n_layer;
+        if ((err = get_matrix(l, "per_layer_token_embd.weight", true, all, n_vocab, 0, &w->per_layer_embd))) return err;
+        if ((err = get_matrix(l, "per_layer_model_proj.weight", true, d->n_embd, all, 0, &w->per_layer_proj))) return err;
+        if ((err = get_vector(l, "per_layer_proj_norm.weight", true, d->n_embd_per_layer, &w->per_layer_proj_norm)))
+            return err;
+    }
 
     const float *freq_factors = NULL;
     const em_gguf_tensor *rf = tensor_in_parts(l, "rope_freqs.weight");
@@ -580,7 +712,7 @@ static em_err load_all(loader *l) {
     if (!w->layers) return em_errorf(EM_ERR_NOMEM, "out of memory for %u layers", d->n_layer);
     for (uint32_t il = 0; il < d->n_layer; il++) {
         em_layer_desc *ld = &d->layers[il];
-        if ((err = load_rope(l, f, ld, freq_factors))) return err;
+        if ((err = load_rope(l, f, ld, freq_factors, f->swa_keys && ld->attn == EM_ATTN_SLIDING))) return err;
         if (f->local_rope_theta > 0 && ld->attn == EM_ATTN_SLIDING) local_rope(ld, f->local_rope_theta);
         if ((err = load_layer(l, f, il))) return err;
     }
@@ -649,12 +781,17 @@ void em_model_describe_layer(const em_model_desc *d, uint32_t layer, char *buf, 
         return;
     }
     if (ld->attn == EM_ATTN_SLIDING) snprintf(attn, sizeof attn, "sliding %u", ld->window);
-    if (ld->moe)
+    if (ld->moe && ld->n_ff_dense)
+        snprintf(ffn, sizeof ffn, "dense %u + moe %u/%u x %u", ld->n_ff_dense, ld->n_expert_used, ld->n_expert, ld->n_ff);
+    else if (ld->moe)
         snprintf(ffn, sizeof ffn, "moe %u/%u x %u%s", ld->n_expert_used, ld->n_expert, ld->n_ff,
                  ld->renormalize ? " renorm" : "");
     else
         snprintf(ffn, sizeof ffn, "dense %u", ld->n_ff);
-    snprintf(buf, size, "%s attn %u/%u heads x %u%s%s, %s rope %g (%u dims), %s", attn, ld->n_head, ld->n_head_kv,
-             ld->head_dim, ld->qk_norm ? " qk-norm" : "", ld->qkv_bias ? " bias" : "",
+    char kv[32] = "";
+    if (ld->kv_layer != layer) snprintf(kv, sizeof kv, " kv of layer %u", ld->kv_layer);
+    else if (ld->values_from_keys) snprintf(kv, sizeof kv, " k=v");
+    snprintf(buf, size, "%s attn %u/%u heads x %u%s%s%s%s, %s rope %g (%u dims), %s", attn, ld->n_head, ld->n_head_kv,
+             ld->head_dim, ld->qk_norm ? " qk-norm" : "", ld->qkv_bias ? " bias" : "", ld->value_norm ? " v-norm" : "", kv,
              ld->rope.style == EM_ROPE_NEOX ? "neox" : "normal", ld->rope.theta, ld->rope.n_rot, ffn);
 }

@@ -3,10 +3,10 @@
  * weights that go with it (em_model_weights), the family loaders that fill both from a GGUF file,
  * and synthetic models at real shapes. Sampling belongs to the engine (src/engine).
  *
- * A family (llama, mistral, mixtral, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss, qwen35, flint) is a row of
- * the family registry (em_family, family.c): what its checkpoints and GGUF files look like, as
- * separate traits (gated unit, post-norms, embedding scale, QK-norm, sliding-window layout, experts,
- * GGUF keys, ...). One loader reads every family's GGUF metadata keys and tensor names (those
+ * A family (llama, mistral, mixtral, qwen2, qwen3, qwen3moe, gemma2, gemma3, gemma4, gpt-oss, qwen35,
+ * flint) is a row of the family registry (em_family, family.c): what its checkpoints and GGUF files
+ * look like, as separate traits (gated unit, post-norms, embedding scale, QK-norm, sliding-window
+ * layout, experts, GGUF keys, ...). One loader reads every family's GGUF metadata keys and tensor names (those
  * llama.cpp's converter writes, and `flint.*` keys in the same style) onto em_model_desc, asking
  * the row where families differ; the converter, the synthetic models and `ember info` read the same
  * rows. Backends implement one forward pass for any description; no backend knows family names.
@@ -73,6 +73,10 @@ typedef struct em_layer_desc {
     float attn_scale;     /* multiplies Q·K (usually 1/sqrt(head_dim)) */
     float attn_softcap;   /* scores become c·tanh(s/c); 0 = none */
     bool attn_output_gate; /* attn_q gives [query | gate] per head; the attention is multiplied by σ(gate) */
+    bool value_norm;      /* each head of V RMS-normalized, without a weight */
+    bool values_from_keys; /* no V projection: V is the key projection's output before its norm and RoPE */
+    uint32_t kv_layer;    /* the layer whose KV cache it attends over: itself, or an earlier layer of
+                           * its kind whose cache it shares (writing none of its own) */
     em_layer_mixer mixer; /* the attention fields above describe EM_MIXER_ATTENTION layers only */
     em_delta_net_desc delta_net;
 
@@ -83,6 +87,9 @@ typedef struct em_layer_desc {
     bool renormalize;     /* the top-k weights are rescaled to sum to 1 */
     float expert_weights_scale; /* multiplies the routing weights (1 = none) */
     uint32_t n_ff_shared; /* FF width of the shared expert, 0 = none */
+    /* FF width of a dense gated unit beside the experts, each on its own norms (Gemma 4), 0 = none:
+     * x += post(post_1(unit(norm(x))) + post_2(experts(norm_2(x)))), routed on another norm of x */
+    uint32_t n_ff_dense;
 } em_layer_desc;
 
 typedef struct em_model_desc {
@@ -95,6 +102,7 @@ typedef struct em_model_desc {
     float embd_scale;     /* token embeddings are multiplied by this (Gemma: sqrt(n_embd)) */
     float final_softcap;  /* logits become c·tanh(l/c); 0 = none */
     bool tied_output;     /* the output matrix is token_embd */
+    uint32_t n_embd_per_layer; /* per-layer inputs: floats each layer gets per token, 0 = none */
     em_layer_desc *layers;
 } em_model_desc;
 
@@ -115,10 +123,21 @@ typedef struct em_layer_weights {
      * output norm over head_dim_v */
     em_weight ssm_qkv, ssm_gate, ssm_beta, ssm_alpha, ssm_out;
     const float *ssm_conv, *ssm_dt_bias, *ssm_a, *ssm_norm;
+    /* Experts beside a dense unit: the router's input norm (its scale, divided by sqrt(n_embd) at
+     * load), each expert's factor, the experts' input norm and the two outputs' norms */
+    const float *router_norm, *expert_scale, *pre_ffn_norm_2, *post_ffn_norm_1, *post_ffn_norm_2;
+    /* Per-layer inputs: gate (n_embd -> n_embd_per_layer), projection back, its norm */
+    em_weight per_layer_gate, per_layer_proj;
+    const float *per_layer_post_norm;
+    const float *output_scale;                       /* one factor on the layer's output, or NULL */
 } em_layer_weights;
 
 typedef struct em_model_weights {
     em_weight token_embd; /* rows = n_vocab */
+    /* per-layer inputs: a second table (n_layer · n_embd_per_layer a token), the projection of the
+     * embeddings to the same width and its norm over each layer's slice */
+    em_weight per_layer_embd, per_layer_proj;
+    const float *per_layer_proj_norm;
     const float *output_norm;
     em_weight output;     /* == token_embd when tied */
     em_layer_weights *layers;
@@ -152,6 +171,8 @@ typedef enum em_family_moe {
     EM_MOE_LEADING_DENSE, /* after leading_dense_block_count dense layers (flint; no checkpoint class) */
     EM_MOE_GPT_OSS,       /* every layer; mlp.router and mlp.experts.{gate_up,down}_proj with biases, gate
                            * and up interleaved in one matrix, in bf16 or MXFP4 (_blocks, _scales) */
+    EM_MOE_BESIDE_DENSE,  /* every layer, beside a dense gated unit (em_layer_desc.n_ff_dense); the GGUF
+                           * may hold gate and up in one stack (ffn_gate_up_exps) */
 } em_family_moe;
 
 /* Hybrid families: which layers are Gated DeltaNet, and the order of their value heads in GGUF files. */
@@ -218,6 +239,20 @@ typedef struct em_family {
     em_family_hf_defaults hf;
     em_family_hybrid hybrid;
     bool attn_output_gate;     /* attn_q gives [query | gate] per head (Qwen3.5's gated attention) */
+    /* Layers of two kinds with their own shapes (Gemma 4): sliding layers read key_length_swa,
+     * value_length_swa, rope.dimension_count_swa and rope.freq_base_swa, full layers the plain keys
+     * and the rope_freqs tensor (proportional RoPE); head_count_kv and feed_forward_length per layer */
+    bool swa_keys;
+    bool value_norm;           /* V RMS-normalized per head without a weight */
+    bool unit_attn_scale;      /* attention scores are q·k unscaled (QK-norm sets their size) */
+    bool values_from_keys;     /* a layer without attn_v takes V from the key projection (K = V) */
+    bool shared_kv;            /* attention.shared_kv_layers: the last layers attend over the cache of
+                                * the last earlier layer of their kind */
+    bool per_layer_inputs;     /* embedding_length_per_layer_input and the per_layer_* tensors */
+    bool layer_output_scale;   /* blk.N.layer_output_scale: one factor on each layer's output */
+    /* the final soft-cap of a file without final_logit_softcapping (Gemma 4: 30, which llama.cpp and
+     * transformers both assume); 0 = none */
+    float default_final_softcap;
 } em_family;
 
 /* The rows in order, NULL past the end. */

@@ -35,6 +35,21 @@ typedef struct hybrid_shape {
     uint32_t rope_dims, ssm_kernel, ssm_heads_k, ssm_heads_v, ssm_head_dim;
 } hybrid_shape;
 
+/* What a family with sliding and full layers of their own shapes adds (Gemma 4): every period-th
+ * layer is full, and so is the last; the full layers' head size, KV heads, RoPE base and the share of
+ * their head that rotates (proportional RoPE, as a rope_freqs tensor); whether they have no V
+ * projection (K = V); the last layers that share KV, the shared layers' gated units twice as wide;
+ * the per-layer inputs' width (0: none). */
+typedef struct kinds_shape {
+    const char *preset;
+    uint32_t period, full_head_dim, full_kv_heads;
+    float full_theta, full_rotary;
+    bool values_from_keys;
+    uint32_t shared_kv;
+    bool double_wide;
+    uint32_t per_layer;
+} kinds_shape;
+
 /* Hybrid layouts: every FULL_ATTENTION_INTERVAL-th layer attends, the others are Gated DeltaNet. */
 #define FULL_ATTENTION_INTERVAL 4
 
@@ -61,6 +76,24 @@ static const preset presets[] = {
     /* Qwen3.6-27B's shape cut to 8 of its 64 layers (--layers gives more) */
     {"qwen3.6-27b", "qwen35", 8, 5120, 24, 4, 256, 17408, 248320, 262144, 0, 0, 0, 0, false, 1e7f, 1e-6f, 0, 0, 0, NULL},
     {"tiny-qwen35", "qwen35", 4, 128, 4, 2, 64, 256, 32000, 512, 0, 0, 0, 0, false, 1e7f, 1e-6f, 0, 0, 0, NULL},
+    /* Gemma 4: theta is the sliding layers' RoPE base (kinds_shapes has the full layers'); n_ff is
+     * the dense unit's width, beside the experts in the MoE model; 31B cut to 6 of its 60 layers */
+    {"gemma4-31b", "gemma4", 6, 5376, 32, 16, 256, 21504, 262144, 262144, 0, 0, 0, 0, true, 10000.0f, 1e-6f, 1024, 0, 30.0f, NULL},
+    {"gemma4-26b-a4b", "gemma4", 30, 2816, 16, 8, 256, 2112, 262144, 262144, 128, 8, 704, 0, true, 10000.0f, 1e-6f, 1024, 0, 30.0f, NULL},
+    {"gemma4-e4b", "gemma4", 42, 2560, 8, 2, 256, 10240, 262144, 131072, 0, 0, 0, 0, true, 10000.0f, 1e-6f, 512, 0, 30.0f, NULL},
+    {"tiny-gemma4", "gemma4", 6, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, true, 10000.0f, 1e-6f, 8, 0, 30.0f, NULL},
+    {"tiny-gemma4-moe", "gemma4", 6, 128, 4, 2, 32, 128, 32000, 512, 8, 2, 64, 0, true, 10000.0f, 1e-6f, 8, 0, 0, NULL},
+    {"tiny-gemma4-ple", "gemma4", 8, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, true, 10000.0f, 1e-6f, 8, 0, 0, NULL},
+};
+
+static const kinds_shape kinds_shapes[] = {
+    /* preset          period full hd  kv  theta  rotary  K=V    shared  wide   per layer */
+    {"gemma4-31b", 6, 512, 4, 1e6f, 0.25f, true, 0, false, 0},
+    {"gemma4-26b-a4b", 6, 512, 2, 1e6f, 0.25f, true, 0, false, 0},
+    {"gemma4-e4b", 6, 512, 2, 1e6f, 0.25f, false, 18, false, 256},
+    {"tiny-gemma4", 3, 64, 1, 1e6f, 0.25f, true, 0, false, 0},
+    {"tiny-gemma4-moe", 3, 64, 1, 1e6f, 0.25f, true, 0, false, 0},
+    {"tiny-gemma4-ple", 4, 64, 2, 1e6f, 0.25f, false, 4, true, 32},
 };
 
 /* The hybrid presets' own shape; both have more value heads than key heads, as the real models do. */
@@ -210,7 +243,9 @@ static em_err calibrate(const block_layout *l, float *rms_at_unit_d) {
 
 /* ---- the tensor list ---- */
 
-typedef enum init_kind { INIT_UNIFORM, INIT_NORM, INIT_ROPE_FREQS } init_kind;
+/* INIT_PROPORTIONAL: rope_freqs of proportional RoPE, 1 for the pairs that rotate, 1e30 (no
+ * rotation) for the others, as llama.cpp's converter writes them. */
+typedef enum init_kind { INIT_UNIFORM, INIT_NORM, INIT_ROPE_FREQS, INIT_PROPORTIONAL } init_kind;
 
 typedef struct tensor_plan {
     char name[64];
@@ -225,6 +260,7 @@ typedef struct tensor_plan {
 typedef struct synth {
     preset p;
     hybrid_shape hybrid; /* hybrid families only */
+    kinds_shape kinds;   /* families with sliding and full layers of their own shapes only */
     const em_family *family;
     uint32_t weight_type, expert_type;
     uint64_t seed;
@@ -292,7 +328,93 @@ static em_err plan_delta_net(synth *s, uint32_t il, float gain) {
 #undef B
 }
 
+/* Whether layer il of a family with sliding and full layers is full: every period-th, and the last. */
+static bool layer_full(const synth *s, uint32_t il) {
+    return (il + 1) % s->kinds.period == 0 || il + 1 == s->p.n_layer;
+}
+
+/* A norm weight centered on `center`. */
+static em_err plan_norm(synth *s, const char *name, uint64_t width, float center) {
+    em_err err = plan(s, name, 1, width, 1, 1, 0, INIT_NORM, 0.1f * center);
+    if (!err) s->tensors[s->n_tensors - 1].center = center;
+    return err;
+}
+
+/* The tensors of a family with sliding and full layers of their own shapes (Gemma 4, as llama.cpp's
+ * converter names them): per layer its attention (no K and V in a layer that shares KV, no V in a
+ * full layer with K = V), the post-norms, the dense unit, the experts beside it with their norms,
+ * the router's scale and the experts' factors, the per-layer input's gate, projection and norm, and
+ * the layer's output factor; the rope_freqs of proportional RoPE and the per-layer input tables. */
+static em_err plan_kinds(synth *s) {
+    const preset *p = &s->p;
+    const kinds_shape *k = &s->kinds;
+    const uint64_t e = p->n_embd, per_layer = k->per_layer, all = per_layer * p->n_layer;
+    const float in_rms = 1.0f / sqrtf((float)e), gain = 16.0f, post_norm_gain = 8.0f;
+    char n[64];
+    em_err err;
+    if ((err = plan(s, "rope_freqs.weight", 1, k->full_head_dim / 2, 1, 1, 0, INIT_PROPORTIONAL, 0))) return err;
+    if ((err = plan(s, "token_embd.weight", 2, e, p->n_vocab, 1, s->weight_type, INIT_UNIFORM, 4.0f * in_rms))) return err;
+    if (per_layer) {
+        if ((err = plan(s, "per_layer_token_embd.weight", 2, all, p->n_vocab, 1, s->weight_type, INIT_UNIFORM, 0.5f)))
+            return err;
+        if ((err = plan(s, "per_layer_model_proj.weight", 2, e, all, 1, s->weight_type, INIT_UNIFORM, 1.0f))) return err;
+        if ((err = plan_norm(s, "per_layer_proj_norm.weight", per_layer, 1.0f))) return err;
+    }
+    for (uint32_t il = 0; il < p->n_layer; il++) {
+#define B(what) (snprintf(n, sizeof n, "blk.%u.%s", il, what), n)
+        const bool full = layer_full(s, il), shared = il >= p->n_layer - k->shared_kv;
+        const uint64_t hd = full ? k->full_head_dim : p->head_dim, q = (uint64_t)p->n_head * hd;
+        const uint64_t kv = (full ? k->full_kv_heads : p->n_head_kv) * hd;
+        const uint64_t ff = k->double_wide && shared ? 2 * (uint64_t)p->n_ff : p->n_ff;
+        if ((err = plan_norm(s, B("attn_norm.weight"), e, 1.0f))) return err;
+        if ((err = plan(s, B("attn_q.weight"), 2, e, q, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+        if ((err = plan_norm(s, B("attn_q_norm.weight"), hd, 1.0f))) return err;
+        if (!shared) {
+            if ((err = plan(s, B("attn_k.weight"), 2, e, kv, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+            if (!(full && k->values_from_keys) &&
+                (err = plan(s, B("attn_v.weight"), 2, e, kv, 1, s->weight_type, INIT_UNIFORM, in_rms)))
+                return err;
+            if ((err = plan_norm(s, B("attn_k_norm.weight"), hd, 1.0f))) return err;
+        }
+        if ((err = plan(s, B("attn_output.weight"), 2, q, e, 1, s->weight_type, INIT_UNIFORM, gain / sqrtf((float)q))))
+            return err;
+        if ((err = plan_norm(s, B("post_attention_norm.weight"), e, post_norm_gain))) return err;
+        if ((err = plan_norm(s, B("ffn_norm.weight"), e, 1.0f))) return err;
+        if ((err = plan(s, B("ffn_gate.weight"), 2, e, ff, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+        if ((err = plan(s, B("ffn_up.weight"), 2, e, ff, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+        if ((err = plan(s, B("ffn_down.weight"), 2, ff, e, 1, s->weight_type, INIT_UNIFORM, gain / sqrtf((float)ff))))
+            return err;
+        if ((err = plan_norm(s, B("post_ffw_norm.weight"), e, post_norm_gain))) return err;
+        if (p->n_expert) {
+            const uint64_t fe = p->n_ff_expert, ne = p->n_expert;
+            if ((err = plan(s, B("ffn_gate_inp.weight"), 2, e, ne, 1, EM_TYPE_F32, INIT_UNIFORM, 2.0f))) return err;
+            if ((err = plan_norm(s, B("ffn_gate_inp.scale"), e, 1.0f))) return err;
+            /* gate and up in one stack, as the converter writes a checkpoint's gate_up_proj */
+            if ((err = plan(s, B("ffn_gate_up_exps.weight"), 3, e, 2 * fe, ne, s->expert_type, INIT_UNIFORM, in_rms)))
+                return err;
+            if ((err = plan(s, B("ffn_down_exps.weight"), 3, fe, e, ne, s->expert_type, INIT_UNIFORM,
+                            gain / sqrtf((float)fe))))
+                return err;
+            if ((err = plan_norm(s, B("ffn_down_exps.scale"), ne, 1.0f))) return err;
+            if ((err = plan_norm(s, B("pre_ffw_norm_2.weight"), e, 1.0f))) return err;
+            if ((err = plan_norm(s, B("post_ffw_norm_1.weight"), e, 1.0f))) return err;
+            if ((err = plan_norm(s, B("post_ffw_norm_2.weight"), e, 1.0f))) return err;
+        }
+        if (per_layer) {
+            if ((err = plan(s, B("inp_gate.weight"), 2, e, per_layer, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+            if ((err = plan(s, B("proj.weight"), 2, per_layer, e, 1, s->weight_type, INIT_UNIFORM,
+                            1.0f / sqrtf((float)per_layer))))
+                return err;
+            if ((err = plan_norm(s, B("post_norm.weight"), e, post_norm_gain))) return err;
+        }
+        if ((err = plan_norm(s, B("layer_output_scale.weight"), 1, 1.0f))) return err;
+#undef B
+    }
+    return plan_norm(s, "output_norm.weight", e, 1.0f);
+}
+
 static em_err plan_all(synth *s) {
+    if (s->kinds.preset) return plan_kinds(s);
     const preset *p = &s->p;
     const em_family *f = s->family;
     const uint64_t e = p->n_embd, q = (uint64_t)p->n_head * p->head_dim, kv = (uint64_t)p->n_head_kv * p->head_dim;
@@ -429,6 +551,8 @@ static em_err fill_tensor(void *user, uint64_t index, void *file_, uint64_t size
             }
             float v = t->init == INIT_NORM ? t->center + t->rms * uniform(&rng) : a * uniform(&rng);
             if (t->init == INIT_ROPE_FREQS) v = llama3_factor(s, done + i);
+            if (t->init == INIT_PROPORTIONAL)
+                v = (float)(done + i) < s->kinds.full_rotary * (float)s->kinds.full_head_dim / 2.0f ? 1.0f : 1e30f;
             if (t->type == EM_TYPE_F32) memcpy(out, &v, 4);
             else {
                 uint16_t h = t->type == EM_TYPE_F16 ? to_f16(v) : to_bf16(v);
@@ -448,6 +572,45 @@ static em_err fill_tensor(void *user, uint64_t index, void *file_, uint64_t size
 
 /* ---- metadata ---- */
 
+/* The keys of a family with sliding and full layers of their own shapes, as llama.cpp's converter
+ * writes Gemma 4's: per-layer KV heads (and FF widths, where the shared layers' are wider), the full
+ * layers' head size and RoPE in the plain keys, the sliding layers' in the `_swa` ones, the layer
+ * pattern as one bool per layer, the shared layers and the per-layer inputs' width. */
+static em_err add_kinds_hparams(em_gguf_writer *w, const synth *s) {
+    const preset *p = &s->p;
+    const kinds_shape *k = &s->kinds;
+    const char *arch = s->family->gguf_arch;
+    char key[128];
+    em_err err = NULL;
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    int32_t *kv = malloc(p->n_layer * sizeof *kv), *ff = malloc(p->n_layer * sizeof *ff);
+    bool *sliding = malloc(p->n_layer * sizeof *sliding);
+    if (!kv || !ff || !sliding) err = em_errorf(EM_ERR_NOMEM, "out of memory writing the layer keys");
+    for (uint32_t il = 0; !err && il < p->n_layer; il++) {
+        sliding[il] = !layer_full(s, il);
+        kv[il] = (int32_t)(sliding[il] ? p->n_head_kv : k->full_kv_heads);
+        ff[il] = (int32_t)(k->double_wide && il >= p->n_layer - k->shared_kv ? 2 * p->n_ff : p->n_ff);
+    }
+    if (!err) err = em_gguf_writer_add_array(w, KEY("attention.head_count_kv"), EM_GGUF_INT32, kv, p->n_layer);
+    if (!err) err = em_gguf_writer_add_array(w, KEY("feed_forward_length"), EM_GGUF_INT32, ff, p->n_layer);
+    if (!err) err = em_gguf_writer_add_array(w, KEY("attention.sliding_window_pattern"), EM_GGUF_BOOL, sliding, p->n_layer);
+    if (!err) err = em_gguf_writer_add_u32(w, KEY("attention.key_length"), k->full_head_dim);
+    if (!err) err = em_gguf_writer_add_u32(w, KEY("attention.value_length"), k->full_head_dim);
+    if (!err) err = em_gguf_writer_add_u32(w, KEY("attention.key_length_swa"), p->head_dim);
+    if (!err) err = em_gguf_writer_add_u32(w, KEY("attention.value_length_swa"), p->head_dim);
+    if (!err) err = em_gguf_writer_add_f32(w, KEY("rope.freq_base"), k->full_theta);
+    if (!err) err = em_gguf_writer_add_f32(w, KEY("rope.freq_base_swa"), p->theta);
+    if (!err) err = em_gguf_writer_add_u32(w, KEY("rope.dimension_count"), k->full_head_dim);
+    if (!err) err = em_gguf_writer_add_u32(w, KEY("rope.dimension_count_swa"), p->head_dim);
+    if (!err) err = em_gguf_writer_add_u32(w, KEY("attention.shared_kv_layers"), k->shared_kv);
+    if (!err) err = em_gguf_writer_add_u32(w, KEY("embedding_length_per_layer_input"), k->per_layer);
+#undef KEY
+    free(kv);
+    free(ff);
+    free(sliding);
+    return err;
+}
+
 static em_err add_hparams(em_gguf_writer *w, const synth *s) {
     const preset *p = &s->p;
     const em_family *f = s->family;
@@ -460,17 +623,22 @@ static em_err add_hparams(em_gguf_writer *w, const synth *s) {
     if ((err = em_gguf_writer_add_u32(w, KEY("context_length"), p->n_ctx))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("embedding_length"), p->n_embd))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("block_count"), p->n_layer))) return err;
-    /* Without an expert width key (Mixtral), feed_forward_length is the experts' width. */
-    const uint32_t n_ff = p->n_expert && !f->keys.expert_width ? p->n_ff_expert : p->n_ff;
-    if ((err = em_gguf_writer_add_u32(w, KEY("feed_forward_length"), n_ff))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("attention.head_count"), p->n_head))) return err;
-    if ((err = em_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), p->n_head_kv))) return err;
-    if ((err = em_gguf_writer_add_u32(w, KEY("attention.key_length"), p->head_dim))) return err;
-    if ((err = em_gguf_writer_add_u32(w, KEY("attention.value_length"), p->head_dim))) return err;
     if ((err = em_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->eps))) return err;
-    if ((err = em_gguf_writer_add_f32(w, KEY("rope.freq_base"), p->theta))) return err;
-    if ((err = em_gguf_writer_add_u32(w, KEY("rope.dimension_count"), s->hybrid.rope_dims ? s->hybrid.rope_dims : p->head_dim)))
-        return err;
+    if (s->kinds.preset) {
+        if ((err = add_kinds_hparams(w, s))) return err;
+    } else {
+        /* Without an expert width key (Mixtral), feed_forward_length is the experts' width. */
+        const uint32_t n_ff = p->n_expert && !f->keys.expert_width ? p->n_ff_expert : p->n_ff;
+        if ((err = em_gguf_writer_add_u32(w, KEY("feed_forward_length"), n_ff))) return err;
+        if ((err = em_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), p->n_head_kv))) return err;
+        if ((err = em_gguf_writer_add_u32(w, KEY("attention.key_length"), p->head_dim))) return err;
+        if ((err = em_gguf_writer_add_u32(w, KEY("attention.value_length"), p->head_dim))) return err;
+        if ((err = em_gguf_writer_add_f32(w, KEY("rope.freq_base"), p->theta))) return err;
+        if ((err = em_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
+                                          s->hybrid.rope_dims ? s->hybrid.rope_dims : p->head_dim)))
+            return err;
+    }
     if (!strcmp(s->scaling, "linear") || !strcmp(s->scaling, "yarn")) {
         if ((err = em_gguf_writer_add_str(w, KEY("rope.scaling.type"), s->scaling))) return err;
         if ((err = em_gguf_writer_add_f32(w, KEY("rope.scaling.factor"), s->scaling_factor))) return err;
@@ -628,6 +796,10 @@ em_err em_synth_write(const em_synth_options *o, const char *out_path) {
     if (!s.family) return em_errorf(EM_ERR_INTERNAL, "preset %s: no family '%s'", found->name, found->family);
     for (size_t i = 0; i < sizeof hybrid_shapes / sizeof hybrid_shapes[0]; i++)
         if (!strcmp(hybrid_shapes[i].preset, found->name)) s.hybrid = hybrid_shapes[i];
+    for (size_t i = 0; i < sizeof kinds_shapes / sizeof kinds_shapes[0]; i++)
+        if (!strcmp(kinds_shapes[i].preset, found->name)) s.kinds = kinds_shapes[i];
+    if (s.family->swa_keys && !s.kinds.preset)
+        return em_errorf(EM_ERR_INTERNAL, "preset %s: no shapes of its sliding and full layers", found->name);
     if (s.family->hybrid != EM_HYBRID_NONE && !s.hybrid.preset)
         return em_errorf(EM_ERR_INTERNAL, "preset %s: no Gated DeltaNet shape", found->name);
     em_err err = parse_type(o->type ? o->type : "f32", &s.weight_type, &s.expert_type);
@@ -637,6 +809,8 @@ em_err em_synth_write(const em_synth_options *o, const char *out_path) {
         if (o->layers > 1024) return em_errorf(EM_ERR_RANGE, "--layers %u is out of range", o->layers);
         s.p.n_layer = o->layers;
         if (s.p.n_dense_lead > o->layers) s.p.n_dense_lead = o->layers;
+        /* shared layers need an earlier layer of each kind to read from */
+        if (s.kinds.shared_kv && s.kinds.shared_kv + s.kinds.period > o->layers) s.kinds.shared_kv = 0;
     }
     if (o->experts) {
         if (!s.p.n_expert) return em_errorf(EM_ERR_INVALID, "preset %s has no experts", s.p.name);

@@ -165,10 +165,39 @@ static em_err match_feed_forward(matcher *m, em_block *b) {
     return match_residual(m, b, x, result);
 }
 
+/* Operations and parameters no block covers, named before any matching: per-layer inputs (a second
+ * embed, slices, scales), a head norm without a weight, attention over another layer's cache,
+ * per-expert factors of a router, experts whose stacks step over other matrices. */
+static em_err refuse_unblocked(const em_program *p) {
+    for (uint32_t i = 1; i + 1 < p->n_ops; i++) {
+        const em_program_op *op = &p->ops[i];
+        const char *what = NULL;
+        if (op->kind == EM_PROGRAM_EMBED) what = "a second embedding table (per-layer inputs)";
+        else if (op->kind == EM_PROGRAM_SLICE) what = "a slice of a row (per-layer inputs)";
+        else if (op->kind == EM_PROGRAM_SCALE) what = "a scale of the rows";
+        else if (op->kind == EM_PROGRAM_HEAD_NORM && !op->u.heads.norm.weight) what = "a head norm without a weight";
+        else if (op->kind == EM_PROGRAM_ATTENTION && op->cache < p->n_caches && p->caches[op->cache].layer != op->layer)
+            what = "attention over an earlier layer's cache (shared KV)";
+        else if (op->kind == EM_PROGRAM_ROUTE && op->u.route.expert_scale) what = "a router with a factor per expert";
+        else if (op->kind == EM_PROGRAM_EXPERTS && (op->u.experts.gate->mat_bytes || op->u.experts.up->mat_bytes ||
+                                                      op->u.experts.down->mat_bytes))
+            what = "experts whose gate and up share one tensor";
+        if (!what) continue;
+        if (op->layer == EM_PROGRAM_NO_LAYER)
+            return em_errorf(EM_ERR_UNSUPPORTED, "blocks: op %u (%s): %s, which no block takes", i,
+                             em_program_op_name(op->kind), what);
+        return em_errorf(EM_ERR_UNSUPPORTED, "blocks: layer %u, op %u (%s): %s, which no block takes", op->layer, i,
+                         em_program_op_name(op->kind), what);
+    }
+    return NULL;
+}
+
 em_err em_program_blocks(const em_program *p, em_block **blocks, uint32_t *n_blocks) {
     *blocks = NULL, *n_blocks = 0;
     if (p->n_ops < 2 || p->ops[0].kind != EM_PROGRAM_EMBED || p->ops[p->n_ops - 1].kind != EM_PROGRAM_OUTPUT)
         return em_errorf(EM_ERR_UNSUPPORTED, "blocks: a program that does not run from embed to output");
+    em_err refused = refuse_unblocked(p);
+    if (refused) return refused;
     em_block *out = calloc((size_t)p->n_layer * 2 + 1, sizeof *out);
     if (!out) return em_errorf(EM_ERR_NOMEM, "blocks: out of memory for %u layers", p->n_layer);
     /* Each layer's operations are one run of the program, in layer order, between embed and output. */

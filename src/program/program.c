@@ -2,6 +2,7 @@
  * proves a program consistent before any backend runs it, and its one-line descriptions. */
 #include "program.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,7 @@
 
 static const char *const op_names[EM_PROGRAM_OP_KINDS] = {
     "embed", "norm", "matmul", "head_norm", "rope", "kv_write", "attention", "glu", "add", "route", "experts",
-    "output", "split_gate", "sigmoid_gate", "delta_net", "gated_norm"};
+    "output", "split_gate", "sigmoid_gate", "delta_net", "gated_norm", "scale", "slice"};
 
 const char *em_program_op_name(em_program_op_kind kind) {
     return (unsigned)kind < EM_PROGRAM_OP_KINDS ? op_names[kind] : "?";
@@ -156,6 +157,9 @@ static em_err weight_shape(const checker *c, const char *what, const em_weight *
     if (w->cols != cols) return fail(c, "%s has %llu columns, the input %llu", what, (unsigned long long)w->cols, (unsigned long long)cols);
     if (rows && w->rows != rows) return fail(c, "%s has %llu rows, the output %llu", what, (unsigned long long)w->rows, (unsigned long long)rows);
     if (w->n_mat < n_mat) return fail(c, "%s stacks %llu matrices, %llu needed", what, (unsigned long long)w->n_mat, (unsigned long long)n_mat);
+    if (w->mat_bytes && w->mat_bytes < w->rows * w->row_bytes)
+        return fail(c, "%s has matrices %llu bytes apart, each %llu long", what, (unsigned long long)w->mat_bytes,
+                    (unsigned long long)(w->rows * w->row_bytes));
     return NULL;
 }
 
@@ -205,7 +209,8 @@ static em_err check_op(checker *c, const em_program_op *op) {
     em_err err = NULL;
     switch (op->kind) {
     case EM_PROGRAM_EMBED:
-        if (c->i != 0) return fail(c, "embed comes at op %u, not first", c->i);
+        /* the first operation embeds the tokens; a later one reads a second table (per-layer inputs) */
+        if (c->i != 0 && op->dst == p->ops[0].dst) return fail(c, "embeds into %s again", p->buffers[op->dst].name);
         if (!op->u.embed.table || !op->u.embed.table->data || op->u.embed.table->rows != p->n_vocab)
             return fail(c, "a table of %llu rows for a vocabulary of %u",
                         (unsigned long long)(op->u.embed.table ? op->u.embed.table->rows : 0), p->n_vocab);
@@ -240,6 +245,9 @@ static em_err check_op(checker *c, const em_program_op *op) {
         const em_program_attention *a = &op->u.attention;
         if ((err = check_cache(c, op))) return err;
         if (!c->cache_written[op->cache]) return fail(c, "reads cache %u before a kv_write", op->cache);
+        /* a layer that shares KV reads an earlier layer's cache, never a later one's */
+        if (op->layer != EM_PROGRAM_NO_LAYER && p->caches[op->cache].layer > op->layer)
+            return fail(c, "reads cache %u of a later layer (%u)", op->cache, p->caches[op->cache].layer);
         if (!a->n_head_kv || a->n_head % a->n_head_kv)
             return fail(c, "%u query heads over %u key heads", a->n_head, a->n_head_kv);
         const em_program_cache *kv = &p->caches[op->cache];
@@ -256,6 +264,17 @@ static em_err check_op(checker *c, const em_program_op *op) {
     case EM_PROGRAM_ADD:
         if ((err = reads(c, op->dst, EM_PROGRAM_ROWS, op->u.add_width))) return err;
         return reads(c, op->src, EM_PROGRAM_ROWS, op->u.add_width);
+    case EM_PROGRAM_SCALE:
+        if (!isfinite(op->u.scale.factor)) return fail(c, "a factor of %g", op->u.scale.factor);
+        return reads(c, op->dst, EM_PROGRAM_ROWS, op->u.scale.width);
+    case EM_PROGRAM_SLICE: {
+        const em_program_slice *s = &op->u.slice;
+        if (op->dst == op->src) return fail(c, "slices %s into itself", p->buffers[op->dst].name);
+        if (!s->width || s->offset > s->src_width || s->width > s->src_width - s->offset)
+            return fail(c, "columns %u to %u of rows of %u", s->offset, s->offset + s->width, s->src_width);
+        if ((err = reads(c, op->src, EM_PROGRAM_ROWS, s->src_width))) return err;
+        return writes(c, op->dst, EM_PROGRAM_ROWS, s->width);
+    }
     case EM_PROGRAM_ROUTE: {
         const em_program_route *r = &op->u.route;
         if (!r->n_used || r->n_used > r->n_expert)
@@ -387,7 +406,7 @@ void em_program_describe_op(const em_program *p, uint32_t i, char *buf, size_t s
     switch (op->kind) {
     case EM_PROGRAM_EMBED:
         describe_weight(w, sizeof w, op->u.embed.table);
-        snprintf(buf, size, "embed %s = [%s][token] x %g", dst, w, op->u.embed.scale);
+        snprintf(buf, size, "%sembed %s = [%s][token] x %g", layer, dst, w, op->u.embed.scale);
         break;
     case EM_PROGRAM_NORM:
         snprintf(buf, size, "%snorm %s = rmsnorm(%s)%s", layer, dst, src, op->u.norm.weight ? " w" : "");
@@ -398,7 +417,8 @@ void em_program_describe_op(const em_program *p, uint32_t i, char *buf, size_t s
                  op->u.matmul.bias ? " + b" : "");
         break;
     case EM_PROGRAM_HEAD_NORM:
-        snprintf(buf, size, "%shead_norm %s: %u heads x %u", layer, dst, op->u.heads.n_head, op->u.heads.head_dim);
+        snprintf(buf, size, "%shead_norm %s: %u heads x %u%s", layer, dst, op->u.heads.n_head, op->u.heads.head_dim,
+                 op->u.heads.norm.weight ? "" : ", no weight");
         break;
     case EM_PROGRAM_ROPE:
         snprintf(buf, size, "%srope %s: %u heads x %u, %s %u dims theta %g", layer, dst, op->u.heads.n_head,
@@ -407,6 +427,13 @@ void em_program_describe_op(const em_program *p, uint32_t i, char *buf, size_t s
         break;
     case EM_PROGRAM_KV_WRITE:
         snprintf(buf, size, "%skv_write cache %u = %s, %s", layer, op->cache, src, src2);
+        break;
+    case EM_PROGRAM_SCALE:
+        snprintf(buf, size, "%sscale %s *= %g", layer, dst, op->u.scale.factor);
+        break;
+    case EM_PROGRAM_SLICE:
+        snprintf(buf, size, "%sslice %s = %s[%u:%u]", layer, dst, src, op->u.slice.offset,
+                 op->u.slice.offset + op->u.slice.width);
         break;
     case EM_PROGRAM_ATTENTION: {
         const em_program_attention *a = &op->u.attention;
@@ -422,9 +449,9 @@ void em_program_describe_op(const em_program *p, uint32_t i, char *buf, size_t s
         snprintf(buf, size, "%sadd %s += %s", layer, dst, src);
         break;
     case EM_PROGRAM_ROUTE:
-        snprintf(buf, size, "%sroute %s = top %u of %u by %s(%s)%s", layer, dst, op->u.route.n_used,
+        snprintf(buf, size, "%sroute %s = top %u of %u by %s(%s)%s%s", layer, dst, op->u.route.n_used,
                  op->u.route.n_expert, gating_names[op->u.route.gating % 3], src,
-                 op->u.route.renormalize ? ", renormalized" : "");
+                 op->u.route.renormalize ? ", renormalized" : "", op->u.route.expert_scale ? ", scaled per expert" : "");
         break;
     case EM_PROGRAM_EXPERTS:
         describe_weight(w, sizeof w, op->u.experts.gate);

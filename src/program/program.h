@@ -29,6 +29,11 @@
  *
  * and its gated full-attention layers split [q | gate] per head (split_gate) and multiply the
  * attention by σ(gate) (sigmoid_gate) before W_o.
+ *
+ * Gemma 4's forms are data flow over the same operations: V normalized without a weight (head_norm),
+ * K = V (v from the key projection), layers that share KV (attention over an earlier layer's
+ * cache, with no kv_write of their own), and per-layer inputs: a second embed, sliced per layer,
+ * gating a projection added to the residual stream, which each layer then scales.
  *   output         logits = W_out RMSNorm(x) of the rows that want logits, soft-capped
  *
  * Buffers hold one row per token of the batch, in f32; each is declared once with the widest row any
@@ -61,7 +66,16 @@ typedef struct em_weight {
     uint64_t rows;        /* ne[1]: output features */
     uint64_t n_mat;       /* ne[2]: experts, 1 otherwise */
     uint64_t row_bytes;
+    /* bytes from one matrix of a stack to the next; 0: rows × row_bytes (the matrices end to end).
+     * A view of half of each matrix of a fused stack (gate and up of the experts in one tensor)
+     * steps over the other half. */
+    uint64_t mat_bytes;
 } em_weight;
+
+/* The first byte of matrix `mat` of a stack. */
+static inline const uint8_t *em_weight_matrix(const em_weight *w, uint64_t mat) {
+    return (const uint8_t *)w->data + mat * (w->mat_bytes ? w->mat_bytes : w->rows * w->row_bytes);
+}
 
 typedef enum em_rope_style { EM_ROPE_NORMAL, EM_ROPE_NEOX } em_rope_style;
 typedef enum em_rope_scaling {
@@ -93,13 +107,15 @@ typedef enum em_gating { EM_GATING_SOFTMAX, EM_GATING_SIGMOID, EM_GATING_SOFTMAX
 /* ---- Operations ---- */
 
 typedef enum em_program_op_kind {
-    EM_PROGRAM_EMBED,     /* dst = rows of `table` at the batch's tokens, times `scale` */
+    EM_PROGRAM_EMBED,     /* dst = rows of `table` at the batch's tokens, times `scale` (the first
+                           * operation; a later one reads a second table: per-layer inputs) */
     EM_PROGRAM_NORM,      /* dst = RMSNorm(src) · weight (weight NULL: none); dst may be src */
     EM_PROGRAM_MATMUL,    /* dst = W[mat] · src (+ bias) */
     EM_PROGRAM_HEAD_NORM, /* every head of dst: RMSNorm over its head_dim values · weight, in place */
     EM_PROGRAM_ROPE,      /* every head of dst rotated at its token's position, in place */
     EM_PROGRAM_KV_WRITE,  /* src (keys) and src2 (values) into `cache` at each token's position */
-    EM_PROGRAM_ATTENTION, /* dst = attention of the queries in src over `cache` */
+    EM_PROGRAM_ATTENTION, /* dst = attention of the queries in src over `cache`, written by this layer's
+                           * kv_write or, for a layer that shares KV, by an earlier layer's */
     EM_PROGRAM_GLU,       /* dst = act(dst) · src: dst holds the gate, src the up projection */
     EM_PROGRAM_ADD,       /* dst += src */
     EM_PROGRAM_ROUTE,     /* dst (choices) = the top experts of gating(src), src being router logits */
@@ -112,6 +128,10 @@ typedef enum em_program_op_kind {
     /* Gated DeltaNet (linear attention with a recurrent state per sequence; delta_net.c on the CPU). */
     EM_PROGRAM_DELTA_NET,    /* dst = the gated delta rule over src's mixed q, k, v, with `state` */
     EM_PROGRAM_GATED_NORM,   /* every head of dst: RMSNorm over head_dim · weight ⊙ SiLU(src) */
+    /* Per-layer inputs (Gemma 4's small models): a second embedding table whose rows hold a slice
+     * for every layer, and scalars on the residual stream. */
+    EM_PROGRAM_SCALE,        /* dst *= factor */
+    EM_PROGRAM_SLICE,        /* dst = columns [offset, offset + width) of each row of src */
     EM_PROGRAM_OP_KINDS
 } em_program_op_kind;
 
@@ -159,6 +179,7 @@ typedef struct em_program_route {
     em_gating gating;
     bool renormalize;     /* the chosen weights are rescaled to sum to 1 */
     float scale;          /* then multiplied by this */
+    const float *expert_scale; /* then each by its expert's factor (n_expert floats), or NULL */
 } em_program_route;
 
 typedef struct em_program_experts {
@@ -208,6 +229,17 @@ typedef struct em_program_delta_net {
     uint32_t state;           /* the program's recurrent state it reads and updates */
 } em_program_delta_net;
 
+/* dst *= factor, over `width` floats a row. */
+typedef struct em_program_scale {
+    uint32_t width;
+    float factor;
+} em_program_scale;
+
+/* Columns [offset, offset + width) of each row of src (src_width floats a row). */
+typedef struct em_program_slice {
+    uint32_t offset, width, src_width;
+} em_program_slice;
+
 typedef struct em_program_op {
     em_program_op_kind kind;
     uint32_t layer;       /* the layer it belongs to (messages, per-layer backends), or EM_PROGRAM_NO_LAYER */
@@ -227,6 +259,8 @@ typedef struct em_program_op {
         em_program_split_gate split_gate;
         uint32_t gate_width;          /* sigmoid_gate */
         em_program_delta_net delta_net;
+        em_program_scale scale;
+        em_program_slice slice;
     } u;
 } em_program_op;
 

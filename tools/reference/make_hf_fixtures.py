@@ -21,6 +21,10 @@ changes the logits (so the fixture really exercises it).
 Usage: python3 make_hf_fixtures.py OUT_DIR [NAME...]   (needs torch, transformers, tokenizers, safetensors)
   NAME... limits the run to those fixtures, e.g. `python3 tools/reference/make_hf_fixtures.py "$OUT"
   gemma3pattern` writes only "$OUT/gemma3pattern/".
+
+Gemma 4 (gemma4, gemma4moe, gemma4ple; transformers 5.x): `ember convert` does not convert these
+checkpoints; with LLAMA_CPP_CONVERT set to llama.cpp's convert_hf_to_gguf.py, each fixture also gets
+model.f32.gguf, written by that converter (--outtype f32), the file ember loads.
 """
 import copy
 import json
@@ -143,6 +147,54 @@ def qwen35(V):
         tie_word_embeddings=False)
 
 
+def gemma4(V, **kw):
+    """(config class, model class, kwargs) of a tiny Gemma 4: the multimodal class without its vision
+    and audio towers (the text part is what converters read). Sliding layers of head size 16, full
+    ones of 32 with their own KV heads and proportional RoPE (a quarter of the pairs rotate), V
+    normalized, attention scale 1; `kw` adds a layout's own fields to the text config."""
+    T = transformers
+    text = dict(vocab_size=V, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=16, global_head_dim=32, max_position_embeddings=256, initializer_range=0.1, rms_norm_eps=1e-6,
+                bos_token_id=0, eos_token_id=1, pad_token_id=2, tie_word_embeddings=True, sliding_window=8,
+                hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=2.0,
+                hidden_size_per_layer_input=0, num_kv_shared_layers=0, enable_moe_block=False,
+                rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                 "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0,
+                                                    "partial_rotary_factor": 0.25}})
+    text.update(kw)
+    return T.Gemma4Config, T.Gemma4ForConditionalGeneration, dict(
+        text_config=text, vision_config=None, audio_config=None, tie_word_embeddings=True, initializer_range=0.1)
+
+
+def gemma4_off(**kw):
+    """A gemma4 spec's check: the same model with text_config fields changed."""
+    return {"text_config_update": kw}
+
+
+def gemma4_specs(V):
+    """Gemma 4's three layouts: dense with K = V in the full layers (31B); experts beside the dense
+    unit (26B-A4B); per-layer inputs with the last two layers sharing KV and twice as wide (E2B/E4B)."""
+    if not hasattr(transformers, "Gemma4Config"):
+        return []
+    four = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+    six = ["sliding_attention"] * 3 + ["full_attention", "sliding_attention", "full_attention"]
+    return [
+        ("gemma4", *gemma4(V, num_hidden_layers=4, layer_types=four, attention_k_eq_v=True,
+                           num_global_key_value_heads=1), "float32", None,
+         [("sliding_window", gemma4_off(sliding_window=4096)),
+          ("final_softcap", gemma4_off(final_logit_softcapping=None)),
+          ("layer_types", gemma4_off(layer_types=["sliding_attention"] * 3 + ["full_attention"]))]),
+        ("gemma4moe", *gemma4(V, num_hidden_layers=4, layer_types=four, attention_k_eq_v=True,
+                              num_global_key_value_heads=1, enable_moe_block=True, num_experts=4, top_k_experts=2,
+                              moe_intermediate_size=32), "float32", None,
+         [("sliding_window", gemma4_off(sliding_window=4096))]),
+        ("gemma4ple", *gemma4(V, num_hidden_layers=6, layer_types=six, hidden_size_per_layer_input=16,
+                              vocab_size_per_layer_input=V, num_kv_shared_layers=2, use_double_wide_mlp=True),
+         "float32", None,
+         [("sliding_window", gemma4_off(sliding_window=4096))]),
+    ]
+
+
 def specs(V):
     """(name, config class, model class, kwargs, saved dtype, shard size, [(check, kwargs that turn it off)])"""
     T = transformers
@@ -153,7 +205,7 @@ def specs(V):
     qwen35_specs = []
     if hasattr(T, "Qwen3_5Config"):  # transformers 5.x
         qwen35_specs.append(("qwen35", *qwen35(V), "float32", None, []))
-    return qwen35_specs + [
+    return qwen35_specs + gemma4_specs(V) + [
         ("llama", T.LlamaConfig, T.LlamaForCausalLM,
          common(V, **rope(500000.0, LLAMA3)), "float32", "100KB",
          [("llama3_rope_scaling", rope(500000.0))]),
@@ -234,6 +286,10 @@ def perturb_vectors(model):
     for name, p in model.named_parameters():
         if p.dim() == 1 or name.endswith("_bias"):
             p.add_(torch.randn_like(p) * (1.0 if name.endswith("sinks") else 0.1))
+    # Gemma 4's layer_scalar is a saved buffer of ones (the GGUF's layer_output_scale)
+    for name, b in model.named_buffers():
+        if name.endswith("layer_scalar"):
+            b.mul_(1.0 + 0.3 * torch.randn_like(b))
 
 
 @torch.no_grad()
@@ -281,7 +337,9 @@ def fake_q8_0(state):
 
 def one(name, cfg_cls, model_cls, kwargs, dtype, shard, checks, tok, out_root):
     # float64 everywhere except MoE blocks: transformers' grouped expert matmul takes float32 at most.
-    compute = torch.float32 if any(k in kwargs for k in ("num_local_experts", "num_experts")) else torch.float64
+    text_kw = kwargs.get("text_config") if isinstance(kwargs.get("text_config"), dict) else {}
+    moe = any(k in kwargs for k in ("num_local_experts", "num_experts")) or text_kw.get("enable_moe_block", False)
+    compute = torch.float32 if moe else torch.float64
     prompt = tok.encode("The river ran quietly past the old mill, and children threw sticks from the bridge").ids
     while len(prompt) < N_PROMPT:
         prompt = prompt + prompt
@@ -335,7 +393,10 @@ def one(name, cfg_cls, model_cls, kwargs, dtype, shard, checks, tok, out_root):
     check_out = {}
     for check, off in checks:
         kw2 = copy.deepcopy(kwargs)
-        kw2.update(off)
+        if "text_config_update" in off:
+            kw2["text_config"].update(off["text_config_update"])
+        else:
+            kw2.update(off)
         m2 = build(cfg_cls, model_cls, kw2).to(compute)
         m2.load_state_dict(state, strict=False)
         diff = float((logits_of(m2, seq) - logits).abs().max())
@@ -391,6 +452,12 @@ def one(name, cfg_cls, model_cls, kwargs, dtype, shard, checks, tok, out_root):
           (name, logits.shape[1], rng, min(margins), gen, "same" if cached == gen else cached, check_out))
     print(cfgtext)
     print("keys:", json.dumps(expected["safetensors_keys"])[:3000])
+    converter = os.environ.get("LLAMA_CPP_CONVERT")
+    if converter and name.startswith("gemma4"):
+        import subprocess
+        gguf = os.path.join(out, "model.f32.gguf")
+        subprocess.run([sys.executable, converter, out, "--outtype", "f32", "--outfile", gguf], check=True)
+        print("   %s: llama.cpp's converter wrote %s" % (name, gguf))
 
 
 def main():

@@ -189,6 +189,7 @@ static void route(const em_program_route *r, float *p, int32_t *chosen, float *w
     for (uint32_t k = 0; k < r->n_used; k++) {
         if (r->renormalize) weight[k] /= sum;
         weight[k] *= r->scale;
+        if (r->expert_scale) weight[k] *= r->expert_scale[chosen[k]];
     }
 }
 
@@ -436,6 +437,15 @@ static em_err run_op(cpu_backend *b, const em_batch *batch, const em_program_op 
     case EM_PROGRAM_ADD:
         for (uint64_t i = 0; i < (uint64_t)n * op->u.add_width; i++) dst[i] += src[i];
         return NULL;
+    case EM_PROGRAM_SCALE:
+        for (uint64_t i = 0; i < (uint64_t)n * op->u.scale.width; i++) dst[i] *= op->u.scale.factor;
+        return NULL;
+    case EM_PROGRAM_SLICE: {
+        const em_program_slice *s = &op->u.slice;
+        for (uint64_t t = 0; t < n; t++)
+            memcpy(dst + t * s->width, src + t * s->src_width + s->offset, s->width * sizeof(float));
+        return NULL;
+    }
     case EM_PROGRAM_ROUTE: {
         const em_program_route *r = &op->u.route;
         choices *c = &b->choices[op->dst];

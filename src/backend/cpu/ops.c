@@ -175,7 +175,7 @@ static void dot_share(void *ctx, uint32_t ith, uint32_t nth) {
     matmul_job *job = ctx;
     const em_cpu_matmul *mm = job->mm;
     const em_weight *w = mm->w;
-    const uint8_t *base = (const uint8_t *)w->data + mm->mat * w->rows * w->row_bytes;
+    const uint8_t *base = em_weight_matrix(w, mm->mat);
     uint64_t begin, end;
     em_cpu_share(w->rows, ith, nth, &begin, &end);
     if (job->bf16_tiles) { /* the one batched path that is not em_dot's numbers (see em_cpu_matmul_run) */
@@ -285,7 +285,7 @@ static void products_range(const products_job *job, uint64_t from, uint64_t to) 
         }
         const uint64_t first = from > start ? (from - start + rb - 1) / rb : 0;
         const uint64_t last = (to - start + rb - 1) / rb < w->rows ? (to - start + rb - 1) / rb : w->rows;
-        const uint8_t *base = (const uint8_t *)w->data + pr->mat * w->rows * rb;
+        const uint8_t *base = em_weight_matrix(w, pr->mat);
         const em_dot_rows_fn kernel = em_dot_rows_kernel(w->type);
         const em_dot_weights_fn weights =
             pr->n_tokens <= EM_DOT_WEIGHTS_TOKENS ? em_dot_weights_kernel(w->type, pr->n_tokens) : NULL;

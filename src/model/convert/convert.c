@@ -825,6 +825,11 @@ static em_err run(converter *cv, const char *out_path, const em_convert_options 
         return em_errorf(EM_ERR_UNSUPPORTED, "%s: field 'architectures' = '%s' is not supported (supported: %s)", path,
                          cv->cfg.arch, list);
     }
+    /* traits the converter has no tensor plan for: llama.cpp's converter writes such files */
+    if (cv->f->swa_keys || cv->f->per_layer_inputs || cv->f->shared_kv || cv->f->moe == EM_MOE_BESIDE_DENSE)
+        return em_errorf(EM_ERR_UNSUPPORTED, "%s: field 'architectures' = '%s': ember convert does not convert %s "
+                         "checkpoints yet (llama.cpp's convert_hf_to_gguf.py does; ember loads its files)", path,
+                         cv->cfg.arch, cv->f->name);
     if ((err = check_config(cv))) return err;
     if ((err = checkpoint_open(cv->dir, &cv->ck))) return err;
     if ((err = plan_all(cv))) return err;
