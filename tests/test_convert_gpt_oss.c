@@ -181,6 +181,14 @@ static float *values_of(const em_gguf_tensor *t) {
     return v;
 }
 
+
+/* The i-th float of unaligned data. */
+static float float_at(const void *data, size_t i) {
+    float v;
+    memcpy(&v, (const uint8_t *)data + i * sizeof v, sizeof v);
+    return v;
+}
+
 static void test_mxfp4_and_dense_agree(void **state) {
     (void)state;
     write_checkpoints(NULL, "U8");
@@ -213,8 +221,9 @@ static void test_mxfp4_and_dense_agree(void **state) {
     /* gate = gate_up[..., ::2], up = gate_up[..., 1::2], the bias alike, against the checkpoint */
     em_safetensors *st;
     assert_null(em_safetensors_open(DIR "/gpt-oss-dense/model.safetensors", &st));
-    const float *gate_up = (const float *)em_safetensors_find(st, "model.layers.1.mlp.experts.gate_up_proj")->data;
-    const float *bias = (const float *)em_safetensors_find(st, "model.layers.1.mlp.experts.gate_up_proj_bias")->data;
+    /* safetensors data sits at any byte offset: floats are read through memcpy */
+    const void *gate_up = em_safetensors_find(st, "model.layers.1.mlp.experts.gate_up_proj")->data;
+    const void *bias = em_safetensors_find(st, "model.layers.1.mlp.experts.gate_up_proj_bias")->data;
     const em_gguf_tensor *gate = em_gguf_find_tensor(dense, "blk.1.ffn_gate_exps.weight");
     const em_gguf_tensor *up = em_gguf_find_tensor(dense, "blk.1.ffn_up_exps.weight");
     const em_gguf_tensor *up_bias = em_gguf_find_tensor(dense, "blk.1.ffn_up_exps.bias");
@@ -226,10 +235,10 @@ static void test_mxfp4_and_dense_agree(void **state) {
     for (int e = 0; e < E; e++)
         for (int r = 0; r < F; r++) {
             for (int c = 0; c < H; c++) {
-                assert_true(g[((size_t)e * F + r) * H + c] == gate_up[((size_t)e * H + c) * 2 * F + 2 * r]);
-                assert_true(u[((size_t)e * F + r) * H + c] == gate_up[((size_t)e * H + c) * 2 * F + 2 * r + 1]);
+                assert_true(g[((size_t)e * F + r) * H + c] == float_at(gate_up, ((size_t)e * H + c) * 2 * F + 2 * r));
+                assert_true(u[((size_t)e * F + r) * H + c] == float_at(gate_up, ((size_t)e * H + c) * 2 * F + 2 * r + 1));
             }
-            assert_true(ub[(size_t)e * F + r] == bias[(size_t)e * 2 * F + 2 * r + 1]);
+            assert_true(ub[(size_t)e * F + r] == float_at(bias, (size_t)e * 2 * F + 2 * r + 1));
         }
     em_safetensors_close(st);
     /* what llama.cpp's converter writes beside the tensors */
