@@ -397,7 +397,7 @@ em_err em_server_start(const em_server_options *options, const em_server_engine 
         em_server_stop(s);
         return em_errorf(EM_ERR_INVALID, "the API key is empty: give a key, or none to serve without one");
     }
-    s->grammar_seconds = options->grammar_seconds > 0 ? options->grammar_seconds : 1.5;
+    s->grammar_seconds = options->grammar_seconds > 0 ? options->grammar_seconds : 1.0;
     em_err grammar_err = em_grammar_cache_new(GRAMMAR_CACHE_ENTRIES, GRAMMAR_CACHE_BYTES, &s->grammars);
     if (grammar_err) {
         freeaddrinfo(addr);

@@ -467,7 +467,7 @@ typedef struct em_server_options {
     double body_seconds;     /* and its body within this after them; 0 = 30 */
     int receiving_per_client; /* connections of one client sending a request at once (more: the
                                * oldest is cut); 0 = 64 */
-    double grammar_seconds;  /* CPU time to make one request's grammar (more: a 400); 0 = 1.5 */
+    double grammar_seconds;  /* CPU time to make one request's grammar (more: a 400); 0 = 1.0 */
 } em_server_options;
 
 typedef struct em_server em_server;
