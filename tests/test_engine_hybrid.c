@@ -1,7 +1,8 @@
 /* The engine with a hybrid model (tiny-qwen35: Gated DeltaNet layers with a recurrent state per
  * sequence, and a gated attention layer): requests batched together get the tokens they get alone,
  * a conversation's next turn resumes from the state snapshot of the last one (and gives the tokens
- * of a run without any cache), and preemption under memory pressure changes no output. */
+ * of a run without any cache), and preemption under memory pressure changes no output.
+ * test_engine_hybrid_moe.c runs the same tests on another preset. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,7 +14,9 @@
 #include <sys/stat.h>
 
 
+#ifndef ENGINE_TEST_PRESET
 #define ENGINE_TEST_PRESET "tiny-qwen35"
+#endif
 #define ENGINE_TEST_DIR EM_BINARY_DIR "/test_engine_hybrid_files"
 #define MAX_OUT 64
 #include "engine_fixture.h"

@@ -409,6 +409,7 @@ FAMILY(test_gemma3, "tiny-gemma3", "f32")
 FAMILY(test_mixtral, "tiny-mixtral", "f32")
 FAMILY(test_flint, "tiny-flint", "f32")
 FAMILY(test_qwen35, "tiny-qwen35", "f32")
+FAMILY(test_qwen35moe, "tiny-qwen35moe", "f32")
 /* Gemma 4's three layouts: K = V in the full layers, experts beside a dense unit, shared KV with
  * per-layer inputs; and the experts' fused gate and up stack quantized */
 FAMILY(test_gemma4, "tiny-gemma4", "f32")
@@ -503,7 +504,7 @@ int main(void) {
         cmocka_unit_test(test_llama),   cmocka_unit_test(test_qwen2),   cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_qwen3moe), cmocka_unit_test(test_gemma2), cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_mixtral), cmocka_unit_test(test_flint),   cmocka_unit_test(test_llama_q4_k),
-        cmocka_unit_test(test_flint_mix), cmocka_unit_test(test_qwen35), cmocka_unit_test(test_gemma4),
+        cmocka_unit_test(test_flint_mix), cmocka_unit_test(test_qwen35), cmocka_unit_test(test_qwen35moe), cmocka_unit_test(test_gemma4),
         cmocka_unit_test(test_gemma4_moe), cmocka_unit_test(test_gemma4_per_layer),
         cmocka_unit_test(test_gemma4_moe_q8_0),
     };

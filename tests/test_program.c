@@ -308,6 +308,41 @@ static void test_hybrid_blocks(void **state) {
     em_model_free(m);
 }
 
+/* Qwen3.5 MoE's feed-forward: routed experts and a shared expert that its own gate scales,
+ * shared ⊙= σ(w_sᵀ xn), one gate a token for the whole row. */
+static void test_gated_shared_expert(void **state) {
+    (void)state;
+    em_model *m = load_preset("tiny-qwen35moe");
+    const em_program *p = &m->program;
+    assert_layer(p, 0, "norm matmul matmul matmul matmul delta_net gated_norm matmul add norm matmul route experts "
+                       GATED_UNIT " matmul sigmoid_gate add add");
+    assert_layer(p, 3, "norm matmul split_gate matmul matmul head_norm rope head_norm rope kv_write attention "
+                       "sigmoid_gate matmul add norm matmul route experts " GATED_UNIT " matmul sigmoid_gate add add");
+    char line[160];
+    for (uint32_t il = 0; il < 4; il++) {
+        uint32_t gate = 0; /* the layer's last sigmoid_gate (layer 3's attention has one before it) */
+        for (uint32_t i = 0; i < p->n_ops; i++)
+            if (p->ops[i].layer == il && p->ops[i].kind == EM_PROGRAM_SIGMOID_GATE) gate = i;
+        const em_program_op *op = &p->ops[gate];
+        assert_true(op->u.sigmoid_gate.per_token);
+        assert_int_equal(op->u.sigmoid_gate.width, 128);
+        assert_int_equal(op->dst, buffer_named(p, "shared"));
+        assert_ptr_equal(p->ops[gate - 1].u.matmul.weight, &m->w.layers[il].gate_inp_shexp);
+        assert_int_equal(m->w.layers[il].gate_inp_shexp.rows, 1);
+        assert_int_equal(m->w.layers[il].gate_inp_shexp.cols, 128);
+    }
+    assert_false(p->ops[find(p, EM_PROGRAM_SIGMOID_GATE, 3)].u.sigmoid_gate.per_token);
+    em_program_describe_op(p, find(p, EM_PROGRAM_SIGMOID_GATE, 0), line, sizeof line);
+    assert_string_equal(line, "layer 0 sigmoid_gate shared *= sigmoid(shared_gate), one gate per token");
+    assert_int_equal(p->buffers[buffer_named(p, "shared_gate")].width, 1);
+
+    em_program c = copy_program(p); /* a gate per value where the product gives one per token */
+    c.ops[find(&c, EM_PROGRAM_SIGMOID_GATE, 1)].u.sigmoid_gate.per_token = false;
+    assert_error_has(em_program_check(&c), "(layer 1 sigmoid_gate): reads shared_gate at width 128");
+    em_program_free(&c);
+    em_model_free(m);
+}
+
 /* The program read as blocks: each layer an attention block, then a gated unit or experts, with
  * the parameters of the operations each covers; a program whose data flow is not a block's is
  * refused, naming the layer and the operation. */
@@ -378,6 +413,22 @@ static void test_blocks(void **state) {
     assert_ptr_equal(blocks[3].gate->weight, &m->w.layers[1].gate_exps);
     assert_null(blocks[1].gate);
     free(blocks);
+    /* the shared unit scaled by σ(w_sᵀ xn), as qwen35moe's is: no kernel computes it, so no block */
+    em_program gated = edited;
+    gated.ops = malloc((edited.n_ops + 2) * sizeof *gated.ops);
+    assert_non_null(gated.ops);
+    const uint32_t add = find(&edited, EM_PROGRAM_EXPERTS, 1) + 5, router = buffer_named(&edited, "router");
+    const uint8_t xn = edited.ops[add - 5].src, shared = buffer_named(&edited, "shared");
+    memcpy(gated.ops, edited.ops, add * sizeof *gated.ops);
+    gated.ops[add] = (em_program_op){.kind = EM_PROGRAM_MATMUL, .layer = 1, .dst = (uint8_t)router, .src = xn,
+                                     .u.matmul.weight = &m->w.layers[1].gate_inp};
+    gated.ops[add + 1] = (em_program_op){.kind = EM_PROGRAM_SIGMOID_GATE, .layer = 1, .dst = shared, .src = (uint8_t)router,
+                                         .u.sigmoid_gate = {.width = 128, .per_token = true}};
+    memcpy(&gated.ops[add + 2], &edited.ops[add], (edited.n_ops - add) * sizeof *gated.ops);
+    gated.n_ops = gated.cap_ops = edited.n_ops + 2;
+    assert_error_has(em_program_blocks(&gated, &blocks, &n),
+                     "layer 1, op 38 (matmul): a shared expert scaled by its own sigmoid gate (ffn_gate_inp_shexp)");
+    free(gated.ops);
     free(edited.ops);
     em_model_free(m);
 
@@ -576,6 +627,7 @@ int main(void) {
         cmocka_unit_test(test_parameters),
         cmocka_unit_test(test_checker_refuses),
         cmocka_unit_test(test_hybrid_blocks),
+        cmocka_unit_test(test_gated_shared_expert),
         cmocka_unit_test(test_blocks),
         cmocka_unit_test(test_gemma4_blocks),
         cmocka_unit_test(test_gemma4_moe_blocks),

@@ -3,7 +3,8 @@
  *
  *   x += [post_norm](mixer(norm(x)))      mixer: attention (its output gated by σ(gate) where the
  *                                         query projection gives gates), or Gated DeltaNet
- *   x += [post_norm](ffn(norm(x)))        ffn: a gated unit, or routed experts (+ a shared expert)
+ *   x += [post_norm](ffn(norm(x)))        ffn: a gated unit, or routed experts (+ a shared expert,
+ *                                         scaled by σ(w_sᵀ norm(x)) where the model gates it)
  *
  * Every family's traits end here as operations and their parameters (QK-norm, biases, windows, sinks,
  * soft-caps, post-norms, routing, biased experts); the backends read the program, not the family. */
@@ -16,6 +17,7 @@
 /* The buffers of a step, declared with the widest row any layer gives them. */
 typedef struct step_buffers {
     uint8_t x, xn, q, k, v, attn, out, gate, up, router, choices, shared;
+    uint8_t shared_gate; /* models whose shared expert has a gate of its own */
     /* hybrid models only: gated attention's [q | gate] and gates; DeltaNet's inputs and output */
     uint8_t qgate, attn_gate, mixed, z, beta, alpha, delta;
     /* per-layer inputs only: every layer's inputs, the projection they start from, one layer's slice
@@ -123,7 +125,7 @@ static em_err emit_attention(builder *b) {
         return err;
     if (ld->attn_output_gate &&
         (err = emit(b, (em_program_op){.kind = EM_PROGRAM_SIGMOID_GATE, .dst = s->attn, .src = s->attn_gate,
-                                       .u.gate_width = ld->n_head * ld->head_dim_v})))
+                                       .u.sigmoid_gate = {.width = ld->n_head * ld->head_dim_v}})))
         return err;
     return emit_matmul(b, s->out, s->attn, &lw->wo, lw->bo);
 }
@@ -195,6 +197,12 @@ static em_err emit_experts(builder *b) {
         return err;
     if (!ld->n_ff_shared) return NULL;
     if ((err = emit_gated_unit(b, s->shared, &lw->gate_shexp, &lw->up_shexp, &lw->down_shexp))) return err;
+    if (lw->gate_inp_shexp.data) { /* shared ⊙= σ(w_sᵀ xn) */
+        if ((err = emit_matmul(b, s->shared_gate, s->xn, &lw->gate_inp_shexp, NULL))) return err;
+        if ((err = emit(b, (em_program_op){.kind = EM_PROGRAM_SIGMOID_GATE, .dst = s->shared, .src = s->shared_gate,
+                                           .u.sigmoid_gate = {.width = d->n_embd, .per_token = true}})))
+            return err;
+    }
     return emit_add(b, s->out, s->shared);
 }
 
@@ -383,6 +391,10 @@ static em_err declare_buffers(builder *b) {
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if ((err = em_program_buffer_declare(p, buffers[i].name, buffers[i].kind, buffers[i].width, buffers[i].index)))
             return err;
+    bool shared_gate = false;
+    for (uint32_t il = 0; il < d->n_layer; il++) shared_gate |= b->m->w.layers[il].gate_inp_shexp.data != NULL;
+    if (shared_gate && (err = em_program_buffer_declare(p, "shared_gate", EM_PROGRAM_ROWS, 1, &s->shared_gate)))
+        return err;
     return declare_hybrid_buffers(b);
 }
 

@@ -170,6 +170,23 @@ static const em_family families[] = {
         .hf = {.rope_theta = 1e7, .partial_rotary_factor = 0.25},
     },
     {
+        /* Qwen3.5 / Qwen3.6 MoE (Qwen3.6-35B-A3B): qwen35's layers with routed experts (softmax, top k
+         * renormalized) and a shared expert scaled by its own sigmoid gate */
+        .name = "qwen35moe",
+        .gguf_arch = "qwen35moe", /* GGUF only for now: `ember convert` does not yet write its shared expert */
+        .act = EM_ACT_SWIGLU,
+        .norm_plus_one = true,
+        .qk_norm = true,
+        .rope = EM_ROPE_NEOX,
+        .hybrid = EM_HYBRID_DELTA_NET_TILED,
+        .attn_output_gate = true,
+        .moe = EM_MOE_QWEN,
+        .shared_expert_gate = true,
+        .ffn_norm_tensor = "post_attention_norm",
+        .keys = {.expert_width = true},
+        .hf = {.rope_theta = 1e7, .partial_rotary_factor = 0.25},
+    },
+    {
         /* Ember's own MoE family, GGUF only: its keys follow deepseek2's style */
         .name = "flint",
         .gguf_arch = "flint",
@@ -265,6 +282,7 @@ size_t em_family_own_keys(const em_family *f, const char **keys, size_t max) {
     if (f->hybrid != EM_HYBRID_NONE) {
         static const char *const ssm[] = {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
                                           "ssm.inner_size", "full_attention_interval", "nextn_predict_layers"};
+        if (f->shared_expert_gate) all[n++] = "expert_shared_feed_forward_length";
         for (size_t i = 0; i < sizeof ssm / sizeof ssm[0]; i++) all[n++] = ssm[i];
     }
     for (size_t i = 0; i < n && i < max; i++) keys[i] = all[i];
@@ -308,5 +326,6 @@ void em_family_describe(const em_family *f, char *buf, size_t size) {
     if (f->moe == EM_MOE_LEADING_DENSE) append(buf, size, "experts after leading dense layers");
     else if (f->moe != EM_MOE_NONE && f->moe != EM_MOE_BESIDE_DENSE) append(buf, size, "experts in every layer");
     if (f->expert_biases) append(buf, size, "biased router and experts");
+    if (f->shared_expert_gate) append(buf, size, "gated shared expert");
     if (f->gating == EM_GATING_SOFTMAX_CHOSEN) append(buf, size, "softmax over the chosen experts");
 }

@@ -655,6 +655,9 @@ static em_err load_layer(loader *l, const em_family *f, uint32_t il) {
             return err;
         if ((err = get_matrix(l, blk(n, sizeof n, il, "ffn_down_shexp.weight"), true, fs, e, 0, &w->down_shexp)))
             return err;
+        if (f->shared_expert_gate &&
+            (err = get_matrix(l, blk(n, sizeof n, il, "ffn_gate_inp_shexp.weight"), true, e, 1, 0, &w->gate_inp_shexp)))
+            return err;
     }
     return NULL;
 }
@@ -773,21 +776,22 @@ void em_model_describe_layer(const em_model_desc *d, uint32_t layer, char *buf, 
         return;
     }
     const em_layer_desc *ld = &d->layers[layer];
-    char attn[32] = "full", ffn[64];
-    if (ld->mixer == EM_MIXER_DELTA_NET) {
-        const em_delta_net_desc *dn = &ld->delta_net;
-        snprintf(buf, size, "delta_net %u/%u heads x %u/%u, conv %u, %s, dense %u", dn->n_head_v, dn->n_head_k,
-                 dn->head_dim_k, dn->head_dim_v, dn->conv_kernel, dn->v_tiled ? "tiled" : "grouped", ld->n_ff);
-        return;
-    }
-    if (ld->attn == EM_ATTN_SLIDING) snprintf(attn, sizeof attn, "sliding %u", ld->window);
+    char attn[32] = "full", ffn[64], shared[24] = "";
+    if (ld->n_ff_shared) snprintf(shared, sizeof shared, " + shared %u", ld->n_ff_shared);
     if (ld->moe && ld->n_ff_dense)
         snprintf(ffn, sizeof ffn, "dense %u + moe %u/%u x %u", ld->n_ff_dense, ld->n_expert_used, ld->n_expert, ld->n_ff);
     else if (ld->moe)
-        snprintf(ffn, sizeof ffn, "moe %u/%u x %u%s", ld->n_expert_used, ld->n_expert, ld->n_ff,
-                 ld->renormalize ? " renorm" : "");
+        snprintf(ffn, sizeof ffn, "moe %u/%u x %u%s%s", ld->n_expert_used, ld->n_expert, ld->n_ff,
+                 ld->renormalize ? " renorm" : "", shared);
     else
         snprintf(ffn, sizeof ffn, "dense %u", ld->n_ff);
+    if (ld->mixer == EM_MIXER_DELTA_NET) {
+        const em_delta_net_desc *dn = &ld->delta_net;
+        snprintf(buf, size, "delta_net %u/%u heads x %u/%u, conv %u, %s, %s", dn->n_head_v, dn->n_head_k,
+                 dn->head_dim_k, dn->head_dim_v, dn->conv_kernel, dn->v_tiled ? "tiled" : "grouped", ffn);
+        return;
+    }
+    if (ld->attn == EM_ATTN_SLIDING) snprintf(attn, sizeof attn, "sliding %u", ld->window);
     char kv[32] = "";
     if (ld->kv_layer != layer) snprintf(kv, sizeof kv, " kv of layer %u", ld->kv_layer);
     else if (ld->values_from_keys) snprintf(kv, sizeof kv, " k=v");

@@ -4,7 +4,7 @@
  * and synthetic models at real shapes. Sampling belongs to the engine (src/engine).
  *
  * A family (llama, mistral, mixtral, qwen2, qwen3, qwen3moe, gemma2, gemma3, gemma4, gpt-oss, qwen35,
- * flint) is a row of the family registry (em_family, family.c): what its checkpoints and GGUF files
+ * qwen35moe, flint) is a row of the family registry (em_family, family.c): what its checkpoints and GGUF files
  * look like, as separate traits (gated unit, post-norms, embedding scale, QK-norm, sliding-window
  * layout, experts, GGUF keys, ...). One loader reads every family's GGUF metadata keys and tensor names (those
  * llama.cpp's converter writes, and `flint.*` keys in the same style) onto em_model_desc, asking
@@ -118,6 +118,7 @@ typedef struct em_layer_weights {
     const float *gate_inp_bias;                      /* n_expert floats, or NULL */
     const float *gate_exps_bias, *up_exps_bias, *down_exps_bias; /* n_expert rows, or NULL */
     em_weight gate_shexp, up_shexp, down_shexp;      /* shared expert */
+    em_weight gate_inp_shexp;                        /* its gate: σ(w_sᵀx) scales it (1 row), or absent */
     /* Gated DeltaNet: the mixed q|k|v, z, beta and alpha projections, the output projection; the
      * conv weights (conv_dim rows of conv_kernel), dt_bias and a = −exp(A_log) per value head, and the
      * output norm over head_dim_v */
@@ -253,6 +254,7 @@ typedef struct em_family {
     /* the final soft-cap of a file without final_logit_softcapping (Gemma 4: 30, which llama.cpp and
      * transformers both assume); 0 = none */
     float default_final_softcap;
+    bool shared_expert_gate;   /* the shared expert is scaled by σ(w_sᵀx) (ffn_gate_inp_shexp) */
 } em_family;
 
 /* The rows in order, NULL past the end. */

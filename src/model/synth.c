@@ -28,11 +28,12 @@ typedef struct preset {
     const char *rope_scaling;          /* as em_synth_options.rope_scaling; NULL = none */
 } preset;
 
-/* What a hybrid family's preset adds: the rotated dimensions per head, and the Gated DeltaNet layers'
- * conv kernel, key and value heads and head dim (one for keys and values). */
+/* What a hybrid family's preset adds: the rotated dimensions per head, the Gated DeltaNet layers'
+ * conv kernel, key and value heads and head dim (one for keys and values), and the width of the
+ * shared expert beside the routed ones (0 = none; the family's row says whether it is gated). */
 typedef struct hybrid_shape {
     const char *preset;
-    uint32_t rope_dims, ssm_kernel, ssm_heads_k, ssm_heads_v, ssm_head_dim;
+    uint32_t rope_dims, ssm_kernel, ssm_heads_k, ssm_heads_v, ssm_head_dim, n_ff_shared;
 } hybrid_shape;
 
 /* What a family with sliding and full layers of their own shapes adds (Gemma 4): every period-th
@@ -84,6 +85,9 @@ static const preset presets[] = {
     {"tiny-gemma4", "gemma4", 6, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, true, 10000.0f, 1e-6f, 8, 0, 30.0f, NULL},
     {"tiny-gemma4-moe", "gemma4", 6, 128, 4, 2, 32, 128, 32000, 512, 8, 2, 64, 0, true, 10000.0f, 1e-6f, 8, 0, 0, NULL},
     {"tiny-gemma4-ple", "gemma4", 8, 128, 4, 2, 32, 256, 32000, 512, 0, 0, 0, 0, true, 10000.0f, 1e-6f, 8, 0, 0, NULL},
+    /* Qwen3.6-35B-A3B's shape cut to 4 of its 40 layers (--layers gives more) */
+    {"qwen3.6-35b-a3b", "qwen35moe", 4, 2048, 16, 2, 256, 512, 248320, 262144, 256, 8, 512, 0, false, 1e7f, 1e-6f, 0, 0, 0, NULL},
+    {"tiny-qwen35moe", "qwen35moe", 4, 128, 4, 2, 64, 256, 32000, 512, 8, 2, 64, 0, false, 1e7f, 1e-6f, 0, 0, 0, NULL},
 };
 
 static const kinds_shape kinds_shapes[] = {
@@ -98,9 +102,11 @@ static const kinds_shape kinds_shapes[] = {
 
 /* The hybrid presets' own shape; both have more value heads than key heads, as the real models do. */
 static const hybrid_shape hybrid_shapes[] = {
-    /* preset        rot  K  Hk  Hv  dk */
-    {"qwen3.6-27b", 64, 4, 16, 48, 128},
-    {"tiny-qwen35", 16, 4, 2, 4, 32},
+    /* preset            rot  K  Hk  Hv  dk  shared */
+    {"qwen3.6-27b", 64, 4, 16, 48, 128, 0},
+    {"tiny-qwen35", 16, 4, 2, 4, 32, 0},
+    {"qwen3.6-35b-a3b", 64, 4, 16, 32, 128, 512},
+    {"tiny-qwen35moe", 16, 4, 2, 4, 32, 64},
 };
 
 enum { N_PRESETS = sizeof presets / sizeof presets[0] };
@@ -486,6 +492,18 @@ static em_err plan_all(synth *s) {
             if ((err = plan(s, B("ffn_down_exps.weight"), 3, ff, e, ne, s->expert_type, INIT_UNIFORM,
                             gain / sqrtf((float)ff))))
                 return err;
+            if (s->hybrid.n_ff_shared) {
+                const uint64_t fs = s->hybrid.n_ff_shared;
+                if ((err = plan(s, B("ffn_gate_shexp.weight"), 2, e, fs, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+                if ((err = plan(s, B("ffn_up_shexp.weight"), 2, e, fs, 1, s->weight_type, INIT_UNIFORM, in_rms))) return err;
+                if ((err = plan(s, B("ffn_down_shexp.weight"), 2, fs, e, 1, s->weight_type, INIT_UNIFORM,
+                                gain / sqrtf((float)fs))))
+                    return err;
+                /* its gate's logit of RMS 2: σ spread over (0, 1) */
+                if (f->shared_expert_gate &&
+                    (err = plan(s, B("ffn_gate_inp_shexp.weight"), 1, e, 1, 1, 0, INIT_UNIFORM, 2.0f * in_rms)))
+                    return err;
+            }
             if (f->expert_biases) { /* f32, as llama.cpp's converter writes them */
                 if ((err = plan(s, B("ffn_gate_inp.bias"), 1, ne, 1, 1, 0, INIT_UNIFORM, 0.1f))) return err;
                 if ((err = plan(s, B("ffn_gate_exps.bias"), 2, ff, ne, 1, EM_TYPE_F32, INIT_UNIFORM, 0.1f))) return err;
@@ -656,6 +674,9 @@ static em_err add_hparams(em_gguf_writer *w, const synth *s) {
         if ((err = em_gguf_writer_add_u32(w, KEY("expert_used_count"), p->n_expert_used))) return err;
         if (f->keys.expert_width &&
             (err = em_gguf_writer_add_u32(w, KEY("expert_feed_forward_length"), p->n_ff_expert)))
+            return err;
+        if (s->hybrid.n_ff_shared &&
+            (err = em_gguf_writer_add_u32(w, KEY("expert_shared_feed_forward_length"), s->hybrid.n_ff_shared)))
             return err;
     }
     if (f->hybrid != EM_HYBRID_NONE) {

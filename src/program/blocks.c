@@ -159,6 +159,10 @@ static em_err match_feed_forward(matcher *m, em_block *b) {
         const em_activation act = b->act;
         if ((err = match_gated_unit(m, b, xn, &shared))) return err;
         if (b->act != act) return refuse(m, NULL, "a shared expert with another activation than the routed ones");
+        const em_program_op *gate = peek(m, 0);
+        if (gate && gate->kind == EM_PROGRAM_MATMUL && gate->src == xn)
+            return refuse(m, NULL, "a shared expert scaled by its own sigmoid gate (ffn_gate_inp_shexp), which no "
+                                   "block computes");
         const em_program_op *add = take(m, EM_PROGRAM_ADD);
         if (!add || add->dst != result || add->src != shared) return refuse(m, add, "expected the shared expert's sum");
     }

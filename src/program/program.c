@@ -314,9 +314,11 @@ static em_err check_op(checker *c, const em_program_op *op) {
         if ((err = writes(c, op->dst, EM_PROGRAM_ROWS, width))) return err;
         return writes(c, g->gate, EM_PROGRAM_ROWS, width);
     }
-    case EM_PROGRAM_SIGMOID_GATE:
-        if ((err = reads(c, op->dst, EM_PROGRAM_ROWS, op->u.gate_width))) return err;
-        return reads(c, op->src, EM_PROGRAM_ROWS, op->u.gate_width);
+    case EM_PROGRAM_SIGMOID_GATE: {
+        const em_program_sigmoid_gate *g = &op->u.sigmoid_gate;
+        if ((err = reads(c, op->dst, EM_PROGRAM_ROWS, g->width))) return err;
+        return reads(c, op->src, EM_PROGRAM_ROWS, g->per_token ? 1 : g->width);
+    }
     case EM_PROGRAM_DELTA_NET:
         return check_delta_net(c, op);
     case EM_PROGRAM_GATED_NORM: {
@@ -471,7 +473,8 @@ void em_program_describe_op(const em_program *p, uint32_t i, char *buf, size_t s
         break;
     }
     case EM_PROGRAM_SIGMOID_GATE:
-        snprintf(buf, size, "%ssigmoid_gate %s *= sigmoid(%s)", layer, dst, src);
+        snprintf(buf, size, "%ssigmoid_gate %s *= sigmoid(%s)%s", layer, dst, src,
+                 op->u.sigmoid_gate.per_token ? ", one gate per token" : "");
         break;
     case EM_PROGRAM_DELTA_NET: {
         const em_program_delta_net *d = &op->u.delta_net;

@@ -17,7 +17,8 @@
  *   matmul         out = W_o attn
  *   add            x += out
  *   norm, matmul ×2, glu, matmul, add     x += down(act(gate xn) · up xn)
- *   or route + experts (+ a shared expert) for a mixture-of-experts layer
+ *   or route + experts (+ a shared expert, which matmul + sigmoid_gate scale by σ(w_sᵀ xn) where the
+ *   model gates it) for a mixture-of-experts layer
  *
  * A hybrid model's linear-attention layers (Qwen3.5's Gated DeltaNet) mix tokens through a state
  * that each sequence carries (em_program_state) instead of a KV cache:
@@ -124,7 +125,7 @@ typedef enum em_program_op_kind {
     EM_PROGRAM_OUTPUT,    /* logits = W · RMSNorm(src) · norm for the rows that want them, soft-capped */
     /* Gated attention (Qwen3.5's full layers): the query projection gives [query | gate] per head. */
     EM_PROGRAM_SPLIT_GATE,   /* dst = the query half of each head of src, u.split_gate.gate = the gate half */
-    EM_PROGRAM_SIGMOID_GATE, /* dst ⊙= σ(src) */
+    EM_PROGRAM_SIGMOID_GATE, /* dst ⊙= σ(src): element by element, or one gate per token (per_token) */
     /* Gated DeltaNet (linear attention with a recurrent state per sequence; delta_net.c on the CPU). */
     EM_PROGRAM_DELTA_NET,    /* dst = the gated delta rule over src's mixed q, k, v, with `state` */
     EM_PROGRAM_GATED_NORM,   /* every head of dst: RMSNorm over head_dim · weight ⊙ SiLU(src) */
@@ -208,6 +209,13 @@ typedef struct em_program_split_gate {
     uint8_t gate;         /* the buffer the gates go to (n_head * head_dim per token) */
 } em_program_split_gate;
 
+/* dst ⊙= σ(src), `width` values per token of dst: src holds as many (gated attention's gates), or
+ * one per token that scales the whole row (a shared expert's gate, σ(w_sᵀx)). */
+typedef struct em_program_sigmoid_gate {
+    uint32_t width;
+    bool per_token;
+} em_program_sigmoid_gate;
+
 /* One step of Gated DeltaNet for each token, in batch order. src holds per token the conv_dim =
  * 2·n_head_k·head_dim_k + n_head_v·head_dim_v mixed channels [q | k | v] before the convolution;
  * the buffers `beta` and `alpha` hold n_head_v values per token. Per token and channel:
@@ -257,7 +265,7 @@ typedef struct em_program_op {
         em_program_output output;
         uint32_t add_width;
         em_program_split_gate split_gate;
-        uint32_t gate_width;          /* sigmoid_gate */
+        em_program_sigmoid_gate sigmoid_gate;
         em_program_delta_net delta_net;
         em_program_scale scale;
         em_program_slice slice;
@@ -347,7 +355,8 @@ uint64_t em_program_state_offset(const em_program *p, uint32_t state);
 typedef enum em_block_kind {
     EM_BLOCK_ATTENTION,  /* x += [post_norm](W_o attention(rope(head_norm(W_q, W_k, W_v norm(x))))) */
     EM_BLOCK_GATED_UNIT, /* x += [post_norm](down(act(gate norm(x)) · up norm(x))) */
-    EM_BLOCK_EXPERTS,    /* x += [post_norm](the chosen experts of norm(x) [+ a shared gated unit]) */
+    EM_BLOCK_EXPERTS,    /* x += [post_norm](the chosen experts of norm(x) [+ a shared gated unit]); a shared
+                          * unit scaled by its own sigmoid gate is no block (the GPU kernels lack it) */
 } em_block_kind;
 
 /* One block: pointers to the parameters of the operations it covers (inside the program). */

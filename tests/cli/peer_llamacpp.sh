@@ -35,9 +35,9 @@ need_llamacpp "$JS" "$WORK/npm.log" || exit 1
 
 PROMPT="1 450 4996 17354 1701 29916 12500 975 278 17366 11203 29889"
 N=32
-PRESETS="tiny-llama tiny-qwen2 tiny-qwen3 tiny-qwen3moe tiny-gemma2 tiny-gemma3 tiny-mixtral tiny-gpt-oss tiny-qwen35
+PRESETS="tiny-llama tiny-qwen2 tiny-qwen3 tiny-qwen3moe tiny-gemma2 tiny-gemma3 tiny-mixtral tiny-gpt-oss tiny-qwen35 tiny-qwen35moe
          tiny-gemma4 tiny-gemma4-moe tiny-gemma4-ple"
-HYBRID_PRESETS="tiny-qwen35"
+HYBRID_PRESETS="tiny-qwen35 tiny-qwen35moe"
 # 150 token ids from a fixed linear congruential sequence (the synthetic vocabulary has 32000)
 LONG_PROMPT=$(awk 'BEGIN { x = 7; s = "1"; for (i = 1; i < 150; i++) { x = (x * 1103515245 + 12345) % 2147483648; s = s " " (x % 31000 + 500) }; print s }')
 TYPES=${PEER_TYPES:-f32 q8_0}

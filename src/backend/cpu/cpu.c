@@ -469,9 +469,11 @@ static em_err run_op(cpu_backend *b, const em_batch *batch, const em_program_op 
             }
         return NULL;
     }
-    case EM_PROGRAM_SIGMOID_GATE:
-        for (uint64_t i = 0; i < (uint64_t)n * op->u.gate_width; i++) dst[i] /= 1.0f + em_expf(-src[i]);
+    case EM_PROGRAM_SIGMOID_GATE: {
+        const em_program_sigmoid_gate *g = &op->u.sigmoid_gate;
+        for (uint64_t i = 0; i < (uint64_t)n * g->width; i++) dst[i] /= 1.0f + em_expf(-src[g->per_token ? i / g->width : i]);
         return NULL;
+    }
     case EM_PROGRAM_DELTA_NET: {
         const em_program_delta_net *d = &op->u.delta_net;
         const em_cpu_delta_net job = {
