@@ -76,9 +76,8 @@ static inline http_result parse_response(em_buf *raw) {
     return r;
 }
 
-static inline http_result http(int port, const char *method, const char *path, const char *headers, const char *body) {
-    int fd = connect_to(port);
-    send_request(fd, method, path, headers, body);
+/* The whole answer on fd until the server closes it, parsed; fd is closed. */
+static inline http_result http_read_all(int fd) {
     em_buf raw = {0};
     char chunk[4096];
     ssize_t n;
@@ -87,6 +86,12 @@ static inline http_result http(int port, const char *method, const char *path, c
     http_result r = parse_response(&raw);
     em_buf_free(&raw);
     return r;
+}
+
+static inline http_result http(int port, const char *method, const char *path, const char *headers, const char *body) {
+    int fd = connect_to(port);
+    send_request(fd, method, path, headers, body);
+    return http_read_all(fd);
 }
 
 static inline void http_free(http_result *r) {

@@ -498,14 +498,7 @@ static void test_api_key(void **state) {
 static http_result raw_exchange(int port, const char *text) {
     int fd = connect_to(port);
     send_all(fd, text, strlen(text));
-    em_buf raw = {0};
-    char chunk[4096];
-    ssize_t n;
-    while ((n = recv(fd, chunk, sizeof chunk, 0)) > 0) em_buf_append(&raw, chunk, (size_t)n);
-    close(fd);
-    http_result r = parse_response(&raw);
-    em_buf_free(&raw);
-    return r;
+    return http_read_all(fd);
 }
 
 static void expect_raw(int port, const char *text, int status, const char *expected_body_part) {
