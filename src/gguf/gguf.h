@@ -81,7 +81,8 @@ typedef struct em_gguf em_gguf;
 /* Where an open file's bytes live. A mapping shares the page cache's pages and costs no time or
  * memory up front; a private copy (the file read into anonymous memory, on huge pages where the
  * kernel gives them) takes the file's size in memory and a read of it, and on some machines streams
- * much faster than the page cache's pages (bench/RESULTS.md), which is what a CPU decode does. */
+ * much faster than the page cache's pages (bench/RESULTS.md, "CPU: more sequences, weights in
+ * memory"), which is what a CPU decode does. */
 typedef enum em_gguf_memory {
     EM_GGUF_MAPPED,  /* the file mapped read-only */
     EM_GGUF_PRIVATE, /* the file read into private memory (mapped instead if that memory is refused) */

@@ -9,7 +9,8 @@
 #    the 12 without an entry are named in the progress output as quantized unweighted;
 #  - the weighted file differs from the unweighted one;
 #  - perplexity on tests/fixtures/perplexity/text.txt (KL base: the f32 run) with the importance
-#    matrix is not above the one without by more than 1% (bench/RESULTS.md has the figures).
+#    matrix is not above the one without by more than 1% (bench/RESULTS.md, "Quantization quality
+#    and perplexity", has the figures).
 set -u
 ember=$1
 build=$3

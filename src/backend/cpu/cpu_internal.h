@@ -57,7 +57,7 @@ void em_cpu_pool_run(em_cpu_pool *pool, em_cpu_job job, void *ctx);
 
 /* Jobs smaller than this (bytes of weights read, or their equivalent) run on the calling thread
  * alone: waking the pool's sleeping threads and waiting for them costs more than such a job takes
- * (a small model's decode step is made of them; bench/RESULTS.md). */
+ * (a small model's decode step is made of them). */
 #define EM_CPU_INLINE_BYTES ((uint64_t)1 << 20)
 
 /* em_cpu_pool_run for a job of about `bytes` of work: on the calling thread alone below
@@ -171,7 +171,7 @@ em_err em_cpu_matmul_run(em_cpu_pool *pool, const em_cpu_matmul *mm);
 /* Batches of fewer tokens than this (a decode step) skip the token-group packing and go through
  * em_dot_weights where it has a kernel for the type and token count, em_dot_rows elsewhere; the
  * backend also runs their products that share an input as one job. Four tokens
- * ran faster that way than through a group kernel's lanes for eight (bench/RESULTS.md). BF16
+ * ran faster that way than through a group kernel's lanes for eight (bench/cpu_ab.sh). BF16
  * weights take their tiles from EM_CPU_BF16_TILES_FROM tokens, where the tiles win. */
 #define EM_CPU_FEW_TOKENS 5
 #define EM_CPU_BF16_TILES_FROM 4

@@ -11,8 +11,9 @@
 /* How long a waiting thread spins before it sleeps, unless EMBER_CPU_SPIN_US says otherwise. On a
  * machine of its own a spin longer than the gap between two jobs of a decode step lets a step run
  * without a sleep; on one whose cores other busy processes share, every spin takes a time slice
- * from the thread being waited for, and decode runs slower than with none (bench/RESULTS.md). So
- * the pool spins only while the machine has room for its threads and every other runnable task. */
+ * from the thread being waited for, and decode runs slower than with none (bench/RESULTS.md,
+ * "CPU: more sequences, weights in memory"). So the pool spins only while the machine has room for
+ * its threads and every other runnable task. */
 #define DEFAULT_SPIN_US 1000
 
 /* How often the caller looks at the machine's load (a read of /proc/loadavg, some microseconds). */

@@ -354,7 +354,7 @@ em_err em_cuda_attention_decode(cuda_backend *b, const cuda_batch *batch, uint32
     /* each token's splits as one cluster up to dec_cluster_max tokens (EMBER_CUDA_DEC_CLUSTER): the
      * merge in the cluster's shared memory saves a pass through global memory, which pays while
      * the splits of few tokens are what fills the device, and costs more than it saves once many
-     * tokens' blocks compete for the multiprocessors (bench/RESULTS.md) */
+     * tokens' blocks compete for the multiprocessors (bench/RESULTS.md, "CUDA kernel choice") */
     const bool clusters = n_tokens <= b->tuning.dec_cluster_max;
     dec_args a = {b->q, b->attn, (const __half *)lw->keys, (const __half *)lw->values, at->n_head, at->n_head_kv,
                   at->scale, at->softcap, at->window, batch->pos,

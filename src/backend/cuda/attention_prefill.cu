@@ -47,7 +47,8 @@ __host__ __device__ constexpr int min_blocks(int head_dim, int warps) {
 }
 /* Warps per block (16 rows each): 4 for head_dim 64, where more blocks per multiprocessor hide
  * the loads, 8 for head_dim 128 and 256, whose larger tiles want more warps to share them; as
- * measured on an H200 with tests/cuda/check_attention.cu (bench/RESULTS.md). */
+ * measured on an H200 with tests/cuda/check_attention.cu (bench/RESULTS.md, "CUDA kernel
+ * choice"). */
 static uint32_t default_warps(uint32_t head_dim) { return head_dim >= 128 ? 8 : 4; }
 #define PF_MAX_GROUP 64 /* query heads per KV head: a tile holds at least one token */
 

@@ -457,7 +457,7 @@ __global__ void __launch_bounds__(GM_THREADS, ITEMS == 128 ? 1 : 2)
  * loads' latency passes during the wait at the barrier. BF16 weights are copied as stored and
  * meet activations rounded to bf16 (BF16_OPS), as the model was trained and as other engines run
  * it: 2^-9 of precision on the activations instead of 2^-12, but no conversion on the way, which
- * made the products markedly faster (bench/RESULTS.md);
+ * made the products markedly faster (bench/RESULTS.md, "CUDA kernel choice");
  * EMBER_CUDA_WG_BF16=0 converts them to f16 instead (h8_decode_bf16, clamped to f16's range).
  *
  * Shared layout: wgmma's K-major form with the 128-byte swizzle: a row's 64 values (128 bytes) at

@@ -151,7 +151,8 @@ struct cuda_mega; /* the persistent decode kernel's state (mega.cu) */
  * when the backend is made (tuning.cu: em_cuda_tuning_read), and the thresholds from which
  * em_cuda_kernel_for picks each product's kernel. Thresholds count a product's items: the batch's
  * tokens for dense products; for MoE products the batch's tokens or the mean items per expert, as
- * each says. The defaults were measured on an H200; bench/RESULTS.md has the figures. */
+ * each says. The defaults were measured on an H200; bench/RESULTS.md, "CUDA kernel choice", has
+ * the figures. */
 typedef struct em_cuda_tuning {
     /* switches */
     bool kv_f32;           /* EMBER_CUDA_KV=f32: the KV cache in f32 instead of f16 */

@@ -20,7 +20,8 @@
  * weights, which the decode kernels read in fewer bytes); below it, the kernels that feed stored
  * weights to the tensor cores (IMMA) win from two items, the integer dot products on 8-bit
  * activations (DP4A) at the fewest items of quantized weights, and the f16 tensor-core kernel (TC)
- * where neither applies. bench/RESULTS.md has the measurements behind each default. */
+ * where neither applies. bench/RESULTS.md, "CUDA kernel choice", has the measurements behind
+ * each default. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

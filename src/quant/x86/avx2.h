@@ -103,7 +103,8 @@ EM_AVX2 static inline __m256i level_table(const int8_t *levels) {
  * nibbles, mins: high nibbles) and their top two from the spare top bits of bytes 0..3 / 4..7. */
 EM_AVX2 static EM_INLINE __m128i k_scales_mins(const uint8_t *s) {
     /* In vector registers, not general ones: a kernel that moves four words into a vector per block
-     * waits on those transfers (bench/RESULTS.md). The load takes 16 bytes; the block goes on past them. */
+     * waits on those transfers (bench/dot_rows.c times it). The load takes 16 bytes; the block goes
+     * on past them. */
     const __m128i u = _mm_loadu_si128((const __m128i *)(const void *)s); /* u0, u1, u2 and 4 bytes more */
     const __m128i low_of = _mm_shuffle_epi32(u, 0x98);                   /* u0, u2, u1, u2 */
     const __m128i high_of = _mm_shuffle_epi32(u, 0x50);                  /* u0, u0, u1, u1 */

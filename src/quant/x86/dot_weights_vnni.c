@@ -32,7 +32,7 @@
  * follow poorly from memory; so each call asks for rows of a later call (the tile `tiles_ahead`
  * tiles after its own, as many bytes), a few cache lines per step of its loop, in address order:
  * one steady stream. The distance is the kernel's: the faster a kernel eats its tile, the further
- * ahead it must ask (bench/RESULTS.md). */
+ * ahead it must ask (decode with two builds alternated, bench/cpu_ab.sh). */
 typedef struct ahead {
     const uint8_t *next; /* the first byte of the tile asked for */
     uint64_t lines;      /* cache lines asked for per step */
@@ -432,7 +432,7 @@ Q4_K_ENTRY(dot_weights_q4_k_4, 4)
 
 /* BF16, one row a call: four rows a call read four streams 4 KB apart (a 2048-wide row), and one
  * token's BF16 products wait on memory, not on arithmetic; row by row they read one steady stream,
- * which measured faster in decode (bench/RESULTS.md). The quantized types keep four rows: their
+ * which measured faster in decode (bench/cpu_ab.sh). The quantized types keep four rows: their
  * kernels have more arithmetic per byte, which four rows' independent chains and shared activation
  * loads cut (and their prefetch keeps one steady stream ahead of the rows). */
 EM_VNNI static void dot_weights_bf16(const void *wv, uint64_t stride, uint32_t n_rows, const void *av, uint64_t as,

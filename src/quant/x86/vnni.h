@@ -29,7 +29,7 @@ EM_VNNI static EM_INLINE __m256 upper_ps(__m512 v) {
  * within pairs of registers, then three blends by index bits 5..7) measured slower at every row
  * count up to eight, and in the group kernel: its 19 shuffles and blends per 64 weights all wait on
  * the shuffle ports, where these 16 loads and 12 inserts spread over the load ports too
- * (bench/RESULTS.md). */
+ * (bench/dot_rows.c, bench/prefill_kernels.c). */
 EM_VNNI static EM_INLINE __m512i iq3xxs_grid_points(const uint8_t *q) {
     const uint32_t *g = em_iq3xxs_grid;
     __m128i lane[4];
