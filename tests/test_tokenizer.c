@@ -578,6 +578,13 @@ static void test_bad_input(void **state) {
     assert_non_null(strstr(em_err_message(err), "rwkv"));
     em_err_free(err);
 
+    /* gemma4 always adds BOS, so a file without its id cannot be used. */
+    assert_null(build_file(path, "gemma4", NULL, true));
+    err = open_tokenizer(path, &bad);
+    assert_int_equal(em_err_code_of(err), EM_ERR_FORMAT);
+    assert_non_null(strstr(em_err_message(err), "tokenizer.ggml.bos_token_id"));
+    em_err_free(err);
+
     /* Unknown pre-tokenizer: a warning naming it, and the default pre-tokenizer. */
     assert_null(build_file(path, "gpt2", "no-such-pretokenizer", true));
     em_log_set_sink(capture_log, NULL);
