@@ -135,6 +135,7 @@ static void test_golden_falcon(void **state) { (void)state, golden("falcon"); }
 static void test_golden_deepseek_llm(void **state) { (void)state, golden("deepseek-llm"); }
 static void test_golden_deepseek_coder(void **state) { (void)state, golden("deepseek-coder"); }
 static void test_golden_bert_bge(void **state) { (void)state, golden("bert-bge"); }
+static void test_golden_gemma_4(void **state) { (void)state, golden("gemma-4"); }
 
 /* ---- special tokens ---- */
 
@@ -202,6 +203,76 @@ static void test_special_parse_and_raw(void **state) {
     assert_int_equal(ids[n - 1], 2);
     for (size_t i = 0; i + 1 < n; i++) assert_int_not_equal(ids[i], 1); /* <s> is control: text */
     free(ids);
+    em_tokenizer_free(t);
+}
+
+/* Gemma 4 ("gemma4"): BOS always added; a turn ends with <turn|>, an answer that calls a tool with
+ * <|tool_response> (llama.cpp's end-of-generation set for it); the tool-call and channel markers are
+ * user-defined in llama.cpp's files, so they are matched and rendered even in raw text, while the
+ * turn markers are control tokens. */
+static void test_gemma4_specials(void **state) {
+    (void)state;
+    em_tokenizer *t = load("gemma-4");
+    assert_int_equal(em_tokenizer_kind_of(t), EM_TOKENIZER_SPM);
+    int32_t turn = em_tokenizer_find(t, "<|turn>", 7), turn_end = em_tokenizer_find(t, "<turn|>", 7);
+    int32_t response = em_tokenizer_find(t, "<|tool_response>", 16), channel = em_tokenizer_find(t, "<|channel>", 10);
+    int32_t eos = em_tokenizer_find(t, "<eos>", 5), bos = em_tokenizer_find(t, "<bos>", 5);
+    assert_true(turn >= 0 && turn_end >= 0 && response >= 0 && channel >= 0 && eos >= 0 && bos >= 0);
+    assert_int_equal(em_tokenizer_bos(t), bos);
+    assert_true(em_tokenizer_adds_bos(t));
+    assert_true(em_tokenizer_is_eog(t, turn_end));
+    assert_true(em_tokenizer_is_eog(t, response));
+    assert_true(em_tokenizer_is_eog(t, eos));
+    assert_false(em_tokenizer_is_eog(t, turn));
+    assert_false(em_tokenizer_is_eog(t, channel));
+    assert_false(em_tokenizer_is_eog(t, em_tokenizer_find(t, "</s>", 4)));
+
+    int32_t *ids, *plain;
+    size_t n, n_plain;
+    tokenize(t, "Hello world", false, false, &plain, &n_plain);
+    tokenize(t, "Hello world", true, false, &ids, &n);
+    assert_int_equal(n, n_plain + 1);
+    assert_int_equal(ids[0], bos);
+    assert_memory_equal(ids + 1, plain, n_plain * sizeof *ids);
+    free(ids);
+    /* No space prefix after a special token either. */
+    tokenize(t, "<|turn>Hello world", false, true, &ids, &n);
+    assert_int_equal(n, n_plain + 1);
+    assert_int_equal(ids[0], turn);
+    assert_memory_equal(ids + 1, plain, n_plain * sizeof *ids);
+    free(ids);
+    free(plain);
+    tokenize(t, "<|turn>", false, false, &ids, &n);
+    for (size_t i = 0; i < n; i++) assert_int_not_equal(ids[i], turn);
+    free(ids);
+    tokenize(t, "<|channel>", false, false, &ids, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], channel);
+    free(ids);
+    const char *piece;
+    assert_int_equal(em_token_to_piece(t, channel, false, &piece), 10);
+    assert_memory_equal(piece, "<|channel>", 10);
+    assert_int_equal(em_token_to_piece(t, turn_end, false, &piece), 0);
+    /* Newlines: a run that is a token is taken whole, and it never merges with what follows. */
+    int32_t two = em_tokenizer_find(t, "\n\n", 2);
+    assert_true(two >= 0);
+    tokenize(t, "\n\nHi", false, false, &ids, &n);
+    assert_true(n >= 2);
+    assert_int_equal(ids[0], two);
+    free(ids);
+    char run[33] = {0};
+    int whole_runs = 0;
+    for (int k = 1; k <= 32; k++) {
+        run[k - 1] = '\n';
+        int32_t id = em_tokenizer_find(t, run, (size_t)k);
+        if (id < 0) continue;
+        tokenize(t, run, false, false, &ids, &n);
+        assert_int_equal(n, 1);
+        assert_int_equal(ids[0], id);
+        free(ids);
+        whole_runs++;
+    }
+    assert_true(whole_runs >= 2);
     em_tokenizer_free(t);
 }
 
@@ -507,6 +578,13 @@ static void test_bad_input(void **state) {
     assert_non_null(strstr(em_err_message(err), "rwkv"));
     em_err_free(err);
 
+    /* gemma4 always adds BOS, so a file without its id cannot be used. */
+    assert_null(build_file(path, "gemma4", NULL, true));
+    err = open_tokenizer(path, &bad);
+    assert_int_equal(em_err_code_of(err), EM_ERR_FORMAT);
+    assert_non_null(strstr(em_err_message(err), "tokenizer.ggml.bos_token_id"));
+    em_err_free(err);
+
     /* Unknown pre-tokenizer: a warning naming it, and the default pre-tokenizer. */
     assert_null(build_file(path, "gpt2", "no-such-pretokenizer", true));
     em_log_set_sink(capture_log, NULL);
@@ -531,6 +609,8 @@ int main(void) {
         cmocka_unit_test(test_golden_deepseek_llm),
         cmocka_unit_test(test_golden_deepseek_coder),
         cmocka_unit_test(test_golden_bert_bge),
+        cmocka_unit_test(test_golden_gemma_4),
+        cmocka_unit_test(test_gemma4_specials),
         cmocka_unit_test(test_special_parse_and_raw),
         cmocka_unit_test(test_harmony_end_of_generation),
         cmocka_unit_test(test_wordpiece_special),

@@ -61,6 +61,9 @@ struct em_tokenizer {
 
     int32_t bos, eos, eot, eom, unk, sep, pad, cls, mask;
     bool add_bos, add_eos, add_space_prefix, ignore_merges, normalize_nfc;
+    /* "gemma4": SPM with merges whose text is first cut into runs of newlines and runs of
+     * everything else, each merged on its own; a run of newlines that is a token is taken whole. */
+    bool newline_runs;
 
     /* Special tokens that can be matched in text (control, unknown, user-defined), grouped by
      * their first two bytes (one-byte tokens after all pairs), longest first within a group;

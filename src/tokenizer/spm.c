@@ -5,7 +5,9 @@
  * adjacent symbols whose concatenation is the vocabulary token with the highest score is merged
  * first (ties: leftmost), until no adjacent pair forms a token; this is SentencePiece's BPE
  * encoding. With merges (tokenizer.json BPE models with byte fallback), merge ranks decide, as in
- * bpe.c. A symbol that is no token comes out as its bytes' <0xNN> tokens.
+ * bpe.c. A symbol that is no token comes out as its bytes' <0xNN> tokens. Gemma 4's vocabulary
+ * ("gemma4") merges runs of newlines and runs of other characters apart, and takes a run of
+ * newlines that is a token whole, without merging.
  *
  * Speed: merging the whole text at once keeps a heap as large as the text. But no merge can
  * join two characters that appear side by side in no token, so the text is cut at every such
@@ -145,6 +147,24 @@ static em_err encode_piece(const em_tokenizer *t, em_scratch *s, const char *esc
     return NULL;
 }
 
+/* Merges and emits esc[from, to), cut where two characters stand side by side in no token. */
+static em_err encode_run(const em_tokenizer *t, em_scratch *s, const char *esc, size_t from, size_t to, em_ids *out) {
+    size_t start = from;
+    uint32_t prev = 0;
+    for (size_t i = from; i < to;) {
+        size_t k;
+        uint32_t cp = em_utf8_decode(esc + i, &k);
+        if (i > start && !pair_possible(t, prev, cp)) {
+            em_err err = encode_piece(t, s, esc, start, i, out);
+            if (err) return err;
+            start = i;
+        }
+        prev = cp;
+        i += k;
+    }
+    return to > start ? encode_piece(t, s, esc, start, to, out) : NULL;
+}
+
 em_err em_spm_encode(const em_tokenizer *t, em_scratch *s, const char *text, size_t len, bool prefix, em_ids *out) {
     /* Escape: optional prefix, spaces → U+2581. */
     size_t cap = (len + 1) * 3;
@@ -161,18 +181,14 @@ em_err em_spm_encode(const em_tokenizer *t, em_scratch *s, const char *text, siz
         if (text[i] == ' ') memcpy(esc + n, "\xE2\x96\x81", 3), n += 3;
         else esc[n++] = text[i];
     }
-    size_t from = 0;
-    uint32_t prev = 0;
-    for (size_t i = 0; i < n;) {
-        size_t k;
-        uint32_t cp = em_utf8_decode(esc + i, &k);
-        if (i > from && !pair_possible(t, prev, cp)) {
-            em_err err = encode_piece(t, s, esc, from, i, out);
-            if (err) return err;
-            from = i;
-        }
-        prev = cp;
-        i += k;
+    if (!t->newline_runs) return encode_run(t, s, esc, 0, n, out);
+    /* gemma4: runs of newlines and runs of anything else, each on its own. */
+    em_err err = NULL;
+    for (size_t from = 0, to; from < n && !err; from = to) {
+        bool newlines = esc[from] == '\n';
+        for (to = from + 1; to < n && (esc[to] == '\n') == newlines; to++) {}
+        int32_t whole = newlines ? em_strmap_find(&t->map, esc + from, to - from) : EM_TOKEN_NONE;
+        err = whole >= 0 ? em_ids_push(out, whole) : encode_run(t, s, esc, from, to, out);
     }
-    return n > from ? encode_piece(t, s, esc, from, n, out) : NULL;
+    return err;
 }

@@ -8,6 +8,10 @@
  *     `<0xNN>` tokens. When the file also carries `tokenizer.ggml.merges` (written by Ember's
  *     tokenizer.json converter for BPE models with byte fallback, e.g. Gemma 3), merging follows
  *     the merge ranks instead of the scores, which is exactly what such a model was trained with.
+ *   - "gemma4" (Gemma 4): the same SentencePiece-style BPE by merge ranks, with no space prefix,
+ *     on each run of newlines and each run of other characters separately (llama.cpp's gemma4
+ *     pre-tokenizer, `[^\n]+|[\n]+`); a run of newlines that is itself a token is taken whole. It
+ *     always adds BOS, whatever the file says, as llama.cpp does. Loaded as an SPM tokenizer.
  *   - "gpt2" (byte-level BPE): the text is split by the pre-tokenizer that `tokenizer.ggml.pre`
  *     names (PCRE2 regexes, run with JIT), each piece is mapped to GPT-2's byte alphabet and
  *     merged by merge rank.

@@ -204,6 +204,8 @@ static uint16_t attr_of_type(int type) {
 static const char *const eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
     "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>",
+    /* Gemma 4: the end of a turn, and a tool call's answer waiting for the tool's response. */
+    "<turn|>", "<|tool_response>",
 };
 /* End-of-sequence texts that end generation only where they are control tokens: elsewhere the same
  * text is ordinary (Gemma's "</s>" is the HTML tag, Qwen's a normal token). */
@@ -446,6 +448,7 @@ static em_err load_specials(em_tokenizer *t, const em_gguf *g) {
 static void set_defaults(em_tokenizer *t) {
     t->bos = t->eos = t->eot = t->eom = t->unk = t->sep = t->pad = t->cls = t->mask = EM_TOKEN_NONE;
     int32_t n = t->n_vocab;
+    if (t->newline_runs) return; /* gemma4: every id from the file, no space prefix */
     switch (t->kind) {
     case EM_TOKENIZER_SPM:
         t->bos = n > 1 ? 1 : EM_TOKEN_NONE;
@@ -490,12 +493,13 @@ em_err em_tokenizer_from_gguf(const em_gguf *g, em_tokenizer **out) {
                    : em_errorf(EM_ERR_TYPE, "%s: tokenizer.ggml.model is not a string", path);
     }
     em_tokenizer_kind kind;
-    if (em_str_eq(model, "llama")) kind = EM_TOKENIZER_SPM;
+    bool gemma4 = em_str_eq(model, "gemma4");
+    if (em_str_eq(model, "llama") || gemma4) kind = EM_TOKENIZER_SPM;
     else if (em_str_eq(model, "gpt2")) kind = EM_TOKENIZER_BPE;
     else if (em_str_eq(model, "bert")) kind = EM_TOKENIZER_WPM;
     else
         return em_errorf(EM_ERR_UNSUPPORTED,
-                         "%s: unsupported tokenizer model '%.*s' (tokenizer.ggml.model; supported: llama, gpt2, bert)",
+                         "%s: unsupported tokenizer model '%.*s' (tokenizer.ggml.model; supported: llama, gemma4, gpt2, bert)",
                          path, (int)(model.len > 64 ? 64 : model.len), model.ptr);
     const em_gguf_kv *tokens = NULL;
     err = em_gguf_get_array(g, "tokenizer.ggml.tokens", EM_GGUF_STRING, &tokens);
@@ -504,6 +508,7 @@ em_err em_tokenizer_from_gguf(const em_gguf *g, em_tokenizer **out) {
     em_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return em_errorf(EM_ERR_NOMEM, "%s: out of memory for the tokenizer", path);
     t->kind = kind;
+    t->newline_runs = gemma4;
     if ((err = load_tokens(t, g, tokens))) goto fail;
     set_defaults(t);
 
@@ -519,6 +524,13 @@ em_err em_tokenizer_from_gguf(const em_gguf *g, em_tokenizer **out) {
         t->add_bos = true;
     }
     if ((err = load_specials(t, g))) goto fail;
+    /* Gemma 4 was trained with BOS first and no space prefix; llama.cpp adds BOS even where a file
+     * says otherwise, and its gemma4 tokenizer never puts a space in front. */
+    if (gemma4) t->add_bos = true, t->add_space_prefix = false;
+    if (gemma4 && t->bos < 0) {
+        err = em_errorf(EM_ERR_FORMAT, "%s: a gemma4 tokenizer needs tokenizer.ggml.bos_token_id (it always adds BOS)", path);
+        goto fail;
+    }
     if (kind == EM_TOKENIZER_WPM) { /* BERT calls its sequence markers CLS and SEP */
         if (t->bos < 0) t->bos = t->cls;
         if (t->eos < 0) t->eos = t->sep;
@@ -547,8 +559,8 @@ em_err em_tokenizer_from_gguf(const em_gguf *g, em_tokenizer **out) {
     }
 
     const em_gguf_kv *merges = em_gguf_find(g, "tokenizer.ggml.merges");
-    if (kind == EM_TOKENIZER_BPE && !merges) {
-        err = em_errorf(EM_ERR_FORMAT, "%s: a gpt2 tokenizer needs tokenizer.ggml.merges", path);
+    if ((kind == EM_TOKENIZER_BPE || gemma4) && !merges) {
+        err = em_errorf(EM_ERR_FORMAT, "%s: a %s tokenizer needs tokenizer.ggml.merges", path, gemma4 ? "gemma4" : "gpt2");
         goto fail;
     }
     if (merges && kind != EM_TOKENIZER_WPM) {
