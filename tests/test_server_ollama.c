@@ -120,6 +120,7 @@ static void test_model_management(void **state) {
     const char *bad[][4] = {
         {"POST", "/api/pull", "{\"model\":\"llama3.2\"}", "\"llama3.2\" (fetch models with `ember pull`"},
         {"POST", "/api/pull", "{}", "model: is required"},
+        {"POST", "/api/pull", "{\"model\":{}}", "'model' must be a string"},
         {"POST", "/api/pull", "{\"model\":\"fake-model\",\"stream\":\"no\"}", "stream: must be a boolean"},
         {"DELETE", "/api/delete", "{\"model\":\"fake-model\"}", "is being served and cannot be deleted"},
         {"DELETE", "/api/delete", "{\"model\":\"other\"}", "model 'other' not found"},
@@ -128,7 +129,7 @@ static void test_model_management(void **state) {
         {"POST", "/api/push", "{\"model\":\"fake-model\"}", "does not push models"},
         {"POST", "/api/push", "not json", NULL},
     };
-    const int statuses[] = {400, 400, 400, 400, 404, 400, 400, 400, 400};
+    const int statuses[] = {400, 400, 400, 400, 400, 404, 400, 400, 400, 400};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         r = http(port, bad[i][0], bad[i][1], NULL, bad[i][2]);
         if (r.status != statuses[i]) fail_msg("%s %s: %d %s", bad[i][0], bad[i][1], r.status, r.body);

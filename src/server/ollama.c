@@ -485,15 +485,22 @@ static struct MHD_Response *error_response(const em_server_error *err, int *stat
     return em_server_error_response(EM_API_OLLAMA, err);
 }
 
+/* The model a request names in `key` (`model`; copy's `source`), or the older `name`. NULL with
+ * `err` set when it names none. */
+static const char *named_model(const json_t *root, const char *key, em_server_error *err) {
+    const char *name = NULL;
+    if (!em_server_read_string(root, key, &name, err) || (!name && !em_server_read_string(root, "name", &name, err)))
+        return NULL;
+    if (!name || !*name) bad(err, key, "is required");
+    return err->status ? NULL : name;
+}
+
 static struct MHD_Response *show(em_server *s, const char *body, size_t len, int *status) {
     em_server_error err = {0};
     json_t *root = em_server_parse_body(body, len, &err);
     if (!root) return error_response(&err, status);
-    const char *name = json_string_value(json_object_get(root, "model"));
-    if (!name) name = json_string_value(json_object_get(root, "name")); /* the older field */
-    if (!name) {
-        bad(&err, "model", "is required");
-    } else if (!names_model(s, name)) {
+    const char *name = named_model(root, "model", &err);
+    if (name && !names_model(s, name)) {
         em_server_error_set(&err, 404, NULL, NULL, "model", "model '%s' not found", name);
     }
     json_decref(root);
@@ -529,12 +536,6 @@ static struct MHD_Response *describe(em_server *s, em_server_endpoint endpoint, 
 
 /* ---- Model management: one model, chosen at start ---- */
 
-/* The model a management request names (`model`, or the older `name`; copy's `source`). */
-static const char *named_model(const json_t *root, const char *key) {
-    const char *name = json_string_value(json_object_get(root, key));
-    return name ? name : json_string_value(json_object_get(root, "name"));
-}
-
 /* /api/pull of the served model: Ollama's answer for a model it has (a stream of one status line
  * unless stream is false). */
 static struct MHD_Response *pulled(const json_t *root, int *status) {
@@ -558,22 +559,22 @@ static struct MHD_Response *manage(em_server *s, const char *url, const char *bo
     json_t *root = em_server_parse_body(body, len, &err);
     if (!root) return error_response(&err, status);
     const char *what = url + strlen("/api/");
-    const char *name = named_model(root, !strcmp(what, "copy") ? "source" : "model");
     json_t *stream = json_object_get(root, "stream");
+    const char *name = NULL;
     if (stream && !json_is_null(stream) && !json_is_boolean(stream)) {
         bad(&err, "stream", "must be a boolean");
     } else if (!strcmp(what, "pull")) {
-        if (!name || !*name) bad(&err, "model", "is required");
-        else if (!names_model(s, name))
+        if ((name = named_model(root, "model", &err)) && !names_model(s, name))
             em_server_error_set(&err, 400, NULL, NULL, "model",
                                 "pull: this server serves one model, \"%s\", chosen when it starts; it cannot fetch "
                                 "\"%.200s\" (fetch models with `ember pull`, serve one with `ember serve -m`)",
                                 s->engine.model_id, name);
     } else if (!strcmp(what, "delete")) {
-        if (!name || !*name) bad(&err, "model", "is required");
-        else if (!names_model(s, name)) em_server_error_set(&err, 404, NULL, NULL, "model", "model '%.200s' not found", name);
-        else em_server_error_set(&err, 400, NULL, NULL, "model", "delete: \"%s\" is being served and cannot be deleted",
-                                 s->engine.model_id);
+        name = named_model(root, "model", &err);
+        if (name && !names_model(s, name)) em_server_error_set(&err, 404, NULL, NULL, "model", "model '%.200s' not found", name);
+        else if (name)
+            em_server_error_set(&err, 400, NULL, NULL, "model", "delete: \"%s\" is being served and cannot be deleted",
+                                s->engine.model_id);
     } else if (!strcmp(what, "copy")) {
         em_server_error_set(&err, 400, NULL, NULL, NULL,
                             "copy: this server serves one model under one name; serve it under another with "
