@@ -6,8 +6,9 @@
  * A request is judged as early as possible: key, path, method and Content-Length are checked
  * when the headers arrive, so a rejected upload is never read. Every rejection is an error body
  * in the format of the API the path belongs to (Anthropic for /v1/messages*, Ollama for paths
- * under /api/, OpenAI otherwise). The Responses API and Ollama's endpoints are served by responses.c
- * and ollama.c; paths under /api/ need the API key as those under /v1/ do. */
+ * under /api/, OpenAI otherwise). The Responses API, Ollama's endpoints and /tokenize, /detokenize
+ * are served by responses.c, ollama.c and tokenize.c; paths under /api/ need the API key as those
+ * under /v1/ do. A second port (--ollama-port) is a second daemon on the same handler and state. */
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
