@@ -89,8 +89,14 @@ static em_err fake_chat_prompt(void *self, const json_t *messages, const json_t 
     return NULL;
 }
 
-static em_err fake_tokenize(void *self, const char *text, size_t len, int32_t **ids, size_t *n) {
+/* what the server asked of the last tokenize (the fake adds no BOS and has no control tokens) */
+static bool fake_last_add_special, fake_last_parse_special;
+
+static em_err fake_tokenize(void *self, const char *text, size_t len, bool add_special, bool parse_special, int32_t **ids,
+                            size_t *n) {
     (void)self;
+    fake_last_add_special = add_special;
+    fake_last_parse_special = parse_special;
     *ids = malloc((len ? len : 1) * sizeof **ids);
     for (size_t k = 0; k < len; k++) (*ids)[k] = (unsigned char)text[k];
     *n = len;

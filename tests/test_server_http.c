@@ -992,11 +992,11 @@ static void test_ollama(void **state) {
         {"POST", "/api/generate", "{\"model\":\"x\",\"prompt\":\"a\",\"suffix\":\"b\"}", "{\"error\":\"suffix: is not supported (fill-in-the-middle)\"}"},
         {"POST", "/api/show", "{\"model\":\"other\"}", "{\"error\":\"model 'other' not found\"}"},
         {"POST", "/api/embed", "{\"model\":\"x\",\"input\":\"a\"}", NULL},
-        {"POST", "/api/pull", "{}", NULL},
+        {"POST", "/api/pull", "{}", "{\"error\":\"model: is required\"}"},
         {"GET", "/api/chat", NULL, NULL},
         {"POST", "/api/chat", "[1]", NULL},
     };
-    const int statuses[] = {400, 400, 400, 400, 404, 400, 404, 405, 400};
+    const int statuses[] = {400, 400, 400, 400, 404, 400, 400, 405, 400};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         r = http(port, bad[i][0], bad[i][1], NULL, bad[i][2]);
         if (r.status != statuses[i]) fail_msg("%s %s: %d %s", bad[i][0], bad[i][1], r.status, r.body);

@@ -1,4 +1,4 @@
-/* `ember serve -m MODEL.gguf [...]`: the OpenAI- and Anthropic-compatible HTTP server (src/server)
+/* `ember serve -m MODEL.gguf [...]`: the OpenAI-, Anthropic- and Ollama-compatible HTTP server (src/server)
  * in front of one engine. Prints one line when it accepts requests; stops on SIGINT or SIGTERM. */
 #include <errno.h>
 #include <limits.h>
@@ -16,6 +16,8 @@ static const char usage_text[] =
     EM_CLI_MODEL_USAGE
     "  --host HOST          address to bind (default 127.0.0.1)\n"
     "  --port N             port (default 11435; 0 picks a free one)\n"
+    "  --ollama-port N      also listen on port N, with the same APIs (11434 for Ollama's clients that\n"
+    "                       cannot be told another port; default: no second port)\n"
     "  --api-key KEY        require this key (Authorization: Bearer KEY or x-api-key: KEY);\n"
     "                       default: the EMBER_API_KEY environment variable, else none (an empty\n"
     "                       key is refused); /health, /metrics and the chat page need none\n"
@@ -98,6 +100,7 @@ int em_cli_serve(int argc, char **argv) {
         }
         else if (!strcmp(a, "--host")) server.host = v;
         else if (!strcmp(a, "--port")) ok = parse_int(v, 0, 65535, &server.port);
+        else if (!strcmp(a, "--ollama-port")) ok = parse_int(v, 1, 65535, &server.ollama_port);
         else if (!strcmp(a, "--api-key")) key_flag = server.api_key = v;
         else if (!strcmp(a, "--ctx")) ok = parse_int(v, 1, INT_MAX, &options.ctx_tokens);
         else if (!strcmp(a, "--kv-mem")) ok = parse_size(v, &options.kv_mem_bytes);
@@ -166,6 +169,8 @@ int em_cli_serve(int argc, char **argv) {
     const em_server_engine *b = em_server_model_engine(model);
     printf("ember serve: listening on http://%s:%d (model %s, context %d tokens%s)\n", server.host, em_server_port(s),
            b->model_id, b->ctx_tokens, server.api_key ? ", API key required" : "");
+    if (em_server_ollama_port(s))
+        printf("ember serve: also listening on http://%s:%d (--ollama-port)\n", server.host, em_server_ollama_port(s));
     fflush(stdout);
     int sig = 0;
     sigwait(&stop, &sig);

@@ -141,8 +141,16 @@ em_err em_server_chat_prompt(const em_server_engine *b, const em_server_request 
     return e;
 }
 
+/* The context a request's prompt and output must fit: the engine's, or less when the request asks
+ * (Ollama's num_ctx; more than the engine's is the engine's). 0: no bound known. */
+static int context_of(const job *j) {
+    const int engine = j->server->engine.ctx_tokens;
+    return j->req.ctx_tokens > 0 && (engine <= 0 || j->req.ctx_tokens < engine) ? j->req.ctx_tokens : engine;
+}
+
 static bool tokenize_prompts(job *j, em_server_error *err) {
     const em_server_engine *b = &j->server->engine;
+    const int ctx = context_of(j);
     j->n_prompts = j->req.messages ? 1 : j->req.n_prompts;
     j->prompt_ids = calloc(j->n_prompts, sizeof *j->prompt_ids);
     j->prompt_len = calloc(j->n_prompts, sizeof *j->prompt_len);
@@ -161,7 +169,7 @@ static bool tokenize_prompts(job *j, em_server_error *err) {
             j->req.prompts[p].ids = NULL;
             j->req.prompts[p].n_ids = 0;
         } else {
-            e = b->tokenize(b->self, j->req.prompts[p].text, j->req.prompts[p].text_len, &j->prompt_ids[p],
+            e = b->tokenize(b->self, j->req.prompts[p].text, j->req.prompts[p].text_len, true, false, &j->prompt_ids[p],
                             &j->prompt_len[p]);
         }
         if (e) {
@@ -173,10 +181,10 @@ static bool tokenize_prompts(job *j, em_server_error *err) {
                                 "the prompt is empty");
             return false;
         }
-        if (b->ctx_tokens > 0 && j->prompt_len[p] >= (size_t)b->ctx_tokens) {
+        if (ctx > 0 && j->prompt_len[p] >= (size_t)ctx) {
             em_server_error_set(err, 400, NULL, "context_length_exceeded", j->req.messages ? "messages" : "prompt",
-                                "the prompt has %zu tokens; the context holds %d (prompt and output together)",
-                                j->prompt_len[p], b->ctx_tokens);
+                                "the prompt has %zu tokens; the context holds %d (prompt and output together%s)",
+                                j->prompt_len[p], ctx, ctx < b->ctx_tokens ? ", the request's num_ctx" : "");
             return false;
         }
     }
@@ -211,7 +219,8 @@ static bool submit_all(job *j, em_server_error *err) {
         /* choices of one request differ, and the same seed gives the same choices again */
         params.sampling.seed = base_seed + (uint64_t)(i % (size_t)j->req.n);
         params.sampling.logprobs = j->req.logprobs ? (j->req.top_logprobs > 0 ? j->req.top_logprobs : 1) : 0;
-        size_t room = b->ctx_tokens > 0 ? (size_t)b->ctx_tokens - j->prompt_len[p] : (size_t)1 << 30;
+        const int ctx = context_of(j);
+        size_t room = ctx > 0 ? (size_t)ctx - j->prompt_len[p] : (size_t)1 << 30;
         size_t max = j->req.max_tokens > 0 ? (size_t)j->req.max_tokens : room;
         params.max_tokens = (int)(max < room ? max : room);
         params.stop = (const char *const *)j->req.stop;

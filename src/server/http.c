@@ -6,8 +6,9 @@
  * A request is judged as early as possible: key, path, method and Content-Length are checked
  * when the headers arrive, so a rejected upload is never read. Every rejection is an error body
  * in the format of the API the path belongs to (Anthropic for /v1/messages*, Ollama for paths
- * under /api/, OpenAI otherwise). The Responses API and Ollama's endpoints are served by responses.c
- * and ollama.c; paths under /api/ need the API key as those under /v1/ do. */
+ * under /api/, OpenAI otherwise). The Responses API, Ollama's endpoints and /tokenize, /detokenize
+ * are served by responses.c, ollama.c and tokenize.c; paths under /api/ need the API key as those
+ * under /v1/ do. A second port (--ollama-port) is a second daemon on the same handler and state. */
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 typedef struct connection {
     em_server_endpoint endpoint;
     em_server_api api; /* which API's error format this path answers in */
+    const char *method; /* the one its route takes (a 405's Allow), NULL for an unknown path */
     bool responded;
     bool too_large;
     em_buf body;
@@ -46,12 +48,7 @@ static enum MHD_Result queue(struct MHD_Connection *c, em_server *s, connection 
 
 static enum MHD_Result queue_error(struct MHD_Connection *c, em_server *s, connection *ctx, const em_server_error *err) {
     struct MHD_Response *r = em_server_error_response(ctx->api, err);
-    if (r && err->status == 405)
-        MHD_add_response_header(r, "Allow", ctx->endpoint == EM_EP_MODELS || ctx->endpoint == EM_EP_HEALTH ||
-                                                    ctx->endpoint == EM_EP_METRICS || ctx->endpoint == EM_EP_PAGE ||
-                                                    ctx->endpoint == EM_EP_OLLAMA_TAGS || ctx->endpoint == EM_EP_OLLAMA_PS ||
-                                                    ctx->endpoint == EM_EP_OLLAMA_VERSION
-                                                ? "GET" : "POST");
+    if (r && err->status == 405 && ctx->method) MHD_add_response_header(r, "Allow", ctx->method);
     return queue(c, s, ctx, err->status, r);
 }
 
@@ -83,6 +80,13 @@ static const route routes[] = {
     {"/api/version", "GET", EM_EP_OLLAMA_VERSION, EM_API_OLLAMA},
     {"/api/embed", "POST", EM_EP_OLLAMA_EMBED, EM_API_OLLAMA},
     {"/api/embeddings", "POST", EM_EP_OLLAMA_EMBED, EM_API_OLLAMA},
+    {"/api/pull", "POST", EM_EP_OLLAMA_MANAGE, EM_API_OLLAMA},
+    {"/api/push", "POST", EM_EP_OLLAMA_MANAGE, EM_API_OLLAMA},
+    {"/api/create", "POST", EM_EP_OLLAMA_MANAGE, EM_API_OLLAMA},
+    {"/api/copy", "POST", EM_EP_OLLAMA_MANAGE, EM_API_OLLAMA},
+    {"/api/delete", "DELETE", EM_EP_OLLAMA_MANAGE, EM_API_OLLAMA},
+    {"/tokenize", "POST", EM_EP_TOKENIZE, EM_API_OPENAI_CHAT},
+    {"/detokenize", "POST", EM_EP_DETOKENIZE, EM_API_OPENAI_CHAT},
 };
 
 /* Finds the route of `url`; NULL for an unknown path. /v1/models/{id} routes to /v1/models, the
@@ -171,6 +175,7 @@ static bool reject_early(struct MHD_Connection *c, em_server *s, connection *ctx
     em_server_error err = {0};
     const route *r = find_route(url);
     ctx->endpoint = r ? r->endpoint : EM_EP_OTHER;
+    ctx->method = r ? r->method : NULL;
     ctx->api = r                                 ? r->api
                : !strncmp(url, "/v1/messages", 12) ? EM_API_ANTHROPIC_MESSAGES
                : !strncmp(url, "/api/", 5)         ? EM_API_OLLAMA
@@ -266,12 +271,14 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, em_server *s, connecti
     case EM_EP_PAGE: return queue(c, s, ctx, 200, em_server_asset_response(url));
     default: break;
     }
-    if (ctx->endpoint >= EM_EP_RESPONSES && ctx->endpoint <= EM_EP_OLLAMA_EMBED) { /* responses.c, ollama.c */
+    if (ctx->endpoint >= EM_EP_RESPONSES && ctx->endpoint <= EM_EP_DETOKENIZE) { /* responses.c, ollama.c, tokenize.c */
         int status = 500;
         const char *data = ctx->body.data ? ctx->body.data : "";
-        struct MHD_Response *r = ctx->endpoint == EM_EP_RESPONSES
-                                     ? em_responses_serve(s, data, ctx->body.len, connection_fd(c), &status)
-                                     : em_ollama_serve(s, ctx->endpoint, data, ctx->body.len, connection_fd(c), &status);
+        struct MHD_Response *r =
+            ctx->endpoint == EM_EP_RESPONSES ? em_responses_serve(s, data, ctx->body.len, connection_fd(c), &status)
+            : ctx->endpoint >= EM_EP_TOKENIZE
+                ? em_tokenize_serve(s, ctx->endpoint, data, ctx->body.len, &status)
+                : em_ollama_serve(s, url, ctx->endpoint, data, ctx->body.len, connection_fd(c), &status);
         em_buf_free(&ctx->body);
         return queue(c, s, ctx, status, r);
     }
@@ -369,22 +376,41 @@ static void mhd_log(void *cls, const char *fmt, va_list args) {
 #define GRAMMAR_CACHE_ENTRIES 256
 #define GRAMMAR_CACHE_BYTES ((size_t)256 << 20)
 
+/* A daemon serving every route on host:port (0: a free port), its port in *bound. Both of a
+ * server's daemons share its state: handlers, guard, metrics and engine. */
+static em_err listen_on(em_server *s, const char *host, int port, unsigned max_connections, unsigned per_client,
+                        struct MHD_Daemon **daemon, int *bound) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *addr = NULL;
+    char port_text[16];
+    snprintf(port_text, sizeof port_text, "%d", port);
+    int rc = getaddrinfo(host, port_text, &hints, &addr);
+    if (rc != 0 || !addr) return em_errorf(EM_ERR_INVALID, "cannot resolve host '%s': %s", host, gai_strerror(rc));
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    /* The idle timeout stays long: a connection being served may wait minutes for the engine, and
+     * the guard (guard.c) bounds the time to send a request. */
+    *daemon = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, handle, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                               MHD_OPTION_SOCK_ADDR, addr->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                               MHD_OPTION_NOTIFY_CONNECTION, em_guard_notify, &s->guard, MHD_OPTION_CONNECTION_LIMIT,
+                               max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_client,
+                               MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+    freeaddrinfo(addr);
+    if (!*daemon) return em_errorf(EM_ERR_IO, "cannot listen on %s:%d (address in use or not available)", host, port);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(*daemon, MHD_DAEMON_INFO_BIND_PORT);
+    *bound = info ? info->port : port;
+    return NULL;
+}
+
 em_err em_server_start(const em_server_options *options, const em_server_engine *engine, em_server **out) {
     *out = NULL;
     const char *host = options->host ? options->host : "127.0.0.1";
     if (options->port < 0 || options->port > 65535)
         return em_errorf(EM_ERR_RANGE, "port %d is not in 0..65535", options->port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *addr = NULL;
-    char port_text[16];
-    snprintf(port_text, sizeof port_text, "%d", options->port);
-    int rc = getaddrinfo(host, port_text, &hints, &addr);
-    if (rc != 0 || !addr) return em_errorf(EM_ERR_INVALID, "cannot resolve host '%s': %s", host, gai_strerror(rc));
+    if (options->ollama_port < 0 || options->ollama_port > 65535)
+        return em_errorf(EM_ERR_RANGE, "the Ollama port %d is not in 1..65535 (0: none)", options->ollama_port);
 
     em_server *s = calloc(1, sizeof *s);
-    if (!s) {
-        freeaddrinfo(addr);
-        return em_errorf(EM_ERR_NOMEM, "out of memory starting the server");
-    }
+    if (!s) return em_errorf(EM_ERR_NOMEM, "out of memory starting the server");
     s->engine = *engine;
     s->max_body = options->max_body ? options->max_body : (size_t)4 << 20;
     s->started = (int64_t)time(NULL);
@@ -393,24 +419,20 @@ em_err em_server_start(const em_server_options *options, const em_server_engine 
     atomic_init(&s->stopping, false);
     em_server_metrics_init(&s->metrics);
     if (options->api_key && !options->api_key[0]) {
-        freeaddrinfo(addr);
         em_server_stop(s);
         return em_errorf(EM_ERR_INVALID, "the API key is empty: give a key, or none to serve without one");
     }
     s->grammar_seconds = options->grammar_seconds > 0 ? options->grammar_seconds : 1.0;
     em_err grammar_err = em_grammar_cache_new(GRAMMAR_CACHE_ENTRIES, GRAMMAR_CACHE_BYTES, &s->grammars);
     if (grammar_err) {
-        freeaddrinfo(addr);
         em_server_stop(s);
         return grammar_err;
     }
     if (!(s->responses = em_response_store_new(0, 0))) {
-        freeaddrinfo(addr);
         em_server_stop(s);
         return em_errorf(EM_ERR_NOMEM, "out of memory starting the server");
     }
     if (options->api_key && !(s->api_key = strdup(options->api_key))) {
-        freeaddrinfo(addr);
         em_server_stop(s);
         return em_errorf(EM_ERR_NOMEM, "out of memory starting the server");
     }
@@ -425,27 +447,17 @@ em_err em_server_start(const em_server_options *options, const em_server_engine 
     };
     em_err e = em_guard_start(&s->guard, &guard);
     if (e) {
-        freeaddrinfo(addr);
         em_server_stop(s);
         return e;
     }
-    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
-    if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    /* The idle timeout stays long: a connection being served may wait minutes for the engine, and
-     * the guard (guard.c) bounds the time to send a request. */
-    s->daemon = MHD_start_daemon(flags, (uint16_t)options->port, NULL, NULL, handle, s, MHD_OPTION_EXTERNAL_LOGGER,
-                                 mhd_log, NULL, MHD_OPTION_SOCK_ADDR, addr->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
-                                 completed, s, MHD_OPTION_NOTIFY_CONNECTION, em_guard_notify, &s->guard,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections,
-                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_client,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
-    freeaddrinfo(addr);
-    if (!s->daemon) {
+    e = listen_on(s, host, options->port, (unsigned)max_connections, (unsigned)per_client, &s->daemon, &s->port);
+    if (!e && options->ollama_port)
+        e = listen_on(s, host, options->ollama_port, (unsigned)max_connections, (unsigned)per_client, &s->ollama_daemon,
+                      &s->ollama_port);
+    if (e) {
         em_server_stop(s);
-        return em_errorf(EM_ERR_IO, "cannot listen on %s:%d (address in use or not available)", host, options->port);
+        return e;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : options->port;
     *out = s;
     return NULL;
 }
@@ -454,10 +466,15 @@ int em_server_port(const em_server *server) {
     return server->port;
 }
 
+int em_server_ollama_port(const em_server *server) {
+    return server->ollama_daemon ? server->ollama_port : 0;
+}
+
 void em_server_stop(em_server *server) {
     if (!server) return;
     atomic_store(&server->stopping, true);
     if (server->daemon) MHD_stop_daemon(server->daemon);
+    if (server->ollama_daemon) MHD_stop_daemon(server->ollama_daemon);
     em_guard_stop(&server->guard);
     em_server_metrics_destroy(&server->metrics);
     em_response_store_free(server->responses);

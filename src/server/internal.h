@@ -182,6 +182,8 @@ json_t *em_response_store_get(em_response_store *store, const char *id);
 
 struct em_server {
     struct MHD_Daemon *daemon;
+    struct MHD_Daemon *ollama_daemon; /* the second port's (options.ollama_port), or NULL */
+    int ollama_port;
     em_server_engine engine;
     char *api_key;
     size_t max_body;
@@ -242,8 +244,11 @@ bool em_responses_parse(const char *body, size_t len, em_response_store *store, 
                         em_server_error *err);
 bool em_ollama_parse(bool chat, const char *body, size_t len, const em_server_engine *engine, em_server_request *req,
                      em_server_error *err);
-/* An Ollama endpoint: `endpoint` picks it; GET endpoints have no body. */
-struct MHD_Response *em_ollama_serve(em_server *server, em_server_endpoint endpoint, const char *body, size_t len,
-                                     int fd, int *status);
+/* An Ollama endpoint at path `url`: `endpoint` picks it; GET endpoints have no body. */
+struct MHD_Response *em_ollama_serve(em_server *server, const char *url, em_server_endpoint endpoint, const char *body,
+                                     size_t len, int fd, int *status);
+/* /tokenize and /detokenize (tokenize.c), as llama.cpp's server has them; errors in OpenAI's format. */
+struct MHD_Response *em_tokenize_serve(em_server *server, em_server_endpoint endpoint, const char *body, size_t len,
+                                       int *status);
 
 #endif

@@ -23,6 +23,9 @@ static const char *const endpoint_paths[EM_EP_COUNT] = {
     [EM_EP_OLLAMA_PS] = "/api/ps",
     [EM_EP_OLLAMA_VERSION] = "/api/version",
     [EM_EP_OLLAMA_EMBED] = "/api/embed",
+    [EM_EP_OLLAMA_MANAGE] = "/api/pull,push,create,copy,delete",
+    [EM_EP_TOKENIZE] = "/tokenize",
+    [EM_EP_DETOKENIZE] = "/detokenize",
     [EM_EP_OTHER] = "other",
 };
 

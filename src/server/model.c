@@ -19,6 +19,7 @@ struct em_server_model {
     char *architecture;
     char *chat_template;
     char digest[80];
+    json_t *metadata; /* facts.metadata */
 };
 
 /* Whether the prompt's last tokens are an open `<think>` (whitespace after it aside): the template
@@ -57,9 +58,10 @@ static em_err model_chat_prompt(void *self, const json_t *messages, const json_t
     return e;
 }
 
-static em_err model_tokenize(void *self, const char *text, size_t len, int32_t **ids, size_t *n) {
+static em_err model_tokenize(void *self, const char *text, size_t len, bool add_special, bool parse_special, int32_t **ids,
+                             size_t *n) {
     em_server_model *m = self;
-    return ember_tokenize(m->ember, text, len, true, false, ids, n);
+    return ember_tokenize(m->ember, text, len, add_special, parse_special, ids, n);
 }
 
 static size_t model_token_bytes(void *self, int32_t id, const char **bytes) {
@@ -132,6 +134,79 @@ static void metadata_digest(const char *path, uint64_t n, char *out, size_t size
     if (f) fclose(f);
 }
 
+/* One metadata value as JSON: numbers, booleans, strings, and arrays of them up to a size that
+ * describes the model (per-layer head counts) rather than its vocabulary; NULL for the rest. */
+#define METADATA_MAX_ARRAY 1024
+static json_t *metadata_value(em_gguf_type type, const uint8_t *data, const em_str *string) {
+    switch (type) {
+    case EM_GGUF_UINT8: return json_integer(data[0]);
+    case EM_GGUF_INT8: return json_integer((int8_t)data[0]);
+    case EM_GGUF_BOOL: return json_boolean(data[0]);
+    case EM_GGUF_STRING: return json_stringn(string->ptr, string->len); /* NULL when not UTF-8 */
+    default: break;
+    }
+    uint64_t u = 0;
+    size_t size = em_gguf_type_size(type);
+    if (!size || size > sizeof u) return NULL;
+    memcpy(&u, data, size); /* GGUF is little-endian, as every host Ember builds for */
+    switch (type) {
+    case EM_GGUF_UINT16: return json_integer((uint16_t)u);
+    case EM_GGUF_INT16: return json_integer((int16_t)u);
+    case EM_GGUF_UINT32: return json_integer((uint32_t)u);
+    case EM_GGUF_INT32: return json_integer((int32_t)u);
+    case EM_GGUF_INT64: return json_integer((json_int_t)u);
+    case EM_GGUF_UINT64: return u <= (uint64_t)INT64_MAX ? json_integer((json_int_t)u) : json_real((double)u);
+    case EM_GGUF_FLOAT32: {
+        float f;
+        memcpy(&f, data, sizeof f);
+        return json_real(f);
+    }
+    case EM_GGUF_FLOAT64: {
+        double d;
+        memcpy(&d, data, sizeof d);
+        return json_real(d);
+    }
+    default: return NULL;
+    }
+}
+
+/* The file's general.* and <arch>.* keys (Ollama's model_info), with general.parameter_count made
+ * from the tensors when the file does not say. */
+static json_t *metadata_json(const em_gguf *gguf, const char *arch, uint64_t parameters) {
+    json_t *info = json_object();
+    size_t arch_len = arch ? strlen(arch) : 0;
+    for (uint64_t i = 0; info && i < em_gguf_kv_count(gguf); i++) {
+        const em_gguf_kv *kv = em_gguf_kv_at(gguf, i);
+        bool wanted = (kv->key.len > 8 && !memcmp(kv->key.ptr, "general.", 8)) ||
+                      (arch_len && kv->key.len > arch_len + 1 && !memcmp(kv->key.ptr, arch, arch_len) &&
+                       kv->key.ptr[arch_len] == '.');
+        if (!wanted) continue;
+        json_t *value = NULL;
+        if (kv->type != EM_GGUF_ARRAY) {
+            value = metadata_value(kv->type, kv->data, kv->strings);
+        } else if (kv->array_len <= METADATA_MAX_ARRAY) {
+            value = json_array();
+            size_t size = em_gguf_type_size(kv->array_type);
+            for (uint64_t k = 0; value && k < kv->array_len; k++) {
+                json_t *item = kv->array_type == EM_GGUF_STRING ? metadata_value(EM_GGUF_STRING, NULL, &kv->strings[k])
+                               : kv->array_type == EM_GGUF_ARRAY ? NULL
+                                                                 : metadata_value(kv->array_type, kv->data + k * size, NULL);
+                if (!item || json_array_append_new(value, item)) {
+                    json_decref(value);
+                    value = NULL;
+                }
+            }
+        }
+        char *key = strndup(kv->key.ptr, kv->key.len);
+        if (key && value) json_object_set_new(info, key, value);
+        else json_decref(value);
+        free(key);
+    }
+    if (info && !json_object_get(info, "general.parameter_count"))
+        json_object_set_new(info, "general.parameter_count", json_integer((json_int_t)parameters));
+    return info;
+}
+
 /* The facts of the model file (architecture, size, parameters, quantization, digest). A file
  * that cannot be read again leaves them unknown: generation does not need them. */
 static void read_facts(em_server_model *m, const char *path, const char *template_text, size_t template_len) {
@@ -159,6 +234,7 @@ static void read_facts(em_server_model *m, const char *path, const char *templat
     for (uint64_t i = 0; i < em_gguf_tensor_count(gguf); i++) facts->parameters += em_gguf_tensor_elems(em_gguf_tensor_at(gguf, i));
     metadata_digest(path, em_gguf_data_offset(gguf), m->digest, sizeof m->digest);
     facts->digest = m->digest;
+    facts->metadata = m->metadata = metadata_json(gguf, facts->architecture, facts->parameters);
     em_gguf_close(gguf);
 }
 
@@ -210,5 +286,6 @@ void em_server_model_close(em_server_model *m) {
     free(m->model_id);
     free(m->architecture);
     free(m->chat_template);
+    json_decref(m->metadata);
     free(m);
 }

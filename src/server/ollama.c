@@ -8,10 +8,14 @@
  *   - `options` are the engine's sampling (num_predict, temperature, top_k, top_p, min_p, seed,
  *     stop, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty), with Ollama's
  *     defaults where a request sets nothing (temperature 0.8, top_k 40, top_p 0.9, repeat_penalty
- *     1.1); options about loading and hardware (num_ctx, num_gpu, num_thread, ...) are accepted:
- *     the server's own settings (--ctx and the rest) apply.
+ *     1.1). num_ctx bounds the request's prompt and output when it is below the server's context
+ *     (--ctx), and is the server's context when above: Ollama's clients send their own default
+ *     (2048, 8192...) whatever the model. Options about loading and hardware (num_gpu, num_thread,
+ *     ...) are accepted: the server's own settings apply.
  *   - `format` ("json" or a JSON schema) is constrained decoding (structured.c); `tools` are the
- *     chat API's tools (tools.c) and calls come back with their arguments as JSON objects; `think`
+ *     chat API's tools (tools.c) and calls come back with their arguments as JSON objects (OpenAI's
+ *     `tool_choice` is read too, beyond Ollama's fields: "required" or a named function forces a
+ *     call, for clients that must have one); `think`
  *     splits a <think> section off into `thinking` (the default when the template reasons; false
  *     keeps it in the content), and reaches the template as enable_thinking (and an effort as
  *     reasoning_effort).
@@ -21,7 +25,11 @@
  *   - /api/embed and /api/embeddings are answered 400: the engine has no pooling, so no model served
  *     here can embed yet.
  * A request with no messages (chat) or an empty prompt (generate) is Ollama's way to load a model:
- * it is answered at once with `done_reason` "load". */
+ * it is answered at once with `done_reason` "load".
+ *
+ * Ember serves one model, chosen when it starts, so Ollama's model management (/api/pull, push,
+ * create, copy, delete) is refused with a 400 that says what to do instead; a pull of the model
+ * being served succeeds at once, as Ollama's does for a model it has. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +133,7 @@ static bool read_options(const json_t *root, em_server_request *req, em_server_e
     req->sampling.frequency_penalty = (float)frequency;
     req->sampling.seed = (uint64_t)seed;
     req->seed_given = json_is_number(json_object_get(options, "seed"));
+    req->ctx_tokens = (int)num_ctx; /* generate.c bounds it by the server's own context */
     return true;
 }
 
@@ -441,9 +450,12 @@ static json_t *model_entry(const em_server *s) {
                      or_empty(facts->digest), "details", details_json(facts));
 }
 
+/* What the model can do, as Ollama names it: completion always; tools when its chat template takes
+ * them; thinking when it reasons. Never embedding: the engine has no pooling. */
 static json_t *capabilities_json(const em_server *s) {
     json_t *list = json_pack("[s]", "completion");
-    if (list && s->engine.facts.chat_template) json_array_append_new(list, json_string("tools"));
+    const char *template = s->engine.facts.chat_template;
+    if (list && template && strstr(template, "tools")) json_array_append_new(list, json_string("tools"));
     if (list && s->engine.reasons) json_array_append_new(list, json_string("thinking"));
     return list;
 }
@@ -455,30 +467,46 @@ static bool names_model(const em_server *s, const char *name) {
     return !strcmp(name, id) || (!strncmp(name, id, n) && !strcmp(name + n, ":latest"));
 }
 
+/* The file's general.* and <arch>.* metadata; a model without them (or a test's engine) gets the
+ * architecture, parameter count and the server's context. */
+static json_t *model_info(const em_server *s) {
+    const em_server_model_facts *facts = &s->engine.facts;
+    if (facts->metadata) return json_deep_copy(facts->metadata);
+    char key[96];
+    json_t *info = json_pack("{s:s, s:I}", "general.architecture", or_empty(facts->architecture), "general.parameter_count",
+                             (json_int_t)facts->parameters);
+    snprintf(key, sizeof key, "%s.context_length", facts->architecture ? facts->architecture : "model");
+    if (info) json_object_set_new(info, key, json_integer(s->engine.ctx_tokens));
+    return info;
+}
+
 static struct MHD_Response *error_response(const em_server_error *err, int *status) {
     *status = err->status;
     return em_server_error_response(EM_API_OLLAMA, err);
+}
+
+/* The model a request names in `key` (`model`; copy's `source`), or the older `name`. NULL with
+ * `err` set when it names none. */
+static const char *named_model(const json_t *root, const char *key, em_server_error *err) {
+    const char *name = NULL;
+    if (!em_server_read_string(root, key, &name, err) || (!name && !em_server_read_string(root, "name", &name, err)))
+        return NULL;
+    if (!name || !*name) bad(err, key, "is required");
+    return err->status ? NULL : name;
 }
 
 static struct MHD_Response *show(em_server *s, const char *body, size_t len, int *status) {
     em_server_error err = {0};
     json_t *root = em_server_parse_body(body, len, &err);
     if (!root) return error_response(&err, status);
-    const char *name = json_string_value(json_object_get(root, "model"));
-    if (!name) name = json_string_value(json_object_get(root, "name")); /* the older field */
-    if (!name) {
-        bad(&err, "model", "is required");
-    } else if (!names_model(s, name)) {
+    const char *name = named_model(root, "model", &err);
+    if (name && !names_model(s, name)) {
         em_server_error_set(&err, 404, NULL, NULL, "model", "model '%s' not found", name);
     }
     json_decref(root);
     if (err.status) return error_response(&err, status);
     const em_server_model_facts *facts = &s->engine.facts;
-    char key[96];
-    json_t *info = json_pack("{s:s, s:I}", "general.architecture", or_empty(facts->architecture), "general.parameter_count",
-                             (json_int_t)facts->parameters);
-    snprintf(key, sizeof key, "%s.context_length", facts->architecture ? facts->architecture : "model");
-    if (info) json_object_set_new(info, key, json_integer(s->engine.ctx_tokens));
+    json_t *info = model_info(s);
     json_t *answer = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "license", "", "modelfile", "", "parameters", "",
                                "template", or_empty(facts->chat_template), "details", details_json(facts), "model_info",
                                info, "capabilities", capabilities_json(s), "modified_at", time_json(facts->modified));
@@ -506,6 +534,63 @@ static struct MHD_Response *describe(em_server *s, em_server_endpoint endpoint, 
     return em_server_json_response(answer);
 }
 
+/* ---- Model management: one model, chosen at start ---- */
+
+/* /api/pull of the served model: Ollama's answer for a model it has (a stream of one status line
+ * unless stream is false). */
+static struct MHD_Response *pulled(const json_t *root, int *status) {
+    json_t *stream = json_object_get(root, "stream");
+    json_t *answer = json_pack("{s:s}", "status", "success");
+    *status = 200;
+    if (json_is_false(stream)) return em_server_json_response(answer);
+    char *text = answer ? em_server_dump(answer) : NULL;
+    json_decref(answer);
+    em_buf line = {0};
+    bool ok = text && em_buf_printf(&line, "%s\n", text);
+    free(text);
+    struct MHD_Response *r = ok ? MHD_create_response_from_buffer(line.len, line.data, MHD_RESPMEM_MUST_COPY) : NULL;
+    em_buf_free(&line);
+    if (r) MHD_add_response_header(r, "Content-Type", "application/x-ndjson");
+    return r;
+}
+
+static struct MHD_Response *manage(em_server *s, const char *url, const char *body, size_t len, int *status) {
+    em_server_error err = {0};
+    json_t *root = em_server_parse_body(body, len, &err);
+    if (!root) return error_response(&err, status);
+    const char *what = url + strlen("/api/");
+    json_t *stream = json_object_get(root, "stream");
+    const char *name = NULL;
+    if (stream && !json_is_null(stream) && !json_is_boolean(stream)) {
+        bad(&err, "stream", "must be a boolean");
+    } else if (!strcmp(what, "pull")) {
+        if ((name = named_model(root, "model", &err)) && !names_model(s, name))
+            em_server_error_set(&err, 400, NULL, NULL, "model",
+                                "pull: this server serves one model, \"%s\", chosen when it starts; it cannot fetch "
+                                "\"%.200s\" (fetch models with `ember pull`, serve one with `ember serve -m`)",
+                                s->engine.model_id, name);
+    } else if (!strcmp(what, "delete")) {
+        name = named_model(root, "model", &err);
+        if (name && !names_model(s, name)) em_server_error_set(&err, 404, NULL, NULL, "model", "model '%.200s' not found", name);
+        else if (name)
+            em_server_error_set(&err, 400, NULL, NULL, "model", "delete: \"%s\" is being served and cannot be deleted",
+                                s->engine.model_id);
+    } else if (!strcmp(what, "copy")) {
+        em_server_error_set(&err, 400, NULL, NULL, NULL,
+                            "copy: this server serves one model under one name; serve it under another with "
+                            "`ember serve --alias NAME`");
+    } else if (!strcmp(what, "create")) {
+        em_server_error_set(&err, 400, NULL, NULL, NULL,
+                            "create: this server cannot create models; make a GGUF file with `ember convert` or "
+                            "`ember quantize` and serve it with `ember serve -m`");
+    } else {
+        em_server_error_set(&err, 400, NULL, NULL, NULL, "push: this server does not push models to a registry");
+    }
+    struct MHD_Response *r = err.status ? error_response(&err, status) : pulled(root, status);
+    json_decref(root);
+    return r;
+}
+
 /* ---- Entry ---- */
 
 /* Ollama's answer to a load request (no messages, or an empty prompt). */
@@ -516,9 +601,10 @@ static struct MHD_Response *loaded(const ollama_self *self, int *status) {
     return em_server_json_response(obj);
 }
 
-struct MHD_Response *em_ollama_serve(em_server *server, em_server_endpoint endpoint, const char *body, size_t len, int fd,
-                                     int *status) {
+struct MHD_Response *em_ollama_serve(em_server *server, const char *url, em_server_endpoint endpoint, const char *body,
+                                     size_t len, int fd, int *status) {
     em_server_error err = {0};
+    if (endpoint == EM_EP_OLLAMA_MANAGE) return manage(server, url, body, len, status);
     if (endpoint == EM_EP_OLLAMA_TAGS || endpoint == EM_EP_OLLAMA_PS || endpoint == EM_EP_OLLAMA_VERSION)
         return describe(server, endpoint, status);
     if (endpoint == EM_EP_OLLAMA_SHOW) return show(server, body, len, status);

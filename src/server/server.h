@@ -73,6 +73,9 @@ typedef struct em_server_model_facts {
     int64_t modified;          /* the file's modification time, seconds since the epoch */
     const char *digest;        /* "sha256:<hex>" of the file's metadata (the bytes before its tensor data) */
     const char *chat_template; /* tokenizer.chat_template, NULL when the model has none */
+    /* The file's general.* and <architecture>.* metadata as a JSON object (Ollama's model_info),
+     * or NULL; lives as long as the engine */
+    const json_t *metadata;
 } em_server_model_facts;
 
 typedef struct em_server_engine {
@@ -96,8 +99,11 @@ typedef struct em_server_engine {
      * opened the model's reasoning itself). */
     em_err (*chat_prompt)(void *self, const json_t *messages, const json_t *tools, const json_t *kwargs, int32_t **ids,
                           size_t *n, bool *in_thinking);
-    /* Tokenizes plain text as a prompt: BOS as the model asks, special-token text not parsed. */
-    em_err (*tokenize)(void *self, const char *text, size_t len, int32_t **ids, size_t *n);
+    /* Tokenizes plain text: BOS/EOS as the model asks when add_special, control-token text
+     * recognized only when parse_special (prompts of /v1/completions: true, false; /tokenize lets
+     * the client choose, as llama.cpp's server does). */
+    em_err (*tokenize)(void *self, const char *text, size_t len, bool add_special, bool parse_special, int32_t **ids,
+                       size_t *n);
     /* The bytes a token stands for (for logprobs); may be partial UTF-8. Pointer lives as long as
      * the engine. 0 bytes for an unknown id. */
     size_t (*token_bytes)(void *self, int32_t id, const char **bytes);
@@ -202,6 +208,8 @@ typedef struct em_server_request {
     em_reasoning_format reasoning_format;
     json_t *template_kwargs; /* extra chat-template variables (the Responses API's reasoning effort,
                               * Ollama's think as enable_thinking), or NULL */
+    int ctx_tokens;     /* a context smaller than the engine's for this request (Ollama's num_ctx):
+                         * prompt and output must fit it; 0 = the engine's */
 } em_server_request;
 
 void em_server_request_init(em_server_request *req, em_server_api api);
@@ -435,6 +443,9 @@ typedef enum em_server_endpoint {
     EM_EP_OLLAMA_PS,
     EM_EP_OLLAMA_VERSION,
     EM_EP_OLLAMA_EMBED, /* /api/embed and /api/embeddings: refused, the engine has no pooling */
+    EM_EP_OLLAMA_MANAGE, /* /api/pull, create, copy, delete, push: the one model is chosen at start */
+    EM_EP_TOKENIZE,      /* POST /tokenize (llama.cpp's server's) */
+    EM_EP_DETOKENIZE,    /* POST /detokenize */
     EM_EP_OTHER,
     EM_EP_COUNT,
 } em_server_endpoint;
@@ -468,6 +479,8 @@ typedef struct em_server_options {
     int receiving_per_client; /* connections of one client sending a request at once (more: the
                                * oldest is cut); 0 = 64 */
     double grammar_seconds;  /* CPU time to make one request's grammar (more: a 400); 0 = 1.0 */
+    int ollama_port;         /* a second port serving the same APIs, for Ollama clients that cannot be
+                              * told another than 11434; 0 = none */
 } em_server_options;
 
 typedef struct em_server em_server;
@@ -476,6 +489,8 @@ typedef struct em_server em_server;
 em_err em_server_start(const em_server_options *options, const em_server_engine *engine,
                        em_server **out);
 int em_server_port(const em_server *server);
+/* The second port (options.ollama_port), 0 when there is none. */
+int em_server_ollama_port(const em_server *server);
 /* Stops accepting, cancels running requests, waits for connection threads, frees everything. */
 void em_server_stop(em_server *server);
 

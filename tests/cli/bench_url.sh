@@ -73,7 +73,8 @@ bench --url "$url1" --api anthropic --prefill 70 --rounds 1 --sections prefill -
   >/dev/null || fail "--api anthropic: $(cat "$work/stderr")"
 check "$work/out-anthropic" anthropic
 
-# Plain-text completions: the turns joined into one prompt, counted by one-token requests' usage.
+# Plain-text completions: the turns joined into one prompt, counted by the server's /tokenize
+# (count_tokens counts a chat prompt) and the one request's usage that measures what it adds (BOS).
 bench --url "$url1" --api completions --concurrency 2 -n 4 --prompt-tokens 40 --prefill 60 --doc-tokens 120 \
   --rounds 1 --out "$work/out-completions" >/dev/null || fail "--api completions: $(cat "$work/stderr")"
 check "$work/out-completions" completions

@@ -117,9 +117,9 @@ switch (which) {
     assert.equal(r.switch.length, 5);
     break;
   }
-  case 'completions': // plain-text completions on ember serve: counted by usage, every section's values
+  case 'completions': // plain-text completions on ember serve: counted by its /tokenize and the BOS beyond the text's tokens
     assert.equal(r.servers[0].api, 'completions');
-    assert.equal(r.servers[0].token_count_method, 'usage');
+    assert.equal(r.servers[0].token_count_method, 'tokenize+template');
     checkConcurrency([0], s.concurrency, s.max_tokens, s.prompt_tokens, false);
     checkPrefill([0], s.prefill);
     checkSwitch([0], s.doc_tokens);
