@@ -761,14 +761,14 @@ static void test_responses(void **state) {
     json_decref(v);
     http_free(&r);
 
-    /* store: false is not kept; unknown ids are 404s */
+    /* store: false is not kept; unknown ids are 400s naming the field, as OpenAI answers them */
     r = http(port, "POST", "/v1/responses", NULL, RESPONSES_HI ",\"store\":false}");
     v = body_json(&r);
     snprintf(body, sizeof body, "{\"model\":\"m\",\"previous_response_id\":\"%s\",\"input\":\"again\"}", str_at(v, "id"));
     json_decref(v);
     http_free(&r);
     r = http(port, "POST", "/v1/responses", NULL, body);
-    assert_int_equal(r.status, 404);
+    assert_int_equal(r.status, 400);
     v = body_json(&r);
     assert_string_equal(str_at(v, "error.code"), "previous_response_not_found");
     assert_string_equal(str_at(v, "error.param"), "previous_response_id");

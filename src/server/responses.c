@@ -378,7 +378,9 @@ static bool parse(const char *body, size_t len, em_response_store *store, em_ser
     if (ok && !(req->model = strdup(model))) ok = oom(err);
     if (ok && !(self->conversation = previous ? em_response_store_get(store, previous) : json_array())) {
         if (previous) {
-            em_server_error_set(err, 404, NULL, "previous_response_not_found", "previous_response_id",
+            /* OpenAI answers this with a 400 (not a 404: the path exists), and clients such as
+             * Codex recognise it by its code */
+            em_server_error_set(err, 400, NULL, "previous_response_not_found", "previous_response_id",
                                 "Previous response with id '%s' not found.", previous);
             ok = false;
         } else {
