@@ -629,8 +629,10 @@ static void test_parse_responses_and_ollama(void **state) {
     em_response_store *store = em_response_store_new(0, 0);
     json_t *kept = conversation_of("first");
     json_array_append_new(kept, json_pack("{s:s, s:s}", "role", "assistant", "content", "answer"));
-    assert_true(em_response_store_put(store, "resp_1", kept));
-    json_decref(kept);
+    /* a stored response is its conversation and its output items (responses.c's store_answer) */
+    json_t *stored = json_pack("{s:o, s:[]}", "messages", kept, "output");
+    assert_true(em_response_store_put(store, "resp_1", stored));
+    json_decref(stored);
     const char *body = "{\"model\":\"m\",\"previous_response_id\":\"resp_1\",\"instructions\":\"be\",\"input\":["
                        "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"},"
                        "{\"type\":\"function_call\",\"call_id\":\"c2\",\"name\":\"f\",\"arguments\":\"{}\"},"

@@ -867,7 +867,7 @@ static void test_responses_reasoning_and_call(void **state) {
     assert_string_equal(str_at(v, "output.1.arguments"), "{\"zone\": \"UTC\"}");
     json_decref(v);
     http_free(&r);
-    char next[512];
+    char next[1024];
     snprintf(next, sizeof next, "{\"model\":\"m\",\"previous_response_id\":\"%s\",\"input\":[{\"type\":\"function_call_output\","
                                 "\"call_id\":\"%s\",\"output\":\"noon\"}]}", id, call_id);
     r = http(em_server_port(s), "POST", "/v1/responses", NULL, next);
@@ -876,6 +876,40 @@ static void test_responses_reasoning_and_call(void **state) {
     /* "user:think-and-call\n" + "assistant:\n" (the call's turn) + "tool:noon\n" + "assistant:" */
     assert_int_equal(int_at(v, "usage.input_tokens"), 20 + 11 + 10 + 10);
     json_decref(v);
+    http_free(&r);
+
+    /* the same conversation sent as items, the call by an item_reference to the stored item (as the
+     * Vercel AI SDK sends it): the same prompt; the reasoning item's reference is left out as
+     * reasoning items are */
+    char fc_id[160];
+    snprintf(fc_id, sizeof fc_id, "fc_%s_1", id);
+    snprintf(next, sizeof next, "{\"model\":\"m\",\"store\":false,\"input\":[{\"role\":\"user\",\"content\":\"think-and-call\"},"
+                                "{\"type\":\"item_reference\",\"id\":\"rs_%s_0\"},{\"type\":\"item_reference\",\"id\":\"%s\"},"
+                                "{\"type\":\"function_call_output\",\"call_id\":\"%s\",\"output\":\"noon\"}]}",
+             id, fc_id, call_id);
+    r = http(em_server_port(s), "POST", "/v1/responses", NULL, next);
+    assert_int_equal(r.status, 200);
+    v = body_json(&r);
+    assert_int_equal(int_at(v, "usage.input_tokens"), 20 + 11 + 10 + 10);
+    json_decref(v);
+    http_free(&r);
+    /* references to items no stored response holds: 400s naming the item */
+    const char *unknown[] = {"fc_resp_nothing_1", "msg_x", "fc_", "_", "fc_resp_1_", "fc_resp_1_99"};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        snprintf(next, sizeof next, "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"x\"},"
+                                    "{\"type\":\"item_reference\",\"id\":\"%s\"}]}", unknown[i]);
+        r = http(em_server_port(s), "POST", "/v1/responses", NULL, next);
+        assert_int_equal(r.status, 400);
+        v = body_json(&r);
+        assert_string_equal(str_at(v, "error.param"), "input[1].id");
+        assert_string_equal(str_at(v, "error.code"), "item_not_found");
+        json_decref(v);
+        http_free(&r);
+    }
+    /* an item of the right response at the wrong index */
+    snprintf(next, sizeof next, "{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":\"fc_%s_0\"}]}", id);
+    r = http(em_server_port(s), "POST", "/v1/responses", NULL, next);
+    assert_int_equal(r.status, 400);
     http_free(&r);
     free(id);
     wait_released();
