@@ -523,7 +523,9 @@ static json_t *output_of(const em_server_format *f, const em_server_choice *c) {
     json_t *call;
     json_array_foreach(c->tool_calls, k, call) {
         const char *arguments = json_string_value(json_object_get(call, "arguments"));
-        json_array_append_new(output, call_item(f, json_array_size(output), k, "completed",
+        /* the last call of an answer cut by max_output_tokens may have lost its arguments' end */
+        const bool last = k + 1 == json_array_size(c->tool_calls);
+        json_array_append_new(output, call_item(f, json_array_size(output), k, last ? status : "completed",
                                                 json_string_value(json_object_get(call, "name")), arguments,
                                                 arguments ? strlen(arguments) : 0));
     }
@@ -642,7 +644,7 @@ static bool close_item(responses_self *self, em_buf *out, const em_server_format
         size_t k = 0;
         for (size_t i = 0; i < index; i++)
             k += !strcmp(json_string_value(json_object_get(json_array_get(self->output, i), "type")), "function_call");
-        item = call_item(f, index, k, "completed", self->call_name, text, len);
+        item = call_item(f, index, k, status, self->call_name, text, len);
         ok = event(self, out, "response.function_call_arguments.done",
                    json_pack("{s:s, s:I, s:s, s:o}", "item_id", id, "output_index", (json_int_t)index, "name",
                              self->call_name, "arguments", em_server_json_text(text, len)));
