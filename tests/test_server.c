@@ -316,7 +316,8 @@ static void test_format_openai(void **state) {
                 "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1700000000,\"model\":\"m\","
                 "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"logprobs\":null,"
                 "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,\"total_tokens\":12,"
-                "\"prompt_tokens_details\":{\"cached_tokens\":4}}," TIMINGS_JSON "}");
+                "\"prompt_tokens_details\":{\"cached_tokens\":4},"
+                "\"completion_tokens_details\":{\"reasoning_tokens\":0}}," TIMINGS_JSON "}");
 
     /* logprobs: the sampled token and its alternatives, with UTF-8 bytes */
     req.logprobs = true;
@@ -332,7 +333,8 @@ static void test_format_openai(void **state) {
                 "{\"token\":\"H\",\"logprob\":-0.5,\"bytes\":[72],\"top_logprobs\":[{\"token\":\"H\",\"logprob\":-0.5,\"bytes\":[72]}]},"
                 "{\"token\":\"i\",\"logprob\":-0.25,\"bytes\":[105],\"top_logprobs\":[{\"token\":\"j\",\"logprob\":-0.125,\"bytes\":[106]}]}]},"
                 "\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,\"total_tokens\":12,"
-                "\"prompt_tokens_details\":{\"cached_tokens\":4}}," TIMINGS_JSON "}");
+                "\"prompt_tokens_details\":{\"cached_tokens\":4},"
+                "\"completion_tokens_details\":{\"reasoning_tokens\":0}}," TIMINGS_JSON "}");
 
     req.api = EM_API_OPENAI_COMPLETIONS;
     f.id = "cmpl-1";
@@ -341,7 +343,8 @@ static void test_format_openai(void **state) {
                 "\"choices\":[{\"text\":\"Hi\",\"index\":0,\"logprobs\":{\"tokens\":[\"H\",\"i\"],\"token_logprobs\":[-0.5,-0.25],"
                 "\"top_logprobs\":[{\"H\":-0.5},{\"j\":-0.125}],\"text_offset\":[0,1]},\"finish_reason\":\"length\"}],"
                 "\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,\"total_tokens\":12,"
-                "\"prompt_tokens_details\":{\"cached_tokens\":4}}," TIMINGS_JSON "}");
+                "\"prompt_tokens_details\":{\"cached_tokens\":4},"
+                "\"completion_tokens_details\":{\"reasoning_tokens\":0}}," TIMINGS_JSON "}");
     c.tokens = NULL;
     em_server_choice_clear(&c);
     assert_json(em_openai_models_json("tiny", 1700000000),
@@ -376,7 +379,8 @@ static void test_format_openai_stream(void **state) {
     assert_string_equal(out.data,
                         CHUNK_HEAD "\"choices\":[{\"index\":1,\"delta\":{\"content\":\"x\"},\"logprobs\":null,\"finish_reason\":\"stop\"}],\"usage\":null," TIMINGS_JSON "}\n\n"
                         CHUNK_HEAD "\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,\"total_tokens\":12,"
-                        "\"prompt_tokens_details\":{\"cached_tokens\":4}}," TIMINGS_JSON "}\n\n"
+                        "\"prompt_tokens_details\":{\"cached_tokens\":4},"
+                "\"completion_tokens_details\":{\"reasoning_tokens\":0}}," TIMINGS_JSON "}\n\n"
                         "data: [DONE]\n\n");
     em_buf_free(&out);
 

@@ -738,6 +738,7 @@ static void test_responses(void **state) {
     assert_string_equal(str_at(v, "output.0.content.0.text"), FAKE_REPLY);
     assert_int_equal(int_at(v, "usage.input_tokens"), PROMPT_HI_TOKENS);
     assert_int_equal(int_at(v, "usage.output_tokens"), 13);
+    assert_int_equal(int_at(v, "usage.output_tokens_details.reasoning_tokens"), 0); /* an answer without reasoning */
     assert_int_equal(int_at(v, "usage.input_tokens_details.cached_tokens"), 3);
     assert_int_equal(int_at(v, "max_output_tokens"), 50);
     assert_int_equal(fake_last_max_tokens, 50);
@@ -852,6 +853,9 @@ static void test_responses_reasoning_and_call(void **state) {
     assert_string_equal(str_at(last, "response.output.1.name"), "get_time");
     assert_string_equal(str_at(last, "response.output.1.arguments"), "{\"zone\": \"UTC\"}");
     assert_string_equal(str_at(last, "response.ignored_tools.0"), "web_search");
+    /* byte tokens: the '>' that opens <think>, the reasoning, and the bytes of </think> */
+    assert_int_equal(int_at(last, "response.usage.output_tokens_details.reasoning_tokens"), 1 + strlen("Let me see.") + strlen("</think>"));
+    assert_int_equal(int_at(last, "response.usage.output_tokens"), strlen(FAKE_THINK_AND_CALL));
     char call_id[128];
     snprintf(call_id, sizeof call_id, "%s", str_at(last, "response.output.1.call_id"));
     char *id = strdup(str_at(last, "response.id"));
@@ -865,6 +869,7 @@ static void test_responses_reasoning_and_call(void **state) {
     json_t *v = body_json(&r);
     assert_string_equal(str_at(v, "output.0.type"), "reasoning");
     assert_string_equal(str_at(v, "output.1.arguments"), "{\"zone\": \"UTC\"}");
+    assert_int_equal(int_at(v, "usage.output_tokens_details.reasoning_tokens"), 1 + strlen("Let me see.") + strlen("</think>"));
     json_decref(v);
     http_free(&r);
     char next[1024];

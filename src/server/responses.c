@@ -535,7 +535,7 @@ static json_t *output_of(const em_server_format *f, const em_server_choice *c) {
 static json_t *usage_json(const em_server_usage *u) {
     return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens", (json_int_t)u->prompt_tokens,
                      "input_tokens_details", "cached_tokens", (json_int_t)u->cached_tokens, "output_tokens",
-                     (json_int_t)u->completion_tokens, "output_tokens_details", "reasoning_tokens", (json_int_t)0,
+                     (json_int_t)u->completion_tokens, "output_tokens_details", "reasoning_tokens", (json_int_t)u->reasoning_tokens,
                      "total_tokens", (json_int_t)(u->prompt_tokens + u->completion_tokens));
 }
 
