@@ -289,6 +289,12 @@ static bool read_tools(const json_t *root, em_server_request *req, responses_sel
             ok = bad(err, "missing_required_parameter", param, "'%s' needs a string 'name'%s", NULL);
             break;
         }
+        if (parameters && !json_is_null(parameters) && !json_is_object(parameters)) {
+            char where[64];
+            snprintf(where, sizeof where, "%s.parameters", param);
+            ok = bad(err, "invalid_type", where, "'%s' must be a JSON schema object%s", NULL);
+            break;
+        }
         json_t *function = json_pack("{s:O}", "name", name);
         if (function && json_is_string(json_object_get(t, "description")))
             json_object_set(function, "description", json_object_get(t, "description"));
