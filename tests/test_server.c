@@ -661,6 +661,29 @@ static void test_parse_responses_and_ollama(void **state) {
     assert_int_equal(req.max_tokens, 9);
     assert_true(req.sampling.top_p == 0.5f);
     em_server_request_clear(&req);
+
+    /* reasoning items are the reasoning of the assistant turn after them (its text, else its
+     * summary); before a user turn, or encrypted only, they are left out */
+    body = "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"q\"},"
+           "{\"type\":\"reasoning\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\",\"text\":\"plan\"}]},"
+           "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"},"
+           "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"r\"},"
+           "{\"type\":\"reasoning\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"s\"}]},"
+           "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"done\"}]},"
+           "{\"type\":\"reasoning\",\"summary\":[],\"encrypted_content\":\"gAAA\"},"
+           "{\"type\":\"reasoning\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"lost\"}]},"
+           "{\"role\":\"user\",\"content\":\"more\"},{\"role\":\"assistant\",\"content\":\"ok\"}]}";
+    if (!em_responses_parse(body, strlen(body), store, &req, &err)) fail_msg("%s", err.message);
+    messages = json_dumps(req.messages, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(messages,
+                        "[{\"content\":\"q\",\"role\":\"user\"},{\"content\":\"\",\"reasoning_content\":\"plan\","
+                        "\"role\":\"assistant\",\"thinking\":\"plan\",\"tool_calls\":[{\"function\":{\"arguments\":{},"
+                        "\"name\":\"f\"},\"id\":\"c1\",\"type\":\"function\"}]},{\"content\":\"r\",\"role\":\"tool\","
+                        "\"tool_call_id\":\"c1\"},{\"content\":\"done\",\"reasoning_content\":\"s\",\"role\":\"assistant\","
+                        "\"thinking\":\"s\"},{\"content\":\"more\",\"role\":\"user\"},{\"content\":\"ok\","
+                        "\"role\":\"assistant\"}]");
+    free(messages);
+    em_server_request_clear(&req);
     em_response_store_free(store);
 
     em_server_engine engine = {.model_id = "m"};

@@ -6,9 +6,10 @@
  *   - `instructions` is a system message ahead of everything; input messages (roles user,
  *     assistant, system, developer; text parts input_text / output_text) are messages;
  *     `function_call` items are the assistant's tool_calls (consecutive ones join one assistant
- *     turn), `function_call_output` items are tool messages; earlier `reasoning` items are left out
- *     of the prompt, as templates leave earlier reasoning out; an `item_reference` is the stored
- *     output item it names (an item's id says which response holds it).
+ *     turn), `function_call_output` items are tool messages; the text of `reasoning` items is the
+ *     reasoning of the assistant turn that follows them (templates keep or drop it as their model
+ *     was trained to); an `item_reference` is the stored output item it names (an item's id says
+ *     which response holds it).
  *   - `tools` of type function are the chat API's tools (tool_choice auto, required, none or a named
  *     function, through tools.c); tools of other types (web_search, local_shell, custom, mcp, ...)
  *     are hosted tools a local model cannot run: they are accepted, left out, and named in the
@@ -159,9 +160,9 @@ static bool read_message(const json_t *item, const char *param, json_t *messages
     return (m && !json_array_append_new(messages, m)) || oom(err);
 }
 
-/* Item types that only hosted tools produce (and reasoning, which templates leave out): skipped. */
+/* Item types that only hosted tools produce: skipped. */
 static bool is_skipped_item(const char *type) {
-    static const char *const skipped[] = {"reasoning", "web_search_call", "file_search_call", "computer_call",
+    static const char *const skipped[] = {"web_search_call", "file_search_call", "computer_call",
                                           "computer_call_output", "local_shell_call", "local_shell_call_output",
                                           "custom_tool_call", "custom_tool_call_output", "image_generation_call",
                                           "code_interpreter_call", "mcp_call", "mcp_list_tools", "mcp_approval_request",
@@ -172,17 +173,19 @@ static bool is_skipped_item(const char *type) {
     return false;
 }
 
-/* What an item_reference resolves through: the stored response read last (a request's references
- * usually name items of one or two responses). */
-typedef struct reference_cache {
+/* Where the reading of an input list is: the stored response an item_reference read last (a
+ * request's references usually name items of one or two responses), and the text of reasoning items
+ * that wait for the assistant turn they led to. */
+typedef struct input_state {
     em_response_store *store;
     char *response_id;
-    json_t *stored; /* {messages, output} of response_id */
-} reference_cache;
+    json_t *stored;  /* {messages, output} of response_id */
+    em_buf reasoning; /* of the reasoning items since the last assistant turn */
+} input_state;
 
 /* The output item `item_id` of a stored response, or NULL. Item ids are "<kind>_<response id>_<index>"
  * (item_id below), so the id itself says where the item is kept. */
-static json_t *referenced_item(reference_cache *cache, const char *item_id) {
+static json_t *referenced_item(input_state *state, const char *item_id) {
     const char *underscore = strchr(item_id, '_'), *last = strrchr(item_id, '_');
     if (!underscore || last == underscore || !last[1]) return NULL;
     char *end;
@@ -190,51 +193,85 @@ static json_t *referenced_item(reference_cache *cache, const char *item_id) {
     if (*end || last[1] < '0' || last[1] > '9') return NULL;
     const char *response_id = underscore + 1;
     const size_t id_len = (size_t)(last - response_id);
-    if (!cache->response_id || strlen(cache->response_id) != id_len || strncmp(cache->response_id, response_id, id_len)) {
-        free(cache->response_id);
-        json_decref(cache->stored);
-        cache->stored = NULL;
-        if (!(cache->response_id = strndup(response_id, id_len))) return NULL;
-        cache->stored = em_response_store_get(cache->store, cache->response_id);
+    if (!state->response_id || strlen(state->response_id) != id_len || strncmp(state->response_id, response_id, id_len)) {
+        free(state->response_id);
+        json_decref(state->stored);
+        state->stored = NULL;
+        if (!(state->response_id = strndup(response_id, id_len))) return NULL;
+        state->stored = em_response_store_get(state->store, state->response_id);
     }
-    json_t *item = json_array_get(json_object_get(cache->stored, "output"), index);
+    json_t *item = json_array_get(json_object_get(state->stored, "output"), index);
     const char *stored_id = json_string_value(json_object_get(item, "id"));
     return stored_id && !strcmp(stored_id, item_id) ? item : NULL;
 }
 
-static bool read_item(const json_t *item, const char *param, json_t *messages, reference_cache *cache, em_server_error *err);
+static bool read_item(const json_t *item, const char *param, json_t *messages, input_state *state, em_server_error *err);
+
+/* A reasoning item: its reasoning_text parts (or, without them, its summary), kept for the next
+ * assistant turn. Encrypted reasoning is another server's and is left out. */
+static bool read_reasoning(const json_t *item, input_state *state, em_server_error *err) {
+    json_t *parts = json_object_get(item, "content");
+    const char *kind = "reasoning_text";
+    if (!json_array_size(parts)) {
+        parts = json_object_get(item, "summary");
+        kind = "summary_text";
+    }
+    size_t i;
+    json_t *part;
+    json_array_foreach(parts, i, part) {
+        json_t *text = json_object_get(part, "text");
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (!json_is_string(text) || !type || strcmp(type, kind)) continue;
+        if ((state->reasoning.len && !em_buf_append(&state->reasoning, "\n", 1)) ||
+            !em_buf_append(&state->reasoning, json_string_value(text), json_string_length(text)))
+            return oom(err);
+    }
+    return true;
+}
 
 /* An item_reference: the stored output item it names, read as if it had been sent (the Vercel AI
  * SDK sends earlier assistant messages this way when responses are stored). */
-static bool read_item_reference(const json_t *item, const char *param, json_t *messages, reference_cache *cache,
+static bool read_item_reference(const json_t *item, const char *param, json_t *messages, input_state *state,
                                 em_server_error *err) {
     const char *id = json_string_value(json_object_get(item, "id"));
     char where[64];
     snprintf(where, sizeof where, "%s.id", param);
     if (!id) return bad(err, "invalid_type", where, "'%s' must be a string%s", NULL);
-    json_t *referenced = referenced_item(cache, id);
+    json_t *referenced = referenced_item(state, id);
     if (!referenced) {
         em_server_error_set(err, 400, NULL, "item_not_found", where,
                             "'%s': no stored response holds item '%s' (it was sent with store: false, never existed or was pushed out)",
                             where, id);
         return false;
     }
-    return read_item(referenced, param, messages, cache, err);
+    return read_item(referenced, param, messages, state, err);
 }
 
-static bool read_item(const json_t *item, const char *param, json_t *messages, reference_cache *cache, em_server_error *err) {
+static bool read_item(const json_t *item, const char *param, json_t *messages, input_state *state, em_server_error *err) {
     if (!json_is_object(item)) return bad(err, "invalid_type", param, "'%s' must be an object%s", NULL);
     const json_t *type_json = json_object_get(item, "type");
     const char *type = json_string_value(type_json);
     if (type_json && !type) return bad(err, "invalid_type", param, "'%s' must have a string 'type'%s", NULL);
-    if (!type || !strcmp(type, "message")) return read_message(item, param, messages, err);
-    if (!strcmp(type, "function_call")) return read_function_call(item, param, messages, err);
-    if (!strcmp(type, "function_call_output")) return read_function_output(item, param, messages, err);
-    if (is_skipped_item(type)) return true;
+    if (type && !strcmp(type, "reasoning")) return read_reasoning(item, state, err);
+    bool ok;
+    if (!type || !strcmp(type, "message")) ok = read_message(item, param, messages, err);
+    else if (!strcmp(type, "function_call")) ok = read_function_call(item, param, messages, err);
+    else if (!strcmp(type, "function_call_output")) ok = read_function_output(item, param, messages, err);
+    else if (is_skipped_item(type)) return true;
     /* a stored item is never a reference itself, so this goes one level deep at most */
-    if (!strcmp(type, "item_reference")) return read_item_reference(item, param, messages, cache, err);
-    return bad(err, "invalid_value", param, "'%s': items of type '%s' are not supported", type);
+    else if (!strcmp(type, "item_reference")) return read_item_reference(item, param, messages, state, err);
+    else return bad(err, "invalid_value", param, "'%s': items of type '%s' are not supported", type);
+    /* reasoning items before an assistant turn are that turn's reasoning, for the templates that keep
+     * it (gpt-oss's, before a call); before any other turn they are left out */
+    json_t *turn = last_message(messages);
+    const char *role = json_string_value(json_object_get(turn, "role"));
+    if (ok && role && !strcmp(role, "assistant") && !em_server_set_reasoning(turn, state->reasoning.data, state->reasoning.len, err))
+        ok = false;
+    state->reasoning.len = 0;
+    return ok;
 }
+
+
 
 /* `input`: a string (one user message) or a list of items, appended to `messages`. */
 static bool read_input(const json_t *input, json_t *messages, em_response_store *store, em_server_error *err) {
@@ -243,17 +280,18 @@ static bool read_input(const json_t *input, json_t *messages, em_response_store 
         return (m && !json_array_append_new(messages, m)) || oom(err);
     }
     if (!json_is_array(input)) return bad(err, "invalid_type", "input", "'%s' must be a string or an array of items%s", NULL);
-    reference_cache cache = {.store = store};
+    input_state state = {.store = store};
     bool ok = true;
     size_t i;
     json_t *item;
     json_array_foreach(input, i, item) {
         char param[48];
         snprintf(param, sizeof param, "input[%zu]", i);
-        if (!(ok = read_item(item, param, messages, &cache, err))) break;
+        if (!(ok = read_item(item, param, messages, &state, err))) break;
     }
-    free(cache.response_id);
-    json_decref(cache.stored);
+    free(state.response_id);
+    json_decref(state.stored);
+    em_buf_free(&state.reasoning);
     return ok;
 }
 
@@ -579,6 +617,11 @@ static void store_answer(responses_self *self, const em_server_format *f, const 
     }
     if (message && calls) json_object_set(message, "tool_calls", calls);
     json_decref(calls);
+    /* the answer's reasoning stays with it, for the templates that keep it (gpt-oss's, before a call) */
+    if (message && !em_server_set_reasoning(message, c->reasoning.data, c->reasoning.len, &(em_server_error){0})) {
+        json_decref(message);
+        message = NULL;
+    }
     json_t *stored = message && !json_array_append_new(self->conversation, message)
                          ? json_pack("{s:O, s:O}", "messages", self->conversation, "output", output)
                          : NULL;
