@@ -316,7 +316,8 @@ static void test_format_openai(void **state) {
                 "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1700000000,\"model\":\"m\","
                 "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"logprobs\":null,"
                 "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,\"total_tokens\":12,"
-                "\"prompt_tokens_details\":{\"cached_tokens\":4}}," TIMINGS_JSON "}");
+                "\"prompt_tokens_details\":{\"cached_tokens\":4},"
+                "\"completion_tokens_details\":{\"reasoning_tokens\":0}}," TIMINGS_JSON "}");
 
     /* logprobs: the sampled token and its alternatives, with UTF-8 bytes */
     req.logprobs = true;
@@ -332,7 +333,8 @@ static void test_format_openai(void **state) {
                 "{\"token\":\"H\",\"logprob\":-0.5,\"bytes\":[72],\"top_logprobs\":[{\"token\":\"H\",\"logprob\":-0.5,\"bytes\":[72]}]},"
                 "{\"token\":\"i\",\"logprob\":-0.25,\"bytes\":[105],\"top_logprobs\":[{\"token\":\"j\",\"logprob\":-0.125,\"bytes\":[106]}]}]},"
                 "\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,\"total_tokens\":12,"
-                "\"prompt_tokens_details\":{\"cached_tokens\":4}}," TIMINGS_JSON "}");
+                "\"prompt_tokens_details\":{\"cached_tokens\":4},"
+                "\"completion_tokens_details\":{\"reasoning_tokens\":0}}," TIMINGS_JSON "}");
 
     req.api = EM_API_OPENAI_COMPLETIONS;
     f.id = "cmpl-1";
@@ -341,7 +343,8 @@ static void test_format_openai(void **state) {
                 "\"choices\":[{\"text\":\"Hi\",\"index\":0,\"logprobs\":{\"tokens\":[\"H\",\"i\"],\"token_logprobs\":[-0.5,-0.25],"
                 "\"top_logprobs\":[{\"H\":-0.5},{\"j\":-0.125}],\"text_offset\":[0,1]},\"finish_reason\":\"length\"}],"
                 "\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,\"total_tokens\":12,"
-                "\"prompt_tokens_details\":{\"cached_tokens\":4}}," TIMINGS_JSON "}");
+                "\"prompt_tokens_details\":{\"cached_tokens\":4},"
+                "\"completion_tokens_details\":{\"reasoning_tokens\":0}}," TIMINGS_JSON "}");
     c.tokens = NULL;
     em_server_choice_clear(&c);
     assert_json(em_openai_models_json("tiny", 1700000000),
@@ -376,7 +379,8 @@ static void test_format_openai_stream(void **state) {
     assert_string_equal(out.data,
                         CHUNK_HEAD "\"choices\":[{\"index\":1,\"delta\":{\"content\":\"x\"},\"logprobs\":null,\"finish_reason\":\"stop\"}],\"usage\":null," TIMINGS_JSON "}\n\n"
                         CHUNK_HEAD "\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,\"total_tokens\":12,"
-                        "\"prompt_tokens_details\":{\"cached_tokens\":4}}," TIMINGS_JSON "}\n\n"
+                        "\"prompt_tokens_details\":{\"cached_tokens\":4},"
+                "\"completion_tokens_details\":{\"reasoning_tokens\":0}}," TIMINGS_JSON "}\n\n"
                         "data: [DONE]\n\n");
     em_buf_free(&out);
 
@@ -629,8 +633,10 @@ static void test_parse_responses_and_ollama(void **state) {
     em_response_store *store = em_response_store_new(0, 0);
     json_t *kept = conversation_of("first");
     json_array_append_new(kept, json_pack("{s:s, s:s}", "role", "assistant", "content", "answer"));
-    assert_true(em_response_store_put(store, "resp_1", kept));
-    json_decref(kept);
+    /* a stored response is its conversation and its output items (responses.c's store_answer) */
+    json_t *stored = json_pack("{s:o, s:[]}", "messages", kept, "output");
+    assert_true(em_response_store_put(store, "resp_1", stored));
+    json_decref(stored);
     const char *body = "{\"model\":\"m\",\"previous_response_id\":\"resp_1\",\"instructions\":\"be\",\"input\":["
                        "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"},"
                        "{\"type\":\"function_call\",\"call_id\":\"c2\",\"name\":\"f\",\"arguments\":\"{}\"},"
@@ -654,6 +660,29 @@ static void test_parse_responses_and_ollama(void **state) {
     assert_string_equal(req.tool_name, "f");
     assert_int_equal(req.max_tokens, 9);
     assert_true(req.sampling.top_p == 0.5f);
+    em_server_request_clear(&req);
+
+    /* reasoning items are the reasoning of the assistant turn after them (its text, else its
+     * summary); before a user turn, or encrypted only, they are left out */
+    body = "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"q\"},"
+           "{\"type\":\"reasoning\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\",\"text\":\"plan\"}]},"
+           "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"},"
+           "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"r\"},"
+           "{\"type\":\"reasoning\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"s\"}]},"
+           "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"done\"}]},"
+           "{\"type\":\"reasoning\",\"summary\":[],\"encrypted_content\":\"gAAA\"},"
+           "{\"type\":\"reasoning\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"lost\"}]},"
+           "{\"role\":\"user\",\"content\":\"more\"},{\"role\":\"assistant\",\"content\":\"ok\"}]}";
+    if (!em_responses_parse(body, strlen(body), store, &req, &err)) fail_msg("%s", err.message);
+    messages = json_dumps(req.messages, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(messages,
+                        "[{\"content\":\"q\",\"role\":\"user\"},{\"content\":\"\",\"reasoning_content\":\"plan\","
+                        "\"role\":\"assistant\",\"thinking\":\"plan\",\"tool_calls\":[{\"function\":{\"arguments\":{},"
+                        "\"name\":\"f\"},\"id\":\"c1\",\"type\":\"function\"}]},{\"content\":\"r\",\"role\":\"tool\","
+                        "\"tool_call_id\":\"c1\"},{\"content\":\"done\",\"reasoning_content\":\"s\",\"role\":\"assistant\","
+                        "\"thinking\":\"s\"},{\"content\":\"more\",\"role\":\"user\"},{\"content\":\"ok\","
+                        "\"role\":\"assistant\"}]");
+    free(messages);
     em_server_request_clear(&req);
     em_response_store_free(store);
 

@@ -738,6 +738,7 @@ static void test_responses(void **state) {
     assert_string_equal(str_at(v, "output.0.content.0.text"), FAKE_REPLY);
     assert_int_equal(int_at(v, "usage.input_tokens"), PROMPT_HI_TOKENS);
     assert_int_equal(int_at(v, "usage.output_tokens"), 13);
+    assert_int_equal(int_at(v, "usage.output_tokens_details.reasoning_tokens"), 0); /* an answer without reasoning */
     assert_int_equal(int_at(v, "usage.input_tokens_details.cached_tokens"), 3);
     assert_int_equal(int_at(v, "max_output_tokens"), 50);
     assert_int_equal(fake_last_max_tokens, 50);
@@ -761,14 +762,14 @@ static void test_responses(void **state) {
     json_decref(v);
     http_free(&r);
 
-    /* store: false is not kept; unknown ids are 404s */
+    /* store: false is not kept; unknown ids are 400s naming the field, as OpenAI answers them */
     r = http(port, "POST", "/v1/responses", NULL, RESPONSES_HI ",\"store\":false}");
     v = body_json(&r);
     snprintf(body, sizeof body, "{\"model\":\"m\",\"previous_response_id\":\"%s\",\"input\":\"again\"}", str_at(v, "id"));
     json_decref(v);
     http_free(&r);
     r = http(port, "POST", "/v1/responses", NULL, body);
-    assert_int_equal(r.status, 404);
+    assert_int_equal(r.status, 400);
     v = body_json(&r);
     assert_string_equal(str_at(v, "error.code"), "previous_response_not_found");
     assert_string_equal(str_at(v, "error.param"), "previous_response_id");
@@ -818,15 +819,65 @@ static void test_responses(void **state) {
         {"{\"model\":\"m\",\"input\":\"x\",\"tool_choice\":\"required\"}", "tool_choice"},
         {"{\"model\":\"m\",\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\"}}}", "text.format.schema"},
         {"{\"model\":\"m\",\"input\":\"x\",\"background\":true}", "background"},
+        /* each field of the wrong type */
+        {"{\"model\":5,\"input\":\"x\"}", "model"},
+        {"{\"model\":\"m\",\"input\":true}", "input"},
+        {"{\"model\":\"m\",\"input\":{\"role\":\"user\"}}", "input"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"instructions\":5}", "instructions"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"previous_response_id\":5}", "previous_response_id"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"store\":\"yes\"}", "store"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"stream\":1}", "stream"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"temperature\":\"hot\"}", "temperature"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"temperature\":-1}", "temperature"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"top_p\":[1]}", "top_p"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"max_output_tokens\":\"many\"}", "max_output_tokens"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"max_output_tokens\":1.5}", "max_output_tokens"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"max_output_tokens\":-3}", "max_output_tokens"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"max_output_tokens\":99999999999}", "max_output_tokens"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"top_k\":\"5\"}", "top_k"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"min_p\":2}", "min_p"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"seed\":\"s\"}", "seed"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"tools\":{}}", "tools"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"tools\":[5]}", "tools[0]"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":5}]}", "tools[0].parameters"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],\"tool_choice\":5}", "tool_choice"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],\"tool_choice\":\"sometimes\"}", "tool_choice"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],\"tool_choice\":{\"type\":\"function\",\"name\":\"g\"}}", "tool_choice"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],\"parallel_tool_calls\":\"x\"}", "parallel_tool_calls"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"text\":5}", "text"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"text\":{\"format\":\"json\"}}", "text.format"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"reasoning\":\"high\"}", "reasoning"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"reasoning\":{\"effort\":5}}", "reasoning.effort"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"metadata\":[]}", "metadata"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"include\":\"all\"}", "include"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"user\":5}", "user"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"truncation\":true}", "truncation"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"background\":\"no\"}", "background"},
+        {"{\"model\":\"m\",\"input\":[5]}", "input[0]"},
+        {"{\"model\":\"m\",\"input\":[{\"type\":5,\"role\":\"user\",\"content\":\"x\"}]}", "input[0]"},
+        {"{\"model\":\"m\",\"input\":[{\"role\":5,\"content\":\"x\"}]}", "input[0].role"},
+        {"{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":5}]}", "input[0].content"},
+        {"{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":5}]}]}", "input[0].content[0]"},
+        {"{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\",\"arguments\":{}}]}", "input[0]"},
+        {"{\"model\":\"m\",\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":5}]}", "input[0].output"},
+        {"{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":5}]}", "input[0].id"},
+        {"{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":\"fc_resp_x_99999999999999999999999\"}]}", "input[0].id"},
+        {"{\"model\":\"m\",\"input\":[{\"type\":\"banana\"}]}", "input[0]"},
     };
+    int wrong = 0;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         r = http(port, "POST", "/v1/responses", NULL, bad[i][0]);
-        assert_int_equal(r.status, 400);
-        v = body_json(&r);
-        if (strcmp(str_at(v, "error.param"), bad[i][1])) fail_msg("%s: param %s", bad[i][0], str_at(v, "error.param"));
+        v = r.status == 400 ? body_json(&r) : NULL;
+        const char *param = json_string_value(json_object_get(json_object_get(v, "error"), "param"));
+        if (!param) param = "";
+        if (r.status != 400 || strcmp(param, bad[i][1])) {
+            print_message("%s: status %d, param '%s' (want 400 naming %s)\n", bad[i][0], r.status, param, bad[i][1]);
+            wrong++;
+        }
         json_decref(v);
         http_free(&r);
     }
+    assert_int_equal(wrong, 0);
     wait_released();
     em_server_stop(s);
 }
@@ -852,6 +903,9 @@ static void test_responses_reasoning_and_call(void **state) {
     assert_string_equal(str_at(last, "response.output.1.name"), "get_time");
     assert_string_equal(str_at(last, "response.output.1.arguments"), "{\"zone\": \"UTC\"}");
     assert_string_equal(str_at(last, "response.ignored_tools.0"), "web_search");
+    /* byte tokens: the '>' that opens <think>, the reasoning, and the bytes of </think> */
+    assert_int_equal(int_at(last, "response.usage.output_tokens_details.reasoning_tokens"), 1 + strlen("Let me see.") + strlen("</think>"));
+    assert_int_equal(int_at(last, "response.usage.output_tokens"), strlen(FAKE_THINK_AND_CALL));
     char call_id[128];
     snprintf(call_id, sizeof call_id, "%s", str_at(last, "response.output.1.call_id"));
     char *id = strdup(str_at(last, "response.id"));
@@ -865,9 +919,10 @@ static void test_responses_reasoning_and_call(void **state) {
     json_t *v = body_json(&r);
     assert_string_equal(str_at(v, "output.0.type"), "reasoning");
     assert_string_equal(str_at(v, "output.1.arguments"), "{\"zone\": \"UTC\"}");
+    assert_int_equal(int_at(v, "usage.output_tokens_details.reasoning_tokens"), 1 + strlen("Let me see.") + strlen("</think>"));
     json_decref(v);
     http_free(&r);
-    char next[512];
+    char next[1024];
     snprintf(next, sizeof next, "{\"model\":\"m\",\"previous_response_id\":\"%s\",\"input\":[{\"type\":\"function_call_output\","
                                 "\"call_id\":\"%s\",\"output\":\"noon\"}]}", id, call_id);
     r = http(em_server_port(s), "POST", "/v1/responses", NULL, next);
@@ -876,6 +931,40 @@ static void test_responses_reasoning_and_call(void **state) {
     /* "user:think-and-call\n" + "assistant:\n" (the call's turn) + "tool:noon\n" + "assistant:" */
     assert_int_equal(int_at(v, "usage.input_tokens"), 20 + 11 + 10 + 10);
     json_decref(v);
+    http_free(&r);
+
+    /* the same conversation sent as items, the call by an item_reference to the stored item (as the
+     * Vercel AI SDK sends it): the same prompt; the reasoning item's reference is left out as
+     * reasoning items are */
+    char fc_id[160];
+    snprintf(fc_id, sizeof fc_id, "fc_%s_1", id);
+    snprintf(next, sizeof next, "{\"model\":\"m\",\"store\":false,\"input\":[{\"role\":\"user\",\"content\":\"think-and-call\"},"
+                                "{\"type\":\"item_reference\",\"id\":\"rs_%s_0\"},{\"type\":\"item_reference\",\"id\":\"%s\"},"
+                                "{\"type\":\"function_call_output\",\"call_id\":\"%s\",\"output\":\"noon\"}]}",
+             id, fc_id, call_id);
+    r = http(em_server_port(s), "POST", "/v1/responses", NULL, next);
+    assert_int_equal(r.status, 200);
+    v = body_json(&r);
+    assert_int_equal(int_at(v, "usage.input_tokens"), 20 + 11 + 10 + 10);
+    json_decref(v);
+    http_free(&r);
+    /* references to items no stored response holds: 400s naming the item */
+    const char *unknown[] = {"fc_resp_nothing_1", "msg_x", "fc_", "_", "fc_resp_1_", "fc_resp_1_99"};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        snprintf(next, sizeof next, "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"x\"},"
+                                    "{\"type\":\"item_reference\",\"id\":\"%s\"}]}", unknown[i]);
+        r = http(em_server_port(s), "POST", "/v1/responses", NULL, next);
+        assert_int_equal(r.status, 400);
+        v = body_json(&r);
+        assert_string_equal(str_at(v, "error.param"), "input[1].id");
+        assert_string_equal(str_at(v, "error.code"), "item_not_found");
+        json_decref(v);
+        http_free(&r);
+    }
+    /* an item of the right response at the wrong index */
+    snprintf(next, sizeof next, "{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":\"fc_%s_0\"}]}", id);
+    r = http(em_server_port(s), "POST", "/v1/responses", NULL, next);
+    assert_int_equal(r.status, 400);
     http_free(&r);
     free(id);
     wait_released();

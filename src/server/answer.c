@@ -522,6 +522,12 @@ static bool run(em_answer_reader *r, bool finished, em_answer_sink sink, void *s
     return true;
 }
 
+bool em_answer_in_reasoning(const em_answer_reader *r) {
+    if (r->options.format == EM_TOOL_FORMAT_HARMONY)
+        return r->harmony.part == EM_HARMONY_BODY && r->harmony.body == EM_HARMONY_REASONING;
+    return r->state == EM_ANSWER_THINK;
+}
+
 bool em_answer_feed(em_answer_reader *r, const char *text, size_t len, em_answer_sink sink, void *self) {
     if (len && !em_buf_append(&r->held, text, len)) return false;
     if (r->options.format == EM_TOOL_FORMAT_HARMONY) return em_harmony_read(r, false, sink, self);

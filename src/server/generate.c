@@ -296,11 +296,23 @@ static void clamp_top(const job *j, em_server_token *tokens, size_t n) {
         if (tokens[k].n_top > j->req.top_logprobs) tokens[k].n_top = j->req.top_logprobs;
 }
 
+/* Feeds one engine output of choice i to its reader. Its tokens count as reasoning when the reader
+ * was in the reasoning before them (the token that closes it too) or is after them (the one that
+ * opens it). */
+static bool feed_reader(job *j, size_t i, const ember_output *out, em_answer_sink sink, void *self) {
+    em_answer_reader *r = &j->readers[i];
+    const bool before = em_answer_in_reasoning(r);
+    if (!em_answer_feed(r, out->text, out->text_len, sink, self)) return false;
+    if (before || em_answer_in_reasoning(r)) j->choices[i].reasoning_tokens += out->n_tokens;
+    return true;
+}
+
 static void usage_of(const job *j, em_server_usage *u) {
     memset(u, 0, sizeof *u);
     for (size_t i = 0; i < j->n_choices; i++) {
         const ember_timings *t = &j->choices[i].timings;
         u->completion_tokens += t->generated_tokens;
+        u->reasoning_tokens += j->choices[i].reasoning_tokens;
         if (i % (size_t)j->req.n == 0) {
             u->prompt_tokens += j->prompt_len[i / (size_t)j->req.n];
             u->cached_tokens += t->cached_tokens;
@@ -344,7 +356,7 @@ static struct MHD_Response *run_blocking(job *j, int *status) {
             if (give_up(j, !got)) return NULL;
             if (!got) continue;
             bool ok = em_server_choice_add(c, &out, keep_tokens(j));
-            if (ok && j->readers) ok = em_answer_feed(&j->readers[i], out.text, out.text_len, em_server_choice_collect, c);
+            if (ok && j->readers) ok = feed_reader(j, i, &out, em_server_choice_collect, c);
             if (ok && j->readers && c->finish != EMBER_FINISH_NONE)
                 ok = em_answer_finish(&j->readers[i], em_server_choice_collect, c);
             if (!ok) {
@@ -439,7 +451,7 @@ static bool stream_event(void *self, const em_answer_event *event) {
 static bool stream_read_output(job *j, size_t i, const ember_output *out) {
     em_server_choice *c = &j->choices[i];
     stream_sink sink = {.j = j, .index = i};
-    if (!em_answer_feed(&j->readers[i], out->text, out->text_len, stream_event, &sink)) return false;
+    if (!feed_reader(j, i, out, stream_event, &sink)) return false;
     em_server_token *tokens = convert_tokens(j, out);
     if (c->finish == EMBER_FINISH_NONE) {
         return !tokens || j->req.api == EM_API_ANTHROPIC_MESSAGES || j->writer ||

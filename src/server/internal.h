@@ -169,13 +169,14 @@ void em_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 void em_guard_enter(em_guard *guard, struct MHD_Connection *c, em_guard_phase phase);
 
 /* ---- Stored responses (response_store.c): the Responses API's `store` and `previous_response_id` ----
- * A bounded map from response id to the conversation that response ended (its input and output as
- * chat messages), least recently used first out. Thread-safe: connection threads share it. */
+ * A bounded map from response id to what that response ended (responses.c keeps its conversation as
+ * chat messages and its output items), least recently used first out. Thread-safe: connection
+ * threads share it. */
 typedef struct em_response_store em_response_store;
 
 em_response_store *em_response_store_new(size_t max_entries, size_t max_bytes);
 void em_response_store_free(em_response_store *store);
-/* Keeps a copy of `conversation` (a messages array) under `id`, replacing one of the same id. */
+/* Keeps a copy of `conversation` (any JSON value) under `id`, replacing one of the same id. */
 bool em_response_store_put(em_response_store *store, const char *id, const json_t *conversation);
 /* A copy of the conversation kept under `id` (new reference), or NULL when it is not (or no longer) kept. */
 json_t *em_response_store_get(em_response_store *store, const char *id);

@@ -341,10 +341,11 @@ bool em_openai_parse_completions(const char *body, size_t len, int32_t n_vocab, 
 /* ---- Formatting ---- */
 
 static json_t *usage_json(const em_server_usage *u) {
-    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)u->prompt_tokens,
+    return json_pack("{s:I, s:I, s:I, s:{s:I}, s:{s:I}}", "prompt_tokens", (json_int_t)u->prompt_tokens,
                      "completion_tokens", (json_int_t)u->completion_tokens, "total_tokens",
                      (json_int_t)(u->prompt_tokens + u->completion_tokens), "prompt_tokens_details",
-                     "cached_tokens", (json_int_t)u->cached_tokens);
+                     "cached_tokens", (json_int_t)u->cached_tokens, "completion_tokens_details", "reasoning_tokens",
+                     (json_int_t)u->reasoning_tokens);
 }
 
 static json_t *byte_array(const char *bytes, size_t n) {

@@ -4,7 +4,7 @@
  *
  * Memory is bounded two ways, by entries and by the bytes of their JSON text, and the least
  * recently used entry (put or got) goes first; an id that was pushed out is answered as unknown
- * (the caller's 404). Entries are kept as JSON text, not jansson values: a copy is parsed for each
+ * (the caller's 400, previous_response_not_found). Entries are kept as JSON text, not jansson values: a copy is parsed for each
  * reader, so no value is shared between connection threads. The list is a plain array searched
  * from the end (the most recent): the bound keeps it small, and a search costs far less than the
  * generation it precedes. */

@@ -6,15 +6,18 @@
  *   - `instructions` is a system message ahead of everything; input messages (roles user,
  *     assistant, system, developer; text parts input_text / output_text) are messages;
  *     `function_call` items are the assistant's tool_calls (consecutive ones join one assistant
- *     turn), `function_call_output` items are tool messages; earlier `reasoning` items are left out
- *     of the prompt, as templates leave earlier reasoning out.
+ *     turn), `function_call_output` items are tool messages; the text of `reasoning` items is the
+ *     reasoning of the assistant turn that follows them (templates keep or drop it as their model
+ *     was trained to); an `item_reference` is the stored output item it names (an item's id says
+ *     which response holds it).
  *   - `tools` of type function are the chat API's tools (tool_choice auto, required, none or a named
  *     function, through tools.c); tools of other types (web_search, local_shell, custom, mcp, ...)
  *     are hosted tools a local model cannot run: they are accepted, left out, and named in the
  *     response's `ignored_tools` (Codex sends them with every request).
  *   - `text.format` json_object / json_schema is structured output (structured.c); `reasoning.effort`
  *     is the template variable reasoning_effort (templates that do not read it are unchanged).
- *   - `store` (default true) keeps the conversation the response ended (response_store.c);
+ *   - `store` (default true) keeps the conversation the response ended and its output items
+ *     (response_store.c);
  *     `previous_response_id` continues it: the stored input and output, then the new input (the
  *     previous `instructions` are not carried over, as OpenAI documents). The continued prompt
  *     starts with the previous one, so the prefix cache serves it.
@@ -157,9 +160,9 @@ static bool read_message(const json_t *item, const char *param, json_t *messages
     return (m && !json_array_append_new(messages, m)) || oom(err);
 }
 
-/* Item types that only hosted tools produce (and reasoning, which templates leave out): skipped. */
+/* Item types that only hosted tools produce: skipped. */
 static bool is_skipped_item(const char *type) {
-    static const char *const skipped[] = {"reasoning", "web_search_call", "file_search_call", "computer_call",
+    static const char *const skipped[] = {"web_search_call", "file_search_call", "computer_call",
                                           "computer_call_output", "local_shell_call", "local_shell_call_output",
                                           "custom_tool_call", "custom_tool_call_output", "image_generation_call",
                                           "code_interpreter_call", "mcp_call", "mcp_list_tools", "mcp_approval_request",
@@ -170,31 +173,126 @@ static bool is_skipped_item(const char *type) {
     return false;
 }
 
+/* Where the reading of an input list is: the stored response an item_reference read last (a
+ * request's references usually name items of one or two responses), and the text of reasoning items
+ * that wait for the assistant turn they led to. */
+typedef struct input_state {
+    em_response_store *store;
+    char *response_id;
+    json_t *stored;  /* {messages, output} of response_id */
+    em_buf reasoning; /* of the reasoning items since the last assistant turn */
+} input_state;
+
+/* The output item `item_id` of a stored response, or NULL. Item ids are "<kind>_<response id>_<index>"
+ * (item_id below), so the id itself says where the item is kept. */
+static json_t *referenced_item(input_state *state, const char *item_id) {
+    const char *underscore = strchr(item_id, '_'), *last = strrchr(item_id, '_');
+    if (!underscore || last == underscore || !last[1]) return NULL;
+    char *end;
+    unsigned long index = strtoul(last + 1, &end, 10);
+    if (*end || last[1] < '0' || last[1] > '9') return NULL;
+    const char *response_id = underscore + 1;
+    const size_t id_len = (size_t)(last - response_id);
+    if (!state->response_id || strlen(state->response_id) != id_len || strncmp(state->response_id, response_id, id_len)) {
+        free(state->response_id);
+        json_decref(state->stored);
+        state->stored = NULL;
+        if (!(state->response_id = strndup(response_id, id_len))) return NULL;
+        state->stored = em_response_store_get(state->store, state->response_id);
+    }
+    json_t *item = json_array_get(json_object_get(state->stored, "output"), index);
+    const char *stored_id = json_string_value(json_object_get(item, "id"));
+    return stored_id && !strcmp(stored_id, item_id) ? item : NULL;
+}
+
+static bool read_item(const json_t *item, const char *param, json_t *messages, input_state *state, em_server_error *err);
+
+/* A reasoning item: its reasoning_text parts (or, without them, its summary), kept for the next
+ * assistant turn. Encrypted reasoning is another server's and is left out. */
+static bool read_reasoning(const json_t *item, input_state *state, em_server_error *err) {
+    json_t *parts = json_object_get(item, "content");
+    const char *kind = "reasoning_text";
+    if (!json_array_size(parts)) {
+        parts = json_object_get(item, "summary");
+        kind = "summary_text";
+    }
+    size_t i;
+    json_t *part;
+    json_array_foreach(parts, i, part) {
+        json_t *text = json_object_get(part, "text");
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (!json_is_string(text) || !type || strcmp(type, kind)) continue;
+        if ((state->reasoning.len && !em_buf_append(&state->reasoning, "\n", 1)) ||
+            !em_buf_append(&state->reasoning, json_string_value(text), json_string_length(text)))
+            return oom(err);
+    }
+    return true;
+}
+
+/* An item_reference: the stored output item it names, read as if it had been sent (the Vercel AI
+ * SDK sends earlier assistant messages this way when responses are stored). */
+static bool read_item_reference(const json_t *item, const char *param, json_t *messages, input_state *state,
+                                em_server_error *err) {
+    const char *id = json_string_value(json_object_get(item, "id"));
+    char where[64];
+    snprintf(where, sizeof where, "%s.id", param);
+    if (!id) return bad(err, "invalid_type", where, "'%s' must be a string%s", NULL);
+    json_t *referenced = referenced_item(state, id);
+    if (!referenced) {
+        em_server_error_set(err, 400, NULL, "item_not_found", where,
+                            "'%s': no stored response holds item '%s' (it was sent with store: false, never existed or was pushed out)",
+                            where, id);
+        return false;
+    }
+    return read_item(referenced, param, messages, state, err);
+}
+
+static bool read_item(const json_t *item, const char *param, json_t *messages, input_state *state, em_server_error *err) {
+    if (!json_is_object(item)) return bad(err, "invalid_type", param, "'%s' must be an object%s", NULL);
+    const json_t *type_json = json_object_get(item, "type");
+    const char *type = json_string_value(type_json);
+    if (type_json && !type) return bad(err, "invalid_type", param, "'%s' must have a string 'type'%s", NULL);
+    if (type && !strcmp(type, "reasoning")) return read_reasoning(item, state, err);
+    bool ok;
+    if (!type || !strcmp(type, "message")) ok = read_message(item, param, messages, err);
+    else if (!strcmp(type, "function_call")) ok = read_function_call(item, param, messages, err);
+    else if (!strcmp(type, "function_call_output")) ok = read_function_output(item, param, messages, err);
+    else if (is_skipped_item(type)) return true;
+    /* a stored item is never a reference itself, so this goes one level deep at most */
+    else if (!strcmp(type, "item_reference")) return read_item_reference(item, param, messages, state, err);
+    else return bad(err, "invalid_value", param, "'%s': items of type '%s' are not supported", type);
+    /* reasoning items before an assistant turn are that turn's reasoning, for the templates that keep
+     * it (gpt-oss's, before a call); before any other turn they are left out */
+    json_t *turn = last_message(messages);
+    const char *role = json_string_value(json_object_get(turn, "role"));
+    if (ok && role && !strcmp(role, "assistant") && !em_server_set_reasoning(turn, state->reasoning.data, state->reasoning.len, err))
+        ok = false;
+    state->reasoning.len = 0;
+    return ok;
+}
+
+
+
 /* `input`: a string (one user message) or a list of items, appended to `messages`. */
-static bool read_input(const json_t *input, json_t *messages, em_server_error *err) {
+static bool read_input(const json_t *input, json_t *messages, em_response_store *store, em_server_error *err) {
     if (json_is_string(input)) {
         json_t *m = json_pack("{s:s, s:s%}", "role", "user", "content", json_string_value(input), json_string_length(input));
         return (m && !json_array_append_new(messages, m)) || oom(err);
     }
     if (!json_is_array(input)) return bad(err, "invalid_type", "input", "'%s' must be a string or an array of items%s", NULL);
+    input_state state = {.store = store};
+    bool ok = true;
     size_t i;
     json_t *item;
     json_array_foreach(input, i, item) {
         char param[48];
         snprintf(param, sizeof param, "input[%zu]", i);
-        if (!json_is_object(item)) return bad(err, "invalid_type", param, "'%s' must be an object%s", NULL);
-        const char *type = json_string_value(json_object_get(item, "type"));
-        bool ok;
-        if (!type || !strcmp(type, "message")) ok = read_message(item, param, messages, err);
-        else if (!strcmp(type, "function_call")) ok = read_function_call(item, param, messages, err);
-        else if (!strcmp(type, "function_call_output")) ok = read_function_output(item, param, messages, err);
-        else if (is_skipped_item(type)) ok = true;
-        else if (!strcmp(type, "item_reference"))
-            ok = bad(err, "unsupported_parameter", param, "'%s': item references are not supported (send previous_response_id or the items)%s", NULL);
-        else ok = bad(err, "invalid_value", param, "'%s': items of type '%s' are not supported", type);
-        if (!ok) return false;
+        if (!(ok = read_item(item, param, messages, &state, err))) break;
     }
-    return true;
+    free(state.response_id);
+    json_decref(state.stored);
+    em_buf_free(&state.reasoning);
+    return ok;
 }
 
 /* ---- Tools and text.format ---- */
@@ -227,6 +325,12 @@ static bool read_tools(const json_t *root, em_server_request *req, responses_sel
         json_t *name = json_object_get(t, "name"), *parameters = json_object_get(t, "parameters");
         if (!json_is_string(name)) {
             ok = bad(err, "missing_required_parameter", param, "'%s' needs a string 'name'%s", NULL);
+            break;
+        }
+        if (parameters && !json_is_null(parameters) && !json_is_object(parameters)) {
+            char where[64];
+            snprintf(where, sizeof where, "%s.parameters", param);
+            ok = bad(err, "invalid_type", where, "'%s' must be a JSON schema object%s", NULL);
             break;
         }
         json_t *function = json_pack("{s:O}", "name", name);
@@ -376,9 +480,18 @@ static bool parse(const char *body, size_t len, em_response_store *store, em_ser
               read_sampling(root, req, err) && read_accepted(root, err);
     if (ok && !model) ok = bad(err, "missing_required_parameter", "model", "'%s' is required%s", NULL);
     if (ok && !(req->model = strdup(model))) ok = oom(err);
-    if (ok && !(self->conversation = previous ? em_response_store_get(store, previous) : json_array())) {
+    if (ok && previous) { /* a stored response is {messages, output} (store_answer) */
+        json_t *stored = em_response_store_get(store, previous);
+        self->conversation = json_incref(json_object_get(stored, "messages"));
+        json_decref(stored);
+    } else if (ok) {
+        self->conversation = json_array();
+    }
+    if (ok && !self->conversation) {
         if (previous) {
-            em_server_error_set(err, 404, NULL, "previous_response_not_found", "previous_response_id",
+            /* OpenAI answers this with a 400 (not a 404: the path exists), and clients such as
+             * Codex recognise it by its code */
+            em_server_error_set(err, 400, NULL, "previous_response_not_found", "previous_response_id",
                                 "Previous response with id '%s' not found.", previous);
             ok = false;
         } else {
@@ -386,7 +499,7 @@ static bool parse(const char *body, size_t len, em_response_store *store, em_ser
         }
     }
     json_t *input = json_object_get(root, "input");
-    if (ok && input && !json_is_null(input)) ok = read_input(input, self->conversation, err);
+    if (ok && input && !json_is_null(input)) ok = read_input(input, self->conversation, store, err);
     if (ok && json_array_size(self->conversation) == 0)
         ok = bad(err, "missing_required_parameter", "input", "'%s' is required (a string or a non-empty list of items)%s", NULL);
     if (ok && !(req->messages = json_array())) ok = oom(err);
@@ -454,7 +567,9 @@ static json_t *output_of(const em_server_format *f, const em_server_choice *c) {
     json_t *call;
     json_array_foreach(c->tool_calls, k, call) {
         const char *arguments = json_string_value(json_object_get(call, "arguments"));
-        json_array_append_new(output, call_item(f, json_array_size(output), k, "completed",
+        /* the last call of an answer cut by max_output_tokens may have lost its arguments' end */
+        const bool last = k + 1 == json_array_size(c->tool_calls);
+        json_array_append_new(output, call_item(f, json_array_size(output), k, last ? status : "completed",
                                                 json_string_value(json_object_get(call, "name")), arguments,
                                                 arguments ? strlen(arguments) : 0));
     }
@@ -464,7 +579,7 @@ static json_t *output_of(const em_server_format *f, const em_server_choice *c) {
 static json_t *usage_json(const em_server_usage *u) {
     return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens", (json_int_t)u->prompt_tokens,
                      "input_tokens_details", "cached_tokens", (json_int_t)u->cached_tokens, "output_tokens",
-                     (json_int_t)u->completion_tokens, "output_tokens_details", "reasoning_tokens", (json_int_t)0,
+                     (json_int_t)u->completion_tokens, "output_tokens_details", "reasoning_tokens", (json_int_t)u->reasoning_tokens,
                      "total_tokens", (json_int_t)(u->prompt_tokens + u->completion_tokens));
 }
 
@@ -484,8 +599,9 @@ static json_t *response_json(const responses_self *self, const em_server_format 
     return root;
 }
 
-/* The conversation this response ended, kept under its id when the request said `store`. */
-static void store_answer(responses_self *self, const em_server_format *f, const em_server_choice *c) {
+/* What this response ended, kept under its id when the request said `store`: the conversation (for
+ * previous_response_id) and the output items (for item_reference). */
+static void store_answer(responses_self *self, const em_server_format *f, const em_server_choice *c, json_t *output) {
     if (!self->store) return;
     json_t *message = json_pack("{s:s, s:o}", "role", "assistant", "content", em_server_json_text(c->content.data, c->content.len));
     size_t k;
@@ -501,16 +617,24 @@ static void store_answer(responses_self *self, const em_server_format *f, const 
     }
     if (message && calls) json_object_set(message, "tool_calls", calls);
     json_decref(calls);
-    if (message && !json_array_append_new(self->conversation, message) &&
-        !em_response_store_put(self->server->responses, f->id, self->conversation))
+    /* the answer's reasoning stays with it, for the templates that keep it (gpt-oss's, before a call) */
+    if (message && !em_server_set_reasoning(message, c->reasoning.data, c->reasoning.len, &(em_server_error){0})) {
+        json_decref(message);
+        message = NULL;
+    }
+    json_t *stored = message && !json_array_append_new(self->conversation, message)
+                         ? json_pack("{s:O, s:O}", "messages", self->conversation, "output", output)
+                         : NULL;
+    if (!stored || !em_response_store_put(self->server->responses, f->id, stored))
         em_log(EM_LOG_WARN, "responses: out of memory storing %s", f->id);
+    json_decref(stored);
 }
 
 static json_t *whole_response(void *p, const em_server_format *f, const em_server_choice *c, const em_server_usage *usage) {
     responses_self *self = p;
-    store_answer(self, f, c);
-    json_t *root = response_json(self, f, c->finish == EMBER_FINISH_LENGTH ? "incomplete" : "completed", output_of(f, c),
-                                 usage, NULL);
+    json_t *output = output_of(f, c);
+    if (output) store_answer(self, f, c, output);
+    json_t *root = response_json(self, f, c->finish == EMBER_FINISH_LENGTH ? "incomplete" : "completed", output, usage, NULL);
     if (root) json_object_set_new(root, "timings", em_server_timings_json(&c->timings));
     return root;
 }
@@ -569,7 +693,7 @@ static bool close_item(responses_self *self, em_buf *out, const em_server_format
         size_t k = 0;
         for (size_t i = 0; i < index; i++)
             k += !strcmp(json_string_value(json_object_get(json_array_get(self->output, i), "type")), "function_call");
-        item = call_item(f, index, k, "completed", self->call_name, text, len);
+        item = call_item(f, index, k, status, self->call_name, text, len);
         ok = event(self, out, "response.function_call_arguments.done",
                    json_pack("{s:s, s:I, s:s, s:o}", "item_id", id, "output_index", (json_int_t)index, "name",
                              self->call_name, "arguments", em_server_json_text(text, len)));
@@ -655,7 +779,7 @@ static bool stream_end(void *p, em_buf *out, const em_server_format *f, const em
     if (open_index(self) == 0 && (!open_item(self, out, f, EM_ANSWER_CONTENT, NULL, 0) ||
                                   !close_item(self, out, f, cut ? "incomplete" : "completed")))
         return false;
-    store_answer(self, f, c);
+    store_answer(self, f, c, self->output);
     json_t *response = response_json(self, f, cut ? "incomplete" : "completed", json_incref(self->output), usage, NULL);
     if (response) json_object_set_new(response, "timings", em_server_timings_json(&c->timings));
     return event(self, out, cut ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", response));

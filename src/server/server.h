@@ -307,6 +307,9 @@ typedef struct em_answer_reader {
 void em_answer_init(em_answer_reader *reader, const em_answer_options *options);
 /* Feeds generated text; events for what became certain go to `sink`. */
 bool em_answer_feed(em_answer_reader *reader, const char *text, size_t len, em_answer_sink sink, void *self);
+/* Whether the reader is inside the answer's reasoning (a <think> section, harmony's analysis
+ * channel): the server counts the tokens generated there as reasoning tokens. */
+bool em_answer_in_reasoning(const em_answer_reader *reader);
 /* The answer ended: whatever is held is handed on (an unfinished call ends as it is). */
 bool em_answer_finish(em_answer_reader *reader, em_answer_sink sink, void *self);
 void em_answer_clear(em_answer_reader *reader);
@@ -332,6 +335,7 @@ typedef struct em_server_choice {
     /* Chat answers, as em_answer_reader reads them: */
     em_buf content;
     em_buf reasoning;
+    uint64_t reasoning_tokens; /* generated while the reader was in the reasoning (or leaving it) */
     json_t *tool_calls; /* [{name, arguments: JSON text}] or NULL when none */
 } em_server_choice;
 
@@ -354,6 +358,7 @@ typedef struct em_server_format {
 /* Usage over all choices: prompt tokens count once per prompt, generated tokens for every choice. */
 typedef struct em_server_usage {
     uint64_t prompt_tokens, completion_tokens, cached_tokens;
+    uint64_t reasoning_tokens; /* of completion_tokens, those of the reasoning */
 } em_server_usage;
 
 /* The "timings" object every response carries (engine-side figures of one request). */

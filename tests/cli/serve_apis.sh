@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The Responses API and Ollama's API with real clients: the official `openai` package's
-# responses.create, the `ollama` package and LangChain's ChatOllama (tests/js/responses_client.mjs,
-# ollama_client.mjs, langchain_ollama.mjs, pinned, installed by npm into BUILD/js-apis) against
-# `ember serve` on the project's own model (models/), whose answers make the comparisons with chat
-# completions mean something; then raw HTTP checks of the framing (SSE event names, NDJSON lines and
-# the last one's counts), the second port of --ollama-port, and SIGTERM.
+# responses.create, the Vercel AI SDK's OpenAI provider (Responses by default), the `ollama` package
+# and LangChain's ChatOllama (tests/js/responses_client.mjs, ai_sdk_client.mjs, ollama_client.mjs,
+# langchain_ollama.mjs, pinned, installed by npm into BUILD/js-apis) against `ember serve` on the
+# project's own model (models/), whose answers make the comparisons with chat completions mean
+# something; then raw HTTP checks of the framing (SSE event names, NDJSON lines and the last one's
+# counts), the second port of --ollama-port, and SIGTERM.
 #   bash serve_apis.sh EMBER_EXE FIXTURES_DIR BUILD_DIR
 set -u
 ember=$1 build=$3
@@ -12,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 js=$(cd "$here/../js" && pwd)
 model=$(cd "$here/../../models" && pwd)/ember-wordnet-21m.Q4_K_M.gguf
 work=$build/js-apis
-packages=(openai@6.30.1 ollama@0.6.4 @langchain/ollama@1.3.0 @langchain/core@1.5.0)
+packages=(openai@6.30.1 ollama@0.6.4 @langchain/ollama@1.3.0 @langchain/core@1.5.0 ai@7.0.185 @ai-sdk/openai@4.0.126)
 mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 command -v node >/dev/null && command -v npm >/dev/null || fail "node and npm are needed (tools/deps.sh --with-node installs them)"
@@ -20,7 +21,7 @@ installed() { # name version
   [ -f "$work/node_modules/$1/package.json" ] && grep -q "\"version\": \"$2\"" "$work/node_modules/$1/package.json"
 }
 if ! installed openai 6.30.1 || ! installed ollama 0.6.4 || ! installed @langchain/ollama 1.3.0 ||
-  ! installed @langchain/core 1.5.0; then
+  ! installed @langchain/core 1.5.0 || ! installed ai 7.0.185 || ! installed @ai-sdk/openai 4.0.126; then
   npm install --prefix "$work" --no-audit --no-fund --no-save --loglevel=error "${packages[@]}" >"$work/npm.log" 2>&1 ||
     fail "npm install ${packages[*]}: $(tail -20 "$work/npm.log")"
 fi
@@ -34,7 +35,7 @@ start_server "$log" "$ember" serve -m "$model" --port 0 --ollama-port "$second" 
   --kv-sequences 8 --device cpu || fail "ember serve did not start"
 id=ember-wordnet-21m.Q4_K_M
 status=0
-for script in responses_client ollama_client langchain_ollama; do
+for script in responses_client ai_sdk_client ollama_client langchain_ollama; do
   echo "== $script"
   node "$work/$script.mjs" "$url" "$id" sk-ember || status=1
 done

@@ -63,6 +63,8 @@ await test('chat.completions: the tool result goes back, the final answer comes 
   assert.equal(m.content, 'It will be sunny.');
   assert.equal(m.reasoning_content, 'Sunny, say so.');
   assert.equal(m.tool_calls, undefined);
+  // the fake engine's tokens are bytes: the '>' that opens the analysis body, its text, its <|end|>
+  assert.equal(r.usage.completion_tokens_details.reasoning_tokens, 1 + 'Sunny, say so.'.length + '<|end|>'.length);
 });
 
 await test('chat.completions without tools: a call is text, nothing is lost', async () => {

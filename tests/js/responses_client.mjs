@@ -3,7 +3,7 @@
 // temperature 0, the streamed events in order with their sequence numbers, a function tool forced
 // by tool_choice (arguments valid against its schema) with hosted tools ignored, the tool's result
 // sent back, previous_response_id continuing a stored response from the prefix cache, text.format,
-// and 400s / 404s naming the field.
+// and 400s naming the field.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { baseURL, model, apiKey, test, finish } from './common.mjs';
@@ -155,11 +155,11 @@ await test('previous_response_id: the continued conversation equals chat complet
   assert.equal(items.store, false);
 });
 
-await test('store: false is not kept; an unknown previous_response_id is a 404', async () => {
+await test('store: false is not kept; an unknown previous_response_id is a 400 naming it', async () => {
   const r = await client.responses.create({ model, input: question, max_output_tokens: 4, temperature: 0, store: false });
   for (const id of [r.id, 'resp_unknown']) {
     await assert.rejects(client.responses.create({ model, previous_response_id: id, input: 'more' }),
-      (e) => e instanceof OpenAI.NotFoundError && e.param === 'previous_response_id' && e.code === 'previous_response_not_found');
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'previous_response_id' && e.code === 'previous_response_not_found');
   }
 });
 
