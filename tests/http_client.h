@@ -127,4 +127,29 @@ static inline long long int_at(json_t *v, const char *path) {
     return json_integer_value(i);
 }
 
+/* Splits an SSE body into its events' data lines (and event names, when asked). */
+static inline size_t sse_events(const char *body, char **data, char **names, size_t max) {
+    size_t n = 0;
+    const char *p = body;
+    while (*p && n < max) {
+        const char *end = strstr(p, "\n\n");
+        if (!end) fail_msg("unterminated SSE event: '%s'", p);
+        char *event = strndup(p, (size_t)(end - p));
+        char *name = NULL, *d = NULL;
+        for (char *save = NULL, *line = strtok_r(event, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+            if (!strncmp(line, "event: ", 7)) name = strdup(line + 7);
+            else if (!strncmp(line, "data: ", 6)) d = strdup(line + 6);
+            else fail_msg("unexpected SSE line '%s'", line);
+        }
+        free(event);
+        if (!d) fail_msg("SSE event without data");
+        data[n] = d;
+        if (names) names[n] = name;
+        else free(name);
+        n++;
+        p = end + 2;
+    }
+    return n;
+}
+
 #endif
