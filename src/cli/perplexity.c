@@ -122,8 +122,9 @@ static em_err choose_tokens(ppl_run *r) {
     if (r->a.text_file) {
         char *text = NULL;
         size_t len = 0;
-        em_err err = em_cli_read_file(r->a.text_file, &text, &len);
-        if (!err) err = em_ppl_tokenize(r->tokenizer, text, len, &r->text_tokens, &r->n_text_tokens);
+        em_err err = em_cli_read_file(r->a.text_file, &text, &len); /* its errors name the file */
+        if (err) return err;
+        err = em_ppl_tokenize(r->tokenizer, text, len, &r->text_tokens, &r->n_text_tokens);
         free(text);
         if (err) return em_err_prefix(err, "%s", r->a.text_file);
         tokens = r->text_tokens, n = r->n_text_tokens;
