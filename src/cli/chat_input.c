@@ -30,6 +30,7 @@ struct em_cli_line_reader {
     History *history;
 #endif
     bool terminal;   /* standard input is a terminal (Ctrl-C then interrupts a plain read) */
+    bool shown_on_stdout; /* standard output is a terminal: the prompt goes there */
     bool continuing; /* the prompt is "... " */
     bool cleared;    /* Ctrl-C dropped the line being read */
     char *line;      /* the last line read, without its newline */
@@ -104,7 +105,7 @@ static unsigned char paste(EditLine *editor, int key) {
 }
 
 static void open_editor(em_cli_line_reader *r) {
-    if (!r->terminal || !isatty(STDOUT_FILENO)) return;
+    if (!r->terminal || !r->shown_on_stdout) return;
     r->editor = el_init("ember", stdin, stdout, stderr);
     r->history = history_init();
     if (!r->editor || !r->history) {
@@ -146,8 +147,8 @@ static bool edit_line(em_cli_line_reader *r) {
 
 /* One line from standard input as it comes into r->line; false at the end of input. */
 static bool plain_line(em_cli_line_reader *r) {
-    /* On a terminal the prompt goes where the editor's would; from a pipe, away from the replies. */
-    FILE *shown = r->terminal ? stdout : stderr;
+    /* The prompt goes with the replies to a terminal, and never into a file of replies. */
+    FILE *shown = r->shown_on_stdout ? stdout : stderr;
     fputs(prompt_for(r), shown);
     fflush(shown);
     if (r->terminal) em_cli_catch_interrupts(true);
@@ -173,6 +174,7 @@ em_err em_cli_line_reader_open(em_cli_line_reader **reader) {
     em_cli_line_reader *r = calloc(1, sizeof *r);
     if (!r) return em_errorf(EM_ERR_NOMEM, "out of memory for the chat's line reader");
     r->terminal = isatty(STDIN_FILENO);
+    r->shown_on_stdout = isatty(STDOUT_FILENO);
 #ifdef EM_HAVE_LIBEDIT
     open_editor(r);
 #endif
