@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "ember.h"
@@ -370,6 +371,8 @@ static void banner(const chat_session *s, const char *model) {
     const char *name = strrchr(model, '/');
     fprintf(stderr, "ember chat: %s, context %u tokens, %s. /help for commands, Ctrl-D or /bye to quit.\n",
             name ? name + 1 : model, info.ctx_tokens, info.device);
+    if (isatty(STDIN_FILENO) && isatty(STDOUT_FILENO) && !em_cli_line_reader_editing(s->input))
+        fprintf(stderr, "(no line editing or history: this ember was built without libedit; \"\"\" opens a message of several lines)\n");
 }
 
 static em_err converse(chat_session *s) {
