@@ -69,10 +69,20 @@ static em_err parse_count(const char *flag, const char *text, uint32_t lo, uint3
     return NULL;
 }
 
+static const char *const ppl_options[] = {EM_CLI_MODEL_NAMES, "-f", "--file", "--save-logits", "--kl-base", "-c", "--ctx",
+                                          "--chunks", "-t", "--threads", "--device", NULL};
+
 static em_err parse_args(int argc, char **argv, ppl_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
-        if (i + 1 >= argc) return em_errorf(EM_ERR_INVALID, "%s needs a value (or is unknown)", f);
+        bool known = false;
+        for (size_t k = 0; ppl_options[k] && !known; k++) known = !strcmp(ppl_options[k], f);
+        if (!known) {
+            const char *near = em_cli_nearest_option(f, ppl_options);
+            if (near) return em_errorf(EM_ERR_INVALID, "unknown option '%s' (did you mean %s?)", f, near);
+            return em_errorf(EM_ERR_INVALID, "unknown option '%s' (ember perplexity --help lists them)", f);
+        }
+        if (i + 1 >= argc) return em_errorf(EM_ERR_INVALID, "%s needs a value", f);
         const char *v = argv[++i];
         em_err err = NULL;
         if (em_cli_model_option(&a->source, f, v)) continue;
