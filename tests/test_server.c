@@ -70,9 +70,9 @@ static void test_parse_chat_fields(void **state) {
     assert_true(req.include_usage);
     em_server_request_clear(&req);
 
-    /* defaults: the APIs' own (temperature 1, nucleus and top-k off), no limit, one choice */
+    /* defaults: the program's temperature (0.8, as `ember run`), nucleus and top-k off, no limit, one choice */
     parse_chat_ok("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stop\":\"END\",\"max_tokens\":null}", &req);
-    assert_true(req.sampling.temperature == 1.0f);
+    assert_true(req.sampling.temperature == 0.8f);
     assert_true(req.sampling.top_p == 1.0f);
     assert_int_equal(req.sampling.top_k, 0);
     assert_true(req.sampling.min_p == 0.0f);

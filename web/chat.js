@@ -6,7 +6,7 @@ import { renderMarkdown } from './markdown.js';
 
 const $ = (id) => document.getElementById(id);
 const KEYS = { conversations: 'ember.conversations', current: 'ember.current', settings: 'ember.settings' };
-const DEFAULT_SETTINGS = { system: '', temperature: 0.7, topP: 1, maxTokens: 512, apiKey: '' };
+const DEFAULT_SETTINGS = { system: '', temperature: 0.8, topP: 1, maxTokens: 512, apiKey: '' };
 
 function load(key, fallback) {
   try {

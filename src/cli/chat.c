@@ -8,24 +8,21 @@
  * with the previous turn's prompt and reply, so the prefix cache serves all of it: the per-turn
  * line on stderr shows how many prompt tokens came from the cache.
  *
- * The conversation outlives everything but Ctrl-D and /bye. On a terminal, lines are read with
- * libedit (editing, history, Ctrl-C at the prompt clears the line: the editor turns the terminal's
- * interrupt character into a key, bound to clear_line) and a bracketed paste stays one turn; `"""`
- * opens and closes a multi-line turn anywhere. Ctrl-C during a reply cancels the request (a SIGINT
+ * The conversation outlives everything but Ctrl-D and /bye. Lines come from em_cli_line_reader
+ * (chat_input.c: on a terminal an editor with history, where a bracketed paste stays one turn and
+ * Ctrl-C clears the line); `"""` opens and closes a multi-line turn anywhere. Ctrl-C during a reply cancels the request (a SIGINT
  * handler counts, the streaming loop polls: em_cli_catch_interrupts); what was shown stays in the
  * conversation. When the conversation no longer fits the context, its oldest turns leave it (the
  * system message stays) with a note. `/` commands change the system message, the sampling
  * settings, and save or load the conversation as JSON. The sampling options and their defaults are
  * `run`'s (em_cli_generate, generate_options.c).
  */
-#include <histedit.h>
 #include <jansson.h>
 #include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <wchar.h>
 
 #include "cli.h"
 #include "ember.h"
@@ -43,13 +40,8 @@ typedef struct chat_session {
     em_cli_generate settings; /* the command line's, changed by /set; seed: the next reply's */
     json_t *messages;         /* [{role, content}], a system message first when there is one; owned */
     uint32_t ctx_tokens;
-    EditLine *editor;         /* NULL when standard input is not a terminal */
-    History *history;
-    bool continuing;          /* inside a """ block: the prompt is "... " */
+    em_cli_line_reader *input; /* owned */
     bool block;               /* the turn just read was a """ block (never a command) */
-    bool cleared;             /* Ctrl-C cleared the line being read */
-    char *line;               /* the last line read, without its newline; owned */
-    size_t line_cap;
 } chat_session;
 
 static const char *const chat_options[] = {EM_CLI_MODEL_NAMES, EM_CLI_SPEC_NAMES, EM_CLI_GENERATE_NAMES, "--system",
@@ -98,113 +90,6 @@ static em_err parse_args(int argc, char **argv, chat_args *a) {
 
 /* ---- Reading turns ---- */
 
-static const char *prompt_text(EditLine *editor) {
-    chat_session *s = NULL;
-    el_get(editor, EL_CLIENTDATA, &s);
-    return s && s->continuing ? "... " : ">>> ";
-}
-
-/* Ctrl-C at the prompt: the line (and a """ block being typed) is dropped; a fresh prompt follows. */
-static unsigned char clear_line(EditLine *editor, int key) {
-    (void)key;
-    chat_session *s = NULL;
-    el_get(editor, EL_CLIENTDATA, &s);
-    const LineInfoW *line = el_wline(editor);
-    el_cursor(editor, (int)(line->lastchar - line->cursor));
-    el_deletestr(editor, (int)(line->lastchar - line->buffer));
-    el_insertstr(editor, "\n"); /* an empty line: el_gets returns nothing (end of input) for one without its newline */
-    fputs("^C\n", stdout);
-    if (s) s->cleared = true;
-    return CC_NEWLINE;
-}
-
-/* A bracketed paste (the terminal wraps it in ESC [200~ ... ESC [201~): its text, newlines
- * included, joins the line being edited, so that a pasted paragraph is one turn. */
-static unsigned char paste(EditLine *editor, int key) {
-    (void)key;
-    static const wchar_t end[] = L"\033[201~";
-    const size_t end_len = 6;
-    size_t cap = 256, n = 0;
-    wchar_t *text = malloc(cap * sizeof *text);
-    wchar_t c;
-    bool after_return = false;
-    while (text && el_wgetc(editor, &c) == 1) {
-        if (n + 2 > cap) {
-            wchar_t *grown = realloc(text, 2 * cap * sizeof *text);
-            if (!grown) break;
-            text = grown, cap *= 2;
-        }
-        if (c == L'\n' && n && text[n - 1] == L'\n' && after_return) continue; /* CR LF: one newline */
-        after_return = c == L'\r';
-        text[n++] = c == L'\r' ? L'\n' : c; /* terminals send a pasted newline as CR */
-        if (n >= end_len && !wmemcmp(text + n - end_len, end, end_len)) {
-            n -= end_len;
-            break;
-        }
-    }
-    if (!text) return CC_ERROR;
-    text[n] = L'\0';
-    el_winsertstr(editor, text);
-    free(text);
-    return CC_REDISPLAY;
-}
-
-static void open_editor(chat_session *s) {
-    if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) return;
-    s->editor = el_init("ember", stdin, stdout, stderr);
-    s->history = history_init();
-    if (!s->editor || !s->history) {
-        if (s->editor) el_end(s->editor);
-        if (s->history) history_end(s->history);
-        s->editor = NULL, s->history = NULL;
-        return;
-    }
-    HistEvent event;
-    history(s->history, &event, H_SETSIZE, 1000);
-    el_set(s->editor, EL_CLIENTDATA, s);
-    el_set(s->editor, EL_EDITOR, "emacs");
-    el_set(s->editor, EL_PROMPT, prompt_text);
-    el_set(s->editor, EL_HIST, history, s->history);
-    el_set(s->editor, EL_SETTY, "-d", "-isig", NULL); /* Ctrl-C reaches the editor as a key while it reads */
-    /* el_wset: the narrow el_set copies a function's name and help and never frees them */
-    el_wset(s->editor, EL_ADDFN, L"ember-clear-line", L"drop the line (Ctrl-C)", clear_line);
-    el_set(s->editor, EL_BIND, "^C", "ember-clear-line", NULL);
-    el_wset(s->editor, EL_ADDFN, L"ember-paste", L"a bracketed paste, newlines kept", paste);
-    el_set(s->editor, EL_BIND, "\033[200~", "ember-paste", NULL);
-}
-
-/* One line without its final newline in s->line, or false at the end of input (Ctrl-D). */
-static bool read_line(chat_session *s) {
-    s->cleared = false;
-    ssize_t got;
-    if (s->editor) {
-        fputs("\033[?2004h", stdout); /* bracketed paste, only while the editor reads */
-        fflush(stdout);
-        int count = 0;
-        const char *text = el_gets(s->editor, &count);
-        fputs("\033[?2004l", stdout);
-        fflush(stdout);
-        if (!text || count <= 0) {
-            fputc('\n', stdout);
-            return false;
-        }
-        got = (ssize_t)strlen(text); /* bytes; count is in characters */
-        if ((size_t)got + 1 > s->line_cap) {
-            char *grown = realloc(s->line, (size_t)got + 1);
-            if (!grown) return false;
-            s->line = grown, s->line_cap = (size_t)got + 1;
-        }
-        memcpy(s->line, text, (size_t)got + 1);
-    } else {
-        fputs(s->continuing ? "... " : "> ", stderr);
-        got = getline(&s->line, &s->line_cap, stdin);
-        if (got <= 0) return false;
-    }
-    while (got > 0 && (s->line[got - 1] == '\n' || s->line[got - 1] == '\r')) s->line[--got] = '\0';
-    em_cli_interrupted(); /* from here on, a Ctrl-C is meant for the reply to come */
-    return true;
-}
-
 static bool ends_with_quotes(const char *text, size_t len) { return len >= 3 && !memcmp(text + len - 3, "\"\"\"", 3); }
 
 /* The next turn the user typed (malloc'd), or NULL at the end of input. A line that starts with """
@@ -212,32 +97,31 @@ static bool ends_with_quotes(const char *text, size_t len) { return len >= 3 && 
  * (*turn set to an empty string). */
 static em_err read_turn(chat_session *s, char **turn) {
     *turn = NULL;
-    s->continuing = s->block = false;
-    if (!read_line(s)) return NULL;
-    if (s->cleared || strncmp(s->line, "\"\"\"", 3)) {
-        *turn = strdup(s->cleared ? "" : s->line);
+    s->block = false;
+    bool cleared = false;
+    const char *line = em_cli_read_line(s->input, false, &cleared);
+    if (!line) return NULL;
+    if (cleared || strncmp(line, "\"\"\"", 3)) {
+        *turn = strdup(line);
         return *turn ? NULL : em_errorf(EM_ERR_NOMEM, "out of memory for the message");
     }
     em_buf block = {0};
-    const char *first = s->line + 3;
+    const char *first = line + 3;
     size_t first_len = strlen(first);
     bool closed = ends_with_quotes(first, first_len);
     em_buf_append(&block, first, closed ? first_len - 3 : first_len);
-    s->continuing = true;
     while (!closed) {
-        if (!read_line(s)) break;
-        if (s->cleared) {
+        if (!(line = em_cli_read_line(s->input, true, &cleared))) break;
+        if (cleared) {
             em_buf_free(&block);
-            s->continuing = false;
             *turn = strdup("");
             return *turn ? NULL : em_errorf(EM_ERR_NOMEM, "out of memory for the message");
         }
-        size_t len = strlen(s->line);
-        closed = ends_with_quotes(s->line, len);
+        size_t len = strlen(line);
+        closed = ends_with_quotes(line, len);
         if (block.len) em_buf_putc(&block, '\n');
-        em_buf_append(&block, s->line, closed ? len - 3 : len);
+        em_buf_append(&block, line, closed ? len - 3 : len);
     }
-    s->continuing = false;
     if (!em_buf_putc(&block, '\0')) {
         em_buf_free(&block);
         return em_errorf(EM_ERR_NOMEM, "out of memory for the message");
@@ -487,6 +371,8 @@ static void banner(const chat_session *s, const char *model) {
     const char *name = strrchr(model, '/');
     fprintf(stderr, "ember chat: %s, context %u tokens, %s. /help for commands, Ctrl-D or /bye to quit.\n",
             name ? name + 1 : model, info.ctx_tokens, info.device);
+    if (isatty(STDIN_FILENO) && isatty(STDOUT_FILENO) && !em_cli_line_reader_editing(s->input))
+        fprintf(stderr, "(no line editing or history: this ember was built without libedit; \"\"\" opens a message of several lines)\n");
 }
 
 static em_err converse(chat_session *s) {
@@ -497,10 +383,7 @@ static em_err converse(chat_session *s) {
         bool go_on = true;
         if (turn[0] == '/' && !s->block) go_on = command(s, turn);
         else if (turn[0]) {
-            if (s->history) {
-                HistEvent event;
-                history(s->history, &event, H_ENTER, turn);
-            }
+            em_cli_line_reader_remember(s->input, turn);
             if (!add_message(s->messages, "user", turn)) {
                 fprintf(stderr, "the message is not valid UTF-8\n");
             } else if ((err = reply(s))) {
@@ -510,10 +393,7 @@ static em_err converse(chat_session *s) {
                 em_err_free(err);
             }
         }
-        if (s->history && turn[0] == '/' && !s->block) {
-            HistEvent event;
-            history(s->history, &event, H_ENTER, turn);
-        }
+        if (turn[0] == '/' && !s->block) em_cli_line_reader_remember(s->input, turn);
         free(turn);
         if (!go_on) return NULL;
     }
@@ -530,7 +410,7 @@ int em_cli_chat(int argc, char **argv) {
         em_cli_model_free(&a.source);
         return em_cli_fail("chat", err);
     }
-    setlocale(LC_CTYPE, ""); /* libedit reads and shows the terminal's characters */
+    setlocale(LC_CTYPE, ""); /* the line editor reads and shows the terminal's characters */
     chat_session s = {.settings = a.generate, .messages = json_array()};
     ember_options o;
     ember_options_default(&o);
@@ -546,14 +426,14 @@ int em_cli_chat(int argc, char **argv) {
         ember_engine_info info;
         ember_engine_get_info(s.engine, &info);
         s.ctx_tokens = info.ctx_tokens;
+        err = em_cli_line_reader_open(&s.input);
+    }
+    if (!err) {
         banner(&s, a.model);
-        em_cli_catch_interrupts();
-        open_editor(&s);
+        em_cli_catch_interrupts(false);
         err = converse(&s);
     }
-    if (s.editor) el_end(s.editor);
-    if (s.history) history_end(s.history);
-    free(s.line);
+    em_cli_line_reader_close(s.input);
     json_decref(s.messages);
     ember_engine_destroy(s.engine);
     em_cli_model_free(&a.source);

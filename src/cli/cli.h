@@ -146,10 +146,27 @@ uint64_t em_cli_random_seed(void);
 
 /* Ctrl-C while a command generates: em_cli_catch_interrupts installs a SIGINT handler that only
  * counts (the one piece of global state in the program besides the logger: a signal handler has
- * nowhere else to write); the generation loops poll em_cli_interrupted and cancel their request. */
-void em_cli_catch_interrupts(void);
+ * nowhere else to write); the generation loops poll em_cli_interrupted and cancel their request.
+ * `interrupt_reads`: a read that Ctrl-C interrupts returns (EINTR) rather than going on, for the
+ * one read that should end early (chat's plain line reader on a terminal); false elsewhere, so
+ * that writes are never cut short. */
+void em_cli_catch_interrupts(bool interrupt_reads);
 /* True once Ctrl-C was pressed since the last call; clears it. */
 bool em_cli_interrupted(void);
+
+/* The lines `ember chat` reads (chat_input.c): on a terminal, in a build with libedit, an editor with
+ * history, bracketed paste and Ctrl-C clearing the line; otherwise plain lines from standard input
+ * (on a terminal Ctrl-C still drops the line). The prompt is ">>> ", or "... " while `continuing`. */
+typedef struct em_cli_line_reader em_cli_line_reader;
+em_err em_cli_line_reader_open(em_cli_line_reader **reader);
+/* True when the editor reads the lines (a terminal, and libedit built in). */
+bool em_cli_line_reader_editing(const em_cli_line_reader *reader);
+/* The next line without its newline (owned by the reader, valid until the next call), or NULL at the
+ * end of input (Ctrl-D); *cleared when Ctrl-C dropped it (the line is then empty). */
+const char *em_cli_read_line(em_cli_line_reader *reader, bool continuing, bool *cleared);
+/* Adds a turn to the history that Up and Down walk. */
+void em_cli_line_reader_remember(em_cli_line_reader *reader, const char *turn);
+void em_cli_line_reader_close(em_cli_line_reader *reader);
 
 /* The nearest of `names` (NULL-terminated) to the unknown option `flag`, or NULL when none is close. */
 const char *em_cli_nearest_option(const char *flag, const char *const *names);

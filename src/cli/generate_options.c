@@ -183,10 +183,10 @@ static void count_interrupt(int signal_number) {
     interrupts = 1;
 }
 
-void em_cli_catch_interrupts(void) {
+void em_cli_catch_interrupts(bool interrupt_reads) {
     struct sigaction action = {.sa_handler = count_interrupt};
     sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
+    action.sa_flags = interrupt_reads ? 0 : SA_RESTART;
     sigaction(SIGINT, &action, NULL);
 }
 

@@ -69,10 +69,20 @@ static em_err parse_count(const char *flag, const char *text, uint32_t lo, uint3
     return NULL;
 }
 
+static const char *const ppl_options[] = {EM_CLI_MODEL_NAMES, "-f", "--file", "--save-logits", "--kl-base", "-c", "--ctx",
+                                          "--chunks", "-t", "--threads", "--device", NULL};
+
 static em_err parse_args(int argc, char **argv, ppl_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
-        if (i + 1 >= argc) return em_errorf(EM_ERR_INVALID, "%s needs a value (or is unknown)", f);
+        bool known = false;
+        for (size_t k = 0; ppl_options[k] && !known; k++) known = !strcmp(ppl_options[k], f);
+        if (!known) {
+            const char *near = em_cli_nearest_option(f, ppl_options);
+            if (near) return em_errorf(EM_ERR_INVALID, "unknown option '%s' (did you mean %s?)", f, near);
+            return em_errorf(EM_ERR_INVALID, "unknown option '%s' (ember perplexity --help lists them)", f);
+        }
+        if (i + 1 >= argc) return em_errorf(EM_ERR_INVALID, "%s needs a value", f);
         const char *v = argv[++i];
         em_err err = NULL;
         if (em_cli_model_option(&a->source, f, v)) continue;
@@ -122,8 +132,9 @@ static em_err choose_tokens(ppl_run *r) {
     if (r->a.text_file) {
         char *text = NULL;
         size_t len = 0;
-        em_err err = em_cli_read_file(r->a.text_file, &text, &len);
-        if (!err) err = em_ppl_tokenize(r->tokenizer, text, len, &r->text_tokens, &r->n_text_tokens);
+        em_err err = em_cli_read_file(r->a.text_file, &text, &len); /* its errors name the file */
+        if (err) return err;
+        err = em_ppl_tokenize(r->tokenizer, text, len, &r->text_tokens, &r->n_text_tokens);
         free(text);
         if (err) return em_err_prefix(err, "%s", r->a.text_file);
         tokens = r->text_tokens, n = r->n_text_tokens;

@@ -264,7 +264,7 @@ static em_err generate(const run_args *a, bool *interrupted) {
         params.prompt_text_len = text_len;
     }
     if ((err = ember_submit(engine, &params, &request))) goto done;
-    em_cli_catch_interrupts();
+    em_cli_catch_interrupts(false);
     ember_output out = {.finish = EMBER_FINISH_NONE};
     size_t printed = 0;
     do {

@@ -21,19 +21,30 @@ static const char usage_text[] =
     "  --api-key KEY        require this key (Authorization: Bearer KEY or x-api-key: KEY);\n"
     "                       default: the EMBER_API_KEY environment variable, else none (an empty\n"
     "                       key is refused); /health, /metrics and the chat page need none\n"
-    "  --ctx N              longest prompt + output in tokens (default: the model's, at most 8192)\n"
+    "  -c, --ctx N          longest prompt + output in tokens (default: the model's, at most 8192)\n"
     "  --kv-mem BYTES       KV cache budget (suffixes K, M, G; default: --kv-sequences of --ctx)\n"
     "  --kv-sequences N     KV cache room in sequences of --ctx tokens (default 4)\n"
     "  --batch-tokens N     tokens per engine step (default 2048)\n"
     "  --max-sequences N    requests running at once (default 256)\n"
     "  --max-body BYTES     largest request body (suffixes K, M, G; default 4M)\n"
     "  --device cpu|cuda    backend (default: cuda when a GPU is present)\n"
-    "  --threads N          CPU threads for the CPU backend (default: all cores)\n"
+    "  -t, --threads N      CPU threads for the CPU backend (default: all cores)\n"
     "  --alias NAME         the model id /v1/models lists and responses report (default: the file's\n"
     "                       name without .gguf); requests naming any model are served by this one\n"
     EM_CLI_CACHE_USAGE
     EM_CLI_SPEC_USAGE
     "                     (the default of requests; a request may turn it off: docs/speculative.md)\n";
+
+static const char *const serve_options[] = {EM_CLI_MODEL_NAMES, EM_CLI_SPEC_NAMES, EM_CLI_CACHE_NAMES, "--host", "--port",
+                                            "--api-key", "-c", "--ctx", "--kv-mem", "--kv-sequences", "--batch-tokens",
+                                            "--max-sequences", "--max-body", "--device", "-t", "--threads", "--alias",
+                                            "--mmap", "--no-mmap", "--help", NULL};
+
+static bool known_option(const char *flag) {
+    for (size_t i = 0; serve_options[i]; i++)
+        if (!strcmp(serve_options[i], flag)) return true;
+    return false;
+}
 
 /* "512", "64K", "2G" → bytes. */
 static bool parse_size(const char *text, uint64_t *out) {
@@ -89,8 +100,14 @@ int em_cli_serve(int argc, char **argv) {
             return 0;
         }
         if (em_cli_model_flag(&source, a)) continue;
+        if (!known_option(a)) {
+            const char *near = em_cli_nearest_option(a, serve_options);
+            if (near) fprintf(stderr, "ember serve: unknown option '%s' (did you mean %s?)\n", a, near);
+            else fprintf(stderr, "ember serve: unknown option '%s' (ember serve --help lists them)\n", a);
+            return 1;
+        }
         if (!v) {
-            fprintf(stderr, "ember serve: %s needs a value\n%s", a, usage_text);
+            fprintf(stderr, "ember serve: %s needs a value\n", a);
             return 1;
         }
         em_err spec_err = NULL;
@@ -102,7 +119,7 @@ int em_cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--port")) ok = parse_int(v, 0, 65535, &server.port);
         else if (!strcmp(a, "--ollama-port")) ok = parse_int(v, 1, 65535, &server.ollama_port);
         else if (!strcmp(a, "--api-key")) key_flag = server.api_key = v;
-        else if (!strcmp(a, "--ctx")) ok = parse_int(v, 1, INT_MAX, &options.ctx_tokens);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) ok = parse_int(v, 1, INT_MAX, &options.ctx_tokens);
         else if (!strcmp(a, "--kv-mem")) ok = parse_size(v, &options.kv_mem_bytes);
         else if (!strcmp(a, "--kv-sequences")) ok = parse_int(v, 1, 1 << 20, &options.kv_sequences);
         else if (!strcmp(a, "--batch-tokens")) ok = parse_int(v, 1, INT_MAX, &options.batch_tokens);
@@ -114,10 +131,10 @@ int em_cli_serve(int argc, char **argv) {
             ok = !strcmp(v, "cpu") || !strcmp(v, "cuda");
             options.device = v;
         }
-        else if (!strcmp(a, "--threads")) ok = parse_int(v, 0, 4096, &options.threads);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = parse_int(v, 0, 4096, &options.threads);
         else if (!strcmp(a, "--alias")) ok = (alias = v)[0] != 0;
         else {
-            fprintf(stderr, "ember serve: unknown option '%s'\n%s", a, usage_text);
+            fprintf(stderr, "ember serve: unknown option '%s' (ember serve --help lists them)\n", a);
             return 1;
         }
         if (!ok) {
@@ -134,7 +151,7 @@ int em_cli_serve(int argc, char **argv) {
         return 1;
     }
     if (!source.file && !source.hf) {
-        fprintf(stderr, "ember serve: a model is required (-m MODEL.gguf or --hf ORG/NAME[:QUANT])\n%s", usage_text);
+        fprintf(stderr, "ember serve: a model is required (-m MODEL.gguf or --hf ORG/NAME[:QUANT]; ember serve --help)\n");
         return 1;
     }
     options.weights_memory = source.weights_memory;

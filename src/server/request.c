@@ -364,9 +364,9 @@ void em_server_request_init(em_server_request *req, em_server_api api) {
     memset(req, 0, sizeof *req);
     req->api = api;
     req->n = 1;
-    /* The APIs' own defaults (temperature 1, nucleus off), not ember_request_default's: a client
-     * that sends nothing gets what it would get from OpenAI or Anthropic. */
-    req->sampling.temperature = 1.0f;
+    /* The program's one default temperature, ember_request_default's and the command line's (0.8, as
+     * llama.cpp's server and Ollama sample); the candidate filters stay off, as the APIs document. */
+    req->sampling.temperature = 0.8f;
     req->sampling.top_k = 0;
     req->sampling.top_p = 1.0f;
     req->sampling.min_p = 0.0f;

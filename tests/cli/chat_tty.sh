@@ -2,7 +2,8 @@
 # `ember chat` in a terminal (tmux) on the project's model: the arrow keys edit the line, an empty
 # line does not quit, Ctrl-C stops a reply and the next question is still answered, Ctrl-C at the
 # prompt clears the line, a bracketed paste and a """ block are one turn each, /save and /load
-# round-trip, a small context keeps chatting (the oldest turns leave), Ctrl-D quits with status 0.
+# round-trip, a small context keeps chatting (the oldest turns leave), Ctrl-D quits with status 0;
+# with its replies going to a file it reads plain lines, where Ctrl-C works the same.
 # Each reply's line on stderr ("[prompt ...]") counts the turns answered.
 # usage: chat_tty.sh EMBER FIXTURES_DIR BUILD_DIR
 set -u
@@ -36,7 +37,7 @@ wait_for() {
   fail "$1: the screen never showed '$2':"; screen "$1" | tail -8
   return 1
 }
-answered() { grep -c '^\[prompt ' "$WORK/$1.err" 2>/dev/null; }
+answered() { grep -c '\[prompt ' "$WORK/$1.err" 2>/dev/null; }
 # ask NAME N: wait until N replies are finished
 replies() {
   for _ in $(seq 300); do
@@ -172,6 +173,43 @@ m = json.load(open(sys.argv[1]))["messages"]
 assert m[0] == {"role": "system", "content": "Answer briefly."}, m[0]
 assert m[-2] == {"role": "user", "content": "What does house mean?"}, m[-2]
 assert len(m) < 17, len(m)
+EOF
+
+# Replies to a file from a terminal's keyboard: no editor (it needs a terminal both ways), plain lines
+# as the terminal gives them, the path of a build without libedit. Ctrl-C at the prompt still drops
+# the line, Ctrl-C in a reply still stops it, and Ctrl-D quits.
+T new-session -d -s plain -x 150 -y 50 \
+  "LANG=C.UTF-8 $(printf '%q ' "$EMBER" chat -m "$MODEL" --temp 0 -n 32) >$WORK/plain.out 2>$WORK/plain.err; echo \$? >$WORK/plain.status"
+for _ in $(seq 300); do grep -qF ">>> " "$WORK/plain.err" 2>/dev/null && break; sleep 0.1; done
+type_text plain "garbage that never leaves"
+keys plain C-c
+type_text plain "What does dog mean?"
+keys plain Enter
+replies plain 1
+for setting in "temperature 50" "max_tokens 100000" "top_k 0" "top_p 1" "min_p 0" "seed 2"; do
+  type_text plain "/set $setting"
+  keys plain Enter
+done
+type_text plain "Say many words."
+keys plain Enter
+sleep 0.2
+keys plain C-c
+replies plain 2
+last=$(grep '\[prompt ' "$WORK/plain.err" | tail -1)
+grep -q "; stopped\]" <<<"$last" || fail "plain lines: Ctrl-C did not stop the reply: $last"
+type_text plain "/set temperature 0"
+keys plain Enter
+type_text plain "/save $WORK/plain.json"
+keys plain Enter
+keys plain C-d
+for _ in $(seq 100); do [ -e "$WORK/plain.status" ] && break; sleep 0.1; done
+[ "$(cat "$WORK/plain.status" 2>/dev/null)" = 0 ] || fail "plain lines: Ctrl-D: status $(cat "$WORK/plain.status" 2>/dev/null)"
+grep -qF ">>>" "$WORK/plain.out" && fail "plain lines: the prompt went into the file of replies"
+python3 - "$WORK/plain.json" <<'EOF' || fail "plain lines: the conversation: $(cat "$WORK/plain.json")"
+import json, sys
+m = json.load(open(sys.argv[1]))["messages"]
+assert [x["content"] for x in m if x["role"] == "user"] == ["What does dog mean?", "Say many words."], m
+assert all(x["content"] for x in m), "an empty reply"
 EOF
 
 [ $fails -eq 0 ] && echo ok

@@ -117,7 +117,12 @@ expect_error() { # MESSAGE-PATTERN ARGS...
   [ $rc -eq 1 ] && grep -q "^ember perplexity: .*$pattern" <<<"$err" || fail "perplexity $*: exit $rc, '$err'"
 }
 expect_error "cannot open" -m "$tmp/f32.gguf" -f "$tmp/missing.txt"
+err=$("$ember" perplexity -m "$tmp/f32.gguf" -f "$tmp/missing.txt" 2>&1 >/dev/null)
+[ "$err" = "ember perplexity: $tmp/missing.txt: cannot open: No such file or directory" ] || fail "the missing file named once: '$err'"
 expect_error "a text is required" -m "$tmp/f32.gguf"
+expect_error "unknown option '--chunk' (did you mean --chunks?)" -m "$tmp/f32.gguf" -f "$text" --chunk 2
+expect_error "unknown option '--bogus' (ember perplexity --help lists them)" -m "$tmp/f32.gguf" -f "$text" --bogus
+expect_error "--chunks needs a value" -m "$tmp/f32.gguf" -f "$text" --chunks
 expect_error "a model is required" -f "$text"
 expect_error "too small" -m "$tmp/f32.gguf" -f "$text" --ctx 4
 expect_error "longer than the model's context of 256" -m "$tmp/f32.gguf" -f "$text" --ctx 512

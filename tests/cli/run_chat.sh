@@ -93,6 +93,15 @@ out=$(run -p "$Q" --raw --system x 2>&1); [ $? = 1 ] && grep -q "does not go wit
 out=$(run -p "$Q" -n 2>&1); [ $? = 1 ] && [ "$out" = "ember run: -n needs a value" ] || fail "-n without a value: $out"
 out=$("$EMBER" chat -m "$MODEL" --temperatur 1 2>&1 </dev/null); [ $? = 1 ] && grep -q "did you mean --temperature" <<<"$out" ||
   fail "chat unknown option: $out"
+out=$(run -p "$Q" --bogus 2>&1); [ $? = 1 ] && [ "$out" = "ember run: unknown option '--bogus' (ember run --help lists them)" ] ||
+  fail "an unknown last option: $out"
+out=$("$EMBER" chat -m "$MODEL" --bogus 2>&1 </dev/null); [ $? = 1 ] &&
+  [ "$out" = "ember chat: unknown option '--bogus' (ember chat --help lists them)" ] || fail "chat, an unknown last option: $out"
+out=$("$EMBER" serve -m "$MODEL" --treads 2 2>&1); [ $? = 1 ] && [ "$out" = "ember serve: unknown option '--treads' (did you mean --threads?)" ] ||
+  fail "serve unknown option: $out"
+out=$("$EMBER" serve -m "$MODEL" --bogus 2>&1); [ $? = 1 ] && [ "$out" = "ember serve: unknown option '--bogus' (ember serve --help lists them)" ] ||
+  fail "serve, an unknown last option: $out"
+out=$("$EMBER" serve -m "$MODEL" --port 2>&1); [ $? = 1 ] && [ "$out" = "ember serve: --port needs a value" ] || fail "serve --port: $out"
 
 [ $fails -eq 0 ] && echo ok
 exit $((fails > 0))
