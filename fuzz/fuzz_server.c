@@ -1,8 +1,9 @@
 /* libFuzzer target: the server's request parsers (OpenAI chat and completions, Anthropic, the
  * Responses API with a store holding one response, Ollama's chat and generate), and the making of
- * a parsed request's grammar. The first byte picks the endpoint and the tool-call format; the rest
- * is the body. Every input must give either a request or a 4xx/5xx error with a message, and a parsed
- * request must format (error bodies, chat-prompt splitting) without touching memory it does not own. */
+ * a parsed request's grammar. The first byte picks the endpoint and the tool-call format (any of
+ * them: harmony and Gemma 4 build their grammars their own way); the rest is the body. Every input
+ * must give either a request or a 4xx/5xx error with a message, and a parsed request must format
+ * (error bodies, chat-prompt splitting) without touching memory it does not own. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +65,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         em_grammar_watch watch;
         em_grammar_watch_init(&watch, 1.0, NULL, NULL);
         const em_server_grammar_maker maker = {.cache = grammars, .watch = &watch};
-        ok = em_server_make_grammar(&req, &maker, (em_tool_format)(data[0] / 7 % 5), data[0] & 0x80, false, &err);
+        const em_tool_format format = (em_tool_format)(data[0] / 7 % (EM_TOOL_FORMAT_GEMMA4 + 1));
+        ok = em_server_make_grammar(&req, &maker, format, data[0] & 0x80, false, &err);
     }
     if (!ok) {
         if (err.status < 400 || err.status > 599 || !err.message[0]) abort();

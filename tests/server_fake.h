@@ -2,7 +2,8 @@
  * reply ("Hello, world!", 400 letters at 20 ms a token when the prompt contains "slow", reasoning and
  * a tool call when it contains "think-and-call"; gpt-oss's harmony answers, as the model writes
  * them, when it contains "harmony": a call after reasoning for "harmony-call" until a tool result
- * is in the conversation, else reasoning and a final answer; "Hel" and then a grammar too
+ * is in the conversation, else reasoning and a final answer; Gemma 4's the same way for "gemma4"
+ * and "gemma4-call"; "Hel" and then a grammar too
  * ambiguous to follow, as the real engine reports it, when it contains "ambiguous" and a grammar
  * is given), stop
  * strings and max_tokens applied as the engine would, and counters of submitted, cancelled and
@@ -31,6 +32,11 @@
     "{\"city\":\"Oslo\",\"days\":3}"
 #define FAKE_HARMONY_ANSWER                                                                                        \
     "<|channel|>analysis<|message|>Sunny, say so.<|end|><|start|>assistant<|channel|>final<|message|>It will be sunny."
+/* Gemma 4: a thought, then a call with nested arguments (<|tool_response> ends generation) */
+#define FAKE_GEMMA4_CALL                                                                                           \
+    "<|channel>thought\nThe user wants the weather in Oslo. Call get_weather.<channel|>"                           \
+    "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>,days:3,when:{from:<|\"|>today<|\"|>,hours:[9,12]}}<tool_call|>"
+#define FAKE_GEMMA4_ANSWER "<|channel>thought\nSunny, say so.<channel|>It will be sunny."
 #define FAKE_SLOW_REPLY_LEN 400
 
 typedef struct fake_request {
@@ -133,6 +139,10 @@ static em_err fake_submit(void *self, const ember_request_params *p, void **out)
         const bool call = contains(p->prompt_ids, p->n_prompt_ids, "harmony-call") &&
                           !contains(p->prompt_ids, p->n_prompt_ids, "\ntool:");
         strcpy(r->reply, call ? FAKE_HARMONY_CALL : FAKE_HARMONY_ANSWER);
+    } else if (contains(p->prompt_ids, p->n_prompt_ids, "gemma4")) {
+        const bool call = contains(p->prompt_ids, p->n_prompt_ids, "gemma4-call") &&
+                          !contains(p->prompt_ids, p->n_prompt_ids, "\ntool:");
+        strcpy(r->reply, call ? FAKE_GEMMA4_CALL : FAKE_GEMMA4_ANSWER);
     } else if (contains(p->prompt_ids, p->n_prompt_ids, "ambiguous") && p->compiled_grammar) {
         strcpy(r->reply, "Hel");
         r->grammar_gives_up = true;

@@ -33,9 +33,19 @@ static char *read_all(const char *path, size_t *len) {
     return data;
 }
 
+/* A vocabulary kept xz-compressed in the fixtures (ggml-vocab-NAME.gguf.xz) is read from where the
+ * build unpacked it; the others straight from the fixtures. */
+static void vocab_path(const char *name, char *path, size_t size) {
+    snprintf(path, size, VOCAB_DIR "ggml-vocab-%s.gguf.xz", name);
+    if (access(path, R_OK) == 0)
+        snprintf(path, size, EM_UNPACKED_FIXTURES_DIR "/vocab/ggml-vocab-%s.gguf", name);
+    else
+        snprintf(path, size, VOCAB_DIR "ggml-vocab-%s.gguf", name);
+}
+
 static em_tokenizer *load(const char *name) {
     char path[512];
-    snprintf(path, sizeof path, VOCAB_DIR "ggml-vocab-%s.gguf", name);
+    vocab_path(name, path, sizeof path);
     em_gguf *g;
     em_err err = em_gguf_open(path, &g);
     if (err) fail_msg("%s", em_err_message(err));

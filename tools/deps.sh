@@ -4,7 +4,8 @@
 # As root it runs apt-get; otherwise it prints the exact command to run and fails.
 set -u
 packages=(cmake make gcc pkg-config libcmocka-dev libjansson-dev libpcre2-dev libutf8proc-dev
-          libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libedit-dev curl libxml2-utils chromium python3 tmux)
+          libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libedit-dev curl libxml2-utils chromium python3 tmux
+          xz-utils)
 missing=()
 # The real-client and reference tests run Node.js; take Debian's only when the machine has none.
 command -v node >/dev/null 2>&1 || missing+=(nodejs)

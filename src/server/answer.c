@@ -23,7 +23,8 @@
  * then a JSON list of calls, or `[TOOL_CALLS]name[ARGS]{...}`; the JSON fallback. In the JSON-based
  * formats an answer that starts with `{` (or, for a list of calls, `[`) is read as calls too: a
  * model's control-token opener does not reach the text. A harmony answer (gpt-oss) is messages,
- * not text with markers in it: harmony.c reads it, handing on the same events. */
+ * not text with markers in it: harmony.c reads it, handing on the same events. Gemma 4 writes its
+ * reasoning in a channel and its calls' arguments in a syntax of its own: gemma4.c reads those. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,9 +65,11 @@ const char *const *em_tool_call_openers(em_tool_format format) {
     static const char *const mistral[] = {"[TOOL_CALLS]", NULL};
     /* a harmony call is the message addressed to a function (the header's recipient) */
     static const char *const harmony[] = {"to=functions.", NULL};
+    static const char *const gemma4[] = {"<|tool_call>", NULL};
     static const char *const none[] = {NULL};
     switch (format) {
     case EM_TOOL_FORMAT_HARMONY: return harmony;
+    case EM_TOOL_FORMAT_GEMMA4: return gemma4;
     case EM_TOOL_FORMAT_HERMES: return hermes;
     case EM_TOOL_FORMAT_LLAMA3: return llama;
     case EM_TOOL_FORMAT_MISTRAL:
@@ -78,6 +81,7 @@ const char *const *em_tool_call_openers(em_tool_format format) {
 size_t em_answer_markers(const em_answer_options *options, const char *out[EM_ANSWER_MAX_MARKERS]) {
     size_t n = 0;
     if (options->format == EM_TOOL_FORMAT_HARMONY) return em_harmony_markers(out);
+    if (options->format == EM_TOOL_FORMAT_GEMMA4) return em_gemma4_markers(out);
     if (options->split_reasoning != EM_REASONING_OFF || options->starts_in_reasoning) {
         out[n++] = THINK_OPEN;
         out[n++] = THINK_CLOSE;
@@ -531,11 +535,13 @@ bool em_answer_in_reasoning(const em_answer_reader *r) {
 bool em_answer_feed(em_answer_reader *r, const char *text, size_t len, em_answer_sink sink, void *self) {
     if (len && !em_buf_append(&r->held, text, len)) return false;
     if (r->options.format == EM_TOOL_FORMAT_HARMONY) return em_harmony_read(r, false, sink, self);
+    if (r->options.format == EM_TOOL_FORMAT_GEMMA4) return em_gemma4_read(r, false, sink, self);
     return run(r, false, sink, self);
 }
 
 bool em_answer_finish(em_answer_reader *r, em_answer_sink sink, void *self) {
     if (r->options.format == EM_TOOL_FORMAT_HARMONY) return em_harmony_read(r, true, sink, self);
+    if (r->options.format == EM_TOOL_FORMAT_GEMMA4) return em_gemma4_read(r, true, sink, self);
     return run(r, true, sink, self);
 }
 

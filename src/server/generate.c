@@ -253,7 +253,8 @@ static em_answer_options answer_options(const job *j) {
     const bool reasons = j->server->engine.reasons || j->in_thinking;
     const em_tool_format format = j->server->engine.tool_format;
     em_answer_reasoning split = EM_REASONING_OFF;
-    if (format == EM_TOOL_FORMAT_HARMONY) /* the analysis channel is reasoning, whatever the template's tags */
+    /* harmony's analysis channel and Gemma 4's thought channel are reasoning, whatever the template's tags */
+    if (format == EM_TOOL_FORMAT_HARMONY || format == EM_TOOL_FORMAT_GEMMA4)
         return (em_answer_options){.split_reasoning = j->req.reasoning_format == EM_REASONING_FORMAT_NONE ? EM_REASONING_INLINE
                                                                                                          : EM_REASONING_SPLIT,
                                    .read_calls = tools_active(j), .format = format, .tools = j->req.tools};
@@ -271,7 +272,7 @@ static em_answer_options answer_options(const job *j) {
 static bool reader_streams(const job *j) {
     const em_answer_options o = answer_options(j);
     return j->writer || j->req.api == EM_API_ANTHROPIC_MESSAGES || o.read_calls || o.split_reasoning != EM_REASONING_OFF ||
-           o.format == EM_TOOL_FORMAT_HARMONY;
+           o.format == EM_TOOL_FORMAT_HARMONY || o.format == EM_TOOL_FORMAT_GEMMA4;
 }
 
 static bool start_readers(job *j, em_server_error *err) {

@@ -85,7 +85,7 @@ bool em_server_tool_grammar(em_server_request *req, em_tool_format format, em_se
  * string itself when it is not a JSON object. */
 json_t *em_server_arguments_object(const char *text);
 
-/* ---- What answer.c shares with the reader of harmony answers (harmony.c) ---- */
+/* ---- What answer.c shares with the readers of harmony (harmony.c) and Gemma 4 (gemma4.c) answers ---- */
 
 /* Hands one event to the sink (empty text is no event, except a call's beginning). */
 bool em_answer_emit(em_answer_reader *r, em_answer_kind kind, const char *text, size_t len, em_answer_sink sink, void *self);
@@ -101,6 +101,10 @@ size_t em_answer_partial_suffix(const char *text, size_t len, const char *marker
 bool em_harmony_read(em_answer_reader *r, bool finished, em_answer_sink sink, void *self);
 /* The harmony markup the reader needs to see as text (em_answer_markers). */
 size_t em_harmony_markers(const char *out[EM_ANSWER_MAX_MARKERS]);
+/* Reads what a Gemma 4 answer's reader holds (finished: the answer has ended). */
+bool em_gemma4_read(em_answer_reader *r, bool finished, em_answer_sink sink, void *self);
+/* The Gemma 4 markup the reader needs to see as text (em_answer_markers). */
+size_t em_gemma4_markers(const char *out[EM_ANSWER_MAX_MARKERS]);
 /* A conversation as gpt-oss's template takes it: one call a message, each followed by its result
  * (new reference; NULL: out of memory). */
 json_t *em_harmony_messages(const json_t *messages);

@@ -59,7 +59,8 @@ typedef enum em_tool_format {
     EM_TOOL_FORMAT_LLAMA3,
     EM_TOOL_FORMAT_MISTRAL,      /* [TOOL_CALLS][{...}] */
     EM_TOOL_FORMAT_MISTRAL_ARGS, /* [TOOL_CALLS]name[ARGS]{...}: read as EM_TOOL_FORMAT_MISTRAL, forced in this form */
-    EM_TOOL_FORMAT_HARMONY       /* gpt-oss's channels and messages */
+    EM_TOOL_FORMAT_HARMONY,      /* gpt-oss's channels and messages */
+    EM_TOOL_FORMAT_GEMMA4        /* <|channel>thought ...<channel|>, <|tool_call>call:NAME{key:value}<tool_call|> */
 } em_tool_format;
 
 /* What the server tells of its model beyond generation (Ollama's /api/tags and /api/show): read
@@ -286,6 +287,32 @@ typedef struct em_harmony_reader {
     bool with_role; /* the header held starts with `<|start|>` and a role (the first message's is in the prompt) */
 } em_harmony_reader;
 
+/* Where a Gemma 4 answer is (gemma4.c): in text, in a thought (up to `<channel|>`), in a call's
+ * opening (up to the `{` after its name), in its arguments, or just after a call (its `<tool_call|>`). */
+typedef enum em_gemma4_part {
+    EM_GEMMA4_TEXT = 0,
+    EM_GEMMA4_THOUGHT,
+    EM_GEMMA4_CALL,
+    EM_GEMMA4_ARGUMENTS,
+    EM_GEMMA4_AFTER_CALL
+} em_gemma4_part;
+/* What the arguments' reader waits for next: a key (or the end of an object), a value (or the end
+ * of a list), or what follows a value (a comma or an end). */
+typedef enum em_gemma4_expect { EM_GEMMA4_KEY = 0, EM_GEMMA4_VALUE, EM_GEMMA4_AFTER_VALUE } em_gemma4_expect;
+/* Arguments nested deeper are malformed: the reader keeps one byte a level, no recursion. */
+#define EM_GEMMA4_MAX_DEPTH 32
+
+typedef struct em_gemma4_reader {
+    em_gemma4_part part;
+    bool after_thought;  /* whitespace between a thought and the text is no content */
+    bool thought_start;  /* no reasoning of the current thought yet: its leading whitespace goes */
+    char open[EM_GEMMA4_MAX_DEPTH]; /* the arguments' open objects and lists ('{', '['), innermost last */
+    size_t depth;
+    em_gemma4_expect expect;
+    bool in_string;      /* inside a <|"|>-quoted string of the arguments */
+    bool comma_pending;  /* a separator read, written when the next member comes (a trailing one is dropped) */
+} em_gemma4_reader;
+
 typedef struct em_answer_reader {
     em_answer_options options;
     em_answer_state state;
@@ -302,6 +329,7 @@ typedef struct em_answer_reader {
     size_t args_sent; /* bytes of the current call's arguments handed on */
     size_t n_calls;
     em_harmony_reader harmony; /* the state of a harmony answer (format EM_TOOL_FORMAT_HARMONY) */
+    em_gemma4_reader gemma4;   /* the state of a Gemma 4 answer (format EM_TOOL_FORMAT_GEMMA4) */
 } em_answer_reader;
 
 void em_answer_init(em_answer_reader *reader, const em_answer_options *options);

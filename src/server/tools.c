@@ -141,6 +141,8 @@ em_tool_format em_server_tool_format_of(const char *template_text, size_t len) {
     if (!template_text) return EM_TOOL_FORMAT_JSON;
     /* harmony: every message's header names its channel before the body */
     if (HAS("<|channel|>") && HAS("<|message|>") && HAS("<|start|>")) return EM_TOOL_FORMAT_HARMONY;
+    /* Gemma 4: calls written back as <|tool_call>call:NAME{...} (its thoughts come with it) */
+    if (HAS("<|tool_call>call:")) return EM_TOOL_FORMAT_GEMMA4;
     if (HAS("[TOOL_CALLS]")) return HAS("[ARGS]") ? EM_TOOL_FORMAT_MISTRAL_ARGS : EM_TOOL_FORMAT_MISTRAL;
     if (HAS("<tool_call>")) return EM_TOOL_FORMAT_HERMES;
     /* Llama 3.x: calls written back as {"name": ..., "parameters": ...} between its header tokens */

@@ -3,7 +3,7 @@
 # with @huggingface/jinja, the reference renderer, and with `ember chat-template`, and compares the
 # outputs byte for byte. Where the reference rejects a conversation, ember must reject it too.
 # Then the same for 500 random templates (tests/js/differential.mjs).
-# Usage: chat_template_reference.sh EMBER FIXTURES_DIR BUILD_DIR
+# Usage: chat_template_reference.sh EMBER FIXTURES_DIR BUILD_DIR UNPACKED_FIXTURES_DIR
 set -u
 ember="$1"
 build="$3"
@@ -25,7 +25,7 @@ out="$build/chat-reference"
 rm -rf "$out"
 mkdir -p "$out"
 export TZ=UTC SOURCE_DATE_EPOCH=1767225600 # strftime_now sees the same instant in both renderers
-node "$here/../js/render_reference.mjs" "$js/node_modules" "$cases" "$out" "$2" || { echo "FAIL: reference renderer"; exit 1; }
+node "$here/../js/render_reference.mjs" "$js/node_modules" "$cases" "$out" "$2" "$4" || { echo "FAIL: reference renderer"; exit 1; }
 
 pass=0 fail=0 both_rejected=0
 for dir in "$out"/*/; do

@@ -1,7 +1,8 @@
 // Renders chat templates with @huggingface/jinja, the reference renderer, for the comparison test
 // tests/cli/chat_template_reference.sh. Usage:
-//   node render_reference.mjs NODE_MODULES_DIR CASES.json OUT_DIR FIXTURES_DIR
+//   node render_reference.mjs NODE_MODULES_DIR CASES.json OUT_DIR FIXTURES_DIR [UNPACKED_DIR]
 // CASES.json: {"templates": {name: {"file": path} | {"package": npm name} | {"gguf": path under FIXTURES_DIR}},
+// A GGUF kept xz-compressed in FIXTURES_DIR (PATH.xz) is read where the build unpacked it, UNPACKED_DIR.
 //              "conversations": {name: {"messages": [...], "tools"?: [...], "bos_token"?, "eos_token"?,
 //                                       "add_generation_prompt"?: bool, "vars"?: {...}}},
 //              "pairs": [[template, conversation], ...]}
@@ -12,7 +13,7 @@ import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
 
-const [modulesDir, casesPath, outDir, fixturesDir] = process.argv.slice(2);
+const [modulesDir, casesPath, outDir, fixturesDir, unpackedDir] = process.argv.slice(2);
 const require = createRequire(path.join(path.resolve(modulesDir), "x.js"));
 const { Template } = await import(require.resolve("@huggingface/jinja"));
 
@@ -67,7 +68,9 @@ function readGguf(file) {
 const sources = {}, ggufs = {}, referenceSources = {};
 for (const [name, spec] of Object.entries(cases.templates)) {
   if (spec.gguf) {
-    const file = path.resolve(fixturesDir, spec.gguf);
+    const packed = fs.existsSync(path.resolve(fixturesDir, spec.gguf + ".xz"));
+    if (packed && !unpackedDir) throw new Error(`${spec.gguf} is compressed: name the unpacked fixtures' folder`);
+    const file = path.resolve(packed ? unpackedDir : fixturesDir, spec.gguf);
     ggufs[name] = { file, ...readGguf(file) };
     sources[name] = ggufs[name].template;
   } else if (spec.file) {
