@@ -20,29 +20,8 @@
 
 #include "http_client.h"
 #include "server_fake.h"
+#include "server_sockets.h"
 
-/* ---- Server per test ---- */
-
-static em_server_engine engine;
-
-static em_server *start(const char *api_key, size_t max_body) {
-    engine = fake_engine();
-    em_server_options options = {.host = "127.0.0.1", .port = 0, .api_key = api_key, .max_body = max_body};
-    em_server *s = NULL;
-    em_err e = em_server_start(&options, &engine, &s);
-    if (e) fail_msg("%s", em_err_message(e));
-    assert_true(em_server_port(s) > 0);
-    return s;
-}
-
-/* Waits until every submitted request was released (connection threads finish after replying). */
-static void wait_released(void) {
-    for (int i = 0; i < 300 && atomic_load(&fake_released) != atomic_load(&fake_submitted); i++) usleep(10000);
-    assert_int_equal(atomic_load(&fake_released), atomic_load(&fake_submitted));
-}
-
-#define CHAT_HI "{\"model\":\"fake-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
-#define PROMPT_HI_TOKENS 18 /* "user:hi\nassistant:" in the fake's chat format */
 
 /* A server whose fake engine's template reasons (answers may open with <think>). */
 static em_server *start_reasoning(void) {

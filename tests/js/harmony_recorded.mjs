@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 import { baseURL, model, apiKey, test, finish } from './common.mjs';
+import { anthropicToolFlow } from './recorded_tools.mjs';
 
 const openai = new OpenAI({ baseURL: `${baseURL}/v1`, apiKey, maxRetries: 0, timeout: 60000 });
 const anthropic = new Anthropic({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
@@ -75,49 +76,6 @@ await test('chat.completions without tools: a call is text, nothing is lost', as
   assert.equal(r.choices[0].finish_reason, 'stop');
 });
 
-const anthropicTools = [{ name: 'get_weather', description: 'Weather forecast', input_schema: weather }];
-const anthropicRequest = {
-  model, max_tokens: 300, tools: anthropicTools, thinking: { type: 'enabled', budget_tokens: 8000 },
-  messages: [{ role: 'user', content: 'harmony-call: weather in Oslo?' }],
-};
-let message = null;
-
-await test('messages.create: a thinking block, then a tool_use block, stop_reason tool_use', async () => {
-  const m = await anthropic.messages.create(anthropicRequest);
-  assert.equal(m.stop_reason, 'tool_use');
-  assert.deepEqual(m.content.map((b) => b.type), ['thinking', 'tool_use']);
-  assert.equal(m.content[0].thinking, REASONING);
-  assert.equal(m.content[1].name, 'get_weather');
-  assert.deepEqual(m.content[1].input, JSON.parse(ARGUMENTS));
-  message = m;
-});
-
-await test('messages.stream: thinking_delta and input_json_delta events assemble the same blocks', async () => {
-  const stream = anthropic.messages.stream(anthropicRequest);
-  const kinds = new Set();
-  stream.on('streamEvent', (e) => { if (e.type === 'content_block_delta') kinds.add(e.delta.type); });
-  const final = await stream.finalMessage();
-  assert.deepEqual([...kinds].sort(), ['input_json_delta', 'thinking_delta']);
-  assert.equal(final.stop_reason, 'tool_use');
-  assert.deepEqual(final.content.map((b) => b.type), ['thinking', 'tool_use']);
-  assert.equal(final.content[0].thinking, REASONING);
-  assert.deepEqual(final.content[1].input, message.content[1].input);
-});
-
-await test('messages.create: the tool_result goes back, the final answer comes out', async () => {
-  const use = message.content.find((b) => b.type === 'tool_use');
-  const m = await anthropic.messages.create({
-    ...anthropicRequest,
-    messages: [
-      ...anthropicRequest.messages,
-      { role: 'assistant', content: message.content },
-      { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: 'sunny' }] },
-    ],
-  });
-  assert.equal(m.stop_reason, 'end_turn');
-  assert.deepEqual(m.content.map((b) => b.type), ['thinking', 'text']);
-  assert.equal(m.content[0].thinking, 'Sunny, say so.');
-  assert.equal(m.content[1].text, 'It will be sunny.');
-});
+await anthropicToolFlow(anthropic, { prompt: 'harmony-call: weather in Oslo?', schema: weather, reasoning: REASONING, args: ARGUMENTS });
 
 finish();
