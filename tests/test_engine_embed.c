@@ -2,8 +2,11 @@
  * back are the rows its output head reads (their products with the output matrix are its logits);
  * mean, first-token and last-token pooling equal the pooling done here by hand over those rows;
  * many prompts batched together (with chunked prefill, queueing and a generation beside them) give
- * each the vector it gets alone; embeddings leave the prefix cache alone; and requests that cannot
- * embed fail at submission, saying why. */
+ * each the vector it gets alone; embeddings leave the prefix cache alone; requests that cannot
+ * embed fail at submission, saying why; and, once tools/reference/make_embed_fixtures.py has
+ * written transformers' vectors for the converter's tiny Qwen3 checkpoint, the engine's vectors of
+ * that checkpoint (converted by `ember convert`) agree with them, as Qwen3-Embedding pools (the
+ * last token) and by mean and first token. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +19,11 @@
 
 #include "engine/engine.h"
 #include "quant/quant.h"
+#ifdef EM_HF_QWEN3_EMBED_FIXTURE
+#include <jansson.h>
+
+#include "model/convert/convert.h"
+#endif
 
 #define ENGINE_TEST_PRESET "tiny-qwen3"
 #define ENGINE_TEST_DIR EM_BINARY_DIR "/test_engine_embed_files"
@@ -292,12 +300,63 @@ static void test_refusals(void **state) {
     ember_error_free(err);
 }
 
+#ifdef EM_HF_QWEN3_EMBED_FIXTURE
+/* tests/fixtures/hf/qwen3/embeddings.json: cosine >= 0.9999 with transformers for every input and
+ * pooling. */
+static void test_qwen3_matches_transformers(void **state) {
+    (void)state;
+    const char *dir = EM_SOURCE_DIR "/tests/fixtures/hf/qwen3", *gguf = ENGINE_TEST_DIR "/qwen3-hf-f32.gguf";
+    em_convert_options c = {.type = "F32"};
+    em_err e = em_convert_hf(dir, gguf, &c, NULL);
+    if (e) fail_msg("convert: %s", em_err_message(e));
+    json_error_t jerr;
+    json_t *root = json_load_file(EM_SOURCE_DIR "/tests/fixtures/hf/qwen3/embeddings.json", 0, &jerr);
+    if (!root) fail_msg("embeddings.json: %s", jerr.text);
+    ember_options o;
+    test_options(&o);
+    o.model_path = gguf;
+    o.ctx_tokens = 256;
+    o.batch_tokens = 64; /* the longest input pooled across chunks */
+    ember_engine *engine;
+    assert_null(ember_engine_create(&o, &engine));
+    ember_engine_info info;
+    ember_engine_get_info(engine, &info);
+    static const char *names[] = {"last", "mean", "cls"};
+    static const int poolings[] = {EMBER_POOLING_LAST, EMBER_POOLING_MEAN, EMBER_POOLING_CLS};
+    const json_t *inputs = json_object_get(root, "inputs");
+    assert_true(json_array_size(inputs) >= 3);
+    for (size_t p = 0; p < 3; p++)
+        for (size_t i = 0; i < json_array_size(inputs); i++) {
+            const json_t *ids = json_array_get(inputs, i), *want = json_array_get(json_object_get(root, names[p]), i);
+            int32_t prompt[MAX_PROMPT];
+            const uint32_t n = (uint32_t)json_array_size(ids);
+            assert_true(n > 0 && n <= MAX_PROMPT);
+            assert_int_equal(json_array_size(want), info.n_embd);
+            for (uint32_t t = 0; t < n; t++) prompt[t] = (int32_t)json_integer_value(json_array_get(ids, t));
+            ember_request_params params = embed_params(prompt, n, poolings[p]);
+            ember_request *r;
+            assert_null(ember_submit(engine, &params, &r));
+            float got[1024];
+            read_vector(r, got, info.n_embd);
+            ember_request_release(r);
+            double dot = 0;
+            for (uint32_t k = 0; k < info.n_embd; k++) dot += got[k] * json_real_value(json_array_get(want, k));
+            if (dot < 0.9999) fail_msg("%s pooling, input %zu (%u tokens): cosine %.7f", names[p], i, n, dot);
+        }
+    ember_engine_destroy(engine);
+    json_decref(root);
+}
+#endif
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hidden_states_feed_the_head),
         cmocka_unit_test(test_pooling_matches_hand_computation),
         cmocka_unit_test(test_batched_equals_alone),
         cmocka_unit_test(test_refusals),
+#ifdef EM_HF_QWEN3_EMBED_FIXTURE
+        cmocka_unit_test(test_qwen3_matches_transformers),
+#endif
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
