@@ -65,7 +65,25 @@ typedef struct ember_options {
                                   restarts, and servers sharing it each take a slot of their own */
     uint64_t cache_disk_bytes; /* disk tier bound; 0 = half the free space of cache_dir's file system,
                                   at most 16 GiB */
+    /* Embeddings (ember_request_params.embed): how a prompt's hidden states are pooled, an
+     * ember_pooling; EMBER_POOLING_NONE (the default) = the model's own (its GGUF's
+     * <arch>.pooling_type), and none there: the model does not embed unless a request names one. */
+    int pooling;
 } ember_options;
+
+/* How an embedding pools the final hidden states (after the output norm) of a prompt's tokens into
+ * one vector, numbered as GGUF's <arch>.pooling_type numbers them. The vector is then scaled to
+ * unit length (L2). */
+typedef enum ember_pooling {
+    EMBER_POOLING_NONE = 0, /* no pooling: the model embeds nothing */
+    EMBER_POOLING_MEAN = 1, /* the mean over every token */
+    EMBER_POOLING_CLS = 2,  /* the first token's */
+    EMBER_POOLING_LAST = 3, /* the last token's (Qwen3-Embedding) */
+    EMBER_POOLING_RANK = 4, /* a classification head's score (rerankers): not an embedding */
+} ember_pooling;
+
+/* "mean", "cls", "last", "rank" or "none". */
+const char *ember_pooling_name(int pooling);
 
 #define EMBER_CACHE_RAM_AUTO UINT64_MAX
 
@@ -117,6 +135,12 @@ typedef struct ember_engine_info {
     uint64_t cache_ram_bytes, cache_disk_bytes;
     const char *cache_dir;
     const char *cache_tiers_off;
+    /* Embeddings: the pooling embedding requests get by default (EMBER_POOLING_NONE: the model
+     * embeds only where a request names one), the vector's length, and why the backend cannot
+     * embed at all (NULL when it can). */
+    int pooling;
+    uint32_t n_embd;
+    const char *embed_refused;
 } ember_engine_info;
 
 void ember_engine_get_info(const ember_engine *engine, ember_engine_info *out);
@@ -277,6 +301,13 @@ typedef struct ember_request_params {
     /* Speculative decoding for this request (an ember_spec; EMBER_SPEC_DEFAULT: the engine's).
      * Requests with a grammar never speculate. */
     int speculative;
+    /* An embedding instead of generated text: the prompt runs through the model in the engine's
+     * batched prefill, its final hidden states are pooled (`pooling`, an ember_pooling;
+     * EMBER_POOLING_NONE: the engine's) and normalized, and the last output carries the vector.
+     * Sampling, stops, grammars and max_tokens are ignored; the prompt may fill the whole context.
+     * Fails at submission when no pooling is known or the backend cannot return hidden states. */
+    bool embed;
+    int pooling;
 } ember_request_params;
 
 /* Fills `params` with defaults: no prompt, temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
@@ -326,6 +357,10 @@ struct ember_output {
      * at once than the grammar module allows). The output so far is a prefix the grammar takes;
      * the same request fails the same way again, so a server answers it as the client's error. */
     bool invalid_request;
+    /* An embedding request's vector (ember_request_params.embed), unit length, on its last output
+     * when it finished with EMBER_FINISH_STOP; NULL otherwise. Valid until the request's release. */
+    const float *embedding;
+    size_t n_embedding;
 };
 
 /* Waits up to timeout_ms (-1 = forever) for new output. Returns true with `out` filled when there

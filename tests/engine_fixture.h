@@ -55,7 +55,7 @@ static inline void reference_greedy(const int32_t *prompt, uint32_t n_prompt, ui
         token = pos < n_prompt ? prompt[pos] : out[pos - n_prompt];
         uint32_t s = 0;
         bool want = true;
-        em_batch batch = {1, &token, &s, &pos, &want, 1, &seq, NULL, false};
+        em_batch batch = {1, &token, &s, &pos, &want, 1, &seq, NULL, false, NULL, NULL};
         assert_null(em_backend_forward(b, &batch, logits));
         if (pos + 1 >= n_prompt) {
             uint32_t best = 0;

@@ -556,7 +556,7 @@ static void test_backend_pick_equals_rule(void **state) {
     bool want[6] = {false, false, true, false, true, true};
     float *logits = malloc(3 * n_vocab * sizeof *logits);
     uint64_t *keys = malloc(2 * n_vocab * sizeof *keys);
-    em_batch batch = {6, tokens, seq, pos, want, 2, seqs, NULL, false};
+    em_batch batch = {6, tokens, seq, pos, want, 2, seqs, NULL, false, NULL, NULL};
     assert_null(em_backend_forward(b, &batch, logits));
     for (uint64_t counter = 0; counter < 8; counter++) {
         em_pick_params pick[3] = {em_pick_params_make(0.0f, 0, 1.0f, 0.0f, 1, counter),

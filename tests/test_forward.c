@@ -66,7 +66,7 @@ static em_backend *new_backend(const em_model *m, uint32_t threads) {
 }
 
 static em_batch make_batch(uint32_t n, const int32_t *tokens, const uint32_t *seq, const uint32_t *pos, const bool *want) {
-    return (em_batch){n, tokens, seq, pos, want, N_SEQ, tables, NULL, false};
+    return (em_batch){n, tokens, seq, pos, want, N_SEQ, tables, NULL, false, NULL, NULL};
 }
 
 static void forward_one(em_backend *b, int32_t token, uint32_t seq, uint32_t pos, float *logits) {
@@ -229,7 +229,7 @@ static void check_shared_prefix(const fixture *f) {
         int32_t token = f->tokens[0][i];
         uint32_t seq = 0, pos = i;
         bool want = true;
-        em_batch batch = {1, &token, &seq, &pos, &want, 1, &reuse, NULL, false};
+        em_batch batch = {1, &token, &seq, &pos, &want, 1, &reuse, NULL, false, NULL, NULL};
         assert_null(em_backend_forward(b, &batch, logits));
         assert_close(f, logits, 0, i, "shared prefix");
     }
@@ -253,8 +253,8 @@ static void check_bad_batches(const fixture *f) {
         {make_batch(1, &token, &bad_seq, &pos, NULL), EM_ERR_RANGE, "but the batch has"},
         {make_batch(1, &token, &seq, &far, NULL), EM_ERR_RANGE, "beyond sequence 0's 8 blocks"},
         {make_batch(0, &token, &seq, &pos, NULL), EM_ERR_INVALID, "empty"},
-        {{1, &token, &seq, &pos, NULL, 1, &bad_table, NULL, false}, EM_ERR_RANGE, "but the pool has"},
-        {{1, &token, &seq, &pos, NULL, 0, NULL, NULL, false}, EM_ERR_INVALID, "block tables"},
+        {{1, &token, &seq, &pos, NULL, 1, &bad_table, NULL, false, NULL, NULL}, EM_ERR_RANGE, "but the pool has"},
+        {{1, &token, &seq, &pos, NULL, 0, NULL, NULL, false, NULL, NULL}, EM_ERR_INVALID, "block tables"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         em_err err = em_backend_forward(b, &cases[i].batch, logits);
@@ -363,7 +363,7 @@ static void check_state_snapshot(const fixture *f) {
         int32_t token = f->tokens[0][i];
         uint32_t seq = 0, pos = i;
         bool want = true;
-        em_batch batch = {1, &token, &seq, &pos, &want, 1, &reuse, NULL, false};
+        em_batch batch = {1, &token, &seq, &pos, &want, 1, &reuse, NULL, false, NULL, NULL};
         assert_null(em_backend_forward(b, &batch, logits));
         if (memcmp(logits, f->reference[0] + (size_t)i * f->n_vocab, f->n_vocab * sizeof(float)))
             fail_msg("resumed from a snapshot: pos %u differs from the cold run", i);

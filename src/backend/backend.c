@@ -56,6 +56,17 @@ uint32_t em_batch_logits_rows(const em_batch *batch) {
     return rows;
 }
 
+uint32_t em_batch_hidden_rows(const em_batch *batch) {
+    uint32_t rows = 0;
+    for (uint32_t t = 0; batch->hidden && t < batch->n_tokens; t++) rows += batch->hidden[t];
+    return rows;
+}
+
+uint32_t em_backend_hidden_width(const em_model *model) {
+    const em_program *p = &model->program;
+    return p->n_ops ? p->ops[p->n_ops - 1].u.output.norm.width : 0;
+}
+
 /* Checked before any work, so a bad batch writes nothing (backend.h). */
 em_err em_batch_validate(const em_batch *batch, const void *out, uint32_t n_vocab, const em_backend *b) {
     return em_batch_validate_picked(batch, out, n_vocab, b, 0);
@@ -69,6 +80,10 @@ em_err em_batch_validate_picked(const em_batch *batch, const void *out, uint32_t
     if (!out && em_batch_logits_rows(batch) > 0)
         return em_errorf(EM_ERR_INVALID, "the batch wants logits (or picked tokens) but no buffer was given");
     if (!batch->seqs || batch->n_seqs == 0) return em_errorf(EM_ERR_INVALID, "batch without block tables");
+    if (batch->hidden && !b->ops->hidden_rows)
+        return em_errorf(EM_ERR_UNSUPPORTED, "the %s backend does not return hidden states", b->ops->name);
+    if (batch->hidden && !batch->hidden_out && em_batch_hidden_rows(batch) > 0)
+        return em_errorf(EM_ERR_INVALID, "the batch wants hidden states but no buffer was given");
     for (uint32_t s = 0; s < batch->n_seqs; s++)
         for (uint32_t i = 0; i < batch->seqs[s].n_blocks; i++)
             if (batch->seqs[s].blocks[i] >= b->n_blocks)

@@ -59,6 +59,13 @@ typedef struct em_batch {
     /* pick_begin only, with a backend that offers pick_masks: the masks are not known yet (they
      * depend on the tokens of the step in flight); the step's pick waits for pick_masks. */
     bool pick_masks_later;
+    /* Per token, true where the caller wants the token's final hidden state: the row the output
+     * head reads (after the output norm), n_embd floats, written to hidden_out in batch order
+     * (embeddings pool these). NULL: none. Only a backend whose ops say hidden_rows takes it;
+     * em_batch_validate refuses it elsewhere. Independent of `logits`: a token may want either,
+     * both or neither. */
+    const bool *hidden;
+    float *hidden_out;
 } em_batch;
 
 typedef struct em_backend em_backend;
@@ -106,6 +113,8 @@ typedef struct em_backend_ops {
     em_err (*kv_save)(em_backend *backend, uint32_t block, uint32_t rows, void *host);
     em_err (*kv_load)(em_backend *backend, uint32_t block, uint32_t rows, const void *host);
     const char *kv_format; /* names the layout of kv_save's bytes, e.g. "cpu f32 rows, per cache K then V" */
+    /* forward honours em_batch.hidden (embeddings); a backend without it cannot embed. */
+    bool hidden_rows;
 } em_backend_ops;
 
 /* A batch token that is the previous begun step's pick for logits row r (pick_begin). */
@@ -191,6 +200,10 @@ void em_batch_fixed_tables(em_batch_seq *seqs, uint32_t *blocks, uint32_t n, uin
 
 /* Number of logits rows the batch asks for. */
 uint32_t em_batch_logits_rows(const em_batch *batch);
+/* Number of hidden-state rows it asks for (em_batch.hidden). */
+uint32_t em_batch_hidden_rows(const em_batch *batch);
+/* The width of a hidden-state row: the output norm's. */
+uint32_t em_backend_hidden_width(const em_model *model);
 
 /* Checks a batch against a backend before any work: arrays present, an output buffer (`out`: logits,
  * or picked tokens) when rows are wanted, token ids inside the vocabulary, sequence indices inside the batch, block numbers inside

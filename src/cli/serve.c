@@ -31,6 +31,10 @@ static const char usage_text[] =
     "  -t, --threads N      CPU threads for the CPU backend (default: all cores)\n"
     "  --alias NAME         the model id /v1/models lists and responses report (default: the file's\n"
     "                       name without .gguf); requests naming any model are served by this one\n"
+    "  --pooling mean|cls|last  how embeddings pool the prompt's hidden states (default: the file's\n"
+    "                       <arch>.pooling_type; a model with none embeds only with this)\n"
+    "  --matryoshka         the model's embeddings may be cut short: requests may ask for fewer\n"
+    "                       `dimensions` (Qwen3-Embedding and other Matryoshka-trained models)\n"
     EM_CLI_CACHE_USAGE
     EM_CLI_SPEC_USAGE
     "                     (the default of requests; a request may turn it off: docs/speculative.md)\n";
@@ -38,7 +42,7 @@ static const char usage_text[] =
 static const char *const serve_options[] = {EM_CLI_MODEL_NAMES, EM_CLI_SPEC_NAMES, EM_CLI_CACHE_NAMES, "--host", "--port",
                                             "--api-key", "-c", "--ctx", "--kv-mem", "--kv-sequences", "--batch-tokens",
                                             "--max-sequences", "--max-body", "--device", "-t", "--threads", "--alias",
-                                            "--mmap", "--no-mmap", "--help", NULL};
+                                            "--pooling", "--matryoshka", "--mmap", "--no-mmap", "--help", NULL};
 
 static bool known_option(const char *flag) {
     for (size_t i = 0; serve_options[i]; i++)
@@ -106,6 +110,10 @@ int em_cli_serve(int argc, char **argv) {
             else fprintf(stderr, "ember serve: unknown option '%s' (ember serve --help lists them)\n", a);
             return 1;
         }
+        if (!strcmp(a, "--matryoshka")) {
+            server.matryoshka = true;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "ember serve: %s needs a value\n", a);
             return 1;
@@ -133,6 +141,11 @@ int em_cli_serve(int argc, char **argv) {
         }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = parse_int(v, 0, 4096, &options.threads);
         else if (!strcmp(a, "--alias")) ok = (alias = v)[0] != 0;
+        else if (!strcmp(a, "--pooling")) {
+            options.pooling = !strcmp(v, "mean") ? EMBER_POOLING_MEAN : !strcmp(v, "cls") ? EMBER_POOLING_CLS
+                              : !strcmp(v, "last") ? EMBER_POOLING_LAST : -1;
+            ok = options.pooling > 0;
+        }
         else {
             fprintf(stderr, "ember serve: unknown option '%s' (ember serve --help lists them)\n", a);
             return 1;

@@ -9,6 +9,8 @@
 static void usage(FILE *to) {
     fprintf(to, "usage: ember synth --preset P [--type T] -o OUT.gguf [--layers N] [--experts N] [--seed S]\n"
                 "                   [--vocab VOCAB.gguf] [--rope-scaling none|linear:F|yarn:F:CTX|llama3:F:CTX]\n"
+                "                   [--pooling mean|cls|last]\n"
+                "  --pooling: the file names this pooling for embeddings (<arch>.pooling_type)\n"
                 "  --type: f32 (default), f16, bf16, q8_0, q4_k, mix (q6_k with iq3_xxs experts), mxfp4 (q8_0 with mxfp4\n"
                 "          experts)\n"
                 "  --vocab: GGUF whose tokenizer is copied, e.g. the fixtures' vocab/ggml-vocab-llama-spm.gguf\n"
@@ -49,6 +51,10 @@ int em_cli_synth(int argc, char **argv) {
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
         else if (!strcmp(a, "--vocab")) o.vocab_path = v;
         else if (!strcmp(a, "--rope-scaling")) o.rope_scaling = v;
+        else if (!strcmp(a, "--pooling")) {
+            o.pooling = !strcmp(v, "mean") ? 1 : !strcmp(v, "cls") ? 2 : !strcmp(v, "last") ? 3 : 0;
+            if (!o.pooling) err = em_errorf(EM_ERR_INVALID, "--pooling expects mean, cls or last, got '%s'", v);
+        }
         else if (!strcmp(a, "--layers")) err = parse_u32(a, v, &o.layers);
         else if (!strcmp(a, "--experts")) err = parse_u32(a, v, &o.experts);
         else if (!strcmp(a, "--seed")) {

@@ -58,6 +58,7 @@ static void request_unref(ember_request *r) {
     free(r->tokens);
     free(r->blocks);
     free(r->draft);
+    em_embed_free(r->embedding);
     free(r->draft_blocks);
     free(r->error);
     pthread_mutex_destroy(&r->lock);
@@ -189,6 +190,10 @@ bool ember_request_next(ember_request *r, ember_output *out, int timeout_ms) {
                            : NULL;
     out->error = r->error;
     out->invalid_request = r->finish == EMBER_FINISH_ERROR && r->grammar_too_ambiguous && !r->output_lost;
+    if (r->finish == EMBER_FINISH_STOP && r->embedding && r->embedding->done) {
+        out->embedding = r->embedding->vector;
+        out->n_embedding = r->embedding->width;
+    }
     pthread_mutex_unlock(&r->lock);
     return true;
 }
@@ -350,6 +355,7 @@ static em_err prepare_speculation(const ember_engine *e, ember_request *r, const
     if (r->spec == EMBER_SPEC_DRAFT && !e->drafter)
         return em_errorf(EM_ERR_INVALID, "request: speculative decoding with a draft model, but the engine has none");
     if (p->grammar || p->compiled_grammar) r->spec = EMBER_SPEC_OFF; /* a draft's mask would need the grammar run ahead */
+    if (p->embed) r->spec = EMBER_SPEC_OFF; /* nothing is generated */
     if (e->recurrent) r->spec = EMBER_SPEC_OFF; /* a rejected draft would have advanced the recurrent state */
     if (r->spec == EMBER_SPEC_OFF) return NULL;
     /* A short first draft: a miss costs a step of draft + 1 tokens, and hits double the length. */
@@ -376,17 +382,20 @@ ember_error *ember_submit(ember_engine *e, const ember_request_params *p, ember_
     if (!err) err = tokenize_prompt(e, r, p);
     if (!err && r->n_prompt == 0) err = em_errorf(EM_ERR_INVALID, "request: the prompt is empty");
     r->n_tokens = r->n_prompt;
-    if (!err && p->max_tokens <= 0) err = em_errorf(EM_ERR_INVALID, "request: max_tokens must be positive, not %d", p->max_tokens);
-    if (!err && r->n_prompt >= e->ctx_tokens)
+    if (!err && p->max_tokens <= 0 && !p->embed)
+        err = em_errorf(EM_ERR_INVALID, "request: max_tokens must be positive, not %d", p->max_tokens);
+    /* an embedding generates nothing, so its prompt may fill the context */
+    if (!err && r->n_prompt > e->ctx_tokens - (p->embed ? 0 : 1))
         err = em_errorf(EM_ERR_RANGE, "request: the prompt has %u tokens; the context holds %u", r->n_prompt,
                         e->ctx_tokens);
     if (!err) err = em_sampler_init(&r->sampler, &p->sampling, e->n_vocab);
     if (!err) err = em_stop_init(&r->stops, (const char *const *)r->stop_strings, r->n_stop_strings);
     if (!err) err = em_detok_new(e->tokenizer, r->n_prompt ? 0 : EM_DETOK_SEQUENCE_START, &r->detok);
     if (!err) err = resolve_control_texts(e, r, p);
-    if (!err && (p->grammar || p->compiled_grammar)) err = compile_grammar(e, r, p);
+    if (!err && p->embed) err = em_embed_prepare(e, r, p);
+    if (!err && (p->grammar || p->compiled_grammar) && !p->embed) err = compile_grammar(e, r, p);
     if (!err) {
-        uint32_t max_total = r->n_prompt + (uint32_t)p->max_tokens;
+        uint32_t max_total = r->n_prompt + (p->embed ? 0 : (uint32_t)p->max_tokens);
         if (max_total > e->ctx_tokens || max_total < r->n_prompt) max_total = e->ctx_tokens;
         r->cap_tokens = max_total + 1;
         int32_t *grown = realloc(r->tokens, r->cap_tokens * sizeof *grown);
@@ -443,6 +452,9 @@ void ember_engine_get_info(const ember_engine *e, ember_engine_info *out) {
         .cache_disk_bytes = e->tiers && e->tiers->disk ? e->tiers->disk_stats.limit_bytes : 0,
         .cache_dir = em_tiers_disk_dir(e->tiers),
         .cache_tiers_off = e->tiers_off[0] ? e->tiers_off : NULL,
+        .pooling = e->pooling,
+        .n_embd = e->n_embd,
+        .embed_refused = e->embed_refused[0] ? e->embed_refused : NULL,
     };
 }
 
@@ -496,6 +508,8 @@ static void free_engine(ember_engine *e) {
     free(e->picked);
     free(e->logits);
     free(e->pick_masks);
+    free(e->batch_hidden);
+    free(e->hidden);
     for (size_t i = 0; i < e->n_grammar_vocabs; i++) {
         em_grammar_masks_free(e->grammar_vocabs[i].masks);
         em_grammar_vocab_free(e->grammar_vocabs[i].vocab);
@@ -653,6 +667,7 @@ ember_error *ember_engine_create(const ember_options *o, ember_engine **out) {
     if (!err) err = create_tiers(e, o);
     if (!err) err = allocate_scratch(e);
     if (!err) err = em_spec_init(e, o);
+    if (!err) err = em_embed_init(e, o);
     if (!err && pthread_create(&e->thread, NULL, em_engine_thread, e) != 0)
         err = em_errorf(EM_ERR_INTERNAL, "engine: cannot start the engine thread");
     if (err) {

@@ -18,7 +18,9 @@
  *   sched.c   the scheduler: admission, chunked prefill, preemption under memory pressure;
  *   engine.c  the engine thread, the submission queue and per-request output rings;
  *   text.c    the model's text side for callers (ember_tokenize, ember_chat_tokens, ...): the
- *             engine's one em_text (src/text), so the model file is read once per process.
+ *             engine's one em_text (src/text), so the model file is read once per process;
+ *   embed.c   embedding requests: the prompt's final hidden states pooled (mean, first, last
+ *             token) and normalized, instead of sampling.
  *
  * Threads: the engine thread owns the pool, the cache, the scheduler and all model state. Other
  * threads reach it only through the submission queue and the request rings (engine.c).
@@ -439,6 +441,45 @@ typedef struct em_drafter {
     uint32_t *row_seq;            /* per logits row: its sequence */
 } em_drafter;
 
+/* ---- Embeddings (embed.c) ----
+ * An embedding request (ember_request_params.embed) is a prompt and nothing more: it is admitted,
+ * batched and prefilled like any other, but its tokens ask the backend for their final hidden
+ * states (em_batch.hidden) instead of logits, which are pooled as the chunks of its prompt are
+ * computed; when the last one is, the vector is normalized and the request finishes. It neither
+ * matches nor fills the prefix cache: mean and first-token pooling need every token's hidden state
+ * (a cached prefix would skip them), and nobody continues an embedded text, so its blocks would
+ * only push out prefixes that conversations do continue. */
+typedef struct em_embedding {
+    int pooling;    /* EMBER_POOLING_MEAN, _CLS or _LAST */
+    uint32_t width; /* floats in a hidden state */
+    double *sum;    /* the rows pooled so far, summed (in double: a long prompt's mean) */
+    uint32_t rows;
+    float *vector;  /* the result, unit length, once `done` */
+    bool done;
+} em_embedding;
+
+/* The engine's default pooling (options, else the GGUF's <arch>.pooling_type), the hidden width and
+ * whether the backend can embed at all; the batch's hidden flags. */
+em_err em_embed_init(ember_engine *engine, const ember_options *options);
+/* At submission: the request's pooling checked (one is known, the backend returns hidden states)
+ * and its state made (r->embedding). */
+em_err em_embed_prepare(const ember_engine *engine, ember_request *r, const ember_request_params *params);
+void em_embed_free(em_embedding *embedding);
+/* At (re)admission: nothing pooled yet (a preempted request computes its prompt again). */
+void em_embed_restart(em_embedding *embedding);
+/* Whether the token at `pos` of a prompt of n_prompt tokens goes into the pool. */
+static inline bool em_embed_wants(const em_embedding *m, uint32_t pos, uint32_t n_prompt) {
+    return m->pooling == EMBER_POOLING_MEAN || (m->pooling == EMBER_POOLING_CLS && pos == 0) ||
+           (m->pooling == EMBER_POOLING_LAST && pos + 1 == n_prompt);
+}
+/* Room for `rows` hidden states of a step in engine->hidden. */
+em_err em_embed_reserve(ember_engine *engine, uint32_t rows);
+/* After a step that ran embedding prompts, with the hidden states it asked for in engine->hidden
+ * (in batch order: the running requests in order, each its scheduled positions, which n_computed
+ * now ends): pools each embedding request's rows; one whose prompt is all computed gets its
+ * vector (done). */
+void em_embed_take(ember_engine *engine);
+
 /* ---- Engine internals shared by engine.c and sched.c ---- */
 
 
@@ -531,6 +572,7 @@ struct ember_request {
     uint64_t admitted_order; /* larger = younger (preempted first) */
     uint32_t scheduled;      /* pending tokens computed in the current step */
     uint32_t flight_row;     /* its logits row in the step in flight (sched.c), when it has one */
+    em_embedding *embedding; /* an embedding request's pooling (embed.c); NULL for generation */
     /* Speculative decoding (spec.c). `draft` holds this step's drafts (n_draft, at most the
      * engine's draft_max), verified in the step; draft_length and draft_pause adapt the count. */
     ember_spec spec; /* resolved: OFF, LOOKUP or DRAFT */
@@ -603,6 +645,15 @@ struct ember_engine {
     em_drafter *drafter;
     em_spec_costs spec_costs; /* what drafts cost here, measured (em_spec_least) */
     bool spec_model_timed;     /* the draft model drafted this step, past its prompt (em_spec_cost_drafting) */
+    /* Embeddings (embed.c): the default pooling (an ember_pooling), a hidden state's width, why the
+     * backend cannot embed ("" when it can), per batch token whether it wants its hidden state, and
+     * a step's hidden states. */
+    int pooling;
+    uint32_t n_embd;
+    char embed_refused[160];
+    bool *batch_hidden;
+    float *hidden;
+    size_t hidden_rows_cap;
 };
 
 /* ---- Loading (engine.c) ---- */

@@ -63,7 +63,7 @@ static void release_blocks(ember_engine *e, ember_request *r) {
 /* Keeps a hybrid model's state after the request's computed tokens as a snapshot (not while a
  * step is begun: the backend may still be advancing it). */
 static void snapshot_state(ember_engine *e, ember_request *r) {
-    if (!e->recurrent || !r->holds_state || !r->n_computed || e->in_flight) return;
+    if (!e->recurrent || !r->holds_state || !r->n_computed || e->in_flight || r->embedding) return;
     em_err err = em_states_store(&e->states, e->backend, r->state_slot, r->tokens, r->n_computed);
     if (err) {
         em_log(EM_LOG_WARN, "state snapshot: %s", em_err_message(err));
@@ -77,7 +77,7 @@ static void retire_blocks(ember_engine *e, ember_request *r) {
     snapshot_state(e, r);
     if (r->holds_state) em_states_give_slot(&e->states, r->state_slot);
     r->holds_state = false;
-    if (r->n_computed) {
+    if (r->n_computed && !r->embedding) { /* nobody continues an embedded text (engine.h) */
         em_err err = em_prefix_insert(&e->cache, r->tokens, r->n_computed, r->blocks);
         if (err) {
             em_log(EM_LOG_WARN, "prefix cache: %s", em_err_message(err));
@@ -189,8 +189,9 @@ static admit_result admit(ember_engine *e, ember_request *r) {
     uint32_t total_blocks = blocks_for(e, n);
     if (total_blocks > e->pool.n_blocks) return CANNOT_FIT;
     const uint64_t lookups = e->cache.lookups, hits = e->cache.hits, reused = e->cache.tokens_reused;
-    em_prefix_hit hit;
-    em_prefix_match(&e->cache, r->tokens, n, n - 1, r->blocks, &hit);
+    em_prefix_hit hit = {.copy_block = EM_PREFIX_NO_BLOCK};
+    if (r->embedding) em_embed_restart(r->embedding); /* every hidden state is needed: no cached prefix */
+    else em_prefix_match(&e->cache, r->tokens, n, n - 1, r->blocks, &hit);
     uint32_t snapshot = 0, resumed = 0;
     if (e->recurrent) {
         resumed = em_states_match(&e->states, r->tokens, hit.n_tokens, &snapshot);
@@ -831,6 +832,19 @@ static void finish_stuck(ember_engine *e, uint32_t rows) {
     }
 }
 
+/* Pools the step's hidden states into the embedding requests, and finishes those now done. */
+static void finish_embeddings(ember_engine *e) {
+    em_embed_take(e);
+    for (uint32_t i = e->n_running; i-- > 0;) { /* backwards: a finish takes the request out of the list */
+        ember_request *r = e->running[i];
+        if (!r->embedding || !r->embedding->done) continue;
+        pthread_mutex_lock(&r->lock);
+        r->t_first_token = r->t_last_token = em_engine_now_ms(); /* prefill_ms: admission to the vector */
+        pthread_mutex_unlock(&r->lock);
+        finish_request(e, r, EMBER_FINISH_STOP, -1, NULL);
+    }
+}
+
 /* Runs one batch. Returns false when there was nothing to run. */
 static bool step(ember_engine *e) {
     drop_cancelled(e);
@@ -844,8 +858,8 @@ static bool step(ember_engine *e) {
     em_spec_propose(e);
     const double forward_start = em_engine_now_ms(); /* the draft model's time is counted apart */
     plan(e);
-    bool speculating = false;
-    uint32_t n = 0, rows = 0, drafts = 0;
+    bool speculating = false, embeds = false; /* embeds: some embedding's prompt runs this step */
+    uint32_t n = 0, rows = 0, drafts = 0, hidden_rows = 0;
     for (uint32_t i = 0; i < e->n_running; i++) {
         ember_request *r = e->running[i];
         e->batch_seqs[i].blocks = r->blocks;
@@ -858,11 +872,14 @@ static bool step(ember_engine *e) {
             e->batch_tokens_buf[n] = pos < r->n_tokens ? r->tokens[pos] : r->draft[pos - r->n_tokens];
             e->batch_seq[n] = i;
             e->batch_pos[n] = pos;
-            e->batch_logits[n] = pos + 1 >= r->n_tokens;
+            e->batch_logits[n] = pos + 1 >= r->n_tokens && !r->embedding;
+            e->batch_hidden[n] = r->embedding && em_embed_wants(r->embedding, pos, r->n_prompt);
+            hidden_rows += e->batch_hidden[n];
             if (e->batch_logits[n]) e->row_owner[rows++] = r;
             n++;
         }
         speculating |= r->scheduled && r->n_draft > 0; /* drafts in this step */
+        embeds |= r->scheduled && r->embedding;
         if (r->scheduled) drafts += r->n_draft;
     }
     if (n == 0) return false;
@@ -871,7 +888,9 @@ static bool step(ember_engine *e) {
     /* When every row's request is plain (engine.h), the backend picks the tokens and no logits row
      * comes back; otherwise all rows come to the host (a mixed step takes the host path for all).
      * Constrained rows are plain too where the backend applies their masks itself. */
-    bool backend_picks = rows > 0 && em_backend_can_pick(e->backend) && (!constrained || em_backend_picks_masked(e->backend));
+    /* Hidden states (embeddings) come back through forward alone. */
+    bool backend_picks = rows > 0 && !hidden_rows && em_backend_can_pick(e->backend) &&
+                         (!constrained || em_backend_picks_masked(e->backend));
     for (uint32_t k = 0; k < rows && backend_picks; k++) backend_picks = em_sampler_plain(&e->row_owner[k]->sampler);
     /* Logits rows: one per request that samples this step; grown on demand (vocabularies are big). */
     if (!backend_picks && rows > e->logits_rows_cap) {
@@ -897,7 +916,9 @@ static bool step(ember_engine *e) {
     const bool begin = backend_picks && em_backend_can_overlap(e->backend) && !speculating &&
                        (!constrained || em_backend_picks_late(e->backend)) && !prompt_ends;
     em_batch batch = step_batch(e, n, backend_picks && constrained ? e->pick_masks : NULL);
-    em_err err = begin          ? em_backend_pick_begin(e->backend, &batch, e->pick)
+    em_err err = hidden_rows ? em_embed_reserve(e, hidden_rows) : NULL;
+    if (hidden_rows) batch.hidden = e->batch_hidden, batch.hidden_out = e->hidden;
+    if (!err) err = begin          ? em_backend_pick_begin(e->backend, &batch, e->pick)
                  : backend_picks ? em_backend_forward_pick(e->backend, &batch, e->pick, e->picked)
                                  : em_backend_forward(e->backend, &batch, e->logits);
     if (err) {
@@ -908,6 +929,7 @@ static bool step(ember_engine *e) {
     }
     /* Drafts count as computed only once accepted (accept_rows). */
     for (uint32_t i = 0; i < e->n_running; i++) e->running[i]->n_computed += e->running[i]->scheduled - e->running[i]->n_draft;
+    if (embeds) finish_embeddings(e);
     /* A hybrid model's state where a prompt has just been computed: the next turn of a conversation
      * resumes there even when this one's output is not kept. */
     for (uint32_t i = 0; i < e->n_running && !begin; i++) {

@@ -320,6 +320,9 @@ typedef struct em_synth_options {
     /* NULL = the preset's; "none", "linear:F", "yarn:F:ORIG_CTX" or "llama3:F:ORIG_CTX" (written as
      * llama.cpp's converter does: rope.scaling.* keys, or a rope_freqs.weight tensor for llama3) */
     const char *rope_scaling;
+    /* <arch>.pooling_type to write (GGUF's numbering: 1 mean, 2 cls, 3 last; embedding models);
+     * 0 = none */
+    uint32_t pooling;
 } em_synth_options;
 
 /* The presets' names in order, NULL past the end. */

@@ -270,6 +270,7 @@ typedef struct synth {
     const em_family *family;
     uint32_t weight_type, expert_type;
     uint64_t seed;
+    uint32_t pooling; /* <arch>.pooling_type to write, 0: none */
     tensor_plan *tensors;
     uint32_t n_tensors, cap_tensors;
     uint8_t *buffer;
@@ -639,6 +640,7 @@ static em_err add_hparams(em_gguf_writer *w, const synth *s) {
     if ((err = em_gguf_writer_add_str(w, "general.architecture", arch))) return err;
     if ((err = em_gguf_writer_add_str(w, "general.name", p->name))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("context_length"), p->n_ctx))) return err;
+    if (s->pooling && (err = em_gguf_writer_add_u32(w, KEY("pooling_type"), s->pooling))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("embedding_length"), p->n_embd))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("block_count"), p->n_layer))) return err;
     if ((err = em_gguf_writer_add_u32(w, KEY("attention.head_count"), p->n_head))) return err;
@@ -813,7 +815,8 @@ em_err em_synth_write(const em_synth_options *o, const char *out_path) {
     for (size_t i = 0; i < N_PRESETS; i++)
         if (o->preset && !strcmp(presets[i].name, o->preset)) found = &presets[i];
     if (!found) return em_errorf(EM_ERR_INVALID, "unknown preset '%s'", o->preset ? o->preset : "(none)");
-    synth s = {.p = *found, .family = em_family_by_name(found->family), .seed = o->seed};
+    synth s = {.p = *found, .family = em_family_by_name(found->family), .seed = o->seed, .pooling = o->pooling};
+    if (o->pooling > 4) return em_errorf(EM_ERR_RANGE, "pooling %u is not one of GGUF's 0..4", o->pooling);
     if (!s.family) return em_errorf(EM_ERR_INTERNAL, "preset %s: no family '%s'", found->name, found->family);
     for (size_t i = 0; i < sizeof hybrid_shapes / sizeof hybrid_shapes[0]; i++)
         if (!strcmp(hybrid_shapes[i].preset, found->name)) s.hybrid = hybrid_shapes[i];

@@ -6,8 +6,9 @@
  * A request is judged as early as possible: key, path, method and Content-Length are checked
  * when the headers arrive, so a rejected upload is never read. Every rejection is an error body
  * in the format of the API the path belongs to (Anthropic for /v1/messages*, Ollama for paths
- * under /api/, OpenAI otherwise). The Responses API, Ollama's endpoints and /tokenize, /detokenize
- * are served by responses.c, ollama.c and tokenize.c; paths under /api/ need the API key as those
+ * under /api/, OpenAI otherwise). The Responses API, Ollama's endpoints, /tokenize, /detokenize and
+ * the embeddings (/v1/embeddings, /api/embed) are served by responses.c, ollama.c, tokenize.c and
+ * embed.c; paths under /api/ need the API key as those
  * under /v1/ do. A second port (--ollama-port) is a second daemon on the same handler and state. */
 #include <netdb.h>
 #include <stdarg.h>
@@ -87,6 +88,7 @@ static const route routes[] = {
     {"/api/delete", "DELETE", EM_EP_OLLAMA_MANAGE, EM_API_OLLAMA},
     {"/tokenize", "POST", EM_EP_TOKENIZE, EM_API_OPENAI_CHAT},
     {"/detokenize", "POST", EM_EP_DETOKENIZE, EM_API_OPENAI_CHAT},
+    {"/v1/embeddings", "POST", EM_EP_EMBEDDINGS, EM_API_OPENAI_CHAT},
 };
 
 /* Finds the route of `url`; NULL for an unknown path. /v1/models/{id} routes to /v1/models, the
@@ -271,6 +273,13 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, em_server *s, connecti
     case EM_EP_PAGE: return queue(c, s, ctx, 200, em_server_asset_response(url));
     default: break;
     }
+    if (ctx->endpoint == EM_EP_EMBEDDINGS || ctx->endpoint == EM_EP_OLLAMA_EMBED) { /* embed.c */
+        int status = 500;
+        struct MHD_Response *r =
+            em_embed_serve(s, url, ctx->endpoint, ctx->body.data ? ctx->body.data : "", ctx->body.len, connection_fd(c), &status);
+        em_buf_free(&ctx->body);
+        return queue(c, s, ctx, status, r);
+    }
     if (ctx->endpoint >= EM_EP_RESPONSES && ctx->endpoint <= EM_EP_DETOKENIZE) { /* responses.c, ollama.c, tokenize.c */
         int status = 500;
         const char *data = ctx->body.data ? ctx->body.data : "";
@@ -423,6 +432,7 @@ em_err em_server_start(const em_server_options *options, const em_server_engine 
         return em_errorf(EM_ERR_INVALID, "the API key is empty: give a key, or none to serve without one");
     }
     s->grammar_seconds = options->grammar_seconds > 0 ? options->grammar_seconds : 1.0;
+    s->matryoshka = options->matryoshka;
     em_err grammar_err = em_grammar_cache_new(GRAMMAR_CACHE_ENTRIES, GRAMMAR_CACHE_BYTES, &s->grammars);
     if (grammar_err) {
         em_server_stop(s);

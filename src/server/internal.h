@@ -202,6 +202,7 @@ struct em_server {
     em_response_store *responses; /* the Responses API's stored responses */
     em_grammar_cache *grammars;   /* requests' compiled grammars, shared by content */
     double grammar_seconds;       /* CPU time to make one request's grammar */
+    bool matryoshka;              /* embeddings may be cut to fewer dimensions (em_server_options) */
 };
 
 /* A JSON response (takes the body's reference) or an error response in `api`'s format (response.c). */
@@ -252,6 +253,10 @@ bool em_ollama_parse(bool chat, const char *body, size_t len, const em_server_en
 /* An Ollama endpoint at path `url`: `endpoint` picks it; GET endpoints have no body. */
 struct MHD_Response *em_ollama_serve(em_server *server, const char *url, em_server_endpoint endpoint, const char *body,
                                      size_t len, int fd, int *status);
+/* /v1/embeddings, /api/embed and /api/embeddings (embed.c), `endpoint` and `url` picking which; NULL
+ * when the client went away before the answer was ready. */
+struct MHD_Response *em_embed_serve(em_server *server, const char *url, em_server_endpoint endpoint, const char *body,
+                                    size_t len, int fd, int *status);
 /* /tokenize and /detokenize (tokenize.c), as llama.cpp's server has them; errors in OpenAI's format. */
 struct MHD_Response *em_tokenize_serve(em_server *server, em_server_endpoint endpoint, const char *body, size_t len,
                                        int *status);

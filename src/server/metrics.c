@@ -26,6 +26,7 @@ static const char *const endpoint_paths[EM_EP_COUNT] = {
     [EM_EP_OLLAMA_MANAGE] = "/api/pull,push,create,copy,delete",
     [EM_EP_TOKENIZE] = "/tokenize",
     [EM_EP_DETOKENIZE] = "/detokenize",
+    [EM_EP_EMBEDDINGS] = "/v1/embeddings",
     [EM_EP_OTHER] = "other",
 };
 

@@ -266,7 +266,8 @@ em_err em_server_model_open(const ember_options *options, const char *alias, em_
                                    .reasons = m->reasons, .tokenize = model_tokenize,
                                    .token_bytes = model_token_bytes, .submit = model_submit, .next = model_next,
                                    .cancel = model_cancel, .timings = model_timings, .release = model_release,
-                                   .stats = model_stats};
+                                   .stats = model_stats, .pooling = info.pooling, .n_embd = info.n_embd,
+                                   .embed_refused = info.embed_refused};
     read_facts(m, options->model_path, template_text, template_len);
     *out = m;
     return NULL;

@@ -22,8 +22,7 @@
  *   - Streams (the default, as in Ollama) are NDJSON: one object per line, the last with
  *     `done: true`, `done_reason` and Ollama's counts and nanosecond durations.
  *   - Errors are `{"error": "..."}` with the HTTP status (400 for bad fields).
- *   - /api/embed and /api/embeddings are answered 400: the engine has no pooling, so no model served
- *     here can embed yet.
+ *   - /api/embed and /api/embeddings are embed.c's, with OpenAI's /v1/embeddings.
  * A request with no messages (chat) or an empty prompt (generate) is Ollama's way to load a model:
  * it is answered at once with `done_reason` "load".
  *
@@ -451,9 +450,14 @@ static json_t *model_entry(const em_server *s) {
 }
 
 /* What the model can do, as Ollama names it: completion always; tools when its chat template takes
- * them; thinking when it reasons. Never embedding: the engine has no pooling. */
+ * them; thinking when it reasons; embedding when a pooling is known (the file's, or --pooling) and
+ * the backend returns hidden states. */
 static json_t *capabilities_json(const em_server *s) {
     json_t *list = json_pack("[s]", "completion");
+    const int pooling = s->engine.pooling;
+    if (list && !s->engine.embed_refused &&
+        (pooling == EMBER_POOLING_MEAN || pooling == EMBER_POOLING_CLS || pooling == EMBER_POOLING_LAST))
+        json_array_append_new(list, json_string("embedding"));
     const char *template = s->engine.facts.chat_template;
     if (list && template && strstr(template, "tools")) json_array_append_new(list, json_string("tools"));
     if (list && s->engine.reasons) json_array_append_new(list, json_string("thinking"));
@@ -608,12 +612,6 @@ struct MHD_Response *em_ollama_serve(em_server *server, const char *url, em_serv
     if (endpoint == EM_EP_OLLAMA_TAGS || endpoint == EM_EP_OLLAMA_PS || endpoint == EM_EP_OLLAMA_VERSION)
         return describe(server, endpoint, status);
     if (endpoint == EM_EP_OLLAMA_SHOW) return show(server, body, len, status);
-    if (endpoint == EM_EP_OLLAMA_EMBED) {
-        em_server_error_set(&err, 400, NULL, NULL, NULL,
-                            "\"%s\" does not support embeddings: Ember has no pooling yet, so no model it serves can embed",
-                            server->engine.model_id);
-        return error_response(&err, status);
-    }
     ollama_self *self = calloc(1, sizeof *self);
     if (!self) {
         oom(&err);

@@ -2,7 +2,7 @@
  * server — `ember serve`: OpenAI-, Anthropic- and Ollama-compatible HTTP APIs over an engine.
  *
  * The module is three layers, each testable alone:
- *   1. Request parsers (openai.c, anthropic.c, responses.c, ollama.c): a JSON body becomes an em_server_request, a
+ *   1. Request parsers (openai.c, anthropic.c, responses.c, ollama.c; embed.c for embeddings): a JSON body becomes an em_server_request, a
  *      description of what to generate that knows nothing about HTTP or the engine (messages or
  *      prompts, sampling, stops, limits, stream flags). Any problem is an em_server_error that
  *      carries the HTTP status, the API's error type, and a message naming the field.
@@ -88,6 +88,12 @@ typedef struct em_server_engine {
     em_tool_format tool_format; /* from the chat template */
     bool reasons;               /* the chat template writes <think> sections (Qwen 3, DeepSeek-R1) */
     em_server_model_facts facts;
+    /* Embeddings (embed.c): the pooling the engine's embedding requests get (an ember_pooling:
+     * none, or rank, and the model does not embed), the vector's length, and why the backend cannot
+     * embed (NULL when it can). */
+    int pooling;
+    uint32_t n_embd;
+    const char *embed_refused;
 
     /* Renders `messages` (an OpenAI-style array of {role, content: string}; roles system, user,
      * assistant, tool; assistant messages may carry tool_calls with arguments as objects) and
@@ -475,10 +481,11 @@ typedef enum em_server_endpoint {
     EM_EP_OLLAMA_SHOW,
     EM_EP_OLLAMA_PS,
     EM_EP_OLLAMA_VERSION,
-    EM_EP_OLLAMA_EMBED, /* /api/embed and /api/embeddings: refused, the engine has no pooling */
+    EM_EP_OLLAMA_EMBED, /* /api/embed and /api/embeddings (embed.c) */
     EM_EP_OLLAMA_MANAGE, /* /api/pull, create, copy, delete, push: the one model is chosen at start */
     EM_EP_TOKENIZE,      /* POST /tokenize (llama.cpp's server's) */
     EM_EP_DETOKENIZE,    /* POST /detokenize */
+    EM_EP_EMBEDDINGS,    /* POST /v1/embeddings (embed.c) */
     EM_EP_OTHER,
     EM_EP_COUNT,
 } em_server_endpoint;
@@ -514,6 +521,8 @@ typedef struct em_server_options {
     double grammar_seconds;  /* CPU time to make one request's grammar (more: a 400); 0 = 1.0 */
     int ollama_port;         /* a second port serving the same APIs, for Ollama clients that cannot be
                               * told another than 11434; 0 = none */
+    bool matryoshka;         /* the model was trained so that its embeddings may be cut short: requests
+                              * may ask for fewer `dimensions` */
 } em_server_options;
 
 typedef struct em_server em_server;

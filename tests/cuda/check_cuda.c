@@ -94,7 +94,7 @@ static int run_rows(em_backend *b, const em_batch_seq *seqs, uint32_t s, const i
     uint32_t seq[LONG], p[LONG];
     bool want[LONG];
     for (uint32_t i = 0; i < n; i++) seq[i] = s, p[i] = pos + i, want[i] = i >= want_from;
-    em_batch batch = {n, tokens, seq, p, want, SEQS, seqs, NULL, false};
+    em_batch batch = {n, tokens, seq, p, want, SEQS, seqs, NULL, false, NULL, NULL};
     em_err err = em_backend_forward(b, &batch, logits);
     if (err) {
         fprintf(stderr, "%s forward: %s\n", b->ops->name, em_err_message(err));
@@ -193,7 +193,7 @@ static double served_decode(const em_model *model, const em_backend_config *conf
         uint32_t sq[3] = {0, 1, 2}, ps[3];
         bool want[3] = {true, true, true};
         for (uint32_t i = 0; i < 3; i++) ps[i] = PROMPT + (uint32_t)step;
-        em_batch batch = {n, tk, sq, ps, want, SEQS, seqs, NULL, false};
+        em_batch batch = {n, tk, sq, ps, want, SEQS, seqs, NULL, false, NULL, NULL};
         if ((err = em_backend_forward(g, &batch, h))) {
             fprintf(stderr, "served decode: %s\n", em_err_message(err));
             worst = -1.0;
@@ -294,7 +294,7 @@ static int mega_check(const em_model *model, const em_backend_config *config, co
                 tk[n] = solo_tok[s][done[s]], sq[n] = 1 + s, ps[n] = len[s] + (uint32_t)done[s], who[n++] = s;
             }
         if (n == 0) continue;
-        em_batch batch = {n, tk, sq, ps, want, SEQS, seqs, NULL, false};
+        em_batch batch = {n, tk, sq, ps, want, SEQS, seqs, NULL, false, NULL, NULL};
         em_err err = em_backend_forward(gj, &batch, a);
         if (err) {
             fprintf(stderr, "mega join/leave: %s\n", em_err_message(err));
@@ -346,7 +346,7 @@ static int bench(em_backend *gpu, const char *label, const char *what, uint32_t 
         for (uint32_t at = 0; at < PROMPT_LEN; at += 64) {
             uint32_t n = PROMPT_LEN - at < 64 ? PROMPT_LEN - at : 64;
             for (uint32_t i = 0; i < n; i++) tokens[i] = (int32_t)((1000 + 7919 * s + at + i) % V), ps[i] = at + i, sq[i] = s;
-            em_batch batch = {n, tokens, sq, ps, NULL, n_seqs, seqs, NULL, false};
+            em_batch batch = {n, tokens, sq, ps, NULL, n_seqs, seqs, NULL, false, NULL, NULL};
             em_err err = em_backend_forward(gpu, &batch, logits + (size_t)s * V);
             if (err) return fprintf(stderr, "bench: %s\n", em_err_message(err)), 1;
         }
@@ -359,7 +359,7 @@ static int bench(em_backend *gpu, const char *label, const char *what, uint32_t 
             tokens[s] = argmax(logits + (size_t)s * V, V);
             ps[s] = PROMPT_LEN + step, sq[s] = s;
         }
-        em_batch batch = {n_seqs, tokens, sq, ps, want, n_seqs, seqs, NULL, false};
+        em_batch batch = {n_seqs, tokens, sq, ps, want, n_seqs, seqs, NULL, false, NULL, NULL};
         em_err err = em_backend_forward(gpu, &batch, logits);
         if (err) return fprintf(stderr, "bench: %s\n", em_err_message(err)), 1;
     }
@@ -389,14 +389,14 @@ static int chunk_bench(em_backend *gpu, const char *label, uint32_t ctx, uint32_
     for (uint32_t at = 0; at < ctx && !rc; at += CHUNK_BATCH) {
         uint32_t m = ctx - at < CHUNK_BATCH ? ctx - at : CHUNK_BATCH;
         for (uint32_t i = 0; i < m; i++) tokens[i] = (int32_t)((1000 + 7919 * (at + i)) % V), ps[i] = at + i;
-        em_batch batch = {m, tokens, sq, ps, NULL, 1, &seq, NULL, false};
+        em_batch batch = {m, tokens, sq, ps, NULL, 1, &seq, NULL, false, NULL, NULL};
         em_err err = em_backend_forward(gpu, &batch, logits);
         if (err) rc = 1, fprintf(stderr, "chunk: %s\n", em_err_message(err));
     }
     const double prefill_ms = 1e3 * (now_s() - t0);
     for (uint32_t r = 0; r < CHUNK_REPEATS && !rc; r++) {
         for (uint32_t i = 0; i < n; i++) tokens[i] = (int32_t)((77 + 104729 * (i + 1)) % V), ps[i] = ctx + i;
-        em_batch batch = {n, tokens, sq, ps, NULL, 1, &seq, NULL, false};
+        em_batch batch = {n, tokens, sq, ps, NULL, 1, &seq, NULL, false, NULL, NULL};
         double t = now_s();
         em_err err = em_backend_forward(gpu, &batch, logits);
         if (err) rc = 1, fprintf(stderr, "chunk: %s\n", em_err_message(err));
@@ -543,7 +543,7 @@ int main(int argc, char **argv) {
                 from[s] = end;
             }
             if (n == 0) continue;
-            em_batch batch = {n, tk, sq, ps, want, SEQS, seqs, NULL, false};
+            em_batch batch = {n, tk, sq, ps, want, SEQS, seqs, NULL, false, NULL, NULL};
             if ((err = em_backend_forward(gpu, &batch, a))) {
                 fprintf(stderr, "batched forward: %s\n", em_err_message(err));
                 return 1;

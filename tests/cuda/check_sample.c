@@ -159,7 +159,7 @@ static int check_backend(const char *vocab) {
             mask_bits[w] = 0;
             for (uint32_t bit = 0; bit < 32; bit++) mask_bits[w] |= (uint32_t)(uniform() < 1.0 / 3) << bit;
         }
-        em_batch batch = {SEQ, tokens, seq, pos, want, SEQ, seqs, NULL, false};
+        em_batch batch = {SEQ, tokens, seq, pos, want, SEQ, seqs, NULL, false, NULL, NULL};
         err = em_backend_forward(b, &batch, logits);
         batch.pick_masks = masks;
         if (!err) err = em_backend_forward_pick(b, &batch, pick, picked); /* the same positions again */

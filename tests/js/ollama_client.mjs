@@ -191,7 +191,7 @@ await test('errors are {"error"} with 400: bad options, think on a model that do
     (e) => e.status_code === 400 && /options: 'temperature'/.test(e.error));
   await assert.rejects(ollama.chat({ model, messages, think: true, stream: false }),
     (e) => e.status_code === 400 && /does not support thinking/.test(e.error));
-  await assert.rejects(ollama.embed({ model, input: 'river' }), (e) => e.status_code === 400 && /does not support embeddings/.test(e.error));
+  await assert.rejects(ollama.embed({ model, input: 'river' }), (e) => e.status_code === 400 && /does not embed: its file names no pooling/.test(e.error));
   await assert.rejects(ollama.chat({ model, messages: [{ role: 'robot', content: 'x' }], stream: false }),
     (e) => e.status_code === 400 && /messages\[0\]/.test(e.error));
   const res = await fetch(`${baseURL}/api/tags`);

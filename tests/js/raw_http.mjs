@@ -122,7 +122,7 @@ await test('missing or wrong API key → 401; health needs none', async () => {
 });
 
 await test('unknown path → 404, wrong method → 405', async () => {
-  await openaiError(await fetch(`${baseURL}/v1/embeddings`, { method: 'POST', headers: auth, body: '{}' }), 404);
+  await openaiError(await fetch(`${baseURL}/v1/audio/speech`, { method: 'POST', headers: auth, body: '{}' }), 404);
   const res = await fetch(`${baseURL}/v1/chat/completions`, { headers: auth });
   await openaiError(res, 405);
   assert.equal(res.headers.get('allow'), 'POST');

@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     int status = 0;
     uint32_t at = 0, n = n_prompt; /* the batch: tokens[at .. at + n) */
     for (uint32_t made = 0; made < n_new && !status; made++) {
-        em_batch batch = {n, tokens + at, seq, pos + at, NULL, 1, &table, NULL, false};
+        em_batch batch = {n, tokens + at, seq, pos + at, NULL, 1, &table, NULL, false, NULL, NULL};
         if ((err = em_backend_forward(backend, &batch, logits))) {
             status = fail("forward", err);
             break;

@@ -361,6 +361,11 @@ static em_err output(cpu_backend *b, const em_batch *batch, const em_program_out
                      uint32_t *rows) {
     const uint32_t width = o->norm.width, n = batch->n_tokens;
     *rows = 0;
+    /* The hidden states asked for are the normed rows the output head would read. */
+    for (uint32_t t = 0, row = 0; batch->hidden && t < n; t++)
+        if (batch->hidden[t])
+            em_cpu_rmsnorm(batch->hidden_out + (uint64_t)row++ * width, x + (uint64_t)t * width, o->norm.weight, width,
+                           o->norm.eps, o->norm.plus_one);
     for (uint32_t t = 0; t < n; t++) {
         const bool want = batch->logits ? batch->logits[t] : t == n - 1;
         if (!want) continue;
@@ -368,6 +373,7 @@ static em_err output(cpu_backend *b, const em_batch *batch, const em_program_out
                        o->norm.eps, o->norm.plus_one);
         (*rows)++;
     }
+    if (*rows == 0) return NULL;
     const uint64_t n_vocab = o->weight->rows;
     em_err err = matmul(b, o->weight, 0, b->logits_in, width, logits, n_vocab, *rows);
     if (err) return err;
@@ -808,12 +814,12 @@ static em_err cpu_pick_end(em_backend *base, int32_t *picked) {
 static const em_backend_ops cpu_ops = {
     .name = "cpu", .forward = cpu_forward, .forward_pick = cpu_forward_pick, .copy_rows = cpu_copy_rows,
     .free = cpu_free, .picks_masked = true, .copy_state = cpu_copy_state, .kv_save = cpu_kv_save,
-    .kv_load = cpu_kv_load, .kv_format = CPU_KV_FORMAT};
+    .kv_load = cpu_kv_load, .kv_format = CPU_KV_FORMAT, .hidden_rows = true};
 static const em_backend_ops cpu_overlap_ops = {
     .name = "cpu", .forward = cpu_forward, .forward_pick = cpu_forward_pick, .copy_rows = cpu_copy_rows,
     .free = cpu_free, .pick_begin = cpu_pick_begin, .pick_end = cpu_pick_end, .picks_masked = true,
     .pick_masks = cpu_pick_masks, .copy_state = cpu_copy_state, .kv_save = cpu_kv_save, .kv_load = cpu_kv_load,
-    .kv_format = CPU_KV_FORMAT};
+    .kv_format = CPU_KV_FORMAT, .hidden_rows = true};
 
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
