@@ -17,6 +17,9 @@
  *      threads never touch model state; the engine runs on its own thread. guard.c bounds how long
  *      and how many connections may take to send a request (libmicrohttpd cannot).
  *
+ * The access log (access_log.c): http.c writes one line per request on stderr when the request ends,
+ * with the token counts generate.c noted for it.
+ *
  * em_server_engine is the server's view of the engine: the seam between the server and the rest
  * of Ember (include/ember.h: the engine, which also holds the model's one tokenizer and chat
  * template). model.c adapts the real engine; tests plug in a fake. What the server assumes of an
