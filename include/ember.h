@@ -126,6 +126,7 @@ typedef struct ember_engine_info {
     uint32_t n_vocab;       /* logits per token */
     uint32_t block_tokens;  /* KV block size */
     uint32_t kv_blocks;     /* KV blocks in the pool */
+    uint64_t kv_bytes;      /* the pool's memory: kv_blocks * block_tokens positions */
     uint32_t batch_tokens;  /* token budget of one step */
     uint32_t max_sequences; /* requests running at once */
     const char *device;     /* "cpu" or "cuda" */

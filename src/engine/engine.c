@@ -444,6 +444,7 @@ void ember_engine_get_info(const ember_engine *e, ember_engine_info *out) {
         .n_vocab = e->n_vocab,
         .block_tokens = e->block_tokens,
         .kv_blocks = e->pool.n_blocks,
+        .kv_bytes = (uint64_t)e->pool.n_blocks * e->block_tokens * e->backend->kv_bytes_per_token,
         .batch_tokens = e->batch_tokens,
         .max_sequences = e->max_sequences,
         .device = e->backend->ops->name,

@@ -48,6 +48,7 @@ typedef struct job {
     bool done;
     em_server_token *scratch;
     size_t scratch_cap;
+    em_access_record *access; /* its connection's log record (internal.h), or NULL */
 } job;
 
 /* True when the peer closed its end of `fd` (checked without blocking). */
@@ -319,6 +320,10 @@ static void usage_of(const job *j, em_server_usage *u) {
             u->cached_tokens += t->cached_tokens;
         }
     }
+    if (j->access) {
+        j->access->prompt_tokens = (int64_t)u->prompt_tokens;
+        j->access->completion_tokens = (int64_t)u->completion_tokens;
+    }
 }
 
 /* An engine finish that is not a normal end of generation, as an HTTP error. A grammar that turns
@@ -562,6 +567,7 @@ struct MHD_Response *em_server_generate_with(em_server *server, em_server_reques
     j->req = *req;
     memset(req, 0, sizeof *req);
     j->fd = fd;
+    j->access = em_access_current;
     clock_gettime(CLOCK_MONOTONIC, &j->last_check);
     uint64_t serial = atomic_fetch_add(&server->next_id, 1);
     const char *prefix = writer ? writer->id_prefix : j->req.api == EM_API_OPENAI_CHAT ? "chatcmpl-" : j->req.api == EM_API_OPENAI_COMPLETIONS ? "cmpl-" : "msg_";
@@ -570,7 +576,12 @@ struct MHD_Response *em_server_generate_with(em_server *server, em_server_reques
                                 .engine = &server->engine};
 
     bool gone = false;
-    if (!tokenize_prompts(j, &err) || !make_grammar(j, &err, &gone) || !submit_all(j, &err) || !start_readers(j, &err)) {
+    const bool tokenized = tokenize_prompts(j, &err);
+    if (tokenized && j->access) {
+        j->access->prompt_tokens = 0;
+        for (size_t p = 0; p < j->n_prompts; p++) j->access->prompt_tokens += (int64_t)j->prompt_len[p];
+    }
+    if (!tokenized || !make_grammar(j, &err, &gone) || !submit_all(j, &err) || !start_readers(j, &err)) {
         em_server_api api = j->req.api;
         job_free(j);
         *status = err.status;

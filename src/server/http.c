@@ -10,7 +10,10 @@
  * the embeddings (/v1/embeddings, /api/embed) are served by responses.c, ollama.c, tokenize.c and
  * embed.c; paths under /api/ need the API key as those
  * under /v1/ do. A second port (--ollama-port) is a second daemon on the same handler and state. */
+#include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +22,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "web_assets.h"
@@ -30,7 +34,11 @@ typedef struct connection {
     bool responded;
     bool too_large;
     em_buf body;
+    em_access_record access; /* the access log's line, written when the request ends */
+    struct timespec arrived;  /* when its headers were in (monotonic), for the duration */
 } connection;
+
+_Thread_local em_access_record *em_access_current;
 
 static enum MHD_Result queue(struct MHD_Connection *c, em_server *s, connection *ctx, int status,
                              struct MHD_Response *r) {
@@ -44,6 +52,7 @@ static enum MHD_Result queue(struct MHD_Connection *c, em_server *s, connection 
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     em_server_metrics_count(&s->metrics, ctx->endpoint, status);
+    ctx->access.status = status;
     return ret;
 }
 
@@ -51,6 +60,41 @@ static enum MHD_Result queue_error(struct MHD_Connection *c, em_server *s, conne
     struct MHD_Response *r = em_server_error_response(ctx->api, err);
     if (r && err->status == 405 && ctx->method) MHD_add_response_header(r, "Allow", ctx->method);
     return queue(c, s, ctx, err->status, r);
+}
+
+/* ---- The access log ---- */
+
+/* The record's request side, filled as the headers arrive. */
+static void start_record(struct MHD_Connection *c, connection *ctx, const char *url, const char *method) {
+    em_access_record *r = &ctx->access;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    clock_gettime(CLOCK_MONOTONIC, &ctx->arrived);
+    r->time_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    r->prompt_tokens = r->completion_tokens = -1;
+    snprintf(r->method, sizeof r->method, "%s", method ? method : "-");
+    snprintf(r->path, sizeof r->path, "%s", url ? url : "-");
+    snprintf(r->client, sizeof r->client, "-");
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *addr = info ? info->client_addr : NULL;
+    if (addr && addr->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)addr)->sin_addr, r->client, sizeof r->client);
+    else if (addr && addr->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)addr)->sin6_addr, r->client, sizeof r->client);
+}
+
+/* Writes the finished request's line in one call, so that lines of concurrent requests never
+ * interleave. An answer that did not reach its end (the client hung up, the server stopped) is
+ * logged as nginx's 499, "client closed request", whatever status its head carried. */
+static void write_record(const em_server *s, connection *ctx, enum MHD_RequestTerminationCode code) {
+    em_access_record *r = &ctx->access;
+    if (code != MHD_REQUEST_TERMINATED_COMPLETED_OK || !r->status) r->status = 499;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    r->duration_ms = (double)(now.tv_sec - ctx->arrived.tv_sec) * 1e3 + (double)(now.tv_nsec - ctx->arrived.tv_nsec) / 1e6;
+    char line[1024];
+    size_t n = em_access_log_line(s->access_log, r, line, sizeof line);
+    fwrite(line, 1, n, stderr);
 }
 
 /* ---- Routing ---- */
@@ -323,6 +367,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (!ctx) {
         if (!(ctx = calloc(1, sizeof *ctx))) return MHD_NO;
         *con_cls = ctx;
+        start_record(c, ctx, url, method);
         enum MHD_Result ret;
         if (reject_early(c, s, ctx, url, method, version, &ret)) {
             em_guard_enter(&s->guard, c, EM_GUARD_SERVING);
@@ -352,15 +397,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                             "the body is larger than this server accepts (%zu bytes, --max-body)", s->max_body);
         return queue_error(c, s, ctx, &err);
     }
-    return dispatch(c, s, ctx, url);
+    em_access_current = &ctx->access;
+    enum MHD_Result ret = dispatch(c, s, ctx, url);
+    em_access_current = NULL;
+    return ret;
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
-    (void)code;
     em_server *s = cls;
     em_guard_enter(&s->guard, c, EM_GUARD_HEADERS); /* kept alive: the next request's headers are due */
     connection *ctx = *con_cls;
     if (!ctx) return;
+    if (s->access_log) write_record(s, ctx, code);
     em_buf_free(&ctx->body);
     free(ctx);
     *con_cls = NULL;
@@ -410,6 +458,31 @@ static em_err listen_on(em_server *s, const char *host, int port, unsigned max_c
     return NULL;
 }
 
+em_err em_server_check_port(const char *host, int port) {
+    if (port <= 0) return NULL; /* 0: any free port will do */
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *addr = NULL;
+    char port_text[16];
+    snprintf(port_text, sizeof port_text, "%d", port);
+    int rc = getaddrinfo(host ? host : "127.0.0.1", port_text, &hints, &addr);
+    if (rc != 0 || !addr)
+        return em_errorf(EM_ERR_INVALID, "cannot resolve host '%s': %s", host ? host : "127.0.0.1", gai_strerror(rc));
+    int fd = socket(addr->ai_family, addr->ai_socktype, addr->ai_protocol);
+    em_err err = NULL;
+    if (fd < 0) {
+        err = em_errorf(EM_ERR_IO, "cannot open a socket for %s:%d: %s", host, port, strerror(errno));
+    } else {
+        /* as the daemon binds: a port whose old connections linger in TIME_WAIT is free */
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, addr->ai_addr, addr->ai_addrlen) != 0)
+            err = em_errorf(EM_ERR_IO, "cannot listen on %s:%d: %s%s", host ? host : "127.0.0.1", port, strerror(errno),
+                            errno == EADDRINUSE ? " (another program is serving there; pick another --port)" : "");
+        close(fd);
+    }
+    freeaddrinfo(addr);
+    return err;
+}
+
 em_err em_server_start(const em_server_options *options, const em_server_engine *engine, em_server **out) {
     *out = NULL;
     const char *host = options->host ? options->host : "127.0.0.1";
@@ -427,6 +500,7 @@ em_err em_server_start(const em_server_options *options, const em_server_engine 
     atomic_init(&s->next_id, 1);
     atomic_init(&s->stopping, false);
     em_server_metrics_init(&s->metrics);
+    s->access_log = options->access_log;
     if (options->api_key && !options->api_key[0]) {
         em_server_stop(s);
         return em_errorf(EM_ERR_INVALID, "the API key is empty: give a key, or none to serve without one");

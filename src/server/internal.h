@@ -203,7 +203,14 @@ struct em_server {
     em_grammar_cache *grammars;   /* requests' compiled grammars, shared by content */
     double grammar_seconds;       /* CPU time to make one request's grammar */
     bool matryoshka;              /* embeddings may be cut to fewer dimensions (em_server_options) */
+    em_access_log_format access_log;
 };
+
+/* The access record of the request whose connection thread this is, while http.c dispatches it
+ * (NULL otherwise): generate.c notes its token counts there, which reach the log line without
+ * every endpoint passing the record along. A generation job keeps the pointer for its stream,
+ * which runs on the same thread and ends before the record is written out. */
+extern _Thread_local em_access_record *em_access_current;
 
 /* A JSON response (takes the body's reference) or an error response in `api`'s format (response.c). */
 struct MHD_Response *em_server_json_response(json_t *body);

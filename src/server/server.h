@@ -17,6 +17,9 @@
  *      threads never touch model state; the engine runs on its own thread. guard.c bounds how long
  *      and how many connections may take to send a request (libmicrohttpd cannot).
  *
+ * The access log (access_log.c): http.c writes one line per request on stderr when the request ends,
+ * with the token counts generate.c noted for it.
+ *
  * em_server_engine is the server's view of the engine: the seam between the server and the rest
  * of Ember (include/ember.h: the engine, which also holds the model's one tokenizer and chat
  * template). model.c adapts the real engine; tests plug in a fake. What the server assumes of an
@@ -507,6 +510,31 @@ char *em_server_metrics_text(em_server_metrics *m, const ember_stats *stats, con
 
 /* ---- The server ---- */
 
+/* ---- The access log (access_log.c): one line per request, written when the request ends ---- */
+
+typedef enum em_access_log_format { EM_ACCESS_LOG_OFF = 0, EM_ACCESS_LOG_TEXT, EM_ACCESS_LOG_JSON } em_access_log_format;
+
+/* One finished request. Tokens are -1 where the request generated nothing or was refused before
+ * its prompt was read. */
+typedef struct em_access_record {
+    int64_t time_ms;          /* when its headers arrived, milliseconds since the epoch */
+    char client[64];          /* the client's address ("127.0.0.1", "::1"), "-" when unknown */
+    char method[16];
+    char path[256];           /* cut to fit, the query string kept */
+    int status;               /* as sent; 499 when the client hung up before the answer ended */
+    int64_t prompt_tokens, completion_tokens;
+    double duration_ms;       /* from the headers' arrival to the answer's last byte */
+} em_access_record;
+
+/* "text" or "json" → the format; false for any other name. */
+bool em_access_log_format_parse(const char *name, em_access_log_format *out);
+/* The record as one line, newline included: text
+ *   2026-12-09T10:04:05.123Z 127.0.0.1 "POST /v1/chat/completions" 200 prompt=12 completion=5 38.2ms
+ * (tokens left out where unknown), or a JSON object with the fields time, client, method, path,
+ * status, prompt_tokens, completion_tokens (null where unknown) and duration_ms. Writes at most
+ * `size` bytes (the line is cut, still ending in a newline); returns its length. */
+size_t em_access_log_line(em_access_log_format format, const em_access_record *record, char *out, size_t size);
+
 typedef struct em_server_options {
     const char *host;        /* NULL = 127.0.0.1 */
     int port;                /* 0 = pick a free port (see em_server_port) */
@@ -523,6 +551,7 @@ typedef struct em_server_options {
                               * told another than 11434; 0 = none */
     bool matryoshka;         /* the model was trained so that its embeddings may be cut short: requests
                               * may ask for fewer `dimensions` */
+    em_access_log_format access_log; /* a line per request on stderr (access_log.c); default off */
 } em_server_options;
 
 typedef struct em_server em_server;
@@ -531,6 +560,9 @@ typedef struct em_server em_server;
 em_err em_server_start(const em_server_options *options, const em_server_engine *engine,
                        em_server **out);
 int em_server_port(const em_server *server);
+/* Whether host:port can be bound now (port 0: always), so that a command can refuse a busy port
+ * before it spends time loading a model. A clear error when it cannot. */
+em_err em_server_check_port(const char *host, int port);
 /* The second port (options.ollama_port), 0 when there is none. */
 int em_server_ollama_port(const em_server *server);
 /* Stops accepting, cancels running requests, waits for connection threads, frees everything. */
