@@ -49,7 +49,7 @@ case $first in "event: response.created"*'data: {"type":"response.created","sequ
   *) echo "FAIL: /responses stream starts with: $first"; status=1 ;; esac
 [ "$(printf '%s\n' "$sse" | grep -c '^event: ')" = "$(printf '%s\n' "$sse" | grep -c '^data: ')" ] ||
   { echo "FAIL: SSE events without their data lines"; status=1; }
-headers=$(curl -s -D - -o "$work/ndjson.out" "${auth[@]}" "$url/api/generate" -d '{"model":"x","prompt":"Hello","options":{"num_predict":3}}')
+headers=$(curl -s -D - -o "$work/ndjson.out" "${auth[@]}" "$url/api/generate" -d '{"model":"x","prompt":"Hello","options":{"num_predict":3,"temperature":0}}')
 case $headers in *"application/x-ndjson"*) ;; *) echo "FAIL: /api/generate stream headers: $headers"; status=1 ;; esac
 # one object per line, each line ended; the last alone done, with the three tokens asked for and
 # Ollama's counts and nanosecond durations as integers
