@@ -14,22 +14,12 @@
 #include "server/server.h"
 
 #include "server_fake.h"
+#include "server_js.h"
 
 static void test_official_clients(void **state) {
     (void)state;
     em_server_engine engine = fake_engine();
-    em_server_options options = {.host = "127.0.0.1", .port = 0, .api_key = "sk-fake", .max_body = 65536};
-    em_server *s = NULL;
-    em_err e = em_server_start(&options, &engine, &s);
-    if (e) fail_msg("%s", em_err_message(e));
-    char command[2048];
-    snprintf(command, sizeof command, "bash '%s/tests/js/run.sh' http://127.0.0.1:%d fake-model sk-fake '%s/js'",
-             EM_SOURCE_DIR, em_server_port(s), EM_BINARY_DIR);
-    int rc = system(command);
-    em_server_stop(s);
-    assert_int_equal(atomic_load(&fake_released), atomic_load(&fake_submitted));
-    assert_true(WIFEXITED(rc));
-    assert_int_equal(WEXITSTATUS(rc), 0);
+    run_client_scripts(&engine, "");
 }
 
 int main(void) {
