@@ -521,6 +521,38 @@ static void free_engine(ember_engine *e) {
     free(e);
 }
 
+/* The memory the requests' shared grammar masks may take (a mask is a bit per token). */
+#define GRAMMAR_SHARED_MASK_BYTES ((size_t)64 << 20)
+
+/* (engine.h) */
+em_err em_engine_grammar_vocab(ember_engine *e, ember_request *r) {
+    for (size_t i = 0; i < e->n_grammar_vocabs; i++) {
+        em_grammar_vocab_entry *v = &e->grammar_vocabs[i];
+        const size_t bytes = r->n_text_controls * sizeof *r->text_controls;
+        if (v->n_text_controls == r->n_text_controls && (!bytes || !memcmp(v->text_controls, r->text_controls, bytes))) {
+            r->grammar_vocab = v;
+            return NULL;
+        }
+    }
+    if (e->n_grammar_vocabs == EM_MAX_GRAMMAR_VOCABS)
+        return em_errorf(EM_ERR_UNSUPPORTED, "grammar: more than %d different sets of control_texts in one engine",
+                         EM_MAX_GRAMMAR_VOCABS);
+    em_grammar_vocab_entry v = {.n_text_controls = r->n_text_controls};
+    if (r->n_text_controls && !(v.text_controls = malloc(r->n_text_controls * sizeof *v.text_controls)))
+        return em_errorf(EM_ERR_NOMEM, "grammar: out of memory");
+    if (r->n_text_controls) memcpy(v.text_controls, r->text_controls, r->n_text_controls * sizeof *v.text_controls);
+    em_err err = em_grammar_vocab_new(e->tokenizer, e->n_vocab, v.text_controls, v.n_text_controls, &v.vocab);
+    if (!err) err = em_grammar_masks_new(v.vocab, GRAMMAR_SHARED_MASK_BYTES, &v.masks);
+    if (err) {
+        em_grammar_vocab_free(v.vocab);
+        free(v.text_controls);
+        return err;
+    }
+    e->grammar_vocabs[e->n_grammar_vocabs] = v;
+    r->grammar_vocab = &e->grammar_vocabs[e->n_grammar_vocabs++];
+    return NULL;
+}
+
 static em_err choose_sizes(ember_engine *e, const ember_options *o) {
     const em_model_desc *d = &e->model->desc;
     e->n_vocab = d->n_vocab;

@@ -499,7 +499,7 @@ typedef struct em_output_buffer {
 typedef enum em_request_phase { EM_PHASE_WAITING, EM_PHASE_RUNNING, EM_PHASE_DONE } em_request_phase;
 
 /* The grammar vocabulary of one set of control tokens counted as text (sorted ids; none for plain
- * requests), and the masks shared by the requests that use it (sched.c). */
+ * requests), and the masks shared by the requests that use it (em_engine_grammar_vocab). */
 #define EM_MAX_GRAMMAR_VOCABS 8
 #define EM_MAX_CONTROL_TEXTS 16
 typedef struct em_grammar_vocab_entry {
@@ -664,6 +664,10 @@ bool em_weights_fit(uint64_t file_bytes, const char *meminfo);
 
 /* Where the model at `path` is to live: the options' choice, EMBER_WEIGHTS_AUTO resolved. */
 em_gguf_memory em_engine_weights_memory(const ember_options *options, const char *path);
+
+/* The grammar vocabulary for the request's control tokens counted as text (r->grammar_vocab):
+ * found among the engine's, or built now (the token trie and its shared masks). Engine thread. */
+em_err em_engine_grammar_vocab(ember_engine *e, ember_request *r);
 
 /* Speculative decoding (spec.c), on the engine thread. */
 em_err em_spec_init(ember_engine *engine, const ember_options *options);

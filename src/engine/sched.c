@@ -753,39 +753,6 @@ static void advance_flight(ember_engine *e) {
     set_flight(e, rows, drafts, true); /* the begun step is now the one in flight */
 }
 
-/* The memory the requests' shared grammar masks may take (a mask is a bit per token). */
-#define GRAMMAR_SHARED_MASK_BYTES ((size_t)64 << 20)
-
-/* The grammar vocabulary for the request's control tokens counted as text: found among the
- * engine's, or built now (the token trie and its shared masks). */
-static em_err find_grammar_vocab(ember_engine *e, ember_request *r) {
-    for (size_t i = 0; i < e->n_grammar_vocabs; i++) {
-        em_grammar_vocab_entry *v = &e->grammar_vocabs[i];
-        const size_t bytes = r->n_text_controls * sizeof *r->text_controls;
-        if (v->n_text_controls == r->n_text_controls && (!bytes || !memcmp(v->text_controls, r->text_controls, bytes))) {
-            r->grammar_vocab = v;
-            return NULL;
-        }
-    }
-    if (e->n_grammar_vocabs == EM_MAX_GRAMMAR_VOCABS)
-        return em_errorf(EM_ERR_UNSUPPORTED, "grammar: more than %d different sets of control_texts in one engine",
-                         EM_MAX_GRAMMAR_VOCABS);
-    em_grammar_vocab_entry v = {.n_text_controls = r->n_text_controls};
-    if (r->n_text_controls && !(v.text_controls = malloc(r->n_text_controls * sizeof *v.text_controls)))
-        return em_errorf(EM_ERR_NOMEM, "grammar: out of memory");
-    if (r->n_text_controls) memcpy(v.text_controls, r->text_controls, r->n_text_controls * sizeof *v.text_controls);
-    em_err err = em_grammar_vocab_new(e->tokenizer, e->n_vocab, v.text_controls, v.n_text_controls, &v.vocab);
-    if (!err) err = em_grammar_masks_new(v.vocab, GRAMMAR_SHARED_MASK_BYTES, &v.masks);
-    if (err) {
-        em_grammar_vocab_free(v.vocab);
-        free(v.text_controls);
-        return err;
-    }
-    e->grammar_vocabs[e->n_grammar_vocabs] = v;
-    r->grammar_vocab = &e->grammar_vocabs[e->n_grammar_vocabs++];
-    return NULL;
-}
-
 /* The grammar masks of this step's constrained rows (e->pick_masks, NULL for the others), the
  * vocabulary's trie built on first use. *constrained: some row has one. False when the engine had
  * to fail the running requests (out of memory). */
@@ -796,7 +763,7 @@ static bool compute_grammar_masks(ember_engine *e, uint32_t rows, bool *constrai
         if (!r || !r->grammar_state || !r->grammar_active) continue; /* (a chained step's finished row) */
         *constrained = true;
         em_err err = NULL;
-        if (!r->grammar_vocab && (err = find_grammar_vocab(e, r))) {
+        if (!r->grammar_vocab && (err = em_engine_grammar_vocab(e, r))) {
             if (em_err_code_of(err) == EM_ERR_NOMEM) {
                 fail_running(e, "grammar", err); /* no request can be constrained without them */
                 return false;
