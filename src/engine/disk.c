@@ -99,6 +99,17 @@ static void hex(const uint8_t *bytes, size_t n, char *out) {
     for (size_t i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", bytes[i]);
 }
 
+/* A cache file's checksum: SHA-256 over its header, tokens and rows (the header says how many).
+ * False when SHA-256 failed. */
+static bool file_checksum(const disk_header *header, const int32_t *tokens, const void *rows, uint8_t out[32]) {
+    hasher h;
+    bool ok = hash_begin(&h);
+    hash_add(&h, header, sizeof *header);
+    hash_add(&h, tokens, header->n_tokens * sizeof *tokens);
+    hash_add(&h, rows, header->payload_bytes);
+    return hash_end(&h, out) && ok;
+}
+
 /* Up to 256 bytes at three places of each tensor's data: two files whose weights differ anywhere
  * much differ there, and reading them costs nothing next to loading the model. */
 static void hash_tensor(hasher *h, const em_gguf_tensor *t) {
@@ -262,12 +273,7 @@ em_err em_disk_write(em_disk_tier *d, const uint8_t key[EM_PREFIX_KEY_BYTES], co
     memcpy(header.key, key, EM_PREFIX_KEY_BYTES);
     memcpy(header.parent, parent, EM_PREFIX_KEY_BYTES);
     uint8_t sum[32];
-    hasher h;
-    bool hashed = hash_begin(&h);
-    hash_add(&h, &header, sizeof header);
-    hash_add(&h, tokens, n_tokens * sizeof *tokens);
-    hash_add(&h, rows, header.payload_bytes);
-    hashed = hash_end(&h, sum) && hashed;
+    const bool hashed = file_checksum(&header, tokens, rows, sum);
     char *tmp = file_path(d, key, ".tmp"), *path = file_path(d, key, "");
     em_err err = !hashed || !tmp || !path ? em_errorf(EM_ERR_NOMEM, "cache file: out of memory") : NULL;
     int fd = err ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -359,13 +365,7 @@ em_err em_disk_read(em_disk_tier *d, const uint8_t key[EM_PREFIX_KEY_BYTES], con
     if (!err && memcmp(stored, tokens, n_tokens * sizeof *tokens))
         err = em_errorf(EM_ERR_FORMAT, "%s: its tokens are not the node's", path);
     if (!err) {
-        hasher hs;
-        bool hashed = hash_begin(&hs);
-        hash_add(&hs, &h, sizeof h);
-        hash_add(&hs, stored, n_tokens * sizeof *stored);
-        hash_add(&hs, rows, h.payload_bytes);
-        hashed = hash_end(&hs, sum) && hashed;
-        if (!hashed) err = em_errorf(EM_ERR_NOMEM, "%s: SHA-256 failed", path);
+        if (!file_checksum(&h, stored, rows, sum)) err = em_errorf(EM_ERR_NOMEM, "%s: SHA-256 failed", path);
         else if (memcmp(sum, want, sizeof sum)) err = em_errorf(EM_ERR_FORMAT, "%s: checksum mismatch (corrupt)", path);
     }
     if (fd >= 0) close(fd);
