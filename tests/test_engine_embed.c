@@ -173,6 +173,27 @@ static void test_pooling_matches_hand_computation(void **state) {
 /* Twelve prompts at once (beyond the running limit, longer than a step's budget), beside a
  * generation: each vector equals the one its prompt gets alone; the prefix cache holds only the
  * generation's blocks and was never consulted for the embeddings. */
+/* Submits the prompts as embeddings, the odd ones mean-pooled, the others by the engine's default. */
+static void submit_all(ember_engine *e, int32_t (*prompts)[MAX_PROMPT], const uint32_t *lengths, uint32_t n,
+                       ember_request **requests) {
+    for (uint32_t i = 0; i < n; i++) {
+        ember_request_params p = embed_params(prompts[i], lengths[i], i % 2 ? EMBER_POOLING_MEAN : EMBER_POOLING_NONE);
+        assert_null(ember_submit(e, &p, &requests[i]));
+    }
+}
+
+/* Each request's vector equals the one its prompt got alone (within float reordering). */
+static void expect_alone(ember_request **requests, uint32_t n, const float *alone, uint32_t width) {
+    float *vector = malloc(width * sizeof *vector);
+    assert_non_null(vector);
+    for (uint32_t i = 0; i < n; i++) {
+        read_vector(requests[i], vector, width);
+        ember_request_release(requests[i]);
+        assert_close(vector, alone + (size_t)i * width, width, 1e-5f);
+    }
+    free(vector);
+}
+
 static void test_batched_equals_alone(void **state) {
     (void)state;
     enum { N = 12 };
@@ -189,7 +210,7 @@ static void test_batched_equals_alone(void **state) {
     const uint32_t width = info.n_embd;
     int32_t prompts[N][MAX_PROMPT];
     uint32_t lengths[N];
-    float *alone = malloc((size_t)N * width * sizeof *alone), *together = malloc((size_t)N * width * sizeof *together);
+    float *alone = malloc((size_t)N * width * sizeof *alone);
     for (uint32_t i = 0; i < N; i++) {
         lengths[i] = 3 + (i * 37) % 180;
         make_prompt(prompts[i], lengths[i], 100 + i);
@@ -214,15 +235,8 @@ static void test_batched_equals_alone(void **state) {
     g.ignore_eos = true;
     ember_request *generation, *requests[N];
     assert_null(ember_submit(e, &g, &generation));
-    for (uint32_t i = 0; i < N; i++) {
-        ember_request_params p = embed_params(prompts[i], lengths[i], i % 2 ? EMBER_POOLING_MEAN : EMBER_POOLING_NONE);
-        assert_null(ember_submit(e, &p, &requests[i]));
-    }
-    for (uint32_t i = 0; i < N; i++) {
-        read_vector(requests[i], together + (size_t)i * width, width);
-        ember_request_release(requests[i]);
-        assert_close(together + (size_t)i * width, alone + (size_t)i * width, width, 1e-5f);
-    }
+    submit_all(e, prompts, lengths, N, requests);
+    expect_alone(requests, N, alone, width);
     ember_output out;
     size_t generated = 0;
     do {
@@ -238,21 +252,13 @@ static void test_batched_equals_alone(void **state) {
     assert_int_equal(after.prefix_lookups, 1); /* the generation's alone */
     assert_int_equal(after.kv_blocks_cached, (40 + 20 + 15) / 16);
     /* Batched: the prompts together take fewer steps than their chunks one request at a time. */
-    for (uint32_t i = 0; i < N; i++) {
-        ember_request_params p = embed_params(prompts[i], lengths[i], i % 2 ? EMBER_POOLING_MEAN : EMBER_POOLING_NONE);
-        assert_null(ember_submit(e, &p, &requests[i]));
-    }
-    for (uint32_t i = 0; i < N; i++) {
-        read_vector(requests[i], together + (size_t)i * width, width);
-        ember_request_release(requests[i]);
-        assert_close(together + (size_t)i * width, alone + (size_t)i * width, width, 1e-5f);
-    }
+    submit_all(e, prompts, lengths, N, requests);
+    expect_alone(requests, N, alone, width);
     ember_stats last;
     ember_engine_stats(e, &last);
     assert_true(last.steps - after.steps < before.steps);
     assert_int_equal(last.kv_blocks_cached, after.kv_blocks_cached);
     free(alone);
-    free(together);
     ember_engine_destroy(e);
 }
 
