@@ -22,7 +22,6 @@
  */
 #include <math.h>
 #include <openssl/evp.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -231,13 +230,6 @@ static bool can_embed(const em_server *s, em_server_error *err) {
     return false;
 }
 
-/* True when the peer closed its end of `fd` (checked without blocking). */
-static bool client_gone(int fd) {
-    if (fd < 0) return false;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
-
 /* Submits every input, then reads each vector into vectors[i] (n_embd floats); false with `err` set
  * when one failed, or with err->status 0 when the client went away or the server stops. */
 static bool run(em_server *s, const embed_job *job, float *vectors, uint64_t *tokens, em_server_error *err, int fd) {
@@ -263,7 +255,7 @@ static bool run(em_server *s, const embed_job *job, float *vectors, uint64_t *to
     for (size_t i = 0; i < job->n_inputs && ok; i++) {
         ember_output out;
         do {
-            if (atomic_load(&s->stopping) || client_gone(fd)) {
+            if (atomic_load(&s->stopping) || em_server_peer_gone(fd)) {
                 err->status = 0;
                 ok = false;
                 break;

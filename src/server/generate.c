@@ -51,8 +51,8 @@ typedef struct job {
     em_access_record *access; /* its connection's log record (internal.h), or NULL */
 } job;
 
-/* True when the peer closed its end of `fd` (checked without blocking). */
-static bool peer_gone(int fd) {
+/* (internal.h) */
+bool em_server_peer_gone(int fd) {
     if (fd < 0) return false;
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};
     if (poll(&p, 1, 0) <= 0) return false;
@@ -69,7 +69,7 @@ static bool give_up(job *j, bool now) {
     double since = (double)(t.tv_sec - j->last_check.tv_sec) + 1e-9 * (double)(t.tv_nsec - j->last_check.tv_nsec);
     if (!now && since < 0.1) return false;
     j->last_check = t;
-    return peer_gone(j->fd);
+    return em_server_peer_gone(j->fd);
 }
 
 /* The watch of the request's grammar work: it stops when the client hangs up or the server stops. */
@@ -83,7 +83,7 @@ static bool make_grammar(job *j, em_server_error *err, bool *gone) {
     em_grammar_watch_init(&watch, s->grammar_seconds, grammar_work_stops, j);
     const em_server_grammar_maker maker = {.cache = s->grammars, .watch = &watch};
     if (em_server_make_grammar(&j->req, &maker, s->engine.tool_format, s->engine.reasons, j->in_thinking, err)) return true;
-    *gone = !atomic_load(&s->stopping) && peer_gone(j->fd);
+    *gone = !atomic_load(&s->stopping) && em_server_peer_gone(j->fd);
     return false;
 }
 

@@ -212,6 +212,10 @@ struct em_server {
  * which runs on the same thread and ends before the record is written out. */
 extern _Thread_local em_access_record *em_access_current;
 
+/* True when the peer closed its end of `fd` (checked without blocking; fd < 0: never), so that
+ * work for a client who left stops (generate.c). */
+bool em_server_peer_gone(int fd);
+
 /* A JSON response (takes the body's reference) or an error response in `api`'s format (response.c). */
 struct MHD_Response *em_server_json_response(json_t *body);
 struct MHD_Response *em_server_error_response(em_server_api api, const em_server_error *err);
